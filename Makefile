@@ -1,0 +1,32 @@
+# Set-up and jobs. Both targets build .venv at the repo root when it is missing.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+STAMP_DEV := $(VENV)/.installed-dev
+
+.PHONY: demo test lint bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e .
+	touch $@
+
+$(STAMP_DEV): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP) $@
+
+demo: $(STAMP)
+	$(BIN)/python -m chainpipe.demo
+
+test: $(STAMP_DEV)
+	$(BIN)/python -m pytest -n 2 --nbmake tests notebooks
+
+lint: $(STAMP_DEV)
+	$(BIN)/ruff check chainpipe tests benchmarks
+
+clean:
+	rm -rf $(VENV) build *.egg-info

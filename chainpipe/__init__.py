@@ -1,0 +1,32 @@
+"""chainpipe: cut a training pipeline into stages and place them on the GPUs of a MAN chain of data centers.
+
+Public API::
+
+    import chainpipe as cp
+    inst = cp.read("instances/small/s01.json")
+    res = cp.solve(inst, solver="dp")
+    print(res.status, res.iteration_time, res.plan)
+    print(cp.evaluate(inst, res.plan).bottleneck)
+"""
+
+from .instance import (
+    Datacenter,
+    DeviceGroup,
+    Instance,
+    InstanceError,
+    Layer,
+    Link,
+    Model,
+    Training,
+)
+from .io import read, read_plan, write, write_plan
+from .plan import Evaluation, Plan, Stage, evaluate
+from .result import Outcome, Result
+from .solve import SOLVERS, solve
+
+__all__ = [
+    "Datacenter", "DeviceGroup", "Evaluation", "Instance", "InstanceError", "Layer", "Link",
+    "Model", "Outcome", "Plan", "Result", "SOLVERS", "Stage", "Training", "evaluate", "read",
+    "read_plan", "solve", "write", "write_plan",
+]
+__version__ = "0.1.0"

@@ -1,0 +1,253 @@
+"""Plans and the one cost model (``problem.md`` section 4).
+
+:func:`evaluate` is the only place in chainpipe that computes the iteration
+time ``T`` of a plan. Solvers compute what they need for their search, but
+every reported time is recomputed here from the plan.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .instance import Instance, InstanceError
+
+#: relative slack on memory limits, shared by the cost model and every solver's tables,
+#: so that a stage that fits to the last byte is not rejected by floating-point rounding
+MEMORY_RTOL = 1e-9
+
+
+@dataclass(frozen=True)
+class Stage:
+    start: int  # first layer, 0-based
+    end: int  # one past the last layer
+    device: str  # "dc/type/i"
+
+    @property
+    def layers(self) -> tuple[int, int]:
+        return (self.start, self.end)
+
+    def to_dict(self) -> dict:
+        return {"layers": [self.start, self.end], "device": self.device}
+
+
+@dataclass(frozen=True)
+class Plan:
+    stages: tuple[Stage, ...]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "stages", tuple(self.stages))
+
+    @property
+    def num_stages(self) -> int:
+        return len(self.stages)
+
+    def to_dict(self) -> dict:
+        return {"stages": [s.to_dict() for s in self.stages]}
+
+    @classmethod
+    def from_dict(cls, data: object, path: str = "") -> "Plan":
+        """Build a plan from its JSON shape; raises :class:`InstanceError` naming paths."""
+        pre = f"{path}." if path else ""
+        if not isinstance(data, dict):
+            raise InstanceError([f"{path or '(plan)'}: must be an object"])
+        stages = data.get("stages")
+        if not isinstance(stages, list) or not stages:
+            raise InstanceError([f"{pre}stages: must be a non-empty list"])
+        problems, out = [], []
+        for s, st in enumerate(stages):
+            p = f"{pre}stages[{s}]"
+            if not isinstance(st, dict):
+                problems.append(f"{p}: must be an object")
+                continue
+            lay, dev = st.get("layers"), st.get("device")
+            if not (
+                isinstance(lay, list)
+                and len(lay) == 2
+                and all(isinstance(x, int) and not isinstance(x, bool) for x in lay)
+            ):
+                problems.append(f"{p}.layers: must be a list [start, end] of two integers")
+                continue
+            if not isinstance(dev, str):
+                problems.append(f"{p}.device: must be a device name 'dc/type/i'")
+                continue
+            out.append(Stage(lay[0], lay[1], dev))
+        if problems:
+            raise InstanceError(problems)
+        return cls(tuple(out))
+
+    @classmethod
+    def from_tuples(cls, instance: Instance, stages) -> "Plan":
+        """Plan from ``(start, end, dc_index, group_index)`` tuples; devices numbered in order."""
+        used: dict[tuple[int, int], int] = {}
+        out = []
+        for start, end, k, g in stages:
+            i = used.get((k, g), 0)
+            used[(k, g)] = i + 1
+            dc = instance.datacenters[k]
+            out.append(Stage(int(start), int(end), Instance.device_name(dc, dc.devices[g], i)))
+        return cls(tuple(out))
+
+
+@dataclass(frozen=True)
+class StageCost:
+    index: int
+    start: int
+    end: int
+    device: str
+    datacenter: str
+    compute_time_s: float  # C_s, forward + backward per microbatch
+    in_flight: int  # n_s, microbatches whose activations are stashed
+    memory_bytes: float  # bytes_per_param * P_s + n_s * A_s
+    memory_limit_bytes: float
+
+
+@dataclass(frozen=True)
+class BoundaryCost:
+    after_stage: int  # boundary between stage s and s+1 (0-based s)
+    layer: int  # the last layer of stage s; its output crosses
+    bytes: float  # X_s
+    path: tuple[str, ...]  # datacenters the path spans (one name: a DC's own link)
+    bandwidth_bytes_per_s: float
+    latency_s: float
+    occupancy_s: float  # U_s = X_s / bandwidth, per microbatch and direction
+    traversal_s: float  # Q_s = 2 * (latency + U_s)
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """The iteration time of a plan and everything it is made of."""
+
+    iteration_time_s: float
+    fill_drain_s: float  # sum C_s + sum Q_s
+    steady_s: float  # (M - 1) * bottleneck
+    bottleneck_s: float
+    bottleneck: str  # what paces the steady state
+    stages: tuple[StageCost, ...]
+    boundaries: tuple[BoundaryCost, ...]
+    violations: tuple[str, ...]
+
+    @property
+    def feasible(self) -> bool:
+        return not self.violations
+
+    def to_dict(self) -> dict:
+        from dataclasses import asdict
+
+        d = asdict(self)
+        d["feasible"] = self.feasible
+        return d
+
+
+def path_between(instance: Instance, k1: int, k2: int) -> tuple[float, float]:
+    """Bandwidth (minimum) and latency (sum) of the path from DC ``k1`` to DC ``k2 >= k1``."""
+    if k1 == k2:
+        link = instance.datacenters[k1].link
+        return link.bandwidth_bytes_per_s, link.latency_s
+    links = instance.links[k1:k2]
+    return min(lk.bandwidth_bytes_per_s for lk in links), sum(lk.latency_s for lk in links)
+
+
+def in_flight(schedule: str, microbatches: int, num_stages: int, s: int) -> int:
+    """Microbatches stage ``s`` (0-based) stashes: ``M`` for gpipe, ``min(M, S - s)`` for 1f1b."""
+    if schedule == "gpipe":
+        return microbatches
+    return min(microbatches, num_stages - s)
+
+
+def evaluate(instance: Instance, plan: Plan) -> Evaluation:
+    """Iteration time and breakdown of ``plan``; every violated rule is listed.
+
+    The time is computed even for an infeasible plan whenever its stages name real
+    devices and valid layer ranges, so a user can see what the plan would cost.
+    """
+    L, M = instance.num_layers, instance.microbatches
+    layers, training = instance.layers, instance.training
+    S = plan.num_stages
+    violations: list[str] = []
+    if S == 0:
+        raise InstanceError(["stages: a plan needs at least one stage"])
+
+    # structure: ranges contiguous and covering, devices real, distinct, chain order
+    expect = 0
+    refs = []
+    for s, st in enumerate(plan.stages):
+        if st.start != expect:
+            violations.append(f"stages[{s}].layers: starts at {st.start}, expected {expect}")
+        if not (0 <= st.start < st.end <= L):
+            violations.append(
+                f"stages[{s}].layers: [{st.start}, {st.end}) is not a non-empty range of "
+                f"layers 0..{L}"
+            )
+        expect = st.end
+        try:
+            refs.append(instance.locate(st.device))
+        except KeyError:
+            violations.append(f"stages[{s}].device: no device named {st.device!r}")
+            refs.append(None)
+    if expect != L:
+        violations.append(f"stages: cover layers up to {expect}, the model has {L}")
+    seen: dict[str, int] = {}
+    for s, st in enumerate(plan.stages):
+        if st.device in seen:
+            violations.append(
+                f"stages[{s}].device: {st.device} already runs stage {seen[st.device]}"
+            )
+        seen.setdefault(st.device, s)
+    for s in range(1, S):
+        if refs[s] is not None and refs[s - 1] is not None and refs[s].dc < refs[s - 1].dc:
+            violations.append(
+                f"stages[{s}].device: datacenter {instance.datacenters[refs[s].dc].name} "
+                f"comes before {instance.datacenters[refs[s - 1].dc].name} in the chain"
+            )
+    if any(r is None for r in refs) or any(
+        not (0 <= st.start < st.end <= L) for st in plan.stages
+    ):
+        # the time cannot be computed for a plan whose stages do not exist
+        return Evaluation(
+            float("inf"), float("inf"), float("inf"), float("inf"), "undefined", (), (),
+            tuple(violations),
+        )
+
+    stages = []
+    for s, (st, ref) in enumerate(zip(plan.stages, refs)):
+        group = instance.group(ref)
+        part = layers[st.start : st.end]
+        compute = sum(ly.flop for ly in part) / group.flop_per_s
+        n = in_flight(training.schedule, M, S, s)
+        params = sum(ly.params for ly in part)
+        act = sum(ly.activation_bytes for ly in part)
+        mem = training.bytes_per_param * params + n * act
+        if mem > group.memory_bytes * (1 + MEMORY_RTOL):
+            violations.append(
+                f"stages[{s}]: needs {mem / 1e9:.3f} GB ({n} microbatches in flight) on "
+                f"{st.device}, which has {group.memory_bytes / 1e9:.3f} GB"
+            )
+        stages.append(
+            StageCost(s, st.start, st.end, st.device, instance.datacenters[ref.dc].name,
+                      compute, n, mem, group.memory_bytes)
+        )
+
+    boundaries = []
+    for s in range(S - 1):
+        k1, k2 = refs[s].dc, refs[s + 1].dc
+        lo, hi = min(k1, k2), max(k1, k2)
+        bw, lat = path_between(instance, lo, hi)
+        last = plan.stages[s].end - 1
+        x = layers[last].output_bytes
+        u = x / bw
+        names = tuple(dc.name for dc in instance.datacenters[lo : hi + 1])
+        boundaries.append(BoundaryCost(s, last, x, names, bw, lat, u, 2.0 * (lat + u)))
+
+    fill = sum(c.compute_time_s for c in stages) + sum(b.traversal_s for b in boundaries)
+    worst_stage = max(stages, key=lambda c: c.compute_time_s)
+    bottleneck_s = worst_stage.compute_time_s
+    bottleneck = f"stage {worst_stage.index} on {worst_stage.device}"
+    for b in boundaries:
+        if b.occupancy_s > bottleneck_s:
+            bottleneck_s = b.occupancy_s
+            bottleneck = f"link {'-'.join(b.path)} after stage {b.after_stage}"
+    steady = (M - 1) * bottleneck_s
+    return Evaluation(
+        fill + steady, fill, steady, bottleneck_s, bottleneck, tuple(stages), tuple(boundaries),
+        tuple(violations),
+    )

@@ -1,0 +1,150 @@
+"""Backend-free cost tables shared by every solver (DP, CDynP, ILPs, CP-SAT, baselines).
+
+Everything a search needs about an instance, computed once with numpy:
+device groups in chain order, per-stage compute times and the largest number
+of in-flight microbatches a stage can hold, path bandwidths and latencies
+between datacenters, and simple lower bounds. The tables serve the search
+only; reported times always come from :func:`chainpipe.plan.evaluate`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+from .instance import Instance
+from .plan import MEMORY_RTOL, path_between
+
+
+@dataclass(frozen=True)
+class Group:
+    """One device group, flattened: ``g`` indexes :attr:`CostTables.groups`."""
+
+    dc: int
+    index: int  # position in its datacenter's device list
+    type: str
+    count: int
+    flop_per_s: float
+    memory_bytes: float
+
+
+class CostTables:
+    """Precomputed quantities of one instance.
+
+    Conventions: layers ``[i, j)`` with ``0 <= i < j <= L``; a stage's *position*
+    ``p >= 1`` counts stages from the end (the last stage has ``p = 1``), so that
+    its 1F1B in-flight count is ``min(M, p)``.
+    """
+
+    def __init__(self, instance: Instance):
+        self.instance = instance
+        self.L = instance.num_layers
+        self.M = instance.microbatches
+        self.K = instance.num_datacenters
+        self.schedule = instance.training.schedule
+        self.bytes_per_param = instance.training.bytes_per_param
+        self.groups = tuple(
+            Group(k, gi, g.type, g.count, g.flop_per_s, g.memory_bytes)
+            for k, dc in enumerate(instance.datacenters)
+            for gi, g in enumerate(dc.devices)
+        )
+        self.G = len(self.groups)
+        layers = instance.layers
+        self.flop_prefix = np.concatenate(([0.0], np.cumsum([ly.flop for ly in layers])))
+        self.param_prefix = np.concatenate(([0.0], np.cumsum([float(ly.params) for ly in layers])))
+        self.act_prefix = np.concatenate(
+            ([0.0], np.cumsum([ly.activation_bytes for ly in layers]))
+        )
+        #: output bytes crossing a boundary at layer index b (after layer b - 1), b = 1..L-1
+        self.boundary_bytes = np.array([0.0] + [ly.output_bytes for ly in layers])
+        self.rate = np.array([g.flop_per_s for g in self.groups])
+        self.memory = np.array([g.memory_bytes for g in self.groups])
+        self.count = np.array([g.count for g in self.groups], dtype=np.int64)
+        self.group_dc = np.array([g.dc for g in self.groups], dtype=np.int64)
+        bw = np.full((self.K, self.K), np.inf)
+        lat = np.zeros((self.K, self.K))
+        for a in range(self.K):
+            for b in range(a, self.K):
+                bw[a, b], lat[a, b] = path_between(instance, a, b)
+        self.path_bandwidth = bw  # [k1, k2] for k1 <= k2
+        self.path_latency = lat
+
+    # ------------------------------------------------------------------ stages
+    @cached_property
+    def stage_flop(self) -> np.ndarray:
+        """``[i, j]``: FLOP of layers ``[i, j)`` (forward + backward); 0 where ``j <= i``."""
+        f = self.flop_prefix
+        return np.triu(f[None, :] - f[:, None], 1)
+
+    @cached_property
+    def compute_time(self) -> np.ndarray:
+        """``[g, i, j]``: compute time of stage ``[i, j)`` on group ``g``; inf where ``j <= i``."""
+        mask = np.triu(np.ones((self.L + 1, self.L + 1), dtype=bool), 1)
+        c = self.stage_flop[None, :, :] / self.rate[:, None, None]
+        return np.where(mask[None], c, np.inf)
+
+    @cached_property
+    def max_in_flight(self) -> np.ndarray:
+        """``[g, i, j]``: largest in-flight count ``n <= M`` for which stage ``[i, j)`` fits on ``g``.
+
+        ``-1`` where even the parameters do not fit (or ``j <= i``). A stage at
+        position ``p`` fits iff ``in_flight(p) <= max_in_flight``.
+        """
+        p = self.param_prefix
+        a = self.act_prefix
+        params = np.triu(p[None, :] - p[:, None], 1) * self.bytes_per_param
+        act = np.triu(a[None, :] - a[:, None], 1)
+        room = self.memory[:, None, None] * (1 + MEMORY_RTOL) - params[None]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            n = np.where(act[None] > 0, np.floor(room / act[None]), np.inf)
+        n = np.where(room < 0, -1, np.minimum(n, self.M))
+        mask = np.triu(np.ones((self.L + 1, self.L + 1), dtype=bool), 1)
+        return np.where(mask[None], n, -1).astype(np.int64)
+
+    def in_flight(self, position: int) -> int:
+        """Microbatches stashed by a stage at ``position`` (1 = last stage)."""
+        return self.M if self.schedule == "gpipe" else min(self.M, position)
+
+    def fits(self, g: int, i: int, j: int, position: int) -> bool:
+        return self.in_flight(position) <= self.max_in_flight[g, i, j]
+
+    # ------------------------------------------------------------------ links
+    def occupancy(self, b: int, k1: int, k2: int) -> float:
+        """``U``: per-microbatch time on the path ``k1 -> k2`` of the boundary at layer ``b``."""
+        return self.boundary_bytes[b] / self.path_bandwidth[k1, k2]
+
+    def traversal(self, b: int, k1: int, k2: int) -> float:
+        """``Q = 2 * (latency + U)`` of the boundary at layer ``b`` on the path ``k1 -> k2``."""
+        return 2.0 * (self.path_latency[k1, k2] + self.occupancy(b, k1, k2))
+
+    # ------------------------------------------------------------------ bounds
+    @cached_property
+    def lower_bound(self) -> float:
+        """A cheap valid lower bound on the optimal iteration time.
+
+        ``sum_s C_s >= total FLOP / fastest rate``; the bottleneck is at least the
+        slowest single layer on the fastest device, and at least the total FLOP
+        spread over the ``min(L, D)`` fastest devices in proportion to their rates.
+        """
+        total = self.flop_prefix[-1]
+        fastest = self.rate.max()
+        rates = np.sort(np.repeat(self.rate, np.minimum(self.count, self.L)))[::-1][: self.L]
+        layer_max = float(np.max(np.diff(self.flop_prefix))) / fastest
+        bottleneck = max(layer_max, total / rates.sum())
+        return total / fastest + (self.M - 1) * bottleneck
+
+    def infeasibility_reason(self) -> str | None:
+        """A reason no plan can exist, found without search; ``None`` if none is obvious."""
+        best_layer_fit = self.max_in_flight[:, np.arange(self.L), np.arange(self.L) + 1]
+        need = 1 if self.schedule == "1f1b" else self.M
+        for b in range(self.L):
+            if not (best_layer_fit[:, b] >= need).any():
+                ly = self.instance.layers[b]
+                mem = self.bytes_per_param * ly.params + need * ly.activation_bytes
+                return (
+                    f"layer {b} ({ly.name!r}) needs {mem / 1e9:.3f} GB with {need} microbatch(es) "
+                    f"in flight; the largest device has {self.memory.max() / 1e9:.3f} GB"
+                )
+        return None
