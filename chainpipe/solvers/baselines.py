@@ -1,0 +1,399 @@
+"""Baselines: the strategies practitioners and recent systems use, in chainpipe's cost model.
+
+Each is a solver with the registry signature ``(instance, *, time_limit, seed,
+threads, **options) -> Outcome``. None of them proves anything about the
+optimum, so a plan comes back ``feasible`` with no lower bound; when a
+strategy finds no plan that fits memory it says ``no_solution`` and why, and
+``infeasible`` only when :meth:`CostTables.infeasibility_reason` (or, for the
+two built on the exact DP, the DP itself on an instance with the same devices
+and memory) proves that no plan exists at all. All are deterministic: ``seed``
+is accepted for the common signature and ignored.
+
+What each stands for (see ``/work/shared/design/domain.md``):
+
+``uniform``
+    Megatron-LM: equal layer counts per stage (the last ``L mod S`` stages take
+    one more layer, which is the memory-friendly side under 1F1B), stages on
+    devices taken datacenter by datacenter in chain order, fastest first. The
+    pipeline degree ``S`` is swept over ``1 .. min(L, devices)`` and the best by
+    the cost model kept: a practitioner tunes the pipeline degree, and taking the
+    smallest ``S`` that fits memory would leave most devices idle in a model
+    without data parallelism, an unfair straw man.
+``greedy-fill``
+    Atlas: fill pipeline stages DC by DC: all devices of the first datacenter,
+    then all of the next, until the model fits memory with uniform layers
+    (``S = min(L, devices in the prefix)``). No tuning of ``S``.
+``proportional``
+    Metis / FlashFlex: take the ``S`` fastest devices (ties broken by memory,
+    then chain position), keep them in chain order, cut the layers so that each
+    stage's FLOP share matches its device's share of the total rate, then repair
+    memory by moving boundary layers from over-full stages to neighbours that
+    still fit. ``S`` is swept and the best kept.
+``comm-unaware``
+    The exact DP on a copy of the instance whose links (inside and between
+    datacenters) cost nothing, then the plan evaluated honestly with the links:
+    what an optimal planner that ignores the network produces.
+``uniform-chain``
+    Sailor: uniform layer splits; search over the stage count ``S``, the
+    contiguous range of datacenters used and how many stages each of them runs
+    (every datacenter of the range at least one, fastest devices first), with
+    branch and bound on the cost model. Exhaustive over that family unless the
+    time limit stops it (then the best found, and ``stats['complete']`` is false).
+``single-dc``
+    The DP optimum of each datacenter alone (no inter-DC links); the best of them.
+    What a user without cross-DC planning would run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+
+import numpy as np
+
+from ..instance import Instance, Link
+from ..plan import Plan
+from ..result import Outcome
+from ..tables import CostTables
+
+#: bandwidth given to every link of the communication-unaware copy (finite: the format needs it)
+FREE_BANDWIDTH = 1e300
+
+
+# --------------------------------------------------------------------------- shared pieces
+def _fastest_first(t: CostTables, groups) -> list[int]:
+    """Device slots (group indices, one per device) of ``groups``, fastest first.
+
+    Ties go to the larger memory, then to the earlier group in chain order.
+    """
+    order = sorted(groups, key=lambda g: (-t.rate[g], -t.memory[g], g))
+    return [g for g in order for _ in range(int(t.count[g]))]
+
+
+def _dc_slots(t: CostTables) -> list[list[int]]:
+    """Per datacenter, its device slots fastest first."""
+    return [_fastest_first(t, [g for g in range(t.G) if t.group_dc[g] == k]) for k in range(t.K)]
+
+
+def uniform_bounds(L: int, S: int) -> list[int]:
+    """Layer boundaries ``0 = b_0 < ... < b_S = L`` of ``S`` equal stages.
+
+    Sizes differ by at most one; the last ``L mod S`` stages take the extra layer
+    (under 1F1B the later stages hold fewer microbatches in flight).
+    """
+    q, r = divmod(L, S)
+    sizes = [q] * (S - r) + [q + 1] * r
+    return [0] + np.cumsum(sizes).tolist()
+
+
+def _to_plan(t: CostTables, stages) -> Plan:
+    """The plan of ``(start, end, dc, g)`` stages, ``g`` a flattened group of the tables."""
+    return Plan.from_tuples(t.instance, [(i, j, k, t.groups[g].index) for i, j, k, g in stages])
+
+
+def plan_time(t: CostTables, stages) -> float:
+    """Iteration time of ``(start, end, dc, g)`` stages (``g`` flattened) from the shared tables.
+
+    ``inf`` if a stage breaks memory at its position. Used to rank candidates
+    inside a search; the reported time is recomputed by ``evaluate``.
+    """
+    S = len(stages)
+    total = peak = 0.0
+    for s, (i, j, _k, g) in enumerate(stages):
+        if not t.fits(g, i, j, S - s):
+            return math.inf
+        c = float(t.compute_time[g, i, j])
+        total += c
+        peak = max(peak, c)
+    for s in range(S - 1):
+        b, k1, k2 = stages[s][1], stages[s][2], stages[s + 1][2]
+        total += float(t.traversal(b, k1, k2))
+        peak = max(peak, float(t.occupancy(b, k1, k2)))
+    return total + (t.M - 1) * peak
+
+
+def _memory_failure(t: CostTables, stages) -> str | None:
+    """The first stage that breaks memory, in words; ``None`` if all fit."""
+    S = len(stages)
+    for s, (i, j, k, g) in enumerate(stages):
+        if not t.fits(g, i, j, S - s):
+            grp = t.groups[g]
+            dc = t.instance.datacenters[k].name
+            return (f"stage {s} (layers [{i}, {j}), {t.in_flight(S - s)} microbatch(es) in flight) "
+                    f"does not fit a {dc}/{grp.type} device")
+    return None
+
+
+def _infeasible_or(t: CostTables, message: str, stats: dict | None = None) -> Outcome:
+    """``infeasible`` if the tables prove it, else ``no_solution`` with ``message``."""
+    reason = t.infeasibility_reason()
+    if reason is not None:
+        return Outcome("infeasible", message=reason, stats=stats or {})
+    return Outcome("no_solution", message=message, stats=stats or {})
+
+
+def _best(t: CostTables, candidates, what: str, stats: dict) -> Outcome:
+    """Keep the candidate stage lists with the smallest time; explain if none fits."""
+    best_T, best, tried, first_failure = math.inf, None, 0, None
+    for stages in candidates:
+        tried += 1
+        T = plan_time(t, stages)
+        if T < best_T:
+            best_T, best = T, stages
+        elif best is None and first_failure is None:
+            first_failure = _memory_failure(t, stages)
+    stats = {**stats, "candidates": tried}
+    if best is None:
+        why = f"; e.g. {first_failure}" if first_failure else ""
+        return _infeasible_or(t, f"{what}: no candidate fits memory ({tried} tried){why}", stats)
+    stats["stages"] = len(best)
+    return Outcome("feasible", _to_plan(t, best), stats=stats)
+
+
+def _chain_fill(t: CostTables, S: int) -> list[tuple[int, int, int, int]]:
+    """``S`` uniform stages on the first ``S`` devices in chain order, fastest first per DC."""
+    slots = [g for dc in _dc_slots(t) for g in dc][:S]
+    b = uniform_bounds(t.L, S)
+    return [(b[s], b[s + 1], int(t.group_dc[g]), g) for s, g in enumerate(slots)]
+
+
+def _timed_out(start: float, time_limit: float | None) -> bool:
+    return time_limit is not None and time.perf_counter() - start > time_limit
+
+
+# --------------------------------------------------------------------------- uniform
+def uniform(instance: Instance, *, time_limit=None, seed=0, threads=1, **options) -> Outcome:
+    """Megatron-style equal layers, DCs filled in chain order; pipeline degree swept."""
+    t = CostTables(instance)
+    n_max = min(t.L, int(t.count.sum()))
+    return _best(t, (_chain_fill(t, S) for S in range(1, n_max + 1)),
+                 f"uniform layers on the first S devices in chain order, S = 1..{n_max}",
+                 {"strategy": "uniform"})
+
+
+# --------------------------------------------------------------------------- greedy-fill
+def greedy_fill(instance: Instance, *, time_limit=None, seed=0, threads=1, **options) -> Outcome:
+    """Atlas-style: whole datacenters in chain order until uniform stages fit memory."""
+    t = CostTables(instance)
+    devices = 0
+    failure = None
+    for k, dc in enumerate(instance.datacenters):
+        devices += dc.device_count
+        S = min(t.L, devices)
+        stages = _chain_fill(t, S)
+        if plan_time(t, stages) < math.inf:
+            return Outcome("feasible", _to_plan(t, stages),
+                           stats={"strategy": "greedy-fill", "datacenters": k + 1, "stages": S})
+        failure = _memory_failure(t, stages)
+        if S == t.L:
+            break  # one layer per stage already: adding datacenters changes nothing
+    return _infeasible_or(
+        t, f"uniform stages over whole datacenters in chain order never fit memory; "
+           f"with {devices} devices, {failure}", {"strategy": "greedy-fill"})
+
+
+# --------------------------------------------------------------------------- proportional
+def _proportional_bounds(t: CostTables, rates: list[float]) -> list[int]:
+    """Boundaries giving each stage a FLOP share near its device's share of the total rate."""
+    S, L = len(rates), t.L
+    prefix = t.flop_prefix
+    total = prefix[-1]
+    cum = np.cumsum(rates) / sum(rates)
+    b = [0]
+    for s in range(1, S):
+        target = cum[s - 1] * total
+        lo, hi = b[-1] + 1, L - (S - s)  # leave every stage at least one layer
+        j = int(np.searchsorted(prefix, target))  # prefix[j-1] < target <= prefix[j]
+        j = min(max(j, lo), hi)
+        if j - 1 >= lo and abs(prefix[j - 1] - target) <= abs(prefix[j] - target):
+            j -= 1
+        b.append(j)
+    b.append(L)
+    return b
+
+
+def _repair_memory(t: CostTables, b: list[int], slots: list[int]) -> list[int] | None:
+    """Move boundary layers from over-full stages to neighbours that still fit afterwards.
+
+    Each move takes a layer from a stage that breaks memory and gives it to a
+    neighbour that fits with it, so the over-full stages only shrink and the
+    loop ends. ``None`` if some stage stays over-full.
+    """
+    S = len(slots)
+    b = list(b)
+
+    def fits(s: int, i: int, j: int) -> bool:
+        return i < j and t.fits(slots[s], i, j, S - s)
+
+    for _ in range(t.L * S + 1):
+        bad = next((s for s in range(S) if not fits(s, b[s], b[s + 1])), None)
+        if bad is None:
+            return b
+        moves = []
+        if bad > 0 and b[bad + 1] - b[bad] > 1 and fits(bad - 1, b[bad - 1], b[bad] + 1):
+            slack = t.max_in_flight[slots[bad - 1], b[bad - 1], b[bad] + 1] - t.in_flight(S - bad + 1)
+            moves.append((slack, 0, bad, b[bad] + 1))  # first layer to the left neighbour
+        if bad < S - 1 and b[bad + 1] - b[bad] > 1 and fits(bad + 1, b[bad + 1] - 1, b[bad + 2]):
+            slack = t.max_in_flight[slots[bad + 1], b[bad + 1] - 1, b[bad + 2]] - t.in_flight(S - bad - 1)
+            moves.append((slack, 1, bad + 1, b[bad + 1] - 1))  # last layer to the right
+        if not moves:
+            return None
+        _, _, index, value = max(moves)
+        b[index] = value
+    return None
+
+
+def proportional(instance: Instance, *, time_limit=None, seed=0, threads=1, **options) -> Outcome:
+    """Metis/FlashFlex-style: layers in proportion to device rates, memory repaired."""
+    t = CostTables(instance)
+    ranked = _fastest_first(t, range(t.G))
+    n_max = min(t.L, len(ranked))
+
+    def candidates():
+        for S in range(1, n_max + 1):
+            # the S fastest devices, in chain order, fastest first inside a datacenter
+            chosen = sorted(ranked[:S], key=lambda g: (t.group_dc[g], -t.rate[g], -t.memory[g], g))
+            b = _proportional_bounds(t, [float(t.rate[g]) for g in chosen])
+            b = _repair_memory(t, b, chosen) or b  # unrepaired: reported as not fitting
+            yield [(b[s], b[s + 1], int(t.group_dc[g]), g) for s, g in enumerate(chosen)]
+
+    return _best(t, candidates(),
+                 f"layers in proportion to the rates of the S fastest devices, S = 1..{n_max}",
+                 {"strategy": "proportional"})
+
+
+# --------------------------------------------------------------------------- uniform-chain
+def uniform_chain(instance: Instance, *, time_limit=None, seed=0, threads=1, **options) -> Outcome:
+    """Sailor-style: uniform layers; search stage count, DC range and stages per DC."""
+    t = CostTables(instance)
+    start = time.perf_counter()
+    slots = _dc_slots(t)
+    sizes = [len(x) for x in slots]
+    n_max = min(t.L, sum(sizes))
+    M1 = t.M - 1
+    # fastest rate available from datacenter k onwards, for the bound
+    fastest_from = [max(t.rate[g] for dc in slots[k:] for g in dc) for k in range(t.K)]
+
+    # start from the chain-order fill (uniform's family is contained in this one)
+    best_T, best = math.inf, None
+    for S in range(1, n_max + 1):
+        stages = _chain_fill(t, S)
+        T = plan_time(t, stages)
+        if T < best_T:
+            best_T, best = T, stages
+    visited = 0
+    complete = True
+
+    for S in range(1, n_max + 1):
+        b = uniform_bounds(t.L, S)
+        flop = t.flop_prefix
+        # flop of the largest block from s onwards, for the bottleneck bound
+        block = np.diff(flop[b])
+        max_from = np.maximum.accumulate(block[::-1])[::-1]
+        chosen: list[tuple[int, int, int, int]] = []
+
+        def dfs(k: int, s: int, total: float, peak: float) -> None:
+            """Place blocks ``s..`` starting in datacenter ``k`` (which runs at least one)."""
+            nonlocal best_T, best, visited, complete
+            visited += 1
+            if visited % 4096 == 0 and _timed_out(start, time_limit):
+                complete = False
+            if not complete:
+                return
+            dc = slots[k]
+            base = len(chosen)
+            run_total, run_peak = total, peak
+            if s > 0:  # the boundary entering this datacenter
+                kp = chosen[-1][2]
+                run_total += float(t.traversal(b[s], kp, k))
+                run_peak = max(run_peak, float(t.occupancy(b[s], kp, k)))
+            for n in range(1, min(len(dc), S - s) + 1):
+                e = s + n - 1  # block placed now
+                g = dc[n - 1]
+                if not t.fits(g, b[e], b[e + 1], S - e):
+                    break  # this device cannot hold this block; larger n keeps it there
+                if n > 1:
+                    run_total += float(t.traversal(b[e], k, k))
+                    run_peak = max(run_peak, float(t.occupancy(b[e], k, k)))
+                c = float(t.compute_time[g, b[e], b[e + 1]])
+                run_total += c
+                run_peak = max(run_peak, c)
+                chosen.append((b[e], b[e + 1], k, g))
+                if e + 1 == S:
+                    T = run_total + M1 * run_peak
+                    if T < best_T:
+                        best_T, best = T, list(chosen)
+                    break
+                if k + 1 < t.K:
+                    rest = (flop[-1] - flop[b[e + 1]]) / fastest_from[k + 1]
+                    bound = run_total + rest + M1 * max(run_peak, max_from[e + 1] / fastest_from[k + 1])
+                    if bound < best_T:
+                        dfs(k + 1, e + 1, run_total, run_peak)
+            del chosen[base:]
+
+        for a in range(t.K):
+            if complete:
+                dfs(a, 0, 0.0, 0.0)
+        if not complete:
+            break
+
+    stats = {"strategy": "uniform-chain", "nodes": visited, "complete": complete}
+    if best is None:
+        msg = ("no uniform split over a contiguous range of datacenters fits memory"
+               if complete else "time limit reached before any uniform split was found to fit")
+        return _infeasible_or(t, msg, stats)
+    stats["stages"] = len(best)
+    return Outcome("feasible", _to_plan(t, best), stats=stats)
+
+
+# --------------------------------------------------------------------------- DP-based
+def _dp(instance: Instance, time_limit, threads) -> "object":
+    from ..solve import solve
+
+    return solve(instance, "dp", time_limit=time_limit, threads=threads)
+
+
+def comm_unaware(instance: Instance, *, time_limit=None, seed=0, threads=1, **options) -> Outcome:
+    """The DP optimum with every link free, returned for honest evaluation with links."""
+    free = Link(FREE_BANDWIDTH, 0.0)
+    blind = dataclasses.replace(
+        instance,
+        datacenters=tuple(dataclasses.replace(dc, link=free) for dc in instance.datacenters),
+        links=tuple(free for _ in instance.links),
+    )
+    res = _dp(blind, time_limit, threads)
+    stats = {"strategy": "comm-unaware", "link_free_status": res.status,
+             "link_free_time_s": res.iteration_time}
+    if res.status in ("optimal", "feasible"):
+        # same datacenter names and device types: the device names carry over
+        return Outcome("feasible", res.plan, stats=stats)
+    if res.status == "infeasible":
+        # the copy has the same devices and memory, and feasibility ignores links
+        return Outcome("infeasible", message=res.message, stats=stats)
+    return Outcome("no_solution", message=f"the link-free DP returned {res.status}: {res.message}",
+                   stats=stats)
+
+
+def single_dc(instance: Instance, *, time_limit=None, seed=0, threads=1, **options) -> Outcome:
+    """The best DP optimum over the datacenters taken one at a time."""
+    t = CostTables(instance)
+    start = time.perf_counter()
+    best_T, best, per_dc = math.inf, None, {}
+    reasons = []
+    for k, dc in enumerate(instance.datacenters):
+        left = None if time_limit is None else max(0.0, time_limit - (time.perf_counter() - start))
+        sub = Instance(f"{instance.name}[{dc.name}]", instance.model, instance.training, (dc,), ())
+        res = _dp(sub, left, threads)
+        per_dc[dc.name] = res.iteration_time
+        found = res.status in ("optimal", "feasible")
+        if found and res.iteration_time < best_T:
+            best_T, best = res.iteration_time, res.plan
+        elif not found:
+            reasons.append(f"{dc.name}: {res.status}" + (f" ({res.message})" if res.message else ""))
+    stats = {"strategy": "single-dc", "per_datacenter_time_s": per_dc}
+    if best is None:
+        return _infeasible_or(t, "no datacenter can host the model alone: " + "; ".join(reasons),
+                              stats)
+    stats["datacenter"] = instance.locate(best.stages[0].device).dc
+    return Outcome("feasible", best, stats=stats)
