@@ -124,11 +124,12 @@ class _Search:
         count = [int(min(c, L)) for c in t.count]
         Mm1 = M - 1
 
-        # states[b]: dict (p, k, u) -> list of labels [mx, sm, parent]; parent = (b, key, idx, a, g)
+        # states[b]: dict (k, u) -> labels (mx, sm, p, parent); parent = (b, key, idx, a, g).
+        # p (stages placed, capped at p_cap) is a third Pareto criterion: fewer is better,
+        # since it is all that 1F1B memory depends on.
         states: list[dict] = [dict() for _ in range(L + 1)]
-        best = None  # (T, key, idx) at b = 0
-        # the empty suffix: sentinel DC K (no stage yet)
-        states[L][(0, K, ())] = [(0.0, 0.0, None)]
+        best = None  # (T, parent) of the best complete plan
+        states[L][(K, ())] = [(0.0, 0.0, 0, None)]  # the empty suffix; sentinel DC K
         labels_total = 0
         check = 0
         for b in range(L, 0, -1):
@@ -136,7 +137,7 @@ class _Search:
             if not layer_states:
                 continue
             for key in list(layer_states):
-                labels = _pareto(layer_states[key])
+                labels = _pareto3(layer_states[key], p_cap)
                 layer_states[key] = labels
                 labels_total += len(labels)
             self.stats["states"] += len(layer_states)
@@ -144,10 +145,8 @@ class _Search:
                 check += 1
                 if self.deadline is not None and check % 64 == 0 and time.perf_counter() > self.deadline:
                     raise _Timeout
-                p, k, u = key
+                k, u = key
                 first = k == K  # nothing placed yet
-                pos = min(M, p + 1)
-                p_next = 0 if gpipe else min(p + 1, p_cap)
                 for k0 in range(K if first else k + 1):
                     if first:
                         U = Q = 0.0
@@ -156,6 +155,7 @@ class _Search:
                         if U > cap * (1 + 1e-12):
                             continue
                         Q = 2.0 * (lat[k0, k] + U)
+                    rmax = rate_by_dc[k0]
                     for g in groups_of[k0]:
                         gl = local[g]
                         if k0 == k:
@@ -164,16 +164,15 @@ class _Search:
                             u_next = u[:gl] + (u[gl] + 1,) + u[gl + 1:]
                         else:
                             u_next = tuple(1 if x == gl else 0 for x in range(len(groups_of[k0])))
-                        rmax = rate_by_dc[k0]
+                        nkey = (k0, u_next)
                         for a, c, n in cands[g][b]:
-                            if not gpipe and pos > n:
-                                continue
                             # optimistic completion of the prefix [0, a) on DCs <= k0
                             pre_sum = flop[a] / rmax
                             pre_max = prefix_max[a] / rmax
-                            nkey = (p_next, k0, u_next)
                             bucket = None
-                            for idx, (mx, sm, _) in enumerate(labels):
+                            for idx, (mx, sm, p, _) in enumerate(labels):
+                                if not gpipe and (p + 1 if p < M else M) > n:
+                                    continue
                                 nmx = mx if mx >= c else c
                                 if U > nmx:
                                     nmx = U
@@ -182,13 +181,13 @@ class _Search:
                                 if opt >= upper:
                                     continue
                                 if a == 0:
-                                    T = nsm + Mm1 * nmx
-                                    if best is None or T < best[0]:
-                                        best = (T, (b, key, idx, a, g))
+                                    if best is None or opt < best[0]:
+                                        best = (opt, (b, key, idx, a, g))
                                     continue
                                 if bucket is None:
                                     bucket = states[a].setdefault(nkey, [])
-                                bucket.append((nmx, nsm, (b, key, idx, a, g)))
+                                bucket.append((nmx, nsm, p + 1 if p < p_cap else p_cap,
+                                               (b, key, idx, a, g)))
         self.stats["labels"] = labels_total
         if best is None:
             return None
@@ -198,19 +197,35 @@ class _Search:
         while parent is not None:
             b, key, idx, a, g = parent
             stages.append((a, b, int(t.group_dc[g]), local[g]))
-            parent = states[b][key][idx][2]
+            parent = states[b][key][idx][3]
         return best[0], stages
 
 
-def _pareto(labels: list) -> list:
-    """Labels not dominated in (bottleneck, sum), sorted by bottleneck ascending."""
+def _pareto3(labels: list, p_cap: int) -> list:
+    """Labels not dominated in (bottleneck, sum, stages placed), by bottleneck ascending.
+
+    A label is dropped when an earlier one (no larger bottleneck) has no larger sum
+    and no more stages placed. ``least[p]`` is the least sum kept among labels with
+    at most ``p`` stages placed.
+    """
     if len(labels) <= 1:
         return labels
-    labels.sort(key=lambda x: (x[0], x[1]))
+    labels.sort(key=lambda x: (x[0], x[1], x[2]))
     out = []
-    best_sum = float("inf")
+    if p_cap == 0:
+        best_sum = float("inf")
+        for lab in labels:
+            if lab[1] < best_sum:
+                out.append(lab)
+                best_sum = lab[1]
+        return out
+    least = [float("inf")] * (p_cap + 1)
     for lab in labels:
-        if lab[1] < best_sum:
+        sm, p = lab[1], lab[2]
+        if sm < least[p]:
             out.append(lab)
-            best_sum = lab[1]
+            for q in range(p, p_cap + 1):
+                if least[q] <= sm:
+                    break
+                least[q] = sm
     return out

@@ -1,0 +1,115 @@
+"""The exact chain DP against the brute-force enumerator and on the committed sets."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import chainpipe as cp
+from chainpipe.instance import Datacenter, DeviceGroup, Instance, Layer, Link, Model, Training
+from helpers import brute_force, random_instance
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _check(inst):
+    T, plan = brute_force(inst)
+    res = cp.solve(inst, "dp")
+    if plan is None:
+        assert res.status == "infeasible", (inst.name, res)
+        assert res.message
+    else:
+        assert res.status == "optimal", (inst.name, res.status, res.message)
+        assert res.iteration_time == pytest.approx(T, rel=1e-9), inst.name
+        assert res.lower_bound == pytest.approx(res.iteration_time, rel=1e-12)
+        assert cp.evaluate(inst, res.plan).feasible
+
+
+@pytest.mark.parametrize("chunk", range(6))
+def test_dp_equals_brute_force_on_random_instances(chunk):
+    # 6 x 50 = 300 instances: 1-3 DCs, 1-2 types, tight and loose memory, both schedules
+    for seed in range(chunk * 50, chunk * 50 + 50):
+        _check(random_instance(seed))
+
+
+@pytest.mark.parametrize("chunk", range(2))
+def test_dp_equals_brute_force_more_dcs_and_types(chunk):
+    # 4 DCs, 3 device types per DC, M from 1 to 64, forced schedules
+    for s in range(chunk * 60, chunk * 60 + 60):
+        inst = random_instance(10_000 + s, max_layers=5, max_dcs=4, max_types=3, max_count=2,
+                               microbatches=[1, 2, 5, 64][s % 4],
+                               schedule=["1f1b", "gpipe"][s % 2])
+        _check(inst)
+
+
+def _layer(i, act=1.0):
+    return Layer(f"l{i}", 10.0, 20.0, 1, act, 4.0)
+
+
+def test_infeasible_reason_names_the_layer():
+    layers = (_layer(0), Layer("huge", 1.0, 1.0, 1000, 0.0, 1.0))
+    inst = Instance("inf", Model("m", layers), Training(4, "1f1b", 1.0),
+                    (Datacenter("a", (DeviceGroup("g", 2, 1.0, 100.0),), Link(1.0, 0.0)),), ())
+    res = cp.solve(inst, "dp")
+    assert res.status == "infeasible"
+    assert "huge" in res.message and res.plan is None
+
+
+def test_infeasible_by_device_count():
+    # every layer fits alone but no device holds two: 3 layers, 2 devices
+    layers = tuple(Layer(f"l{i}", 1.0, 1.0, 6, 0.0, 1.0) for i in range(3))
+    inst = Instance("count", Model("m", layers), Training(1, "gpipe", 1.0),
+                    (Datacenter("a", (DeviceGroup("g", 2, 1.0, 10.0),), Link(1.0, 0.0)),), ())
+    res = cp.solve(inst, "dp")
+    assert res.status == "infeasible"
+
+
+def test_one_f_one_b_position_matters():
+    # the first of two stages holds 2 microbatches, the last 1: only the light layer goes first
+    layers = (Layer("light", 1.0, 1.0, 0, 1.0, 1.0), Layer("heavy", 1.0, 1.0, 0, 3.0, 1.0))
+    dc = Datacenter("a", (DeviceGroup("g", 2, 1.0, 3.0),), Link(100.0, 0.0))
+    inst = Instance("pos", Model("m", layers), Training(2, "1f1b", 1.0), (dc,), ())
+    res = cp.solve(inst, "dp")
+    assert res.status == "optimal"
+    assert [s.layers for s in res.plan.stages] == [(0, 1), (1, 2)]
+    gp = Instance("pos-g", Model("m", layers), Training(2, "gpipe", 1.0), (dc,), ())
+    assert cp.solve(gp, "dp").status == "infeasible"
+
+
+def test_time_limit_gives_a_valid_bound():
+    inst = random_instance(7, max_layers=6)
+    T, plan = brute_force(inst)
+    res = cp.solve(inst, "dp", time_limit=0.0)
+    assert res.status in ("no_solution", "optimal")
+    if res.lower_bound is not None and plan is not None:
+        assert res.lower_bound <= T * (1 + 1e-9)
+
+
+def test_upper_bound_option_gives_the_same_optimum():
+    for seed in range(20):
+        inst = random_instance(500 + seed)
+        base = cp.solve(inst, "dp")
+        if base.status != "optimal":
+            continue
+        again = cp.solve(inst, "dp", upper_bound=base.iteration_time * 1.5)
+        assert again.iteration_time == pytest.approx(base.iteration_time, rel=1e-12)
+
+
+def test_unknown_option_is_refused():
+    with pytest.raises(ValueError, match="unknown option"):
+        cp.solve(random_instance(1), "dp", colour="blue")
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "instances" / "small").glob("*.json")),
+                         ids=lambda p: p.name)
+def test_dp_on_small_set(path):
+    if path.name == "manifest.json":
+        pytest.skip("manifest")
+    inst = cp.read(path)
+    res = cp.solve(inst, "dp")
+    if "infeasible" in path.stem:
+        assert res.status == "infeasible"
+    else:
+        assert res.status == "optimal"
+        assert cp.evaluate(inst, res.plan).feasible
