@@ -9,10 +9,12 @@ every problem of a JSON file with its path.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 FORMAT = "chainpipe-instance/1"
+_CANONICAL_INDEX = re.compile(r"(0|[1-9][0-9]*)\Z")
 SCHEDULES = ("1f1b", "gpipe")
 
 
@@ -28,16 +30,51 @@ class InstanceError(ValueError):
 Rule = Callable[[Any], "str | None"]
 
 
+#: largest integer a field may hold: 2**53 - 1, exact in every JSON tool (I-JSON, RFC 7493)
+#: and as a float, so sums and products of counts stay exact
+MAX_INTEGER = 2**53 - 1
+
+
 def _is_number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
+def _is_finite(v: Any) -> bool:
+    try:
+        return math.isfinite(v)
+    except OverflowError:  # an int too large for a float
+        return False
+
+
+def json_kind(v: Any) -> str:
+    """The JSON name of a value's type: object, array, string, number, boolean, null."""
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "boolean"
+    if isinstance(v, (int, float)):
+        return "number"
+    if isinstance(v, str):
+        return "string"
+    if isinstance(v, dict):
+        return "object"
+    if isinstance(v, (list, tuple)):
+        return "array"
+    return type(v).__name__
+
+
 def _fmt(v: Any) -> str:
+    """A value as an error message shows it: JSON words for null, booleans and containers."""
     if isinstance(v, str):
         return repr(v)
-    if isinstance(v, (dict, list)):
-        return type(v).__name__
-    return str(v)
+    if isinstance(v, (dict, list, tuple)):
+        return json_kind(v)
+    if v is None or isinstance(v, bool):
+        return "null" if v is None else ("true" if v else "false")
+    try:
+        return str(v)
+    except ValueError:  # an int with more digits than Python will print
+        return f"an integer of {v.bit_length()} bits"
 
 
 def name_rule(v: Any) -> str | None:
@@ -56,7 +93,7 @@ def number_rule(minimum: float, strict: bool) -> Rule:
     op = ">" if strict else ">="
 
     def rule(v: Any) -> str | None:
-        ok = _is_number(v) and math.isfinite(v) and (v > minimum if strict else v >= minimum)
+        ok = _is_number(v) and _is_finite(v) and (v > minimum if strict else v >= minimum)
         return None if ok else f"must be a finite number {op} {minimum:g}, got {_fmt(v)}"
 
     return rule
@@ -64,15 +101,20 @@ def number_rule(minimum: float, strict: bool) -> Rule:
 
 def integer_rule(minimum: int) -> Rule:
     def rule(v: Any) -> str | None:
-        ok = isinstance(v, int) and not isinstance(v, bool) and v >= minimum
-        return None if ok else f"must be an integer >= {minimum}, got {_fmt(v)}"
+        if not (isinstance(v, int) and not isinstance(v, bool) and v >= minimum):
+            return f"must be an integer >= {minimum}, got {_fmt(v)}"
+        if v > MAX_INTEGER:
+            return f"must be an integer <= {MAX_INTEGER} (2**53 - 1), got {_fmt(v)}"
+        return None
 
     return rule
 
 
 def choice_rule(choices: tuple[str, ...]) -> Rule:
     def rule(v: Any) -> str | None:
-        return None if v in choices else f"must be one of {', '.join(choices)}, got {_fmt(v)}"
+        if isinstance(v, str) and v in choices:
+            return None
+        return f"must be one of {', '.join(choices)}, got {_fmt(v)}"
 
     return rule
 
@@ -234,11 +276,10 @@ class Instance:
             )
         if problems:
             raise InstanceError(problems)
-        refs = {}
-        for k, dc in enumerate(self.datacenters):
-            for g, group in enumerate(dc.devices):
-                for i in range(group.count):
-                    refs[f"{dc.name}/{group.type}/{i}"] = DeviceRef(k, g, i)
+        # (dc name, device type) -> (dc index, group index); devices are never enumerated,
+        # so a group of any count costs nothing
+        refs = {(dc.name, group.type): (k, g)
+                for k, dc in enumerate(self.datacenters) for g, group in enumerate(dc.devices)}
         object.__setattr__(self, "_refs", refs)
 
     # -- convenient views
@@ -263,14 +304,22 @@ class Instance:
         return self.training.microbatches
 
     def device_names(self) -> list[str]:
-        return list(self._refs)
+        return [self.device_name(dc, g, i)
+                for dc in self.datacenters for g in dc.devices for i in range(g.count)]
 
     def locate(self, device: str) -> DeviceRef:
-        """The datacenter, group and index of a device named ``dc/type/i``."""
-        try:
-            return self._refs[device]
-        except KeyError:
-            raise KeyError(f"no device named {device!r}") from None
+        """The datacenter, group and index of a device named ``dc/type/i``.
+
+        ``i`` is written in canonical decimal (``0``, ``1``, ..., no sign, no leading zero).
+        """
+        parts = device.split("/") if isinstance(device, str) else ()
+        if len(parts) == 3 and (parts[0], parts[1]) in self._refs \
+                and _CANONICAL_INDEX.match(parts[2]):
+            k, g = self._refs[(parts[0], parts[1])]
+            i = int(parts[2])
+            if i < self.datacenters[k].devices[g].count:
+                return DeviceRef(k, g, i)
+        raise KeyError(f"no device named {device!r}")
 
     def group(self, ref: DeviceRef) -> DeviceGroup:
         return self.datacenters[ref.dc].devices[ref.group]

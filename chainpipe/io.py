@@ -24,6 +24,7 @@ from .instance import (
     Link,
     Model,
     Training,
+    json_kind,
     name_rule,
     text_rule,
 )
@@ -36,6 +37,15 @@ def _reject_constant(token: str) -> float:
     raise ValueError(f"{token} is not a number JSON allows")
 
 
+def _reject_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict:
+    out: dict = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"key {key!r} appears twice in one object")
+        out[key] = value
+    return out
+
+
 def load_json(path: str | os.PathLike) -> Any:
     """Read a JSON file; unreadable files and bad JSON raise :class:`InstanceError`."""
     try:
@@ -44,7 +54,8 @@ def load_json(path: str | os.PathLike) -> Any:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         raise InstanceError([f"{path}: cannot read file: {reason}"]) from None
     try:
-        return json.loads(text, parse_constant=_reject_constant)
+        return json.loads(text, parse_constant=_reject_constant,
+                          object_pairs_hook=_reject_duplicate_keys)
     except ValueError as exc:
         raise InstanceError([f"{path}: invalid JSON: {exc}"]) from None
 
@@ -59,7 +70,7 @@ class _Collector:
 
     def obj(self, data: Any, path: str, keys: tuple[str, ...]) -> dict | None:
         if not isinstance(data, dict):
-            self.add(path, f"must be an object, got {type(data).__name__}")
+            self.add(path or "(instance)", f"must be an object, got {json_kind(data)}")
             return None
         for key in keys:
             if key not in data:
@@ -86,10 +97,11 @@ class _Collector:
             return []
         val = data[key]
         if not isinstance(val, list):
-            self.add(f"{path}.{key}" if path else key, f"must be a list, got {type(val).__name__}")
+            self.add(f"{path}.{key}" if path else key, f"must be an array, got {json_kind(val)}")
             return []
         if len(val) < min_len:
-            self.add(f"{path}.{key}" if path else key, f"must hold at least {min_len} entries")
+            self.add(f"{path}.{key}" if path else key, "must not be empty" if min_len == 1
+                     else f"must hold at least {min_len} entries")
         return val
 
 
@@ -152,31 +164,37 @@ def instance_from_dict(data: Any) -> Instance:
                 DeviceGroup(**good) if len(good) == len(RULES["device_group"]) else None
             )
         seen: dict[str, int] = {}
-        for g, grp in enumerate(groups):
-            if grp is None:
+        duplicate = False
+        for g, grp in enumerate(d["devices"] if isinstance(d.get("devices"), list) else []):
+            t = grp.get("type") if isinstance(grp, dict) else None
+            if name_rule(t):
                 continue
-            if grp.type in seen:
+            if t in seen:
+                duplicate = True
                 c.add(f"{p}.devices[{g}].type",
-                      f"duplicate device type {grp.type!r} (also devices[{seen[grp.type]}])")
-            seen.setdefault(grp.type, g)
+                      f"duplicate device type {t!r} (also devices[{seen[t]}])")
+            seen.setdefault(t, g)
         link = _link(c, d["link"], f"{p}.link") if "link" in d else None
-        ok = link and groups and all(groups) and not name_rule(d.get("name"))
+        ok = link and groups and all(groups) and not duplicate and not name_rule(d.get("name"))
         dcs.append(Datacenter(d["name"], tuple(groups), link) if ok else None)
 
     names: dict[str, int] = {}
-    for k, dc in enumerate(dcs):
-        if dc is None:
+    for k, dc in enumerate(top["datacenters"] if isinstance(top.get("datacenters"), list) else []):
+        n = dc.get("name") if isinstance(dc, dict) else None
+        if name_rule(n):
             continue
-        if dc.name in names:
+        if n in names:
             c.add(f"datacenters[{k}].name",
-                  f"duplicate datacenter name {dc.name!r} (also datacenters[{names[dc.name]}])")
-        names.setdefault(dc.name, k)
+                  f"duplicate datacenter name {n!r} (also datacenters[{names[n]}])")
+        names.setdefault(n, k)
 
     links: list[Link | None] = []
     if "links" in top:
         raw = c.items(top, "links", "")
         want = max(len(dcs) - 1, 0)
-        if isinstance(top["links"], list) and len(raw) != want:
+        # the count is judged only against a datacenter list that exists
+        if isinstance(top["links"], list) and isinstance(top.get("datacenters"), list) \
+                and len(raw) != want:
             c.add("links", f"must have exactly {want} entries (one per pair of neighbouring "
                            f"datacenters), got {len(raw)}")
         for j, lk in enumerate(raw):
@@ -242,14 +260,12 @@ def _link_dict(link: Link) -> dict:
 
 # --------------------------------------------------------------------------- files
 def read(path: str | os.PathLike) -> Instance:
-    """Read and validate an instance file."""
+    """Read and validate an instance file; every problem line starts with ``path: ``."""
+    data = load_json(path)  # its problems already name the file
     try:
-        return instance_from_dict(load_json(path))
+        return instance_from_dict(data)
     except InstanceError as exc:
-        # file-level problems already name the file; field problems get it as a prefix
-        raise InstanceError(
-            [p if p.startswith(str(path)) else f"{path}: {p}" for p in exc.problems]
-        ) from None
+        raise InstanceError([f"{path}: {p}" for p in exc.problems]) from None
 
 
 def write_json(data: Any, path: str | os.PathLike) -> None:
@@ -268,12 +284,12 @@ def write(instance: Instance, path: str | os.PathLike) -> None:
 
 def read_plan(path: str | os.PathLike) -> Plan:
     data = load_json(path)
-    # accept a plan file or a whole result object that carries one
-    if isinstance(data, dict) and "plan" in data and "stages" not in data:
-        if data["plan"] is None:
-            raise InstanceError([f"{path}: plan: the result holds no plan"])
-        return Plan.from_dict(data["plan"], "plan")
     try:
+        # accept a plan file or a whole result object that carries one
+        if isinstance(data, dict) and "plan" in data and "stages" not in data:
+            if data["plan"] is None:
+                raise InstanceError(["plan: the result holds no plan"])
+            return Plan.from_dict(data["plan"], "plan")
         return Plan.from_dict(data)
     except InstanceError as exc:
         raise InstanceError([f"{path}: {p}" for p in exc.problems]) from None

@@ -60,17 +60,17 @@ class Plan:
                 problems.append(f"{p}: must be an object")
                 continue
             lay, dev = st.get("layers"), st.get("device")
-            if not (
+            good_layers = (
                 isinstance(lay, list)
                 and len(lay) == 2
                 and all(isinstance(x, int) and not isinstance(x, bool) for x in lay)
-            ):
+            )
+            if not good_layers:
                 problems.append(f"{p}.layers: must be a list [start, end] of two integers")
-                continue
             if not isinstance(dev, str):
                 problems.append(f"{p}.device: must be a device name 'dc/type/i'")
-                continue
-            out.append(Stage(lay[0], lay[1], dev))
+            if good_layers and isinstance(dev, str):
+                out.append(Stage(lay[0], lay[1], dev))
         if problems:
             raise InstanceError(problems)
         return cls(tuple(out))
@@ -219,8 +219,8 @@ def evaluate(instance: Instance, plan: Plan) -> Evaluation:
         mem = training.bytes_per_param * params + n * act
         if mem > group.memory_bytes * (1 + MEMORY_RTOL):
             violations.append(
-                f"stages[{s}]: needs {mem / 1e9:.3f} GB ({n} microbatches in flight) on "
-                f"{st.device}, which has {group.memory_bytes / 1e9:.3f} GB"
+                f"stages[{s}]: needs {mem:.6g} bytes ({n} microbatches in flight) on "
+                f"{st.device}, which has {group.memory_bytes:.6g} bytes"
             )
         stages.append(
             StageCost(s, st.start, st.end, st.device, instance.datacenters[ref.dc].name,
