@@ -1,0 +1,124 @@
+"""Search time and peak memory of the exact DP against layers, devices, types and DCs.
+
+Each measurement runs in a fresh process (so peak memory is its own), on one
+core. Writes ``benchmarks/results/dp_scaling.md``.
+
+    python benchmarks/dp_scaling.py            # full run (a few minutes on 2 cores)
+    python benchmarks/dp_scaling.py --quick    # a smoke run
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import os
+import platform
+import resource
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "benchmarks" / "results" / "dp_scaling.md"
+
+
+def _measure(job, queue):
+    kind, arg = job
+    import chainpipe as cp
+    from chainpipe.instances import generate
+
+    inst = cp.read(arg) if kind == "file" else generate(arg.pop("preset"), **arg)
+    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    t0 = time.perf_counter()
+    res = cp.solve(inst, "dp", time_limit=600)
+    elapsed = time.perf_counter() - t0
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    types = len({g.type for dc in inst.datacenters for g in dc.devices})
+    queue.put({
+        "name": inst.name, "L": inst.num_layers, "D": inst.num_devices,
+        "K": inst.num_datacenters, "types": types, "M": inst.microbatches,
+        "status": res.status, "T": res.iteration_time, "time": elapsed,
+        "peak_mb": peak / 1024, "delta_mb": (peak - base) / 1024,
+        "stages": res.plan.num_stages if res.plan else None,
+        "labels": res.stats.get("labels"),
+    })
+
+
+def measure(job) -> dict:
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    p = ctx.Process(target=_measure, args=(job, q))
+    p.start()
+    row = q.get()
+    p.join()
+    return row
+
+
+def table(rows, title) -> list[str]:
+    out = [f"### {title}", "",
+           "| instance | L | devices | DCs | types | M | status | T (s) | stages | labels | "
+           "DP time (s) | peak RSS (MB) |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        T = "-" if r["T"] is None else f"{r['T']:.4f}"
+        out.append(f"| {r['name']} | {r['L']} | {r['D']} | {r['K']} | {r['types']} | {r['M']} | "
+                   f"{r['status']} | {T} | {r['stages'] or '-'} | {r['labels'] or '-'} | "
+                   f"{r['time']:.3f} | {r['peak_mb']:.0f} |")
+    return out + [""]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true")
+    args = ap.parse_args()
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+    sections = []
+    for name in ("medium", "large"):
+        files = sorted(p for p in (ROOT / "instances" / name).glob("*.json")
+                       if p.name != "manifest.json")
+        if args.quick:
+            files = files[:1]
+        rows = [measure(("file", str(f))) for f in files]
+        sections.append((f"Committed set `instances/{name}/`", rows))
+
+    seeds = (0,) if args.quick else (0, 1, 2)
+    # layers: the same 8-DC cluster, models of growing depth
+    models = ("gpt3-1.3b", "gpt3-13b") if args.quick else (
+        "gpt3-1.3b", "gpt3-6.7b", "gpt3-13b", "llama2-70b", "megatron-76b", "gpt3-175b")
+    rows = [measure(("gen", dict(preset="metro-large", seed=s, model=m)))
+            for m in models for s in seeds[:1]]
+    sections.append(("Layers L (metro-large cluster: 8 DCs x 32 GPUs, M = 128)", rows))
+    # devices per DC
+    gpus = (8, 32) if args.quick else (4, 8, 16, 32, 64)
+    rows = [measure(("gen", dict(preset="metro-large", seed=s, gpus_per_dc=n)))
+            for n in gpus for s in seeds]
+    sections.append(("Devices D (metro-large, 8 DCs, GPUs per DC varied)", rows))
+    # datacenters
+    dcs = (2, 8) if args.quick else (1, 2, 4, 6, 8, 12)
+    rows = [measure(("gen", dict(preset="metro-large", seed=s, datacenters=k)))
+            for k in dcs for s in seeds]
+    sections.append(("Datacenters K (metro-large, 32 GPUs per DC)", rows))
+    # device types: the metro preset draws one or two types per DC; show the spread by seed
+    rows = [measure(("gen", dict(preset="metro", seed=s, datacenters=4, gpus_per_dc=16)))
+            for s in (range(2) if args.quick else range(8))]
+    sections.append(("Device types (metro, 4 DCs x 16 GPUs, seeds 0..7)", rows))
+
+    lines = [
+        "## DP scaling",
+        "",
+        f"Machine: {os.cpu_count()} cores ({platform.processor() or platform.machine()}), "
+        f"Python {platform.python_version()}; one process per run, one core each. "
+        f"Produced by `python benchmarks/dp_scaling.py{' --quick' if args.quick else ''}`.",
+        "",
+    ]
+    for title, rows in sections:
+        lines += table(rows, title)
+    OUT.parent.mkdir(parents=True, exist_ok=True)
+    OUT.write_text("\n".join(lines))
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
