@@ -273,9 +273,14 @@ def write_json(data: Any, path: str | os.PathLike) -> None:
     path = Path(path)
     if path.parent and not path.parent.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(data, indent=1, allow_nan=False) + "\n"  # fails before any file exists
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(json.dumps(data, indent=1, allow_nan=False) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # never leave a partial file behind
+        raise
 
 
 def write(instance: Instance, path: str | os.PathLike) -> None:

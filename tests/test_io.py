@@ -1,0 +1,269 @@
+"""Instance I/O: every broken file reports exactly its problems, valid files round-trip,
+writes are atomic, and the shipped JSON Schema agrees with chainpipe's own rules."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+import chainpipe as cp
+from chainpipe.instance import MAX_INTEGER, InstanceError
+from chainpipe.io import (
+    instance_from_dict,
+    instance_to_dict,
+    load_json,
+    load_schema,
+    read,
+    write,
+    write_json,
+)
+from helpers import random_instance
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "tests" / "data"
+INVALID = DATA / "invalid"
+VALID = DATA / "valid"
+#: file -> the exact problem lines, without the "FILE: " prefix read() puts in front
+EXPECTED: dict[str, list[str]] = json.loads(
+    (INVALID / "expected.json").read_text(encoding="utf-8"))["files"]
+#: problems found before any field is looked at: the file cannot be read or is not JSON
+FILE_LEVEL = ("invalid JSON: ", "cannot read file: ")
+#: instance files among the valid test data (plans and results are *.plan.json, *.result.json)
+VALID_INSTANCES = sorted(p for p in VALID.glob("*.json") if p.name.count(".") == 1)
+
+
+def _problems(fn, *args) -> list[str]:
+    with pytest.raises(InstanceError) as info:
+        fn(*args)
+    assert str(info.value) == "\n".join(info.value.problems)
+    return info.value.problems
+
+
+# --------------------------------------------------------------------------- broken files
+def test_every_invalid_file_has_expectations_and_vice_versa():
+    on_disk = {p.name for p in INVALID.iterdir() if p.name != "expected.json"}
+    assert on_disk == set(EXPECTED)
+    assert all(EXPECTED.values()), "every file must expect at least one problem line"
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED), ids=lambda n: n.removesuffix(".json"))
+def test_invalid_file_reports_exactly_its_problems(name):
+    path = INVALID / name
+    assert _problems(read, path) == [f"{path}: {line}" for line in EXPECTED[name]]
+
+
+@pytest.mark.parametrize(
+    "name",
+    sorted(n for n, lines in EXPECTED.items() if not lines[0].startswith(FILE_LEVEL)),
+    ids=lambda n: n.removesuffix(".json"),
+)
+def test_invalid_dict_reports_the_same_lines_without_file_prefix(name):
+    data = load_json(INVALID / name)
+    assert _problems(instance_from_dict, data) == EXPECTED[name]
+
+
+def test_the_spec_example_line_is_produced_verbatim():
+    # cli.md quotes this exact line; keep it so
+    assert "datacenters[1].devices[0].count: must be an integer >= 1, got 0" in \
+        EXPECTED["device_count_zero.json"]
+
+
+def test_missing_file_and_directory_are_reported_not_raised(tmp_path):
+    missing = tmp_path / "nope.json"
+    assert _problems(read, missing) == [f"{missing}: cannot read file: No such file or directory"]
+    assert _problems(read, tmp_path) == [f"{tmp_path}: cannot read file: Is a directory"]
+
+
+def test_utf8_bom_is_reported_as_invalid_json(tmp_path):
+    path = tmp_path / "bom.json"
+    path.write_bytes(b"\xef\xbb\xbf" + (VALID / "worked_example.json").read_bytes())
+    (line,) = _problems(read, path)
+    assert line.startswith(f"{path}: invalid JSON: Unexpected UTF-8 BOM")
+
+
+def test_huge_integer_beyond_float_range_is_rejected_not_crashing():
+    data = load_json(VALID / "two_dcs.json")
+    data["model"]["layers"][0]["fwd_flop"] = 10**400
+    data["model"]["layers"][1]["params"] = 10**5000  # more digits than Python prints
+    assert _problems(instance_from_dict, data) == [
+        "model.layers[0].fwd_flop: must be a finite number >= 0, got 1" + "0" * 400,
+        f"model.layers[1].params: must be an integer <= {MAX_INTEGER} (2**53 - 1), "
+        f"got an integer of {(10**5000).bit_length()} bits",
+    ]
+
+
+def test_python_constructors_enforce_the_same_rules():
+    inst = read(VALID / "two_dcs.json")
+    east, west = inst.datacenters
+    with pytest.raises(InstanceError, match=r"count: must be an integer >= 1, got 0"):
+        cp.DeviceGroup("x", 0, 1.0, 1.0)
+    with pytest.raises(InstanceError, match=r"flop_per_s: must be a finite number > 0, got nan"):
+        cp.DeviceGroup("x", 1, float("nan"), 1.0)
+    with pytest.raises(InstanceError, match=r"device type 'a100' appears more than once"):
+        cp.Datacenter("east", (east.devices[0], east.devices[0]), east.link)
+    with pytest.raises(InstanceError, match=r"name: must not contain '/'"):
+        cp.Datacenter("a/b", east.devices, east.link)
+    with pytest.raises(InstanceError, match=r"name 'east' appears more than once"):
+        cp.Instance("x", inst.model, inst.training, (east, east), inst.links)
+    with pytest.raises(InstanceError, match=r"links: must have exactly 1 entries"):
+        cp.Instance("x", inst.model, inst.training, (east, west), ())
+    with pytest.raises(InstanceError, match=r"layers: must hold at least one layer"):
+        cp.Model("m", ())
+    with pytest.raises(InstanceError, match=r"schedule: must be one of 1f1b, gpipe"):
+        cp.Training(4, "interleaved", 16.0)
+
+
+# --------------------------------------------------------------------------- valid files
+@pytest.mark.parametrize("path", VALID_INSTANCES, ids=lambda p: p.stem)
+def test_valid_file_reads_and_round_trips(path, tmp_path):
+    inst = read(path)
+    # the dict is the file, value for value
+    assert instance_to_dict(inst) == json.loads(path.read_text(encoding="utf-8"))
+    out = tmp_path / "copy.json"
+    write(inst, out)
+    assert read(out) == inst
+    assert instance_from_dict(json.loads(json.dumps(instance_to_dict(inst)))) == inst
+
+
+@pytest.mark.parametrize("seed", range(25))
+def test_random_instances_round_trip_through_json(seed):
+    inst = random_instance(seed, max_dcs=4, max_types=3)
+    text = json.dumps(instance_to_dict(inst), allow_nan=False)
+    assert instance_from_dict(json.loads(text)) == inst
+
+
+def test_devices_are_located_by_canonical_name_without_enumerating_them():
+    inst = read(VALID / "unicode_names.json")  # a group of 2**53 - 1 devices
+    ref = inst.locate(f"Zürich Nord/A100 80GB/{MAX_INTEGER - 1}")
+    assert (ref.dc, ref.group, ref.index) == (0, 0, MAX_INTEGER - 1)
+    assert inst.locate("Bern/MI250X/2").dc == 2
+    for bad in (f"Zürich Nord/A100 80GB/{MAX_INTEGER}", "Bern/MI250X/3", "Bern/MI250X/01",
+                "Bern/MI250X/-1", "Bern/MI250X/+1", "Bern/MI250X/ 1", "Bern/MI250X/1.0",
+                "Bern/MI250X", "Bern/MI250X/1/0", "Bern/A100 80GB/0", "bern/MI250X/0",
+                "Bern/MI250X/\u0661", ""):
+        with pytest.raises(KeyError, match="no device named"):
+            inst.locate(bad)
+    small = read(VALID / "worked_example.json")
+    assert small.device_names() == ["a/g/0", "a/g/1"]
+    assert [small.locate(n).index for n in small.device_names()] == [0, 1]
+
+
+# --------------------------------------------------------------------------- atomic writes
+def test_write_creates_parent_directories(tmp_path):
+    inst = read(VALID / "worked_example.json")
+    out = tmp_path / "a" / "b" / "inst.json"
+    write(inst, out)
+    assert read(out) == inst
+    assert os.listdir(out.parent) == ["inst.json"]
+
+
+def test_write_of_unserialisable_data_leaves_the_old_file_intact(tmp_path):
+    out = tmp_path / "x.json"
+    write_json({"ok": 1}, out)
+    before = out.read_bytes()
+    with pytest.raises(ValueError):
+        write_json({"bad": float("nan")}, out)
+    with pytest.raises(TypeError):
+        write_json({"bad": object()}, out)
+    assert out.read_bytes() == before
+    assert os.listdir(tmp_path) == ["x.json"]
+
+
+def test_write_interrupted_midway_leaves_no_partial_file(tmp_path, monkeypatch):
+    inst = read(VALID / "two_dcs.json")
+    out = tmp_path / "inst.json"
+    write(read(VALID / "worked_example.json"), out)
+    before = out.read_bytes()
+    real_write_text = Path.write_text
+
+    def half_then_fail(self, text, *args, **kwargs):
+        real_write_text(self, text[: len(text) // 2], *args, **kwargs)
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(Path, "write_text", half_then_fail)
+    with pytest.raises(OSError, match="No space left"):
+        write(inst, out)
+    monkeypatch.undo()
+    assert out.read_bytes() == before
+    assert os.listdir(tmp_path) == ["inst.json"]  # no temporary file left behind
+
+
+def test_write_into_a_fresh_path_never_exposes_a_partial_target(tmp_path, monkeypatch):
+    out = tmp_path / "new.json"
+
+    def fail_replace(src, dst):
+        raise OSError(13, "Permission denied")
+
+    monkeypatch.setattr(os, "replace", fail_replace)
+    with pytest.raises(OSError):
+        write(read(VALID / "worked_example.json"), out)
+    monkeypatch.undo()
+    assert os.listdir(tmp_path) == []
+
+
+# --------------------------------------------------------------------------- JSON Schema
+#: files chainpipe rejects that the schema accepts, each for a rule JSON Schema cannot state
+SCHEMA_CANNOT_EXPRESS = {
+    "links_too_few.json": "links count = len(datacenters) - 1 relates two arrays",
+    "links_too_many.json": "links count = len(datacenters) - 1 relates two arrays",
+    "links_for_single_datacenter.json": "links count = len(datacenters) - 1 relates two arrays",
+    "datacenter_name_duplicate.json": "uniqueness of one property across array items",
+    "device_type_duplicate.json": "uniqueness of one property across array items",
+    "layer_params_integral_float.json": "JSON Schema's integer admits 1000000.0; chainpipe "
+                                        "requires an integer literal",
+    "training_microbatches_float.json": "JSON Schema's integer admits 8.0; chainpipe requires "
+                                        "an integer literal",
+    "number_overflows_to_infinity.json": "1e999 parses to infinity, which every numeric "
+                                         "bound in the schema admits",
+}
+
+
+@pytest.fixture(scope="module")
+def validator():
+    schema = load_schema()
+    jsonschema.Draft202012Validator.check_schema(schema)
+    return jsonschema.Draft202012Validator(schema)
+
+
+def _committed_instances() -> list[Path]:
+    return sorted(p for p in (ROOT / "instances").glob("**/*.json") if p.name != "manifest.json")
+
+
+def test_schema_accepts_every_committed_instance(validator):
+    files = _committed_instances()
+    if not files and not (ROOT / "instances" / "manifest.json").exists():
+        pytest.skip("instances/ holds no instance set yet (no manifest.json, no instance file)")
+    assert files, "instances/manifest.json exists but no instance file was found beside it"
+    for path in files:
+        data = load_json(path)
+        errors = [e.message for e in validator.iter_errors(data)]
+        assert not errors, (path, errors[:3])
+        read(path)  # and chainpipe agrees
+
+
+@pytest.mark.parametrize("path", VALID_INSTANCES, ids=lambda p: p.stem)
+def test_schema_accepts_every_valid_test_file(validator, path):
+    assert not list(validator.iter_errors(load_json(path)))
+
+
+def test_schema_exceptions_are_real_files():
+    assert set(SCHEMA_CANNOT_EXPRESS) <= set(EXPECTED)
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED), ids=lambda n: n.removesuffix(".json"))
+def test_schema_rejects_what_chainpipe_rejects_where_it_can(validator, name):
+    if EXPECTED[name][0].startswith(FILE_LEVEL):
+        # not JSON (or not text) at all: rejected by the strict parser before any schema
+        with pytest.raises(InstanceError):
+            load_json(INVALID / name)
+        return
+    data = load_json(INVALID / name)
+    accepted = validator.is_valid(data)
+    if name in SCHEMA_CANNOT_EXPRESS:
+        assert accepted, f"the schema now catches {name}: drop it from SCHEMA_CANNOT_EXPRESS"
+    else:
+        assert not accepted, f"the schema accepts {name}, which chainpipe rejects"
