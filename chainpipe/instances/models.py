@@ -1,0 +1,220 @@
+"""Published transformer shapes and the per-layer figures derived from them.
+
+Every figure is for one microbatch of ``b`` sequences of ``s`` tokens, 16-bit
+activations; the formulas and their sources are in ``docs/instances.md``.
+
+- GPT-style blocks (GPT-3, Megatron-LM): forward FLOP
+  ``24 b s h^2 (1 + s / (6 h))`` (Narayanan et al., SC'21), parameters
+  ``12 h^2 + 13 h`` (the ``12 h^2`` matrices plus biases and two layer norms),
+  stashed activations with selective recomputation ``34 s b h`` bytes
+  (Korthikanti et al. 2022).
+- Llama-style blocks (SwiGLU, grouped-query attention, RMSNorm, no biases): the
+  exact matmul count, forward FLOP ``2 b s (2 h^2 + 2 h d_kv + 3 h f) + 4 b s^2 h``
+  with ``d_kv`` the width of the key/value projections and ``f`` the FFN size
+  (three FFN matrices), parameters ``2 h^2 + 2 h d_kv + 3 h f + 2 h``, and
+  Korthikanti's selective-recomputation accounting applied to that block:
+  ``s b (12 h + 4 d_kv + 6 f)`` bytes.
+- Backward FLOP is twice forward; a boundary carries the hidden state,
+  ``2 b s h`` bytes.
+- The embedding and the LM head are layers of their own.
+
+With ``granularity="sublayer"`` each block becomes two layers, attention and
+MLP, whose figures add up exactly to the block's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..instance import Layer
+
+#: bytes of one 16-bit value
+HALF = 2
+#: bytes of one fp32 value (the logits are upcast for the cross-entropy)
+FLOAT = 4
+#: bytes of one token id (int32)
+TOKEN = 4
+
+GRANULARITIES = ("block", "sublayer")
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """A published transformer configuration."""
+
+    name: str
+    family: str  # "gpt" (GELU MLP 4h, learned positions, biases) or "llama" (SwiGLU, GQA, RoPE)
+    blocks: int  # transformer layers
+    hidden: int  # h = d_model
+    heads: int
+    vocab: int
+    seq: int
+    kv_heads: int | None = None  # grouped-query attention; None = as many as heads
+    ffn: int | None = None  # FFN inner size; None = 4 h (GPT)
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        if self.family not in ("gpt", "llama"):
+            raise ValueError(f"unknown model family {self.family!r}")
+        if self.family == "gpt" and self.ffn not in (None, 4 * self.hidden):
+            raise ValueError("GPT-style blocks have an FFN of 4 h (Korthikanti's 34 s b h assumes it)")
+
+    @property
+    def kv_dim(self) -> int:
+        """Width of the key (and of the value) projection."""
+        kv = self.kv_heads or self.heads
+        return self.hidden // self.heads * kv
+
+    @property
+    def ffn_size(self) -> int:
+        return self.ffn or 4 * self.hidden
+
+
+MODELS: dict[str, ModelShape] = {
+    m.name: m
+    for m in (
+        # GPT-3, Brown et al. 2020, table 2.1 (n_ctx = 2048, BPE vocabulary 50257)
+        ModelShape("gpt3-125m", "gpt", 12, 768, 12, 50257, 2048, source="Brown et al. 2020, table 2.1"),
+        ModelShape("gpt3-1.3b", "gpt", 24, 2048, 24, 50257, 2048, source="Brown et al. 2020, table 2.1"),
+        ModelShape("gpt3-2.7b", "gpt", 32, 2560, 32, 50257, 2048, source="Brown et al. 2020, table 2.1"),
+        ModelShape("gpt3-6.7b", "gpt", 32, 4096, 32, 50257, 2048, source="Brown et al. 2020, table 2.1"),
+        ModelShape("gpt3-13b", "gpt", 40, 5140, 40, 50257, 2048, source="Brown et al. 2020, table 2.1"),
+        ModelShape("gpt3-175b", "gpt", 96, 12288, 96, 50257, 2048, source="Brown et al. 2020, table 2.1"),
+        # Llama 2, Touvron et al. 2023 (table 1 and the released configurations)
+        ModelShape("llama2-7b", "llama", 32, 4096, 32, 32000, 4096, ffn=11008,
+                   source="Touvron et al. 2023; released config.json"),
+        ModelShape("llama2-13b", "llama", 40, 5120, 40, 32000, 4096, ffn=13824,
+                   source="Touvron et al. 2023; released config.json"),
+        ModelShape("llama2-70b", "llama", 80, 8192, 64, 32000, 4096, kv_heads=8, ffn=28672,
+                   source="Touvron et al. 2023; released config.json"),
+        # Megatron-LM weak-scaling configuration, Narayanan et al. SC'21, table 1
+        # (vocabulary 51200, sequence 2048): 60 layers make 122 at sublayer granularity
+        ModelShape("megatron-76b", "gpt", 60, 10240, 80, 51200, 2048,
+                   source="Narayanan et al. SC'21, table 1"),
+    )
+}
+
+
+def model_shape(name: str) -> ModelShape:
+    try:
+        return MODELS[name]
+    except KeyError:
+        raise KeyError(f"unknown model {name!r}; known: {', '.join(MODELS)}") from None
+
+
+# --------------------------------------------------------------------------- figures
+@dataclass(frozen=True)
+class Figures:
+    """Forward FLOP, parameters and stashed activation bytes of one piece of a block."""
+
+    fwd_flop: int
+    params: int
+    activation_bytes: int
+
+
+def attention_figures(m: ModelShape, b: int) -> Figures:
+    """The attention half of a block, including its (pre-)normalisation."""
+    h, s, kv = m.hidden, m.seq, m.kv_dim
+    scores = 4 * b * s * s * h  # Q K^T and scores x V
+    if m.family == "gpt":
+        # QKV 3h^2 and output projection h^2, with biases, plus one layer norm (2h)
+        return Figures(
+            fwd_flop=8 * b * s * h * h + scores,
+            params=4 * h * h + 4 * h + 2 * h,
+            # Korthikanti et al.: 11 s b h (attention, selective recomputation) + 2 s b h (norm)
+            activation_bytes=13 * s * b * h,
+        )
+    # Q and O: h x h; K and V: h x d_kv (GQA); RMSNorm weight h; no biases
+    return Figures(
+        fwd_flop=2 * b * s * (2 * h * h + 2 * h * kv) + scores,
+        params=2 * h * h + 2 * h * kv + h,
+        # inputs kept for backward (16-bit): norm input, QKV input, Q, K, V, O input
+        activation_bytes=HALF * s * b * (4 * h + 2 * kv),
+    )
+
+
+def mlp_figures(m: ModelShape, b: int) -> Figures:
+    """The MLP half of a block, including its (pre-)normalisation."""
+    h, s, f = m.hidden, m.seq, m.ffn_size
+    if m.family == "gpt":
+        return Figures(
+            fwd_flop=2 * b * s * 2 * h * f,
+            params=2 * h * f + f + h + 2 * h,
+            # Korthikanti et al.: 19 s b h (MLP, f = 4 h) + 2 s b h (norm)
+            activation_bytes=21 * s * b * h,
+        )
+    # SwiGLU: gate and up h x f, down f x h; RMSNorm weight h
+    return Figures(
+        fwd_flop=2 * b * s * 3 * h * f,
+        params=3 * h * f + h,
+        # norm input, gate/up input, gate output, up output, down input (16-bit)
+        activation_bytes=HALF * s * b * (2 * h + 3 * f),
+    )
+
+
+def block_figures(m: ModelShape, b: int = 1) -> Figures:
+    a, p = attention_figures(m, b), mlp_figures(m, b)
+    return Figures(a.fwd_flop + p.fwd_flop, a.params + p.params,
+                   a.activation_bytes + p.activation_bytes)
+
+
+def embedding_figures(m: ModelShape, b: int = 1) -> Figures:
+    """Token embedding (and GPT's learned positions): a gather, no matmul.
+
+    Counted as one add per output element; it stashes only the token ids.
+    """
+    params = m.vocab * m.hidden + (m.seq * m.hidden if m.family == "gpt" else 0)
+    return Figures(fwd_flop=b * m.seq * m.hidden, params=params, activation_bytes=TOKEN * b * m.seq)
+
+
+def head_figures(m: ModelShape, b: int = 1) -> Figures:
+    """Final norm and LM head: logits ``2 b s h V`` forward; it keeps its own ``V h`` copy.
+
+    Stashed: the head's 16-bit input and the fp32 logits of the cross-entropy.
+    """
+    h, s, v = m.hidden, m.seq, m.vocab
+    norm = 2 * h if m.family == "gpt" else h
+    return Figures(
+        fwd_flop=2 * b * s * h * v,
+        params=v * h + norm,
+        activation_bytes=HALF * s * b * h + FLOAT * s * b * v,
+    )
+
+
+def _layer(name: str, f: Figures, output_bytes: float) -> Layer:
+    return Layer(
+        name=name,
+        fwd_flop=float(f.fwd_flop),
+        bwd_flop=float(2 * f.fwd_flop),
+        params=int(f.params),
+        activation_bytes=float(f.activation_bytes),
+        output_bytes=float(output_bytes),
+    )
+
+
+def model_layers(
+    m: ModelShape, *, microbatch_size: int = 1, blocks: int | None = None,
+    granularity: str = "block",
+) -> tuple[Layer, ...]:
+    """The layers of ``m`` in execution order: embedding, blocks, head.
+
+    ``blocks`` keeps only the first ``blocks`` transformer blocks (a slice of
+    the model with its true per-layer figures, for small instances).
+    """
+    if granularity not in GRANULARITIES:
+        raise ValueError(f"unknown granularity {granularity!r}; known: {', '.join(GRANULARITIES)}")
+    n = m.blocks if blocks is None else blocks
+    if not 1 <= n <= m.blocks:
+        raise ValueError(f"blocks must be between 1 and {m.blocks} for {m.name}, got {n}")
+    b = microbatch_size
+    hidden_bytes = HALF * b * m.seq * m.hidden
+    layers = [_layer("embedding", embedding_figures(m, b), hidden_bytes)]
+    for i in range(n):
+        if granularity == "block":
+            layers.append(_layer(f"block{i}", block_figures(m, b), hidden_bytes))
+        else:
+            layers.append(_layer(f"block{i}.attn", attention_figures(m, b), hidden_bytes))
+            layers.append(_layer(f"block{i}.mlp", mlp_figures(m, b), hidden_bytes))
+    # the head's output is the loss (one fp32 per microbatch); it never crosses a boundary
+    layers.append(_layer("head", head_figures(m, b), FLOAT))
+    return tuple(layers)

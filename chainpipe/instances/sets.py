@@ -1,0 +1,259 @@
+"""The committed instance sets: ``instances/small``, ``instances/medium``, ``instances/large``.
+
+    python -m chainpipe.instances.sets             # (re)write every set and its manifest.json
+    python -m chainpipe.instances.sets --check     # regenerate in memory, compare byte for byte
+    python -m chainpipe.instances.sets --solve dp  # also solve each instance and print T
+
+Each instance is ``generate(preset, seed, **overrides)`` renamed to its file
+stem. Feasibility is certified when the sets are written: a feasible instance
+gets a witness plan that :func:`chainpipe.plan.evaluate` accepts; the one
+deliberately infeasible instance gets the reason
+:meth:`chainpipe.tables.CostTables.infeasibility_reason` proves.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..instance import Instance
+from ..io import instance_to_dict
+from ..plan import Plan, evaluate
+from ..tables import CostTables
+from .generator import generate
+
+MANIFEST_FORMAT = "chainpipe-instance-set/1"
+ROOT = Path(__file__).resolve().parents[2] / "instances"
+
+
+@dataclass(frozen=True)
+class Entry:
+    stem: str
+    preset: str
+    seed: int
+    overrides: dict = field(default_factory=dict)
+    purpose: str = ""
+    feasible: bool = True
+
+    def instance(self) -> Instance:
+        inst = generate(self.preset, self.seed, **self.overrides)
+        return dataclasses.replace(inst, name=self.stem)
+
+
+SETS: dict[str, tuple[Entry, ...]] = {
+    "small": (
+        Entry("small-01-tiny", "tiny", 0, {},
+              "GPT-3 125M over 3 DCs and 6 GPUs of 3 types; memory never binds"),
+        Entry("small-02-gpipe", "tiny", 1, {"schedule": "gpipe", "microbatches": 8},
+              "GPipe: every stage stashes all M microbatches"),
+        Entry("small-03-mem-1f1b", "tiny", 10, {"model": "llama2-70b", "blocks": 14,
+                                                 "microbatches": 16},
+              "Llama-2 70B slice (14 blocks) on 32-80 GB cards: 1F1B position decides what fits"),
+        Entry("small-04-mem-gpipe", "tiny", 4, {"model": "llama2-13b", "blocks": 14,
+                                                 "schedule": "gpipe", "microbatches": 16},
+              "Llama-2 13B slice with GPipe: every stage stashes 16 microbatches, memory binds"),
+        Entry("small-05-slow-man", "tiny", 5, {"model": "gpt3-1.3b", "degrade": 0.05},
+              "GPT-3 1.3B slice, metro links degraded 20x: links pace the pipeline"),
+        Entry("small-06-one-dc", "tiny", 6, {"model": "gpt3-2.7b", "datacenters": 1,
+                                              "gpus_per_dc": 6, "blocks": 8},
+              "a single DC of 6 GPUs (no metro link)"),
+        Entry("small-07-eight-gpus", "tiny", 7, {"model": "gpt3-6.7b", "gpus_per_dc": 4,
+                                                  "datacenters": 2, "blocks": 12,
+                                                  "microbatches": 16},
+              "GPT-3 6.7B slice over 2 DCs x 4 GPUs"),
+        Entry("small-08-three-dc", "tiny", 8, {"model": "llama2-7b", "datacenters": 3,
+                                                "gpus_per_dc": 2, "blocks": 6},
+              "Llama-2 7B slice over 3 DCs x 2 GPUs"),
+        Entry("small-infeasible", "tiny", 13, {"model": "llama2-70b", "blocks": 4,
+                                               "schedule": "gpipe", "microbatches": 32},
+              "deliberately infeasible: a Llama-2 70B block with 32 microbatches stashed "
+              "fits no device", feasible=False),
+    ),
+    "medium": (
+        Entry("medium-01-metro", "metro", 0, {}, "the metro preset as drawn"),
+        Entry("medium-02-llama70b", "metro", 0, {"model": "llama2-70b", "datacenters": 4,
+                                                  "gpus_per_dc": 16, "microbatches": 16},
+              "Llama-2 70B on 64 mixed cards: memory binds (with M = 32 no plan fits)"),
+        Entry("medium-03-gpipe", "metro", 3, {"model": "gpt3-13b", "schedule": "gpipe",
+                                              "microbatches": 16},
+              "GPT-3 13B with GPipe"),
+        Entry("medium-04-degraded", "metro", 4, {"model": "llama2-13b", "degrade": 0.1},
+              "Llama-2 13B, metro links degraded 10x"),
+        Entry("medium-05-pool-2dc", "pool", 0, {"datacenters": 2},
+              "the 32-GPU pool split over 2 DCs"),
+        Entry("medium-06-pool-4dc", "pool", 0, {"datacenters": 4},
+              "the same pool split over 4 DCs"),
+    ),
+    "large": (
+        Entry("large-01", "metro-large", 0, {}, "metro-large as drawn"),
+        Entry("large-02", "metro-large", 1, {}, "metro-large as drawn"),
+        Entry("large-03", "metro-large", 2, {"degrade": 0.25},
+              "metro-large, metro links degraded 4x"),
+    ),
+}
+
+
+# --------------------------------------------------------------------------- feasibility
+def witness_plan(instance: Instance, tables: CostTables | None = None) -> Plan | None:
+    """A feasible plan built greedily from the last layer backwards, or ``None``.
+
+    Each stage takes, among the unused devices of the current DC or an earlier
+    one, the device that holds the most layers at its position (fewer stages
+    keep 1F1B positions low); ties go to the latest DC, then the fastest
+    device. A plan found is a certificate of feasibility; ``None`` proves nothing.
+    """
+    t = tables or CostTables(instance)
+    left = t.count.copy()
+    stages = []
+    j, dc, p = t.L, t.K - 1, 1
+    while j > 0:
+        best = None
+        for g in range(t.G):
+            if left[g] == 0 or t.group_dc[g] > dc:
+                continue
+            n = 0
+            while n < j and t.fits(g, j - n - 1, j, p):
+                n += 1
+            if n and (best is None or (n, t.group_dc[g], t.rate[g]) > best[0]):
+                best = ((n, t.group_dc[g], t.rate[g]), g)
+        if best is None:
+            return None
+        (n, _, _), g = best
+        left[g] -= 1
+        dc = int(t.group_dc[g])
+        stages.append((j - n, j, dc, t.groups[g].index))
+        j, p = j - n, p + 1
+    plan = Plan.from_tuples(instance, stages[::-1])
+    return plan if evaluate(instance, plan).feasible else None
+
+
+def certify(entry: Entry, instance: Instance) -> str:
+    """Check the entry's feasibility claim; returns a one-line certificate."""
+    t = CostTables(instance)
+    if entry.feasible:
+        plan, how = witness_plan(instance, t), "greedy witness"
+        if plan is None:
+            from ..solve import solve  # the exact DP: finds a plan whenever one exists
+
+            plan, how = solve(instance, solver="dp", time_limit=600).plan, "dp"
+        if plan is None or not evaluate(instance, plan).feasible:
+            raise RuntimeError(f"{entry.stem}: no feasible plan found for an instance meant feasible")
+        return (f"feasible: {how} plan of {plan.num_stages} stages, "
+                f"T = {evaluate(instance, plan).iteration_time_s:.4g} s")
+    reason = t.infeasibility_reason()
+    if reason is None:
+        raise RuntimeError(f"{entry.stem}: meant infeasible but no proof of infeasibility")
+    return f"infeasible: {reason}"
+
+
+# --------------------------------------------------------------------------- files
+def instance_text(instance: Instance) -> str:
+    """The exact text :func:`chainpipe.io.write` produces."""
+    return json.dumps(instance_to_dict(instance), indent=1, allow_nan=False) + "\n"
+
+
+def manifest(set_name: str, entries: tuple[Entry, ...], instances: list[Instance]) -> dict:
+    return {
+        "format": MANIFEST_FORMAT,
+        "set": set_name,
+        "generator": "python -m chainpipe.instances.sets",
+        "instances": [
+            {
+                "file": f"{e.stem}.json",
+                "name": inst.name,
+                "preset": e.preset,
+                "seed": e.seed,
+                "overrides": e.overrides,
+                "purpose": e.purpose,
+                "feasible": e.feasible,
+                "model": inst.model.name,
+                "layers": inst.num_layers,
+                "datacenters": inst.num_datacenters,
+                "devices": inst.num_devices,
+                "device_types": sorted({g.type for dc in inst.datacenters for g in dc.devices}),
+                "microbatches": inst.microbatches,
+                "schedule": inst.training.schedule,
+            }
+            for e, inst in zip(entries, instances)
+        ],
+    }
+
+
+def manifest_text(data: dict) -> str:
+    return json.dumps(data, indent=1) + "\n"
+
+
+def build(set_name: str) -> dict[str, str]:
+    """File name -> exact text of every file of a set (instances and manifest)."""
+    entries = SETS[set_name]
+    instances = [e.instance() for e in entries]
+    files = {f"{e.stem}.json": instance_text(inst) for e, inst in zip(entries, instances)}
+    files["manifest.json"] = manifest_text(manifest(set_name, entries, instances))
+    return files
+
+
+def entry_from_manifest(item: dict) -> Entry:
+    return Entry(Path(item["file"]).stem, item["preset"], item["seed"], dict(item["overrides"]),
+                 item.get("purpose", ""), item.get("feasible", True))
+
+
+def check_against_manifest(directory: Path) -> list[str]:
+    """Regenerate every file a manifest lists; one line per file that differs."""
+    data = json.loads((directory / "manifest.json").read_text(encoding="utf-8"))
+    problems = []
+    for item in data["instances"]:
+        text = instance_text(entry_from_manifest(item).instance())
+        path = directory / item["file"]
+        if not path.exists():
+            problems.append(f"{path}: missing")
+        elif path.read_text(encoding="utf-8") != text:
+            problems.append(f"{path}: differs from generate({item['preset']!r}, {item['seed']}, "
+                            f"**{item['overrides']})")
+    return problems
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m chainpipe.instances.sets", description=__doc__.split("\n")[0])
+    ap.add_argument("--root", type=Path, default=ROOT, help="where the set folders go")
+    ap.add_argument("--sets", default=",".join(SETS), help="comma-separated set names")
+    ap.add_argument("--check", action="store_true",
+                    help="verify the committed files instead of writing them")
+    ap.add_argument("--solve", metavar="SOLVER", help="also solve every instance and print T")
+    ap.add_argument("--time-limit", type=float, default=60.0)
+    args = ap.parse_args(argv)
+    failed = False
+    for set_name in args.sets.split(","):
+        directory = args.root / set_name
+        files = build(set_name)
+        for e in SETS[set_name]:
+            print(f"{set_name}/{e.stem}: {certify(e, e.instance())}")
+        if args.check:
+            problems = [f"{directory / n}: differs from the generator"
+                        for n, text in files.items()
+                        if not (directory / n).exists()
+                        or (directory / n).read_text(encoding="utf-8") != text]
+            problems += check_against_manifest(directory)
+            for p in problems:
+                print(p, file=sys.stderr)
+            failed |= bool(problems)
+        else:
+            directory.mkdir(parents=True, exist_ok=True)
+            for n, text in files.items():
+                (directory / n).write_text(text, encoding="utf-8")
+            print(f"wrote {len(files)} files to {directory}")
+        if args.solve:
+            from ..solve import solve
+
+            for e in SETS[set_name]:
+                res = solve(e.instance(), solver=args.solve, time_limit=args.time_limit)
+                print(f"  {e.stem}: {res.status} T={res.iteration_time} "
+                      f"({res.solve_time:.2f} s)")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
