@@ -1,0 +1,88 @@
+"""Where runs execute: a local pool, or a Dask distributed cluster.
+
+Both yield one record per run as the runs finish, in completion order. Each
+run is :func:`chainpipe.compare.runner.run_spec`, which starts the solve in a
+child process of whichever machine executes it, so time limits and kills work
+the same everywhere. The local pool needs no server; the Dask executor talks
+to a scheduler started with the stock ``dask scheduler`` / ``dask worker``
+commands (start workers with ``--nthreads`` equal to the runs they should hold
+at once, each run using ``--threads`` cores), or to any ``distributed.Client``
+or cluster object passed in from Python.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+
+from .runner import failed_record, kill_all_children, run_spec
+
+
+def run_local(specs: list[dict], jobs: int = 1) -> Iterator[dict]:
+    """Run ``specs`` on this machine, ``jobs`` at a time."""
+    if not specs:
+        return
+    pool = ThreadPoolExecutor(max_workers=max(1, jobs), thread_name_prefix="chainpipe-run")
+    try:
+        pending = {pool.submit(run_spec, spec): spec for spec in specs}
+        while pending:
+            done, _ = wait(pending, return_when=FIRST_COMPLETED)
+            for fut in done:
+                spec = pending.pop(fut)
+                exc = fut.exception()
+                yield (failed_record(spec, "error", f"executor: {type(exc).__name__}: {exc}", 0.0)
+                       if exc is not None else fut.result())
+    except BaseException:
+        pool.shutdown(wait=False, cancel_futures=True)
+        kill_all_children()
+        raise
+    pool.shutdown(wait=True)
+
+
+def _client(scheduler):
+    """A ``distributed.Client`` for an address, a cluster object or a client."""
+    try:
+        from distributed import Client
+    except ImportError as exc:  # the [dask] extra is optional
+        raise ImportError(
+            "--scheduler needs dask.distributed: pip install 'chainpipe[dask]'"
+        ) from exc
+    if isinstance(scheduler, Client):
+        return scheduler, False
+    address = getattr(scheduler, "scheduler_address", scheduler)
+    return Client(address, timeout="30s"), True
+
+
+def run_dask(specs: list[dict], scheduler) -> Iterator[dict]:
+    """Run ``specs`` as tasks of a Dask distributed cluster."""
+    if not specs:
+        return
+    from distributed import as_completed
+
+    client, own = _client(scheduler)
+    try:
+        futures = {}
+        for spec in specs:
+            fut = client.submit(run_spec, spec, pure=False,
+                                key=f"chainpipe-{spec['solver']}-{spec['run_id']}")
+            futures[fut] = spec
+        for fut in as_completed(list(futures)):
+            spec = futures[fut]
+            try:
+                yield fut.result()
+            except Exception as exc:  # noqa: BLE001 - a lost task is a recorded failure
+                yield failed_record(spec, "error", f"dask: {type(exc).__name__}: {exc}", 0.0)
+    except BaseException:
+        for fut in futures:
+            fut.cancel()
+        raise
+    finally:
+        if own:
+            client.close()
+
+
+def execute(specs: list[dict], jobs: int = 1, scheduler=None) -> Iterator[dict]:
+    """Records of ``specs`` as they finish: on Dask if ``scheduler`` is given, else locally."""
+    if scheduler:
+        return run_dask(specs, scheduler)
+    return run_local(specs, jobs)
