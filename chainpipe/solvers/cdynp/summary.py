@@ -1,0 +1,119 @@
+"""State summaries: Pareto frontiers of partial plans, and their compression.
+
+A *point* is the cost of a partial plan covering a suffix of the layers:
+``r`` (stages in the suffix, capped: fewer is never worse, since 1F1B memory
+only grows with the position of a stage), ``bottleneck`` (max of its stage
+compute times and link occupancies) and ``total`` (sum of its stage compute
+times and boundary traversals). Prepending stages maps a point through
+``max(bottleneck, c)`` and ``total + c'`` which are monotone, so a point that
+is no better in all three coordinates than another can be dropped: the
+frontier keeps exactly the non-dominated points.
+
+Compression keeps a frontier small at a bounded price:
+
+* ``epsilon``: a point is dropped when a kept point has ``r' <= r``,
+  ``bottleneck' <= (1 + eps) bottleneck`` and ``total' <= (1 + eps) total``.
+  ``max(x, c) <= (1+eps) max(x/(1+eps), c)`` and the same for sums, so every
+  completion of the dropped point costs at most ``1 + eps`` times more through
+  the kept one;
+* ``quantum``: every emitted value is rounded *up* to the grid ``(1+q)^n``,
+  an over-estimate by a factor of at most ``1 + q`` (it also blurs the values
+  that cross a DC's boundary, see ``docs/privacy.md``);
+* ``max_entries``: at most that many points per summary entry, those with the
+  smallest ``total + (M - 1) bottleneck`` (no guarantee).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+
+def pareto_mask(r: np.ndarray, bn: np.ndarray, sm: np.ndarray) -> np.ndarray:
+    """Boolean mask of the non-dominated points (minimising all three; ties keep one)."""
+    n = len(bn)
+    keep = np.zeros(n, dtype=bool)
+    if n == 0:
+        return keep
+    order = np.lexsort((sm, bn, r))
+    rs = r[order]
+    cuts = np.flatnonzero(np.diff(rs)) + 1
+    starts = np.concatenate(([0], cuts))
+    ends = np.concatenate((cuts, [n]))
+    st_bn = np.empty(0)
+    st_sm = np.empty(0)
+    for s, e in zip(starts, ends):
+        idx = order[s:e]
+        b, t = bn[idx], sm[idx]
+        # best total among points of this group before each one (sorted by bn, then total)
+        prev = np.empty(len(t))
+        prev[0] = np.inf
+        if len(t) > 1:
+            prev[1:] = np.minimum.accumulate(t)[:-1]
+        if len(st_bn):
+            pos = np.searchsorted(st_bn, b, side="right") - 1
+            stair = np.where(pos >= 0, st_sm[np.maximum(pos, 0)], np.inf)
+            prev = np.minimum(prev, stair)
+        ok = t < prev
+        keep[idx[ok]] = True
+        if ok.any():
+            nb = np.concatenate((st_bn, b[ok]))
+            ns = np.concatenate((st_sm, t[ok]))
+            o = np.lexsort((ns, nb))
+            nb, ns = nb[o], ns[o]
+            m = np.empty(len(ns), dtype=bool)
+            m[0] = True
+            m[1:] = ns[1:] < np.minimum.accumulate(ns)[:-1]
+            st_bn, st_sm = nb[m], ns[m]
+    return keep
+
+
+def epsilon_mask(r: np.ndarray, bn: np.ndarray, sm: np.ndarray, eps: float) -> np.ndarray:
+    """Points kept by epsilon-dominance pruning; every dropped point is
+    ``(1 + eps)``-dominated by a kept one with no more stages."""
+    n = len(bn)
+    keep = np.zeros(n, dtype=bool)
+    if n == 0 or eps <= 0:
+        keep[:] = True
+        return keep
+    f = 1.0 + eps
+    order = np.lexsort((sm, bn, r))
+    kr, kb, ks = [], [], []
+    for i in order:
+        dominated = False
+        for j in range(len(kr)):
+            if kr[j] <= r[i] and kb[j] <= f * bn[i] and ks[j] <= f * sm[i]:
+                dominated = True
+                break
+        if not dominated:
+            keep[i] = True
+            kr.append(r[i])
+            kb.append(bn[i])
+            ks.append(sm[i])
+    return keep
+
+
+def round_up(values: np.ndarray, quantum: float) -> np.ndarray:
+    """Each value rounded up to the geometric grid ``(1 + quantum)^n`` (0 stays 0)."""
+    if quantum <= 0:
+        return values
+    lg = math.log1p(quantum)
+    out = np.array(values, dtype=float)
+    pos = out > 0
+    k = np.ceil(np.log(out[pos]) / lg - 1e-12)
+    up = np.exp(k * lg)
+    # guard against exp/log rounding below the value
+    out[pos] = np.maximum(up, out[pos])
+    return out
+
+
+def cap_mask(bn: np.ndarray, sm: np.ndarray, microbatches: int, max_entries: int) -> np.ndarray:
+    """The ``max_entries`` points with the smallest ``total + (M - 1) bottleneck``."""
+    keep = np.zeros(len(bn), dtype=bool)
+    if max_entries <= 0 or len(bn) <= max_entries:
+        keep[:] = True
+        return keep
+    proxy = sm + (microbatches - 1) * bn
+    keep[np.argsort(proxy, kind="stable")[:max_entries]] = True
+    return keep
