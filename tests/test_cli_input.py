@@ -1,0 +1,222 @@
+"""The CLI's input handling: bad input exits 2 with one path-named line per problem on stderr,
+nothing on stdout and never a traceback; a plan that breaks the rules is a job done (exit 0,
+reported infeasible with its violations), a file that is not a plan at all is bad input (exit 2).
+
+A few tests run the real command in a subprocess; the rest call ``chainpipe.cli.main``.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from chainpipe.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+INVALID = ROOT / "tests" / "data" / "invalid"
+VALID = ROOT / "tests" / "data" / "valid"
+EXPECTED: dict[str, list[str]] = json.loads(
+    (INVALID / "expected.json").read_text(encoding="utf-8"))["files"]
+WORKED = VALID / "worked_example.json"
+
+
+def _strict_json(text: str):
+    def reject(token):
+        raise ValueError(f"{token} in output")
+
+    return json.loads(text, parse_constant=reject)
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "chainpipe", *map(str, args)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+
+
+def call(capsys, *args) -> tuple[int, str, str]:
+    code = main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def write_plan(tmp_path: Path, stages) -> Path:
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps({"stages": [{"layers": [a, b], "device": d}
+                                           for a, b, d in stages]}))
+    return path
+
+
+# --------------------------------------------------------------------------- subprocess
+def test_subprocess_validate_bad_file_exit_2_one_line_per_problem():
+    path = INVALID / "many_problems.json"
+    proc = run_cli("validate", path)
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.splitlines() == [f"{path}: {line}" for line in EXPECTED[path.name]]
+
+
+def test_subprocess_validate_missing_file_exit_2(tmp_path):
+    missing = tmp_path / "absent.json"
+    proc = run_cli("validate", missing)
+    assert (proc.returncode, proc.stdout) == (2, "")
+    assert proc.stderr.splitlines() == [f"{missing}: cannot read file: No such file or directory"]
+
+
+def test_subprocess_evaluate_with_a_file_that_is_not_a_plan_exit_2(tmp_path):
+    bad = tmp_path / "plan.json"
+    bad.write_text('{"stages": [{"layers": [0, 3], "device": "a/g/0"},]}')
+    proc = run_cli("evaluate", WORKED, bad)
+    assert (proc.returncode, proc.stdout) == (2, "")
+    assert "Traceback" not in proc.stderr
+    (line,) = proc.stderr.splitlines()
+    assert line.startswith(f"{bad}: invalid JSON: ")
+
+
+def test_subprocess_evaluate_infeasible_plan_is_reported_with_exit_0(tmp_path):
+    plan = write_plan(tmp_path, [(0, 1, "a/g/0"), (2, 3, "a/g/0")])
+    proc = run_cli("evaluate", WORKED, plan, "--format", "json")
+    assert (proc.returncode, proc.stderr) == (0, "")
+    ev = _strict_json(proc.stdout)
+    assert ev["feasible"] is False
+    assert ev["violations"] == ["stages[1].layers: starts at 2, expected 1",
+                                "stages[1].device: a/g/0 already runs stage 0"]
+
+
+# --------------------------------------------------------------------------- validate
+@pytest.mark.parametrize("name", sorted(EXPECTED), ids=lambda n: n.removesuffix(".json"))
+def test_validate_each_invalid_file(capsys, name):
+    path = INVALID / name
+    code, out, err = call(capsys, "validate", path)
+    assert (code, out) == (2, "")
+    assert err.splitlines() == [f"{path}: {line}" for line in EXPECTED[name]]
+
+
+def test_validate_valid_files_exit_0(capsys):
+    files = sorted(p for p in VALID.glob("*.json") if p.name.count(".") == 1)
+    code, out, err = call(capsys, "validate", *files)
+    assert (code, err) == (0, "")
+    assert [line.split(": valid (")[0] for line in out.splitlines()] == [str(p) for p in files]
+
+
+def test_validate_mixed_files_reports_every_bad_one_and_exits_2(capsys):
+    bad1, bad2 = INVALID / "device_count_zero.json", INVALID / "empty_file.json"
+    code, out, err = call(capsys, "validate", bad1, WORKED, bad2)
+    assert code == 2
+    assert out.splitlines() == [f"{WORKED}: valid (3 layers, 1 datacenters, 2 devices)"]
+    assert err.splitlines() == [f"{bad1}: {EXPECTED[bad1.name][0]}",
+                                f"{bad2}: {EXPECTED[bad2.name][0]}"]
+
+
+def test_argparse_usage_errors_exit_2(capsys):
+    for argv in (["validate"], ["frobnicate"], ["evaluate", str(WORKED)], []):
+        with pytest.raises(SystemExit) as info:
+            main(argv)
+        assert info.value.code == 2
+        out, err = capsys.readouterr()
+        assert out == "" and "usage: chainpipe" in err and "Traceback" not in err
+
+
+# --------------------------------------------------------------------------- evaluate
+def test_evaluate_a_good_plan_prints_the_breakdown(capsys):
+    code, out, err = call(capsys, "evaluate", WORKED, VALID / "worked_example.plan.json")
+    assert (code, err) == (0, "")
+    assert "iteration time  32 s" in out and "INFEASIBLE" not in out
+    code, out, err = call(capsys, "evaluate", WORKED, VALID / "worked_example.result.json",
+                          "--format", "json")
+    ev = _strict_json(out)
+    assert (code, ev["iteration_time_s"], ev["feasible"], ev["violations"]) == (0, 32.0, True, [])
+    assert ev["fill_drain_s"] + ev["steady_s"] == ev["iteration_time_s"]
+
+
+@pytest.mark.parametrize("stages,violations", [
+    ([(0, 1, "a/g/0"), (2, 3, "a/g/1")], ["stages[1].layers: starts at 2, expected 1"]),
+    ([(0, 2, "a/g/0")], ["stages: cover layers up to 2, the model has 3"]),
+    ([(0, 3, "a/g/0"), (3, 3, "a/g/1")],
+     ["stages[1].layers: [3, 3) is not a non-empty range of layers 0..3"]),
+    ([(0, 2, "a/g/0"), (2, 3, "a/g/0")], ["stages[1].device: a/g/0 already runs stage 0"]),
+    ([(0, 3, "a/tpu/0")], ["stages[0].device: no device named 'a/tpu/0'"]),
+], ids=["not_contiguous", "not_covering", "empty_stage", "device_reused", "unknown_device"])
+def test_evaluate_plan_breaking_the_rules_is_infeasible_exit_0(capsys, tmp_path, stages,
+                                                               violations):
+    plan = write_plan(tmp_path, stages)
+    code, out, err = call(capsys, "evaluate", WORKED, plan)
+    assert (code, err) == (0, "")
+    assert out.splitlines()[-len(violations) - 1:] == ["INFEASIBLE:"] + [
+        f"  {v}" for v in violations]
+    code, out, err = call(capsys, "evaluate", WORKED, plan, "--format", "json")
+    ev = _strict_json(out)  # no NaN or Infinity token even when the time is undefined
+    assert (code, ev["feasible"], ev["violations"]) == (0, False, violations)
+
+
+def test_evaluate_plan_over_memory_is_infeasible_exit_0(capsys, tmp_path):
+    inst = json.loads(WORKED.read_text())
+    inst["model"]["layers"][0]["params"] = 10**8  # 16 * 1e8 bytes > 1e9
+    path = tmp_path / "inst.json"
+    path.write_text(json.dumps(inst))
+    plan = write_plan(tmp_path, [(0, 3, "a/g/0")])
+    code, out, err = call(capsys, "evaluate", path, plan, "--format", "json")
+    assert (code, err) == (0, "")
+    assert _strict_json(out)["violations"] == [
+        "stages[0]: needs 1.6e+09 bytes (4 microbatches in flight) on a/g/0, which has 1e+09 bytes"]
+
+
+@pytest.mark.parametrize("text,problems", [
+    ("", ["invalid JSON: Expecting value: line 1 column 1 (char 0)"]),
+    ("[]", ["(plan): must be an object"]),
+    ('{"stages": "a/g/0"}', ["stages: must be a non-empty list"]),
+    ('{"stages": [{"layers": [0, 3], "device": "a/g/0"}], "x": NaN}',
+     ["invalid JSON: NaN is not a number JSON allows"]),
+    ('{"stages": [{"layers": "0-3", "device": "a/g/0"}]}',
+     ["stages[0].layers: must be a list [start, end] of two integers"]),
+    ('{"stages": [{"layers": [0, 3], "device": ["a", "g", 0]}]}',
+     ["stages[0].device: must be a device name 'dc/type/i'"]),
+    ('{"plan": null, "status": "infeasible"}', ["plan: the result holds no plan"]),
+    ('{"plan": 5}', ["plan: must be an object"]),
+], ids=["empty", "array", "stages_string", "nan", "layers_string", "device_array",
+        "result_without_plan", "result_plan_number"])
+def test_evaluate_file_that_is_not_a_plan_exit_2(capsys, tmp_path, text, problems):
+    plan = tmp_path / "plan.json"
+    plan.write_text(text)
+    code, out, err = call(capsys, "evaluate", WORKED, plan)
+    assert (code, out) == (2, "")
+    assert err.splitlines() == [f"{plan}: {p}" for p in problems]
+
+
+def test_evaluate_with_missing_plan_or_bad_instance_exit_2(capsys, tmp_path):
+    code, out, err = call(capsys, "evaluate", WORKED, tmp_path / "none.json")
+    assert (code, out) == (2, "")
+    assert err.splitlines() == [f"{tmp_path / 'none.json'}: cannot read file: "
+                                "No such file or directory"]
+    bad = INVALID / "device_type_duplicate.json"
+    code, out, err = call(capsys, "evaluate", bad, VALID / "worked_example.plan.json")
+    assert (code, out) == (2, "")
+    assert err.splitlines() == [f"{bad}: {EXPECTED[bad.name][0]}"]
+
+
+# --------------------------------------------------------------------------- solve input
+def test_solve_with_bad_instance_or_unknown_solver_exit_2(capsys):
+    bad = INVALID / "links_too_many.json"
+    code, out, err = call(capsys, "solve", bad, "--solver", "dp")
+    assert (code, out) == (2, "")
+    assert err.splitlines() == [f"{bad}: {EXPECTED[bad.name][0]}"]
+    code, out, err = call(capsys, "solve", WORKED, "--solver", "no-such-solver")
+    assert (code, out) == (2, "")
+    assert err.startswith("--solver: unknown solver 'no-such-solver'; known: ")
+    code, out, err = call(capsys, "solve", WORKED, "-O", "novalue")
+    assert (code, out) == (2, "")
+    assert err.splitlines() == ["--option: expected KEY=VALUE, got 'novalue'"]
+
+
+def test_solve_plan_out_is_a_plan_file_evaluate_reads(capsys, tmp_path):
+    plan = tmp_path / "out" / "plan.json"
+    code, out, err = call(capsys, "solve", WORKED, "--solver", "dp", "--format", "json",
+                          "--plan-out", plan)
+    assert code == 0
+    res = _strict_json(out)
+    assert (res["status"], res["iteration_time_s"]) == ("optimal", 32.0)
+    code, out, err = call(capsys, "evaluate", WORKED, plan, "--format", "json")
+    assert (code, _strict_json(out)["iteration_time_s"]) == (0, 32.0)
