@@ -1,0 +1,311 @@
+"""The instance generator, its published figures, and the committed instance sets."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections import Counter
+
+import pytest
+
+from chainpipe.cli import main as cli_main
+from chainpipe.instances import GPUS, MODELS, PRESETS, generate
+from chainpipe.instances.gpus import GIB
+from chainpipe.instances.models import block_figures, model_layers, model_shape
+from chainpipe.instances.sets import ROOT, SETS, build, check_against_manifest, instance_text
+from chainpipe.instances.sets import main as sets_main
+from chainpipe.instances.sets import witness_plan
+from chainpipe.io import instance_from_dict, instance_to_dict, read, write
+from chainpipe.plan import evaluate
+from chainpipe.tables import CostTables
+
+
+def text(inst) -> str:
+    return json.dumps(instance_to_dict(inst), indent=1)
+
+
+def groups(inst):
+    return [(g.type, g.count) for dc in inst.datacenters for g in dc.devices]
+
+
+# --------------------------------------------------------------------------- determinism
+@pytest.mark.parametrize("preset", list(PRESETS))
+def test_same_arguments_same_instance(preset):
+    a = generate(preset, 5, degrade=0.5)
+    b = generate(preset, 5, degrade=0.5)
+    assert text(a) == text(b)
+
+
+def test_seeds_differ():
+    drawn = {text(generate("metro", s)) for s in range(6)}
+    assert len(drawn) == 6
+
+
+def test_generator_leaves_global_random_state_alone():
+    import random
+
+    random.seed(123)
+    before = random.random()
+    random.seed(123)
+    generate("metro", 1)
+    assert random.random() == before
+
+
+@pytest.mark.parametrize("preset", list(PRESETS))
+def test_every_preset_round_trips(preset):
+    inst = generate(preset, 0)
+    again = instance_from_dict(json.loads(text(inst)))
+    assert again == inst
+    assert text(again) == text(inst)
+
+
+# --------------------------------------------------------------------------- errors
+def test_unknown_preset_lists_known_names():
+    with pytest.raises(KeyError) as err:
+        generate("nope")
+    msg = err.value.args[0]
+    assert "nope" in msg and all(p in msg for p in PRESETS)
+
+
+def test_unknown_model_lists_known_names():
+    with pytest.raises(KeyError) as err:
+        generate("tiny", model="gpt5")
+    assert all(m in err.value.args[0] for m in MODELS)
+
+
+@pytest.mark.parametrize("bad", [
+    {"degrade": 0.0}, {"degrade": 1.5}, {"degrade": -0.1}, {"datacenters": 0},
+    {"gpus_per_dc": 0}, {"microbatches": 0}, {"schedule": "zb-h1"}, {"blocks": 0},
+    {"model": "gpt3-125m", "blocks": 13},
+])
+def test_bad_overrides_raise_value_error(bad):
+    with pytest.raises(ValueError):
+        generate("metro", 0, **bad)
+
+
+# --------------------------------------------------------------------------- overrides
+@pytest.mark.parametrize("preset", list(PRESETS))
+def test_overrides_take_effect_on_every_preset(preset):
+    inst = generate(preset, 2, model="llama2-7b", datacenters=3, gpus_per_dc=4,
+                    microbatches=7, schedule="gpipe", degrade=0.5)
+    assert inst.model.name.startswith("llama2-7b")
+    assert inst.num_datacenters == 3 and len(inst.links) == 2
+    assert inst.num_devices == 12
+    if preset != "pool":
+        assert all(dc.device_count == 4 for dc in inst.datacenters)
+    assert inst.microbatches == 7
+    assert inst.training.schedule == "gpipe"
+    assert inst.layers[1].output_bytes == 2 * 4096 * 4096  # 2 b s h of Llama-2 7B
+
+
+@pytest.mark.parametrize("preset", list(PRESETS))
+def test_degrade_scales_metro_links_only(preset):
+    base = generate(preset, 3, datacenters=3)
+    slow = generate(preset, 3, datacenters=3, degrade=0.25)
+    for a, b in zip(base.links, slow.links):
+        assert b.bandwidth_bytes_per_s == pytest.approx(a.bandwidth_bytes_per_s * 0.25)
+        assert b.latency_s == pytest.approx(a.latency_s / 0.25)
+    assert [dc.link for dc in base.datacenters] == [dc.link for dc in slow.datacenters]
+    assert groups(base) == groups(slow) and base.layers == slow.layers
+
+
+def test_metro_latency_is_fibre_distance():
+    for lk in generate("metro", 1, datacenters=4).links:
+        km = lk.latency_s / 5e-6
+        assert 10 - 1e-9 <= km <= 100 + 1e-9
+        assert lk.bandwidth_bytes_per_s * 8 / 1e9 in (10, 40, 100, 200, 400)
+
+
+def test_adding_a_datacenter_keeps_the_others():
+    three = generate("metro", 4, datacenters=3)
+    four = generate("metro", 4, datacenters=4)
+    assert four.datacenters[:3] == three.datacenters
+    assert four.links[:2] == three.links
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_pool_keeps_the_same_gpus_for_one_to_four_dcs(seed):
+    pools = []
+    for k in range(1, 5):
+        inst = generate("pool", seed, datacenters=k)
+        assert inst.num_datacenters == k
+        sizes = [dc.device_count for dc in inst.datacenters]
+        assert max(sizes) - min(sizes) <= 1
+        c = Counter()
+        for t, n in groups(inst):
+            c[t] += n
+        pools.append(c)
+        assert inst.layers == generate("pool", seed, datacenters=1).layers
+    assert all(p == pools[0] for p in pools) and sum(pools[0].values()) == 32
+
+
+def test_metro_large_shape():
+    inst = generate("metro-large", 0)
+    assert inst.num_datacenters == 8 and inst.num_devices == 256
+    assert all(len(dc.devices) == 2 for dc in inst.datacenters)
+    assert len({g.type for dc in inst.datacenters for g in dc.devices}) >= 5
+    assert 100 <= inst.num_layers <= 130 and inst.microbatches == 128
+
+
+# --------------------------------------------------------------------------- published figures
+def test_gpt3_13b_block_by_hand():
+    # Brown et al. table 2.1: d_model 5140, n_ctx 2048; b = 1
+    ly = model_layers(model_shape("gpt3-13b"))[1]
+    h, s = 5140, 2048
+    assert ly.fwd_flop == 24 * s * h**2 * (1 + s / (6 * h))
+    assert ly.fwd_flop == 1_384_811_069_440.0  # 24 s h^2 + 4 s^2 h, worked by hand
+    assert ly.bwd_flop == 2 * ly.fwd_flop
+    assert ly.params == 12 * h**2 + 13 * h == 317_102_020
+    assert ly.activation_bytes == 34 * s * h == 357_908_480
+    assert ly.output_bytes == 2 * s * h
+
+
+@pytest.mark.parametrize("name, published", [
+    ("gpt3-125m", 125e6), ("gpt3-13b", 13.0e9), ("gpt3-175b", 175.0e9),
+    ("llama2-7b", 6.74e9), ("llama2-13b", 13.02e9), ("llama2-70b", 68.98e9),
+    ("megatron-76b", 76.1e9),
+])
+def test_parameter_counts_match_published_sizes(name, published):
+    layers = model_layers(model_shape(name))
+    total = sum(ly.params for ly in layers)
+    untied = model_shape(name).vocab * model_shape(name).hidden  # the head's own copy
+    # GPT-3 and Megatron tie embedding and head; Llama 2 does not
+    counted = total - untied if not name.startswith("llama") else total
+    assert counted == pytest.approx(published, rel=0.02)
+
+
+def test_llama_forward_flop_is_the_exact_matmul_count():
+    m = model_shape("llama2-70b")
+    h, s, kv, f = 8192, 4096, 1024, 28672
+    per_token = 2 * (h * h + h * kv + h * kv + h * h) + 2 * 3 * h * f
+    assert block_figures(m).fwd_flop == s * per_token + 4 * s * s * h
+    head = model_layers(m)[-1]
+    assert head.fwd_flop == 2 * s * h * 32000 and head.params == 32000 * h + h
+
+
+def test_sublayers_add_up_to_blocks():
+    blocks = model_layers(model_shape("megatron-76b"))
+    subs = model_layers(model_shape("megatron-76b"), granularity="sublayer")
+    assert len(subs) == 2 * len(blocks) - 2 == 122
+    for field in ("fwd_flop", "params", "activation_bytes"):
+        assert sum(getattr(x, field) for x in subs) == sum(getattr(x, field) for x in blocks)
+
+
+def test_gpu_catalogue_figures():
+    assert GPUS["H100-SXM"].peak_flop_per_s == 989e12
+    assert GPUS["A100-40GB"].peak_flop_per_s == GPUS["A100-80GB"].peak_flop_per_s == 312e12
+    inst = generate("tiny", 0, datacenters=1, gpus_per_dc=1)
+    g = inst.datacenters[0].devices[0]
+    cat = GPUS[g.type]
+    assert g.flop_per_s == cat.peak_flop_per_s * 0.45
+    assert g.memory_bytes == cat.memory_bytes - 3 * GIB
+
+
+# --------------------------------------------------------------------------- committed sets
+@pytest.mark.parametrize("set_name", list(SETS))
+def test_committed_set_matches_its_manifest(set_name):
+    directory = ROOT / set_name
+    assert check_against_manifest(directory) == []
+    files = build(set_name)
+    on_disk = {p.name for p in directory.glob("*.json")}
+    assert on_disk == set(files)
+    assert (directory / "manifest.json").read_text(encoding="utf-8") == files["manifest.json"]
+
+
+def test_set_text_is_what_io_writes(tmp_path):
+    entry = SETS["small"][0]
+    write(entry.instance(), tmp_path / "x.json")
+    assert (tmp_path / "x.json").read_text(encoding="utf-8") == instance_text(entry.instance())
+
+
+def _sized(set_name):
+    return [(e, read(ROOT / set_name / f"{e.stem}.json")) for e in SETS[set_name]]
+
+
+def test_set_sizes():
+    for e, inst in _sized("small"):
+        assert inst.num_layers <= 16 and inst.num_devices <= 8 and 1 <= inst.num_datacenters <= 3
+    assert {inst.training.schedule for _, inst in _sized("small")} == {"1f1b", "gpipe"}
+    for e, inst in _sized("medium"):
+        assert 2 <= inst.num_datacenters <= 4 and 16 <= inst.num_devices <= 64
+        assert 24 <= inst.num_layers <= 100
+    large = _sized("large")
+    assert len(large) == 3
+    for e, inst in large:
+        assert inst.num_datacenters == 8 and inst.num_devices == 256 and inst.microbatches == 128
+        assert all(len(dc.devices) == 2 for dc in inst.datacenters)
+        assert len({g.type for dc in inst.datacenters for g in dc.devices}) >= 5
+        assert 100 <= inst.num_layers <= 130
+
+
+@pytest.mark.parametrize("set_name", ["small", "medium"])
+def test_committed_sets_are_feasible_except_the_marked_one(set_name):
+    from chainpipe.solve import solve
+
+    for e, inst in _sized(set_name):
+        reason = CostTables(inst).infeasibility_reason()
+        if not e.feasible:
+            assert reason is not None and "infeasible" in e.stem
+            continue
+        assert reason is None
+        plan = witness_plan(inst) or solve(inst, solver="dp", time_limit=60).plan
+        assert plan is not None and evaluate(inst, plan).feasible, e.stem
+
+
+def test_large_set_has_feasible_witnesses():
+    for e, inst in _sized("large"):
+        plan = witness_plan(inst)
+        assert plan is not None and evaluate(inst, plan).feasible
+
+
+def _unlimited_memory(inst):
+    import dataclasses
+
+    return dataclasses.replace(inst, datacenters=tuple(
+        dataclasses.replace(dc, devices=tuple(
+            dataclasses.replace(g, memory_bytes=1e18) for g in dc.devices))
+        for dc in inst.datacenters))
+
+
+@pytest.mark.parametrize("set_name, stem", [
+    ("small", "small-03-mem-1f1b"), ("small", "small-04-mem-gpipe"),
+    ("medium", "medium-02-llama70b"),
+])
+def test_memory_binds_in_the_memory_tight_instances(set_name, stem):
+    from chainpipe.solve import solve
+
+    inst = read(ROOT / set_name / f"{stem}.json")
+    with_memory = solve(inst, solver="dp", time_limit=60)
+    without = solve(_unlimited_memory(inst), solver="dp", time_limit=60)
+    assert with_memory.status == without.status == "optimal"
+    assert with_memory.iteration_time > 1.02 * without.iteration_time
+
+
+def test_sets_check_detects_an_edited_file(tmp_path, capsys):
+    shutil.copytree(ROOT / "small", tmp_path / "small")
+    assert sets_main(["--root", str(tmp_path), "--sets", "small", "--check"]) == 0
+    victim = tmp_path / "small" / "small-01-tiny.json"
+    data = json.loads(victim.read_text())
+    data["training"]["microbatches"] += 1
+    victim.write_text(json.dumps(data, indent=1) + "\n")
+    assert sets_main(["--root", str(tmp_path), "--sets", "small", "--check"]) == 1
+    assert "small-01-tiny.json" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- CLI
+def test_cli_generate_writes_a_valid_file(tmp_path, capsys):
+    out = tmp_path / "g.json"
+    code = cli_main(["generate", "--preset", "metro", "--seed", "3", "-o", str(out),
+                     "--model", "llama2-13b", "--datacenters", "3", "--gpus-per-dc", "8",
+                     "--microbatches", "16", "--schedule", "gpipe", "--degrade", "0.5"])
+    assert code == 0
+    inst = read(out)
+    assert inst == generate("metro", 3, model="llama2-13b", datacenters=3, gpus_per_dc=8,
+                            microbatches=16, schedule="gpipe", degrade=0.5)
+    assert out.read_text() == instance_text(inst)
+
+
+def test_cli_generate_unknown_preset_exits_2_with_one_line(capsys):
+    assert cli_main(["generate", "--preset", "nope"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "nope" in err[0] and "metro-large" in err[0]
