@@ -35,18 +35,18 @@ class Deadline(Exception):
 
 
 class _Store:
-    """Append-only labels of one usage vector ``u``, in decreasing ``x``."""
+    """Append-only labels ``(u, x, r, bottleneck, total, g, parent)``, by decreasing ``x``."""
 
-    __slots__ = ("cols", "parts", "_cache")
-    NAMES = ("x", "r", "bn", "sm", "g", "parent")
+    __slots__ = ("parts", "_cache")
+    NAMES = ("u", "x", "r", "bn", "sm", "g", "parent")
 
     def __init__(self):
         self.parts: list[tuple] = []
         self._cache = None
 
-    def append(self, x, r, bn, sm, g, parent) -> None:
+    def append(self, u, x, r, bn, sm, g, parent) -> None:
         if len(bn):
-            self.parts.append((x, r, bn, sm, g, parent))
+            self.parts.append((u, x, r, bn, sm, g, parent))
             self._cache = None
 
     def view(self):
@@ -54,7 +54,7 @@ class _Store:
             if not self.parts:
                 self._cache = None
                 return None
-            self._cache = tuple(np.concatenate([p[i] for p in self.parts]) for i in range(6))
+            self._cache = tuple(np.concatenate([p[i] for p in self.parts]) for i in range(7))
             self.parts = [self._cache]
         return self._cache
 
@@ -123,7 +123,6 @@ class DCAgent:
             u = self.bytes[b] / bw
             base.setdefault(b, []).append((r, np.maximum(bn, u), sm + 2.0 * u,
                                            np.full(len(r), i), np.arange(len(r))))
-        self._base_origin: dict = {}
 
         tab = self.tables
         ct, mif = tab.compute_time, tab.max_in_flight
@@ -133,90 +132,71 @@ class DCAgent:
         for g in range(1, G):
             strides[g] = strides[g - 1] * (caps[g - 1] + 1)
         n_u = int(np.prod(caps + 1))
-        uvec = np.array(np.unravel_index(np.arange(n_u), tuple((caps + 1)[::-1])))[::-1].T \
-            if G > 1 else np.arange(n_u)[:, None]
-        used = uvec.sum(axis=1)
-        stores = [_Store() for _ in range(n_u)]
-        base_store = stores[0]
         link = self.dc.link
         u_int = self.bytes / link.bandwidth_bytes_per_s
         q_int = 2.0 * (link.latency_s + u_int)
-        own_pts: dict[int, list] = {}
-        labels = 0
+        one_f_one_b = self.public.training.schedule == "1f1b"
         tol = 1 + 1e-12
+        # one append-only label store for every usage vector; for a base label
+        # (u = 0), "g" and "parent" hold the incoming entry and point it joins
+        store = _Store()
+        own_pts: dict[int, tuple] = {}
         for a in range(L - 1, -1, -1):
             self._check_time()
             x = a + 1
             if x in base:
-                parts = base[x]
-                r = np.concatenate([p[0] for p in parts])
-                bn = np.concatenate([p[1] for p in parts])
-                sm = np.concatenate([p[2] for p in parts])
-                oe = np.concatenate([p[3] for p in parts])
-                op = np.concatenate([p[4] for p in parts])
+                parts = base.pop(x)
+                r, bn, sm, oe, op = (np.concatenate([p[c] for p in parts]) for c in range(5))
                 keep = pareto_mask(r, bn, sm)
-                start = len(base_store.view()[0]) if base_store.view() is not None else 0
                 n = int(keep.sum())
-                base_store.append(np.full(n, x), r[keep], bn[keep], sm[keep],
-                                  np.full(n, -1), np.arange(n))
-                for t, (e_, p_) in enumerate(zip(oe[keep], op[keep])):
-                    self._base_origin[start + t] = (int(e_), int(p_))
-            new: dict[int, list] = {}
-            for ui in range(n_u):
-                view = stores[ui].view()
-                if view is None:
+                store.append(np.zeros(n, np.int64), np.full(n, x), r[keep], bn[keep],
+                             sm[keep], oe[keep], op[keep])
+            view = store.view()
+            if view is None:
+                continue
+            us, xs, rs, bns, sms = view[0], view[1], view[2], view[3], view[4]
+            inflight = np.minimum(M, rs + 1) if one_f_one_b else np.full(len(rs), M)
+            is_base = us == 0
+            new = []
+            for g in range(G):
+                room = (us // strides[g]) % (caps[g] + 1) < caps[g]
+                fit = room & (inflight <= mif[g, a, xs])
+                idx = np.flatnonzero(fit)
+                if not len(idx):
                     continue
-                xs, rs, bns, sms = view[0], view[1], view[2], view[3]
-                inflight = np.minimum(M, rs + 1) if self.public.training.schedule == "1f1b" \
-                    else np.full(len(rs), M)
-                for g in range(G):
-                    if uvec[ui, g] >= caps[g]:
-                        continue
-                    fit = inflight <= mif[g, a, xs]
-                    if not fit.any():
-                        continue
-                    idx = np.flatnonzero(fit)
-                    c = ct[g, a, xs[idx]]
-                    if ui == 0:
-                        nbn = np.maximum(bns[idx], c)
-                        nsm = sms[idx] + c
-                    else:
-                        xi = xs[idx]
-                        nbn = np.maximum(np.maximum(bns[idx], c), u_int[xi])
-                        nsm = sms[idx] + c + q_int[xi]
-                    if ub < math.inf:
-                        ok = nsm + (M - 1) * nbn <= ub * tol
-                        idx, nbn, nsm = idx[ok], nbn[ok], nsm[ok]
+                xi = xs[idx]
+                c = ct[g, a, xi]
+                internal = ~is_base[idx]
+                nbn = np.maximum(np.maximum(bns[idx], c), np.where(internal, u_int[xi], 0.0))
+                nsm = sms[idx] + c + np.where(internal, q_int[xi], 0.0)
+                if ub < math.inf:
+                    ok = nsm + (M - 1) * nbn <= ub * tol
+                    idx, nbn, nsm = idx[ok], nbn[ok], nsm[ok]
                     if not len(idx):
                         continue
-                    nr = np.minimum(rs[idx] + 1, R)
-                    new.setdefault(ui + int(strides[g]), []).append(
-                        (nr, nbn, nsm, np.full(len(idx), g), idx))
-            for ui, parts in new.items():
-                r = np.concatenate([p[0] for p in parts])
-                bn = np.concatenate([p[1] for p in parts])
-                sm = np.concatenate([p[2] for p in parts])
-                g_ = np.concatenate([p[3] for p in parts])
-                par = np.concatenate([p[4] for p in parts])
-                keep = pareto_mask(r, bn, sm)
-                n = int(keep.sum())
-                view = stores[ui].view()
-                start = 0 if view is None else len(view[0])
-                stores[ui].append(np.full(n, a), r[keep], bn[keep], sm[keep], g_[keep],
-                                  par[keep])
-                labels += n
-                own_pts.setdefault(a, []).append(
-                    (r[keep], bn[keep], sm[keep], np.full(n, ui), start + np.arange(n)))
-        self._stores = stores
+                new.append((us[idx] + strides[g], np.minimum(rs[idx] + 1, R), nbn, nsm,
+                            np.full(len(idx), g), idx))
+            if not new:
+                continue
+            nu, r, bn, sm, g_, par = (np.concatenate([p[c] for p in new]) for c in range(6))
+            keep = pareto_mask(r, bn, sm, nu)
+            n = int(keep.sum())
+            start = len(us)
+            store.append(nu[keep], np.full(n, a), r[keep], bn[keep], sm[keep], g_[keep],
+                         par[keep])
+            own_pts[a] = (r[keep], bn[keep], sm[keep], start + np.arange(n))
+        self._store = store
         self._strides = strides
-        self.stats = {"labels": labels, "usage_states": n_u}
+        view = store.view()
+        self.stats = {"labels": 0 if view is None else int(np.count_nonzero(view[0])),
+                      "usage_states": n_u}
 
         # own complete plans tighten the bound before the summary is built
         if 0 in own_pts:
-            for r, bn, sm, _, _ in own_pts[0]:
-                ub = min(ub, float(np.min(sm + (M - 1) * bn)))
+            r, bn, sm, _ = own_pts[0]
+            ub = min(ub, float(np.min(sm + (M - 1) * bn)))
         self.upper_bound = ub
-        self._own_final = own_pts.get(0, [])
+        self._own_final = own_pts.get(0)
         if self.k == 0:
             self.stats["backward_s"] = time.perf_counter() - t0
             return None
@@ -229,12 +209,11 @@ class DCAgent:
         M = self.M
         prev = self._link_to_prev()
         groups: dict[tuple, list] = {}
-        for a, parts in own_pts.items():
+        for a, (r, bn, sm, li) in own_pts.items():
             fold_bw = prev.bandwidth_bytes_per_s if a > 0 else None
             fold_lat = 2.0 * prev.latency_s if a > 0 else 0.0
-            for r, bn, sm, ui, li in parts:
-                groups.setdefault((a, fold_bw), []).append(
-                    (r, bn, sm + fold_lat, [("own", int(u), int(i)) for u, i in zip(ui, li)]))
+            groups.setdefault((a, fold_bw), []).append(
+                (r, bn, sm + fold_lat, [("own", int(i)) for i in li]))
         for e, (b, bw, r, bn, sm) in enumerate(self._incoming):
             if b > 0:
                 key = (b, min(bw, prev.bandwidth_bytes_per_s))
@@ -274,11 +253,11 @@ class DCAgent:
         """DC 1 picks the best complete plan; returns its own realise-request and T estimate."""
         M = self.M
         best, choice = math.inf, None
-        for r, bn, sm, ui, li in self._own_final:
+        if self._own_final is not None:
+            r, bn, sm, li = self._own_final
             t = sm + (M - 1) * bn
             i = int(np.argmin(t))
-            if t[i] < best:
-                best, choice = float(t[i]), ("own", int(ui[i]), int(li[i]))
+            best, choice = float(t[i]), ("own", int(li[i]))
         for e, (b, bw, r, bn, sm) in enumerate(self._incoming):
             if b != 0:
                 continue
@@ -295,21 +274,18 @@ class DCAgent:
         if origin is None:
             self.stages = []
             return None
-        kind, a_, b_ = origin
-        if kind == "in":
+        if origin[0] == "in":
+            _, e, p = origin
             self.stages = []
-            b = self._incoming[a_][0]
-            self.boundaries = {"passes": b}
-            return {"entry": a_, "point": b_, "b": int(b)}
-        ui, li = a_, b_
+            b = self._incoming[e][0]
+            self.boundaries = {"passes": int(b)}
+            return {"entry": e, "point": p, "b": int(b)}
+        li = origin[1]
+        us, xs, _, _, _, gs, pars = self._store.view()
         stages = []
-        base_store = self._stores[0].view()
-        while ui != 0:
-            x, r, bn, sm, g, par = (c[li] for c in self._stores[ui].view())
-            ui_parent = ui - int(self._strides[g])
-            pview = self._stores[ui_parent].view() if ui_parent else base_store
-            stages.append((int(x), int(pview[0][par]), int(g)))
-            ui, li = ui_parent, int(par)
+        while us[li] != 0:
+            stages.append((int(xs[li]), int(xs[pars[li]]), int(gs[li])))
+            li = int(pars[li])
         used: dict[int, int] = {}
         self.stages = []
         for start, end, g in stages:
@@ -317,7 +293,7 @@ class DCAgent:
             used[g] = i + 1
             self.stages.append((start, end, Instance.device_name(self.dc, self.dc.devices[g], i)))
         first, last = self.stages[0][0], self.stages[-1][1]
-        e, p = self._base_origin[li]
+        e, p = int(gs[li]), int(pars[li])
         self.boundaries = {"from_upstream": first if first > 0 else None,
                            "to_downstream": last if last < self.L else None}
         if e < 0:

@@ -30,42 +30,41 @@ import math
 import numpy as np
 
 
-def pareto_mask(r: np.ndarray, bn: np.ndarray, sm: np.ndarray) -> np.ndarray:
-    """Boolean mask of the non-dominated points (minimising all three; ties keep one)."""
+def pareto_mask(r: np.ndarray, bn: np.ndarray, sm: np.ndarray,
+                group: np.ndarray | None = None) -> np.ndarray:
+    """Boolean mask of the non-dominated points (minimising ``r``, ``bn``, ``sm``).
+
+    With ``group``, points are compared only within their group. Exact
+    duplicates keep one. Vectorised: points sorted by ``(group, bn, sm, r)``;
+    point ``i`` is dominated iff an earlier point of its group has ``r <= r_i``
+    and ``sm <= sm_i``, found with one running minimum per distinct ``r``
+    over integer ranks (no floating-point offsets, so the test is exact).
+    """
     n = len(bn)
-    keep = np.zeros(n, dtype=bool)
     if n == 0:
-        return keep
-    order = np.lexsort((sm, bn, r))
-    rs = r[order]
-    cuts = np.flatnonzero(np.diff(rs)) + 1
-    starts = np.concatenate(([0], cuts))
-    ends = np.concatenate((cuts, [n]))
-    st_bn = np.empty(0)
-    st_sm = np.empty(0)
-    for s, e in zip(starts, ends):
-        idx = order[s:e]
-        b, t = bn[idx], sm[idx]
-        # best total among points of this group before each one (sorted by bn, then total)
-        prev = np.empty(len(t))
-        prev[0] = np.inf
-        if len(t) > 1:
-            prev[1:] = np.minimum.accumulate(t)[:-1]
-        if len(st_bn):
-            pos = np.searchsorted(st_bn, b, side="right") - 1
-            stair = np.where(pos >= 0, st_sm[np.maximum(pos, 0)], np.inf)
-            prev = np.minimum(prev, stair)
-        ok = t < prev
-        keep[idx[ok]] = True
-        if ok.any():
-            nb = np.concatenate((st_bn, b[ok]))
-            ns = np.concatenate((st_sm, t[ok]))
-            o = np.lexsort((ns, nb))
-            nb, ns = nb[o], ns[o]
-            m = np.empty(len(ns), dtype=bool)
-            m[0] = True
-            m[1:] = ns[1:] < np.minimum.accumulate(ns)[:-1]
-            st_bn, st_sm = nb[m], ns[m]
+        return np.zeros(0, dtype=bool)
+    if group is None:
+        group = np.zeros(n, dtype=np.int64)
+    order = np.lexsort((r, sm, bn, group))
+    g, rr = group[order], r[order]
+    _, rank = np.unique(sm[order], return_inverse=True)
+    # segment offsets decrease along the order, so an earlier group never
+    # looks better than any point of a later group
+    _, gdense = np.unique(g, return_inverse=True)
+    span = n + 1
+    key = rank.astype(np.int64) + (int(gdense.max()) + 1 - gdense) * span
+    big = np.int64((int(gdense.max()) + 3) * span)
+    dominated = np.zeros(n, dtype=bool)
+    for rho in np.unique(rr):
+        masked = np.where(rr <= rho, key, big)
+        prev = np.empty(n, dtype=np.int64)
+        prev[0] = big
+        if n > 1:
+            prev[1:] = np.minimum.accumulate(masked)[:-1]
+        sel = rr == rho
+        dominated[sel] = prev[sel] <= key[sel]
+    keep = np.zeros(n, dtype=bool)
+    keep[order[~dominated]] = True
     return keep
 
 
