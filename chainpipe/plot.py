@@ -230,10 +230,12 @@ def gantt(instance: Instance, plan: Plan, ax=None, path: str | Path | None = Non
         f"(evaluate, dashed line)", fontsize=9)
     from matplotlib.patches import Patch
 
-    ax.legend(handles=[Patch(color=FORWARD_COLOR, label="forward / activations"),
-                       Patch(color=BACKWARD_COLOR, label="backward / gradients"),
-                       Patch(color="0.93", label="inter-DC path")],
-              loc="lower right", fontsize=7, framealpha=0.9)
+    handles = [Patch(color=FORWARD_COLOR, label="forward (links: activations, upper half)"),
+               Patch(color=BACKWARD_COLOR, label="backward (links: gradients, lower half)")]
+    if any(r.inter_dc for r in sim.rows):
+        handles.append(Patch(color="0.93", label="inter-DC path"))
+    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.5 / (1 + 0.3 * n)),
+              ncol=len(handles), fontsize=7, frameon=False)
     if path is not None:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)

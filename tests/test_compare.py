@@ -1,0 +1,320 @@
+"""The comparison harness: isolation, kills, resume, metrics, report, Dask, CLI errors.
+
+Runs use small solvers of ``tests/fake_solvers.py`` registered for the test (plus
+``dp`` once it exists); each run is a child process, so the sweeps stay small.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from chainpipe import read
+from chainpipe.cli import main
+from chainpipe.compare import metrics, run_sweep
+from chainpipe.compare.report import CSV_COLUMNS
+from chainpipe.io import write
+from chainpipe.solve import SOLVERS, SolverInfo, available_solvers
+from helpers import brute_force, random_instance
+
+ROOT = Path(__file__).resolve().parents[1]
+FAKES = {
+    "fake-exact": ("enumerate_optimal", True),
+    "fake-first": ("first_device", False),
+    "fake-anytime": ("anytime", True),
+    "fake-sleep": ("sleeper", False),
+    "fake-crash": ("crasher", False),
+    "fake-raise": ("raiser", False),
+    "fake-liar": ("liar", True),
+}
+HAS_DP = any(s.name == "dp" for s in available_solvers())
+
+
+def _register(mp):
+    for name, (func, exact) in FAKES.items():
+        mp.setitem(SOLVERS, name, SolverInfo(name, f"fake_solvers:{func}", exact, "test solver"))
+
+
+@pytest.fixture(autouse=True)
+def fake_solvers(monkeypatch):
+    _register(monkeypatch)
+
+
+def _instances(directory: Path, seeds) -> list[Path]:
+    directory.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for s in seeds:
+        p = directory / f"r{s}.json"
+        write(random_instance(s, max_layers=4, max_dcs=2), p)
+        paths.append(p)
+    return paths
+
+
+def _csv(path: Path) -> list[dict]:
+    with open(path, newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory):
+    """One sweep shared by several tests (module-scoped: spawning processes is the cost)."""
+    with pytest.MonkeyPatch.context() as mp:
+        _register(mp)
+        base = tmp_path_factory.mktemp("sweep")
+        paths = _instances(base / "inst", [1, 2, 3])
+        (base / "inst" / "manifest.json").write_text('{"instances": []}')  # skipped
+        solvers = ["fake-exact", "fake-first", "fake-anytime", "fake-crash", "fake-raise",
+                   "fake-liar"] + (["dp"] if HAS_DP else [])
+        out = base / "out"
+        records = run_sweep([base / "inst"], solvers, 20, out, threads=2, jobs=2,
+                            progress=True)
+        yield {"paths": paths, "solvers": solvers, "out": out, "records": records}
+
+
+def test_every_run_recorded_with_identity_and_size(sweep):
+    recs = sweep["records"]
+    assert len(recs) == 3 * len(sweep["solvers"])
+    lines = (sweep["out"] / "results.jsonl").read_text().splitlines()
+    assert len(lines) == len(recs)
+    for rec in recs:
+        assert rec["seed"] == 0 and rec["threads"] == 2 and rec["time_limit_s"] == 20
+        inst = read(rec["instance_path"])
+        assert rec["num_layers"] == inst.num_layers
+        assert rec["num_devices"] == inst.num_devices
+        assert rec["num_datacenters"] == inst.num_datacenters
+
+
+def test_statuses_and_times_are_honest(sweep):
+    by = {(Path(r["instance_path"]).name, r["solver"]): r for r in sweep["records"]}
+    for path in sweep["paths"]:
+        T, plan = brute_force(read(path))
+        exact = by[(path.name, "fake-exact")]
+        if plan is None:
+            assert exact["status"] == "infeasible"
+            continue
+        assert exact["status"] == "optimal"
+        assert exact["iteration_time_s"] == pytest.approx(T)
+        # the child ran under the pinned thread count
+        assert exact["stats"] == {"threads": 2, "omp_num_threads": "2"}
+        if HAS_DP:
+            assert by[(path.name, "dp")]["iteration_time_s"] == pytest.approx(T)
+        crash = by[(path.name, "fake-crash")]
+        assert crash["status"] == "error" and "exited with code 7" in crash["message"]
+        raised = by[(path.name, "fake-raise")]
+        assert raised["status"] == "error"
+        assert raised["message"] == "RuntimeError: the backend failed"
+
+
+def test_results_csv_has_the_contract_columns_and_gap_to_best(sweep):
+    rows = _csv(sweep["out"] / "results.csv")
+    assert list(rows[0]) == CSV_COLUMNS  # one seed: no extra column
+    assert len(rows) == len(sweep["records"])
+    names = {read(p).name: p for p in sweep["paths"]}
+    for row in rows:
+        T, plan = brute_force(read(names[row["instance"]]))
+        if row["iteration_time_s"]:
+            # gap to best = (T - T*) / T*, T* the best any solver found (here the optimum)
+            t = float(row["iteration_time_s"])
+            assert float(row["gap_to_best"]) == pytest.approx((t - T) / T, abs=1e-6)
+        else:
+            assert row["gap_to_best"] == ""
+        if row["solver"] == "fake-exact" and plan is not None:
+            assert float(row["gap"]) == 0.0 and float(row["lower_bound_s"]) == pytest.approx(T)
+
+
+def test_summary_table_figures_and_contradictions(sweep):
+    out = sweep["out"]
+    md = (out / "summary.md").read_text()
+    assert "| solver | kind | runs |" in md
+    assert "(T - T*) / T*" in md and "shift 1 s" in md
+    for name in ("profile_time", "profile_quality", "gap_over_time", "time_vs_size"):
+        assert (out / f"{name}.png").read_bytes()[:4] == b"\x89PNG", name
+        assert (out / f"{name}.csv").stat().st_size > 0, name
+    # the liar claims optimality for one-stage plans; where that is worse than the
+    # optimum, the report must say so
+    worse = [r for r in sweep["records"] if r["solver"] == "fake-liar"
+             and r["iteration_time_s"] is not None
+             and r["iteration_time_s"] > 1.000001 * min(
+                 x["iteration_time_s"] for x in sweep["records"]
+                 if x["instance_path"] == r["instance_path"] and x["iteration_time_s"])]
+    assert worse  # instances r1 and r2 need more than one stage
+    assert "## Contradictions between solvers" in md
+    assert "fake-liar (seed 0) claims optimal" in md
+    summary = {s["solver"]: s for s in metrics.solver_summary(sweep["records"])}
+    assert summary["fake-crash"]["error"] == 3
+    # a crashed run is charged the limit: SGM of three 20 s runs with shift 1 s
+    assert summary["fake-crash"]["sgm_time_s"] == pytest.approx(20.0)
+    assert summary["fake-exact"]["wins"] == sum(
+        1 for p in sweep["paths"] if brute_force(read(p))[1] is not None)
+
+
+def test_resume_skips_recorded_runs_and_repairs_a_cut_line(sweep, tmp_path):
+    out = tmp_path / "out"
+    paths = _instances(tmp_path / "inst", [1, 2])
+    run_sweep(paths, ["fake-exact", "fake-first"], 20, out, progress=False, figures=False)
+    jsonl = out / "results.jsonl"
+    lines = jsonl.read_text().splitlines()
+    assert len(lines) == 4
+    # drop one run and cut the last line in half, as an interrupted sweep would
+    kept = lines[:2] + [lines[3][: len(lines[3]) // 2]]
+    jsonl.write_text("\n".join(kept))
+    records = run_sweep(paths, ["fake-exact", "fake-first"], 20, out, progress=False,
+                        figures=False)
+    after = jsonl.read_text().splitlines()
+    assert len(after) == 4 and all(json.loads(x) for x in after)
+    assert after[:2] == lines[:2]  # the recorded runs were not run again
+    assert len(records) == 4
+    # a different time limit is a different experiment: runs again
+    again = run_sweep(paths, ["fake-exact"], 7, out, progress=False, figures=False)
+    assert len(again) == 2 and len(jsonl.read_text().splitlines()) == 6
+
+
+def test_overrunning_run_is_killed_and_the_sweep_goes_on(tmp_path, monkeypatch):
+    from chainpipe.compare import runner
+
+    monkeypatch.setattr(runner, "kill_margin", lambda limit: 0.5)
+    paths = _instances(tmp_path / "inst", [1])
+    records = run_sweep(paths, ["fake-sleep", "fake-first"], 0.5, tmp_path / "out",
+                        jobs=2, progress=False, figures=False)
+    by = {r["solver"]: r for r in records}
+    sleep = by["fake-sleep"]
+    assert sleep["status"] == "no_solution"
+    assert sleep["message"].startswith("killed after")
+    assert sleep["stats"]["killed"] is True
+    assert 0.9 < sleep["solve_time_s"] < 10
+    assert by["fake-first"]["status"] == "feasible"
+    assert not metrics.finished(sleep) and metrics.charged_time(sleep) == 0.5
+
+
+def test_progress_prints_one_line_per_run_when_not_a_tty(tmp_path, capsys):
+    paths = _instances(tmp_path / "inst", [4])
+    run_sweep(paths, ["fake-first", "fake-exact"], 20, tmp_path / "out", figures=False)
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 2 and all("ETA" in line for line in err)
+    assert err[-1].startswith("[" + "#" * 28 + "] 2/2 100%")
+
+
+def test_seeds_add_a_seed_column(tmp_path):
+    paths = _instances(tmp_path / "inst", [5])
+    run_sweep(paths, ["fake-first"], 20, tmp_path / "out", seeds=2, progress=False,
+              figures=False)
+    rows = _csv(tmp_path / "out" / "results.csv")
+    assert list(rows[0]) == CSV_COLUMNS + ["seed"]
+    assert [r["seed"] for r in rows] == ["0", "1"]
+
+
+def test_dask_local_cluster_gives_the_same_rows(tmp_path):
+    distributed = pytest.importorskip("distributed")
+    paths = _instances(tmp_path / "inst", [1, 2])
+    solvers = ["fake-exact", "fake-first", "fake-crash"] + (["dp"] if HAS_DP else [])
+    local = run_sweep(paths, solvers, 20, tmp_path / "local", jobs=2, progress=False,
+                      figures=False)
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=2, processes=True,
+                                  dashboard_address=None) as cluster:
+        remote = run_sweep(paths, solvers, 20, tmp_path / "dask", progress=False,
+                           figures=False, scheduler=cluster.scheduler_address)
+
+    def key(rows):
+        return [(r["instance"], r["solver"], r["status"], r["iteration_time_s"],
+                 r["gap_to_best"]) for r in rows]
+
+    assert key(_csv(tmp_path / "local" / "results.csv")) == \
+        key(_csv(tmp_path / "dask" / "results.csv"))
+    assert [r["status"] for r in local] == [r["status"] for r in remote]
+
+
+# --------------------------------------------------------------------------- metrics
+def test_shifted_geometric_mean():
+    assert metrics.shifted_geometric_mean([0.0, 3.0], shift=1.0) == pytest.approx(1.0)
+    assert metrics.shifted_geometric_mean([5.0], shift=1.0) == pytest.approx(5.0)
+    assert metrics.shifted_geometric_mean([]) is None
+
+
+def _rec(**kw):
+    base = {"instance": "i", "instance_path": "/i", "solver": "s", "seed": 0, "status": "optimal",
+            "iteration_time_s": 10.0, "lower_bound_s": 10.0, "gap": 0.0, "solve_time_s": 5.0,
+            "time_limit_s": 10.0, "exact": True, "stats": {}}
+    base.update(kw)
+    return base
+
+
+def test_primal_integral_follows_the_trace():
+    # no plan for 1 s, then T = 20 (gap 0.5) until 4 s, then the optimum 10
+    rec = _rec(stats={"trace": [[1.0, 20.0, None], [4.0, 10.0, 10.0]]})
+    assert metrics.primal_integral(rec, best=10.0) == pytest.approx(1.0 + 3 * 0.5)
+    # without a trace: no plan until the run returns at 5 s
+    assert metrics.primal_integral(_rec(), best=10.0) == pytest.approx(5.0)
+    # killed: never a plan, the whole limit
+    killed = _rec(status="no_solution", iteration_time_s=None, stats={"killed": True})
+    assert metrics.primal_integral(killed, best=10.0) == pytest.approx(10.0)
+
+
+def test_finished_and_charged_time():
+    assert metrics.finished(_rec())
+    assert not metrics.finished(_rec(status="feasible"))  # exact solver stopped without proof
+    assert metrics.charged_time(_rec(status="feasible")) == 10.0
+    assert metrics.finished(_rec(status="feasible", exact=False))  # a heuristic's answer
+    assert not metrics.finished(_rec(solve_time_s=12.0))  # over the limit
+    assert not metrics.finished(_rec(status="error"))
+
+
+def test_best_known_wins_and_profiles():
+    recs = [_rec(solver="a", iteration_time_s=10.0, solve_time_s=1.0),
+            _rec(solver="b", status="feasible", exact=False, iteration_time_s=12.5,
+                 lower_bound_s=None, gap=None, solve_time_s=0.5),
+            _rec(solver="c", status="no_solution", iteration_time_s=None, lower_bound_s=None,
+                 gap=None, solve_time_s=10.0)]
+    best = metrics.best_known(recs)["/i"]
+    assert best["best"] == 10.0 and best["proven"] and not best["conflicts"]
+    ann = {r["solver"]: r for r in metrics.annotate(recs)}
+    assert ann["b"]["gap_to_best"] == pytest.approx(0.25)
+    assert [ann[s]["win"] for s in "abc"] == [True, False, False]
+    q = metrics.performance_profile(recs, "quality")
+    assert q["ratios"] == {"a": [1.0], "b": [1.25], "c": [math.inf]}
+    t = metrics.performance_profile(recs, "time")
+    assert t["ratios"] == {"a": [2.0], "b": [1.0], "c": [math.inf]}
+    assert metrics.profile_curve([1.0, 2.0, math.inf], [1.0, 2.0, 100.0]) == \
+        pytest.approx([1 / 3, 2 / 3, 2 / 3])
+
+
+# --------------------------------------------------------------------------- command line
+@pytest.mark.parametrize("argv,needle", [
+    (["--solvers", "no-such-solver"], "--solvers: unknown solver 'no-such-solver'"),
+    (["--solvers", "fake-first", "--time-limit", "0"], "--time-limit: must be a number > 0"),
+])
+def test_cli_bad_arguments_exit_2(tmp_path, capsys, argv, needle):
+    paths = _instances(tmp_path / "inst", [1])
+    code = main(["compare", str(paths[0]), "--out", str(tmp_path / "o")] + argv)
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.strip().splitlines() == [err.strip()] and needle in err
+    assert "Traceback" not in err
+
+
+def test_cli_missing_input_exit_2(tmp_path, capsys):
+    code = main(["compare", str(tmp_path / "nope.json"), "--solvers", "fake-first",
+                 "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.strip() == f"INSTANCE_OR_DIR: {tmp_path / 'nope.json'}: no such file or directory"
+
+
+@pytest.mark.skipif(not HAS_DP, reason="dp solver not present")
+def test_cli_compare_end_to_end(tmp_path, capsys):
+    inst = ROOT / "instances" / "small" / "small-01-tiny.json"
+    if not inst.exists():
+        pytest.skip("committed small set not present")
+    out = tmp_path / "o"
+    code = main(["compare", str(inst), "--solvers", "dp,fake-first", "--time-limit", "30",
+                 "--out", str(out)])
+    stdout = capsys.readouterr().out
+    assert code == 0
+    assert stdout.splitlines()[0].split()[:3] == ["solver", "kind", "runs"]
+    assert "summary.md" in stdout and ".png" in stdout
+    rows = _csv(out / "results.csv")
+    assert [r["solver"] for r in rows] == ["dp", "fake-first"]
+    assert rows[0]["status"] == "optimal" and rows[0]["gap_to_best"] == "0"

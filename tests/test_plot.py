@@ -1,0 +1,134 @@
+"""The pipeline Gantt: its simulated schedule obeys the pipeline's rules, and the CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from chainpipe import Plan, evaluate, read
+from chainpipe.cli import main
+from chainpipe.plot import gantt, simulate_pipeline, stage_order
+from helpers import brute_force, random_instance
+
+DATA = Path(__file__).resolve().parent / "data" / "valid"
+
+
+def _plans(n):
+    """Optimal plans of random instances with at least one feasible plan."""
+    out = []
+    seed = 0
+    while len(out) < n:
+        inst = random_instance(500 + seed, max_layers=5)
+        seed += 1
+        T, plan = brute_force(inst)
+        if plan is not None:
+            out.append((inst, plan))
+    return out
+
+
+def test_worked_example_simulates_to_the_cost_model_time():
+    inst = read(DATA / "worked_example.json")
+    plan = Plan.from_dict(json.loads((DATA / "worked_example.plan.json").read_text()))
+    sim = simulate_pipeline(inst, plan)
+    assert sim.iteration_time_s == pytest.approx(32.0)
+    # one DC, stage 1 the bottleneck for forward and backward: the simulation is exact
+    assert sim.makespan_s == pytest.approx(32.0)
+    assert [r.kind for r in sim.rows] == ["stage", "link", "stage"]
+
+
+@pytest.mark.parametrize("schedule", ["1f1b", "gpipe"])
+def test_stage_order_runs_every_block_once(schedule):
+    for S in range(1, 6):
+        for M in (1, 2, 3, 8):
+            for s in range(S):
+                order = stage_order(schedule, S, s, M)
+                assert sorted(order) == sorted([("F", m) for m in range(M)] +
+                                               [("B", m) for m in range(M)])
+                assert all(order.index(("F", m)) < order.index(("B", m)) for m in range(M))
+                if schedule == "1f1b":  # never more than S - s activations stashed
+                    live = peak = 0
+                    for op, _ in order:
+                        live += 1 if op == "F" else -1
+                        peak = max(peak, live)
+                    assert peak == min(M, S - s)
+
+
+def test_simulated_schedule_respects_dependencies_and_resources():
+    for inst, plan in _plans(25):
+        ev = evaluate(inst, plan)
+        sim = simulate_pipeline(inst, plan)
+        S, M = plan.num_stages, inst.microbatches
+        stage_rows = [r for r in sim.rows if r.kind == "stage"]
+        link_rows = [r for r in sim.rows if r.kind == "link"]
+        assert len(stage_rows) == S and len(link_rows) == S - 1
+        end = {}
+        for s, row in enumerate(stage_rows):
+            blocks = sorted(row.blocks, key=lambda b: b.start)
+            assert len(blocks) == 2 * M
+            for a, b in zip(blocks, blocks[1:]):  # a device runs one block at a time
+                assert b.start >= a.start + a.duration - 1e-9
+            part = inst.layers[plan.stages[s].start:plan.stages[s].end]
+            fwd, bwd = sum(ly.fwd_flop for ly in part), sum(ly.bwd_flop for ly in part)
+            rate = inst.group(inst.locate(plan.stages[s].device)).flop_per_s
+            for b in blocks:
+                end[(s, b.op, b.microbatch)] = b.start + b.duration
+                if fwd + bwd > 0:  # forward and backward blocks take their own FLOP's time
+                    assert b.duration == pytest.approx((fwd if b.op == "F" else bwd) / rate)
+        for s, row in enumerate(link_rows):
+            bd = ev.boundaries[s]
+            for b in row.blocks:
+                assert b.duration == pytest.approx(bd.occupancy_s)
+                src = (s, "F", b.microbatch) if b.op == "F" else (s + 1, "B", b.microbatch)
+                assert b.start >= end[src] - 1e-9
+            for direction in "FB":
+                bl = sorted((b for b in row.blocks if b.op == direction), key=lambda b: b.start)
+                assert len(bl) == M
+                for a, b in zip(bl, bl[1:]):  # one transfer at a time per direction
+                    assert b.start >= a.start + a.duration - 1e-9
+        starts = {(s, b.op, b.microbatch): b.start
+                  for s, row in enumerate(stage_rows) for b in row.blocks}
+        for m in range(M):
+            for s in range(1, S):
+                bd = ev.boundaries[s - 1]
+                assert starts[(s, "F", m)] >= end[(s - 1, "F", m)] + bd.occupancy_s \
+                    + bd.latency_s - 1e-9
+                assert starts[(s - 1, "B", m)] >= end[(s, "B", m)] + bd.occupancy_s \
+                    + bd.latency_s - 1e-9
+        # no schedule beats one microbatch's round trip, nor the busiest device's work
+        assert sim.makespan_s >= ev.fill_drain_s * (1 - 1e-9)
+        assert sim.makespan_s >= M * max(st.compute_time_s for st in ev.stages) * (1 - 1e-9)
+        if M == 1:  # a single microbatch: the simulation is the cost model exactly
+            assert sim.makespan_s == pytest.approx(ev.iteration_time_s)
+
+
+def test_gantt_writes_png_and_data(tmp_path):
+    inst, plan = _plans(1)[0]
+    sim = gantt(inst, plan, path=tmp_path / "g.png")
+    assert (tmp_path / "g.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    data = json.loads((tmp_path / "g.json").read_text())
+    assert data["iteration_time_s"] == pytest.approx(evaluate(inst, plan).iteration_time_s)
+    assert data["makespan_s"] == pytest.approx(sim.makespan_s)
+    assert sum(len(r["blocks"]) for r in data["rows"] if r["kind"] == "stage") == \
+        2 * inst.microbatches * plan.num_stages
+
+
+def test_cli_plot(tmp_path, capsys):
+    out = tmp_path / "gantt.png"
+    code = main(["plot", str(DATA / "worked_example.json"),
+                 str(DATA / "worked_example.plan.json"), "-o", str(out)])
+    assert code == 0
+    assert out.exists() and out.with_suffix(".json").exists()
+    assert "T = 32 s" in capsys.readouterr().out
+
+
+def test_cli_plot_bad_plan_is_exit_2(tmp_path, capsys):
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"stages": [{"layers": [0, 3], "device": "a/nope/0"}]}))
+    code = main(["plot", str(DATA / "worked_example.json"), str(bad), "-o",
+                 str(tmp_path / "x.png")])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "stages[0].device" in err and "Traceback" not in err
+    assert not (tmp_path / "x.png").exists()
