@@ -229,12 +229,14 @@ class DCAgent:
             bn = np.concatenate([p[1] for p in parts])
             sm = np.concatenate([p[2] for p in parts])
             org = [o for p in parts for o in p[3]]
+            # the bound applies to the true values (rounding up comes after it)
+            keep = np.ones(len(r), dtype=bool)
+            if ub < math.inf:
+                keep = sm + (M - 1) * bn <= ub * (1 + 1e-12)
             if self.quantum > 0:
                 bn, sm = round_up(bn, self.quantum), round_up(sm, self.quantum)
-            keep = pareto_mask(r, bn, sm)
-            if ub < math.inf:
-                keep &= sm + (M - 1) * bn <= ub * (1 + 1e-12)
             sel = np.flatnonzero(keep)
+            sel = sel[pareto_mask(r[sel], bn[sel], sm[sel])]
             if self.epsilon > 0 and len(sel):
                 sel = sel[epsilon_mask(r[sel], bn[sel], sm[sel], self.epsilon)]
             if self.max_entries and len(sel):

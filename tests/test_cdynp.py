@@ -1,0 +1,250 @@
+"""CDynP: exactness (brute force, dp), isolation, split files, trace privacy, compression."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from chainpipe import Datacenter, DeviceGroup, Instance, Layer, Link, Model, Training
+from chainpipe.io import read
+from chainpipe.solve import solve
+from chainpipe.solvers.cdynp import guarantee_factor, protocol, split_instance
+from chainpipe.solvers.cdynp.runner import run_processes
+from chainpipe.solvers.cdynp.summary import epsilon_mask, pareto_mask
+from helpers import brute_force, random_instance
+
+ROOT = Path(__file__).resolve().parents[1]
+SMALL = sorted(p for p in (ROOT / "instances" / "small").glob("*.json")
+               if p.name != "manifest.json")
+RTOL = 1e-9
+
+
+def _same(a: float, b: float) -> bool:
+    return abs(a - b) <= RTOL * max(abs(a), abs(b), 1e-300)
+
+
+# ------------------------------------------------------------------ exactness
+@pytest.mark.parametrize("block", range(4))
+def test_exact_equals_brute_force_on_random_instances(block):
+    """>= 200 random small instances (50 per block), 1 to 3 DCs, tight and loose memory."""
+    for seed in range(block * 50, block * 50 + 50):
+        inst = random_instance(seed, max_layers=5)
+        T_best, _ = brute_force(inst)
+        res = solve(inst, "cdynp")
+        if math.isinf(T_best):
+            assert res.status == "infeasible", (seed, res.status, res.message)
+            continue
+        assert res.status == "optimal", (seed, res.status, res.message)
+        assert _same(res.iteration_time, T_best), (seed, res.iteration_time, T_best)
+        assert _same(res.stats["estimate_s"], T_best), seed
+
+
+def test_exact_on_four_datacenters_and_scarce_devices():
+    for seed in range(1000, 1040):
+        inst = random_instance(seed, max_layers=5, max_dcs=4, max_count=1)
+        T_best, _ = brute_force(inst)
+        res = solve(inst, "cdynp")
+        if math.isinf(T_best):
+            assert res.status == "infeasible", seed
+        else:
+            assert _same(res.iteration_time, T_best), (seed, res.iteration_time, T_best)
+
+
+@pytest.mark.skipif(not SMALL, reason="instances/small not generated")
+@pytest.mark.parametrize("path", SMALL, ids=lambda p: p.stem)
+def test_exact_equals_dp_on_small_set(path):
+    inst = read(path)
+    ref = solve(inst, "dp")
+    res = solve(inst, "cdynp")
+    assert res.status == ref.status
+    if ref.iteration_time is not None:
+        assert _same(res.iteration_time, ref.iteration_time)
+
+
+def test_worked_example():
+    inst = read(ROOT / "tests" / "data" / "valid" / "worked_example.json")
+    res = solve(inst, "cdynp")
+    assert res.status == "optimal" and _same(res.iteration_time, 32.0)
+
+
+# ------------------------------------------------------------------ isolation
+def test_processes_equal_in_process(tmp_path):
+    for seed in (7, 21):
+        inst = random_instance(seed, max_layers=6, max_dcs=3)
+        if inst.num_datacenters < 2:
+            continue
+        a = solve(inst, "cdynp", trace_dir=tmp_path / f"in{seed}")
+        b = solve(inst, "cdynp", processes=True, trace_dir=tmp_path / f"proc{seed}")
+        assert b.stats["mode"] == "processes"
+        assert a.status == b.status
+        assert a.plan == b.plan
+        assert a.stats["messages"] == b.stats["messages"]
+        # identical bytes on the wire
+        for m in a.stats["messages"]:
+            assert (tmp_path / f"in{seed}" / m["file"]).read_bytes() == \
+                (tmp_path / f"proc{seed}" / m["file"]).read_bytes()
+
+
+def _distinctive_instance() -> Instance:
+    """Three DCs whose private numbers and names appear nowhere else."""
+    layers = tuple(Layer(f"blk{i}", 1.0e12 + i * 7.0e10, 2.0e12 + i * 3.0e10, 5_000_000 + i,
+                         2.0e8 + i, 4.0e7 + 1000 * i) for i in range(7))
+    dcs = (
+        Datacenter("north", (DeviceGroup("ZetaSecretGPU", 2, 123456789012345.0, 9.87654321e10),
+                             DeviceGroup("OmegaHidden", 1, 77777777777777.5, 1.1223344e11)),
+                   Link(3.1415926e11, 2.71828e-6)),
+        Datacenter("centre", (DeviceGroup("KappaCovert", 3, 99999999999991.0, 6.6666666e10),),
+                   Link(1.6180339e11, 1.41421e-6)),
+        Datacenter("south", (DeviceGroup("SigmaPrivate", 2, 250000000000003.0, 8.0808080e10),
+                             DeviceGroup("ThetaMasked", 1, 55555555555555.0, 4.4444444e10)),
+                   Link(2.2360679e11, 1.73205e-6)),
+    )
+    links = (Link(2.5e9, 5.0e-4), Link(1.25e9, 3.0e-4))
+    return Instance("distinct", Model("m", layers), Training(8, "1f1b", 16.0), dcs, links)
+
+
+def _private_strings(inst: Instance) -> list[str]:
+    out = []
+    for dc in inst.datacenters:
+        for g in dc.devices:
+            out.append(g.type)
+            for v in (g.flop_per_s, g.memory_bytes):
+                out += [repr(v), repr(float(v)), f"{v:.6e}", f"{v:.5e}"]
+        for v in (dc.link.bandwidth_bytes_per_s, dc.link.latency_s):
+            out += [repr(v), f"{v:.5e}"]
+    return out
+
+
+def test_trace_has_no_private_data(tmp_path):
+    import jsonschema
+
+    inst = _distinctive_instance()
+    res = solve(inst, "cdynp", trace_dir=tmp_path)
+    assert res.status == "optimal"
+    files = sorted(tmp_path.iterdir())
+    assert [f.name for f in files] == [m["file"] for m in res.stats["messages"]]
+    assert len(files) == 2 * (inst.num_datacenters - 1)
+    assert sum(f.stat().st_size for f in files) == res.stats["message_bytes_total"]
+    secrets = _private_strings(inst)
+    for f in files:
+        text = f.read_text()
+        msg = json.loads(text)
+        jsonschema.validate(msg, protocol.SCHEMA)
+        for s in secrets:
+            assert s not in text, (f.name, s)
+        for dc in inst.datacenters:  # no device names either
+            assert f"{dc.name}/" not in text
+        # numbers carried are layer boundaries, stage counts, public bandwidths and costs
+        if msg["kind"] == "summary":
+            public_bw = {lk.bandwidth_bytes_per_s for lk in inst.links}
+            assert all(e["bw"] is None or e["bw"] in public_bw for e in msg["entries"])
+
+
+def test_split_files_alone_run_the_protocol(tmp_path):
+    inst = _distinctive_instance()
+    paths = split_instance(inst, tmp_path / "split")
+    assert paths[0].name == "public.json" and len(paths) == 1 + inst.num_datacenters
+    public_text = paths[0].read_text()
+    for s in _private_strings(inst):
+        assert s not in public_text
+    for k, p in enumerate(paths[1:]):
+        own = json.loads(p.read_text())["datacenter"]
+        assert own["name"] == inst.datacenters[k].name
+        other = [d.devices[0].type for j, d in enumerate(inst.datacenters) if j != k]
+        assert not any(t in p.read_text() for t in other)
+    run = run_processes(tmp_path / "split")
+    ref = solve(inst, "cdynp")
+    assert [tuple(s) for s in run.stages] == [(s.start, s.end, s.device) for s in ref.plan.stages]
+    assert _same(run.estimate, ref.iteration_time)
+
+
+def test_each_dc_learns_only_its_own_stages():
+    inst = _distinctive_instance()
+    res = solve(inst, "cdynp")
+    names = [dc.name for dc in inst.datacenters]
+    for k, rep in enumerate(res.stats["agents"]):
+        for start, end, device in rep["stages"]:
+            assert device.split("/")[0] == names[k]
+
+
+# ------------------------------------------------------------------ compression
+def test_compression_reports_bytes_and_gap():
+    inst = _distinctive_instance()
+    exact = solve(inst, "cdynp", compare_dp=True)
+    assert exact.stats["gap_vs_dp"] == pytest.approx(0.0, abs=1e-9)
+    comp = solve(inst, "cdynp", epsilon=0.2, max_entries=2, compare_dp=True)
+    assert comp.status in ("feasible", "no_solution")
+    sizes = [m["bytes"] for m in comp.stats["messages"]]
+    assert comp.stats["message_bytes_total"] == sum(sizes)
+    assert comp.stats["message_bytes_max"] == max(sizes)
+    assert comp.stats["message_bytes_total"] <= exact.stats["message_bytes_total"]
+    if comp.plan is not None:
+        assert comp.stats["gap_vs_dp"] >= -1e-12
+
+
+@pytest.mark.parametrize("eps,quantum", [(0.05, 0.0), (0.3, 0.0), (0.0, 0.1), (0.2, 0.05)])
+def test_epsilon_guarantee_holds(eps, quantum):
+    for seed in range(300, 360):
+        inst = random_instance(seed, max_layers=5, max_dcs=3)
+        T_best, _ = brute_force(inst)
+        res = solve(inst, "cdynp", epsilon=eps, quantum=quantum)
+        if math.isinf(T_best):
+            assert res.status == "infeasible", seed
+            continue
+        factor = guarantee_factor(inst.num_datacenters, eps, quantum)
+        assert res.status in ("feasible", "optimal")
+        assert res.iteration_time <= factor * T_best * (1 + RTOL), (seed, res.iteration_time, T_best)
+        assert res.lower_bound <= T_best * (1 + RTOL), seed
+
+
+def test_max_entries_never_reports_a_false_bound():
+    for seed in range(400, 430):
+        inst = random_instance(seed, max_layers=5)
+        T_best, _ = brute_force(inst)
+        res = solve(inst, "cdynp", max_entries=1)
+        assert res.lower_bound is None
+        if res.plan is not None:
+            assert res.iteration_time >= T_best * (1 - RTOL)
+        else:
+            assert res.status in ("no_solution", "infeasible")
+            if res.status == "infeasible":
+                assert math.isinf(T_best)
+
+
+def test_frontier_filters():
+    import numpy as np
+
+    r = np.array([0, 0, 1, 0, 1])
+    bn = np.array([1.0, 2.0, 0.5, 1.0, 3.0])
+    sm = np.array([5.0, 4.0, 9.0, 5.0, 1.0])
+    keep = pareto_mask(r, bn, sm)
+    assert keep.tolist() == [True, True, True, False, True]  # duplicate dropped
+    # epsilon: (2.0, 4.0) is within 1+eps of (1.9, 3.9)? the first point covers it at eps=1
+    e = epsilon_mask(np.zeros(2, int), np.array([1.0, 1.05]), np.array([2.0, 1.99]), 0.1)
+    assert e.tolist() == [True, False]
+
+
+def test_unknown_option_is_refused():
+    inst = random_instance(3)
+    with pytest.raises(ValueError, match="unknown option"):
+        solve(inst, "cdynp", epsilonn=0.1)
+
+
+def test_cli_trace_and_split(tmp_path, capsys):
+    from chainpipe.cli import main
+    from chainpipe.io import write
+
+    inst = _distinctive_instance()
+    path = tmp_path / "inst.json"
+    write(inst, path)
+    assert main(["solve", str(path), "--solver", "cdynp", "--trace", str(tmp_path / "tr"),
+                 "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["status"] == "optimal"
+    assert len(list((tmp_path / "tr").iterdir())) == 4
+    assert main(["split", str(path), str(tmp_path / "sp")]) == 0
+    assert (tmp_path / "sp" / "public.json").exists()
+    assert len(list((tmp_path / "sp").glob("private-*.json"))) == 3
