@@ -24,6 +24,7 @@ from .instance import (
     Link,
     Model,
     Training,
+    _fmt,
     json_kind,
     name_rule,
     text_rule,
@@ -120,7 +121,7 @@ def instance_from_dict(data: Any) -> Instance:
     if top is None:
         raise InstanceError(c.problems)
     if "format" in top and top["format"] != FORMAT:
-        c.add("format", f"must be {FORMAT!r}, got {top['format']!r}")
+        c.add("format", f"must be {FORMAT!r}, got {_fmt(top['format'])}")
     if "name" in top and (msg := text_rule(top["name"])):
         c.add("name", msg)
 
