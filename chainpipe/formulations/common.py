@@ -1,0 +1,182 @@
+"""Backend-free pieces shared by the ILP formulations and the CP-SAT model.
+
+Everything here is plain numpy on top of :class:`chainpipe.tables.CostTables`;
+no solver is imported. The public API (stable, used by ``ilp_assign``,
+``ilp_path`` and the CP-SAT model):
+
+- :func:`max_stages` -- an upper bound on the number of stages of any feasible plan;
+- :class:`Positions` / :func:`position_classes` -- the stage positions (counted from
+  the end) a model must distinguish, with the last class *saturating* when every
+  position at or beyond it has the same in-flight count;
+- :class:`CandidateStages` / :func:`candidate_stages` -- every (group, layers, position
+  class) stage that can appear in a feasible plan, memory pre-filtered;
+- :func:`time_scale` -- a positive time unit that puts objectives at a chosen magnitude;
+- :data:`BOUND_RTOL` / :func:`safe_bound` -- how a solver's floating-point dual bound is
+  turned into a bound that is valid for the true problem.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..tables import CostTables
+
+#: relative slack subtracted from a MIP/LP solver's dual bound before it is reported.
+#: The models' objective equals ``T / time_scale`` exactly (up to floating point), so
+#: the solver's bound is valid up to its own tolerances (about 1e-9 relative on an
+#: objective near 1e3, see :func:`time_scale`); 1e-7 covers them with margin and stays well inside the
+#: project's optimality tolerance (``chainpipe.solve.OPTIMALITY_RTOL = 1e-6``).
+BOUND_RTOL = 1e-7
+
+
+#: objective magnitude the ILPs scale time to (see :func:`time_scale`)
+OBJECTIVE_MAGNITUDE = 1e3
+
+
+def safe_bound(scaled_bound: float | None, scale: float) -> float | None:
+    """``scaled_bound * scale`` lowered by :data:`BOUND_RTOL` (``None`` stays ``None``)."""
+    if scaled_bound is None or not np.isfinite(scaled_bound):
+        return None
+    value = float(scaled_bound) * scale
+    return value - BOUND_RTOL * abs(value)
+
+
+def time_scale(tables: CostTables, magnitude: float = 1.0) -> float:
+    """A positive time unit (seconds): the cheap lower bound (else 1 s) / ``magnitude``.
+
+    Dividing every time coefficient by it puts objectives near ``magnitude`` (the
+    lower bound is at most the optimum), so a solver's absolute tolerances become
+    relative ones. The ILPs use ``magnitude = 1e3``: MIP solvers check rows to an
+    absolute 1e-6, which is then 1e-9 of the objective.
+    """
+    lb = float(tables.lower_bound)
+    unit = lb if np.isfinite(lb) and lb > 0 else 1.0
+    return unit / magnitude
+
+
+def memory_stage_cap(tables: CostTables) -> int | None:
+    """Largest stage count memory allows under 1F1B, or ``None`` if memory caps nothing.
+
+    Under 1F1B the first of ``S`` stages holds ``min(M, S)`` microbatches; if no stage
+    on any group can hold ``n_max < M`` of them then ``S <= n_max``. Under gpipe every
+    stage holds ``M`` regardless of ``S``, so memory caps nothing.
+    """
+    if tables.schedule != "1f1b":
+        return None
+    n_max = int(tables.max_in_flight.max()) if tables.G else -1
+    return max(n_max, 0) if n_max < tables.M else None
+
+
+def max_stages(tables: CostTables) -> int:
+    """Upper bound on ``S`` for every feasible plan: ``min(L, D, memory cap)``."""
+    cap = min(tables.L, int(tables.count.sum()))
+    mem = memory_stage_cap(tables)
+    return cap if mem is None else min(cap, mem)
+
+
+@dataclass(frozen=True)
+class Positions:
+    """Stage positions counted from the end (the last stage has position 1).
+
+    Classes ``1..count`` stand for positions ``1..count``; when ``saturating`` the
+    last class stands for every position ``>= count`` -- allowed because they all
+    stash the same number of microbatches (``M``: 1F1B with ``count = M``, or gpipe
+    with ``count = 1``).
+    """
+
+    count: int
+    saturating: bool
+    schedule: str
+    microbatches: int
+
+    def in_flight(self, c: int) -> int:
+        """Microbatches stashed by a stage of class ``c`` (exact for the whole class)."""
+        return self.microbatches if self.schedule == "gpipe" else min(self.microbatches, c)
+
+    def successors(self, c: int) -> tuple[int, ...]:
+        """Classes the next stage may have (the empty tuple only for the last class 1)."""
+        out = (c - 1,) if c >= 2 else ()
+        if self.saturating and c == self.count:
+            out = (c,) + out
+        return out
+
+    def may_end(self, c: int) -> bool:
+        """A stage of class ``c`` may be the last one (position 1)."""
+        return c == 1
+
+    def may_continue(self, c: int) -> bool:
+        """A stage of class ``c`` may be followed by another one."""
+        return c >= 2 or (self.saturating and c == self.count)
+
+
+def position_classes(tables: CostTables) -> Positions:
+    """The fewest position classes that keep every in-flight count exact.
+
+    gpipe: one saturating class (every stage stashes ``M``). 1F1B: ``min(S_max, M)``
+    classes, the last saturating when ``S_max > M`` (positions ``>= M`` all stash ``M``).
+    """
+    s_max = max(max_stages(tables), 1)
+    if tables.schedule == "gpipe":
+        return Positions(1, s_max > 1, "gpipe", tables.M)
+    count = min(s_max, tables.M)
+    return Positions(count, s_max > count, "1f1b", tables.M)
+
+
+@dataclass(frozen=True)
+class CandidateStages:
+    """Stages ``[start, end)`` on group ``group`` with position class ``cls``, as arrays.
+
+    Every stage of every feasible plan is one of these (with its position class
+    from :class:`Positions`); ``total`` counts the unfiltered candidates
+    ``G * L (L + 1) / 2 * classes`` for reporting.
+    """
+
+    group: np.ndarray  # int64, index into tables.groups
+    start: np.ndarray  # int64, first layer
+    end: np.ndarray  # int64, one past the last layer
+    cls: np.ndarray  # int64, position class 1..positions.count
+    compute_time: np.ndarray  # float64, C of the stage on its group (seconds)
+    positions: Positions
+    total: int
+
+    def __len__(self) -> int:
+        return int(self.group.shape[0])
+
+
+def candidate_stages(tables: CostTables, positions: Positions | None = None) -> CandidateStages:
+    """All stage candidates that can appear in a feasible plan, filtered with numpy.
+
+    A candidate ``(g, i, j, c)`` is dropped when it can never be feasible:
+
+    - memory: ``in_flight(c) > max_in_flight[g, i, j]``;
+    - ending: it ends at ``L`` but is not last (``c >= 2`` and not saturating), or it
+      is last (``c == 1``, non-saturating) but ends before ``L``;
+    - room after it: the ``c - 1`` stages that follow need ``L - j >= c - 1`` layers
+      and ``c - 1`` further devices in its datacenter or later ones.
+    """
+    pos = positions or position_classes(tables)
+    L, G = tables.L, tables.G
+    ii, jj = np.triu_indices(L + 1, 1)
+    # devices in datacenters >= k, per group's datacenter
+    dc_devices = np.bincount(tables.group_dc, weights=tables.count, minlength=tables.K)
+    devices_from = np.cumsum(dc_devices[::-1])[::-1]
+    parts = []
+    for c in range(1, pos.count + 1):
+        need = pos.in_flight(c)
+        fits = tables.max_in_flight[:, ii, jj] >= need  # [g, pair]
+        ends = jj == L
+        ok_end = (ends & pos.may_end(c)) | (~ends & pos.may_continue(c))
+        ok_room = (L - jj) >= (c - 1)
+        ok_dev = devices_from[tables.group_dc] >= c  # [g]
+        mask = fits & (ok_end & ok_room)[None, :] & ok_dev[:, None]
+        g_idx, pair = np.nonzero(mask)
+        parts.append((g_idx, ii[pair], jj[pair], np.full(g_idx.shape, c)))
+    if parts:
+        g, i, j, c = (np.concatenate(x).astype(np.int64) for x in zip(*parts))
+    else:  # pragma: no cover - positions.count >= 1 always
+        g = i = j = c = np.zeros(0, dtype=np.int64)
+    compute = tables.compute_time[g, i, j] if len(g) else np.zeros(0)
+    total = G * (L * (L + 1) // 2) * pos.count
+    return CandidateStages(g, i, j, c, np.asarray(compute, dtype=float), pos, total)

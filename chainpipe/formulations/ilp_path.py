@@ -1,0 +1,245 @@
+"""The interval (path) ILP: candidate stages as arcs of a layered network.
+
+Nodes are ``In(i, c, k)`` (a stage of position class ``c`` starts at layer ``i`` in
+datacenter ``k``) and ``Out(j, c, k)`` (a stage of class ``c`` in datacenter ``k``
+ended at layer ``j``). A *stage arc* ``x_a``, ``a = (g, i, j, c)``, goes from
+``In(i, c, dc(g))`` to ``Out(j, c, dc(g))``; a *boundary arc* ``y_b``,
+``b = (j, c, c', k1, k2)`` with ``k1 <= k2`` and ``c'`` a successor class of ``c``,
+goes from ``Out(j, c, k1)`` to ``In(j, c', k2)`` and carries the link costs of the
+boundary at layer ``j`` on the path ``k1 -> k2``. One unit of flow leaves layer 0
+and reaches layer ``L``; see ``docs/formulations.md`` for the full model and why
+each constraint is exact.
+
+The module is split like the model: :meth:`PathFormulation.variables`, one method
+per constraint family, :meth:`PathFormulation.objective`, the builder
+:func:`build_path` and the decoder :meth:`PathFormulation.decode`.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+
+from ..instance import Instance
+from ..plan import Plan
+from ..tables import CostTables
+from .common import (
+    OBJECTIVE_MAGNITUDE,
+    CandidateStages,
+    candidate_stages,
+    position_classes,
+    time_scale,
+)
+
+#: ``bottleneck="auto"`` uses the layer-cover rows while their non-zeros stay below this
+LAYER_COVER_MAX_NONZEROS = 2_000_000
+
+
+class PathFormulation:
+    """Builder and decoder of the path ILP for one instance (PuLP imported lazily)."""
+
+    name = "ilp-path"
+
+    def __init__(self, tables: CostTables, bottleneck: str = "auto"):
+        if bottleneck not in ("auto", "layer", "node"):
+            raise ValueError(f"bottleneck must be 'auto', 'layer' or 'node', got {bottleneck!r}")
+        self.tables = tables
+        self.scale = time_scale(tables, OBJECTIVE_MAGNITUDE)
+        self.positions = position_classes(tables)
+        self.candidates: CandidateStages = candidate_stages(tables, self.positions)
+        self._prune()
+        cover_nnz = int(np.sum(self.arc_end - self.arc_start)) if self.n_arcs else 0
+        if bottleneck == "auto":
+            bottleneck = "layer" if cover_nnz <= LAYER_COVER_MAX_NONZEROS else "node"
+        self.bottleneck_rows = bottleneck
+        self.problem = None
+
+    # ------------------------------------------------------------------ network
+    def _prune(self) -> None:
+        """Drop stage and boundary arcs that lie on no source-to-sink path."""
+        t, cand, pos = self.tables, self.candidates, self.positions
+        L = t.L
+        dc = t.group_dc[cand.group]
+        keep = np.ones(len(cand), dtype=bool)
+        while True:
+            ins = {(i, c, k) for i, c, k, m in zip(cand.start, cand.cls, dc, keep) if m}
+            outs = {(j, c, k) for j, c, k, m in zip(cand.end, cand.cls, dc, keep) if m}
+            boundary = []
+            reach_in, reach_out = set(), set()
+            for (j, c, k1) in outs:
+                if j == L:
+                    continue
+                for c2 in pos.successors(c):
+                    for k2 in range(k1, t.K):
+                        if (j, c2, k2) in ins:
+                            boundary.append((j, c, c2, k1, k2))
+                            reach_out.add((j, c, k1))
+                            reach_in.add((j, c2, k2))
+            new = keep.copy()
+            for a in np.nonzero(keep)[0]:
+                i, j, c, k = cand.start[a], cand.end[a], cand.cls[a], dc[a]
+                if i > 0 and (i, c, k) not in reach_in:
+                    new[a] = False
+                elif j < L and (j, c, k) not in reach_out:
+                    new[a] = False
+            if (new == keep).all():
+                break
+            keep = new
+        idx = np.nonzero(keep)[0]
+        self.arc_group = cand.group[idx]
+        self.arc_start = cand.start[idx]
+        self.arc_end = cand.end[idx]
+        self.arc_cls = cand.cls[idx]
+        self.arc_dc = dc[idx]
+        self.arc_compute = cand.compute_time[idx]
+        self.n_arcs = int(idx.size)
+        self.boundary = sorted(boundary) if self.n_arcs else []
+        self.arcs_memory_filtered = len(cand)
+
+    @property
+    def network_stats(self) -> dict:
+        return {
+            "positions": self.positions.count,
+            "positions_saturating": self.positions.saturating,
+            "stage_arcs_total": self.candidates.total,
+            "stage_arcs_after_filter": self.arcs_memory_filtered,
+            "stage_arcs": self.n_arcs,
+            "boundary_arcs": len(self.boundary),
+            "bottleneck_rows": self.bottleneck_rows,
+        }
+
+    # ------------------------------------------------------------------ variables
+    def variables(self) -> None:
+        import pulp
+
+        self.x = [pulp.LpVariable(f"x_{a}", 0, 1, cat=pulp.LpBinary) for a in range(self.n_arcs)]
+        # boundary arcs are continuous: integral stage arcs force them integral
+        self.y = [pulp.LpVariable(f"y_{b}", 0, 1) for b in range(len(self.boundary))]
+        self.B = pulp.LpVariable("bottleneck", 0)
+
+    # ------------------------------------------------------------------ constraints
+    def constraints_flow(self) -> None:
+        """One unit leaves layer 0; flow is conserved at every In and Out node."""
+        import pulp
+
+        prob = self.problem
+        out_of_in = defaultdict(list)  # In node -> stage arcs leaving it
+        into_out = defaultdict(list)  # Out node -> stage arcs entering it
+        source = []
+        for a in range(self.n_arcs):
+            i, j, c, k = (int(self.arc_start[a]), int(self.arc_end[a]), int(self.arc_cls[a]),
+                          int(self.arc_dc[a]))
+            if i == 0:
+                source.append(self.x[a])
+            else:
+                out_of_in[(i, c, k)].append(self.x[a])
+            if j < self.tables.L:
+                into_out[(j, c, k)].append(self.x[a])
+        into_in = defaultdict(list)
+        out_of_out = defaultdict(list)
+        for b, (j, c, c2, k1, k2) in enumerate(self.boundary):
+            out_of_out[(j, c, k1)].append(self.y[b])
+            into_in[(j, c2, k2)].append(self.y[b])
+        prob += pulp.lpSum(source) == 1, "source"
+        for node in sorted(set(out_of_in) | set(into_in)):
+            expr = pulp.LpAffineExpression(
+                [(v, 1.0) for v in into_in.get(node, [])]
+                + [(v, -1.0) for v in out_of_in.get(node, [])]
+            )
+            prob += expr == 0, "in_%d_%d_%d" % node
+        for node in sorted(set(into_out) | set(out_of_out)):
+            expr = pulp.LpAffineExpression(
+                [(v, 1.0) for v in into_out.get(node, [])]
+                + [(v, -1.0) for v in out_of_out.get(node, [])]
+            )
+            prob += expr == 0, "out_%d_%d_%d" % node
+
+    def constraints_devices(self) -> None:
+        """At most ``count_g`` stages on group ``g``."""
+        import pulp
+
+        by_group = defaultdict(list)
+        for a in range(self.n_arcs):
+            by_group[int(self.arc_group[a])].append(self.x[a])
+        for g, xs in sorted(by_group.items()):
+            if len(xs) > self.tables.count[g]:
+                self.problem += pulp.lpSum(xs) <= int(self.tables.count[g]), f"count_{g}"
+
+    def constraints_bottleneck(self) -> None:
+        """``B >= C`` of every stage and ``B >= U`` of every boundary (scaled times).
+
+        Stages, ``bottleneck_rows == "layer"``: for each layer ``l``,
+        ``B >= sum_{a covers l} C_a x_a`` (exactly one chosen arc covers ``l``);
+        ``"node"``: for each In node, ``B >= sum_{a leaves it} C_a x_a`` (at most one
+        chosen arc leaves it). Links: for each boundary layer ``j``,
+        ``B >= sum_{b at j} U_b y_b`` (at most one chosen boundary arc at ``j``).
+        """
+        import pulp
+
+        prob, t = self.problem, self.tables
+        coef = self.arc_compute / self.scale
+        rows = defaultdict(list)
+        if self.bottleneck_rows == "layer":
+            for a in range(self.n_arcs):
+                term = (self.x[a], float(coef[a]))
+                for l in range(int(self.arc_start[a]), int(self.arc_end[a])):
+                    rows[("layer", l)].append(term)
+        else:
+            for a in range(self.n_arcs):
+                key = ("node", int(self.arc_start[a]), int(self.arc_cls[a]), int(self.arc_dc[a]))
+                rows[key].append((self.x[a], float(coef[a])))
+        for b, (j, c, c2, k1, k2) in enumerate(self.boundary):
+            u = t.occupancy(j, k1, k2) / self.scale
+            if u > 0:
+                rows[("link", j)].append((self.y[b], float(u)))
+        for n, key in enumerate(sorted(rows)):
+            expr = pulp.LpAffineExpression(rows[key] + [(self.B, -1.0)])
+            prob += expr <= 0, f"bottleneck_{n}"
+
+    # ------------------------------------------------------------------ objective
+    def objective(self) -> None:
+        """``(sum_a C_a x_a + sum_b Q_b y_b + (M - 1) B) / time_scale``."""
+        import pulp
+
+        t = self.tables
+        terms = [(self.x[a], float(self.arc_compute[a] / self.scale)) for a in range(self.n_arcs)]
+        for b, (j, c, c2, k1, k2) in enumerate(self.boundary):
+            q = t.traversal(j, k1, k2) / self.scale
+            if q != 0:
+                terms.append((self.y[b], float(q)))
+        if t.M > 1:
+            terms.append((self.B, float(t.M - 1)))
+        self.problem.setObjective(pulp.LpAffineExpression(terms))
+
+    # ------------------------------------------------------------------ build/decode
+    def build(self):
+        """The PuLP problem (minimise ``T / time_scale``)."""
+        import pulp
+
+        self.problem = pulp.LpProblem("chainpipe_path", pulp.LpMinimize)
+        self.variables()
+        self.constraints_flow()
+        self.constraints_devices()
+        self.constraints_bottleneck()
+        self.objective()
+        return self.problem
+
+    def decode(self) -> Plan:
+        """The plan of the chosen stage arcs (values rounded at 0.5)."""
+        chosen = [a for a in range(self.n_arcs) if (self.x[a].varValue or 0.0) > 0.5]
+        chosen.sort(key=lambda a: self.arc_start[a])
+        groups = self.tables.groups
+        return Plan.from_tuples(
+            self.tables.instance,
+            [(int(self.arc_start[a]), int(self.arc_end[a]), groups[int(self.arc_group[a])].dc,
+              groups[int(self.arc_group[a])].index) for a in chosen],
+        )
+
+
+def build_path(instance: Instance | CostTables, bottleneck: str = "auto") -> PathFormulation:
+    """Build the path ILP; ``.problem`` holds the PuLP model, ``.decode()`` the plan."""
+    tables = instance if isinstance(instance, CostTables) else CostTables(instance)
+    form = PathFormulation(tables, bottleneck=bottleneck)
+    form.build()
+    return form
