@@ -12,9 +12,15 @@ from chainpipe.cli import main as cli_main
 from chainpipe.instances import GPUS, MODELS, PRESETS, generate
 from chainpipe.instances.gpus import GIB
 from chainpipe.instances.models import block_figures, model_layers, model_shape
-from chainpipe.instances.sets import ROOT, SETS, build, check_against_manifest, instance_text
+from chainpipe.instances.sets import (
+    ROOT,
+    SETS,
+    build,
+    check_against_manifest,
+    instance_text,
+    witness_plan,
+)
 from chainpipe.instances.sets import main as sets_main
-from chainpipe.instances.sets import witness_plan
 from chainpipe.io import instance_from_dict, instance_to_dict, read, write
 from chainpipe.plan import evaluate
 from chainpipe.tables import CostTables

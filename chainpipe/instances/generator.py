@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from ..instance import SCHEDULES, Datacenter, DeviceGroup, Instance, Link, Model, Training
 from .gpus import GPUS, gpu
-from .models import MODELS, model_layers, model_shape
+from .models import model_layers, model_shape
 from .network import MAN_GBIT, check_degrade, degraded, intra_dc_link, random_man_link
 
 #: mixed-precision Adam: 2 (fp16 weights) + 2 (grads) + 12 (fp32 master, momentum, variance)
@@ -89,7 +89,7 @@ def _split(n: int, parts: int) -> list[int]:
     return [q + (1 if i < r else 0) for i in range(parts)]
 
 
-def _dc_groups(spec: Preset, rng: random.Random, n: int, types: list[str]) -> list[DeviceGroup]:
+def _dc_groups(rng: random.Random, n: int, types: list[str]) -> list[DeviceGroup]:
     """``n`` GPUs over ``types``; counts in whole 8-GPU nodes when the DC is big enough."""
     if len(types) == 1 or n < 2:
         return [gpu(types[0]).group(n)]
@@ -148,7 +148,7 @@ def generate(
     except (KeyError, TypeError):
         raise KeyError(f"unknown preset {preset!r}; known: {', '.join(PRESETS)}") from None
     if isinstance(seed, bool) or not isinstance(seed, int):
-        raise ValueError(f"seed must be an integer, got {seed!r}")
+        raise TypeError(f"seed must be an integer, got {seed!r}")
     if model is not None:
         model_shape(model)  # raises with the known names
     if datacenters is not None:
@@ -184,7 +184,7 @@ def generate(
             if spec.max_total_gpus is not None:
                 n = max(1, min(n, spec.max_total_gpus // k))
         types = _draw_types(spec, seed, k)
-        groups = [_dc_groups(spec, _rng(preset, seed, f"counts/dc{d}"), n, types[d])
+        groups = [_dc_groups(_rng(preset, seed, f"counts/dc{d}"), n, types[d])
                   for d in range(k)]
         intra_links = [intra_dc_link(_rng(preset, seed, f"intra/dc{d}")) for d in range(k)]
 
@@ -210,7 +210,3 @@ def generate(
         datacenters=dcs,
         links=tuple(links),
     )
-
-
-def known_models() -> list[str]:
-    return list(MODELS)
