@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
 import pytest
+from helpers import brute_force, random_instance
 
 from chainpipe import Plan, evaluate, read
 from chainpipe.cli import main
 from chainpipe.plot import gantt, simulate_pipeline, stage_order
-from helpers import brute_force, random_instance
 
 DATA = Path(__file__).resolve().parent / "data" / "valid"
 
@@ -22,7 +23,7 @@ def _plans(n):
     while len(out) < n:
         inst = random_instance(500 + seed, max_layers=5)
         seed += 1
-        T, plan = brute_force(inst)
+        _T, plan = brute_force(inst)
         if plan is not None:
             out.append((inst, plan))
     return out
@@ -67,7 +68,7 @@ def test_simulated_schedule_respects_dependencies_and_resources():
         for s, row in enumerate(stage_rows):
             blocks = sorted(row.blocks, key=lambda b: b.start)
             assert len(blocks) == 2 * M
-            for a, b in zip(blocks, blocks[1:]):  # a device runs one block at a time
+            for a, b in itertools.pairwise(blocks):  # a device runs one block at a time
                 assert b.start >= a.start + a.duration - 1e-9
             part = inst.layers[plan.stages[s].start:plan.stages[s].end]
             fwd, bwd = sum(ly.fwd_flop for ly in part), sum(ly.bwd_flop for ly in part)
@@ -85,7 +86,7 @@ def test_simulated_schedule_respects_dependencies_and_resources():
             for direction in "FB":
                 bl = sorted((b for b in row.blocks if b.op == direction), key=lambda b: b.start)
                 assert len(bl) == M
-                for a, b in zip(bl, bl[1:]):  # one transfer at a time per direction
+                for a, b in itertools.pairwise(bl):  # one transfer at a time per direction
                     assert b.start >= a.start + a.duration - 1e-9
         starts = {(s, b.op, b.microbatch): b.start
                   for s, row in enumerate(stage_rows) for b in row.blocks}

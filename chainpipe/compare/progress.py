@@ -11,7 +11,7 @@ import time
 
 
 def _clock(seconds: float) -> str:
-    seconds = max(0, int(round(seconds)))
+    seconds = max(0, round(seconds))
     h, rest = divmod(seconds, 3600)
     m, s = divmod(rest, 60)
     return f"{h}:{m:02d}:{s:02d}" if h else f"{m:02d}:{s:02d}"
@@ -42,7 +42,7 @@ class Progress:
         elapsed = time.monotonic() - self.start
         eta = self.eta()
         frac = self.done / self.total
-        filled = int(round(frac * self.width))
+        filled = round(frac * self.width)
         bar = "#" * filled + "." * (self.width - filled)
         T = rec.get("iteration_time_s")
         what = (f"{rec['instance']} {rec['solver']}"

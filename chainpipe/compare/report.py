@@ -142,8 +142,8 @@ def summary_markdown(records: list[dict], figures: dict[str, str]) -> str:
     out = ["# Comparison summary", "", caption(records), "", "## Per solver", "",
            markdown(SOLVER_HEADER, solver_table(summary)), "",
            "## Per instance: gap to the best known and status", "",
-           "Cells: (T - T*) / T* and the status (opt = proven optimal, feas = feasible without "
-           "proof, no sol = no plan in the limit, error = the run failed).", "",
+           ("Cells: (T - T*) / T* and the status (opt = proven optimal, feas = feasible without "
+           "proof, no sol = no plan in the limit, error = the run failed)."), "",
            markdown(ih, irows), ""]
     if conflicts:
         out += ["## Contradictions between solvers", ""]
