@@ -9,6 +9,7 @@ from pathlib import Path
 
 import jsonschema
 import pytest
+from helpers import random_instance
 
 import chainpipe as cp
 from chainpipe.instance import MAX_INTEGER, InstanceError
@@ -21,7 +22,6 @@ from chainpipe.io import (
     write,
     write_json,
 )
-from helpers import random_instance
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data"
@@ -91,8 +91,8 @@ def test_huge_integer_beyond_float_range_is_rejected_not_crashing():
     data["model"]["layers"][1]["params"] = 10**5000  # more digits than Python prints
     assert _problems(instance_from_dict, data) == [
         "model.layers[0].fwd_flop: must be a finite number >= 0, got 1" + "0" * 400,
-        f"model.layers[1].params: must be an integer <= {MAX_INTEGER} (2**53 - 1), "
-        f"got an integer of {(10**5000).bit_length()} bits",
+        (f"model.layers[1].params: must be an integer <= {MAX_INTEGER} (2**53 - 1), "
+         f"got an integer of {(10**5000).bit_length()} bits"),
     ]
 
 
