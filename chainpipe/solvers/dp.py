@@ -137,9 +137,10 @@ class _Search:
             if not layer_states:
                 continue
             for key in list(layer_states):
-                labels = _pareto3(layer_states[key], p_cap)
-                layer_states[key] = labels
-                labels_total += len(labels)
+                layer_states[key] = _pareto3(layer_states[key], p_cap)
+            if len(layer_states) > 1:
+                _across_usage(layer_states)
+            labels_total += sum(len(v) for v in layer_states.values())
             self.stats["states"] += len(layer_states)
             for key, labels in layer_states.items():
                 check += 1
@@ -199,6 +200,72 @@ class _Search:
             stages.append((a, b, int(t.group_dc[g]), local[g]))
             parent = states[b][key][idx][3]
         return best[0], stages
+
+
+def _across_usage(layer_states: dict) -> None:
+    """Drop labels dominated by a label of another state of the same DC that used no more
+    devices of any group (and has no larger bottleneck, sum or stage count).
+
+    Fewer devices used leaves every completion of the dominated label available, so this
+    is as safe as the Pareto filter within a state. Works in place, keeping label order.
+    """
+    by_dc: dict[int, list] = {}
+    for key in layer_states:
+        by_dc.setdefault(key[0], []).append(key)
+    for keys in by_dc.values():
+        if len(keys) < 2:
+            continue
+        rows = [(lab[0], lab[1], lab[2], key, i)
+                for key in keys for i, lab in enumerate(layer_states[key])]
+        if len(rows) < 2:
+            continue
+        rows.sort(key=lambda r: (r[0], r[1], r[2], sum(r[3][1])))
+        n = len(rows)
+        if n < 48:
+            drop = _dominated_small(rows)
+        else:
+            drop = _dominated_numpy(rows)
+        for key, idxs in drop.items():
+            labels = layer_states[key]
+            left = [lab for i, lab in enumerate(labels) if i not in idxs]
+            if left:
+                layer_states[key] = left
+            else:
+                del layer_states[key]
+
+
+def _dominated_small(rows: list) -> dict:
+    """Rows sorted by (bottleneck, sum, ...): which are dominated by an earlier kept row."""
+    kept: list = []
+    drop: dict = {}
+    for _mx, sm, p, key, i in rows:
+        u = key[1]
+        for ksm, kp, ku in kept:
+            if ksm <= sm and kp <= p and all(x <= y for x, y in zip(ku, u)):
+                drop.setdefault(key, set()).add(i)
+                break
+        else:
+            kept.append((sm, p, u))
+    return drop
+
+
+def _dominated_numpy(rows: list) -> dict:
+    """As :func:`_dominated_small`, each row checked against the kept ones at once."""
+    n, width = len(rows), len(rows[0][3][1])
+    sums = np.empty(n)
+    ps = np.empty(n, dtype=np.int64)
+    us = np.empty((n, width), dtype=np.int64)
+    kept = 0
+    drop: dict = {}
+    for _mx, sm, p, key, i in rows:
+        u = key[1]
+        if kept and ((sums[:kept] <= sm) & (ps[:kept] <= p)
+                     & np.all(us[:kept] <= u, axis=1)).any():
+            drop.setdefault(key, set()).add(i)
+            continue
+        sums[kept], ps[kept], us[kept] = sm, p, u
+        kept += 1
+    return drop
 
 
 def _pareto3(labels: list, p_cap: int) -> list:
