@@ -318,3 +318,23 @@ def test_cli_compare_end_to_end(tmp_path, capsys):
     rows = _csv(out / "results.csv")
     assert [r["solver"] for r in rows] == ["dp", "fake-first"]
     assert rows[0]["status"] == "optimal" and rows[0]["gap_to_best"] == "0"
+
+
+def test_progress_redraws_one_line_on_a_terminal():
+    import io
+
+    from chainpipe.compare.progress import Progress
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    stream = Tty()
+    bar = Progress(2, stream=stream)
+    rec = {"instance": "i", "solver": "s", "status": "optimal", "iteration_time_s": 1.0,
+           "solve_time_s": 0.1}
+    bar.update(rec)
+    assert "\n" not in stream.getvalue() and stream.getvalue().startswith("\r")
+    bar.update(rec)
+    text = stream.getvalue()
+    assert text.endswith("\n") and text.count("\r") == 2 and "2/2 100%" in text
