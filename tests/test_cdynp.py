@@ -185,16 +185,16 @@ def test_compression_reports_bytes_and_gap():
         assert comp.stats["gap_vs_dp"] >= -1e-12
 
 
-@pytest.mark.parametrize("eps,quantum", [(0.05, 0.0), (0.3, 0.0), (0.0, 0.1), (0.2, 0.05)])
-def test_epsilon_guarantee_holds(eps, quantum):
+@pytest.mark.parametrize("eps,quantum,digits", [(0.05, 0.0, 0), (0.3, 0.0, 0), (0.0, 0.1, 0), (0.2, 0.05, 0), (0.0, 0.0, 2), (0.1, 0.0, 3)])
+def test_epsilon_guarantee_holds(eps, quantum, digits):
     for seed in range(300, 360):
         inst = random_instance(seed, max_layers=5, max_dcs=3)
         T_best, _ = brute_force(inst)
-        res = solve(inst, "cdynp", epsilon=eps, quantum=quantum)
+        res = solve(inst, "cdynp", epsilon=eps, quantum=quantum, digits=digits)
         if math.isinf(T_best):
             assert res.status == "infeasible", seed
             continue
-        factor = guarantee_factor(inst.num_datacenters, eps, quantum)
+        factor = guarantee_factor(inst.num_datacenters, eps, quantum, digits)
         assert res.status in ("feasible", "optimal")
         assert res.iteration_time <= factor * T_best * (1 + RTOL), (seed, res.iteration_time, T_best)
         assert res.lower_bound <= T_best * (1 + RTOL), seed

@@ -9,13 +9,14 @@ Options (``solve(inst, "cdynp", **options)`` or ``--option KEY=VALUE``):
 
 * ``epsilon`` (float, 0): epsilon-dominance pruning of every summary;
 * ``quantum`` (float, 0): round every emitted cost up to the grid ``(1+q)^n``;
+* ``digits`` (int, 0 = off): round every emitted cost up to that many significant digits;
 * ``max_entries`` (int, 0 = no cap): at most that many points per summary entry;
 * ``processes`` (bool): one spawned OS process per DC, fed only its split files;
 * ``trace_dir`` (path): write every DC-to-DC message there, exactly as sent;
 * ``compare_dp`` (bool): also run ``dp`` and report the gap in ``stats``.
 
-With ``epsilon`` and ``quantum`` only, the plan's time is at most
-``((1+epsilon)(1+quantum))^(K-1)`` times the optimum, and that factor gives the
+With ``epsilon``, ``quantum`` and ``digits`` only, the plan's time is at most
+``((1+epsilon)(1+quantum)(1+10^(1-digits)))^(K-1)`` times the optimum, and that factor gives the
 reported lower bound; ``max_entries`` gives no guarantee.
 """
 
@@ -35,7 +36,7 @@ from .runner import run_in_process, run_processes, write_split
 
 __all__ = ["run", "split_instance", "guarantee_factor"]
 
-_OPTIONS = {"epsilon", "quantum", "max_entries", "processes", "trace_dir", "compare_dp"}
+_OPTIONS = {"epsilon", "quantum", "digits", "max_entries", "processes", "trace_dir", "compare_dp"}
 
 
 def split_instance(instance: Instance, outdir) -> list[Path]:
@@ -43,10 +44,13 @@ def split_instance(instance: Instance, outdir) -> list[Path]:
     return write_split(PublicInstance.of(instance), list(instance.datacenters), outdir)
 
 
-def guarantee_factor(num_datacenters: int, epsilon: float = 0.0, quantum: float = 0.0) -> float:
-    """Proven ratio bound ``T_found / T_opt`` for epsilon/quantum compression."""
+def guarantee_factor(num_datacenters: int, epsilon: float = 0.0, quantum: float = 0.0,
+                     digits: int = 0) -> float:
+    """Proven ratio bound ``T_found / T_opt`` for epsilon/quantum/digits compression:
+    each of the ``K - 1`` summaries loses at most one factor of each."""
     hops = max(num_datacenters - 1, 0)
-    return ((1.0 + epsilon) * (1.0 + quantum)) ** hops
+    per_hop = (1.0 + epsilon) * (1.0 + quantum) * (1.0 + (10.0 ** (1 - digits) if digits else 0.0))
+    return per_hop ** hops
 
 
 def run(instance: Instance, *, time_limit=None, seed=0, threads=1, **options) -> Outcome:
@@ -57,11 +61,13 @@ def run(instance: Instance, *, time_limit=None, seed=0, threads=1, **options) ->
     epsilon = float(options.get("epsilon", 0.0) or 0.0)
     quantum = float(options.get("quantum", 0.0) or 0.0)
     max_entries = int(options.get("max_entries", 0) or 0)
-    if epsilon < 0 or quantum < 0 or max_entries < 0:
-        raise ValueError("cdynp: epsilon, quantum and max_entries must be >= 0")
+    digits = int(options.get("digits", 0) or 0)
+    if epsilon < 0 or quantum < 0 or max_entries < 0 or digits < 0:
+        raise ValueError("cdynp: epsilon, quantum, digits and max_entries must be >= 0")
     trace_dir = options.get("trace_dir")
     deadline = None if time_limit is None else time.monotonic() + float(time_limit)
-    agent_opts = {"epsilon": epsilon, "quantum": quantum, "max_entries": max_entries}
+    agent_opts = {"epsilon": epsilon, "quantum": quantum, "max_entries": max_entries,
+                  "digits": digits}
     t0 = time.perf_counter()
     try:
         if options.get("processes"):
@@ -76,12 +82,12 @@ def run(instance: Instance, *, time_limit=None, seed=0, threads=1, **options) ->
                        stats={"protocol_s": time.perf_counter() - t0})
     elapsed = time.perf_counter() - t0
     sizes = [m["bytes"] for m in res.messages]
-    exact = epsilon == 0 and quantum == 0 and max_entries == 0
-    factor = guarantee_factor(instance.num_datacenters, epsilon, quantum)
+    exact = epsilon == 0 and quantum == 0 and max_entries == 0 and digits == 0
+    factor = guarantee_factor(instance.num_datacenters, epsilon, quantum, digits)
     stats = {
         "mode": "processes" if options.get("processes") else "in-process",
         "exact": exact,
-        "epsilon": epsilon, "quantum": quantum, "max_entries": max_entries,
+        "epsilon": epsilon, "quantum": quantum, "digits": digits, "max_entries": max_entries,
         "guarantee_factor": None if max_entries else factor,
         "estimate_s": res.estimate if math.isfinite(res.estimate) else None,
         "messages": res.messages,

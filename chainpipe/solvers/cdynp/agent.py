@@ -27,7 +27,7 @@ from ...instance import Datacenter, Instance
 from ...tables import CostTables
 from . import protocol
 from .public import PublicInstance
-from .summary import cap_mask, epsilon_mask, pareto_mask, round_up
+from .summary import cap_mask, epsilon_mask, pareto_mask, round_digits, round_up
 
 
 class Deadline(Exception):
@@ -62,6 +62,7 @@ class _Store:
 class DCAgent:
     def __init__(self, public: PublicInstance, index: int, datacenter: Datacenter, *,
                  epsilon: float = 0.0, quantum: float = 0.0, max_entries: int = 0,
+                 digits: int = 0,
                  deadline: float | None = None):
         if public.datacenter_names[index] != datacenter.name:
             raise ValueError(f"agent {index} holds {datacenter.name!r}, the chain has "
@@ -72,6 +73,7 @@ class DCAgent:
         self.name = datacenter.name
         self.epsilon = float(epsilon)
         self.quantum = float(quantum)
+        self.digits = int(digits or 0)
         self.max_entries = int(max_entries or 0)
         self.deadline = deadline
         local = Instance(public.name, public.model, public.training, (datacenter,), ())
@@ -223,30 +225,51 @@ class DCAgent:
             groups.setdefault(key, []).append(
                 (r, bn, sm, [("in", e, j) for j in range(len(r))]))
         entries, origins = [], []
-        for (b, bw) in sorted(groups, key=lambda t: (t[0], -1 if t[1] is None else t[1])):
-            parts = groups[(b, bw)]
-            r = np.concatenate([p[0] for p in parts])
-            bn = np.concatenate([p[1] for p in parts])
-            sm = np.concatenate([p[2] for p in parts])
-            org = [o for p in parts for o in p[3]]
-            # the bound applies to the true values (rounding up comes after it)
-            keep = np.ones(len(r), dtype=bool)
-            if ub < math.inf:
-                keep = sm + (M - 1) * bn <= ub * (1 + 1e-12)
-            if self.quantum > 0:
-                bn, sm = round_up(bn, self.quantum), round_up(sm, self.quantum)
-            sel = np.flatnonzero(keep)
-            sel = sel[pareto_mask(r[sel], bn[sel], sm[sel])]
-            if self.epsilon > 0 and len(sel):
-                sel = sel[epsilon_mask(r[sel], bn[sel], sm[sel], self.epsilon)]
-            if self.max_entries and len(sel):
-                sel = sel[cap_mask(bn[sel], sm[sel], M, self.max_entries)]
-            if not len(sel):
-                continue
-            sel = sel[np.lexsort((sm[sel], bn[sel], r[sel]))]
-            entries.append({"b": int(b), "bw": bw,
-                            "points": [[int(r[i]), float(bn[i]), float(sm[i])] for i in sel]})
-            origins.append([org[i] for i in sel])
+        by_b: dict[int, list] = {}
+        for key in groups:
+            by_b.setdefault(key[0], []).append(key[1])
+        for b in sorted(by_b):
+            # higher path bandwidth first: a point of a class with a larger bandwidth
+            # dominates an equal-or-worse point of a class with a smaller one
+            kept_r, kept_bn, kept_sm = [], [], []
+            for bw in sorted(by_b[b], key=lambda v: -math.inf if v is None else -v):
+                parts = groups[(b, bw)]
+                r = np.concatenate([p[0] for p in parts])
+                bn = np.concatenate([p[1] for p in parts])
+                sm = np.concatenate([p[2] for p in parts])
+                org = [o for p in parts for o in p[3]]
+                # the bound applies to the true values (rounding up comes after it): any
+                # completion pays at least this boundary, over a path no wider than bw
+                keep = np.ones(len(r), dtype=bool)
+                if ub < math.inf:
+                    u_min = self.bytes[b] / bw if bw is not None else 0.0
+                    keep = sm + 2.0 * u_min + (M - 1) * np.maximum(bn, u_min) <= ub * (1 + 1e-12)
+                if self.quantum > 0:
+                    bn, sm = round_up(bn, self.quantum), round_up(sm, self.quantum)
+                if self.digits > 0:
+                    bn, sm = round_digits(bn, self.digits), round_digits(sm, self.digits)
+                sel = np.flatnonzero(keep)
+                if kept_r:
+                    n0 = sum(len(x) for x in kept_r)
+                    mask = pareto_mask(np.concatenate(kept_r + [r[sel]]),
+                                       np.concatenate(kept_bn + [bn[sel]]),
+                                       np.concatenate(kept_sm + [sm[sel]]))
+                    sel = sel[mask[n0:]]
+                else:
+                    sel = sel[pareto_mask(r[sel], bn[sel], sm[sel])]
+                if self.epsilon > 0 and len(sel):
+                    sel = sel[epsilon_mask(r[sel], bn[sel], sm[sel], self.epsilon)]
+                if self.max_entries and len(sel):
+                    sel = sel[cap_mask(bn[sel], sm[sel], M, self.max_entries)]
+                if not len(sel):
+                    continue
+                sel = sel[np.lexsort((sm[sel], bn[sel], r[sel]))]
+                kept_r.append(r[sel])
+                kept_bn.append(bn[sel])
+                kept_sm.append(sm[sel])
+                entries.append({"b": int(b), "bw": bw,
+                                "points": [[int(r[i]), float(bn[i]), float(sm[i])] for i in sel]})
+                origins.append([org[i] for i in sel])
         self._out_origin = origins
         return protocol.summary(self.name, self.public.datacenter_names[self.k - 1], entries)
 

@@ -19,6 +19,9 @@ Compression keeps a frontier small at a bounded price:
 * ``quantum``: every emitted value is rounded *up* to the grid ``(1+q)^n``,
   an over-estimate by a factor of at most ``1 + q`` (it also blurs the values
   that cross a DC's boundary, see ``docs/privacy.md``);
+* ``digits``: every emitted value is rounded *up* to that many significant
+  decimal digits (a factor below ``1 + 10^(1 - digits)``), which shortens the
+  JSON numbers of a summary several times over;
 * ``max_entries``: at most that many points per summary entry, those with the
   smallest ``total + (M - 1) bottleneck`` (no guarantee).
 """
@@ -116,3 +119,22 @@ def cap_mask(bn: np.ndarray, sm: np.ndarray, microbatches: int, max_entries: int
     proxy = sm + (microbatches - 1) * bn
     keep[np.argsort(proxy, kind="stable")[:max_entries]] = True
     return keep
+
+
+def round_digits(values: np.ndarray, digits: int) -> np.ndarray:
+    """Each value rounded up to ``digits`` significant decimal digits (short JSON reprs)."""
+    if digits <= 0:
+        return values
+    from decimal import Decimal
+
+    out = np.array(values, dtype=float)
+    for i, v in enumerate(out):
+        if v <= 0 or not math.isfinite(v):
+            continue
+        text = f"{v:.{digits - 1}e}"
+        x = float(text)
+        if x < v:
+            d = Decimal(text)
+            x = float(d + Decimal(1).scaleb(d.adjusted() - (digits - 1)))
+        out[i] = x
+    return out
