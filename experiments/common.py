@@ -19,8 +19,8 @@ HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
 sys.path.insert(0, str(HERE.parent))  # run from a checkout without installing
 
-import chainpipe as cp  # noqa: E402
-from chainpipe.solve import solver_function  # noqa: E402
+import chainpipe as cp
+from chainpipe.solve import solver_function
 
 #: the exact reference first, then the privacy-preserving planner, then the baselines
 METHODS = ("dp", "cdynp", "comm-unaware", "single-dc", "uniform-chain", "proportional",
@@ -88,8 +88,8 @@ def write_markdown(name: str, title: str, intro: str, sections: list[str], quick
     path = RESULTS / f"{name}.md"
     mode = "--quick" if quick else "full"
     lines = [f"# {title}", "",
-             f"Machine: {machine()}. Run: `python experiments/{name}.py"
-             f"{' --quick' if quick else ''}` ({mode}), {elapsed:.0f} s in all.", "",
+             (f"Machine: {machine()}. Run: `python experiments/{name}.py"
+              f"{' --quick' if quick else ''}` ({mode}), {elapsed:.0f} s in all."), "",
              intro.strip(), ""]
     for s in sections:
         lines += [s.strip(), ""]
@@ -117,15 +117,15 @@ def pyplot():
 
 #: one style per method so the figures read alike
 STYLE = {
-    "dp": dict(color="black", marker="o", lw=2.2),
-    "cdynp": dict(color="tab:red", marker="s", ls="--", lw=1.8),
-    "comm-unaware": dict(color="tab:purple", marker="v"),
-    "single-dc": dict(color="tab:brown", marker="D"),
-    "uniform-chain": dict(color="tab:blue", marker="^"),
-    "proportional": dict(color="tab:green", marker="P"),
-    "uniform": dict(color="tab:orange", marker="x"),
-    "greedy-fill": dict(color="tab:gray", marker="*"),
-    "ilp-assign": dict(color="tab:olive", marker="<"),
-    "ilp-path": dict(color="tab:cyan", marker=">"),
-    "cpsat": dict(color="tab:pink", marker="h"),
+    "dp": {"color": "black", "marker": "o", "lw": 2.2},
+    "cdynp": {"color": "tab:red", "marker": "s", "ls": "--", "lw": 1.8},
+    "comm-unaware": {"color": "tab:purple", "marker": "v"},
+    "single-dc": {"color": "tab:brown", "marker": "D"},
+    "uniform-chain": {"color": "tab:blue", "marker": "^"},
+    "proportional": {"color": "tab:green", "marker": "P"},
+    "uniform": {"color": "tab:orange", "marker": "x"},
+    "greedy-fill": {"color": "tab:gray", "marker": "*"},
+    "ilp-assign": {"color": "tab:olive", "marker": "<"},
+    "ilp-path": {"color": "tab:cyan", "marker": ">"},
+    "cpsat": {"color": "tab:pink", "marker": "h"},
 }

@@ -18,8 +18,19 @@ from __future__ import annotations
 import dataclasses
 import time
 
-from common import (METHODS, STYLE, available, figure_path, fmt, geomean, parse, pyplot, run,
-                    table, write_markdown)
+from common import (
+    METHODS,
+    STYLE,
+    available,
+    figure_path,
+    fmt,
+    geomean,
+    parse,
+    pyplot,
+    run,
+    table,
+    write_markdown,
+)
 
 import chainpipe as cp
 from chainpipe.instance import Link

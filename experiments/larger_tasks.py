@@ -14,8 +14,19 @@ from __future__ import annotations
 
 import time
 
-from common import (METHODS, STYLE, available, figure_path, fmt, geomean, parse, pyplot, run,
-                    table, write_markdown)
+from common import (
+    METHODS,
+    STYLE,
+    available,
+    figure_path,
+    fmt,
+    geomean,
+    parse,
+    pyplot,
+    run,
+    table,
+    write_markdown,
+)
 
 from chainpipe.instances import generate
 from chainpipe.instances.models import model_shape

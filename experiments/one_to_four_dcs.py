@@ -15,8 +15,19 @@ from __future__ import annotations
 
 import time
 
-from common import (METHODS, STYLE, available, figure_path, fmt, geomean, parse, pyplot, run,
-                    table, write_markdown)
+from common import (
+    METHODS,
+    STYLE,
+    available,
+    figure_path,
+    fmt,
+    geomean,
+    parse,
+    pyplot,
+    run,
+    table,
+    write_markdown,
+)
 
 from chainpipe.instances import generate
 
@@ -42,6 +53,12 @@ def main() -> None:
                     inst = generate("pool", seed, model=model, datacenters=k, degrade=factor,
                                     gpus_per_dc=None if pool == 32 else pool // k)
                     for m in methods:
+                        if k == 1 and net != NETWORKS[0][0]:
+                            # one DC has no inter-DC link to degrade: the same instance, reused
+                            first = (NETWORKS[0][0], model, seed, 1, m)
+                            T[(net, model, seed, k, m)] = T[first]
+                            status[(net, model, seed, k, m)] = status[first]
+                            continue
                         res = run(inst, m, limit)
                         T[(net, model, seed, k, m)] = res.iteration_time
                         status[(net, model, seed, k, m)] = res.status

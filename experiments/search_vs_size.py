@@ -16,8 +16,18 @@ from __future__ import annotations
 import tempfile
 import time
 
-from common import (EXACT_SOLVERS, STYLE, available, figure_path, fmt, geomean, parse, pyplot,
-                    table, write_markdown)
+from common import (
+    EXACT_SOLVERS,
+    STYLE,
+    available,
+    figure_path,
+    fmt,
+    geomean,
+    parse,
+    pyplot,
+    table,
+    write_markdown,
+)
 
 from chainpipe.compare import run_sweep
 from chainpipe.instances import generate

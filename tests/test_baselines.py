@@ -5,16 +5,15 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from functools import lru_cache
+from functools import cache
 
 import pytest
+from helpers import brute_force, random_instance
 
 import chainpipe as cp
 from chainpipe import Datacenter, DeviceGroup, Instance, Layer, Link, Model, Training
 from chainpipe.solvers.baselines import FREE_BANDWIDTH, uniform_bounds
 from chainpipe.tables import CostTables
-
-from helpers import brute_force, random_instance
 
 HEURISTIC = ["uniform", "greedy-fill", "proportional", "uniform-chain"]
 DP_BASED = ["comm-unaware", "single-dc"]
@@ -22,7 +21,7 @@ SEEDS = range(60)
 REL = 1e-9
 
 
-@lru_cache(maxsize=None)
+@cache
 def case(seed: int):
     inst = random_instance(seed)
     return inst, brute_force(inst)[0]
@@ -55,7 +54,7 @@ def test_contract_against_brute_force(name, seed):
 def test_infeasible_only_with_a_proof(name):
     seen = 0
     for seed in SEEDS:
-        inst, optimum = case(seed)
+        inst, _ = case(seed)
         res = cp.solve(inst, name)
         if res.status == "infeasible":
             seen += 1

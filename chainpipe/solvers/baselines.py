@@ -285,7 +285,8 @@ def uniform_chain(instance: Instance, *, time_limit=None, seed=0, threads=1, **o
     visited = 0
     complete = True
 
-    for S in range(1, n_max + 1):
+    def search(S: int) -> None:
+        """Every range of datacenters and stages per datacenter for ``S`` uniform stages."""
         b = uniform_bounds(t.L, S)
         flop = t.flop_prefix
         # flop of the largest block from s onwards, for the bottleneck bound
@@ -335,6 +336,9 @@ def uniform_chain(instance: Instance, *, time_limit=None, seed=0, threads=1, **o
         for a in range(t.K):
             if complete:
                 dfs(a, 0, 0.0, 0.0)
+
+    for S in range(1, n_max + 1):
+        search(S)
         if not complete:
             break
 
@@ -348,7 +352,7 @@ def uniform_chain(instance: Instance, *, time_limit=None, seed=0, threads=1, **o
 
 
 # --------------------------------------------------------------------------- DP-based
-def _dp(instance: Instance, time_limit, threads) -> "object":
+def _dp(instance: Instance, time_limit, threads):
     from ..solve import solve
 
     return solve(instance, "dp", time_limit=time_limit, threads=threads)
