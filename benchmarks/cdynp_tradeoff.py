@@ -1,0 +1,139 @@
+"""CDynP: optimality gap against message size, for a grid of compression settings.
+
+For every instance of the chosen sets: ``dp`` gives the optimum, then CDynP runs
+exact and with each compression setting; the table records the gap to the
+optimum, the largest and the total message size, and the time, beside the
+proven worst-case factor where one exists. Writes
+``benchmarks/results/cdynp_tradeoff.md`` and ``cdynp_tradeoff.png``.
+
+    .venv/bin/python benchmarks/cdynp_tradeoff.py              # medium + large, full grid
+    .venv/bin/python benchmarks/cdynp_tradeoff.py --quick      # first instance per set, few settings
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import time
+from pathlib import Path
+
+from chainpipe.io import read
+from chainpipe.solve import solve
+from chainpipe.solvers.cdynp import guarantee_factor
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "benchmarks" / "results"
+
+GRID = [
+    {},
+    {"digits": 4},
+    {"epsilon": 0.001, "digits": 4},
+    {"epsilon": 0.01, "digits": 4},
+    {"epsilon": 0.05, "digits": 3},
+    {"max_entries": 4, "digits": 4},
+    {"max_entries": 2, "digits": 4},
+    {"max_entries": 1, "digits": 4},
+    {"max_entries": 1, "digits": 3},
+    {"quantum": 0.01},
+]
+QUICK = [{}, {"digits": 4}, {"max_entries": 1, "digits": 4}]
+
+
+def label(cfg: dict) -> str:
+    return ", ".join(f"{k}={v}" for k, v in cfg.items()) or "exact"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sets", nargs="+", default=["medium", "large"])
+    ap.add_argument("--quick", action="store_true", help="first instance of each set, 3 settings")
+    ap.add_argument("--time-limit", type=float, default=600.0)
+    args = ap.parse_args()
+    grid = QUICK if args.quick else GRID
+    rows = []
+    for name in args.sets:
+        files = sorted(p for p in (ROOT / "instances" / name).glob("*.json")
+                       if p.name != "manifest.json")
+        if args.quick:
+            files = files[:1]
+        for path in files:
+            inst = read(path)
+            ref = solve(inst, "dp", time_limit=args.time_limit)
+            if ref.status != "optimal":
+                print(f"{path.name}: dp {ref.status}, skipped", flush=True)
+                continue
+            for cfg in grid:
+                res = solve(inst, "cdynp", time_limit=args.time_limit, **cfg)
+                gap = None if res.iteration_time is None else \
+                    (res.iteration_time - ref.iteration_time) / ref.iteration_time
+                factor = None if cfg.get("max_entries") else guarantee_factor(
+                    inst.num_datacenters, cfg.get("epsilon", 0.0), cfg.get("quantum", 0.0),
+                    cfg.get("digits", 0))
+                row = {"set": name, "instance": path.stem, "K": inst.num_datacenters,
+                       "L": inst.num_layers, "setting": label(cfg), "status": res.status,
+                       "gap": gap, "bound": factor,
+                       "max_bytes": res.stats.get("message_bytes_max"),
+                       "total_bytes": res.stats.get("message_bytes_total"),
+                       "cdynp_s": res.solve_time, "dp_s": ref.solve_time}
+                rows.append(row)
+                print(row, flush=True)
+    write(rows, args)
+
+
+def write(rows: list[dict], args) -> None:
+    OUT.mkdir(parents=True, exist_ok=True)
+    cpu = platform.processor() or platform.machine()
+    lines = [
+        "# CDynP: gap against message size",
+        "",
+        f"Machine: {os.cpu_count()} cores ({cpu}), shared; Python {platform.python_version()}. "
+        f"Run: `benchmarks/cdynp_tradeoff.py{' --quick' if args.quick else ''}` on "
+        f"{time.strftime('%Y-%m-%d')}.",
+        "",
+        "`gap` = (T_cdynp - T_dp) / T_dp with both times from `evaluate`; `bound` = the proven "
+        "worst case T_cdynp / T_opt of the setting (none for `max_entries`); bytes are the "
+        "exact JSON messages between DCs.",
+        "",
+        "| set | instance | K | L | setting | status | gap | bound | max msg bytes | "
+        "total bytes | cdynp s | dp s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        gap = "-" if r["gap"] is None else f"{r['gap']:.2e}"
+        bound = "-" if r["bound"] is None else f"{r['bound']:.4f}"
+        lines.append(
+            f"| {r['set']} | {r['instance']} | {r['K']} | {r['L']} | {r['setting']} | "
+            f"{r['status']} | {gap} | {bound} | {r['max_bytes']} | {r['total_bytes']} | "
+            f"{r['cdynp_s']:.2f} | {r['dp_s']:.2f} |")
+    (OUT / "cdynp_tradeoff.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    settings = sorted({r["setting"] for r in rows}, key=lambda s: [r["setting"] for r in rows].index(s))
+    for s in settings:
+        pts = [r for r in rows if r["setting"] == s and r["gap"] is not None]
+        if not pts:
+            continue
+        for ax, key in zip(axes, ("max_bytes", "total_bytes")):
+            ax.scatter([p[key] for p in pts], [max(p["gap"], 1e-9) for p in pts], label=s, s=22)
+    for ax, key in zip(axes, ("largest message (bytes)", "all messages (bytes)")):
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel(key)
+        ax.set_ylabel("gap to dp optimum (1e-9 = exact)")
+        ax.axvline(16384, color="grey", lw=0.8, ls="--") if key.startswith("largest") else None
+        ax.grid(alpha=0.3)
+    axes[1].legend(fontsize=7, loc="upper right")
+    fig.suptitle("CDynP compression: gap against message size")
+    fig.tight_layout()
+    fig.savefig(OUT / "cdynp_tradeoff.png", dpi=120)
+    print(f"wrote {OUT / 'cdynp_tradeoff.md'} and .png")
+
+
+if __name__ == "__main__":
+    main()
