@@ -50,30 +50,29 @@ class AssignFormulation:
 
     # ------------------------------------------------------------------ variables
     def variables(self) -> None:
-        import pulp
+        var = self.problem.add_variable  # PuLP >= 3.3: variables belong to the model
 
         t, P, L = self.tables, self.P, self.tables.L
-        B = pulp.LpBinary
-        self.u = {p: pulp.LpVariable(f"u_{p}", 1 if p == 1 else 0, 1, cat=B)
+        self.u = {p: var(f"u_{p}", 1 if p == 1 else 0, 1, cat="Integer")
                   for p in range(1, P + 1)}
-        self.a = {(l, p): pulp.LpVariable(f"a_{l}_{p}", 1 if (l == L - 1) else 0, 1, cat=B)
+        self.a = {(l, p): var(f"a_{l}_{p}", 1 if (l == L - 1) else 0, 1, cat="Integer")
                   for l in range(L) for p in self.slots_of[l]}
-        self.w = {(p, g): pulp.LpVariable(f"w_{p}_{g}", 0, 1, cat=B)
+        self.w = {(p, g): var(f"w_{p}_{g}", 0, 1, cat="Integer")
                   for p in range(1, P + 1) for g in self.groups_of[p]}
         # compute time of slot p if it runs on group g (scaled), else 0
-        self.c = {(p, g): pulp.LpVariable(f"c_{p}_{g}", 0) for (p, g) in self.w}
+        self.c = {(p, g): var(f"c_{p}_{g}", 0) for (p, g) in self.w}
         # boundary after layer l, from slot p to slot p - 1 (continuous: forced integral)
-        self.e = {(l, p): pulp.LpVariable(f"e_{l}_{p}", 0, 1)
+        self.e = {(l, p): var(f"e_{l}_{p}", 0, 1)
                   for (l, p) in self.a if p >= 2 and l <= L - 2}
         pairs = [(k1, k2) for k1 in range(t.K) for k2 in range(k1, t.K)]
         self.pairs = pairs
-        self.z = {(p, k1, k2): pulp.LpVariable(f"z_{p}_{k1}_{k2}", 0, 1)
+        self.z = {(p, k1, k2): var(f"z_{p}_{k1}_{k2}", 0, 1)
                   for p in range(2, P + 1) for (k1, k2) in pairs}
         self.x_max = float(self.out_bytes[: L - 1].max()) if L >= 2 else 0.0
         # bytes crossing after slot p on DC pair (k1, k2), in units of x_max
-        self.xb = ({key: pulp.LpVariable("xb_%d_%d_%d" % key, 0, 1) for key in self.z}
+        self.xb = ({key: var("xb_%d_%d_%d" % key, 0, 1) for key in self.z}
                    if self.x_max > 0 else {})
-        self.B = pulp.LpVariable("bottleneck", 0)
+        self.B = var("bottleneck", 0)
 
     # helpers --------------------------------------------------------------
     def _dc_indicator(self, p: int, k: int) -> list:

@@ -111,12 +111,12 @@ class PathFormulation:
 
     # ------------------------------------------------------------------ variables
     def variables(self) -> None:
-        import pulp
+        var = self.problem.add_variable  # PuLP >= 3.3: variables belong to the model
 
-        self.x = [pulp.LpVariable(f"x_{a}", 0, 1, cat=pulp.LpBinary) for a in range(self.n_arcs)]
+        self.x = [var(f"x_{a}", 0, 1, cat="Integer") for a in range(self.n_arcs)]
         # boundary arcs are continuous: integral stage arcs force them integral
-        self.y = [pulp.LpVariable(f"y_{b}", 0, 1) for b in range(len(self.boundary))]
-        self.B = pulp.LpVariable("bottleneck", 0)
+        self.y = [var(f"y_{b}", 0, 1) for b in range(len(self.boundary))]
+        self.B = var("bottleneck", 0)
 
     # ------------------------------------------------------------------ constraints
     def constraints_flow(self) -> None:

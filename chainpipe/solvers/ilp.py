@@ -27,6 +27,7 @@ import os
 import re
 import tempfile
 import time
+import warnings
 
 from ..formulations.common import safe_bound
 from ..instance import Instance
@@ -141,9 +142,9 @@ def _flag(value) -> bool:
 
 
 def _size(prob) -> dict:
-    constraints = prob.constraints
+    constraints = prob.constraints()  # the PuLP >= 3.3 list API
     return {"variables": len(prob.variables()), "constraints": len(constraints),
-            "nonzeros": sum(len(c) for c in constraints.values()),
+            "nonzeros": sum(len(c) for c in constraints),
             "integer_variables": sum(1 for v in prob.variables() if v.cat == "Integer")}
 
 
@@ -206,9 +207,11 @@ def _solve_cbc(prob, relax, time_limit, seed, threads, msg):
         opts = ["preprocess off", f"randomCbcSeed {int(seed) + 1}", f"randomSeed {int(seed) + 1}",
                 "increment 1e-12",
                 f"primalTolerance {PRIMAL_TOL}"]
-        solver = pulp.PULP_CBC_CMD(mip=not relax, msg=False, timeLimit=time_limit,
-                                   gapRel=0.0, gapAbs=ABS_GAP, threads=int(threads),
-                                   logPath=log_path, options=opts)
+        with warnings.catch_warnings():  # PuLP 3.3 deprecates the bundled CBC's class name
+            warnings.simplefilter("ignore", DeprecationWarning)
+            solver = pulp.PULP_CBC_CMD(mip=not relax, msg=False, timeLimit=time_limit,
+                                       gapRel=0.0, gapAbs=ABS_GAP, threads=int(threads),
+                                       logPath=log_path, options=opts)
         prob.solve(solver)
         with open(log_path) as fh:
             log = fh.read()
