@@ -248,3 +248,16 @@ def test_cli_trace_and_split(tmp_path, capsys):
     assert main(["split", str(path), str(tmp_path / "sp")]) == 0
     assert (tmp_path / "sp" / "public.json").exists()
     assert len(list((tmp_path / "sp").glob("private-*.json"))) == 3
+
+
+def test_upper_bound_option_prunes_but_stays_exact():
+    for seed in range(500, 540):
+        inst = random_instance(seed, max_layers=5)
+        T_best, _ = brute_force(inst)
+        if math.isinf(T_best):
+            continue
+        loose = solve(inst, "cdynp", upper_bound=T_best * 1.01)
+        assert loose.status == "optimal" and _same(loose.iteration_time, T_best), seed
+        tight = solve(inst, "cdynp", upper_bound=T_best * 0.99)
+        assert tight.status == "no_solution" and tight.plan is None, seed
+        assert tight.lower_bound <= T_best

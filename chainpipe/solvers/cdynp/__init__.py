@@ -11,6 +11,9 @@ Options (``solve(inst, "cdynp", **options)`` or ``--option KEY=VALUE``):
 * ``quantum`` (float, 0): round every emitted cost up to the grid ``(1+q)^n``;
 * ``digits`` (int, 0 = off): round every emitted cost up to that many significant digits;
 * ``max_entries`` (int, 0 = no cap): at most that many points per summary entry;
+* ``upper_bound`` (float): a known feasible iteration time (public); every DC
+  drops partial plans that cannot beat it. If nothing beats it the result is
+  ``no_solution`` with that value as the proven lower bound;
 * ``processes`` (bool): one spawned OS process per DC, fed only its split files;
 * ``trace_dir`` (path): write every DC-to-DC message there, exactly as sent;
 * ``compare_dp`` (bool): also run ``dp`` and report the gap in ``stats``.
@@ -36,7 +39,7 @@ from .runner import run_in_process, run_processes, write_split
 
 __all__ = ["run", "split_instance", "guarantee_factor"]
 
-_OPTIONS = {"epsilon", "quantum", "digits", "max_entries", "processes", "trace_dir", "compare_dp"}
+_OPTIONS = {"epsilon", "quantum", "digits", "max_entries", "upper_bound", "processes", "trace_dir", "compare_dp"}
 
 
 def split_instance(instance: Instance, outdir) -> list[Path]:
@@ -66,8 +69,9 @@ def run(instance: Instance, *, time_limit=None, seed=0, threads=1, **options) ->
         raise ValueError("cdynp: epsilon, quantum, digits and max_entries must be >= 0")
     trace_dir = options.get("trace_dir")
     deadline = None if time_limit is None else time.monotonic() + float(time_limit)
+    upper_bound = options.get("upper_bound")
     agent_opts = {"epsilon": epsilon, "quantum": quantum, "max_entries": max_entries,
-                  "digits": digits}
+                  "digits": digits, "upper_bound": upper_bound}
     t0 = time.perf_counter()
     try:
         if options.get("processes"):
@@ -102,6 +106,10 @@ def run(instance: Instance, *, time_limit=None, seed=0, threads=1, **options) ->
     if options.get("compare_dp"):
         stats.update(_compare_dp(instance, plan))
     if plan is None:
+        if upper_bound is not None:
+            return Outcome("no_solution", lower_bound=float(upper_bound) if exact else None,
+                           message=f"cdynp: no plan with T <= upper_bound {upper_bound}",
+                           stats=stats)
         if max_entries:
             return Outcome("no_solution", message="cdynp: no plan survived the max_entries cap",
                            stats=stats)

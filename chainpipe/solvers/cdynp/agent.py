@@ -62,7 +62,7 @@ class _Store:
 class DCAgent:
     def __init__(self, public: PublicInstance, index: int, datacenter: Datacenter, *,
                  epsilon: float = 0.0, quantum: float = 0.0, max_entries: int = 0,
-                 digits: int = 0,
+                 digits: int = 0, upper_bound: float | None = None,
                  deadline: float | None = None):
         if public.datacenter_names[index] != datacenter.name:
             raise ValueError(f"agent {index} holds {datacenter.name!r}, the chain has "
@@ -74,6 +74,7 @@ class DCAgent:
         self.epsilon = float(epsilon)
         self.quantum = float(quantum)
         self.digits = int(digits or 0)
+        self.initial_bound = math.inf if upper_bound is None else float(upper_bound)
         self.max_entries = int(max_entries or 0)
         self.deadline = deadline
         local = Instance(public.name, public.model, public.training, (datacenter,), ())
@@ -110,7 +111,7 @@ class DCAgent:
              np.array([p[2] for p in e["points"]], dtype=float))
             for e in entries
         ]
-        ub = math.inf  # an upper bound on the optimum: complete plans already known
+        ub = self.initial_bound  # an upper bound on the optimum: complete plans already known
         for b, _bw, r, bn, sm in self._incoming:
             if b == 0:
                 ub = min(ub, float(np.min(sm + (M - 1) * bn)))

@@ -50,25 +50,44 @@ def pareto_mask(r: np.ndarray, bn: np.ndarray, sm: np.ndarray,
         group = np.zeros(n, dtype=np.int64)
     order = np.lexsort((r, sm, bn, group))
     g, rr = group[order], r[order]
-    _, rank = np.unique(sm[order], return_inverse=True)
+    # ranks of sm; a stable sort ranks an earlier point of equal sm lower, which is
+    # what "an earlier point with sm <= sm_i" needs
+    rank = np.empty(n, dtype=np.int64)
+    rank[np.argsort(sm[order], kind="stable")] = np.arange(n)
     # segment offsets decrease along the order, so an earlier group never
     # looks better than any point of a later group
-    _, gdense = np.unique(g, return_inverse=True)
+    gdense = np.concatenate(([0], np.cumsum(g[1:] != g[:-1])))
     span = n + 1
-    key = rank.astype(np.int64) + (int(gdense.max()) + 1 - gdense) * span
-    big = np.int64((int(gdense.max()) + 3) * span)
-    dominated = np.zeros(n, dtype=bool)
-    for rho in np.unique(rr):
-        masked = np.where(rr <= rho, key, big)
-        prev = np.empty(n, dtype=np.int64)
-        prev[0] = big
-        if n > 1:
-            prev[1:] = np.minimum.accumulate(masked)[:-1]
-        sel = rr == rho
-        dominated[sel] = prev[sel] <= key[sel]
+    key = rank + (int(gdense[-1]) + 1 - gdense) * span
+    big = np.int64((int(gdense[-1]) + 3) * span)
+    dominated = _dominated_by_earlier(key, big)
+    # groups whose points differ in r need one pass per distinct r (fewer r never hurts)
+    starts = np.flatnonzero(np.concatenate(([True], gdense[1:] != gdense[:-1])))
+    varied = np.maximum.reduceat(rr, starts) != np.minimum.reduceat(rr, starts)
+    if varied.any():
+        sub = np.flatnonzero(varied[np.searchsorted(starts, np.arange(n), side="right") - 1])
+        k_sub, r_sub = key[sub], rr[sub]
+        dom_sub = np.zeros(len(sub), dtype=bool)
+        for rho in np.unique(r_sub):
+            sel = r_sub == rho
+            prev = _exclusive_min(np.where(r_sub <= rho, k_sub, big), big)
+            dom_sub[sel] = prev[sel] <= k_sub[sel]
+        dominated[sub] = dom_sub
     keep = np.zeros(n, dtype=bool)
     keep[order[~dominated]] = True
     return keep
+
+
+def _exclusive_min(values: np.ndarray, big) -> np.ndarray:
+    prev = np.empty(len(values), dtype=values.dtype)
+    prev[0] = big
+    if len(values) > 1:
+        prev[1:] = np.minimum.accumulate(values)[:-1]
+    return prev
+
+
+def _dominated_by_earlier(key: np.ndarray, big) -> np.ndarray:
+    return _exclusive_min(key, big) <= key
 
 
 def epsilon_mask(r: np.ndarray, bn: np.ndarray, sm: np.ndarray, eps: float) -> np.ndarray:
