@@ -44,35 +44,36 @@ def pareto_mask(r: np.ndarray, bn: np.ndarray, sm: np.ndarray,
     over integer ranks (no floating-point offsets, so the test is exact).
     """
     n = len(bn)
-    if n == 0:
-        return np.zeros(0, dtype=bool)
+    if n <= 1:
+        return np.ones(n, dtype=bool)
     if group is None:
-        group = np.zeros(n, dtype=np.int64)
-    order = np.lexsort((r, sm, bn, group))
-    g, rr = group[order], r[order]
+        order = np.lexsort((r, sm, bn))
+    else:
+        order = np.lexsort((r, sm, bn, group))
+    rr = r[order]
     # ranks of sm; a stable sort ranks an earlier point of equal sm lower, which is
     # what "an earlier point with sm <= sm_i" needs
-    rank = np.empty(n, dtype=np.int64)
-    rank[np.argsort(sm[order], kind="stable")] = np.arange(n)
-    # segment offsets decrease along the order, so an earlier group never
-    # looks better than any point of a later group
-    gdense = np.concatenate(([0], np.cumsum(g[1:] != g[:-1])))
-    span = n + 1
-    key = rank + (int(gdense[-1]) + 1 - gdense) * span
-    big = np.int64((int(gdense[-1]) + 3) * span)
-    dominated = _dominated_by_earlier(key, big)
-    # groups whose points differ in r need one pass per distinct r (fewer r never hurts)
-    starts = np.flatnonzero(np.concatenate(([True], gdense[1:] != gdense[:-1])))
-    varied = np.maximum.reduceat(rr, starts) != np.minimum.reduceat(rr, starts)
-    if varied.any():
-        sub = np.flatnonzero(varied[np.searchsorted(starts, np.arange(n), side="right") - 1])
-        k_sub, r_sub = key[sub], rr[sub]
-        dom_sub = np.zeros(len(sub), dtype=bool)
-        for rho in np.unique(r_sub):
-            sel = r_sub == rho
-            prev = _exclusive_min(np.where(r_sub <= rho, k_sub, big), big)
-            dom_sub[sel] = prev[sel] <= k_sub[sel]
-        dominated[sub] = dom_sub
+    key = np.empty(n, dtype=np.int64)
+    key[np.argsort(sm[order], kind="stable")] = np.arange(n)
+    if group is None:
+        big = np.int64(n + 1)
+    else:
+        # segment offsets decrease along the order, so an earlier group never
+        # looks better than any point of a later group
+        gs = group[order]
+        gd = np.zeros(n, dtype=np.int64)
+        np.cumsum(gs[1:] != gs[:-1], out=gd[1:])
+        ng = int(gd[-1]) + 1
+        key += (ng - gd) * (n + 1)
+        big = np.int64((ng + 2) * (n + 1))
+    dominated = _exclusive_min(key, big) <= key
+    rmax = rr.max()
+    if rr.min() != rmax:
+        # points with fewer stages must only be compared with points of no more stages
+        for rho in np.unique(rr)[:-1]:
+            sel = rr == rho
+            prev = _exclusive_min(np.where(rr <= rho, key, big), big)
+            dominated[sel] = prev[sel] <= key[sel]
     keep = np.zeros(n, dtype=bool)
     keep[order[~dominated]] = True
     return keep
@@ -84,10 +85,6 @@ def _exclusive_min(values: np.ndarray, big) -> np.ndarray:
     if len(values) > 1:
         prev[1:] = np.minimum.accumulate(values)[:-1]
     return prev
-
-
-def _dominated_by_earlier(key: np.ndarray, big) -> np.ndarray:
-    return _exclusive_min(key, big) <= key
 
 
 def epsilon_mask(r: np.ndarray, bn: np.ndarray, sm: np.ndarray, eps: float) -> np.ndarray:
