@@ -38,7 +38,6 @@ class _Store:
     """Append-only labels ``(u, x, r, bottleneck, total, g, parent)``, by decreasing ``x``."""
 
     __slots__ = ("parts", "_cache")
-    NAMES = ("u", "x", "r", "bn", "sm", "g", "parent")
 
     def __init__(self):
         self.parts: list[tuple] = []
@@ -189,7 +188,6 @@ class DCAgent:
                          par[keep])
             own_pts[a] = (r[keep], bn[keep], sm[keep], start + np.arange(n))
         self._store = store
-        self._strides = strides
         view = store.view()
         self.stats = {"labels": 0 if view is None else int(np.count_nonzero(view[0])),
                       "usage_states": n_u}
@@ -245,11 +243,11 @@ class DCAgent:
                 if ub < math.inf:
                     u_min = self.bytes[b] / bw if bw is not None else 0.0
                     keep = sm + 2.0 * u_min + (M - 1) * np.maximum(bn, u_min) <= ub * (1 + 1e-12)
-                if self.quantum > 0:
-                    bn, sm = round_up(bn, self.quantum), round_up(sm, self.quantum)
-                if self.digits > 0:
-                    bn, sm = round_digits(bn, self.digits), round_digits(sm, self.digits)
                 sel = np.flatnonzero(keep)
+                if self.quantum > 0 or self.digits > 0:
+                    bn, sm = bn.copy(), sm.copy()
+                    bn[sel] = round_digits(round_up(bn[sel], self.quantum), self.digits)
+                    sm[sel] = round_digits(round_up(sm[sel], self.quantum), self.digits)
                 if kept_r:
                     n0 = sum(len(x) for x in kept_r)
                     mask = pareto_mask(np.concatenate(kept_r + [r[sel]]),

@@ -138,19 +138,30 @@ def cap_mask(bn: np.ndarray, sm: np.ndarray, microbatches: int, max_entries: int
 
 
 def round_digits(values: np.ndarray, digits: int) -> np.ndarray:
-    """Each value rounded up to ``digits`` significant decimal digits (short JSON reprs)."""
+    """Each value rounded up to ``digits`` significant decimal digits (short JSON reprs).
+
+    The result is the smallest ``m * 10^k`` (``m`` a ``digits``-digit integer)
+    that is ``>= value``, computed as a correctly rounded float so that its
+    shortest repr is the short decimal.
+    """
     if digits <= 0:
         return values
-    from decimal import Decimal
-
     out = np.array(values, dtype=float)
-    for i, v in enumerate(out):
-        if v <= 0 or not math.isfinite(v):
-            continue
-        text = f"{v:.{digits - 1}e}"
-        x = float(text)
-        if x < v:
-            d = Decimal(text)
-            x = float(d + Decimal(1).scaleb(d.adjusted() - (digits - 1)))
-        out[i] = x
+    pos = (out > 0) & np.isfinite(out)
+    v = out[pos]
+    if not len(v):
+        return out
+    k = np.floor(np.log10(v)).astype(np.int64) - (digits - 1)  # grid unit 10^k
+    up = np.power(10.0, np.abs(k).astype(float))  # exact for |k| <= 22
+
+    def on_grid(m):
+        return np.where(k >= 0, m * up, m / up)
+
+    with np.errstate(over="ignore"):
+        m = np.floor(np.where(k >= 0, v / up, v * up)) - 1
+    best = np.full(len(v), np.inf)
+    for step in range(4):  # the first grid value >= v among m-1 .. m+2
+        x = on_grid(m + step)
+        best = np.where((x >= v) & (x < best), x, best)
+    out[pos] = best
     return out
