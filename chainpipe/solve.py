@@ -8,6 +8,7 @@ re-evaluates its plan with the one cost model and builds the :class:`Result`.
 from __future__ import annotations
 
 import importlib
+import inspect
 import time
 from dataclasses import dataclass
 
@@ -83,8 +84,16 @@ def solve(
     threads: int = 1,
     **options,
 ) -> Result:
-    """Solve ``instance`` with the named solver; the plan's time comes from ``evaluate``."""
+    """Solve ``instance`` with the named solver; the plan's time comes from ``evaluate``.
+
+    Unknown solver names and options raise :class:`ValueError`.
+    """
     run = solver_function(solver)
+    try:  # a bad option is the caller's mistake: say so before any work is done
+        inspect.signature(run).bind(instance, time_limit=time_limit, seed=seed, threads=threads,
+                                    **options)
+    except TypeError as exc:
+        raise ValueError(f"{solver}: {exc}") from None
     start = time.perf_counter()
     outcome: Outcome = run(instance, time_limit=time_limit, seed=seed, threads=threads, **options)
     elapsed = time.perf_counter() - start

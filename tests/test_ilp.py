@@ -165,9 +165,12 @@ def test_stats_report_model_size_backend_and_times():
 
 def test_bad_options_are_errors():
     inst = random_instance(3, max_layers=3)
-    assert solve(inst, "ilp-path", backend="gurobi").status == "error"
-    assert solve(inst, "ilp-assign", bottleneck="node").status == "error"
-    assert solve(inst, "ilp-path", nonsense=1).status == "error"
+    with pytest.raises(ValueError, match="unknown backend"):
+        solve(inst, "ilp-path", backend="gurobi")
+    with pytest.raises(ValueError, match="ilp-path only"):
+        solve(inst, "ilp-assign", bottleneck="node")
+    with pytest.raises(ValueError, match="unknown option"):
+        solve(inst, "ilp-path", nonsense=1)
 
 
 @pytest.mark.parametrize("rows", ["layer", "node"])

@@ -1,7 +1,7 @@
 """Baselines: the strategies practitioners and recent systems use, in chainpipe's cost model.
 
 Each is a solver with the registry signature ``(instance, *, time_limit, seed,
-threads, **options) -> Outcome``. None of them proves anything about the
+threads) -> Outcome``. None of them proves anything about the
 optimum, so a plan comes back ``feasible`` with no lower bound; when a
 strategy finds no plan that fits memory it says ``no_solution`` and why, and
 ``infeasible`` only when :meth:`CostTables.infeasibility_reason` (or, for the
@@ -163,7 +163,7 @@ def _timed_out(start: float, time_limit: float | None) -> bool:
 
 
 # --------------------------------------------------------------------------- uniform
-def uniform(instance: Instance, *, time_limit=None, seed=0, threads=1, **options) -> Outcome:
+def uniform(instance: Instance, *, time_limit=None, seed=0, threads=1) -> Outcome:
     """Megatron-style equal layers, DCs filled in chain order; pipeline degree swept."""
     t = CostTables(instance)
     n_max = min(t.L, int(t.count.sum()))
@@ -173,7 +173,7 @@ def uniform(instance: Instance, *, time_limit=None, seed=0, threads=1, **options
 
 
 # --------------------------------------------------------------------------- greedy-fill
-def greedy_fill(instance: Instance, *, time_limit=None, seed=0, threads=1, **options) -> Outcome:
+def greedy_fill(instance: Instance, *, time_limit=None, seed=0, threads=1) -> Outcome:
     """Atlas-style: whole datacenters in chain order until uniform stages fit memory."""
     t = CostTables(instance)
     devices = 0
@@ -244,7 +244,7 @@ def _repair_memory(t: CostTables, b: list[int], slots: list[int]) -> list[int] |
     return None
 
 
-def proportional(instance: Instance, *, time_limit=None, seed=0, threads=1, **options) -> Outcome:
+def proportional(instance: Instance, *, time_limit=None, seed=0, threads=1) -> Outcome:
     """Metis/FlashFlex-style: layers in proportion to device rates, memory repaired."""
     t = CostTables(instance)
     ranked = _fastest_first(t, range(t.G))
@@ -264,7 +264,7 @@ def proportional(instance: Instance, *, time_limit=None, seed=0, threads=1, **op
 
 
 # --------------------------------------------------------------------------- uniform-chain
-def uniform_chain(instance: Instance, *, time_limit=None, seed=0, threads=1, **options) -> Outcome:
+def uniform_chain(instance: Instance, *, time_limit=None, seed=0, threads=1) -> Outcome:
     """Sailor-style: uniform layers; search stage count, DC range and stages per DC."""
     t = CostTables(instance)
     start = time.perf_counter()
@@ -358,7 +358,7 @@ def _dp(instance: Instance, time_limit, threads):
     return solve(instance, "dp", time_limit=time_limit, threads=threads)
 
 
-def comm_unaware(instance: Instance, *, time_limit=None, seed=0, threads=1, **options) -> Outcome:
+def comm_unaware(instance: Instance, *, time_limit=None, seed=0, threads=1) -> Outcome:
     """The DP optimum with every link free, returned for honest evaluation with links."""
     free = Link(FREE_BANDWIDTH, 0.0)
     blind = dataclasses.replace(
@@ -379,7 +379,7 @@ def comm_unaware(instance: Instance, *, time_limit=None, seed=0, threads=1, **op
                    stats=stats)
 
 
-def single_dc(instance: Instance, *, time_limit=None, seed=0, threads=1, **options) -> Outcome:
+def single_dc(instance: Instance, *, time_limit=None, seed=0, threads=1) -> Outcome:
     """The best DP optimum over the datacenters taken one at a time."""
     t = CostTables(instance)
     start = time.perf_counter()

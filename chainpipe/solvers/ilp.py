@@ -67,11 +67,11 @@ def _run(name: str, instance: Instance, time_limit, seed, threads, options) -> O
     msg = _flag(options.pop("msg", False))
     bottleneck = options.pop("bottleneck", "auto")
     if backend not in BACKENDS:
-        return Outcome("error", message=f"unknown backend {backend!r}; use one of {BACKENDS}")
+        raise ValueError(f"{name}: unknown backend {backend!r}; use one of {', '.join(BACKENDS)}")
     if name == "ilp-assign" and bottleneck != "auto":
-        return Outcome("error", message="option 'bottleneck' applies to ilp-path only")
+        raise ValueError(f"{name}: option 'bottleneck' applies to ilp-path only")
     if options:
-        return Outcome("error", message=f"unknown option(s) for {name}: {', '.join(options)}")
+        raise ValueError(f"{name}: unknown option(s) {', '.join(sorted(options))}")
 
     tables = CostTables(instance)
     stats = {"formulation": name, "backend": backend, "relax": relax, "threads": threads,
