@@ -87,16 +87,16 @@ def write(rows: list[dict], args) -> None:
     lines = [
         "# CDynP: gap against message size",
         "",
-        f"Machine: {os.cpu_count()} cores ({cpu}), shared; Python {platform.python_version()}. "
-        f"Run: `benchmarks/cdynp_tradeoff.py{' --quick' if args.quick else ''}` on "
-        f"{time.strftime('%Y-%m-%d')}.",
+        (f"Machine: {os.cpu_count()} cores ({cpu}), shared; Python {platform.python_version()}. "
+         f"Run: `benchmarks/cdynp_tradeoff.py{' --quick' if args.quick else ''}` on "
+         f"{time.strftime('%Y-%m-%d')}."),
         "",
-        "`gap` = (T_cdynp - T_dp) / T_dp with both times from `evaluate`; `bound` = the proven "
-        "worst case T_cdynp / T_opt of the setting (none for `max_entries`); bytes are the "
-        "exact JSON messages between DCs.",
+        ("`gap` = (T_cdynp - T_dp) / T_dp with both times from `evaluate`; `bound` = the proven "
+         "worst case T_cdynp / T_opt of the setting (none for `max_entries`); bytes are the "
+         "exact JSON messages between DCs."),
         "",
-        "| set | instance | K | L | setting | status | gap | bound | max msg bytes | "
-        "total bytes | cdynp s | dp s |",
+        ("| set | instance | K | L | setting | status | gap | bound | max msg bytes | "
+         "total bytes | cdynp s | dp s |"),
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:

@@ -7,6 +7,7 @@ import math
 from pathlib import Path
 
 import pytest
+from helpers import brute_force, random_instance
 
 from chainpipe import Datacenter, DeviceGroup, Instance, Layer, Link, Model, Training
 from chainpipe.io import read
@@ -14,7 +15,6 @@ from chainpipe.solve import solve
 from chainpipe.solvers.cdynp import guarantee_factor, protocol, split_instance
 from chainpipe.solvers.cdynp.runner import run_processes
 from chainpipe.solvers.cdynp.summary import epsilon_mask, pareto_mask
-from helpers import brute_force, random_instance
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = sorted(p for p in (ROOT / "instances" / "small").glob("*.json")

@@ -37,7 +37,7 @@ from .agent import Deadline
 from .public import PublicInstance
 from .runner import run_in_process, run_processes, write_split
 
-__all__ = ["run", "split_instance", "guarantee_factor"]
+__all__ = ["guarantee_factor", "run", "split_instance"]
 
 _OPTIONS = {"epsilon", "quantum", "digits", "max_entries", "upper_bound", "processes", "trace_dir", "compare_dp"}
 

@@ -37,7 +37,7 @@ class Deadline(Exception):
 class _Store:
     """Append-only labels ``(u, x, r, bottleneck, total, g, parent)``, by decreasing ``x``."""
 
-    __slots__ = ("parts", "_cache")
+    __slots__ = ("_cache", "parts")
 
     def __init__(self):
         self.parts: list[tuple] = []
@@ -74,6 +74,9 @@ class DCAgent:
         self.quantum = float(quantum)
         self.digits = int(digits or 0)
         self.initial_bound = math.inf if upper_bound is None else float(upper_bound)
+        #: run a greedy probe first for its upper bound when the DP is large enough to
+        #: repay it (measured: it halves large/ times and slows the small DPs of medium/)
+        self.probe = "auto"
         self.max_entries = int(max_entries or 0)
         self.deadline = deadline
         local = Instance(public.name, public.model, public.training, (datacenter,), ())
@@ -102,7 +105,7 @@ class DCAgent:
         """Process DC k+1's summary; return the summary for DC k-1 (``None`` for DC 1,
         which keeps its decision for :meth:`decide`)."""
         t0 = time.perf_counter()
-        L, M, R = self.L, self.M, self.R
+        L, M = self.L, self.M
         entries = incoming["entries"] if incoming is not None else []
         self._incoming = [
             (e["b"], e["bw"], np.array([p[0] for p in e["points"]], dtype=np.int64),
@@ -127,13 +130,45 @@ class DCAgent:
                                            np.full(len(r), i), np.arange(len(r))))
 
         tab = self.tables
-        ct, mif = tab.compute_time, tab.max_in_flight
-        G = tab.G
         caps = np.minimum(tab.count, L)
-        strides = np.ones(G, dtype=np.int64)
-        for g in range(1, G):
+        strides = np.ones(tab.G, dtype=np.int64)
+        for g in range(1, tab.G):
             strides[g] = strides[g - 1] * (caps[g - 1] + 1)
         n_u = int(np.prod(caps + 1))
+        self._caps, self._strides = caps, strides
+        probe_ub = math.inf
+        if self.probe is True or (self.probe == "auto" and L * n_u >= 2000):
+            _, probe_pts = self._dp(base, ub, greedy=True)
+            if 0 in probe_pts:
+                _, pbn, psm, _ = probe_pts[0]
+                probe_ub = float(np.min(psm + (M - 1) * pbn))
+        store, own_pts = self._dp(base, min(ub, probe_ub), greedy=False)
+        self._store = store
+        view = store.view()
+        self.stats = {"labels": 0 if view is None else int(np.count_nonzero(view[0])),
+                      "probe_bound": probe_ub if probe_ub < math.inf else None}
+
+        # own complete plans tighten the bound before the summary is built
+        if 0 in own_pts:
+            r, bn, sm, _ = own_pts[0]
+            ub = min(ub, float(np.min(sm + (M - 1) * bn)))
+        self.upper_bound = ub
+        self._own_final = own_pts.get(0)
+        if self.k == 0:
+            self.stats["backward_s"] = time.perf_counter() - t0
+            return None
+        out = self._summary(own_pts, ub)
+        self.stats["backward_s"] = time.perf_counter() - t0
+        return out
+
+    def _dp(self, base: dict, ub: float, greedy: bool):
+        """The internal DP over ``(x, u)``; ``greedy`` keeps one label per ``(x, u)``
+        (a fast probe whose complete plans give an upper bound)."""
+        L, M, R = self.L, self.M, self.R
+        tab = self.tables
+        ct, mif = tab.compute_time, tab.max_in_flight
+        G = tab.G
+        caps, strides = self._caps, self._strides
         link = self.dc.link
         u_int = self.bytes / link.bandwidth_bytes_per_s
         q_int = 2.0 * (link.latency_s + u_int)
@@ -143,6 +178,7 @@ class DCAgent:
         # (u = 0), "g" and "parent" hold the incoming entry and point it joins
         store = _Store()
         own_pts: dict[int, tuple] = {}
+        base = dict(base)
         for a in range(L - 1, -1, -1):
             self._check_time()
             x = a + 1
@@ -182,28 +218,18 @@ class DCAgent:
                 continue
             nu, r, bn, sm, g_, par = (np.concatenate([p[c] for p in new]) for c in range(6))
             keep = pareto_mask(r, bn, sm, nu)
+            if greedy:  # one label per usage vector: the best T it could still reach
+                kept = np.flatnonzero(keep)
+                o = kept[np.lexsort((sm[kept] + (M - 1) * bn[kept], nu[kept]))]
+                first = np.concatenate(([True], nu[o][1:] != nu[o][:-1]))
+                keep = np.zeros(len(keep), dtype=bool)
+                keep[o[first]] = True
             n = int(keep.sum())
             start = len(us)
             store.append(nu[keep], np.full(n, a), r[keep], bn[keep], sm[keep], g_[keep],
                          par[keep])
             own_pts[a] = (r[keep], bn[keep], sm[keep], start + np.arange(n))
-        self._store = store
-        view = store.view()
-        self.stats = {"labels": 0 if view is None else int(np.count_nonzero(view[0])),
-                      "usage_states": n_u}
-
-        # own complete plans tighten the bound before the summary is built
-        if 0 in own_pts:
-            r, bn, sm, _ = own_pts[0]
-            ub = min(ub, float(np.min(sm + (M - 1) * bn)))
-        self.upper_bound = ub
-        self._own_final = own_pts.get(0)
-        if self.k == 0:
-            self.stats["backward_s"] = time.perf_counter() - t0
-            return None
-        out = self._summary(own_pts, ub)
-        self.stats["backward_s"] = time.perf_counter() - t0
-        return out
+        return store, own_pts
 
     def _summary(self, own_pts: dict, ub: float) -> dict:
         """Merge own and passed-through points per (b, bw), prune, compress."""
@@ -214,15 +240,14 @@ class DCAgent:
             fold_bw = prev.bandwidth_bytes_per_s if a > 0 else None
             fold_lat = 2.0 * prev.latency_s if a > 0 else 0.0
             groups.setdefault((a, fold_bw), []).append(
-                (r, bn, sm + fold_lat, [("own", int(i)) for i in li]))
+                (r, bn, sm + fold_lat, np.full(len(li), -1), li))
         for e, (b, bw, r, bn, sm) in enumerate(self._incoming):
             if b > 0:
                 key = (b, min(bw, prev.bandwidth_bytes_per_s))
                 sm = sm + 2.0 * prev.latency_s
             else:
                 key = (0, None)
-            groups.setdefault(key, []).append(
-                (r, bn, sm, [("in", e, j) for j in range(len(r))]))
+            groups.setdefault(key, []).append((r, bn, sm, np.full(len(r), e), np.arange(len(r))))
         entries, origins = [], []
         by_b: dict[int, list] = {}
         for key in groups:
@@ -236,7 +261,8 @@ class DCAgent:
                 r = np.concatenate([p[0] for p in parts])
                 bn = np.concatenate([p[1] for p in parts])
                 sm = np.concatenate([p[2] for p in parts])
-                org = [o for p in parts for o in p[3]]
+                org_e = np.concatenate([p[3] for p in parts])  # -1: own label, else entry
+                org_i = np.concatenate([p[4] for p in parts])
                 # the bound applies to the true values (rounding up comes after it): any
                 # completion pays at least this boundary, over a path no wider than bw
                 keep = np.ones(len(r), dtype=bool)
@@ -268,7 +294,8 @@ class DCAgent:
                 kept_sm.append(sm[sel])
                 entries.append({"b": int(b), "bw": bw,
                                 "points": [[int(r[i]), float(bn[i]), float(sm[i])] for i in sel]})
-                origins.append([org[i] for i in sel])
+                origins.append([("own", int(org_i[i])) if org_e[i] < 0
+                                else ("in", int(org_e[i]), int(org_i[i])) for i in sel])
         self._out_origin = origins
         return protocol.summary(self.name, self.public.datacenter_names[self.k - 1], entries)
 

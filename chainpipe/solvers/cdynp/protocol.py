@@ -142,10 +142,9 @@ def validate(msg: dict) -> None:
                     raise ProtocolError(f"entries[{i}].points[{j}]: must be [r, bottleneck, total]")
     else:
         rz = msg["realise"]
-        if rz is not None:
-            if not isinstance(rz, dict) or set(rz) != {"entry", "point", "b"} or not all(
-                    _int(rz[k]) and rz[k] >= 0 for k in rz):
-                raise ProtocolError("realise: must be null or {entry, point, b} integers >= 0")
+        if rz is not None and (not isinstance(rz, dict) or set(rz) != {"entry", "point", "b"}
+                               or not all(_int(rz[k]) and rz[k] >= 0 for k in rz)):
+            raise ProtocolError("realise: must be null or {entry, point, b} integers >= 0")
 
 
 def _int(v) -> bool:

@@ -27,7 +27,7 @@ class PublicInstance:
     links: tuple[Link, ...]  # links[k] joins DC k and DC k + 1
 
     @classmethod
-    def of(cls, instance: Instance) -> "PublicInstance":
+    def of(cls, instance: Instance) -> PublicInstance:
         return cls(instance.name, instance.model, instance.training,
                    tuple(dc.name for dc in instance.datacenters), instance.links)
 
@@ -76,7 +76,7 @@ class PublicInstance:
         }
 
     @classmethod
-    def from_dict(cls, d: dict) -> "PublicInstance":
+    def from_dict(cls, d: dict) -> PublicInstance:
         if d.get("format") != PUBLIC_FORMAT:
             raise ValueError(f"format: expected {PUBLIC_FORMAT!r}, got {d.get('format')!r}")
         model = Model(d["model"]["name"], tuple(Layer(**ly) for ly in d["model"]["layers"]))
