@@ -27,7 +27,12 @@ def _measure(job, queue):
     import chainpipe as cp
     from chainpipe.instances import generate
 
-    inst = cp.read(arg) if kind == "file" else generate(arg.pop("preset"), **arg)
+    if kind == "file":
+        inst = cp.read(arg)
+    elif kind == "types":
+        inst = with_types_per_dc(**arg)
+    else:
+        inst = generate(arg.pop("preset"), **arg)
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     t0 = time.perf_counter()
     res = cp.solve(inst, "dp", time_limit=600)
@@ -42,6 +47,29 @@ def _measure(job, queue):
         "stages": res.plan.num_stages if res.plan else None,
         "labels": res.stats.get("labels"),
     })
+
+
+def with_types_per_dc(types: int, seed: int = 0):
+    """metro-large with each DC's 32 GPUs split evenly over ``types`` GPU types.
+
+    The types of DC ``k`` are ``types`` consecutive entries of the catalogue starting at
+    ``k``, so every DC differs and the model, links and GPU total stay those of the preset.
+    """
+    import dataclasses
+
+    from chainpipe.instances import generate
+    from chainpipe.instances.gpus import GPUS, gpu
+
+    base = generate("metro-large", seed=seed)
+    names = sorted(GPUS)
+    dcs = []
+    for k, dc in enumerate(base.datacenters):
+        total = dc.device_count
+        chosen = [names[(k + i) % len(names)] for i in range(types)]
+        counts = [total // types + (1 if i < total % types else 0) for i in range(types)]
+        dcs.append(dataclasses.replace(dc, devices=tuple(gpu(n).group(c)
+                                                         for n, c in zip(chosen, counts))))
+    return dataclasses.replace(base, name=f"{base.name}-{types}types", datacenters=tuple(dcs))
 
 
 def measure(job) -> dict:
@@ -99,10 +127,11 @@ def main() -> int:
     rows = [measure(("gen", dict(preset="metro-large", seed=s, datacenters=k)))
             for k in dcs for s in seeds]
     sections.append(("Datacenters K (metro-large, 32 GPUs per DC)", rows))
-    # device types: the metro preset draws one or two types per DC; show the spread by seed
-    rows = [measure(("gen", dict(preset="metro", seed=s, datacenters=4, gpus_per_dc=16)))
-            for s in (range(2) if args.quick else range(8))]
-    sections.append(("Device types (metro, 4 DCs x 16 GPUs, seeds 0..7)", rows))
+    # device types per DC: the same 256 GPUs of metro-large split over 1..4 types per DC
+    types = (1, 2) if args.quick else (1, 2, 3, 4)
+    rows = [measure(("types", dict(types=t, seed=s))) for t in types for s in seeds]
+    sections.append(("Device types per DC (metro-large, 8 DCs x 32 GPUs split over t types)",
+                     rows))
 
     lines = [
         "## DP scaling",
