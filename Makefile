@@ -23,10 +23,11 @@ demo: $(STAMP)
 	$(BIN)/python -m chainpipe.demo
 
 test: $(STAMP_DEV)
+	$(BIN)/ruff check chainpipe tests benchmarks experiments
 	$(BIN)/python -m pytest -n 2 --nbmake tests notebooks
 
 lint: $(STAMP_DEV)
-	$(BIN)/ruff check chainpipe tests benchmarks
+	$(BIN)/ruff check chainpipe tests benchmarks experiments
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -75,7 +75,7 @@ def main(argv=None) -> int:
                 excess = None if (opt is None or r.iteration_time is None) else \
                     r.iteration_time / opt - 1
                 t_first = _first(trace, lambda x: True)
-                t_opt = None if opt is None else _first(trace, lambda x: x <= opt * (1 + 1e-4))
+                t_opt = None if opt is None else _first(trace, lambda x, opt=opt: x <= opt * (1 + 1e-4))
                 row = (f"| {inst.name} | {inst.num_layers} | {inst.num_devices} | "
                        f"{inst.microbatches} | {w} | {rnd.get('stage_arcs', '-')} | "
                        f"{rnd.get('boundary_arcs', '-')} | {rnd.get('constraints', '-')} | "

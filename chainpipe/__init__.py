@@ -25,8 +25,25 @@ from .result import Outcome, Result
 from .solve import SOLVERS, solve
 
 __all__ = [
-    "Datacenter", "DeviceGroup", "Evaluation", "Instance", "InstanceError", "Layer", "Link",
-    "Model", "Outcome", "Plan", "Result", "SOLVERS", "Stage", "Training", "evaluate", "read",
-    "read_plan", "solve", "write", "write_plan",
+    "SOLVERS",
+    "Datacenter",
+    "DeviceGroup",
+    "Evaluation",
+    "Instance",
+    "InstanceError",
+    "Layer",
+    "Link",
+    "Model",
+    "Outcome",
+    "Plan",
+    "Result",
+    "Stage",
+    "Training",
+    "evaluate",
+    "read",
+    "read_plan",
+    "solve",
+    "write",
+    "write_plan",
 ]
 __version__ = "0.1.0"

@@ -290,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
     except (CommandError, OSError, RuntimeError, ValueError, ImportError) as exc:
         print(f"chainpipe: {type(exc).__name__}: {exc}".splitlines()[0], file=sys.stderr)
         return 1
-    except Exception as exc:  # noqa: BLE001 - the contract: one line, never a traceback
+    except Exception as exc:
         print(f"chainpipe: internal error: {type(exc).__name__}: {exc}".splitlines()[0],
               file=sys.stderr)
         return 1
@@ -300,4 +300,4 @@ if __name__ == "__main__":
     raise SystemExit(main())
 
 
-__all__ = ["main", "build_parser", "format_result", "format_evaluation"]
+__all__ = ["build_parser", "format_evaluation", "format_result", "main"]

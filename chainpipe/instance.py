@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 FORMAT = "chainpipe-instance/1"
 _CANONICAL_INDEX = re.compile(r"(0|[1-9][0-9]*)\Z")

@@ -45,7 +45,7 @@ class Plan:
         return {"stages": [s.to_dict() for s in self.stages]}
 
     @classmethod
-    def from_dict(cls, data: object, path: str = "") -> "Plan":
+    def from_dict(cls, data: object, path: str = "") -> Plan:
         """Build a plan from its JSON shape; raises :class:`InstanceError` naming paths."""
         pre = f"{path}." if path else ""
         if not isinstance(data, dict):
@@ -76,7 +76,7 @@ class Plan:
         return cls(tuple(out))
 
     @classmethod
-    def from_tuples(cls, instance: Instance, stages) -> "Plan":
+    def from_tuples(cls, instance: Instance, stages) -> Plan:
         """Plan from ``(start, end, dc_index, group_index)`` tuples; devices numbered in order."""
         used: dict[tuple[int, int], int] = {}
         out = []

@@ -43,7 +43,7 @@ def available(names) -> tuple[list[str], dict[str, str]]:
         try:
             solver_function(name)
             ok.append(name)
-        except Exception as exc:  # noqa: BLE001 - a module still being written
+        except Exception as exc:
             missing[name] = f"{type(exc).__name__}: {exc}"
     return ok, missing
 
@@ -53,7 +53,7 @@ def run(instance, method: str, time_limit: float) -> cp.Result:
     start = time.perf_counter()
     try:
         return cp.solve(instance, method, time_limit=time_limit)
-    except Exception as exc:  # noqa: BLE001 - recorded, the experiment goes on
+    except Exception as exc:
         return cp.Result(instance.name, method, "error", None, None, None,
                          time.perf_counter() - start, f"{type(exc).__name__}: {exc}")
 

@@ -18,6 +18,9 @@ from __future__ import annotations
 import dataclasses
 import time
 
+import chainpipe as cp
+from chainpipe.instance import Link
+from chainpipe.instances import generate
 from common import (
     METHODS,
     STYLE,
@@ -31,10 +34,6 @@ from common import (
     table,
     write_markdown,
 )
-
-import chainpipe as cp
-from chainpipe.instance import Link
-from chainpipe.instances import generate
 
 NAME = "degraded_network"
 AXES = ("bandwidth x F", "latency / F", "both")

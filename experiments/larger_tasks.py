@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import time
 
+from chainpipe.instances import generate
+from chainpipe.instances.models import model_shape
 from common import (
     METHODS,
     STYLE,
@@ -27,9 +29,6 @@ from common import (
     table,
     write_markdown,
 )
-
-from chainpipe.instances import generate
-from chainpipe.instances.models import model_shape
 
 NAME = "larger_tasks"
 MODELS = ("gpt3-1.3b", "gpt3-2.7b", "gpt3-6.7b", "llama2-7b", "gpt3-13b", "llama2-13b",

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import time
 
+from chainpipe.instances import generate
 from common import (
     METHODS,
     STYLE,
@@ -28,8 +29,6 @@ from common import (
     table,
     write_markdown,
 )
-
-from chainpipe.instances import generate
 
 NAME = "one_to_four_dcs"
 NETWORKS = (("100 Gbit/s MAN links", None), ("links degraded to 10 Gbit/s, 10x latency", 0.1))

@@ -16,6 +16,8 @@ from __future__ import annotations
 import tempfile
 import time
 
+from chainpipe.compare import run_sweep
+from chainpipe.instances import generate
 from common import (
     EXACT_SOLVERS,
     STYLE,
@@ -28,9 +30,6 @@ from common import (
     table,
     write_markdown,
 )
-
-from chainpipe.compare import run_sweep
-from chainpipe.instances import generate
 
 NAME = "search_vs_size"
 

@@ -9,10 +9,9 @@ from __future__ import annotations
 import os
 import time
 
-from helpers import brute_force
-
 from chainpipe import Outcome, Plan
 from chainpipe.plan import evaluate
+from helpers import brute_force
 
 
 def enumerate_optimal(instance, *, time_limit=None, seed=0, threads=1, **options) -> Outcome:

@@ -103,7 +103,7 @@ def brute_force(inst: Instance) -> tuple[float, Plan | None]:
                 total += 2 * (lat + u)
                 peak = max(peak, u)
             T = total + (M - 1) * peak
-            if T < best - 1e-12:
+            if best - 1e-12 > T:
                 best = T
                 best_plan = (stages, assign)
     if best_plan is None:

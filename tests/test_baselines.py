@@ -8,12 +8,12 @@ import math
 from functools import cache
 
 import pytest
-from helpers import brute_force, random_instance
 
 import chainpipe as cp
 from chainpipe import Datacenter, DeviceGroup, Instance, Layer, Link, Model, Training
 from chainpipe.solvers.baselines import FREE_BANDWIDTH, uniform_bounds
 from chainpipe.tables import CostTables
+from helpers import brute_force, random_instance
 
 HEURISTIC = ["uniform", "greedy-fill", "proportional", "uniform-chain"]
 DP_BASED = ["comm-unaware", "single-dc"]

@@ -7,7 +7,6 @@ import math
 from pathlib import Path
 
 import pytest
-from helpers import brute_force, random_instance
 
 from chainpipe import Datacenter, DeviceGroup, Instance, Layer, Link, Model, Training
 from chainpipe.io import read
@@ -15,6 +14,7 @@ from chainpipe.solve import solve
 from chainpipe.solvers.cdynp import guarantee_factor, protocol, split_instance
 from chainpipe.solvers.cdynp.runner import run_processes
 from chainpipe.solvers.cdynp.summary import epsilon_mask, pareto_mask
+from helpers import brute_force, random_instance
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = sorted(p for p in (ROOT / "instances" / "small").glob("*.json")
@@ -167,7 +167,7 @@ def test_each_dc_learns_only_its_own_stages():
     res = solve(inst, "cdynp")
     names = [dc.name for dc in inst.datacenters]
     for k, rep in enumerate(res.stats["agents"]):
-        for start, end, device in rep["stages"]:
+        for _start, _end, device in rep["stages"]:
             assert device.split("/")[0] == names[k]
 
 

@@ -12,7 +12,6 @@ import math
 from pathlib import Path
 
 import pytest
-from helpers import brute_force, random_instance
 
 from chainpipe import read
 from chainpipe.cli import main
@@ -20,6 +19,7 @@ from chainpipe.compare import metrics, run_sweep
 from chainpipe.compare.report import CSV_COLUMNS
 from chainpipe.io import write
 from chainpipe.solve import SOLVERS, SolverInfo, available_solvers
+from helpers import brute_force, random_instance
 
 ROOT = Path(__file__).resolve().parents[1]
 FAKES = {

@@ -229,15 +229,15 @@ def _sized(set_name):
 
 
 def test_set_sizes():
-    for e, inst in _sized("small"):
+    for _e, inst in _sized("small"):
         assert inst.num_layers <= 16 and inst.num_devices <= 8 and 1 <= inst.num_datacenters <= 3
     assert {inst.training.schedule for _, inst in _sized("small")} == {"1f1b", "gpipe"}
-    for e, inst in _sized("medium"):
+    for _e, inst in _sized("medium"):
         assert 2 <= inst.num_datacenters <= 4 and 16 <= inst.num_devices <= 64
         assert 24 <= inst.num_layers <= 100
     large = _sized("large")
     assert len(large) == 3
-    for e, inst in large:
+    for _e, inst in large:
         assert inst.num_datacenters == 8 and inst.num_devices == 256 and inst.microbatches == 128
         assert all(len(dc.devices) == 2 for dc in inst.datacenters)
         assert len({g.type for dc in inst.datacenters for g in dc.devices}) >= 5
@@ -259,7 +259,7 @@ def test_committed_sets_are_feasible_except_the_marked_one(set_name):
 
 
 def test_large_set_has_feasible_witnesses():
-    for e, inst in _sized("large"):
+    for _e, inst in _sized("large"):
         plan = witness_plan(inst)
         assert plan is not None and evaluate(inst, plan).feasible
 

@@ -21,7 +21,6 @@ from chainpipe.formulations.common import (
 from chainpipe.io import read
 from chainpipe.solve import solve
 from chainpipe.tables import CostTables
-
 from helpers import brute_force, random_instance
 
 COMBOS = [(s, b) for s in ("ilp-assign", "ilp-path") for b in ("highs", "cbc")]

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-from helpers import random_instance
 
 import chainpipe as cp
 from chainpipe.instance import MAX_INTEGER, InstanceError
@@ -22,6 +21,7 @@ from chainpipe.io import (
     write,
     write_json,
 )
+from helpers import random_instance
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data"

@@ -10,13 +10,13 @@ import math
 import re
 from pathlib import Path
 
-from helpers import random_instance
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from chainpipe.instance import MAX_INTEGER, InstanceError
 from chainpipe.io import instance_from_dict, instance_to_dict
 from chainpipe.plan import Plan, Stage, evaluate
+from helpers import random_instance
 
 VALID = Path(__file__).resolve().parent / "data" / "valid"
 BASES = [json.loads(p.read_text(encoding="utf-8"))

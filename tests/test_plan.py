@@ -7,7 +7,6 @@ import random
 from pathlib import Path
 
 import pytest
-from helpers import random_instance
 
 from chainpipe.instance import (
     Datacenter,
@@ -22,6 +21,7 @@ from chainpipe.instance import (
 from chainpipe.io import read, read_plan
 from chainpipe.plan import MEMORY_RTOL, Plan, Stage, evaluate, in_flight, path_between
 from chainpipe.tables import CostTables
+from helpers import random_instance
 
 DATA = Path(__file__).resolve().parent / "data" / "valid"
 

@@ -7,11 +7,11 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers import brute_force, random_instance
 
 from chainpipe import Plan, evaluate, read
 from chainpipe.cli import main
 from chainpipe.plot import gantt, simulate_pipeline, stage_order
+from helpers import brute_force, random_instance
 
 DATA = Path(__file__).resolve().parent / "data" / "valid"
 

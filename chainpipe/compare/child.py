@@ -30,7 +30,7 @@ def main(out_path: str) -> int:
     run = None
     try:
         run = getattr(importlib.import_module(module), func)
-    except Exception as exc:  # noqa: BLE001 - reported as the run's error
+    except Exception as exc:
         traceback.print_exc()
         result = Result(instance.name, spec["solver"], "error", None, None, None, 0.0,
                         f"cannot load solver {spec['target']}: {type(exc).__name__}: {exc}")
@@ -40,7 +40,7 @@ def main(out_path: str) -> int:
             outcome = run(instance, time_limit=spec["time_limit"], seed=spec["seed"],
                           threads=spec["threads"], **spec.get("options", {}))
             result = finish(instance, spec["solver"], outcome, time.perf_counter() - start)
-        except Exception as exc:  # noqa: BLE001 - a solver's failure is a recorded result
+        except Exception as exc:
             elapsed = time.perf_counter() - start
             traceback.print_exc()
             message = f"{type(exc).__name__}: {exc}".splitlines()[0]

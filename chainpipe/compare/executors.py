@@ -70,7 +70,7 @@ def run_dask(specs: list[dict], scheduler) -> Iterator[dict]:
             spec = futures[fut]
             try:
                 yield fut.result()
-            except Exception as exc:  # noqa: BLE001 - a lost task is a recorded failure
+            except Exception as exc:
                 yield failed_record(spec, "error", f"dask: {type(exc).__name__}: {exc}", 0.0)
     except BaseException:
         for fut in futures:

@@ -117,7 +117,7 @@ class CpsatModel:
 
     # -------------------------------------------------------------- building
     @classmethod
-    def build(cls, tables: CostTables, upper_bound: float, prune: bool) -> "CpsatModel":
+    def build(cls, tables: CostTables, upper_bound: float, prune: bool) -> CpsatModel:
         """Build the model; ``prune`` drops arcs that alone make a plan exceed ``upper_bound``.
 
         ``upper_bound`` must be the time of a real plan when ``prune`` is set; the time
@@ -229,14 +229,14 @@ class CpsatModel:
         top = int(max(self.x_cost.max(initial=0), self.y_occupancy.max(initial=0)))
         z = m.new_int_var(0, top, "bottleneck")
         self.bottleneck = z
-        for layer, arcs in enumerate(self._covering):
+        for _layer, arcs in enumerate(self._covering):
             if arcs:
                 m.add(z >= sum(int(self.x_cost[n]) * self.x_vars[n] for n in arcs if self.x_cost[n]))
         per_boundary: dict = {}
         for n, b in enumerate(self.y_layer):
             if self.y_occupancy[n]:
                 per_boundary.setdefault(int(b), []).append(n)
-        for b, arcs in per_boundary.items():
+        for arcs in per_boundary.values():
             m.add(z >= sum(int(self.y_occupancy[n]) * self.y_vars[n] for n in arcs))
 
     def _objective(self) -> None:

@@ -70,7 +70,7 @@ class AssignFormulation:
                   for p in range(2, P + 1) for (k1, k2) in pairs}
         self.x_max = float(self.out_bytes[: L - 1].max()) if L >= 2 else 0.0
         # bytes crossing after slot p on DC pair (k1, k2), in units of x_max
-        self.xb = ({key: var("xb_%d_%d_%d" % key, 0, 1) for key in self.z}
+        self.xb = ({key: var("xb_{}_{}_{}".format(*key), 0, 1) for key in self.z}
                    if self.x_max > 0 else {})
         self.B = var("bottleneck", 0)
 
@@ -238,7 +238,7 @@ class AssignFormulation:
 
         t = self.tables
         terms = [(v, 1.0) for v in self.c.values()]
-        for (p, k1, k2), z in self.z.items():
+        for (_p, k1, k2), z in self.z.items():
             lat = 2.0 * t.path_latency[k1, k2] / self.scale
             if lat:
                 terms.append((z, float(lat)))

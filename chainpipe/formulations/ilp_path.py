@@ -79,9 +79,7 @@ class PathFormulation:
             new = keep.copy()
             for a in np.nonzero(keep)[0]:
                 i, j, c, k = cand.start[a], cand.end[a], cand.cls[a], dc[a]
-                if i > 0 and (i, c, k) not in reach_in:
-                    new[a] = False
-                elif j < L and (j, c, k) not in reach_out:
+                if (i > 0 and (i, c, k) not in reach_in) or (j < L and (j, c, k) not in reach_out):
                     new[a] = False
             if (new == keep).all():
                 break
@@ -147,13 +145,13 @@ class PathFormulation:
                 [(v, 1.0) for v in into_in.get(node, [])]
                 + [(v, -1.0) for v in out_of_in.get(node, [])]
             )
-            prob += expr == 0, "in_%d_%d_%d" % node
+            prob += expr == 0, "in_{}_{}_{}".format(*node)
         for node in sorted(set(into_out) | set(out_of_out)):
             expr = pulp.LpAffineExpression(
                 [(v, 1.0) for v in into_out.get(node, [])]
                 + [(v, -1.0) for v in out_of_out.get(node, [])]
             )
-            prob += expr == 0, "out_%d_%d_%d" % node
+            prob += expr == 0, "out_{}_{}_{}".format(*node)
 
     def constraints_devices(self) -> None:
         """At most ``count_g`` stages on group ``g``."""
@@ -189,7 +187,7 @@ class PathFormulation:
             for a in range(self.n_arcs):
                 key = ("node", int(self.arc_start[a]), int(self.arc_cls[a]), int(self.arc_dc[a]))
                 rows[key].append((self.x[a], float(coef[a])))
-        for b, (j, c, c2, k1, k2) in enumerate(self.boundary):
+        for b, (j, _c, _c2, k1, k2) in enumerate(self.boundary):
             u = t.occupancy(j, k1, k2) / self.scale
             if u > 0:
                 rows[("link", j)].append((self.y[b], float(u)))
@@ -204,7 +202,7 @@ class PathFormulation:
 
         t = self.tables
         terms = [(self.x[a], float(self.arc_compute[a] / self.scale)) for a in range(self.n_arcs)]
-        for b, (j, c, c2, k1, k2) in enumerate(self.boundary):
+        for b, (j, _c, _c2, k1, k2) in enumerate(self.boundary):
             q = t.traversal(j, k1, k2) / self.scale
             if q != 0:
                 terms.append((self.y[b], float(q)))

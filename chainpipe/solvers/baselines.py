@@ -139,7 +139,7 @@ def _best(t: CostTables, candidates, what: str, stats: dict) -> Outcome:
     for stages in candidates:
         tried += 1
         T = plan_time(t, stages)
-        if T < best_T:
+        if best_T > T:
             best_T, best = T, stages
         elif best is None and first_failure is None:
             first_failure = _memory_failure(t, stages)
@@ -280,7 +280,7 @@ def uniform_chain(instance: Instance, *, time_limit=None, seed=0, threads=1) -> 
     for S in range(1, n_max + 1):
         stages = _chain_fill(t, S)
         T = plan_time(t, stages)
-        if T < best_T:
+        if best_T > T:
             best_T, best = T, stages
     visited = 0
     complete = True
@@ -323,7 +323,7 @@ def uniform_chain(instance: Instance, *, time_limit=None, seed=0, threads=1) -> 
                 chosen.append((b[e], b[e + 1], k, g))
                 if e + 1 == S:
                     T = run_total + M1 * run_peak
-                    if T < best_T:
+                    if best_T > T:
                         best_T, best = T, list(chosen)
                     break
                 if k + 1 < t.K:
@@ -385,7 +385,7 @@ def single_dc(instance: Instance, *, time_limit=None, seed=0, threads=1) -> Outc
     start = time.perf_counter()
     best_T, best, per_dc = math.inf, None, {}
     reasons = []
-    for k, dc in enumerate(instance.datacenters):
+    for _k, dc in enumerate(instance.datacenters):
         left = None if time_limit is None else max(0.0, time_limit - (time.perf_counter() - start))
         sub = Instance(f"{instance.name}[{dc.name}]", instance.model, instance.training, (dc,), ())
         res = _dp(sub, left, threads)

@@ -20,7 +20,6 @@ import math
 import threading
 import time
 
-
 from ..formulations.common import candidate_stages, max_stages
 from ..formulations.cpsat import CpsatModel, greedy_plans
 from ..plan import Plan, evaluate
@@ -134,7 +133,7 @@ def run(instance, *, time_limit=None, seed=0, threads=1, log_search_progress=Fal
         if T - best["bound"] <= OPTIMALITY_RTOL * T:
             break
         # the scaled model is solved but rounding hides the last bit: refine the unit
-        if T >= upper * (1 - 1e-12):
+        if upper * (1 - 1e-12) <= T:
             status_note = "scaled optimum proven, rounding gap above tolerance"
             break
         upper, prune = T, True

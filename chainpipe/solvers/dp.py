@@ -153,7 +153,7 @@ class _Search:
                         U = Q = 0.0
                     else:
                         U = X[b] / bw[k0, k]
-                        if U > cap * (1 + 1e-12):
+                        if cap * (1 + 1e-12) < U:
                             continue
                         Q = 2.0 * (lat[k0, k] + U)
                     rmax = rate_by_dc[k0]
@@ -175,7 +175,7 @@ class _Search:
                                 if not gpipe and (p + 1 if p < M else M) > n:
                                     continue
                                 nmx = mx if mx >= c else c
-                                if U > nmx:
+                                if nmx < U:
                                     nmx = U
                                 nsm = sm + c + Q
                                 opt = nsm + pre_sum + Mm1 * (nmx if nmx >= pre_max else pre_max)

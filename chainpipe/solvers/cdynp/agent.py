@@ -114,7 +114,7 @@ class DCAgent:
             for e in entries
         ]
         ub = self.initial_bound  # an upper bound on the optimum: complete plans already known
-        for b, _bw, r, bn, sm in self._incoming:
+        for b, _bw, _r, bn, sm in self._incoming:
             if b == 0:
                 ub = min(ub, float(np.min(sm + (M - 1) * bn)))
         self.upper_bound = ub
@@ -309,7 +309,7 @@ class DCAgent:
             t = sm + (M - 1) * bn
             i = int(np.argmin(t))
             best, choice = float(t[i]), ("own", int(li[i]))
-        for e, (b, bw, r, bn, sm) in enumerate(self._incoming):
+        for e, (b, _bw, _r, bn, sm) in enumerate(self._incoming):
             if b != 0:
                 continue
             t = sm + (M - 1) * bn

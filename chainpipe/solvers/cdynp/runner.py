@@ -163,7 +163,7 @@ def _worker(public_path: str, private_path: str, options: dict, prev_conn, next_
     except Deadline as exc:
         report_conn.send_bytes(json.dumps({"ok": False, "deadline": True,
                                            "error": str(exc)}).encode())
-    except Exception as exc:  # noqa: BLE001 - reported to the owner, one line
+    except Exception as exc:
         report_conn.send_bytes(json.dumps({"ok": False, "deadline": False,
                                            "error": f"{type(exc).__name__}: {exc}"}).encode())
 

@@ -1,0 +1,44 @@
+"""Write docs/benchmarks.md from the tables the benchmark and experiment scripts wrote.
+
+    python benchmarks/assemble.py
+
+The prose lives in benchmarks/benchmarks_intro.md; every number below it comes
+from a results file written by a script named in its own header.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+ORDER = [
+    ("benchmarks/results/dp_scaling.md", "python benchmarks/dp_scaling.py"),
+    ("benchmarks/results/formulations.md", "python benchmarks/formulations.py"),
+    ("benchmarks/results/cpsat.md", "python benchmarks/cpsat.py"),
+    ("benchmarks/results/cdynp_tradeoff.md", "python benchmarks/cdynp_tradeoff.py"),
+    ("experiments/results/one_to_four_dcs.md", "python experiments/one_to_four_dcs.py"),
+    ("experiments/results/larger_tasks.md", "python experiments/larger_tasks.py"),
+    ("experiments/results/degraded_network.md", "python experiments/degraded_network.py"),
+    ("experiments/results/search_vs_size.md", "python experiments/search_vs_size.py"),
+]
+
+
+def main() -> None:
+    parts = [(ROOT / "benchmarks" / "benchmarks_intro.md").read_text().rstrip(), ""]
+    for rel, cmd in ORDER:
+        path = ROOT / rel
+        if not path.exists():
+            parts += [f"## `{rel}`", "", f"Not measured yet: run `{cmd}`.", ""]
+            continue
+        text = path.read_text().strip()
+        # figures written beside a results file are linked relative to docs/
+        text = text.replace("](", f"](../{Path(rel).parent.as_posix()}/").replace(
+            f"](../{Path(rel).parent.as_posix()}/http", "](http")
+        parts += [text, "", f"*Source: `{rel}`, written by `{cmd}`.*", ""]
+    out = ROOT / "docs" / "benchmarks.md"
+    out.write_text("\n".join(parts).rstrip() + "\n")
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
