@@ -46,6 +46,8 @@ def pareto_mask(r: np.ndarray, bn: np.ndarray, sm: np.ndarray,
     n = len(bn)
     if n <= 1:
         return np.ones(n, dtype=bool)
+    if n <= _SMALL:
+        return _pareto_mask_small(r, bn, sm, group)
     if group is None:
         order = np.lexsort((r, sm, bn))
     else:
@@ -76,6 +78,31 @@ def pareto_mask(r: np.ndarray, bn: np.ndarray, sm: np.ndarray,
             dominated[sel] = prev[sel] <= key[sel]
     keep = np.zeros(n, dtype=bool)
     keep[order[~dominated]] = True
+    return keep
+
+
+#: below this many points a plain loop beats the vectorised filter's fixed cost
+_SMALL = 48
+
+
+def _pareto_mask_small(r, bn, sm, group) -> np.ndarray:
+    """:func:`pareto_mask` for a few points: the same order, the same test, a loop."""
+    rl, bl, sl = r.tolist(), bn.tolist(), sm.tolist()
+    gl = group.tolist() if group is not None else [0] * len(rl)
+    order = sorted(range(len(rl)), key=lambda i: (gl[i], bl[i], sl[i], rl[i]))
+    keep = np.zeros(len(rl), dtype=bool)
+    kept: list = []
+    current = None
+    for i in order:
+        if gl[i] != current:
+            current, kept = gl[i], []
+        ri, si = rl[i], sl[i]
+        for kr, ks in kept:
+            if kr <= ri and ks <= si:
+                break
+        else:
+            keep[i] = True
+            kept.append((ri, si))
     return keep
 
 
