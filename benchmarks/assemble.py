@@ -23,6 +23,16 @@ ORDER = [
 ]
 
 
+def _demote(text: str) -> str:
+    """Shift Markdown headings so the file's top heading is a level-2 section."""
+    lines = text.splitlines()
+    levels = [len(ln) - len(ln.lstrip("#")) for ln in lines if ln.startswith("#")]
+    shift = 2 - min(levels) if levels else 0
+    if shift <= 0:
+        return text
+    return "\n".join("#" * shift + ln if ln.startswith("#") else ln for ln in lines)
+
+
 def main() -> None:
     parts = [(ROOT / "benchmarks" / "benchmarks_intro.md").read_text().rstrip(), ""]
     for rel, cmd in ORDER:
@@ -30,11 +40,12 @@ def main() -> None:
         if not path.exists():
             parts += [f"## `{rel}`", "", f"Not measured yet: run `{cmd}`.", ""]
             continue
-        text = path.read_text().strip()
-        # figures written beside a results file are linked relative to docs/
-        text = text.replace("](", f"](../{Path(rel).parent.as_posix()}/").replace(
-            f"](../{Path(rel).parent.as_posix()}/http", "](http")
-        parts += [text, "", f"*Source: `{rel}`, written by `{cmd}`.*", ""]
+        text = _demote(path.read_text().strip())
+        parts += [text, ""]
+        figure = path.with_suffix(".png")
+        if figure.exists():
+            parts += [f"![{figure.stem}](../{Path(rel).with_suffix('.png').as_posix()})", ""]
+        parts += [f"*Source: `{rel}`, written by `{cmd}`.*", ""]
     out = ROOT / "docs" / "benchmarks.md"
     out.write_text("\n".join(parts).rstrip() + "\n")
     print(f"wrote {out}")
