@@ -35,27 +35,50 @@ class Deadline(Exception):
 
 
 class _Store:
-    """Append-only labels ``(u, x, r, bottleneck, total, g, parent)``, by decreasing ``x``."""
+    """Append-only labels ``(u, x, r, bottleneck, total, g, parent)``, by decreasing ``x``.
 
-    __slots__ = ("_cache", "parts")
+    Labels arrive in parts of one ``x`` each (the DP appends the labels of suffix
+    ``[x, L)`` together), so the labels with ``x <= x_max`` are a tail of parts.
+    """
+
+    __slots__ = ("_size", "parts", "xs")
 
     def __init__(self):
         self.parts: list[tuple] = []
-        self._cache = None
+        self.xs: list[int] = []  # the x of each part, non-increasing
+        self._size = 0
 
     def append(self, u, x, r, bn, sm, g, parent) -> None:
         if len(bn):
             self.parts.append((u, x, r, bn, sm, g, parent))
-            self._cache = None
+            self.xs.append(int(x[0]))
+            self._size += len(bn)
+
+    @property
+    def size(self) -> int:
+        return self._size
 
     def view(self):
-        if self._cache is None:
-            if not self.parts:
-                self._cache = None
-                return None
-            self._cache = tuple(np.concatenate([p[i] for p in self.parts]) for i in range(7))
-            self.parts = [self._cache]
-        return self._cache
+        """Every label, in store order (indices are the parents' references)."""
+        if not self.parts:
+            return None
+        if len(self.parts) > 1:
+            self.parts = [tuple(np.concatenate([p[i] for p in self.parts]) for i in range(7))]
+            self.xs = [self.xs[0]]  # a merged store is read only, never windowed again
+        return self.parts[0]
+
+    def tail(self, x_max: int):
+        """The labels with ``x <= x_max`` and the store index of the first of them."""
+        i = len(self.xs)
+        while i > 0 and self.xs[i - 1] <= x_max:
+            i -= 1
+        if i == len(self.xs):
+            return None, self._size
+        parts = self.parts[i:]
+        start = self._size - sum(len(p[3]) for p in parts)
+        if len(parts) == 1:
+            return parts[0], start
+        return tuple(np.concatenate([p[i] for p in parts]) for i in range(7)), start
 
 
 class DCAgent:
@@ -179,6 +202,7 @@ class DCAgent:
         store = _Store()
         own_pts: dict[int, tuple] = {}
         base = dict(base)
+        x_max = self._widest_stage_end(ub)
         for a in range(L - 1, -1, -1):
             self._check_time()
             x = a + 1
@@ -189,7 +213,8 @@ class DCAgent:
                 n = int(keep.sum())
                 store.append(np.zeros(n, np.int64), np.full(n, x), r[keep], bn[keep],
                              sm[keep], oe[keep], op[keep])
-            view = store.view()
+            # only suffixes a stage starting at a can reach (memory, and the bound)
+            view, offset = store.tail(int(x_max[a]))
             if view is None:
                 continue
             us, xs, rs, bns, sms = view[0], view[1], view[2], view[3], view[4]
@@ -213,7 +238,7 @@ class DCAgent:
                     if not len(idx):
                         continue
                 new.append((us[idx] + strides[g], np.minimum(rs[idx] + 1, R), nbn, nsm,
-                            np.full(len(idx), g), idx))
+                            np.full(len(idx), g), idx + offset))
             if not new:
                 continue
             nu, r, bn, sm, g_, par = (np.concatenate([p[c] for p in new]) for c in range(6))
@@ -225,11 +250,27 @@ class DCAgent:
                 keep = np.zeros(len(keep), dtype=bool)
                 keep[o[first]] = True
             n = int(keep.sum())
-            start = len(us)
+            start = store.size  # store index of the first label appended below
             store.append(nu[keep], np.full(n, a), r[keep], bn[keep], sm[keep], g_[keep],
                          par[keep])
             own_pts[a] = (r[keep], bn[keep], sm[keep], start + np.arange(n))
         return store, own_pts
+
+    def _widest_stage_end(self, ub: float) -> np.ndarray:
+        """``[a]``: the last layer end ``x`` a stage ``[a, x)`` of this DC can have.
+
+        A stage must fit in memory at least as the last stage (1F1B: one microbatch in
+        flight; GPipe: ``M``), and a plan within ``ub`` has ``M * C <= ub`` for each of
+        its stages (``T >= sum C + (M - 1) max C``). Both only get harder as ``x`` grows.
+        """
+        tab, M = self.tables, self.M
+        need = 1 if self.public.training.schedule == "1f1b" else M
+        ok = tab.max_in_flight >= need
+        if ub < math.inf:
+            ok &= tab.compute_time <= ub / M * (1 + 1e-9)
+        ok = ok.any(axis=0)  # [a, x]: some group can hold stage [a, x)
+        ends = np.where(ok, np.arange(self.L + 1)[None, :], -1).max(axis=1)
+        return np.maximum(ends, np.arange(self.L + 1))
 
     def _summary(self, own_pts: dict, ub: float) -> dict:
         """Merge own and passed-through points per (b, bw), prune, compress."""
