@@ -3,7 +3,7 @@
 Public API::
 
     import chainpipe as cp
-    inst = cp.read("instances/small/s01.json")
+    inst = cp.read("instances/small/small-03-mem-1f1b.json")
     res = cp.solve(inst, solver="dp")
     print(res.status, res.iteration_time, res.plan)
     print(cp.evaluate(inst, res.plan).bottleneck)
