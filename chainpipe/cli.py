@@ -94,6 +94,7 @@ def _solver_options(pairs: list[str]) -> dict:
 def cmd_solve(args) -> int:
     from .io import read, write_plan
     from .plan import evaluate
+    from .result import OptionError
     from .solve import SOLVERS, solve
 
     inst = read(args.instance)
@@ -105,8 +106,11 @@ def cmd_solve(args) -> int:
         if args.solver != "cdynp":
             raise InstanceError(["--trace: only the cdynp solver exchanges messages"])
         options["trace_dir"] = args.trace
-    res = solve(inst, solver=args.solver, time_limit=args.time_limit, seed=args.seed,
-                threads=args.threads, **options)
+    try:
+        res = solve(inst, solver=args.solver, time_limit=args.time_limit, seed=args.seed,
+                    threads=args.threads, **options)
+    except OptionError as exc:
+        raise InstanceError([f"--option: {exc}"]) from None
     if args.plan_out and res.plan is not None:
         write_plan(res.plan, args.plan_out)
     if args.format == "json":

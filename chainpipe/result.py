@@ -10,6 +10,10 @@ from .plan import Plan
 STATUSES = ("optimal", "feasible", "infeasible", "no_solution", "error")
 
 
+class OptionError(ValueError):
+    """A solver option the solver does not know, or a value it cannot take."""
+
+
 @dataclass(frozen=True)
 class Outcome:
     """A solver's raw answer, before the cost model re-evaluates its plan.

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from .instance import Instance
 from .plan import evaluate
-from .result import Outcome, Result
+from .result import OptionError, Outcome, Result
 
 # relative tolerance on optimality claims: a proven optimum is optimal within this
 OPTIMALITY_RTOL = 1e-6
@@ -86,14 +86,15 @@ def solve(
 ) -> Result:
     """Solve ``instance`` with the named solver; the plan's time comes from ``evaluate``.
 
-    Unknown solver names and options raise :class:`ValueError`.
+    An unknown solver name raises :class:`ValueError`; an option the solver does not
+    take raises :class:`~chainpipe.result.OptionError` (a ``ValueError``).
     """
     run = solver_function(solver)
     try:  # a bad option is the caller's mistake: say so before any work is done
         inspect.signature(run).bind(instance, time_limit=time_limit, seed=seed, threads=threads,
                                     **options)
     except TypeError as exc:
-        raise ValueError(f"{solver}: {exc}") from None
+        raise OptionError(f"{solver}: {exc}") from None
     start = time.perf_counter()
     outcome: Outcome = run(instance, time_limit=time_limit, seed=seed, threads=threads, **options)
     elapsed = time.perf_counter() - start

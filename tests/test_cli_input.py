@@ -211,6 +211,18 @@ def test_solve_with_bad_instance_or_unknown_solver_exit_2(capsys):
     assert err.splitlines() == ["--option: expected KEY=VALUE, got 'novalue'"]
 
 
+@pytest.mark.parametrize("solver, option, message", [
+    ("dp", "colour=1", "--option: dp: unknown option(s) colour"),
+    ("uniform", "colour=1", "--option: uniform: got an unexpected keyword argument 'colour'"),
+    ("ilp-path", "backend=gurobi",
+     "--option: ilp-path: unknown backend 'gurobi'; use one of highs, cbc"),
+])
+def test_solve_with_an_option_the_solver_does_not_take_exit_2(capsys, solver, option, message):
+    code, out, err = call(capsys, "solve", WORKED, "--solver", solver, "-O", option)
+    assert (code, out) == (2, "")
+    assert err.splitlines() == [message]
+
+
 def test_solve_plan_out_is_a_plan_file_evaluate_reads(capsys, tmp_path):
     plan = tmp_path / "out" / "plan.json"
     code, out, err = call(capsys, "solve", WORKED, "--solver", "dp", "--format", "json",

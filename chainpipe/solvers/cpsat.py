@@ -23,7 +23,7 @@ import time
 from ..formulations.common import candidate_stages, max_stages
 from ..formulations.cpsat import CpsatModel, greedy_plans
 from ..plan import Plan, evaluate
-from ..result import Outcome
+from ..result import OptionError, Outcome
 from ..tables import CostTables
 
 
@@ -33,7 +33,7 @@ def run(instance, *, time_limit=None, seed=0, threads=1, log_search_progress=Fal
     from ..solve import OPTIMALITY_RTOL
 
     if options:
-        raise ValueError(f"cpsat: unknown option(s) {', '.join(sorted(options))}")
+        raise OptionError(f"cpsat: unknown option(s) {', '.join(sorted(options))}")
     t0 = time.perf_counter()
     deadline = None if time_limit is None else t0 + float(time_limit)
     tables = CostTables(instance)

@@ -24,7 +24,7 @@ import time
 import numpy as np
 
 from ..plan import Plan
-from ..result import Outcome
+from ..result import OptionError, Outcome
 from ..tables import CostTables
 
 _TRIALS = (0.02, 0.1, 0.35, 1.0, 3.0, float("inf"))
@@ -37,7 +37,7 @@ class _Timeout(Exception):
 def run(instance, *, time_limit=None, seed=0, threads=1, upper_bound=None, **options) -> Outcome:
     """Solve ``instance`` to proven optimality (or report what was proven by the limit)."""
     if options:
-        raise ValueError(f"dp: unknown option(s) {', '.join(sorted(options))}")
+        raise OptionError(f"dp: unknown option(s) {', '.join(sorted(options))}")
     tables = CostTables(instance)
     reason = tables.infeasibility_reason()
     if reason:

@@ -31,7 +31,7 @@ import warnings
 
 from ..formulations.common import safe_bound
 from ..instance import Instance
-from ..result import Outcome
+from ..result import OptionError, Outcome
 from ..tables import CostTables
 
 BACKENDS = ("highs", "cbc")
@@ -67,11 +67,11 @@ def _run(name: str, instance: Instance, time_limit, seed, threads, options) -> O
     msg = _flag(options.pop("msg", False))
     bottleneck = options.pop("bottleneck", "auto")
     if backend not in BACKENDS:
-        raise ValueError(f"{name}: unknown backend {backend!r}; use one of {', '.join(BACKENDS)}")
+        raise OptionError(f"{name}: unknown backend {backend!r}; use one of {', '.join(BACKENDS)}")
     if name == "ilp-assign" and bottleneck != "auto":
-        raise ValueError(f"{name}: option 'bottleneck' applies to ilp-path only")
+        raise OptionError(f"{name}: option 'bottleneck' applies to ilp-path only")
     if options:
-        raise ValueError(f"{name}: unknown option(s) {', '.join(sorted(options))}")
+        raise OptionError(f"{name}: unknown option(s) {', '.join(sorted(options))}")
 
     tables = CostTables(instance)
     stats = {"formulation": name, "backend": backend, "relax": relax, "threads": threads,

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from ...instance import Instance
 from ...plan import Plan, Stage
-from ...result import Outcome
+from ...result import OptionError, Outcome
 from .agent import Deadline
 from .public import PublicInstance
 from .runner import run_in_process, run_processes, write_split
@@ -59,7 +59,7 @@ def guarantee_factor(num_datacenters: int, epsilon: float = 0.0, quantum: float 
 def run(instance: Instance, *, time_limit=None, seed=0, threads=1, **options) -> Outcome:
     unknown = set(options) - _OPTIONS
     if unknown:
-        raise ValueError(f"cdynp: unknown option(s) {', '.join(sorted(unknown))}; "
+        raise OptionError(f"cdynp: unknown option(s) {', '.join(sorted(unknown))}; "
                          f"known: {', '.join(sorted(_OPTIONS))}")
     epsilon = float(options.get("epsilon", 0.0) or 0.0)
     quantum = float(options.get("quantum", 0.0) or 0.0)
