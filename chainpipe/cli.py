@@ -43,7 +43,9 @@ def cmd_evaluate(args) -> int:
     plan = read_plan(args.plan)
     ev = evaluate(inst, plan)
     if args.format == "json":
-        print(json.dumps(_json_safe(ev.to_dict()), indent=1))
+        from .result import jsonable
+
+        print(json.dumps(jsonable(ev.to_dict()), indent=1))
     else:
         print(format_evaluation(inst, ev))
     return 0
@@ -201,12 +203,6 @@ def format_evaluation(inst, ev) -> str:
         out.append("INFEASIBLE:")
         out.extend(f"  {v}" for v in ev.violations)
     return "\n".join(out)
-
-
-def _json_safe(x):
-    from .result import _jsonable
-
-    return _jsonable(x)
 
 
 # --------------------------------------------------------------------------- parser

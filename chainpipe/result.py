@@ -66,19 +66,20 @@ class Result:
             "message": self.message,
         }
         if with_stats:
-            d["stats"] = _jsonable(self.stats)
+            d["stats"] = jsonable(self.stats)
         return d
 
 
-def _jsonable(x):
+def jsonable(x):
+    """``x`` with numpy scalars made Python numbers and non-finite floats ``None``."""
     from .io import finite
 
     if isinstance(x, dict):
-        return {str(k): _jsonable(v) for k, v in x.items()}
+        return {str(k): jsonable(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
-        return [_jsonable(v) for v in x]
+        return [jsonable(v) for v in x]
     if isinstance(x, float):
         return finite(x)
     if hasattr(x, "item") and callable(x.item):  # numpy scalars
-        return _jsonable(x.item())
+        return jsonable(x.item())
     return x

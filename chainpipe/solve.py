@@ -8,6 +8,7 @@ re-evaluates its plan with the one cost model and builds the :class:`Result`.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import inspect
 import time
 from dataclasses import dataclass

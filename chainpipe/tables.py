@@ -15,7 +15,7 @@ from functools import cached_property
 import numpy as np
 
 from .instance import Instance
-from .plan import MEMORY_RTOL, path_between
+from .plan import MEMORY_RTOL, in_flight, path_between
 
 
 @dataclass(frozen=True)
@@ -105,7 +105,8 @@ class CostTables:
 
     def in_flight(self, position: int) -> int:
         """Microbatches stashed by a stage at ``position`` (1 = last stage)."""
-        return self.M if self.schedule == "gpipe" else min(self.M, position)
+        # the stage at position p of a p-stage pipeline is its first (s = 0)
+        return in_flight(self.schedule, self.M, position, 0)
 
     def fits(self, g: int, i: int, j: int, position: int) -> bool:
         return self.in_flight(position) <= self.max_in_flight[g, i, j]

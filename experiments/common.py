@@ -82,9 +82,13 @@ def table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(out)
 
 
-def write_markdown(name: str, title: str, intro: str, sections: list[str], quick: bool,
-                   elapsed: float, missing: dict[str, str]) -> Path:
+def publish(name: str, title: str, fig, intro: str, sections: list[str], quick: bool,
+            elapsed: float, missing: dict[str, str]) -> None:
+    """Save the figure and the Markdown table of experiment ``name`` into results/."""
     RESULTS.mkdir(parents=True, exist_ok=True)
+    figure = RESULTS / f"{name}.png"
+    fig.tight_layout()
+    fig.savefig(figure, dpi=120)
     path = RESULTS / f"{name}.md"
     mode = "--quick" if quick else "full"
     lines = [f"# {title}", "",
@@ -98,12 +102,7 @@ def write_markdown(name: str, title: str, intro: str, sections: list[str], quick
         lines += [f"- `{k}`: {v}" for k, v in missing.items()]
         lines.append("")
     path.write_text("\n".join(lines), encoding="utf-8")
-    return path
-
-
-def figure_path(name: str) -> Path:
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    return RESULTS / f"{name}.png"
+    print(f"wrote {path} and {figure}")
 
 
 def pyplot():

@@ -25,14 +25,13 @@ from common import (
     METHODS,
     STYLE,
     available,
-    figure_path,
     fmt,
     geomean,
     parse,
+    publish,
     pyplot,
     run,
     table,
-    write_markdown,
 )
 
 NAME = "degraded_network"
@@ -122,17 +121,13 @@ def main() -> None:
     axes[0].set_ylabel("T / T*(undegraded)  (log)")
     axes[-1].legend(fontsize=7, ncol=2, title="solid: re-planned, dotted: fixed plan",
                     title_fontsize=7)
-    fig.tight_layout()
-    fig.savefig(figure_path(NAME), dpi=120)
-
     intro = (f"Instances: `generate('metro', seed, model=..., datacenters=4, gpus_per_dc={gpus})` "
              f"for models {', '.join(models)} and seeds {', '.join(map(str, seeds))} (GPU types "
              f"and MAN links drawn per seed); the 'both' axis is `degrade=F`, the other two scale "
              f"one field of every inter-DC link. Time limit {limit:g} s per solve. "
              f"Figure: `{NAME}.png`.")
-    path = write_markdown(NAME, "Degraded networks", intro, sections, args.quick,
-                          time.perf_counter() - start, missing)
-    print(f"wrote {path} and {figure_path(NAME)}")
+    publish(NAME, "Degraded networks", fig, intro, sections, args.quick,
+            time.perf_counter() - start, missing)
 
 
 if __name__ == "__main__":

@@ -20,14 +20,13 @@ from common import (
     METHODS,
     STYLE,
     available,
-    figure_path,
     fmt,
     geomean,
     parse,
+    publish,
     pyplot,
     run,
     table,
-    write_markdown,
 )
 
 NAME = "larger_tasks"
@@ -99,17 +98,13 @@ def main() -> None:
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=8, ncol=2)
     ax.set_title("Larger models on one 128-GPU, 4-DC cluster (M = 8)")
-    fig.tight_layout()
-    fig.savefig(figure_path(NAME), dpi=120)
-
     intro = (f"Instances: `generate('pool', seed, model=..., datacenters=4, gpus_per_dc=32, "
              f"microbatches=8)`, cluster seeds {', '.join(map(str, seeds))}; parameter counts "
              f"are the instance's own. Time limit {limit:g} s per solve. Figure: `{NAME}.png`. "
              "A model that needs more memory than pipeline parallelism over these GPUs offers is "
              "`infeasible` for the exact solver (a proof), `no_solution` for a baseline.")
-    path = write_markdown(NAME, "Larger tasks on the same cluster", intro, [summary, detail_md],
-                          args.quick, time.perf_counter() - start, missing)
-    print(f"wrote {path} and {figure_path(NAME)}")
+    publish(NAME, "Larger tasks on the same cluster", fig, intro, [summary, detail_md], args.quick,
+            time.perf_counter() - start, missing)
 
 
 if __name__ == "__main__":

@@ -20,14 +20,13 @@ from common import (
     METHODS,
     STYLE,
     available,
-    figure_path,
     fmt,
     geomean,
     parse,
+    publish,
     pyplot,
     run,
     table,
-    write_markdown,
 )
 
 NAME = "one_to_four_dcs"
@@ -120,18 +119,14 @@ def main() -> None:
     axes[0].set_ylabel("T / T*(1 DC)  (geometric mean, log)")
     axes[-1].legend(fontsize=8)
     fig.suptitle("One pool of GPUs over 1-4 DCs: iteration time relative to the 1-DC optimum")
-    fig.tight_layout()
-    fig.savefig(figure_path(NAME), dpi=120)
-
     intro = (f"Instances: a pool of {pool} GPUs, `generate('pool', seed, model=..., datacenters=k, "
              f"degrade=F{', gpus_per_dc=12 // k' if pool != 32 else ''})` for models "
              f"{', '.join(models)}, pool seeds {', '.join(map(str, seeds))} (each seed draws the "
              f"pool's four GPU types), k = 1..4, M = 32, 1F1B. Time limit {limit:g} s per solve. "
              f"Figure: `{NAME}.png`. 'own 1 -> 4 DC increase' is the method's T at 4 DCs over its "
              f"own T at 1 DC (the quantity the CDynP paper reports as 8.3%), geometric mean.")
-    path = write_markdown(NAME, "One to four datacenters", intro, sections, args.quick,
-                          time.perf_counter() - start, missing)
-    print(f"wrote {path} and {figure_path(NAME)}")
+    publish(NAME, "One to four datacenters", fig, intro, sections, args.quick,
+            time.perf_counter() - start, missing)
 
 
 if __name__ == "__main__":

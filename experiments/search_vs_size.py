@@ -22,13 +22,12 @@ from common import (
     EXACT_SOLVERS,
     STYLE,
     available,
-    figure_path,
     fmt,
     geomean,
     parse,
+    publish,
     pyplot,
     table,
-    write_markdown,
 )
 
 NAME = "search_vs_size"
@@ -119,18 +118,14 @@ def main() -> None:
     ax2.set_ylabel("T / best T found")
     ax1.legend(fontsize=8)
     fig.suptitle("Search time and plan quality against size (llama2-7b slices, metro clusters)")
-    fig.tight_layout()
-    fig.savefig(figure_path(NAME), dpi=120)
-
     intro = (f"Instances: `generate('metro', 0, model='llama2-7b', blocks=b, datacenters=k, "
              f"gpus_per_dc=g)` for (b, k, g) in "
              f"{', '.join(f'({i.num_layers - 2}, {i.num_datacenters}, {i.num_devices // i.num_datacenters})' for i in insts)}. "
              f"Solvers: {', '.join(solvers)}, one thread each, time limit {limit:g} s, through "
              f"`chainpipe.compare.run_sweep` ({'1 run' if args.quick else '2 runs'} at a time). "
              f"Figure: `{NAME}.png`.")
-    path = write_markdown(NAME, "Search time and quality against size", intro, [summary, check, detail],
-                          args.quick, time.perf_counter() - start, missing)
-    print(f"wrote {path} and {figure_path(NAME)}")
+    publish(NAME, "Search time and quality against size", fig, intro, [summary, check, detail], args.quick,
+            time.perf_counter() - start, missing)
 
 
 if __name__ == "__main__":
