@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import random
 from pathlib import Path
 
 import pytest
@@ -11,9 +12,9 @@ import pytest
 from chainpipe import Datacenter, DeviceGroup, Instance, Layer, Link, Model, Training
 from chainpipe.io import read
 from chainpipe.solve import solve
-from chainpipe.solvers.cdynp import guarantee_factor, protocol, split_instance
+from chainpipe.solvers.cdynp import agent, guarantee_factor, protocol, split_instance
 from chainpipe.solvers.cdynp.runner import run_processes
-from chainpipe.solvers.cdynp.summary import epsilon_mask, pareto_mask
+from chainpipe.solvers.cdynp.summary import cap_keep, epsilon_keep, frontier, round_digits
 from helpers import brute_force, random_instance
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -40,6 +41,20 @@ def test_exact_equals_brute_force_on_random_instances(block):
         assert res.status == "optimal", (seed, res.status, res.message)
         assert _same(res.iteration_time, T_best), (seed, res.iteration_time, T_best)
         assert _same(res.stats["estimate_s"], T_best), seed
+
+
+@pytest.mark.parametrize("block", range(2))
+def test_vectorised_engine_equals_brute_force(block, monkeypatch):
+    """DC 2..K run WideDP on wide DPs only (large/); force it on 100 small instances."""
+    monkeypatch.setattr(agent, "_WIDE_SIZE", 0)
+    for seed in range(3000 + block * 50, 3000 + block * 50 + 50):
+        inst = random_instance(seed, max_layers=5, max_dcs=4)
+        T_best, _ = brute_force(inst)
+        res = solve(inst, "cdynp")
+        if math.isinf(T_best):
+            assert res.status == "infeasible", (seed, res.status, res.message)
+        else:
+            assert _same(res.iteration_time, T_best), (seed, res.iteration_time, T_best)
 
 
 def test_exact_on_four_datacenters_and_scarce_devices():
@@ -216,16 +231,40 @@ def test_max_entries_never_reports_a_false_bound():
 
 
 def test_frontier_filters():
-    import numpy as np
+    pts = [(0, 1.0, 5.0), (0, 2.0, 4.0), (1, 0.5, 9.0), (0, 1.0, 5.0), (1, 3.0, 1.0)]
+    assert frontier(pts) == [0, 1, 2, 4]  # the duplicate is dropped
+    assert frontier(pts, kept=[(0, 1.0, 5.0)]) == [1, 2, 4]  # equal to a kept point
+    # epsilon: (1.05, 1.99) is within 1 + 0.1 of (1.0, 2.0)
+    assert epsilon_keep([(0, 1.0, 2.0), (0, 1.05, 1.99)], 0.1) == [0]
+    assert cap_keep([(0, 1.0, 9.0), (0, 2.0, 1.0), (0, 0.5, 0.5)], 4, 2) == [1, 2]
 
-    r = np.array([0, 0, 1, 0, 1])
-    bn = np.array([1.0, 2.0, 0.5, 1.0, 3.0])
-    sm = np.array([5.0, 4.0, 9.0, 5.0, 1.0])
-    keep = pareto_mask(r, bn, sm)
-    assert keep.tolist() == [True, True, True, False, True]  # duplicate dropped
-    # epsilon: (2.0, 4.0) is within 1+eps of (1.9, 3.9)? the first point covers it at eps=1
-    e = epsilon_mask(np.zeros(2, int), np.array([1.0, 1.05]), np.array([2.0, 1.99]), 0.1)
-    assert e.tolist() == [True, False]
+
+@pytest.mark.parametrize("seed", range(20))
+def test_frontier_equals_pairwise_dominance(seed):
+    rng = random.Random(seed)
+    # few distinct values, so ties and duplicates are common
+    pts = [(rng.randint(0, 3), float(rng.randint(1, 5)), float(rng.randint(1, 5)))
+           for _ in range(rng.randint(1, 40))]
+    kept = [(rng.randint(0, 3), float(rng.randint(1, 5)), float(rng.randint(1, 5)))
+            for _ in range(rng.randint(0, 5))]
+
+    def dominates(q, p):
+        return all(a <= b for a, b in zip(q, p))
+
+    expect = [i for i, p in enumerate(pts)
+              if not any(dominates(q, p) for q in kept)
+              and not any(dominates(q, p) and (q != p or j < i) for j, q in enumerate(pts) if j != i)]
+    assert frontier(pts, kept) == expect
+
+
+@pytest.mark.parametrize("value", [1e-9, 0.0123456, 1.0, 3.14159, 99.95, 12345.678, 7e15])
+@pytest.mark.parametrize("digits", [1, 3, 4, 6])
+def test_round_digits_is_the_next_short_decimal(value, digits):
+    v = round_digits(value, digits)
+    assert v >= value
+    mantissa = repr(v).split("e")[0].replace(".", "").replace("-", "").strip("0")
+    assert len(mantissa) <= digits
+    assert v <= value * (1 + 10.0 ** (1 - digits))
 
 
 def test_unknown_option_is_refused():

@@ -26,8 +26,7 @@ import numpy as np
 from ..plan import Plan
 from ..result import OptionError, Outcome
 from ..tables import CostTables
-
-_TRIALS = (0.02, 0.1, 0.35, 1.0, 3.0, float("inf"))
+from .labels import TRIALS, across_usage, pareto3
 
 
 class _Timeout(Exception):
@@ -46,7 +45,7 @@ def run(instance, *, time_limit=None, seed=0, threads=1, upper_bound=None, **opt
     lb = tables.lower_bound
     proven = lb  # the optimum is at least this
     stats = {"trials": []}
-    trials = [lb * (1 + d) for d in _TRIALS]
+    trials = [lb * (1 + d) for d in TRIALS]
     if upper_bound is not None:
         trials = [u for u in trials if u < upper_bound] + [upper_bound * (1 + 1e-9)]
     for trial in trials:
@@ -137,9 +136,9 @@ class _Search:
             if not layer_states:
                 continue
             for key in list(layer_states):
-                layer_states[key] = _pareto3(layer_states[key], p_cap)
+                layer_states[key] = pareto3(layer_states[key], p_cap)
             if len(layer_states) > 1:
-                _across_usage(layer_states)
+                across_usage(layer_states)
             labels_total += sum(len(v) for v in layer_states.values())
             self.stats["states"] += len(layer_states)
             for key, labels in layer_states.items():
@@ -200,99 +199,3 @@ class _Search:
             stages.append((a, b, int(t.group_dc[g]), local[g]))
             parent = states[b][key][idx][3]
         return best[0], stages
-
-
-def _across_usage(layer_states: dict) -> None:
-    """Drop labels dominated by a label of another state of the same DC that used no more
-    devices of any group (and has no larger bottleneck, sum or stage count).
-
-    Fewer devices used leaves every completion of the dominated label available, so this
-    is as safe as the Pareto filter within a state. Works in place, keeping label order.
-    """
-    by_dc: dict[int, list] = {}
-    for key in layer_states:
-        by_dc.setdefault(key[0], []).append(key)
-    for keys in by_dc.values():
-        if len(keys) < 2:
-            continue
-        rows = [(lab[0], lab[1], lab[2], key, i)
-                for key in keys for i, lab in enumerate(layer_states[key])]
-        if len(rows) < 2:
-            continue
-        rows.sort(key=lambda r: (r[0], r[1], r[2], sum(r[3][1])))
-        n = len(rows)
-        if n < 48:
-            drop = _dominated_small(rows)
-        else:
-            drop = _dominated_numpy(rows)
-        for key, idxs in drop.items():
-            labels = layer_states[key]
-            left = [lab for i, lab in enumerate(labels) if i not in idxs]
-            if left:
-                layer_states[key] = left
-            else:
-                del layer_states[key]
-
-
-def _dominated_small(rows: list) -> dict:
-    """Rows sorted by (bottleneck, sum, ...): which are dominated by an earlier kept row."""
-    kept: list = []
-    drop: dict = {}
-    for _mx, sm, p, key, i in rows:
-        u = key[1]
-        for ksm, kp, ku in kept:
-            if ksm <= sm and kp <= p and all(x <= y for x, y in zip(ku, u)):
-                drop.setdefault(key, set()).add(i)
-                break
-        else:
-            kept.append((sm, p, u))
-    return drop
-
-
-def _dominated_numpy(rows: list) -> dict:
-    """As :func:`_dominated_small`, each row checked against the kept ones at once."""
-    n, width = len(rows), len(rows[0][3][1])
-    sums = np.empty(n)
-    ps = np.empty(n, dtype=np.int64)
-    us = np.empty((n, width), dtype=np.int64)
-    kept = 0
-    drop: dict = {}
-    for _mx, sm, p, key, i in rows:
-        u = key[1]
-        if kept and ((sums[:kept] <= sm) & (ps[:kept] <= p)
-                     & np.all(us[:kept] <= u, axis=1)).any():
-            drop.setdefault(key, set()).add(i)
-            continue
-        sums[kept], ps[kept], us[kept] = sm, p, u
-        kept += 1
-    return drop
-
-
-def _pareto3(labels: list, p_cap: int) -> list:
-    """Labels not dominated in (bottleneck, sum, stages placed), by bottleneck ascending.
-
-    A label is dropped when an earlier one (no larger bottleneck) has no larger sum
-    and no more stages placed. ``least[p]`` is the least sum kept among labels with
-    at most ``p`` stages placed.
-    """
-    if len(labels) <= 1:
-        return labels
-    labels.sort(key=lambda x: (x[0], x[1], x[2]))
-    out = []
-    if p_cap == 0:
-        best_sum = float("inf")
-        for lab in labels:
-            if lab[1] < best_sum:
-                out.append(lab)
-                best_sum = lab[1]
-        return out
-    least = [float("inf")] * (p_cap + 1)
-    for lab in labels:
-        sm, p = lab[1], lab[2]
-        if sm < least[p]:
-            out.append(lab)
-            for q in range(p, p_cap + 1):
-                if least[q] <= sm:
-                    break
-                least[q] = sm
-    return out

@@ -7,13 +7,15 @@ and sends DC ``k-1`` the merged summary. In the forward pass it is told which
 point of its summary to realise, rebuilds its own stages from its memo and
 tells DC ``k+1`` which of *its* points the plan continues with.
 
-Internal DP (never sent): labels ``(r, bottleneck, total)`` at a state
-``(x, u)``: the suffix ``[x, L)`` is covered, ``u`` counts the devices of each
-of this DC's groups in use. Prepending stage ``[a, x)`` on group ``g`` needs a
-free device of ``g`` and memory for ``min(M, r + 1)`` microbatches; it costs
-``C = compute_time[g, a, x]`` and, if a stage of this DC follows, the internal
-boundary ``U = bytes[x] / bw_int``, ``Q = 2 (lat_int + U)``. The inter-DC
-boundary is folded in when the incoming summary is joined (``u = 0``).
+Work per backward step (all of it private; see :mod:`.local` for the DP):
+
+1. the best complete plan *starting in this DC*: its prefix runs on own
+   devices only, so the DP can prune with an optimistic prefix cost from own
+   rates and try bounds ``LB (1 + d)`` as ``dp`` does. For DC 1 this is the
+   decision; for the others, an upper bound on the optimum (a plan's ``T``,
+   which the summary's ``b = 0`` entry shows anyway);
+2. (DC 2..K) every suffix plan that could still beat that bound, merged with
+   the passed-through downstream points into the summary for DC ``k-1``.
 """
 
 from __future__ import annotations
@@ -25,60 +27,21 @@ import numpy as np
 
 from ...instance import Datacenter, Instance
 from ...tables import CostTables
+from ..labels import TRIALS
 from . import protocol
+from .local import END, IN, OWN, Deadline, LocalDP
 from .public import PublicInstance
-from .summary import cap_mask, epsilon_mask, pareto_mask, round_digits, round_up
+from .summary import cap_keep, epsilon_keep, frontier, round_digits, round_up
+from .wide import WideDP
 
+#: trials of DC 2..K, which want some good plan rather than a proof: bolder steps
+#: (measured on medium/: fewer failed trials, and the bound is only used for pruning)
+_BOUND_TRIALS = (0.2, 0.5, 1.0, 3.0)
 
-class Deadline(Exception):
-    """The time limit ran out inside an agent."""
-
-
-class _Store:
-    """Append-only labels ``(u, x, r, bottleneck, total, g, parent)``, by decreasing ``x``.
-
-    Labels arrive in parts of one ``x`` each (the DP appends the labels of suffix
-    ``[x, L)`` together), so the labels with ``x <= x_max`` are a tail of parts.
-    """
-
-    __slots__ = ("_size", "parts", "xs")
-
-    def __init__(self):
-        self.parts: list[tuple] = []
-        self.xs: list[int] = []  # the x of each part, non-increasing
-        self._size = 0
-
-    def append(self, u, x, r, bn, sm, g, parent) -> None:
-        if len(bn):
-            self.parts.append((u, x, r, bn, sm, g, parent))
-            self.xs.append(int(x[0]))
-            self._size += len(bn)
-
-    @property
-    def size(self) -> int:
-        return self._size
-
-    def view(self):
-        """Every label, in store order (indices are the parents' references)."""
-        if not self.parts:
-            return None
-        if len(self.parts) > 1:
-            self.parts = [tuple(np.concatenate([p[i] for p in self.parts]) for i in range(7))]
-            self.xs = [self.xs[0]]  # a merged store is read only, never windowed again
-        return self.parts[0]
-
-    def tail(self, x_max: int):
-        """The labels with ``x <= x_max`` and the store index of the first of them."""
-        i = len(self.xs)
-        while i > 0 and self.xs[i - 1] <= x_max:
-            i -= 1
-        if i == len(self.xs):
-            return None, self._size
-        parts = self.parts[i:]
-        start = self._size - sum(len(p[3]) for p in parts)
-        if len(parts) == 1:
-            return parts[0], start
-        return tuple(np.concatenate([p[i] for p in parts]) for i in range(7)), start
+#: layers x usage states from which DC 2..K run :class:`WideDP` (measured: medium/ has
+#: at most 6,642 and runs 2-10x faster in :class:`LocalDP`; large/ has 27,450 and more
+#: and runs 2.5-9x faster in :class:`WideDP`)
+_WIDE_SIZE = 10_000
 
 
 class DCAgent:
@@ -97,9 +60,6 @@ class DCAgent:
         self.quantum = float(quantum)
         self.digits = int(digits or 0)
         self.initial_bound = math.inf if upper_bound is None else float(upper_bound)
-        #: run a greedy probe first for its upper bound when the DP is large enough to
-        #: repay it (measured: it halves large/ times and slows the small DPs of medium/)
-        self.probe = "auto"
         self.max_entries = int(max_entries or 0)
         self.deadline = deadline
         local = Instance(public.name, public.model, public.training, (datacenter,), ())
@@ -109,6 +69,8 @@ class DCAgent:
         self.R = public.position_cap
         self.bytes = public.boundary_bytes()
         self.stats: dict = {}
+        caps = np.minimum(self.tables.count, self.L)
+        self._size = self.L * float(np.prod(caps + 1))  # layers x usage states: DP width
         # memo of the backward pass
         self._out_origin: list[list[tuple]] = []
         self._incoming: list[dict] = []
@@ -116,10 +78,6 @@ class DCAgent:
         self.boundaries: dict[str, int | None] = {}
 
     # ------------------------------------------------------------------ helpers
-    def _check_time(self) -> None:
-        if self.deadline is not None and time.monotonic() > self.deadline:
-            raise Deadline(f"time limit reached in {self.name}")
-
     def _link_to_prev(self):
         return self.public.links[self.k - 1] if self.k > 0 else None
 
@@ -128,215 +86,150 @@ class DCAgent:
         """Process DC k+1's summary; return the summary for DC k-1 (``None`` for DC 1,
         which keeps its decision for :meth:`decide`)."""
         t0 = time.perf_counter()
-        L, M = self.L, self.M
+        M = self.M
         entries = incoming["entries"] if incoming is not None else []
-        self._incoming = [
-            (e["b"], e["bw"], np.array([p[0] for p in e["points"]], dtype=np.int64),
-             np.array([p[1] for p in e["points"]], dtype=float),
-             np.array([p[2] for p in e["points"]], dtype=float))
-            for e in entries
-        ]
+        self._incoming = [(e["b"], e["bw"], e["points"]) for e in entries]
         ub = self.initial_bound  # an upper bound on the optimum: complete plans already known
-        for b, _bw, _r, bn, sm in self._incoming:
+        for b, _bw, pts in self._incoming:
             if b == 0:
-                ub = min(ub, float(np.min(sm + (M - 1) * bn)))
-        self.upper_bound = ub
+                ub = min(ub, min(sm + (M - 1) * bn for _r, bn, sm in pts))
 
-        # base labels (u = 0): the downstream suffix joined through the inter-DC boundary
-        base: dict[int, list] = {L: [(np.zeros(1, np.int64), np.zeros(1), np.zeros(1),
-                                      np.full(1, -1), np.full(1, -1))]}
-        for i, (b, bw, r, bn, sm) in enumerate(self._incoming):
+        # base labels (u = 0): the downstream suffixes joined through the inter-DC boundary
+        base: dict[int, list] = {self.L: [(0.0, 0.0, 0, (END, 0, 0))]}
+        for i, e in enumerate(entries):
+            b = e["b"]
             if b == 0:
                 continue
-            u = self.bytes[b] / bw
-            base.setdefault(b, []).append((r, np.maximum(bn, u), sm + 2.0 * u,
-                                           np.full(len(r), i), np.arange(len(r))))
-
-        tab = self.tables
-        caps = np.minimum(tab.count, L)
-        strides = np.ones(tab.G, dtype=np.int64)
-        for g in range(1, tab.G):
-            strides[g] = strides[g - 1] * (caps[g - 1] + 1)
-        n_u = int(np.prod(caps + 1))
-        self._caps, self._strides = caps, strides
-        probe_ub = math.inf
-        if self.probe is True or (self.probe == "auto" and L * n_u >= 2000):
-            _, probe_pts = self._dp(base, ub, greedy=True)
-            if 0 in probe_pts:
-                _, pbn, psm, _ = probe_pts[0]
-                probe_ub = float(np.min(psm + (M - 1) * pbn))
-        store, own_pts = self._dp(base, min(ub, probe_ub), greedy=False)
-        self._store = store
-        view = store.view()
-        self.stats = {"labels": 0 if view is None else int(np.count_nonzero(view[0])),
-                      "probe_bound": probe_ub if probe_ub < math.inf else None}
-
-        # own complete plans tighten the bound before the summary is built
-        if 0 in own_pts:
-            r, bn, sm, _ = own_pts[0]
-            ub = min(ub, float(np.min(sm + (M - 1) * bn)))
+            u = self.bytes[b] / e["bw"]
+            base.setdefault(b, []).extend(
+                (max(bn, u), sm + 2.0 * u, r, (IN, i, j)) for j, (r, bn, sm) in enumerate(e["points"]))
+        try:
+            ub, dp = self._search(base, ub)
+        except Deadline:
+            raise Deadline(f"time limit reached in {self.name}") from None
+        self._store = dp.store
+        self._own_final = dp.points.get(0, [])
         self.upper_bound = ub
-        self._own_final = own_pts.get(0)
         if self.k == 0:
             self.stats["backward_s"] = time.perf_counter() - t0
             return None
-        out = self._summary(own_pts, ub)
+        out = self._summary(dp.points, ub)
         self.stats["backward_s"] = time.perf_counter() - t0
         return out
 
-    def _dp(self, base: dict, ub: float, greedy: bool):
-        """The internal DP over ``(x, u)``; ``greedy`` keeps one label per ``(x, u)``
-        (a fast probe whose complete plans give an upper bound)."""
-        L, M, R = self.L, self.M, self.R
-        tab = self.tables
-        ct, mif = tab.compute_time, tab.max_in_flight
-        G = tab.G
-        caps, strides = self._caps, self._strides
-        link = self.dc.link
-        u_int = self.bytes / link.bandwidth_bytes_per_s
-        q_int = 2.0 * (link.latency_s + u_int)
-        one_f_one_b = self.public.training.schedule == "1f1b"
-        tol = 1 + 1e-12
-        # one append-only label store for every usage vector; for a base label
-        # (u = 0), "g" and "parent" hold the incoming entry and point it joins
-        store = _Store()
-        own_pts: dict[int, tuple] = {}
-        base = dict(base)
-        x_max = self._widest_stage_end(ub)
-        for a in range(L - 1, -1, -1):
-            self._check_time()
-            x = a + 1
-            if x in base:
-                parts = base.pop(x)
-                r, bn, sm, oe, op = (np.concatenate([p[c] for p in parts]) for c in range(5))
-                keep = pareto_mask(r, bn, sm)
-                n = int(keep.sum())
-                store.append(np.zeros(n, np.int64), np.full(n, x), r[keep], bn[keep],
-                             sm[keep], oe[keep], op[keep])
-            # only suffixes a stage starting at a can reach (memory, and the bound)
-            view, offset = store.tail(int(x_max[a]))
-            if view is None:
-                continue
-            us, xs, rs, bns, sms = view[0], view[1], view[2], view[3], view[4]
-            inflight = np.minimum(M, rs + 1) if one_f_one_b else np.full(len(rs), M)
-            is_base = us == 0
-            new = []
-            for g in range(G):
-                room = (us // strides[g]) % (caps[g] + 1) < caps[g]
-                fit = room & (inflight <= mif[g, a, xs])
-                idx = np.flatnonzero(fit)
-                if not len(idx):
-                    continue
-                xi = xs[idx]
-                c = ct[g, a, xi]
-                internal = ~is_base[idx]
-                nbn = np.maximum(np.maximum(bns[idx], c), np.where(internal, u_int[xi], 0.0))
-                nsm = sms[idx] + c + np.where(internal, q_int[xi], 0.0)
-                if ub < math.inf:
-                    ok = nsm + (M - 1) * nbn <= ub * tol
-                    idx, nbn, nsm = idx[ok], nbn[ok], nsm[ok]
-                    if not len(idx):
-                        continue
-                new.append((us[idx] + strides[g], np.minimum(rs[idx] + 1, R), nbn, nsm,
-                            np.full(len(idx), g), idx + offset))
-            if not new:
-                continue
-            nu, r, bn, sm, g_, par = (np.concatenate([p[c] for p in new]) for c in range(6))
-            keep = pareto_mask(r, bn, sm, nu)
-            if greedy:  # one label per usage vector: the best T it could still reach
-                kept = np.flatnonzero(keep)
-                o = kept[np.lexsort((sm[kept] + (M - 1) * bn[kept], nu[kept]))]
-                first = np.concatenate(([True], nu[o][1:] != nu[o][:-1]))
-                keep = np.zeros(len(keep), dtype=bool)
-                keep[o[first]] = True
-            n = int(keep.sum())
-            start = store.size  # store index of the first label appended below
-            store.append(nu[keep], np.full(n, a), r[keep], bn[keep], sm[keep], g_[keep],
-                         par[keep])
-            own_pts[a] = (r[keep], bn[keep], sm[keep], start + np.arange(n))
-        return store, own_pts
+    def _local_dp(self):
+        """The DP engine for one run: the vectorised one for the wide DPs of DC 2..K
+        (DC 1 prunes with its prefix bound, which only :class:`LocalDP` has)."""
+        wide = self.k > 0 and self._size >= _WIDE_SIZE
+        return (WideDP if wide else LocalDP)(self.tables, num_layers=self.L, microbatches=self.M,
+                       position_cap=self.R, gpipe=self.public.training.schedule == "gpipe",
+                       boundary_bytes=self.bytes, link=self.dc.link, deadline=self.deadline)
 
-    def _widest_stage_end(self, ub: float) -> np.ndarray:
-        """``[a]``: the last layer end ``x`` a stage ``[a, x)`` of this DC can have.
+    def _search(self, base: dict, ub: float) -> tuple[float, LocalDP]:
+        """The DP run whose labels this DC keeps, and the upper bound it proves.
 
-        A stage must fit in memory at least as the last stage (1F1B: one microbatch in
-        flight; GPipe: ``M``), and a plan within ``ub`` has ``M * C <= ub`` for each of
-        its stages (``T >= sum C + (M - 1) max C``). Both only get harder as ``x`` grows.
+        Trial bounds ``LB (1 + d)`` from a lower bound ``LB`` on plans that start here,
+        as in ``dp``: a run with bound ``U`` keeps every partial plan that could be part
+        of a plan with ``T <= U``, so if it finds a complete plan within ``U`` the run is
+        exact (and the optimum is at most that plan's ``T``); if not, the next trial is
+        larger, ending with ``ub`` itself (a known plan's ``T``, or infinity). A run whose
+        bound cut nothing was exhaustive and ends the trials too.
+
+        DC 1 decides, so it may prune with an optimistic prefix cost (its prefix runs on
+        its own devices) and keeps dp's fine trial steps. The other DCs build a summary,
+        which must keep suffix plans that faster upstream DCs could complete: no prefix
+        cost, and bolder steps.
         """
-        tab, M = self.tables, self.M
-        need = 1 if self.public.training.schedule == "1f1b" else M
-        ok = tab.max_in_flight >= need
-        if ub < math.inf:
-            ok &= tab.compute_time <= ub / M * (1 + 1e-9)
-        ok = ok.any(axis=0)  # [a, x]: some group can hold stage [a, x)
-        ends = np.where(ok, np.arange(self.L + 1)[None, :], -1).max(axis=1)
-        return np.maximum(ends, np.arange(self.L + 1))
+        prefix = self._prefix_bound()
+        lb = self._lower_bound(base, prefix)
+        schedule = TRIALS if self.k == 0 else _BOUND_TRIALS
+        trials = [lb * (1 + d) for d in schedule if math.isfinite(d) and lb * (1 + d) < ub] + [ub]
+        self.stats = {"labels": 0, "trials": []}
+        for trial in trials:
+            dp = self._local_dp()
+            dp.run(base, trial, prefix if self.k == 0 else None)
+            self.stats["labels"] += dp.stats["labels"]
+            self.stats["trials"].append({"upper_bound": trial if trial < math.inf else None,
+                                         "labels": dp.stats["labels"]})
+            best = min((sm + (self.M - 1) * bn for _r, bn, sm, _i in dp.points.get(0, ())),
+                       default=math.inf)
+            if best <= trial * (1 + 1e-12) or trial >= ub or not dp.bound_cut:
+                return min(ub, best), dp
+        raise AssertionError("the last trial is ub itself")
+
+    def _lower_bound(self, base: dict, prefix) -> float:
+        """A lower bound on ``T`` of every complete plan whose first stage is in this DC:
+        own devices alone (:attr:`CostTables.lower_bound`), or a prefix ``[0, b)`` on
+        own devices before a downstream suffix plan joined at ``b``."""
+        pre_sum, pre_max = prefix
+        Mm1 = self.M - 1
+        lb = self.tables.lower_bound
+        for b, labels in base.items():
+            if b < self.L:
+                for bn, sm, _r, _ref in labels:
+                    lb = min(lb, sm + pre_sum[b] + Mm1 * max(bn, pre_max[b]))
+        return lb
+
+    def _prefix_bound(self) -> tuple[list, list]:
+        """An optimistic cost of the prefix ``[0, a)`` of a plan that starts in this DC
+        (it runs on own devices only), as ``(sum, bottleneck)`` lists over ``a``: the sum
+        is at least FLOP / fastest own rate; the bottleneck at least the largest layer's
+        time on the fastest device, and at least the FLOP spread over the ``min(a, D)``
+        fastest own devices in proportion to their rates."""
+        tab = self.tables
+        rmax = float(tab.rate.max())
+        flop = tab.flop_prefix
+        layer_max = np.concatenate(([0.0], np.maximum.accumulate(np.diff(flop))))
+        rates = np.sort(np.repeat(tab.rate, np.minimum(tab.count, self.L)))[::-1]
+        top = np.concatenate(([0.0], np.cumsum(rates)))  # top[n]: the n fastest devices
+        spread = flop / top[np.minimum(np.arange(self.L + 1), len(rates))].clip(min=rmax)
+        return (flop / rmax).tolist(), np.maximum(layer_max / rmax, spread).tolist()
 
     def _summary(self, own_pts: dict, ub: float) -> dict:
         """Merge own and passed-through points per (b, bw), prune, compress."""
         M = self.M
         prev = self._link_to_prev()
-        groups: dict[tuple, list] = {}
-        for a, (r, bn, sm, li) in own_pts.items():
-            fold_bw = prev.bandwidth_bytes_per_s if a > 0 else None
-            fold_lat = 2.0 * prev.latency_s if a > 0 else 0.0
-            groups.setdefault((a, fold_bw), []).append(
-                (r, bn, sm + fold_lat, np.full(len(li), -1), li))
-        for e, (b, bw, r, bn, sm) in enumerate(self._incoming):
-            if b > 0:
-                key = (b, min(bw, prev.bandwidth_bytes_per_s))
-                sm = sm + 2.0 * prev.latency_s
-            else:
-                key = (0, None)
-            groups.setdefault(key, []).append((r, bn, sm, np.full(len(r), e), np.arange(len(r))))
+        groups: dict[tuple, list] = {}  # (b, bw) -> [(r, bn, sm, origin)]
+        for a, pts in own_pts.items():
+            key = (a, prev.bandwidth_bytes_per_s if a > 0 else None)
+            lat = 2.0 * prev.latency_s if a > 0 else 0.0
+            groups.setdefault(key, []).extend((r, bn, sm + lat, ("own", i)) for r, bn, sm, i in pts)
+        for e, (b, bw, pts) in enumerate(self._incoming):
+            key = (b, min(bw, prev.bandwidth_bytes_per_s)) if b > 0 else (0, None)
+            lat = 2.0 * prev.latency_s if b > 0 else 0.0
+            groups.setdefault(key, []).extend(
+                (r, bn, sm + lat, ("in", e, j)) for j, (r, bn, sm) in enumerate(pts))
         entries, origins = [], []
         by_b: dict[int, list] = {}
         for key in groups:
             by_b.setdefault(key[0], []).append(key[1])
+        limit = ub * (1 + 1e-12)
         for b in sorted(by_b):
             # higher path bandwidth first: a point of a class with a larger bandwidth
             # dominates an equal-or-worse point of a class with a smaller one
-            kept_r, kept_bn, kept_sm = [], [], []
+            kept: list[tuple] = []
             for bw in sorted(by_b[b], key=lambda v: -math.inf if v is None else -v):
-                parts = groups[(b, bw)]
-                r = np.concatenate([p[0] for p in parts])
-                bn = np.concatenate([p[1] for p in parts])
-                sm = np.concatenate([p[2] for p in parts])
-                org_e = np.concatenate([p[3] for p in parts])  # -1: own label, else entry
-                org_i = np.concatenate([p[4] for p in parts])
-                # the bound applies to the true values (rounding up comes after it): any
-                # completion pays at least this boundary, over a path no wider than bw
-                keep = np.ones(len(r), dtype=bool)
+                pts = groups[(b, bw)]
                 if ub < math.inf:
-                    u_min = self.bytes[b] / bw if bw is not None else 0.0
-                    keep = sm + 2.0 * u_min + (M - 1) * np.maximum(bn, u_min) <= ub * (1 + 1e-12)
-                sel = np.flatnonzero(keep)
+                    # the bound applies to the true values (rounding up comes after it):
+                    # any completion pays at least this boundary, over a path no wider
+                    u = self.bytes[b] / bw if bw is not None else 0.0
+                    pts = [p for p in pts if p[2] + 2.0 * u + (M - 1) * max(p[1], u) <= limit]
                 if self.quantum > 0 or self.digits > 0:
-                    bn, sm = bn.copy(), sm.copy()
-                    bn[sel] = round_digits(round_up(bn[sel], self.quantum), self.digits)
-                    sm[sel] = round_digits(round_up(sm[sel], self.quantum), self.digits)
-                if kept_r:
-                    n0 = sum(len(x) for x in kept_r)
-                    mask = pareto_mask(np.concatenate(kept_r + [r[sel]]),
-                                       np.concatenate(kept_bn + [bn[sel]]),
-                                       np.concatenate(kept_sm + [sm[sel]]))
-                    sel = sel[mask[n0:]]
-                else:
-                    sel = sel[pareto_mask(r[sel], bn[sel], sm[sel])]
-                if self.epsilon > 0 and len(sel):
-                    sel = sel[epsilon_mask(r[sel], bn[sel], sm[sel], self.epsilon)]
-                if self.max_entries and len(sel):
-                    sel = sel[cap_mask(bn[sel], sm[sel], M, self.max_entries)]
-                if not len(sel):
+                    q, d = self.quantum, self.digits
+                    pts = [(r, round_digits(round_up(bn, q), d), round_digits(round_up(sm, q), d), o)
+                           for r, bn, sm, o in pts]
+                pts = [pts[i] for i in frontier(pts, kept)]
+                if self.epsilon > 0:
+                    pts = [pts[i] for i in epsilon_keep(pts, self.epsilon)]
+                if self.max_entries:
+                    pts = [pts[i] for i in cap_keep(pts, M, self.max_entries)]
+                if not pts:
                     continue
-                sel = sel[np.lexsort((sm[sel], bn[sel], r[sel]))]
-                kept_r.append(r[sel])
-                kept_bn.append(bn[sel])
-                kept_sm.append(sm[sel])
-                entries.append({"b": int(b), "bw": bw,
-                                "points": [[int(r[i]), float(bn[i]), float(sm[i])] for i in sel]})
-                origins.append([("own", int(org_i[i])) if org_e[i] < 0
-                                else ("in", int(org_e[i]), int(org_i[i])) for i in sel])
+                pts.sort(key=lambda p: p[:3])
+                kept.extend(pts)
+                entries.append({"b": int(b), "bw": bw, "points": [[r, bn, sm] for r, bn, sm, _ in pts]})
+                origins.append([p[3] for p in pts])
         self._out_origin = origins
         return protocol.summary(self.name, self.public.datacenter_names[self.k - 1], entries)
 
@@ -345,18 +238,16 @@ class DCAgent:
         """DC 1 picks the best complete plan; returns its own realise-request and T estimate."""
         M = self.M
         best, choice = math.inf, None
-        if self._own_final is not None:
-            r, bn, sm, li = self._own_final
+        for _r, bn, sm, i in self._own_final:
             t = sm + (M - 1) * bn
-            i = int(np.argmin(t))
-            best, choice = float(t[i]), ("own", int(li[i]))
-        for e, (b, _bw, _r, bn, sm) in enumerate(self._incoming):
-            if b != 0:
-                continue
-            t = sm + (M - 1) * bn
-            i = int(np.argmin(t))
-            if t[i] < best:
-                best, choice = float(t[i]), ("in", e, i)
+            if t < best:
+                best, choice = t, ("own", i)
+        for e, (b, _bw, pts) in enumerate(self._incoming):
+            if b == 0:
+                for j, (_r, bn, sm) in enumerate(pts):
+                    t = sm + (M - 1) * bn
+                    if t < best:
+                        best, choice = t, ("in", e, j)
         self.estimate = best
         return choice, best
 
@@ -372,25 +263,28 @@ class DCAgent:
             b = self._incoming[e][0]
             self.boundaries = {"passes": int(b)}
             return {"entry": e, "point": p, "b": int(b)}
-        li = origin[1]
-        us, xs, _, _, _, gs, pars = self._store.view()
+        i = origin[1]
         stages = []
-        while us[li] != 0:
-            stages.append((int(xs[li]), int(xs[pars[li]]), int(gs[li])))
-            li = int(pars[li])
+        while True:
+            start, g, (kind, j, p) = self._store[i]
+            end = self._store[j][0] if kind == OWN else (self.L if kind == END else
+                                                       self._incoming[j][0])
+            stages.append((start, end, g))
+            if kind != OWN:
+                break
+            i = j
         used: dict[int, int] = {}
         self.stages = []
         for start, end, g in stages:
-            i = used.get(g, 0)
-            used[g] = i + 1
-            self.stages.append((start, end, Instance.device_name(self.dc, self.dc.devices[g], i)))
+            n = used.get(g, 0)
+            used[g] = n + 1
+            self.stages.append((start, end, Instance.device_name(self.dc, self.dc.devices[g], n)))
         first, last = self.stages[0][0], self.stages[-1][1]
-        e, p = int(gs[li]), int(pars[li])
         self.boundaries = {"from_upstream": first if first > 0 else None,
                            "to_downstream": last if last < self.L else None}
-        if e < 0:
+        if kind == END:
             return None
-        return {"entry": e, "point": p, "b": int(self._incoming[e][0])}
+        return {"entry": j, "point": p, "b": int(self._incoming[j][0])}
 
     def forward(self, request: dict | None) -> dict | None:
         """Handle an ``assemble`` request from DC k-1 (a point of the summary we sent)."""

@@ -1,0 +1,274 @@
+"""The agent's label DP, vectorised: for the wide DPs of DCs far down a long chain.
+
+The same DP as :mod:`.local` (same states, labels, bound and results), with the
+labels of each layer processed as numpy arrays: all labels whose suffix a stage
+``[a, x)`` can reach, times every group, at once. Its fixed cost per layer is a
+few hundred microseconds, so it only pays when a DC holds tens of thousands of
+labels; :class:`~.agent.DCAgent` picks it from the size of the state space.
+No prefix bound (only DC 1 has one, and DC 1 uses :mod:`.local`).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+
+from .local import END, IN, OWN, Deadline
+
+
+class _Store:
+    """Append-only labels ``(u, x, r, bottleneck, total, g, parent)``, by decreasing ``x``.
+
+    Labels arrive in parts of one ``x`` each (the DP appends the labels of suffix
+    ``[x, L)`` together), so the labels with ``x <= x_max`` are a tail of parts.
+    """
+
+    __slots__ = ("_size", "parts", "xs")
+
+    def __init__(self):
+        self.parts: list[tuple] = []
+        self.xs: list[int] = []  # the x of each part, non-increasing
+        self._size = 0
+
+    def append(self, u, x, r, bn, sm, g, parent) -> None:
+        if len(bn):
+            self.parts.append((u, x, r, bn, sm, g, parent))
+            self.xs.append(int(x[0]))
+            self._size += len(bn)
+
+    @property
+    def size(self) -> int:
+        return self._size
+
+    def view(self):
+        """Every label, in store order (indices are the parents' references)."""
+        if not self.parts:
+            return None
+        if len(self.parts) > 1:
+            self.parts = [tuple(np.concatenate([p[i] for p in self.parts]) for i in range(7))]
+            self.xs = [self.xs[0]]  # a merged store is read only, never windowed again
+        return self.parts[0]
+
+    def tail(self, x_max: int):
+        """The labels with ``x <= x_max`` and the store index of the first of them."""
+        i = len(self.xs)
+        while i > 0 and self.xs[i - 1] <= x_max:
+            i -= 1
+        if i == len(self.xs):
+            return None, self._size
+        parts = self.parts[i:]
+        start = self._size - sum(len(p[3]) for p in parts)
+        if len(parts) == 1:
+            return parts[0], start
+        return tuple(np.concatenate([p[i] for p in parts]) for i in range(7)), start
+
+
+def pareto_mask(r: np.ndarray, bn: np.ndarray, sm: np.ndarray,
+                group: np.ndarray | None = None) -> np.ndarray:
+    """Boolean mask of the non-dominated points (minimising ``r``, ``bn``, ``sm``).
+
+    With ``group``, points are compared only within their group. Exact
+    duplicates keep one. Vectorised: points sorted by ``(group, bn, sm, r)``;
+    point ``i`` is dominated iff an earlier point of its group has ``r <= r_i``
+    and ``sm <= sm_i``, found with one running minimum per distinct ``r``
+    over integer ranks (no floating-point offsets, so the test is exact).
+    """
+    n = len(bn)
+    if n <= 1:
+        return np.ones(n, dtype=bool)
+    if n <= _SMALL:
+        return _pareto_mask_small(r, bn, sm, group)
+    if group is None:
+        order = np.lexsort((r, sm, bn))
+    else:
+        order = np.lexsort((r, sm, bn, group))
+    rr = r[order]
+    # ranks of sm; a stable sort ranks an earlier point of equal sm lower, which is
+    # what "an earlier point with sm <= sm_i" needs
+    key = np.empty(n, dtype=np.int64)
+    key[np.argsort(sm[order], kind="stable")] = np.arange(n)
+    if group is None:
+        big = np.int64(n + 1)
+    else:
+        # segment offsets decrease along the order, so an earlier group never
+        # looks better than any point of a later group
+        gs = group[order]
+        gd = np.zeros(n, dtype=np.int64)
+        np.cumsum(gs[1:] != gs[:-1], out=gd[1:])
+        ng = int(gd[-1]) + 1
+        key += (ng - gd) * (n + 1)
+        big = np.int64((ng + 2) * (n + 1))
+    dominated = _exclusive_min(key, big) <= key
+    rmax = rr.max()
+    if rr.min() != rmax:
+        # points with fewer stages must only be compared with points of no more stages
+        for rho in np.unique(rr)[:-1]:
+            sel = rr == rho
+            prev = _exclusive_min(np.where(rr <= rho, key, big), big)
+            dominated[sel] = prev[sel] <= key[sel]
+    keep = np.zeros(n, dtype=bool)
+    keep[order[~dominated]] = True
+    return keep
+
+
+#: below this many points a plain loop beats the vectorised filter's fixed cost
+_SMALL = 48
+
+
+def _pareto_mask_small(r, bn, sm, group) -> np.ndarray:
+    """:func:`pareto_mask` for a few points: the same order, the same test, a loop."""
+    rl, bl, sl = r.tolist(), bn.tolist(), sm.tolist()
+    gl = group.tolist() if group is not None else [0] * len(rl)
+    order = sorted(range(len(rl)), key=lambda i: (gl[i], bl[i], sl[i], rl[i]))
+    keep = np.zeros(len(rl), dtype=bool)
+    kept: list = []
+    current = None
+    for i in order:
+        if gl[i] != current:
+            current, kept = gl[i], []
+        ri, si = rl[i], sl[i]
+        for kr, ks in kept:
+            if kr <= ri and ks <= si:
+                break
+        else:
+            keep[i] = True
+            kept.append((ri, si))
+    return keep
+
+
+def _exclusive_min(values: np.ndarray, big) -> np.ndarray:
+    prev = np.empty(len(values), dtype=values.dtype)
+    prev[0] = big
+    if len(values) > 1:
+        prev[1:] = np.minimum.accumulate(values)[:-1]
+    return prev
+
+
+class WideDP:
+    """Drop-in for :class:`.local.LocalDP` (``run``, ``points``, ``store``,
+    ``bound_cut``, ``stats``), vectorised over the labels of a layer."""
+
+    def __init__(self, tables, *, num_layers: int, microbatches: int, position_cap: int,
+                 gpipe: bool, boundary_bytes: np.ndarray, link, deadline: float | None = None):
+        self.t = tables
+        self.L, self.M, self.R = num_layers, microbatches, position_cap
+        self.gpipe = gpipe
+        self.deadline = deadline
+        self.u_int = boundary_bytes / link.bandwidth_bytes_per_s
+        self.q_int = 2.0 * (link.latency_s + self.u_int)
+        self.stats = {"labels": 0, "states": 0}
+        self.bound_cut = False
+
+    def run(self, base: dict[int, list[tuple]], ub: float, prefix=None) -> None:
+        if prefix is not None:
+            raise ValueError("WideDP has no prefix bound")
+        L, M, R = self.L, self.M, self.R
+        tab = self.t
+        ct, mif = tab.compute_time, tab.max_in_flight
+        G = tab.G
+        caps = np.minimum(tab.count, L)
+        strides = np.ones(G, dtype=np.int64)
+        for g in range(1, G):
+            strides[g] = strides[g - 1] * (caps[g - 1] + 1)
+        u_int, q_int = self.u_int, self.q_int
+        limit = ub * (1 + 1e-12)
+        # base labels as arrays; "g" holds the incoming entry (-1: the model ends here),
+        # "parent" the point
+        pending: dict[int, tuple] = {}
+        for x, labels in base.items():
+            bn, sm, r, refs = zip(*labels)
+            pending[x] = (np.array(r, dtype=np.int64), np.array(bn, dtype=float),
+                          np.array(sm, dtype=float),
+                          np.array([e if k == IN else -1 for k, e, _ in refs], dtype=np.int64),
+                          np.array([p if k == IN else -1 for k, _, p in refs], dtype=np.int64))
+        store = _Store()
+        x_max = self._widest_stage_end(ub)
+        for a in range(L - 1, -1, -1):
+            if self.deadline is not None and time.monotonic() > self.deadline:
+                raise Deadline("time limit reached")
+            x = a + 1
+            if x in pending:
+                r, bn, sm, oe, op = pending.pop(x)
+                keep = pareto_mask(r, bn, sm)
+                n = int(keep.sum())
+                store.append(np.zeros(n, np.int64), np.full(n, x), r[keep], bn[keep],
+                             sm[keep], oe[keep], op[keep])
+            # only suffixes a stage starting at a can reach (memory, and the bound)
+            view, offset = store.tail(int(x_max[a]))
+            if view is None:
+                continue
+            us, xs, rs, bns, sms = view[0], view[1], view[2], view[3], view[4]
+            inflight = np.minimum(M, rs + 1) if not self.gpipe else np.full(len(rs), M)
+            is_base = us == 0
+            new = []
+            for g in range(G):
+                room = (us // strides[g]) % (caps[g] + 1) < caps[g]
+                fit = room & (inflight <= mif[g, a, xs])
+                idx = np.flatnonzero(fit)
+                if not len(idx):
+                    continue
+                xi = xs[idx]
+                c = ct[g, a, xi]
+                internal = ~is_base[idx]
+                nbn = np.maximum(np.maximum(bns[idx], c), np.where(internal, u_int[xi], 0.0))
+                nsm = sms[idx] + c + np.where(internal, q_int[xi], 0.0)
+                if ub < math.inf:
+                    ok = nsm + (M - 1) * nbn <= limit
+                    if not ok.all():
+                        self.bound_cut = True
+                        idx, nbn, nsm = idx[ok], nbn[ok], nsm[ok]
+                    if not len(idx):
+                        continue
+                new.append((us[idx] + strides[g], np.minimum(rs[idx] + 1, R), nbn, nsm,
+                            np.full(len(idx), g), idx + offset))
+            if not new:
+                continue
+            nu, r, bn, sm, g_, par = (np.concatenate([p[c] for p in new]) for c in range(6))
+            keep = pareto_mask(r, bn, sm, nu)
+            n = int(keep.sum())
+            store.append(nu[keep], np.full(n, a), r[keep], bn[keep], sm[keep], g_[keep],
+                         par[keep])
+        self._export(store)
+
+    def _export(self, store: _Store) -> None:
+        """:attr:`points` and :attr:`store` in :class:`.local.LocalDP`'s form."""
+        self.points, self.store = {}, []
+        view = store.view()
+        if view is None:
+            return
+        us, xs, rs, bns, sms, gs, pars = (c.tolist() for c in view)
+        self.stats["labels"] = len(us)
+        flat = {}
+        for i, u in enumerate(us):
+            if u == 0:
+                continue
+            p = pars[i]
+            if us[p]:
+                ref = (OWN, flat[p], 0)
+            elif gs[p] < 0:
+                ref = (END, 0, 0)
+            else:
+                ref = (IN, gs[p], pars[p])
+            flat[i] = len(self.store)
+            self.store.append((xs[i], gs[i], ref))
+            self.points.setdefault(xs[i], []).append((rs[i], bns[i], sms[i], flat[i]))
+
+    def _widest_stage_end(self, ub: float) -> np.ndarray:
+        """``[a]``: the last layer end ``x`` a stage ``[a, x)`` of this DC can have.
+
+        A stage must fit in memory at least as the last stage (1F1B: one microbatch in
+        flight; GPipe: ``M``), and a plan within ``ub`` has ``M * C <= ub`` for each of
+        its stages (``T >= sum C + (M - 1) max C``). Both only get harder as ``x`` grows.
+        """
+        tab, M = self.t, self.M
+        need = M if self.gpipe else 1
+        ok = tab.max_in_flight >= need
+        if ub < math.inf:
+            fast = tab.compute_time <= ub / M * (1 + 1e-9)
+            self.bound_cut |= bool((ok & ~fast).any())
+            ok &= fast
+        ok = ok.any(axis=0)  # [a, x]: some group can hold stage [a, x)
+        ends = np.where(ok, np.arange(self.L + 1)[None, :], -1).max(axis=1)
+        return np.maximum(ends, np.arange(self.L + 1))
