@@ -1,0 +1,51 @@
+"""The shared Pareto filters of dp and the CDynP agents, against pairwise dominance."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from chainpipe.solvers import labels
+
+
+def _random_layer(rng: random.Random, n_states: int, width: int) -> dict:
+    states = {}
+    while len(states) < n_states:
+        u = tuple(rng.randint(0, 3) for _ in range(width))
+        # few distinct values, so ties are common; labels within a state are Pareto already
+        labs = [(float(rng.randint(1, 6)), float(rng.randint(1, 6)), rng.randint(0, 3), None)
+                for _ in range(rng.randint(1, 6))]
+        states[(0, u)] = labels.pareto3(labs, 3)
+    return states
+
+
+def _survivors_by_pairs(layer: dict) -> set:
+    """Labels no label of another state with no more devices dominates (ties: the state
+    with fewer devices in all, then the earlier sort position, keeps its label)."""
+    rows = [(lab[0], lab[1], lab[2], key, i) for key in layer for i, lab in enumerate(layer[key])]
+    rows.sort(key=lambda r: (r[0], r[1], r[2], sum(r[3][1])))
+    kept = set()
+    for j, (bn, sm, p, key, i) in enumerate(rows):
+        if any(all(a <= b for a, b in zip(k2[1], key[1])) and b2 <= bn and s2 <= sm and p2 <= p
+               and (k2, i2) in kept for b2, s2, p2, k2, i2 in rows[:j]):
+            continue
+        kept.add((key, i))
+    return {(key, layer[key][i][:3]) for key, i in kept}
+
+
+@pytest.mark.parametrize("n_states", [2, 5, 40, 70, 120])
+@pytest.mark.parametrize("seed", range(6))
+def test_across_usage_keeps_exactly_the_undominated(n_states, seed):
+    rng = random.Random(seed * 1000 + n_states)
+    width = 4 if n_states > 60 else 3
+    layer = _random_layer(rng, n_states, width)
+    expect = _survivors_by_pairs(layer)
+    labels.across_usage(layer)
+    got = {(key, lab[:3]) for key, labs in layer.items() for lab in labs}
+    assert got == expect
+
+
+def test_pareto3_respects_stage_counts():
+    labs = [(1.0, 5.0, 2, "a"), (1.0, 5.0, 1, "b"), (2.0, 4.0, 3, "c"), (3.0, 4.0, 0, "d")]
+    assert [lab[3] for lab in labels.pareto3(labs, 3)] == ["b", "c", "d"]
