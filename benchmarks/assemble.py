@@ -15,6 +15,7 @@ ORDER = [
     ("benchmarks/results/dp_scaling.md", "python benchmarks/dp_scaling.py"),
     ("benchmarks/results/formulations.md", "python benchmarks/formulations.py"),
     ("benchmarks/results/cpsat.md", "python benchmarks/cpsat.py"),
+    ("benchmarks/results/cdynp_speed.md", "python benchmarks/cdynp_speed.py"),
     ("benchmarks/results/cdynp_tradeoff.md", "python benchmarks/cdynp_tradeoff.py"),
     ("experiments/results/one_to_four_dcs.md", "python experiments/one_to_four_dcs.py"),
     ("experiments/results/larger_tasks.md", "python experiments/larger_tasks.py"),

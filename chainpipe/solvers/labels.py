@@ -1,4 +1,5 @@
-"""Pareto filters over DP labels, shared by ``dp`` and the CDynP agents.
+"""Pareto filters over DP labels and the trial schedule, shared by ``dp`` and the
+CDynP agents.
 
 A label is a tuple ``(bottleneck, total, stages placed, ...)``; smaller is better
 in each of the three. States are dict keys ``(dc, usage)`` with ``usage`` a tuple

@@ -107,7 +107,7 @@ class DCAgent:
             ub, dp = self._search(base, ub)
         except Deadline:
             raise Deadline(f"time limit reached in {self.name}") from None
-        self._store = dp.store
+        self._dp = dp
         self._own_final = dp.points.get(0, [])
         self.upper_bound = ub
         if self.k == 0:
@@ -116,14 +116,6 @@ class DCAgent:
         out = self._summary(dp.points, ub)
         self.stats["backward_s"] = time.perf_counter() - t0
         return out
-
-    def _local_dp(self):
-        """The DP engine for one run: the vectorised one for the wide DPs of DC 2..K
-        (DC 1 prunes with its prefix bound, which only :class:`LocalDP` has)."""
-        wide = self.k > 0 and self._size >= _WIDE_SIZE
-        return (WideDP if wide else LocalDP)(self.tables, num_layers=self.L, microbatches=self.M,
-                       position_cap=self.R, gpipe=self.public.training.schedule == "gpipe",
-                       boundary_bytes=self.bytes, link=self.dc.link, deadline=self.deadline)
 
     def _search(self, base: dict, ub: float) -> tuple[float, LocalDP]:
         """The DP run whose labels this DC keeps, and the upper bound it proves.
@@ -140,22 +132,40 @@ class DCAgent:
         which must keep suffix plans that faster upstream DCs could complete: no prefix
         cost, and bolder steps.
         """
+        self.stats = {"labels": 0, "trials": []}
+        if self.k > 0 and self._size >= _WIDE_SIZE:
+            # wide: a greedy probe (one label per state) for a plan, then one exact run
+            probe = self._run(WideDP, base, ub, None, greedy=True)
+            ub = min(ub, self._best(probe))
+            dp = self._run(WideDP, base, ub, None)
+            return min(ub, self._best(dp)), dp
         prefix = self._prefix_bound()
         lb = self._lower_bound(base, prefix)
         schedule = TRIALS if self.k == 0 else _BOUND_TRIALS
         trials = [lb * (1 + d) for d in schedule if math.isfinite(d) and lb * (1 + d) < ub] + [ub]
-        self.stats = {"labels": 0, "trials": []}
         for trial in trials:
-            dp = self._local_dp()
-            dp.run(base, trial, prefix if self.k == 0 else None)
-            self.stats["labels"] += dp.stats["labels"]
-            self.stats["trials"].append({"upper_bound": trial if trial < math.inf else None,
-                                         "labels": dp.stats["labels"]})
-            best = min((sm + (self.M - 1) * bn for _r, bn, sm, _i in dp.points.get(0, ())),
-                       default=math.inf)
+            dp = self._run(LocalDP, base, trial, prefix if self.k == 0 else None)
+            best = self._best(dp)
             if best <= trial * (1 + 1e-12) or trial >= ub or not dp.bound_cut:
                 return min(ub, best), dp
         raise AssertionError("the last trial is ub itself")
+
+    def _run(self, engine, base: dict, ub: float, prefix, **options):
+        dp = engine(self.tables, num_layers=self.L, microbatches=self.M,
+                    position_cap=self.R, gpipe=self.public.training.schedule == "gpipe",
+                    boundary_bytes=self.bytes, link=self.dc.link, deadline=self.deadline)
+        dp.run(base, ub, prefix, **options)
+        self.stats["labels"] += dp.stats["labels"]
+        self.stats["trials"].append({"upper_bound": float(ub) if ub < math.inf else None,
+                                     "labels": dp.stats["labels"],
+                                     "engine": "wide" if engine is WideDP else "local",
+                                     **({"greedy": True} if options.get("greedy") else {})})
+        return dp
+
+    def _best(self, dp) -> float:
+        """The least ``T`` of the complete plans a run found (``inf``: none)."""
+        return min((sm + (self.M - 1) * bn for _r, bn, sm, _i in dp.points.get(0, ())),
+                   default=math.inf)
 
     def _lower_bound(self, base: dict, prefix) -> float:
         """A lower bound on ``T`` of every complete plan whose first stage is in this DC:
@@ -266,8 +276,8 @@ class DCAgent:
         i = origin[1]
         stages = []
         while True:
-            start, g, (kind, j, p) = self._store[i]
-            end = self._store[j][0] if kind == OWN else (self.L if kind == END else
+            start, g, (kind, j, p) = self._dp.label(i)
+            end = self._dp.label(j)[0] if kind == OWN else (self.L if kind == END else
                                                        self._incoming[j][0])
             stages.append((start, end, g))
             if kind != OWN:

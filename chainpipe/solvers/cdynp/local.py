@@ -83,6 +83,13 @@ class LocalDP:
             out.append(per_end)
         return out
 
+    def label(self, i: int) -> tuple[int, int, tuple]:
+        """Own label ``i`` (an index in :attr:`points`): ``(start, group, ref)``, its first
+        stage ``[start, end)`` on ``group``, and ``ref`` where the plan continues: own
+        label ``(OWN, j, 0)`` (``end`` is its start), incoming entry and point
+        ``(IN, e, p)`` or ``(END, 0, 0)`` (``end = L``)."""
+        return self._store[i]
+
     def run(self, base: dict[int, list[tuple]], ub: float, prefix=None) -> None:
         """``base[x]``: base labels ``(bottleneck, total, r, (IN | END, e, p))`` joining at ``x``.
 
@@ -173,5 +180,5 @@ class LocalDP:
                             bucket.append((nbn, nsm, nr, ref))
             states[x] = None  # finalised labels live on in the store only
         self.stats["labels"] = labels_total
-        self.store = store
+        self._store = store
         self.points = points

@@ -147,7 +147,7 @@ def _exclusive_min(values: np.ndarray, big) -> np.ndarray:
 
 
 class WideDP:
-    """Drop-in for :class:`.local.LocalDP` (``run``, ``points``, ``store``,
+    """Drop-in for :class:`.local.LocalDP` (``run``, ``points``, ``label``,
     ``bound_cut``, ``stats``), vectorised over the labels of a layer."""
 
     def __init__(self, tables, *, num_layers: int, microbatches: int, position_cap: int,
@@ -161,7 +161,11 @@ class WideDP:
         self.stats = {"labels": 0, "states": 0}
         self.bound_cut = False
 
-    def run(self, base: dict[int, list[tuple]], ub: float, prefix=None) -> None:
+    def run(self, base: dict[int, list[tuple]], ub: float, prefix=None,
+            greedy: bool = False) -> None:
+        """As :meth:`.local.LocalDP.run`. ``greedy`` keeps one label per state (the one
+        with the least ``total + (M - 1) bottleneck``): a fast probe, inexact, whose
+        complete plans give an upper bound."""
         if prefix is not None:
             raise ValueError("WideDP has no prefix bound")
         L, M, R = self.L, self.M, self.R
@@ -227,33 +231,46 @@ class WideDP:
                 continue
             nu, r, bn, sm, g_, par = (np.concatenate([p[c] for p in new]) for c in range(6))
             keep = pareto_mask(r, bn, sm, nu)
+            if greedy:
+                kept = np.flatnonzero(keep)
+                o = kept[np.lexsort((sm[kept] + (M - 1) * bn[kept], nu[kept]))]
+                first = np.concatenate(([True], nu[o][1:] != nu[o][:-1]))
+                keep = np.zeros(len(keep), dtype=bool)
+                keep[o[first]] = True
             n = int(keep.sum())
             store.append(nu[keep], np.full(n, a), r[keep], bn[keep], sm[keep], g_[keep],
                          par[keep])
         self._export(store)
 
     def _export(self, store: _Store) -> None:
-        """:attr:`points` and :attr:`store` in :class:`.local.LocalDP`'s form."""
-        self.points, self.store = {}, []
-        view = store.view()
+        """:attr:`points` in :class:`.local.LocalDP`'s form, kept to each start's
+        frontier over ``(r, bottleneck, total)`` (all a summary can use: its filters are
+        monotone), while the labels stay in arrays for :meth:`label`."""
+        self.points = {}
+        view = self._view = store.view()
         if view is None:
             return
-        us, xs, rs, bns, sms, gs, pars = (c.tolist() for c in view)
-        self.stats["labels"] = len(us)
-        flat = {}
-        for i, u in enumerate(us):
-            if u == 0:
-                continue
-            p = pars[i]
-            if us[p]:
-                ref = (OWN, flat[p], 0)
-            elif gs[p] < 0:
-                ref = (END, 0, 0)
-            else:
-                ref = (IN, gs[p], pars[p])
-            flat[i] = len(self.store)
-            self.store.append((xs[i], gs[i], ref))
-            self.points.setdefault(xs[i], []).append((rs[i], bns[i], sms[i], flat[i]))
+        us, xs, rs, bns, sms = view[:5]
+        own = np.flatnonzero(us != 0)
+        self.stats["labels"] = len(own)
+        if not len(own):
+            return
+        keep = own[pareto_mask(rs[own], bns[own], sms[own], xs[own])]
+        for x, r, bn, sm, i in zip(xs[keep].tolist(), rs[keep].tolist(), bns[keep].tolist(),
+                                   sms[keep].tolist(), keep.tolist()):
+            self.points.setdefault(x, []).append((r, bn, sm, i))
+
+    def label(self, i: int) -> tuple[int, int, tuple]:
+        """Own label ``i``: ``(start, group, ref)`` (see :class:`.local.LocalDP`)."""
+        us, xs, _, _, _, gs, pars = self._view
+        p = int(pars[i])
+        if us[p]:
+            ref = (OWN, p, 0)
+        elif gs[p] < 0:
+            ref = (END, 0, 0)
+        else:
+            ref = (IN, int(gs[p]), int(pars[p]))
+        return int(xs[i]), int(gs[i]), ref
 
     def _widest_stage_end(self, ub: float) -> np.ndarray:
         """``[a]``: the last layer end ``x`` a stage ``[a, x)`` of this DC can have.

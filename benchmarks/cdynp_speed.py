@@ -1,0 +1,110 @@
+"""CDynP (exact) against dp: search time per instance, and where each DC's work goes.
+
+Each instance is solved by ``dp`` and by exact ``cdynp`` in one process, the two
+interleaved, ``--repeat`` times each; the table takes the best time of each
+(the least disturbed by the shared machine) and their ratio, beside what the
+agents did: labels per DC, trial bounds tried, and which DP engine ran
+(``local``: the label loop; ``wide``: the vectorised one). Writes
+``benchmarks/results/cdynp_speed.md``.
+
+    .venv/bin/python benchmarks/cdynp_speed.py                 # medium (9 runs) + large (3)
+    .venv/bin/python benchmarks/cdynp_speed.py --sets medium --repeat 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import time
+from pathlib import Path
+
+from chainpipe.io import read
+from chainpipe.solve import solve
+from chainpipe.solvers.cdynp import agent
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "benchmarks" / "results"
+REPEAT = {"medium": 9, "large": 3}
+
+
+def best_times(inst, repeat: int) -> tuple[float, float, object, object]:
+    best = {"dp": float("inf"), "cdynp": float("inf")}
+    res = {}
+    for _ in range(repeat):
+        for solver in ("dp", "cdynp"):
+            t0 = time.perf_counter()
+            res[solver] = solve(inst, solver)
+            best[solver] = min(best[solver], time.perf_counter() - t0)
+    return best["dp"], best["cdynp"], res["dp"], res["cdynp"]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sets", nargs="+", default=["medium", "large"])
+    ap.add_argument("--repeat", type=int, default=None, help="runs per solver (default: 9 medium, 3 large)")
+    args = ap.parse_args()
+    rows = []
+    for name in args.sets:
+        files = sorted(p for p in (ROOT / "instances" / name).glob("*.json")
+                       if p.name != "manifest.json")
+        for path in files:
+            inst = read(path)
+            repeat = args.repeat or REPEAT.get(name, 3)
+            dp_s, cd_s, ref, res = best_times(inst, repeat)
+            same = (ref.iteration_time is not None and res.iteration_time is not None
+                    and abs(res.iteration_time - ref.iteration_time) <= 1e-9 * ref.iteration_time)
+            agents = res.stats["agents"]
+            pub = agent.PublicInstance.of(inst)
+            engines = ["local" if k == 0 or agent.DCAgent(pub, k, dc)._size < agent._WIDE_SIZE
+                       else "wide" for k, dc in enumerate(inst.datacenters)]
+            row = {"set": name, "instance": path.stem, "K": inst.num_datacenters,
+                   "L": inst.num_layers, "repeat": repeat, "dp_s": dp_s, "cdynp_s": cd_s,
+                   "equal": same, "status": res.status,
+                   "dp_labels": ref.stats.get("labels"),
+                   "labels": [a["labels"] for a in agents],
+                   "trials": [len(a["trials"]) for a in agents],
+                   "engines": engines,
+                   "bytes": res.stats["message_bytes_total"]}
+            rows.append(row)
+            print(f"{path.stem}: dp {dp_s:.3f}s cdynp {cd_s:.3f}s ratio {cd_s / dp_s:.2f} "
+                  f"labels {row['labels']}", flush=True)
+    write(rows)
+
+
+def write(rows: list[dict]) -> None:
+    OUT.mkdir(parents=True, exist_ok=True)
+    cpu = platform.processor() or platform.machine()
+    lines = [
+        "# CDynP (exact) against dp: search time",
+        "",
+        (f"Machine: {os.cpu_count()} cores ({cpu}), shared; Python {platform.python_version()}. "
+         f"Run: `benchmarks/cdynp_speed.py` on {time.strftime('%Y-%m-%d')}."),
+        "",
+        ("Best of `runs` in-process solves of each (dp and cdynp interleaved). `equal`: the "
+         "same optimal T. `labels` and `trials` are per DC, DC 1 first (all trial runs "
+         "counted); `engine` is each DC's DP (`local`: label loop, `wide`: vectorised)."),
+        "",
+        "| set | instance | K | L | runs | dp s | cdynp s | cdynp / dp | equal | dp labels | "
+        "cdynp labels per DC | trials per DC | engine per DC | message bytes |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['set']} | {r['instance']} | {r['K']} | {r['L']} | {r['repeat']} | "
+            f"{r['dp_s']:.3f} | {r['cdynp_s']:.3f} | {r['cdynp_s'] / r['dp_s']:.2f} | "
+            f"{'yes' if r['equal'] else 'NO'} | {r['dp_labels']} | "
+            f"{' '.join(map(str, r['labels']))} | {' '.join(map(str, r['trials']))} | "
+            f"{' '.join(r['engines'])} | {r['bytes']} |")
+    for name in dict.fromkeys(r["set"] for r in rows):
+        sub = [r for r in rows if r["set"] == name]
+        ratios = [r["cdynp_s"] / r["dp_s"] for r in sub]
+        total = sum(r["cdynp_s"] for r in sub) / sum(r["dp_s"] for r in sub)
+        lines += ["", f"`{name}/`: cdynp / dp per instance {min(ratios):.2f} to {max(ratios):.2f}; "
+                      f"over the set {total:.2f}."]
+    (OUT / "cdynp_speed.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    print(f"wrote {OUT / 'cdynp_speed.md'}")
+
+
+if __name__ == "__main__":
+    main()
