@@ -7,15 +7,15 @@ and sends DC ``k-1`` the merged summary. In the forward pass it is told which
 point of its summary to realise, rebuilds its own stages from its memo and
 tells DC ``k+1`` which of *its* points the plan continues with.
 
-Work per backward step (all of it private; see :mod:`.local` for the DP):
-
-1. the best complete plan *starting in this DC*: its prefix runs on own
-   devices only, so the DP can prune with an optimistic prefix cost from own
-   rates and try bounds ``LB (1 + d)`` as ``dp`` does. For DC 1 this is the
-   decision; for the others, an upper bound on the optimum (a plan's ``T``,
-   which the summary's ``b = 0`` entry shows anyway);
-2. (DC 2..K) every suffix plan that could still beat that bound, merged with
-   the passed-through downstream points into the summary for DC ``k-1``.
+Work per backward step (all of it private; see :meth:`DCAgent._search`):
+the DC's own label DP (:mod:`.local`, or :mod:`.wide` vectorised for wide
+DPs) over suffix plans that begin here, joined to the incoming points, run
+under an upper bound ``U`` on the optimum so that only partial plans that
+could still be part of a plan with ``T <= U`` are kept. ``U`` is the best
+complete plan known: from the incoming ``b = 0`` entry, a user's
+``upper_bound``, or found by the DC itself (trials ``LB (1 + d)`` as in
+``dp``, or a greedy probe). DC 1 then decides; DC 2..K merge their frontiers
+with the passed-through downstream points into the summary for DC ``k-1``.
 """
 
 from __future__ import annotations
@@ -117,7 +117,7 @@ class DCAgent:
         self.stats["backward_s"] = time.perf_counter() - t0
         return out
 
-    def _search(self, base: dict, ub: float) -> tuple[float, LocalDP]:
+    def _search(self, base: dict, ub: float) -> tuple[float, LocalDP | WideDP]:
         """The DP run whose labels this DC keeps, and the upper bound it proves.
 
         Trial bounds ``LB (1 + d)`` from a lower bound ``LB`` on plans that start here,
@@ -130,7 +130,9 @@ class DCAgent:
         DC 1 decides, so it may prune with an optimistic prefix cost (its prefix runs on
         its own devices) and keeps dp's fine trial steps. The other DCs build a summary,
         which must keep suffix plans that faster upstream DCs could complete: no prefix
-        cost, and bolder steps.
+        cost, and bolder steps. A failed trial of a wide DP is costly, so a wide DC
+        instead runs a greedy probe (one label per state) and takes the best complete
+        plan it finds as the bound of one exact run.
         """
         self.stats = {"labels": 0, "trials": []}
         if self.k > 0 and self._size >= _WIDE_SIZE:

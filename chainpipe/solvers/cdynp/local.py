@@ -27,9 +27,8 @@ import numpy as np
 
 from ..labels import across_usage, pareto3
 
-#: a label's reference to where it continues: ``(kind, i, j)``; kind ``"own"``: label
-#: ``i`` of the flat store; ``"in"``: point ``j`` of incoming entry ``i``; ``"end"``:
-#: the model ends after this label's stage
+#: where a label's plan continues, ``(kind, i, j)``: ``OWN``: own label ``i``; ``IN``:
+#: point ``j`` of incoming entry ``i``; ``END``: the model ends after the label's stage
 OWN, IN, END = 0, 1, 2
 
 
@@ -38,8 +37,9 @@ class Deadline(Exception):
 
 
 class LocalDP:
-    """One run of the DC's DP for a given upper bound; results in :attr:`final`,
-    :attr:`points` and :attr:`store`."""
+    """One run of the DC's DP for a given upper bound. Results: :attr:`points`
+    (``x -> [(r, bottleneck, total, label index)]``, the own labels starting at ``x``;
+    ``x = 0``: complete plans), :meth:`label` to walk a plan, :attr:`bound_cut`."""
 
     def __init__(self, tables, *, num_layers: int, microbatches: int, position_cap: int,
                  gpipe: bool, boundary_bytes: np.ndarray, link, deadline: float | None = None):
