@@ -39,8 +39,8 @@ from .wide import WideDP
 _BOUND_TRIALS = (0.2, 0.5, 1.0, 3.0)
 
 #: layers x usage states from which DC 2..K run :class:`WideDP` (measured: medium/ has
-#: at most 6,642 and runs 2-10x faster in :class:`LocalDP`; large/ has 27,450 and more
-#: and runs 2.5-9x faster in :class:`WideDP`)
+#: at most 6,642 and runs 1.3-5x faster with :class:`LocalDP`; large/ has 27,450 and
+#: more and runs 2.5-9x faster with :class:`WideDP`)
 _WIDE_SIZE = 10_000
 
 
