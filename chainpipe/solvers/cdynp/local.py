@@ -36,10 +36,14 @@ class Deadline(Exception):
     """The time limit ran out inside an agent."""
 
 
-class LocalDP:
-    """One run of the DC's DP for a given upper bound. Results: :attr:`points`
-    (``x -> [(r, bottleneck, total, label index)]``, the own labels starting at ``x``;
-    ``x = 0``: complete plans), :meth:`label` to walk a plan, :attr:`bound_cut`."""
+class DCRun:
+    """One run of a DC's DP for a given upper bound: what both engines share.
+
+    After :meth:`run`: :attr:`points` (``x -> [(r, bottleneck, total, label index)]``,
+    own labels whose first stage starts at ``x``; ``x = 0``: complete plans),
+    :meth:`label` to walk a plan back, :attr:`bound_cut` (whether the bound cut a
+    stage or a label; if not, the run was exhaustive) and :attr:`stats`.
+    """
 
     def __init__(self, tables, *, num_layers: int, microbatches: int, position_cap: int,
                  gpipe: bool, boundary_bytes: np.ndarray, link, deadline: float | None = None):
@@ -47,12 +51,19 @@ class LocalDP:
         self.L, self.M, self.R = num_layers, microbatches, position_cap
         self.gpipe = gpipe
         self.deadline = deadline
-        self.u_int = (boundary_bytes / link.bandwidth_bytes_per_s).tolist()
-        self.q_int = (2.0 * (link.latency_s + boundary_bytes / link.bandwidth_bytes_per_s)).tolist()
-        self.count = [int(min(c, num_layers)) for c in tables.count]
+        self.u_int = boundary_bytes / link.bandwidth_bytes_per_s  # internal boundary
+        self.q_int = 2.0 * (link.latency_s + self.u_int)
         self.stats = {"labels": 0, "states": 0}
-        #: whether the upper bound cut a stage or a label (if not, the run was exhaustive)
         self.bound_cut = False
+        self.points: dict[int, list[tuple[int, float, float, int]]] = {}
+
+    def check_time(self) -> None:
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            raise Deadline("time limit reached")
+
+
+class LocalDP(DCRun):
+    """The label loop, one label at a time (the DCs of ``medium/``, and DC 1 always)."""
 
     def _candidates(self, ub: float) -> list[list[list[tuple[int, float, int]]]]:
         """``[g][x]``: stages ``[a, x)`` on group ``g`` as ``(a, C, max in flight)``, ``a``
@@ -99,7 +110,8 @@ class LocalDP:
         L, M, R, gpipe = self.L, self.M, self.R, self.gpipe
         Mm1 = M - 1
         G = self.t.G
-        count, u_int, q_int = self.count, self.u_int, self.q_int
+        count = [int(min(c, L)) for c in self.t.count]
+        u_int, q_int = self.u_int.tolist(), self.q_int.tolist()
         cands = self._candidates(ub)
         limit = ub * (1 + 1e-12) if ub < math.inf else math.inf
         zero = (0,) * G
@@ -112,8 +124,7 @@ class LocalDP:
         points: dict[int, list[tuple[int, float, float, int]]] = {}  # x -> (r, bn, sm, store index)
         labels_total = 0
         for x in range(L, -1, -1):
-            if self.deadline is not None and time.monotonic() > self.deadline:
-                raise Deadline("time limit reached")
+            self.check_time()
             layer = states[x]
             if not layer:
                 continue

@@ -11,11 +11,10 @@ No prefix bound (only DC 1 has one, and DC 1 uses :mod:`.local`).
 from __future__ import annotations
 
 import math
-import time
 
 import numpy as np
 
-from .local import END, IN, OWN, Deadline
+from .local import END, IN, OWN, DCRun
 
 
 class _Store:
@@ -146,20 +145,8 @@ def _exclusive_min(values: np.ndarray, big) -> np.ndarray:
     return prev
 
 
-class WideDP:
-    """Drop-in for :class:`.local.LocalDP` (``run``, ``points``, ``label``,
-    ``bound_cut``, ``stats``), vectorised over the labels of a layer."""
-
-    def __init__(self, tables, *, num_layers: int, microbatches: int, position_cap: int,
-                 gpipe: bool, boundary_bytes: np.ndarray, link, deadline: float | None = None):
-        self.t = tables
-        self.L, self.M, self.R = num_layers, microbatches, position_cap
-        self.gpipe = gpipe
-        self.deadline = deadline
-        self.u_int = boundary_bytes / link.bandwidth_bytes_per_s
-        self.q_int = 2.0 * (link.latency_s + self.u_int)
-        self.stats = {"labels": 0, "states": 0}
-        self.bound_cut = False
+class WideDP(DCRun):
+    """The label loop vectorised over the labels of a layer (see :class:`.local.DCRun`)."""
 
     def run(self, base: dict[int, list[tuple]], ub: float, prefix=None,
             greedy: bool = False) -> None:
@@ -190,8 +177,7 @@ class WideDP:
         store = _Store()
         x_max = self._widest_stage_end(ub)
         for a in range(L - 1, -1, -1):
-            if self.deadline is not None and time.monotonic() > self.deadline:
-                raise Deadline("time limit reached")
+            self.check_time()
             x = a + 1
             if x in pending:
                 r, bn, sm, oe, op = pending.pop(x)
