@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from .instance import InstanceError
@@ -286,6 +287,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
+        return 1
+    except BrokenPipeError:
+        # the reader went away (``chainpipe solvers | head``): stop quietly; point stdout
+        # at devnull so that the interpreter's final flush does not fail again
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
     except (CommandError, OSError, RuntimeError, ValueError, ImportError) as exc:
         print(f"chainpipe: {type(exc).__name__}: {exc}".splitlines()[0], file=sys.stderr)

@@ -59,6 +59,19 @@ def test_subprocess_validate_bad_file_exit_2_one_line_per_problem():
     assert proc.stderr.splitlines() == [f"{path}: {line}" for line in EXPECTED[path.name]]
 
 
+def test_subprocess_output_into_a_closed_pipe_is_quiet():
+    """``chainpipe ... | head -1``: the reader leaves early; no traceback, no error line."""
+    proc = subprocess.Popen([sys.executable, "-m", "chainpipe", "solve",
+                             "instances/large/large-01.json", "--solver", "uniform",
+                             "--format", "json"],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.read(1)
+    proc.stdout.close()  # the reader is gone before the rest of the plan is written
+    err = proc.stderr.read().decode()
+    proc.wait(timeout=60)
+    assert err == ""
+
+
 def test_subprocess_validate_missing_file_exit_2(tmp_path):
     missing = tmp_path / "absent.json"
     proc = run_cli("validate", missing)
