@@ -57,6 +57,28 @@ def test_vectorised_engine_equals_brute_force(block, monkeypatch):
             assert _same(res.iteration_time, T_best), (seed, res.iteration_time, T_best)
 
 
+@pytest.mark.parametrize("wide", [False, True], ids=["label-loop", "vectorised"])
+@pytest.mark.parametrize("block", range(5))
+def test_exact_equals_dp_on_generated_instances(block, wide, monkeypatch):
+    """Real model shapes and GPUs, 6 to 26 layers, 2 to 4 DCs: large enough for the trial
+    bounds, the prefix cost and the probe to cut, unlike the brute-force instances."""
+    from chainpipe.instances.generator import generate
+
+    if wide:
+        monkeypatch.setattr(agent, "_WIDE_SIZE", 0)
+    for seed in range(block * 12, block * 12 + 12):
+        inst = generate(("metro", "pool", "tiny")[seed % 3], seed, datacenters=2 + seed % 3,
+                        gpus_per_dc=(4, 8, 16)[seed % 3], blocks=(2, 4, 8, 12)[seed % 4],
+                        schedule=("1f1b", "gpipe")[seed % 2], microbatches=(4, 16, 32)[seed % 3],
+                        degrade=(None, 0.1)[(seed // 2) % 2])
+        ref = solve(inst, "dp")
+        res = solve(inst, "cdynp")
+        assert res.status == ref.status, (seed, res.status, ref.status)
+        if ref.iteration_time is not None:
+            assert _same(res.iteration_time, ref.iteration_time), (seed, res.iteration_time,
+                                                                   ref.iteration_time)
+
+
 def test_exact_on_four_datacenters_and_scarce_devices():
     for seed in range(1000, 1040):
         inst = random_instance(seed, max_layers=5, max_dcs=4, max_count=1)
