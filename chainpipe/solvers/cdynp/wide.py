@@ -1,8 +1,10 @@
 """The agent's label DP, vectorised: for the wide DPs of DCs far down a long chain.
 
-The same DP as :mod:`.local` (same states, labels, bound and results), with the
-labels of each layer processed as numpy arrays: all labels whose suffix a stage
-``[a, x)`` can reach, times every group, at once. Its fixed cost per layer is a
+The same DP as :mod:`.local` (same states, labels and bound, so the same
+frontiers up to dominated points), with the labels of each layer processed as
+numpy arrays: all labels whose suffix a stage ``[a, x)`` can reach, times
+every group, at once. It skips the dominance across usage states, which does
+not vectorise, and keeps more labels. Its fixed cost per layer is a
 few hundred microseconds, so it only pays when a DC holds tens of thousands of
 labels; :class:`~.agent.DCAgent` picks it from the size of the state space.
 No prefix bound (only DC 1 has one, and DC 1 uses :mod:`.local`).
