@@ -73,7 +73,7 @@ class DCAgent:
         self._size = self.L * float(np.prod(caps + 1))  # layers x usage states: DP width
         # memo of the backward pass
         self._out_origin: list[list[tuple]] = []
-        self._incoming: list[dict] = []
+        self._incoming: list[tuple] = []  # (b, bw, points) of each entry received
         self.stages: list[tuple[int, int, str]] = []  # learned in the forward pass
         self.boundaries: dict[str, int | None] = {}
 
@@ -108,12 +108,7 @@ class DCAgent:
         except Deadline:
             raise Deadline(f"time limit reached in {self.name}") from None
         self._dp = dp
-        self._own_final = dp.points.get(0, [])
-        self.upper_bound = ub
-        if self.k == 0:
-            self.stats["backward_s"] = time.perf_counter() - t0
-            return None
-        out = self._summary(dp.points, ub)
+        out = None if self.k == 0 else self._summary(dp.points, ub)
         self.stats["backward_s"] = time.perf_counter() - t0
         return out
 
@@ -250,7 +245,7 @@ class DCAgent:
         """DC 1 picks the best complete plan; returns its own realise-request and T estimate."""
         M = self.M
         best, choice = math.inf, None
-        for _r, bn, sm, i in self._own_final:
+        for _r, bn, sm, i in self._dp.points.get(0, ()):
             t = sm + (M - 1) * bn
             if t < best:
                 best, choice = t, ("own", i)

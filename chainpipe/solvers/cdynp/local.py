@@ -53,7 +53,7 @@ class DCRun:
         self.deadline = deadline
         self.u_int = boundary_bytes / link.bandwidth_bytes_per_s  # internal boundary
         self.q_int = 2.0 * (link.latency_s + self.u_int)
-        self.stats = {"labels": 0, "states": 0}
+        self.stats = {"labels": 0}
         self.bound_cut = False
         self.points: dict[int, list[tuple[int, float, float, int]]] = {}
 
@@ -132,7 +132,6 @@ class LocalDP(DCRun):
                 layer[key] = pareto3(layer[key], R)
             if len(layer) > 1:
                 across_usage(layer)
-            self.stats["states"] += len(layer)
             # finalise: own labels get store indices (their references for the parents)
             refs: dict[tuple, list] = {}
             own = []
