@@ -44,7 +44,7 @@ def cmd_evaluate(args) -> int:
     plan = read_plan(args.plan)
     ev = evaluate(inst, plan)
     if args.format == "json":
-        from .result import jsonable
+        from .numeric import jsonable
 
         print(json.dumps(jsonable(ev.to_dict()), indent=1))
     else:

@@ -8,7 +8,6 @@ thing for other tools, and a test keeps the two in step.
 from __future__ import annotations
 
 import json
-import math
 import os
 from pathlib import Path
 from typing import Any
@@ -309,6 +308,3 @@ def load_schema() -> dict:
     return json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
 
 
-def finite(x: float | None) -> float | None:
-    """JSON-safe float: None for None, NaN or infinity."""
-    return None if x is None or not math.isfinite(x) else float(x)

@@ -10,10 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .instance import Instance, InstanceError
-
-#: relative slack on memory limits, shared by the cost model and every solver's tables,
-#: so that a stage that fits to the last byte is not rejected by floating-point rounding
-MEMORY_RTOL = 1e-9
+from .numeric import MEMORY_RTOL
 
 
 @dataclass(frozen=True)

@@ -4,10 +4,39 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from enum import Enum
 
+from .numeric import finite, jsonable
 from .plan import Plan
 
-STATUSES = ("optimal", "feasible", "infeasible", "no_solution", "error")
+__all__ = ["Outcome", "OptionError", "Result", "Status", "jsonable"]
+
+
+class Status(str, Enum):
+    """What a solve ended with; the value is the word written in JSON and CSV.
+
+    ``OPTIMAL`` only with a proof (to :data:`chainpipe.numeric.OPTIMALITY_RTOL`);
+    ``FEASIBLE`` a plan without that proof; ``INFEASIBLE`` a proof that no plan
+    exists; ``NO_SOLUTION`` neither a plan nor a proof by the limit; ``ERROR``
+    the solver failed (its message says why).
+    """
+
+    OPTIMAL = "optimal"
+    FEASIBLE = "feasible"
+    INFEASIBLE = "infeasible"
+    NO_SOLUTION = "no_solution"
+    ERROR = "error"
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
+
+    @property
+    def has_plan(self) -> bool:
+        """Whether this status comes with a plan."""
+        return self in (Status.OPTIMAL, Status.FEASIBLE)
 
 
 class OptionError(ValueError):
@@ -22,24 +51,55 @@ class Outcome:
     is a proven bound on the optimal iteration time (seconds) or ``None``.
     """
 
-    status: str
+    status: Status
     plan: Plan | None = None
     lower_bound: float | None = None
     message: str | None = None
     stats: dict = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "status", Status(self.status))
+
 
 @dataclass(frozen=True)
 class Result:
+    """What :func:`chainpipe.solve` reports: a solver's answer, checked by the cost model.
+
+    Attributes
+    ----------
+    instance : str
+        The instance's name.
+    solver : str
+        The registered solver name (``"dp"``, ``"cdynp"``, ...).
+    status : Status
+        ``optimal`` only with a proof; see :class:`Status`.
+    plan : Plan or None
+        The plan found, or ``None``.
+    iteration_time : float or None
+        ``T`` of ``plan`` in seconds, recomputed by :func:`chainpipe.evaluate`,
+        never taken from the solver's own objective.
+    lower_bound : float or None
+        The best proven lower bound on the optimum (seconds), ``0 <= bound <= T``.
+    solve_time : float
+        Wall-clock seconds of the whole solve, building included.
+    message : str or None
+        One line on why (infeasibility reason, time limit, error).
+    stats : dict
+        Solver-specific figures (labels, model sizes, backend log summary, ...).
+    """
+
     instance: str
     solver: str
-    status: str
+    status: Status
     plan: Plan | None
-    iteration_time: float | None  # T of the plan, recomputed by chainpipe.plan.evaluate
+    iteration_time: float | None
     lower_bound: float | None
     solve_time: float
     message: str | None = None
     stats: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "status", Status(self.status))
 
     @property
     def gap(self) -> float | None:
@@ -51,13 +111,11 @@ class Result:
         return max(0.0, (self.iteration_time - self.lower_bound) / self.iteration_time)
 
     def to_dict(self, with_stats: bool = True) -> dict:
-        """The result object of ``problem.md`` section 6 (plus ``message`` and ``stats``)."""
-        from .io import finite
-
+        """The result object of the model's result section (plus ``message`` and ``stats``)."""
         d = {
             "instance": self.instance,
             "solver": self.solver,
-            "status": self.status,
+            "status": self.status.value,
             "iteration_time_s": finite(self.iteration_time),
             "lower_bound_s": finite(self.lower_bound),
             "gap": finite(self.gap),
@@ -69,17 +127,3 @@ class Result:
             d["stats"] = jsonable(self.stats)
         return d
 
-
-def jsonable(x):
-    """``x`` with numpy scalars made Python numbers and non-finite floats ``None``."""
-    from .io import finite
-
-    if isinstance(x, dict):
-        return {str(k): jsonable(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [jsonable(v) for v in x]
-    if isinstance(x, float):
-        return finite(x)
-    if hasattr(x, "item") and callable(x.item):  # numpy scalars
-        return jsonable(x.item())
-    return x

@@ -14,11 +14,9 @@ import time
 from dataclasses import dataclass
 
 from .instance import Instance
+from .numeric import OPTIMALITY_RTOL
 from .plan import evaluate
 from .result import OptionError, Outcome, Result
-
-# relative tolerance on optimality claims: a proven optimum is optimal within this
-OPTIMALITY_RTOL = 1e-6
 
 
 @dataclass(frozen=True)

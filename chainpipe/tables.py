@@ -15,7 +15,8 @@ from functools import cached_property
 import numpy as np
 
 from .instance import Instance
-from .plan import MEMORY_RTOL, in_flight, path_between
+from .numeric import MEMORY_RTOL
+from .plan import in_flight, path_between
 
 
 @dataclass(frozen=True)

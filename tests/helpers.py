@@ -12,7 +12,8 @@ import itertools
 import random
 
 from chainpipe import Datacenter, DeviceGroup, Instance, Layer, Link, Model, Plan, Training
-from chainpipe.plan import MEMORY_RTOL, Stage
+from chainpipe.numeric import MEMORY_RTOL
+from chainpipe.plan import Stage
 
 
 def random_instance(seed: int, *, max_layers: int = 6, max_dcs: int = 3, max_types: int = 2,

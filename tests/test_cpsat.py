@@ -16,7 +16,7 @@ from helpers import brute_force, random_instance
 
 pytest.importorskip("ortools")
 
-RTOL = 1e-4  # the tolerance the tests demand; the solver's own is chainpipe.solve.OPTIMALITY_RTOL
+RTOL = 1e-4  # the tolerance the tests demand; the solver's own is chainpipe.numeric.OPTIMALITY_RTOL
 SEEDS = range(70)
 
 

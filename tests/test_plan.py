@@ -19,7 +19,8 @@ from chainpipe.instance import (
     Training,
 )
 from chainpipe.io import read, read_plan
-from chainpipe.plan import MEMORY_RTOL, Plan, Stage, evaluate, in_flight, path_between
+from chainpipe.numeric import MEMORY_RTOL
+from chainpipe.plan import Plan, Stage, evaluate, in_flight, path_between
 from chainpipe.tables import CostTables
 from helpers import random_instance
 

@@ -27,7 +27,7 @@ from ..tables import CostTables
 #: The models' objective equals ``T / time_scale`` exactly (up to floating point), so
 #: the solver's bound is valid up to its own tolerances (about 1e-9 relative on an
 #: objective near 1e3, see :func:`time_scale`); 1e-7 covers them with margin and stays well inside the
-#: project's optimality tolerance (``chainpipe.solve.OPTIMALITY_RTOL = 1e-6``).
+#: project's optimality tolerance (``chainpipe.numeric.OPTIMALITY_RTOL = 1e-6``).
 BOUND_RTOL = 1e-7
 
 

@@ -18,7 +18,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..instance import Instance
-from ..plan import MEMORY_RTOL, Plan
+from ..numeric import MEMORY_RTOL
+from ..plan import Plan
 from ..tables import CostTables
 from .common import OBJECTIVE_MAGNITUDE, max_stages, time_scale
 

@@ -4,7 +4,7 @@ Integer scaling with a valid bound: every time coefficient is rounded *down* in 
 ``UB / 2^30`` (``UB`` the time of a cheap heuristic plan, or of the hint), so CP-SAT's
 best bound times the unit never exceeds the true optimum. Every plan CP-SAT finds is
 decoded and its exact time computed by :func:`chainpipe.plan.evaluate`. The status is
-``optimal`` only when that exact time is within :data:`chainpipe.solve.OPTIMALITY_RTOL`
+``optimal`` only when that exact time is within :data:`chainpipe.numeric.OPTIMALITY_RTOL`
 of the derived bound; when the scaled optimum is proven but the rounding leaves a
 larger gap, the model is rebuilt with the better plan's time as ``UB`` (a finer unit)
 and solved again, up to ``max_rounds`` times.
@@ -22,6 +22,7 @@ import time
 
 from ..formulations.common import candidate_stages, max_stages
 from ..formulations.cpsat import CpsatModel, greedy_plans
+from ..numeric import OPTIMALITY_RTOL
 from ..plan import Plan, evaluate
 from ..result import OptionError, Outcome
 from ..tables import CostTables
@@ -30,7 +31,6 @@ from ..tables import CostTables
 def run(instance, *, time_limit=None, seed=0, threads=1, log_search_progress=False,
         hint=None, max_rounds=3, **options) -> Outcome:
     """Solve ``instance`` with CP-SAT; see the module docstring for the guarantees."""
-    from ..solve import OPTIMALITY_RTOL
 
     if options:
         raise OptionError(f"cpsat: unknown option(s) {', '.join(sorted(options))}")
