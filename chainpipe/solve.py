@@ -10,9 +10,9 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import inspect
-import time
 from dataclasses import dataclass
 
+from .deadline import Deadline
 from .instance import Instance
 from .numeric import OPTIMALITY_RTOL
 from .plan import evaluate
@@ -56,13 +56,56 @@ SOLVERS: dict[str, SolverInfo] = {
 }
 
 
+def did_you_mean(word: str, known) -> str:
+    """``"; did you mean 'x'?"`` when a known name is close to ``word``, else ``""``."""
+    import difflib
+
+    close = difflib.get_close_matches(str(word), list(known), n=1, cutoff=0.6)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
+def unknown_name(kind: str, word: str, known) -> str:
+    """The one wording of an unknown-name error, shared by solvers, options, presets, models."""
+    known = list(known)
+    return f"unknown {kind} {word!r}{did_you_mean(word, known)} known: {', '.join(known)}"
+
+
 def solver_function(name: str):
+    """The ``run`` function of the registered solver ``name`` (its module imported now).
+
+    Raises
+    ------
+    ValueError
+        For a name that is not registered, with a suggestion when one is close.
+    """
     try:
         info = SOLVERS[name]
     except KeyError:
-        raise ValueError(f"unknown solver {name!r}; known: {', '.join(SOLVERS)}") from None
+        raise ValueError(unknown_name("solver", name, SOLVERS)) from None
     module, func = info.target.split(":")
     return getattr(importlib.import_module(module), func)
+
+
+#: parameters every solver takes from the facade; not options
+_COMMON = ("instance", "deadline", "seed", "threads", "log")
+
+
+def solver_options(name: str, run=None) -> list[str]:
+    """The option names solver ``name`` (or its function ``run``) takes, common ones aside."""
+    run = solver_function(name) if run is None else run
+    names = [p.name for p in inspect.signature(run).parameters.values()
+             if p.kind is inspect.Parameter.KEYWORD_ONLY and p.name not in _COMMON]
+    return names + list(getattr(run, "options", ()))
+
+
+def check_options(name: str, options: dict, run=None) -> None:
+    """Raise :class:`OptionError` for an option solver ``name`` does not take."""
+    known = solver_options(name, run)
+    for key in options:
+        if key not in known:
+            raise OptionError(f"unknown option {key!r} for {name}"
+                              f"{did_you_mean(key, known) or ';'} known: "
+                              f"{', '.join(known) if known else '(none)'}")
 
 
 def available_solvers() -> list[SolverInfo]:
@@ -81,23 +124,68 @@ def solve(
     time_limit: float | None = None,
     seed: int = 0,
     threads: int = 1,
+    log=None,
     **options,
 ) -> Result:
-    """Solve ``instance`` with the named solver; the plan's time comes from ``evaluate``.
+    """Solve ``instance`` with the named solver; the plan's time comes from :func:`evaluate`.
 
-    An unknown solver name raises :class:`ValueError`; an option the solver does not
-    take raises :class:`~chainpipe.result.OptionError` (a ``ValueError``).
+    Parameters
+    ----------
+    instance : Instance
+        A valid instance (see :func:`chainpipe.read` and :func:`chainpipe.instance_from_dict`).
+    solver : str, default "dp"
+        A registered name: ``dp`` (exact chain DP, the reference), ``cdynp`` (decomposed
+        privacy-preserving DP), ``ilp-assign`` and ``ilp-path`` (ILPs through PuLP, option
+        ``backend="highs"`` or ``"cbc"``), ``cpsat`` (OR-Tools CP-SAT), or a baseline:
+        ``uniform``, ``greedy-fill``, ``proportional``, ``comm-unaware``, ``uniform-chain``,
+        ``single-dc``. :data:`SOLVERS` lists them with one line each.
+    time_limit : float, optional
+        Seconds for the whole solve, building tables and models included; ``None`` for
+        no limit. Must be finite and ``>= 0``.
+    seed : int, default 0
+        Random seed for solvers that use one (CP-SAT, the MIP backends).
+    threads : int, default 1
+        Threads a backend may use.
+    log : callable, optional
+        Called with each line of progress (a backend's own log, the DP's trials);
+        ``None`` keeps the solve silent.
+    **options
+        Solver-specific options; :func:`solver_options` lists a solver's names.
+
+    Returns
+    -------
+    Result
+        ``status`` is one of :class:`Status`: ``optimal`` (proven, to a relative
+        :data:`~chainpipe.numeric.OPTIMALITY_RTOL`), ``feasible`` (a plan without proof),
+        ``infeasible`` (proven: no plan exists), ``no_solution`` (neither by the limit) or
+        ``error``. ``iteration_time`` is always recomputed from the plan by the cost model.
+
+    Raises
+    ------
+    ValueError
+        An unknown solver name, or a bad time limit.
+    OptionError
+        An option the solver does not take (a ``ValueError``), raised before any work.
+
+    Examples
+    --------
+    >>> import chainpipe as cp
+    >>> inst = cp.read("instances/small/small-01-tiny.json")  # doctest: +SKIP
+    >>> cp.solve(inst, "dp").status  # doctest: +SKIP
+    <Status.OPTIMAL: 'optimal'>
     """
-    run = solver_function(solver)
-    try:  # a bad option is the caller's mistake: say so before any work is done
-        inspect.signature(run).bind(instance, time_limit=time_limit, seed=seed, threads=threads,
-                                    **options)
-    except TypeError as exc:
-        raise OptionError(f"{solver}: {exc}") from None
-    start = time.perf_counter()
-    outcome: Outcome = run(instance, time_limit=time_limit, seed=seed, threads=threads, **options)
-    elapsed = time.perf_counter() - start
-    return finish(instance, solver, outcome, elapsed)
+    return run_solver(instance, solver, solver_function(solver), time_limit, seed, threads, log,
+                      **options)
+
+
+def run_solver(instance: Instance, name: str, run, time_limit=None, seed=0, threads=1, log=None,
+               **options) -> Result:
+    """:func:`solve` with the solver's function given (the harness's child processes use it)."""
+    deadline = Deadline(time_limit)  # first: everything below counts against the limit
+    check_options(name, options, run)
+    outcome: Outcome = run(instance, deadline=deadline, seed=seed, threads=threads, log=log,
+                           **options)
+    return finish(instance, name, outcome, deadline.elapsed())
 
 
 def finish(instance: Instance, solver: str, outcome: Outcome, elapsed: float) -> Result:

@@ -1,6 +1,6 @@
 """Small solvers for testing the comparison harness, importable by its child processes.
 
-Each has the solver signature ``run(instance, *, time_limit, seed, threads, **options)``.
+Each has the solver signature ``run(instance, *, deadline, seed, threads, log, **options)``.
 The harness tests register them in ``chainpipe.solve.SOLVERS`` under names of their own.
 """
 
@@ -14,7 +14,7 @@ from chainpipe.plan import evaluate
 from helpers import brute_force
 
 
-def enumerate_optimal(instance, *, time_limit=None, seed=0, threads=1, **options) -> Outcome:
+def enumerate_optimal(instance, *, deadline=None, seed=0, threads=1, log=None, **options) -> Outcome:
     """Exact by enumeration (tiny instances only); reports the thread cap it ran under."""
     T, plan = brute_force(instance)
     stats = {"threads": threads, "omp_num_threads": os.environ.get("OMP_NUM_THREADS")}
@@ -23,7 +23,7 @@ def enumerate_optimal(instance, *, time_limit=None, seed=0, threads=1, **options
     return Outcome("optimal", plan, T, stats=stats)
 
 
-def first_device(instance, *, time_limit=None, seed=0, threads=1, **options) -> Outcome:
+def first_device(instance, *, deadline=None, seed=0, threads=1, log=None, **options) -> Outcome:
     """Heuristic: the whole model as one stage on the first device where it fits."""
     for name in instance.device_names():
         plan = Plan.from_dict({"stages": [{"layers": [0, instance.num_layers], "device": name}]})
@@ -32,7 +32,7 @@ def first_device(instance, *, time_limit=None, seed=0, threads=1, **options) -> 
     return Outcome("no_solution", message="no single device holds the model")
 
 
-def anytime(instance, *, time_limit=None, seed=0, threads=1, **options) -> Outcome:
+def anytime(instance, *, deadline=None, seed=0, threads=1, log=None, **options) -> Outcome:
     """Anytime: improves from one stage to the optimum, with a trace of incumbents and bounds."""
     start = time.perf_counter()
     T_opt, best = brute_force(instance)
@@ -46,21 +46,21 @@ def anytime(instance, *, time_limit=None, seed=0, threads=1, **options) -> Outco
     return Outcome("optimal", best, T_opt, stats={"trace": trace})
 
 
-def sleeper(instance, *, time_limit=None, seed=0, threads=1, **options) -> Outcome:
+def sleeper(instance, *, deadline=None, seed=0, threads=1, log=None, **options) -> Outcome:
     """Ignores its time limit: the harness must kill it."""
     time.sleep(3600)
     return Outcome("no_solution")
 
 
-def crasher(instance, *, time_limit=None, seed=0, threads=1, **options) -> Outcome:
+def crasher(instance, *, deadline=None, seed=0, threads=1, log=None, **options) -> Outcome:
     """Dies without a word, like a segfaulting native solver."""
     os._exit(7)
 
 
-def raiser(instance, *, time_limit=None, seed=0, threads=1, **options) -> Outcome:
+def raiser(instance, *, deadline=None, seed=0, threads=1, log=None, **options) -> Outcome:
     raise RuntimeError("the backend failed")
 
 
-def liar(instance, *, time_limit=None, seed=0, threads=1, **options) -> Outcome:
+def liar(instance, *, deadline=None, seed=0, threads=1, log=None, **options) -> Outcome:
     """Claims an optimal plan that is not (the one-stage plan): finish() demotes it."""
     return Outcome("optimal", first_device(instance).plan, None)

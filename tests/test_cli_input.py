@@ -225,8 +225,10 @@ def test_solve_with_bad_instance_or_unknown_solver_exit_2(capsys):
 
 
 @pytest.mark.parametrize("solver, option, message", [
-    ("dp", "colour=1", "--option: dp: unknown option(s) colour"),
-    ("uniform", "colour=1", "--option: uniform: got an unexpected keyword argument 'colour'"),
+    ("dp", "colour=1", "--option: unknown option 'colour' for dp; known: upper_bound"),
+    ("uniform", "colour=1", "--option: unknown option 'colour' for uniform; known: (none)"),
+    ("cpsat", "max_round=2", "--option: unknown option 'max_round' for cpsat; did you mean "
+                             "'max_rounds'? known: log_search_progress, hint, max_rounds"),
     ("ilp-path", "backend=gurobi",
      "--option: ilp-path: unknown backend 'gurobi'; use one of highs, cbc"),
 ])

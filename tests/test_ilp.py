@@ -166,7 +166,7 @@ def test_bad_options_are_errors():
     inst = random_instance(3, max_layers=3)
     with pytest.raises(ValueError, match="unknown backend"):
         solve(inst, "ilp-path", backend="gurobi")
-    with pytest.raises(ValueError, match="ilp-path only"):
+    with pytest.raises(ValueError, match="unknown option 'bottleneck' for ilp-assign"):
         solve(inst, "ilp-assign", bottleneck="node")
     with pytest.raises(ValueError, match="unknown option"):
         solve(inst, "ilp-path", nonsense=1)

@@ -1,7 +1,7 @@
 """Baselines: the strategies practitioners and recent systems use, in chainpipe's cost model.
 
-Each is a solver with the registry signature ``(instance, *, time_limit, seed,
-threads) -> Outcome``. None of them proves anything about the
+Each is a solver with the registry signature ``(instance, *, deadline, seed,
+threads, log) -> Outcome`` and stops at the deadline with the best plan it has. None of them proves anything about the
 optimum, so a plan comes back ``feasible`` with no lower bound; when a
 strategy finds no plan that fits memory it says ``no_solution`` and why, and
 ``infeasible`` only when :meth:`CostTables.infeasibility_reason` (or, for the
@@ -48,14 +48,15 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import time
 
 import numpy as np
 
+from ..deadline import Deadline
 from ..instance import Instance, Link
-from ..plan import Plan
+from ..plan import Plan, evaluate
 from ..result import Outcome
 from ..tables import CostTables
+from . import dp
 
 #: bandwidth given to every link of the communication-unaware copy (finite: the format needs it)
 FREE_BANDWIDTH = 1e300
@@ -133,17 +134,29 @@ def _infeasible_or(t: CostTables, message: str, stats: dict | None = None) -> Ou
     return Outcome("no_solution", message=message, stats=stats or {})
 
 
-def _best(t: CostTables, candidates, what: str, stats: dict) -> Outcome:
-    """Keep the candidate stage lists with the smallest time; explain if none fits."""
+def _best(t: CostTables, candidates, what: str, stats: dict, deadline=None) -> Outcome:
+    """Keep the candidate stage lists with the smallest time; explain if none fits.
+
+    Stops at ``deadline`` with what it has (``stats["complete"]`` says whether every
+    candidate was tried).
+    """
+    deadline = Deadline.of(deadline)
     best_T, best, tried, first_failure = math.inf, None, 0, None
+    complete = True
     for stages in candidates:
+        if deadline.expired():
+            complete = False
+            break
         tried += 1
         T = plan_time(t, stages)
         if best_T > T:
             best_T, best = T, stages
         elif best is None and first_failure is None:
             first_failure = _memory_failure(t, stages)
-    stats = {**stats, "candidates": tried}
+    stats = {**stats, "candidates": tried, "complete": complete}
+    if best is None and not complete:
+        return Outcome("no_solution", message=f"{what}: time limit reached after {tried} "
+                       "candidates, none fits memory", stats=stats)
     if best is None:
         why = f"; e.g. {first_failure}" if first_failure else ""
         return _infeasible_or(t, f"{what}: no candidate fits memory ({tried} tried){why}", stats)
@@ -158,22 +171,18 @@ def _chain_fill(t: CostTables, S: int) -> list[tuple[int, int, int, int]]:
     return [(b[s], b[s + 1], int(t.group_dc[g]), g) for s, g in enumerate(slots)]
 
 
-def _timed_out(start: float, time_limit: float | None) -> bool:
-    return time_limit is not None and time.perf_counter() - start > time_limit
-
-
 # --------------------------------------------------------------------------- uniform
-def uniform(instance: Instance, *, time_limit=None, seed=0, threads=1) -> Outcome:
+def uniform(instance: Instance, *, deadline=None, seed=0, threads=1, log=None) -> Outcome:
     """Megatron-style equal layers, DCs filled in chain order; pipeline degree swept."""
     t = CostTables(instance)
     n_max = min(t.L, int(t.count.sum()))
     return _best(t, (_chain_fill(t, S) for S in range(1, n_max + 1)),
                  f"uniform layers on the first S devices in chain order, S = 1..{n_max}",
-                 {"strategy": "uniform"})
+                 {"strategy": "uniform"}, deadline)
 
 
 # --------------------------------------------------------------------------- greedy-fill
-def greedy_fill(instance: Instance, *, time_limit=None, seed=0, threads=1) -> Outcome:
+def greedy_fill(instance: Instance, *, deadline=None, seed=0, threads=1, log=None) -> Outcome:
     """Atlas-style: whole datacenters in chain order until uniform stages fit memory."""
     t = CostTables(instance)
     devices = 0
@@ -244,7 +253,7 @@ def _repair_memory(t: CostTables, b: list[int], slots: list[int]) -> list[int] |
     return None
 
 
-def proportional(instance: Instance, *, time_limit=None, seed=0, threads=1) -> Outcome:
+def proportional(instance: Instance, *, deadline=None, seed=0, threads=1, log=None) -> Outcome:
     """Metis/FlashFlex-style: layers in proportion to device rates, memory repaired."""
     t = CostTables(instance)
     ranked = _fastest_first(t, range(t.G))
@@ -260,14 +269,14 @@ def proportional(instance: Instance, *, time_limit=None, seed=0, threads=1) -> O
 
     return _best(t, candidates(),
                  f"layers in proportion to the rates of the S fastest devices, S = 1..{n_max}",
-                 {"strategy": "proportional"})
+                 {"strategy": "proportional"}, deadline)
 
 
 # --------------------------------------------------------------------------- uniform-chain
-def uniform_chain(instance: Instance, *, time_limit=None, seed=0, threads=1) -> Outcome:
+def uniform_chain(instance: Instance, *, deadline=None, seed=0, threads=1, log=None) -> Outcome:
     """Sailor-style: uniform layers; search stage count, DC range and stages per DC."""
+    deadline = Deadline.of(deadline)
     t = CostTables(instance)
-    start = time.perf_counter()
     slots = _dc_slots(t)
     sizes = [len(x) for x in slots]
     n_max = min(t.L, sum(sizes))
@@ -298,7 +307,7 @@ def uniform_chain(instance: Instance, *, time_limit=None, seed=0, threads=1) -> 
             """Place blocks ``s..`` starting in datacenter ``k`` (which runs at least one)."""
             nonlocal best_T, best, visited, complete
             visited += 1
-            if visited % 4096 == 0 and _timed_out(start, time_limit):
+            if visited % 4096 == 0 and deadline.expired():
                 complete = False
             if not complete:
                 return
@@ -352,13 +361,14 @@ def uniform_chain(instance: Instance, *, time_limit=None, seed=0, threads=1) -> 
 
 
 # --------------------------------------------------------------------------- DP-based
-def _dp(instance: Instance, time_limit, threads):
-    from ..solve import solve
+def _dp(instance: Instance, deadline: Deadline) -> tuple[Outcome, float | None]:
+    """The exact DP's outcome on ``instance`` and its plan's time (evaluated)."""
+    out = dp.run(instance, deadline=deadline)
+    T = evaluate(instance, out.plan).iteration_time_s if out.plan is not None else None
+    return out, T
 
-    return solve(instance, "dp", time_limit=time_limit, threads=threads)
 
-
-def comm_unaware(instance: Instance, *, time_limit=None, seed=0, threads=1) -> Outcome:
+def comm_unaware(instance: Instance, *, deadline=None, seed=0, threads=1, log=None) -> Outcome:
     """The DP optimum with every link free, returned for honest evaluation with links."""
     free = Link(FREE_BANDWIDTH, 0.0)
     blind = dataclasses.replace(
@@ -366,9 +376,9 @@ def comm_unaware(instance: Instance, *, time_limit=None, seed=0, threads=1) -> O
         datacenters=tuple(dataclasses.replace(dc, link=free) for dc in instance.datacenters),
         links=tuple(free for _ in instance.links),
     )
-    res = _dp(blind, time_limit, threads)
-    stats = {"strategy": "comm-unaware", "link_free_status": res.status,
-             "link_free_time_s": res.iteration_time}
+    res, T = _dp(blind, deadline)
+    stats = {"strategy": "comm-unaware", "link_free_status": res.status.value,
+             "link_free_time_s": T}
     if res.status in ("optimal", "feasible"):
         # same datacenter names and device types: the device names carry over
         return Outcome("feasible", res.plan, stats=stats)
@@ -379,20 +389,19 @@ def comm_unaware(instance: Instance, *, time_limit=None, seed=0, threads=1) -> O
                    stats=stats)
 
 
-def single_dc(instance: Instance, *, time_limit=None, seed=0, threads=1) -> Outcome:
+def single_dc(instance: Instance, *, deadline=None, seed=0, threads=1, log=None) -> Outcome:
     """The best DP optimum over the datacenters taken one at a time."""
+    deadline = Deadline.of(deadline)
     t = CostTables(instance)
-    start = time.perf_counter()
     best_T, best, per_dc = math.inf, None, {}
     reasons = []
     for _k, dc in enumerate(instance.datacenters):
-        left = None if time_limit is None else max(0.0, time_limit - (time.perf_counter() - start))
         sub = Instance(f"{instance.name}[{dc.name}]", instance.model, instance.training, (dc,), ())
-        res = _dp(sub, left, threads)
-        per_dc[dc.name] = res.iteration_time
-        found = res.status in ("optimal", "feasible")
-        if found and res.iteration_time < best_T:
-            best_T, best = res.iteration_time, res.plan
+        res, T = _dp(sub, deadline)
+        per_dc[dc.name] = T
+        found = res.plan is not None
+        if found and T < best_T:
+            best_T, best = T, res.plan
         elif not found:
             reasons.append(f"{dc.name}: {res.status}" + (f" ({res.message})" if res.message else ""))
     stats = {"strategy": "single-dc", "per_datacenter_time_s": per_dc}

@@ -20,6 +20,7 @@ import math
 import threading
 import time
 
+from ..deadline import Deadline
 from ..formulations.common import candidate_stages, max_stages
 from ..formulations.cpsat import CpsatModel, greedy_plans
 from ..numeric import OPTIMALITY_RTOL
@@ -28,13 +29,15 @@ from ..result import OptionError, Outcome
 from ..tables import CostTables
 
 
-def run(instance, *, time_limit=None, seed=0, threads=1, log_search_progress=False,
+def run(instance, *, deadline=None, seed=0, threads=1, log=None, log_search_progress=False,
         hint=None, max_rounds=3, **options) -> Outcome:
     """Solve ``instance`` with CP-SAT; see the module docstring for the guarantees."""
 
     if options:
         raise OptionError(f"cpsat: unknown option(s) {', '.join(sorted(options))}")
     t0 = time.perf_counter()
+    deadline = Deadline.of(deadline)
+    time_limit = None if deadline.unlimited else deadline.remaining()
     deadline = None if time_limit is None else t0 + float(time_limit)
     tables = CostTables(instance)
     reason = tables.infeasibility_reason()
@@ -225,7 +228,7 @@ def _hint_plan(instance, hint, deadline):
         from .dp import run as dp_run
 
         limit = None if deadline is None else max(deadline - time.perf_counter(), 1e-3)
-        out = dp_run(instance, time_limit=limit)
+        out = dp_run(instance, deadline=limit)
         plan, source = out.plan, "dp"
     else:
         raise ValueError(f"cpsat: hint must be None, 'dp' or a Plan, not {hint!r}")

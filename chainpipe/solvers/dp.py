@@ -19,29 +19,28 @@ search repeats with a larger trial. The first trial that succeeds is exact.
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 
+from ..deadline import Deadline, TimeUp
 from ..plan import Plan
 from ..result import OptionError, Outcome
 from ..tables import CostTables
 from .labels import TRIALS, across_usage, pareto3
 
 
-class _Timeout(Exception):
-    pass
+def run(instance, *, deadline=None, seed=0, threads=1, log=None, upper_bound=None,
+        **options) -> Outcome:
+    """Solve ``instance`` to proven optimality (or report what was proven by the limit).
 
-
-def run(instance, *, time_limit=None, seed=0, threads=1, upper_bound=None, **options) -> Outcome:
-    """Solve ``instance`` to proven optimality (or report what was proven by the limit)."""
+    ``log``, if given, is called with one line per trial bound.
+    """
     if options:
         raise OptionError(f"dp: unknown option(s) {', '.join(sorted(options))}")
+    deadline = Deadline.of(deadline)
     tables = CostTables(instance)
     reason = tables.infeasibility_reason()
     if reason:
         return Outcome("infeasible", message=reason, lower_bound=None)
-    deadline = None if time_limit is None else time.perf_counter() + time_limit
     lb = tables.lower_bound
     proven = lb  # the optimum is at least this
     stats = {"trials": []}
@@ -52,12 +51,17 @@ def run(instance, *, time_limit=None, seed=0, threads=1, upper_bound=None, **opt
         search = _Search(tables, trial, deadline)
         try:
             found = search.run()
-        except _Timeout:
+        except TimeUp:
             stats["trials"].append({"upper_bound": trial, "timed_out": True, **search.stats})
+            if log is not None:
+                log(f"dp: trial T < {trial:.6g} s stopped by the time limit")
             return Outcome("no_solution", lower_bound=proven,
                            message="time limit reached before a plan was proven optimal",
                            stats=stats)
         stats["trials"].append({"upper_bound": trial, **search.stats})
+        if log is not None:
+            log(f"dp: trial T < {trial:.6g} s: {'plan found' if found else 'no plan, bound proven'}"
+                f" ({search.stats['labels']} labels, {deadline.elapsed():.2f} s)")
         if found is not None:
             T, stages = found
             stats["labels"] = sum(t["labels"] for t in stats["trials"])
@@ -71,7 +75,7 @@ def run(instance, *, time_limit=None, seed=0, threads=1, upper_bound=None, **opt
 class _Search:
     """One bounded run of the DP: finds the optimum if it is below ``upper``."""
 
-    def __init__(self, tables: CostTables, upper: float, deadline: float | None):
+    def __init__(self, tables: CostTables, upper: float, deadline: Deadline):
         self.t = tables
         self.upper = upper
         self.deadline = deadline
@@ -143,8 +147,8 @@ class _Search:
             self.stats["states"] += len(layer_states)
             for key, labels in layer_states.items():
                 check += 1
-                if self.deadline is not None and check % 64 == 0 and time.perf_counter() > self.deadline:
-                    raise _Timeout
+                if check % 64 == 0:
+                    self.deadline.check()
                 k, u = key
                 first = k == K  # nothing placed yet
                 for k0 in range(K if first else k + 1):

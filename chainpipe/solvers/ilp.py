@@ -29,6 +29,7 @@ import tempfile
 import time
 import warnings
 
+from ..deadline import Deadline
 from ..formulations.common import safe_bound
 from ..instance import Instance
 from ..result import OptionError, Outcome
@@ -48,19 +49,20 @@ ABS_GAP = 1e-6
 PRIMAL_TOL = 1e-9
 
 
-def run_assign(instance: Instance, *, time_limit: float | None = None, seed: int = 0,
+def run_assign(instance: Instance, *, deadline: Deadline | None = None, seed: int = 0, log=None,
                threads: int = 1, **options) -> Outcome:
     """The assignment ILP (layers -> stage slots -> device groups)."""
-    return _run("ilp-assign", instance, time_limit, seed, threads, options)
+    return _run("ilp-assign", instance, Deadline.of(deadline), seed, threads, options)
 
 
-def run_path(instance: Instance, *, time_limit: float | None = None, seed: int = 0,
+def run_path(instance: Instance, *, deadline: Deadline | None = None, seed: int = 0, log=None,
              threads: int = 1, **options) -> Outcome:
     """The path ILP (candidate stages as arcs of a layered network)."""
-    return _run("ilp-path", instance, time_limit, seed, threads, options)
+    return _run("ilp-path", instance, Deadline.of(deadline), seed, threads, options)
 
 
-def _run(name: str, instance: Instance, time_limit, seed, threads, options) -> Outcome:
+def _run(name: str, instance: Instance, deadline: Deadline, seed, threads, options) -> Outcome:
+    time_limit = None if deadline.unlimited else deadline.remaining()
     options = dict(options)
     backend = str(options.pop("backend", "highs")).lower()
     relax = _flag(options.pop("relax", False))
@@ -244,3 +246,8 @@ def _solve_cbc(prob, relax, time_limit, seed, threads, msg):
     if bound is not None and not math.isfinite(bound):
         bound = None
     return "stopped", bound, not no_solution, text
+
+
+#: the options of each formulation, for ``chainpipe.solve.solver_options``
+run_assign.options = ("backend", "relax", "msg")
+run_path.options = ("backend", "relax", "msg", "bottleneck")

@@ -30,10 +30,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from ...deadline import Deadline
 from ...instance import Instance
 from ...plan import Plan, Stage
 from ...result import OptionError, Outcome
-from .agent import Deadline
+from .local import Deadline as AgentTimeUp
 from .public import PublicInstance
 from .runner import run_in_process, run_processes, write_split
 
@@ -56,7 +57,8 @@ def guarantee_factor(num_datacenters: int, epsilon: float = 0.0, quantum: float 
     return per_hop ** hops
 
 
-def run(instance: Instance, *, time_limit=None, seed=0, threads=1, **options) -> Outcome:
+def run(instance: Instance, *, deadline=None, seed=0, threads=1, log=None,
+        **options) -> Outcome:
     unknown = set(options) - _OPTIONS
     if unknown:
         raise OptionError(f"cdynp: unknown option(s) {', '.join(sorted(unknown))}; "
@@ -68,7 +70,8 @@ def run(instance: Instance, *, time_limit=None, seed=0, threads=1, **options) ->
     if epsilon < 0 or quantum < 0 or max_entries < 0 or digits < 0:
         raise ValueError("cdynp: epsilon, quantum, digits and max_entries must be >= 0")
     trace_dir = options.get("trace_dir")
-    deadline = None if time_limit is None else time.monotonic() + float(time_limit)
+    limit = Deadline.of(deadline)
+    deadline = None if limit.unlimited else limit.at
     upper_bound = options.get("upper_bound")
     agent_opts = {"epsilon": epsilon, "quantum": quantum, "max_entries": max_entries,
                   "digits": digits, "upper_bound": upper_bound}
@@ -81,7 +84,7 @@ def run(instance: Instance, *, time_limit=None, seed=0, threads=1, **options) ->
         else:
             res = run_in_process(PublicInstance.of(instance), list(instance.datacenters),
                                  trace_dir=trace_dir, deadline=deadline, **agent_opts)
-    except Deadline as exc:
+    except AgentTimeUp as exc:
         return Outcome("no_solution", message=f"cdynp: {exc}",
                        stats={"protocol_s": time.perf_counter() - t0})
     elapsed = time.perf_counter() - t0
@@ -122,6 +125,10 @@ def run(instance: Instance, *, time_limit=None, seed=0, threads=1, **options) ->
         return Outcome("optimal", plan, lower_bound=res.estimate, stats=stats)
     bound = None if max_entries else res.estimate / factor
     return Outcome("feasible", plan, lower_bound=bound, stats=stats)
+
+
+#: the options ``run`` takes, for ``chainpipe.solve.solver_options``
+run.options = tuple(sorted(_OPTIONS))
 
 
 def _compare_dp(instance: Instance, plan: Plan | None) -> dict:
