@@ -167,8 +167,9 @@ class CostTables:
             if not (best_layer_fit[:, b] >= need).any():
                 ly = self.instance.layers[b]
                 mem = cost.memory_need(ly.params, ly.activation_bytes, need, self.bytes_per_param)
+                amount = f"{mem:.6g} bytes" if np.isfinite(mem) else "more bytes than a double holds"
                 return (
-                    f"layer {b} ({ly.name!r}) needs {mem / 1e9:.3f} GB with {need} microbatch(es) "
-                    f"in flight; the largest device has {self.memory.max() / 1e9:.3f} GB"
+                    f"layer {b} ({ly.name!r}) needs {amount} with {need} microbatch(es) "
+                    f"in flight; the largest device has {self.memory.max():.6g} bytes"
                 )
         return None

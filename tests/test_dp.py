@@ -118,3 +118,17 @@ def test_dp_on_small_set(path):
     else:
         assert res.status == "optimal"
         assert cp.evaluate(inst, res.plan).feasible
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_huge_microbatch_count_is_a_number_not_a_structure(seed):
+    """M = 2^31 - 1: the DP's position cap stays <= L, so it solves as fast as with small M."""
+    inst = random_instance(seed, max_layers=5, microbatches=2**31 - 1, schedule="1f1b")
+    T_opt, plan = brute_force(inst)
+    res = cp.solve(inst, "dp", time_limit=20)
+    if plan is None:
+        assert res.status == "infeasible"
+    else:
+        assert res.status == "optimal"
+        assert res.iteration_time == pytest.approx(T_opt, rel=1e-9)
+    assert res.solve_time < 5

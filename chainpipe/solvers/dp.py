@@ -66,6 +66,7 @@ def run(instance, *, deadline=None, seed=0, threads=1, log=None, upper_bound=Non
         if found is not None:
             T, stages = found
             stats["labels"] = sum(t["labels"] for t in stats["trials"])
+            stats["objective_s"] = T  # the search's own T of its plan (tests: equals evaluate)
             return Outcome("optimal", plan=Plan.from_tuples(instance, stages), lower_bound=None,
                            stats=stats)
         proven = max(proven, trial)
@@ -87,7 +88,9 @@ class _Search:
         t = self.t
         self.cap = np.inf if t.M == 1 else (self.upper - self._sum_lower_bound()) / (t.M - 1)
         self.cands, t_max = self._candidate_stages()
-        self.p_cap = 0 if t.schedule == "gpipe" else min(t.M, t_max + 1)
+        # 1F1B memory depends on a stage's position only up to t_max + 1, and a plan has at
+        # most L stages: the cap keeps every structure independent of M
+        self.p_cap = 0 if t.schedule == "gpipe" else min(t.M, t_max + 1, t.L)
         states, best = self._label_loop()
         return None if best is None else (best[0], self._backtrack(states, best[1]))
 
