@@ -130,17 +130,20 @@ class _Hooks:
         return int(literal) if literal.lstrip("-").isdigit() else float(literal)
 
 
-def _scan(text: str, hooks: _Hooks) -> list[tuple[int, str]]:
+def _scan(text: str, hooks: _Hooks, first_only: bool = False) -> list[tuple[int, str]]:
     """Locate the faults ``hooks`` noted in a text the parser read; (position, line) pairs.
 
     Gives each :class:`OverflowNumber` its ``where`` and returns one line per
-    constant, duplicate key and nesting past :data:`MAX_NESTING`.
+    constant, duplicate key and nesting past :data:`MAX_NESTING` (only the
+    first fault with ``first_only``).
     """
     faults: list[tuple[int, str]] = []
     overflows = iter(hooks.overflows)
     stack: list[set | None] = []
     too_deep = False
     for m in _TOKEN.finditer(text):
+        if first_only and faults:
+            break
         tok, pos = m.group(), m.start()
         if tok in "[{":
             stack.append(set() if tok == "{" else None)
@@ -222,7 +225,7 @@ def loads(text: str) -> Any:
             [f"{_where(text, exc.pos)}: {msg}, found {_found(text, exc.pos)}"]) from None
     except RecursionError:
         # deeper than the parser can follow: the scan finds where it passes MAX_NESTING
-        faults = _scan(text, _Hooks())
+        faults = _scan(text, _Hooks(), first_only=True)
         raise JSONTextError([f"{_where(text, pos)}: {line}" for pos, line in faults[:1]]
                             or ["nested too deeply"]) from None
     if hooks.constants or hooks.duplicates or hooks.overflows \
