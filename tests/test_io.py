@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import jsonschema
@@ -18,6 +20,7 @@ from chainpipe.io import (
     load_json,
     load_schema,
     read,
+    read_plan,
     write,
     write_json,
 )
@@ -114,6 +117,67 @@ def test_counts_are_capped_at_2_to_31_minus_1_and_params_at_2_to_53_minus_1():
     ]
 
 
+@pytest.mark.parametrize("text", ["[" * 100_000 + "]" * 100_000, "[" * 100_000,
+                                  '{"a": ' * 50_000 + "1" + "}" * 50_000],
+                         ids=["arrays", "arrays_unclosed", "objects"])
+def test_deep_nesting_is_refused_with_its_place_for_every_reader(tmp_path, text):
+    path = tmp_path / "deep.json"
+    path.write_text(text)
+    expected = [f"{path}: invalid JSON: line 1, column {101 if text[0] == '[' else 601}: "
+                "nested too deeply: more than 100 levels of arrays and objects"]
+    for reader in (load_json, read, read_plan):
+        assert _problems(reader, path) == expected
+
+
+def test_deep_nesting_exits_2_on_the_command_line(tmp_path):
+    path = tmp_path / "deep.json"
+    path.write_text("[" * 100_000 + "]" * 100_000)
+    proc = subprocess.run([sys.executable, "-m", "chainpipe", "validate", str(path)],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert (proc.returncode, proc.stdout) == (2, "")
+    assert proc.stderr.splitlines() == [
+        f"{path}: invalid JSON: line 1, column 101: nested too deeply: more than 100 levels of "
+        "arrays and objects"]
+
+
+def test_nesting_at_the_limit_is_read(tmp_path):
+    path = tmp_path / "deep.json"
+    path.write_text("[" * 100 + "]" * 100)
+    assert load_json(path) is not None
+
+
+def test_python_values_nested_deeply_never_recurse():
+    deep: list = []
+    for _ in range(100_000):
+        deep = [deep]
+    data = load_json(VALID / "two_dcs.json")
+    data["name"] = deep
+    data["model"]["layers"][0] = deep
+    assert _problems(instance_from_dict, data) == [
+        "name: must be a non-empty string, got array",
+        "model.layers[0]: must be an object, got array",
+    ]
+
+
+def test_bad_utf8_is_placed_by_line_and_column(tmp_path):
+    path = tmp_path / "latin1.json"
+    path.write_bytes('{\n  "name": "Zürich"}'.encode("latin-1"))
+    assert _problems(read, path) == [
+        f"{path}: invalid JSON: line 2, column 13: byte 0xfc is not UTF-8 (JSON text is UTF-8)"]
+
+
+def test_every_quoted_value_is_at_most_about_80_characters():
+    data = load_json(VALID / "two_dcs.json")
+    data["format"] = "f" * 10_000
+    data["name"] = "n\n" * 1_000
+    data["training"]["schedule"] = "\x00" * 500
+    data["datacenters"][0]["link"]["k" * 1_000] = 1
+    problems = _problems(instance_from_dict, data)
+    assert len(problems) == 4
+    for line in problems:
+        assert line.isprintable() and len(line) < 160, line
+
+
 def test_python_constructors_enforce_the_same_rules():
     inst = read(VALID / "two_dcs.json")
     east, west = inst.datacenters
@@ -131,6 +195,12 @@ def test_python_constructors_enforce_the_same_rules():
         cp.Instance("x", inst.model, inst.training, (east, west), ())
     with pytest.raises(InstanceError, match=r"layers: must hold at least one layer"):
         cp.Model("m", ())
+    with pytest.raises(InstanceError, match=r"name: must not be '.' or '..'"):
+        cp.Model("..", inst.layers)
+    with pytest.raises(InstanceError, match=r"name: must be printable: character 2 is U\+0000"):
+        cp.Instance("x\x00", inst.model, inst.training, (east, west), inst.links)
+    with pytest.raises(InstanceError, match=r"name: must be at most 64 characters"):
+        cp.Layer("x" * 65, 1.0, 1.0, 1, 1.0, 1.0)
     with pytest.raises(InstanceError, match=r"schedule: must be one of 1f1b, gpipe"):
         cp.Training(4, "interleaved", 16.0)
 
