@@ -124,10 +124,6 @@ def name_rule(v: Any) -> str | None:
     return None
 
 
-def text_rule(v: Any) -> str | None:
-    return None if isinstance(v, str) else f"must be a string, got {_fmt(v)}"
-
-
 def number_rule(minimum: float, strict: bool) -> Rule:
     op = ">" if strict else ">="
 

@@ -444,19 +444,15 @@ def read_plan(path: str | os.PathLike) -> Plan:
 
 
 def write_plan(plan: Plan, path: str | os.PathLike) -> None:
-    """Write a plan as JSON, atomically, in the form :func:`read_plan` reads.
+    """Write a plan as JSON in the form :func:`read_plan` reads.
 
     Parameters
     ----------
     plan : Plan
         The plan.
     path : str or os.PathLike
-        The file; missing parent directories are created, an existing file replaced.
-
-    Raises
-    ------
-    OSError
-        If the file cannot be written; any previous file at ``path`` is left intact.
+        The file, written as :func:`write` writes (atomically, parents created);
+        an ``OSError`` leaves any previous file intact.
     """
     write_json(plan.to_dict(), path)
 
