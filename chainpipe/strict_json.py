@@ -83,15 +83,16 @@ def quote(value: str, limit: int = QUOTE_CHARS) -> str:
 
 def _overflows(literal: str) -> bool:
     """Whether a JSON number literal lies outside the range of a double."""
-    if any(c in literal for c in ".eE"):
-        return math.isinf(float(literal))
-    digits = len(literal) - literal.startswith("-")
-    if digits > _MAX_FLOAT_DIGITS:
-        return True
     try:
+        if any(c in literal for c in ".eE"):
+            return math.isinf(float(literal))
+        if len(literal) - literal.startswith("-") > _MAX_FLOAT_DIGITS:
+            return True
         float(int(literal))
     except OverflowError:
         return True
+    except ValueError:  # not a number literal after all
+        return False
     return False
 
 
@@ -173,13 +174,13 @@ def _scan(text: str, hooks: _Hooks, first_only: bool = False) -> list[tuple[int,
 
 def _deeper_than(value: Any, limit: int) -> bool:
     """Whether parsed JSON nests arrays and objects more than ``limit`` deep (no recursion)."""
-    todo = [(value, 1)]
+    todo = [(value, 1)] if isinstance(value, (dict, list)) else []
     while todo:
         node, depth = todo.pop()
-        if isinstance(node, (dict, list)):
-            if depth > limit:
-                return True
-            todo.extend((v, depth + 1) for v in (node.values() if isinstance(node, dict) else node))
+        if depth > limit:
+            return True
+        todo.extend((v, depth + 1) for v in (node.values() if isinstance(node, dict) else node)
+                    if isinstance(v, (dict, list)))
     return False
 
 
