@@ -30,6 +30,7 @@ from .instance import (
     name_rule,
 )
 from .plan import Plan
+from .strict_json import shorten
 
 SCHEMA_PATH = Path(__file__).with_name("schema") / "instance.schema.json"
 TOP_KEYS = ("format", "name", "model", "training", "datacenters", "links")
@@ -80,7 +81,7 @@ def _at(path: str, key: Any) -> str:
     """The JSON path of ``key`` inside ``path``: ``a.b`` for a plain key, else ``a['odd key']``."""
     if isinstance(key, str) and _PLAIN_KEY.match(key):
         return f"{path}.{key}" if path else key
-    return f"{path}[{_fmt(key) if isinstance(key, str) else repr(key)}]"
+    return f"{path}[{_fmt(key) if isinstance(key, str) else shorten(repr(key))}]"
 
 
 class _Collector:
