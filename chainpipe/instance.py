@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import math
 import re
+import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+from .strict_json import OverflowNumber, quote, shorten
 
 FORMAT = "chainpipe-instance/1"
 _CANONICAL_INDEX = re.compile(r"(0|[1-9][0-9]*)\Z")
@@ -31,9 +34,24 @@ class InstanceError(ValueError):
 Rule = Callable[[Any], "str | None"]
 
 
-#: largest integer a field may hold: 2**53 - 1, exact in every JSON tool (I-JSON, RFC 7493)
-#: and as a float, so sums and products of counts stay exact
-MAX_INTEGER = 2**53 - 1
+#: largest value of a count (``count``, ``microbatches``): 2**31 - 1, so that every solver
+#: may hold counts in 32-bit integers and a count never sizes a structure by accident
+MAX_COUNT = 2**31 - 1
+#: largest parameter count of one layer: 2**53 - 1, exact as a double (a real layer can pass
+#: 2**31: one block of a 405-billion-parameter model holds about 3.2e9 parameters)
+MAX_PARAMS = 2**53 - 1
+#: longest name (instance, model, layer, datacenter, device type), in characters
+MAX_NAME = 64
+#: Unicode categories a name may not use, and how an error line calls them
+_NOT_PRINTABLE = {
+    "Cc": "a control character",
+    "Cf": "an invisible format character",
+    "Cs": "an unpaired surrogate",
+    "Co": "a private-use character",
+    "Cn": "an unassigned code point",
+    "Zl": "a line separator",
+    "Zp": "a paragraph separator",
+}
 
 
 def _is_number(v: Any) -> bool:
@@ -65,47 +83,67 @@ def json_kind(v: Any) -> str:
 
 
 def _fmt(v: Any) -> str:
-    """A value as an error message shows it: JSON words for null, booleans and containers."""
+    """A value as an error line shows it: JSON words, at most ~80 characters of any text."""
     if isinstance(v, str):
-        return repr(v)
+        return quote(v)
     if isinstance(v, (dict, list, tuple)):
         return json_kind(v)
     if v is None or isinstance(v, bool):
         return "null" if v is None else ("true" if v else "false")
     try:
-        return str(v)
+        return shorten(str(v))
     except ValueError:  # an int with more digits than Python will print
-        return f"an integer of {v.bit_length()} bits"
+        return f"an integer of about {int(v.bit_length() * math.log10(2)) + 1} digits"
 
 
-def name_rule(v: Any) -> str | None:
-    if not isinstance(v, str) or not v.strip():
-        return f"must be a non-empty string, got {_fmt(v)}"
-    if "/" in v:
-        return f"must not contain '/', got {_fmt(v)}"
+def _overflow(v: Any) -> str | None:
+    """``"1e400 overflows a double"`` for a number outside the double range, else None."""
+    if isinstance(v, OverflowNumber):
+        return v.describe()
+    if _is_number(v) and isinstance(v, int) and not _is_finite(v):
+        return f"{_fmt(v)} overflows a double"
     return None
 
 
-def text_rule(v: Any) -> str | None:
-    return None if isinstance(v, str) else f"must be a string, got {_fmt(v)}"
+def name_rule(v: Any) -> str | None:
+    """A name: 1-64 printable characters, no ``/`` or ``\\``, not ``.`` or ``..``."""
+    if not isinstance(v, str) or not v.strip():
+        return f"must be a non-empty string, got {_fmt(v)}"
+    if len(v) > MAX_NAME:
+        return f"must be at most {MAX_NAME} characters, got {_fmt(v)}"
+    for i, ch in enumerate(v):
+        kind = _NOT_PRINTABLE.get(unicodedata.category(ch))
+        if kind:
+            return (f"must be printable: character {i + 1} is U+{ord(ch):04X}, {kind}, "
+                    f"got {_fmt(v)}")
+    for ch in "/\\":
+        if ch in v:
+            return f"must not contain {ch!r}, got {_fmt(v)}"
+    if v in (".", ".."):
+        return f"must not be '.' or '..' (a name must be usable as a file name), got {_fmt(v)}"
+    return None
 
 
 def number_rule(minimum: float, strict: bool) -> Rule:
     op = ">" if strict else ">="
 
     def rule(v: Any) -> str | None:
+        if msg := _overflow(v):
+            return msg
         ok = _is_number(v) and _is_finite(v) and (v > minimum if strict else v >= minimum)
         return None if ok else f"must be a finite number {op} {minimum:g}, got {_fmt(v)}"
 
     return rule
 
 
-def integer_rule(minimum: int) -> Rule:
+def integer_rule(minimum: int, maximum: int, label: str) -> Rule:
     def rule(v: Any) -> str | None:
+        if msg := _overflow(v):
+            return msg
         if not (isinstance(v, int) and not isinstance(v, bool) and v >= minimum):
             return f"must be an integer >= {minimum}, got {_fmt(v)}"
-        if v > MAX_INTEGER:
-            return f"must be an integer <= {MAX_INTEGER} (2**53 - 1), got {_fmt(v)}"
+        if v > maximum:
+            return f"must be an integer <= {maximum} ({label}), got {_fmt(v)}"
         return None
 
     return rule
@@ -126,21 +164,21 @@ POSITIVE = number_rule(0.0, strict=True)
 #: field name -> rule, per record of the format (nested records are handled by io.py)
 RULES: dict[str, dict[str, Rule]] = {
     "layer": {
-        "name": text_rule,
+        "name": name_rule,
         "fwd_flop": NONNEG,
         "bwd_flop": NONNEG,
-        "params": integer_rule(0),
+        "params": integer_rule(0, MAX_PARAMS, "2**53 - 1"),
         "activation_bytes": NONNEG,
         "output_bytes": NONNEG,
     },
     "training": {
-        "microbatches": integer_rule(1),
+        "microbatches": integer_rule(1, MAX_COUNT, "2**31 - 1"),
         "schedule": choice_rule(SCHEDULES),
         "bytes_per_param": POSITIVE,
     },
     "device_group": {
         "type": name_rule,
-        "count": integer_rule(1),
+        "count": integer_rule(1, MAX_COUNT, "2**31 - 1"),
         "flop_per_s": POSITIVE,
         "memory_bytes": POSITIVE,
     },
@@ -161,6 +199,30 @@ def _check(kind: str, obj: Any) -> None:
 # --------------------------------------------------------------------------- records
 @dataclass(frozen=True)
 class Layer:
+    """One layer of the model, with its cost for one microbatch.
+
+    Attributes
+    ----------
+    name : str
+        A name (1-64 printable characters, no ``/`` or ``\\``, not ``.`` or ``..``).
+    fwd_flop : float
+        Forward FLOP for one microbatch, finite and >= 0.
+    bwd_flop : float
+        Backward FLOP for one microbatch, finite and >= 0.
+    params : int
+        Parameter count, 0 to 2**53 - 1.
+    activation_bytes : float
+        Bytes stashed per in-flight microbatch for the backward pass, finite and >= 0.
+    output_bytes : float
+        Bytes of the output tensor per microbatch (its gradient has the same size),
+        finite and >= 0.
+
+    Raises
+    ------
+    InstanceError
+        If a field breaks its rule; one line per field.
+    """
+
     name: str
     fwd_flop: float
     bwd_flop: float
@@ -179,17 +241,52 @@ class Layer:
 
 @dataclass(frozen=True)
 class Model:
+    """The model: named layers in execution order.
+
+    Attributes
+    ----------
+    name : str
+        A name, with the rules of :attr:`Layer.name`.
+    layers : tuple of Layer
+        At least one layer, in execution order.
+
+    Raises
+    ------
+    InstanceError
+        For a bad name or an empty layer list.
+    """
+
     name: str
     layers: tuple[Layer, ...]
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "layers", tuple(self.layers))
+        problems = _named(self.name)
         if not self.layers:
-            raise InstanceError(["layers: must hold at least one layer"])
+            problems.append("layers: must hold at least one layer")
+        if problems:
+            raise InstanceError(problems)
 
 
 @dataclass(frozen=True)
 class Training:
+    """How the model is trained: microbatches per iteration, schedule, memory per parameter.
+
+    Attributes
+    ----------
+    microbatches : int
+        ``M``, the microbatches of one iteration, 1 to 2**31 - 1.
+    schedule : str
+        ``"1f1b"`` or ``"gpipe"``.
+    bytes_per_param : float
+        Bytes a device holds per parameter (weights, gradients, optimizer state), > 0.
+
+    Raises
+    ------
+    InstanceError
+        If a field breaks its rule; one line per field.
+    """
+
     microbatches: int
     schedule: str
     bytes_per_param: float
@@ -200,6 +297,25 @@ class Training:
 
 @dataclass(frozen=True)
 class DeviceGroup:
+    """Identical devices of one type in one datacenter; a count, never a list of devices.
+
+    Attributes
+    ----------
+    type : str
+        The device type, a name unique within its datacenter.
+    count : int
+        How many devices, 1 to 2**31 - 1.
+    flop_per_s : float
+        Sustained (effective) rate of one device in FLOP per second, > 0.
+    memory_bytes : float
+        Memory of one device in bytes, > 0.
+
+    Raises
+    ------
+    InstanceError
+        If a field breaks its rule; one line per field.
+    """
+
     type: str
     count: int
     flop_per_s: float
@@ -211,6 +327,21 @@ class DeviceGroup:
 
 @dataclass(frozen=True)
 class Link:
+    """A network link: inside a datacenter, or between two neighbouring ones.
+
+    Attributes
+    ----------
+    bandwidth_bytes_per_s : float
+        Bandwidth in bytes per second, > 0.
+    latency_s : float
+        Latency in seconds, >= 0.
+
+    Raises
+    ------
+    InstanceError
+        If a field breaks its rule; one line per field.
+    """
+
     bandwidth_bytes_per_s: float
     latency_s: float
 
@@ -220,26 +351,48 @@ class Link:
 
 @dataclass(frozen=True)
 class Datacenter:
+    """A datacenter of the chain: its device groups and its internal link.
+
+    Attributes
+    ----------
+    name : str
+        A name, unique in the instance, with the rules of :attr:`Layer.name`.
+    devices : tuple of DeviceGroup
+        At least one group; device types are unique within the datacenter.
+    link : Link
+        The network between two devices of this datacenter.
+
+    Raises
+    ------
+    InstanceError
+        For a bad name, no device group, or a device type given twice.
+    """
+
     name: str
     devices: tuple[DeviceGroup, ...]
     link: Link
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "devices", tuple(self.devices))
-        problems = []
-        if msg := name_rule(self.name):
-            problems.append(f"name: {msg}")
+        problems = _named(self.name)
         if not self.devices:
             problems.append("devices: must hold at least one device group")
         types = [g.type for g in self.devices]
         for t in sorted({t for t in types if types.count(t) > 1}):
-            problems.append(f"devices: device type {t!r} appears more than once")
+            problems.append(f"devices: device type {_fmt(t)} appears more than once")
         if problems:
             raise InstanceError(problems)
 
     @property
     def device_count(self) -> int:
+        """Devices in this datacenter, all groups together."""
         return sum(g.count for g in self.devices)
+
+
+def _named(name: Any) -> list[str]:
+    """``["name: ..."]`` if ``name`` breaks the name rule, else an empty list."""
+    msg = name_rule(name)
+    return [f"name: {msg}"] if msg else []
 
 
 @dataclass(frozen=True)
@@ -253,6 +406,33 @@ class DeviceRef:
 
 @dataclass(frozen=True)
 class Instance:
+    """A partition-and-mapping problem: the model, its training and the datacenter chain.
+
+    Build one from JSON with :func:`chainpipe.io.read` or
+    :func:`chainpipe.io.instance_from_dict`; built from Python, it checks the
+    same rules.
+
+    Attributes
+    ----------
+    name : str
+        A name, with the rules of :attr:`Layer.name`.
+    model : Model
+        The layers in execution order.
+    training : Training
+        Microbatches, schedule and memory per parameter.
+    datacenters : tuple of Datacenter
+        The chain in order, at least one, names unique.
+    links : tuple of Link
+        ``links[k]`` joins ``datacenters[k]`` and ``datacenters[k + 1]``: exactly one
+        fewer than the datacenters.
+
+    Raises
+    ------
+    InstanceError
+        For a bad name, no datacenter, a datacenter name given twice or a wrong
+        number of links.
+    """
+
     name: str
     model: Model
     training: Training
@@ -263,12 +443,12 @@ class Instance:
     def __post_init__(self) -> None:
         object.__setattr__(self, "datacenters", tuple(self.datacenters))
         object.__setattr__(self, "links", tuple(self.links))
-        problems = []
+        problems = _named(self.name)
         if not self.datacenters:
             problems.append("datacenters: must hold at least one datacenter")
         names = [dc.name for dc in self.datacenters]
         for n in sorted({n for n in names if names.count(n) > 1}):
-            problems.append(f"datacenters: name {n!r} appears more than once")
+            problems.append(f"datacenters: name {_fmt(n)} appears more than once")
         want = max(len(self.datacenters) - 1, 0)
         if len(self.links) != want:
             problems.append(
@@ -320,7 +500,7 @@ class Instance:
             i = int(parts[2])
             if i < self.datacenters[k].devices[g].count:
                 return DeviceRef(k, g, i)
-        raise KeyError(f"no device named {device!r}")
+        raise KeyError(f"no device named {_fmt(device)}")
 
     def group(self, ref: DeviceRef) -> DeviceGroup:
         return self.datacenters[ref.dc].devices[ref.group]

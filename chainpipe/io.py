@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
+from . import strict_json
 from .instance import (
     FORMAT,
     RULES,
@@ -26,42 +28,65 @@ from .instance import (
     _fmt,
     json_kind,
     name_rule,
-    text_rule,
 )
 from .plan import Plan
+from .strict_json import shorten
 
 SCHEMA_PATH = Path(__file__).with_name("schema") / "instance.schema.json"
-
-
-def _reject_constant(token: str) -> float:
-    raise ValueError(f"{token} is not a number JSON allows")
-
-
-def _reject_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict:
-    out: dict = {}
-    for key, value in pairs:
-        if key in out:
-            raise ValueError(f"key {key!r} appears twice in one object")
-        out[key] = value
-    return out
+TOP_KEYS = ("format", "name", "model", "training", "datacenters", "links")
+_PLAIN_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}\Z")
 
 
 def load_json(path: str | os.PathLike) -> Any:
-    """Read a JSON file; unreadable files and bad JSON raise :class:`InstanceError`."""
+    """Read a strict JSON file: UTF-8 (a byte order mark is skipped), RFC 8259 only.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The file.
+
+    Returns
+    -------
+    object
+        The parsed value. A number too large for a double is kept as a
+        :class:`~chainpipe.strict_json.OverflowNumber` (a non-finite float that
+        remembers what was written and where), for validation to refuse by field.
+
+    Raises
+    ------
+    InstanceError
+        One line ``PATH: cannot read file: REASON`` or
+        ``PATH: invalid JSON: line L, column C: WHAT`` per problem: not UTF-8,
+        bad syntax, ``NaN``/``Infinity``, a key twice in one object, nesting
+        deeper than :data:`~chainpipe.strict_json.MAX_NESTING`.
+
+    Examples
+    --------
+    >>> load_json("instances/small/small-01-tiny.json")["format"]
+    'chainpipe-instance/1'
+    """
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
+        data = Path(path).read_bytes()
+    except (OSError, ValueError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         raise InstanceError([f"{path}: cannot read file: {reason}"]) from None
     try:
-        return json.loads(text, parse_constant=_reject_constant,
-                          object_pairs_hook=_reject_duplicate_keys)
-    except ValueError as exc:
-        raise InstanceError([f"{path}: invalid JSON: {exc}"]) from None
+        return strict_json.decode(data)
+    except strict_json.JSONTextError as exc:
+        raise InstanceError([f"{path}: invalid JSON: {p}" for p in exc.problems]) from None
 
 
 # --------------------------------------------------------------------------- parsing
+def _at(path: str, key: Any) -> str:
+    """The JSON path of ``key`` inside ``path``: ``a.b`` for a plain key, else ``a['odd key']``."""
+    if isinstance(key, str) and _PLAIN_KEY.match(key):
+        return f"{path}.{key}" if path else key
+    return f"{path}[{_fmt(key) if isinstance(key, str) else shorten(repr(key))}]"
+
+
 class _Collector:
+    """Problems found so far, each ``"json.path: what is wrong"``, in document order."""
+
     def __init__(self) -> None:
         self.problems: list[str] = []
 
@@ -69,15 +94,16 @@ class _Collector:
         self.problems.append(f"{path}: {msg}")
 
     def obj(self, data: Any, path: str, keys: tuple[str, ...]) -> dict | None:
+        """``data`` if it is an object; notes missing and unknown keys."""
         if not isinstance(data, dict):
             self.add(path or "(instance)", f"must be an object, got {json_kind(data)}")
             return None
         for key in keys:
             if key not in data:
-                self.add(f"{path}.{key}" if path else key, "missing field")
+                self.add(_at(path, key), "missing field")
         for key in data:
             if key not in keys:
-                self.add(f"{path}.{key}" if path else key, "unknown field")
+                self.add(_at(path, key), "unknown field")
         return data
 
     def fields(self, kind: str, data: dict, path: str) -> dict:
@@ -92,126 +118,186 @@ class _Collector:
                     good[key] = data[key]
         return good
 
+    def record(self, kind: str, data: Any, path: str) -> dict | None:
+        """The fields of a flat record of ``kind`` when all are present and good, else None."""
+        d = self.obj(data, path, tuple(RULES[kind]))
+        good = self.fields(kind, d, path) if d is not None else {}
+        return good if len(good) == len(RULES[kind]) else None
+
     def items(self, data: dict, key: str, path: str, min_len: int = 0) -> list:
+        """The array at ``data[key]`` (empty if absent or not an array, which is noted)."""
         if key not in data:
             return []
         val = data[key]
         if not isinstance(val, list):
-            self.add(f"{path}.{key}" if path else key, f"must be an array, got {json_kind(val)}")
+            self.add(_at(path, key), f"must be an array, got {json_kind(val)}")
             return []
         if len(val) < min_len:
-            self.add(f"{path}.{key}" if path else key, "must not be empty" if min_len == 1
+            self.add(_at(path, key), "must not be empty" if min_len == 1
                      else f"must hold at least {min_len} entries")
         return val
 
+    def name(self, data: dict, path: str, key: str = "name") -> bool:
+        """Check the name at ``data[key]`` if present; whether it is a good name."""
+        if key not in data:
+            return False
+        if msg := name_rule(data[key]):
+            self.add(_at(path, key), msg)
+            return False
+        return True
+
+    def unique(self, entries: list, key: str, path: str, what: str) -> bool:
+        """Note every good name at ``entries[i][key]`` seen before; whether none was."""
+        seen: dict[str, int] = {}
+        unique = True
+        for i, entry in enumerate(entries):
+            n = entry.get(key) if isinstance(entry, dict) else None
+            if name_rule(n):
+                continue
+            if n in seen:
+                unique = False
+                self.add(f"{path}[{i}].{key}",
+                         f"duplicate {what} {_fmt(n)} (also {path.rpartition('.')[2]}[{seen[n]}])")
+            seen.setdefault(n, i)
+        return unique
+
 
 def _link(c: _Collector, data: Any, path: str) -> Link | None:
-    d = c.obj(data, path, tuple(RULES["link"]))
+    good = c.record("link", data, path)
+    return Link(**good) if good else None
+
+
+def _model(c: _Collector, top: dict) -> Model | None:
+    """``model``: its name and every layer."""
+    if "model" not in top:
+        return None
+    m = c.obj(top["model"], "model", ("name", "layers"))
+    if m is None:
+        return None
+    named = c.name(m, "model")
+    layers = [c.record("layer", ly, f"model.layers[{i}]")
+              for i, ly in enumerate(c.items(m, "layers", "model", min_len=1))]
+    if not (named and layers and all(layers)):
+        return None
+    return Model(m["name"], tuple(Layer(**good) for good in layers))
+
+
+def _training(c: _Collector, top: dict) -> Training | None:
+    if "training" not in top:
+        return None
+    good = c.record("training", top["training"], "training")
+    return Training(**good) if good else None
+
+
+def _datacenter(c: _Collector, data: Any, path: str) -> Datacenter | None:
+    """One datacenter: name, device groups (types unique) and its link."""
+    d = c.obj(data, path, ("name", "devices", "link"))
     if d is None:
         return None
-    good = c.fields("link", d, path)
-    return Link(**good) if len(good) == len(RULES["link"]) else None
+    named = c.name(d, path)
+    raw = c.items(d, "devices", path, min_len=1)
+    groups = [c.record("device_group", grp, f"{path}.devices[{g}]") for g, grp in enumerate(raw)]
+    unique = c.unique(raw, "type", f"{path}.devices", "device type")
+    link = _link(c, d["link"], f"{path}.link") if "link" in d else None
+    if not (named and groups and all(groups) and unique and link):
+        return None
+    return Datacenter(d["name"], tuple(DeviceGroup(**good) for good in groups), link)
+
+
+def _datacenters(c: _Collector, top: dict) -> list[Datacenter | None]:
+    raw = c.items(top, "datacenters", "", min_len=1)
+    dcs = [_datacenter(c, dc, f"datacenters[{k}]") for k, dc in enumerate(raw)]
+    c.unique(raw, "name", "datacenters", "datacenter name")
+    return dcs
+
+
+def _links(c: _Collector, top: dict) -> list[Link | None]:
+    """``links``, whose count is judged only against a datacenter list that exists."""
+    if "links" not in top:
+        return []
+    raw = c.items(top, "links", "")
+    dcs = top.get("datacenters")
+    want = max(len(dcs) - 1, 0) if isinstance(dcs, list) else None
+    if isinstance(top["links"], list) and want is not None and len(raw) != want:
+        c.add("links", f"must have exactly {want} entries (one per pair of neighbouring "
+                       f"datacenters), got {len(raw)}")
+    return [_link(c, lk, f"links[{j}]") for j, lk in enumerate(raw)]
 
 
 def instance_from_dict(data: Any) -> Instance:
-    """Build an :class:`Instance` from parsed JSON, or raise with every problem found."""
+    """Build an :class:`Instance` from parsed JSON, reporting every problem at once.
+
+    Parameters
+    ----------
+    data : object
+        The parsed ``chainpipe-instance/1`` document (as :func:`load_json` or
+        :func:`json.loads` returns it): an object with ``format``, ``name``,
+        ``model``, ``training``, ``datacenters`` and ``links``.
+
+    Returns
+    -------
+    Instance
+        The validated, frozen instance.
+
+    Raises
+    ------
+    InstanceError
+        Whatever breaks the format; ``problems`` holds one line per problem,
+        ``"json.path: what is wrong"`` (``(instance)`` for the top level),
+        quoting at most ~80 characters of any value.
+
+    See Also
+    --------
+    read : the same from a file, each line prefixed with its path.
+    instance_to_dict : the inverse.
+
+    Examples
+    --------
+    >>> data = load_json("instances/small/small-01-tiny.json")
+    >>> instance_from_dict(data).num_datacenters
+    3
+    >>> data["training"]["microbatches"] = 0
+    >>> instance_from_dict(data)
+    Traceback (most recent call last):
+    ...
+    chainpipe.instance.InstanceError: training.microbatches: must be an integer >= 1, got 0
+    """
     c = _Collector()
-    top = c.obj(data, "", ("format", "name", "model", "training", "datacenters", "links"))
+    top = c.obj(data, "", TOP_KEYS)
     if top is None:
         raise InstanceError(c.problems)
     if "format" in top and top["format"] != FORMAT:
         c.add("format", f"must be {FORMAT!r}, got {_fmt(top['format'])}")
-    if "name" in top and (msg := text_rule(top["name"])):
-        c.add("name", msg)
-
-    layers: list[Layer | None] = []
-    model_name = None
-    if "model" in top:
-        m = c.obj(top["model"], "model", ("name", "layers"))
-        if m is not None:
-            if "name" in m and (msg := text_rule(m["name"])):
-                c.add("model.name", msg)
-            model_name = m.get("name")
-            for i, ly in enumerate(c.items(m, "layers", "model", min_len=1)):
-                p = f"model.layers[{i}]"
-                d = c.obj(ly, p, tuple(RULES["layer"]))
-                good = c.fields("layer", d, p) if d is not None else {}
-                layers.append(Layer(**good) if len(good) == len(RULES["layer"]) else None)
-
-    training = None
-    if "training" in top:
-        t = c.obj(top["training"], "training", tuple(RULES["training"]))
-        if t is not None:
-            good = c.fields("training", t, "training")
-            if len(good) == len(RULES["training"]):
-                training = Training(**good)
-
-    dcs: list[Datacenter | None] = []
-    for k, dc in enumerate(c.items(top, "datacenters", "", min_len=1)):
-        p = f"datacenters[{k}]"
-        d = c.obj(dc, p, ("name", "devices", "link"))
-        if d is None:
-            dcs.append(None)
-            continue
-        if "name" in d and (msg := name_rule(d["name"])):
-            c.add(f"{p}.name", msg)
-        groups: list[DeviceGroup | None] = []
-        for g, grp in enumerate(c.items(d, "devices", p, min_len=1)):
-            pg = f"{p}.devices[{g}]"
-            dg = c.obj(grp, pg, tuple(RULES["device_group"]))
-            good = c.fields("device_group", dg, pg) if dg is not None else {}
-            groups.append(
-                DeviceGroup(**good) if len(good) == len(RULES["device_group"]) else None
-            )
-        seen: dict[str, int] = {}
-        duplicate = False
-        for g, grp in enumerate(d["devices"] if isinstance(d.get("devices"), list) else []):
-            t = grp.get("type") if isinstance(grp, dict) else None
-            if name_rule(t):
-                continue
-            if t in seen:
-                duplicate = True
-                c.add(f"{p}.devices[{g}].type",
-                      f"duplicate device type {t!r} (also devices[{seen[t]}])")
-            seen.setdefault(t, g)
-        link = _link(c, d["link"], f"{p}.link") if "link" in d else None
-        ok = link and groups and all(groups) and not duplicate and not name_rule(d.get("name"))
-        dcs.append(Datacenter(d["name"], tuple(groups), link) if ok else None)
-
-    names: dict[str, int] = {}
-    for k, dc in enumerate(top["datacenters"] if isinstance(top.get("datacenters"), list) else []):
-        n = dc.get("name") if isinstance(dc, dict) else None
-        if name_rule(n):
-            continue
-        if n in names:
-            c.add(f"datacenters[{k}].name",
-                  f"duplicate datacenter name {n!r} (also datacenters[{names[n]}])")
-        names.setdefault(n, k)
-
-    links: list[Link | None] = []
-    if "links" in top:
-        raw = c.items(top, "links", "")
-        want = max(len(dcs) - 1, 0)
-        # the count is judged only against a datacenter list that exists
-        if isinstance(top["links"], list) and isinstance(top.get("datacenters"), list) \
-                and len(raw) != want:
-            c.add("links", f"must have exactly {want} entries (one per pair of neighbouring "
-                           f"datacenters), got {len(raw)}")
-        for j, lk in enumerate(raw):
-            links.append(_link(c, lk, f"links[{j}]"))
-
+    c.name(top, "")
+    model = _model(c, top)
+    training = _training(c, top)
+    dcs = _datacenters(c, top)
+    links = _links(c, top)
     if c.problems:
         raise InstanceError(c.problems)
-    return Instance(
-        name=top["name"],
-        model=Model(model_name, tuple(layers)),
-        training=training,
-        datacenters=tuple(dcs),
-        links=tuple(links),
-    )
+    return Instance(name=top["name"], model=model, training=training,
+                    datacenters=tuple(dcs), links=tuple(links))
 
 
 def instance_to_dict(instance: Instance) -> dict:
+    """The JSON document of an instance, field for field (the inverse of :func:`instance_from_dict`).
+
+    Parameters
+    ----------
+    instance : Instance
+        Any valid instance.
+
+    Returns
+    -------
+    dict
+        A ``chainpipe-instance/1`` document of plain dicts, lists, str, int and float.
+
+    Examples
+    --------
+    >>> inst = read("instances/small/small-01-tiny.json")
+    >>> instance_from_dict(instance_to_dict(inst)) == inst
+    True
+    """
     return {
         "format": FORMAT,
         "name": instance.name,
@@ -260,7 +346,30 @@ def _link_dict(link: Link) -> dict:
 
 # --------------------------------------------------------------------------- files
 def read(path: str | os.PathLike) -> Instance:
-    """Read and validate an instance file; every problem line starts with ``path: ``."""
+    """Read and validate an instance file.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        A ``chainpipe-instance/1`` JSON file (UTF-8, a byte order mark is skipped).
+
+    Returns
+    -------
+    Instance
+        The validated instance.
+
+    Raises
+    ------
+    InstanceError
+        If the file cannot be read, is not strict JSON or breaks the format;
+        ``problems`` holds every problem, one line each, starting with
+        ``path: `` and naming a JSON path or a line and column.
+
+    Examples
+    --------
+    >>> read("instances/small/small-01-tiny.json").num_layers
+    14
+    """
     data = load_json(path)  # its problems already name the file
     try:
         return instance_from_dict(data)
@@ -284,10 +393,45 @@ def write_json(data: Any, path: str | os.PathLike) -> None:
 
 
 def write(instance: Instance, path: str | os.PathLike) -> None:
+    """Write an instance as JSON, atomically (never a half-written file).
+
+    Parameters
+    ----------
+    instance : Instance
+        The instance.
+    path : str or os.PathLike
+        The file; missing parent directories are created, an existing file replaced.
+
+    Raises
+    ------
+    OSError
+        If the file cannot be written; any previous file at ``path`` is left intact.
+    """
     write_json(instance_to_dict(instance), path)
 
 
 def read_plan(path: str | os.PathLike) -> Plan:
+    """Read a plan file, or the plan inside a result file that ``solve --format json`` wrote.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        ``{"stages": [{"layers": [start, end], "device": "dc/type/i"}, ...]}``
+        or a result object with a ``plan`` field.
+
+    Returns
+    -------
+    Plan
+        The plan as written; whether it fits an instance is for
+        :func:`chainpipe.evaluate` to say.
+
+    Raises
+    ------
+    InstanceError
+        If the file cannot be read, is not strict JSON or is not a plan (a
+        result without a plan included); one line per problem, each starting
+        with ``path: ``.
+    """
     data = load_json(path)
     try:
         # accept a plan file or a whole result object that carries one
@@ -301,10 +445,21 @@ def read_plan(path: str | os.PathLike) -> Plan:
 
 
 def write_plan(plan: Plan, path: str | os.PathLike) -> None:
+    """Write a plan as JSON in the form :func:`read_plan` reads.
+
+    Parameters
+    ----------
+    plan : Plan
+        The plan.
+    path : str or os.PathLike
+        The file, written as :func:`write` writes (atomically, parents created);
+        an ``OSError`` leaves any previous file intact.
+    """
     write_json(plan.to_dict(), path)
 
 
 def load_schema() -> dict:
+    """The JSON Schema (draft 2020-12) of ``chainpipe-instance/1`` shipped with chainpipe."""
     return json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
 
 

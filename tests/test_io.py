@@ -5,19 +5,22 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import jsonschema
 import pytest
 
 import chainpipe as cp
-from chainpipe.instance import MAX_INTEGER, InstanceError
+from chainpipe.instance import MAX_COUNT, MAX_PARAMS, InstanceError
 from chainpipe.io import (
     instance_from_dict,
     instance_to_dict,
     load_json,
     load_schema,
     read,
+    read_plan,
     write,
     write_json,
 )
@@ -78,22 +81,101 @@ def test_missing_file_and_directory_are_reported_not_raised(tmp_path):
     assert _problems(read, tmp_path) == [f"{tmp_path}: cannot read file: Is a directory"]
 
 
-def test_utf8_bom_is_reported_as_invalid_json(tmp_path):
+def test_utf8_bom_is_accepted(tmp_path):
     path = tmp_path / "bom.json"
     path.write_bytes(b"\xef\xbb\xbf" + (VALID / "worked_example.json").read_bytes())
-    (line,) = _problems(read, path)
-    assert line.startswith(f"{path}: invalid JSON: Unexpected UTF-8 BOM")
+    assert read(path) == read(VALID / "worked_example.json")
 
 
-def test_huge_integer_beyond_float_range_is_rejected_not_crashing():
+def test_huge_numbers_from_python_are_rejected_with_a_short_quote():
     data = load_json(VALID / "two_dcs.json")
     data["model"]["layers"][0]["fwd_flop"] = 10**400
     data["model"]["layers"][1]["params"] = 10**5000  # more digits than Python prints
+    data["training"]["bytes_per_param"] = float("inf")
     assert _problems(instance_from_dict, data) == [
-        "model.layers[0].fwd_flop: must be a finite number >= 0, got 1" + "0" * 400,
-        (f"model.layers[1].params: must be an integer <= {MAX_INTEGER} (2**53 - 1), "
-         f"got an integer of {(10**5000).bit_length()} bits"),
+        "model.layers[0].fwd_flop: 1" + "0" * 55 + "... (401 characters) overflows a double",
+        "model.layers[1].params: an integer of about 5001 digits overflows a double",
+        "training.bytes_per_param: must be a finite number > 0, got inf",
     ]
+
+
+def test_counts_are_capped_at_2_to_31_minus_1_and_params_at_2_to_53_minus_1():
+    data = load_json(VALID / "two_dcs.json")
+    data["training"]["microbatches"] = MAX_COUNT
+    data["datacenters"][0]["devices"][0]["count"] = MAX_COUNT
+    data["model"]["layers"][0]["params"] = MAX_PARAMS
+    instance_from_dict(data)
+    data["training"]["microbatches"] = MAX_COUNT + 1
+    data["datacenters"][0]["devices"][0]["count"] = 2**53 - 1
+    data["model"]["layers"][0]["params"] = MAX_PARAMS + 1
+    assert _problems(instance_from_dict, data) == [
+        f"model.layers[0].params: must be an integer <= {MAX_PARAMS} (2**53 - 1), "
+        f"got {MAX_PARAMS + 1}",
+        f"training.microbatches: must be an integer <= {MAX_COUNT} (2**31 - 1), got {MAX_COUNT + 1}",
+        f"datacenters[0].devices[0].count: must be an integer <= {MAX_COUNT} (2**31 - 1), "
+        f"got {2**53 - 1}",
+    ]
+
+
+@pytest.mark.parametrize("text", ["[" * 100_000 + "]" * 100_000, "[" * 100_000,
+                                  '{"a": ' * 50_000 + "1" + "}" * 50_000],
+                         ids=["arrays", "arrays_unclosed", "objects"])
+def test_deep_nesting_is_refused_with_its_place_for_every_reader(tmp_path, text):
+    path = tmp_path / "deep.json"
+    path.write_text(text)
+    expected = [f"{path}: invalid JSON: line 1, column {101 if text[0] == '[' else 601}: "
+                "nested too deeply: more than 100 levels of arrays and objects"]
+    for reader in (load_json, read, read_plan):
+        assert _problems(reader, path) == expected
+
+
+def test_deep_nesting_exits_2_on_the_command_line(tmp_path):
+    path = tmp_path / "deep.json"
+    path.write_text("[" * 100_000 + "]" * 100_000)
+    proc = subprocess.run([sys.executable, "-m", "chainpipe", "validate", str(path)],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert (proc.returncode, proc.stdout) == (2, "")
+    assert proc.stderr.splitlines() == [
+        f"{path}: invalid JSON: line 1, column 101: nested too deeply: more than 100 levels of "
+        "arrays and objects"]
+
+
+def test_nesting_at_the_limit_is_read(tmp_path):
+    path = tmp_path / "deep.json"
+    path.write_text("[" * 100 + "]" * 100)
+    assert load_json(path) is not None
+
+
+def test_python_values_nested_deeply_never_recurse():
+    deep: list = []
+    for _ in range(100_000):
+        deep = [deep]
+    data = load_json(VALID / "two_dcs.json")
+    data["name"] = deep
+    data["model"]["layers"][0] = deep
+    assert _problems(instance_from_dict, data) == [
+        "name: must be a non-empty string, got array",
+        "model.layers[0]: must be an object, got array",
+    ]
+
+
+def test_bad_utf8_is_placed_by_line_and_column(tmp_path):
+    path = tmp_path / "latin1.json"
+    path.write_bytes('{\n  "name": "Zürich"}'.encode("latin-1"))
+    assert _problems(read, path) == [
+        f"{path}: invalid JSON: line 2, column 13: byte 0xfc is not UTF-8 (JSON text is UTF-8)"]
+
+
+def test_every_quoted_value_is_at_most_about_80_characters():
+    data = load_json(VALID / "two_dcs.json")
+    data["format"] = "f" * 10_000
+    data["name"] = "n\n" * 1_000
+    data["training"]["schedule"] = "\x00" * 500
+    data["datacenters"][0]["link"]["k" * 1_000] = 1
+    problems = _problems(instance_from_dict, data)
+    assert len(problems) == 4
+    for line in problems:
+        assert line.isprintable() and len(line) < 160, line
 
 
 def test_python_constructors_enforce_the_same_rules():
@@ -113,6 +195,12 @@ def test_python_constructors_enforce_the_same_rules():
         cp.Instance("x", inst.model, inst.training, (east, west), ())
     with pytest.raises(InstanceError, match=r"layers: must hold at least one layer"):
         cp.Model("m", ())
+    with pytest.raises(InstanceError, match=r"name: must not be '.' or '..'"):
+        cp.Model("..", inst.layers)
+    with pytest.raises(InstanceError, match=r"name: must be printable: character 2 is U\+0000"):
+        cp.Instance("x\x00", inst.model, inst.training, (east, west), inst.links)
+    with pytest.raises(InstanceError, match=r"name: must be at most 64 characters"):
+        cp.Layer("x" * 65, 1.0, 1.0, 1, 1.0, 1.0)
     with pytest.raises(InstanceError, match=r"schedule: must be one of 1f1b, gpipe"):
         cp.Training(4, "interleaved", 16.0)
 
@@ -137,11 +225,11 @@ def test_random_instances_round_trip_through_json(seed):
 
 
 def test_devices_are_located_by_canonical_name_without_enumerating_them():
-    inst = read(VALID / "unicode_names.json")  # a group of 2**53 - 1 devices
-    ref = inst.locate(f"Zürich Nord/A100 80GB/{MAX_INTEGER - 1}")
-    assert (ref.dc, ref.group, ref.index) == (0, 0, MAX_INTEGER - 1)
+    inst = read(VALID / "unicode_names.json")  # a group of 2**31 - 1 devices
+    ref = inst.locate(f"Zürich Nord/A100 80GB/{MAX_COUNT - 1}")
+    assert (ref.dc, ref.group, ref.index) == (0, 0, MAX_COUNT - 1)
     assert inst.locate("Bern/MI250X/2").dc == 2
-    for bad in (f"Zürich Nord/A100 80GB/{MAX_INTEGER}", "Bern/MI250X/3", "Bern/MI250X/01",
+    for bad in (f"Zürich Nord/A100 80GB/{MAX_COUNT}", "Bern/MI250X/3", "Bern/MI250X/01",
                 "Bern/MI250X/-1", "Bern/MI250X/+1", "Bern/MI250X/ 1", "Bern/MI250X/1.0",
                 "Bern/MI250X", "Bern/MI250X/1/0", "Bern/A100 80GB/0", "bern/MI250X/0",
                 "Bern/MI250X/\u0661", ""):
@@ -219,6 +307,12 @@ SCHEMA_CANNOT_EXPRESS = {
                                         "an integer literal",
     "number_overflows_to_infinity.json": "1e999 parses to infinity, which every numeric "
                                          "bound in the schema admits",
+    "number_huge_integer.json": "a 331-digit integer parses to infinity, which every "
+                                "numeric bound in the schema admits",
+    "number_two_to_1100.json": "2**1100 parses to infinity, which every numeric bound in "
+                               "the schema admits",
+    "device_type_format_character.json": "Unicode categories (format, private-use, "
+                                         "unassigned) have no portable regex syntax",
 }
 
 

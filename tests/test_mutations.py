@@ -13,7 +13,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from chainpipe.instance import MAX_INTEGER, InstanceError
+from chainpipe.instance import MAX_COUNT, MAX_PARAMS, InstanceError
 from chainpipe.io import instance_from_dict, instance_to_dict
 from chainpipe.plan import Plan, Stage, evaluate
 from helpers import random_instance
@@ -32,7 +32,7 @@ scalars = st.one_of(
     st.none(),
     st.booleans(),
     st.integers(min_value=-(2**64), max_value=2**64),
-    st.sampled_from([0, 1, -1, MAX_INTEGER, MAX_INTEGER + 1, 10**400, 0.0, -0.0,
+    st.sampled_from([0, 1, -1, MAX_COUNT, MAX_COUNT + 1, MAX_PARAMS, MAX_PARAMS + 1, 10**400, 0.0, -0.0,
                      5e-324, 1e308, -1e308, 1.5, 8.0]),
     st.just(5000).map(lambda digits: 10**digits),  # more digits than Python prints
     st.floats(allow_nan=True, allow_infinity=True),
