@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..instance import DeviceGroup
+from ..solve import unknown_name
 
 TERA = 1e12
 GIB = 2**30
@@ -58,4 +59,4 @@ def gpu(name: str) -> GPU:
     try:
         return GPUS[name]
     except KeyError:
-        raise KeyError(f"unknown GPU {name!r}; known: {', '.join(GPUS)}") from None
+        raise KeyError(unknown_name("GPU", name, GPUS)) from None

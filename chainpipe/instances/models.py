@@ -27,6 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..instance import Layer
+from ..solve import unknown_name
 
 #: bytes of one 16-bit value
 HALF = 2
@@ -99,7 +100,7 @@ def model_shape(name: str) -> ModelShape:
     try:
         return MODELS[name]
     except KeyError:
-        raise KeyError(f"unknown model {name!r}; known: {', '.join(MODELS)}") from None
+        raise KeyError(unknown_name("model", name, MODELS)) from None
 
 
 # --------------------------------------------------------------------------- figures
