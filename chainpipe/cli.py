@@ -13,15 +13,18 @@ import copy
 import json
 import math
 import os
+import reprlib
 import sys
 import textwrap
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from . import __version__
 from .instance import SCHEDULES, InstanceError
 from .instances import PRESETS
 from .instances.models import MODELS
+from .instances.network import check_degrade
 from .paths import MANIFEST, instance_files, refuse_overwrite
 from .solve import SOLVERS, unknown_name
 
@@ -31,37 +34,35 @@ FORMATS = ("table", "json")
 
 
 # --------------------------------------------------------------------------- argument types
-def seconds(text: str) -> float:
-    """``--time-limit``: a finite number of seconds ``>= 0``."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and value >= 0):
-        raise argparse.ArgumentTypeError(f"must be a finite number of seconds >= 0, got {text!r}")
-    return value
+def argument_type(convert: Callable[[str], Any], accept: Callable[[Any], bool],
+                  rule: str) -> Callable[[str], Any]:
+    """An argparse ``type``: ``convert(text)``, refused in one line unless ``accept`` holds.
+
+    ``accept`` may also raise :class:`ValueError` to refuse a value.
+    """
+
+    def parse(text: str):
+        try:
+            value = convert(text)
+            ok = accept(value)
+        except ValueError:
+            ok = False
+        if not ok:
+            raise argparse.ArgumentTypeError(f"must be {rule}, got {reprlib.repr(text)}")
+        return value
+
+    return parse
 
 
-def positive_int(text: str) -> int:
-    """A count (``--threads``, ``--microbatches``, ...): an integer ``>= 1``."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}")
-    return value
-
-
-def seed(text: str) -> int:
-    """``--seed`` of a solve: an integer in ``[0, 2^31)`` (what every backend accepts)."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if not 0 <= value < 2**31:
-        raise argparse.ArgumentTypeError(f"must be an integer in [0, 2^31), got {text!r}")
-    return value
+#: ``--time-limit``
+seconds = argument_type(float, lambda v: math.isfinite(v) and v >= 0,
+                        "a finite number of seconds >= 0")
+#: a count: ``--threads``, ``--microbatches``, ...
+positive_int = argument_type(int, lambda v: v >= 1, "an integer >= 1")
+#: ``solve --seed``: what every backend accepts
+seed = argument_type(int, lambda v: 0 <= v < 2**31, "an integer in [0, 2^31)")
+#: ``generate --degrade``
+degrade_factor = argument_type(float, lambda v: check_degrade(v) is None, "a number in (0, 1]")
 
 
 def name_of(kind: str, known) -> Callable[[str], str]:
@@ -340,18 +341,6 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str):
         self.exit(2, f"{self.prog}: {message} (see '{self.prog} --help')\n")
-
-
-def degrade_factor(text: str) -> float:
-    """``generate --degrade``: a number in ``(0, 1]``."""
-    from .instances.network import check_degrade
-
-    try:
-        value = float(text)
-        check_degrade(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number in (0, 1], got {text!r}") from None
-    return value
 
 
 def listing(title: str, rows: dict[str, str], width: int = 79) -> str:

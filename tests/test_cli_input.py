@@ -282,6 +282,14 @@ def test_solve_bad_option_value_exit_2_one_line_before_reading(capsys, tmp_path,
     assert not plan.exists()
 
 
+def test_a_long_bad_value_is_quoted_short(capsys):
+    code, out, err = call(capsys, "solve", WORKED, "--threads", "9" * 5000)
+    assert (code, out) == (2, "")
+    (line,) = err.splitlines()
+    assert line.startswith("chainpipe solve: argument --threads: must be an integer >= 1, got '9")
+    assert "9" * 100 not in line
+
+
 def test_solve_time_limit_zero_is_a_limit(capsys):
     code, out, err = call(capsys, "solve", WORKED, "--time-limit", "0", "--format", "json")
     assert (code, err) == (0, "")
