@@ -109,6 +109,7 @@ def solver_rows(infos) -> dict[str, str]:
 
 # --------------------------------------------------------------------------- commands
 def cmd_validate(args) -> int:
+    """``chainpipe validate INSTANCE_OR_DIR...``: one line per file; exit 2 if any is bad."""
     manifests = [a for a in args.instances if Path(a).name == MANIFEST and Path(a).is_file()]
     rest = [a for a in args.instances if a not in manifests]
     what = "a manifest describes an instance set; it is not an instance"
@@ -141,6 +142,7 @@ def cmd_validate(args) -> int:
 
 
 def cmd_evaluate(args) -> int:
+    """``chainpipe evaluate INSTANCE PLAN``: ``T`` and its breakdown for a plan file."""
     from .io import read_plan
     from .plan import evaluate
 
@@ -157,6 +159,7 @@ def cmd_evaluate(args) -> int:
 
 
 def cmd_generate(args) -> int:
+    """``chainpipe generate --preset NAME``: an instance on stdout or in ``-o FILE``."""
     from .instances import generate
     from .io import instance_to_dict, write
 
@@ -199,6 +202,7 @@ def solver_options(pairs: list[str] | None) -> dict:
 
 
 def cmd_solve(args) -> int:
+    """``chainpipe solve INSTANCE --solver NAME``: the result, and the plan with ``--plan-out``."""
     from .io import write_plan
     from .plan import evaluate
     from .result import OptionError
@@ -231,6 +235,7 @@ def cmd_solve(args) -> int:
 
 
 def cmd_solvers(args) -> int:
+    """``chainpipe solvers``: the installed solvers, one line each."""
     from .solve import available_solvers
 
     for name, row in solver_rows(available_solvers()).items():
@@ -239,6 +244,7 @@ def cmd_solvers(args) -> int:
 
 
 def cmd_split(args) -> int:
+    """``chainpipe split INSTANCE OUTDIR``: the public file and one private file per DC."""
     from .solvers.cdynp import split_instance
 
     outdir = Path(args.outdir)
@@ -266,6 +272,7 @@ def cmd_plot(args) -> int:
 
 # --------------------------------------------------------------------------- formatting
 def format_result(res) -> str:
+    """A :class:`~chainpipe.Result` as the table ``solve`` prints."""
     def num(x, unit="s"):
         return "-" if x is None else f"{x:.6g} {unit}".strip()
 
@@ -285,6 +292,7 @@ def format_result(res) -> str:
 
 
 def format_evaluation(inst, ev) -> str:
+    """An :class:`~chainpipe.Evaluation` as the stage and boundary tables ``evaluate`` prints."""
     rows = [("stage", "layers", "device", "compute s", "in flight", "memory GB", "limit GB")]
     for st in ev.stages:
         rows.append((str(st.index), f"[{st.start}, {st.end})", st.device,
@@ -354,6 +362,7 @@ def listing(title: str, rows: dict[str, str], width: int = 79) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``chainpipe`` parser with every sub-command."""
     p = Parser(
         prog="chainpipe",
         description="Partition a training pipeline over the data centers of a MAN chain.",

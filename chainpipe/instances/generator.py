@@ -25,6 +25,8 @@ BYTES_PER_PARAM = 16.0
 
 @dataclass(frozen=True)
 class Preset:
+    """What a preset draws from: models, counts, GPU types and metro link rates."""
+
     name: str
     description: str
     models: tuple[str, ...]  # drawn from when no model is given
