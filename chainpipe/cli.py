@@ -1,46 +1,152 @@
-"""The ``chainpipe`` command line (``shared/spec/cli.md``): parse, call the API, print.
+"""The ``chainpipe`` command line: parse, call the API, print.
 
 Exit status: 0 the job is done (an instance solved as infeasible included),
-2 bad input (one line per problem, naming its JSON path), 1 anything else.
+2 bad input (one line per problem, naming its JSON path or the option), 1
+anything else, 130 interrupted (Ctrl-C). No command writes over a file it
+reads: an output pointed at an input is refused before any work.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import json
+import math
 import os
+import reprlib
 import sys
+import textwrap
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
-from .instance import InstanceError
+from . import __version__
+from .instance import SCHEDULES, InstanceError
+from .instances import PRESETS
+from .instances.models import MODELS
+from .instances.network import check_degrade
+from .paths import MANIFEST, instance_files, refuse_overwrite
+from .solve import SOLVERS, unknown_name
+
+#: exit status of a command stopped by Ctrl-C (128 + SIGINT), as shells report it
+EXIT_INTERRUPTED = 130
+FORMATS = ("table", "json")
 
 
-class CommandError(Exception):
-    """A failure that is not bad input: exit 1 with this one-line reason."""
+# --------------------------------------------------------------------------- argument types
+def argument_type(convert: Callable[[str], Any], accept: Callable[[Any], bool],
+                  rule: str) -> Callable[[str], Any]:
+    """An argparse ``type``: ``convert(text)``, refused in one line unless ``accept`` holds.
+
+    ``accept`` may also raise :class:`ValueError` to refuse a value.
+    """
+
+    def parse(text: str):
+        try:
+            value = convert(text)
+            ok = accept(value)
+        except ValueError:
+            ok = False
+        if not ok:
+            raise argparse.ArgumentTypeError(f"must be {rule}, got {reprlib.repr(text)}")
+        return value
+
+    return parse
+
+
+#: ``--time-limit``
+seconds = argument_type(float, lambda v: math.isfinite(v) and v >= 0,
+                        "a finite number of seconds >= 0")
+#: a count: ``--threads``, ``--microbatches``, ...
+positive_int = argument_type(int, lambda v: v >= 1, "an integer >= 1")
+#: ``solve --seed``: what every backend accepts
+seed = argument_type(int, lambda v: 0 <= v < 2**31, "an integer in [0, 2^31)")
+#: ``generate --degrade``
+degrade_factor = argument_type(float, lambda v: check_degrade(v) is None, "a number in (0, 1]")
+
+
+def name_of(kind: str, known) -> Callable[[str], str]:
+    """An argument type accepting one of ``known``; others get the "did you mean" line."""
+    known = list(known)
+
+    def check(text: str) -> str:
+        if text not in known:
+            raise argparse.ArgumentTypeError(unknown_name(kind, text, known))
+        return text
+
+    return check
+
+
+# --------------------------------------------------------------------------- shared steps
+def read_instance(path, strict: bool):
+    """Read and validate the instance file ``path``, then voice its plausibility warnings.
+
+    Each warning goes to stderr as ``warning: <path>: <json path>: ...``; with
+    ``strict`` they are problems instead (:class:`InstanceError`, exit 2).
+    """
+    from .io import read
+    from .plausibility import plausibility_warnings
+
+    inst = read(path)
+    warnings = [f"{path}: {w}" for w in plausibility_warnings(inst)]
+    if strict and warnings:
+        raise InstanceError(warnings)
+    for line in warnings:
+        print(f"warning: {line}", file=sys.stderr)
+    return inst
+
+
+def log_to_stderr(line: str) -> None:
+    """``solve --log``: one progress line on stderr, at once (stdout keeps the result only)."""
+    print(line, file=sys.stderr, flush=True)
+
+
+def solver_rows(infos) -> dict[str, str]:
+    """``{name: "exact|heuristic  what it does"}`` for each solver of ``infos``."""
+    return {info.name: f"{'exact' if info.exact else 'heuristic':<9} {info.summary}"
+            for info in infos}
 
 
 # --------------------------------------------------------------------------- commands
 def cmd_validate(args) -> int:
-    from .io import read
-
-    problems = []
-    for path in args.instances:
-        try:
-            inst = read(path)
+    """``chainpipe validate INSTANCE_OR_DIR...``: one line per file; exit 2 if any is bad."""
+    manifests = [a for a in args.instances if Path(a).name == MANIFEST and Path(a).is_file()]
+    rest = [a for a in args.instances if a not in manifests]
+    what = "a manifest describes an instance set; it is not an instance"
+    if not rest:
+        raise InstanceError([f"{m}: {what}: give the set's directory or its instance files"
+                             for m in manifests])
+    for m in manifests:
+        print(f"{m}: skipped ({what})")
+    problems, seen = [], set()
+    for arg in rest:
+        try:  # a directory stands for its instance files; a file is read as it is
+            files = instance_files([arg]) if Path(arg).is_dir() else [Path(arg)]
         except InstanceError as exc:
             problems.extend(exc.problems)
-        else:
-            print(f"{path}: valid ({inst.num_layers} layers, {inst.num_datacenters} datacenters, "
-                  f"{inst.num_devices} devices)")
+            continue
+        for path in files:
+            if path.resolve() in seen:
+                continue
+            seen.add(path.resolve())
+            try:
+                inst = read_instance(path, args.strict)
+            except InstanceError as exc:
+                problems.extend(exc.problems)
+            else:
+                print(f"{path}: valid ({inst.num_layers} layers, {inst.num_datacenters} "
+                      f"datacenters, {inst.num_devices} devices)")
     if problems:
         raise InstanceError(problems)
     return 0
 
 
 def cmd_evaluate(args) -> int:
-    from .io import read, read_plan
+    """``chainpipe evaluate INSTANCE PLAN``: ``T`` and its breakdown for a plan file."""
+    from .io import read_plan
     from .plan import evaluate
 
-    inst = read(args.instance)
+    inst = read_instance(args.instance, args.strict)
     plan = read_plan(args.plan)
     ev = evaluate(inst, plan)
     if args.format == "json":
@@ -53,25 +159,25 @@ def cmd_evaluate(args) -> int:
 
 
 def cmd_generate(args) -> int:
+    """``chainpipe generate --preset NAME``: an instance on stdout or in ``-o FILE``."""
     from .instances import generate
     from .io import instance_to_dict, write
 
+    if args.output and Path(args.output).is_dir():
+        raise InstanceError([f"-o/--output: {args.output} is a directory; give a file name"])
     overrides = {
-        k: v
-        for k, v in {
-            "model": args.model,
-            "datacenters": args.datacenters,
-            "gpus_per_dc": args.gpus_per_dc,
-            "microbatches": args.microbatches,
-            "schedule": args.schedule,
-            "degrade": args.degrade,
-        }.items()
-        if v is not None
+        "model": args.model,
+        "datacenters": args.datacenters,
+        "gpus_per_dc": args.gpus_per_dc,
+        "microbatches": args.microbatches,
+        "schedule": args.schedule,
+        "degrade": args.degrade,
     }
     try:
-        inst = generate(args.preset, seed=args.seed, **overrides)
+        inst = generate(args.preset, seed=args.seed,
+                        **{k: v for k, v in overrides.items() if v is not None})
     except (KeyError, ValueError) as exc:
-        raise InstanceError([f"--preset/options: {exc.args[0] if exc.args else exc}"]) from None
+        raise InstanceError([f"generate: {exc.args[0] if exc.args else exc}"]) from None
     if args.output:
         write(inst, args.output)
         print(f"wrote {args.output}: {inst.name} ({inst.num_layers} layers, "
@@ -81,7 +187,8 @@ def cmd_generate(args) -> int:
     return 0
 
 
-def _solver_options(pairs: list[str]) -> dict:
+def solver_options(pairs: list[str] | None) -> dict:
+    """``-O KEY=VALUE`` pairs as a dict; a value is JSON if it parses as JSON, else a string."""
     opts = {}
     for pair in pairs or []:
         if "=" not in pair:
@@ -95,23 +202,24 @@ def _solver_options(pairs: list[str]) -> dict:
 
 
 def cmd_solve(args) -> int:
-    from .io import read, write_plan
+    """``chainpipe solve INSTANCE --solver NAME``: the result, and the plan with ``--plan-out``."""
+    from .io import write_plan
     from .plan import evaluate
     from .result import OptionError
-    from .solve import SOLVERS, solve
+    from .solve import solve
 
-    inst = read(args.instance)
-    if args.solver not in SOLVERS:
-        raise InstanceError([f"--solver: unknown solver {args.solver!r}; known: "
-                             f"{', '.join(SOLVERS)}"])
-    options = _solver_options(args.option)
+    refuse_overwrite({"--plan-out": args.plan_out}, [args.instance], {"--trace": args.trace})
+    if args.plan_out and Path(args.plan_out).is_dir():
+        raise InstanceError([f"--plan-out: {args.plan_out} is a directory; give a file name"])
+    options = solver_options(args.option)
     if args.trace:
         if args.solver != "cdynp":
             raise InstanceError(["--trace: only the cdynp solver exchanges messages"])
         options["trace_dir"] = args.trace
+    inst = read_instance(args.instance, args.strict)
     try:
         res = solve(inst, solver=args.solver, time_limit=args.time_limit, seed=args.seed,
-                    threads=args.threads, **options)
+                    threads=args.threads, log=log_to_stderr if args.log else None, **options)
     except OptionError as exc:
         raise InstanceError([f"--option: {exc}"]) from None
     if args.plan_out and res.plan is not None:
@@ -127,21 +235,25 @@ def cmd_solve(args) -> int:
 
 
 def cmd_solvers(args) -> int:
+    """``chainpipe solvers``: the installed solvers, one line each."""
     from .solve import available_solvers
 
-    for info in available_solvers():
-        kind = "exact" if info.exact else "heuristic"
-        print(f"{info.name:<14} {kind:<9} {info.summary}")
+    for name, row in solver_rows(available_solvers()).items():
+        print(f"{name:<14} {row}")
     return 0
 
 
 def cmd_split(args) -> int:
-    from .io import read
+    """``chainpipe split INSTANCE OUTDIR``: the public file and one private file per DC."""
     from .solvers.cdynp import split_instance
 
-    inst = read(args.instance)
-    paths = split_instance(inst, args.outdir)
-    for p in paths:
+    outdir = Path(args.outdir)
+    refuse_overwrite({}, [args.instance], {"OUTDIR": outdir})
+    # nor may a file that split writes there (a link, say) be the input
+    for existing in [*outdir.glob("public.json"), *outdir.glob("private-*.json")]:
+        refuse_overwrite({"OUTDIR": existing}, [args.instance])
+    inst = read_instance(args.instance, strict=False)
+    for p in split_instance(inst, outdir):
         print(p)
     return 0
 
@@ -160,6 +272,7 @@ def cmd_plot(args) -> int:
 
 # --------------------------------------------------------------------------- formatting
 def format_result(res) -> str:
+    """A :class:`~chainpipe.Result` as the table ``solve`` prints."""
     def num(x, unit="s"):
         return "-" if x is None else f"{x:.6g} {unit}".strip()
 
@@ -179,6 +292,7 @@ def format_result(res) -> str:
 
 
 def format_evaluation(inst, ev) -> str:
+    """An :class:`~chainpipe.Evaluation` as the stage and boundary tables ``evaluate`` prints."""
     rows = [("stage", "layers", "device", "compute s", "in flight", "memory GB", "limit GB")]
     for st in ev.stages:
         rows.append((str(st.index), f"[{st.start}, {st.end})", st.device,
@@ -207,57 +321,141 @@ def format_evaluation(inst, ev) -> str:
 
 
 # --------------------------------------------------------------------------- parser
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """Help that shows each option's default (when it has one) and keeps epilogs as written."""
+
+    def _format_action(self, action) -> str:
+        if not action.help and action.option_strings and self._has_default(action):
+            action = copy.copy(action)  # an option without help text still shows its default
+            action.help = "(default: %(default)s)"
+        return super()._format_action(action)
+
+    def _get_help_string(self, action) -> str:
+        if not self._has_default(action):
+            return action.help or ""
+        return super()._get_help_string(action)
+
+    @staticmethod
+    def _has_default(action) -> bool:
+        return not any(action.default is x for x in (None, False, argparse.SUPPRESS))
+
+
+class Parser(argparse.ArgumentParser):
+    """Every sub-command's parser: defaults in ``--help``, a usage error in one line (exit 2)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: {message} (see '{self.prog} --help')\n")
+
+
+def listing(title: str, rows: dict[str, str], width: int = 79) -> str:
+    """An epilog: ``title:`` then one entry per row, its text wrapped under itself."""
+    key = max(map(len, rows))
+    lines = [f"{title}:"]
+    for name, text in rows.items():
+        lines.extend(textwrap.wrap(text, width, initial_indent=f"  {name:<{key}}  ",
+                                   subsequent_indent=" " * (key + 4)))
+    return "\n".join(lines)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    """The ``chainpipe`` parser with every sub-command."""
+    p = Parser(
         prog="chainpipe",
         description="Partition a training pipeline over the data centers of a MAN chain.",
+        epilog="Exit status: 0 done (an instance solved as infeasible included), 2 bad input "
+               "(one line per problem), 1 any other failure, 130 interrupted.",
     )
+    p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    s = sub.add_parser("validate", help="check instance files (exit 0 if all valid)")
-    s.add_argument("instances", nargs="+", metavar="INSTANCE")
+    s = sub.add_parser(
+        "validate", help="check instance files (exit 0 if all valid)",
+        description="Check instance files and directories; print one line per valid file, one "
+                    "line per problem on stderr (exit 2 if any), and a warning for each value "
+                    "that is valid but implausible (a unit slip such as memory_bytes: 80).",
+        epilog=f"A directory stands for its *.json files except {MANIFEST}. A {MANIFEST} "
+               "describes an instance set (the files, their presets and seeds); it is not an "
+               "instance: given among other files (as `validate instances/medium/*.json` does) "
+               "it is skipped with a note, given alone it is an error (exit 2).")
+    s.add_argument("instances", nargs="+", metavar="INSTANCE_OR_DIR",
+                   help="instance files (JSON) and directories of them")
+    s.add_argument("--strict", action="store_true",
+                   help="treat plausibility warnings as errors (exit 2)")
     s.set_defaults(func=cmd_validate)
 
-    s = sub.add_parser("solve", help="solve an instance with one solver")
-    s.add_argument("instance", metavar="INSTANCE")
-    s.add_argument("--solver", default="dp", help="solver name (see `chainpipe solvers`)")
-    s.add_argument("--time-limit", type=float, default=None, metavar="SECONDS")
-    s.add_argument("--seed", type=int, default=0)
-    s.add_argument("--threads", type=int, default=1)
-    s.add_argument("--format", choices=("table", "json"), default="table")
-    s.add_argument("--plan-out", metavar="FILE", help="write the plan as JSON")
-    s.add_argument("--trace", metavar="DIR", help="cdynp: write every message exchanged")
+    s = sub.add_parser(
+        "solve", help="solve an instance with one solver",
+        epilog=listing("solvers (exact ones prove optimality; `chainpipe solvers` lists the "
+                       "installed ones)", solver_rows(SOLVERS.values())))
+    s.add_argument("instance", metavar="INSTANCE", help="an instance file (JSON)")
+    s.add_argument("--solver", default="dp", type=name_of("solver", SOLVERS),
+                   choices=list(SOLVERS), metavar="NAME", help="one of %(choices)s")
+    s.add_argument("--time-limit", type=seconds, metavar="SECONDS",
+                   help="for the whole solve, building tables and models included "
+                        "(default: no limit)")
+    s.add_argument("--seed", type=seed, default=0, metavar="N",
+                   help="random seed of CP-SAT and the MIP backends")
+    s.add_argument("--threads", type=positive_int, default=1, metavar="N",
+                   help="threads a backend may use")
+    s.add_argument("--format", choices=FORMATS, default="table", help="output: %(choices)s")
+    s.add_argument("--plan-out", metavar="FILE",
+                   help="also write the plan as JSON (never over the instance)")
+    s.add_argument("--trace", metavar="DIR",
+                   help="cdynp: write every message exchanged there, one file each")
     s.add_argument("--option", "-O", action="append", metavar="KEY=VALUE",
                    help="solver option, e.g. -O backend=cbc -O epsilon=0.01 (repeatable)")
+    s.add_argument("--log", "--verbose", action="store_true",
+                   help="stream progress on stderr: the DP's trials, the backend's own log "
+                        "(HiGHS, CBC, CP-SAT); stdout keeps the result alone")
+    s.add_argument("--strict", action="store_true",
+                   help="treat the instance's plausibility warnings as errors (exit 2)")
     s.set_defaults(func=cmd_solve)
 
     s = sub.add_parser("evaluate", help="iteration time and breakdown of a plan")
-    s.add_argument("instance", metavar="INSTANCE")
-    s.add_argument("plan", metavar="PLAN")
-    s.add_argument("--format", choices=("table", "json"), default="table")
+    s.add_argument("instance", metavar="INSTANCE", help="an instance file (JSON)")
+    s.add_argument("plan", metavar="PLAN", help="a plan file, or a `solve --format json` result")
+    s.add_argument("--format", choices=FORMATS, default="table", help="output: %(choices)s")
+    s.add_argument("--strict", action="store_true",
+                   help="treat the instance's plausibility warnings as errors (exit 2)")
     s.set_defaults(func=cmd_evaluate)
 
-    s = sub.add_parser("generate", help="generate an instance from a preset")
-    s.add_argument("--preset", required=True)
-    s.add_argument("--seed", type=int, default=0)
-    s.add_argument("-o", "--output", metavar="FILE")
-    s.add_argument("--model", help="model preset name, e.g. gpt3-13b, llama2-70b")
-    s.add_argument("--datacenters", type=int, help="number of datacenters in the chain")
-    s.add_argument("--gpus-per-dc", type=int, help="GPUs per datacenter")
-    s.add_argument("--microbatches", type=int)
-    s.add_argument("--schedule", choices=("1f1b", "gpipe"))
-    s.add_argument("--degrade", type=float,
-                   help="degraded network: inter-DC bandwidth times F, latency divided by F")
+    s = sub.add_parser("generate", help="generate an instance from a preset",
+                       epilog=listing("presets", PRESETS))
+    s.add_argument("--preset", required=True, type=name_of("preset", PRESETS),
+                   choices=list(PRESETS), metavar="NAME", help="one of %(choices)s")
+    s.add_argument("--seed", type=int, default=0, metavar="N",
+                   help="the same seed gives the same instance")
+    s.add_argument("-o", "--output", metavar="FILE", help="write there (default: stdout)")
+    s.add_argument("--model", type=name_of("model", MODELS), choices=list(MODELS),
+                   metavar="NAME", help="the model (default: drawn by the preset): %(choices)s")
+    s.add_argument("--datacenters", type=positive_int, metavar="N",
+                   help="datacenters in the chain")
+    s.add_argument("--gpus-per-dc", type=positive_int, metavar="N", help="GPUs per datacenter")
+    s.add_argument("--microbatches", type=positive_int, metavar="M",
+                   help="microbatches per iteration")
+    s.add_argument("--schedule", choices=SCHEDULES,
+                   help="pipeline schedule (default: the preset's): %(choices)s")
+    s.add_argument("--degrade", type=degrade_factor, metavar="F",
+                   help="degraded network: inter-DC bandwidth times F, latency divided by F, "
+                        "0 < F <= 1")
     s.set_defaults(func=cmd_generate)
 
-    s = sub.add_parser("split", help="split an instance into public.json and one private file per DC")
-    s.add_argument("instance", metavar="INSTANCE")
-    s.add_argument("outdir", metavar="OUTDIR")
+    s = sub.add_parser(
+        "split", help="split an instance into public.json and one private file per DC",
+        epilog="OUTDIR may not hold the instance: split refuses to write beside its input.")
+    s.add_argument("instance", metavar="INSTANCE", help="an instance file (JSON)")
+    s.add_argument("outdir", metavar="OUTDIR",
+                   help="where to write public.json and private-NN-<dc>.json")
     s.set_defaults(func=cmd_split)
 
     s = sub.add_parser("compare", help="run several solvers on instances and compare them")
     s.add_argument("inputs", nargs="+", metavar="INSTANCE_OR_DIR")
-    s.add_argument("--solvers", required=True, help="comma-separated solver names")
+    s.add_argument("--solvers", required=True,
+                   help="comma-separated solver names, or 'all' for every installed solver")
     s.add_argument("--time-limit", type=float, default=60.0, metavar="S")
     s.add_argument("--out", required=True, metavar="DIR")
     s.add_argument("--seeds", type=int, default=1, metavar="N")
@@ -272,14 +470,38 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("-o", "--output", required=True, metavar="PNG")
     s.set_defaults(func=cmd_plot)
 
-    s = sub.add_parser("solvers", help="list solver names")
+    s = sub.add_parser("solvers", help="list the installed solvers, one line each")
     s.set_defaults(func=cmd_solvers)
     return p
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def stdout_closed() -> bool:
+    """Whether stdout is a pipe whose reader has gone (``chainpipe ... | head``).
+
+    A broken pipe elsewhere (a solver's child process) is a failure; only this one is the
+    reader's choice and ends the command quietly.
+    """
     try:
+        import select
+
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(event & select.POLLERR for _, event in poller.poll(0))
+    except (AttributeError, OSError, ValueError):  # no poll (Windows) or no real stdout
+        return True
+
+
+def _one_line(text: str) -> str:
+    return (text.splitlines() or [""])[0]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run one ``chainpipe`` command; returns its exit status (see the module docstring)."""
+    try:
+        try:
+            args = build_parser().parse_args(argv)
+        except SystemExit as exc:  # --help, --version, or a usage error, already printed
+            return 0 if exc.code is None else int(exc.code)
         return args.func(args)
     except InstanceError as exc:
         for line in exc.problems:
@@ -287,17 +509,20 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
-        return 1
-    except BrokenPipeError:
-        # the reader went away (``chainpipe solvers | head``): stop quietly; point stdout
-        # at devnull so that the interpreter's final flush does not fail again
+        return EXIT_INTERRUPTED
+    except BrokenPipeError as exc:
+        if not stdout_closed():
+            print(_one_line(f"chainpipe: {type(exc).__name__}: {exc}"), file=sys.stderr)
+            return 1
+        # the reader went away: stop quietly; point stdout at devnull so that the
+        # interpreter's final flush does not fail again
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 1
-    except (CommandError, OSError, RuntimeError, ValueError, ImportError) as exc:
-        print(f"chainpipe: {type(exc).__name__}: {exc}".splitlines()[0], file=sys.stderr)
+        return 0
+    except (OSError, RuntimeError, ValueError, ImportError) as exc:
+        print(_one_line(f"chainpipe: {type(exc).__name__}: {exc}"), file=sys.stderr)
         return 1
     except Exception as exc:
-        print(f"chainpipe: internal error: {type(exc).__name__}: {exc}".splitlines()[0],
+        print(_one_line(f"chainpipe: internal error: {type(exc).__name__}: {exc}"),
               file=sys.stderr)
         return 1
 

@@ -68,7 +68,7 @@ def test_subprocess_output_into_a_closed_pipe_is_quiet():
     proc.stdout.read(1)
     proc.stdout.close()  # the reader is gone before the rest of the plan is written
     err = proc.stderr.read().decode()
-    proc.wait(timeout=60)
+    assert proc.wait(timeout=60) == 0
     assert err == ""
 
 
@@ -124,13 +124,15 @@ def test_validate_mixed_files_reports_every_bad_one_and_exits_2(capsys):
                                 f"{bad2}: {EXPECTED[bad2.name][0]}"]
 
 
-def test_argparse_usage_errors_exit_2(capsys):
-    for argv in (["validate"], ["frobnicate"], ["evaluate", str(WORKED)], []):
-        with pytest.raises(SystemExit) as info:
-            main(argv)
-        assert info.value.code == 2
-        out, err = capsys.readouterr()
-        assert out == "" and "usage: chainpipe" in err and "Traceback" not in err
+@pytest.mark.parametrize("argv, prog", [
+    (["validate"], "chainpipe validate"), (["frobnicate"], "chainpipe"),
+    (["evaluate", str(WORKED)], "chainpipe evaluate"), ([], "chainpipe"),
+])
+def test_argparse_usage_errors_exit_2_with_one_line(capsys, argv, prog):
+    code, out, err = call(capsys, *argv)
+    assert (code, out) == (2, "")
+    (line,) = err.splitlines()
+    assert line.startswith(f"{prog}: ") and line.endswith(f"(see '{prog} --help')")
 
 
 # --------------------------------------------------------------------------- evaluate
@@ -218,7 +220,9 @@ def test_solve_with_bad_instance_or_unknown_solver_exit_2(capsys):
     assert err.splitlines() == [f"{bad}: {EXPECTED[bad.name][0]}"]
     code, out, err = call(capsys, "solve", WORKED, "--solver", "no-such-solver")
     assert (code, out) == (2, "")
-    assert err.startswith("--solver: unknown solver 'no-such-solver'; known: ")
+    (line,) = err.splitlines()
+    assert line.startswith("chainpipe solve: argument --solver: unknown solver 'no-such-solver'")
+    assert "known: dp, cdynp, " in line
     code, out, err = call(capsys, "solve", WORKED, "-O", "novalue")
     assert (code, out) == (2, "")
     assert err.splitlines() == ["--option: expected KEY=VALUE, got 'novalue'"]
@@ -247,3 +251,150 @@ def test_solve_plan_out_is_a_plan_file_evaluate_reads(capsys, tmp_path):
     assert (res["status"], res["iteration_time_s"]) == ("optimal", 32.0)
     code, out, err = call(capsys, "evaluate", WORKED, plan, "--format", "json")
     assert (code, err, _strict_json(out)["iteration_time_s"]) == (0, "", 32.0)
+
+
+# --------------------------------------------------------------------------- option values
+@pytest.mark.parametrize("argv, message", [
+    (["--time-limit", "-5"], "argument --time-limit: must be a finite number of seconds >= 0, "
+                             "got '-5'"),
+    (["--time-limit", "nan"], "argument --time-limit: must be a finite number of seconds >= 0, "
+                              "got 'nan'"),
+    (["--time-limit", "inf"], "argument --time-limit: must be a finite number of seconds >= 0, "
+                              "got 'inf'"),
+    (["--time-limit", "1e400"], "argument --time-limit: must be a finite number of seconds >= 0, "
+                                "got '1e400'"),
+    (["--threads", "0"], "argument --threads: must be an integer >= 1, got '0'"),
+    (["--threads", "two"], "argument --threads: must be an integer >= 1, got 'two'"),
+    (["--seed", "-1"], "argument --seed: must be an integer in [0, 2^31), got '-1'"),
+    (["--seed", str(2**40)], f"argument --seed: must be an integer in [0, 2^31), got '{2**40}'"),
+    (["--solver", "ilp-pth"], "argument --solver: unknown solver 'ilp-pth'; did you mean "
+                              "'ilp-path'? known: dp, cdynp, ilp-assign, ilp-path, cpsat, "),
+    (["--format", "yaml"], "argument --format: invalid choice: 'yaml'"),
+], ids=["negative", "nan", "inf", "overflow", "threads-0", "threads-word", "seed-negative",
+        "seed-huge", "solver", "format"])
+def test_solve_bad_option_value_exit_2_one_line_before_reading(capsys, tmp_path, argv, message):
+    """Refused by the parser: the instance (absent here) is never read, nothing is written."""
+    plan = tmp_path / "plan.json"
+    code, out, err = call(capsys, "solve", tmp_path / "absent.json", *argv, "--plan-out", plan)
+    assert (code, out) == (2, "")
+    (line,) = err.splitlines()
+    assert line.startswith(f"chainpipe solve: {message}")
+    assert not plan.exists()
+
+
+def test_a_long_bad_value_is_quoted_short(capsys):
+    code, out, err = call(capsys, "solve", WORKED, "--threads", "9" * 5000)
+    assert (code, out) == (2, "")
+    (line,) = err.splitlines()
+    assert line.startswith("chainpipe solve: argument --threads: must be an integer >= 1, got '9")
+    assert "9" * 100 not in line
+
+
+def test_solve_time_limit_zero_is_a_limit(capsys):
+    code, out, err = call(capsys, "solve", WORKED, "--time-limit", "0", "--format", "json")
+    assert (code, err) == (0, "")
+    assert _strict_json(out)["status"] in ("optimal", "feasible", "no_solution")
+
+
+# --------------------------------------------------------------------------- directories
+MEDIUM = ROOT / "instances" / "medium"
+
+
+def test_validate_the_readme_glob_skips_the_manifest_with_a_note(capsys):
+    """``chainpipe validate instances/medium/*.json``: the glob takes manifest.json too."""
+    files = sorted(MEDIUM.glob("*.json"))
+    assert MEDIUM / "manifest.json" in files
+    code, out, err = call(capsys, "validate", *files)
+    assert (code, err) == (0, "")
+    lines = out.splitlines()
+    assert lines[0] == (f"{MEDIUM / 'manifest.json'}: skipped (a manifest describes an "
+                        f"instance set; it is not an instance)")
+    assert [line.split(": valid (")[0] for line in lines[1:]] == [
+        str(f) for f in files if f.name != "manifest.json"]
+
+
+def test_validate_a_directory_validates_its_instance_files(capsys):
+    code, out, err = call(capsys, "validate", MEDIUM)
+    assert (code, err) == (0, "")
+    instances = sorted(f for f in MEDIUM.glob("*.json") if f.name != "manifest.json")
+    assert [line.split(": valid (")[0] for line in out.splitlines()] == [str(f) for f in instances]
+
+
+def test_validate_a_manifest_alone_exit_2_saying_what_it_is(capsys):
+    manifest = MEDIUM / "manifest.json"
+    code, out, err = call(capsys, "validate", manifest)
+    assert (code, out) == (2, "")
+    assert err.splitlines() == [f"{manifest}: a manifest describes an instance set; it is not an "
+                                f"instance: give the set's directory or its instance files"]
+
+
+def test_validate_a_directory_reports_every_bad_file_and_an_empty_one(capsys, tmp_path):
+    good, bad = tmp_path / "set" / "a.json", tmp_path / "set" / "b.json"
+    good.parent.mkdir()
+    good.write_text(WORKED.read_text())
+    bad.write_text((INVALID / "device_count_zero.json").read_text())
+    (tmp_path / "empty").mkdir()
+    code, out, err = call(capsys, "validate", good.parent, tmp_path / "empty", good)
+    assert code == 2
+    assert out.splitlines() == [f"{good}: valid (3 layers, 1 datacenters, 2 devices)"]
+    assert err.splitlines() == [f"{bad}: {EXPECTED['device_count_zero.json'][0]}",
+                                f"{tmp_path / 'empty'}: no instance files (*.json) in this "
+                                f"directory"]
+
+
+# --------------------------------------------------------------------------- plausibility
+@pytest.fixture
+def memory_in_gb(tmp_path) -> Path:
+    """small-01 with ``memory_bytes: 80`` on its first device group (meant as GB)."""
+    data = json.loads((ROOT / "instances" / "small" / "small-01-tiny.json").read_text())
+    data["datacenters"][0]["devices"][0]["memory_bytes"] = 80
+    path = tmp_path / "gb.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+def _warnings(path: Path) -> list[str]:
+    from chainpipe.io import read
+    from chainpipe.plausibility import plausibility_warnings
+
+    lines = [f"{path}: {w}" for w in plausibility_warnings(read(path))]
+    assert any("datacenters[0].devices[0].memory_bytes: " in line for line in lines)
+    return lines
+
+
+def test_validate_warns_of_implausible_values_exit_0(capsys, memory_in_gb):
+    code, out, err = call(capsys, "validate", memory_in_gb)
+    assert code == 0
+    assert out.startswith(f"{memory_in_gb}: valid (")
+    assert err.splitlines() == [f"warning: {w}" for w in _warnings(memory_in_gb)]
+
+
+def test_validate_strict_makes_warnings_errors(capsys, memory_in_gb):
+    code, out, err = call(capsys, "validate", "--strict", memory_in_gb, WORKED)
+    assert code == 2
+    assert out.splitlines() == [f"{WORKED}: valid (3 layers, 1 datacenters, 2 devices)"]
+    assert err.splitlines() == _warnings(memory_in_gb)
+
+
+def test_solve_and_evaluate_warn_on_stderr_and_keep_stdout_json(capsys, tmp_path, memory_in_gb):
+    plan = tmp_path / "plan.json"
+    code, out, err = call(capsys, "solve", memory_in_gb, "--format", "json", "--plan-out", plan)
+    assert code == 0 and _strict_json(out)["status"] == "optimal"
+    assert err.splitlines() == [f"warning: {w}" for w in _warnings(memory_in_gb)]
+    code, out, err = call(capsys, "evaluate", memory_in_gb, plan, "--format", "json")
+    assert code == 0 and _strict_json(out)["feasible"] is True
+    assert err.splitlines() == [f"warning: {w}" for w in _warnings(memory_in_gb)]
+
+
+@pytest.mark.parametrize("command", ["solve", "evaluate"])
+def test_solve_and_evaluate_strict_refuse_before_any_work(capsys, tmp_path, memory_in_gb,
+                                                          command):
+    plan = tmp_path / "plan.json"
+    if command == "solve":
+        argv = ["solve", memory_in_gb, "--plan-out", plan, "--strict"]
+    else:
+        argv = ["evaluate", memory_in_gb, VALID / "worked_example.plan.json", "--strict"]
+    code, out, err = call(capsys, *argv)
+    assert (code, out) == (2, "")
+    assert err.splitlines() == _warnings(memory_in_gb)
+    assert not plan.exists()

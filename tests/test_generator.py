@@ -10,7 +10,7 @@ import pytest
 
 from chainpipe.cli import main as cli_main
 from chainpipe.instances import GPUS, MODELS, PRESETS, generate
-from chainpipe.instances.gpus import GIB
+from chainpipe.instances.gpus import GIB, gpu
 from chainpipe.instances.models import block_figures, model_layers, model_shape
 from chainpipe.instances.sets import (
     ROOT,
@@ -77,6 +77,18 @@ def test_unknown_model_lists_known_names():
     with pytest.raises(KeyError) as err:
         generate("tiny", model="gpt5")
     assert all(m in err.value.args[0] for m in MODELS)
+
+
+@pytest.mark.parametrize("lookup, message", [
+    (lambda: generate("metr"), "unknown preset 'metr'; did you mean 'metro'? known: tiny, "),
+    (lambda: generate("tiny", model="lama2-7b"),
+     "unknown model 'lama2-7b'; did you mean 'llama2-7b'? known: gpt3-125m, "),
+    (lambda: gpu("H100"), "unknown GPU 'H100'; did you mean 'H100-SXM'? known: V100-32GB, "),
+], ids=["preset", "model", "gpu"])
+def test_unknown_names_suggest_the_close_one(lookup, message):
+    with pytest.raises(KeyError) as err:
+        lookup()
+    assert err.value.args[0].startswith(message)
 
 
 @pytest.mark.parametrize("bad", [
@@ -315,3 +327,29 @@ def test_cli_generate_unknown_preset_exits_2_with_one_line(capsys):
     assert cli_main(["generate", "--preset", "nope"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "nope" in err[0] and "metro-large" in err[0]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--preset", "metr"], "argument --preset: unknown preset 'metr'; did you mean 'metro'?"),
+    (["--preset", "tiny", "--model", "gpt3-13"],
+     "argument --model: unknown model 'gpt3-13'; did you mean 'gpt3-13b'?"),
+    (["--preset", "tiny", "--datacenters", "0"], "argument --datacenters: must be an integer >= 1"),
+    (["--preset", "tiny", "--gpus-per-dc", "-2"], "argument --gpus-per-dc: must be an integer >= 1"),
+    (["--preset", "tiny", "--microbatches", "x"], "argument --microbatches: must be an integer >= 1"),
+    (["--preset", "tiny", "--degrade", "nan"], "argument --degrade: must be a number in (0, 1]"),
+    (["--preset", "tiny", "--degrade", "1.5"], "argument --degrade: must be a number in (0, 1]"),
+], ids=["preset", "model", "datacenters", "gpus", "microbatches", "degrade-nan", "degrade-big"])
+def test_cli_generate_bad_option_exits_2_with_one_line_before_writing(capsys, tmp_path, argv,
+                                                                      message):
+    out = tmp_path / "g.json"
+    assert cli_main(["generate", *argv, "-o", str(out)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and not out.exists()
+    (line,) = captured.err.splitlines()
+    assert line.startswith(f"chainpipe generate: {message}")
+
+
+def test_cli_generate_output_on_a_directory_exits_2(capsys, tmp_path):
+    assert cli_main(["generate", "--preset", "tiny", "-o", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"-o/--output: {tmp_path} is a directory; give a file name"]

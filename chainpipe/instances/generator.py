@@ -14,6 +14,7 @@ import random
 from dataclasses import dataclass
 
 from ..instance import SCHEDULES, Datacenter, DeviceGroup, Instance, Link, Model, Training
+from ..solve import unknown_name
 from .gpus import GPUS, gpu
 from .models import model_layers, model_shape
 from .network import MAN_GBIT, check_degrade, degraded, intra_dc_link, random_man_link
@@ -24,6 +25,8 @@ BYTES_PER_PARAM = 16.0
 
 @dataclass(frozen=True)
 class Preset:
+    """What a preset draws from: models, counts, GPU types and metro link rates."""
+
     name: str
     description: str
     models: tuple[str, ...]  # drawn from when no model is given
@@ -138,75 +141,119 @@ def generate(
 ) -> Instance:
     """An instance of ``preset`` drawn with ``seed``; any keyword overrides the preset.
 
-    ``degrade=F`` (0 < F <= 1) multiplies every inter-DC bandwidth by F and
-    divides every inter-DC latency by F. ``blocks`` keeps the first transformer
-    blocks of the model only (embedding and head stay). For ``pool``,
-    ``gpus_per_dc`` sets the pool to ``gpus_per_dc x datacenters`` GPUs.
+    Parameters
+    ----------
+    preset : str
+        A name of :data:`PRESETS`.
+    seed : int, default 0
+        The same preset, seed and overrides give the same instance.
+    model : str, optional
+        A name of :data:`~chainpipe.instances.MODELS`; drawn from the preset's when omitted.
+    datacenters, gpus_per_dc, microbatches : int, optional
+        Counts (``>= 1``) that replace the preset's draw. For ``pool``,
+        ``gpus_per_dc`` sets the pool to ``gpus_per_dc x datacenters`` GPUs.
+    schedule : {"1f1b", "gpipe"}, optional
+        The pipeline schedule; the preset's when omitted.
+    degrade : float, optional
+        ``F`` in ``(0, 1]``: every inter-DC bandwidth times F, every inter-DC latency
+        divided by F.
+    blocks : int, optional
+        Keep the first ``blocks`` transformer blocks of the model only (embedding and
+        head stay).
+
+    Returns
+    -------
+    Instance
+
+    Raises
+    ------
+    KeyError
+        An unknown preset or model name (with a suggestion when one is close).
+    ValueError
+        An override out of range.
     """
-    try:
-        spec = PRESETS_SPEC[preset]
-    except (KeyError, TypeError):
-        raise KeyError(f"unknown preset {preset!r}; known: {', '.join(PRESETS)}") from None
+    spec = _preset(preset)
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise TypeError(f"seed must be an integer, got {seed!r}")
-    if model is not None:
-        model_shape(model)  # raises with the known names
-    if datacenters is not None:
-        _positive_int("datacenters", datacenters)
-    if gpus_per_dc is not None:
-        _positive_int("gpus_per_dc", gpus_per_dc)
-    if microbatches is not None:
-        _positive_int("microbatches", microbatches)
-    if schedule is not None and schedule not in SCHEDULES:
-        raise ValueError(f"schedule must be one of {', '.join(SCHEDULES)}, got {schedule!r}")
-    if degrade is not None:
-        check_degrade(degrade)
-    if blocks is not None:
-        _positive_int("blocks", blocks)
+    _check_overrides(model, datacenters, gpus_per_dc, microbatches, schedule, degrade, blocks)
 
     shape = model_shape(model or _rng(preset, seed, "model").choice(spec.models))
     if blocks is None and spec.max_blocks is not None:
         blocks = min(spec.max_blocks, shape.blocks)
+    if blocks == shape.blocks:
+        blocks = None  # the whole model
     layers = model_layers(shape, blocks=blocks, granularity=spec.granularity)
-
     k = datacenters or _rng(preset, seed, "datacenters").choice(spec.datacenters)
+    dcs = _datacenters(spec, seed, k, gpus_per_dc)
+    links = _metro_links(spec, seed, k, degrade)
+    m = microbatches or _rng(preset, seed, "microbatches").choice(spec.microbatches)
+    sched = schedule or spec.schedule
+    total = sum(dc.device_count for dc in dcs)
+    return Instance(
+        name=_instance_name(preset, seed, shape.name, k, total, m, sched, blocks, degrade),
+        model=Model(shape.name if blocks is None else f"{shape.name}[{blocks} blocks]", layers),
+        training=Training(microbatches=m, schedule=sched, bytes_per_param=BYTES_PER_PARAM),
+        datacenters=dcs,
+        links=links,
+    )
+
+
+def _preset(name: str) -> Preset:
+    try:
+        return PRESETS_SPEC[name]
+    except (KeyError, TypeError):
+        raise KeyError(unknown_name("preset", name, PRESETS)) from None
+
+
+def _check_overrides(model, datacenters, gpus_per_dc, microbatches, schedule, degrade,
+                     blocks) -> None:
+    """Raise for an override out of range, before anything is drawn."""
+    if model is not None:
+        model_shape(model)  # raises with the known names
+    for name, value in (("datacenters", datacenters), ("gpus_per_dc", gpus_per_dc),
+                        ("microbatches", microbatches), ("blocks", blocks)):
+        if value is not None:
+            _positive_int(name, value)
+    if schedule is not None and schedule not in SCHEDULES:
+        raise ValueError(f"schedule must be one of {', '.join(SCHEDULES)}, got {schedule!r}")
+    if degrade is not None:
+        check_degrade(degrade)
+
+
+def _datacenters(spec: Preset, seed: int, k: int, gpus_per_dc: int | None
+                 ) -> tuple[Datacenter, ...]:
+    """The ``k`` datacenters ``dc1..dck``: their device groups and intra-DC links."""
     if spec.pool_size is not None:
         pool = gpus_per_dc * k if gpus_per_dc else spec.pool_size
         if pool < k:
             raise ValueError(f"a pool of {pool} GPUs cannot fill {k} datacenters")
         groups = _pool_datacenters(spec, seed, k, pool)
-        intra = intra_dc_link(_rng(preset, seed, "intra"))
-        intra_links = [intra] * k
+        intra = [intra_dc_link(_rng(spec.name, seed, "intra"))] * k
     else:
         n = gpus_per_dc
         if n is None:
-            n = _rng(preset, seed, "gpus_per_dc").choice(spec.gpus_per_dc)
+            n = _rng(spec.name, seed, "gpus_per_dc").choice(spec.gpus_per_dc)
             if spec.max_total_gpus is not None:
                 n = max(1, min(n, spec.max_total_gpus // k))
         types = _draw_types(spec, seed, k)
-        groups = [_dc_groups(_rng(preset, seed, f"counts/dc{d}"), n, types[d])
+        groups = [_dc_groups(_rng(spec.name, seed, f"counts/dc{d}"), n, types[d])
                   for d in range(k)]
-        intra_links = [intra_dc_link(_rng(preset, seed, f"intra/dc{d}")) for d in range(k)]
+        intra = [intra_dc_link(_rng(spec.name, seed, f"intra/dc{d}")) for d in range(k)]
+    return tuple(Datacenter(f"dc{d + 1}", tuple(groups[d]), intra[d]) for d in range(k))
 
-    links: list[Link] = [random_man_link(_rng(preset, seed, f"link{d}"), spec.man_gbit)
-                         for d in range(k - 1)]
-    if degrade is not None:
-        links = [degraded(lk, degrade) for lk in links]
 
-    m = microbatches or _rng(preset, seed, "microbatches").choice(spec.microbatches)
-    sched = schedule or spec.schedule
-    dcs = tuple(Datacenter(f"dc{d + 1}", tuple(groups[d]), intra_links[d]) for d in range(k))
-    total = sum(dc.device_count for dc in dcs)
-    model_name = shape.name if blocks in (None, shape.blocks) else f"{shape.name}[{blocks} blocks]"
-    name = f"{preset}-s{seed}-{shape.name}-{k}dc-{total}gpu-m{m}-{sched}"
-    if blocks not in (None, shape.blocks):
+def _metro_links(spec: Preset, seed: int, k: int, degrade: float | None) -> tuple[Link, ...]:
+    """The ``k - 1`` metro links of the chain, degraded by ``degrade`` when given."""
+    links = [random_man_link(_rng(spec.name, seed, f"link{d}"), spec.man_gbit)
+             for d in range(k - 1)]
+    return tuple(links if degrade is None else (degraded(lk, degrade) for lk in links))
+
+
+def _instance_name(preset: str, seed: int, model: str, k: int, total: int, m: int, sched: str,
+                   blocks: int | None, degrade: float | None) -> str:
+    name = f"{preset}-s{seed}-{model}-{k}dc-{total}gpu-m{m}-{sched}"
+    if blocks is not None:
         name += f"-{blocks}blk"
     if degrade is not None:
         name += f"-deg{degrade:g}"
-    return Instance(
-        name=name,
-        model=Model(model_name, layers),
-        training=Training(microbatches=m, schedule=sched, bytes_per_param=BYTES_PER_PARAM),
-        datacenters=dcs,
-        links=tuple(links),
-    )
+    return name

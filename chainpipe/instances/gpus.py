@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..instance import DeviceGroup
+from ..solve import unknown_name
 
 TERA = 1e12
 GIB = 2**30
@@ -22,19 +23,24 @@ DEFAULT_RESERVE_BYTES = 3 * GIB
 
 @dataclass(frozen=True)
 class GPU:
+    """A catalogue entry: a device type's vendor figures and their source."""
+
     type: str  # the device type name used in instances
     peak_flop_per_s: float  # dense FP16/BF16 tensor-core rate, no sparsity
     memory_bytes: int  # on-board memory as reported by the driver (GiB)
     source: str
 
     def effective_flop_per_s(self, mfu: float = DEFAULT_MFU) -> float:
+        """The sustained rate, ``peak x mfu``."""
         return self.peak_flop_per_s * mfu
 
     def usable_memory_bytes(self, reserve: float = DEFAULT_RESERVE_BYTES) -> float:
+        """The memory a training process can use, ``memory - reserve``."""
         return float(self.memory_bytes - reserve)
 
     def group(self, count: int, *, mfu: float = DEFAULT_MFU,
               reserve: float = DEFAULT_RESERVE_BYTES) -> DeviceGroup:
+        """``count`` devices of this type as an instance's device group."""
         return DeviceGroup(type=self.type, count=count,
                            flop_per_s=self.effective_flop_per_s(mfu),
                            memory_bytes=self.usable_memory_bytes(reserve))
@@ -55,7 +61,8 @@ GPUS: dict[str, GPU] = {
 
 
 def gpu(name: str) -> GPU:
+    """The catalogue entry ``name``; a :class:`KeyError` says "did you mean" for a near miss."""
     try:
         return GPUS[name]
     except KeyError:
-        raise KeyError(f"unknown GPU {name!r}; known: {', '.join(GPUS)}") from None
+        raise KeyError(unknown_name("GPU", name, GPUS)) from None

@@ -27,6 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..instance import Layer
+from ..solve import unknown_name
 
 #: bytes of one 16-bit value
 HALF = 2
@@ -67,6 +68,7 @@ class ModelShape:
 
     @property
     def ffn_size(self) -> int:
+        """The FFN inner size ``f`` (``4 h`` unless given)."""
         return self.ffn or 4 * self.hidden
 
 
@@ -96,10 +98,11 @@ MODELS: dict[str, ModelShape] = {
 
 
 def model_shape(name: str) -> ModelShape:
+    """The published shape ``name``; a :class:`KeyError` says "did you mean" for a near miss."""
     try:
         return MODELS[name]
     except KeyError:
-        raise KeyError(f"unknown model {name!r}; known: {', '.join(MODELS)}") from None
+        raise KeyError(unknown_name("model", name, MODELS)) from None
 
 
 # --------------------------------------------------------------------------- figures
@@ -153,6 +156,7 @@ def mlp_figures(m: ModelShape, b: int) -> Figures:
 
 
 def block_figures(m: ModelShape, b: int = 1) -> Figures:
+    """A whole block: its attention and MLP halves added."""
     a, p = attention_figures(m, b), mlp_figures(m, b)
     return Figures(a.fwd_flop + p.fwd_flop, a.params + p.params,
                    a.activation_bytes + p.activation_bytes)

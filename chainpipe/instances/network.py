@@ -24,6 +24,7 @@ FIBRE_S_PER_KM = 5e-6
 
 
 def intra_dc_link(rng: random.Random) -> Link:
+    """A drawn link inside a DC: InfiniBand HDR or NDR, a few microseconds."""
     gbit = rng.choice(INTRA_DC_GBIT)
     latency = round(rng.uniform(*INTRA_DC_LATENCY_S), 8)
     return Link(bandwidth_bytes_per_s=gbit * GBIT, latency_s=latency)
@@ -35,6 +36,7 @@ def man_link(gbit: float, distance_km: float) -> Link:
 
 
 def random_man_link(rng: random.Random, gbit_choices=MAN_GBIT) -> Link:
+    """A drawn metro link: one of ``gbit_choices`` over 10-100 km of fibre."""
     distance = round(rng.uniform(*MAN_DISTANCE_KM), 1)
     return man_link(rng.choice(gbit_choices), distance)
 
@@ -47,5 +49,6 @@ def degraded(link: Link, factor: float) -> Link:
 
 
 def check_degrade(factor: float) -> None:
+    """Raise :class:`ValueError` unless ``factor`` is a number in ``(0, 1]``."""
     if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not 0 < factor <= 1:
         raise ValueError(f"degrade must be a number in (0, 1], got {factor!r}")
