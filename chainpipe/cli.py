@@ -264,6 +264,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--threads", type=int, default=1)
     s.add_argument("--jobs", type=int, default=1, help="runs at once on this machine")
     s.add_argument("--scheduler", metavar="ADDRESS", help="Dask scheduler, e.g. tcp://host:8786")
+    s.add_argument("--skip-invalid", action="store_true",
+                   help="run the valid instances and list the invalid files (default: refuse all)")
+    s.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                   help="progress bar on stderr (default: only when stderr is a terminal)")
     s.set_defaults(func=cmd_compare)
 
     s = sub.add_parser("plot", help="draw a plan's pipeline as a Gantt chart")
