@@ -552,11 +552,11 @@ def test_a_signal_leaves_no_process_and_no_temporary_file(tmp_path, signum):
         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         groups: set[int] = set()
-        for _ in range(300):  # the run's child and the process it started
+        for _ in range(300):  # until the hanging run's child has started its own process
             procs = _processes()
             desc = _descendants(proc.pid)
             groups = {procs[p][1] for p in desc if p in procs}
-            if len(desc) >= 2 and groups - {os.getpgid(0)}:
+            if any(procs[p][0] in desc for p in desc if p in procs):
                 break
             time.sleep(0.05)
         else:
@@ -564,17 +564,22 @@ def test_a_signal_leaves_no_process_and_no_temporary_file(tmp_path, signum):
         time.sleep(0.2)
         proc.send_signal(signum)
         _, err = proc.communicate(timeout=30)
+        groups.discard(os.getpgid(0))
+        alive = [p for p, (_, pgid, state) in _processes().items()
+                 if pgid in groups and state != "Z"]
     finally:
         if proc.poll() is None:
             proc.kill()
+            proc.wait()
+        leftover = {pgid for _, pgid, state in _processes().values()
+                    if pgid in groups - {os.getpgid(0)} and state != "Z"}
+        for pgid in leftover:  # never leave a failed test's processes behind
+            os.killpg(pgid, signal.SIGKILL)
     err = err.decode()
     assert proc.returncode == 128 + signum
     assert err.strip().splitlines() == [err.strip()]
     assert f"interrupted by {signal.Signals(signum).name}" in err
     assert "rerun the same command to resume" in err
-    groups.discard(os.getpgid(0))
-    alive = [p for p, (_, pgid, state) in _processes().items()
-             if pgid in groups and state != "Z"]
     assert alive == []
     assert [e for e in os.listdir(tmp) if e.startswith("chainpipe")] == []
     assert json.loads((out / "sweep.json").read_text())["status"] == "interrupted"
