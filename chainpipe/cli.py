@@ -258,7 +258,9 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("compare", help="run several solvers on instances and compare them")
     s.add_argument("inputs", nargs="+", metavar="INSTANCE_OR_DIR")
     s.add_argument("--solvers", required=True, help="comma-separated solver names")
-    s.add_argument("--time-limit", type=float, default=60.0, metavar="S")
+    s.add_argument("--time-limit", type=float, default=60.0, metavar="S",
+                   help="seconds per run (default 60); a run still going after the limit plus "
+                        "max(5 s, 20%%) is killed and recorded no_solution")
     s.add_argument("--out", required=True, metavar="DIR")
     s.add_argument("--seeds", type=int, default=1, metavar="N")
     s.add_argument("--threads", type=int, default=1)

@@ -244,8 +244,16 @@ def run_key(instance_sha256: str, solver: str, seed: int, time_limit: float, thr
 def load_results(path: Path) -> dict[str, dict]:
     """Records already in ``results.jsonl`` by run key (the last one of a key wins).
 
-    A line cut short by an interrupted sweep is dropped (and the file repaired
-    so that appending continues on a fresh line).
+    Parameters
+    ----------
+    path : Path
+        The ``results.jsonl`` of a sweep; a missing file holds nothing.
+
+    Returns
+    -------
+    dict
+        ``{run_key: record}``. A line cut short by an interrupted sweep is dropped
+        (and the file repaired so that appending continues on a fresh line).
     """
     done: dict[str, dict] = {}
     if not path.exists():
@@ -313,7 +321,30 @@ def plan_runs(instances, solvers, time_limit: float, seeds: int = 1, threads: in
               solver_options: dict | None = None) -> list[dict]:
     """The specification of every run of the sweep, instances outermost.
 
-    ``instances`` is the first value :func:`load_instances` returns.
+    Parameters
+    ----------
+    instances : list of (str, Instance)
+        The first value :func:`load_instances` returns.
+    solvers : str or list of str
+        Solver names (see :func:`resolve_solvers`).
+    time_limit : float
+        Seconds per run.
+    seeds, threads : int, default 1
+        Seeds ``0 .. seeds - 1`` per (instance, solver); threads per run.
+    solver_options : dict, optional
+        ``{solver name: {option: value}}``.
+
+    Returns
+    -------
+    list of dict
+        One specification per run: the instance as JSON, its path, name, size and
+        digest, the solver's name and ``module:function``, the settings and the
+        :func:`run_key`.
+
+    Raises
+    ------
+    InstanceError
+        An unknown or unavailable solver name.
     """
     from ..io import instance_to_dict
 
@@ -447,11 +478,15 @@ def run_sweep(instances, solvers, time_limit: float, out_dir, seeds: int = 1, th
     if len(todo) < len(specs):
         _tell(f"resuming: {len(specs) - len(todo)} run(s) already in {jsonl}, "
               f"{len(todo)} to run")
-    if reran:
-        names = sorted({Path(r["instance_path"]).name for r in reran})
-        _tell(f"running {len(reran)} recorded run(s) again because their instance changed "
-              f"(or was recorded without a content digest): " + ", ".join(names[:5])
-              + (f" and {len(names) - 5} more" if len(names) > 5 else ""))
+    for reason, why in (("instance changed", "their instance changed since they were recorded"),
+                        ("recorded without an instance digest",
+                         "an older version recorded them without the instance's digest")):
+        names = sorted({Path(r["instance_path"]).name for r in reran if r["reason"] == reason})
+        if names:
+            count = sum(r["reason"] == reason for r in reran)
+            _tell(f"running {count} recorded run(s) again because {why}: "
+                  + ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5
+                                            else ""))
     batch = os.urandom(4).hex()
     for i, spec in enumerate(todo):
         spec["run_id"] = f"{batch}-{i}"
@@ -546,6 +581,11 @@ def cli_compare(args) -> int:
     except Interrupted as exc:
         print(exc.line(), file=sys.stderr)
         return exc.exit_status
+    except KeyboardInterrupt:  # before the runs started or while the report was written
+        print(f"chainpipe compare: interrupted; finished runs are kept in "
+              f"{Path(args.out) / RESULTS_JSONL}; rerun the same command to resume",
+              file=sys.stderr)
+        return 128 + signal.SIGINT
     out = Path(args.out)
     print(terminal_summary(records))
     print()
