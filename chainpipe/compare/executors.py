@@ -38,7 +38,6 @@ def run_local(specs: list[dict], jobs: int = 1) -> Iterator[dict]:
     """Run ``specs`` on this machine, ``jobs`` at a time."""
     if not specs:
         return
-    allow_runs()
     pool = ThreadPoolExecutor(max_workers=max(1, jobs), thread_name_prefix="chainpipe-run")
     try:
         pending = {pool.submit(run_spec, spec): spec for spec in specs}
@@ -88,6 +87,7 @@ def run_dask(specs: list[dict], scheduler) -> Iterator[dict]:
             except Exception as exc:
                 yield failed_record(spec, "error", f"dask: {type(exc).__name__}: {exc}", 0.0)
     except BaseException:
+        stop_all()  # runs of an in-process cluster; remote ones end at their limit
         for fut in futures:
             fut.cancel()
         raise
@@ -97,7 +97,12 @@ def run_dask(specs: list[dict], scheduler) -> Iterator[dict]:
 
 
 def execute(specs: list[dict], jobs: int = 1, scheduler=None) -> Iterator[dict]:
-    """Records of ``specs`` as they finish: on Dask if ``scheduler`` is given, else locally."""
+    """Records of ``specs`` as they finish: on Dask if ``scheduler`` is given, else locally.
+
+    Lifts the stop of an earlier interrupted sweep in this process
+    (:func:`~chainpipe.compare.runner.allow_runs`).
+    """
+    allow_runs()
     if scheduler:
         return run_dask(specs, scheduler)
     return run_local(specs, jobs)
