@@ -473,24 +473,10 @@ def run_sweep(instances, solvers, time_limit: float, out_dir, seeds: int = 1, th
     done = load_results(jsonl)
     todo = list({s["run_key"]: s for s in specs if s["run_key"] not in done}.values())
     reran = stale_runs(todo, done)
-    for line in skipped:
-        _tell(f"skipped (not a valid instance): {line}")
-    if len(todo) < len(specs):
-        _tell(f"resuming: {len(specs) - len(todo)} run(s) already in {jsonl}, "
-              f"{len(todo)} to run")
-    for reason, why in (("instance changed", "their instance changed since they were recorded"),
-                        ("recorded without an instance digest",
-                         "an older version recorded them without the instance's digest")):
-        names = sorted({Path(r["instance_path"]).name for r in reran if r["reason"] == reason})
-        if names:
-            count = sum(r["reason"] == reason for r in reran)
-            _tell(f"running {count} recorded run(s) again because {why}: "
-                  + ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5
-                                            else ""))
+    _tell_plan(skipped, reran, len(specs) - len(todo), len(todo), jsonl)
     batch = os.urandom(4).hex()
     for i, spec in enumerate(todo):
         spec["run_id"] = f"{batch}-{i}"
-
     manifest = {
         "inputs": [str(x) if not isinstance(x, Instance) else f"<memory>/{x.name}"
                    for x in instances],
@@ -503,29 +489,15 @@ def run_sweep(instances, solvers, time_limit: float, out_dir, seeds: int = 1, th
         "rerun_instance_changed": reran, "skipped_inputs": skipped,
         "started": _iso(started),
     }
-    finished = 0
     with _sigterm_unwinds():
-        bar = tqdm(total=len(todo), unit="run", file=sys.stderr, dynamic_ncols=True,
-                   disable=None if progress is None else not progress,
-                   desc="compare", leave=True)
         try:
-            with closing(execute(todo, jobs=jobs, scheduler=scheduler)) as results:
-                for rec in results:
-                    _append(jsonl, rec)
-                    done[rec["run_key"]] = rec
-                    finished += 1
-                    bar.set_postfix_str(f"{rec['instance']} {rec['solver']}: {rec['status']}",
-                                        refresh=False)
-                    bar.update(1)
-        except KeyboardInterrupt as exc:
+            finished = _stream(todo, jsonl, done, jobs=jobs, scheduler=scheduler,
+                               progress=progress)
+        except Interrupted as exc:
             with _no_interrupts():
-                stop_all()
-                bar.close()
-                signum = exc.args[0] if isinstance(exc, _Terminated) else signal.SIGINT
-                _write_manifest(out, manifest, "interrupted", finished)
-            raise Interrupted(signum, jsonl, len(specs) - len(todo) + finished) from None
-        finally:
-            bar.close()
+                _write_manifest(out, manifest, "interrupted", exc.finished)
+            exc.finished += len(specs) - len(todo)
+            raise
     records = [{**done[s["run_key"]], **base_record(s)} for s in specs if s["run_key"] in done]
     write_report(records, out, with_seed=seeds > 1, figures=figures)
     notes = _notes_markdown(reran, skipped)
@@ -534,6 +506,53 @@ def run_sweep(instances, solvers, time_limit: float, out_dir, seeds: int = 1, th
             fh.write("\n" + notes)
     _write_manifest(out, manifest, "complete", finished)
     return records
+
+
+def _tell_plan(skipped: list[str], reran: list[dict], reused: int, to_run: int,
+               jsonl: Path) -> None:
+    """Say on stderr what is skipped, reused and run again, before the runs start."""
+    for line in skipped:
+        _tell(f"skipped (not a valid instance): {line}")
+    if reused:
+        _tell(f"resuming: {reused} run(s) already in {jsonl}, {to_run} to run")
+    for reason, why in (("instance changed", "their instance changed since they were recorded"),
+                        ("recorded without an instance digest",
+                         "an older version recorded them without the instance's digest")):
+        names = sorted({Path(r["instance_path"]).name for r in reran if r["reason"] == reason})
+        if names:
+            count = sum(r["reason"] == reason for r in reran)
+            _tell(f"running {count} recorded run(s) again because {why}: "
+                  + ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5
+                                            else ""))
+
+
+def _stream(todo: list[dict], jsonl: Path, done: dict[str, dict], *, jobs: int, scheduler,
+            progress: bool | None) -> int:
+    """Run ``todo``, appending each record to ``jsonl`` (and ``done``) as it finishes.
+
+    Returns how many finished. On Ctrl-C or SIGTERM every run under way is killed
+    and :class:`Interrupted` raised, its ``finished`` counting this call's runs.
+    """
+    finished = 0
+    bar = tqdm(total=len(todo), unit="run", file=sys.stderr, dynamic_ncols=True,
+               disable=None if progress is None else not progress, desc="compare")
+    try:
+        with closing(execute(todo, jobs=jobs, scheduler=scheduler)) as results:
+            for rec in results:
+                _append(jsonl, rec)
+                done[rec["run_key"]] = rec
+                finished += 1
+                bar.set_postfix_str(f"{rec['instance']} {rec['solver']}: {rec['status']}",
+                                    refresh=False)
+                bar.update(1)
+    except KeyboardInterrupt as exc:
+        with _no_interrupts():
+            stop_all()
+        signum = exc.args[0] if isinstance(exc, _Terminated) else signal.SIGINT
+        raise Interrupted(signum, jsonl, finished) from None
+    finally:
+        bar.close()
+    return finished
 
 
 def _iso(t: float) -> str:
@@ -581,11 +600,12 @@ def cli_compare(args) -> int:
     except Interrupted as exc:
         print(exc.line(), file=sys.stderr)
         return exc.exit_status
-    except KeyboardInterrupt:  # before the runs started or while the report was written
-        print(f"chainpipe compare: interrupted; finished runs are kept in "
-              f"{Path(args.out) / RESULTS_JSONL}; rerun the same command to resume",
+    except KeyboardInterrupt as exc:  # before the runs started or while the report was written
+        signum = exc.args[0] if isinstance(exc, _Terminated) else signal.SIGINT
+        print(f"chainpipe compare: interrupted by {signal.Signals(signum).name}; finished runs "
+              f"are kept in {Path(args.out) / RESULTS_JSONL}; rerun the same command to resume",
               file=sys.stderr)
-        return 128 + signal.SIGINT
+        return 128 + signum
     out = Path(args.out)
     print(terminal_summary(records))
     print()
