@@ -456,12 +456,19 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("inputs", nargs="+", metavar="INSTANCE_OR_DIR")
     s.add_argument("--solvers", required=True,
                    help="comma-separated solver names, or 'all' for every installed solver")
-    s.add_argument("--time-limit", type=float, default=60.0, metavar="S")
+    s.add_argument("--time-limit", type=seconds, default=60.0, metavar="S",
+                   help="seconds per run; a run still going after the limit plus "
+                        "max(5 s, 20%%) is killed and recorded no_solution")
     s.add_argument("--out", required=True, metavar="DIR")
-    s.add_argument("--seeds", type=int, default=1, metavar="N")
-    s.add_argument("--threads", type=int, default=1)
-    s.add_argument("--jobs", type=int, default=1, help="runs at once on this machine")
+    s.add_argument("--seeds", type=positive_int, default=1, metavar="N")
+    s.add_argument("--threads", type=positive_int, default=1, metavar="N")
+    s.add_argument("--jobs", type=positive_int, default=1, metavar="N",
+                   help="runs at once on this machine")
     s.add_argument("--scheduler", metavar="ADDRESS", help="Dask scheduler, e.g. tcp://host:8786")
+    s.add_argument("--skip-invalid", action="store_true",
+                   help="run the valid instances and list the invalid files (default: refuse all)")
+    s.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                   help="progress bar on stderr (default: only when stderr is a terminal)")
     s.set_defaults(func=cmd_compare)
 
     s = sub.add_parser("plot", help="draw a plan's pipeline as a Gantt chart")

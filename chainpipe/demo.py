@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="keep the runs already in DIR/results.jsonl instead of starting afresh")
     args = p.parse_args(argv)
 
-    from .compare import run_sweep
+    from .compare import Interrupted, run_sweep
     from .compare.metrics import best_known
     from .compare.report import terminal_summary
     from .instance import InstanceError
@@ -64,6 +64,9 @@ def main(argv: list[str] | None = None) -> int:
         for line in exc.problems:
             print(line, file=sys.stderr)
         return 2
+    except Interrupted as exc:
+        print(exc.line("rerun with --resume to go on from there"), file=sys.stderr)
+        return exc.exit_status
     print()
     print(terminal_summary(records))
     conflicts = [c for b in best_known(records).values() for c in b["conflicts"]]

@@ -7,6 +7,8 @@ The harness tests register them in ``chainpipe.solve.SOLVERS`` under names of th
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
 
 from chainpipe import Outcome, Plan
@@ -64,3 +66,18 @@ def raiser(instance, *, deadline=None, seed=0, threads=1, log=None, **options) -
 def liar(instance, *, deadline=None, seed=0, threads=1, log=None, **options) -> Outcome:
     """Claims an optimal plan that is not (the one-stage plan): finish() demotes it."""
     return Outcome("optimal", first_device(instance).plan, None)
+
+
+def sleeper_with_child(instance, *, deadline=None, seed=0, threads=1, log=None,
+                       **options) -> Outcome:
+    """Starts a process of its own (as a MIP backend does), then ignores its limit."""
+    subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])
+    time.sleep(3600)
+    return Outcome("no_solution")
+
+
+def chatty(instance, *, deadline=None, seed=0, threads=1, log=None, **options) -> Outcome:
+    """Prints on stdout from Python and from the file descriptor, as native backends do."""
+    print("{not json, from print")
+    os.write(1, b"raw bytes on fd 1\n")
+    return first_device(instance)

@@ -9,16 +9,23 @@ from __future__ import annotations
 import csv
 import json
 import math
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
+from fake_solvers import first_device
 
 from chainpipe import read
 from chainpipe.cli import main
-from chainpipe.compare import metrics, run_sweep
+from chainpipe.compare import instance_digest, metrics, run_sweep
 from chainpipe.compare.report import CSV_COLUMNS
-from chainpipe.io import write
-from chainpipe.solve import SOLVERS, SolverInfo, available_solvers
+from chainpipe.io import instance_to_dict, write, write_json
+from chainpipe.plan import evaluate
+from chainpipe.solve import SOLVERS, SolverInfo, available_solvers, solve
 from helpers import brute_force, random_instance
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -30,6 +37,7 @@ FAKES = {
     "fake-crash": ("crasher", False),
     "fake-raise": ("raiser", False),
     "fake-liar": ("liar", True),
+    "fake-chatty": ("chatty", False),
 }
 HAS_DP = any(s.name == "dp" for s in available_solvers())
 
@@ -190,12 +198,25 @@ def test_overrunning_run_is_killed_and_the_sweep_goes_on(tmp_path, monkeypatch):
     assert not metrics.finished(sleep) and metrics.charged_time(sleep) == 0.5
 
 
-def test_progress_prints_one_line_per_run_when_not_a_tty(tmp_path, capsys):
+def test_progress_bar_is_off_when_stderr_is_not_a_terminal(tmp_path, capsys):
     paths = _instances(tmp_path / "inst", [4])
     run_sweep(paths, ["fake-first", "fake-exact"], 20, tmp_path / "out", figures=False)
-    err = capsys.readouterr().err.splitlines()
-    assert len(err) == 2 and all("ETA" in line for line in err)
-    assert err[-1].startswith("[" + "#" * 28 + "] 2/2 100%")
+    assert capsys.readouterr().err == ""
+
+
+def test_progress_bar_when_asked(tmp_path, capsys):
+    paths = _instances(tmp_path / "inst", [4])
+    run_sweep(paths, ["fake-first", "fake-exact"], 20, tmp_path / "out", figures=False,
+              progress=True)
+    err = capsys.readouterr().err
+    assert "compare: 100%" in err and "2/2" in err  # tqdm's bar, on stderr
+
+
+def test_solver_output_on_stdout_does_not_garble_the_result(tmp_path):
+    paths = _instances(tmp_path / "inst", [5])
+    rec, = run_sweep(paths, ["fake-chatty"], 20, tmp_path / "out", figures=False,
+                     progress=False)
+    assert rec["status"] == "feasible" and rec["iteration_time_s"] > 0
 
 
 def test_seeds_add_a_seed_column(tmp_path):
@@ -284,7 +305,10 @@ def test_best_known_wins_and_profiles():
 # --------------------------------------------------------------------------- command line
 @pytest.mark.parametrize("argv,needle", [
     (["--solvers", "no-such-solver"], "--solvers: unknown solver 'no-such-solver'"),
-    (["--solvers", "fake-first", "--time-limit", "0"], "--time-limit: must be a number > 0"),
+    (["--solvers", "fake-first", "--time-limit", "0"], "--time-limit: must be a finite number"),
+    (["--solvers", "fake-first", "--time-limit", "-5"], "got -5.0"),
+    (["--solvers", "fake-first", "--time-limit", "inf"], "got inf"),
+    (["--solvers", "fake-first", "--time-limit", "nan"], "got nan"),
 ])
 def test_cli_bad_arguments_exit_2(tmp_path, capsys, argv, needle):
     paths = _instances(tmp_path / "inst", [1])
@@ -293,6 +317,7 @@ def test_cli_bad_arguments_exit_2(tmp_path, capsys, argv, needle):
     assert code == 2
     assert err.strip().splitlines() == [err.strip()] and needle in err
     assert "Traceback" not in err
+    assert not (tmp_path / "o").exists()
 
 
 def test_cli_missing_input_exit_2(tmp_path, capsys):
@@ -320,21 +345,241 @@ def test_cli_compare_end_to_end(tmp_path, capsys):
     assert rows[0]["status"] == "optimal" and rows[0]["gap_to_best"] == "0"
 
 
-def test_progress_redraws_one_line_on_a_terminal():
-    import io
+# --------------------------------------------------------------------------- resume is true of the file
+def _scale_flop(path: Path, factor: float) -> None:
+    data = instance_to_dict(read(path))
+    for layer in data["model"]["layers"]:
+        layer["fwd_flop"] *= factor
+        layer["bwd_flop"] *= factor
+    write_json(data, path)
 
-    from chainpipe.compare.progress import Progress
 
-    class Tty(io.StringIO):
-        def isatty(self):
-            return True
+def test_a_changed_instance_is_run_again_never_served_stale(tmp_path, capsys):
+    paths = _instances(tmp_path / "inst", [5])
+    out = tmp_path / "out"
+    first, = run_sweep(paths, ["fake-first"], 20, out, figures=False)
+    _scale_flop(paths[0], 3.0)
+    capsys.readouterr()
+    second, = run_sweep(paths, ["fake-first"], 20, out, figures=False)
+    now = read(paths[0])
+    assert second["iteration_time_s"] == pytest.approx(
+        evaluate(now, first_device(now).plan).iteration_time_s)
+    assert second["iteration_time_s"] != pytest.approx(first["iteration_time_s"])
+    assert second["instance_sha256"] == instance_digest(now) != first["instance_sha256"]
+    assert len((out / "results.jsonl").read_text().splitlines()) == 2
+    rows = _csv(out / "results.csv")
+    assert len(rows) == 1 and float(rows[0]["iteration_time_s"]) == pytest.approx(
+        second["iteration_time_s"])
+    # the re-run is said on stderr, in summary.md and in sweep.json
+    err = capsys.readouterr().err
+    assert "again because their instance changed" in err and paths[0].name in err
+    md = (out / "summary.md").read_text()
+    assert "## Runs done again" in md and f"{paths[0].resolve()} / fake-first" in md
+    sweep = json.loads((out / "sweep.json").read_text())
+    assert sweep["rerun_instance_changed"] == [
+        {"instance_path": str(paths[0].resolve()), "instance": now.name,
+         "solver": "fake-first", "seed": 0, "reason": "instance changed"}]
+    assert sweep["status"] == "complete" and sweep["run"] == 1 and sweep["reused"] == 0
+    # the same content, written differently: reused, not run
+    paths[0].write_text(json.dumps(instance_to_dict(now), indent=4, sort_keys=True))
+    third, = run_sweep(paths, ["fake-first"], 20, out, figures=False)
+    assert len((out / "results.jsonl").read_text().splitlines()) == 2
+    assert third["iteration_time_s"] == second["iteration_time_s"]
+    # back to the first content: its recorded run is the right one again
+    _scale_flop(paths[0], 1 / 3.0)
+    if instance_digest(read(paths[0])) == first["instance_sha256"]:
+        fourth, = run_sweep(paths, ["fake-first"], 20, out, figures=False)
+        assert fourth["iteration_time_s"] == first["iteration_time_s"]
+        assert len((out / "results.jsonl").read_text().splitlines()) == 2
 
-    stream = Tty()
-    bar = Progress(2, stream=stream)
-    rec = {"instance": "i", "solver": "s", "status": "optimal", "iteration_time_s": 1.0,
-           "solve_time_s": 0.1}
-    bar.update(rec)
-    assert "\n" not in stream.getvalue() and stream.getvalue().startswith("\r")
-    bar.update(rec)
-    text = stream.getvalue()
-    assert text.endswith("\n") and text.count("\r") == 2 and "2/2 100%" in text
+
+def test_records_of_an_older_results_file_without_the_digest_are_not_reused(tmp_path):
+    paths = _instances(tmp_path / "inst", [5])
+    out = tmp_path / "out"
+    rec, = run_sweep(paths, ["fake-first"], 20, out, progress=False, figures=False)
+    # what the previous version wrote: a key of path and settings, no content digest
+    old = {k: v for k, v in rec.items() if k not in ("instance_sha256", "options")}
+    old["run_key"] = f"{rec['instance_path']}|fake-first|0|20|1|"
+    old["iteration_time_s"] = 999.0
+    (out / "results.jsonl").write_text(json.dumps(old) + "\n")
+    again, = run_sweep(paths, ["fake-first"], 20, out, progress=False, figures=False)
+    assert again["iteration_time_s"] == rec["iteration_time_s"]
+    assert len((out / "results.jsonl").read_text().splitlines()) == 2
+    sweep = json.loads((out / "sweep.json").read_text())
+    assert [r["reason"] for r in sweep["rerun_instance_changed"]] == [
+        "recorded without an instance digest"]
+
+
+@pytest.mark.skipif(not HAS_DP, reason="dp solver not present")
+def test_cli_compare_after_the_links_slow_down_reports_the_new_T(tmp_path, capsys):
+    src = ROOT / "instances" / "small" / "small-03-mem-1f1b.json"
+    if not src.exists():
+        pytest.skip("committed small set not present")
+    inst = tmp_path / "inst.json"
+    inst.write_text(src.read_text())
+    argv = ["compare", str(inst), "--solvers", "dp", "--out", str(tmp_path / "cmp")]
+    assert main(argv) == 0
+    before = float(_csv(tmp_path / "cmp" / "results.csv")[0]["iteration_time_s"])
+    data = instance_to_dict(read(inst))
+    for dc in data["datacenters"]:
+        dc["link"]["bandwidth_bytes_per_s"] /= 1000
+    for link in data["links"]:
+        link["bandwidth_bytes_per_s"] /= 1000
+    write_json(data, inst)
+    assert main(argv) == 0
+    after = float(_csv(tmp_path / "cmp" / "results.csv")[0]["iteration_time_s"])
+    assert after == pytest.approx(solve(read(inst), "dp").iteration_time, rel=1e-8)
+    assert after > 10 * before
+
+
+# --------------------------------------------------------------------------- inputs and outputs
+def _tree(root: Path) -> dict:
+    return {str(p): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("where", ["the file", "its directory", "a parent"])
+def test_out_on_an_input_is_refused_and_nothing_written(tmp_path, capsys, where):
+    paths = _instances(tmp_path / "inst", [1])
+    args = {"the file": (paths[0], paths[0]), "its directory": (paths[0].parent, paths[0].parent),
+            "a parent": (paths[0], tmp_path)}[where]
+    before = _tree(tmp_path)
+    code = main(["compare", str(args[0]), "--solvers", "fake-first", "--out", str(args[1])])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.strip().splitlines() == [err.strip()]
+    assert err.startswith(f"--out: {args[1]} holds the input") and "refusing" in err
+    assert _tree(tmp_path) == before
+
+
+def _bad_directory(root: Path) -> Path:
+    d = root / "mixed"
+    _instances(d, [1])
+    data = instance_to_dict(read(d / "r1.json"))
+    data["datacenters"][0]["devices"][0]["count"] = 0
+    write_json(data, d / "bad.json")
+    text = (d / "r1.json").read_text()
+    (d / "cut.json").write_text(text[: len(text) // 2])
+    return d
+
+
+def test_a_directory_with_bad_files_reports_every_one_and_runs_nothing(tmp_path, capsys):
+    d = _bad_directory(tmp_path)
+    out = tmp_path / "out"
+    code = main(["compare", str(d), "--solvers", "fake-first", "--out", str(out)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2
+    assert [line.split(":")[0] for line in err] == [str(d / "bad.json"), str(d / "cut.json")]
+    assert "datacenters[0].devices[0].count" in err[0] and "invalid JSON" in err[1]
+    assert not out.exists()
+
+
+def test_skip_invalid_runs_the_valid_ones_and_lists_the_rest(tmp_path, capsys):
+    d = _bad_directory(tmp_path)
+    out = tmp_path / "out"
+    code = main(["compare", str(d), "--solvers", "fake-first", "--out", str(out),
+                 "--skip-invalid"])
+    err = capsys.readouterr().err
+    assert code == 0
+    assert [r["instance"] for r in _csv(out / "results.csv")] == [read(d / "r1.json").name]
+    skipped = [line for line in err.splitlines() if "skipped" in line]
+    assert len(skipped) == 2 and "bad.json" in skipped[0] and "cut.json" in skipped[1]
+    md = (out / "summary.md").read_text()
+    assert "## Inputs skipped" in md
+    assert f"- {d / 'bad.json'}: datacenters[0].devices[0].count" in md
+    assert f"- {d / 'cut.json'}: invalid JSON" in md
+    assert len(json.loads((out / "sweep.json").read_text())["skipped_inputs"]) == 2
+
+
+def test_scheduler_without_dask_says_how_to_install_it(tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "distributed", None)  # import distributed fails
+    paths = _instances(tmp_path / "inst", [1])
+    code = main(["compare", str(paths[0]), "--solvers", "fake-first", "--out",
+                 str(tmp_path / "o"), "--scheduler", "tcp://127.0.0.1:9"])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert err.strip().splitlines() == [err.strip()]
+    assert "pip install 'chainpipe[dask]'" in err and "ModuleNotFoundError" not in err
+    assert not (tmp_path / "o").exists()
+
+
+# --------------------------------------------------------------------------- signals
+_DRIVER = """
+import sys
+from chainpipe.solve import SOLVERS, SolverInfo
+for name, func in (("fake-hang", "sleeper_with_child"), ("fake-first", "first_device")):
+    SOLVERS[name] = SolverInfo(name, "fake_solvers:" + func, False, "test solver")
+from chainpipe.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def _processes() -> dict[int, tuple[int, int, str]]:
+    """``{pid: (parent pid, process group, state)}`` of every process, from /proc."""
+    out = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()
+        out[int(entry)] = (int(fields[1]), int(fields[2]), fields[0])
+    return out
+
+
+def _descendants(pid: int) -> set[int]:
+    procs = _processes()
+    found, frontier = set(), {pid}
+    while frontier:
+        frontier = {p for p, (ppid, _, _) in procs.items() if ppid in frontier} - found
+        found |= frontier
+    return found
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_leaves_no_process_and_no_temporary_file(tmp_path, signum):
+    paths = _instances(tmp_path / "inst", [1])
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = dict(os.environ, TMPDIR=str(tmp),
+               PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "tests")]))
+    out = tmp_path / "out"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _DRIVER, "compare", str(paths[0]), "--solvers",
+         "fake-first,fake-hang", "--jobs", "2", "--time-limit", "600", "--out", str(out)],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        groups: set[int] = set()
+        for _ in range(300):  # until the hanging run's child has started its own process
+            procs = _processes()
+            desc = _descendants(proc.pid)
+            groups = {procs[p][1] for p in desc if p in procs}
+            if any(procs[p][0] in desc for p in desc if p in procs):
+                break
+            time.sleep(0.05)
+        else:
+            pytest.fail("the run never started")
+        time.sleep(0.2)
+        proc.send_signal(signum)
+        _, err = proc.communicate(timeout=30)
+        groups.discard(os.getpgid(0))
+        alive = [p for p, (_, pgid, state) in _processes().items()
+                 if pgid in groups and state != "Z"]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        leftover = {pgid for _, pgid, state in _processes().values()
+                    if pgid in groups - {os.getpgid(0)} and state != "Z"}
+        for pgid in leftover:  # never leave a failed test's processes behind
+            os.killpg(pgid, signal.SIGKILL)
+    err = err.decode()
+    assert proc.returncode == 128 + signum
+    assert err.strip().splitlines() == [err.strip()]
+    assert f"interrupted by {signal.Signals(signum).name}" in err
+    assert "rerun the same command to resume" in err
+    assert alive == []
+    assert [e for e in os.listdir(tmp) if e.startswith("chainpipe")] == []
+    assert json.loads((out / "sweep.json").read_text())["status"] == "interrupted"

@@ -1,10 +1,13 @@
-"""The child process of one run: ``python -m chainpipe.compare.child RESULT_FILE``.
+"""The child process of one run: ``python -m chainpipe.compare.child``.
 
 Reads the run's specification (JSON) on stdin, rebuilds the instance and runs
 it through :func:`chainpipe.solve.run_solver` with the function named by
-``target`` (``module:function``); like :func:`chainpipe.solve.solve`, that owns the deadline and
-re-evaluates the plan with the one cost model). The result is written to
-``RESULT_FILE``; a solver's exception becomes an ``error`` result.
+``target`` (``module:function``); like :func:`chainpipe.solve.solve`, that owns
+the deadline and re-evaluates the plan with the one cost model. The result is
+written as one JSON object on the standard output the process started with;
+before the solver runs, file descriptor 1 is pointed at standard error, so
+whatever the solver or a native backend prints goes to the run's log instead of
+into the result. A solver's exception becomes an ``error`` result.
 """
 
 from __future__ import annotations
@@ -17,7 +20,9 @@ import time
 import traceback
 
 
-def main(out_path: str) -> int:
+def main() -> int:
+    result_fd = os.dup(1)  # the parent reads the result here, and only the result
+    os.dup2(2, 1)          # anything printed from now on (Python or C) goes to the log
     spec = json.loads(sys.stdin.read())
     from ..io import instance_from_dict
     from ..result import Result
@@ -37,12 +42,11 @@ def main(out_path: str) -> int:
         result = Result(instance.name, spec["solver"], "error", None, None, None, elapsed,
                         message)
     data = json.dumps(result.to_dict(), allow_nan=False)
-    tmp = out_path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as fh:
+    sys.stdout.flush()
+    with os.fdopen(result_fd, "w", encoding="utf-8") as fh:
         fh.write(data)
-    os.replace(tmp, out_path)
     return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1]))
+    raise SystemExit(main())

@@ -15,7 +15,23 @@ from __future__ import annotations
 from collections.abc import Iterator
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 
-from .runner import failed_record, kill_all_children, run_spec
+from .runner import allow_runs, failed_record, run_spec, stop_all
+
+#: the one line a user gets when ``--scheduler`` is given without Dask installed
+DASK_HINT = ("--scheduler needs Dask, an optional extra of chainpipe: "
+             "pip install 'chainpipe[dask]'")
+
+
+class DaskMissing(ImportError):
+    """``--scheduler`` was given but ``dask.distributed`` cannot be imported."""
+
+
+def require_dask() -> None:
+    """Raise :class:`DaskMissing` (with :data:`DASK_HINT`) unless Dask can be imported."""
+    try:
+        import distributed  # noqa: F401
+    except ImportError:  # the [dask] extra is optional
+        raise DaskMissing(DASK_HINT) from None
 
 
 def run_local(specs: list[dict], jobs: int = 1) -> Iterator[dict]:
@@ -33,20 +49,17 @@ def run_local(specs: list[dict], jobs: int = 1) -> Iterator[dict]:
                 yield (failed_record(spec, "error", f"executor: {type(exc).__name__}: {exc}", 0.0)
                        if exc is not None else fut.result())
     except BaseException:
+        stop_all()
         pool.shutdown(wait=False, cancel_futures=True)
-        kill_all_children()
         raise
     pool.shutdown(wait=True)
 
 
 def _client(scheduler):
     """A ``distributed.Client`` for an address, a cluster object or a client."""
-    try:
-        from distributed import Client
-    except ImportError as exc:  # the [dask] extra is optional
-        raise ImportError(
-            "--scheduler needs dask.distributed: pip install 'chainpipe[dask]'"
-        ) from exc
+    require_dask()
+    from distributed import Client
+
     if isinstance(scheduler, Client):
         return scheduler, False
     address = getattr(scheduler, "scheduler_address", scheduler)
@@ -57,6 +70,7 @@ def run_dask(specs: list[dict], scheduler) -> Iterator[dict]:
     """Run ``specs`` as tasks of a Dask distributed cluster."""
     if not specs:
         return
+    require_dask()
     from distributed import as_completed
 
     client, own = _client(scheduler)
@@ -73,6 +87,7 @@ def run_dask(specs: list[dict], scheduler) -> Iterator[dict]:
             except Exception as exc:
                 yield failed_record(spec, "error", f"dask: {type(exc).__name__}: {exc}", 0.0)
     except BaseException:
+        stop_all()  # runs of an in-process cluster; remote ones end at their limit
         for fut in futures:
             fut.cancel()
         raise
@@ -82,7 +97,12 @@ def run_dask(specs: list[dict], scheduler) -> Iterator[dict]:
 
 
 def execute(specs: list[dict], jobs: int = 1, scheduler=None) -> Iterator[dict]:
-    """Records of ``specs`` as they finish: on Dask if ``scheduler`` is given, else locally."""
+    """Records of ``specs`` as they finish: on Dask if ``scheduler`` is given, else locally.
+
+    Lifts the stop of an earlier interrupted sweep in this process
+    (:func:`~chainpipe.compare.runner.allow_runs`).
+    """
+    allow_runs()
     if scheduler:
         return run_dask(specs, scheduler)
     return run_local(specs, jobs)

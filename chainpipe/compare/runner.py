@@ -1,21 +1,25 @@
 """One (instance, solver, seed) run in a process of its own.
 
 :func:`run_spec` is what every executor calls (a thread of the local pool, or a
-Dask task on any worker): it starts ``python -m chainpipe.compare.runner``
-with the run's specification on stdin, pins the child's thread count, waits
-for it at most ``time_limit + kill_margin(time_limit)`` seconds, kills its
-whole process group past that, and always returns one record -- the
-:class:`~chainpipe.result.Result` dictionary plus what identifies the run. A
-killed run is recorded ``no_solution``; a crashed one ``error``. It never
-raises for anything the child does.
+Dask task on any worker): it starts ``python -m chainpipe.compare.child`` in a
+new session (its own process group) with the run's specification on stdin,
+pins the child's thread count, waits for it at most ``time_limit +
+kill_margin(time_limit)`` seconds, kills its whole process group past that (and
+always once the run is over, so nothing a solver started outlives it), and
+returns one record -- the :class:`~chainpipe.result.Result` dictionary plus
+what identifies the run. It never raises for anything the child does.
 
-The child process (:mod:`chainpipe.compare.child`) rebuilds the instance from the JSON it
-was sent (so remote workers need no shared file system), imports the solver
-function named by ``target`` (``module:function``), runs it, and turns its
-:class:`~chainpipe.result.Outcome` into a Result with
-:func:`chainpipe.solve.finish`, which re-evaluates the plan with the one cost
-model. The result goes to a file named on the command line, so whatever the
-solver prints on stdout cannot garble it.
+The child writes its result as JSON on its standard output and sends
+everything a solver prints (Python or native code) to its standard error, so
+no temporary file is needed and a solver's own output cannot garble the
+result. A run that crashes is recorded ``error`` with the last line it
+printed; a run killed past its limit is recorded ``no_solution`` with
+``stats["killed"] = True``, and its ``solve_time_s`` (like ``wall_time_s``) is
+the wall-clock time from its start until it was killed, so it is always more
+than the limit; the comparison charges such a run the time limit.
+
+:func:`stop_all` kills every run under way and refuses to start new ones: the
+sweep calls it on Ctrl-C and SIGTERM.
 """
 
 from __future__ import annotations
@@ -25,10 +29,8 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
-from pathlib import Path
 
 #: environment variables that cap the threads of numeric libraries in the child
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
@@ -39,13 +41,28 @@ _LOG_TAIL_CHARS = 600
 
 
 def kill_margin(time_limit: float) -> float:
-    """How far past its limit a run may go before it is killed: ``max(5 s, 20 %)``."""
+    """How far past its limit a run may go before it is killed.
+
+    Parameters
+    ----------
+    time_limit : float
+        The run's time limit in seconds.
+
+    Returns
+    -------
+    float
+        ``max(5 s, 20 % of the limit)``: room for starting Python, importing the
+        solver and re-evaluating its plan, which the solver's own limit does not
+        cover. A run still going at ``time_limit + kill_margin(time_limit)`` has
+        its process group killed.
+    """
     return max(5.0, 0.2 * time_limit)
 
 
 # --------------------------------------------------------------------------- live children
 _live: set[subprocess.Popen] = set()
 _live_lock = threading.Lock()
+_stopping = False
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
@@ -58,12 +75,35 @@ def _kill_group(proc: subprocess.Popen) -> None:
             pass
 
 
-def kill_all_children() -> None:
-    """Kill every run this process has under way (used on Ctrl-C)."""
+def allow_runs() -> None:
+    """Let :func:`run_spec` start runs again (a new sweep after :func:`stop_all`)."""
+    global _stopping
     with _live_lock:
+        _stopping = False
+
+
+def stop_all() -> None:
+    """Kill the process group of every run under way, and start no new run.
+
+    Used on Ctrl-C and SIGTERM: a run whose thread is about to start its child
+    kills it as soon as it exists. :func:`allow_runs` lifts the stop.
+    """
+    global _stopping
+    with _live_lock:
+        _stopping = True
         procs = list(_live)
     for proc in procs:
         _kill_group(proc)
+
+
+def _register(proc: subprocess.Popen) -> bool:
+    """Track a started child; ``False`` (and the child killed) if the sweep is stopping."""
+    with _live_lock:
+        _live.add(proc)
+        stopping = _stopping
+    if stopping:
+        _kill_group(proc)
+    return not stopping
 
 
 # --------------------------------------------------------------------------- parent side
@@ -90,8 +130,10 @@ def base_record(spec: dict) -> dict:
         "solver": spec["solver"],
         "seed": spec["seed"],
         "instance_path": spec["instance_path"],
+        "instance_sha256": spec["instance_sha256"],
         "time_limit_s": spec["time_limit"],
         "threads": spec["threads"],
+        "options": spec["options"],
         "exact": spec["exact"],
         "run_key": spec["run_key"],
         **spec["size"],
@@ -100,7 +142,11 @@ def base_record(spec: dict) -> dict:
 
 def failed_record(spec: dict, status: str, message: str, elapsed: float,
                   stats: dict | None = None) -> dict:
-    """A record for a run that produced no result of its own (killed, crashed, lost)."""
+    """A record for a run that produced no result of its own (killed, crashed, lost).
+
+    Its ``solve_time_s`` and ``wall_time_s`` are both ``elapsed``: the wall-clock
+    seconds from the run's start until it ended or was killed.
+    """
     rec = {
         "instance": spec["instance_name"], "solver": spec["solver"], "status": status,
         "iteration_time_s": None, "lower_bound_s": None, "gap": None,
@@ -119,59 +165,72 @@ def _tail(text: str) -> str:
 
 
 def run_spec(spec: dict) -> dict:
-    """Run one specification in a child process; always returns a record."""
+    """Run one specification in a child process; always returns a record.
+
+    Parameters
+    ----------
+    spec : dict
+        One entry of :func:`chainpipe.compare.sweep.plan_runs`.
+
+    Returns
+    -------
+    dict
+        The run's :class:`~chainpipe.result.Result` dictionary with the fields of
+        :func:`base_record` and ``wall_time_s``; a run killed past its limit plus
+        :func:`kill_margin` is ``no_solution`` with ``stats["killed"]``, a crashed
+        one ``error``.
+    """
     limit = float(spec["time_limit"])
     deadline = limit + kill_margin(limit)
     payload = json.dumps(spec).encode()
-    with tempfile.TemporaryDirectory(prefix="chainpipe-run-") as tmp:
-        out_path = Path(tmp) / "result.json"
-        start = time.perf_counter()
-        try:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "chainpipe.compare.child", str(out_path)],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                env=child_env(int(spec["threads"])), start_new_session=True,
-            )
-        except OSError as exc:
-            return failed_record(spec, "error", f"could not start the run: {exc}", 0.0)
+    if _stopping:
+        return failed_record(spec, "error", "not started: the sweep was interrupted", 0.0)
+    start = time.perf_counter()
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "chainpipe.compare.child"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            env=child_env(int(spec["threads"])), start_new_session=True,
+        )
+    except OSError as exc:
+        return failed_record(spec, "error", f"could not start the run: {exc}", 0.0)
+    killed = False
+    try:
+        if not _register(proc):
+            payload = None
+        output, log = proc.communicate(payload, timeout=deadline)
+    except subprocess.TimeoutExpired:
+        killed = True
+        _kill_group(proc)
+        output, log = proc.communicate()
+    finally:
+        _kill_group(proc)  # reap anything the solver left behind in its group
         with _live_lock:
-            _live.add(proc)
-        killed = False
+            _live.discard(proc)
+    elapsed = time.perf_counter() - start
+    if killed:
+        return failed_record(
+            spec, "no_solution",
+            f"killed after {elapsed:.1f} s: ran past the time limit of {limit:g} s "
+            f"plus a margin of {kill_margin(limit):g} s",
+            elapsed, {"killed": True},
+        )
+    if output:
         try:
-            output, _ = proc.communicate(payload, timeout=deadline)
-        except subprocess.TimeoutExpired:
-            killed = True
-            _kill_group(proc)
-            output, _ = proc.communicate()
-        finally:
-            _kill_group(proc)  # reap anything the solver left behind in its group
-            with _live_lock:
-                _live.discard(proc)
-        elapsed = time.perf_counter() - start
-        text = output.decode("utf-8", "replace") if output else ""
-        if killed:
-            return failed_record(
-                spec, "no_solution",
-                f"killed after {elapsed:.1f} s: ran past the time limit of {limit:g} s "
-                f"plus a margin of {kill_margin(limit):g} s",
-                elapsed, {"killed": True},
-            )
-        if out_path.exists():
-            try:
-                rec = json.loads(out_path.read_text(encoding="utf-8"))
-            except ValueError as exc:
-                return failed_record(spec, "error", f"unreadable result from the run: {exc}",
-                                     elapsed)
-            rec.update(base_record(spec))
-            rec["wall_time_s"] = float(elapsed)
-            if proc.returncode not in (0, None) and rec.get("status") != "error":
-                rec["message"] = (rec.get("message") or "") + \
-                    f" (run exited with code {proc.returncode})"
-            return rec
-        code = proc.returncode
-        how = (f"killed by signal {signal.Signals(-code).name}" if code is not None and code < 0
-               and -code in signal.valid_signals() else f"exited with code {code}")
-        detail = _tail(text)
-        return failed_record(spec, "error",
-                             f"run crashed ({how})" + (f": {detail}" if detail else ""), elapsed,
-                             {"returncode": code})
+            rec = json.loads(output.decode("utf-8"))
+        except ValueError as exc:
+            return failed_record(spec, "error", f"unreadable result from the run: {exc}",
+                                 elapsed)
+        rec.update(base_record(spec))
+        rec["wall_time_s"] = float(elapsed)
+        if proc.returncode not in (0, None) and rec.get("status") != "error":
+            rec["message"] = (rec.get("message") or "") + \
+                f" (run exited with code {proc.returncode})"
+        return rec
+    code = proc.returncode
+    how = (f"killed by signal {signal.Signals(-code).name}" if code is not None and code < 0
+           and -code in signal.valid_signals() else f"exited with code {code}")
+    detail = _tail(log.decode("utf-8", "replace") if log else "")
+    return failed_record(spec, "error",
+                         f"run crashed ({how})" + (f": {detail}" if detail else ""), elapsed,
+                         {"returncode": code})
