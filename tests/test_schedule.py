@@ -1,4 +1,4 @@
-"""The pipeline Gantt: its simulated schedule obeys the pipeline's rules, and the CLI."""
+"""The simulated pipeline schedule obeys the pipeline's rules and the cost model's resources."""
 
 from __future__ import annotations
 
@@ -9,8 +9,7 @@ from pathlib import Path
 import pytest
 
 from chainpipe import Plan, evaluate, read
-from chainpipe.cli import main
-from chainpipe.plot import gantt, simulate_pipeline, stage_order
+from chainpipe.schedule import simulate_pipeline, stage_order
 from helpers import brute_force, random_instance
 
 DATA = Path(__file__).resolve().parent / "data" / "valid"
@@ -102,34 +101,3 @@ def test_simulated_schedule_respects_dependencies_and_resources():
         assert sim.makespan_s >= M * max(st.compute_time_s for st in ev.stages) * (1 - 1e-9)
         if M == 1:  # a single microbatch: the simulation is the cost model exactly
             assert sim.makespan_s == pytest.approx(ev.iteration_time_s)
-
-
-def test_gantt_writes_png_and_data(tmp_path):
-    inst, plan = _plans(1)[0]
-    sim = gantt(inst, plan, path=tmp_path / "g.png")
-    assert (tmp_path / "g.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    data = json.loads((tmp_path / "g.json").read_text())
-    assert data["iteration_time_s"] == pytest.approx(evaluate(inst, plan).iteration_time_s)
-    assert data["makespan_s"] == pytest.approx(sim.makespan_s)
-    assert sum(len(r["blocks"]) for r in data["rows"] if r["kind"] == "stage") == \
-        2 * inst.microbatches * plan.num_stages
-
-
-def test_cli_plot(tmp_path, capsys):
-    out = tmp_path / "gantt.png"
-    code = main(["plot", str(DATA / "worked_example.json"),
-                 str(DATA / "worked_example.plan.json"), "-o", str(out)])
-    assert code == 0
-    assert out.exists() and out.with_suffix(".json").exists()
-    assert "T = 32 s" in capsys.readouterr().out
-
-
-def test_cli_plot_bad_plan_is_exit_2(tmp_path, capsys):
-    bad = tmp_path / "bad.json"
-    bad.write_text(json.dumps({"stages": [{"layers": [0, 3], "device": "a/nope/0"}]}))
-    code = main(["plot", str(DATA / "worked_example.json"), str(bad), "-o",
-                 str(tmp_path / "x.png")])
-    err = capsys.readouterr().err
-    assert code == 2
-    assert "stages[0].device" in err and "Traceback" not in err
-    assert not (tmp_path / "x.png").exists()
