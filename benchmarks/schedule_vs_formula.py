@@ -52,7 +52,7 @@ def measure(instance) -> dict | None:
     row = {"name": instance.name, "schedule": instance.training.schedule, "S": S,
            "M": instance.microbatches, "T": sim.iteration_time_s, "makespan": sim.makespan_s,
            "ratio": sim.ratio, "paced_by": "link" if ev.bottleneck.startswith("link") else
-           ("last stage" if ev.bottleneck.startswith(f"stage {S - 1} ") else "other stage")}
+           ("last stage" if ev.bottleneck.startswith(f"stage {S - 1} ") else "an earlier stage")}
     if instance.training.schedule == "gpipe":
         row["closed_form_error"] = abs(gpipe_makespan(instance, res.plan) / sim.makespan_s - 1)
     return row
@@ -138,10 +138,10 @@ def report(rows: list[dict], seeds: int, elapsed: float) -> str:
             if mine:
                 out.append(distribution_row(f"{group}, {schedule}", mine))
     out += ["", "### 1F1B by what paces the steady state", ""] + HEADER
-    for paced in ("last stage", "other stage", "link"):
+    for paced in ("last stage", "an earlier stage", "link"):
         mine = [r for r in rows if r["schedule"] == "1f1b" and r["paced_by"] == paced]
         if mine:
-            out.append(distribution_row(f"1f1b, paced by the {paced}", mine))
+            out.append(distribution_row(f"1f1b, paced by {paced if paced == 'an earlier stage' else 'the ' + paced}", mine))
     errors = [r["closed_form_error"] for r in rows if "closed_form_error" in r]
     if errors:
         out += ["", f"GPipe closed form `fill + (M-1) (max(F_max, U_max) + max(B_max, U_max))` "

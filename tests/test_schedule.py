@@ -101,3 +101,22 @@ def test_simulated_schedule_respects_dependencies_and_resources():
         assert sim.makespan_s >= M * max(st.compute_time_s for st in ev.stages) * (1 - 1e-9)
         if M == 1:  # a single microbatch: the simulation is the cost model exactly
             assert sim.makespan_s == pytest.approx(ev.iteration_time_s)
+
+
+def test_gpipe_makespan_is_the_flow_shop_closed_form_and_never_below_T():
+    """GPipe runs every forward, then every backward: two flow shops of identical jobs."""
+    import dataclasses
+
+    from chainpipe.schedule import block_durations
+
+    for inst, plan in _plans(25):
+        inst = dataclasses.replace(
+            inst, training=dataclasses.replace(inst.training, schedule="gpipe"))
+        ev = evaluate(inst, plan)
+        sim = simulate_pipeline(inst, plan)
+        fwd, bwd = block_durations(inst, plan, ev)
+        u = max((b.occupancy_s for b in ev.boundaries), default=0.0)
+        closed = ev.fill_drain_s + (inst.microbatches - 1) * (max(max(fwd), u) +
+                                                              max(max(bwd), u))
+        assert sim.makespan_s == pytest.approx(closed, rel=1e-9)
+        assert sim.iteration_time_s <= sim.makespan_s * (1 + 1e-9)
