@@ -312,5 +312,75 @@ def simulate_pipeline(instance: Instance, plan: Plan, *,
                             ev.iteration_time_s, makespan, ev.feasible, sim.rows())
 
 
-__all__ = ["Block", "PipelineRow", "PipelineSchedule", "block_durations", "simulate_pipeline",
-           "stage_order"]
+# --------------------------------------------------------------------------- closed forms
+def gpipe_makespan(instance: Instance, plan: Plan, ev: Evaluation | None = None) -> float:
+    """The exact makespan of the simulated GPipe schedule, in closed form.
+
+    GPipe runs every forward, then every backward: two pipelines of identical
+    jobs one after the other, each paced by its slowest resource::
+
+        fill + (M - 1) * (max(F_max, U_max) + max(B_max, U_max))
+
+    with ``fill`` the round trip ``sum C + sum Q`` of one microbatch and
+    ``F_max``/``B_max`` the longest forward/backward block of any stage
+    (see :func:`block_durations`). It is never below the cost model's ``T``.
+
+    Parameters
+    ----------
+    instance, plan : Instance, Plan
+        The plan (whatever the instance's schedule: the formula is GPipe's).
+    ev : Evaluation, optional
+        ``evaluate(instance, plan)`` if already computed.
+
+    Returns
+    -------
+    float
+        Seconds.
+    """
+    ev = ev or evaluate(instance, plan)
+    fwd, bwd = block_durations(instance, plan, ev)
+    u = max((b.occupancy_s for b in ev.boundaries), default=0.0)
+    return ev.fill_drain_s + (instance.microbatches - 1) * (max(max(fwd), u) + max(max(bwd), u))
+
+
+def one_f_one_b_cycle(ev: Evaluation, microbatches: int) -> float:
+    """The least steady-state cycle 1F1B allows, stash limit included.
+
+    Stage ``s`` holds at most ``n_s = min(M, S - s)`` microbatches, so the
+    forward of microbatch ``i + n_s`` waits for the backward of ``i``. Around
+    stages ``s..t`` this closes a loop that takes ``W(s, t) = sum_{j=s..t} C_j
+    + sum_{j=s..t-1} Q_j`` and lets ``n_s - n_t + 1`` microbatches through. The
+    cycle is the largest of the busiest resource (``max C``, ``max U``: all
+    that the cost model's ``T`` counts) and every such loop's ``W(s, t) /
+    (n_s - n_t + 1)``. Only stages that hold fewer than ``M`` microbatches
+    count (the others never wait).
+
+    Parameters
+    ----------
+    ev : Evaluation
+        ``evaluate(instance, plan)``.
+    microbatches : int
+        ``M``.
+
+    Returns
+    -------
+    float
+        Seconds per microbatch.
+    """
+    C = [st.compute_time_s for st in ev.stages]
+    Q = [b.traversal_s for b in ev.boundaries]
+    S, M = len(C), microbatches
+    cycle = max(C + [b.occupancy_s for b in ev.boundaries])
+    for s in range(S):
+        n_s = min(M, S - s)
+        if n_s >= M:
+            continue
+        loop = 0.0
+        for t in range(s, S):
+            loop += C[t] + (Q[t - 1] if t > s else 0.0)
+            cycle = max(cycle, loop / (n_s - min(M, S - t) + 1))
+    return cycle
+
+
+__all__ = ["Block", "PipelineRow", "PipelineSchedule", "block_durations", "gpipe_makespan",
+           "one_f_one_b_cycle", "simulate_pipeline", "stage_order"]

@@ -9,7 +9,13 @@ from pathlib import Path
 import pytest
 
 from chainpipe import Plan, evaluate, read
-from chainpipe.schedule import simulate_pipeline, stage_order
+from chainpipe.schedule import (
+    block_durations,
+    gpipe_makespan,
+    one_f_one_b_cycle,
+    simulate_pipeline,
+    stage_order,
+)
 from helpers import brute_force, random_instance
 
 DATA = Path(__file__).resolve().parent / "data" / "valid"
@@ -103,15 +109,18 @@ def test_simulated_schedule_respects_dependencies_and_resources():
             assert sim.makespan_s == pytest.approx(ev.iteration_time_s)
 
 
-def test_gpipe_makespan_is_the_flow_shop_closed_form_and_never_below_T():
-    """GPipe runs every forward, then every backward: two flow shops of identical jobs."""
+def _with(inst, schedule, microbatches=None):
     import dataclasses
 
-    from chainpipe.schedule import block_durations
+    training = dataclasses.replace(inst.training, schedule=schedule,
+                                   microbatches=microbatches or inst.microbatches)
+    return dataclasses.replace(inst, training=training)
 
+
+def test_gpipe_makespan_is_the_flow_shop_closed_form_and_never_below_T():
+    """GPipe runs every forward, then every backward: two flow shops of identical jobs."""
     for inst, plan in _plans(25):
-        inst = dataclasses.replace(
-            inst, training=dataclasses.replace(inst.training, schedule="gpipe"))
+        inst = _with(inst, "gpipe")
         ev = evaluate(inst, plan)
         sim = simulate_pipeline(inst, plan)
         fwd, bwd = block_durations(inst, plan, ev)
@@ -119,4 +128,39 @@ def test_gpipe_makespan_is_the_flow_shop_closed_form_and_never_below_T():
         closed = ev.fill_drain_s + (inst.microbatches - 1) * (max(max(fwd), u) +
                                                               max(max(bwd), u))
         assert sim.makespan_s == pytest.approx(closed, rel=1e-9)
+        assert gpipe_makespan(inst, plan) == pytest.approx(closed, rel=1e-12)
         assert sim.iteration_time_s <= sim.makespan_s * (1 + 1e-9)
+
+
+def _loop(ev, s, t):
+    return sum(st.compute_time_s for st in ev.stages[s:t + 1]) + \
+        sum(b.traversal_s for b in ev.boundaries[s:t])
+
+
+def test_1f1b_stash_limit_loops_bound_the_simulated_makespan():
+    """Stage s starts forward i + n_s only after backward i: around stages s..t a loop of
+    length W(s, t) lets t - s + 1 microbatches through, so the makespan is at least
+    (floor((M - 1 - n_s) / (t - s + 1)) + 2) W(s, t); the 1F1B cycle is the largest loop."""
+    checked = 0
+    for inst, plan in _plans(30):
+        for M in (3, 8, 20):
+            inst = _with(inst, "1f1b", M)
+            ev = evaluate(inst, plan)
+            sim = simulate_pipeline(inst, plan)
+            S = plan.num_stages
+            for s in range(S):
+                n_s = S - s
+                if n_s > M - 1:
+                    continue
+                for t in range(s, S):
+                    w = t - s + 1
+                    bound = ((M - 1 - n_s) // w + 2) * _loop(ev, s, t)
+                    assert sim.makespan_s >= bound * (1 - 1e-9)
+                    checked += 1
+            # the cycle counts every loop above and the busiest resource
+            cycle = one_f_one_b_cycle(ev, M)
+            assert cycle >= ev.bottleneck_s * (1 - 1e-12)
+            for s in range(S):
+                if S - s <= M - 1:
+                    assert cycle >= _loop(ev, s, S - 1) / (S - s) * (1 - 1e-12)
+    assert checked > 100
