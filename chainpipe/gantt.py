@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 import os
+import statistics
 from pathlib import Path
 
 from .drawing import pyplot, save_figure
@@ -31,6 +32,9 @@ BACKWARD_COLOR = "#F58518"
 FORWARD_PALE = "#C3D3E6"
 BACKWARD_PALE = "#FBD3AE"
 INTER_DC_SHADE = "0.92"
+BUSY_COLOR = "#6F5E86"
+#: a chart whose device blocks are narrower than this many pixels (median) shows busy spans
+DENSE_PX = 2.0
 #: microbatches drawn in full colour by default (``None`` draws every one)
 DEFAULT_WINDOW = 16
 #: with more stages than this, links inside one datacenter get no row of their own by default
@@ -91,18 +95,49 @@ def _title(sim: PipelineSchedule, stages: int, window: int | None, x_end: float,
     return "\n".join(lines)
 
 
+def merge_spans(bars: list[tuple[float, float]], gap: float) -> list[tuple[float, float]]:
+    """``(start, duration)`` intervals merged where less than ``gap`` apart, in time order."""
+    out: list[list[float]] = []
+    for start, dur in sorted(bars):
+        if out and start - (out[-1][0] + out[-1][1]) <= gap:
+            out[-1][1] = max(out[-1][1], start + dur - out[-1][0])
+        else:
+            out.append([start, dur])
+    return [(a, d) for a, d in out]
+
+
 def _draw_row(ax, row: PipelineRow, y: float, window: int | None, x_end: float,
-              px_per_s: float, row_px: float) -> None:
-    """Draw one row: one ``broken_barh`` per colour, numbers where they fit."""
+              px_per_s: float, row_px: float, dense: bool) -> None:
+    """Draw one row: one ``broken_barh`` per colour, numbers where they fit.
+
+    In a ``dense`` chart the row is drawn as busy spans instead, blocks less
+    than a pixel apart merged (a device's forward and backward in one colour;
+    a link keeps its two directions).
+    """
     if row.kind == "stage":
         spans = {"F": (y - 0.38, 0.76), "B": (y - 0.38, 0.76)}
     else:  # activations in the upper half, gradients in the lower half
         spans = {"F": (y + 0.02, 0.36), "B": (y - 0.38, 0.36)}
+    shown = [b for b in row.blocks if b.start <= x_end]
+    if not shown:
+        return
+    alpha = 1.0 if row.kind == "stage" else 0.75
+    if dense:
+        gap = 1.0 / px_per_s
+        if row.kind == "stage":
+            merged = {("busy", BUSY_COLOR): merge_spans([(b.start, b.duration) for b in shown],
+                                                        gap)}
+        else:
+            merged = {(op, color): merge_spans([(b.start, b.duration) for b in shown
+                                                if b.op == op], gap)
+                      for op, color in (("F", FORWARD_COLOR), ("B", BACKWARD_COLOR))}
+        for (op, color), bars in merged.items():
+            ax.broken_barh(bars, spans.get(op, spans["F"]), facecolors=color,
+                           edgecolors="none", alpha=alpha)
+        return
     groups: dict[tuple[str, bool], list[tuple[float, float]]] = {}
     labels = []
-    for b in row.blocks:
-        if b.start > x_end:
-            continue
+    for b in shown:
         full = window is None or b.microbatch < window
         groups.setdefault((b.op, full), []).append((b.start, b.duration))
         width_px = b.duration * px_per_s
@@ -116,10 +151,20 @@ def _draw_row(ax, row: PipelineRow, y: float, window: int | None, x_end: float,
             color = FORWARD_PALE if op == "F" else BACKWARD_PALE
         narrow = min(d for _, d in bars) * px_per_s < 6
         ax.broken_barh(bars, spans[op], facecolors=color,
-                       edgecolors="none" if narrow else "white", linewidth=0.4,
-                       alpha=1.0 if row.kind == "stage" else 0.75)
+                       edgecolors="none" if narrow else "white", linewidth=0.4, alpha=alpha)
     for x, m in labels:
         ax.text(x, y, str(m), ha="center", va="center", fontsize=7, color="white")
+
+
+def _progress(rows: list[PipelineRow], blocks: int):
+    """``rows``, behind a progress bar on stderr when there are many blocks to draw."""
+    from .schedule import PROGRESS_BLOCKS
+
+    if blocks <= PROGRESS_BLOCKS:
+        return rows
+    from tqdm import tqdm
+
+    return tqdm(rows, desc="drawing", unit="row", delay=1.0, leave=False)
 
 
 def draw(sim: PipelineSchedule, ax=None, *, window: int | None = DEFAULT_WINDOW,
@@ -154,11 +199,13 @@ def draw(sim: PipelineSchedule, ax=None, *, window: int | None = DEFAULT_WINDOW,
     pos = ax.get_position()
     px_per_s = fig_w * pos.width * DPI * 0.85 / (x_end * 1.02)
     row_px = fig_h * pos.height * DPI * 0.8 / max(n, 1)
-    for i, row in enumerate(rows):
+    widths = [b.duration for r in rows if r.kind == "stage" for b in r.blocks if b.start <= x_end]
+    dense = bool(widths) and statistics.median(widths) * px_per_s < DENSE_PX
+    for i, row in enumerate(_progress(rows, sum(len(r.blocks) for r in rows))):
         y = n - 1 - i
         if row.kind == "link" and row.inter_dc:
             ax.axhspan(y - 0.5, y + 0.5, color=INTER_DC_SHADE, zorder=0)
-        _draw_row(ax, row, y, window, x_end, px_per_s, row_px)
+        _draw_row(ax, row, y, window, x_end, px_per_s, row_px, dense)
     ax.set_yticks(range(n))
     ax.set_yticklabels([r.label for r in reversed(rows)], fontsize=8 if n <= 30 else 6)
     ax.set_ylim(-0.6, n - 0.4)
@@ -174,6 +221,9 @@ def draw(sim: PipelineSchedule, ax=None, *, window: int | None = DEFAULT_WINDOW,
                Patch(color=BACKWARD_COLOR, label="backward (links: gradients, lower half)")]
     if window is not None:
         handles.append(Patch(color=FORWARD_PALE, label=f"microbatches {window} and later"))
+    if dense:
+        handles.append(Patch(color=BUSY_COLOR, label=f"busy (blocks under {DENSE_PX:g} px "
+                                                     f"merged)"))
     if any(r.inter_dc for r in rows):
         handles.append(Patch(color=INTER_DC_SHADE, label="inter-DC path"))
     below = -0.5 / max(fig_h * pos.height, 1.0)  # under the axis label, in axes fraction
@@ -286,4 +336,4 @@ def cli_plot(args) -> int:
     return 0
 
 
-__all__ = ["DEFAULT_WINDOW", "chart_rows", "cli_plot", "draw", "gantt", "window_end"]
+__all__ = ["DEFAULT_WINDOW", "chart_rows", "cli_plot", "draw", "gantt", "merge_spans", "window_end"]
