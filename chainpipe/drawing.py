@@ -34,7 +34,23 @@ def _atomic(path: Path, write) -> None:
 
 
 def save_figure(fig, path: str | os.PathLike, dpi: int = 120) -> Path:
-    """Lay out ``fig`` and save it to ``path`` (format from the suffix), atomically."""
+    """Lay out ``fig`` and save it to ``path``, atomically.
+
+    Parameters
+    ----------
+    fig : matplotlib Figure
+        The figure.
+    path : path
+        Target file; its suffix names the format (``.png``, ``.svg``, ``.pdf``, ...).
+        Missing parent directories are created.
+    dpi : int
+        Resolution of raster formats.
+
+    Returns
+    -------
+    Path
+        ``path``.
+    """
     path = Path(path)
     fig.tight_layout()
     fmt = path.suffix.lstrip(".").lower() or "png"
@@ -43,7 +59,22 @@ def save_figure(fig, path: str | os.PathLike, dpi: int = 120) -> Path:
 
 
 def write_csv(path: str | os.PathLike, header: list[str], rows: Iterable[list]) -> Path:
-    """Write a CSV table (``header`` then ``rows``) atomically."""
+    """Write a CSV table atomically.
+
+    Parameters
+    ----------
+    path : path
+        Target file (missing parent directories are created).
+    header : list of str
+        Column names, the first line.
+    rows : iterable of list
+        One list of cells per line.
+
+    Returns
+    -------
+    Path
+        ``path``.
+    """
     path = Path(path)
 
     def write(tmp: Path) -> None:

@@ -56,6 +56,16 @@ def chart_rows(sim: PipelineSchedule, links: str = "auto") -> list[PipelineRow]:
         Which link rows: every one, only inter-datacenter paths, none, or
         (``auto``) every one up to :data:`LINK_ROWS_UP_TO` stages and the
         inter-datacenter ones beyond.
+
+    Returns
+    -------
+    list of PipelineRow
+        Every stage row and the chosen link rows.
+
+    Raises
+    ------
+    ValueError
+        For an unknown ``links``.
     """
     if links not in LINK_CHOICES:
         raise ValueError(f"links must be one of {', '.join(LINK_CHOICES)}, not {links!r}")
@@ -67,7 +77,21 @@ def chart_rows(sim: PipelineSchedule, links: str = "auto") -> list[PipelineRow]:
 
 
 def window_end(sim: PipelineSchedule, window: int | None) -> float:
-    """End of the time span drawn: the last block of microbatches ``< window``, or the makespan."""
+    """End of the time span a chart shows, seconds.
+
+    Parameters
+    ----------
+    sim : PipelineSchedule
+        The simulated schedule.
+    window : int or None
+        Microbatches drawn in full; ``None`` (or at least ``M``) for all.
+
+    Returns
+    -------
+    float
+        The end of the last block of a microbatch ``< window``; for all
+        microbatches, the larger of the makespan and ``T``.
+    """
     if window is None or window >= sim.microbatches:
         return max(sim.makespan_s, sim.iteration_time_s)
     return max((b.end for r in sim.rows for b in r.blocks if b.microbatch < window),
@@ -183,6 +207,11 @@ def draw(sim: PipelineSchedule, ax=None, *, window: int | None = DEFAULT_WINDOW,
         ``None`` draws every microbatch over the whole iteration.
     links : {"auto", "all", "inter", "none"}
         Which link rows to draw (see :func:`chart_rows`).
+
+    Returns
+    -------
+    matplotlib Figure
+        The figure drawn on (the caller closes it).
     """
     plt = pyplot()
     rows = chart_rows(sim, links)
@@ -306,7 +335,17 @@ def _window(text: str) -> int | None:
 
 
 def cli_plot(args) -> int:
-    """``chainpipe plot INSTANCE PLAN -o PNG [--data FILE]``: the Gantt chart of a plan."""
+    """``chainpipe plot INSTANCE PLAN -o PNG [--data FILE]``: the Gantt chart of a plan.
+
+    Outputs are checked against the inputs (and their formats) before
+    anything is read or drawn; only ``-o`` is written, and ``--data`` if given.
+    Prints both the cost model's ``T`` and the simulated makespan.
+
+    Returns
+    -------
+    int
+        0 (bad input raises :class:`~chainpipe.instance.InstanceError`: exit 2).
+    """
     from .drawing import write_csv
     from .io import read, read_plan, write_json
     from .numeric import jsonable

@@ -65,6 +65,9 @@ def test_plot_refuses_unknown_formats_before_any_work(tmp_path, capsys):
     assert main(["plot", str(INSTANCE), str(PLAN), "-o", str(tmp_path / "g.png"),
                  "--data", str(tmp_path / "d.txt")]) == 2
     assert "--data" in capsys.readouterr().err
+    assert main(["plot", str(INSTANCE), str(PLAN), "-o", str(tmp_path / "g.png"),
+                 "--microbatches", "0"]) == 2
+    assert capsys.readouterr().err.startswith("--microbatches: '0'")
     assert list(tmp_path.iterdir()) == []
 
 

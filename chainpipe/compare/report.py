@@ -166,7 +166,21 @@ def terminal_summary(records: list[dict]) -> str:
 
 # --------------------------------------------------------------------------- figures
 def write_figures(records: list[dict], out_dir: Path) -> dict[str, str]:
-    """Draw the comparison figures into ``out_dir``; returns ``{description: file name}``."""
+    """Draw the comparison figures into ``out_dir``.
+
+    Parameters
+    ----------
+    records : list of dict
+        Run records of a sweep.
+    out_dir : Path
+        Directory of the sweep's outputs.
+
+    Returns
+    -------
+    dict
+        ``{description: file name}`` of the figures written; the description of
+        the quality profile says how many problems without any plan it leaves out.
+    """
     from . import figures as fig
 
     figures = {}
