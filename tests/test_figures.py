@@ -40,7 +40,9 @@ def test_report_notes_the_left_out_problems(tmp_path):
 
 
 def test_solvers_get_distinct_styles_and_coinciding_curves_stay_visible():
-    n = 10
+    from chainpipe.solve import available_solvers
+
+    n = max(12, len(available_solvers()))  # `--solvers all`, and then some
     styles = [solver_style(i, n) for i in range(n)]
     assert len({s["color"] for s in styles}) == n
     assert len({(s["color"], str(s["linestyle"]), s["marker"]) for s in styles}) == n
