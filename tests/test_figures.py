@@ -68,3 +68,12 @@ def test_time_against_size_is_a_trend_in_order_of_size(tmp_path):
     assert ys == [4.0, 3.0, 2.0] or all(math.isclose(a, b) for a, b in zip(ys, [4.0, 3.0, 2.0]))
     recs = [_rec(f"i{k}", "dp", 1.0, t=0.1 * (k + 1), num_layers=4 + k % 3) for k in range(6)]
     assert time_vs_size(recs, tmp_path / "t.png").exists()
+
+
+def test_a_solver_keeps_its_style_in_a_figure_of_some_solvers():
+    from chainpipe.compare.figures import _styles
+
+    order = ["dp", "cdynp", "uniform", "ilp-path"]
+    assert _styles(["dp", "ilp-path"], order) == {"dp": solver_style(0, 4),
+                                                  "ilp-path": solver_style(3, 4)}
+    assert _styles(["x", "dp"], None) == {"x": solver_style(0, 2), "dp": solver_style(1, 2)}

@@ -50,7 +50,15 @@ def solver_style(index: int, count: int) -> dict:
             "linewidth": width, "zorder": 2 + index, "alpha": 0.9}
 
 
-def performance_profile(profile: dict, path: str | Path, title: str | None = None) -> Path:
+def _styles(solvers: list[str], order: list[str] | None) -> dict[str, dict]:
+    """Each solver's style by its place in ``order`` (all the sweep's solvers), else in ``solvers``."""
+    order = list(order or [])
+    order += [s for s in solvers if s not in order]
+    return {s: solver_style(order.index(s), len(order)) for s in solvers}
+
+
+def performance_profile(profile: dict, path: str | Path, title: str | None = None, *,
+                        order: list[str] | None = None) -> Path:
     """Draw a Dolan-More performance profile.
 
     Parameters
@@ -61,6 +69,9 @@ def performance_profile(profile: dict, path: str | Path, title: str | None = Non
         The PNG to write; its ``.csv`` twin gets ``solver, tau, fraction``.
     title : str, optional
         Figure title (default: names the measure).
+    order : list of str, optional
+        Every solver of the sweep, first seen first: a solver keeps its style
+        in every figure, even one that shows only some of them.
 
     Returns
     -------
@@ -75,9 +86,10 @@ def performance_profile(profile: dict, path: str | Path, title: str | None = Non
     taus = sorted({1.0, tau_max, *finite})
     fig, ax = plt.subplots(figsize=(7.5, 4.8))
     rows = []
+    styles = _styles(list(ratios), order)
     for i, (solver, rs) in enumerate(ratios.items()):
         ys = profile_curve(rs, taus)
-        style = solver_style(i, len(ratios))
+        style = styles[solver]
         # drawn a hair lower per solver, so curves that coincide stay visible (CSV: exact)
         ax.step(taus, [y - PROFILE_OFFSET * i for y in ys], where="post", label=solver,
                 markevery=max(1, len(taus) // 8), markersize=4 + style["linewidth"], **style)
@@ -105,7 +117,8 @@ def performance_profile(profile: dict, path: str | Path, title: str | None = Non
     return path
 
 
-def gap_over_time(curves: list[dict], time_limit: float, path: str | Path) -> Path | None:
+def gap_over_time(curves: list[dict], time_limit: float, path: str | Path, *,
+                  order: list[str] | None = None) -> Path | None:
     """Draw the primal gap to the best known over time, for runs with an anytime trace.
 
     Parameters
@@ -118,6 +131,8 @@ def gap_over_time(curves: list[dict], time_limit: float, path: str | Path) -> Pa
         Right end of the time axis, seconds.
     path : path
         The PNG to write; its ``.csv`` twin gets the rows.
+    order : list of str, optional
+        As for :func:`performance_profile`.
 
     Returns
     -------
@@ -133,9 +148,10 @@ def gap_over_time(curves: list[dict], time_limit: float, path: str | Path) -> Pa
     for row in curves:
         runs.setdefault((row["solver"], row["instance"], row["seed"]), []).append(row)
     solvers = list(dict.fromkeys(k[0] for k in runs))
+    styles = _styles(solvers, order)
     t_min = max(min((r["t"] for r in curves if r["t"] > 0), default=1e-3) / 2, 1e-4)
     for (solver, _, _), rows in runs.items():
-        color = solver_style(solvers.index(solver), len(solvers))["color"]
+        color = styles[solver]["color"]
         ts = [max(r["t"], t_min) for r in rows] + [time_limit]
         ax.step(ts, [r["primal_gap"] for r in rows] + [rows[-1]["primal_gap"]], where="post",
                 color=color, alpha=0.7, linewidth=1)
@@ -143,8 +159,8 @@ def gap_over_time(curves: list[dict], time_limit: float, path: str | Path) -> Pa
         if own:
             ax.step([t for t, _ in own] + [time_limit], [g for _, g in own] + [own[-1][1]],
                     where="post", color=color, alpha=0.5, linewidth=1, linestyle=":")
-    for i, s in enumerate(solvers):
-        ax.plot([], [], color=solver_style(i, len(solvers))["color"], label=s)
+    for s in solvers:
+        ax.plot([], [], color=styles[s]["color"], label=s)
     ax.plot([], [], color="0.4", linestyle=":", label="own gap (T - bound) / T")
     ax.set_xscale("log")
     ax.set_xlim(t_min, time_limit)
@@ -173,7 +189,8 @@ def _trend(points: list[tuple[float, float]]) -> tuple[list[float], list[float]]
     return xs, [math.exp(sum(math.log(v) for v in by_size[x]) / len(by_size[x])) for x in xs]
 
 
-def time_vs_size(records: list[dict], path: str | Path) -> Path:
+def time_vs_size(records: list[dict], path: str | Path, *,
+                 order: list[str] | None = None) -> Path:
     """Draw solve time against instance size (layers x devices), one series per solver.
 
     Every run is a point (hollow: did not finish, drawn at its charged time,
@@ -187,6 +204,8 @@ def time_vs_size(records: list[dict], path: str | Path) -> Path:
     path : path
         The PNG to write; its ``.csv`` twin gets ``solver, instance, seed,
         layers, devices, datacenters, device_types, size, solve_time_s, finished``.
+    order : list of str, optional
+        As for :func:`performance_profile`.
 
     Returns
     -------
@@ -197,10 +216,11 @@ def time_vs_size(records: list[dict], path: str | Path) -> Path:
     path = Path(path)
     fig, ax = plt.subplots(figsize=(7.5, 4.8))
     solvers = list(dict.fromkeys(r["solver"] for r in records))
+    styles = _styles(solvers, order)
     rows = []
-    for i, s in enumerate(solvers):
+    for s in solvers:
         mine = [r for r in records if r["solver"] == s]
-        style = solver_style(i, len(solvers))
+        style = styles[s]
         pts = [(r["num_layers"] * r["num_devices"], max(charged_time(r), 1e-4), finished(r))
                for r in mine]
         xs, ys = _trend([(x, y) for x, y, f in pts if f])

@@ -186,25 +186,27 @@ def write_figures(records: list[dict], out_dir: Path) -> dict[str, str]:
     figures = {}
     if not records:
         return figures
+    order = list(dict.fromkeys(r["solver"] for r in records))  # one style per solver
     exact = [r for r in records if r.get("exact")]
     if exact:
         p = fig.performance_profile(metrics.performance_profile(exact, "time"),
                                     out_dir / "profile_time.png",
                                     "Performance profile on solve time (exact solvers, "
-                                    "finished runs)")
+                                    "finished runs)", order=order)
         figures["performance profile on solve time (exact solvers)"] = p.name
     quality = metrics.performance_profile(records, "quality")
-    p = fig.performance_profile(quality, out_dir / "profile_quality.png")
+    p = fig.performance_profile(quality, out_dir / "profile_quality.png", order=order)
     note = ""
     if quality["left_out"]:
         note = (f" ({len(quality['left_out'])} problem(s) without any plan, infeasible or "
                 f"unsolved, left out)")
     figures[f"performance profile on plan quality T / T*{note}"] = p.name
     limit = max(r["time_limit_s"] for r in records)
-    p = fig.gap_over_time(metrics.gap_curves(records), limit, out_dir / "gap_over_time.png")
+    p = fig.gap_over_time(metrics.gap_curves(records), limit, out_dir / "gap_over_time.png",
+                          order=order)
     if p is not None:
         figures["gap over time (anytime solvers)"] = p.name
-    p = fig.time_vs_size(records, out_dir / "time_vs_size.png")
+    p = fig.time_vs_size(records, out_dir / "time_vs_size.png", order=order)
     figures["solve time against instance size"] = p.name
     return figures
 
