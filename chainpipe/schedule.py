@@ -24,9 +24,11 @@ from .plan import Evaluation, Plan, evaluate
 
 #: a simulation with more blocks than this reports progress (see ``progress``)
 PROGRESS_BLOCKS = 200_000
+#: the most device blocks (``2 M S``) a simulation runs (some 10 s and 300 MB)
+MAX_BLOCKS = 1_000_000
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Block:
     """One busy interval of a device or of one direction of a link.
 
@@ -291,10 +293,18 @@ def simulate_pipeline(instance: Instance, plan: Plan, *,
     ------
     InstanceError
         If the plan's stages do not exist (the time of the plan is undefined).
+    ValueError
+        If the schedule has more than :data:`MAX_BLOCKS` device blocks.
     """
     ev = evaluate(instance, plan)
     if not math.isfinite(ev.iteration_time_s):
         raise InstanceError(list(ev.violations))
+    blocks = 2 * instance.microbatches * plan.num_stages
+    if blocks > MAX_BLOCKS:
+        raise ValueError(f"the schedule has {blocks:,} blocks (2 x {instance.microbatches:,} "
+                         f"microbatches x {plan.num_stages} stages); the simulation runs at "
+                         f"most {MAX_BLOCKS:,}: simulate a copy of the instance with fewer "
+                         f"microbatches")
     sim = _Pipeline(instance, plan, ev)
     total = 2 * sim.M * sim.S
     if progress is None:

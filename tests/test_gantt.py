@@ -150,3 +150,16 @@ def test_dense_rows_merge_blocks_under_a_pixel_apart():
                                                           5.0, 0.1])
     assert flat(merge_spans(bars, 0.5)) == pytest.approx([0.0, 3.7, 5.0, 0.1])
     assert merge_spans([], 1.0) == []
+
+
+def test_plot_refuses_a_schedule_too_long_to_simulate_at_once(tmp_path, capsys):
+    doc = json.loads(INSTANCE.read_text())
+    doc["training"]["microbatches"] = 2 ** 31
+    inst = tmp_path / "inst.json"
+    inst.write_text(json.dumps(doc))
+    t0 = time.perf_counter()
+    assert main(["plot", str(inst), str(PLAN), "-o", str(tmp_path / "g.png")]) == 1
+    assert time.perf_counter() - t0 < 10
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "fewer microbatches" in err[0]
+    assert not (tmp_path / "g.png").exists()
