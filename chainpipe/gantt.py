@@ -11,8 +11,10 @@ A chart stays readable at any size: by default only the first
 they occupy (the pipeline's fill and the start of its steady state; later
 microbatches in that span are drawn pale); rows of links inside one
 datacenter are left out when there are many stages; the figure's height is
-capped. Every rectangle of one colour in one row is drawn in a single call, so
-a plan of 41 stages and 128 microbatches draws in a second or two.
+capped; where blocks would be narrower than :data:`DENSE_PX` pixels (every
+microbatch of a long iteration), device rows show their busy spans instead.
+Every rectangle of one colour in one row is drawn in a single call, so a plan
+of 41 stages and 128 microbatches draws in a second or two.
 """
 
 from __future__ import annotations
