@@ -17,6 +17,7 @@ ORDER = [
     ("benchmarks/results/cpsat.md", "python benchmarks/cpsat.py"),
     ("benchmarks/results/cdynp_speed.md", "python benchmarks/cdynp_speed.py"),
     ("benchmarks/results/cdynp_tradeoff.md", "python benchmarks/cdynp_tradeoff.py"),
+    ("benchmarks/results/schedule_vs_formula.md", "python benchmarks/schedule_vs_formula.py"),
     ("experiments/results/one_to_four_dcs.md", "python experiments/one_to_four_dcs.py"),
     ("experiments/results/larger_tasks.md", "python experiments/larger_tasks.py"),
     ("experiments/results/degraded_network.md", "python experiments/degraded_network.py"),

@@ -265,7 +265,7 @@ def cmd_compare(args) -> int:
 
 
 def cmd_plot(args) -> int:
-    from .plot import cli_plot
+    from .gantt import cli_plot
 
     return cli_plot(args)
 
@@ -474,7 +474,16 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("plot", help="draw a plan's pipeline as a Gantt chart")
     s.add_argument("instance", metavar="INSTANCE")
     s.add_argument("plan", metavar="PLAN")
-    s.add_argument("-o", "--output", required=True, metavar="PNG")
+    s.add_argument("-o", "--output", required=True, metavar="PNG",
+                   help="the chart (.png, .svg or .pdf); the only file written unless --data")
+    s.add_argument("--data", metavar="FILE",
+                   help="also write the simulated schedule, every block (.json or .csv)")
+    s.add_argument("--microbatches", default="16", metavar="N|all",
+                   help="draw the first N microbatches in full colour on the time they "
+                        "occupy, or all of them over the whole iteration (default: %(default)s)")
+    s.add_argument("--links", choices=["auto", "all", "inter", "none"], default="auto",
+                   help="link rows: all, inter-DC only, none, or auto (all up to 16 stages, "
+                        "inter-DC beyond; default: %(default)s)")
     s.set_defaults(func=cmd_plot)
 
     s = sub.add_parser("solvers", help="list the installed solvers, one line each")

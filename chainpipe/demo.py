@@ -18,9 +18,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _gantt_of_best(records: list[dict], out: Path) -> Path | None:
+    from .gantt import gantt
     from .io import read
     from .plan import Plan
-    from .plot import gantt
 
     with_plan = [r for r in records if r.get("plan") and r.get("iteration_time_s") is not None]
     if not with_plan:

@@ -212,10 +212,25 @@ def gap_curves(records: list[dict]) -> list[dict]:
 
 # --------------------------------------------------------------------------- profiles
 def performance_profile(records: list[dict], measure: str = "time") -> dict:
-    """Dolan-More profile data: per solver the sorted ratios (``inf`` if unsolved).
+    """Dolan-More profile data: per solver the sorted ratios to the best solver.
 
-    ``measure="time"``: solve time of finished runs; ``"quality"``: ``T / T*``.
-    Returns ``{"measure", "problems", "ratios": {solver: [...]}}``.
+    Parameters
+    ----------
+    records : list of dict
+        Run records of a sweep; a problem is an (instance, seed) pair.
+    measure : {"time", "quality"}
+        ``"time"``: solve time of finished runs (floored at
+        :data:`TIME_FLOOR_S`); ``"quality"``: ``T / T*``. For quality, a
+        problem on which no run has a plan (an infeasible instance, or one no
+        solver solved) has no ratio for anyone and is left out, listed under
+        ``left_out``; otherwise it would cap every curve below 1.
+
+    Returns
+    -------
+    dict
+        ``{"measure", "problems", "ratios": {solver: sorted ratios, inf where the
+        solver has none}, "left_out": [(instance path, seed), ...]}``;
+        ``problems`` counts the problems profiled.
     """
     by_problem: dict[tuple, dict[str, dict]] = defaultdict(dict)
     solvers = []
@@ -224,18 +239,13 @@ def performance_profile(records: list[dict], measure: str = "time") -> dict:
         if rec["solver"] not in solvers:
             solvers.append(rec["solver"])
     ratios: dict[str, list[float]] = {s: [] for s in solvers}
-    for _, runs in sorted(by_problem.items()):
-        vals = {}
-        for s in solvers:
-            r = runs.get(s)
-            if r is None:
-                vals[s] = math.inf
-            elif measure == "time":
-                vals[s] = max(float(r["solve_time_s"]), TIME_FLOOR_S) if finished(r) else math.inf
-            else:
-                vals[s] = r["iteration_time_s"] if r.get("iteration_time_s") is not None \
-                    else math.inf
+    left_out = []
+    for key, runs in sorted(by_problem.items()):
+        vals = {s: _measure(runs.get(s), measure) for s in solvers}
         best = min(vals.values())
+        if measure == "quality" and not math.isfinite(best):
+            left_out.append(key)
+            continue
         for s in solvers:
             if math.isfinite(best) and math.isfinite(vals[s]) and best > 0:
                 ratios[s].append(vals[s] / best)
@@ -243,8 +253,17 @@ def performance_profile(records: list[dict], measure: str = "time") -> dict:
                 ratios[s].append(1.0)
             else:
                 ratios[s].append(math.inf)
-    return {"measure": measure, "problems": len(by_problem),
-            "ratios": {s: sorted(v) for s, v in ratios.items()}}
+    return {"measure": measure, "problems": len(by_problem) - len(left_out),
+            "ratios": {s: sorted(v) for s, v in ratios.items()}, "left_out": left_out}
+
+
+def _measure(rec: dict | None, measure: str) -> float:
+    """A run's value for the profile: ``inf`` when it has none."""
+    if rec is None:
+        return math.inf
+    if measure == "time":
+        return max(float(rec["solve_time_s"]), TIME_FLOOR_S) if finished(rec) else math.inf
+    return rec["iteration_time_s"] if rec.get("iteration_time_s") is not None else math.inf
 
 
 def profile_curve(ratios: list[float], taus: list[float]) -> list[float]:

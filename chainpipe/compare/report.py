@@ -166,27 +166,47 @@ def terminal_summary(records: list[dict]) -> str:
 
 # --------------------------------------------------------------------------- figures
 def write_figures(records: list[dict], out_dir: Path) -> dict[str, str]:
-    """Draw the comparison figures into ``out_dir``; returns ``{description: file name}``."""
-    from .. import plot
+    """Draw the comparison figures into ``out_dir``.
+
+    Parameters
+    ----------
+    records : list of dict
+        Run records of a sweep.
+    out_dir : Path
+        Directory of the sweep's outputs.
+
+    Returns
+    -------
+    dict
+        ``{description: file name}`` of the figures written; the description of
+        the quality profile says how many problems without any plan it leaves out.
+    """
+    from . import figures as fig
 
     figures = {}
     if not records:
         return figures
+    order = list(dict.fromkeys(r["solver"] for r in records))  # one style per solver
     exact = [r for r in records if r.get("exact")]
     if exact:
-        p = plot.performance_profile(metrics.performance_profile(exact, "time"),
-                                     out_dir / "profile_time.png",
-                                     "Performance profile on solve time (exact solvers, "
-                                     "finished runs)")
+        p = fig.performance_profile(metrics.performance_profile(exact, "time"),
+                                    out_dir / "profile_time.png",
+                                    "Performance profile on solve time (exact solvers, "
+                                    "finished runs)", order=order)
         figures["performance profile on solve time (exact solvers)"] = p.name
-    p = plot.performance_profile(metrics.performance_profile(records, "quality"),
-                                 out_dir / "profile_quality.png")
-    figures["performance profile on plan quality T / T*"] = p.name
+    quality = metrics.performance_profile(records, "quality")
+    p = fig.performance_profile(quality, out_dir / "profile_quality.png", order=order)
+    note = ""
+    if quality["left_out"]:
+        note = (f" ({len(quality['left_out'])} problem(s) without any plan, infeasible or "
+                f"unsolved, left out)")
+    figures[f"performance profile on plan quality T / T*{note}"] = p.name
     limit = max(r["time_limit_s"] for r in records)
-    p = plot.gap_over_time(metrics.gap_curves(records), limit, out_dir / "gap_over_time.png")
+    p = fig.gap_over_time(metrics.gap_curves(records), limit, out_dir / "gap_over_time.png",
+                          order=order)
     if p is not None:
         figures["gap over time (anytime solvers)"] = p.name
-    p = plot.time_vs_size(records, out_dir / "time_vs_size.png")
+    p = fig.time_vs_size(records, out_dir / "time_vs_size.png", order=order)
     figures["solve time against instance size"] = p.name
     return figures
 
