@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from chainpipe.cli import main
+from helpers import without_warnings
 
 ROOT = Path(__file__).resolve().parents[1]
 INVALID = ROOT / "tests" / "data" / "invalid"
@@ -32,14 +33,18 @@ def _strict_json(text: str):
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "chainpipe", *map(str, args)], cwd=ROOT,
+    """Run the CLI in a subprocess; stderr comes without plausibility warnings (tested apart)."""
+    proc = subprocess.run([sys.executable, "-m", "chainpipe", *map(str, args)], cwd=ROOT,
                           capture_output=True, text=True, timeout=120, check=False)
+    proc.stderr = without_warnings(proc.stderr)
+    return proc
 
 
 def call(capsys, *args) -> tuple[int, str, str]:
+    """Run the CLI in-process; stderr comes without plausibility warnings (tested apart)."""
     code = main([str(a) for a in args])
     out, err = capsys.readouterr()
-    return code, out, err
+    return code, out, without_warnings(err)
 
 
 def write_plan(tmp_path: Path, stages) -> Path:

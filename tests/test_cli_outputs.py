@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from chainpipe.cli import main
+from helpers import without_warnings
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKED = ROOT / "tests" / "data" / "valid" / "worked_example.json"
@@ -22,9 +23,10 @@ SMALL = ROOT / "instances" / "small" / "small-03-mem-1f1b.json"
 
 
 def call(capsys, *args) -> tuple[int, str, str]:
+    """Run the CLI in-process; stderr comes without plausibility warnings (tested apart)."""
     code = main([str(a) for a in args])
     out, err = capsys.readouterr()
-    return code, out, err
+    return code, out, without_warnings(err)
 
 
 def snapshot(directory: Path) -> dict[str, bytes | str]:
