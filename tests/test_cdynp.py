@@ -13,7 +13,7 @@ from chainpipe import Datacenter, DeviceGroup, Instance, Layer, Link, Model, Tra
 from chainpipe.io import read
 from chainpipe.solve import solve
 from chainpipe.solvers.cdynp import agent, guarantee_factor, protocol, split_instance
-from chainpipe.solvers.cdynp.runner import run_processes
+from chainpipe.solvers.cdynp.runner import run_split
 from chainpipe.solvers.cdynp.summary import cap_keep, epsilon_keep, frontier, round_digits
 from helpers import brute_force, random_instance
 
@@ -193,7 +193,7 @@ def test_split_files_alone_run_the_protocol(tmp_path):
         assert own["name"] == inst.datacenters[k].name
         other = [d.devices[0].type for j, d in enumerate(inst.datacenters) if j != k]
         assert not any(t in p.read_text() for t in other)
-    run = run_processes(tmp_path / "split")
+    run = run_split(tmp_path / "split")
     ref = solve(inst, "cdynp")
     assert [tuple(s) for s in run.stages] == [(s.start, s.end, s.device) for s in ref.plan.stages]
     assert _same(run.estimate, ref.iteration_time)
