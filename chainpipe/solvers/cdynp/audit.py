@@ -65,8 +65,8 @@ def check_claims(instance: Instance, plan_eval: Evaluation, reports: list[dict],
             sm += cost.traversal(lat, 0.0)  # the latencies the senders fold in
         problem = _misstated(claim, (r, bn, sm), bw, exact)
         if problem:
-            raise AgentFailure(f"DC {sender!r} sent a forged summary: for layers {b}.."
-                               f"{instance.num_layers} it {problem}", sender)
+            raise AgentFailure(f"DC {sender!r} sent a forged summary: for the layers from {b} "
+                               f"on it {problem}", sender)
 
 
 def _suffix(stages, bounds, first: int, position_cap: int) -> tuple[int, float, float]:

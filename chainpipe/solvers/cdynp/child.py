@@ -148,6 +148,7 @@ def _protocol(public, k: int, dc, setup: dict, peers: dict, tell) -> dict:
     else:
         choice, estimate = agent.decide()
         request = agent.realise_origin(choice) if choice is not None else None
+        fault.at("forward")
     if k < K - 1:
         send("next", K - 1 + k, protocol.assemble(dc.name, names[k + 1], request), k + 1)
     report = agent.report()

@@ -125,6 +125,8 @@ class LocalDP(DCRun):
         self._limit = ub * (1 + 1e-12) if ub < math.inf else math.inf
         self._prefix = prefix if prefix is not None else ([0.0] * (L + 1), [0.0] * (L + 1))
         self._zero = (0,) * G
+        # in-flight count of a new stage placed before r stages
+        self._need_at = [self.t.in_flight(r + 1) for r in range(self.R + 1)]
         self._store: list[tuple[int, int, tuple]] = []  # (start, group, parent ref)
         states: list[dict] = [dict() for _ in range(L + 1)]
         for x, labels in base.items():
@@ -178,7 +180,7 @@ class LocalDP(DCRun):
         ``x``), adding the new labels to ``states[a]``."""
         M, R, t = self.M, self.R, self.t
         count = [int(min(c, self.L)) for c in t.count]
-        need_at = [t.in_flight(r + 1) for r in range(R + 1)]  # a new stage before r stages
+        need_at = self._need_at
         iteration_time = cost.iteration_time
         limit, zero, cands = self._limit, self._zero, self._cands
         pre_sum, pre_max = self._prefix

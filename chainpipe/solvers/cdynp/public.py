@@ -15,7 +15,10 @@ and the JSON path).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
+
+import numpy as np
 
 from ... import cost
 from ...instance import (
@@ -62,19 +65,19 @@ class PublicInstance:
     def microbatches(self) -> int:
         return self.training.microbatches
 
-    @property
+    @cached_property
     def position_cap(self) -> int:
         """Largest downstream stage count ``r`` worth telling apart.
 
-        A stage with ``r`` stages after it sits at position ``p = r + 1``; 1F1B
-        stashes ``min(M, p)`` microbatches, which saturates at ``r = M - 1``;
-        gpipe stashes ``M`` whatever ``r``.
+        A stage with ``r`` stages after it sits at position ``p = r + 1``; its
+        in-flight count (:func:`chainpipe.cost.in_flight`) only grows with ``p`` up
+        to ``M``: ``r`` is capped where it reaches ``M`` (1F1B: ``M - 1``; GPipe: 0),
+        and at ``L``.
         """
-        schedule, M = self.training.schedule, self.microbatches
-        for r in range(self.num_layers):
-            if cost.in_flight(schedule, M, r + 1) >= M:
-                return r
-        return self.num_layers
+        L, M = self.num_layers, self.microbatches
+        n = cost.in_flight(self.training.schedule, M, np.arange(1, L + 1))
+        full = np.flatnonzero(n >= M)
+        return int(full[0]) if len(full) else L
 
     def expect(self, sender: int, receiver: int) -> protocol.Expect:
         """What a message from DC ``sender`` to its neighbour ``receiver`` must respect; a
