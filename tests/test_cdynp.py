@@ -329,3 +329,42 @@ def test_time_limit_gives_no_solution_not_a_wrong_answer():
     inst = _distinctive_instance()
     res = solve(inst, "cdynp", time_limit=0.0)
     assert res.status == "no_solution" and res.plan is None
+
+
+# ------------------------------------------------------------------ forged summaries
+def _forging(monkeypatch, forger: str, factor: float) -> None:
+    """DC ``forger`` claims every point of its summary costs ``factor`` times what it does."""
+    honest = agent.DCAgent._summary
+
+    def forged(self, own_pts, ub):
+        msg = honest(self, own_pts, ub)
+        if self.name == forger:
+            for e in msg["entries"]:
+                e["points"] = [[r, bn * factor, sm * factor] for r, bn, sm in e["points"]]
+        return msg
+
+    monkeypatch.setattr(agent.DCAgent, "_summary", forged)
+
+
+@pytest.mark.parametrize("forger,factor,options", [
+    ("south", 0.5, {}), ("centre", 0.5, {}), ("south", 0.99, {}),
+    # with compression only a claim below the true cost is a lie (rounding goes up)
+    ("south", 0.5, {"quantum": 0.1}), ("centre", 0.5, {"digits": 3}),
+])
+def test_a_forged_summary_fails_the_run_naming_its_sender(monkeypatch, forger, factor, options):
+    _forging(monkeypatch, forger, factor)
+    res = solve(_distinctive_instance(), "cdynp", **options)
+    assert res.status == "error" and res.plan is None, (res.status, res.message)
+    assert res.message.startswith(f"cdynp: DC '{forger}' sent a forged summary"), res.message
+
+
+def test_an_exact_run_refuses_an_overstated_summary(monkeypatch):
+    _forging(monkeypatch, "south", 1.01)
+    res = solve(_distinctive_instance(), "cdynp")
+    assert res.status == "error" and res.plan is None
+    assert res.message.startswith("cdynp: DC 'south' sent a forged summary"), res.message
+
+
+def test_a_time_limit_inside_an_agent_names_no_culprit():
+    res = solve(_distinctive_instance(), "cdynp", time_limit=0.0)
+    assert res.status == "no_solution" and "time limit reached in" in res.message
