@@ -368,3 +368,33 @@ def test_an_exact_run_refuses_an_overstated_summary(monkeypatch):
 def test_a_time_limit_inside_an_agent_names_no_culprit():
     res = solve(_distinctive_instance(), "cdynp", time_limit=0.0)
     assert res.status == "no_solution" and "time limit reached in" in res.message
+
+
+# ------------------------------------------------------------------ split documents
+def test_split_documents_are_validated_naming_file_and_path(tmp_path):
+    from chainpipe.instance import InstanceError
+    from chainpipe.solvers.cdynp.public import read_split
+
+    paths = split_instance(_distinctive_instance(), tmp_path)
+    pub, priv = (json.loads(p.read_text()) for p in (paths[0], paths[2]))
+    priv["datacenter"]["devices"][0]["count"] = 0
+    priv["datacenter"]["link"]["latency_s"] = "fast"
+    paths[2].write_text(json.dumps(priv))
+    with pytest.raises(InstanceError) as info:
+        read_split(tmp_path)
+    assert info.value.problems == [
+        f"{paths[2]}: datacenter.devices[0].count: must be an integer >= 1, got 0",
+        f"{paths[2]}: datacenter.link.latency_s: must be a finite number >= 0, got 'fast'",
+    ]
+    paths[2].write_text(json.dumps(json.loads(paths[1].read_text())))  # north's, twice
+    pub["links"][1]["bandwidth_bytes_per_s"] = -1
+    paths[0].write_text(json.dumps(pub))
+    with pytest.raises(InstanceError) as info:
+        read_split(tmp_path)
+    assert info.value.problems == [
+        f"{tmp_path / 'public.json'}: links[1].bandwidth_bytes_per_s: must be a finite "
+        f"number > 0, got -1"]
+    pub["links"][1]["bandwidth_bytes_per_s"] = 1e9
+    paths[0].write_text(json.dumps(pub))
+    with pytest.raises(InstanceError, match="no private file for centre"):
+        read_split(tmp_path)
