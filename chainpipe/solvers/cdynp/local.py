@@ -123,6 +123,7 @@ class LocalDP(DCRun):
         L, G = self.L, self.t.G
         self._cands = self._candidates(ub)
         self._limit = ub * (1 + 1e-12) if ub < math.inf else math.inf
+        self._prefixed = prefix is not None
         self._prefix = prefix if prefix is not None else ([0.0] * (L + 1), [0.0] * (L + 1))
         self._zero = (0,) * G
         # in-flight count of a new stage placed before r stages
@@ -184,6 +185,7 @@ class LocalDP(DCRun):
         iteration_time = cost.iteration_time
         limit, zero, cands = self._limit, self._zero, self._cands
         pre_sum, pre_max = self._prefix
+        prefixed = self._prefixed
         u_x, q_x = float(self.u_int[x]), float(self.q_int[x])
         for key, labels in layer.items():
             u = key[1]
@@ -201,8 +203,7 @@ class LocalDP(DCRun):
                     nr = r + 1 if r < R else R
                     ref = (rl[i], g)  # the new label's (parent ref, group) until finalised
                     # along the candidates C grows and memory shrinks: stop at the first
-                    # that fails either (the prefix part of the bound is not monotone in
-                    # a, so it only skips)
+                    # that fails either
                     for a, c, n in cands[g][x]:
                         if need > n:
                             break
@@ -210,13 +211,20 @@ class LocalDP(DCRun):
                         if nbn < U:
                             nbn = U
                         nsm = sm + c + Q
-                        if iteration_time(nsm, nbn, M) > limit:
+                        # over the bound: stop (later candidates cost more); with the
+                        # prefix cost only: skip (it is not monotone in a). The prefix
+                        # test is the stronger one, so a label it passes needs no other.
+                        if prefixed:
+                            pm = pre_max[a]
+                            if iteration_time(nsm + pre_sum[a], nbn if nbn >= pm else pm,
+                                              M) > limit:
+                                self.bound_cut = True
+                                if iteration_time(nsm, nbn, M) > limit:
+                                    break
+                                continue
+                        elif iteration_time(nsm, nbn, M) > limit:
                             self.bound_cut = True
                             break
-                        pm = pre_max[a]
-                        if iteration_time(nsm + pre_sum[a], nbn if nbn >= pm else pm, M) > limit:
-                            self.bound_cut = True
-                            continue
                         bucket = buckets.get(a)
                         if bucket is None:
                             bucket = buckets[a] = states[a].setdefault(nkey, [])

@@ -277,9 +277,10 @@ def _check_context(msg: dict, kind: str, expect: Expect) -> None:
             raise ProtocolError(f"entries[{i}].bw: not the bandwidth of a chain path "
                                 f"from {expect.receiver!r} downstream")
         low, high = min(1, R), min(R, L - b)
-        for j, p in enumerate(e["points"]):
-            if not low <= p[0] <= high:
-                raise ProtocolError(f"entries[{i}].points[{j}]: r must be in [{low}, {high}]")
+        rs = [p[0] for p in e["points"]]
+        if min(rs) < low or max(rs) > high:
+            j = next(j for j, r in enumerate(rs) if not low <= r <= high)
+            raise ProtocolError(f"entries[{i}].points[{j}]: r must be in [{low}, {high}]")
 
 
 def _int(v) -> bool:
