@@ -48,10 +48,9 @@ def main(argv: list[str]) -> int:
     peers = {"prev": socket.socket(fileno=prev_fd) if prev_fd >= 0 else None,
              "next": socket.socket(fileno=next_fd) if next_fd >= 0 else None}
     try:
-        report = _run(setup, peers, tell)
+        tell(_run(setup, peers, tell))
     except wire.Closed:
-        return 0  # the coordinator is gone
-    tell(report)
+        pass  # the coordinator is gone: nobody to tell
     return 0
 
 
