@@ -13,7 +13,7 @@ from chainpipe import Datacenter, DeviceGroup, Instance, Layer, Link, Model, Tra
 from chainpipe.io import read
 from chainpipe.solve import solve
 from chainpipe.solvers.cdynp import agent, guarantee_factor, protocol, split_instance
-from chainpipe.solvers.cdynp.runner import run_processes
+from chainpipe.solvers.cdynp.runner import run_split
 from chainpipe.solvers.cdynp.summary import cap_keep, epsilon_keep, frontier, round_digits
 from helpers import brute_force, random_instance
 
@@ -193,7 +193,7 @@ def test_split_files_alone_run_the_protocol(tmp_path):
         assert own["name"] == inst.datacenters[k].name
         other = [d.devices[0].type for j, d in enumerate(inst.datacenters) if j != k]
         assert not any(t in p.read_text() for t in other)
-    run = run_processes(tmp_path / "split")
+    run = run_split(tmp_path / "split")
     ref = solve(inst, "cdynp")
     assert [tuple(s) for s in run.stages] == [(s.start, s.end, s.device) for s in ref.plan.stages]
     assert _same(run.estimate, ref.iteration_time)
@@ -329,3 +329,72 @@ def test_time_limit_gives_no_solution_not_a_wrong_answer():
     inst = _distinctive_instance()
     res = solve(inst, "cdynp", time_limit=0.0)
     assert res.status == "no_solution" and res.plan is None
+
+
+# ------------------------------------------------------------------ forged summaries
+def _forging(monkeypatch, forger: str, factor: float) -> None:
+    """DC ``forger`` claims every point of its summary costs ``factor`` times what it does."""
+    honest = agent.DCAgent._summary
+
+    def forged(self, own_pts, ub):
+        msg = honest(self, own_pts, ub)
+        if self.name == forger:
+            for e in msg["entries"]:
+                e["points"] = [[r, bn * factor, sm * factor] for r, bn, sm in e["points"]]
+        return msg
+
+    monkeypatch.setattr(agent.DCAgent, "_summary", forged)
+
+
+@pytest.mark.parametrize("forger,factor,options", [
+    ("south", 0.5, {}), ("centre", 0.5, {}), ("south", 0.99, {}),
+    # with compression only a claim below the true cost is a lie (rounding goes up)
+    ("south", 0.5, {"quantum": 0.1}), ("centre", 0.5, {"digits": 3}),
+])
+def test_a_forged_summary_fails_the_run_naming_its_sender(monkeypatch, forger, factor, options):
+    _forging(monkeypatch, forger, factor)
+    res = solve(_distinctive_instance(), "cdynp", **options)
+    assert res.status == "error" and res.plan is None, (res.status, res.message)
+    assert res.message.startswith(f"cdynp: DC '{forger}' sent a forged summary"), res.message
+
+
+def test_an_exact_run_refuses_an_overstated_summary(monkeypatch):
+    _forging(monkeypatch, "south", 1.01)
+    res = solve(_distinctive_instance(), "cdynp")
+    assert res.status == "error" and res.plan is None
+    assert res.message.startswith("cdynp: DC 'south' sent a forged summary"), res.message
+
+
+def test_a_time_limit_inside_an_agent_names_no_culprit():
+    res = solve(_distinctive_instance(), "cdynp", time_limit=0.0)
+    assert res.status == "no_solution" and "time limit reached in" in res.message
+
+
+# ------------------------------------------------------------------ split documents
+def test_split_documents_are_validated_naming_file_and_path(tmp_path):
+    from chainpipe.instance import InstanceError
+    from chainpipe.solvers.cdynp.public import read_split
+
+    paths = split_instance(_distinctive_instance(), tmp_path)
+    pub, priv = (json.loads(p.read_text()) for p in (paths[0], paths[2]))
+    priv["datacenter"]["devices"][0]["count"] = 0
+    priv["datacenter"]["link"]["latency_s"] = "fast"
+    paths[2].write_text(json.dumps(priv))
+    with pytest.raises(InstanceError) as info:
+        read_split(tmp_path)
+    assert info.value.problems == [
+        f"{paths[2]}: datacenter.devices[0].count: must be an integer >= 1, got 0",
+        f"{paths[2]}: datacenter.link.latency_s: must be a finite number >= 0, got 'fast'",
+    ]
+    paths[2].write_text(json.dumps(json.loads(paths[1].read_text())))  # north's, twice
+    pub["links"][1]["bandwidth_bytes_per_s"] = -1
+    paths[0].write_text(json.dumps(pub))
+    with pytest.raises(InstanceError) as info:
+        read_split(tmp_path)
+    assert info.value.problems == [
+        f"{tmp_path / 'public.json'}: links[1].bandwidth_bytes_per_s: must be a finite "
+        f"number > 0, got -1"]
+    pub["links"][1]["bandwidth_bytes_per_s"] = 1e9
+    paths[0].write_text(json.dumps(pub))
+    with pytest.raises(InstanceError, match="no private file for centre"):
+        read_split(tmp_path)

@@ -14,7 +14,11 @@ Options (``solve(inst, "cdynp", **options)`` or ``--option KEY=VALUE``):
 * ``upper_bound`` (float): a known feasible iteration time (public); every DC
   drops partial plans that cannot beat it. If nothing beats it the result is
   ``no_solution`` with that value as the proven lower bound;
-* ``processes`` (bool): one spawned OS process per DC, fed only its split files;
+* ``processes`` (bool): one OS process per DC, given only its own split documents
+  through its own pipe (nothing is written to disk);
+* ``message_timeout`` (float, 60): with ``processes``, the seconds an agent may stay
+  silent while it works before it is declared hung (with a time limit, an agent
+  silent 2 s past the limit is);
 * ``trace_dir`` (path): write every DC-to-DC message there, exactly as sent;
 * ``compare_dp`` (bool): also run ``dp`` and report the gap in ``stats``.
 
@@ -26,26 +30,36 @@ reported lower bound; ``max_entries`` gives no guarantee.
 from __future__ import annotations
 
 import math
-import tempfile
 import time
 from pathlib import Path
 
-from ...deadline import Deadline
+from ...deadline import Deadline, TimeUp
 from ...instance import Instance
-from ...plan import Plan, Stage
-from ...result import OptionError, Outcome
-from .local import Deadline as AgentTimeUp
-from .public import PublicInstance
-from .runner import run_in_process, run_processes, write_split
+from ...plan import Plan, Stage, evaluate
+from ...result import Outcome
+from .audit import check_claims
+from .public import PublicInstance, split_documents, write_split
+from .runner import MESSAGE_TIMEOUT_S, AgentFailure, Run, run_in_process, run_processes
 
 __all__ = ["guarantee_factor", "run", "split_instance"]
 
-_OPTIONS = {"epsilon", "quantum", "digits", "max_entries", "upper_bound", "processes", "trace_dir", "compare_dp"}
-
 
 def split_instance(instance: Instance, outdir) -> list[Path]:
-    """Write ``public.json`` and one ``private-NN-<dc>.json`` per DC; returns the paths."""
-    return write_split(PublicInstance.of(instance), list(instance.datacenters), outdir)
+    """Write ``public.json`` and one ``private-NN-<dc>.json`` per DC; returns the paths.
+
+    Parameters
+    ----------
+    instance : Instance
+        The instance to split.
+    outdir : path
+        The directory (made if missing); each file is written atomically.
+
+    Returns
+    -------
+    list of Path
+        ``public.json`` first, then the private files in chain order.
+    """
+    return write_split(instance, outdir)
 
 
 def guarantee_factor(num_datacenters: int, epsilon: float = 0.0, quantum: float = 0.0,
@@ -57,42 +71,76 @@ def guarantee_factor(num_datacenters: int, epsilon: float = 0.0, quantum: float 
     return per_hop ** hops
 
 
-def run(instance: Instance, *, deadline=None, seed=0, threads=1, log=None,
-        **options) -> Outcome:
-    unknown = set(options) - _OPTIONS
-    if unknown:
-        raise OptionError(f"cdynp: unknown option(s) {', '.join(sorted(unknown))}; "
-                         f"known: {', '.join(sorted(_OPTIONS))}")
-    epsilon = float(options.get("epsilon", 0.0) or 0.0)
-    quantum = float(options.get("quantum", 0.0) or 0.0)
-    max_entries = int(options.get("max_entries", 0) or 0)
-    digits = int(options.get("digits", 0) or 0)
-    if epsilon < 0 or quantum < 0 or max_entries < 0 or digits < 0:
+def run(instance: Instance, *, deadline=None, seed=0, threads=1, log=None, epsilon=0.0,
+        quantum=0.0, digits=0, max_entries=0, upper_bound=None, processes=False,
+        message_timeout=MESSAGE_TIMEOUT_S, trace_dir=None, compare_dp=False) -> Outcome:
+    """Solve with one agent per DC (the options are described in the module's docstring).
+
+    Returns
+    -------
+    Outcome
+        ``optimal`` in exact mode, ``feasible`` with compression, ``infeasible``,
+        ``no_solution`` (the time limit, or nothing beats ``upper_bound``), or ``error``
+        with one line naming the DC whose agent died, hung, broke the protocol or sent
+        a forged summary.
+    """
+    epsilon, quantum = float(epsilon or 0.0), float(quantum or 0.0)
+    max_entries, digits = int(max_entries or 0), int(digits or 0)
+    if min(epsilon, quantum, max_entries, digits) < 0:
         raise ValueError("cdynp: epsilon, quantum, digits and max_entries must be >= 0")
-    trace_dir = options.get("trace_dir")
-    limit = Deadline.of(deadline)
-    deadline = None if limit.unlimited else limit.at
-    upper_bound = options.get("upper_bound")
+    if not (float(message_timeout) > 0 and math.isfinite(float(message_timeout))):
+        raise ValueError("cdynp: message_timeout must be a finite number of seconds > 0")
+    deadline = Deadline.of(deadline)
     agent_opts = {"epsilon": epsilon, "quantum": quantum, "max_entries": max_entries,
                   "digits": digits, "upper_bound": upper_bound}
+    exact = epsilon == 0 and quantum == 0 and max_entries == 0 and digits == 0
+    public = PublicInstance.of(instance)
     t0 = time.perf_counter()
     try:
-        if options.get("processes"):
-            with tempfile.TemporaryDirectory(prefix="cdynp-split-") as tmp:
-                split_instance(instance, tmp)
-                res = run_processes(tmp, trace_dir=trace_dir, deadline=deadline, **agent_opts)
+        if processes:
+            res = run_processes(*split_documents(instance), trace_dir=trace_dir,
+                                deadline=deadline, message_timeout=message_timeout, **agent_opts)
         else:
-            res = run_in_process(PublicInstance.of(instance), list(instance.datacenters),
-                                 trace_dir=trace_dir, deadline=deadline, **agent_opts)
-    except AgentTimeUp as exc:
+            res = run_in_process(public, list(instance.datacenters), trace_dir=trace_dir,
+                                 deadline=deadline, **agent_opts)
+        plan = _assemble(instance, res, public.position_cap, exact)
+    except TimeUp as exc:
         return Outcome("no_solution", message=f"cdynp: {exc}",
                        stats={"protocol_s": time.perf_counter() - t0})
-    elapsed = time.perf_counter() - t0
-    sizes = [m["bytes"] for m in res.messages]
-    exact = epsilon == 0 and quantum == 0 and max_entries == 0 and digits == 0
+    except AgentFailure as exc:
+        return Outcome("error", message=f"cdynp: {exc}",
+                       stats={"protocol_s": time.perf_counter() - t0,
+                              "failed_datacenter": exc.datacenter})
+    stats = _stats(instance, res, exact, epsilon, quantum, digits, max_entries,
+                   "processes" if processes else "in-process", time.perf_counter() - t0)
+    if compare_dp:
+        stats.update(_compare_dp(instance, plan))
+    if plan is None:
+        return _no_plan(instance, upper_bound, exact, max_entries, stats)
+    if exact:
+        return Outcome("optimal", plan, lower_bound=res.estimate, stats=stats)
     factor = guarantee_factor(instance.num_datacenters, epsilon, quantum, digits)
-    stats = {
-        "mode": "processes" if options.get("processes") else "in-process",
+    bound = None if max_entries else res.estimate / factor
+    return Outcome("feasible", plan, lower_bound=bound, stats=stats)
+
+
+
+
+def _assemble(instance: Instance, res: Run, position_cap: int, exact: bool) -> Plan | None:
+    """The plan from the agents' stages, once the summaries it was chosen by check out."""
+    if not res.stages:
+        return None
+    plan = Plan(tuple(Stage(a, b, d) for a, b, d in res.stages))
+    check_claims(instance, evaluate(instance, plan), res.agents, position_cap, exact=exact)
+    return plan
+
+
+def _stats(instance, res: Run, exact, epsilon, quantum, digits, max_entries, mode,
+           elapsed) -> dict:
+    sizes = [m["bytes"] for m in res.messages]
+    factor = guarantee_factor(instance.num_datacenters, epsilon, quantum, digits)
+    return {
+        "mode": mode,
         "exact": exact,
         "epsilon": epsilon, "quantum": quantum, "digits": digits, "max_entries": max_entries,
         "guarantee_factor": None if max_entries else factor,
@@ -103,44 +151,33 @@ def run(instance: Instance, *, deadline=None, seed=0, threads=1, log=None,
         "agents": res.agents,
         "protocol_s": elapsed,
     }
-    plan = None
-    if res.stages:
-        plan = Plan(tuple(Stage(a, b, d) for a, b, d in res.stages))
-    if options.get("compare_dp"):
-        stats.update(_compare_dp(instance, plan))
-    if plan is None:
-        if upper_bound is not None:
-            return Outcome("no_solution", lower_bound=float(upper_bound) if exact else None,
-                           message=f"cdynp: no plan with T <= upper_bound {upper_bound}",
-                           stats=stats)
-        if max_entries:
-            return Outcome("no_solution", message="cdynp: no plan survived the max_entries cap",
-                           stats=stats)
-        from ...tables import CostTables
-
-        reason = CostTables(instance).infeasibility_reason() or (
-            "no plan satisfies the memory and device limits (exhaustive chain DP)")
-        return Outcome("infeasible", message=reason, stats=stats)
-    if exact:
-        return Outcome("optimal", plan, lower_bound=res.estimate, stats=stats)
-    bound = None if max_entries else res.estimate / factor
-    return Outcome("feasible", plan, lower_bound=bound, stats=stats)
 
 
-#: the options ``run`` takes, for ``chainpipe.solve.solver_options``
-run.options = tuple(sorted(_OPTIONS))
+def _no_plan(instance, upper_bound, exact, max_entries, stats) -> Outcome:
+    if upper_bound is not None:
+        return Outcome("no_solution", lower_bound=float(upper_bound) if exact else None,
+                       message=f"cdynp: no plan with T <= upper_bound {upper_bound}",
+                       stats=stats)
+    if max_entries:
+        return Outcome("no_solution", message="cdynp: no plan survived the max_entries cap",
+                       stats=stats)
+    from ...tables import CostTables
+
+    reason = CostTables(instance).infeasibility_reason() or (
+        "no plan satisfies the memory and device limits (exhaustive chain DP)")
+    return Outcome("infeasible", message=reason, stats=stats)
 
 
 def _compare_dp(instance: Instance, plan: Plan | None) -> dict:
-    from ...plan import evaluate
-    from ...solve import solve
+    from ..dp import run as dp_run
 
     t0 = time.perf_counter()
-    ref = solve(instance, "dp")
-    out = {"dp_iteration_time_s": ref.iteration_time, "dp_solve_time_s": ref.solve_time,
+    ref = dp_run(instance)
+    T_ref = evaluate(instance, ref.plan).iteration_time_s if ref.plan is not None else None
+    out = {"dp_iteration_time_s": T_ref, "dp_solve_time_s": time.perf_counter() - t0,
            "dp_status": ref.status}
-    if plan is not None and ref.iteration_time:
+    if plan is not None and T_ref:
         T = evaluate(instance, plan).iteration_time_s
-        out["gap_vs_dp"] = (T - ref.iteration_time) / ref.iteration_time
+        out["gap_vs_dp"] = (T - T_ref) / T_ref
     out["compare_dp_s"] = time.perf_counter() - t0
     return out

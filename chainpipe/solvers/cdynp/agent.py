@@ -25,11 +25,13 @@ import time
 
 import numpy as np
 
+from ... import cost
+from ...deadline import Deadline, TimeUp
 from ...instance import Datacenter, Instance
 from ...tables import CostTables
 from ..labels import TRIALS
 from . import protocol
-from .local import END, IN, OWN, Deadline, LocalDP
+from .local import END, IN, OWN, LocalDP
 from .public import PublicInstance
 from .summary import cap_keep, epsilon_keep, frontier, round_digits, round_up
 from .wide import WideDP
@@ -45,10 +47,27 @@ _WIDE_SIZE = 10_000
 
 
 class DCAgent:
+    """One DC's part of the protocol: :meth:`backward`, then :meth:`decide` (DC 1) or
+    :meth:`forward`; :meth:`report` is what it tells the job's owner.
+
+    Parameters
+    ----------
+    public : PublicInstance
+        What every DC knows.
+    index : int
+        This DC's place in the chain.
+    datacenter : Datacenter
+        This DC's private data.
+    epsilon, quantum, max_entries, digits, upper_bound
+        The solver's options (see :mod:`chainpipe.solvers.cdynp`).
+    deadline : Deadline, optional
+        Checked in the DP's loops; :class:`~chainpipe.deadline.TimeUp` names this DC.
+    """
+
     def __init__(self, public: PublicInstance, index: int, datacenter: Datacenter, *,
                  epsilon: float = 0.0, quantum: float = 0.0, max_entries: int = 0,
                  digits: int = 0, upper_bound: float | None = None,
-                 deadline: float | None = None):
+                 deadline: Deadline | None = None):
         if public.datacenter_names[index] != datacenter.name:
             raise ValueError(f"agent {index} holds {datacenter.name!r}, the chain has "
                              f"{public.datacenter_names[index]!r} there")
@@ -61,56 +80,66 @@ class DCAgent:
         self.digits = int(digits or 0)
         self.initial_bound = math.inf if upper_bound is None else float(upper_bound)
         self.max_entries = int(max_entries or 0)
-        self.deadline = deadline
+        self.deadline = deadline if deadline is not None else Deadline(None)
         local = Instance(public.name, public.model, public.training, (datacenter,), ())
         self.tables = CostTables(local)  # this DC's groups only: private
         self.L = public.num_layers
         self.M = public.microbatches
         self.R = public.position_cap
-        self.bytes = public.boundary_bytes()
+        self.bytes = self.tables.boundary_bytes
         self.stats: dict = {}
         caps = np.minimum(self.tables.count, self.L)
         self._size = self.L * float(np.prod(caps + 1))  # layers x usage states: DP width
         # memo of the backward pass
         self._out_origin: list[list[tuple]] = []
+        self._out_b: list[int] = []  # the boundary of each entry sent
         self._incoming: list[tuple] = []  # (b, bw, points) of each entry received
         self.stages: list[tuple[int, int, str]] = []  # learned in the forward pass
         self.boundaries: dict[str, int | None] = {}
+        self.continues_with: dict | None = None  # the incoming point the plan goes on with
 
     # ------------------------------------------------------------------ helpers
     def _link_to_prev(self):
         return self.public.links[self.k - 1] if self.k > 0 else None
+
+    def _T(self, bottleneck, total):
+        """``T`` of a complete plan (or its bound) from a label's two costs."""
+        return cost.iteration_time(total, bottleneck, self.M)
 
     # ------------------------------------------------------------------ backward pass
     def backward(self, incoming: dict | None) -> dict | None:
         """Process DC k+1's summary; return the summary for DC k-1 (``None`` for DC 1,
         which keeps its decision for :meth:`decide`)."""
         t0 = time.perf_counter()
-        M = self.M
         entries = incoming["entries"] if incoming is not None else []
         self._incoming = [(e["b"], e["bw"], e["points"]) for e in entries]
         ub = self.initial_bound  # an upper bound on the optimum: complete plans already known
         for b, _bw, pts in self._incoming:
             if b == 0:
-                ub = min(ub, min(sm + (M - 1) * bn for _r, bn, sm in pts))
-
-        # base labels (u = 0): the downstream suffixes joined through the inter-DC boundary
-        base: dict[int, list] = {self.L: [(0.0, 0.0, 0, (END, 0, 0))]}
-        for i, e in enumerate(entries):
-            b = e["b"]
-            if b == 0:
-                continue
-            u = self.bytes[b] / e["bw"]
-            base.setdefault(b, []).extend(
-                (max(bn, u), sm + 2.0 * u, r, (IN, i, j)) for j, (r, bn, sm) in enumerate(e["points"]))
+                ub = min(ub, min(self._T(bn, sm) for _r, bn, sm in pts))
         try:
-            ub, dp = self._search(base, ub)
-        except Deadline:
-            raise Deadline(f"time limit reached in {self.name}") from None
+            ub, dp = self._search(self._base_labels(), ub)
+        except TimeUp:
+            raise TimeUp(f"time limit reached in {self.name}") from None
         self._dp = dp
         out = None if self.k == 0 else self._summary(dp.points, ub)
         self.stats["backward_s"] = time.perf_counter() - t0
         return out
+
+    def _base_labels(self) -> dict[int, list]:
+        """Base labels (``u = 0``): the downstream suffixes joined through the inter-DC
+        boundary. Its traversal ``2 (latency + U)`` over the path to the suffix's first
+        stage is paid in two parts: the latencies were added to ``total`` by the DCs that
+        passed the point on (:meth:`_summary`), the occupancy ``U`` is added here."""
+        base: dict[int, list] = {self.L: [(0.0, 0.0, 0, (END, 0, 0))]}
+        for i, (b, bw, pts) in enumerate(self._incoming):
+            if b == 0:
+                continue
+            u = cost.occupancy(self.bytes[b], bw)
+            q = cost.traversal(0.0, u)
+            base.setdefault(b, []).extend(
+                (max(bn, u), sm + q, r, (IN, i, j)) for j, (r, bn, sm) in enumerate(pts))
+        return base
 
     def _search(self, base: dict, ub: float) -> tuple[float, LocalDP | WideDP]:
         """The DP run whose labels this DC keeps, and the upper bound it proves.
@@ -148,9 +177,7 @@ class DCAgent:
         raise AssertionError("the last trial is ub itself")
 
     def _run(self, engine, base: dict, ub: float, prefix, **options):
-        dp = engine(self.tables, num_layers=self.L, microbatches=self.M,
-                    position_cap=self.R, gpipe=self.public.training.schedule == "gpipe",
-                    boundary_bytes=self.bytes, link=self.dc.link, deadline=self.deadline)
+        dp = engine(self.tables, position_cap=self.R, deadline=self.deadline)
         dp.run(base, ub, prefix, **options)
         self.stats["labels"] += dp.stats["labels"]
         self.stats["trials"].append({"upper_bound": float(ub) if ub < math.inf else None,
@@ -161,7 +188,7 @@ class DCAgent:
 
     def _best(self, dp) -> float:
         """The least ``T`` of the complete plans a run found (``inf``: none)."""
-        return min((sm + (self.M - 1) * bn for _r, bn, sm, _i in dp.points.get(0, ())),
+        return min((self._T(bn, sm) for _r, bn, sm, _i in dp.points.get(0, ())),
                    default=math.inf)
 
     def _lower_bound(self, base: dict, prefix) -> float:
@@ -169,12 +196,11 @@ class DCAgent:
         own devices alone (:attr:`CostTables.lower_bound`), or a prefix ``[0, b)`` on
         own devices before a downstream suffix plan joined at ``b``."""
         pre_sum, pre_max = prefix
-        Mm1 = self.M - 1
         lb = self.tables.lower_bound
         for b, labels in base.items():
             if b < self.L:
                 for bn, sm, _r, _ref in labels:
-                    lb = min(lb, sm + pre_sum[b] + Mm1 * max(bn, pre_max[b]))
+                    lb = min(lb, self._T(max(bn, pre_max[b]), sm + pre_sum[b]))
         return lb
 
     def _prefix_bound(self) -> tuple[list, list]:
@@ -196,14 +222,16 @@ class DCAgent:
         """Merge own and passed-through points per (b, bw), prune, compress."""
         M = self.M
         prev = self._link_to_prev()
+        # the latency part of the traversal of boundary b (see _base_labels), this hop's
+        hop = cost.traversal(prev.latency_s, 0.0)
         groups: dict[tuple, list] = {}  # (b, bw) -> [(r, bn, sm, origin)]
         for a, pts in own_pts.items():
             key = (a, prev.bandwidth_bytes_per_s if a > 0 else None)
-            lat = 2.0 * prev.latency_s if a > 0 else 0.0
+            lat = hop if a > 0 else 0.0
             groups.setdefault(key, []).extend((r, bn, sm + lat, ("own", i)) for r, bn, sm, i in pts)
         for e, (b, bw, pts) in enumerate(self._incoming):
             key = (b, min(bw, prev.bandwidth_bytes_per_s)) if b > 0 else (0, None)
-            lat = 2.0 * prev.latency_s if b > 0 else 0.0
+            lat = hop if b > 0 else 0.0
             groups.setdefault(key, []).extend(
                 (r, bn, sm + lat, ("in", e, j)) for j, (r, bn, sm) in enumerate(pts))
         entries, origins = [], []
@@ -220,8 +248,9 @@ class DCAgent:
                 if ub < math.inf:
                     # the bound applies to the true values (rounding up comes after it):
                     # any completion pays at least this boundary, over a path no wider
-                    u = self.bytes[b] / bw if bw is not None else 0.0
-                    pts = [p for p in pts if p[2] + 2.0 * u + (M - 1) * max(p[1], u) <= limit]
+                    u = cost.occupancy(self.bytes[b], bw) if bw is not None else 0.0
+                    q = cost.traversal(0.0, u)
+                    pts = [p for p in pts if self._T(max(p[1], u), p[2] + q) <= limit]
                 if self.quantum > 0 or self.digits > 0:
                     q, d = self.quantum, self.digits
                     pts = [(r, round_digits(round_up(bn, q), d), round_digits(round_up(sm, q), d), o)
@@ -238,21 +267,21 @@ class DCAgent:
                 entries.append({"b": int(b), "bw": bw, "points": [[r, bn, sm] for r, bn, sm, _ in pts]})
                 origins.append([p[3] for p in pts])
         self._out_origin = origins
+        self._out_b = [e["b"] for e in entries]
         return protocol.summary(self.name, self.public.datacenter_names[self.k - 1], entries)
 
     # ------------------------------------------------------------------ decision (DC 1)
     def decide(self) -> tuple[dict | None, float]:
         """DC 1 picks the best complete plan; returns its own realise-request and T estimate."""
-        M = self.M
         best, choice = math.inf, None
         for _r, bn, sm, i in self._dp.points.get(0, ()):
-            t = sm + (M - 1) * bn
+            t = self._T(bn, sm)
             if t < best:
                 best, choice = t, ("own", i)
         for e, (b, _bw, pts) in enumerate(self._incoming):
             if b == 0:
                 for j, (_r, bn, sm) in enumerate(pts):
-                    t = sm + (M - 1) * bn
+                    t = self._T(bn, sm)
                     if t < best:
                         best, choice = t, ("in", e, j)
         self.estimate = best
@@ -269,7 +298,7 @@ class DCAgent:
             self.stages = []
             b = self._incoming[e][0]
             self.boundaries = {"passes": int(b)}
-            return {"entry": e, "point": p, "b": int(b)}
+            return self._continue_with(e, p)
         i = origin[1]
         stages = []
         while True:
@@ -291,16 +320,35 @@ class DCAgent:
                            "to_downstream": last if last < self.L else None}
         if kind == END:
             return None
-        return {"entry": j, "point": p, "b": int(self._incoming[j][0])}
+        return self._continue_with(j, p)
 
-    def forward(self, request: dict | None) -> dict | None:
-        """Handle an ``assemble`` request from DC k-1 (a point of the summary we sent)."""
-        rz = request["realise"] if request is not None else None
+    def _continue_with(self, e: int, p: int) -> dict:
+        """The request for DC k+1: point ``p`` of its entry ``e``, remembered as received."""
+        b, bw, pts = self._incoming[e]
+        self.continues_with = {"b": int(b), "bw": bw, "point": list(pts[p])}
+        return {"entry": e, "point": p, "b": int(b)}
+
+    def forward(self, request: dict) -> dict | None:
+        """Handle an ``assemble`` request from DC k-1 (a point of the summary we sent).
+
+        Raises
+        ------
+        ProtocolError
+            The request names a point this DC never sent (``sender``: DC k-1).
+        """
+        rz = request["realise"]
         if rz is None:
             return self.realise_origin(None)
-        try:
-            origin = self._out_origin[rz["entry"]][rz["point"]]
-        except IndexError:
-            raise protocol.ProtocolError(
-                f"{self.name}: asked to realise an unknown point {rz}") from None
-        return self.realise_origin(origin)
+        e, p = rz["entry"], rz["point"]
+        if e >= len(self._out_origin) or p >= len(self._out_origin[e]) or rz["b"] != self._out_b[e]:
+            raise protocol.ProtocolError(f"asks {self.name!r} to realise a point it never sent",
+                                         request["from"])
+        return self.realise_origin(self._out_origin[e][p])
+
+    def report(self) -> dict:
+        """What this DC tells the job's owner: its own stages (the owner runs them), the
+        boundaries it learned, the incoming point its part of the plan goes on with, and
+        its work."""
+        return {"datacenter": self.name, "stages": [list(s) for s in self.stages],
+                "learned_boundaries": self.boundaries, "continues_with": self.continues_with,
+                **self.stats}

@@ -4,9 +4,10 @@ State ``(x, u)``: the suffix ``[x, L)`` is covered and ``u`` counts the devices
 of each of this DC's groups in use. A *label* at a state is one partial plan's
 ``(bottleneck, total, r)``; ``r`` counts its stages, capped at the position
 cap. Prepending stage ``[a, x)`` on group ``g`` needs a free device of ``g``
-and memory for ``min(M, r + 1)`` microbatches (``M`` under GPipe); it costs
-``C = compute_time[g, a, x]`` and, if a stage of this DC follows, the internal
-boundary ``U = bytes[x] / bw_int`` with traversal ``Q = 2 (lat_int + U)``.
+and memory for the in-flight count of its position (:func:`chainpipe.cost.in_flight`);
+it costs ``C = compute_time[g, a, x]`` and, if a stage of this DC follows, the
+internal boundary's occupancy ``U`` and traversal ``Q`` on the DC's own link
+(:func:`chainpipe.cost.occupancy`, :func:`chainpipe.cost.traversal`).
 *Base labels* (``u = 0``) are the downstream DCs' suffix plans, their
 inter-DC boundary already folded in; a base label is never extended by an
 internal boundary.
@@ -21,10 +22,11 @@ devices), cannot beat the upper bound ``ub``.
 from __future__ import annotations
 
 import math
-import time
 
 import numpy as np
 
+from ... import cost
+from ...deadline import Deadline
 from ..labels import across_usage, pareto3
 
 #: where a label's plan continues, ``(kind, i, j)``: ``OWN``: own label ``i``; ``IN``:
@@ -32,12 +34,17 @@ from ..labels import across_usage, pareto3
 OWN, IN, END = 0, 1, 2
 
 
-class Deadline(Exception):
-    """The time limit ran out inside an agent."""
-
-
 class DCRun:
     """One run of a DC's DP for a given upper bound: what both engines share.
+
+    Parameters
+    ----------
+    tables : CostTables
+        The tables of the DC's own one-DC instance (its groups and its link only).
+    position_cap : int
+        ``R``: stage counts are capped there.
+    deadline : Deadline, optional
+        Checked once per layer; :class:`~chainpipe.deadline.TimeUp` when it passes.
 
     After :meth:`run`: :attr:`points` (``x -> [(r, bottleneck, total, label index)]``,
     own labels whose first stage starts at ``x``; ``x = 0``: complete plans),
@@ -45,21 +52,30 @@ class DCRun:
     stage or a label; if not, the run was exhaustive) and :attr:`stats`.
     """
 
-    def __init__(self, tables, *, num_layers: int, microbatches: int, position_cap: int,
-                 gpipe: bool, boundary_bytes: np.ndarray, link, deadline: float | None = None):
+    def __init__(self, tables, *, position_cap: int, deadline: Deadline | None = None):
         self.t = tables
-        self.L, self.M, self.R = num_layers, microbatches, position_cap
-        self.gpipe = gpipe
-        self.deadline = deadline
-        self.u_int = boundary_bytes / link.bandwidth_bytes_per_s  # internal boundary
-        self.q_int = 2.0 * (link.latency_s + self.u_int)
+        self.L, self.M, self.R = tables.L, tables.M, position_cap
+        self.deadline = deadline if deadline is not None else Deadline(None)
+        # the boundary between two of this DC's own stages crosses its own link
+        self.u_int = tables.boundary_occupancy[:, 0, 0]
+        self.q_int = tables.boundary_traversal[:, 0, 0]
         self.stats = {"labels": 0}
         self.bound_cut = False
         self.points: dict[int, list[tuple[int, float, float, int]]] = {}
 
-    def check_time(self) -> None:
-        if self.deadline is not None and time.monotonic() > self.deadline:
-            raise Deadline("time limit reached")
+    def stage_fits(self, ub: float) -> np.ndarray:
+        """``[g, a, x]``: stage ``[a, x)`` on ``g`` fits memory as the last stage (the least
+        any stage stashes) and has ``M * C <= ub`` (``T >= sum C + (M - 1) max C``). Both
+        only fail more as the stage grows; sets :attr:`bound_cut` if the bound cut one."""
+        t = self.t
+        ok = t.max_in_flight >= t.in_flight(1)
+        if ub < math.inf:
+            with np.errstate(invalid="ignore"):  # inf * 0 where M = 1 and j <= i: not a stage
+                T = cost.iteration_time(t.compute_time, t.compute_time, self.M)
+            fast = T <= ub * (1 + 1e-9)
+            self.bound_cut |= bool((ok & ~fast).any())
+            ok &= fast
+        return ok
 
 
 class LocalDP(DCRun):
@@ -67,16 +83,9 @@ class LocalDP(DCRun):
 
     def _candidates(self, ub: float) -> list[list[list[tuple[int, float, int]]]]:
         """``[g][x]``: stages ``[a, x)`` on group ``g`` as ``(a, C, max in flight)``, ``a``
-        descending: memory for the last position (1F1B: one microbatch, GPipe: M) and
-        ``M * C <= ub`` (``T >= sum C + (M - 1) max C``). Both only fail more as ``a``
-        falls, so each list is a run of starts."""
-        t, L, M = self.t, self.L, self.M
-        need = M if self.gpipe else 1
-        ok = t.max_in_flight >= need
-        if ub < math.inf:
-            fast = t.compute_time <= ub / M * (1 + 1e-9)
-            self.bound_cut = bool((ok & ~fast).any())
-            ok &= fast
+        descending, while :meth:`stage_fits` holds (a run of starts)."""
+        t, L = self.t, self.L
+        ok = self.stage_fits(ub)
         out = []
         for g in range(t.G):
             C = t.compute_time[g].T.tolist()  # [x][a]
@@ -106,89 +115,117 @@ class LocalDP(DCRun):
 
         ``prefix``: ``(pre_sum, pre_max)`` lists, an optimistic cost of the prefix
         ``[0, a)`` (sum and bottleneck terms), or ``None``.
+
+        Walks the layers from the end: at each ``x`` the labels of ``[x, L)`` are
+        filtered (:meth:`_filter`), numbered (:meth:`_finalise`) and extended by one
+        stage ending at ``x`` (:meth:`_extend`).
         """
-        L, M, R, gpipe = self.L, self.M, self.R, self.gpipe
-        Mm1 = M - 1
-        G = self.t.G
-        count = [int(min(c, L)) for c in self.t.count]
-        u_int, q_int = self.u_int.tolist(), self.q_int.tolist()
-        cands = self._candidates(ub)
-        limit = ub * (1 + 1e-12) if ub < math.inf else math.inf
-        zero = (0,) * G
-        pre_sum, pre_max = prefix if prefix is not None else ([0.0] * (L + 1), [0.0] * (L + 1))
+        L, G = self.L, self.t.G
+        self._cands = self._candidates(ub)
+        self._limit = ub * (1 + 1e-12) if ub < math.inf else math.inf
+        self._prefixed = prefix is not None
+        self._prefix = prefix if prefix is not None else ([0.0] * (L + 1), [0.0] * (L + 1))
+        self._zero = (0,) * G
+        # in-flight count of a new stage placed before r stages
+        self._need_at = [self.t.in_flight(r + 1) for r in range(self.R + 1)]
+        self._store: list[tuple[int, int, tuple]] = []  # (start, group, parent ref)
         states: list[dict] = [dict() for _ in range(L + 1)]
         for x, labels in base.items():
-            states[x][(0, zero)] = list(labels)
-        # flat store of finalised own labels: (x, g, ref); ref as above
-        store: list[tuple[int, int, tuple]] = []
-        points: dict[int, list[tuple[int, float, float, int]]] = {}  # x -> (r, bn, sm, store index)
+            states[x][(0, self._zero)] = list(labels)
+        self.points = {}
         labels_total = 0
         for x in range(L, -1, -1):
-            self.check_time()
+            self.deadline.check()
             layer = states[x]
             if not layer:
                 continue
-            for key in list(layer):
-                layer[key] = pareto3(layer[key], R)
-            if len(layer) > 1:
-                across_usage(layer)
-            # finalise: own labels get store indices (their references for the parents)
-            refs: dict[tuple, list] = {}
-            own = []
-            for key, labels in layer.items():
-                u = key[1]
-                labels_total += len(labels)
-                if u == zero:
-                    refs[key] = [lab[3] for lab in labels]
-                    continue
-                lst = []
-                for bn, sm, r, ref in labels:
-                    i = len(store)
-                    store.append((x, ref[1], ref[0]))  # (start, group, parent ref)
-                    own.append((r, bn, sm, i))
-                    lst.append((OWN, i, 0))
-                refs[key] = lst
-            if own:
-                points[x] = own
-            if x == 0:
-                break
-            for key, labels in layer.items():
-                u = key[1]
-                internal = u != zero
-                U = u_int[x] if internal else 0.0
-                Q = q_int[x] if internal else 0.0
-                rl = refs[key]
-                for g in range(G):
-                    if u[g] >= count[g]:
-                        continue
-                    nkey = (0, u[:g] + (u[g] + 1,) + u[g + 1:])
-                    buckets: dict[int, list] = {}
-                    for i, (bn, sm, r, _) in enumerate(labels):
-                        need = 0 if gpipe else (r + 1 if r < M else M)
-                        nr = r + 1 if r < R else R
-                        ref = (rl[i], g)  # the new label's (parent ref, group) until finalised
-                        # along the candidates C grows and memory shrinks: stop at the
-                        # first that fails either (the prefix part of the bound is not
-                        # monotone in a, so it only skips)
-                        for a, c, n in cands[g][x]:
-                            if need > n:
-                                break
-                            nbn = bn if bn >= c else c
-                            if nbn < U:
-                                nbn = U
-                            nsm = sm + c + Q
-                            if nsm + Mm1 * nbn > limit:
-                                self.bound_cut = True
-                                break
-                            pm = pre_max[a]
-                            if nsm + pre_sum[a] + Mm1 * (nbn if nbn >= pm else pm) > limit:
-                                self.bound_cut = True
-                                continue
-                            bucket = buckets.get(a)
-                            if bucket is None:
-                                bucket = buckets[a] = states[a].setdefault(nkey, [])
-                            bucket.append((nbn, nsm, nr, ref))
+            labels_total += self._filter(layer)
+            refs = self._finalise(x, layer)
+            if x > 0:
+                self._extend(x, layer, refs, states)
             states[x] = None  # finalised labels live on in the store only
         self.stats["labels"] = labels_total
-        self._store = store
-        self.points = points
+
+    def _filter(self, layer: dict) -> int:
+        """Keep each state's Pareto labels, and drop labels dominated across usage states.
+        Returns how many labels are left."""
+        for key in list(layer):
+            layer[key] = pareto3(layer[key], self.R)
+        if len(layer) > 1:
+            across_usage(layer)
+        return sum(len(v) for v in layer.values())
+
+    def _finalise(self, x: int, layer: dict) -> dict:
+        """Give own labels store indices and list them in :attr:`points`; returns, per
+        state, each label's reference as its parents will hold it."""
+        store, zero = self._store, self._zero
+        refs: dict[tuple, list] = {}
+        own = []
+        for key, labels in layer.items():
+            if key[1] == zero:
+                refs[key] = [lab[3] for lab in labels]  # base labels: their own reference
+                continue
+            lst = []
+            for bn, sm, r, ref in labels:
+                i = len(store)
+                store.append((x, ref[1], ref[0]))  # (start, group, parent ref)
+                own.append((r, bn, sm, i))
+                lst.append((OWN, i, 0))
+            refs[key] = lst
+        if own:
+            self.points[x] = own
+        return refs
+
+    def _extend(self, x: int, layer: dict, refs: dict, states: list) -> None:
+        """Prepend every candidate stage ``[a, x)`` to the labels of ``layer`` (labels at
+        ``x``), adding the new labels to ``states[a]``."""
+        M, R, t = self.M, self.R, self.t
+        count = [int(min(c, self.L)) for c in t.count]
+        need_at = self._need_at
+        iteration_time = cost.iteration_time
+        limit, zero, cands = self._limit, self._zero, self._cands
+        pre_sum, pre_max = self._prefix
+        prefixed = self._prefixed
+        u_x, q_x = float(self.u_int[x]), float(self.q_int[x])
+        for key, labels in layer.items():
+            u = key[1]
+            internal = u != zero
+            U = u_x if internal else 0.0
+            Q = q_x if internal else 0.0
+            rl = refs[key]
+            for g in range(t.G):
+                if u[g] >= count[g]:
+                    continue
+                nkey = (0, u[:g] + (u[g] + 1,) + u[g + 1:])
+                buckets: dict[int, list] = {}
+                for i, (bn, sm, r, _) in enumerate(labels):
+                    need = need_at[r]
+                    nr = r + 1 if r < R else R
+                    ref = (rl[i], g)  # the new label's (parent ref, group) until finalised
+                    # along the candidates C grows and memory shrinks: stop at the first
+                    # that fails either
+                    for a, c, n in cands[g][x]:
+                        if need > n:
+                            break
+                        nbn = bn if bn >= c else c
+                        if nbn < U:
+                            nbn = U
+                        nsm = sm + c + Q
+                        # over the bound: stop (later candidates cost more); with the
+                        # prefix cost only: skip (it is not monotone in a). The prefix
+                        # test is the stronger one, so a label it passes needs no other.
+                        if prefixed:
+                            pm = pre_max[a]
+                            if iteration_time(nsm + pre_sum[a], nbn if nbn >= pm else pm,
+                                              M) > limit:
+                                self.bound_cut = True
+                                if iteration_time(nsm, nbn, M) > limit:
+                                    break
+                                continue
+                        elif iteration_time(nsm, nbn, M) > limit:
+                            self.bound_cut = True
+                            break
+                        bucket = buckets.get(a)
+                        if bucket is None:
+                            bucket = buckets[a] = states[a].setdefault(nkey, [])
+                        bucket.append((nbn, nsm, nr, ref))

@@ -1,4 +1,4 @@
-"""Versioned JSON messages between DC agents, and their schema.
+"""Versioned JSON messages between DC agents, their schema, and the one decoder.
 
 Two kinds cross a chain link, always between neighbours:
 
@@ -14,15 +14,30 @@ Two kinds cross a chain link, always between neighbours:
   own summary to realise (entry and point index, and its boundary ``b``), or
   ``null`` when the sender's stages already end the model.
 
-``encode`` produces the exact bytes that are sent (compact JSON, floats as
-shortest round-trip reprs), ``decode`` checks them against the schema.
+:func:`encode` produces the exact bytes that are sent (compact JSON, floats as
+shortest round-trip reprs). :func:`decode` is the only way a received byte
+string becomes a message: given what the connection expects (:class:`Expect`)
+it returns a message that satisfies every rule below, or raises
+:class:`ProtocolError`, whatever the bytes are. The rules beyond
+:data:`SCHEMA`: at most :data:`MAX_MESSAGE_BYTES` bytes, UTF-8, no duplicate
+keys, no ``NaN``/``Infinity`` and no number that overflows a float, ``from``
+and ``to`` the connection's two parties, ``0 <= b < L``, ``bw`` ``null``
+exactly when ``b = 0`` and otherwise the bandwidth of a chain path from the
+receiver downstream, and ``min(1, R) <= r <= min(R, L - b)`` (``R``: the
+position cap).
 """
 
 from __future__ import annotations
 
 import json
+import math
+from dataclasses import dataclass
 
 PROTOCOL = "chainpipe-cdynp/1"
+
+#: the largest message, in bytes, that is sent or accepted (64 MiB; exact summaries of
+#: the 122-layer, 8-DC ``large/`` instances stay below 100 KB)
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 
 _POINT = {
     "type": "array", "minItems": 3, "maxItems": 3,
@@ -82,7 +97,39 @@ SCHEMA = {
 
 
 class ProtocolError(ValueError):
-    """A message that does not follow ``chainpipe-cdynp/1``."""
+    """A message that does not follow ``chainpipe-cdynp/1``.
+
+    ``sender`` names the DC that sent it (``None`` when not known), so the run can
+    say which DC broke the protocol.
+    """
+
+    def __init__(self, message: str, sender: str | None = None):
+        super().__init__(message)
+        self.sender = sender
+
+
+@dataclass(frozen=True)
+class Expect:
+    """What a connection accepts: its two parties and the instance's public sizes.
+
+    Attributes
+    ----------
+    sender, receiver : str
+        The DC names ``from`` and ``to`` must carry.
+    num_layers : int
+        ``L``; every boundary ``b`` is below it.
+    position_cap : int
+        ``R``; every stage count ``r`` is at most it.
+    bandwidths : frozenset of float
+        The bandwidths a summary entry with ``b > 0`` may carry: those of the chain
+        paths from the receiver to each DC downstream of it.
+    """
+
+    sender: str
+    receiver: str
+    num_layers: int
+    position_cap: int
+    bandwidths: frozenset = frozenset()
 
 
 def summary(sender: str, receiver: str, entries: list[dict]) -> dict:
@@ -96,55 +143,144 @@ def assemble(sender: str, receiver: str, realise: dict | None) -> dict:
 
 
 def encode(message: dict) -> bytes:
-    return json.dumps(message, separators=(",", ":"), allow_nan=False).encode("utf-8")
+    """The bytes sent for ``message``; a :class:`ProtocolError` above the size cap."""
+    data = json.dumps(message, separators=(",", ":"), allow_nan=False).encode("utf-8")
+    if len(data) > MAX_MESSAGE_BYTES:
+        raise ProtocolError(
+            f"its {message['kind']} would be {len(data)} bytes, above the cap of "
+            f"{MAX_MESSAGE_BYTES} bytes; compress it (options max_entries, digits)",
+            message["from"])
+    return data
 
 
-def decode(data: bytes, kind: str | None = None) -> dict:
+def decode(data: bytes, kind: str, expect: Expect) -> dict:
+    """The message in ``data``, checked against every rule of the protocol.
+
+    Parameters
+    ----------
+    data : bytes
+        What arrived on the connection, any byte string.
+    kind : {"summary", "assemble"}
+        The kind the receiver waits for.
+    expect : Expect
+        The connection's parties and the sizes the message must respect.
+
+    Returns
+    -------
+    dict
+        A message following the protocol.
+
+    Raises
+    ------
+    ProtocolError
+        For anything else (``sender`` is ``expect.sender``); never another exception.
+    """
     try:
-        msg = json.loads(data.decode("utf-8"))
-    except ValueError as exc:
-        raise ProtocolError(f"not JSON: {exc}") from None
-    validate(msg)
-    if kind is not None and msg["kind"] != kind:
-        raise ProtocolError(f"expected a {kind!r} message, got {msg['kind']!r}")
+        msg = _parse(data)
+        validate(msg)
+        _check_context(msg, kind, expect)
+    except ProtocolError as exc:
+        raise ProtocolError(str(exc), expect.sender) from None
     return msg
 
 
-def validate(msg: dict) -> None:
-    """Structural check of a message (the rules of :data:`SCHEMA`, without jsonschema)."""
+def _parse(data) -> object:
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise ProtocolError(f"expected bytes, got {type(data).__name__}")
+    if len(data) > MAX_MESSAGE_BYTES:
+        raise ProtocolError(f"message of {len(data)} bytes, above the cap of "
+                            f"{MAX_MESSAGE_BYTES} bytes")
+    try:
+        return json.loads(bytes(data).decode("utf-8"), parse_constant=_reject_constant,
+                          object_pairs_hook=_unique_keys)
+    except RecursionError:
+        raise ProtocolError("not JSON: nested too deeply") from None
+    except ValueError as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        raise ProtocolError(f"not JSON: {exc}"[:200]) from None
+
+
+def _reject_constant(token: str):
+    raise ValueError(f"{token} is not a number JSON allows")
+
+
+def _unique_keys(pairs: list) -> dict:
+    out = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"key {key[:40]!r} appears twice in one object")
+        out[key] = value
+    return out
+
+
+def validate(msg) -> None:
+    """Structural check of a message (the rules of :data:`SCHEMA`, and finite numbers)."""
     if not isinstance(msg, dict) or msg.get("protocol") != PROTOCOL:
         raise ProtocolError(f"protocol: expected {PROTOCOL!r}")
     kind = msg.get("kind")
     keys = {"summary": {"protocol", "kind", "from", "to", "entries"},
-            "assemble": {"protocol", "kind", "from", "to", "realise"}}.get(kind)
+            "assemble": {"protocol", "kind", "from", "to", "realise"}}.get(kind) \
+        if isinstance(kind, str) else None
     if keys is None:
-        raise ProtocolError(f"kind: unknown message kind {kind!r}")
+        raise ProtocolError("kind: must be 'summary' or 'assemble'")
     if set(msg) != keys:
-        raise ProtocolError(f"fields: expected {sorted(keys)}, got {sorted(msg)}")
+        raise ProtocolError(f"fields: expected {sorted(keys)}")
     if not isinstance(msg["from"], str) or not isinstance(msg["to"], str):
         raise ProtocolError("from/to: must be DC names")
     if kind == "summary":
         if not isinstance(msg["entries"], list):
             raise ProtocolError("entries: must be a list")
         for i, e in enumerate(msg["entries"]):
-            if not isinstance(e, dict) or set(e) != {"b", "bw", "points"}:
-                raise ProtocolError(f"entries[{i}]: must hold exactly b, bw, points")
-            if not _int(e["b"]) or e["b"] < 0:
-                raise ProtocolError(f"entries[{i}].b: must be an integer >= 0")
-            if e["bw"] is not None and not (_num(e["bw"]) and e["bw"] > 0):
-                raise ProtocolError(f"entries[{i}].bw: must be a number > 0 or null")
-            pts = e["points"]
-            if not isinstance(pts, list) or not pts:
-                raise ProtocolError(f"entries[{i}].points: must be a non-empty list")
-            for j, p in enumerate(pts):
-                if not (isinstance(p, list) and len(p) == 3 and _int(p[0]) and p[0] >= 0
-                        and _num(p[1]) and p[1] >= 0 and _num(p[2]) and p[2] >= 0):
-                    raise ProtocolError(f"entries[{i}].points[{j}]: must be [r, bottleneck, total]")
+            _check_entry(i, e)
     else:
         rz = msg["realise"]
         if rz is not None and (not isinstance(rz, dict) or set(rz) != {"entry", "point", "b"}
-                               or not all(_int(rz[k]) and rz[k] >= 0 for k in rz)):
+                               or not all(_int(v) and v >= 0 for v in rz.values())):
             raise ProtocolError("realise: must be null or {entry, point, b} integers >= 0")
+
+
+def _check_entry(i: int, e) -> None:
+    if not isinstance(e, dict) or set(e) != {"b", "bw", "points"}:
+        raise ProtocolError(f"entries[{i}]: must hold exactly b, bw, points")
+    if not _int(e["b"]) or e["b"] < 0:
+        raise ProtocolError(f"entries[{i}].b: must be an integer >= 0")
+    if e["bw"] is not None and not (_num(e["bw"]) and e["bw"] > 0):
+        raise ProtocolError(f"entries[{i}].bw: must be a finite number > 0 or null")
+    pts = e["points"]
+    if not isinstance(pts, list) or not pts:
+        raise ProtocolError(f"entries[{i}].points: must be a non-empty list")
+    for j, p in enumerate(pts):
+        if not (isinstance(p, list) and len(p) == 3 and _int(p[0]) and p[0] >= 0
+                and _num(p[1]) and p[1] >= 0 and _num(p[2]) and p[2] >= 0):
+            raise ProtocolError(f"entries[{i}].points[{j}]: must be [r, bottleneck, total], "
+                                f"an integer and two finite numbers, all >= 0")
+
+
+def _check_context(msg: dict, kind: str, expect: Expect) -> None:
+    """The rules that need the connection: parties, kind, and the instance's sizes."""
+    if msg["kind"] != kind:
+        raise ProtocolError(f"expected a {kind!r} message, got {msg['kind']!r}")
+    if msg["from"] != expect.sender or msg["to"] != expect.receiver:
+        raise ProtocolError(f"from/to: expected {expect.sender!r} -> {expect.receiver!r}")
+    L, R = expect.num_layers, expect.position_cap
+    if kind == "assemble":
+        rz = msg["realise"]
+        if rz is not None and rz["b"] >= L:
+            raise ProtocolError(f"realise.b: must be below the layer count {L}")
+        return
+    for i, e in enumerate(msg["entries"]):
+        b = e["b"]
+        if b >= L:
+            raise ProtocolError(f"entries[{i}].b: must be below the layer count {L}")
+        if (e["bw"] is None) != (b == 0):
+            raise ProtocolError(f"entries[{i}].bw: must be null exactly when b = 0")
+        if b > 0 and e["bw"] not in expect.bandwidths:
+            raise ProtocolError(f"entries[{i}].bw: not the bandwidth of a chain path "
+                                f"from {expect.receiver!r} downstream")
+        low, high = min(1, R), min(R, L - b)
+        rs = [p[0] for p in e["points"]]
+        if min(rs) < low or max(rs) > high:
+            j = next(j for j, r in enumerate(rs) if not low <= r <= high)
+            raise ProtocolError(f"entries[{i}].points[{j}]: r must be in [{low}, {high}]")
 
 
 def _int(v) -> bool:
@@ -152,4 +288,9 @@ def _int(v) -> bool:
 
 
 def _num(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
+    if not isinstance(v, (int, float)) or isinstance(v, bool):
+        return False
+    try:
+        return math.isfinite(v)
+    except OverflowError:  # an integer too large for a float
+        return False

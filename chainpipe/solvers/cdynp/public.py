@@ -1,21 +1,43 @@
-"""The public part of an instance (``problem.md`` section 5).
+"""The public part of an instance, and the split documents each DC is given.
 
 Public to every DC: the model, ``training``, the chain order (DC names) and the
 chain links between neighbouring DCs. A :class:`PublicInstance` holds exactly
 that and nothing a DC keeps private (device types, counts, rates, memory,
 internal links).
+
+The split documents are ``public.json`` (``chainpipe-public/1``) and one
+``chainpipe-private/1`` document per DC holding its own datacenter record. Their
+records are those of the instance format, written and validated by
+:mod:`chainpipe.io` (so a bad document gets one line per problem, with the file
+and the JSON path).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
 
 import numpy as np
 
-from ...instance import Instance, Layer, Link, Model, Training
+from ... import cost
+from ...instance import (
+    FORMAT,
+    Datacenter,
+    Instance,
+    InstanceError,
+    Link,
+    Model,
+    Training,
+    name_rule,
+)
+from ...io import _Collector, _link, instance_from_dict, instance_to_dict, load_json, write_json
+from . import protocol
 
 PUBLIC_FORMAT = "chainpipe-public/1"
 PRIVATE_FORMAT = "chainpipe-private/1"
+_PUBLIC_KEYS = ("format", "name", "model", "training", "datacenters", "links")
+_PRIVATE_KEYS = ("format", "index", "datacenter")
 
 
 @dataclass(frozen=True)
@@ -43,42 +65,161 @@ class PublicInstance:
     def microbatches(self) -> int:
         return self.training.microbatches
 
-    @property
+    @cached_property
     def position_cap(self) -> int:
         """Largest downstream stage count ``r`` worth telling apart.
 
-        A stage with ``r`` stages after it sits at position ``p = r + 1``; 1F1B
-        stashes ``min(M, p)`` microbatches, which saturates at ``r = M - 1``;
-        gpipe stashes ``M`` whatever ``r``.
+        A stage with ``r`` stages after it sits at position ``p = r + 1``; its
+        in-flight count (:func:`chainpipe.cost.in_flight`) only grows with ``p`` up
+        to ``M``: ``r`` is capped where it reaches ``M`` (1F1B: ``M - 1``; GPipe: 0),
+        and at ``L``.
         """
-        if self.training.schedule == "gpipe":
-            return 0
-        return max(0, min(self.microbatches - 1, self.num_layers))
+        L, M = self.num_layers, self.microbatches
+        n = cost.in_flight(self.training.schedule, M, np.arange(1, L + 1))
+        full = np.flatnonzero(n >= M)
+        return int(full[0]) if len(full) else L
 
-    def boundary_bytes(self) -> np.ndarray:
-        """``[b]``: bytes crossing the boundary before layer ``b`` (index 0 unused)."""
-        return np.array([0.0] + [ly.output_bytes for ly in self.model.layers])
+    def expect(self, sender: int, receiver: int) -> protocol.Expect:
+        """What a message from DC ``sender`` to its neighbour ``receiver`` must respect; a
+        summary's ``bw`` is the bandwidth of a chain path from the receiver downstream."""
+        bandwidths, bw = set(), float("inf")
+        for link in self.links[receiver:]:
+            bw = min(bw, link.bandwidth_bytes_per_s)
+            bandwidths.add(bw)
+        names = self.datacenter_names
+        return protocol.Expect(names[sender], names[receiver], self.num_layers,
+                               self.position_cap, frozenset(bandwidths))
 
-    def to_dict(self) -> dict:
-        return {
-            "format": PUBLIC_FORMAT,
-            "name": self.name,
-            "model": {"name": self.model.name, "layers": [
-                {"name": ly.name, "fwd_flop": ly.fwd_flop, "bwd_flop": ly.bwd_flop,
-                 "params": ly.params, "activation_bytes": ly.activation_bytes,
-                 "output_bytes": ly.output_bytes} for ly in self.model.layers]},
-            "training": {"microbatches": self.training.microbatches,
-                         "schedule": self.training.schedule,
-                         "bytes_per_param": self.training.bytes_per_param},
-            "datacenters": list(self.datacenter_names),
-            "links": [{"bandwidth_bytes_per_s": lk.bandwidth_bytes_per_s,
-                       "latency_s": lk.latency_s} for lk in self.links],
-        }
 
-    @classmethod
-    def from_dict(cls, d: dict) -> PublicInstance:
-        if d.get("format") != PUBLIC_FORMAT:
-            raise ValueError(f"format: expected {PUBLIC_FORMAT!r}, got {d.get('format')!r}")
-        model = Model(d["model"]["name"], tuple(Layer(**ly) for ly in d["model"]["layers"]))
-        return cls(d["name"], model, Training(**d["training"]), tuple(d["datacenters"]),
-                   tuple(Link(**lk) for lk in d["links"]))
+# ---------------------------------------------------------------------- documents
+def split_documents(instance: Instance) -> tuple[dict, list[dict]]:
+    """``public.json``'s document and each DC's private document, in chain order."""
+    doc = instance_to_dict(instance)
+    public = {"format": PUBLIC_FORMAT, "name": doc["name"], "model": doc["model"],
+              "training": doc["training"],
+              "datacenters": [dc.name for dc in instance.datacenters], "links": doc["links"]}
+    private = [{"format": PRIVATE_FORMAT, "index": k, "datacenter": dc}
+               for k, dc in enumerate(doc["datacenters"])]
+    return public, private
+
+
+def private_file_name(index: int, name: str) -> str:
+    return f"private-{index:02d}-{name}.json"
+
+
+def write_split(instance: Instance, outdir) -> list[Path]:
+    """Write ``public.json`` and one ``private-NN-<dc>.json`` per DC; returns the paths."""
+    public, private = split_documents(instance)
+    paths = [Path(outdir, "public.json")]
+    paths += [Path(outdir, private_file_name(k, dc.name))
+              for k, dc in enumerate(instance.datacenters)]
+    for path, doc in zip(paths, [public, *private]):
+        write_json(doc, path)
+    return paths
+
+
+def read_split(outdir) -> tuple[dict, list[dict]]:
+    """The documents of a split directory, each DC's in chain order, all validated.
+
+    Raises
+    ------
+    InstanceError
+        One line per problem, naming the file and the JSON path.
+    """
+    outdir = Path(outdir)
+    public = load_json(outdir / "public.json")
+    private: dict[int, dict] = {}
+    problems = []
+    for path in sorted(outdir.glob("private-*.json")):
+        doc = load_json(path)
+        try:
+            _, k, _ = read_view(public, doc, outdir / "public.json", path)
+        except InstanceError as exc:
+            problems += exc.problems
+            continue
+        private[k] = doc
+    if problems:
+        raise InstanceError(list(dict.fromkeys(problems)))
+    names = public["datacenters"]
+    missing = [names[k] for k in range(len(names)) if k not in private]
+    if missing:
+        raise InstanceError([f"{outdir}: no private file for {', '.join(missing)}"])
+    return public, [private[k] for k in range(len(names))]
+
+
+def read_view(public: dict, private: dict, public_path="public.json",
+              private_path="private.json") -> tuple[PublicInstance, int, Datacenter]:
+    """What one DC holds: the public part, its index in the chain and its datacenter.
+
+    The model, training and datacenter records are validated by
+    :func:`chainpipe.io.instance_from_dict` (on the public records with this DC
+    alone), the chain links by :mod:`chainpipe.io`'s link reader.
+
+    Raises
+    ------
+    InstanceError
+        One line per problem: ``<file>: <JSON path>: <what is wrong>``.
+    """
+    c, cp = _Collector(), _Collector()
+    names, index = _check_envelopes(c, cp, public, private)
+    links = []
+    if not c.problems:
+        if len(public["links"]) != len(names) - 1:
+            c.add("links", f"must have exactly {len(names) - 1} entries (one per pair of "
+                           f"neighbouring datacenters), got {len(public['links'])}")
+        links = [_link(c, lk, f"links[{j}]") for j, lk in enumerate(public["links"])]
+    problems = [f"{public_path}: {p}" for p in c.problems]
+    problems += [f"{private_path}: {p}" for p in cp.problems]
+    if problems:
+        raise InstanceError(problems)
+    try:
+        own = instance_from_dict({"format": FORMAT, "name": public["name"],
+                                  "model": public["model"], "training": public["training"],
+                                  "datacenters": [private["datacenter"]], "links": []})
+    except InstanceError as exc:
+        raise InstanceError([_file_of(p, public_path, private_path) for p in exc.problems]) \
+            from None
+    dc = own.datacenters[0]
+    if dc.name != names[index]:
+        raise InstanceError([f"{private_path}: datacenter.name: {dc.name!r}, but the chain "
+                             f"has {names[index]!r} at index {index}"])
+    view = PublicInstance(own.name, own.model, own.training, tuple(names), tuple(links))
+    return view, index, dc
+
+
+def _check_envelopes(c: _Collector, cp: _Collector, public, private) -> tuple[list, int]:
+    """The chain's DC names (problems in ``c``) and the private document's index (``cp``)."""
+    names: list = []
+    pub = c.obj(public, "", _PUBLIC_KEYS)
+    if pub is not None and all(k in pub for k in _PUBLIC_KEYS):
+        if pub["format"] != PUBLIC_FORMAT:
+            c.add("format", f"must be {PUBLIC_FORMAT!r}")
+        if not isinstance(pub["links"], list):
+            c.add("links", "must be an array")
+        names = pub["datacenters"]
+        if not isinstance(names, list) or not names:
+            c.add("datacenters", "must be a non-empty array of DC names")
+            names = []
+        for k, n in enumerate(names):
+            if msg := name_rule(n):
+                c.add(f"datacenters[{k}]", msg)
+            elif names.index(n) != k:
+                c.add(f"datacenters[{k}]", f"duplicate datacenter name {n!r}")
+    priv = cp.obj(private, "", _PRIVATE_KEYS)
+    if priv is None or any(k not in priv for k in _PRIVATE_KEYS):
+        return names, 0
+    if priv["format"] != PRIVATE_FORMAT:
+        cp.add("format", f"must be {PRIVATE_FORMAT!r}")
+    index = priv["index"]
+    if not (isinstance(index, int) and not isinstance(index, bool)
+            and 0 <= index < max(len(names), 1)):
+        cp.add("index", f"must be an integer in [0, {max(len(names) - 1, 0)}]")
+        return names, 0
+    return names, index
+
+
+def _file_of(problem: str, public_path, private_path) -> str:
+    """A problem of the one-DC instance, named in the document it comes from."""
+    if problem.startswith("datacenters[0]"):
+        return f"{private_path}: datacenter{problem[len('datacenters[0]'):]}"
+    return f"{public_path}: {problem}"

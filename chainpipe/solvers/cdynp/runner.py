@@ -13,6 +13,13 @@ Each agent then reports its own stages (device names of its own devices) to
 the job's owner, who assembles the plan; that report is not a message between
 DCs. With ``trace_dir`` every DC-to-DC message is written as sent, one file each,
 ``NNN-<kind>-<from>-to-<to>.json`` numbered in the order they are sent.
+
+With processes (:func:`run_processes`) each agent is a child process
+(:mod:`.child`) given only the public document and its own private document,
+through its own socket; neighbours talk over socket pairs. The coordinator
+watches every agent and ends the run, naming the DC, when one dies, hangs
+(:data:`GRACE_S` past the deadline, or ``message_timeout`` seconds without a
+word while it should be working) or breaks the protocol.
 """
 
 from __future__ import annotations
@@ -20,14 +27,34 @@ from __future__ import annotations
 import json
 import math
 import os
+import selectors
+import socket
+import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ...instance import Datacenter, DeviceGroup, Link
-from . import protocol
-from .agent import DCAgent, Deadline
-from .public import PRIVATE_FORMAT, PublicInstance
+from ...deadline import Deadline, TimeUp
+from ...instance import Datacenter
+from . import protocol, wire
+from .agent import DCAgent
+from .public import PublicInstance, read_split
+
+#: seconds past the deadline before a silent agent is declared hung
+GRACE_S = 2.0
+#: seconds an agent may stay silent while it works, when no time limit is given
+MESSAGE_TIMEOUT_S = 60.0
+#: seconds the coordinator waits, after a first failure, for the agents' own accounts
+_SETTLE_S = 1.0
+
+
+class AgentFailure(Exception):
+    """A DC's agent died, hung, broke the protocol or failed; ``datacenter`` names it."""
+
+    def __init__(self, message: str, datacenter: str | None):
+        super().__init__(message)
+        self.datacenter = datacenter
 
 
 @dataclass
@@ -37,14 +64,15 @@ class Run:
     stages: list[tuple[int, int, str]]  # (start, end, device) in chain order
     estimate: float  # T of the chosen plan as the summaries computed it (inf: none)
     messages: list[dict] = field(default_factory=list)  # {"file", "kind", "from", "to", "bytes"}
-    agents: list[dict] = field(default_factory=list)  # per-agent stats and what it learned
+    agents: list[dict] = field(default_factory=list)  # per-agent reports (DCAgent.report)
 
 
 def message_name(seq: int, msg: dict) -> str:
     return f"{seq:03d}-{msg['kind']}-{msg['from']}-to-{msg['to']}.json"
 
 
-def _send(seq: int, msg: dict, trace_dir) -> tuple[bytes, dict]:
+def send_record(seq: int, msg: dict, trace_dir) -> tuple[bytes, dict]:
+    """The bytes of ``msg`` and its log entry; written to ``trace_dir`` if given."""
     data = protocol.encode(msg)
     name = message_name(seq, msg)
     if trace_dir is not None:
@@ -53,194 +81,297 @@ def _send(seq: int, msg: dict, trace_dir) -> tuple[bytes, dict]:
                   "bytes": len(data)}
 
 
-def _agent_report(agent: DCAgent) -> dict:
-    return {"datacenter": agent.name, "stages": [list(s) for s in agent.stages],
-            "learned_boundaries": agent.boundaries, **agent.stats}
-
-
+# ---------------------------------------------------------------------- one process
 def run_in_process(public: PublicInstance, datacenters: list[Datacenter], *,
-                   trace_dir=None, deadline=None, **options) -> Run:
+                   trace_dir=None, deadline: Deadline | None = None, **options) -> Run:
+    """All agents in this process, the messages still encoded and decoded.
+
+    Raises
+    ------
+    TimeUp
+        The deadline passed (the message names the DC).
+    AgentFailure
+        A message broke the protocol.
+    """
     K = public.num_datacenters
     if trace_dir is not None:
         Path(trace_dir).mkdir(parents=True, exist_ok=True)
     agents = [DCAgent(public, k, dc, deadline=deadline, **options)
               for k, dc in enumerate(datacenters)]
     log = []
-    seq = 0
-    incoming = None
-    for k in range(K - 1, 0, -1):
-        out = agents[k].backward(incoming)
-        data, meta = _send(seq, out, trace_dir)
-        seq += 1
-        log.append(meta)
-        incoming = protocol.decode(data, "summary")
-    agents[0].backward(incoming)
-    choice, estimate = agents[0].decide()
-    request = agents[0].realise_origin(choice)
-    if choice is not None:
-        for k in range(1, K):
-            msg = protocol.assemble(agents[k - 1].name, agents[k].name, request)
-            data, meta = _send(seq, msg, trace_dir)
-            seq += 1
+    try:
+        incoming = None
+        for k in range(K - 1, 0, -1):
+            data, meta = send_record(len(log), agents[k].backward(incoming), trace_dir)
             log.append(meta)
-            request = agents[k].forward(protocol.decode(data, "assemble"))
+            incoming = protocol.decode(data, "summary", public.expect(k, k - 1))
+        agents[0].backward(incoming)
+        choice, estimate = agents[0].decide()
+        request = agents[0].realise_origin(choice)
+        if choice is not None:
+            for k in range(1, K):
+                msg = protocol.assemble(agents[k - 1].name, agents[k].name, request)
+                data, meta = send_record(len(log), msg, trace_dir)
+                log.append(meta)
+                request = agents[k].forward(protocol.decode(data, "assemble",
+                                                            public.expect(k - 1, k)))
+    except protocol.ProtocolError as exc:
+        raise _broke_protocol(exc) from None
     stages = [s for a in agents for s in a.stages] if choice is not None else []
-    return Run(stages, estimate, log, [_agent_report(a) for a in agents])
+    return Run(stages, estimate, log, [a.report() for a in agents])
 
 
-# ---------------------------------------------------------------------- split files
-def private_to_dict(index: int, dc: Datacenter) -> dict:
-    return {
-        "format": PRIVATE_FORMAT,
-        "index": index,
-        "datacenter": {
-            "name": dc.name,
-            "devices": [{"type": g.type, "count": g.count, "flop_per_s": g.flop_per_s,
-                         "memory_bytes": g.memory_bytes} for g in dc.devices],
-            "link": {"bandwidth_bytes_per_s": dc.link.bandwidth_bytes_per_s,
-                     "latency_s": dc.link.latency_s},
-        },
-    }
-
-
-def private_from_dict(d: dict) -> tuple[int, Datacenter]:
-    if d.get("format") != PRIVATE_FORMAT:
-        raise ValueError(f"format: expected {PRIVATE_FORMAT!r}, got {d.get('format')!r}")
-    dc = d["datacenter"]
-    return d["index"], Datacenter(dc["name"], tuple(DeviceGroup(**g) for g in dc["devices"]),
-                                  Link(**dc["link"]))
-
-
-def load_split(outdir) -> tuple[PublicInstance, list[Path]]:
-    """The public part and the private files (in chain order) of a split instance."""
-    outdir = Path(outdir)
-    public = PublicInstance.from_dict(json.loads((outdir / "public.json").read_text()))
-    files = {}
-    for p in sorted(outdir.glob("private-*.json")):
-        k, _ = private_from_dict(json.loads(p.read_text()))
-        files[k] = p
-    missing = [public.datacenter_names[k] for k in range(public.num_datacenters) if k not in files]
-    if missing:
-        raise ValueError(f"{outdir}: no private file for {', '.join(missing)}")
-    return public, [files[k] for k in range(public.num_datacenters)]
+def _broke_protocol(exc: protocol.ProtocolError) -> AgentFailure:
+    return AgentFailure(f"DC {exc.sender!r} broke the protocol: {exc}", exc.sender)
 
 
 # ---------------------------------------------------------------------- processes
-def _worker(public_path: str, private_path: str, options: dict, prev_conn, next_conn,
-            report_conn, trace_dir, deadline) -> None:
-    """One DC as an OS process: it reads its own two files and talks only through pipes."""
-    try:
-        public = PublicInstance.from_dict(json.loads(Path(public_path).read_text()))
-        k, dc = private_from_dict(json.loads(Path(private_path).read_text()))
-        K = public.num_datacenters
-        agent = DCAgent(public, k, dc, deadline=deadline, **options)
-        sent = []
-        incoming = None
-        if k < K - 1:
-            incoming = protocol.decode(next_conn.recv_bytes(), "summary")
-        out = agent.backward(incoming)
-        if k > 0:
-            data, meta = _send(K - 1 - k, out, trace_dir)
-            prev_conn.send_bytes(data)
-            sent.append(meta)
-            request = agent.forward(protocol.decode(prev_conn.recv_bytes(), "assemble"))
-            estimate = None
-        else:
-            choice, estimate = agent.decide()
-            request = agent.realise_origin(choice)
-            if choice is None:
-                # nothing to assemble: tell everyone downstream to stop
-                request = None
-        if k < K - 1:
-            msg = protocol.assemble(agent.name, public.datacenter_names[k + 1], request)
-            data, meta = _send(K - 1 + k, msg, trace_dir)
-            next_conn.send_bytes(data)
-            sent.append(meta)
-        report = _agent_report(agent)
-        report["sent"] = sent
-        report["estimate"] = estimate if estimate is None or math.isfinite(estimate) else "inf"
-        report_conn.send_bytes(json.dumps({"ok": True, "index": k, "report": report}).encode())
-    except Deadline as exc:
-        report_conn.send_bytes(json.dumps({"ok": False, "deadline": True,
-                                           "error": str(exc)}).encode())
-    except Exception as exc:
-        report_conn.send_bytes(json.dumps({"ok": False, "deadline": False,
-                                           "error": f"{type(exc).__name__}: {exc}"}).encode())
+def run_split(outdir, **options) -> Run:
+    """:func:`run_processes` on the documents of a split directory (``chainpipe split``)."""
+    public, private = read_split(outdir)
+    return run_processes(public, private, **options)
 
 
-def run_processes(outdir, *, trace_dir=None, deadline=None, **options) -> Run:
-    """Run every DC agent as a separate (spawned) OS process from split files alone."""
-    import multiprocessing as mp
+def run_processes(public: dict, private: list[dict], *, trace_dir=None,
+                  deadline: Deadline | None = None,
+                  message_timeout: float = MESSAGE_TIMEOUT_S, **options) -> Run:
+    """Every DC's agent as a child process, given only the public document and its own.
 
-    public, files = load_split(outdir)
-    K = public.num_datacenters
+    Parameters
+    ----------
+    public : dict
+        The ``chainpipe-public/1`` document.
+    private : list of dict
+        Each DC's ``chainpipe-private/1`` document, in chain order.
+    trace_dir : path, optional
+        Where the agents write every message they send.
+    deadline : Deadline, optional
+        The run's deadline; each agent checks it.
+    message_timeout : float
+        Seconds an agent may stay silent while it works (see :data:`MESSAGE_TIMEOUT_S`).
+    **options
+        The agents' options (:class:`DCAgent`).
+
+    Raises
+    ------
+    TimeUp
+        The deadline passed while the agents were healthy.
+    AgentFailure
+        An agent died, hung, broke the protocol or failed; the message names its DC.
+    """
     if trace_dir is not None:
         Path(trace_dir).mkdir(parents=True, exist_ok=True)
-    ctx = mp.get_context("spawn")
-    links = [ctx.Pipe(duplex=True) for _ in range(K - 1)]  # links[k]: DC k <-> DC k+1
-    reports = [ctx.Pipe(duplex=False) for _ in range(K)]
-    procs = []
-    for k in range(K):
-        prev_conn = links[k - 1][1] if k > 0 else None
-        next_conn = links[k][0] if k < K - 1 else None
-        p = ctx.Process(target=_worker, name=f"cdynp-{public.datacenter_names[k]}",
-                        args=(str(Path(outdir) / "public.json"),
-                              str(files[k]), options, prev_conn, next_conn, reports[k][1],
-                              None if trace_dir is None else str(trace_dir), deadline),
-                        daemon=True)
-        procs.append(p)
-    for p in procs:
-        p.start()
-    results: dict[int, dict] = {}
-    error = None
+    deadline = Deadline.of(deadline)
+    names = list(public["datacenters"])
+    setup = {"public": public, "options": options,
+             "deadline_at": None if deadline.unlimited else deadline.at,
+             "trace_dir": None if trace_dir is None else str(trace_dir)}
+    coord = _Coordinator(names, deadline, float(message_timeout))
     try:
-        for k in range(K):
-            if deadline is not None:
-                wait = max(1.0, deadline - time.monotonic() + 5.0)
-            else:
-                wait = None
-            if not reports[k][0].poll(wait):
-                error = ("deadline", f"{public.datacenter_names[k]} did not report in time")
-                break
-            msg = json.loads(reports[k][0].recv_bytes())
-            if not msg["ok"]:
-                error = ("deadline" if msg["deadline"] else "error", msg["error"])
-                break
-            results[k] = msg["report"]
+        coord.start([{**setup, "private": doc} for doc in private])
+        reports = coord.watch()
     finally:
-        for p in procs:
-            if error is not None and p.is_alive():
-                p.terminate()
-            p.join(timeout=10)
-    if error is not None:
-        if error[0] == "deadline":
-            raise Deadline(error[1])
-        raise RuntimeError(error[1])
-    est = results[0].get("estimate")
-    estimate = math.inf if est in (None, "inf") else float(est)
-    log = sorted((m for r in results.values() for m in r.pop("sent")), key=lambda m: m["file"])
-    stages = [tuple(s) for k in range(K) for s in results[k]["stages"]]
-    agents = []
-    for k in range(K):
-        r = results[k]
+        coord.close()
+    return _collect(reports)
+
+
+def _collect(reports: list[dict]) -> Run:
+    """The owner's :class:`Run` from the agents' final reports."""
+    est = reports[0].pop("estimate", None)
+    estimate = math.inf if est is None else float(est)
+    log = sorted((m for r in reports for m in r.pop("sent")), key=lambda m: m["file"])
+    for r in reports[1:]:
         r.pop("estimate", None)
-        agents.append(r)
-    return Run(stages if math.isfinite(estimate) else [], estimate, log, agents)
+    stages = [tuple(s) for r in reports for s in r["stages"]]
+    return Run(stages if math.isfinite(estimate) else [], estimate, log, reports)
 
 
-def write_split(public: PublicInstance, datacenters: list[Datacenter], outdir) -> list[Path]:
-    outdir = Path(outdir)
-    outdir.mkdir(parents=True, exist_ok=True)
-    paths = [outdir / "public.json"]
-    _write(paths[0], public.to_dict())
-    for k, dc in enumerate(datacenters):
-        p = outdir / f"private-{k:02d}-{dc.name}.json"
-        _write(p, private_to_dict(k, dc))
-        paths.append(p)
-    return paths
+def _child_env() -> dict:
+    """The environment of an agent: this one, with this chainpipe first on the path."""
+    root = str(Path(__file__).resolve().parents[3])
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in
+                                                  env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    return env
 
 
-def _write(path: Path, data: dict) -> None:
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(json.dumps(data, indent=1, allow_nan=False) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+class _Coordinator:
+    """Starts the agents, follows what each is doing, and says who failed."""
+
+    def __init__(self, names: list[str], deadline: Deadline, message_timeout: float):
+        self.names = names
+        self.deadline = deadline
+        self.message_timeout = message_timeout
+        self.procs: list[subprocess.Popen] = []
+        self.ctrl: list[socket.socket] = []
+        K = len(names)
+        self.state = ["starting"] * K  # starting, work, wait, done, failed, ended
+        self.peer: list[str | None] = [None] * K  # whom a waiting agent waits for
+        self.last = [time.monotonic()] * K  # when each agent last said anything
+        self.reports: dict[int, dict] = {}
+        self.failures: list[tuple[str, int, dict]] = []  # (how, index, details) in order
+
+    # ------------------------------------------------------------------ start and stop
+    def start(self, setups: list[dict]) -> None:
+        K = len(self.names)
+        links = [socket.socketpair() for _ in range(K - 1)]  # links[k]: DC k <-> DC k+1
+        child_ends = []
+        env = _child_env()
+        try:
+            for k in range(K):
+                mine, theirs = socket.socketpair()
+                self.ctrl.append(mine)
+                fds = [theirs.fileno(),
+                       links[k - 1][1].fileno() if k > 0 else -1,
+                       links[k][0].fileno() if k < K - 1 else -1]
+                self.procs.append(subprocess.Popen(
+                    [sys.executable, "-m", "chainpipe.solvers.cdynp.child", str(os.getpid()),
+                     *map(str, fds)],
+                    pass_fds=[fd for fd in fds if fd >= 0], env=env, stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
+                child_ends.append(theirs)
+        finally:
+            # only the children hold these now: a child's death closes its ends
+            for s in child_ends + [s for pair in links for s in pair]:
+                s.close()
+        now = time.monotonic()
+        self.last = [now] * K
+        for sock, setup in zip(self.ctrl, setups):
+            try:
+                wire.send(sock, json.dumps(setup, allow_nan=False).encode())
+            except wire.Closed:
+                pass  # the child already ended; watch() finds out why
+
+    def close(self) -> None:
+        """End every agent still running (they are ours) and reap them."""
+        done = self._all_done()
+        for p in self.procs:
+            if done:  # each exits once its report is sent
+                try:
+                    p.wait(timeout=2.0)
+                except subprocess.TimeoutExpired:
+                    pass
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+            if p.stderr is not None:
+                p.stderr.close()
+        for s in self.ctrl:
+            s.close()
+
+    def _all_done(self) -> bool:
+        return len(self.reports) == len(self.names)
+
+    # ------------------------------------------------------------------ watching
+    def watch(self) -> list[dict]:
+        """The agents' final reports in chain order, once all are done.
+
+        Raises
+        ------
+        TimeUp, AgentFailure
+            See :func:`run_processes`.
+        """
+        sel = selectors.DefaultSelector()
+        for k, s in enumerate(self.ctrl):
+            sel.register(s, selectors.EVENT_READ, k)
+        first_failure = None
+        while not self._all_done():
+            now = time.monotonic()
+            if first_failure is None and self.failures:
+                first_failure = now
+            if first_failure is not None and (now - first_failure >= _SETTLE_S
+                                              or not sel.get_map()):
+                raise self._verdict()
+            self._check_hung(now)
+            wait = self._next_wake(now, first_failure)
+            for key, _ in sel.select(wait):
+                self._read(key.data, sel)
+        return [self.reports[k] for k in range(len(self.names))]
+
+    def _read(self, k: int, sel) -> None:
+        """One event from agent ``k``, or its end."""
+        try:
+            event = json.loads(wire.recv(self.ctrl[k]))
+        except (wire.Closed, protocol.ProtocolError, ValueError):
+            sel.unregister(self.ctrl[k])
+            if self.state[k] not in ("done", "failed"):
+                self.state[k] = "ended"
+                self.failures.append(("died", k, {}))
+            return
+        self.last[k] = time.monotonic()
+        kind = event.get("event")
+        if kind in ("work", "wait"):
+            self.state[k], self.peer[k] = kind, event.get("peer")
+        elif kind == "done":
+            self.state[k] = "done"
+            self.reports[k] = event["report"]
+        elif kind == "failed":
+            self.state[k] = "failed"
+            self.failures.append((event["kind"], k, event))
+
+    def _next_wake(self, now: float, first_failure: float | None) -> float:
+        """Seconds until something may have to be decided."""
+        times = [self.message_timeout - (now - self.last[k])
+                 for k in range(len(self.names)) if self.state[k] in ("starting", "work")]
+        if not self.deadline.unlimited:
+            times.append(self.deadline.at + GRACE_S - now)
+        if first_failure is not None:
+            times.append(first_failure + _SETTLE_S - now)
+        return max(0.01, min(times, default=1.0))
+
+    def _check_hung(self, now: float) -> None:
+        """An agent working or starting in silence for too long, or past the deadline."""
+        busy = [k for k in range(len(self.names)) if self.state[k] in ("starting", "work")]
+        for k in busy:
+            if now - self.last[k] > self.message_timeout:
+                raise AgentFailure(f"the agent of DC {self.names[k]!r} sent nothing for "
+                                   f"{self.message_timeout:g} s while it should be working: "
+                                   f"it is hung", self.names[k])
+        if not self.deadline.unlimited and now > self.deadline.at + GRACE_S:
+            k = self._culprit()
+            raise AgentFailure(f"the agent of DC {self.names[k]!r} did not answer by the time "
+                               f"limit (+{GRACE_S:g} s): it is hung", self.names[k])
+
+    def _culprit(self) -> int:
+        """The agent the others wait for: follow who waits for whom from any agent."""
+        index = {n: k for k, n in enumerate(self.names)}
+        k = next((k for k in range(len(self.names)) if self.state[k] not in ("done",)), 0)
+        seen = set()
+        while self.state[k] == "wait" and self.peer[k] in index and k not in seen:
+            seen.add(k)
+            k = index[self.peer[k]]
+        return k
+
+    def _verdict(self) -> Exception:
+        """The failure to report, from every account collected: a death first, then a
+        broken protocol or an agent's own error, then the time limit, then a lost peer."""
+        rank = {"died": 0, "protocol": 1, "error": 1, "timeup": 2, "peer": 3}
+        how, k, ev = min(self.failures, key=lambda f: rank.get(f[0], 9))
+        name = self.names[k]
+        if how == "died":
+            return AgentFailure(f"the agent of DC {name!r} died ({self._exit_reason(k)})", name)
+        if how == "timeup":
+            return TimeUp(ev.get("error") or f"time limit reached in {name}")
+        blamed = ev.get("blame") or name
+        if how == "protocol":
+            return AgentFailure(f"DC {blamed!r} broke the protocol: {ev.get('error')}", blamed)
+        if how == "peer":
+            return AgentFailure(f"the agent of DC {blamed!r} closed its connection to "
+                                f"{name!r} mid-run", blamed)
+        return AgentFailure(f"the agent of DC {name!r} failed: {ev.get('error')}", name)
+
+    def _exit_reason(self, k: int) -> str:
+        p = self.procs[k]
+        try:
+            code = p.wait(timeout=2.0)
+        except subprocess.TimeoutExpired:
+            return "it closed its connection"
+        if code < 0:
+            import signal
+
+            try:
+                return f"killed by {signal.Signals(-code).name}"
+            except ValueError:
+                return f"killed by signal {-code}"
+        err = p.stderr.read().decode("utf-8", "replace").strip().splitlines() if p.stderr else []
+        return f"exit status {code}" + (f": {err[-1][:200]}" if err else "")

@@ -30,6 +30,8 @@ from __future__ import annotations
 
 import math
 
+from ... import cost
+
 #: a point: ``(r, bottleneck, total, ...)``; anything after ``total`` rides along
 
 
@@ -84,7 +86,7 @@ def cap_keep(points: list, microbatches: int, max_entries: int) -> list[int]:
     if max_entries <= 0 or len(points) <= max_entries:
         return list(range(len(points)))
     order = sorted(range(len(points)),
-                   key=lambda i: points[i][2] + (microbatches - 1) * points[i][1])
+                   key=lambda i: cost.iteration_time(points[i][2], points[i][1], microbatches))
     return sorted(order[:max_entries])
 
 

@@ -16,6 +16,7 @@ import math
 
 import numpy as np
 
+from ... import cost
 from .local import END, IN, OWN, DCRun
 
 
@@ -38,10 +39,6 @@ class _Store:
             self.parts.append((u, x, r, bn, sm, g, parent))
             self.xs.append(int(x[0]))
             self._size += len(bn)
-
-    @property
-    def size(self) -> int:
-        return self._size
 
     def view(self):
         """Every label, in store order (indices are the parents' references)."""
@@ -153,33 +150,25 @@ class WideDP(DCRun):
     def run(self, base: dict[int, list[tuple]], ub: float, prefix=None,
             greedy: bool = False) -> None:
         """As :meth:`.local.LocalDP.run`. ``greedy`` keeps one label per state (the one
-        with the least ``total + (M - 1) bottleneck``): a fast probe, inexact, whose
-        complete plans give an upper bound."""
+        with the least ``T`` estimate): a fast probe, inexact, whose complete plans give
+        an upper bound.
+
+        Walks the stage starts ``a`` from the end: the base labels joining at ``a + 1``
+        enter the store, then every stored suffix a stage ``[a, x)`` can reach is
+        extended at once (:meth:`_extend`) and the new frontier stored.
+        """
         if prefix is not None:
             raise ValueError("WideDP has no prefix bound")
-        L, M, R = self.L, self.M, self.R
-        tab = self.t
-        ct, mif = tab.compute_time, tab.max_in_flight
-        G = tab.G
-        caps = np.minimum(tab.count, L)
-        strides = np.ones(G, dtype=np.int64)
-        for g in range(1, G):
-            strides[g] = strides[g - 1] * (caps[g - 1] + 1)
-        u_int, q_int = self.u_int, self.q_int
-        limit = ub * (1 + 1e-12)
-        # base labels as arrays; "g" holds the incoming entry (-1: the model ends here),
-        # "parent" the point
-        pending: dict[int, tuple] = {}
-        for x, labels in base.items():
-            bn, sm, r, refs = zip(*labels)
-            pending[x] = (np.array(r, dtype=np.int64), np.array(bn, dtype=float),
-                          np.array(sm, dtype=float),
-                          np.array([e if k == IN else -1 for k, e, _ in refs], dtype=np.int64),
-                          np.array([p if k == IN else -1 for k, _, p in refs], dtype=np.int64))
+        caps = np.minimum(self.t.count, self.L)
+        self._strides = np.concatenate(([1], np.cumprod(caps[:-1] + 1))).astype(np.int64)
+        self._caps = caps
+        self._limit = ub * (1 + 1e-12)
+        self._bounded = ub < math.inf
+        pending = self._base_arrays(base)
         store = _Store()
         x_max = self._widest_stage_end(ub)
-        for a in range(L - 1, -1, -1):
-            self.check_time()
+        for a in range(self.L - 1, -1, -1):
+            self.deadline.check()
             x = a + 1
             if x in pending:
                 r, bn, sm, oe, op = pending.pop(x)
@@ -191,44 +180,69 @@ class WideDP(DCRun):
             view, offset = store.tail(int(x_max[a]))
             if view is None:
                 continue
-            us, xs, rs, bns, sms = view[0], view[1], view[2], view[3], view[4]
-            inflight = np.minimum(M, rs + 1) if not self.gpipe else np.full(len(rs), M)
-            is_base = us == 0
-            new = []
-            for g in range(G):
-                room = (us // strides[g]) % (caps[g] + 1) < caps[g]
-                fit = room & (inflight <= mif[g, a, xs])
-                idx = np.flatnonzero(fit)
-                if not len(idx):
-                    continue
-                xi = xs[idx]
-                c = ct[g, a, xi]
-                internal = ~is_base[idx]
-                nbn = np.maximum(np.maximum(bns[idx], c), np.where(internal, u_int[xi], 0.0))
-                nsm = sms[idx] + c + np.where(internal, q_int[xi], 0.0)
-                if ub < math.inf:
-                    ok = nsm + (M - 1) * nbn <= limit
-                    if not ok.all():
-                        self.bound_cut = True
-                        idx, nbn, nsm = idx[ok], nbn[ok], nsm[ok]
-                    if not len(idx):
-                        continue
-                new.append((us[idx] + strides[g], np.minimum(rs[idx] + 1, R), nbn, nsm,
-                            np.full(len(idx), g), idx + offset))
+            new = self._extend(a, view, offset)
             if not new:
                 continue
             nu, r, bn, sm, g_, par = (np.concatenate([p[c] for p in new]) for c in range(6))
             keep = pareto_mask(r, bn, sm, nu)
             if greedy:
-                kept = np.flatnonzero(keep)
-                o = kept[np.lexsort((sm[kept] + (M - 1) * bn[kept], nu[kept]))]
-                first = np.concatenate(([True], nu[o][1:] != nu[o][:-1]))
-                keep = np.zeros(len(keep), dtype=bool)
-                keep[o[first]] = True
+                keep = self._greedy(keep, nu, bn, sm)
             n = int(keep.sum())
             store.append(nu[keep], np.full(n, a), r[keep], bn[keep], sm[keep], g_[keep],
                          par[keep])
         self._export(store)
+
+    @staticmethod
+    def _base_arrays(base: dict[int, list[tuple]]) -> dict[int, tuple]:
+        """Base labels as arrays ``(r, bn, sm, entry, point)`` per ``x``; entry ``-1``:
+        the model ends here."""
+        pending: dict[int, tuple] = {}
+        for x, labels in base.items():
+            bn, sm, r, refs = zip(*labels)
+            pending[x] = (np.array(r, dtype=np.int64), np.array(bn, dtype=float),
+                          np.array(sm, dtype=float),
+                          np.array([e if k == IN else -1 for k, e, _ in refs], dtype=np.int64),
+                          np.array([p if k == IN else -1 for k, _, p in refs], dtype=np.int64))
+        return pending
+
+    def _extend(self, a: int, view: tuple, offset: int) -> list[tuple]:
+        """Stage ``[a, x)`` on each group prepended to every stored label of ``view``
+        it can take (a free device, memory at its position, within the bound). Returns
+        per group ``(usage, r, bottleneck, total, group, parent index)`` arrays."""
+        M, t = self.M, self.t
+        us, xs, rs, bns, sms = view[:5]
+        inflight = t.in_flight(rs + 1)
+        is_base = us == 0
+        new = []
+        for g in range(t.G):
+            room = (us // self._strides[g]) % (self._caps[g] + 1) < self._caps[g]
+            idx = np.flatnonzero(room & (inflight <= t.max_in_flight[g, a, xs]))
+            if not len(idx):
+                continue
+            xi = xs[idx]
+            c = t.compute_time[g, a, xi]
+            internal = ~is_base[idx]
+            nbn = np.maximum(np.maximum(bns[idx], c), np.where(internal, self.u_int[xi], 0.0))
+            nsm = sms[idx] + c + np.where(internal, self.q_int[xi], 0.0)
+            if self._bounded:
+                ok = cost.iteration_time(nsm, nbn, M) <= self._limit
+                if not ok.all():
+                    self.bound_cut = True
+                    idx, nbn, nsm = idx[ok], nbn[ok], nsm[ok]
+                if not len(idx):
+                    continue
+            new.append((us[idx] + self._strides[g], np.minimum(rs[idx] + 1, self.R), nbn, nsm,
+                        np.full(len(idx), g), idx + offset))
+        return new
+
+    def _greedy(self, keep: np.ndarray, nu, bn, sm) -> np.ndarray:
+        """Of the kept labels, only the one with the least ``T`` estimate per state."""
+        kept = np.flatnonzero(keep)
+        o = kept[np.lexsort((cost.iteration_time(sm[kept], bn[kept], self.M), nu[kept]))]
+        first = np.concatenate(([True], nu[o][1:] != nu[o][:-1]))
+        out = np.zeros(len(keep), dtype=bool)
+        out[o[first]] = True
+        return out
 
     def _export(self, store: _Store) -> None:
         """:attr:`points` in :class:`.local.LocalDP`'s form, kept to each start's
@@ -261,19 +275,8 @@ class WideDP(DCRun):
         return int(xs[i]), int(gs[i]), ref
 
     def _widest_stage_end(self, ub: float) -> np.ndarray:
-        """``[a]``: the last layer end ``x`` a stage ``[a, x)`` of this DC can have.
-
-        A stage must fit in memory at least as the last stage (1F1B: one microbatch in
-        flight; GPipe: ``M``), and a plan within ``ub`` has ``M * C <= ub`` for each of
-        its stages (``T >= sum C + (M - 1) max C``). Both only get harder as ``x`` grows.
-        """
-        tab, M = self.t, self.M
-        need = M if self.gpipe else 1
-        ok = tab.max_in_flight >= need
-        if ub < math.inf:
-            fast = tab.compute_time <= ub / M * (1 + 1e-9)
-            self.bound_cut |= bool((ok & ~fast).any())
-            ok &= fast
-        ok = ok.any(axis=0)  # [a, x]: some group can hold stage [a, x)
+        """``[a]``: the last layer end ``x`` a stage ``[a, x)`` of this DC can have
+        (:meth:`.local.DCRun.stage_fits` only gets harder as ``x`` grows)."""
+        ok = self.stage_fits(ub).any(axis=0)  # [a, x]: some group can hold stage [a, x)
         ends = np.where(ok, np.arange(self.L + 1)[None, :], -1).max(axis=1)
         return np.maximum(ends, np.arange(self.L + 1))

@@ -1,0 +1,96 @@
+"""The owner's check of the summaries a plan was chosen by, against the plan's cost.
+
+The job's owner runs the plan, so it learns what each stage and each boundary
+costs (here: :func:`chainpipe.plan.evaluate`). Each agent reports the point of
+its downstream neighbour's summary that its part of the plan goes on with, as it
+received it. For every such point the owner computes what an honest sender
+would have claimed, the cost of the plan's suffix from that boundary as the
+receiver sees it, and compares:
+
+* a claim better than the suffix's true cost (fewer stages, a wider path, a
+  smaller bottleneck or total) is forged: compression only ever rounds costs up;
+* in exact mode a claim must equal the true cost (to a relative ``1e-9``).
+
+Going from the end of the chain, the first point that fails was forged by the
+DC that sent it: a lie further downstream would already show there. A DC that
+also misreports what it received can move the blame one hop downstream; it
+cannot hide the forgery.
+"""
+
+from __future__ import annotations
+
+from ... import cost
+from ...instance import Instance
+from ...plan import Evaluation
+from .runner import AgentFailure
+
+_RTOL = 1e-9
+
+
+def check_claims(instance: Instance, plan_eval: Evaluation, reports: list[dict],
+                 position_cap: int, *, exact: bool) -> None:
+    """Raise :class:`AgentFailure` naming the DC whose summary misstated the plan's cost.
+
+    Parameters
+    ----------
+    instance : Instance
+        The instance (the owner evaluates the plan on it).
+    plan_eval : Evaluation
+        The assembled plan's evaluation.
+    reports : list of dict
+        The agents' reports in chain order (``continues_with`` of each).
+    position_cap : int
+        ``R``, the cap on stage counts.
+    exact : bool
+        No compression: claims must be exact.
+    """
+    names = [dc.name for dc in instance.datacenters]
+    stages, bounds = plan_eval.stages, plan_eval.boundaries
+    dc_of = [instance.locate(s.device).dc for s in stages]
+    for i in range(len(reports) - 2, -1, -1):  # receiver i, sender i + 1: from the end
+        claim = reports[i].get("continues_with")
+        if claim is None:
+            continue
+        sender = names[i + 1]
+        b = claim["b"]
+        first = next((s for s, st in enumerate(stages) if st.start == b), None)
+        if first is None or dc_of[first] <= i:
+            raise AgentFailure(f"DC {sender!r} sent a forged summary: the plan has no stage "
+                               f"downstream of {names[i]!r} starting at layer {b}", sender)
+        truth = _suffix(stages, bounds, first, position_cap)
+        r, bn, sm = truth
+        bw = None
+        if b > 0:
+            bw, lat = cost.path(instance, i, dc_of[first])
+            sm += cost.traversal(lat, 0.0)  # the latencies the senders fold in
+        problem = _misstated(claim, (r, bn, sm), bw, exact)
+        if problem:
+            raise AgentFailure(f"DC {sender!r} sent a forged summary: for the layers from {b} "
+                               f"on it {problem}", sender)
+
+
+def _suffix(stages, bounds, first: int, position_cap: int) -> tuple[int, float, float]:
+    """``(r, bottleneck, total)`` of the plan's stages from ``first`` on, as the DC of that
+    stage computes it (the boundary before it excluded)."""
+    compute = [s.compute_time_s for s in stages[first:]]
+    inner = bounds[first:]
+    bottleneck = max(compute + [bd.occupancy_s for bd in inner])
+    total = sum(compute) + sum(bd.traversal_s for bd in inner)
+    return min(len(compute), position_cap), bottleneck, total
+
+
+def _misstated(claim: dict, truth: tuple, bw, exact: bool) -> str | None:
+    r, bn, sm = claim["point"]
+    tr, tbn, tsm = truth
+    if r < tr:
+        return f"claims {r} stage(s), the plan has {tr} there"
+    if bw is not None and claim["bw"] > bw:
+        return f"claims a path bandwidth of {claim['bw']:g} B/s, the path has {bw:g}"
+    for what, c, t in (("bottleneck", bn, tbn), ("total", sm, tsm)):
+        if c < t * (1 - _RTOL):
+            return f"claims a {what} of {c:.9g} s, its stages take {t:.9g} s"
+        if exact and c > t * (1 + _RTOL):
+            return f"claims a {what} of {c:.9g} s, its stages take {t:.9g} s"
+    if exact and (r != tr or (bw is not None and claim["bw"] != bw)):
+        return "claims a stage count or path that is not the plan's"
+    return None
