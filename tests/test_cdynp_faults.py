@@ -112,7 +112,8 @@ def test_nothing_outlives_a_signalled_solve(tmp_path, sig):
     finally:
         if proc.poll() is None:
             proc.kill()
-    expected = {signal.SIGTERM: -signal.SIGTERM, signal.SIGINT: 1, signal.SIGKILL: -signal.SIGKILL}
+    expected = {signal.SIGTERM: -signal.SIGTERM, signal.SIGINT: 130,
+                signal.SIGKILL: -signal.SIGKILL}
     assert proc.returncode == expected[sig], (out, err)
     if sig == signal.SIGINT:
         assert err.strip().splitlines()[-1] == "interrupted"

@@ -67,7 +67,8 @@ def test_validate_help_says_what_a_manifest_is(capsys):
 def test_compare_help_documents_all_and_its_defaults(capsys):
     text = help_text(capsys, "compare")
     assert "or 'all' for every installed solver" in text
-    assert "--time-limit S (default: 60.0)" in text  # an option without help text shows it too
+    assert "--seeds N (default: 1)" in text  # an option without help text shows it too
+    assert "--time-limit S" in text and "(default: 60.0)" in text
 
 
 def test_help_imports_no_solver_backend():

@@ -116,7 +116,7 @@ def test_a_broken_pipe_that_is_not_stdout_is_a_failure(capfd, monkeypatch):
         raise BrokenPipeError(32, "Broken pipe")
 
     monkeypatch.setattr(solve_module, "solve", broken)
-    assert main(["solve", str(WORKED)]) == 1
+    assert main(["solve", str(SMALL)]) == 1
     out, err = capfd.readouterr()
     assert (out, err) == ("", "chainpipe: BrokenPipeError: [Errno 32] Broken pipe\n")
 
@@ -154,7 +154,7 @@ raise SystemExit(main(sys.argv[1:]))
 
 
 def test_sigint_during_a_solve_is_one_line_and_exit_130():
-    proc = subprocess.Popen([sys.executable, "-c", NAPPER, "solve", str(WORKED), "--solver",
+    proc = subprocess.Popen([sys.executable, "-c", NAPPER, "solve", str(SMALL), "--solver",
                              "nap", "--log"], cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     try:

@@ -306,9 +306,9 @@ def test_best_known_wins_and_profiles():
 @pytest.mark.parametrize("argv,needle", [
     (["--solvers", "no-such-solver"], "--solvers: unknown solver 'no-such-solver'"),
     (["--solvers", "fake-first", "--time-limit", "0"], "--time-limit: must be a finite number"),
-    (["--solvers", "fake-first", "--time-limit", "-5"], "got -5.0"),
-    (["--solvers", "fake-first", "--time-limit", "inf"], "got inf"),
-    (["--solvers", "fake-first", "--time-limit", "nan"], "got nan"),
+    (["--solvers", "fake-first", "--time-limit", "-5"], "got '-5'"),
+    (["--solvers", "fake-first", "--time-limit", "inf"], "got 'inf'"),
+    (["--solvers", "fake-first", "--time-limit", "nan"], "got 'nan'"),
 ])
 def test_cli_bad_arguments_exit_2(tmp_path, capsys, argv, needle):
     paths = _instances(tmp_path / "inst", [1])
