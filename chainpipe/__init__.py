@@ -19,9 +19,9 @@ from .instance import (
     Model,
     Training,
 )
-from .io import read, read_plan, write, write_plan
+from .io import instance_from_dict, instance_to_dict, read, read_plan, write, write_plan
 from .plan import Evaluation, Plan, Stage, evaluate
-from .result import Outcome, Result
+from .result import Outcome, Result, Status
 from .solve import SOLVERS, solve
 
 __all__ = [
@@ -39,7 +39,10 @@ __all__ = [
     "Result",
     "Stage",
     "Training",
+    "Status",
     "evaluate",
+    "instance_from_dict",
+    "instance_to_dict",
     "read",
     "read_plan",
     "solve",

@@ -25,8 +25,9 @@ from .instance import SCHEDULES, InstanceError
 from .instances import PRESETS
 from .instances.models import MODELS
 from .instances.network import check_degrade
+from .names import unknown_name
 from .paths import MANIFEST, instance_files, refuse_overwrite
-from .solve import SOLVERS, unknown_name
+from .solve import SOLVERS
 
 #: exit status of a command stopped by Ctrl-C (128 + SIGINT), as shells report it
 EXIT_INTERRUPTED = 130

@@ -52,8 +52,13 @@ __all__ = [
 
 # --------------------------------------------------------------------------- stages
 def compute_time(flop, rate):
-    """``C``: seconds per microbatch, forward and backward, of ``flop`` at ``rate`` FLOP/s."""
-    return flop / rate
+    """``C``: seconds per microbatch, forward and backward, of ``flop`` at ``rate`` FLOP/s.
+
+    Valid but extreme figures (``1e308`` FLOP at ``5e-324`` FLOP/s) give ``inf``
+    seconds, never a warning: such a stage is simply never the best.
+    """
+    with np.errstate(over="ignore"):
+        return flop / rate
 
 
 def in_flight(schedule: str, microbatches: int, position):
@@ -112,7 +117,8 @@ def path(instance: Instance, k1: int, k2: int) -> tuple[float, float]:
 
 def occupancy(boundary_bytes, bandwidth):
     """``U = X / bandwidth``: a boundary's link time per microbatch and direction."""
-    return boundary_bytes / bandwidth
+    with np.errstate(over="ignore"):
+        return boundary_bytes / bandwidth
 
 
 def traversal(latency, link_occupancy):
@@ -122,8 +128,14 @@ def traversal(latency, link_occupancy):
 
 # --------------------------------------------------------------------------- T
 def steady_state(microbatches: int, bottleneck):
-    """``(M - 1) * bottleneck``: the steady state, paced by the slowest resource."""
-    return (microbatches - 1) * bottleneck
+    """``(M - 1) * bottleneck``: the steady state, paced by the slowest resource.
+
+    0 for ``M = 1`` even when the bottleneck is infinite (no ``0 * inf``).
+    """
+    if microbatches == 1:
+        return np.zeros(np.shape(bottleneck)) if np.ndim(bottleneck) else 0.0
+    with np.errstate(over="ignore"):
+        return (microbatches - 1) * bottleneck
 
 
 def iteration_time(fill_drain, bottleneck, microbatches: int):

@@ -84,7 +84,7 @@ def _at(path: str, key: Any) -> str:
     return f"{path}[{_fmt(key) if isinstance(key, str) else shorten(repr(key))}]"
 
 
-class _Collector:
+class Problems:
     """Problems found so far, each ``"json.path: what is wrong"``, in document order."""
 
     def __init__(self) -> None:
@@ -162,12 +162,13 @@ class _Collector:
         return unique
 
 
-def _link(c: _Collector, data: Any, path: str) -> Link | None:
+def link_from_dict(c: Problems, data: Any, path: str) -> Link | None:
+    """A :class:`Link` from its JSON object at ``path``, or ``None`` with problems added to ``c``."""
     good = c.record("link", data, path)
     return Link(**good) if good else None
 
 
-def _model(c: _Collector, top: dict) -> Model | None:
+def _model(c: Problems, top: dict) -> Model | None:
     """``model``: its name and every layer."""
     if "model" not in top:
         return None
@@ -182,14 +183,14 @@ def _model(c: _Collector, top: dict) -> Model | None:
     return Model(m["name"], tuple(Layer(**good) for good in layers))
 
 
-def _training(c: _Collector, top: dict) -> Training | None:
+def _training(c: Problems, top: dict) -> Training | None:
     if "training" not in top:
         return None
     good = c.record("training", top["training"], "training")
     return Training(**good) if good else None
 
 
-def _datacenter(c: _Collector, data: Any, path: str) -> Datacenter | None:
+def _datacenter(c: Problems, data: Any, path: str) -> Datacenter | None:
     """One datacenter: name, device groups (types unique) and its link."""
     d = c.obj(data, path, ("name", "devices", "link"))
     if d is None:
@@ -198,20 +199,20 @@ def _datacenter(c: _Collector, data: Any, path: str) -> Datacenter | None:
     raw = c.items(d, "devices", path, min_len=1)
     groups = [c.record("device_group", grp, f"{path}.devices[{g}]") for g, grp in enumerate(raw)]
     unique = c.unique(raw, "type", f"{path}.devices", "device type")
-    link = _link(c, d["link"], f"{path}.link") if "link" in d else None
+    link = link_from_dict(c, d["link"], f"{path}.link") if "link" in d else None
     if not (named and groups and all(groups) and unique and link):
         return None
     return Datacenter(d["name"], tuple(DeviceGroup(**good) for good in groups), link)
 
 
-def _datacenters(c: _Collector, top: dict) -> list[Datacenter | None]:
+def _datacenters(c: Problems, top: dict) -> list[Datacenter | None]:
     raw = c.items(top, "datacenters", "", min_len=1)
     dcs = [_datacenter(c, dc, f"datacenters[{k}]") for k, dc in enumerate(raw)]
     c.unique(raw, "name", "datacenters", "datacenter name")
     return dcs
 
 
-def _links(c: _Collector, top: dict) -> list[Link | None]:
+def _links(c: Problems, top: dict) -> list[Link | None]:
     """``links``, whose count is judged only against a datacenter list that exists."""
     if "links" not in top:
         return []
@@ -221,7 +222,7 @@ def _links(c: _Collector, top: dict) -> list[Link | None]:
     if isinstance(top["links"], list) and want is not None and len(raw) != want:
         c.add("links", f"must have exactly {want} entries (one per pair of neighbouring "
                        f"datacenters), got {len(raw)}")
-    return [_link(c, lk, f"links[{j}]") for j, lk in enumerate(raw)]
+    return [link_from_dict(c, lk, f"links[{j}]") for j, lk in enumerate(raw)]
 
 
 def instance_from_dict(data: Any) -> Instance:
@@ -262,7 +263,7 @@ def instance_from_dict(data: Any) -> Instance:
     ...
     chainpipe.instance.InstanceError: training.microbatches: must be an integer >= 1, got 0
     """
-    c = _Collector()
+    c = Problems()
     top = c.obj(data, "", TOP_KEYS)
     if top is None:
         raise InstanceError(c.problems)

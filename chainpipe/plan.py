@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from . import cost
 from .instance import Instance, InstanceError
+from .strict_json import quote
 
 
 @dataclass(frozen=True)
@@ -152,7 +153,7 @@ def _check_structure(instance: Instance, plan: Plan) -> tuple[list, list[str]]:
         try:
             refs.append(instance.locate(st.device))
         except KeyError:
-            violations.append(f"stages[{s}].device: no device named {st.device!r}")
+            violations.append(f"stages[{s}].device: no device named {quote(st.device)}")
             refs.append(None)
     if expect != L:
         violations.append(f"stages: cover layers up to {expect}, the model has {L}")

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from . import cost
 from .instance import Instance
 
 
@@ -76,11 +77,9 @@ def plausibility_warnings(instance: Instance) -> list[str]:
     training = instance.training
     out += _out_of_range("training.bytes_per_param", "bytes_per_param",
                          training.bytes_per_param)
-    need = min(
-        training.bytes_per_param * ly.params
-        + (1 if training.schedule == "1f1b" else instance.microbatches) * ly.activation_bytes
-        for ly in instance.layers
-    )
+    least = cost.in_flight(training.schedule, instance.microbatches, 1)  # the last stage's
+    need = min(cost.memory_need(ly.params, ly.activation_bytes, least, training.bytes_per_param)
+               for ly in instance.layers)
     for k, dc in enumerate(instance.datacenters):
         for g, group in enumerate(dc.devices):
             p = f"datacenters[{k}].devices[{g}]"

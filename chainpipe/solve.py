@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from .deadline import Deadline
 from .instance import Instance
+from .names import unknown_name
 from .numeric import OPTIMALITY_RTOL
 from .plan import evaluate
 from .result import OptionError, Outcome, Result
@@ -56,20 +57,6 @@ SOLVERS: dict[str, SolverInfo] = {
 }
 
 
-def did_you_mean(word: str, known) -> str:
-    """``"; did you mean 'x'?"`` when a known name is close to ``word``, else ``""``."""
-    import difflib
-
-    close = difflib.get_close_matches(str(word), list(known), n=1, cutoff=0.6)
-    return f"; did you mean {close[0]!r}?" if close else ""
-
-
-def unknown_name(kind: str, word: str, known) -> str:
-    """The one wording of an unknown-name error, shared by solvers, options, presets, models."""
-    known = list(known)
-    return f"unknown {kind} {word!r}{did_you_mean(word, known)} known: {', '.join(known)}"
-
-
 def solver_function(name: str):
     """The ``run`` function of the registered solver ``name`` (its module imported now).
 
@@ -103,9 +90,8 @@ def check_options(name: str, options: dict, run=None) -> None:
     known = solver_options(name, run)
     for key in options:
         if key not in known:
-            raise OptionError(f"unknown option {key!r} for {name}"
-                              f"{did_you_mean(key, known) or ';'} known: "
-                              f"{', '.join(known) if known else '(none)'}")
+            raise OptionError(unknown_name("option", key, known).replace(
+                f"option {key!r}", f"option {key!r} for {name}", 1))
 
 
 def available_solvers() -> list[SolverInfo]:

@@ -96,3 +96,11 @@ def test_dp_objective_is_the_evaluated_time_of_its_plan(seed):
     if res.plan is None:
         return
     assert res.stats["objective_s"] == pytest.approx(res.iteration_time, rel=1e-12, abs=1e-12)
+
+
+def test_extreme_but_valid_figures_give_inf_not_warnings_or_nan():
+    with np.errstate(all="raise"):
+        assert cost.compute_time(np.array([1e308]), np.array([5e-324]))[0] == math.inf
+        assert cost.occupancy(np.array([1e308]), np.array([1e-300]))[0] == math.inf
+        assert cost.iteration_time(math.inf, math.inf, 1) == math.inf  # no 0 * inf = nan
+        assert cost.steady_state(1, np.array([math.inf])).tolist() == [0.0]

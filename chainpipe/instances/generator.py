@@ -14,7 +14,7 @@ import random
 from dataclasses import dataclass
 
 from ..instance import SCHEDULES, Datacenter, DeviceGroup, Instance, Link, Model, Training
-from ..solve import unknown_name
+from ..names import unknown_name
 from .gpus import GPUS, gpu
 from .models import model_layers, model_shape
 from .network import MAN_GBIT, check_degrade, degraded, intra_dc_link, random_man_link

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..instance import DeviceGroup
-from ..solve import unknown_name
+from ..names import unknown_name
 
 TERA = 1e12
 GIB = 2**30

@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..instance import Layer
-from ..solve import unknown_name
+from ..names import unknown_name
 
 #: bytes of one 16-bit value
 HALF = 2

@@ -31,7 +31,14 @@ from ...instance import (
     Training,
     name_rule,
 )
-from ...io import _Collector, _link, instance_from_dict, instance_to_dict, load_json, write_json
+from ...io import (
+    Problems,
+    instance_from_dict,
+    instance_to_dict,
+    link_from_dict,
+    load_json,
+    write_json,
+)
 from . import protocol
 
 PUBLIC_FORMAT = "chainpipe-public/1"
@@ -160,14 +167,14 @@ def read_view(public: dict, private: dict, public_path="public.json",
     InstanceError
         One line per problem: ``<file>: <JSON path>: <what is wrong>``.
     """
-    c, cp = _Collector(), _Collector()
+    c, cp = Problems(), Problems()
     names, index = _check_envelopes(c, cp, public, private)
     links = []
     if not c.problems:
         if len(public["links"]) != len(names) - 1:
             c.add("links", f"must have exactly {len(names) - 1} entries (one per pair of "
                            f"neighbouring datacenters), got {len(public['links'])}")
-        links = [_link(c, lk, f"links[{j}]") for j, lk in enumerate(public["links"])]
+        links = [link_from_dict(c, lk, f"links[{j}]") for j, lk in enumerate(public["links"])]
     problems = [f"{public_path}: {p}" for p in c.problems]
     problems += [f"{private_path}: {p}" for p in cp.problems]
     if problems:
@@ -187,7 +194,7 @@ def read_view(public: dict, private: dict, public_path="public.json",
     return view, index, dc
 
 
-def _check_envelopes(c: _Collector, cp: _Collector, public, private) -> tuple[list, int]:
+def _check_envelopes(c: Problems, cp: Problems, public, private) -> tuple[list, int]:
     """The chain's DC names (problems in ``c``) and the private document's index (``cp``)."""
     names: list = []
     pub = c.obj(public, "", _PUBLIC_KEYS)
