@@ -3,7 +3,7 @@
 The enumerator is written independently of chainpipe's solvers and tables: it
 walks every partition of the layers into contiguous stages and every chain-ordered
 assignment of device groups, and computes T straight from the contract
-(``problem.md`` section 4). Its best plan is checked with ``chainpipe.evaluate``.
+(``docs/model.md``). Its best plan is checked with ``chainpipe.evaluate``.
 """
 
 from __future__ import annotations

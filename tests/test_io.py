@@ -70,7 +70,7 @@ def test_invalid_dict_reports_the_same_lines_without_file_prefix(name):
 
 
 def test_the_spec_example_line_is_produced_verbatim():
-    # cli.md quotes this exact line; keep it so
+    # the README and the command-line contract quote this exact line; keep it so
     assert "datacenters[1].devices[0].count: must be an integer >= 1, got 0" in \
         EXPECTED["device_count_zero.json"]
 

@@ -1,4 +1,4 @@
-"""The cost model of problem.md section 4, rule by rule, and the shared cost tables against it."""
+"""The cost model of docs/model.md, rule by rule, and the shared cost tables against it."""
 
 from __future__ import annotations
 

@@ -20,7 +20,7 @@ def _num(x, fmt=".6g"):
 
 
 def write_results_csv(records: list[dict], path: Path, with_seed: bool) -> None:
-    """One row per run, with exactly the columns of ``cli.md`` (plus ``seed`` last if asked)."""
+    """One row per run, with exactly the documented columns of ``results.csv`` (plus ``seed`` last if asked)."""
     rows = metrics.annotate(records)
     with open(path, "w", newline="", encoding="utf-8") as fh:
         w = csv.writer(fh)
