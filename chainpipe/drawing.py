@@ -1,7 +1,8 @@
 """What every figure module shares: matplotlib's Agg backend and atomic file writes.
 
 A figure or its data is written to a temporary file beside the target and then
-renamed, so an interrupted command never leaves half a file behind.
+renamed (:func:`chainpipe.io.atomic_write`), so an interrupted command never
+leaves half a file behind.
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ import csv
 import os
 from collections.abc import Iterable
 from pathlib import Path
+
+from .io import atomic_write
 
 
 def pyplot():
@@ -20,17 +23,6 @@ def pyplot():
     import matplotlib.pyplot as plt
 
     return plt
-
-
-def _atomic(path: Path, write) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
 
 
 def save_figure(fig, path: str | os.PathLike, dpi: int = 120) -> Path:
@@ -54,7 +46,7 @@ def save_figure(fig, path: str | os.PathLike, dpi: int = 120) -> Path:
     path = Path(path)
     fig.tight_layout()
     fmt = path.suffix.lstrip(".").lower() or "png"
-    _atomic(path, lambda tmp: fig.savefig(tmp, dpi=dpi, format=fmt))
+    atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=dpi, format=fmt))
     return path
 
 
@@ -83,7 +75,7 @@ def write_csv(path: str | os.PathLike, header: list[str], rows: Iterable[list]) 
             w.writerow(header)
             w.writerows(rows)
 
-    _atomic(path, write)
+    atomic_write(path, write)
     return path
 
 

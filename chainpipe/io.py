@@ -378,19 +378,41 @@ def read(path: str | os.PathLike) -> Instance:
         raise InstanceError([f"{path}: {p}" for p in exc.problems]) from None
 
 
-def write_json(data: Any, path: str | os.PathLike) -> None:
-    """Write JSON atomically: a temporary file beside the target, then a rename."""
+def atomic_write(path: str | os.PathLike, write) -> Path:
+    """Call ``write(tmp)`` on a temporary file beside ``path``, then rename it over ``path``.
+
+    The one way chainpipe writes a file: readers see the old file or the whole
+    new one, never a half-written file, and the temporary file is removed when
+    ``write`` fails. Missing parent directories are created.
+
+    Parameters
+    ----------
+    path : path
+        The target file.
+    write : callable
+        Writes the content to the path it is given.
+
+    Returns
+    -------
+    Path
+        ``path``.
+    """
     path = Path(path)
-    if path.parent and not path.parent.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(data, indent=1, allow_nan=False) + "\n"  # fails before any file exists
+    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     try:
-        tmp.write_text(text, encoding="utf-8")
+        write(tmp)
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)  # never leave a partial file behind
         raise
+    return path
+
+
+def write_json(data: Any, path: str | os.PathLike) -> None:
+    """Write JSON atomically (:func:`atomic_write`); non-finite numbers are refused first."""
+    text = json.dumps(data, indent=1, allow_nan=False) + "\n"  # fails before any file exists
+    atomic_write(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
 
 
 def write(instance: Instance, path: str | os.PathLike) -> None:

@@ -76,10 +76,11 @@ def machine() -> str:
             f"{platform.system()} {platform.machine()}")
 
 
-def table(header: list[str], rows: list[list[str]]) -> str:
-    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
-    return "\n".join(out)
+def table(header: list[str], rows: list[list]) -> str:
+    """A Markdown table (the harness's own writer, so every table is escaped alike)."""
+    from chainpipe.compare.report import markdown
+
+    return markdown(header, [[str(c) for c in r] for r in rows])
 
 
 def publish(name: str, title: str, fig, intro: str, sections: list[str], quick: bool,
