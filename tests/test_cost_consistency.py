@@ -104,3 +104,13 @@ def test_extreme_but_valid_figures_give_inf_not_warnings_or_nan():
         assert cost.occupancy(np.array([1e308]), np.array([1e-300]))[0] == math.inf
         assert cost.iteration_time(math.inf, math.inf, 1) == math.inf  # no 0 * inf = nan
         assert cost.steady_state(1, np.array([math.inf])).tolist() == [0.0]
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_cdynp_estimate_is_the_evaluated_time_of_its_plan(seed):
+    """Exact CDynP's chain-end estimate is its own T of the plan the agents assemble."""
+    inst = random_instance(seed, max_layers=6, max_dcs=3)
+    res = solve(inst, "cdynp")
+    if res.plan is None:
+        return
+    assert res.stats["estimate_s"] == pytest.approx(res.iteration_time, rel=1e-12, abs=1e-12)
