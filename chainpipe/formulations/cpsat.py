@@ -30,6 +30,7 @@ import numpy as np
 from ..plan import Plan
 from ..tables import CostTables
 from .common import Positions, candidate_stages, position_classes
+from .greedy import greedy_plans  # noqa: F401  (re-exported: the scaling heuristic)
 
 #: the scaled objective of the scaling plan (an upper bound on the optimum) maps to this
 #: many units: coefficients and the objective stay below 2^31
@@ -44,46 +45,6 @@ def scaled_floor(values, unit: float) -> np.ndarray:
     """``floor(v / unit)``, shaved by :data:`FLOOR_RTOL` so the result is ``<= v / unit``."""
     v = np.asarray(values, dtype=float) / unit
     return np.floor(v * (1.0 - FLOOR_RTOL)).astype(np.int64)
-
-
-# ------------------------------------------------------------------ scaling heuristic
-def greedy_plans(tables: CostTables):
-    """Yield cheap feasible-looking plans as ``(start, end, dc, group_in_dc)`` tuple lists.
-
-    Backward greedy: stages are built from the last layer down, on devices taken from
-    the last datacenter towards the first (fastest group first inside a datacenter),
-    so chain order holds and each stage's 1F1B position is known when it is built.
-    A stage grows while it fits in memory and its compute stays within a target
-    ``tau``; ``tau`` sweeps balanced shares of the total work, plus no target at all.
-    The plans only set the CP-SAT time unit; every one is checked by ``evaluate``.
-    """
-    L = tables.L
-    devs = []
-    for k in reversed(range(tables.K)):
-        gs = [g for g in range(tables.G) if tables.group_dc[g] == k]
-        gs.sort(key=lambda g: -tables.rate[g])
-        for g in gs:
-            devs.extend([g] * int(tables.count[g]))
-    total = float(tables.flop_prefix[-1]) / float(tables.rate.max())
-    n_max = max(1, min(L, len(devs)))
-    shares = sorted({max(1, round(n_max ** (t / 15))) for t in range(16)})
-    taus = [math.inf] + [total / n for n in shares]
-    comp, mif = tables.compute_time, tables.max_in_flight
-    for tau in taus:
-        j, pos, stages = L, 1, []
-        for g in devs:
-            if j == 0:
-                break
-            need = tables.in_flight(pos)
-            if mif[g, j - 1, j] < need:
-                continue
-            i = j - 1
-            while i > 0 and mif[g, i - 1, j] >= need and comp[g, i - 1, j] <= tau:
-                i -= 1
-            stages.append((i, j, int(tables.group_dc[g]), tables.groups[g].index))
-            j, pos = i, pos + 1
-        if j == 0:
-            yield stages[::-1]
 
 
 # ------------------------------------------------------------------ the model
