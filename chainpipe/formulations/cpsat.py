@@ -31,6 +31,7 @@ from ..plan import Plan
 from ..tables import CostTables
 from .common import Positions, candidate_stages, position_classes
 from .greedy import greedy_plans  # noqa: F401  (re-exported: the scaling heuristic)
+from .matrix import no_check
 
 #: the scaled objective of the scaling plan (an upper bound on the optimum) maps to this
 #: many units: coefficients and the objective stay below 2^31
@@ -39,6 +40,20 @@ SCALE_UNITS = 2**30
 UB_RTOL = 1e-9
 #: relative shave applied to scaled quantities so float division never rounds a floor up
 FLOOR_RTOL = 1e-12
+
+
+def _sum(variables: list):
+    """``sum(variables)`` as one CP-SAT expression (Python's ``sum`` nests, slowly)."""
+    from ortools.sat.python import cp_model
+
+    return cp_model.LinearExpr.sum(variables)
+
+
+def _weighted(variables: list, coefficients: list):
+    """``sum(c * v)`` as one CP-SAT expression."""
+    from ortools.sat.python import cp_model
+
+    return cp_model.LinearExpr.weighted_sum(variables, coefficients)
 
 
 def scaled_floor(values, unit: float) -> np.ndarray:
@@ -75,20 +90,24 @@ class CpsatModel:
     objective_cap: int = 0
     rounded_terms: int = 0  # bound on the number of rounded terms in any plan's objective
     candidates_total: int = 0
+    check: object = None  # called while building (Deadline.check)
 
     # -------------------------------------------------------------- building
     @classmethod
-    def build(cls, tables: CostTables, upper_bound: float, prune: bool) -> CpsatModel:
+    def build(cls, tables: CostTables, upper_bound: float, prune: bool, check=None
+              ) -> CpsatModel:
         """Build the model; ``prune`` drops arcs that alone make a plan exceed ``upper_bound``.
 
         ``upper_bound`` must be the time of a real plan when ``prune`` is set; the time
-        unit is ``upper_bound / SCALE_UNITS``.
+        unit is ``upper_bound / SCALE_UNITS``. ``check`` is called now and then while
+        building (``Deadline.check``: raises to stop).
         """
         from ortools.sat.python import cp_model
 
         pos = position_classes(tables)
         unit = upper_bound / SCALE_UNITS
         self = cls(tables, upper_bound, unit, pos)
+        self.check = check or no_check
         self.model = cp_model.CpModel()
         self._stage_arcs(prune)
         self._boundary_arcs(prune)
@@ -115,7 +134,9 @@ class CpsatModel:
         ends = {(int(j), int(c), int(k)) for j, c, k in zip(self.x_end, self.x_cls, self.x_dc)}
         starts = {(int(i), int(c), int(k)) for i, c, k in zip(self.x_start, self.x_cls, self.x_dc)}
         rows = []
-        for b, c1, k1 in sorted(ends):
+        for n, (b, c1, k1) in enumerate(sorted(ends)):
+            if n % 1000 == 0:
+                self.check()
             if b >= t.L:
                 continue
             for c2 in pos.successors(c1):
@@ -137,14 +158,13 @@ class CpsatModel:
     def _flow(self) -> None:
         """Variables and flow conservation: one path from layer 0 to layer L."""
         m, L = self.model, self.tables.L
+        self.check()
         self.x_vars = [
-            m.new_bool_var(f"x_g{g}_{i}_{j}_c{c}")
-            for g, i, j, c in zip(self.x_group, self.x_start, self.x_end, self.x_cls)
+            m.new_bool_var("") for _ in range(len(self.x_group))  # unnamed: names cost seconds
         ]
-        self.y_vars = [
-            m.new_bool_var(f"y_{b}_c{a[0]}k{a[1]}_c{d[0]}k{d[1]}")
-            for b, a, d in zip(self.y_layer, self.y_from, self.y_to)
-        ]
+        self.check()
+        self.y_vars = [m.new_bool_var("") for _ in range(len(self.y_layer))]
+        self.check()
         out_of_start: dict = {}
         into_end: dict = {}
         for v, i, j, c, k in zip(self.x_vars, self.x_start, self.x_end, self.x_cls, self.x_dc):
@@ -158,18 +178,25 @@ class CpsatModel:
         # source: exactly one first stage; sink: exactly one last stage
         m.add_exactly_one([v for (i, _, _), vs in out_of_start.items() if i == 0 for v in vs])
         m.add_exactly_one([v for (j, _, _), vs in into_end.items() if j == L for v in vs])
-        for node in set(out_of_start) | set(into_start):
+        for n, node in enumerate(set(out_of_start) | set(into_start)):
+            if n % 500 == 0:
+                self.check()
             if node[0] > 0:
-                m.add(sum(out_of_start.get(node, [])) == sum(into_start.get(node, [])))
-        for node in set(into_end) | set(out_of_end):
+                m.add(_sum(out_of_start.get(node, [])) == _sum(into_start.get(node, [])))
+        for n, node in enumerate(set(into_end) | set(out_of_end)):
+            if n % 500 == 0:
+                self.check()
             if node[0] < L:
-                m.add(sum(into_end.get(node, [])) == sum(out_of_end.get(node, [])))
+                m.add(_sum(into_end.get(node, [])) == _sum(out_of_end.get(node, [])))
         # every layer is covered by exactly one stage (implied by the path; helps search)
         self._covering = [[] for _ in range(L)]
         for n, (i, j) in enumerate(zip(self.x_start, self.x_end)):
+            if n % 1000 == 0:
+                self.check()
             for layer in range(int(i), int(j)):
                 self._covering[layer].append(n)
         for layer in range(L):
+            self.check()
             m.add_exactly_one([self.x_vars[n] for n in self._covering[layer]])
 
     def _device_counts(self) -> None:
@@ -179,7 +206,7 @@ class CpsatModel:
             per_group.setdefault(int(g), []).append(v)
         for g, vs in per_group.items():
             if len(vs) > self.tables.count[g]:
-                self.model.add(sum(vs) <= int(self.tables.count[g]))
+                self.model.add(_sum(vs) <= int(self.tables.count[g]))
 
     def _bottleneck(self) -> None:
         """``z >= C`` of the stage covering each layer, ``z >= U`` of each boundary used."""
@@ -190,24 +217,31 @@ class CpsatModel:
         top = int(max(self.x_cost.max(initial=0), self.y_occupancy.max(initial=0)))
         z = m.new_int_var(0, top, "bottleneck")
         self.bottleneck = z
-        for _layer, arcs in enumerate(self._covering):
-            if arcs:
-                m.add(z >= sum(int(self.x_cost[n]) * self.x_vars[n] for n in arcs if self.x_cost[n]))
+        for arcs in self._covering:
+            self.check()
+            used = [n for n in arcs if self.x_cost[n]]
+            if used:
+                m.add(z >= _weighted([self.x_vars[n] for n in used],
+                                     [int(self.x_cost[n]) for n in used]))
         per_boundary: dict = {}
         for n, b in enumerate(self.y_layer):
             if self.y_occupancy[n]:
                 per_boundary.setdefault(int(b), []).append(n)
         for arcs in per_boundary.values():
-            m.add(z >= sum(int(self.y_occupancy[n]) * self.y_vars[n] for n in arcs))
+            m.add(z >= _weighted([self.y_vars[n] for n in arcs],
+                                 [int(self.y_occupancy[n]) for n in arcs]))
 
     def _objective(self) -> None:
         """``sum C + sum Q + (M - 1) z``, capped at the scaled upper bound."""
         m, M, t = self.model, self.tables.M, self.tables
-        terms = [int(c) * v for c, v in zip(self.x_cost, self.x_vars) if c]
-        terms += [int(q) * v for q, v in zip(self.y_traversal, self.y_vars) if q]
+        pairs = [(v, int(c)) for c, v in zip(self.x_cost, self.x_vars) if c]
+        pairs += [(v, int(q)) for q, v in zip(self.y_traversal, self.y_vars) if q]
         if self.bottleneck is not None:
-            terms.append((M - 1) * self.bottleneck)
-        m.minimize(sum(terms))
+            pairs.append((self.bottleneck, M - 1))
+        # written into the proto: the Python expression API takes seconds on 300k terms
+        m.clear_objective()
+        m.proto.objective.vars.extend([v.index for v, _ in pairs])
+        m.proto.objective.coeffs.extend([c for _, c in pairs])
         # every plan's scaled objective is <= its true time / unit, the optimum's <= UB / unit
         self.objective_cap = int(math.floor(self.upper_bound * (1 + UB_RTOL) / self.unit))
         m.proto.objective.domain.extend([0, self.objective_cap])

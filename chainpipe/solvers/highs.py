@@ -1,9 +1,10 @@
 """HiGHS in-process (highspy), kept to the deadline and to Ctrl-C.
 
-The model is passed as arrays in one call. HiGHS runs in a worker thread while the
-calling thread waits; HiGHS's interrupt callbacks stop the search when the caller
-presses Ctrl-C or the deadline has passed by more than :data:`OVERRUN_S` (HiGHS's own
-``time_limit`` normally stops it first). Its log goes to ``log`` through the logging
+The model is passed as arrays in one call. HiGHS runs in a worker thread
+(:func:`~chainpipe.solvers.interrupt.run_stoppable`); its interrupt callbacks stop the
+search when the caller presses Ctrl-C or the deadline has passed by more than
+:data:`OVERRUN_S` (HiGHS's own ``time_limit``, set a little short of the deadline by
+:func:`~chainpipe.solvers.mip.backend_seconds`, normally stops it first). Its log goes to ``log`` through the logging
 callback, never to the console.
 """
 
@@ -11,8 +12,10 @@ from __future__ import annotations
 
 import math
 import threading
+import time
 
 from ..deadline import Deadline
+from .interrupt import run_stoppable
 from .mip import ABS_GAP, PRIMAL_TOL, MipAnswer, backend_seconds, line_logger, pass_model
 
 #: seconds past the deadline after which the interrupt callback stops HiGHS itself
@@ -66,28 +69,18 @@ def solve_highs(model, *, relax: bool, deadline: Deadline, seed: int = 0, thread
 
 
 def _run(h, deadline: Deadline) -> None:
-    """``h.run()`` in a thread; interrupted on Ctrl-C or well past the deadline."""
+    """``h.run()`` in a worker; interrupted on Ctrl-C or well past the deadline."""
     stop = threading.Event()
     hard = math.inf if deadline.unlimited else deadline.at + OVERRUN_S
 
     def interrupt(event):
-        import time
-
         if stop.is_set() or time.monotonic() >= hard:
             event.interrupt()
 
     h.cbSimplexInterrupt += interrupt
     h.cbIpmInterrupt += interrupt
     h.cbMipInterrupt += interrupt
-    worker = threading.Thread(target=h.run, name="highs", daemon=True)
-    worker.start()
-    try:
-        while worker.is_alive():
-            worker.join(0.1)
-    except KeyboardInterrupt:
-        stop.set()
-        worker.join()
-        raise
+    run_stoppable(h.run, stop.set, name="highs")
 
 
 def _answer(h, relax: bool) -> MipAnswer:

@@ -1,0 +1,61 @@
+"""Run a blocking native solve in a worker thread so that Ctrl-C still reaches Python.
+
+A native solver (HiGHS, CP-SAT) called from the main thread holds it until it returns:
+Python's SIGINT handler cannot run, so Ctrl-C waits for the time limit. Here the solve
+runs in a worker thread while the main thread waits in short slices; on Ctrl-C the
+solver is told to stop (``stop()``), the worker joined, and ``KeyboardInterrupt``
+re-raised.
+"""
+
+from __future__ import annotations
+
+import threading
+
+#: seconds between two looks at the worker
+POLL_S = 0.1
+
+
+def run_stoppable(target, stop, name: str = "solver"):
+    """``target()`` in a worker thread; on Ctrl-C call ``stop()``, wait, re-raise.
+
+    Parameters
+    ----------
+    target : callable
+        The blocking call; its return value is returned.
+    stop : callable
+        Asks the solver to stop soon (e.g. ``CpSolver.stop_search``).
+    name : str
+        The worker thread's name.
+
+    Returns
+    -------
+    object
+        What ``target()`` returned.
+
+    Raises
+    ------
+    KeyboardInterrupt
+        After the solver stopped, when Ctrl-C was pressed.
+    BaseException
+        Whatever ``target()`` raised.
+    """
+    box: dict = {}
+
+    def work():
+        try:
+            box["value"] = target()
+        except BaseException as exc:  # handed to the caller's thread
+            box["error"] = exc
+
+    worker = threading.Thread(target=work, name=name, daemon=True)
+    worker.start()
+    try:
+        while worker.is_alive():
+            worker.join(POLL_S)
+    except KeyboardInterrupt:
+        stop()
+        worker.join()
+        raise
+    if "error" in box:
+        raise box["error"]
+    return box.get("value")
