@@ -1,16 +1,16 @@
-"""Plans and the one cost model (``problem.md`` section 4).
+"""Plans and their evaluation by the cost model (``docs/model.md``).
 
-:func:`evaluate` is the only place in chainpipe that computes the iteration
-time ``T`` of a plan. Solvers compute what they need for their search, but
-every reported time is recomputed here from the plan.
+:func:`evaluate` computes the iteration time ``T`` of a plan, and every
+reported time is recomputed here from the plan. The terms it adds up are
+those of :mod:`chainpipe.cost`, the one home of each formula.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from . import cost
 from .instance import Instance, InstanceError
-from .numeric import MEMORY_RTOL
 
 
 @dataclass(frozen=True)
@@ -18,10 +18,6 @@ class Stage:
     start: int  # first layer, 0-based
     end: int  # one past the last layer
     device: str  # "dc/type/i"
-
-    @property
-    def layers(self) -> tuple[int, int]:
-        return (self.start, self.end)
 
     def to_dict(self) -> dict:
         return {"layers": [self.start, self.end], "device": self.device}
@@ -135,36 +131,13 @@ class Evaluation:
         return d
 
 
-def path_between(instance: Instance, k1: int, k2: int) -> tuple[float, float]:
-    """Bandwidth (minimum) and latency (sum) of the path from DC ``k1`` to DC ``k2 >= k1``."""
-    if k1 == k2:
-        link = instance.datacenters[k1].link
-        return link.bandwidth_bytes_per_s, link.latency_s
-    links = instance.links[k1:k2]
-    return min(lk.bandwidth_bytes_per_s for lk in links), sum(lk.latency_s for lk in links)
+def _check_structure(instance: Instance, plan: Plan) -> tuple[list, list[str]]:
+    """Each stage's device reference (``None`` if unknown) and the structural violations.
 
-
-def in_flight(schedule: str, microbatches: int, num_stages: int, s: int) -> int:
-    """Microbatches stage ``s`` (0-based) stashes: ``M`` for gpipe, ``min(M, S - s)`` for 1f1b."""
-    if schedule == "gpipe":
-        return microbatches
-    return min(microbatches, num_stages - s)
-
-
-def evaluate(instance: Instance, plan: Plan) -> Evaluation:
-    """Iteration time and breakdown of ``plan``; every violated rule is listed.
-
-    The time is computed even for an infeasible plan whenever its stages name real
-    devices and valid layer ranges, so a user can see what the plan would cost.
+    Ranges contiguous and covering, devices real and distinct, datacenters in chain order.
     """
-    L, M = instance.num_layers, instance.microbatches
-    layers, training = instance.layers, instance.training
-    S = plan.num_stages
+    L = instance.num_layers
     violations: list[str] = []
-    if S == 0:
-        raise InstanceError(["stages: a plan needs at least one stage"])
-
-    # structure: ranges contiguous and covering, devices real, distinct, chain order
     expect = 0
     refs = []
     for s, st in enumerate(plan.stages):
@@ -190,12 +163,80 @@ def evaluate(instance: Instance, plan: Plan) -> Evaluation:
                 f"stages[{s}].device: {st.device} already runs stage {seen[st.device]}"
             )
         seen.setdefault(st.device, s)
-    for s in range(1, S):
+    for s in range(1, len(refs)):
         if refs[s] is not None and refs[s - 1] is not None and refs[s].dc < refs[s - 1].dc:
             violations.append(
                 f"stages[{s}].device: datacenter {instance.datacenters[refs[s].dc].name} "
                 f"comes before {instance.datacenters[refs[s - 1].dc].name} in the chain"
             )
+    return refs, violations
+
+
+def _stage_costs(instance: Instance, plan: Plan, refs, sums: cost.LayerSums,
+                 violations: list[str]) -> list[StageCost]:
+    """Compute time and memory of every stage; memory violations appended."""
+    training, S = instance.training, plan.num_stages
+    out = []
+    for s, (st, ref) in enumerate(zip(plan.stages, refs)):
+        group = instance.group(ref)
+        option = cost.StageOption(st.start, st.end, ref.dc, ref.group)
+        n = cost.in_flight(training.schedule, instance.microbatches, S - s)
+        mem = sums.option_memory_need(option, n)
+        if not cost.memory_fits(mem, group.memory_bytes):
+            violations.append(
+                f"stages[{s}]: needs {mem:.6g} bytes ({n} microbatches in flight) on "
+                f"{st.device}, which has {group.memory_bytes:.6g} bytes"
+            )
+        out.append(StageCost(s, st.start, st.end, st.device, instance.datacenters[ref.dc].name,
+                             sums.option_compute_time(option), n, mem, group.memory_bytes))
+    return out
+
+
+def _boundary_costs(instance: Instance, plan: Plan, refs) -> list[BoundaryCost]:
+    """Path, occupancy and traversal of every boundary between consecutive stages."""
+    out = []
+    for s in range(plan.num_stages - 1):
+        k1, k2 = refs[s].dc, refs[s + 1].dc
+        lo, hi = min(k1, k2), max(k1, k2)
+        bw, lat = cost.path(instance, lo, hi)
+        last = plan.stages[s].end - 1
+        x = instance.layers[last].output_bytes
+        u = cost.occupancy(x, bw)
+        names = tuple(dc.name for dc in instance.datacenters[lo : hi + 1])
+        out.append(BoundaryCost(s, last, x, names, bw, lat, u, cost.traversal(lat, u)))
+    return out
+
+
+def evaluate(instance: Instance, plan: Plan) -> Evaluation:
+    """Iteration time and breakdown of ``plan``; every violated rule is listed.
+
+    The time is computed even for an infeasible plan whenever its stages name real
+    devices and valid layer ranges, so a user can see what the plan would cost.
+
+    Parameters
+    ----------
+    instance : Instance
+        The instance the plan is for.
+    plan : Plan
+        Stages in chain order.
+
+    Returns
+    -------
+    Evaluation
+        ``iteration_time_s`` (``inf`` when stages name unknown devices or empty
+        ranges), the fill/drain and steady-state parts, what paces the steady
+        state, per-stage and per-boundary costs, and ``violations`` (empty iff
+        the plan is feasible).
+
+    Raises
+    ------
+    InstanceError
+        For a plan without stages.
+    """
+    if plan.num_stages == 0:
+        raise InstanceError(["stages: a plan needs at least one stage"])
+    refs, violations = _check_structure(instance, plan)
+    L = instance.num_layers
     if any(r is None for r in refs) or any(
         not (0 <= st.start < st.end <= L) for st in plan.stages
     ):
@@ -204,36 +245,8 @@ def evaluate(instance: Instance, plan: Plan) -> Evaluation:
             float("inf"), float("inf"), float("inf"), float("inf"), "undefined", (), (),
             tuple(violations),
         )
-
-    stages = []
-    for s, (st, ref) in enumerate(zip(plan.stages, refs)):
-        group = instance.group(ref)
-        part = layers[st.start : st.end]
-        compute = sum(ly.flop for ly in part) / group.flop_per_s
-        n = in_flight(training.schedule, M, S, s)
-        params = sum(ly.params for ly in part)
-        act = sum(ly.activation_bytes for ly in part)
-        mem = training.bytes_per_param * params + n * act
-        if mem > group.memory_bytes * (1 + MEMORY_RTOL):
-            violations.append(
-                f"stages[{s}]: needs {mem:.6g} bytes ({n} microbatches in flight) on "
-                f"{st.device}, which has {group.memory_bytes:.6g} bytes"
-            )
-        stages.append(
-            StageCost(s, st.start, st.end, st.device, instance.datacenters[ref.dc].name,
-                      compute, n, mem, group.memory_bytes)
-        )
-
-    boundaries = []
-    for s in range(S - 1):
-        k1, k2 = refs[s].dc, refs[s + 1].dc
-        lo, hi = min(k1, k2), max(k1, k2)
-        bw, lat = path_between(instance, lo, hi)
-        last = plan.stages[s].end - 1
-        x = layers[last].output_bytes
-        u = x / bw
-        names = tuple(dc.name for dc in instance.datacenters[lo : hi + 1])
-        boundaries.append(BoundaryCost(s, last, x, names, bw, lat, u, 2.0 * (lat + u)))
+    stages = _stage_costs(instance, plan, refs, cost.LayerSums(instance), violations)
+    boundaries = _boundary_costs(instance, plan, refs)
 
     fill = sum(c.compute_time_s for c in stages) + sum(b.traversal_s for b in boundaries)
     worst_stage = max(stages, key=lambda c: c.compute_time_s)
@@ -243,8 +256,8 @@ def evaluate(instance: Instance, plan: Plan) -> Evaluation:
         if b.occupancy_s > bottleneck_s:
             bottleneck_s = b.occupancy_s
             bottleneck = f"link {'-'.join(b.path)} after stage {b.after_stage}"
-    steady = (M - 1) * bottleneck_s
+    M = instance.microbatches
     return Evaluation(
-        fill + steady, fill, steady, bottleneck_s, bottleneck, tuple(stages), tuple(boundaries),
-        tuple(violations),
+        cost.iteration_time(fill, bottleneck_s, M), fill, cost.steady_state(M, bottleneck_s),
+        bottleneck_s, bottleneck, tuple(stages), tuple(boundaries), tuple(violations),
     )

@@ -14,9 +14,8 @@ from functools import cached_property
 
 import numpy as np
 
+from . import cost
 from .instance import Instance
-from .numeric import MEMORY_RTOL
-from .plan import in_flight, path_between
 
 
 @dataclass(frozen=True)
@@ -52,14 +51,10 @@ class CostTables:
             for gi, g in enumerate(dc.devices)
         )
         self.G = len(self.groups)
-        layers = instance.layers
-        self.flop_prefix = np.concatenate(([0.0], np.cumsum([ly.flop for ly in layers])))
-        self.param_prefix = np.concatenate(([0.0], np.cumsum([float(ly.params) for ly in layers])))
-        self.act_prefix = np.concatenate(
-            ([0.0], np.cumsum([ly.activation_bytes for ly in layers]))
-        )
+        self.sums = cost.LayerSums(instance)
+        self.flop_prefix = self.sums.flop
         #: output bytes crossing a boundary at layer index b (after layer b - 1), b = 1..L-1
-        self.boundary_bytes = np.array([0.0] + [ly.output_bytes for ly in layers])
+        self.boundary_bytes = self.sums.output_bytes
         self.rate = np.array([g.flop_per_s for g in self.groups])
         self.memory = np.array([g.memory_bytes for g in self.groups])
         self.count = np.array([g.count for g in self.groups], dtype=np.int64)
@@ -68,7 +63,7 @@ class CostTables:
         lat = np.zeros((self.K, self.K))
         for a in range(self.K):
             for b in range(a, self.K):
-                bw[a, b], lat[a, b] = path_between(instance, a, b)
+                bw[a, b], lat[a, b] = cost.path(instance, a, b)
         self.path_bandwidth = bw  # [k1, k2] for k1 <= k2
         self.path_latency = lat
 
@@ -76,15 +71,18 @@ class CostTables:
     @cached_property
     def stage_flop(self) -> np.ndarray:
         """``[i, j]``: FLOP of layers ``[i, j)`` (forward + backward); 0 where ``j <= i``."""
-        f = self.flop_prefix
-        return np.triu(f[None, :] - f[:, None], 1)
+        return self.sums.range_sums(self.sums.flop)
+
+    @cached_property
+    def _ranges(self) -> np.ndarray:
+        """``[i, j]``: whether ``[i, j)`` is a non-empty layer range."""
+        return np.triu(np.ones((self.L + 1, self.L + 1), dtype=bool), 1)
 
     @cached_property
     def compute_time(self) -> np.ndarray:
         """``[g, i, j]``: compute time of stage ``[i, j)`` on group ``g``; inf where ``j <= i``."""
-        mask = np.triu(np.ones((self.L + 1, self.L + 1), dtype=bool), 1)
-        c = self.stage_flop[None, :, :] / self.rate[:, None, None]
-        return np.where(mask[None], c, np.inf)
+        c = cost.compute_time(self.stage_flop[None, :, :], self.rate[:, None, None])
+        return np.where(self._ranges[None], c, np.inf)
 
     @cached_property
     def max_in_flight(self) -> np.ndarray:
@@ -93,21 +91,15 @@ class CostTables:
         ``-1`` where even the parameters do not fit (or ``j <= i``). A stage at
         position ``p`` fits iff ``in_flight(p) <= max_in_flight``.
         """
-        p = self.param_prefix
-        a = self.act_prefix
-        params = np.triu(p[None, :] - p[:, None], 1) * self.bytes_per_param
-        act = np.triu(a[None, :] - a[:, None], 1)
-        room = self.memory[:, None, None] * (1 + MEMORY_RTOL) - params[None]
-        with np.errstate(divide="ignore", invalid="ignore"):
-            n = np.where(act[None] > 0, np.floor(room / act[None]), np.inf)
-        n = np.where(room < 0, -1, np.minimum(n, self.M))
-        mask = np.triu(np.ones((self.L + 1, self.L + 1), dtype=bool), 1)
-        return np.where(mask[None], n, -1).astype(np.int64)
+        params = self.sums.range_sums(self.sums.params)
+        act = self.sums.range_sums(self.sums.activation)
+        n = cost.max_in_flight(params[None], act[None], self.bytes_per_param,
+                               self.memory[:, None, None], self.M)
+        return np.where(self._ranges[None], n, -1)
 
     def in_flight(self, position: int) -> int:
         """Microbatches stashed by a stage at ``position`` (1 = last stage)."""
-        # the stage at position p of a p-stage pipeline is its first (s = 0)
-        return in_flight(self.schedule, self.M, position, 0)
+        return cost.in_flight(self.schedule, self.M, position)
 
     def fits(self, g: int, i: int, j: int, position: int) -> bool:
         return self.in_flight(position) <= self.max_in_flight[g, i, j]
@@ -115,11 +107,41 @@ class CostTables:
     # ------------------------------------------------------------------ links
     def occupancy(self, b: int, k1: int, k2: int) -> float:
         """``U``: per-microbatch time on the path ``k1 -> k2`` of the boundary at layer ``b``."""
-        return self.boundary_bytes[b] / self.path_bandwidth[k1, k2]
+        return cost.occupancy(self.boundary_bytes[b], self.path_bandwidth[k1, k2])
 
     def traversal(self, b: int, k1: int, k2: int) -> float:
         """``Q = 2 * (latency + U)`` of the boundary at layer ``b`` on the path ``k1 -> k2``."""
-        return 2.0 * (self.path_latency[k1, k2] + self.occupancy(b, k1, k2))
+        return cost.traversal(self.path_latency[k1, k2], self.occupancy(b, k1, k2))
+
+    @cached_property
+    def boundary_occupancy(self) -> np.ndarray:
+        """``[b, k1, k2]``: :meth:`occupancy` for every boundary and path (``k1 <= k2``)."""
+        return cost.occupancy(self.boundary_bytes[:, None, None], self.path_bandwidth[None])
+
+    @cached_property
+    def boundary_traversal(self) -> np.ndarray:
+        """``[b, k1, k2]``: :meth:`traversal` for every boundary and path (``k1 <= k2``)."""
+        return cost.traversal(self.path_latency[None], self.boundary_occupancy)
+
+    def plan_time(self, stages) -> float:
+        """``T`` of ``(start, end, dc, g)`` stages (``g`` flattened) from the tables.
+
+        ``inf`` if a stage breaks memory at its position. Searches rank candidates
+        with it; the reported time is recomputed by :func:`chainpipe.plan.evaluate`.
+        """
+        S = len(stages)
+        total = peak = 0.0
+        for s, (i, j, _k, g) in enumerate(stages):
+            if not self.fits(g, i, j, S - s):
+                return np.inf
+            c = float(self.compute_time[g, i, j])
+            total += c
+            peak = max(peak, c)
+        for s in range(S - 1):
+            b, k1, k2 = stages[s][1], stages[s][2], stages[s + 1][2]
+            total += float(self.traversal(b, k1, k2))
+            peak = max(peak, float(self.occupancy(b, k1, k2)))
+        return float(cost.iteration_time(total, peak, self.M))
 
     # ------------------------------------------------------------------ bounds
     @cached_property
@@ -135,16 +157,16 @@ class CostTables:
         rates = np.sort(np.repeat(self.rate, np.minimum(self.count, self.L)))[::-1][: self.L]
         layer_max = float(np.max(np.diff(self.flop_prefix))) / fastest
         bottleneck = max(layer_max, total / rates.sum())
-        return total / fastest + (self.M - 1) * bottleneck
+        return float(cost.iteration_time(cost.compute_time(total, fastest), bottleneck, self.M))
 
     def infeasibility_reason(self) -> str | None:
         """A reason no plan can exist, found without search; ``None`` if none is obvious."""
         best_layer_fit = self.max_in_flight[:, np.arange(self.L), np.arange(self.L) + 1]
-        need = 1 if self.schedule == "1f1b" else self.M
+        need = self.in_flight(1)  # the least any stage stashes: the last stage's count
         for b in range(self.L):
             if not (best_layer_fit[:, b] >= need).any():
                 ly = self.instance.layers[b]
-                mem = self.bytes_per_param * ly.params + need * ly.activation_bytes
+                mem = cost.memory_need(ly.params, ly.activation_bytes, need, self.bytes_per_param)
                 return (
                     f"layer {b} ({ly.name!r}) needs {mem / 1e9:.3f} GB with {need} microbatch(es) "
                     f"in flight; the largest device has {self.memory.max() / 1e9:.3f} GB"

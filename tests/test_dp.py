@@ -72,7 +72,7 @@ def test_one_f_one_b_position_matters():
     inst = Instance("pos", Model("m", layers), Training(2, "1f1b", 1.0), (dc,), ())
     res = cp.solve(inst, "dp")
     assert res.status == "optimal"
-    assert [s.layers for s in res.plan.stages] == [(0, 1), (1, 2)]
+    assert [(s.start, s.end) for s in res.plan.stages] == [(0, 1), (1, 2)]
     gp = Instance("pos-g", Model("m", layers), Training(2, "gpipe", 1.0), (dc,), ())
     assert cp.solve(gp, "dp").status == "infeasible"
 

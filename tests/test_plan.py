@@ -6,8 +6,11 @@ import math
 import random
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+from chainpipe.cost import in_flight
+from chainpipe.cost import path as path_between
 from chainpipe.instance import (
     Datacenter,
     DeviceGroup,
@@ -20,7 +23,7 @@ from chainpipe.instance import (
 )
 from chainpipe.io import read, read_plan
 from chainpipe.numeric import MEMORY_RTOL
-from chainpipe.plan import Plan, Stage, evaluate, in_flight, path_between
+from chainpipe.plan import Plan, Stage, evaluate
 from chainpipe.tables import CostTables
 from helpers import random_instance
 
@@ -94,9 +97,11 @@ THREE = plan((0, 1, "a/g/0"), (1, 2, "a/g/1"), (2, 3, "a/g/2"))
 
 
 def test_in_flight_formula():
-    assert [in_flight("gpipe", 4, 3, s) for s in range(3)] == [4, 4, 4]
-    assert [in_flight("1f1b", 4, 3, s) for s in range(3)] == [3, 2, 1]
-    assert [in_flight("1f1b", 2, 3, s) for s in range(3)] == [2, 2, 1]  # min(M, S - s + 1)
+    # positions count stages from the end: stage s of S is at position S - s
+    assert [in_flight("gpipe", 4, 3 - s) for s in range(3)] == [4, 4, 4]
+    assert [in_flight("1f1b", 4, 3 - s) for s in range(3)] == [3, 2, 1]
+    assert [in_flight("1f1b", 2, 3 - s) for s in range(3)] == [2, 2, 1]  # min(M, S - s + 1)
+    assert in_flight("1f1b", 2, np.array([3, 2, 1])).tolist() == [2, 2, 1]
 
 
 def test_memory_under_gpipe_stashes_all_microbatches():

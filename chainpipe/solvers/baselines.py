@@ -9,7 +9,7 @@ two built on the exact DP, the DP itself on an instance with the same devices
 and memory) proves that no plan exists at all. All are deterministic: ``seed``
 is accepted for the common signature and ignored.
 
-What each stands for (see ``/work/shared/design/domain.md``):
+What each stands for:
 
 ``uniform``
     Megatron-LM: equal layer counts per stage (the last ``L mod S`` stages take
@@ -51,6 +51,7 @@ import math
 
 import numpy as np
 
+from .. import cost
 from ..deadline import Deadline
 from ..instance import Instance, Link
 from ..plan import Plan, evaluate
@@ -64,12 +65,14 @@ FREE_BANDWIDTH = 1e300
 
 # --------------------------------------------------------------------------- shared pieces
 def _fastest_first(t: CostTables, groups) -> list[int]:
-    """Device slots (group indices, one per device) of ``groups``, fastest first.
+    """Device slots (group indices, one per usable device) of ``groups``, fastest first.
 
     Ties go to the larger memory, then to the earlier group in chain order.
     """
     order = sorted(groups, key=lambda g: (-t.rate[g], -t.memory[g], g))
-    return [g for g in order for _ in range(int(t.count[g]))]
+    # a plan has at most L stages, so no more than L devices of a group are ever used:
+    # a device count is a number, never a list of that length
+    return [g for g in order for _ in range(min(int(t.count[g]), t.L))]
 
 
 def _dc_slots(t: CostTables) -> list[list[int]]:
@@ -91,27 +94,6 @@ def uniform_bounds(L: int, S: int) -> list[int]:
 def _to_plan(t: CostTables, stages) -> Plan:
     """The plan of ``(start, end, dc, g)`` stages, ``g`` a flattened group of the tables."""
     return Plan.from_tuples(t.instance, [(i, j, k, t.groups[g].index) for i, j, k, g in stages])
-
-
-def plan_time(t: CostTables, stages) -> float:
-    """Iteration time of ``(start, end, dc, g)`` stages (``g`` flattened) from the shared tables.
-
-    ``inf`` if a stage breaks memory at its position. Used to rank candidates
-    inside a search; the reported time is recomputed by ``evaluate``.
-    """
-    S = len(stages)
-    total = peak = 0.0
-    for s, (i, j, _k, g) in enumerate(stages):
-        if not t.fits(g, i, j, S - s):
-            return math.inf
-        c = float(t.compute_time[g, i, j])
-        total += c
-        peak = max(peak, c)
-    for s in range(S - 1):
-        b, k1, k2 = stages[s][1], stages[s][2], stages[s + 1][2]
-        total += float(t.traversal(b, k1, k2))
-        peak = max(peak, float(t.occupancy(b, k1, k2)))
-    return total + (t.M - 1) * peak
 
 
 def _memory_failure(t: CostTables, stages) -> str | None:
@@ -148,7 +130,7 @@ def _best(t: CostTables, candidates, what: str, stats: dict, deadline=None) -> O
             complete = False
             break
         tried += 1
-        T = plan_time(t, stages)
+        T = t.plan_time(stages)
         if best_T > T:
             best_T, best = T, stages
         elif best is None and first_failure is None:
@@ -191,7 +173,7 @@ def greedy_fill(instance: Instance, *, deadline=None, seed=0, threads=1, log=Non
         devices += dc.device_count
         S = min(t.L, devices)
         stages = _chain_fill(t, S)
-        if plan_time(t, stages) < math.inf:
+        if t.plan_time(stages) < math.inf:
             return Outcome("feasible", _to_plan(t, stages),
                            stats={"strategy": "greedy-fill", "datacenters": k + 1, "stages": S})
         failure = _memory_failure(t, stages)
@@ -275,89 +257,99 @@ def proportional(instance: Instance, *, deadline=None, seed=0, threads=1, log=No
 # --------------------------------------------------------------------------- uniform-chain
 def uniform_chain(instance: Instance, *, deadline=None, seed=0, threads=1, log=None) -> Outcome:
     """Sailor-style: uniform layers; search stage count, DC range and stages per DC."""
-    deadline = Deadline.of(deadline)
-    t = CostTables(instance)
-    slots = _dc_slots(t)
-    sizes = [len(x) for x in slots]
-    n_max = min(t.L, sum(sizes))
-    M1 = t.M - 1
-    # fastest rate available from datacenter k onwards, for the bound
-    fastest_from = [max(t.rate[g] for dc in slots[k:] for g in dc) for k in range(t.K)]
-
-    # start from the chain-order fill (uniform's family is contained in this one)
-    best_T, best = math.inf, None
-    for S in range(1, n_max + 1):
-        stages = _chain_fill(t, S)
-        T = plan_time(t, stages)
-        if best_T > T:
-            best_T, best = T, stages
-    visited = 0
-    complete = True
-
-    def search(S: int) -> None:
-        """Every range of datacenters and stages per datacenter for ``S`` uniform stages."""
-        b = uniform_bounds(t.L, S)
-        flop = t.flop_prefix
-        # flop of the largest block from s onwards, for the bottleneck bound
-        block = np.diff(flop[b])
-        max_from = np.maximum.accumulate(block[::-1])[::-1]
-        chosen: list[tuple[int, int, int, int]] = []
-
-        def dfs(k: int, s: int, total: float, peak: float) -> None:
-            """Place blocks ``s..`` starting in datacenter ``k`` (which runs at least one)."""
-            nonlocal best_T, best, visited, complete
-            visited += 1
-            if visited % 4096 == 0 and deadline.expired():
-                complete = False
-            if not complete:
-                return
-            dc = slots[k]
-            base = len(chosen)
-            run_total, run_peak = total, peak
-            if s > 0:  # the boundary entering this datacenter
-                kp = chosen[-1][2]
-                run_total += float(t.traversal(b[s], kp, k))
-                run_peak = max(run_peak, float(t.occupancy(b[s], kp, k)))
-            for n in range(1, min(len(dc), S - s) + 1):
-                e = s + n - 1  # block placed now
-                g = dc[n - 1]
-                if not t.fits(g, b[e], b[e + 1], S - e):
-                    break  # this device cannot hold this block; larger n keeps it there
-                if n > 1:
-                    run_total += float(t.traversal(b[e], k, k))
-                    run_peak = max(run_peak, float(t.occupancy(b[e], k, k)))
-                c = float(t.compute_time[g, b[e], b[e + 1]])
-                run_total += c
-                run_peak = max(run_peak, c)
-                chosen.append((b[e], b[e + 1], k, g))
-                if e + 1 == S:
-                    T = run_total + M1 * run_peak
-                    if best_T > T:
-                        best_T, best = T, list(chosen)
-                    break
-                if k + 1 < t.K:
-                    rest = (flop[-1] - flop[b[e + 1]]) / fastest_from[k + 1]
-                    bound = run_total + rest + M1 * max(run_peak, max_from[e + 1] / fastest_from[k + 1])
-                    if bound < best_T:
-                        dfs(k + 1, e + 1, run_total, run_peak)
-            del chosen[base:]
-
-        for a in range(t.K):
-            if complete:
-                dfs(a, 0, 0.0, 0.0)
-
-    for S in range(1, n_max + 1):
-        search(S)
-        if not complete:
+    search = _UniformChain(CostTables(instance), Deadline.of(deadline))
+    search.seed_with_chain_fill()
+    for S in range(1, search.n_max + 1):
+        search.search(S)
+        if not search.complete:
             break
-
-    stats = {"strategy": "uniform-chain", "nodes": visited, "complete": complete}
-    if best is None:
+    t = search.t
+    stats = {"strategy": "uniform-chain", "nodes": search.visited, "complete": search.complete}
+    if search.best is None:
         msg = ("no uniform split over a contiguous range of datacenters fits memory"
-               if complete else "time limit reached before any uniform split was found to fit")
+               if search.complete else
+               "time limit reached before any uniform split was found to fit")
         return _infeasible_or(t, msg, stats)
-    stats["stages"] = len(best)
-    return Outcome("feasible", _to_plan(t, best), stats=stats)
+    stats["stages"] = len(search.best)
+    return Outcome("feasible", _to_plan(t, search.best), stats=stats)
+
+
+class _UniformChain:
+    """Branch and bound over uniform splits: stage count, datacenter range, stages per DC."""
+
+    def __init__(self, t: CostTables, deadline: Deadline):
+        self.t, self.deadline = t, deadline
+        self.slots = _dc_slots(t)
+        self.n_max = min(t.L, sum(len(x) for x in self.slots))
+        # fastest rate available from datacenter k onwards, for the bound
+        self.fastest_from = [max(t.rate[g] for dc in self.slots[k:] for g in dc)
+                             for k in range(t.K)]
+        self.best_T, self.best = math.inf, None
+        self.visited, self.complete = 0, True
+
+    def offer(self, T: float, stages) -> None:
+        if self.best_T > T:
+            self.best_T, self.best = T, list(stages)
+
+    def seed_with_chain_fill(self) -> None:
+        """Start from the chain-order fill (uniform's family is contained in this one)."""
+        for S in range(1, self.n_max + 1):
+            stages = _chain_fill(self.t, S)
+            self.offer(self.t.plan_time(stages), stages)
+
+    def search(self, S: int) -> None:
+        """Every range of datacenters and stages per datacenter for ``S`` uniform stages."""
+        t = self.t
+        self.b = uniform_bounds(t.L, S)
+        self.S = S
+        # flop of the largest block from s onwards, for the bottleneck bound
+        block = np.diff(t.flop_prefix[self.b])
+        self.max_from = np.maximum.accumulate(block[::-1])[::-1]
+        self.chosen: list[tuple[int, int, int, int]] = []
+        for a in range(t.K):
+            if self.complete:
+                self.dfs(a, 0, 0.0, 0.0)
+
+    def bound(self, k: int, e: int, total: float, peak: float) -> float:
+        """Optimistic ``T`` once blocks ``..e`` are placed up to datacenter ``k``."""
+        t, b = self.t, self.b
+        fastest = self.fastest_from[k + 1]
+        rest = cost.compute_time(t.flop_prefix[-1] - t.flop_prefix[b[e + 1]], fastest)
+        block = cost.compute_time(self.max_from[e + 1], fastest)
+        return cost.iteration_time(total + rest, max(peak, block), t.M)
+
+    def dfs(self, k: int, s: int, total: float, peak: float) -> None:
+        """Place blocks ``s..`` starting in datacenter ``k`` (which runs at least one)."""
+        t, b, S, chosen = self.t, self.b, self.S, self.chosen
+        self.visited += 1
+        if self.visited % 4096 == 0 and self.deadline.expired():
+            self.complete = False
+        if not self.complete:
+            return
+        dc = self.slots[k]
+        base = len(chosen)
+        if s > 0:  # the boundary entering this datacenter
+            kp = chosen[-1][2]
+            total += float(t.traversal(b[s], kp, k))
+            peak = max(peak, float(t.occupancy(b[s], kp, k)))
+        for n in range(1, min(len(dc), S - s) + 1):
+            e = s + n - 1  # block placed now
+            g = dc[n - 1]
+            if not t.fits(g, b[e], b[e + 1], S - e):
+                break  # this device cannot hold this block; larger n keeps it there
+            if n > 1:
+                total += float(t.traversal(b[e], k, k))
+                peak = max(peak, float(t.occupancy(b[e], k, k)))
+            c = float(t.compute_time[g, b[e], b[e + 1]])
+            total += c
+            peak = max(peak, c)
+            chosen.append((b[e], b[e + 1], k, g))
+            if e + 1 == S:
+                self.offer(cost.iteration_time(total, peak, t.M), chosen)
+                break
+            if k + 1 < t.K and self.bound(k, e, total, peak) < self.best_T:
+                self.dfs(k + 1, e + 1, total, peak)
+        del chosen[base:]
 
 
 # --------------------------------------------------------------------------- DP-based

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import cost
 from ..deadline import Deadline, TimeUp
 from ..plan import Plan
 from ..result import OptionError, Outcome
@@ -82,31 +83,37 @@ class _Search:
         self.stats = {"labels": 0, "states": 0, "candidate_stages": 0}
 
     def run(self):
+        """The best complete plan below ``upper`` as ``(T, stages)``, or ``None``."""
         t = self.t
-        L, M, K = t.L, t.M, t.K
-        gpipe = t.schedule == "gpipe"
-        upper = self.upper
-        rate_by_dc = [t.rate[t.group_dc <= k].max() for k in range(K)]
-        flop = t.flop_prefix
-        layer_flop = np.diff(flop)
-        # optimistic completion of a prefix [0, a) on DCs <= k
-        prefix_max = np.concatenate(([0.0], np.maximum.accumulate(layer_flop)))
-        sum_lb_total = flop[-1] / t.rate.max()
-        cap = np.inf if M == 1 else (upper - sum_lb_total) / (M - 1)
+        self.cap = np.inf if t.M == 1 else (self.upper - self._sum_lower_bound()) / (t.M - 1)
+        self.cands, t_max = self._candidate_stages()
+        self.p_cap = 0 if t.schedule == "gpipe" else min(t.M, t_max + 1)
+        states, best = self._label_loop()
+        return None if best is None else (best[0], self._backtrack(states, best[1]))
 
-        # candidate stages per (group, end b): starts a with C <= cap, memory fits at some position
-        C = t.compute_time
-        thr = t.max_in_flight
-        need = M if gpipe else 1
+    def _sum_lower_bound(self) -> float:
+        """``sum_s C_s`` of any plan is at least the total FLOP on the fastest device."""
+        return cost.compute_time(self.t.flop_prefix[-1], self.t.rate.max())
+
+    def _candidate_stages(self):
+        """Per group and end ``b``: ``(a, C, max in flight)`` of stages ``[a, b)`` worth trying.
+
+        A stage is kept when ``C <= cap`` and memory fits at some position. Also
+        returns the largest in-flight limit below ``M``, where 1F1B positions stop mattering.
+        """
+        t, L, M = self.t, self.t.L, self.t.M
+        C, thr = t.compute_time, t.max_in_flight
+        need = t.in_flight(1)  # the least a stage stashes (the last stage's count)
+        limit = self.cap * (1 + 1e-12)
         cands: list[list[list[tuple[int, float, int]]]] = []
-        t_max = 0
-        ncand = 0
+        t_max = ncand = 0
         for g in range(t.G):
+            self.deadline.check()
             per_end = [[] for _ in range(L + 1)]
             for b in range(1, L + 1):
                 for a in range(b - 1, -1, -1):
                     c = C[g, a, b]
-                    if c > cap * (1 + 1e-12):
+                    if c > limit:
                         break
                     n = int(thr[g, a, b])
                     if n < need:
@@ -117,15 +124,31 @@ class _Search:
                 ncand += len(per_end[b])
             cands.append(per_end)
         self.stats["candidate_stages"] = ncand
-        p_cap = 0 if gpipe else min(M, t_max + 1)
+        return cands, t_max
 
+    def _label_loop(self):
+        """Walk the layers backwards, extending Pareto labels by one stage at a time.
+
+        Returns the states (for back-tracking) and the best complete plan
+        ``(T, parent)``, or ``None`` when no plan beats ``upper``.
+        """
+        t = self.t
+        L, M, K = t.L, t.M, t.K
+        upper, cands, p_cap = self.upper, self.cands, self.p_cap
+        self.K = K
+        self.rate_by_dc = [t.rate[t.group_dc <= k].max() for k in range(K)]
+        flop = t.flop_prefix
+        # optimistic completion of a prefix [0, a) on DCs <= k
+        prefix_max = np.concatenate(([0.0], np.maximum.accumulate(np.diff(flop))))
         # boundary figures: U[b][k0][k] and Q for the boundary at layer b between DCs k0 <= k
-        X = t.boundary_bytes
-        bw, lat = t.path_bandwidth, t.path_latency
-        groups_of = [[g for g in range(t.G) if t.group_dc[g] == k] for k in range(K)]
-        local = [int(np.sum(t.group_dc[:g] == t.group_dc[g])) for g in range(t.G)]
-        count = [int(min(c, L)) for c in t.count]
-        Mm1 = M - 1
+        self.occupancy = t.boundary_occupancy.tolist()
+        self.traversal = t.boundary_traversal.tolist()
+        # in-flight count of a new stage placed before p stages (p capped at p_cap)
+        need_at = [t.in_flight(p + 1) for p in range(p_cap + 1)]
+        self.groups_of = [[g for g in range(t.G) if t.group_dc[g] == k] for k in range(K)]
+        self.local = [int(np.sum(t.group_dc[:g] == t.group_dc[g])) for g in range(t.G)]
+        self.count = [int(min(c, L)) for c in t.count]
+        iteration_time = cost.iteration_time
 
         # states[b]: dict (k, u) -> labels (mx, sm, p, parent); parent = (b, key, idx, a, g).
         # p (stages placed, capped at p_cap) is a third Pareto criterion: fewer is better,
@@ -149,57 +172,67 @@ class _Search:
                 check += 1
                 if check % 64 == 0:
                     self.deadline.check()
-                k, u = key
-                first = k == K  # nothing placed yet
-                for k0 in range(K if first else k + 1):
-                    if first:
-                        U = Q = 0.0
-                    else:
-                        U = X[b] / bw[k0, k]
-                        if cap * (1 + 1e-12) < U:
-                            continue
-                        Q = 2.0 * (lat[k0, k] + U)
-                    rmax = rate_by_dc[k0]
-                    for g in groups_of[k0]:
-                        gl = local[g]
-                        if k0 == k:
-                            if u[gl] >= count[g]:
+                for g, nkey, U, Q, rmax in self._moves(b, key):
+                    for a, c, n in cands[g][b]:
+                        # optimistic completion of the prefix [0, a) on DCs <= k0
+                        pre_sum = cost.compute_time(flop[a], rmax)
+                        pre_max = cost.compute_time(prefix_max[a], rmax)
+                        bucket = None
+                        for idx, (mx, sm, p, _) in enumerate(labels):
+                            if need_at[p] > n:
                                 continue
-                            u_next = u[:gl] + (u[gl] + 1,) + u[gl + 1:]
-                        else:
-                            u_next = tuple(1 if x == gl else 0 for x in range(len(groups_of[k0])))
-                        nkey = (k0, u_next)
-                        for a, c, n in cands[g][b]:
-                            # optimistic completion of the prefix [0, a) on DCs <= k0
-                            pre_sum = flop[a] / rmax
-                            pre_max = prefix_max[a] / rmax
-                            bucket = None
-                            for idx, (mx, sm, p, _) in enumerate(labels):
-                                if not gpipe and (p + 1 if p < M else M) > n:
-                                    continue
-                                nmx = mx if mx >= c else c
-                                if nmx < U:
-                                    nmx = U
-                                nsm = sm + c + Q
-                                opt = nsm + pre_sum + Mm1 * (nmx if nmx >= pre_max else pre_max)
-                                if opt >= upper:
-                                    continue
-                                if a == 0:
-                                    if best is None or opt < best[0]:
-                                        best = (opt, (b, key, idx, a, g))
-                                    continue
-                                if bucket is None:
-                                    bucket = states[a].setdefault(nkey, [])
-                                bucket.append((nmx, nsm, p + 1 if p < p_cap else p_cap,
-                                               (b, key, idx, a, g)))
+                            nmx = mx if mx >= c else c
+                            if nmx < U:
+                                nmx = U
+                            nsm = sm + c + Q
+                            opt = iteration_time(nsm + pre_sum,
+                                                 nmx if nmx >= pre_max else pre_max, M)
+                            if opt >= upper:
+                                continue
+                            if a == 0:
+                                if best is None or opt < best[0]:
+                                    best = (opt, (b, key, idx, a, g))
+                                continue
+                            if bucket is None:
+                                bucket = states[a].setdefault(nkey, [])
+                            bucket.append((nmx, nsm, p + 1 if p < p_cap else p_cap,
+                                           (b, key, idx, a, g)))
         self.stats["labels"] = labels_total
-        if best is None:
-            return None
-        # back-track: parent = (b, key, idx, a, g) means stage [a, b) on group g
+        return states, best
+
+    def _moves(self, b: int, key):
+        """The next stage's options before a state ``key = (k, u)`` at layer ``b``.
+
+        Yields ``(g, next key, U, Q, fastest rate of DCs <= k0)``: the group ``g`` of a
+        datacenter ``k0 <= k`` with a device left, and the boundary at ``b`` from ``k0`` to
+        ``k`` (none when nothing is placed yet).
+        """
+        k, u = key
+        first = k == self.K  # nothing placed yet
+        for k0 in range(self.K if first else k + 1):
+            if first:
+                U = Q = 0.0
+            else:
+                U = self.occupancy[b][k0][k]
+                if self.cap * (1 + 1e-12) < U:
+                    continue
+                Q = self.traversal[b][k0][k]
+            for g in self.groups_of[k0]:
+                gl = self.local[g]
+                if k0 == k:
+                    if u[gl] >= self.count[g]:
+                        continue
+                    u_next = u[:gl] + (u[gl] + 1,) + u[gl + 1:]
+                else:
+                    u_next = tuple(1 if x == gl else 0 for x in range(len(self.groups_of[k0])))
+                yield g, (k0, u_next), U, Q, self.rate_by_dc[k0]
+
+    def _backtrack(self, states, parent) -> list[tuple[int, int, int, int]]:
+        """The stages ``(start, end, dc, group in dc)`` of the plan ending at ``parent``."""
+        # parent = (b, key, idx, a, g) means stage [a, b) on group g
         stages = []
-        parent = best[1]
         while parent is not None:
             b, key, idx, a, g = parent
-            stages.append((a, b, int(t.group_dc[g]), local[g]))
+            stages.append((a, b, int(self.t.group_dc[g]), self.local[g]))
             parent = states[b][key][idx][3]
-        return best[0], stages
+        return stages
