@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..cost import iteration_time, steady_state
 from ..plan import Plan
 from ..tables import CostTables
 from .common import Positions, candidate_stages, position_classes
@@ -123,7 +124,8 @@ class CpsatModel:
         self.candidates_total = cand.total
         keep = np.ones(len(cand), dtype=bool)
         if prune:  # T >= C + (M - 1) * C for any plan holding the stage
-            keep &= M * cand.compute_time <= self.upper_bound * (1 + UB_RTOL)
+            least = iteration_time(cand.compute_time, cand.compute_time, M)
+            keep &= least <= self.upper_bound * (1 + UB_RTOL)
         self.x_group, self.x_start = cand.group[keep], cand.start[keep]
         self.x_end, self.x_cls = cand.end[keep], cand.cls[keep]
         self.x_cost = scaled_floor(cand.compute_time[keep], self.unit)
@@ -145,7 +147,7 @@ class CpsatModel:
                         continue
                     u = t.occupancy(b, k1, k2)
                     q = t.traversal(b, k1, k2)
-                    if prune and q + (M - 1) * u > self.upper_bound * (1 + UB_RTOL):
+                    if prune and iteration_time(q, u, M) > self.upper_bound * (1 + UB_RTOL):
                         continue
                     rows.append((b, c1, k1, c2, k2, q, u))
         arr = np.array(rows, dtype=float).reshape(-1, 7)
@@ -237,7 +239,7 @@ class CpsatModel:
         pairs = [(v, int(c)) for c, v in zip(self.x_cost, self.x_vars) if c]
         pairs += [(v, int(q)) for q, v in zip(self.y_traversal, self.y_vars) if q]
         if self.bottleneck is not None:
-            pairs.append((self.bottleneck, M - 1))
+            pairs.append((self.bottleneck, int(steady_state(M, 1))))
         # written into the proto: the Python expression API takes seconds on 300k terms
         m.clear_objective()
         m.proto.objective.vars.extend([v.index for v, _ in pairs])

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 
+from ..cost import compute_time
 from ..plan import Plan, evaluate
 from ..tables import CostTables
 
@@ -31,7 +32,7 @@ def greedy_plans(tables: CostTables):
         gs.sort(key=lambda g: -tables.rate[g])
         order.extend(gs)
     devices = sum(min(int(tables.count[g]), L) for g in order)
-    total = float(tables.flop_prefix[-1]) / float(tables.rate.max())
+    total = float(compute_time(tables.flop_prefix[-1], tables.rate.max()))
     n_max = max(1, min(L, devices))
     shares = sorted({max(1, round(n_max ** (t / 15))) for t in range(16)})
     taus = [math.inf] + [total / n for n in shares]

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..cost import compute_time, memory_need, occupancy, steady_state, traversal
 from ..instance import Instance
 from ..numeric import MEMORY_RTOL
 from ..plan import Plan
@@ -149,7 +150,7 @@ class AssignFormulation:
         unit = float(t.memory.max())
         for p in range(1, P + 1):
             n = t.in_flight(p)
-            need = (t.bytes_per_param * self.params + n * self.act) / unit
+            need = memory_need(self.params, self.act, n, t.bytes_per_param) / unit
             terms = [(self.a[l, p], float(need[l])) for l in range(L)
                      if (l, p) in self.a and need[l] != 0]
             if not terms:
@@ -192,11 +193,12 @@ class AssignFormulation:
             f_max = self._flop_cap(p)
             terms = [(self.a[l, p], -float(self.flop[l] / unit)) for l in range(L)
                      if (l, p) in self.a and self.flop[l] != 0]
-            terms += [(self.c[p, g], float(t.rate[g] * self.scale / unit))
+            # r_g c = F: the time of one FLOP unit on g is compute_time(unit, r_g)
+            terms += [(self.c[p, g], float(self.scale / compute_time(unit, t.rate[g])))
                       for g in self.groups_of[p]]
             self.problem += pulp.LpAffineExpression(terms) == 0, f"compute_{p}"
             for g in self.groups_of[p]:
-                cap = f_max / (t.rate[g] * self.scale)
+                cap = compute_time(f_max, t.rate[g]) / self.scale
                 self.problem += (pulp.LpAffineExpression(
                     [(self.c[p, g], 1.0), (self.w[p, g], -float(cap))]) <= 0,
                     f"compute_on_{p}_{g}")
@@ -242,7 +244,7 @@ class AssignFormulation:
 
     def _occupancy_coef(self, k1: int, k2: int) -> float:
         """Scaled occupancy per unit of ``xb`` (``xb`` is in units of ``Xmax`` bytes)."""
-        return float(self.x_max / (self.tables.path_bandwidth[k1, k2] * self.scale))
+        return float(occupancy(self.x_max, self.tables.path_bandwidth[k1, k2]) / self.scale)
 
     # ------------------------------------------------------------------ objective
     def objective(self) -> None:
@@ -252,12 +254,13 @@ class AssignFormulation:
         t = self.tables
         terms = [(v, 1.0) for v in self.c.values()]
         for (_p, k1, k2), z in self.z.items():
-            lat = 2.0 * t.path_latency[k1, k2] / self.scale
+            lat = traversal(t.path_latency[k1, k2], 0.0) / self.scale
             if lat:
                 terms.append((z, float(lat)))
-        terms += [(v, 2.0 * self._occupancy_coef(k1, k2)) for (p, k1, k2), v in self.xb.items()]
+        terms += [(v, traversal(0.0, self._occupancy_coef(k1, k2)))
+                  for (p, k1, k2), v in self.xb.items()]
         if t.M > 1:
-            terms.append((self.B, float(t.M - 1)))
+            terms.append((self.B, float(steady_state(t.M, 1.0))))
         self.problem.setObjective(pulp.LpAffineExpression(terms))
 
     # ------------------------------------------------------------------ build/decode

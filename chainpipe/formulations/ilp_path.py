@@ -21,6 +21,7 @@ from collections import defaultdict
 
 import numpy as np
 
+from ..cost import steady_state
 from ..instance import Instance
 from ..plan import Plan
 from ..tables import CostTables
@@ -264,7 +265,7 @@ class PathFormulation:
             if q != 0:
                 terms.append((self.y[b], float(q)))
         if t.M > 1:
-            terms.append((self.B, float(t.M - 1)))
+            terms.append((self.B, float(steady_state(t.M, 1.0))))
         self.problem.setObjective(pulp.LpAffineExpression(terms))
 
     # ------------------------------------------------------------------ build/decode

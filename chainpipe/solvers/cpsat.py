@@ -26,6 +26,7 @@ import math
 import sys
 import threading
 
+from ..cost import iteration_time
 from ..deadline import Deadline, TimeUp
 from ..formulations.common import candidate_stages, max_stages
 from ..formulations.cpsat import CpsatModel
@@ -268,7 +269,7 @@ def _objective_range(tables: CostTables) -> float:
                 u_max = max(u_max, tables.occupancy(b, k1, k2))
                 q_max = max(q_max, tables.traversal(b, k1, k2))
     s = max(1, max_stages(tables))
-    total = s * c_max + (s - 1) * q_max + (tables.M - 1) * max(c_max, u_max)
+    total = iteration_time(s * c_max + (s - 1) * q_max, max(c_max, u_max), tables.M)
     return total if total > 0 else 1.0
 
 
