@@ -32,6 +32,8 @@ import sys
 import time
 from dataclasses import dataclass
 
+import numpy as np
+
 from ..deadline import Deadline, TimeUp
 from ..formulations.common import safe_bound
 from ..instance import Instance
@@ -39,6 +41,8 @@ from ..result import OptionError, Outcome
 from ..tables import CostTables
 
 BACKENDS = ("highs", "cbc")
+#: largest coefficient magnitude handed to a backend (HiGHS refuses 1e15 and above)
+MAX_COEFFICIENT = 1e15
 
 
 def run_assign(instance: Instance, *, deadline: Deadline | None = None, seed: int = 0, log=None,
@@ -98,20 +102,28 @@ def _run(name: str, instance: Instance, deadline: Deadline, seed, threads, log, 
         return Outcome("infeasible", message=reason, stats=stats)
     t0 = time.perf_counter()
     try:
-        form = _formulation(name, tables, opts, deadline, stats)
-        if form is None:
-            stats["build_time_s"] = time.perf_counter() - t0
-            return Outcome("infeasible", stats=stats, message=(
-                "no chain of stages satisfies memory and device counts "
-                "(every candidate stage arc was pre-filtered)"))
-        form.build()
-        model = form.matrix()
+        # coefficients that overflow become inf and are refused below, never a warning
+        with np.errstate(over="ignore", divide="ignore", invalid="ignore", under="ignore"):
+            form = _formulation(name, tables, opts, deadline, stats)
+            if form is None:
+                stats["build_time_s"] = time.perf_counter() - t0
+                return Outcome("infeasible", stats=stats, message=(
+                    "no chain of stages satisfies memory and device counts "
+                    "(every candidate stage arc was pre-filtered)"))
+            form.build()
+            model = form.matrix()
         deadline.check()
     except TimeUp:
         stats["build_time_s"] = time.perf_counter() - t0
         return _out_of_time_building(tables, deadline, stats)
     stats["build_time_s"] = time.perf_counter() - t0
     stats.update(model.stats())
+    problem = model.out_of_range(MAX_COEFFICIENT)
+    if problem is not None:
+        return Outcome("error", stats=stats, message=(
+            f"{name}: the instance's numbers are out of range for a MIP backend ({problem}; "
+            f"times in the model differ by more than the backends represent); dp and cpsat "
+            "take them"))
     stats["time_scale_s"] = form.scale
 
     t1 = time.perf_counter()
