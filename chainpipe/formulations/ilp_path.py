@@ -141,6 +141,13 @@ class PathFormulation:
         self.boundary = _boundary_arcs(ins, outs, pos) if self.n_arcs else []
         self.arcs_memory_filtered = len(cand)
 
+    def _checked(self, n: int, every: int = 1000):
+        """``range(n)``, calling :attr:`check` every ``every`` steps."""
+        for i in range(n):
+            if i % every == 0:
+                self.check()
+            yield i
+
     def _node_grid(self, layer, cls, dc, keep) -> np.ndarray:
         """``[layer, class, dc]``: some kept arc has a node there."""
         grid = np.zeros((self.tables.L + 1, self.positions.count + 1, self.tables.K), dtype=bool)
@@ -163,9 +170,9 @@ class PathFormulation:
     def variables(self) -> None:
         var = self.columns
 
-        self.x = [var(f"x_{a}", 0, 1, cat="Integer") for a in range(self.n_arcs)]
+        self.x = [var(f"x_{a}", 0, 1, cat="Integer") for a in self._checked(self.n_arcs)]
         # boundary arcs are continuous: integral stage arcs force them integral
-        self.y = [var(f"y_{b}", 0, 1) for b in range(len(self.boundary))]
+        self.y = [var(f"y_{b}", 0, 1) for b in self._checked(len(self.boundary))]
         self.B = var("bottleneck", 0)
 
     # ------------------------------------------------------------------ constraints
@@ -177,7 +184,7 @@ class PathFormulation:
         out_of_in = defaultdict(list)  # In node -> stage arcs leaving it
         into_out = defaultdict(list)  # Out node -> stage arcs entering it
         source = []
-        for a in range(self.n_arcs):
+        for a in self._checked(self.n_arcs):
             i, j, c, k = (int(self.arc_start[a]), int(self.arc_end[a]), int(self.arc_cls[a]),
                           int(self.arc_dc[a]))
             if i == 0:
@@ -259,8 +266,11 @@ class PathFormulation:
         import pulp
 
         t = self.tables
-        terms = [(self.x[a], float(self.arc_compute[a] / self.scale)) for a in range(self.n_arcs)]
+        terms = [(self.x[a], float(self.arc_compute[a] / self.scale))
+                 for a in self._checked(self.n_arcs)]
         for b, (j, _c, _c2, k1, k2) in enumerate(self.boundary):
+            if b % 1000 == 0:
+                self.check()
             q = t.traversal(j, k1, k2) / self.scale
             if q != 0:
                 terms.append((self.y[b], float(q)))

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-#: rows converted between two deadline checks
-CHECK_EVERY = 2000
+#: non-zeros converted between two deadline checks
+CHECK_EVERY = 20000
 
 
 @dataclass
@@ -109,7 +109,7 @@ def to_matrix(problem, variables: list, check=None) -> LinearModel:
     variables : list of pulp.LpVariable
         Every variable the problem uses, in column order (:class:`Columns` keeps them).
     check : callable, optional
-        Called every :data:`CHECK_EVERY` rows (``Deadline.check``: raises to stop).
+        Called every :data:`CHECK_EVERY` non-zeros (``Deadline.check``: raises to stop).
 
     Returns
     -------
@@ -141,9 +141,11 @@ def to_matrix(problem, variables: list, check=None) -> LinearModel:
     starts = [0]
     index: list[int] = []
     value: list[float] = []
+    next_check = 0
     for r, con in enumerate(constraints):
-        if check is not None and r % CHECK_EVERY == 0:
+        if check is not None and len(index) >= next_check:
             check()
+            next_check = len(index) + CHECK_EVERY
         lo, up = con.getLb(), con.getUb()
         row_lower[r] = -inf if lo is None else lo
         row_upper[r] = inf if up is None else up
