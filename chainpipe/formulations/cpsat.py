@@ -122,7 +122,7 @@ class CpsatModel:
         t, M = self.tables, self.tables.M
         cand = candidate_stages(t, self.positions)
         self.candidates_total = cand.total
-        keep = np.ones(len(cand), dtype=bool)
+        keep = np.isfinite(cand.compute_time)  # an overflowing stage is in no finite plan
         if prune:  # T >= C + (M - 1) * C for any plan holding the stage
             least = iteration_time(cand.compute_time, cand.compute_time, M)
             keep &= least <= self.upper_bound * (1 + UB_RTOL)
@@ -147,6 +147,8 @@ class CpsatModel:
                         continue
                     u = t.occupancy(b, k1, k2)
                     q = t.traversal(b, k1, k2)
+                    if not (math.isfinite(u) and math.isfinite(q)):
+                        continue  # an overflowing boundary is in no finite plan
                     if prune and iteration_time(q, u, M) > self.upper_bound * (1 + UB_RTOL):
                         continue
                     rows.append((b, c1, k1, c2, k2, q, u))

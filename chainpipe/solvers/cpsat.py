@@ -26,6 +26,8 @@ import math
 import sys
 import threading
 
+import numpy as np
+
 from ..cost import iteration_time
 from ..deadline import Deadline, TimeUp
 from ..formulations.common import candidate_stages, max_stages
@@ -54,6 +56,10 @@ def run(instance, *, deadline=None, seed=0, threads=1, log=None, log_search_prog
     search = _Search(tables, deadline, int(seed), int(threads), log)
     try:
         search.set_scale(hint)
+        if not math.isfinite(search.upper):
+            return Outcome("error", stats=search.stats, message=(
+                "cpsat: the instance's numbers are out of range (every plan's time "
+                "overflows a float)"))
         if search.scale_T <= 0.0:  # T >= 0 for every plan
             return Outcome("optimal", plan=search.scale_plan, lower_bound=0.0,
                            stats=search.stats,
@@ -155,7 +161,10 @@ class _Search:
     def build(self, rnd: int) -> CpsatModel:
         """The model of round ``rnd``, hinted with the hint or the incumbent."""
         start = self.deadline.elapsed()
-        built = CpsatModel.build(self.tables, self.upper, self.prune, check=self.deadline.check)
+        # overflowing times are +inf (their arcs are dropped), never a warning
+        with np.errstate(over="ignore", divide="ignore", invalid="ignore", under="ignore"):
+            built = CpsatModel.build(self.tables, self.upper, self.prune,
+                                     check=self.deadline.check)
         hinted = None
         if rnd == 0 and self.hint_plan is not None:
             hinted = built.hint(self.hint_plan)
