@@ -184,8 +184,9 @@ class _Search:
     def solve(self, built: CpsatModel) -> bool:
         """Run CP-SAT on ``built``; ``True`` when it proved the scaled optimum."""
         solver = self._solver(built)
+        stop_at = None if self.deadline.unlimited else self.deadline.at
         status = run_stoppable(lambda: solver.solve(built.model, self._incumbents(built)),
-                               solver.stop_search, name="cpsat")
+                               solver.stop_search, name="cpsat", stop_at=stop_at)
         name = solver.status_name(status)
         self.stats["rounds"][-1].update(status=name, wall_time_s=solver.wall_time,
                                         conflicts=solver.num_conflicts,

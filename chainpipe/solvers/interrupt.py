@@ -10,12 +10,13 @@ re-raised.
 from __future__ import annotations
 
 import threading
+import time
 
 #: seconds between two looks at the worker
 POLL_S = 0.1
 
 
-def run_stoppable(target, stop, name: str = "solver"):
+def run_stoppable(target, stop, name: str = "solver", stop_at: float | None = None):
     """``target()`` in a worker thread; on Ctrl-C call ``stop()``, wait, re-raise.
 
     Parameters
@@ -26,6 +27,9 @@ def run_stoppable(target, stop, name: str = "solver"):
         Asks the solver to stop soon (e.g. ``CpSolver.stop_search``).
     name : str
         The worker thread's name.
+    stop_at : float, optional
+        A time on the monotonic clock at which ``stop()`` is called if the solver is
+        still running (a backstop for a backend that overruns its own limit).
 
     Returns
     -------
@@ -49,9 +53,13 @@ def run_stoppable(target, stop, name: str = "solver"):
 
     worker = threading.Thread(target=work, name=name, daemon=True)
     worker.start()
+    stopped = False
     try:
         while worker.is_alive():
             worker.join(POLL_S)
+            if not stopped and stop_at is not None and time.monotonic() >= stop_at:
+                stop()
+                stopped = True
     except KeyboardInterrupt:
         stop()
         worker.join()
