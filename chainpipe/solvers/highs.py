@@ -15,11 +15,15 @@ import threading
 import time
 
 from ..deadline import Deadline
-from .interrupt import run_stoppable
+from .interrupt import Abandoned, run_stoppable
 from .mip import ABS_GAP, PRIMAL_TOL, MipAnswer, backend_seconds, line_logger, pass_model
 
 #: seconds past the deadline after which the interrupt callback stops HiGHS itself
 OVERRUN_S = 0.2
+#: seconds past the deadline after which the caller stops waiting for HiGHS: its
+#: presolve does not call the interrupt callbacks (on a loaded machine it ran 2-3 s
+#: past its limit on ``large-01``); HiGHS finishes in its thread, its answer unread
+ABANDON_S = 0.5
 
 
 def solve_highs(model, *, relax: bool, deadline: Deadline, seed: int = 0, threads: int = 1,
@@ -53,9 +57,11 @@ def solve_highs(model, *, relax: bool, deadline: Deadline, seed: int = 0, thread
     h = highspy.Highs()
     h.setOptionValue("output_flag", log is not None)
     h.setOptionValue("log_to_console", False)
+    listening = threading.Event()
+    listening.set()
     if log is not None:
         feed = line_logger(log)
-        h.cbLogging += lambda event: feed(event.message)
+        h.cbLogging += lambda event: feed(event.message) if listening.is_set() else None
     for key, value in (("random_seed", int(seed)), ("primal_feasibility_tolerance", PRIMAL_TOL),
                        ("mip_rel_gap", 0.0), ("mip_abs_gap", ABS_GAP),
                        ("threads", max(1, int(threads)))):
@@ -64,7 +70,13 @@ def solve_highs(model, *, relax: bool, deadline: Deadline, seed: int = 0, thread
     if limit is not None:
         h.setOptionValue("time_limit", float(limit))
     pass_model(h, model, relax)
-    _run(h, deadline)
+    try:
+        _run(h, deadline)
+    except Abandoned:
+        listening.clear()  # HiGHS ends in its own thread; its later lines are not ours
+        return MipAnswer("stopped", None, None,
+                         f"HiGHS still busy {ABANDON_S:g} s after the time limit (presolve); "
+                         "its answer was not awaited")
     return _answer(h, relax)
 
 
@@ -80,7 +92,8 @@ def _run(h, deadline: Deadline) -> None:
     h.cbSimplexInterrupt += interrupt
     h.cbIpmInterrupt += interrupt
     h.cbMipInterrupt += interrupt
-    run_stoppable(h.run, stop.set, name="highs")
+    abandon = None if deadline.unlimited else deadline.at + ABANDON_S
+    run_stoppable(h.run, stop.set, name="highs", abandon_at=abandon)
 
 
 def _answer(h, relax: bool) -> MipAnswer:

@@ -16,7 +16,12 @@ import time
 POLL_S = 0.1
 
 
-def run_stoppable(target, stop, name: str = "solver", stop_at: float | None = None):
+class Abandoned(Exception):
+    """The solver ignored ``stop()`` past ``abandon_at``; its thread was left to finish."""
+
+
+def run_stoppable(target, stop, name: str = "solver", stop_at: float | None = None,
+                  abandon_at: float | None = None):
     """``target()`` in a worker thread; on Ctrl-C call ``stop()``, wait, re-raise.
 
     Parameters
@@ -30,6 +35,10 @@ def run_stoppable(target, stop, name: str = "solver", stop_at: float | None = No
     stop_at : float, optional
         A time on the monotonic clock at which ``stop()`` is called if the solver is
         still running (a backstop for a backend that overruns its own limit).
+    abandon_at : float, optional
+        A later monotonic time at which the caller stops waiting (:class:`Abandoned`);
+        the worker, already told to stop, finishes on its own. The caller must not
+        touch the solver's state afterwards.
 
     Returns
     -------
@@ -40,6 +49,8 @@ def run_stoppable(target, stop, name: str = "solver", stop_at: float | None = No
     ------
     KeyboardInterrupt
         After the solver stopped, when Ctrl-C was pressed.
+    Abandoned
+        When the solver was still running at ``abandon_at``.
     BaseException
         Whatever ``target()`` raised.
     """
@@ -57,9 +68,13 @@ def run_stoppable(target, stop, name: str = "solver", stop_at: float | None = No
     try:
         while worker.is_alive():
             worker.join(POLL_S)
-            if not stopped and stop_at is not None and time.monotonic() >= stop_at:
+            now = time.monotonic()
+            if not stopped and stop_at is not None and now >= stop_at:
                 stop()
                 stopped = True
+            if abandon_at is not None and now >= abandon_at and worker.is_alive():
+                stop()
+                raise Abandoned
     except KeyboardInterrupt:
         stop()
         worker.join()
