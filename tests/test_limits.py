@@ -200,3 +200,14 @@ def test_without_log_nothing_is_printed(capfd):
         solve(inst, solver, **options)
     out, err = capfd.readouterr()
     assert out == "" and err == ""
+
+
+@pytest.mark.parametrize("solver,options", [
+    ("ilp-path", {"msg": True}), ("ilp-path", {"msg": True, "backend": "cbc"}),
+    ("cpsat", {"log_search_progress": True}),
+], ids=lambda x: str(x))
+def test_log_options_without_log_write_to_stderr_only(capfd, solver, options):
+    solve(random_instance(7, max_layers=5), solver, **options)
+    out, err = capfd.readouterr()
+    assert out == ""
+    assert err.strip()

@@ -56,17 +56,20 @@ class LinearModel:
                 "nonzeros": self.nonzeros, "integer_variables": int(self.integer.sum())}
 
     def out_of_range(self, limit: float) -> str | None:
-        """What breaks ``|coefficient| < limit`` (non-finite included), or ``None``."""
-        for label, arr in (("objective coefficient", self.cost), ("matrix entry", self.value)):
+        """What breaks ``|coefficient| < limit`` (non-finite included), or ``None``.
+
+        Infinite bounds are allowed (a free side); finite ones must be below ``limit``.
+        """
+        for label, arr in (("an objective coefficient", self.cost),
+                           ("a matrix entry", self.value)):
             bad = ~(np.abs(arr) < limit)
             if bad.any():
-                return f"an {label} is {arr[bad][0]:.3g}" if label[0] == "o" \
-                    else f"a {label} is {arr[bad][0]:.3g}"
-        for label, arr in (("row bound", np.concatenate([self.row_lower, self.row_upper])),
-                           ("column bound", np.concatenate([self.col_lower, self.col_upper]))):
+                return f"{label} is {arr[bad][0]:.3g}"
+        for label, arr in (("a row bound", np.concatenate([self.row_lower, self.row_upper])),
+                           ("a column bound", np.concatenate([self.col_lower, self.col_upper]))):
             bad = np.isnan(arr) | ((np.abs(arr) >= limit) & np.isfinite(arr))
             if bad.any():
-                return f"a {label} is {arr[bad][0]:.3g}"
+                return f"{label} is {arr[bad][0]:.3g}"
         return None
 
     def assign(self, values) -> None:

@@ -23,7 +23,6 @@ Options: ``log_search_progress`` (bool), ``hint`` (``None``, ``"dp"`` or a
 from __future__ import annotations
 
 import math
-import sys
 import threading
 
 import numpy as np
@@ -38,7 +37,8 @@ from ..plan import Plan, evaluate
 from ..result import OptionError, Outcome
 from ..tables import CostTables
 from .interrupt import run_stoppable
-from .mip import backend_seconds, line_logger
+from .logs import line_logger, stderr_log
+from .mip import backend_seconds
 
 
 def run(instance, *, deadline=None, seed=0, threads=1, log=None, log_search_progress=False,
@@ -48,7 +48,7 @@ def run(instance, *, deadline=None, seed=0, threads=1, log=None, log_search_prog
         raise OptionError(f"cpsat: unknown option(s) {', '.join(sorted(options))}")
     deadline = Deadline.of(deadline)
     if log is None and log_search_progress:
-        log = _stderr_line
+        log = stderr_log
     tables = CostTables(instance)
     reason = tables.infeasibility_reason()
     if reason:
@@ -71,10 +71,6 @@ def run(instance, *, deadline=None, seed=0, threads=1, log=None, log_search_prog
     except _Stop as stop:
         return stop.outcome
     return search.outcome()
-
-
-def _stderr_line(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
 
 
 class _Stop(Exception):

@@ -16,7 +16,8 @@ import time
 
 from ..deadline import Deadline
 from .interrupt import Abandoned, run_stoppable
-from .mip import ABS_GAP, PRIMAL_TOL, MipAnswer, backend_seconds, line_logger, pass_model
+from .logs import line_logger
+from .mip import ABS_GAP, PRIMAL_TOL, MipAnswer, backend_seconds, pass_model
 
 #: seconds past the deadline after which the interrupt callback stops HiGHS itself
 OVERRUN_S = 0.2

@@ -28,7 +28,6 @@ floating-point tolerances, and clamped to ``[0, T]``.
 from __future__ import annotations
 
 import math
-import sys
 import time
 from dataclasses import dataclass
 
@@ -39,6 +38,7 @@ from ..formulations.common import safe_bound
 from ..instance import Instance
 from ..result import OptionError, Outcome
 from ..tables import CostTables
+from .logs import stderr_log
 
 BACKENDS = ("highs", "cbc")
 #: largest coefficient magnitude handed to a backend (HiGHS refuses 1e15 and above)
@@ -86,14 +86,10 @@ def _flag(value) -> bool:
     return bool(value)
 
 
-def _stderr_line(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
-
-
 def _run(name: str, instance: Instance, deadline: Deadline, seed, threads, log, options) -> Outcome:
     opts = _options(name, options)
     if log is None and opts.msg:
-        log = _stderr_line
+        log = stderr_log
     stats = {"formulation": name, "backend": opts.backend, "relax": opts.relax,
              "threads": threads, "seed": seed}
     tables = CostTables(instance)

@@ -69,11 +69,3 @@ def pass_model(highs, model, relax: bool) -> None:
     if status == highspy.HighsStatus.kError:
         raise RuntimeError("HiGHS rejected the model")
 
-
-def line_logger(log):
-    """A function feeding each non-empty line of a text chunk to ``log``."""
-    def feed(text: str) -> None:
-        for line in text.splitlines():
-            if line.strip():
-                log(line)
-    return feed
