@@ -211,3 +211,17 @@ def test_log_options_without_log_write_to_stderr_only(capfd, solver, options):
     out, err = capfd.readouterr()
     assert out == ""
     assert err.strip()
+
+
+def test_child_output_streams_and_the_child_is_stopped_at_the_deadline():
+    # a program that prints a line and hangs: on a pipe its line would sit in its buffer
+    # and die with it; the line must arrive, and the child must end soon after the deadline
+    from chainpipe.solvers.child import KILL_AFTER, run_child
+
+    code = "import signal, time; signal.signal(signal.SIGINT, signal.SIG_IGN); print('first'); time.sleep(60)"
+    seen: list[str] = []
+    start = time.monotonic()
+    rc, lines = run_child([sys.executable, "-c", code], deadline=Deadline(0.5), log=seen.append)
+    assert time.monotonic() - start < 0.5 + KILL_AFTER + 2.0
+    assert rc == -signal.SIGKILL
+    assert seen == ["first"] == lines

@@ -71,29 +71,51 @@ def run_child(args: list[str], *, deadline: Deadline, log=None, stop_at: float |
     preexec = _die_with_parent if sys.platform.startswith("linux") else None
     lines: list[str] = []
     with _terminate_raises():
+        child_end, stream = _output_channel()
         try:
-            proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+            proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=child_end,
                                     stderr=subprocess.STDOUT, text=True, errors="replace",
                                     bufsize=1, start_new_session=True, preexec_fn=preexec)
         except OSError as exc:
+            if stream is not None:
+                os.close(child_end)
+                stream.close()
             raise ChildFailed(f"cannot run {args[0]}: {exc}") from exc
-        reader = threading.Thread(target=_read_lines, args=(proc.stdout, lines, log), daemon=True)
+        if stream is None:
+            stream = proc.stdout
+        else:
+            os.close(child_end)  # the child holds it now; EOF comes when the child ends
+        reader = threading.Thread(target=_read_lines, args=(stream, lines, log), daemon=True)
         reader.start()
         try:
             _wait(proc, stop_at)
         finally:
             _end(proc)
             reader.join(timeout=2.0)
-            if proc.stdout is not None:
-                with contextlib.suppress(Exception):
-                    proc.stdout.close()
+            with contextlib.suppress(Exception):
+                stream.close()
     return proc.returncode, lines
 
 
+def _output_channel():
+    """``(child's end, parent's text stream)``: a pseudo-terminal where there is one.
+
+    A program writing to a pipe buffers its output in blocks (CBC's lines would
+    arrive only when it exits, or never if it is killed); on a terminal it writes
+    line by line. Without a pseudo-terminal: ``(subprocess.PIPE, None)``.
+    """
+    try:
+        parent, child = os.openpty()
+    except (AttributeError, OSError):
+        return subprocess.PIPE, None
+    return child, open(parent, encoding="utf-8", errors="replace", newline=None)
+
+
 def _read_lines(stream, lines: list[str], log) -> None:
-    with contextlib.suppress(ValueError, OSError):  # the stream closed under us
+    # OSError (EIO) is how a pseudo-terminal says that the child has gone
+    with contextlib.suppress(ValueError, OSError):
         for line in stream:
-            line = line.rstrip("\n")
+            line = line.rstrip("\r\n")
             lines.append(line)
             if log is not None:
                 log(line)
