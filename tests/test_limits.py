@@ -218,7 +218,9 @@ def test_child_output_streams_and_the_child_is_stopped_at_the_deadline():
     # and die with it; the line must arrive, and the child must end soon after the deadline
     from chainpipe.solvers.child import KILL_AFTER, run_child
 
-    code = "import signal, time; signal.signal(signal.SIGINT, signal.SIG_IGN); print('first'); time.sleep(60)"
+    # stdout reopened as C programs have it: line-buffered on a terminal, else in blocks
+    code = ("import os, signal, sys, time; signal.signal(signal.SIGINT, signal.SIG_IGN); "
+            "sys.stdout = os.fdopen(1, 'w'); print('first'); time.sleep(60)")
     seen: list[str] = []
     start = time.monotonic()
     rc, lines = run_child([sys.executable, "-c", code], deadline=Deadline(0.5), log=seen.append)
