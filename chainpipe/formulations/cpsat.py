@@ -37,6 +37,8 @@ from .matrix import no_check
 #: the scaled objective of the scaling plan (an upper bound on the optimum) maps to this
 #: many units: coefficients and the objective stay below 2^31
 SCALE_UNITS = 2**30
+#: variables (or arcs) handled between two deadline checks while building
+CHECK_EVERY = 5000
 #: relative margin for floating-point error in comparisons against the upper bound
 UB_RTOL = 1e-9
 #: relative shave applied to scaled quantities so float division never rounds a floor up
@@ -162,21 +164,21 @@ class CpsatModel:
     def _flow(self) -> None:
         """Variables and flow conservation: one path from layer 0 to layer L."""
         m, L = self.model, self.tables.L
-        self.check()
-        self.x_vars = [
-            m.new_bool_var("") for _ in range(len(self.x_group))  # unnamed: names cost seconds
-        ]
-        self.check()
-        self.y_vars = [m.new_bool_var("") for _ in range(len(self.y_layer))]
-        self.check()
+        self.x_vars = self._bool_vars(len(self.x_group))
+        self.y_vars = self._bool_vars(len(self.y_layer))
         out_of_start: dict = {}
         into_end: dict = {}
-        for v, i, j, c, k in zip(self.x_vars, self.x_start, self.x_end, self.x_cls, self.x_dc):
+        for n, (v, i, j, c, k) in enumerate(zip(self.x_vars, self.x_start, self.x_end,
+                                                 self.x_cls, self.x_dc)):
+            if n % CHECK_EVERY == 0:
+                self.check()
             out_of_start.setdefault((int(i), int(c), int(k)), []).append(v)
             into_end.setdefault((int(j), int(c), int(k)), []).append(v)
         into_start: dict = {}
         out_of_end: dict = {}
-        for v, b, a, d in zip(self.y_vars, self.y_layer, self.y_from, self.y_to):
+        for n, (v, b, a, d) in enumerate(zip(self.y_vars, self.y_layer, self.y_from, self.y_to)):
+            if n % CHECK_EVERY == 0:
+                self.check()
             out_of_end.setdefault((int(b), int(a[0]), int(a[1])), []).append(v)
             into_start.setdefault((int(b), int(d[0]), int(d[1])), []).append(v)
         # source: exactly one first stage; sink: exactly one last stage
@@ -202,6 +204,14 @@ class CpsatModel:
         for layer in range(L):
             self.check()
             m.add_exactly_one([self.x_vars[n] for n in self._covering[layer]])
+
+    def _bool_vars(self, n: int) -> list:
+        """``n`` unnamed boolean variables (names cost seconds), checking the deadline."""
+        out: list = []
+        for first in range(0, n, CHECK_EVERY):
+            self.check()
+            out.extend(self.model.new_bool_var("") for _ in range(min(CHECK_EVERY, n - first)))
+        return out
 
     def _device_counts(self) -> None:
         """At most ``count`` stages on the devices of each group."""
