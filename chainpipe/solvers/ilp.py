@@ -28,7 +28,6 @@ floating-point tolerances, and clamped to ``[0, T]``.
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -96,13 +95,13 @@ def _run(name: str, instance: Instance, deadline: Deadline, seed, threads, log, 
     reason = tables.infeasibility_reason()
     if reason is not None:
         return Outcome("infeasible", message=reason, stats=stats)
-    t0 = time.perf_counter()
+    t0 = deadline.elapsed()
     try:
         # coefficients that overflow become inf and are refused below, never a warning
         with np.errstate(over="ignore", divide="ignore", invalid="ignore", under="ignore"):
             form = _formulation(name, tables, opts, deadline, stats)
             if form is None:
-                stats["build_time_s"] = time.perf_counter() - t0
+                stats["build_time_s"] = deadline.elapsed() - t0
                 return Outcome("infeasible", stats=stats, message=(
                     "no chain of stages satisfies memory and device counts "
                     "(every candidate stage arc was pre-filtered)"))
@@ -110,9 +109,9 @@ def _run(name: str, instance: Instance, deadline: Deadline, seed, threads, log, 
             model = form.matrix()
         deadline.check()
     except TimeUp:
-        stats["build_time_s"] = time.perf_counter() - t0
+        stats["build_time_s"] = deadline.elapsed() - t0
         return _out_of_time_building(tables, deadline, stats)
-    stats["build_time_s"] = time.perf_counter() - t0
+    stats["build_time_s"] = deadline.elapsed() - t0
     stats.update(model.stats())
     problem = model.out_of_range(MAX_COEFFICIENT)
     if problem is not None:
@@ -122,14 +121,14 @@ def _run(name: str, instance: Instance, deadline: Deadline, seed, threads, log, 
             "take them"))
     stats["time_scale_s"] = form.scale
 
-    t1 = time.perf_counter()
+    t1 = deadline.elapsed()
     try:
         answer = _backend(opts.backend)(model, relax=opts.relax, deadline=deadline, seed=seed,
                                         threads=threads, log=log)
     except TimeUp:  # CBC: writing the model file used up the limit
-        stats["solve_time_s"] = time.perf_counter() - t1
+        stats["solve_time_s"] = deadline.elapsed() - t1
         return _out_of_time_building(tables, deadline, stats)
-    stats["solve_time_s"] = time.perf_counter() - t1
+    stats["solve_time_s"] = deadline.elapsed() - t1
     stats["solver_status"] = answer.text
     if answer.values is not None:
         model.assign(answer.values)
