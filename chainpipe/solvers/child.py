@@ -23,6 +23,9 @@ from ..deadline import Deadline
 
 #: seconds between asking the child to stop (SIGINT) and killing it
 KILL_AFTER = 0.5
+#: seconds before the deadline at which the child is asked to stop, so that it is
+#: killed (if it ignores the request) at most ``KILL_AFTER - STOP_EARLY`` past it
+STOP_EARLY = 0.3
 #: how often the parent looks at the clock while the child runs
 POLL_S = 0.05
 
@@ -54,7 +57,7 @@ def run_child(args: list[str], *, deadline: Deadline, log=None, stop_at: float |
         The program and its arguments.
     deadline : Deadline
         The solve's deadline; the child is asked to stop (SIGINT) at ``stop_at`` seconds
-        of the monotonic clock (default: the deadline) and killed
+        of the monotonic clock (default: :data:`STOP_EARLY` before the deadline) and killed
         :data:`KILL_AFTER` seconds later.
     log : callable, optional
         Called with each line the child prints (stdout and stderr), without newline.
@@ -67,7 +70,7 @@ def run_child(args: list[str], *, deadline: Deadline, log=None, stop_at: float |
         The exit code (negative: killed by that signal) and every line printed.
     """
     if stop_at is None and not deadline.unlimited:
-        stop_at = deadline.at
+        stop_at = deadline.at - STOP_EARLY
     preexec = _die_with_parent if sys.platform.startswith("linux") else None
     lines: list[str] = []
     with _terminate_raises():
