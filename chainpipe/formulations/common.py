@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .. import cost
 from ..tables import CostTables
 
 #: relative slack subtracted from a MIP/LP solver's dual bound before it is reported.
@@ -93,7 +94,7 @@ class Positions:
 
     def in_flight(self, c: int) -> int:
         """Microbatches stashed by a stage of class ``c`` (exact for the whole class)."""
-        return self.microbatches if self.schedule == "gpipe" else min(self.microbatches, c)
+        return cost.in_flight(self.schedule, self.microbatches, c)
 
     def successors(self, c: int) -> tuple[int, ...]:
         """Classes the next stage may have (the empty tuple only for the last class 1)."""

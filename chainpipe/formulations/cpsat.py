@@ -27,63 +27,42 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..cost import iteration_time, steady_state
 from ..plan import Plan
 from ..tables import CostTables
 from .common import Positions, candidate_stages, position_classes
+from .greedy import greedy_plans  # noqa: F401  (re-exported: the scaling heuristic)
+from .matrix import no_check
 
 #: the scaled objective of the scaling plan (an upper bound on the optimum) maps to this
 #: many units: coefficients and the objective stay below 2^31
 SCALE_UNITS = 2**30
+#: variables (or arcs) handled between two deadline checks while building
+CHECK_EVERY = 5000
 #: relative margin for floating-point error in comparisons against the upper bound
 UB_RTOL = 1e-9
 #: relative shave applied to scaled quantities so float division never rounds a floor up
 FLOOR_RTOL = 1e-12
 
 
+def _sum(variables: list):
+    """``sum(variables)`` as one CP-SAT expression (Python's ``sum`` nests, slowly)."""
+    from ortools.sat.python import cp_model
+
+    return cp_model.LinearExpr.sum(variables)
+
+
+def _weighted(variables: list, coefficients: list):
+    """``sum(c * v)`` as one CP-SAT expression."""
+    from ortools.sat.python import cp_model
+
+    return cp_model.LinearExpr.weighted_sum(variables, coefficients)
+
+
 def scaled_floor(values, unit: float) -> np.ndarray:
     """``floor(v / unit)``, shaved by :data:`FLOOR_RTOL` so the result is ``<= v / unit``."""
     v = np.asarray(values, dtype=float) / unit
     return np.floor(v * (1.0 - FLOOR_RTOL)).astype(np.int64)
-
-
-# ------------------------------------------------------------------ scaling heuristic
-def greedy_plans(tables: CostTables):
-    """Yield cheap feasible-looking plans as ``(start, end, dc, group_in_dc)`` tuple lists.
-
-    Backward greedy: stages are built from the last layer down, on devices taken from
-    the last datacenter towards the first (fastest group first inside a datacenter),
-    so chain order holds and each stage's 1F1B position is known when it is built.
-    A stage grows while it fits in memory and its compute stays within a target
-    ``tau``; ``tau`` sweeps balanced shares of the total work, plus no target at all.
-    The plans only set the CP-SAT time unit; every one is checked by ``evaluate``.
-    """
-    L = tables.L
-    devs = []
-    for k in reversed(range(tables.K)):
-        gs = [g for g in range(tables.G) if tables.group_dc[g] == k]
-        gs.sort(key=lambda g: -tables.rate[g])
-        for g in gs:
-            devs.extend([g] * int(tables.count[g]))
-    total = float(tables.flop_prefix[-1]) / float(tables.rate.max())
-    n_max = max(1, min(L, len(devs)))
-    shares = sorted({max(1, round(n_max ** (t / 15))) for t in range(16)})
-    taus = [math.inf] + [total / n for n in shares]
-    comp, mif = tables.compute_time, tables.max_in_flight
-    for tau in taus:
-        j, pos, stages = L, 1, []
-        for g in devs:
-            if j == 0:
-                break
-            need = tables.in_flight(pos)
-            if mif[g, j - 1, j] < need:
-                continue
-            i = j - 1
-            while i > 0 and mif[g, i - 1, j] >= need and comp[g, i - 1, j] <= tau:
-                i -= 1
-            stages.append((i, j, int(tables.group_dc[g]), tables.groups[g].index))
-            j, pos = i, pos + 1
-        if j == 0:
-            yield stages[::-1]
 
 
 # ------------------------------------------------------------------ the model
@@ -114,20 +93,24 @@ class CpsatModel:
     objective_cap: int = 0
     rounded_terms: int = 0  # bound on the number of rounded terms in any plan's objective
     candidates_total: int = 0
+    check: object = None  # called while building (Deadline.check)
 
     # -------------------------------------------------------------- building
     @classmethod
-    def build(cls, tables: CostTables, upper_bound: float, prune: bool) -> CpsatModel:
+    def build(cls, tables: CostTables, upper_bound: float, prune: bool, check=None
+              ) -> CpsatModel:
         """Build the model; ``prune`` drops arcs that alone make a plan exceed ``upper_bound``.
 
         ``upper_bound`` must be the time of a real plan when ``prune`` is set; the time
-        unit is ``upper_bound / SCALE_UNITS``.
+        unit is ``upper_bound / SCALE_UNITS``. ``check`` is called now and then while
+        building (``Deadline.check``: raises to stop).
         """
         from ortools.sat.python import cp_model
 
         pos = position_classes(tables)
         unit = upper_bound / SCALE_UNITS
         self = cls(tables, upper_bound, unit, pos)
+        self.check = check or no_check
         self.model = cp_model.CpModel()
         self._stage_arcs(prune)
         self._boundary_arcs(prune)
@@ -141,9 +124,10 @@ class CpsatModel:
         t, M = self.tables, self.tables.M
         cand = candidate_stages(t, self.positions)
         self.candidates_total = cand.total
-        keep = np.ones(len(cand), dtype=bool)
+        keep = np.isfinite(cand.compute_time)  # an overflowing stage is in no finite plan
         if prune:  # T >= C + (M - 1) * C for any plan holding the stage
-            keep &= M * cand.compute_time <= self.upper_bound * (1 + UB_RTOL)
+            least = iteration_time(cand.compute_time, cand.compute_time, M)
+            keep &= least <= self.upper_bound * (1 + UB_RTOL)
         self.x_group, self.x_start = cand.group[keep], cand.start[keep]
         self.x_end, self.x_cls = cand.end[keep], cand.cls[keep]
         self.x_cost = scaled_floor(cand.compute_time[keep], self.unit)
@@ -154,7 +138,9 @@ class CpsatModel:
         ends = {(int(j), int(c), int(k)) for j, c, k in zip(self.x_end, self.x_cls, self.x_dc)}
         starts = {(int(i), int(c), int(k)) for i, c, k in zip(self.x_start, self.x_cls, self.x_dc)}
         rows = []
-        for b, c1, k1 in sorted(ends):
+        for n, (b, c1, k1) in enumerate(sorted(ends)):
+            if n % 1000 == 0:
+                self.check()
             if b >= t.L:
                 continue
             for c2 in pos.successors(c1):
@@ -163,7 +149,9 @@ class CpsatModel:
                         continue
                     u = t.occupancy(b, k1, k2)
                     q = t.traversal(b, k1, k2)
-                    if prune and q + (M - 1) * u > self.upper_bound * (1 + UB_RTOL):
+                    if not (math.isfinite(u) and math.isfinite(q)):
+                        continue  # an overflowing boundary is in no finite plan
+                    if prune and iteration_time(q, u, M) > self.upper_bound * (1 + UB_RTOL):
                         continue
                     rows.append((b, c1, k1, c2, k2, q, u))
         arr = np.array(rows, dtype=float).reshape(-1, 7)
@@ -176,40 +164,54 @@ class CpsatModel:
     def _flow(self) -> None:
         """Variables and flow conservation: one path from layer 0 to layer L."""
         m, L = self.model, self.tables.L
-        self.x_vars = [
-            m.new_bool_var(f"x_g{g}_{i}_{j}_c{c}")
-            for g, i, j, c in zip(self.x_group, self.x_start, self.x_end, self.x_cls)
-        ]
-        self.y_vars = [
-            m.new_bool_var(f"y_{b}_c{a[0]}k{a[1]}_c{d[0]}k{d[1]}")
-            for b, a, d in zip(self.y_layer, self.y_from, self.y_to)
-        ]
+        self.x_vars = self._bool_vars(len(self.x_group))
+        self.y_vars = self._bool_vars(len(self.y_layer))
         out_of_start: dict = {}
         into_end: dict = {}
-        for v, i, j, c, k in zip(self.x_vars, self.x_start, self.x_end, self.x_cls, self.x_dc):
+        for n, (v, i, j, c, k) in enumerate(zip(self.x_vars, self.x_start, self.x_end,
+                                                 self.x_cls, self.x_dc)):
+            if n % CHECK_EVERY == 0:
+                self.check()
             out_of_start.setdefault((int(i), int(c), int(k)), []).append(v)
             into_end.setdefault((int(j), int(c), int(k)), []).append(v)
         into_start: dict = {}
         out_of_end: dict = {}
-        for v, b, a, d in zip(self.y_vars, self.y_layer, self.y_from, self.y_to):
+        for n, (v, b, a, d) in enumerate(zip(self.y_vars, self.y_layer, self.y_from, self.y_to)):
+            if n % CHECK_EVERY == 0:
+                self.check()
             out_of_end.setdefault((int(b), int(a[0]), int(a[1])), []).append(v)
             into_start.setdefault((int(b), int(d[0]), int(d[1])), []).append(v)
         # source: exactly one first stage; sink: exactly one last stage
         m.add_exactly_one([v for (i, _, _), vs in out_of_start.items() if i == 0 for v in vs])
         m.add_exactly_one([v for (j, _, _), vs in into_end.items() if j == L for v in vs])
-        for node in set(out_of_start) | set(into_start):
+        for n, node in enumerate(set(out_of_start) | set(into_start)):
+            if n % 500 == 0:
+                self.check()
             if node[0] > 0:
-                m.add(sum(out_of_start.get(node, [])) == sum(into_start.get(node, [])))
-        for node in set(into_end) | set(out_of_end):
+                m.add(_sum(out_of_start.get(node, [])) == _sum(into_start.get(node, [])))
+        for n, node in enumerate(set(into_end) | set(out_of_end)):
+            if n % 500 == 0:
+                self.check()
             if node[0] < L:
-                m.add(sum(into_end.get(node, [])) == sum(out_of_end.get(node, [])))
+                m.add(_sum(into_end.get(node, [])) == _sum(out_of_end.get(node, [])))
         # every layer is covered by exactly one stage (implied by the path; helps search)
         self._covering = [[] for _ in range(L)]
         for n, (i, j) in enumerate(zip(self.x_start, self.x_end)):
+            if n % 1000 == 0:
+                self.check()
             for layer in range(int(i), int(j)):
                 self._covering[layer].append(n)
         for layer in range(L):
+            self.check()
             m.add_exactly_one([self.x_vars[n] for n in self._covering[layer]])
+
+    def _bool_vars(self, n: int) -> list:
+        """``n`` unnamed boolean variables (names cost seconds), checking the deadline."""
+        out: list = []
+        for first in range(0, n, CHECK_EVERY):
+            self.check()
+            out.extend(self.model.new_bool_var("") for _ in range(min(CHECK_EVERY, n - first)))
+        return out
 
     def _device_counts(self) -> None:
         """At most ``count`` stages on the devices of each group."""
@@ -218,7 +220,7 @@ class CpsatModel:
             per_group.setdefault(int(g), []).append(v)
         for g, vs in per_group.items():
             if len(vs) > self.tables.count[g]:
-                self.model.add(sum(vs) <= int(self.tables.count[g]))
+                self.model.add(_sum(vs) <= int(self.tables.count[g]))
 
     def _bottleneck(self) -> None:
         """``z >= C`` of the stage covering each layer, ``z >= U`` of each boundary used."""
@@ -229,24 +231,31 @@ class CpsatModel:
         top = int(max(self.x_cost.max(initial=0), self.y_occupancy.max(initial=0)))
         z = m.new_int_var(0, top, "bottleneck")
         self.bottleneck = z
-        for _layer, arcs in enumerate(self._covering):
-            if arcs:
-                m.add(z >= sum(int(self.x_cost[n]) * self.x_vars[n] for n in arcs if self.x_cost[n]))
+        for arcs in self._covering:
+            self.check()
+            used = [n for n in arcs if self.x_cost[n]]
+            if used:
+                m.add(z >= _weighted([self.x_vars[n] for n in used],
+                                     [int(self.x_cost[n]) for n in used]))
         per_boundary: dict = {}
         for n, b in enumerate(self.y_layer):
             if self.y_occupancy[n]:
                 per_boundary.setdefault(int(b), []).append(n)
         for arcs in per_boundary.values():
-            m.add(z >= sum(int(self.y_occupancy[n]) * self.y_vars[n] for n in arcs))
+            m.add(z >= _weighted([self.y_vars[n] for n in arcs],
+                                 [int(self.y_occupancy[n]) for n in arcs]))
 
     def _objective(self) -> None:
         """``sum C + sum Q + (M - 1) z``, capped at the scaled upper bound."""
         m, M, t = self.model, self.tables.M, self.tables
-        terms = [int(c) * v for c, v in zip(self.x_cost, self.x_vars) if c]
-        terms += [int(q) * v for q, v in zip(self.y_traversal, self.y_vars) if q]
+        pairs = [(v, int(c)) for c, v in zip(self.x_cost, self.x_vars) if c]
+        pairs += [(v, int(q)) for q, v in zip(self.y_traversal, self.y_vars) if q]
         if self.bottleneck is not None:
-            terms.append((M - 1) * self.bottleneck)
-        m.minimize(sum(terms))
+            pairs.append((self.bottleneck, int(steady_state(M, 1))))
+        # written into the proto: the Python expression API takes seconds on 300k terms
+        m.clear_objective()
+        m.proto.objective.vars.extend([v.index for v, _ in pairs])
+        m.proto.objective.coeffs.extend([c for _, c in pairs])
         # every plan's scaled objective is <= its true time / unit, the optimum's <= UB / unit
         self.objective_cap = int(math.floor(self.upper_bound * (1 + UB_RTOL) / self.unit))
         m.proto.objective.domain.extend([0, self.objective_cap])

@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..cost import compute_time, memory_need, occupancy, steady_state, traversal
 from ..instance import Instance
 from ..numeric import MEMORY_RTOL
 from ..plan import Plan
 from ..tables import CostTables
 from .common import OBJECTIVE_MAGNITUDE, max_stages, time_scale
+from .matrix import Columns, LinearModel, no_check, to_matrix
 
 
 class AssignFormulation:
@@ -29,8 +31,10 @@ class AssignFormulation:
 
     name = "ilp-assign"
 
-    def __init__(self, tables: CostTables):
+    def __init__(self, tables: CostTables, check=None):
         t = self.tables = tables
+        #: called now and then while building (``Deadline.check``: raises to stop)
+        self.check = check or no_check
         self.scale = time_scale(tables, OBJECTIVE_MAGNITUDE)
         self.P = max(max_stages(tables), 1)
         L = t.L
@@ -48,10 +52,11 @@ class AssignFormulation:
             for p in range(1, self.P + 1)
         }
         self.problem = None
+        self.columns = None
 
     # ------------------------------------------------------------------ variables
     def variables(self) -> None:
-        var = self.problem.add_variable  # PuLP >= 3.3: variables belong to the model
+        var = self.columns
 
         t, P, L = self.tables, self.P, self.tables.L
         self.u = {p: var(f"u_{p}", 1 if p == 1 else 0, 1, cat="Integer")
@@ -96,6 +101,7 @@ class AssignFormulation:
         for l in range(L):
             prob += pulp.lpSum(a[l, p] for p in self.slots_of[l]) == 1, f"layer_{l}"
         for l in range(L - 1):
+            self.check()
             for p in range(2, P + 1):
                 # layer l + 1 at a slot >= p only if layer l is
                 nxt = [(a[l + 1, q], 1.0) for q in range(p, P + 1) if (l + 1, q) in a]
@@ -104,6 +110,7 @@ class AssignFormulation:
                 cur = [(a[l, q], -1.0) for q in range(p, P + 1) if (l, q) in a]
                 prob += pulp.LpAffineExpression(nxt + cur) <= 0, f"order_{l}_{p}"
         for p in range(1, P + 1):
+            self.check()
             members = [a[l, p] for l in range(L) if (l, p) in a]
             prob += pulp.lpSum(members) >= u[p], f"nonempty_{p}"
             for l in range(L):
@@ -127,6 +134,7 @@ class AssignFormulation:
         # chain order and DC pairs of consecutive slots (p before p - 1):
         # sum_{k2 >= k1} z[p,k1,k2] = delta[p,k1];  sum_{k1 <= k2} z[p,k1,k2] <= delta[p-1,k2]
         for p in range(2, P + 1):
+            self.check()
             for k1 in range(t.K):
                 terms = [(self.z[p, k1, k2], 1.0) for k2 in range(k1, t.K)]
                 terms += [(v, -c) for v, c in self._dc_indicator(p, k1)]
@@ -142,7 +150,7 @@ class AssignFormulation:
         unit = float(t.memory.max())
         for p in range(1, P + 1):
             n = t.in_flight(p)
-            need = (t.bytes_per_param * self.params + n * self.act) / unit
+            need = memory_need(self.params, self.act, n, t.bytes_per_param) / unit
             terms = [(self.a[l, p], float(need[l])) for l in range(L)
                      if (l, p) in self.a and need[l] != 0]
             if not terms:
@@ -158,12 +166,15 @@ class AssignFormulation:
         import pulp
 
         prob, a = self.problem, self.a
-        for (l, p), e in self.e.items():
+        for n, ((l, p), e) in enumerate(self.e.items()):
+            if n % 1000 == 0:
+                self.check()
             terms = [(e, 1.0), (a[l, p], -1.0)]
             if (l + 1, p) in a:
                 terms.append((a[l + 1, p], 1.0))
             prob += pulp.LpAffineExpression(terms) >= 0, f"last_{l}_{p}"
         for p in range(2, self.P + 1):
+            self.check()
             es = [self.e[l, q] for (l, q) in self.e if q == p]
             prob += pulp.lpSum(es) == self.u[p], f"one_boundary_{p}"
 
@@ -178,14 +189,16 @@ class AssignFormulation:
         t, L = self.tables, self.tables.L
         unit = float(self.flop.max()) if L and self.flop.max() > 0 else 1.0
         for p in range(1, self.P + 1):
+            self.check()
             f_max = self._flop_cap(p)
             terms = [(self.a[l, p], -float(self.flop[l] / unit)) for l in range(L)
                      if (l, p) in self.a and self.flop[l] != 0]
-            terms += [(self.c[p, g], float(t.rate[g] * self.scale / unit))
+            # r_g c = F: the time of one FLOP unit on g is compute_time(unit, r_g)
+            terms += [(self.c[p, g], float(self.scale / compute_time(unit, t.rate[g])))
                       for g in self.groups_of[p]]
             self.problem += pulp.LpAffineExpression(terms) == 0, f"compute_{p}"
             for g in self.groups_of[p]:
-                cap = f_max / (t.rate[g] * self.scale)
+                cap = compute_time(f_max, t.rate[g]) / self.scale
                 self.problem += (pulp.LpAffineExpression(
                     [(self.c[p, g], 1.0), (self.w[p, g], -float(cap))]) <= 0,
                     f"compute_on_{p}_{g}")
@@ -207,6 +220,7 @@ class AssignFormulation:
         if not self.xb:
             return
         for p in range(2, self.P + 1):
+            self.check()
             terms = [(v, -c / self.x_max) for v, c in self._bytes(p)]
             terms += [(self.xb[p, k1, k2], 1.0) for (k1, k2) in self.pairs]
             self.problem += pulp.LpAffineExpression(terms) == 0, f"bytes_{p}"
@@ -230,7 +244,7 @@ class AssignFormulation:
 
     def _occupancy_coef(self, k1: int, k2: int) -> float:
         """Scaled occupancy per unit of ``xb`` (``xb`` is in units of ``Xmax`` bytes)."""
-        return float(self.x_max / (self.tables.path_bandwidth[k1, k2] * self.scale))
+        return float(occupancy(self.x_max, self.tables.path_bandwidth[k1, k2]) / self.scale)
 
     # ------------------------------------------------------------------ objective
     def objective(self) -> None:
@@ -240,12 +254,13 @@ class AssignFormulation:
         t = self.tables
         terms = [(v, 1.0) for v in self.c.values()]
         for (_p, k1, k2), z in self.z.items():
-            lat = 2.0 * t.path_latency[k1, k2] / self.scale
+            lat = traversal(t.path_latency[k1, k2], 0.0) / self.scale
             if lat:
                 terms.append((z, float(lat)))
-        terms += [(v, 2.0 * self._occupancy_coef(k1, k2)) for (p, k1, k2), v in self.xb.items()]
+        terms += [(v, traversal(0.0, self._occupancy_coef(k1, k2)))
+                  for (p, k1, k2), v in self.xb.items()]
         if t.M > 1:
-            terms.append((self.B, float(t.M - 1)))
+            terms.append((self.B, float(steady_state(t.M, 1.0))))
         self.problem.setObjective(pulp.LpAffineExpression(terms))
 
     # ------------------------------------------------------------------ build/decode
@@ -254,6 +269,7 @@ class AssignFormulation:
         import pulp
 
         self.problem = pulp.LpProblem("chainpipe_assign", pulp.LpMinimize)
+        self.columns = Columns(self.problem)
         self.variables()
         self.constraints_partition()
         self.constraints_devices()
@@ -264,6 +280,10 @@ class AssignFormulation:
         self.constraints_bottleneck()
         self.objective()
         return self.problem
+
+    def matrix(self) -> LinearModel:
+        """The built model as arrays (:func:`~chainpipe.formulations.matrix.to_matrix`)."""
+        return to_matrix(self.problem, self.columns.variables, self.check)
 
     @property
     def model_stats(self) -> dict:

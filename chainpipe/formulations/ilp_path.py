@@ -21,19 +21,69 @@ from collections import defaultdict
 
 import numpy as np
 
+from ..cost import steady_state
 from ..instance import Instance
 from ..plan import Plan
 from ..tables import CostTables
 from .common import (
     OBJECTIVE_MAGNITUDE,
     CandidateStages,
+    Positions,
     candidate_stages,
     position_classes,
     time_scale,
 )
+from .matrix import Columns, LinearModel, no_check, to_matrix
 
 #: ``bottleneck="auto"`` uses the layer-cover rows while their non-zeros stay below this
 LAYER_COVER_MAX_NONZEROS = 2_000_000
+
+
+def _successor_grid(grid: np.ndarray, pos: Positions) -> np.ndarray:
+    """``[b, c, k]``: ``grid[b, c', k]`` for some successor class ``c'`` of ``c``."""
+    out = np.zeros_like(grid)
+    out[:, 2:, :] = grid[:, 1:-1, :]  # c' = c - 1
+    if pos.saturating:
+        out[:, pos.count, :] |= grid[:, pos.count, :]  # c' = c (the saturating class)
+    return out
+
+
+def _linked(ins: np.ndarray, outs: np.ndarray, pos: Positions):
+    """``(reach_in, reach_out)``: In nodes entered by a boundary arc, Out nodes left by one.
+
+    A boundary arc at layer ``b`` goes from ``Out(b, c, k1)`` to ``In(b, c', k2)`` with
+    ``c'`` a successor class of ``c`` and ``k1 <= k2``.
+    """
+    # some In node of a successor class at a DC >= k1 / some Out node at a DC <= k2
+    later_in = np.flip(np.logical_or.accumulate(np.flip(ins, 2), 2), 2)
+    reach_out = outs & _successor_grid(later_in, pos)
+    reach_out[-1] = False  # no boundary after the last layer
+    earlier_out = np.logical_or.accumulate(outs, 2)
+    # In(b, c', k2) is entered when some Out(b, c, k1 <= k2) has c' among c's successors
+    entered = np.zeros_like(ins)
+    entered[:, 1:-1, :] = earlier_out[:, 2:, :]  # c' = c - 1
+    if pos.saturating:
+        entered[:, pos.count, :] |= earlier_out[:, pos.count, :]
+    reach_in = ins & entered
+    reach_in[-1] = False
+    return reach_in, reach_out
+
+
+def _boundary_arcs(ins: np.ndarray, outs: np.ndarray, pos: Positions) -> list:
+    """Every boundary arc ``(b, c, c', k1, k2)`` between kept nodes, sorted."""
+    last = ins.shape[0] - 1
+    b, c, k1 = np.nonzero(outs[:last])
+    K = ins.shape[2]
+    rows = []
+    for c2, use in ((c - 1, c >= 2), (c, pos.saturating & (c == pos.count))):
+        bb, cc, cc2, kk1 = b[use], c[use], c2[use], k1[use]
+        k2 = np.arange(K)
+        ok = ins[bb[:, None], cc2[:, None], k2[None, :]] & (k2[None, :] >= kk1[:, None])
+        n, m = np.nonzero(ok)
+        rows.append(np.stack([bb[n], cc[n], cc2[n], kk1[n], k2[m]], axis=1))
+    arcs = np.concatenate(rows) if rows else np.zeros((0, 5), dtype=np.int64)
+    order = np.lexsort(arcs.T[::-1])
+    return [tuple(int(v) for v in row) for row in arcs[order]]
 
 
 class PathFormulation:
@@ -41,10 +91,12 @@ class PathFormulation:
 
     name = "ilp-path"
 
-    def __init__(self, tables: CostTables, bottleneck: str = "auto"):
+    def __init__(self, tables: CostTables, bottleneck: str = "auto", check=None):
         if bottleneck not in ("auto", "layer", "node"):
             raise ValueError(f"bottleneck must be 'auto', 'layer' or 'node', got {bottleneck!r}")
         self.tables = tables
+        #: called now and then while building (``Deadline.check``: raises to stop)
+        self.check = check or no_check
         self.scale = time_scale(tables, OBJECTIVE_MAGNITUDE)
         self.positions = position_classes(tables)
         self.candidates: CandidateStages = candidate_stages(tables, self.positions)
@@ -54,33 +106,27 @@ class PathFormulation:
             bottleneck = "layer" if cover_nnz <= LAYER_COVER_MAX_NONZEROS else "node"
         self.bottleneck_rows = bottleneck
         self.problem = None
+        self.columns = None
 
     # ------------------------------------------------------------------ network
     def _prune(self) -> None:
-        """Drop stage and boundary arcs that lie on no source-to-sink path."""
+        """Drop stage and boundary arcs that lie on no source-to-sink path.
+
+        Nodes live in boolean grids ``[layer, class, dc]``; a stage arc stays while its
+        ``In`` node is the source or is reached by a boundary arc from a kept ``Out``
+        node, and its ``Out`` node is the sink or leads to a kept ``In`` node.
+        """
         t, cand, pos = self.tables, self.candidates, self.positions
         L = t.L
         dc = t.group_dc[cand.group]
         keep = np.ones(len(cand), dtype=bool)
         while True:
-            ins = {(i, c, k) for i, c, k, m in zip(cand.start, cand.cls, dc, keep) if m}
-            outs = {(j, c, k) for j, c, k, m in zip(cand.end, cand.cls, dc, keep) if m}
-            boundary = []
-            reach_in, reach_out = set(), set()
-            for (j, c, k1) in outs:
-                if j == L:
-                    continue
-                for c2 in pos.successors(c):
-                    for k2 in range(k1, t.K):
-                        if (j, c2, k2) in ins:
-                            boundary.append((j, c, c2, k1, k2))
-                            reach_out.add((j, c, k1))
-                            reach_in.add((j, c2, k2))
-            new = keep.copy()
-            for a in np.nonzero(keep)[0]:
-                i, j, c, k = cand.start[a], cand.end[a], cand.cls[a], dc[a]
-                if (i > 0 and (i, c, k) not in reach_in) or (j < L and (j, c, k) not in reach_out):
-                    new[a] = False
+            self.check()
+            ins, outs = self._node_grid(cand.start, cand.cls, dc, keep), \
+                self._node_grid(cand.end, cand.cls, dc, keep)
+            reach_in, reach_out = _linked(ins, outs, pos)
+            new = keep & ((cand.start == 0) | reach_in[cand.start, cand.cls, dc]) \
+                & ((cand.end == L) | reach_out[cand.end, cand.cls, dc])
             if (new == keep).all():
                 break
             keep = new
@@ -92,8 +138,21 @@ class PathFormulation:
         self.arc_dc = dc[idx]
         self.arc_compute = cand.compute_time[idx]
         self.n_arcs = int(idx.size)
-        self.boundary = sorted(boundary) if self.n_arcs else []
+        self.boundary = _boundary_arcs(ins, outs, pos) if self.n_arcs else []
         self.arcs_memory_filtered = len(cand)
+
+    def _checked(self, n: int, every: int = 1000):
+        """``range(n)``, calling :attr:`check` every ``every`` steps."""
+        for i in range(n):
+            if i % every == 0:
+                self.check()
+            yield i
+
+    def _node_grid(self, layer, cls, dc, keep) -> np.ndarray:
+        """``[layer, class, dc]``: some kept arc has a node there."""
+        grid = np.zeros((self.tables.L + 1, self.positions.count + 1, self.tables.K), dtype=bool)
+        grid[layer[keep], cls[keep], dc[keep]] = True
+        return grid
 
     @property
     def network_stats(self) -> dict:
@@ -109,11 +168,11 @@ class PathFormulation:
 
     # ------------------------------------------------------------------ variables
     def variables(self) -> None:
-        var = self.problem.add_variable  # PuLP >= 3.3: variables belong to the model
+        var = self.columns
 
-        self.x = [var(f"x_{a}", 0, 1, cat="Integer") for a in range(self.n_arcs)]
+        self.x = [var(f"x_{a}", 0, 1, cat="Integer") for a in self._checked(self.n_arcs)]
         # boundary arcs are continuous: integral stage arcs force them integral
-        self.y = [var(f"y_{b}", 0, 1) for b in range(len(self.boundary))]
+        self.y = [var(f"y_{b}", 0, 1) for b in self._checked(len(self.boundary))]
         self.B = var("bottleneck", 0)
 
     # ------------------------------------------------------------------ constraints
@@ -125,7 +184,7 @@ class PathFormulation:
         out_of_in = defaultdict(list)  # In node -> stage arcs leaving it
         into_out = defaultdict(list)  # Out node -> stage arcs entering it
         source = []
-        for a in range(self.n_arcs):
+        for a in self._checked(self.n_arcs):
             i, j, c, k = (int(self.arc_start[a]), int(self.arc_end[a]), int(self.arc_cls[a]),
                           int(self.arc_dc[a]))
             if i == 0:
@@ -140,13 +199,16 @@ class PathFormulation:
             out_of_out[(j, c, k1)].append(self.y[b])
             into_in[(j, c2, k2)].append(self.y[b])
         prob += pulp.lpSum(source) == 1, "source"
+        self.check()
         for node in sorted(set(out_of_in) | set(into_in)):
+            self.check()
             expr = pulp.LpAffineExpression(
                 [(v, 1.0) for v in into_in.get(node, [])]
                 + [(v, -1.0) for v in out_of_in.get(node, [])]
             )
             prob += expr == 0, "in_{}_{}_{}".format(*node)
         for node in sorted(set(into_out) | set(out_of_out)):
+            self.check()
             expr = pulp.LpAffineExpression(
                 [(v, 1.0) for v in into_out.get(node, [])]
                 + [(v, -1.0) for v in out_of_out.get(node, [])]
@@ -180,6 +242,8 @@ class PathFormulation:
         rows = defaultdict(list)
         if self.bottleneck_rows == "layer":
             for a in range(self.n_arcs):
+                if a % 1000 == 0:
+                    self.check()
                 term = (self.x[a], float(coef[a]))
                 for l in range(int(self.arc_start[a]), int(self.arc_end[a])):
                     rows[("layer", l)].append(term)
@@ -192,6 +256,7 @@ class PathFormulation:
             if u > 0:
                 rows[("link", j)].append((self.y[b], float(u)))
         for n, key in enumerate(sorted(rows)):
+            self.check()
             expr = pulp.LpAffineExpression(rows[key] + [(self.B, -1.0)])
             prob += expr <= 0, f"bottleneck_{n}"
 
@@ -201,13 +266,16 @@ class PathFormulation:
         import pulp
 
         t = self.tables
-        terms = [(self.x[a], float(self.arc_compute[a] / self.scale)) for a in range(self.n_arcs)]
+        terms = [(self.x[a], float(self.arc_compute[a] / self.scale))
+                 for a in self._checked(self.n_arcs)]
         for b, (j, _c, _c2, k1, k2) in enumerate(self.boundary):
+            if b % 1000 == 0:
+                self.check()
             q = t.traversal(j, k1, k2) / self.scale
             if q != 0:
                 terms.append((self.y[b], float(q)))
         if t.M > 1:
-            terms.append((self.B, float(t.M - 1)))
+            terms.append((self.B, float(steady_state(t.M, 1.0))))
         self.problem.setObjective(pulp.LpAffineExpression(terms))
 
     # ------------------------------------------------------------------ build/decode
@@ -216,12 +284,17 @@ class PathFormulation:
         import pulp
 
         self.problem = pulp.LpProblem("chainpipe_path", pulp.LpMinimize)
+        self.columns = Columns(self.problem)
         self.variables()
         self.constraints_flow()
         self.constraints_devices()
         self.constraints_bottleneck()
         self.objective()
         return self.problem
+
+    def matrix(self) -> LinearModel:
+        """The built model as arrays (:func:`~chainpipe.formulations.matrix.to_matrix`)."""
+        return to_matrix(self.problem, self.columns.variables, self.check)
 
     def decode(self) -> Plan:
         """The plan of the chosen stage arcs (values rounded at 0.5)."""

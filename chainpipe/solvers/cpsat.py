@@ -9,6 +9,12 @@ of the derived bound; when the scaled optimum is proven but the rounding leaves 
 larger gap, the model is rebuilt with the better plan's time as ``UB`` (a finer unit)
 and solved again, up to ``max_rounds`` times.
 
+The time limit covers the whole solve: the deadline is checked while the model is
+built, CP-SAT gets what is left, and a run that runs out while building returns the
+plan that set the time unit (``feasible``) or ``no_solution``. CP-SAT's search log goes
+to ``log`` (never to standard output); ``log_search_progress`` sends it to standard
+error when no ``log`` is given.
+
 Options: ``log_search_progress`` (bool), ``hint`` (``None``, ``"dp"`` or a
 :class:`~chainpipe.plan.Plan`; off by default, recorded in the statistics when used),
 ``max_rounds`` (int, default 3).
@@ -18,189 +24,242 @@ from __future__ import annotations
 
 import math
 import threading
-import time
 
-from ..deadline import Deadline
+import numpy as np
+
+from ..cost import iteration_time
+from ..deadline import Deadline, TimeUp
 from ..formulations.common import candidate_stages, max_stages
-from ..formulations.cpsat import CpsatModel, greedy_plans
+from ..formulations.cpsat import CpsatModel
+from ..formulations.greedy import best_greedy_plan
 from ..numeric import OPTIMALITY_RTOL
 from ..plan import Plan, evaluate
 from ..result import OptionError, Outcome
 from ..tables import CostTables
+from .interrupt import run_stoppable
+from .logs import line_logger, stderr_log
+from .mip import backend_seconds
 
 
 def run(instance, *, deadline=None, seed=0, threads=1, log=None, log_search_progress=False,
         hint=None, max_rounds=3, **options) -> Outcome:
     """Solve ``instance`` with CP-SAT; see the module docstring for the guarantees."""
-
     if options:
         raise OptionError(f"cpsat: unknown option(s) {', '.join(sorted(options))}")
-    t0 = time.perf_counter()
     deadline = Deadline.of(deadline)
-    time_limit = None if deadline.unlimited else deadline.remaining()
-    deadline = None if time_limit is None else t0 + float(time_limit)
+    if log is None and log_search_progress:
+        log = stderr_log
     tables = CostTables(instance)
     reason = tables.infeasibility_reason()
     if reason:
         return Outcome("infeasible", message=reason)
-    stats: dict = {"num_workers": int(threads), "seed": int(seed), "rounds": [], "trace": []}
-    cheap_bound = float(tables.lower_bound)
+    search = _Search(tables, deadline, int(seed), int(threads), log)
+    try:
+        search.set_scale(hint)
+        if not math.isfinite(search.upper):
+            return Outcome("error", stats=search.stats, message=(
+                "cpsat: the instance's numbers are out of range (every plan's time "
+                "overflows a float)"))
+        if search.scale_T <= 0.0:  # T >= 0 for every plan
+            return Outcome("optimal", plan=search.scale_plan, lower_bound=0.0,
+                           stats=search.stats,
+                           message="a plan with zero iteration time is optimal")
+        search.rounds(max(1, int(max_rounds)))
+    except TimeUp:
+        search.note = (f"time limit ({deadline.limit:g} s) reached while building the model "
+                       f"(after {deadline.elapsed():.2f} s)")
+    except _Stop as stop:
+        return stop.outcome
+    return search.outcome()
 
-    # ---- an upper bound that sets the time unit (and prunes hopeless arcs)
-    scale_plan, scale_T = None, math.inf
-    for tuples in greedy_plans(tables):
-        plan = Plan.from_tuples(instance, tuples)
-        ev = evaluate(instance, plan)
-        if ev.feasible and ev.iteration_time_s < scale_T:
-            scale_plan, scale_T = plan, ev.iteration_time_s
-    ub_source = "greedy" if scale_plan is not None else None
-    hint_plan = None
-    if hint is not None:
-        hint_plan, hint_info = _hint_plan(instance, hint, deadline)
-        stats["hint"] = hint_info
-        if hint_plan is not None and hint_info["iteration_time_s"] < scale_T:
-            scale_plan, scale_T, ub_source = hint_plan, hint_info["iteration_time_s"], "hint"
-    if scale_plan is not None and scale_T <= 0.0:  # T >= 0 for every plan
-        stats["upper_bound_source"] = ub_source
-        return Outcome("optimal", plan=scale_plan, lower_bound=0.0, stats=stats,
-                       message="a plan with zero iteration time is optimal")
-    if scale_plan is None:
-        upper, prune, ub_source = _objective_range(tables), False, "coefficient range"
-    else:
-        upper, prune = scale_T, True
-    stats["upper_bound_source"] = ub_source
-    stats["scaling_plan_time_s"] = None if scale_plan is None else scale_T
 
-    lock = threading.Lock()
-    best = {"T": math.inf, "plan": None, "bound": cheap_bound}
-    trace = stats["trace"]
+class _Stop(Exception):
+    """A final outcome found in the middle of the search (infeasible, invalid model)."""
 
-    def record():
-        inc = best["T"] if best["plan"] is not None else None
-        trace.append([time.perf_counter() - t0, inc, best["bound"]])
+    def __init__(self, outcome: Outcome):
+        self.outcome = outcome
 
-    record()
-    status_note = None
-    for rnd in range(max(1, int(max_rounds))):
-        remaining = None if deadline is None else deadline - time.perf_counter()
-        if remaining is not None and remaining <= 0:
-            break
-        tb = time.perf_counter()
-        built = CpsatModel.build(tables, upper, prune)
+
+class _Search:
+    """One CP-SAT solve: the scaling plan, the rounds, the best plan and bound so far."""
+
+    def __init__(self, tables: CostTables, deadline: Deadline, seed: int, threads: int, log):
+        self.tables, self.instance = tables, tables.instance
+        self.deadline, self.seed, self.threads, self.log = deadline, seed, threads, log
+        self.stats: dict = {"num_workers": threads, "seed": seed, "rounds": [], "trace": []}
+        self.lock = threading.Lock()
+        self.best_T, self.best_plan = math.inf, None
+        self.bound = max(0.0, float(tables.lower_bound))
+        self.scale_plan, self.scale_T, self.ub_source = None, math.inf, None
+        self.hint_plan = None
+        self.note = None
+        self.record()
+
+    # ------------------------------------------------------------------ bookkeeping
+    def record(self) -> None:
+        """Append ``[seconds, incumbent, bound]`` to the trace (caller holds the lock)."""
+        inc = self.best_T if self.best_plan is not None else None
+        self.stats["trace"].append([self.deadline.elapsed(), inc, self.bound])
+
+    def offer(self, built: CpsatModel, values) -> None:
+        """Decode a solution; keep it if its exact time beats the incumbent (holds lock)."""
+        plan = built.decode(values)
+        ev = evaluate(self.instance, plan)
+        if not ev.feasible:
+            raise RuntimeError(f"cpsat decoded an infeasible plan: {ev.violations[0]}")
+        if ev.iteration_time_s < self.best_T:
+            self.best_T, self.best_plan = ev.iteration_time_s, plan
+        self.record()
+
+    def raise_bound(self, bound: float) -> None:
+        with self.lock:
+            if bound > self.bound:
+                self.bound = bound
+                self.record()
+
+    # ------------------------------------------------------------------ scaling
+    def set_scale(self, hint) -> None:
+        """The plan (greedy or hint) whose time sets the unit, or a bound on every plan."""
+        self.scale_plan, self.scale_T = best_greedy_plan(self.tables)
+        self.ub_source = "greedy" if self.scale_plan is not None else None
+        if hint is not None:
+            self.hint_plan, info = _hint_plan(self.instance, hint, self.deadline)
+            self.stats["hint"] = info
+            if self.hint_plan is not None and info["iteration_time_s"] < self.scale_T:
+                self.scale_plan, self.scale_T = self.hint_plan, info["iteration_time_s"]
+                self.ub_source = "hint"
+        if self.scale_plan is None:
+            self.upper, self.prune = _objective_range(self.tables), False
+            self.ub_source = "coefficient range"
+        else:
+            self.upper, self.prune = self.scale_T, True
+        self.stats["upper_bound_source"] = self.ub_source
+        self.stats["scaling_plan_time_s"] = None if self.scale_plan is None else self.scale_T
+
+    # ------------------------------------------------------------------ rounds
+    def rounds(self, max_rounds: int) -> None:
+        """Solve, refining the unit while rounding hides the last bit of the gap."""
+        for rnd in range(max_rounds):
+            if self.deadline.expired():
+                return
+            built = self.build(rnd)
+            self.deadline.check()
+            if not self.solve(built):
+                return  # stopped by the limit: the bound stands as it is
+            T = self.best_T
+            if T - self.bound <= OPTIMALITY_RTOL * T:
+                return
+            if self.upper * (1 - 1e-12) <= T:
+                self.note = "scaled optimum proven, rounding gap above tolerance"
+                return
+            self.upper, self.prune = T, True
+
+    def build(self, rnd: int) -> CpsatModel:
+        """The model of round ``rnd``, hinted with the hint or the incumbent."""
+        start = self.deadline.elapsed()
+        # overflowing times are +inf (their arcs are dropped), never a warning
+        with np.errstate(over="ignore", divide="ignore", invalid="ignore", under="ignore"):
+            built = CpsatModel.build(self.tables, self.upper, self.prune,
+                                     check=self.deadline.check)
         hinted = None
-        if rnd == 0 and hint_plan is not None:
-            hinted = built.hint(hint_plan)
-            stats["hint"]["accepted"] = hinted
-        elif rnd > 0 and best["plan"] is not None:
-            hinted = built.hint(best["plan"])  # refinement round: start from the incumbent
-        info = {
-            "upper_bound_s": upper, "unit_s": built.unit, "stage_arcs": len(built.x_vars),
+        if rnd == 0 and self.hint_plan is not None:
+            hinted = built.hint(self.hint_plan)
+            self.stats["hint"]["accepted"] = hinted
+        elif rnd > 0 and self.best_plan is not None:
+            hinted = built.hint(self.best_plan)  # refinement round: start from the incumbent
+        self.stats["rounds"].append({
+            "upper_bound_s": self.upper, "unit_s": built.unit, "stage_arcs": len(built.x_vars),
             "boundary_arcs": len(built.y_vars), "candidate_stages": built.candidates_total,
             "constraints": len(built.model.proto.constraints),
             "rounded_terms": built.rounded_terms,
             "max_rounding_error_s": built.rounded_terms * built.unit,
-            "build_time_s": time.perf_counter() - tb, "hinted": hinted,
-        }
-        stats["rounds"].append(info)
-        if deadline is not None:
-            remaining = deadline - time.perf_counter()
-            if remaining <= 0:
-                break
-        status, solver = _solve(built, remaining, seed, threads, log_search_progress,
-                                best, lock, record)
-        info.update(status=solver.status_name(status), wall_time_s=solver.wall_time,
-                    conflicts=solver.num_conflicts, branches=solver.num_branches)
+            "build_time_s": self.deadline.elapsed() - start, "hinted": hinted,
+        })
+        return built
+
+    def solve(self, built: CpsatModel) -> bool:
+        """Run CP-SAT on ``built``; ``True`` when it proved the scaled optimum."""
+        solver = self._solver(built)
+        stop_at = None if self.deadline.unlimited else self.deadline.at
+        status = run_stoppable(lambda: solver.solve(built.model, self._incumbents(built)),
+                               solver.stop_search, name="cpsat", stop_at=stop_at)
         name = solver.status_name(status)
+        self.stats["rounds"][-1].update(status=name, wall_time_s=solver.wall_time,
+                                        conflicts=solver.num_conflicts,
+                                        branches=solver.num_branches)
         if name in ("OPTIMAL", "FEASIBLE"):
-            info["objective"] = solver.objective_value
-            info["scaled_bound"] = solver.best_objective_bound
-            values = list(solver.response_proto.solution)
-            with lock:
-                _offer(built, values, best, instance)
-                best["bound"] = max(best["bound"], built.true_bound(solver.best_objective_bound))
-                record()
+            self.stats["rounds"][-1].update(objective=solver.objective_value,
+                                            scaled_bound=solver.best_objective_bound)
+            with self.lock:
+                self.offer(built, list(solver.response_proto.solution))
+            self.raise_bound(built.true_bound(solver.best_objective_bound))
         if name == "MODEL_INVALID":
-            return Outcome("error", message="CP-SAT rejected the model: "
-                           + solver.solution_info(), stats=stats)
+            raise _Stop(Outcome("error", stats=self.stats,
+                                message="CP-SAT rejected the model: " + solver.solution_info()))
         if name == "INFEASIBLE":
-            if prune:  # the scaling plan is a path of the model: this cannot be
-                return Outcome("error", stats=stats,
-                               message="CP-SAT called the model infeasible although it holds "
-                                       "a known plan")
-            return Outcome("infeasible", stats=stats,
-                           message="no chain-ordered plan satisfies the memory limits and "
-                                   "device counts (CP-SAT proved the exact model infeasible)")
-        if name != "OPTIMAL":
-            break  # time limit: the bound stands as it is
-        T = best["T"]
-        if T - best["bound"] <= OPTIMALITY_RTOL * T:
-            break
-        # the scaled model is solved but rounding hides the last bit: refine the unit
-        if upper * (1 - 1e-12) <= T:
-            status_note = "scaled optimum proven, rounding gap above tolerance"
-            break
-        upper, prune = T, True
+            if self.prune:  # the scaling plan is a path of the model: this cannot be
+                raise _Stop(Outcome("error", stats=self.stats, message=(
+                    "CP-SAT called the model infeasible although it holds a known plan")))
+            raise _Stop(Outcome("infeasible", stats=self.stats, message=(
+                "no chain-ordered plan satisfies the memory limits and device counts "
+                "(CP-SAT proved the exact model infeasible)")))
+        return name == "OPTIMAL"
 
-    stats["solve_time_s"] = time.perf_counter() - t0
-    plan, T, bound = best["plan"], best["T"], best["bound"]
-    if plan is None:
-        if scale_plan is not None:
-            stats["plan_source"] = ub_source
-            return Outcome("feasible", plan=scale_plan, lower_bound=min(bound, scale_T),
-                           stats=stats,
-                           message="CP-SAT found no plan in the limit; the plan is the "
-                                   f"{ub_source} plan that set the time unit")
-        return Outcome("no_solution", lower_bound=bound, stats=stats,
-                       message="time limit reached before CP-SAT found a plan")
-    stats["plan_source"] = "cpsat"
-    if T - bound <= OPTIMALITY_RTOL * T:
-        return Outcome("optimal", plan=plan, lower_bound=min(bound, T), stats=stats)
-    return Outcome("feasible", plan=plan, lower_bound=bound, stats=stats,
-                   message=status_note or "time limit reached before optimality was proven")
+    def _solver(self, built: CpsatModel):
+        from ortools.sat.python import cp_model
 
+        solver = cp_model.CpSolver()
+        p = solver.parameters
+        limit = backend_seconds(self.deadline)
+        if limit is not None:
+            p.max_time_in_seconds = limit
+        p.num_workers = max(1, self.threads)
+        p.random_seed = self.seed
+        # google/or-tools#5293 (9.15): an int accumulator in the linear+AMO inclusion
+        # presolve can wrap on coefficient sums above 2^31; our objective rows exceed
+        # that, so skip it
+        p.presolve_inclusion_work_limit = 0
+        if self.log is not None:
+            p.log_search_progress = True
+            p.log_to_stdout = False
+            solver.log_callback = line_logger(self.log)
+        solver.best_bound_callback = lambda scaled: self.raise_bound(built.true_bound(scaled))
+        return solver
 
-def _solve(built: CpsatModel, remaining, seed, threads, log, best, lock, record):
-    from ortools.sat.python import cp_model
+    def _incumbents(self, built: CpsatModel):
+        from ortools.sat.python import cp_model
 
-    instance = built.tables.instance
+        search = self
 
-    class _Incumbents(cp_model.CpSolverSolutionCallback):
-        def on_solution_callback(self):
-            values = list(self.response_proto.solution)
-            with lock:
-                _offer(built, values, best, instance)
-                record()
+        class Incumbents(cp_model.CpSolverSolutionCallback):
+            def on_solution_callback(self):
+                values = list(self.response_proto.solution)
+                with search.lock:
+                    search.offer(built, values)
 
-    def on_bound(scaled):
-        b = built.true_bound(scaled)
-        with lock:
-            if b > best["bound"]:
-                best["bound"] = b
-                record()
+        return Incumbents()
 
-    solver = cp_model.CpSolver()
-    p = solver.parameters
-    if remaining is not None:
-        p.max_time_in_seconds = max(remaining, 1e-3)
-    p.num_workers = max(1, int(threads))
-    p.random_seed = int(seed)
-    p.log_search_progress = bool(log)
-    # google/or-tools#5293 (9.15): an int accumulator in the linear+AMO inclusion presolve
-    # can wrap on coefficient sums above 2^31; our objective rows exceed that, so skip it
-    p.presolve_inclusion_work_limit = 0
-    solver.best_bound_callback = on_bound
-    status = solver.solve(built.model, _Incumbents())
-    return status, solver
-
-
-def _offer(built: CpsatModel, values, best, instance) -> None:
-    """Decode a solution; keep it if its exact time beats the incumbent (caller holds lock)."""
-    plan = built.decode(values)
-    ev = evaluate(instance, plan)
-    if not ev.feasible:
-        raise RuntimeError(f"cpsat decoded an infeasible plan: {ev.violations[0]}")
-    if ev.iteration_time_s < best["T"]:
-        best["T"], best["plan"] = ev.iteration_time_s, plan
+    # ------------------------------------------------------------------ answer
+    def outcome(self) -> Outcome:
+        """The outcome: CP-SAT's best plan, else the scaling plan, else none."""
+        stats, bound = self.stats, self.bound
+        stats["solve_time_s"] = self.deadline.elapsed()
+        plan, T = self.best_plan, self.best_T
+        if plan is None:
+            if self.scale_plan is not None:
+                stats["plan_source"] = self.ub_source
+                return Outcome("feasible", plan=self.scale_plan, stats=stats,
+                               lower_bound=min(bound, self.scale_T), message=(
+                                   (self.note or "CP-SAT found no plan in the limit")
+                                   + f"; the plan is the {self.ub_source} plan that set the "
+                                   "time unit"))
+            return Outcome("no_solution", lower_bound=bound, stats=stats,
+                           message=self.note or "time limit reached before CP-SAT found a plan")
+        stats["plan_source"] = "cpsat"
+        if T - bound <= OPTIMALITY_RTOL * T:
+            return Outcome("optimal", plan=plan, lower_bound=min(bound, T), stats=stats)
+        return Outcome("feasible", plan=plan, lower_bound=min(bound, T), stats=stats,
+                       message=self.note or "time limit reached before optimality was proven")
 
 
 def _objective_range(tables: CostTables) -> float:
@@ -216,20 +275,18 @@ def _objective_range(tables: CostTables) -> float:
                 u_max = max(u_max, tables.occupancy(b, k1, k2))
                 q_max = max(q_max, tables.traversal(b, k1, k2))
     s = max(1, max_stages(tables))
-    total = s * c_max + (s - 1) * q_max + (tables.M - 1) * max(c_max, u_max)
+    total = iteration_time(s * c_max + (s - 1) * q_max, max(c_max, u_max), tables.M)
     return total if total > 0 else 1.0
 
 
-def _hint_plan(instance, hint, deadline):
+def _hint_plan(instance, hint, deadline: Deadline):
     """The hint plan and what to record about it."""
     if isinstance(hint, Plan):
         plan, source = hint, "plan"
     elif hint == "dp":
         from .dp import run as dp_run
 
-        limit = None if deadline is None else max(deadline - time.perf_counter(), 1e-3)
-        out = dp_run(instance, deadline=limit)
-        plan, source = out.plan, "dp"
+        plan, source = dp_run(instance, deadline=deadline).plan, "dp"
     else:
         raise ValueError(f"cpsat: hint must be None, 'dp' or a Plan, not {hint!r}")
     if plan is None:
@@ -238,4 +295,3 @@ def _hint_plan(instance, hint, deadline):
     if not ev.feasible:
         raise ValueError(f"cpsat: the hint plan is infeasible: {ev.violations[0]}")
     return plan, {"source": source, "iteration_time_s": ev.iteration_time_s}
-

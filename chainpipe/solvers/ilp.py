@@ -1,68 +1,70 @@
-"""Run the two ILP formulations through PuLP with HiGHS (default) or CBC.
+"""Run the two ILP formulations with HiGHS (default) or CBC.
 
 ``run_assign`` / ``run_path`` have the registry signature ``run(instance, *,
-time_limit, seed, threads, **options) -> Outcome``. Options:
+deadline, seed, threads, log, **options) -> Outcome``. Options:
 
-- ``backend``: ``"highs"`` (default; PuLP's highspy API solver, so the MIP status
-  and dual bound are read from HiGHS itself) or ``"cbc"`` (PuLP's bundled CBC; its
-  status and bound are parsed from its log);
+- ``backend``: ``"highs"`` (default; in-process, :mod:`chainpipe.solvers.highs`, so the
+  MIP status and dual bound are read from HiGHS itself) or ``"cbc"`` (the CBC binary
+  PuLP bundles, run as a child process by :mod:`chainpipe.solvers.cbc`; its status and
+  bound are parsed from its log);
 - ``relax``: solve the LP relaxation only and report its value as ``lower_bound``
   (status ``no_solution``; the formulation study's LP bound);
-- ``msg``: let the solver print its log;
+- ``msg``: send the backend's log to standard error when no ``log`` is given;
 - ``bottleneck`` (``ilp-path`` only): ``"auto"``, ``"layer"`` or ``"node"`` rows.
+
+The time limit covers the whole solve: the formulation checks the deadline while it
+builds the model and while it is turned into arrays; the backend gets what is left
+(never 0). A run that runs out while building returns the best greedy plan
+(``feasible``) or ``no_solution``, with a message saying so.
 
 Status honesty: ``optimal`` only when the solver itself reports the gap closed
 (``mip_rel_gap = 0``, absolute gap 1e-6 on an objective of at least 1e3); a run stopped by
 its time limit with an incumbent is ``feasible`` with the solver's bound; without
 an incumbent ``no_solution`` with that bound. Every bound is the solver's dual
 bound times the time scale, lowered by ``BOUND_RTOL`` (1e-7 relative) to cover
-floating-point tolerances: the models' objective is ``T`` exactly, so this is a
-valid bound on the true optimum.
+floating-point tolerances, and clamped to ``[0, T]``.
 """
 
 from __future__ import annotations
 
 import math
-import os
-import re
-import tempfile
-import time
-import warnings
+from dataclasses import dataclass
 
-from ..deadline import Deadline
+import numpy as np
+
+from ..deadline import Deadline, TimeUp
 from ..formulations.common import safe_bound
 from ..instance import Instance
 from ..result import OptionError, Outcome
 from ..tables import CostTables
+from .logs import stderr_log
 
 BACKENDS = ("highs", "cbc")
-#: absolute MIP gap on the scaled objective (>= 1e3: the cheap lower bound is 1e3 units),
-#: so at most 1e-9 relative
-ABS_GAP = 1e-6
-#: primal feasibility tolerance. Rows such as ``c[p,g] <= cap * w[p,g]`` let a
-#: binary that is 1 - tol shave tol * cap off a stage time; with the solvers'
-#: defaults (1e-7 / 1e-6) a returned "optimal" objective could understate the plan's
-#: true T by about 1e-6 relative, enough to miss OPTIMALITY_RTOL. Tightening the
-#: *integrality* tolerance as well made HiGHS's presolve declare feasible models
-#: infeasible, so only the primal tolerance is tightened. (Tolerances only enlarge
-#: the feasible region, so dual bounds stay valid either way.)
-PRIMAL_TOL = 1e-9
+#: largest coefficient magnitude handed to a backend (HiGHS refuses 1e15 and above)
+MAX_COEFFICIENT = 1e15
 
 
 def run_assign(instance: Instance, *, deadline: Deadline | None = None, seed: int = 0, log=None,
                threads: int = 1, **options) -> Outcome:
     """The assignment ILP (layers -> stage slots -> device groups)."""
-    return _run("ilp-assign", instance, Deadline.of(deadline), seed, threads, options)
+    return _run("ilp-assign", instance, Deadline.of(deadline), seed, threads, log, options)
 
 
 def run_path(instance: Instance, *, deadline: Deadline | None = None, seed: int = 0, log=None,
              threads: int = 1, **options) -> Outcome:
     """The path ILP (candidate stages as arcs of a layered network)."""
-    return _run("ilp-path", instance, Deadline.of(deadline), seed, threads, options)
+    return _run("ilp-path", instance, Deadline.of(deadline), seed, threads, log, options)
 
 
-def _run(name: str, instance: Instance, deadline: Deadline, seed, threads, options) -> Outcome:
-    time_limit = None if deadline.unlimited else deadline.remaining()
+@dataclass(frozen=True)
+class _Options:
+    backend: str
+    relax: bool
+    msg: bool
+    bottleneck: str
+
+
+def _options(name: str, options: dict) -> _Options:
     options = dict(options)
     backend = str(options.pop("backend", "highs")).lower()
     relax = _flag(options.pop("relax", False))
@@ -74,67 +76,7 @@ def _run(name: str, instance: Instance, deadline: Deadline, seed, threads, optio
         raise OptionError(f"{name}: option 'bottleneck' applies to ilp-path only")
     if options:
         raise OptionError(f"{name}: unknown option(s) {', '.join(sorted(options))}")
-
-    tables = CostTables(instance)
-    stats = {"formulation": name, "backend": backend, "relax": relax, "threads": threads,
-             "seed": seed}
-    reason = tables.infeasibility_reason()
-    if reason is not None:
-        return Outcome("infeasible", message=reason, stats=stats)
-
-    t0 = time.perf_counter()
-    if name == "ilp-assign":
-        from ..formulations.ilp_assign import AssignFormulation
-
-        form = AssignFormulation(tables)
-    else:
-        from ..formulations.ilp_path import PathFormulation
-
-        form = PathFormulation(tables, bottleneck=bottleneck)
-        stats.update(form.network_stats)
-        if form.n_arcs == 0:
-            stats["build_time_s"] = time.perf_counter() - t0
-            return Outcome("infeasible", stats=stats, message=(
-                "no chain of stages satisfies memory and device counts "
-                "(every candidate stage arc was pre-filtered)"))
-    prob = form.build()
-    stats["build_time_s"] = time.perf_counter() - t0
-    if name == "ilp-assign":
-        stats.update(form.model_stats)
-    stats.update(_size(prob))
-    stats["time_scale_s"] = form.scale
-
-    remaining = None
-    if time_limit is not None:
-        remaining = max(0.0, float(time_limit) - stats["build_time_s"])
-    t1 = time.perf_counter()
-    if backend == "highs":
-        answer = _solve_highs(prob, relax, remaining, seed, threads, msg)
-    else:
-        answer = _solve_cbc(prob, relax, remaining, seed, threads, msg)
-    stats["solve_time_s"] = time.perf_counter() - t1
-    status, scaled_bound, has_solution, text = answer
-    stats["solver_status"] = text
-    bound = safe_bound(scaled_bound, form.scale)
-
-    if relax:
-        stats["lp_bound_s"] = bound
-        if status == "infeasible":
-            return Outcome("infeasible", lower_bound=None, stats=stats,
-                           message="the LP relaxation is infeasible, so is the problem")
-        return Outcome("no_solution", lower_bound=bound, stats=stats,
-                       message="LP relaxation only (relax=True)")
-    if status == "infeasible":
-        return Outcome("infeasible", stats=stats, message=(
-            f"{backend} proved that no plan satisfies memory, device counts and chain order"))
-    plan = form.decode() if has_solution else None
-    if status == "optimal" and plan is not None:
-        return Outcome("optimal", plan=plan, lower_bound=bound, stats=stats)
-    if plan is not None:
-        return Outcome("feasible", plan=plan, lower_bound=bound, stats=stats,
-                       message=f"stopped before proving optimality ({text})")
-    return Outcome("no_solution", lower_bound=bound, stats=stats,
-                   message=f"no plan found ({text})")
+    return _Options(backend, relax, msg, bottleneck)
 
 
 def _flag(value) -> bool:
@@ -143,109 +85,132 @@ def _flag(value) -> bool:
     return bool(value)
 
 
-def _size(prob) -> dict:
-    constraints = prob.constraints()  # the PuLP >= 3.3 list API
-    return {"variables": len(prob.variables()), "constraints": len(constraints),
-            "nonzeros": sum(len(c) for c in constraints),
-            "integer_variables": sum(1 for v in prob.variables() if v.cat == "Integer")}
-
-
-# ---------------------------------------------------------------------- HiGHS
-def _solve_highs(prob, relax, time_limit, seed, threads, msg):
-    """``(status, scaled bound, has solution, status text)`` from HiGHS itself."""
-    import highspy
-    import pulp
-
-    params = {"random_seed": int(seed), "primal_feasibility_tolerance": PRIMAL_TOL}
-    solver = pulp.HiGHS(mip=not relax, msg=msg, gapRel=0.0, gapAbs=ABS_GAP,
-                        threads=int(threads), timeLimit=time_limit, **params)
-    prob.solve(solver)
-    h = prob.solverModel
-    ms = h.getModelStatus()
-    text = h.modelStatusToString(ms)
-    info = h.getInfo()
-    S = highspy.HighsModelStatus
-    has_solution = int(info.primal_solution_status) == 2  # kSolutionStatusFeasible
-    if ms in (S.kInfeasible, S.kUnboundedOrInfeasible):
-        return "infeasible", None, False, text
-    objective = info.objective_function_value if has_solution else None
-    if relax:
-        bound = objective if ms == S.kOptimal else None
-        return ("no_solution", bound, False, text)
-    dual = info.mip_dual_bound
-    bound = dual if dual is not None and math.isfinite(dual) else None
-    if ms == S.kOptimal and has_solution:
-        bound = objective if bound is None else min(bound, objective)
-        return "optimal", bound, True, f"{text} (gap {info.mip_gap:.3g})"
-    return "stopped", bound, has_solution, text
-
-
-# ---------------------------------------------------------------------- CBC
-_CBC_RESULT = re.compile(r"^Result - (.*)$", re.M)
-_CBC_NUMBER = r"\s*:?\s*([-+0-9.eE]+|-?inf(?:inity)?)"
-
-
-def _cbc_value(log: str, label: str) -> float | None:
-    m = re.search(r"^" + re.escape(label) + _CBC_NUMBER, log, re.M | re.I)
-    if not m:
-        return None
+def _run(name: str, instance: Instance, deadline: Deadline, seed, threads, log, options) -> Outcome:
+    opts = _options(name, options)
+    if log is None and opts.msg:
+        log = stderr_log
+    stats = {"formulation": name, "backend": opts.backend, "relax": opts.relax,
+             "threads": threads, "seed": seed}
+    tables = CostTables(instance)
+    reason = tables.infeasibility_reason()
+    if reason is not None:
+        return Outcome("infeasible", message=reason, stats=stats)
+    t0 = deadline.elapsed()
     try:
-        return float(m.group(1))
-    except ValueError:
-        return None
+        # coefficients that overflow become inf and are refused below, never a warning
+        with np.errstate(over="ignore", divide="ignore", invalid="ignore", under="ignore"):
+            form = _formulation(name, tables, opts, deadline, stats)
+            if form is None:
+                stats["build_time_s"] = deadline.elapsed() - t0
+                return Outcome("infeasible", stats=stats, message=(
+                    "no chain of stages satisfies memory and device counts "
+                    "(every candidate stage arc was pre-filtered)"))
+            form.build()
+            model = form.matrix()
+        deadline.check()
+    except TimeUp:
+        stats["build_time_s"] = deadline.elapsed() - t0
+        return _out_of_time_building(tables, deadline, stats)
+    stats["build_time_s"] = deadline.elapsed() - t0
+    stats.update(model.stats())
+    problem = model.out_of_range(MAX_COEFFICIENT)
+    if problem is not None:
+        return Outcome("error", stats=stats, message=(
+            f"{name}: the instance's numbers are out of range for a MIP backend ({problem}; "
+            f"times in the model differ by more than the backends represent); dp and cpsat "
+            "take them"))
+    stats["time_scale_s"] = form.scale
 
-
-def _solve_cbc(prob, relax, time_limit, seed, threads, msg):
-    """``(status, scaled bound, has solution, status text)`` parsed from CBC's log."""
-    import pulp
-
-    fd, log_path = tempfile.mkstemp(prefix="chainpipe_cbc_", suffix=".log")
-    os.close(fd)
+    t1 = deadline.elapsed()
     try:
-        # CBC seeds must be positive (0 means "from the clock"), hence seed + 1
-        # preprocess off: CBC 2.10's preprocessing returns wrong "optimal" answers on
-        # some of our models (seen on a one-slot assignment model; cf. coin-or/Cbc#283,
-        # #724); the cross-check tests would fail with it on
-        opts = ["preprocess off", f"randomCbcSeed {int(seed) + 1}", f"randomSeed {int(seed) + 1}",
-                "increment 1e-12",
-                f"primalTolerance {PRIMAL_TOL}"]
-        with warnings.catch_warnings():  # PuLP 3.3 deprecates the bundled CBC's class name
-            warnings.simplefilter("ignore", DeprecationWarning)
-            solver = pulp.PULP_CBC_CMD(mip=not relax, msg=False, timeLimit=time_limit,
-                                       gapRel=0.0, gapAbs=ABS_GAP, threads=int(threads),
-                                       logPath=log_path, options=opts)
-        prob.solve(solver)
-        with open(log_path) as fh:
-            log = fh.read()
-    finally:
-        os.unlink(log_path)
-    if msg:
-        print(log)
-    result = _CBC_RESULT.findall(log)
-    text = result[-1].strip() if result else pulp.LpStatus[prob.status]
-    lowered = log.lower()
-    if relax:
-        if "infeasible" in text.lower() or prob.status == pulp.LpStatusInfeasible:
-            return "infeasible", None, False, text
-        m = re.search(r"Optimal - objective value\s+([-+0-9.eE]+)", log)
-        if m is None or prob.status != pulp.LpStatusOptimal:
-            return "no_solution", None, False, text
-        return "no_solution", float(m.group(1)), False, "LP optimal"
-    if ("infeasible" in text.lower() or "problem is infeasible" in lowered
-            or prob.status == pulp.LpStatusInfeasible):
-        return "infeasible", None, False, text
-    objective = _cbc_value(log, "Objective value")
-    no_solution = "no feasible solution found" in lowered or objective is None \
-        or prob.sol_status not in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible)
-    if text.startswith("Optimal solution found") and not no_solution:
-        # CBC stops only when its bound >= objective - allowable gap; the log prints
-        # 8 digits, the objective of the solution read back is exact
-        exact = pulp.value(prob.objective)
-        return "optimal", min(objective, exact) - ABS_GAP, True, text
-    bound = _cbc_value(log, "Lower bound")
-    if bound is not None and not math.isfinite(bound):
-        bound = None
-    return "stopped", bound, not no_solution, text
+        answer = _backend(opts.backend)(model, relax=opts.relax, deadline=deadline, seed=seed,
+                                        threads=threads, log=log)
+    except TimeUp:  # CBC: writing the model file used up the limit
+        stats["solve_time_s"] = deadline.elapsed() - t1
+        return _out_of_time_building(tables, deadline, stats)
+    stats["solve_time_s"] = deadline.elapsed() - t1
+    stats["solver_status"] = answer.text
+    if answer.values is not None:
+        model.assign(answer.values)
+    return _outcome(form, answer, opts, stats)
+
+
+def _formulation(name: str, tables: CostTables, opts: _Options, deadline: Deadline, stats: dict):
+    """The formulation object (``None`` when the path network is empty)."""
+    if name == "ilp-assign":
+        from ..formulations.ilp_assign import AssignFormulation
+
+        form = AssignFormulation(tables, check=deadline.check)
+        stats.update(form.model_stats)
+        return form
+    from ..formulations.ilp_path import PathFormulation
+
+    form = PathFormulation(tables, bottleneck=opts.bottleneck, check=deadline.check)
+    stats.update(form.network_stats)
+    return form if form.n_arcs else None
+
+
+def _backend(backend: str):
+    if backend == "highs":
+        from .highs import solve_highs
+
+        return solve_highs
+    from .cbc import solve_cbc
+
+    return solve_cbc
+
+
+def _out_of_time_building(tables: CostTables, deadline: Deadline, stats: dict) -> Outcome:
+    """The outcome of a run whose limit passed before the backend could search."""
+    bound = float(tables.lower_bound)
+    bound = max(0.0, bound) if math.isfinite(bound) else None
+    return _greedy_fallback(tables, bound, stats, (
+        f"time limit ({deadline.limit:g} s) reached while building the model "
+        f"(after {deadline.elapsed():.2f} s)"))
+
+
+def _greedy_fallback(tables: CostTables, bound: float | None, stats: dict, message: str
+                     ) -> Outcome:
+    """``feasible`` with the greedy heuristic's plan, else ``no_solution`` (no search left)."""
+    from ..formulations.greedy import best_greedy_plan
+
+    plan, T = best_greedy_plan(tables)
+    if plan is None:
+        return Outcome("no_solution", lower_bound=bound, stats=stats, message=message)
+    stats["plan_source"] = "greedy"
+    return Outcome("feasible", plan=plan, stats=stats,
+                   lower_bound=None if bound is None else min(bound, T),
+                   message=message + "; the plan is the greedy heuristic's")
+
+
+def _outcome(form, answer, opts: _Options, stats: dict) -> Outcome:
+    """The outcome of a backend's answer (plan decoded, bound clamped to ``[0, T]``)."""
+    bound = safe_bound(answer.bound, form.scale)
+    if bound is not None:
+        bound = max(0.0, bound)
+    if opts.relax:
+        stats["lp_bound_s"] = bound
+        if answer.status == "infeasible":
+            return Outcome("infeasible", lower_bound=None, stats=stats,
+                           message="the LP relaxation is infeasible, so is the problem")
+        return Outcome("no_solution", lower_bound=bound, stats=stats,
+                       message="LP relaxation only (relax=True)")
+    if answer.status == "infeasible":
+        return Outcome("infeasible", stats=stats, message=(
+            f"{opts.backend} proved that no plan satisfies memory, device counts and chain "
+            "order"))
+    plan = form.decode() if answer.values is not None else None
+    if plan is not None and bound is not None:
+        from ..plan import evaluate
+
+        bound = min(bound, evaluate(form.tables.instance, plan).iteration_time_s)
+    if answer.status == "optimal" and plan is not None:
+        return Outcome("optimal", plan=plan, lower_bound=bound, stats=stats)
+    if plan is not None:
+        return Outcome("feasible", plan=plan, lower_bound=bound, stats=stats,
+                       message=f"stopped before proving optimality ({answer.text})")
+    return _greedy_fallback(form.tables, bound, stats, f"{opts.backend} found no plan "
+                            f"({answer.text})")
 
 
 #: the options of each formulation, for ``chainpipe.solve.solver_options``

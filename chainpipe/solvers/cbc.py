@@ -1,0 +1,151 @@
+"""CBC (the binary PuLP bundles) run as a child that dies with the solve.
+
+HiGHS writes the model as MPS (fast, in C++) into a private temporary directory;
+CBC reads it and writes its solution there; the directory is removed on every way
+out. CBC runs through :func:`chainpipe.solvers.child.run_child` (own session, killed
+with chainpipe, asked to stop at the deadline); its output streams to ``log`` and
+its status and bound are parsed from that output.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import shutil
+import tempfile
+import warnings
+from pathlib import Path
+
+from ..deadline import Deadline
+from .child import run_child
+from .mip import ABS_GAP, PRIMAL_TOL, MipAnswer, backend_seconds, pass_model
+
+_RESULT = re.compile(r"^Result - (.*)$", re.M)
+_NUMBER = r"\s*:?\s*([-+0-9.eE]+|-?inf(?:inity)?)"
+
+
+def cbc_path() -> str:
+    """The CBC binary PuLP bundles."""
+    import pulp
+
+    with warnings.catch_warnings():  # PuLP 3.3 deprecates the bundled CBC's class name
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return pulp.PULP_CBC_CMD().path
+
+
+def cbc_options(relax: bool, limit: float | None, seed: int, threads: int) -> list[str]:
+    """CBC's command-line options after the model file name."""
+    # CBC seeds must be positive (0 means "from the clock"), hence seed + 1.
+    # preprocess off: CBC 2.10's preprocessing returns wrong "optimal" answers on
+    # some of our models (seen on a one-slot assignment model; cf. coin-or/Cbc#283,
+    # #724); the cross-check tests would fail with it on.
+    opts = ["-preprocess", "off", "-randomCbcSeed", str(int(seed) + 1),
+            "-randomSeed", str(int(seed) + 1), "-increment", "1e-12",
+            "-primalTolerance", repr(PRIMAL_TOL), "-ratio", "0", "-allow", repr(ABS_GAP),
+            "-threads", str(max(1, int(threads)))]
+    if limit is not None:  # never 0: CBC reads "-sec 0" as no limit
+        opts += ["-sec", repr(max(float(limit), 0.01)), "-timeMode", "elapsed"]
+    return opts + ["-initialSolve" if relax else "-solve", "-printingOptions", "normal"]
+
+
+def solve_cbc(model, *, relax: bool, deadline: Deadline, seed: int = 0, threads: int = 1,
+              log=None) -> MipAnswer:
+    """Solve ``model`` (a :class:`~chainpipe.formulations.matrix.LinearModel`) with CBC.
+
+    Parameters
+    ----------
+    model : LinearModel
+        The scaled model.
+    relax : bool
+        Solve the LP relaxation only.
+    deadline : Deadline
+        CBC gets ``deadline.backend_limit()`` seconds, is asked to stop just after the
+        deadline and killed soon after.
+    seed, threads : int
+        CBC's random seeds (``seed + 1``) and threads.
+    log : callable, optional
+        Receives each line CBC prints.
+
+    Returns
+    -------
+    MipAnswer
+    """
+    import highspy
+
+    workdir = Path(tempfile.mkdtemp(prefix="chainpipe-cbc-"))
+    try:
+        mps, sol = workdir / "model.mps", workdir / "model.sol"
+        h = highspy.Highs()
+        h.setOptionValue("output_flag", False)
+        pass_model(h, model, relax=False)
+        h.writeModel(str(mps))
+        del h
+        deadline.check()  # writing counts: do not start CBC with nothing left
+        args = [cbc_path(), str(mps)] + cbc_options(relax, backend_seconds(deadline), seed,
+                                                    threads) + ["-solution", str(sol)]
+        code, lines = run_child(args, deadline=deadline, log=log)
+        text = "\n".join(lines)
+        solution = sol.read_text() if sol.exists() else ""
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return _answer(text, solution, model, relax, code)
+
+
+def _value(text: str, label: str) -> float | None:
+    m = re.search(r"^" + re.escape(label) + _NUMBER, text, re.M | re.I)
+    if not m:
+        return None
+    try:
+        return float(m.group(1))
+    except ValueError:
+        return None
+
+
+def read_solution(solution: str, num_cols: int):
+    """``(first line, column values)`` of a CBC solution file on an HiGHS-written MPS.
+
+    HiGHS names the columns ``c0, c1, ...``; columns CBC leaves out are 0.
+    """
+    import numpy as np
+
+    lines = solution.splitlines()
+    head = lines[0].strip() if lines else ""
+    values = np.zeros(num_cols)
+    for line in lines[1:]:
+        parts = line.split()
+        if parts and parts[0] == "**":
+            parts = parts[1:]
+        if len(parts) >= 3 and parts[1].startswith("c") and parts[1][1:].isdigit():
+            col = int(parts[1][1:])
+            if col < num_cols:
+                values[col] = float(parts[2])
+    return head, values
+
+
+def _answer(log: str, solution: str, model, relax: bool, code: int) -> MipAnswer:
+    head, values = read_solution(solution, model.num_cols)
+    result = _RESULT.findall(log)
+    text = result[-1].strip() if result else (head or f"CBC ended with code {code}")
+    lowered = log.lower()
+    infeasible = "infeasible" in text.lower() or "problem is infeasible" in lowered \
+        or head.lower().startswith("infeasible")
+    if relax:
+        if infeasible:
+            return MipAnswer("infeasible", None, None, text)
+        m = re.match(r"Optimal - objective value\s+([-+0-9.eE]+)", head)
+        return MipAnswer("relaxed", float(m.group(1)) if m else None, None,
+                         "LP optimal" if m else text)
+    if infeasible:
+        return MipAnswer("infeasible", None, None, text)
+    objective = _value(log, "Objective value")
+    found = objective is not None and "no feasible solution found" not in lowered \
+        and "objective value" in head.lower() and "no integer solution" not in head.lower()
+    if text.startswith("Optimal solution found") and found:
+        # CBC stops only when its bound >= objective - allowable gap; the log prints
+        # 8 digits, the objective of the solution read back is exact
+        exact = float(model.cost @ values + model.offset)
+        return MipAnswer("optimal", min(objective, exact) - ABS_GAP, values, text)
+    bound = _value(log, "Lower bound")
+    if bound is not None and not math.isfinite(bound):
+        bound = None
+    return MipAnswer("stopped", bound, values if found else None, text)

@@ -1,0 +1,125 @@
+"""HiGHS in-process (highspy), kept to the deadline and to Ctrl-C.
+
+The model is passed as arrays in one call. HiGHS runs in a worker thread
+(:func:`~chainpipe.solvers.interrupt.run_stoppable`); its interrupt callbacks stop the
+search when the caller presses Ctrl-C or the deadline has passed by more than
+:data:`OVERRUN_S` (HiGHS's own ``time_limit``, set a little short of the deadline by
+:func:`~chainpipe.solvers.mip.backend_seconds`, normally stops it first). Its log goes to ``log`` through the logging
+callback, never to the console.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+
+from ..deadline import Deadline
+from .interrupt import Abandoned, run_stoppable
+from .logs import line_logger
+from .mip import ABS_GAP, PRIMAL_TOL, MipAnswer, backend_seconds, pass_model
+
+#: seconds past the deadline after which the interrupt callback stops HiGHS itself
+OVERRUN_S = 0.2
+#: seconds past the deadline after which the caller stops waiting for HiGHS: its
+#: presolve does not call the interrupt callbacks (on a loaded machine it ran 2-3 s
+#: past its limit on ``large-01``); HiGHS finishes in its thread, its answer unread
+ABANDON_S = 0.5
+
+
+def solve_highs(model, *, relax: bool, deadline: Deadline, seed: int = 0, threads: int = 1,
+                log=None) -> MipAnswer:
+    """Solve ``model`` (a :class:`~chainpipe.formulations.matrix.LinearModel`) with HiGHS.
+
+    Parameters
+    ----------
+    model : LinearModel
+        The scaled model.
+    relax : bool
+        Solve the LP relaxation only.
+    deadline : Deadline
+        HiGHS gets ``deadline.backend_limit()`` seconds.
+    seed, threads : int
+        HiGHS's ``random_seed`` and ``threads``.
+    log : callable, optional
+        Receives each line of HiGHS's log.
+
+    Returns
+    -------
+    MipAnswer
+
+    Raises
+    ------
+    KeyboardInterrupt
+        After HiGHS has stopped, when the caller pressed Ctrl-C.
+    """
+    import highspy
+
+    h = highspy.Highs()
+    h.setOptionValue("output_flag", log is not None)
+    h.setOptionValue("log_to_console", False)
+    listening = threading.Event()
+    listening.set()
+    if log is not None:
+        feed = line_logger(log)
+        h.cbLogging += lambda event: feed(event.message) if listening.is_set() else None
+    for key, value in (("random_seed", int(seed)), ("primal_feasibility_tolerance", PRIMAL_TOL),
+                       ("mip_rel_gap", 0.0), ("mip_abs_gap", ABS_GAP),
+                       ("threads", max(1, int(threads)))):
+        h.setOptionValue(key, value)
+    limit = backend_seconds(deadline)
+    if limit is not None:
+        h.setOptionValue("time_limit", float(limit))
+    pass_model(h, model, relax)
+    try:
+        _run(h, deadline)
+    except Abandoned:
+        listening.clear()  # HiGHS ends in its own thread; its later lines are not ours
+        return MipAnswer("stopped", None, None,
+                         f"HiGHS still busy {ABANDON_S:g} s after the time limit (presolve); "
+                         "its answer was not awaited")
+    return _answer(h, relax)
+
+
+def _run(h, deadline: Deadline) -> None:
+    """``h.run()`` in a worker; interrupted on Ctrl-C or well past the deadline."""
+    stop = threading.Event()
+    hard = math.inf if deadline.unlimited else deadline.at + OVERRUN_S
+
+    def interrupt(event):
+        if stop.is_set() or time.monotonic() >= hard:
+            event.interrupt()
+
+    h.cbSimplexInterrupt += interrupt
+    h.cbIpmInterrupt += interrupt
+    h.cbMipInterrupt += interrupt
+    abandon = None if deadline.unlimited else deadline.at + ABANDON_S
+    run_stoppable(h.run, stop.set, name="highs", abandon_at=abandon)
+
+
+def _answer(h, relax: bool) -> MipAnswer:
+    import highspy
+
+    S = highspy.HighsModelStatus
+    ms = h.getModelStatus()
+    text = h.modelStatusToString(ms)
+    info = h.getInfo()
+    if ms in (S.kInfeasible, S.kUnboundedOrInfeasible):
+        return MipAnswer("infeasible", None, None, text)
+    has_solution = int(info.primal_solution_status) == 2  # kSolutionStatusFeasible
+    values = _values(h) if has_solution else None
+    objective = info.objective_function_value if has_solution else None
+    if relax:
+        return MipAnswer("relaxed", objective if ms == S.kOptimal else None, None, text)
+    dual = info.mip_dual_bound
+    bound = dual if dual is not None and math.isfinite(dual) else None
+    if ms == S.kOptimal and has_solution:
+        bound = objective if bound is None else min(bound, objective)
+        return MipAnswer("optimal", bound, values, f"{text} (gap {info.mip_gap:.3g})")
+    return MipAnswer("stopped", bound, values, text)
+
+
+def _values(h):
+    import numpy as np
+
+    return np.asarray(h.getSolution().col_value, dtype=float)
