@@ -41,6 +41,7 @@ __all__ = [
     "in_flight",
     "iteration_time",
     "max_in_flight",
+    "memory_capacity",
     "memory_fits",
     "memory_need",
     "occupancy",
@@ -81,9 +82,18 @@ def memory_need(params, activation_bytes, n_in_flight, bytes_per_param):
         return bytes_per_param * params + n_in_flight * activation_bytes
 
 
+def memory_capacity(capacity):
+    """Bytes a device may hold: its memory with the relative slack ``MEMORY_RTOL``.
+
+    The slack keeps a stage that fits to the last byte from being refused by
+    floating-point rounding in the sums; it is the same for every solver.
+    """
+    return capacity * (1 + MEMORY_RTOL)
+
+
 def memory_fits(need, capacity):
-    """Whether ``need`` bytes fit ``capacity``, with the relative slack ``MEMORY_RTOL``."""
-    return need <= capacity * (1 + MEMORY_RTOL)
+    """Whether ``need`` bytes fit a device of ``capacity`` bytes (see :func:`memory_capacity`)."""
+    return need <= memory_capacity(capacity)
 
 
 def max_in_flight(params, activation_bytes, bytes_per_param, capacity, microbatches):
@@ -95,7 +105,7 @@ def max_in_flight(params, activation_bytes, bytes_per_param, capacity, microbatc
     """
     params, act = np.asarray(params, dtype=float), np.asarray(activation_bytes, dtype=float)
     with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
-        room = np.asarray(capacity, dtype=float) * (1 + MEMORY_RTOL) - bytes_per_param * params
+        room = memory_capacity(np.asarray(capacity, dtype=float)) - bytes_per_param * params
         n = np.where(act > 0, np.floor(room / np.where(act > 0, act, 1.0)), np.inf)
         n = np.where(room >= 0, np.minimum(n, microbatches), -1)
     out = n.astype(np.int64)

@@ -17,9 +17,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..cost import compute_time, memory_need, occupancy, steady_state, traversal
+from ..cost import (
+    compute_time,
+    memory_capacity,
+    memory_need,
+    occupancy,
+    steady_state,
+    traversal,
+)
 from ..instance import Instance
-from ..numeric import MEMORY_RTOL
 from ..plan import Plan
 from ..tables import CostTables
 from .common import OBJECTIVE_MAGNITUDE, max_stages, time_scale
@@ -155,7 +161,7 @@ class AssignFormulation:
                      if (l, p) in self.a and need[l] != 0]
             if not terms:
                 continue
-            terms += [(self.w[p, g], -float(t.memory[g] * (1 + MEMORY_RTOL) / unit))
+            terms += [(self.w[p, g], -float(memory_capacity(t.memory[g]) / unit))
                       for g in self.groups_of[p]]
             import pulp
 
