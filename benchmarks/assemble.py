@@ -15,6 +15,7 @@ ORDER = [
     ("benchmarks/results/dp_scaling.md", "python benchmarks/dp_scaling.py"),
     ("benchmarks/results/formulations.md", "python benchmarks/formulations.py"),
     ("benchmarks/results/cpsat.md", "python benchmarks/cpsat.py"),
+    ("benchmarks/results/limits.md", "python benchmarks/limits.py"),
     ("benchmarks/results/cdynp_speed.md", "python benchmarks/cdynp_speed.py"),
     ("benchmarks/results/cdynp_tradeoff.md", "python benchmarks/cdynp_tradeoff.py"),
     ("benchmarks/results/schedule_vs_formula.md", "python benchmarks/schedule_vs_formula.py"),

@@ -30,7 +30,6 @@ def _instance(count=2, M=4, mem=1e9, bpp=16.0, rate=1e12, bw=1e9, flop=1e9, act=
 
 CASES = {
     "devices 2^31-1": dict(count=2**31 - 1),
-    "devices 2^31-1": dict(count=2**31 - 1),
     "microbatches 2^31-1": dict(M=2**31 - 1),
     "memory 2^64": dict(mem=float(2**64)),
     "memory 2^64 as a JSON integer": dict(mem=2**64),

@@ -16,6 +16,8 @@ import tempfile
 import warnings
 from pathlib import Path
 
+import numpy as np
+
 from ..deadline import Deadline
 from .child import run_child
 from .mip import ABS_GAP, PRIMAL_TOL, MipAnswer, backend_seconds, pass_model
@@ -106,8 +108,6 @@ def read_solution(solution: str, num_cols: int):
 
     HiGHS names the columns ``c0, c1, ...``; columns CBC leaves out are 0.
     """
-    import numpy as np
-
     lines = solution.splitlines()
     head = lines[0].strip() if lines else ""
     values = np.zeros(num_cols)

@@ -14,6 +14,8 @@ import math
 import threading
 import time
 
+import numpy as np
+
 from ..deadline import Deadline
 from .interrupt import Abandoned, run_stoppable
 from .logs import line_logger
@@ -120,6 +122,4 @@ def _answer(h, relax: bool) -> MipAnswer:
 
 
 def _values(h):
-    import numpy as np
-
     return np.asarray(h.getSolution().col_value, dtype=float)
