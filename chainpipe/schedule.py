@@ -19,6 +19,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from .cost import in_flight
 from .instance import Instance, InstanceError
 from .plan import Evaluation, Plan, evaluate
 
@@ -380,15 +381,16 @@ def one_f_one_b_cycle(ev: Evaluation, microbatches: int) -> float:
     C = [st.compute_time_s for st in ev.stages]
     Q = [b.traversal_s for b in ev.boundaries]
     S, M = len(C), microbatches
+    # microbatches stage s may stash under 1F1B (its position from the end is S - s)
+    n = [in_flight("1f1b", M, S - s) for s in range(S)]
     cycle = max(C + [b.occupancy_s for b in ev.boundaries])
     for s in range(S):
-        n_s = min(M, S - s)
-        if n_s >= M:
+        if n[s] >= M:
             continue
         loop = 0.0
         for t in range(s, S):
             loop += C[t] + (Q[t - 1] if t > s else 0.0)
-            cycle = max(cycle, loop / (n_s - min(M, S - t) + 1))
+            cycle = max(cycle, loop / (n[s] - n[t] + 1))
     return cycle
 
 
