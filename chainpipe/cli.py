@@ -25,8 +25,12 @@ from .instance import SCHEDULES, InstanceError
 from .instances import PRESETS
 from .instances.models import MODELS
 from .instances.network import check_degrade
+from .io import instance_to_dict, read, read_plan, write, write_plan
 from .names import unknown_name
+from .numeric import jsonable
 from .paths import MANIFEST, instance_files, refuse_overwrite
+from .plan import evaluate
+from .result import OptionError
 from .solve import SOLVERS
 
 #: exit status of a command stopped by Ctrl-C (128 + SIGINT), as shells report it
@@ -85,7 +89,6 @@ def read_instance(path, strict: bool):
     Each warning goes to stderr as ``warning: <path>: <json path>: ...``; with
     ``strict`` they are problems instead (:class:`InstanceError`, exit 2).
     """
-    from .io import read
     from .plausibility import plausibility_warnings
 
     inst = read(path)
@@ -144,15 +147,11 @@ def cmd_validate(args) -> int:
 
 def cmd_evaluate(args) -> int:
     """``chainpipe evaluate INSTANCE PLAN``: ``T`` and its breakdown for a plan file."""
-    from .io import read_plan
-    from .plan import evaluate
 
     inst = read_instance(args.instance, args.strict)
     plan = read_plan(args.plan)
     ev = evaluate(inst, plan)
     if args.format == "json":
-        from .numeric import jsonable
-
         print(json.dumps(jsonable(ev.to_dict()), indent=1))
     else:
         print(format_evaluation(inst, ev))
@@ -162,7 +161,6 @@ def cmd_evaluate(args) -> int:
 def cmd_generate(args) -> int:
     """``chainpipe generate --preset NAME``: an instance on stdout or in ``-o FILE``."""
     from .instances import generate
-    from .io import instance_to_dict, write
 
     if args.output and Path(args.output).is_dir():
         raise InstanceError([f"-o/--output: {args.output} is a directory; give a file name"])
@@ -204,9 +202,6 @@ def solver_options(pairs: list[str] | None) -> dict:
 
 def cmd_solve(args) -> int:
     """``chainpipe solve INSTANCE --solver NAME``: the result, and the plan with ``--plan-out``."""
-    from .io import write_plan
-    from .plan import evaluate
-    from .result import OptionError
     from .solve import solve
 
     refuse_overwrite({"--plan-out": args.plan_out}, [args.instance], {"--trace": args.trace})

@@ -14,13 +14,15 @@ import os
 import sys
 from pathlib import Path
 
+from .instance import InstanceError
+from .io import read
+from .plan import Plan
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _gantt_of_best(records: list[dict], out: Path) -> Path | None:
     from .gantt import gantt
-    from .io import read
-    from .plan import Plan
 
     with_plan = [r for r in records if r.get("plan") and r.get("iteration_time_s") is not None]
     if not with_plan:
@@ -48,7 +50,6 @@ def main(argv: list[str] | None = None) -> int:
     from .compare import Interrupted, run_sweep
     from .compare.metrics import best_known
     from .compare.report import terminal_summary
-    from .instance import InstanceError
     from .solve import available_solvers
 
     out = Path(args.out)

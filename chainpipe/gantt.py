@@ -25,7 +25,7 @@ import statistics
 from pathlib import Path
 
 from .drawing import pyplot, save_figure
-from .instance import Instance
+from .instance import Instance, InstanceError
 from .plan import Plan
 from .schedule import PipelineRow, PipelineSchedule, simulate_pipeline
 
@@ -301,7 +301,6 @@ def gantt(instance: Instance, plan: Plan, ax=None, path: str | os.PathLike | Non
 def _check_outputs(args) -> tuple[Path, Path | None]:
     """Refuse, before any work, an output that is an input or has an unknown format."""
     from .drawing import image_formats
-    from .instance import InstanceError
     from .paths import refuse_overwrite, same_file
 
     out = Path(args.output)
@@ -323,7 +322,6 @@ def _check_outputs(args) -> tuple[Path, Path | None]:
 
 
 def _window(text: str) -> int | None:
-    from .instance import InstanceError
 
     if text == "all":
         return None

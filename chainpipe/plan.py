@@ -7,7 +7,7 @@ those of :mod:`chainpipe.cost`, the one home of each formula.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from . import cost
 from .instance import Instance, InstanceError
@@ -125,8 +125,6 @@ class Evaluation:
         return not self.violations
 
     def to_dict(self) -> dict:
-        from dataclasses import asdict
-
         d = asdict(self)
         d["feasible"] = self.feasible
         return d

@@ -25,6 +25,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from ..instance import Instance, InstanceError
+from ..io import instance_to_dict, read, write_json
 from ..paths import instance_files, refuse_overwrite
 from .executors import DaskMissing, execute, require_dask
 from .report import terminal_summary, write_report
@@ -130,7 +131,6 @@ def load_instances(inputs: Iterable, *, skip_invalid: bool = False
         Every problem of every file (one line each) unless ``skip_invalid``; an
         argument that does not exist; no valid instance at all.
     """
-    from ..io import read
 
     inputs = list(inputs)
     objects = [x for x in inputs if isinstance(x, Instance)]
@@ -206,7 +206,6 @@ def instance_digest(instance: Instance) -> str:
     Formatting, key order and the file's name or place do not change it; any
     value that the solvers read does.
     """
-    from ..io import instance_to_dict
 
     return hashlib.sha256(_canonical(instance_to_dict(instance)).encode("utf-8")).hexdigest()
 
@@ -346,7 +345,6 @@ def plan_runs(instances, solvers, time_limit: float, seeds: int = 1, threads: in
     InstanceError
         An unknown or unavailable solver name.
     """
-    from ..io import instance_to_dict
 
     infos = resolve_solvers(solvers)
     solver_options = solver_options or {}
@@ -560,7 +558,6 @@ def _iso(t: float) -> str:
 
 
 def _write_manifest(out: Path, manifest: dict, status: str, finished: int) -> None:
-    from ..io import write_json
 
     write_json({**manifest, "status": status, "finished_runs": finished,
                 "ended": _iso(time.time())}, out / SWEEP_JSON)

@@ -35,6 +35,7 @@ import numpy as np
 from ..deadline import Deadline, TimeUp
 from ..formulations.common import safe_bound
 from ..instance import Instance
+from ..plan import evaluate
 from ..result import OptionError, Outcome
 from ..tables import CostTables
 from .logs import stderr_log
@@ -201,7 +202,6 @@ def _outcome(form, answer, opts: _Options, stats: dict) -> Outcome:
             "order"))
     plan = form.decode() if answer.values is not None else None
     if plan is not None and bound is not None:
-        from ..plan import evaluate
 
         bound = min(bound, evaluate(form.tables.instance, plan).iteration_time_s)
     if answer.status == "optimal" and plan is not None:

@@ -37,6 +37,7 @@ from ...deadline import Deadline, TimeUp
 from ...instance import Instance
 from ...plan import Plan, Stage, evaluate
 from ...result import Outcome
+from ...tables import CostTables
 from .audit import check_claims
 from .public import PublicInstance, split_documents, write_split
 from .runner import MESSAGE_TIMEOUT_S, AgentFailure, Run, run_in_process, run_processes
@@ -161,7 +162,6 @@ def _no_plan(instance, upper_bound, exact, max_entries, stats) -> Outcome:
     if max_entries:
         return Outcome("no_solution", message="cdynp: no plan survived the max_entries cap",
                        stats=stats)
-    from ...tables import CostTables
 
     reason = CostTables(instance).infeasibility_reason() or (
         "no plan satisfies the memory and device limits (exhaustive chain DP)")
