@@ -137,9 +137,9 @@ def certify(entry: Entry, instance: Instance) -> str:
     if entry.feasible:
         plan, how = witness_plan(instance, t), "greedy witness"
         if plan is None:
-            from ..solve import solve  # the exact DP: finds a plan whenever one exists
+            from ..solvers import dp  # the exact DP: finds a plan whenever one exists
 
-            plan, how = solve(instance, solver="dp", time_limit=600).plan, "dp"
+            plan, how = dp.run(instance, deadline=600).plan, "dp"
         if plan is None or not evaluate(instance, plan).feasible:
             raise RuntimeError(f"{entry.stem}: no feasible plan found for an instance meant feasible")
         return (f"feasible: {how} plan of {plan.num_stages} stages, "
