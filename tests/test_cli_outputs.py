@@ -129,12 +129,12 @@ def test_a_broken_pipe_that_is_not_stdout_is_a_failure(capfd, monkeypatch):
     ["split", WORKED, "out"],
 ], ids=["validate", "solve", "evaluate", "split"])
 def test_ctrl_c_in_any_command_is_one_line_and_exit_130(capsys, monkeypatch, tmp_path, argv):
-    import chainpipe.io
+    import chainpipe.cli
 
     def interrupted(path):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(chainpipe.io, "read", interrupted)
+    monkeypatch.setattr(chainpipe.cli, "read", interrupted)  # the CLI's reader of instances
     monkeypatch.chdir(tmp_path)
     assert call(capsys, *argv) == (130, "", "interrupted\n")
 
