@@ -34,6 +34,8 @@ import numpy as np
 from .instance import Instance
 from .numeric import MEMORY_RTOL
 
+_LARGEST = np.finfo(float).max
+
 __all__ = [
     "LayerSums",
     "StageOption",
@@ -88,7 +90,8 @@ def memory_capacity(capacity):
     The slack keeps a stage that fits to the last byte from being refused by
     floating-point rounding in the sums; it is the same for every solver.
     """
-    return capacity * (1 + MEMORY_RTOL)
+    with np.errstate(over="ignore"):  # near the largest double the slack must not reach inf
+        return np.minimum(capacity * (1 + MEMORY_RTOL), _LARGEST)
 
 
 def memory_fits(need, capacity):

@@ -68,7 +68,7 @@ class Deadline:
 
     def check(self) -> None:
         """Raise :class:`TimeUp` if the deadline has passed."""
-        if self.limit is not None and time.monotonic() >= self.at:
+        if self.expired():
             raise TimeUp
 
     def backend_limit(self, minimum: float = 0.05) -> float | None:

@@ -33,11 +33,6 @@ class Status(str, Enum):
     def __format__(self, spec: str) -> str:
         return format(self.value, spec)
 
-    @property
-    def has_plan(self) -> bool:
-        """Whether this status comes with a plan."""
-        return self in (Status.OPTIMAL, Status.FEASIBLE)
-
 
 class OptionError(ValueError):
     """A solver option the solver does not know, or a value it cannot take."""

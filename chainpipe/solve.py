@@ -185,17 +185,22 @@ def finish(instance: Instance, solver: str, outcome: Outcome, elapsed: float) ->
                           f"solver returned an infeasible plan: {ev.violations[0]}",
                           dict(outcome.stats))
         T = ev.iteration_time_s
-        if status == "optimal":
-            # a proof of optimality is a bound equal to the plan's time
-            if bound is None or bound > T:
-                bound = T
-            if (T - bound) > OPTIMALITY_RTOL * T:
-                status = "feasible"
         if bound is not None and bound > T * (1 + OPTIMALITY_RTOL):
+            # the solver's objective disagrees with the cost model: its proof is void
             return Result(instance.name, solver, "error", plan, T, bound, elapsed,
                           f"solver claimed a lower bound {bound!r} above its plan's time {T!r}",
                           dict(outcome.stats))
-    elif status in ("optimal", "feasible"):
+        if bound is not None:
+            bound = min(max(bound, 0.0), T)  # 0 <= bound <= T, whatever the rounding
+        if status == "optimal":
+            # a proof of optimality is a bound equal to the plan's time
+            if bound is None:
+                bound = T
+            if (T - bound) > OPTIMALITY_RTOL * T:
+                status = "feasible"
+    elif bound is not None:
+        bound = max(bound, 0.0)
+    if plan is None and status in ("optimal", "feasible"):
         return Result(instance.name, solver, "error", None, None, bound, elapsed,
                       f"solver said {status!r} without a plan", dict(outcome.stats))
     return Result(instance.name, solver, status, plan, T, bound, elapsed, message,

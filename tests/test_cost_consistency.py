@@ -114,3 +114,27 @@ def test_cdynp_estimate_is_the_evaluated_time_of_its_plan(seed):
     if res.plan is None:
         return
     assert res.stats["estimate_s"] == pytest.approx(res.iteration_time, rel=1e-12, abs=1e-12)
+
+
+def test_memory_near_the_largest_double_never_fits_an_overflowed_need():
+    """The slack on a capacity of ~1.8e308 stays finite: an infinite need never fits."""
+    top = np.finfo(float).max
+    with np.errstate(all="raise"):
+        assert cost.memory_capacity(top) == top
+        assert not cost.memory_fits(math.inf, top)
+        assert cost.max_in_flight(0.0, math.inf, 1.0, top, 8) == 0
+        assert cost.max_in_flight(1e300, 1.0, 1e300, top, 8) == -1
+
+
+def test_reported_bounds_are_clamped_to_zero_and_t():
+    """The facade keeps 0 <= bound <= T and voids a proof whose bound exceeds T."""
+    from chainpipe.result import Outcome
+    from chainpipe.solve import finish
+
+    inst = random_instance(3, max_layers=4)
+    plan = solve(inst, "dp").plan
+    T = evaluate(inst, plan).iteration_time_s
+    assert finish(inst, "x", Outcome("feasible", plan, -0.02), 0.0).lower_bound == 0.0
+    assert finish(inst, "x", Outcome("feasible", plan, T * (1 + 1e-9)), 0.0).lower_bound == T
+    assert finish(inst, "x", Outcome("optimal", plan, 2 * T), 0.0).status == "error"
+    assert finish(inst, "x", Outcome("no_solution", None, -1.0), 0.0).lower_bound == 0.0

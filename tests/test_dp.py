@@ -132,3 +132,12 @@ def test_huge_microbatch_count_is_a_number_not_a_structure(seed):
         assert res.status == "optimal"
         assert res.iteration_time == pytest.approx(T_opt, rel=1e-9)
     assert res.solve_time < 5
+
+
+def test_an_upper_bound_below_the_optimum_is_no_solution_not_infeasible():
+    """A caller's bound only limits the search: nothing below it proves nothing more."""
+    inst = cp.read(Path(__file__).resolve().parents[1] / "instances/small/small-03-mem-1f1b.json")
+    T = cp.solve(inst, "dp").iteration_time
+    res = cp.solve(inst, "dp", upper_bound=0.9 * T)
+    assert res.status == "no_solution" and res.plan is None
+    assert 0 < res.lower_bound <= 0.9 * T

@@ -218,3 +218,18 @@ def test_committed_small_instances_match_the_dp(name):
         assert r.status == ref.status, (name, solver, r.status, r.message)
         if ref.status == "optimal":
             assert _close(r.iteration_time, ref.iteration_time), (name, solver)
+
+
+def test_a_backend_that_cannot_start_is_an_error_status(monkeypatch):
+    """A missing CBC binary (or a model HiGHS refuses) is status error with one line."""
+    import chainpipe.solvers.cbc as cbc
+    from chainpipe.solvers.child import ChildFailed
+
+    def broken(*args, **kwargs):
+        raise ChildFailed("cannot start /nonexistent/cbc: No such file or directory")
+
+    monkeypatch.setattr(cbc, "solve_cbc", broken)
+    inst = random_instance(5, max_layers=3)
+    res = solve(inst, "ilp-path", backend="cbc")
+    if res.status != "infeasible":  # an instance the tables prove infeasible never builds
+        assert res.status == "error" and "cannot start" in res.message

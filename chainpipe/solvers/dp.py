@@ -70,6 +70,9 @@ def run(instance, *, deadline=None, seed=0, threads=1, log=None, upper_bound=Non
             return Outcome("optimal", plan=Plan.from_tuples(instance, stages), lower_bound=None,
                            stats=stats)
         proven = max(proven, trial)
+    if upper_bound is not None:  # only plans below the caller's bound were searched
+        return Outcome("no_solution", lower_bound=min(proven, float(upper_bound)), stats=stats,
+                       message=f"no plan with T below the upper bound {upper_bound:.6g} s")
     return Outcome("infeasible", lower_bound=None, stats=stats,
                    message="no plan satisfies the memory limits and device counts")
 

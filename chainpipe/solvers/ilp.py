@@ -129,6 +129,10 @@ def _run(name: str, instance: Instance, deadline: Deadline, seed, threads, log, 
     except TimeUp:  # CBC: writing the model file used up the limit
         stats["solve_time_s"] = deadline.elapsed() - t1
         return _out_of_time_building(tables, deadline, stats)
+    except RuntimeError as exc:  # the backend would not start, or refused the model
+        stats["solve_time_s"] = deadline.elapsed() - t1
+        return Outcome("error", message=f"{name} ({opts.backend}): {exc}".splitlines()[0],
+                       stats=stats)
     stats["solve_time_s"] = deadline.elapsed() - t1
     stats["solver_status"] = answer.text
     if answer.values is not None:

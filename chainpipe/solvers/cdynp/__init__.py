@@ -115,7 +115,7 @@ def run(instance: Instance, *, deadline=None, seed=0, threads=1, log=None, epsil
     stats = _stats(instance, res, exact, epsilon, quantum, digits, max_entries,
                    "processes" if processes else "in-process", time.perf_counter() - t0)
     if compare_dp:
-        stats.update(_compare_dp(instance, plan))
+        stats.update(_compare_dp(instance, plan, deadline))
     if plan is None:
         return _no_plan(instance, upper_bound, exact, max_entries, stats)
     if exact:
@@ -168,11 +168,12 @@ def _no_plan(instance, upper_bound, exact, max_entries, stats) -> Outcome:
     return Outcome("infeasible", message=reason, stats=stats)
 
 
-def _compare_dp(instance: Instance, plan: Plan | None) -> dict:
+def _compare_dp(instance: Instance, plan: Plan | None, deadline: Deadline) -> dict:
+    """dp's answer on the same instance, under what is left of the same time limit."""
     from ..dp import run as dp_run
 
     t0 = time.perf_counter()
-    ref = dp_run(instance)
+    ref = dp_run(instance, deadline=deadline)
     T_ref = evaluate(instance, ref.plan).iteration_time_s if ref.plan is not None else None
     out = {"dp_iteration_time_s": T_ref, "dp_solve_time_s": time.perf_counter() - t0,
            "dp_status": ref.status}

@@ -31,6 +31,7 @@ import selectors
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -204,6 +205,9 @@ class _Coordinator:
         self.message_timeout = message_timeout
         self.procs: list[subprocess.Popen] = []
         self.ctrl: list[socket.socket] = []
+        # each agent's stderr: an unnamed file (nothing to clean up, and unlike a pipe it
+        # never fills up and blocks an agent that writes a lot)
+        self.errs: list = []
         K = len(names)
         self.state = ["starting"] * K  # starting, work, wait, done, failed, ended
         self.peer: list[str | None] = [None] * K  # whom a waiting agent waits for
@@ -221,6 +225,7 @@ class _Coordinator:
             for k in range(K):
                 mine, theirs = socket.socketpair()
                 self.ctrl.append(mine)
+                self.errs.append(tempfile.TemporaryFile())
                 fds = [theirs.fileno(),
                        links[k - 1][1].fileno() if k > 0 else -1,
                        links[k][0].fileno() if k < K - 1 else -1]
@@ -228,7 +233,7 @@ class _Coordinator:
                     [sys.executable, "-m", "chainpipe.solvers.cdynp.child", str(os.getpid()),
                      *map(str, fds)],
                     pass_fds=[fd for fd in fds if fd >= 0], env=env, stdin=subprocess.DEVNULL,
-                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
+                    stdout=subprocess.DEVNULL, stderr=self.errs[-1]))
                 child_ends.append(theirs)
         finally:
             # only the children hold these now: a child's death closes its ends
@@ -254,8 +259,8 @@ class _Coordinator:
             if p.poll() is None:
                 p.kill()
             p.wait()
-            if p.stderr is not None:
-                p.stderr.close()
+        for f in self.errs:
+            f.close()
         for s in self.ctrl:
             s.close()
 
@@ -373,5 +378,6 @@ class _Coordinator:
                 return f"killed by {signal.Signals(-code).name}"
             except ValueError:
                 return f"killed by signal {-code}"
-        err = p.stderr.read().decode("utf-8", "replace").strip().splitlines() if p.stderr else []
+        self.errs[k].seek(0)
+        err = self.errs[k].read().decode("utf-8", "replace").strip().splitlines()
         return f"exit status {code}" + (f": {err[-1][:200]}" if err else "")
