@@ -32,6 +32,7 @@ from .paths import MANIFEST, instance_files, refuse_overwrite
 from .plan import evaluate
 from .result import OptionError
 from .solve import SOLVERS
+from .strict_json import quote
 
 #: exit status of a command stopped by Ctrl-C (128 + SIGINT), as shells report it
 EXIT_INTERRUPTED = 130
@@ -191,7 +192,7 @@ def solver_options(pairs: list[str] | None) -> dict:
     opts = {}
     for pair in pairs or []:
         if "=" not in pair:
-            raise InstanceError([f"--option: expected KEY=VALUE, got {pair!r}"])
+            raise InstanceError([f"--option: expected KEY=VALUE, got {quote(pair)}"])
         key, value = pair.split("=", 1)
         try:
             opts[key] = json.loads(value)
@@ -207,6 +208,8 @@ def cmd_solve(args) -> int:
     refuse_overwrite({"--plan-out": args.plan_out}, [args.instance], {"--trace": args.trace})
     if args.plan_out and Path(args.plan_out).is_dir():
         raise InstanceError([f"--plan-out: {args.plan_out} is a directory; give a file name"])
+    if args.trace and Path(args.trace).exists() and not Path(args.trace).is_dir():
+        raise InstanceError([f"--trace: {args.trace} is a file; give a directory"])
     options = solver_options(args.option)
     if args.trace:
         if args.solver != "cdynp":
@@ -220,6 +223,9 @@ def cmd_solve(args) -> int:
         raise InstanceError([f"--option: {exc}"]) from None
     if args.plan_out and res.plan is not None:
         write_plan(res.plan, args.plan_out)
+    elif args.plan_out:
+        print(f"--plan-out: no plan (status {res.status}); {args.plan_out} not written",
+              file=sys.stderr)
     if args.format == "json":
         print(json.dumps(res.to_dict()))
     else:
@@ -244,6 +250,8 @@ def cmd_split(args) -> int:
     from .solvers.cdynp import split_instance
 
     outdir = Path(args.outdir)
+    if outdir.exists() and not outdir.is_dir():
+        raise InstanceError([f"OUTDIR: {outdir} is a file; give a directory"])
     refuse_overwrite({}, [args.instance], {"OUTDIR": outdir})
     # nor may a file that split writes there (a link, say) be the input
     for existing in [*outdir.glob("public.json"), *outdir.glob("private-*.json")]:

@@ -28,6 +28,7 @@ from .drawing import pyplot, save_figure
 from .instance import Instance, InstanceError
 from .plan import Plan
 from .schedule import PipelineRow, PipelineSchedule, simulate_pipeline
+from .strict_json import quote
 
 FORWARD_COLOR = "#4C78A8"
 BACKWARD_COLOR = "#F58518"
@@ -330,7 +331,7 @@ def _window(text: str) -> int | None:
     except ValueError:
         value = 0
     if value < 1:
-        raise InstanceError([f"--microbatches: {text!r} is neither a positive count nor 'all'"])
+        raise InstanceError([f"--microbatches: {quote(text)} is neither a positive count nor 'all'"])
     return value
 
 
@@ -354,7 +355,10 @@ def cli_plot(args) -> int:
     window = _window(args.microbatches)
     inst = read(args.instance)
     plan = read_plan(args.plan)
-    sim = gantt(inst, plan, path=out, window=window, links=args.links)
+    try:
+        sim = gantt(inst, plan, path=out, window=window, links=args.links)
+    except InstanceError as exc:  # the plan's violations: name the file they are in
+        raise InstanceError([f"{args.plan}: {p}" for p in exc.problems]) from None
     written = [str(out)]
     if data is not None:
         if data.suffix.lower() == ".csv":

@@ -18,7 +18,7 @@ from typing import Any
 from .strict_json import OverflowNumber, quote, shorten
 
 FORMAT = "chainpipe-instance/1"
-_CANONICAL_INDEX = re.compile(r"(0|[1-9][0-9]*)\Z")
+_CANONICAL_INDEX = re.compile(r"(0|[1-9][0-9]{0,9})\Z")  # counts are at most 2**31 - 1
 SCHEDULES = ("1f1b", "gpipe")
 
 

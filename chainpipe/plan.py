@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass
 
 from . import cost
 from .instance import Instance, InstanceError
-from .strict_json import quote
+from .strict_json import quote, shorten
 
 
 @dataclass(frozen=True)
@@ -141,11 +141,12 @@ def _check_structure(instance: Instance, plan: Plan) -> tuple[list, list[str]]:
     refs = []
     for s, st in enumerate(plan.stages):
         if st.start != expect:
-            violations.append(f"stages[{s}].layers: starts at {st.start}, expected {expect}")
+            violations.append(f"stages[{s}].layers: starts at {shorten(str(st.start))}, "
+                              f"expected {expect}")
         if not (0 <= st.start < st.end <= L):
             violations.append(
-                f"stages[{s}].layers: [{st.start}, {st.end}) is not a non-empty range of "
-                f"layers 0..{L}"
+                f"stages[{s}].layers: [{shorten(str(st.start))}, {shorten(str(st.end))}) is not a "
+                f"non-empty range of layers 0..{L}"
             )
         expect = st.end
         try:
@@ -154,12 +155,13 @@ def _check_structure(instance: Instance, plan: Plan) -> tuple[list, list[str]]:
             violations.append(f"stages[{s}].device: no device named {quote(st.device)}")
             refs.append(None)
     if expect != L:
-        violations.append(f"stages: cover layers up to {expect}, the model has {L}")
+        violations.append(f"stages: cover layers up to {shorten(str(expect))}, the model has {L}")
     seen: dict[str, int] = {}
     for s, st in enumerate(plan.stages):
         if st.device in seen:
             violations.append(
-                f"stages[{s}].device: {st.device} already runs stage {seen[st.device]}"
+                f"stages[{s}].device: {st.device if refs[s] is not None else quote(st.device)} "
+                f"already runs stage {seen[st.device]}"
             )
         seen.setdefault(st.device, s)
     for s in range(1, len(refs)):

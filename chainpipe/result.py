@@ -38,6 +38,30 @@ class OptionError(ValueError):
     """A solver option the solver does not know, or a value it cannot take."""
 
 
+def number_option(solver: str, name: str, value, *, minimum: float = 0.0,
+                  strict: bool = False, integer: bool = False):
+    """``value`` as a finite number ``>= minimum`` (``> minimum`` if ``strict``), else OptionError.
+
+    The one check of a solver's numeric option, so that ``-O epsilon=abc`` or
+    ``-O max_rounds=-1`` is bad input (exit 2, one line) before any work.
+    """
+    shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        number = float(value)
+        if integer and number != int(number):
+            raise ValueError
+    except (TypeError, ValueError, OverflowError):
+        kind = "an integer" if integer else "a number"
+        raise OptionError(f"option {name!r} of {solver}: must be {kind}, got {shown}") from None
+    if not math.isfinite(number) or number < minimum or (strict and number == minimum):
+        op = ">" if strict else ">="
+        raise OptionError(f"option {name!r} of {solver}: must be a finite number {op} "
+                          f"{minimum:g}, got {shown}")
+    return int(number) if integer else number
+
+
 @dataclass(frozen=True)
 class Outcome:
     """A solver's raw answer, before the cost model re-evaluates its plan.

@@ -334,12 +334,15 @@ def test_cli_compare_end_to_end(tmp_path, capsys):
     if not inst.exists():
         pytest.skip("committed small set not present")
     out = tmp_path / "o"
+    out.mkdir()
+    (out / "old_figure.png").write_bytes(b"left by an earlier sweep")
     code = main(["compare", str(inst), "--solvers", "dp,fake-first", "--time-limit", "30",
                  "--out", str(out)])
     stdout = capsys.readouterr().out
     assert code == 0
     assert stdout.splitlines()[0].split()[:3] == ["solver", "kind", "runs"]
-    assert "summary.md" in stdout and ".png" in stdout
+    assert "summary.md" in stdout and "profile_quality.png" in stdout
+    assert "old_figure.png" not in stdout  # only this sweep's figures are listed
     rows = _csv(out / "results.csv")
     assert [r["solver"] for r in rows] == ["dp", "fake-first"]
     assert rows[0]["status"] == "optimal" and rows[0]["gap_to_best"] == "0"
@@ -583,3 +586,18 @@ def test_a_signal_leaves_no_process_and_no_temporary_file(tmp_path, signum):
     assert alive == []
     assert [e for e in os.listdir(tmp) if e.startswith("chainpipe")] == []
     assert json.loads((out / "sweep.json").read_text())["status"] == "interrupted"
+
+
+def test_a_resumed_sweep_retries_harness_failures_and_keeps_results(sweep, tmp_path):
+    """A crashed run is tried again on resume; a run killed past its limit is a result."""
+    out = tmp_path / "out"
+    paths = _instances(tmp_path / "inst", [1])
+    first = run_sweep(paths, ["fake-crash", "fake-first"], 20, out, progress=False,
+                      figures=False)
+    assert {r["solver"]: r["status"] for r in first} == {"fake-crash": "error",
+                                                          "fake-first": "feasible"}
+    assert [r for r in first if r["solver"] == "fake-crash"][0]["stats"]["retry"] is True
+    run_sweep(paths, ["fake-crash", "fake-first"], 20, out, progress=False, figures=False)
+    lines = [json.loads(x) for x in (out / "results.jsonl").read_text().splitlines()]
+    assert [r["solver"] for r in lines].count("fake-crash") == 2  # run again
+    assert [r["solver"] for r in lines].count("fake-first") == 1  # reused

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import csv
-import json
 from pathlib import Path
 
+from ..io import atomic_write, write_json
+from ..numeric import jsonable
 from . import metrics
 
 CSV_COLUMNS = ["instance", "solver", "status", "iteration_time_s", "lower_bound_s", "gap",
@@ -22,14 +23,19 @@ def _num(x, fmt=".6g"):
 def write_results_csv(records: list[dict], path: Path, with_seed: bool) -> None:
     """One row per run, with exactly the documented columns of ``results.csv`` (plus ``seed`` last if asked)."""
     rows = metrics.annotate(records)
-    with open(path, "w", newline="", encoding="utf-8") as fh:
-        w = csv.writer(fh)
-        w.writerow(CSV_COLUMNS + (["seed"] if with_seed else []))
-        for r in rows:
-            w.writerow([r["instance"], r["solver"], r["status"], _num(r["iteration_time_s"], ".9g"),
-                        _num(r["lower_bound_s"], ".9g"), _num(r["gap"], ".6g"),
-                        _num(r["gap_to_best"], ".6g"), f"{r['solve_time_s']:.4f}"]
-                       + ([r.get("seed", 0)] if with_seed else []))
+
+    def write(tmp: Path) -> None:
+        with open(tmp, "w", newline="", encoding="utf-8") as fh:
+            w = csv.writer(fh)
+            w.writerow(CSV_COLUMNS + (["seed"] if with_seed else []))
+            for r in rows:
+                w.writerow([r["instance"], r["solver"], r["status"],
+                            _num(r["iteration_time_s"], ".9g"), _num(r["lower_bound_s"], ".9g"),
+                            _num(r["gap"], ".6g"), _num(r["gap_to_best"], ".6g"),
+                            f"{r['solve_time_s']:.4f}"]
+                           + ([r.get("seed", 0)] if with_seed else []))
+
+    atomic_write(path, write)
 
 
 # --------------------------------------------------------------------------- tables
@@ -134,7 +140,8 @@ def caption(records: list[dict]) -> str:
     )
 
 
-def summary_markdown(records: list[dict], figures: dict[str, str]) -> str:
+def summary_markdown(records: list[dict], figures: dict[str, str], notes: str = "") -> str:
+    """``summary.md``: per solver, per instance, contradictions, failures, figures, then ``notes``."""
     summary = metrics.solver_summary(records)
     best = metrics.best_known(records)
     conflicts = [c for b in best.values() for c in b["conflicts"]]
@@ -156,6 +163,8 @@ def summary_markdown(records: list[dict], figures: dict[str, str]) -> str:
     if figures:
         out += ["## Figures", ""]
         out += [f"- {what}: `{name}`" for what, name in figures.items()] + [""]
+    if notes:
+        out += [notes]
     return "\n".join(out)
 
 
@@ -212,13 +221,17 @@ def write_figures(records: list[dict], out_dir: Path) -> dict[str, str]:
 
 
 def write_report(records: list[dict], out_dir: Path, with_seed: bool,
-                 figures: bool = True) -> dict[str, str]:
-    """results.csv, metrics.json, figures and summary.md; returns the figures written."""
+                 figures: bool = True, notes: str = "") -> dict[str, str]:
+    """results.csv, metrics.json, figures and summary.md, each written whole (atomically).
+
+    ``notes`` (Markdown) ends ``summary.md``. Returns the figures written.
+    """
     out_dir.mkdir(parents=True, exist_ok=True)
     write_results_csv(records, out_dir / "results.csv", with_seed)
     figs = write_figures(records, out_dir) if figures else {}
-    (out_dir / "metrics.json").write_text(json.dumps(
-        {"definitions": caption(records), "solvers": metrics.solver_summary(records),
-         "best_known": metrics.best_known(records)}, indent=1) + "\n", encoding="utf-8")
-    (out_dir / "summary.md").write_text(summary_markdown(records, figs), encoding="utf-8")
+    write_json(jsonable({"definitions": caption(records),
+                         "solvers": metrics.solver_summary(records),
+                         "best_known": metrics.best_known(records)}), out_dir / "metrics.json")
+    text = summary_markdown(records, figs, notes)
+    atomic_write(out_dir / "summary.md", lambda tmp: tmp.write_text(text, encoding="utf-8"))
     return figs

@@ -145,13 +145,16 @@ def failed_record(spec: dict, status: str, message: str, elapsed: float,
     """A record for a run that produced no result of its own (killed, crashed, lost).
 
     Its ``solve_time_s`` and ``wall_time_s`` are both ``elapsed``: the wall-clock
-    seconds from the run's start until it ended or was killed.
+    seconds from the run's start until it ended or was killed. An ``error`` record
+    (not started, crashed, unreadable, lost by the executor) is marked
+    ``stats["retry"]``: a resumed sweep runs it again instead of reusing the failure.
+    A run killed past its limit is a result (``no_solution``) and is kept.
     """
     rec = {
         "instance": spec["instance_name"], "solver": spec["solver"], "status": status,
         "iteration_time_s": None, "lower_bound_s": None, "gap": None,
         "solve_time_s": float(elapsed), "plan": None, "message": message,
-        "stats": dict(stats or {}),
+        "stats": {**(stats or {}), **({"retry": True} if status == "error" else {})},
     }
     rec.update(base_record(spec))
     rec["wall_time_s"] = float(elapsed)

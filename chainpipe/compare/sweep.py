@@ -26,7 +26,9 @@ from tqdm import tqdm
 
 from ..instance import Instance, InstanceError
 from ..io import instance_to_dict, read, write_json
+from ..names import unknown_name
 from ..paths import instance_files, refuse_overwrite
+from ..strict_json import quote
 from .executors import DaskMissing, execute, require_dask
 from .report import terminal_summary, write_report
 from .runner import base_record, stop_all
@@ -176,9 +178,9 @@ def resolve_solvers(solvers) -> list:
     problems = []
     for n in names:
         if n not in SOLVERS:
-            problems.append(f"--solvers: unknown solver {n!r}; known: {', '.join(SOLVERS)}")
+            problems.append(f"--solvers: {unknown_name('solver', n, SOLVERS)}")
         elif n not in available:
-            problems.append(f"--solvers: solver {n!r} is not available in this installation "
+            problems.append(f"--solvers: solver {quote(n)} is not available in this installation "
                             f"(module {SOLVERS[n].target.split(':')[0]} not found)")
     if problems:
         raise InstanceError(problems)
@@ -468,7 +470,8 @@ def run_sweep(instances, solvers, time_limit: float, out_dir, seeds: int = 1, th
     started = time.time()
     out.mkdir(parents=True, exist_ok=True)
     jsonl = out / RESULTS_JSONL
-    done = load_results(jsonl)
+    # a failure of the harness itself (not started, crashed, lost) is tried again
+    done = {k: r for k, r in load_results(jsonl).items() if not r.get("stats", {}).get("retry")}
     todo = list({s["run_key"]: s for s in specs if s["run_key"] not in done}.values())
     reran = stale_runs(todo, done)
     _tell_plan(skipped, reran, len(specs) - len(todo), len(todo), jsonl)
@@ -497,11 +500,10 @@ def run_sweep(instances, solvers, time_limit: float, out_dir, seeds: int = 1, th
             exc.finished += len(specs) - len(todo)
             raise
     records = [{**done[s["run_key"]], **base_record(s)} for s in specs if s["run_key"] in done]
-    write_report(records, out, with_seed=seeds > 1, figures=figures)
-    notes = _notes_markdown(reran, skipped)
-    if notes:
-        with open(out / "summary.md", "a", encoding="utf-8") as fh:
-            fh.write("\n" + notes)
+    figs = write_report(records, out, with_seed=seeds > 1, figures=figures,
+                        notes=_notes_markdown(reran, skipped))
+    # the figures of this sweep (an earlier sweep into the same --out may have left others)
+    manifest["figures"] = sorted(figs.values())
     _write_manifest(out, manifest, "complete", finished)
     return records
 
@@ -558,9 +560,17 @@ def _iso(t: float) -> str:
 
 
 def _write_manifest(out: Path, manifest: dict, status: str, finished: int) -> None:
-
+    """``sweep.json``: what this sweep ran, reused and skipped, and how it ended."""
     write_json({**manifest, "status": status, "finished_runs": finished,
                 "ended": _iso(time.time())}, out / SWEEP_JSON)
+
+
+def _figures_of_this_sweep(out: Path) -> list[str]:
+    """The figure files ``sweep.json`` says the last sweep into ``out`` wrote."""
+    try:
+        return list(json.loads((out / SWEEP_JSON).read_text(encoding="utf-8")).get("figures", []))
+    except (OSError, ValueError):
+        return []
 
 
 def cli_compare(args) -> int:
@@ -608,5 +618,5 @@ def cli_compare(args) -> int:
     print()
     print(f"{len(records)} runs; results in {out / 'results.csv'} and {out / RESULTS_JSONL}; "
           f"summary table in {out / 'summary.md'}; what ran in {out / SWEEP_JSON}; figures: "
-          + ", ".join(sorted(str(p) for p in out.glob("*.png"))))
+          + (", ".join(str(out / f) for f in _figures_of_this_sweep(out)) or "none"))
     return 0

@@ -34,7 +34,7 @@ from ..formulations.cpsat import CpsatModel
 from ..formulations.greedy import best_greedy_plan
 from ..numeric import OPTIMALITY_RTOL
 from ..plan import Plan, evaluate
-from ..result import OptionError, Outcome
+from ..result import OptionError, Outcome, number_option
 from ..tables import CostTables
 from .interrupt import run_stoppable
 from .logs import line_logger, stderr_log
@@ -46,6 +46,9 @@ def run(instance, *, deadline=None, seed=0, threads=1, log=None, log_search_prog
     """Solve ``instance`` with CP-SAT; see the module docstring for the guarantees."""
     if options:
         raise OptionError(f"cpsat: unknown option(s) {', '.join(sorted(options))}")
+    max_rounds = number_option("cpsat", "max_rounds", max_rounds, minimum=1, integer=True)
+    if hint is not None and hint != "dp" and not isinstance(hint, Plan):
+        raise OptionError(f"option 'hint' of cpsat: must be 'dp' or a Plan, got {hint!r:.40}")
     deadline = Deadline.of(deadline)
     if log is None and log_search_progress:
         log = stderr_log
@@ -64,7 +67,7 @@ def run(instance, *, deadline=None, seed=0, threads=1, log=None, log_search_prog
             return Outcome("optimal", plan=search.scale_plan, lower_bound=0.0,
                            stats=search.stats,
                            message="a plan with zero iteration time is optimal")
-        search.rounds(max(1, int(max_rounds)))
+        search.rounds(max_rounds)
     except TimeUp:
         search.note = (f"time limit ({deadline.limit:g} s) reached while building the model "
                        f"(after {deadline.elapsed():.2f} s)")

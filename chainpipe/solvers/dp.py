@@ -24,7 +24,7 @@ import numpy as np
 from .. import cost
 from ..deadline import Deadline, TimeUp
 from ..plan import Plan
-from ..result import OptionError, Outcome
+from ..result import OptionError, Outcome, number_option
 from ..tables import CostTables
 from .labels import TRIALS, across_usage, pareto3
 
@@ -37,6 +37,8 @@ def run(instance, *, deadline=None, seed=0, threads=1, log=None, upper_bound=Non
     """
     if options:
         raise OptionError(f"dp: unknown option(s) {', '.join(sorted(options))}")
+    if upper_bound is not None:
+        upper_bound = number_option("dp", "upper_bound", upper_bound, strict=True)
     deadline = Deadline.of(deadline)
     tables = CostTables(instance)
     reason = tables.infeasibility_reason()

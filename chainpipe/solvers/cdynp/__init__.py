@@ -36,7 +36,7 @@ from pathlib import Path
 from ...deadline import Deadline, TimeUp
 from ...instance import Instance
 from ...plan import Plan, Stage, evaluate
-from ...result import Outcome
+from ...result import Outcome, number_option
 from ...tables import CostTables
 from .audit import check_claims
 from .public import PublicInstance, split_documents, write_split
@@ -85,12 +85,13 @@ def run(instance: Instance, *, deadline=None, seed=0, threads=1, log=None, epsil
         with one line naming the DC whose agent died, hung, broke the protocol or sent
         a forged summary.
     """
-    epsilon, quantum = float(epsilon or 0.0), float(quantum or 0.0)
-    max_entries, digits = int(max_entries or 0), int(digits or 0)
-    if min(epsilon, quantum, max_entries, digits) < 0:
-        raise ValueError("cdynp: epsilon, quantum, digits and max_entries must be >= 0")
-    if not (float(message_timeout) > 0 and math.isfinite(float(message_timeout))):
-        raise ValueError("cdynp: message_timeout must be a finite number of seconds > 0")
+    epsilon = number_option("cdynp", "epsilon", epsilon or 0.0)
+    quantum = number_option("cdynp", "quantum", quantum or 0.0)
+    max_entries = number_option("cdynp", "max_entries", max_entries or 0, integer=True)
+    digits = number_option("cdynp", "digits", digits or 0, integer=True)
+    message_timeout = number_option("cdynp", "message_timeout", message_timeout, strict=True)
+    if upper_bound is not None:
+        upper_bound = number_option("cdynp", "upper_bound", upper_bound, strict=True)
     deadline = Deadline.of(deadline)
     agent_opts = {"epsilon": epsilon, "quantum": quantum, "max_entries": max_entries,
                   "digits": digits, "upper_bound": upper_bound}
