@@ -40,6 +40,7 @@ __all__ = [
     "LayerSums",
     "StageOption",
     "compute_time",
+    "fill_and_bottleneck",
     "in_flight",
     "iteration_time",
     "max_in_flight",
@@ -140,6 +141,19 @@ def traversal(latency, link_occupancy):
 
 
 # --------------------------------------------------------------------------- T
+def fill_and_bottleneck(compute_times, occupancies, traversals) -> tuple[float, float]:
+    """``(sum C + sum Q, max(max C, max U))`` of a run of stages and their boundaries.
+
+    The two quantities ``T`` is assembled from (:func:`iteration_time`); also the
+    label a decomposed search keeps for a suffix of a plan. Empty boundary lists
+    are fine (one stage: no boundary).
+    """
+    compute_times = list(compute_times)
+    fill = sum(compute_times) + sum(traversals)
+    bottleneck = max(compute_times + list(occupancies))
+    return fill, bottleneck
+
+
 def steady_state(microbatches: int, bottleneck):
     """``(M - 1) * bottleneck``: the steady state, paced by the slowest resource.
 

@@ -249,14 +249,15 @@ def evaluate(instance: Instance, plan: Plan) -> Evaluation:
     stages = _stage_costs(instance, plan, refs, cost.LayerSums(instance), violations)
     boundaries = _boundary_costs(instance, plan, refs)
 
-    fill = sum(c.compute_time_s for c in stages) + sum(b.traversal_s for b in boundaries)
-    worst_stage = max(stages, key=lambda c: c.compute_time_s)
-    bottleneck_s = worst_stage.compute_time_s
-    bottleneck = f"stage {worst_stage.index} on {worst_stage.device}"
-    for b in boundaries:
-        if b.occupancy_s > bottleneck_s:
-            bottleneck_s = b.occupancy_s
-            bottleneck = f"link {'-'.join(b.path)} after stage {b.after_stage}"
+    fill, bottleneck_s = cost.fill_and_bottleneck(
+        [c.compute_time_s for c in stages], [b.occupancy_s for b in boundaries],
+        [b.traversal_s for b in boundaries])
+    # what paces it: the first stage at the maximum, unless a link is strictly slower
+    worst = max(stages, key=lambda c: c.compute_time_s)
+    bottleneck = f"stage {worst.index} on {worst.device}"
+    if worst.compute_time_s < bottleneck_s:
+        b = next(b for b in boundaries if b.occupancy_s == bottleneck_s)
+        bottleneck = f"link {'-'.join(b.path)} after stage {b.after_stage}"
     M = instance.microbatches
     return Evaluation(
         cost.iteration_time(fill, bottleneck_s, M), fill, cost.steady_state(M, bottleneck_s),

@@ -130,18 +130,14 @@ class CostTables:
         with it; the reported time is recomputed by :func:`chainpipe.plan.evaluate`.
         """
         S = len(stages)
-        total = peak = 0.0
-        for s, (i, j, _k, g) in enumerate(stages):
-            if not self.fits(g, i, j, S - s):
-                return np.inf
-            c = float(self.compute_time[g, i, j])
-            total += c
-            peak = max(peak, c)
-        for s in range(S - 1):
-            b, k1, k2 = stages[s][1], stages[s][2], stages[s + 1][2]
-            total += float(self.traversal(b, k1, k2))
-            peak = max(peak, float(self.occupancy(b, k1, k2)))
-        return float(cost.iteration_time(total, peak, self.M))
+        if not all(self.fits(g, i, j, S - s) for s, (i, j, _k, g) in enumerate(stages)):
+            return np.inf
+        cuts = [(stages[s][1], stages[s][2], stages[s + 1][2]) for s in range(S - 1)]
+        fill, bottleneck = cost.fill_and_bottleneck(
+            [float(self.compute_time[g, i, j]) for i, j, _k, g in stages],
+            [float(self.boundary_occupancy[b, k1, k2]) for b, k1, k2 in cuts],
+            [float(self.boundary_traversal[b, k1, k2]) for b, k1, k2 in cuts])
+        return float(cost.iteration_time(fill, bottleneck, self.M))
 
     # ------------------------------------------------------------------ bounds
     @cached_property

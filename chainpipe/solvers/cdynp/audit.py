@@ -74,8 +74,8 @@ def _suffix(stages, bounds, first: int, position_cap: int) -> tuple[int, float, 
     stage computes it (the boundary before it excluded)."""
     compute = [s.compute_time_s for s in stages[first:]]
     inner = bounds[first:]
-    bottleneck = max(compute + [bd.occupancy_s for bd in inner])
-    total = sum(compute) + sum(bd.traversal_s for bd in inner)
+    total, bottleneck = cost.fill_and_bottleneck(compute, [bd.occupancy_s for bd in inner],
+                                                 [bd.traversal_s for bd in inner])
     return min(len(compute), position_cap), bottleneck, total
 
 
