@@ -3,8 +3,8 @@
 A native solver (HiGHS, CP-SAT) called from the main thread holds it until it returns:
 Python's SIGINT handler cannot run, so Ctrl-C waits for the time limit. Here the solve
 runs in a worker thread while the main thread waits in short slices; on Ctrl-C the
-solver is told to stop (``stop()``), the worker joined, and ``KeyboardInterrupt``
-re-raised.
+solver is told to stop (``stop()``), the worker joined for at most
+:data:`CTRL_C_WAIT_S`, and ``KeyboardInterrupt`` re-raised.
 """
 
 from __future__ import annotations
@@ -14,6 +14,10 @@ import time
 
 #: seconds between two looks at the worker
 POLL_S = 0.1
+
+#: seconds Ctrl-C waits for a solver told to stop before giving it up (a HiGHS presolve
+#: can ignore its interrupt callback); the daemon thread then ends with the process
+CTRL_C_WAIT_S = 2.0
 
 
 class Abandoned(Exception):
@@ -48,7 +52,7 @@ def run_stoppable(target, stop, name: str = "solver", stop_at: float | None = No
     Raises
     ------
     KeyboardInterrupt
-        After the solver stopped, when Ctrl-C was pressed.
+        When Ctrl-C was pressed, once the solver stopped or ``CTRL_C_WAIT_S`` passed.
     Abandoned
         When the solver was still running at ``abandon_at``.
     BaseException
@@ -77,7 +81,7 @@ def run_stoppable(target, stop, name: str = "solver", stop_at: float | None = No
                 raise Abandoned
     except KeyboardInterrupt:
         stop()
-        worker.join()
+        worker.join(CTRL_C_WAIT_S)
         raise
     if "error" in box:
         raise box["error"]
