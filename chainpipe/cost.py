@@ -6,12 +6,16 @@ the exact DP, the CDynP agents, the MIP/CP formulations and the baselines all
 compute their costs by calling these functions, so a new term (or a change to
 one) touches this module and the solvers' enumeration of options, nothing else.
 
-The unit is a **stage option**: a range of layers ``[start, end)`` run on one
-device group (:class:`StageOption`). For an option the model defines
+The unit is a **stage option**: a range of layers ``[start, end)`` run on
+``d * t`` devices of one device group, ``d`` data-parallel replicas of ``t``
+tensor-parallel devices each (:class:`StageOption`). For an option the model
+defines
 
-- its compute time per microbatch, forward and backward (:func:`compute_time`);
+- its compute time per microbatch, forward and backward, tensor-parallel
+  all-reduces included (:func:`compute_time`, :func:`tp_allreduce_time`);
 - its memory need per device for a number of microbatches in flight
   (:func:`memory_need`, :func:`memory_fits`, and the inverse :func:`max_in_flight`);
+- its gradient synchronisation once per iteration (:func:`sync_time`);
 
 and for the schedule and the network
 
@@ -19,7 +23,10 @@ and for the schedule and the network
 - the path between two datacenters (:func:`path`), a boundary's link occupancy
   per microbatch (:func:`occupancy`) and its traversal, forward and back
   (:func:`traversal`);
-- the assembly ``T = fill + (M - 1) * bottleneck`` (:func:`iteration_time`).
+- the assembly ``T = fill + (M - 1) * bottleneck + sync`` (:func:`iteration_time`).
+
+With ``d = t = 1`` (version 1 of the contract) every function reduces to its
+version-1 arithmetic exactly, bit for bit.
 
 The elementwise functions take Python floats or numpy arrays alike, so the
 tables vectorise exactly the arithmetic the evaluator does on one stage.
@@ -50,19 +57,52 @@ __all__ = [
     "occupancy",
     "path",
     "steady_state",
+    "sync_time",
+    "tp_allreduce_time",
     "traversal",
 ]
 
 
 # --------------------------------------------------------------------------- stages
-def compute_time(flop, rate):
-    """``C``: seconds per microbatch, forward and backward, of ``flop`` at ``rate`` FLOP/s.
+def tp_allreduce_time(tp_bytes, d, t, node_bandwidth):
+    """Seconds per microbatch of a stage's tensor-parallel all-reduces.
 
-    Valid but extreme figures (``1e308`` FLOP at ``5e-324`` FLOP/s) give ``inf``
-    seconds, never a warning: such a stage is simply never the best.
+    ``2 (t - 1) / t * (tp_bytes / d) / B``: a ring all-reduce of ``tp_bytes / d``
+    (each replica handles ``1/d`` of the microbatch) among ``t`` devices of one
+    node at ``B`` bytes/s per device; 0 when ``t = 1``.
+    """
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        term = 2.0 * (t - 1) / t * (tp_bytes / d) / node_bandwidth
+    if np.ndim(term):
+        return np.where(np.asarray(t) == 1, 0.0, term)
+    return 0.0 if t == 1 else term
+
+
+def compute_time(flop, rate, d=1, t=1, tp_bytes=0.0, node_bandwidth=np.inf):
+    """``C``: seconds per microbatch, forward and backward, tensor-parallel all-reduces included.
+
+    ``flop / (d t rate) + tp_allreduce_time(tp_bytes, d, t, node_bandwidth)``;
+    with ``d = t = 1`` exactly ``flop / rate``. Valid but extreme figures
+    (``1e308`` FLOP at ``5e-324`` FLOP/s) give ``inf`` seconds, never a
+    warning: such a stage is simply never the best.
     """
     with np.errstate(over="ignore"):
-        return flop / rate
+        return flop / (d * t * rate) + tp_allreduce_time(tp_bytes, d, t, node_bandwidth)
+
+
+def sync_time(params, d, t, gradient_bytes_per_param, bandwidth, latency):
+    """``R``: the stage's gradient all-reduce, once per iteration.
+
+    A ring all-reduce of the ``gamma * P / t`` gradient bytes of each
+    tensor-parallel rank among its ``d`` replicas over the DC's internal link:
+    ``2 (d - 1) / d * gamma * P / t / bandwidth + 2 (d - 1) * latency``; 0 when ``d = 1``.
+    """
+    with np.errstate(over="ignore", invalid="ignore"):
+        term = (2.0 * (d - 1) / d * gradient_bytes_per_param * params / t / bandwidth
+                + 2.0 * (d - 1) * latency)
+    if np.ndim(term):
+        return np.where(np.asarray(d) == 1, 0.0, term)
+    return 0.0 if d == 1 else term
 
 
 def in_flight(schedule: str, microbatches: int, position):
@@ -79,10 +119,22 @@ def in_flight(schedule: str, microbatches: int, position):
     return microbatches if schedule == "gpipe" else min(microbatches, position)
 
 
-def memory_need(params, activation_bytes, n_in_flight, bytes_per_param):
-    """Bytes a stage needs per device: its parameter state plus ``n`` stashed activations."""
-    with np.errstate(over="ignore"):  # an overflow is +inf bytes: it fits nowhere
-        return bytes_per_param * params + n_in_flight * activation_bytes
+def _state_bytes(params, bytes_per_param, d, t, sharded):
+    """Parameter state per device: ``((beta - zeta) + zeta / d) * P / t``."""
+    with np.errstate(over="ignore"):
+        return ((bytes_per_param - sharded) + sharded / d) * params / t
+
+
+def memory_need(params, activation_bytes, n_in_flight, bytes_per_param, d=1, t=1, sharded=0.0):
+    """Bytes a stage needs per device: parameter state plus ``n`` stashed activations.
+
+    ``((beta - zeta) + zeta / d) * P / t + n * A / (d t)``, with ``zeta`` the
+    bytes per parameter ZeRO-1 shards (``sharded``, 0 without ZeRO). With
+    ``d = t = 1`` and no ZeRO, exactly ``beta * P + n * A``.
+    """
+    with np.errstate(over="ignore", invalid="ignore"):  # an overflow is +inf: it fits nowhere
+        return (_state_bytes(params, bytes_per_param, d, t, sharded)
+                + n_in_flight * activation_bytes / (d * t))
 
 
 def memory_capacity(capacity):
@@ -100,19 +152,35 @@ def memory_fits(need, capacity):
     return need <= memory_capacity(capacity)
 
 
-def max_in_flight(params, activation_bytes, bytes_per_param, capacity, microbatches):
-    """The largest ``n <= M`` with ``memory_fits(memory_need(..., n), capacity)``.
+def max_in_flight(params, activation_bytes, bytes_per_param, capacity, microbatches,
+                  d=1, t=1, sharded=0.0):
+    """The largest ``n <= M`` with ``memory_fits(memory_need(..., n, ...), capacity)``.
 
-    The inverse of the memory rule, elementwise: ``-1`` where even the parameters
-    do not fit, ``M`` where activations are free. Returns int64 (a scalar for
-    scalar arguments).
+    The inverse of the memory rule, elementwise: ``-1`` where even the parameter
+    state does not fit, ``M`` where activations are free. The estimate from the
+    division is corrected by one either way against :func:`memory_need` itself, so
+    the two never disagree by rounding. Returns int64 (a scalar for scalar arguments).
     """
     params, act = np.asarray(params, dtype=float), np.asarray(activation_bytes, dtype=float)
+    cap = memory_capacity(np.asarray(capacity, dtype=float))
     with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
-        room = memory_capacity(np.asarray(capacity, dtype=float)) - bytes_per_param * params
-        n = np.where(act > 0, np.floor(room / np.where(act > 0, act, 1.0)), np.inf)
-        n = np.where(room >= 0, np.minimum(n, microbatches), -1)
-    out = n.astype(np.int64)
+        state = _state_bytes(params, bytes_per_param, d, t, sharded)
+        room = cap - state
+        per = act / (d * t)
+        n = np.where(per > 0, np.floor(room / np.where(per > 0, per, 1.0)), np.inf)
+        n = np.minimum(n, microbatches)
+        finite = np.isfinite(n) & (per > 0)
+        lo = np.where(finite, n, 0.0)
+        # the rounding of room / per can be off by one against the rule itself
+        too_many = finite & (lo > 0) & ~(
+            memory_need(params, act, lo, bytes_per_param, d, t, sharded) <= cap)
+        lo = np.where(too_many, lo - 1, lo)
+        one_more = finite & (lo + 1 <= microbatches) & (
+            memory_need(params, act, lo + 1, bytes_per_param, d, t, sharded) <= cap)
+        lo = np.where(one_more, lo + 1, lo)
+        n = np.where(finite, lo, n)
+        n = np.where((state <= cap) & (n >= 0), n, -1)
+    out = np.where(np.isfinite(n), n, microbatches).astype(np.int64)
     return int(out) if out.ndim == 0 else out
 
 
@@ -165,20 +233,21 @@ def steady_state(microbatches: int, bottleneck):
         return (microbatches - 1) * bottleneck
 
 
-def iteration_time(fill_drain, bottleneck, microbatches: int):
-    """``T = fill_drain + (M - 1) * bottleneck``.
+def iteration_time(fill_drain, bottleneck, microbatches: int, sync=0.0):
+    """``T = fill_drain + (M - 1) * bottleneck + sync``.
 
-    ``fill_drain`` is ``sum_s C_s + sum_s Q_s`` and ``bottleneck`` is
-    ``max(max_s C_s, max_s U_s)``; :func:`chainpipe.plan.evaluate` and every
-    solver's search assemble ``T`` (or an optimistic bound on it) here.
+    ``fill_drain`` is ``sum_s C_s + sum_s Q_s``, ``bottleneck`` is
+    ``max(max_s C_s, max_s U_s)`` and ``sync`` is ``max_s R_s`` (0 when every
+    ``d = 1``); :func:`chainpipe.plan.evaluate` and every solver's search assemble
+    ``T`` (or an optimistic bound on it) here.
     """
-    return fill_drain + steady_state(microbatches, bottleneck)
+    return fill_drain + steady_state(microbatches, bottleneck) + sync
 
 
 # --------------------------------------------------------------------------- options
 @dataclass(frozen=True)
 class StageOption:
-    """A stage option: layers ``[start, end)`` on group ``group`` of datacenter ``dc``.
+    """A stage option: layers ``[start, end)`` on ``d * t`` devices of one group.
 
     Attributes
     ----------
@@ -188,12 +257,23 @@ class StageOption:
         The datacenter's index in chain order.
     group : int
         The device group's index within its datacenter.
+    d : int
+        Data-parallel width (replicas), default 1.
+    t : int
+        Tensor-parallel degree (devices per replica, inside one node), default 1.
     """
 
     start: int
     end: int
     dc: int
     group: int
+    d: int = 1
+    t: int = 1
+
+    @property
+    def devices(self) -> int:
+        """``d * t``: the devices the stage occupies."""
+        return self.d * self.t
 
 
 class LayerSums:
@@ -221,20 +301,34 @@ class LayerSums:
         self.params = np.concatenate(([0.0], np.cumsum([float(ly.params) for ly in layers])))
         self.activation = np.concatenate(([0.0], np.cumsum([ly.activation_bytes for ly in layers])))
         self.output_bytes = np.array([0.0] + [ly.output_bytes for ly in layers])
+        self.tp_bytes = np.concatenate(([0.0], np.cumsum([ly.tp_allreduce_bytes for ly in layers])))
 
     def range_sums(self, prefix: np.ndarray) -> np.ndarray:
         """``[i, j]``: the sum over layers ``[i, j)`` of a prefix array; 0 where ``j <= i``."""
         return np.triu(prefix[None, :] - prefix[:, None], 1)
 
     # one stage option at a time (the evaluator's view)
+    def _span(self, prefix: np.ndarray, option: StageOption) -> float:
+        return prefix[option.end] - prefix[option.start]
+
     def option_compute_time(self, option: StageOption) -> float:
         """``C`` of ``option`` on its group."""
         group = self.instance.datacenters[option.dc].devices[option.group]
-        return float(compute_time(self.flop[option.end] - self.flop[option.start],
-                                  group.flop_per_s))
+        return float(compute_time(self._span(self.flop, option), group.flop_per_s, option.d,
+                                  option.t, self._span(self.tp_bytes, option),
+                                  group.node_bandwidth))
 
     def option_memory_need(self, option: StageOption, n_in_flight: int) -> float:
         """Bytes per device of ``option`` with ``n_in_flight`` microbatches stashed."""
-        return float(memory_need(self.params[option.end] - self.params[option.start],
-                                 self.activation[option.end] - self.activation[option.start],
-                                 n_in_flight, self.instance.training.bytes_per_param))
+        training = self.instance.training
+        return float(memory_need(self._span(self.params, option),
+                                 self._span(self.activation, option), n_in_flight,
+                                 training.bytes_per_param, option.d, option.t,
+                                 training.sharded_bytes_per_param))
+
+    def option_sync_time(self, option: StageOption) -> float:
+        """``R`` of ``option``: its gradient all-reduce over its DC's internal link."""
+        link = self.instance.datacenters[option.dc].link
+        return float(sync_time(self._span(self.params, option), option.d, option.t,
+                               self.instance.training.gradient_bytes_per_param,
+                               link.bandwidth_bytes_per_s, link.latency_s))

@@ -1,4 +1,4 @@
-"""The instance: frozen, validated dataclasses for ``chainpipe-instance/1``.
+"""The instance: frozen, validated dataclasses for ``chainpipe-instance/2`` (and ``/1``).
 
 Every rule on a field is written once, in the ``RULES`` tables below. The
 dataclasses check themselves with them (so a bad ``Instance`` cannot be built
@@ -17,7 +17,10 @@ from typing import Any
 
 from .strict_json import OverflowNumber, quote, shorten
 
-FORMAT = "chainpipe-instance/1"
+#: the format chainpipe writes
+FORMAT = "chainpipe-instance/2"
+#: the formats chainpipe reads: version 1 is version 2 without its optional fields
+FORMATS = ("chainpipe-instance/1", "chainpipe-instance/2")
 _CANONICAL_INDEX = re.compile(r"(0|[1-9][0-9]{0,9})\Z")  # counts are at most 2**31 - 1
 SCHEDULES = ("1f1b", "gpipe")
 
@@ -158,8 +161,41 @@ def choice_rule(choices: tuple[str, ...]) -> Rule:
     return rule
 
 
+def power_of_two_rule(label: str) -> Rule:
+    count = integer_rule(1, MAX_COUNT, "2**31 - 1")
+
+    def rule(v: Any) -> str | None:
+        if msg := count(v):
+            return msg
+        return None if v & (v - 1) == 0 else f"must be a power of two ({label}), got {_fmt(v)}"
+
+    return rule
+
+
+def width_list_rule(item: Rule, what: str) -> Rule:
+    """A non-empty list without duplicates whose entries follow ``item``."""
+
+    def rule(v: Any) -> str | None:
+        if not isinstance(v, (list, tuple)) or not v:
+            return f"must be a non-empty array of {what}, got {_fmt(v)}"
+        for i, x in enumerate(v):
+            if msg := item(x):
+                return f"entry {i} {msg}"
+        dup = sorted({x for x in v if list(v).count(x) > 1})
+        if dup:
+            return f"must not repeat a value, got {_fmt(dup[0])} more than once"
+        return None
+
+    return rule
+
+
+def bool_rule(v: Any) -> str | None:
+    return None if isinstance(v, bool) else f"must be true or false, got {_fmt(v)}"
+
+
 NONNEG = number_rule(0.0, strict=False)
 POSITIVE = number_rule(0.0, strict=True)
+COUNT = integer_rule(1, MAX_COUNT, "2**31 - 1")
 
 #: field name -> rule, per record of the format (nested records are handled by io.py)
 RULES: dict[str, dict[str, Rule]] = {
@@ -183,16 +219,44 @@ RULES: dict[str, dict[str, Rule]] = {
         "memory_bytes": POSITIVE,
     },
     "link": {"bandwidth_bytes_per_s": POSITIVE, "latency_s": NONNEG},
+    "parallelism": {
+        "data_parallel": width_list_rule(COUNT, "integers >= 1"),
+        "tensor_parallel": width_list_rule(power_of_two_rule("a tensor-parallel degree"),
+                                           "powers of two"),
+        "zero": bool_rule,
+    },
 }
 
+#: the fields of version 2 that a file may leave out, per record, with their rules; the
+#: dataclasses give them their defaults (``docs/model.md``)
+OPTIONAL: dict[str, dict[str, Rule]] = {
+    "layer": {"tp_allreduce_bytes": NONNEG},
+    "training": {"gradient_bytes_per_param": POSITIVE, "optimizer_bytes_per_param": NONNEG},
+    "device_group": {
+        "devices_per_node": power_of_two_rule("devices per node"),
+        "node_bandwidth_bytes_per_s": POSITIVE,
+    },
+    "parallelism": {},
+}
+#: the parallelism a file without a ``parallelism`` block has: one device per stage
+PARALLELISM_DEFAULTS = {"data_parallel": (1,), "tensor_parallel": (1,), "zero": False}
 
-def _check(kind: str, obj: Any) -> None:
+
+def _problems(kind: str, obj: Any) -> list[str]:
     problems = []
     for name, rule in RULES[kind].items():
         msg = rule(getattr(obj, name))
         if msg:
             problems.append(f"{name}: {msg}")
-    if problems:
+    for name, rule in OPTIONAL.get(kind, {}).items():
+        value = getattr(obj, name)
+        if value is not None and (msg := rule(value)):
+            problems.append(f"{name}: {msg}")
+    return problems
+
+
+def _check(kind: str, obj: Any) -> None:
+    if problems := _problems(kind, obj):
         raise InstanceError(problems)
 
 
@@ -216,6 +280,11 @@ class Layer:
     output_bytes : float
         Bytes of the output tensor per microbatch (its gradient has the same size),
         finite and >= 0.
+    tp_allreduce_bytes : float, optional
+        Bytes all-reduced among a stage's ``t`` tensor-parallel devices per microbatch,
+        forward and backward together, finite and >= 0. Default (``None``):
+        ``4 * output_bytes`` (a Megatron block: two all-reduces of its hidden state
+        forward, two backward).
 
     Raises
     ------
@@ -229,9 +298,12 @@ class Layer:
     params: int
     activation_bytes: float
     output_bytes: float
+    tp_allreduce_bytes: float = None
 
     def __post_init__(self) -> None:
         _check("layer", self)
+        if self.tp_allreduce_bytes is None:
+            object.__setattr__(self, "tp_allreduce_bytes", 4 * self.output_bytes)
 
     @property
     def flop(self) -> float:
@@ -269,8 +341,45 @@ class Model:
 
 
 @dataclass(frozen=True)
+class Parallelism:
+    """The widths and degrees a stage may use (contract version 2).
+
+    Attributes
+    ----------
+    data_parallel : tuple of int
+        Data-parallel widths ``d`` a stage may use: non-empty, no duplicates, each
+        1 to 2**31 - 1 (not necessarily powers of two, not necessarily with 1).
+    tensor_parallel : tuple of int
+        Tensor-parallel degrees ``t``: non-empty, no duplicates, powers of two.
+    zero : bool
+        ZeRO-1: the optimizer state is sharded over a stage's ``d`` replicas.
+
+    Raises
+    ------
+    InstanceError
+        If a field breaks its rule; one line per field.
+    """
+
+    data_parallel: tuple[int, ...] = (1,)
+    tensor_parallel: tuple[int, ...] = (1,)
+    zero: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("data_parallel", "tensor_parallel"):
+            value = getattr(self, name)
+            if isinstance(value, list):
+                object.__setattr__(self, name, tuple(value))
+        _check("parallelism", self)
+
+    @property
+    def single_device(self) -> bool:
+        """Whether every stage runs on one device (``d = t = 1``: version 1)."""
+        return self.data_parallel == (1,) and self.tensor_parallel == (1,)
+
+
+@dataclass(frozen=True)
 class Training:
-    """How the model is trained: microbatches per iteration, schedule, memory per parameter.
+    """How the model is trained: microbatches, schedule, memory per parameter, parallelism.
 
     Attributes
     ----------
@@ -280,6 +389,14 @@ class Training:
         ``"1f1b"`` or ``"gpipe"``.
     bytes_per_param : float
         Bytes a device holds per parameter (weights, gradients, optimizer state), > 0.
+    gradient_bytes_per_param : float, optional
+        Bytes all-reduced per parameter by the gradient synchronisation, > 0;
+        default 2 (16-bit gradients).
+    optimizer_bytes_per_param : float, optional
+        The part of ``bytes_per_param`` that ZeRO-1 shards, 0 to ``bytes_per_param``;
+        default ``min(12, bytes_per_param)`` (fp32 master weights and two Adam moments).
+    parallelism : Parallelism, optional
+        Widths and degrees stages may use; default one device per stage.
 
     Raises
     ------
@@ -290,9 +407,32 @@ class Training:
     microbatches: int
     schedule: str
     bytes_per_param: float
+    gradient_bytes_per_param: float = None
+    optimizer_bytes_per_param: float = None
+    parallelism: Parallelism = None
 
     def __post_init__(self) -> None:
-        _check("training", self)
+        problems = _problems("training", self)
+        if self.parallelism is not None and not isinstance(self.parallelism, Parallelism):
+            problems.append(f"parallelism: must be a Parallelism, got {_fmt(self.parallelism)}")
+        if problems:
+            raise InstanceError(problems)
+        if self.gradient_bytes_per_param is None:
+            object.__setattr__(self, "gradient_bytes_per_param", 2.0)
+        if self.optimizer_bytes_per_param is None:
+            object.__setattr__(self, "optimizer_bytes_per_param",
+                               min(12.0, self.bytes_per_param))
+        elif self.optimizer_bytes_per_param > self.bytes_per_param:
+            raise InstanceError([
+                f"optimizer_bytes_per_param: must be at most bytes_per_param "
+                f"({_fmt(self.bytes_per_param)}), got {_fmt(self.optimizer_bytes_per_param)}"])
+        if self.parallelism is None:
+            object.__setattr__(self, "parallelism", Parallelism())
+
+    @property
+    def sharded_bytes_per_param(self) -> float:
+        """``zeta``: bytes per parameter ZeRO-1 shards over ``d`` replicas (0 without ZeRO)."""
+        return self.optimizer_bytes_per_param if self.parallelism.zero else 0.0
 
 
 @dataclass(frozen=True)
@@ -309,6 +449,12 @@ class DeviceGroup:
         Sustained (effective) rate of one device in FLOP per second, > 0.
     memory_bytes : float
         Memory of one device in bytes, > 0.
+    devices_per_node : int, optional
+        Devices per node, a power of two dividing ``count``; default 1. Device ``i``
+        sits in node ``i // devices_per_node``.
+    node_bandwidth_bytes_per_s : float or None, optional
+        Bandwidth per device inside a node (NVLink, PCIe), > 0; required when
+        ``devices_per_node > 1``.
 
     Raises
     ------
@@ -320,9 +466,33 @@ class DeviceGroup:
     count: int
     flop_per_s: float
     memory_bytes: float
+    devices_per_node: int = 1
+    node_bandwidth_bytes_per_s: float | None = None
 
     def __post_init__(self) -> None:
-        _check("device_group", self)
+        if self.devices_per_node is None:
+            object.__setattr__(self, "devices_per_node", 1)
+        problems = _problems("device_group", self)
+        if not problems:
+            problems = self._node_problems()
+        if problems:
+            raise InstanceError(problems)
+
+    def _node_problems(self) -> list[str]:
+        problems = []
+        if self.count % self.devices_per_node:
+            problems.append(f"devices_per_node: must divide count ({self.count}), "
+                            f"got {self.devices_per_node}")
+        if self.devices_per_node > 1 and self.node_bandwidth_bytes_per_s is None:
+            problems.append("node_bandwidth_bytes_per_s: missing field (required when "
+                            "devices_per_node > 1)")
+        return problems
+
+    @property
+    def node_bandwidth(self) -> float:
+        """Bandwidth inside a node; ``inf`` for one device per node (no intra-node traffic)."""
+        bw = self.node_bandwidth_bytes_per_s
+        return math.inf if bw is None else bw
 
 
 @dataclass(frozen=True)
@@ -483,6 +653,10 @@ class Instance:
     @property
     def microbatches(self) -> int:
         return self.training.microbatches
+
+    @property
+    def parallelism(self) -> Parallelism:
+        return self.training.parallelism
 
     def device_names(self) -> list[str]:
         return [self.device_name(dc, g, i)

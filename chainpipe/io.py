@@ -16,6 +16,9 @@ from typing import Any
 from . import strict_json
 from .instance import (
     FORMAT,
+    FORMATS,
+    OPTIONAL,
+    PARALLELISM_DEFAULTS,
     RULES,
     Datacenter,
     DeviceGroup,
@@ -24,6 +27,7 @@ from .instance import (
     Layer,
     Link,
     Model,
+    Parallelism,
     Training,
     _fmt,
     json_kind,
@@ -106,23 +110,40 @@ class Problems:
                 self.add(_at(path, key), "unknown field")
         return data
 
+    def obj_optional(self, data: Any, path: str, required: tuple[str, ...],
+                     optional: tuple[str, ...]) -> dict | None:
+        """:meth:`obj` with keys that may be left out."""
+        if not isinstance(data, dict):
+            return self.obj(data, path, required)
+        missing = {k: None for k in optional if k not in data}
+        d = self.obj({**data, **missing}, path, required + optional)
+        return None if d is None else data
+
     def fields(self, kind: str, data: dict, path: str) -> dict:
-        """Apply the rules of ``kind`` to the fields present; returns the good ones."""
+        """Apply the rules of ``kind`` (optional fields too) to the fields present;
+        returns the good ones."""
         good = {}
-        for key, rule in RULES[kind].items():
+        for key, rule in {**RULES[kind], **OPTIONAL.get(kind, {})}.items():
             if key in data:
                 msg = rule(data[key])
                 if msg:
-                    self.add(f"{path}.{key}", msg)
+                    self.add(_at(path, key), msg)
                 else:
                     good[key] = data[key]
         return good
 
-    def record(self, kind: str, data: Any, path: str) -> dict | None:
-        """The fields of a flat record of ``kind`` when all are present and good, else None."""
-        d = self.obj(data, path, tuple(RULES[kind]))
-        good = self.fields(kind, d, path) if d is not None else {}
-        return good if len(good) == len(RULES[kind]) else None
+    def record(self, kind: str, data: Any, path: str, extra: tuple[str, ...] = ()) -> dict | None:
+        """The fields of a flat record of ``kind`` when all required ones are present and
+        every present one is good, else None. ``extra`` keys are allowed and left to the
+        caller."""
+        optional = tuple(OPTIONAL.get(kind, {})) + extra
+        d = self.obj_optional(data, path, tuple(RULES[kind]), optional)
+        if d is None:
+            return None
+        before = len(self.problems)
+        good = self.fields(kind, d, path)
+        complete = all(k in good for k in RULES[kind])
+        return good if complete and len(self.problems) == before else None
 
     def items(self, data: dict, key: str, path: str, min_len: int = 0) -> list:
         """The array at ``data[key]`` (empty if absent or not an array, which is noted)."""
@@ -183,11 +204,48 @@ def _model(c: Problems, top: dict) -> Model | None:
     return Model(m["name"], tuple(Layer(**good) for good in layers))
 
 
+def _parallelism(c: Problems, data: Any, path: str) -> Parallelism | None:
+    """``training.parallelism``: each key optional, with its default on its own."""
+    d = c.obj_optional(data, path, (), tuple(RULES["parallelism"]))
+    if d is None:
+        return None
+    before = len(c.problems)
+    good = c.fields("parallelism", d, path)
+    if len(c.problems) != before:
+        return None
+    return Parallelism(**{**PARALLELISM_DEFAULTS, **good})
+
+
 def _training(c: Problems, top: dict) -> Training | None:
+    """``training``, its version-2 fields with their defaults."""
     if "training" not in top:
         return None
-    good = c.record("training", top["training"], "training")
-    return Training(**good) if good else None
+    raw = top["training"]
+    good = c.record("training", raw, "training", extra=("parallelism",))
+    par = _parallelism(c, raw["parallelism"], "training.parallelism") \
+        if isinstance(raw, dict) and "parallelism" in raw else Parallelism()
+    if good is None or par is None:
+        return None
+    opt, beta = good.get("optimizer_bytes_per_param"), good["bytes_per_param"]
+    if opt is not None and opt > beta:
+        c.add("training.optimizer_bytes_per_param",
+              f"must be at most bytes_per_param ({_fmt(beta)}), got {_fmt(opt)}")
+        return None
+    return Training(**good, parallelism=par)
+
+
+def _device_group(c: Problems, data: Any, path: str) -> DeviceGroup | None:
+    """One device group; its node rules named by path."""
+    good = c.record("device_group", data, path)
+    if good is None:
+        return None
+    try:
+        return DeviceGroup(**good)
+    except InstanceError as exc:  # the rules between fields: node size and bandwidth
+        for p in exc.problems:
+            key, _, msg = p.partition(": ")
+            c.add(_at(path, key), msg)
+        return None
 
 
 def _datacenter(c: Problems, data: Any, path: str) -> Datacenter | None:
@@ -197,12 +255,12 @@ def _datacenter(c: Problems, data: Any, path: str) -> Datacenter | None:
         return None
     named = c.name(d, path)
     raw = c.items(d, "devices", path, min_len=1)
-    groups = [c.record("device_group", grp, f"{path}.devices[{g}]") for g, grp in enumerate(raw)]
+    groups = [_device_group(c, grp, f"{path}.devices[{g}]") for g, grp in enumerate(raw)]
     unique = c.unique(raw, "type", f"{path}.devices", "device type")
     link = link_from_dict(c, d["link"], f"{path}.link") if "link" in d else None
     if not (named and groups and all(groups) and unique and link):
         return None
-    return Datacenter(d["name"], tuple(DeviceGroup(**good) for good in groups), link)
+    return Datacenter(d["name"], tuple(groups), link)
 
 
 def _datacenters(c: Problems, top: dict) -> list[Datacenter | None]:
@@ -267,8 +325,8 @@ def instance_from_dict(data: Any) -> Instance:
     top = c.obj(data, "", TOP_KEYS)
     if top is None:
         raise InstanceError(c.problems)
-    if "format" in top and top["format"] != FORMAT:
-        c.add("format", f"must be {FORMAT!r}, got {_fmt(top['format'])}")
+    if "format" in top and top["format"] not in FORMATS:
+        c.add("format", f"must be {' or '.join(map(repr, FORMATS))}, got {_fmt(top['format'])}")
     c.name(top, "")
     model = _model(c, top)
     training = _training(c, top)
@@ -312,6 +370,7 @@ def instance_to_dict(instance: Instance) -> dict:
                     "params": ly.params,
                     "activation_bytes": ly.activation_bytes,
                     "output_bytes": ly.output_bytes,
+                    "tp_allreduce_bytes": ly.tp_allreduce_bytes,
                 }
                 for ly in instance.layers
             ],
@@ -320,6 +379,13 @@ def instance_to_dict(instance: Instance) -> dict:
             "microbatches": instance.training.microbatches,
             "schedule": instance.training.schedule,
             "bytes_per_param": instance.training.bytes_per_param,
+            "gradient_bytes_per_param": instance.training.gradient_bytes_per_param,
+            "optimizer_bytes_per_param": instance.training.optimizer_bytes_per_param,
+            "parallelism": {
+                "data_parallel": list(instance.parallelism.data_parallel),
+                "tensor_parallel": list(instance.parallelism.tensor_parallel),
+                "zero": instance.parallelism.zero,
+            },
         },
         "datacenters": [
             {
@@ -330,6 +396,9 @@ def instance_to_dict(instance: Instance) -> dict:
                         "count": g.count,
                         "flop_per_s": g.flop_per_s,
                         "memory_bytes": g.memory_bytes,
+                        "devices_per_node": g.devices_per_node,
+                        **({} if g.node_bandwidth_bytes_per_s is None else
+                           {"node_bandwidth_bytes_per_s": g.node_bandwidth_bytes_per_s}),
                     }
                     for g in dc.devices
                 ],

@@ -16,12 +16,49 @@ from .strict_json import quote, shorten
 
 @dataclass(frozen=True)
 class Stage:
-    start: int  # first layer, 0-based
-    end: int  # one past the last layer
-    device: str  # "dc/type/i"
+    """One stage of a plan: layers ``[start, end)`` on ``d * t`` named devices.
+
+    Attributes
+    ----------
+    start, end : int
+        The layer range, 0-based, half-open.
+    devices : tuple of str
+        ``d * t`` device names ``"dc/type/i"``: the ``d`` tensor-parallel groups one
+        after another, ``t`` names each. A single name may be given as a string.
+    data_parallel : int
+        ``d``, the data-parallel width; default 1.
+    tensor_parallel : int
+        ``t``, the tensor-parallel degree; default 1.
+    """
+
+    start: int
+    end: int
+    devices: tuple[str, ...]
+    data_parallel: int = 1
+    tensor_parallel: int = 1
+
+    def __post_init__(self) -> None:
+        devices = (self.devices,) if isinstance(self.devices, str) else tuple(self.devices)
+        object.__setattr__(self, "devices", devices)
+
+    @property
+    def device(self) -> str:
+        """The first device: the stage's only one when ``d = t = 1``."""
+        return self.devices[0]
+
+    @property
+    def width(self) -> int:
+        """``d * t``, the devices the stage asks for."""
+        return self.data_parallel * self.tensor_parallel
+
+    def tp_groups(self) -> list[tuple[str, ...]]:
+        """The devices cut into tensor-parallel groups of ``t`` names."""
+        t = max(self.tensor_parallel, 1)
+        return [self.devices[i:i + t] for i in range(0, len(self.devices), t)]
 
     def to_dict(self) -> dict:
-        return {"layers": [self.start, self.end], "device": self.device}
+        return {"layers": [self.start, self.end], "data_parallel": self.data_parallel,
+                "tensor_parallel": self.tensor_parallel, "devices": list(self.devices)}
 
 
 @dataclass(frozen=True)
@@ -49,37 +86,79 @@ class Plan:
             raise InstanceError([f"{pre}stages: must be a non-empty list"])
         problems, out = [], []
         for s, st in enumerate(stages):
-            p = f"{pre}stages[{s}]"
-            if not isinstance(st, dict):
-                problems.append(f"{p}: must be an object")
-                continue
-            lay, dev = st.get("layers"), st.get("device")
-            good_layers = (
-                isinstance(lay, list)
-                and len(lay) == 2
-                and all(isinstance(x, int) and not isinstance(x, bool) for x in lay)
-            )
-            if not good_layers:
-                problems.append(f"{p}.layers: must be a list [start, end] of two integers")
-            if not isinstance(dev, str):
-                problems.append(f"{p}.device: must be a device name 'dc/type/i'")
-            if good_layers and isinstance(dev, str):
-                out.append(Stage(lay[0], lay[1], dev))
+            stage = _stage_from_dict(st, f"{pre}stages[{s}]", problems)
+            if stage is not None:
+                out.append(stage)
         if problems:
             raise InstanceError(problems)
         return cls(tuple(out))
 
     @classmethod
     def from_tuples(cls, instance: Instance, stages) -> Plan:
-        """Plan from ``(start, end, dc_index, group_index)`` tuples; devices numbered in order."""
-        used: dict[tuple[int, int], int] = {}
-        out = []
-        for start, end, k, g in stages:
-            i = used.get((k, g), 0)
-            used[(k, g)] = i + 1
+        """Plan from ``(start, end, dc, group[, d, t])`` tuples, devices allocated.
+
+        Per group, the stages' tensor-parallel groups are packed into whole nodes:
+        largest ``t`` first, each block at the next free index, which is then a
+        multiple of its size, so no block spans two nodes (every ``t`` and every node
+        size is a power of two). With one device per stage, devices are numbered in
+        stage order.
+        """
+        stages = [tuple(int(x) for x in st) + (1, 1)[len(st) - 4:] for st in stages]
+        blocks: dict[tuple[int, int], list[tuple[int, int, int]]] = {}
+        for s, (_a, _b, k, g, d, t) in enumerate(stages):
+            blocks.setdefault((k, g), []).extend((-t, s, r) for r in range(d))
+        names: dict[int, list[str]] = {s: [] for s in range(len(stages))}
+        for (k, g), group_blocks in blocks.items():
             dc = instance.datacenters[k]
-            out.append(Stage(int(start), int(end), Instance.device_name(dc, dc.devices[g], i)))
-        return cls(tuple(out))
+            nxt = 0
+            for neg_t, s, _r in sorted(group_blocks):
+                names[s].extend(Instance.device_name(dc, dc.devices[g], nxt + i)
+                                for i in range(-neg_t))
+                nxt += -neg_t
+        return cls(tuple(Stage(a, b, tuple(names[s]), d, t)
+                         for s, (a, b, _k, _g, d, t) in enumerate(stages)))
+
+
+def _int_field(st: dict, key: str, path: str, problems: list[str]) -> int | None:
+    """``st[key]`` as a width (an integer >= 1), default 1; a problem noted otherwise."""
+    v = st.get(key, 1)
+    if isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 2**31 - 1:
+        return v
+    problems.append(f"{path}.{key}: must be an integer from 1 to 2**31 - 1, "
+                    f"got {quote(v) if isinstance(v, str) else shorten(str(v))}")
+    return None
+
+
+def _stage_from_dict(st: object, p: str, problems: list[str]) -> Stage | None:
+    """One stage of a plan file: the version-2 shape, or a version-1 ``device``."""
+    if not isinstance(st, dict):
+        problems.append(f"{p}: must be an object")
+        return None
+    before = len(problems)
+    for key in st:
+        if key not in ("layers", "device", "devices", "data_parallel", "tensor_parallel"):
+            problems.append(f"{p}.{key if isinstance(key, str) else '?'}: unknown field")
+    lay = st.get("layers")
+    if not (isinstance(lay, list) and len(lay) == 2
+            and all(isinstance(x, int) and not isinstance(x, bool) for x in lay)):
+        problems.append(f"{p}.layers: must be a list [start, end] of two integers")
+    d = _int_field(st, "data_parallel", p, problems)
+    t = _int_field(st, "tensor_parallel", p, problems)
+    devices = None
+    if "device" in st and "devices" in st:
+        problems.append(f"{p}: give 'devices' (a list) or 'device' (one name), not both")
+    elif "devices" in st:
+        devices = st["devices"]
+        if not (isinstance(devices, list) and devices
+                and all(isinstance(x, str) for x in devices)):
+            problems.append(f"{p}.devices: must be a non-empty list of device names 'dc/type/i'")
+    elif isinstance(st.get("device"), str):
+        devices = [st["device"]]
+    else:
+        problems.append(f"{p}.device: must be a device name 'dc/type/i'")
+    if len(problems) != before:
+        return None
+    return Stage(lay[0], lay[1], tuple(devices), d, t)
 
 
 @dataclass(frozen=True)
@@ -87,12 +166,20 @@ class StageCost:
     index: int
     start: int
     end: int
-    device: str
+    devices: tuple[str, ...]
     datacenter: str
-    compute_time_s: float  # C_s, forward + backward per microbatch
+    data_parallel: int  # d_s
+    tensor_parallel: int  # t_s
+    compute_time_s: float  # C_s, forward + backward per microbatch, TP all-reduces included
     in_flight: int  # n_s, microbatches whose activations are stashed
-    memory_bytes: float  # bytes_per_param * P_s + n_s * A_s
+    memory_bytes: float  # per device: ((beta - zeta) + zeta / d) P_s / t + n_s A_s / (d t)
     memory_limit_bytes: float
+    sync_time_s: float  # R_s, the gradient all-reduce once per iteration (0 when d = 1)
+
+    @property
+    def device(self) -> str:
+        """The first device (the only one when ``d = t = 1``)."""
+        return self.devices[0]
 
 
 @dataclass(frozen=True)
@@ -115,30 +202,85 @@ class Evaluation:
     fill_drain_s: float  # sum C_s + sum Q_s
     steady_s: float  # (M - 1) * bottleneck
     bottleneck_s: float
-    bottleneck: str  # what paces the steady state
+    bottleneck: str  # what paces the steady state: a stage's devices or a link
     stages: tuple[StageCost, ...]
     boundaries: tuple[BoundaryCost, ...]
     violations: tuple[str, ...]
+    sync_s: float = 0.0  # max_s R_s
+    sync: str = "none"  # which stage's synchronisation sets sync_s ("none" when every d = 1)
 
     @property
     def feasible(self) -> bool:
         return not self.violations
 
+    @property
+    def paced_by(self) -> str:
+        """The largest of the three parts of ``T`` after the fill: ``"device"``, ``"link"``
+        or ``"synchronisation"``."""
+        if self.sync_s > self.steady_s:
+            return "synchronisation"
+        return "link" if self.bottleneck.startswith("link") else "device"
+
     def to_dict(self) -> dict:
         d = asdict(self)
         d["feasible"] = self.feasible
+        d["paced_by"] = self.paced_by
         return d
 
 
-def _check_structure(instance: Instance, plan: Plan) -> tuple[list, list[str]]:
-    """Each stage's device reference (``None`` if unknown) and the structural violations.
+def _check_stage_shape(instance: Instance, s: int, st: Stage, refs: list) -> list[str]:
+    """The rules of one stage's devices: count ``d * t``, allowed widths, one group, node
+    size and tensor-parallel groups inside one node."""
+    par = instance.parallelism
+    out = []
+    if st.data_parallel not in par.data_parallel:
+        out.append(f"stages[{s}].data_parallel: {shorten(str(st.data_parallel))} is not an "
+                   f"allowed width {list(par.data_parallel)}")
+    if st.tensor_parallel not in par.tensor_parallel:
+        out.append(f"stages[{s}].tensor_parallel: {shorten(str(st.tensor_parallel))} is not an "
+                   f"allowed degree {list(par.tensor_parallel)}")
+    if len(st.devices) != st.width:
+        out.append(f"stages[{s}].devices: lists {len(st.devices)} device(s), data_parallel x "
+                   f"tensor_parallel = {shorten(str(st.width))}")
+    known = [r for r in refs if r is not None]
+    if not known:
+        return out
+    first = known[0]
+    if any((r.dc, r.group) != (first.dc, first.group) for r in known):
+        groups = sorted({f"{instance.datacenters[r.dc].name}/"
+                         f"{instance.group(r).type}" for r in known})
+        out.append(f"stages[{s}].devices: mixes device groups {', '.join(groups)}; a stage "
+                   f"runs on one group")
+        return out
+    group = instance.group(first)
+    node = group.devices_per_node
+    if st.tensor_parallel > node:
+        out.append(f"stages[{s}].tensor_parallel: {st.tensor_parallel} exceeds the "
+                   f"{node} device(s) per node of {instance.datacenters[first.dc].name}/"
+                   f"{group.type}")
+    elif len(st.devices) == st.width:
+        t = st.tensor_parallel
+        for j in range(0, len(refs), t):
+            block = refs[j:j + t]
+            if all(r is not None for r in block) and len({r.index // node for r in block}) > 1:
+                out.append(f"stages[{s}].devices[{j}:{j + t}]: tensor-parallel group spans "
+                           f"nodes (devices {', '.join(str(r.index) for r in block)}, "
+                           f"{node} per node)")
+    return out
 
-    Ranges contiguous and covering, devices real and distinct, datacenters in chain order.
+
+def _check_structure(instance: Instance, plan: Plan) -> tuple[list, list[str]]:
+    """Each stage's device references (``None`` for an unknown name) and the structural
+    violations.
+
+    Ranges contiguous and covering, devices real and distinct, each stage on ``d * t``
+    devices of one group with its tensor-parallel groups inside nodes, datacenters in
+    chain order.
     """
     L = instance.num_layers
     violations: list[str] = []
     expect = 0
-    refs = []
+    refs: list[list] = []
     for s, st in enumerate(plan.stages):
         if st.start != expect:
             violations.append(f"stages[{s}].layers: starts at {shorten(str(st.start))}, "
@@ -149,47 +291,62 @@ def _check_structure(instance: Instance, plan: Plan) -> tuple[list, list[str]]:
                 f"non-empty range of layers 0..{L}"
             )
         expect = st.end
-        try:
-            refs.append(instance.locate(st.device))
-        except KeyError:
-            violations.append(f"stages[{s}].device: no device named {quote(st.device)}")
-            refs.append(None)
+        stage_refs = []
+        for j, name in enumerate(st.devices):
+            try:
+                stage_refs.append(instance.locate(name))
+            except KeyError:
+                where = f"stages[{s}].device" if len(st.devices) == 1 else f"stages[{s}].devices[{j}]"
+                violations.append(f"{where}: no device named {quote(name)}")
+                stage_refs.append(None)
+        refs.append(stage_refs)
+        violations.extend(_check_stage_shape(instance, s, st, stage_refs))
     if expect != L:
         violations.append(f"stages: cover layers up to {shorten(str(expect))}, the model has {L}")
     seen: dict[str, int] = {}
     for s, st in enumerate(plan.stages):
-        if st.device in seen:
+        for name, ref in zip(st.devices, refs[s]):
+            if name in seen:
+                violations.append(
+                    f"stages[{s}].device: {name if ref is not None else quote(name)} "
+                    f"already runs stage {seen[name]}" if seen[name] != s else
+                    f"stages[{s}].devices: {name if ref is not None else quote(name)} "
+                    f"is listed twice"
+                )
+            seen.setdefault(name, s)
+    dcs = [next((r.dc for r in stage_refs if r is not None), None) for stage_refs in refs]
+    for s in range(1, len(dcs)):
+        if dcs[s] is not None and dcs[s - 1] is not None and dcs[s] < dcs[s - 1]:
             violations.append(
-                f"stages[{s}].device: {st.device if refs[s] is not None else quote(st.device)} "
-                f"already runs stage {seen[st.device]}"
+                f"stages[{s}].device: datacenter {instance.datacenters[dcs[s]].name} "
+                f"comes before {instance.datacenters[dcs[s - 1]].name} in the chain"
             )
-        seen.setdefault(st.device, s)
-    for s in range(1, len(refs)):
-        if refs[s] is not None and refs[s - 1] is not None and refs[s].dc < refs[s - 1].dc:
-            violations.append(
-                f"stages[{s}].device: datacenter {instance.datacenters[refs[s].dc].name} "
-                f"comes before {instance.datacenters[refs[s - 1].dc].name} in the chain"
-            )
-    return refs, violations
+    return [r[0] if r and all(x is not None for x in r) else None for r in refs], violations
 
 
 def _stage_costs(instance: Instance, plan: Plan, refs, sums: cost.LayerSums,
                  violations: list[str]) -> list[StageCost]:
-    """Compute time and memory of every stage; memory violations appended."""
+    """Compute time, memory per device and synchronisation of every stage; memory
+    violations appended."""
     training, S = instance.training, plan.num_stages
     out = []
     for s, (st, ref) in enumerate(zip(plan.stages, refs)):
         group = instance.group(ref)
-        option = cost.StageOption(st.start, st.end, ref.dc, ref.group)
+        option = cost.StageOption(st.start, st.end, ref.dc, ref.group, st.data_parallel,
+                                  st.tensor_parallel)
         n = cost.in_flight(training.schedule, instance.microbatches, S - s)
         mem = sums.option_memory_need(option, n)
         if not cost.memory_fits(mem, group.memory_bytes):
+            where = st.devices[0] if st.width == 1 else \
+                f"each of its {st.width} {instance.datacenters[ref.dc].name}/{group.type} devices"
             violations.append(
-                f"stages[{s}]: needs {mem:.6g} bytes ({n} microbatches in flight) on "
-                f"{st.device}, which has {group.memory_bytes:.6g} bytes"
+                f"stages[{s}]: needs {mem:.6g} bytes ({n} microbatches in flight) "
+                f"on {where}, which has {group.memory_bytes:.6g} bytes"
             )
-        out.append(StageCost(s, st.start, st.end, st.device, instance.datacenters[ref.dc].name,
-                             sums.option_compute_time(option), n, mem, group.memory_bytes))
+        out.append(StageCost(s, st.start, st.end, st.devices, instance.datacenters[ref.dc].name,
+                             st.data_parallel, st.tensor_parallel,
+                             sums.option_compute_time(option), n, mem, group.memory_bytes,
+                             sums.option_sync_time(option)))
     return out
 
 
@@ -239,7 +396,8 @@ def evaluate(instance: Instance, plan: Plan) -> Evaluation:
     refs, violations = _check_structure(instance, plan)
     L = instance.num_layers
     if any(r is None for r in refs) or any(
-        not (0 <= st.start < st.end <= L) for st in plan.stages
+        not (0 <= st.start < st.end <= L) or st.tensor_parallel <= 0 or st.data_parallel <= 0
+        for st in plan.stages
     ):
         # the time cannot be computed for a plan whose stages do not exist
         return Evaluation(
@@ -254,12 +412,24 @@ def evaluate(instance: Instance, plan: Plan) -> Evaluation:
         [b.traversal_s for b in boundaries])
     # what paces it: the first stage at the maximum, unless a link is strictly slower
     worst = max(stages, key=lambda c: c.compute_time_s)
-    bottleneck = f"stage {worst.index} on {worst.device}"
+    bottleneck = f"stage {worst.index} on {_where(worst)}"
     if worst.compute_time_s < bottleneck_s:
         b = next(b for b in boundaries if b.occupancy_s == bottleneck_s)
         bottleneck = f"link {'-'.join(b.path)} after stage {b.after_stage}"
+    slowest_sync = max(stages, key=lambda c: c.sync_time_s)
+    sync_s = slowest_sync.sync_time_s
+    sync = f"stage {slowest_sync.index} on {_where(slowest_sync)}" if sync_s > 0 else "none"
     M = instance.microbatches
     return Evaluation(
-        cost.iteration_time(fill, bottleneck_s, M), fill, cost.steady_state(M, bottleneck_s),
-        bottleneck_s, bottleneck, tuple(stages), tuple(boundaries), tuple(violations),
+        cost.iteration_time(fill, bottleneck_s, M, sync_s), fill,
+        cost.steady_state(M, bottleneck_s), bottleneck_s, bottleneck, tuple(stages),
+        tuple(boundaries), tuple(violations), sync_s, sync,
     )
+
+
+def _where(stage: StageCost) -> str:
+    """A stage's devices in a line: the device, or ``d x t devices from the first``."""
+    if len(stage.devices) == 1:
+        return stage.devices[0]
+    return (f"{stage.data_parallel} x {stage.tensor_parallel} devices "
+            f"{stage.devices[0]}..{stage.devices[-1].rpartition('/')[2]}")

@@ -173,7 +173,7 @@ def block_durations(instance: Instance, plan: Plan,
 
 
 def _rows(plan: Plan, ev: Evaluation) -> tuple[list[PipelineRow], list[PipelineRow]]:
-    stage_rows = [PipelineRow(f"s{s} {st.device} [{st.start},{st.end})", "stage")
+    stage_rows = [PipelineRow(f"s{s} {st.devices[0]} [{st.start},{st.end})", "stage")
                   for s, st in enumerate(plan.stages)]
     link_rows = []
     for b in ev.boundaries:

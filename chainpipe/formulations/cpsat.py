@@ -290,7 +290,7 @@ class CpsatModel:
     def hint(self, plan: Plan) -> bool:
         """Add ``plan`` as a full solution hint; ``False`` if it is not a path of this model."""
         inst, t = self.tables.instance, self.tables
-        refs = [inst.locate(s.device) for s in plan.stages]
+        refs = [inst.locate(s.devices[0]) for s in plan.stages]
         group_of = {(g.dc, g.index): n for n, g in enumerate(t.groups)}
         S = plan.num_stages
         want_x, want_y = set(), set()

@@ -400,5 +400,5 @@ def single_dc(instance: Instance, *, deadline=None, seed=0, threads=1, log=None)
     if best is None:
         return _infeasible_or(t, "no datacenter can host the model alone: " + "; ".join(reasons),
                               stats)
-    stats["datacenter"] = instance.locate(best.stages[0].device).dc
+    stats["datacenter"] = instance.locate(best.stages[0].devices[0]).dc
     return Outcome("feasible", best, stats=stats)

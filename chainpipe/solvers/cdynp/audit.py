@@ -46,7 +46,7 @@ def check_claims(instance: Instance, plan_eval: Evaluation, reports: list[dict],
     """
     names = [dc.name for dc in instance.datacenters]
     stages, bounds = plan_eval.stages, plan_eval.boundaries
-    dc_of = [instance.locate(s.device).dc for s in stages]
+    dc_of = [instance.locate(s.devices[0]).dc for s in stages]
     for i in range(len(reports) - 2, -1, -1):  # receiver i, sender i + 1: from the end
         claim = reports[i].get("continues_with")
         if claim is None:
