@@ -17,6 +17,7 @@ from .instance import (
     Layer,
     Link,
     Model,
+    Parallelism,
     Training,
 )
 from .io import instance_from_dict, instance_to_dict, read, read_plan, write, write_plan
@@ -33,6 +34,7 @@ __all__ = [
     "InstanceError",
     "Layer",
     "Link",
+    "Parallelism",
     "Model",
     "Outcome",
     "Plan",

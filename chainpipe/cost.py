@@ -229,6 +229,8 @@ def steady_state(microbatches: int, bottleneck):
     """
     if microbatches == 1:
         return np.zeros(np.shape(bottleneck)) if np.ndim(bottleneck) else 0.0
+    if type(bottleneck) is float:  # a Python float overflows to inf silently (the DP's hot path)
+        return (microbatches - 1) * bottleneck
     with np.errstate(over="ignore"):
         return (microbatches - 1) * bottleneck
 

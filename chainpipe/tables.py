@@ -28,6 +28,36 @@ class Group:
     count: int
     flop_per_s: float
     memory_bytes: float
+    devices_per_node: int = 1
+    node_bandwidth: float = np.inf
+
+
+@dataclass(frozen=True)
+class GroupOptions:
+    """Every stage option of one group: the ``(d, t)`` pairs it may run, and per pair
+    and layer range the compute time, the in-flight limit and the synchronisation.
+
+    Attributes
+    ----------
+    d, t, width : numpy.ndarray
+        ``[c]``: data-parallel width, tensor-parallel degree and devices ``d * t`` of
+        pair ``c``; pairs with ``t`` above the node size or ``d * t`` above the count
+        are left out.
+    compute_time : numpy.ndarray
+        ``[c, i, j]``: ``C`` of layers ``[i, j)`` with pair ``c``; ``inf`` where ``j <= i``.
+    max_in_flight : numpy.ndarray
+        ``[c, i, j]``: the largest in-flight count that fits per device; ``-1`` where
+        nothing fits (or ``j <= i``).
+    sync_time : numpy.ndarray
+        ``[c, i, j]``: ``R`` of layers ``[i, j)`` with pair ``c`` (0 for ``d = 1``).
+    """
+
+    d: np.ndarray
+    t: np.ndarray
+    width: np.ndarray
+    compute_time: np.ndarray
+    max_in_flight: np.ndarray
+    sync_time: np.ndarray
 
 
 class CostTables:
@@ -46,10 +76,15 @@ class CostTables:
         self.schedule = instance.training.schedule
         self.bytes_per_param = instance.training.bytes_per_param
         self.groups = tuple(
-            Group(k, gi, g.type, g.count, g.flop_per_s, g.memory_bytes)
+            Group(k, gi, g.type, g.count, float(g.flop_per_s), float(g.memory_bytes),
+                  g.devices_per_node,
+                  g.node_bandwidth)
             for k, dc in enumerate(instance.datacenters)
             for gi, g in enumerate(dc.devices)
         )
+        self.parallelism = instance.parallelism
+        #: every stage on one device (contract version 1): the tables below are the whole story
+        self.single_device = self.parallelism.single_device
         self.G = len(self.groups)
         self.sums = cost.LayerSums(instance)
         self.flop_prefix = self.sums.flop
@@ -96,6 +131,51 @@ class CostTables:
         n = cost.max_in_flight(params[None], act[None], self.bytes_per_param,
                                self.memory[:, None, None], self.M)
         return np.where(self._ranges[None], n, -1)
+
+    # ------------------------------------------------------------------ v2 options
+    def pairs(self, g: int) -> list[tuple[int, int]]:
+        """The ``(d, t)`` pairs group ``g`` can run: allowed by the instance, ``t`` within a
+        node, ``d * t`` within the count; ordered by ``t``, then ``d``."""
+        grp = self.groups[g]
+        par = self.parallelism
+        return [(d, t) for t in sorted(par.tensor_parallel) for d in sorted(par.data_parallel)
+                if t <= grp.devices_per_node and d * t <= grp.count]
+
+    @cached_property
+    def widest(self) -> int:
+        """The most devices one stage can occupy on any group (1 for version 1)."""
+        return max((d * t for g in range(self.G) for d, t in self.pairs(g)), default=1)
+
+    def options(self, g: int) -> GroupOptions:
+        """All stage options of group ``g`` (:class:`GroupOptions`), computed once."""
+        cache = self.__dict__.setdefault("_options", {})
+        if g not in cache:
+            cache[g] = self._group_options(g)
+        return cache[g]
+
+    def _group_options(self, g: int) -> GroupOptions:
+        grp, training = self.groups[g], self.instance.training
+        pairs = self.pairs(g)
+        d = np.array([p[0] for p in pairs], dtype=np.int64)
+        t = np.array([p[1] for p in pairs], dtype=np.int64)
+        shape = (len(pairs), 1, 1)
+        dd, tt = d.reshape(shape), t.reshape(shape)
+        flop = self.stage_flop[None]
+        tp = self.sums.range_sums(self.sums.tp_bytes)[None]
+        params = self.sums.range_sums(self.sums.params)[None]
+        act = self.sums.range_sums(self.sums.activation)[None]
+        link = self.instance.datacenters[grp.dc].link
+        ranges = self._ranges[None]
+        c = cost.compute_time(flop, grp.flop_per_s, dd, tt, tp, grp.node_bandwidth)
+        n = cost.max_in_flight(params, act, self.bytes_per_param, grp.memory_bytes, self.M,
+                               dd, tt, training.sharded_bytes_per_param)
+        r = cost.sync_time(params, dd, tt, training.gradient_bytes_per_param,
+                           link.bandwidth_bytes_per_s, link.latency_s)
+        if len(pairs) == 0:
+            empty = np.zeros((0, self.L + 1, self.L + 1))
+            return GroupOptions(d, t, d * t, empty, empty.astype(np.int64), empty)
+        return GroupOptions(d, t, d * t, np.where(ranges, c, np.inf), np.where(ranges, n, -1),
+                            np.where(ranges, np.broadcast_to(r, c.shape), 0.0))
 
     def in_flight(self, position: int) -> int:
         """Microbatches stashed by a stage at ``position`` (1 = last stage)."""
@@ -144,28 +224,44 @@ class CostTables:
     def lower_bound(self) -> float:
         """A cheap valid lower bound on the optimal iteration time.
 
-        ``sum_s C_s >= total FLOP / fastest rate``; the bottleneck is at least the
-        slowest single layer on the fastest device, and at least the total FLOP
-        spread over the ``min(L, D)`` fastest devices in proportion to their rates.
+        With ``W`` the most devices one stage may occupy (1 in version 1):
+        ``sum_s C_s >= total FLOP / (W * fastest rate)`` (tensor-parallel all-reduces
+        only add); the bottleneck is at least the slowest single layer on ``W`` of the
+        fastest devices, and at least the total FLOP spread over the ``L * W`` fastest
+        devices in proportion to their rates (a stage's ``C`` times its devices' rates
+        covers its FLOP); the synchronisation is at least 0.
         """
         total = self.flop_prefix[-1]
         fastest = self.rate.max()
-        rates = np.sort(np.repeat(self.rate, np.minimum(self.count, self.L)))[::-1][: self.L]
-        layer_max = float(np.max(np.diff(self.flop_prefix))) / fastest
+        most = self.L * self.widest
+        rates = np.sort(np.repeat(self.rate, np.minimum(self.count, most)))[::-1][:most]
+        layer_max = cost.compute_time(float(np.max(np.diff(self.flop_prefix))), fastest,
+                                      self.widest)
         bottleneck = max(layer_max, total / rates.sum())
-        return float(cost.iteration_time(cost.compute_time(total, fastest), bottleneck, self.M))
+        return float(cost.iteration_time(cost.compute_time(total, fastest, self.widest),
+                                         bottleneck, self.M))
 
     def infeasibility_reason(self) -> str | None:
         """A reason no plan can exist, found without search; ``None`` if none is obvious."""
-        best_layer_fit = self.max_in_flight[:, np.arange(self.L), np.arange(self.L) + 1]
+        if not self.single_device and not any(self.pairs(g) for g in range(self.G)):
+            return ("no device group can run any allowed (data_parallel, tensor_parallel) pair: "
+                    "every tensor-parallel degree exceeds the node sizes or every width the counts")
+        if self.single_device:
+            best_layer_fit = self.max_in_flight[:, np.arange(self.L), np.arange(self.L) + 1]
+        else:  # the best pair of each group per layer
+            best_layer_fit = np.array([
+                self.options(g).max_in_flight[:, np.arange(self.L), np.arange(self.L) + 1]
+                .max(axis=0, initial=-1) for g in range(self.G)]).reshape(self.G, self.L)
         need = self.in_flight(1)  # the least any stage stashes: the last stage's count
         for b in range(self.L):
             if not (best_layer_fit[:, b] >= need).any():
                 ly = self.instance.layers[b]
                 mem = cost.memory_need(ly.params, ly.activation_bytes, need, self.bytes_per_param)
                 amount = f"{mem:.6g} bytes" if np.isfinite(mem) else "more bytes than a double holds"
+                spread = "" if self.single_device else \
+                    " on one device, and no allowed width or degree brings it within a device"
                 return (
                     f"layer {b} ({ly.name!r}) needs {amount} with {need} microbatch(es) "
-                    f"in flight; the largest device has {self.memory.max():.6g} bytes"
+                    f"in flight{spread}; the largest device has {self.memory.max():.6g} bytes"
                 )
         return None

@@ -124,3 +124,131 @@ def without_warnings(err: str) -> str:
     """stderr without the plausibility ``warning:`` lines (toy test instances draw them)."""
     return "".join(line for line in err.splitlines(keepends=True)
                    if not line.startswith("warning: "))
+
+
+# --------------------------------------------------------------------------- version 2
+def random_hybrid_instance(seed: int, *, max_layers: int = 4, max_dcs: int = 3) -> Instance:
+    """A small random instance of contract version 2: nodes of 1, 2 or 4 devices, widths
+    including non-powers of two (3), lists without 1, ZeRO on and off, both schedules,
+    and about a third with tight memory."""
+    from chainpipe import Parallelism
+
+    rng = random.Random(10_000 + seed)
+    L = rng.randint(1, max_layers)
+    layers = []
+    for i in range(L):
+        out = float(rng.choice([0, 1, 5, 20]))
+        layers.append(Layer(
+            name=f"l{i}",
+            fwd_flop=float(rng.choice([1, 2, 3, 5, 8]) * 10 + rng.randint(0, 9)),
+            bwd_flop=float(rng.randint(0, 40)),
+            params=rng.randint(0, 20),
+            activation_bytes=float(rng.randint(0, 6)),
+            output_bytes=out,
+            tp_allreduce_bytes=float(rng.choice([0.0, 4 * out, rng.randint(0, 30)])),
+        ))
+    M = rng.choice([1, 2, 4, 8, 16])
+    sched = rng.choice(["1f1b", "gpipe"])
+    bpp = float(rng.choice([4, 16]))
+    data = rng.choice([(1,), (1, 2), (1, 2, 3), (2,), (2, 4), (1, 3), (1, 2, 4)])
+    tensor = rng.choice([(1,), (1, 2), (2,), (1, 2, 4), (1, 4)])
+    par = Parallelism(data, tensor, rng.random() < 0.5)
+    training = Training(M, sched, bpp, float(rng.choice([1, 2, 4])),
+                        rng.choice([None, 0.0, bpp * 0.75]), par)
+    tight = rng.random() < 0.35
+    total_mem = sum(bpp * ly.params + M * ly.activation_bytes for ly in layers)
+    K = rng.randint(1, max_dcs)
+    dcs = []
+    for k in range(K):
+        groups = []
+        for t in range(rng.randint(1, 2)):
+            node = rng.choice([1, 2, 4])
+            count = node * rng.randint(1, 2 if node == 4 else 3)
+            mem = (max(1.0, round(total_mem * rng.uniform(0.1, 0.5))) if tight
+                   else float(total_mem * 2 + 100))
+            groups.append(DeviceGroup(f"t{t}", count, float(rng.choice([5, 10, 20, 40])), mem,
+                                      node, float(rng.choice([5, 20, 100])) if node > 1 else None))
+        dcs.append(Datacenter(f"dc{k}", tuple(groups),
+                              Link(float(rng.choice([10, 50, 200])), rng.choice([0.0, 0.1, 0.5]))))
+    links = tuple(Link(float(rng.choice([1, 5, 20])), rng.choice([0.0, 0.5, 1.0, 3.0]))
+                  for _ in range(K - 1))
+    return Instance(f"hyb{seed}", Model("m", tuple(layers)), training, tuple(dcs), links)
+
+
+def brute_force_hybrid(inst: Instance) -> tuple[float, list | None]:
+    """Optimum of a version-2 instance by enumeration, straight from the contract.
+
+    Every cut of the layers into stages, every chain-ordered choice of a group and a
+    pair ``(d, t)`` per stage with ``t`` within a node and the devices ``d * t`` of
+    each group within its count. Returns ``(T, [(start, end, dc, group, d, t), ...])``
+    or ``(inf, None)``.
+    """
+    tr = inst.training
+    groups = [(k, g, grp) for k, dc in enumerate(inst.datacenters)
+              for g, grp in enumerate(dc.devices)]
+    pairs = [(d, t) for d in tr.parallelism.data_parallel for t in tr.parallelism.tensor_parallel]
+
+    def path(k1, k2):
+        if k1 == k2:
+            lk = inst.datacenters[k1].link
+            return lk.bandwidth_bytes_per_s, lk.latency_s
+        seg = inst.links[k1:k2]
+        return min(x.bandwidth_bytes_per_s for x in seg), sum(x.latency_s for x in seg)
+
+    best = [float("inf"), None]
+    for stages in _compositions(inst.num_layers):
+        _hybrid_cut(inst, stages, groups, pairs, path, best)
+    return best[0], best[1]
+
+
+def _hybrid_cut(inst, stages, groups, pairs, path, best) -> None:
+    """Every group and pair choice for one cut of the layers; ``best`` updated in place."""
+    layers, tr = inst.layers, inst.training
+    M, sched = inst.microbatches, tr.schedule
+    beta, gamma = tr.bytes_per_param, tr.gradient_bytes_per_param
+    zeta = tr.optimizer_bytes_per_param if tr.parallelism.zero else 0.0
+    S = len(stages)
+    F = [sum(ly.fwd_flop + ly.bwd_flop for ly in layers[a:b]) for a, b in stages]
+    P = [sum(ly.params for ly in layers[a:b]) for a, b in stages]
+    A = [sum(ly.activation_bytes for ly in layers[a:b]) for a, b in stages]
+    TP = [sum(ly.tp_allreduce_bytes for ly in layers[a:b]) for a, b in stages]
+    X = [layers[b - 1].output_bytes for a, b in stages]
+
+    def place(s, used, last_dc, chosen):
+        if s == S:
+            C, R = [], []
+            for q, (gi, d, t) in enumerate(chosen):
+                k, _g, grp = groups[gi]
+                c = F[q] / (d * t * grp.flop_per_s)
+                if t > 1:
+                    c += 2 * (t - 1) / t * (TP[q] / d) / grp.node_bandwidth_bytes_per_s
+                C.append(c)
+                lk = inst.datacenters[k].link
+                R.append(0.0 if d == 1 else 2 * (d - 1) / d * gamma * P[q] / t
+                         / lk.bandwidth_bytes_per_s + 2 * (d - 1) * lk.latency_s)
+            total, peak = sum(C), max(C)
+            for q in range(S - 1):
+                bw, lat = path(groups[chosen[q][0]][0], groups[chosen[q + 1][0]][0])
+                total += 2 * (lat + X[q] / bw)
+                peak = max(peak, X[q] / bw)
+            T = total + (M - 1) * peak + max(R)
+            if best[0] - 1e-12 > T:
+                best[0] = T
+                best[1] = [(stages[q][0], stages[q][1], groups[gi][0], groups[gi][1], d, t)
+                           for q, (gi, d, t) in enumerate(chosen)]
+            return
+        n = M if sched == "gpipe" else min(M, S - s)
+        for gi, (k, _g, grp) in enumerate(groups):
+            if k < last_dc:
+                continue
+            for d, t in pairs:
+                if t > grp.devices_per_node or used.get(gi, 0) + d * t > grp.count:
+                    continue
+                need = ((beta - zeta) + zeta / d) * P[s] / t + n * A[s] / (d * t)
+                if need > grp.memory_bytes * (1 + MEMORY_RTOL):
+                    continue
+                used[gi] = used.get(gi, 0) + d * t
+                place(s + 1, used, k, chosen + [(gi, d, t)])
+                used[gi] -= d * t
+
+    place(0, {}, 0, [])

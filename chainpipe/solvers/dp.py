@@ -1,14 +1,18 @@
 """The exact chain dynamic program (solver ``dp``): chainpipe's reference optimum.
 
 The search walks the layers backwards, from ``L`` down to ``0``. A *state* is
-``(b, p, k, u)``: the layers ``[b, L)`` are placed in ``p`` stages (capped where
-1F1B memory stops depending on it), the first of them runs in datacenter ``k``,
-and ``u`` counts the devices of each group of ``k`` already used. Each state
-keeps the Pareto frontier of its partial plans' two cost terms, the bottleneck
-``max(C_s, U_s)`` and the sum ``sum(C_s + Q_s)``; the optimum is the best
-``sum + (M - 1) * max`` over the frontiers at ``b = 0``. Since
-``T = sum + (M-1) max`` is increasing in both terms, a dominated partial plan
-never completes into a better plan than its dominator (``docs/dp.md`` proves it).
+``(b, k, u)``: the layers ``[b, L)`` are placed, the first of their stages runs
+in datacenter ``k``, and ``u`` counts the devices of each group of ``k`` already
+used (``d * t`` per stage). Each state keeps the Pareto frontier of labels
+``(bottleneck max(C_s, U_s), sum(C_s + Q_s), stages placed p, sync max R_s)``
+(``p`` capped where 1F1B memory stops depending on it); the optimum is the best
+``sum + (M - 1) * max + sync`` over the frontiers at ``b = 0``. Since ``T`` is
+increasing in every criterion and each criterion of an extended plan depends
+only on the label and the new stage, a dominated partial plan never completes
+into a better plan than its dominator (``docs/dp.md`` proves it). A stage
+option is a layer range on a group with a pair ``(d, t)``; options of one
+range and group dominated by another pair (no more devices, no larger ``C`` or
+``R``, no smaller in-flight limit) are dropped first.
 
 Bounding makes it fast: a trial upper bound ``U`` on the optimum restricts
 stages to those with ``C <= (U - sum lower bound) / (M - 1)``, boundaries the
@@ -19,6 +23,8 @@ search repeats with a larger trial. The first trial that succeeds is exact.
 
 from __future__ import annotations
 
+import bisect
+
 import numpy as np
 
 from .. import cost
@@ -26,7 +32,7 @@ from ..deadline import Deadline, TimeUp
 from ..plan import Plan
 from ..result import OptionError, Outcome, number_option
 from ..tables import CostTables
-from .labels import TRIALS, across_usage, pareto3
+from .labels import HYBRID_TRIALS, TRIALS, across_usage, pareto3, pareto4, shifted_pareto
 
 
 def run(instance, *, deadline=None, seed=0, threads=1, log=None, upper_bound=None,
@@ -47,7 +53,8 @@ def run(instance, *, deadline=None, seed=0, threads=1, log=None, upper_bound=Non
     lb = tables.lower_bound
     proven = lb  # the optimum is at least this
     stats = {"trials": []}
-    trials = [lb * (1 + d) for d in TRIALS]
+    steps = TRIALS if tables.single_device else HYBRID_TRIALS
+    trials = [lb * (1 + d) for d in steps]
     if upper_bound is not None:
         trials = [u for u in trials if u < upper_bound] + [upper_bound * (1 + 1e-9)]
     for trial in trials:
@@ -82,16 +89,28 @@ def run(instance, *, deadline=None, seed=0, threads=1, log=None, upper_bound=Non
 class _Search:
     """One bounded run of the DP: finds the optimum if it is below ``upper``."""
 
-    def __init__(self, tables: CostTables, upper: float, deadline: Deadline):
+    def __init__(self, tables: CostTables, upper: float, deadline: Deadline,
+                 beam: int | None = None):
         self.t = tables
         self.upper = upper
         self.deadline = deadline
+        self.beam = beam  # keep only this many labels per state: a heuristic, not exact
         self.stats = {"labels": 0, "states": 0, "candidate_stages": 0}
 
     def run(self):
         """The best complete plan below ``upper`` as ``(T, stages)``, or ``None``."""
         t = self.t
-        self.cap = np.inf if t.M == 1 else (self.upper - self._sum_lower_bound()) / (t.M - 1)
+        self.sum_lb = self._sum_lower_bound()
+        self.cap = np.inf if t.M == 1 else (self.upper - self.sum_lb) / (t.M - 1)
+        if t.M > 1 and np.isfinite(self.cap):
+            # a plan below upper has every C_s <= cap, so its fill is at least the fill bound
+            # at cap, which shrinks the cap in turn (each step is a valid bound: 3 suffice)
+            everything = (t.rate * t.count).tolist()
+            for _ in range(3):
+                curve_x, _ = _fill_curve(everything, self.cap)
+                self.sum_lb = max(self.sum_lb, _fill_bound(float(t.flop_prefix[-1]),
+                                                           curve_x.tolist(), self.cap))
+                self.cap = (self.upper - self.sum_lb) / (t.M - 1)
         self.cands, t_max = self._candidate_stages()
         # 1F1B memory depends on a stage's position only up to t_max + 1, and a plan has at
         # most L stages: the cap keeps every structure independent of M
@@ -100,37 +119,55 @@ class _Search:
         return None if best is None else (best[0], self._backtrack(states, best[1]))
 
     def _sum_lower_bound(self) -> float:
-        """``sum_s C_s`` of any plan is at least the total FLOP on the fastest device."""
-        return cost.compute_time(self.t.flop_prefix[-1], self.t.rate.max())
+        """``sum_s C_s`` of any plan is at least the total FLOP on the widest stage of the
+        fastest devices (tensor-parallel all-reduces only add)."""
+        return cost.compute_time(self.t.flop_prefix[-1], self.t.rate.max(), self.t.widest)
 
     def _candidate_stages(self):
-        """Per group and end ``b``: ``(a, C, max in flight)`` of stages ``[a, b)`` worth trying.
+        """Per group and end ``b``: the stage options ``[a, b)`` worth trying, as arrays
+        ``(a, C, R, devices)`` and rows ``(a, C, max in flight, devices, R, pair)``
+        (``None`` when there is none).
 
-        A stage is kept when ``C <= cap`` and memory fits at some position. Also
-        returns the largest in-flight limit below ``M``, where 1F1B positions stop mattering.
+        An option is kept when ``C <= cap``, its synchronisation leaves room below the
+        trial bound, memory fits at some position, and no other pair of the same group
+        and range dominates it. Also returns the largest in-flight limit below ``M``,
+        where 1F1B positions stop mattering.
         """
         t, L, M = self.t, self.t.L, self.t.M
-        C, thr = t.compute_time, t.max_in_flight
         need = t.in_flight(1)  # the least a stage stashes (the last stage's count)
         limit = self.cap * (1 + 1e-12)
-        cands: list[list[list[tuple[int, float, int]]]] = []
+        sync_limit = (self.upper - self.sum_lb) * (1 + 1e-12)
+        cands: list[list] = []
         t_max = ncand = 0
         for g in range(t.G):
             self.deadline.check()
-            per_end = [[] for _ in range(L + 1)]
-            for b in range(1, L + 1):
-                for a in range(b - 1, -1, -1):
-                    c = C[g, a, b]
-                    if c > limit:
-                        break
-                    n = int(thr[g, a, b])
-                    if n < need:
-                        break  # memory only grows as the stage takes more layers
-                    per_end[b].append((a, float(c), n))
-                    if n < M:
-                        t_max = max(t_max, n)
-                ncand += len(per_end[b])
+            opts = t.options(g)
+            per_end: list = [None] * (L + 1)
             cands.append(per_end)
+            if not len(opts.d):
+                continue
+            C, N, R, W = opts.compute_time, opts.max_in_flight, opts.sync_time, opts.width
+            ok = (C <= limit) & (N >= need) & (R <= sync_limit)
+            ok &= ~_dominated_pairs(ok, C, N, R, W)
+            cs, starts, ends = np.nonzero(ok)
+            order = np.lexsort((-starts, cs, ends))  # by end, then pair, then start descending
+            cs, starts, ends = cs[order], starts[order], ends[order]
+            n_all = N[cs, starts, ends]
+            below = n_all[n_all < M]
+            if len(below):
+                t_max = max(t_max, int(below.max()))
+            c_all, r_all = C[cs, starts, ends], R[cs, starts, ends]
+            w_all = W[cs]
+            cuts = np.searchsorted(ends, np.arange(L + 2))
+            for b in range(1, L + 1):
+                lo, hi = cuts[b], cuts[b + 1]
+                if lo == hi:
+                    continue
+                rows = list(zip(starts[lo:hi].tolist(), c_all[lo:hi].tolist(),
+                                n_all[lo:hi].tolist(), w_all[lo:hi].tolist(),
+                                r_all[lo:hi].tolist(), cs[lo:hi].tolist()))
+                per_end[b] = (starts[lo:hi], c_all[lo:hi], r_all[lo:hi], w_all[lo:hi], rows)
+            ncand += len(cs)
         self.stats["candidate_stages"] = ncand
         return cands, t_max
 
@@ -143,11 +180,19 @@ class _Search:
         t = self.t
         L, M, K = t.L, t.M, t.K
         upper, cands, p_cap = self.upper, self.cands, self.p_cap
+        sync = not t.single_device
         self.K = K
         self.rate_by_dc = [t.rate[t.group_dc <= k].max() for k in range(K)]
-        flop = t.flop_prefix
-        # optimistic completion of a prefix [0, a) on DCs <= k
+        widest = t.widest
+        flop = t.flop_prefix.tolist()
+        # optimistic completion of a prefix [0, a) on DCs <= k: per k and a, its compute sum
+        # and its largest layer on the widest stage of the fastest devices of DCs <= k
         prefix_max = np.concatenate(([0.0], np.maximum.accumulate(np.diff(flop))))
+        prefix_sum_arr = [cost.compute_time(np.asarray(flop), r, widest) for r in self.rate_by_dc]
+        prefix_max_arr = [cost.compute_time(prefix_max, r, widest) for r in self.rate_by_dc]
+        prefix_sum_list = [x.tolist() for x in prefix_sum_arr]
+        prefix_max_list = [x.tolist() for x in prefix_max_arr]
+        flop_arr = np.asarray(flop)
         # boundary figures: U[b][k0][k] and Q for the boundary at layer b between DCs k0 <= k
         self.occupancy = t.boundary_occupancy.tolist()
         self.traversal = t.boundary_traversal.tolist()
@@ -155,15 +200,27 @@ class _Search:
         need_at = [t.in_flight(p + 1) for p in range(p_cap + 1)]
         self.groups_of = [[g for g in range(t.G) if t.group_dc[g] == k] for k in range(K)]
         self.local = [int(np.sum(t.group_dc[:g] == t.group_dc[g])) for g in range(t.G)]
-        self.count = [int(min(c, L)) for c in t.count]
+        # usage never needs to exceed what L stages of the widest option take
+        self.count = [int(min(c, L * widest)) for c in t.count]
+        # total rate of the devices of DCs before k: bounds the bottleneck of a prefix
+        capacity_before = [(t.rate[t.group_dc < k] * t.count[t.group_dc < k]).tolist()
+                           for k in range(K)]
+        # the fill bound of a prefix (see _fill_curve) needs a finite cap
+        use_fill = np.isfinite(self.cap) and M > 1
+        fill_cap = self.cap if use_fill else 0.0
+        rate_of = t.rate.tolist()
+        true_count = t.count.tolist()
         iteration_time = cost.iteration_time
+        next_key: dict = {}
+        # (k0, usage) -> (rate of the devices free on DCs <= k0, fill curve of the prefix)
+        free_rate: dict = {}
 
-        # states[b]: dict (k, u) -> labels (mx, sm, p, parent); parent = (b, key, idx, a, g).
-        # p (stages placed, capped at p_cap) is a third Pareto criterion: fewer is better,
-        # since it is all that 1F1B memory depends on.
+        # states[b]: dict (k, u) -> labels (mx, sm, p, r, parent); parent =
+        # (b, key, idx, a, g, pair). p (stages placed, capped at p_cap) is a criterion since
+        # 1F1B memory depends on it; r (largest synchronisation) only under data parallelism.
         states: list[dict] = [dict() for _ in range(L + 1)]
         best = None  # (T, parent) of the best complete plan
-        states[L][(K, ())] = [(0.0, 0.0, 0, None)]  # the empty suffix; sentinel DC K
+        states[L][(K, ())] = [(0.0, 0.0, 0, 0.0, None)]  # the empty suffix; sentinel DC K
         labels_total = 0
         check = 0
         for b in range(L, 0, -1):
@@ -171,49 +228,118 @@ class _Search:
             if not layer_states:
                 continue
             for key in list(layer_states):
-                layer_states[key] = pareto3(layer_states[key], p_cap)
-            if len(layer_states) > 1:
-                across_usage(layer_states)
+                labels = (pareto4(layer_states[key]) if sync
+                          else pareto3(layer_states[key], p_cap))
+                layer_states[key] = shifted_pareto(labels, M) if sync else labels
+                if self.beam is not None and len(layer_states[key]) > self.beam:
+                    layer_states[key] = sorted(
+                        layer_states[key],
+                        key=lambda lab: iteration_time(lab[1], lab[0], M, lab[3]))[:self.beam]
+            if len(layer_states) > 1 and self.beam is None:
+                across_usage(layer_states, sync=sync)
             labels_total += sum(len(v) for v in layer_states.values())
             self.stats["states"] += len(layer_states)
             for key, labels in layer_states.items():
                 check += 1
                 if check % 64 == 0:
                     self.deadline.check()
-                for g, nkey, U, Q, rmax in self._moves(b, key):
-                    for a, c, n in cands[g][b]:
-                        # optimistic completion of the prefix [0, a) on DCs <= k0
-                        pre_sum = cost.compute_time(flop[a], rmax)
-                        pre_max = cost.compute_time(prefix_max[a], rmax)
+                low_mx = min(lab[0] for lab in labels)
+                low_sm = min(lab[1] for lab in labels)
+                low_r = min(lab[3] for lab in labels)
+                for g, k0, gl, u, U, Q in self._moves(b, key):
+                    arrays = cands[g][b]
+                    if arrays is None:
+                        continue
+                    a_arr, c_arr, r_arr, w_arr, rows = arrays
+                    # devices still free on DCs <= k0 before this stage, weighted by rate
+                    free_here = free_rate.get((k0, u))
+                    if free_here is None:
+                        groups_free = capacity_before[k0] + [
+                            (true_count[h] - x) * rate_of[h]
+                            for h, x in zip(self.groups_of[k0], u)]
+                        curve_x, curve_y = _fill_curve(groups_free, fill_cap)
+                        free_here = free_rate[(k0, u)] = (
+                            sum(groups_free), curve_x, curve_y, curve_x.tolist(), fill_cap)
+                    base, curve_x, curve_y, curve_list, step = free_here
+                    # optimistic completion of the prefix [0, a) on DCs <= k0: its sum on
+                    # the widest stage of the fastest devices, its bottleneck at least its
+                    # largest layer so, and its FLOP spread over every device still free;
+                    # first with the state's least label values: no label can do better
+                    free = self.count[g] - u[gl]
+                    low_u = max(U, low_mx)
+                    if len(rows) < _VECTOR_MIN:
+                        survivors = []
+                        pre_sums, pre_maxs = prefix_sum_list[k0], prefix_max_list[k0]
+                        rate_g = rate_of[g]
+                        for row in rows:
+                            a, c, _n, w, r, _ci = row
+                            if w > free:
+                                continue
+                            pm, ps = pre_maxs[a], pre_sums[a]
+                            if a and use_fill:
+                                fill = _fill_bound(flop[a], curve_list, step)
+                                if fill > ps:
+                                    ps = fill
+                            if a:
+                                avail = base - w * rate_g
+                                if avail <= 0:
+                                    continue
+                                if flop[a] / avail > pm:
+                                    pm = flop[a] / avail
+                            nmx = c if c >= low_u else low_u
+                            if iteration_time(low_sm + Q + c + ps, nmx if nmx >= pm else pm, M,
+                                              r if r >= low_r else low_r) < upper:
+                                survivors.append((row, pm, ps))
+                    else:
+                        avail = base - w_arr * rate_of[g]
+                        with np.errstate(divide="ignore", invalid="ignore"):
+                            pre_max = np.maximum(prefix_max_arr[k0][a_arr],
+                                                 np.where(a_arr > 0, flop_arr[a_arr] / avail, 0))
+                        pre_sum = prefix_sum_arr[k0][a_arr]
+                        if use_fill:
+                            pre_sum = np.maximum(pre_sum, np.where(
+                                a_arr > 0, np.interp(flop_arr[a_arr], curve_x, curve_y), 0.0))
+                        nmx = np.maximum(np.maximum(c_arr, low_u), pre_max)
+                        bound = iteration_time(low_sm + Q + c_arr + pre_sum, nmx, M,
+                                               np.maximum(r_arr, low_r))
+                        ok = (w_arr <= free) & ((a_arr == 0) | (avail > 0)) & (bound < upper)
+                        idx = np.flatnonzero(ok)
+                        survivors = list(zip([rows[i] for i in idx.tolist()],
+                                             pre_max[idx].tolist(), pre_sum[idx].tolist()))
+                    for (a, c, n, w, r, ci), pm, ps in survivors:
+                        nkey = next_key.get((k0, u, gl, w))
+                        if nkey is None:
+                            nkey = next_key[(k0, u, gl, w)] = (
+                                k0, u[:gl] + (u[gl] + w,) + u[gl + 1:])
                         bucket = None
-                        for idx, (mx, sm, p, _) in enumerate(labels):
+                        for idx, (mx, sm, p, rs, _) in enumerate(labels):
                             if need_at[p] > n:
                                 continue
                             nmx = mx if mx >= c else c
                             if nmx < U:
                                 nmx = U
                             nsm = sm + c + Q
-                            opt = iteration_time(nsm + pre_sum,
-                                                 nmx if nmx >= pre_max else pre_max, M)
+                            nr = rs if rs >= r else r
+                            opt = iteration_time(nsm + ps, nmx if nmx >= pm else pm, M, nr)
                             if opt >= upper:
                                 continue
                             if a == 0:
                                 if best is None or opt < best[0]:
-                                    best = (opt, (b, key, idx, a, g))
+                                    best = (opt, (b, key, idx, a, g, ci))
                                 continue
                             if bucket is None:
                                 bucket = states[a].setdefault(nkey, [])
-                            bucket.append((nmx, nsm, p + 1 if p < p_cap else p_cap,
-                                           (b, key, idx, a, g)))
+                            bucket.append((nmx, nsm, p + 1 if p < p_cap else p_cap, nr,
+                                           (b, key, idx, a, g, ci)))
         self.stats["labels"] = labels_total
         return states, best
 
     def _moves(self, b: int, key):
-        """The next stage's options before a state ``key = (k, u)`` at layer ``b``.
+        """The next stage's groups before a state ``key = (k, u)`` at layer ``b``.
 
-        Yields ``(g, next key, U, Q, fastest rate of DCs <= k0)``: the group ``g`` of a
-        datacenter ``k0 <= k`` with a device left, and the boundary at ``b`` from ``k0`` to
-        ``k`` (none when nothing is placed yet).
+        Yields ``(g, k0, local index of g, usage of k0 before the stage, U, Q)``: a group
+        ``g`` of a datacenter ``k0 <= k`` with a device left, and the boundary at ``b``
+        from ``k0`` to ``k`` (none when nothing is placed yet).
         """
         k, u = key
         first = k == self.K  # nothing placed yet
@@ -225,22 +351,75 @@ class _Search:
                 if self.cap * (1 + 1e-12) < U:
                     continue
                 Q = self.traversal[b][k0][k]
+            base = u if k0 == k else (0,) * len(self.groups_of[k0])
             for g in self.groups_of[k0]:
                 gl = self.local[g]
-                if k0 == k:
-                    if u[gl] >= self.count[g]:
-                        continue
-                    u_next = u[:gl] + (u[gl] + 1,) + u[gl + 1:]
-                else:
-                    u_next = tuple(1 if x == gl else 0 for x in range(len(self.groups_of[k0])))
-                yield g, (k0, u_next), U, Q, self.rate_by_dc[k0]
+                if base[gl] >= self.count[g]:
+                    continue
+                yield g, k0, gl, base, U, Q
 
-    def _backtrack(self, states, parent) -> list[tuple[int, int, int, int]]:
-        """The stages ``(start, end, dc, group in dc)`` of the plan ending at ``parent``."""
-        # parent = (b, key, idx, a, g) means stage [a, b) on group g
+    def _backtrack(self, states, parent) -> list[tuple[int, int, int, int, int, int]]:
+        """The stages ``(start, end, dc, group in dc, d, t)`` of the plan ending at ``parent``."""
+        # parent = (b, key, idx, a, g, pair) means stage [a, b) on group g with that (d, t)
         stages = []
         while parent is not None:
-            b, key, idx, a, g = parent
-            stages.append((a, b, int(self.t.group_dc[g]), self.local[g]))
-            parent = states[b][key][idx][3]
+            b, key, idx, a, g, ci = parent
+            opts = self.t.options(g)
+            stages.append((a, b, int(self.t.group_dc[g]), self.local[g], int(opts.d[ci]),
+                           int(opts.t[ci])))
+            parent = states[b][key][idx][4]
         return stages
+
+
+def _fill_curve(group_rates, cap: float) -> tuple[np.ndarray, np.ndarray]:
+    """The fill bound of a run of stages with every ``C_s <= cap``, as a piecewise-linear
+    function of its FLOP: breakpoints ``x`` (FLOP) and values ``y`` (seconds).
+
+    ``group_rates`` holds, per group, ``n_g r_g``: the rate of the ``n_g`` devices the
+    stages may use. Stages on group ``g`` with ``x_g`` FLOP in all have
+    ``sum_s C_s >= sum_s F_s / (w_s r_g) >= x_g / (n_g r_g)`` (Cauchy-Schwarz with
+    ``sum_s w_s <= n_g``; tensor-parallel all-reduces only add), and
+    ``x_g <= cap n_g r_g`` since each ``C_s <= cap``. The least fill for ``x`` FLOP
+    fills the groups of largest ``n_g r_g`` first, each adding at most ``cap``
+    (``docs/dp.md``).
+    """
+    rates = sorted((r for r in group_rates if r > 0), reverse=True)
+    x = np.concatenate(([0.0], np.cumsum([cap * r for r in rates])))
+    y = cap * np.arange(len(rates) + 1, dtype=float)
+    return x, y
+
+
+def _fill_bound(flop: float, x: list, cap: float) -> float:
+    """The fill bound of :func:`_fill_curve` (breakpoints ``x``, steps of ``cap``) at
+    ``flop``; its last value beyond its end, where the bottleneck bound already prunes."""
+    j = bisect.bisect_right(x, flop) - 1
+    if j >= len(x) - 1:
+        return cap * (len(x) - 1)
+    return cap * (j + (flop - x[j]) / (x[j + 1] - x[j]))
+
+
+#: from this many options of one group and end on, the bound check runs in numpy (measured:
+#: below it the per-call overhead of numpy outweighs the loop it saves)
+_VECTOR_MIN = 24
+
+
+def _dominated_pairs(ok, C, N, R, W) -> np.ndarray:
+    """``[c, i, j]``: whether option ``c`` of a range is dominated by another kept pair of
+    the same range: no more devices, no larger ``C`` or ``R``, no smaller in-flight limit,
+    and better in one of them (or equal in all and listed first)."""
+    dominated = np.zeros(ok.shape, dtype=bool)
+    P = len(W)
+    if P < 2:
+        return dominated
+    for c in range(P):
+        for o in range(P):
+            if o == c or W[o] > W[c]:
+                continue
+            with np.errstate(invalid="ignore"):
+                no_worse = ok[o] & (C[o] <= C[c]) & (R[o] <= R[c]) & (N[o] >= N[c])
+                better = (C[o] < C[c]) | (R[o] < R[c]) | (N[o] > N[c])
+            if W[o] < W[c] or o < c:
+                dominated[c] |= no_worse
+            else:
+                dominated[c] |= no_worse & better
+    return dominated
