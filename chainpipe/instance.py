@@ -173,20 +173,34 @@ def power_of_two_rule(label: str) -> Rule:
 
 
 def width_list_rule(item: Rule, what: str) -> Rule:
-    """A non-empty list without duplicates whose entries follow ``item``."""
+    """A non-empty list without duplicates whose entries follow ``item``.
+
+    A problem with one entry is reported as ``"[i]: message"``, which
+    :func:`field_problem` joins to the field's path (``data_parallel[1]: ...``).
+    """
 
     def rule(v: Any) -> str | None:
-        if not isinstance(v, (list, tuple)) or not v:
+        if not isinstance(v, (list, tuple)):
             return f"must be a non-empty array of {what}, got {_fmt(v)}"
+        if not v:
+            return f"must be a non-empty array of {what}, got []"
         for i, x in enumerate(v):
             if msg := item(x):
-                return f"entry {i} {msg}"
-        dup = sorted({x for x in v if list(v).count(x) > 1})
-        if dup:
-            return f"must not repeat a value, got {_fmt(dup[0])} more than once"
+                return f"[{i}]: {msg}"
+        first: dict[Any, int] = {}
+        for i, x in enumerate(v):
+            if x in first:
+                return f"[{i}]: repeats {_fmt(x)} (also [{first[x]}]); values must be distinct"
+            first[x] = i
         return None
 
     return rule
+
+
+def field_problem(path: str, msg: str) -> str:
+    """The problem line of a field: ``"path: msg"``, or ``"path[i]: ..."`` when the rule
+    named an entry of the array (its message starts with ``[i]: ``)."""
+    return f"{path}{msg}" if msg.startswith("[") else f"{path}: {msg}"
 
 
 def bool_rule(v: Any) -> str | None:
@@ -247,11 +261,37 @@ def _problems(kind: str, obj: Any) -> list[str]:
     for name, rule in RULES[kind].items():
         msg = rule(getattr(obj, name))
         if msg:
-            problems.append(f"{name}: {msg}")
+            problems.append(field_problem(name, msg))
     for name, rule in OPTIONAL.get(kind, {}).items():
         value = getattr(obj, name)
         if value is not None and (msg := rule(value)):
-            problems.append(f"{name}: {msg}")
+            problems.append(field_problem(name, msg))
+    return problems
+
+
+def optimizer_problem(bytes_per_param: float, optimizer_bytes_per_param: float) -> str | None:
+    """The rule between two training fields: the sharded part fits in the whole."""
+    if optimizer_bytes_per_param <= bytes_per_param:
+        return None
+    return (f"optimizer_bytes_per_param: must be at most bytes_per_param "
+            f"({_fmt(bytes_per_param)}), got {_fmt(optimizer_bytes_per_param)}")
+
+
+def node_problems(count: int | None, devices_per_node: int | None,
+                  has_node_bandwidth: bool) -> list[str]:
+    """The rules between a device group's fields: whole nodes, and a node bandwidth when a
+    node holds several devices.
+
+    ``count`` or ``devices_per_node`` is ``None`` when it broke its own rule (nothing to
+    relate it to); ``has_node_bandwidth`` says whether the field was given at all.
+    """
+    problems = []
+    if count is not None and devices_per_node is not None and count % devices_per_node:
+        problems.append(f"devices_per_node: must divide count ({count}) so that nodes are "
+                        f"whole, got {devices_per_node}")
+    if devices_per_node is not None and devices_per_node > 1 and not has_node_bandwidth:
+        problems.append(f"node_bandwidth_bytes_per_s: missing field (required when "
+                        f"devices_per_node > 1; it is {devices_per_node})")
     return problems
 
 
@@ -422,10 +462,8 @@ class Training:
         if self.optimizer_bytes_per_param is None:
             object.__setattr__(self, "optimizer_bytes_per_param",
                                min(12.0, self.bytes_per_param))
-        elif self.optimizer_bytes_per_param > self.bytes_per_param:
-            raise InstanceError([
-                f"optimizer_bytes_per_param: must be at most bytes_per_param "
-                f"({_fmt(self.bytes_per_param)}), got {_fmt(self.optimizer_bytes_per_param)}"])
+        elif msg := optimizer_problem(self.bytes_per_param, self.optimizer_bytes_per_param):
+            raise InstanceError([msg])
         if self.parallelism is None:
             object.__setattr__(self, "parallelism", Parallelism())
 
@@ -474,19 +512,10 @@ class DeviceGroup:
             object.__setattr__(self, "devices_per_node", 1)
         problems = _problems("device_group", self)
         if not problems:
-            problems = self._node_problems()
+            problems = node_problems(self.count, self.devices_per_node,
+                                     self.node_bandwidth_bytes_per_s is not None)
         if problems:
             raise InstanceError(problems)
-
-    def _node_problems(self) -> list[str]:
-        problems = []
-        if self.count % self.devices_per_node:
-            problems.append(f"devices_per_node: must divide count ({self.count}), "
-                            f"got {self.devices_per_node}")
-        if self.devices_per_node > 1 and self.node_bandwidth_bytes_per_s is None:
-            problems.append("node_bandwidth_bytes_per_s: missing field (required when "
-                            "devices_per_node > 1)")
-        return problems
 
     @property
     def node_bandwidth(self) -> float:

@@ -38,6 +38,12 @@ RANGES: dict[str, Range] = {
     "latency_s": Range(0.0, 1.0, "seconds (5 microseconds is 5e-6)"),
     "bytes_per_param": Range(0.25, 64.0, "bytes per parameter for weights, gradients and "
                                          "optimizer state together (16 for mixed-precision Adam)"),
+    "gradient_bytes_per_param": Range(0.125, 8.0, "bytes per parameter the gradient "
+                                                  "all-reduce sends (2 for 16-bit gradients)"),
+    "devices_per_node": Range(1, 64, "devices in one node, joined by NVLink or PCIe "
+                                     "(a DGX H100 holds 8)"),
+    "node_bandwidth_bytes_per_s": Range(1e8, 1e13, "bytes per second per device inside a node "
+                                                   "(NVLink 4 is 4.5e11, PCIe 5 x16 is 6.4e10)"),
 }
 
 
@@ -53,9 +59,11 @@ def _out_of_range(path: str, field: str, value: float) -> list[str]:
 def plausibility_warnings(instance: Instance) -> list[str]:
     """Warnings ``"<json path>: <what looks wrong>"`` for ``instance`` (empty if none).
 
-    A value outside its range in :data:`RANGES` is reported; so is a device
-    group whose memory (itself in range) cannot hold even the smallest layer
-    with the microbatches it must keep. At most one warning per field.
+    A value outside its range in :data:`RANGES` is reported; so is a
+    tensor-parallel degree that no group's node can hold, and a device group
+    whose memory (itself in range) cannot hold even the smallest layer with the
+    microbatches it must keep, spread over the widest stage the group allows
+    (or that allows no stage width at all). At most one warning per field.
 
     Parameters
     ----------
@@ -77,22 +85,79 @@ def plausibility_warnings(instance: Instance) -> list[str]:
     training = instance.training
     out += _out_of_range("training.bytes_per_param", "bytes_per_param",
                          training.bytes_per_param)
-    least = cost.in_flight(training.schedule, instance.microbatches, 1)  # the last stage's
-    need = min(cost.memory_need(ly.params, ly.activation_bytes, least, training.bytes_per_param)
-               for ly in instance.layers)
+    out += _out_of_range("training.gradient_bytes_per_param", "gradient_bytes_per_param",
+                         training.gradient_bytes_per_param)
+    out += _degrees_no_node_holds(instance)
     for k, dc in enumerate(instance.datacenters):
         for g, group in enumerate(dc.devices):
             p = f"datacenters[{k}].devices[{g}]"
+            widths = _widest(instance, group)
+            if not widths:
+                out.append(f"{p}.count: {group.count} device(s) in nodes of "
+                           f"{group.devices_per_node} cannot run any allowed stage "
+                           f"(data_parallel {list(instance.parallelism.data_parallel)}, "
+                           f"tensor_parallel {list(instance.parallelism.tensor_parallel)})")
             out += _out_of_range(f"{p}.flop_per_s", "flop_per_s", group.flop_per_s)
             memory = _out_of_range(f"{p}.memory_bytes", "memory_bytes", group.memory_bytes)
-            if not memory and group.memory_bytes < need:
-                memory = [f"{p}.memory_bytes: {group.memory_bytes:.6g} bytes cannot hold even "
-                          f"the smallest layer ({need:.6g} bytes); is the unit bytes?"]
+            if widths and not memory:
+                memory = _holds_no_layer(instance, group, widths, f"{p}.memory_bytes")
             out += memory
+            out += _out_of_range(f"{p}.devices_per_node", "devices_per_node",
+                                 group.devices_per_node)
+            if group.node_bandwidth_bytes_per_s is not None:
+                out += _out_of_range(f"{p}.node_bandwidth_bytes_per_s",
+                                     "node_bandwidth_bytes_per_s",
+                                     group.node_bandwidth_bytes_per_s)
         out += _link(f"datacenters[{k}].link", dc.link)
     for j, link in enumerate(instance.links):
         out += _link(f"links[{j}]", link)
     return out
+
+
+def _degrees_no_node_holds(instance: Instance) -> list[str]:
+    """A warning for the tensor-parallel degrees larger than every group's node."""
+    largest = max(g.devices_per_node for dc in instance.datacenters for g in dc.devices)
+    over = [t for t in instance.parallelism.tensor_parallel if t > largest]
+    if not over:
+        return []
+    degrees = ", ".join(map(str, over))
+    what = f"degree {degrees}" if len(over) == 1 else f"degrees {degrees}"
+    many = degrees if len(over) == 1 else "that many"
+    return [f"training.parallelism.tensor_parallel: {what} allowed but no device group has "
+            f"{many} devices per node (the most is {largest}); no stage can use it"]
+
+
+def _widest(instance: Instance, group) -> list[tuple[int, int]]:
+    """The allowed ``(d, t)`` a stage on ``group`` may use that no other beats on both counts.
+
+    Memory per device only falls as ``d`` or ``t`` grows, so these pairs hold the
+    least a layer can need on the group; empty when no allowed width fits it.
+    """
+    par = instance.parallelism
+    out = []
+    for t in par.tensor_parallel:
+        if t > group.devices_per_node:
+            continue
+        fitting = [d for d in par.data_parallel if d * t <= group.count]
+        if fitting:
+            out.append((max(fitting), t))
+    return out
+
+
+def _holds_no_layer(instance: Instance, group, widths, path: str) -> list[str]:
+    """A warning if ``group``'s memory cannot hold the smallest layer at any of ``widths``."""
+    training = instance.training
+    least = cost.in_flight(training.schedule, instance.microbatches, 1)  # the last stage's
+    need, (d, t) = min(
+        (min(cost.memory_need(ly.params, ly.activation_bytes, least, training.bytes_per_param,
+                              d, t, training.sharded_bytes_per_param)
+             for ly in instance.layers), (d, t))
+        for d, t in widths)
+    if cost.memory_fits(need, group.memory_bytes):
+        return []
+    spread = "" if (d, t) == (1, 1) else f" per device, on the widest stage d = {d}, t = {t}"
+    return [f"{path}: {group.memory_bytes:.6g} bytes cannot hold even the smallest layer "
+            f"({need:.6g} bytes{spread}); is the unit bytes?"]
 
 
 def _link(path: str, link) -> list[str]:

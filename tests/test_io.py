@@ -13,7 +13,7 @@ import jsonschema
 import pytest
 
 import chainpipe as cp
-from chainpipe.instance import MAX_COUNT, MAX_PARAMS, InstanceError
+from chainpipe.instance import MAX_COUNT, MAX_PARAMS, InstanceError, Parallelism
 from chainpipe.io import (
     instance_from_dict,
     instance_to_dict,
@@ -205,7 +205,104 @@ def test_python_constructors_enforce_the_same_rules():
         cp.Training(4, "interleaved", 16.0)
 
 
+def test_python_constructors_enforce_the_version_2_rules():
+    with pytest.raises(InstanceError) as info:
+        Parallelism(data_parallel=(1, 0), tensor_parallel=(1, 2, 2), zero=0)
+    assert info.value.problems == [
+        "data_parallel[1]: must be an integer >= 1, got 0",
+        "tensor_parallel[2]: repeats 2 (also [1]); values must be distinct",
+        "zero: must be true or false, got 0",
+    ]
+    with pytest.raises(InstanceError, match=r"^tensor_parallel\[0\]: must be a power of two"):
+        Parallelism(tensor_parallel=(6,))
+    with pytest.raises(InstanceError, match=r"^devices_per_node: must divide count \(6\)"):
+        cp.DeviceGroup("x", 6, 1.0, 1.0, devices_per_node=4, node_bandwidth_bytes_per_s=1.0)
+    with pytest.raises(InstanceError) as info:
+        cp.DeviceGroup("x", 8, 1.0, 1.0, devices_per_node=8)
+    assert info.value.problems == [
+        "node_bandwidth_bytes_per_s: missing field (required when devices_per_node > 1; it is 8)"]
+    with pytest.raises(InstanceError, match=r"^optimizer_bytes_per_param: must be at most "
+                                            r"bytes_per_param \(2\), got 3"):
+        cp.Training(4, "gpipe", 2, optimizer_bytes_per_param=3)
+    with pytest.raises(InstanceError, match=r"^tp_allreduce_bytes: must be a finite number >= 0"):
+        cp.Layer("l", 1.0, 1.0, 1, 1.0, 1.0, tp_allreduce_bytes=-1.0)
+
+
+def test_rules_between_fields_are_judged_beside_other_problems():
+    # a broken neighbour does not hide the rule between two good fields, nor the reverse
+    data = load_json(VALID / "two_dcs_v2.json")
+    data["training"]["microbatches"] = 0
+    data["training"]["optimizer_bytes_per_param"] = 17
+    group = data["datacenters"][0]["devices"][0]
+    group["flop_per_s"] = -1
+    group["count"] = 6
+    del group["node_bandwidth_bytes_per_s"]
+    data["datacenters"][1]["devices"][0]["count"] = "eight"  # nothing to divide
+    assert _problems(instance_from_dict, data) == [
+        "training.microbatches: must be an integer >= 1, got 0",
+        "training.optimizer_bytes_per_param: must be at most bytes_per_param (16), got 17",
+        "datacenters[0].devices[0].flop_per_s: must be a finite number > 0, got -1",
+        "datacenters[0].devices[0].devices_per_node: must divide count (6) so that nodes are "
+        "whole, got 4",
+        "datacenters[0].devices[0].node_bandwidth_bytes_per_s: missing field (required when "
+        "devices_per_node > 1; it is 4)",
+        "datacenters[1].devices[0].count: must be an integer >= 1, got 'eight'",
+    ]
+
+
 # --------------------------------------------------------------------------- valid files
+def test_a_version_1_file_takes_every_version_2_default():
+    inst = read(VALID / "two_dcs.json")
+    assert [ly.tp_allreduce_bytes for ly in inst.layers] == [
+        4 * ly.output_bytes for ly in inst.layers]
+    training = inst.training
+    assert (training.gradient_bytes_per_param, training.optimizer_bytes_per_param) == (2, 12)
+    assert inst.parallelism == Parallelism((1,), (1,), False)
+    assert inst.parallelism.single_device and training.sharded_bytes_per_param == 0
+    for group in (g for dc in inst.datacenters for g in dc.devices):
+        assert (group.devices_per_node, group.node_bandwidth_bytes_per_s) == (1, None)
+        assert group.node_bandwidth == float("inf")
+    data = load_json(VALID / "two_dcs.json")
+    data["training"]["bytes_per_param"] = 6  # less than 12: the optimizer state is all of it
+    assert instance_from_dict(data).training.optimizer_bytes_per_param == 6
+
+
+def test_a_version_1_file_carrying_version_2_fields_is_read_with_them():
+    data = load_json(VALID / "v1_with_v2_fields.json")
+    assert data["format"] == "chainpipe-instance/1"
+    inst = read(VALID / "v1_with_v2_fields.json")
+    assert inst.layers[0].tp_allreduce_bytes == 0
+    assert inst.layers[1].tp_allreduce_bytes == 4 * inst.layers[1].output_bytes  # its default
+    assert inst.training.gradient_bytes_per_param == 4
+    assert inst.parallelism == Parallelism(data_parallel=(2,))
+    a100 = inst.datacenters[0].devices[0]
+    assert (a100.devices_per_node, a100.node_bandwidth_bytes_per_s) == (2, 3e11)
+    assert instance_to_dict(inst)["format"] == "chainpipe-instance/2"
+
+
+def test_parallelism_keys_left_out_take_their_own_defaults():
+    inst = read(VALID / "v2_partial_parallelism.json")
+    assert inst.parallelism == Parallelism(data_parallel=(1,), tensor_parallel=(2, 4),
+                                              zero=False)
+    data = load_json(VALID / "v2_partial_parallelism.json")
+    data["training"]["parallelism"] = {"zero": True}
+    assert instance_from_dict(data).parallelism == Parallelism((1,), (1,), True)
+    data["training"]["parallelism"] = {}
+    assert instance_from_dict(data).parallelism == Parallelism()
+
+
+def test_version_2_is_written_with_every_field_explicit(tmp_path):
+    out = tmp_path / "v2.json"
+    write(read(VALID / "two_dcs.json"), out)
+    data = load_json(out)
+    assert data["format"] == "chainpipe-instance/2"
+    assert data["training"]["parallelism"] == {"data_parallel": [1], "tensor_parallel": [1],
+                                               "zero": False}
+    assert data["model"]["layers"][0]["tp_allreduce_bytes"] == 1.6e7
+    assert data["datacenters"][0]["devices"][0]["devices_per_node"] == 1
+    assert "node_bandwidth_bytes_per_s" not in data["datacenters"][0]["devices"][0]
+
+
 def _assert_contains(written, original, path):
     """Every value of ``original`` is in ``written`` (which may add keys), format aside."""
     if isinstance(original, dict):
@@ -329,6 +426,11 @@ SCHEMA_CANNOT_EXPRESS = {
                                "the schema admits",
     "device_type_format_character.json": "Unicode categories (format, private-use, "
                                          "unassigned) have no portable regex syntax",
+    "device_devices_per_node_not_dividing.json": "devices_per_node dividing count relates "
+                                                 "two fields' values",
+    "training_optimizer_bytes_above_bytes_per_param.json": "optimizer_bytes_per_param <= "
+                                                           "bytes_per_param relates two "
+                                                           "fields' values",
 }
 
 
@@ -358,6 +460,19 @@ def test_schema_accepts_every_committed_instance(validator):
 @pytest.mark.parametrize("path", VALID_INSTANCES, ids=lambda p: p.stem)
 def test_schema_accepts_every_valid_test_file(validator, path):
     assert not list(validator.iter_errors(load_json(path)))
+
+
+def test_schema_defaults_are_chainpipes():
+    defs = load_schema()["$defs"]
+    training = load_schema()["properties"]["training"]["properties"]
+    assert training["gradient_bytes_per_param"]["default"] == \
+        cp.Training(1, "gpipe", 16).gradient_bytes_per_param
+    par = {k: v["default"] for k, v in defs["parallelism"]["properties"].items()}
+    assert par == {k: (list(v) if isinstance(v, tuple) else v)
+                   for k, v in vars(Parallelism()).items()}
+    assert defs["device_group"]["properties"]["devices_per_node"]["default"] == \
+        cp.DeviceGroup("x", 1, 1.0, 1.0).devices_per_node
+    assert defs["power_of_two"]["enum"] == [2**i for i in range(31)]  # every one below 2**31
 
 
 def test_schema_exceptions_are_real_files():
