@@ -336,12 +336,12 @@ def format_evaluation(inst, ev) -> str:
         out.extend(_table(brow))
     sync = f"max R_s, {ev.sync}" if ev.sync_s > 0 else "none: every stage has d = 1"
     out.append("")
-    out.append(f"fill + drain     {ev.fill_drain_s:.6g} s")
-    out.append(f"steady state     {ev.steady_s:.6g} s  (M - 1 = {inst.microbatches - 1} x "
+    out.append(f"fill + drain    {ev.fill_drain_s:.6g} s")
+    out.append(f"steady state    {ev.steady_s:.6g} s  (M - 1 = {inst.microbatches - 1} x "
                f"{ev.bottleneck_s:.6g} s, paced by {ev.bottleneck})")
-    out.append(f"synchronisation  {ev.sync_s:.6g} s  ({sync})")
+    out.append(f"synchronisation {ev.sync_s:.6g} s  ({sync})")
     paced = f"  (paced by {_pacing(ev)})" if math.isfinite(ev.iteration_time_s) else ""
-    out.append(f"iteration time   {ev.iteration_time_s:.6g} s{paced}")
+    out.append(f"iteration time  {ev.iteration_time_s:.6g} s{paced}")
     if ev.violations:
         out.append("INFEASIBLE:")
         out.extend(f"  {v}" for v in ev.violations)
