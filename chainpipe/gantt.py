@@ -384,8 +384,9 @@ def cli_plot(args) -> int:
         f" (first {window} drawn in full; --microbatches all for every one)"
     print(f"wrote {' and '.join(written)}: {sim.schedule} schedule, {plan.num_stages} stages, "
           f"{sim.microbatches} microbatches{shown}")
+    sync = f" (synchronisation max R_s = {sim.sync_s:.6g} s included)" if sim.sync_s > 0 else ""
     print(f"cost model T = {sim.iteration_time_s:.6g} s, simulated makespan "
-          f"{sim.makespan_s:.6g} s, T / makespan = {sim.ratio:.4f} (docs/schedule.md)")
+          f"{sim.makespan_s:.6g} s{sync}, T / makespan = {sim.ratio:.4f} (docs/schedule.md)")
     if not sim.feasible:
         print("warning: the plan is infeasible (see `chainpipe evaluate`)")
     if not math.isfinite(sim.ratio):

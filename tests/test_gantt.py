@@ -186,6 +186,18 @@ def test_gantt_draws_each_stage_sync_after_its_drain_with_a_legend_and_d_x_t(den
     plt.close(fig)
 
 
+def test_plot_of_a_v2_plan_says_the_makespan_includes_the_sync(tmp_path, capsys):
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"stages": [
+        {"layers": [0, 1], "data_parallel": 2, "devices": ["a/g/0", "a/g/1"]},
+        {"layers": [1, 2], "data_parallel": 2, "devices": ["a/g/2", "a/g/3"]}]}))
+    assert main(["plot", str(DATA / "worked_example_v2.json"), str(plan), "-o",
+                 str(tmp_path / "g.png")]) == 0
+    out = capsys.readouterr().out
+    assert "cost model T = 16 s, simulated makespan 22 s (synchronisation max R_s = 2.5 s " \
+           "included)" in out
+
+
 def test_the_default_window_is_not_stretched_by_the_sync():
     """The sync comes after every microbatch: under 1F1B the first ones' span ends before
     it."""
