@@ -167,7 +167,10 @@ def solve(
         ``status`` is one of :class:`Status`: ``optimal`` (proven, to a relative
         :data:`~chainpipe.numeric.OPTIMALITY_RTOL`), ``feasible`` (a plan without proof),
         ``infeasible`` (proven: no plan exists), ``no_solution`` (neither by the limit) or
-        ``error``. ``iteration_time`` is always recomputed from the plan by the cost model.
+        ``error`` (also, with one line and no plan, a solver registered with
+        ``parallelism=False`` asked for an instance that allows anything but ``d = t = 1``:
+        :func:`unsupported`). ``iteration_time`` is always recomputed from the plan by the
+        cost model.
 
     Raises
     ------
