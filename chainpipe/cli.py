@@ -107,8 +107,13 @@ def log_to_stderr(line: str) -> None:
 
 
 def solver_rows(infos) -> dict[str, str]:
-    """``{name: "exact|heuristic  what it does"}`` for each solver of ``infos``."""
-    return {info.name: f"{'exact' if info.exact else 'heuristic':<9} {info.summary}"
+    """``{name: "exact|heuristic  v2|v1-only  what it does"}`` for each solver of ``infos``.
+
+    ``v2``: the solver plans data- and tensor-parallel stages; ``v1-only``: it refuses an
+    instance whose parallelism allows more than ``d = t = 1`` (status ``error``).
+    """
+    return {info.name: f"{'exact' if info.exact else 'heuristic':<9} "
+                       f"{'v2' if info.parallelism else 'v1-only':<7} {info.summary}"
             for info in infos}
 
 
@@ -295,33 +300,60 @@ def format_result(res) -> str:
     return "\n".join(lines)
 
 
-def format_evaluation(inst, ev) -> str:
-    """An :class:`~chainpipe.Evaluation` as the stage and boundary tables ``evaluate`` prints."""
-    rows = [("stage", "layers", "device", "compute s", "in flight", "memory GB", "limit GB")]
-    for st in ev.stages:
-        rows.append((str(st.index), f"[{st.start}, {st.end})", st.device,
-                     f"{st.compute_time_s:.6g}", str(st.in_flight),
-                     f"{st.memory_bytes / 1e9:.3f}", f"{st.memory_limit_bytes / 1e9:.3f}"))
+def _table(rows: list[tuple[str, ...]]) -> list[str]:
+    """Rows of cells as lines, each column as wide as its widest cell."""
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    out = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+    return ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+
+
+def format_evaluation(inst, ev) -> str:
+    """An :class:`~chainpipe.Evaluation` as the stage and boundary tables ``evaluate`` prints.
+
+    Per stage: layers, ``d x t``, its devices (``a/g/0..7`` for a run of indices),
+    compute time ``C_s``, microbatches in flight, memory per device and its limit, and
+    the gradient synchronisation ``R_s``; then the parts of ``T``, the largest ``R_s``
+    (and its stage) and which term paces the iteration: a device, a link or the
+    synchronisation.
+    """
+    from .schedule import devices_label
+
+    rows = [("stage", "layers", "d x t", "devices", "compute s", "in flight",
+             "memory/device GB", "limit GB", "sync s")]
+    for st in ev.stages:
+        rows.append((str(st.index), f"[{st.start}, {st.end})",
+                     f"{st.data_parallel}x{st.tensor_parallel}", devices_label(st.devices),
+                     f"{st.compute_time_s:.6g}", str(st.in_flight),
+                     f"{st.memory_bytes / 1e9:.3f}", f"{st.memory_limit_bytes / 1e9:.3f}",
+                     f"{st.sync_time_s:.6g}"))
+    out = _table(rows)
     if ev.boundaries:
         brow = [("after", "bytes", "path", "bandwidth GB/s", "latency s", "occupancy s")]
         for b in ev.boundaries:
             brow.append((str(b.after_stage), f"{b.bytes:.4g}", "-".join(b.path),
                          f"{b.bandwidth_bytes_per_s / 1e9:.4g}", f"{b.latency_s:.4g}",
                          f"{b.occupancy_s:.6g}"))
-        bw = [max(len(r[i]) for r in brow) for i in range(len(brow[0]))]
         out.append("")
-        out.extend("  ".join(c.ljust(w) for c, w in zip(r, bw)).rstrip() for r in brow)
+        out.extend(_table(brow))
+    sync = f"max R_s, {ev.sync}" if ev.sync_s > 0 else "none: every stage has d = 1"
     out.append("")
     out.append(f"fill + drain    {ev.fill_drain_s:.6g} s")
     out.append(f"steady state    {ev.steady_s:.6g} s  (M - 1 = {inst.microbatches - 1} x "
                f"{ev.bottleneck_s:.6g} s, paced by {ev.bottleneck})")
-    out.append(f"iteration time  {ev.iteration_time_s:.6g} s")
+    out.append(f"synchronisation {ev.sync_s:.6g} s  ({sync})")
+    paced = f"  (paced by {_pacing(ev)})" if math.isfinite(ev.iteration_time_s) else ""
+    out.append(f"iteration time  {ev.iteration_time_s:.6g} s{paced}")
     if ev.violations:
         out.append("INFEASIBLE:")
         out.extend(f"  {v}" for v in ev.violations)
     return "\n".join(out)
+
+
+def _pacing(ev) -> str:
+    """Which term paces ``T`` after the fill, in words: a device, a link or the sync."""
+    if ev.paced_by == "synchronisation":
+        return "the synchronisation: max R_s above the steady state"
+    return f"a {ev.paced_by}: the steady state above max R_s" if ev.sync_s > 0 else \
+        f"a {ev.paced_by}"
 
 
 # --------------------------------------------------------------------------- parser
@@ -393,8 +425,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser(
         "solve", help="solve an instance with one solver",
-        epilog=listing("solvers (exact ones prove optimality; `chainpipe solvers` lists the "
-                       "installed ones)", solver_rows(SOLVERS.values())))
+        epilog=listing("solvers (exact ones prove optimality; v1-only ones refuse data and "
+                       "tensor parallelism; `chainpipe solvers` lists the installed ones)",
+                       solver_rows(SOLVERS.values())))
     s.add_argument("instance", metavar="INSTANCE", help="an instance file (JSON)")
     s.add_argument("--solver", default="dp", type=name_of("solver", SOLVERS),
                    choices=list(SOLVERS), metavar="NAME", help="one of %(choices)s")

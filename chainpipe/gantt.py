@@ -3,7 +3,10 @@
 :func:`gantt` draws the schedule that :func:`chainpipe.schedule.simulate_pipeline`
 simulates: one row per stage (its device) and, where asked, one row per stage
 boundary (the link the activations cross; inter-datacenter paths shaded), with
-every microbatch's forward and backward block. The title gives both the
+every microbatch's forward and backward block and, for a stage of data-parallel
+width ``d > 1``, its gradient synchronisation after its last backward. A stage
+row is labelled with its devices, its ``d x t`` (when not ``1x1``) and its
+layers. The title gives both the
 simulated makespan and the cost model's ``T`` (they differ: ``docs/schedule.md``).
 
 A chart stays readable at any size: by default only the first
@@ -27,7 +30,7 @@ from pathlib import Path
 from .drawing import pyplot, save_figure
 from .instance import Instance, InstanceError
 from .plan import Plan
-from .schedule import PipelineRow, PipelineSchedule, simulate_pipeline
+from .schedule import SYNC, PipelineRow, PipelineSchedule, simulate_pipeline
 from .strict_json import quote
 
 FORWARD_COLOR = "#4C78A8"
@@ -36,6 +39,7 @@ FORWARD_PALE = "#C3D3E6"
 BACKWARD_PALE = "#FBD3AE"
 INTER_DC_SHADE = "0.92"
 BUSY_COLOR = "#6F5E86"
+SYNC_COLOR = "#54A24B"
 #: a chart whose device blocks are narrower than this many pixels (median) shows busy spans
 DENSE_PX = 2.0
 #: microbatches drawn in full colour by default (``None`` draws every one)
@@ -92,13 +96,14 @@ def window_end(sim: PipelineSchedule, window: int | None) -> float:
     Returns
     -------
     float
-        The end of the last block of a microbatch ``< window``; for all
-        microbatches, the larger of the makespan and ``T``.
+        The end of the last block of a microbatch ``< window`` (synchronisation
+        blocks, which come after every microbatch, aside); for all microbatches, the
+        larger of the makespan and ``T``.
     """
     if window is None or window >= sim.microbatches:
         return max(sim.makespan_s, sim.iteration_time_s)
-    return max((b.end for r in sim.rows for b in r.blocks if b.microbatch < window),
-               default=sim.makespan_s)
+    return max((b.end for r in sim.rows for b in r.blocks
+                if b.op != SYNC and b.microbatch < window), default=sim.makespan_s)
 
 
 def _title(sim: PipelineSchedule, stages: int, window: int | None, x_end: float,
@@ -108,7 +113,8 @@ def _title(sim: PipelineSchedule, stages: int, window: int | None, x_end: float,
         f"{sim.instance}: {sim.schedule.upper()} schedule of one iteration, {stages} stages, "
         f"{sim.microbatches} microbatches (simulated){status}",
         f"simulated makespan {sim.makespan_s:.6g} s; cost model T = "
-        f"{sim.iteration_time_s:.6g} s; T / makespan = {sim.ratio:.4f}",
+        f"{sim.iteration_time_s:.6g} s; T / makespan = {sim.ratio:.4f}"
+        + (f"; synchronisation max R_s = {sim.sync_s:.6g} s" if sim.sync_s > 0 else ""),
     ]
     notes = []
     if window is not None and window < sim.microbatches:
@@ -142,7 +148,7 @@ def _draw_row(ax, row: PipelineRow, y: float, window: int | None, x_end: float,
     a link keeps its two directions).
     """
     if row.kind == "stage":
-        spans = {"F": (y - 0.38, 0.76), "B": (y - 0.38, 0.76)}
+        spans = {"F": (y - 0.38, 0.76), "B": (y - 0.38, 0.76), SYNC: (y - 0.38, 0.76)}
     else:  # activations in the upper half, gradients in the lower half
         spans = {"F": (y + 0.02, 0.36), "B": (y - 0.38, 0.36)}
     shown = [b for b in row.blocks if b.start <= x_end]
@@ -152,13 +158,17 @@ def _draw_row(ax, row: PipelineRow, y: float, window: int | None, x_end: float,
     if dense:
         gap = 1.0 / px_per_s
         if row.kind == "stage":
-            merged = {("busy", BUSY_COLOR): merge_spans([(b.start, b.duration) for b in shown],
-                                                        gap)}
+            merged = {("busy", BUSY_COLOR): merge_spans([(b.start, b.duration) for b in shown
+                                                         if b.op != SYNC], gap),
+                      (SYNC, SYNC_COLOR): [(b.start, b.duration) for b in shown
+                                           if b.op == SYNC]}
         else:
             merged = {(op, color): merge_spans([(b.start, b.duration) for b in shown
                                                 if b.op == op], gap)
                       for op, color in (("F", FORWARD_COLOR), ("B", BACKWARD_COLOR))}
         for (op, color), bars in merged.items():
+            if not bars:
+                continue
             ax.broken_barh(bars, spans.get(op, spans["F"]), facecolors=color,
                            edgecolors="none", alpha=alpha)
         return
@@ -168,19 +178,21 @@ def _draw_row(ax, row: PipelineRow, y: float, window: int | None, x_end: float,
         full = window is None or b.microbatch < window
         groups.setdefault((b.op, full), []).append((b.start, b.duration))
         width_px = b.duration * px_per_s
-        if row.kind == "stage" and full and width_px >= 7 * len(str(b.microbatch)) + 3 \
-                and row_px >= 10:
-            labels.append((b.start + b.duration / 2, b.microbatch))
+        text = "sync" if b.op == SYNC else str(b.microbatch)
+        if row.kind == "stage" and full and width_px >= 7 * len(text) + 3 and row_px >= 10:
+            labels.append((b.start + b.duration / 2, text))
     for (op, full), bars in groups.items():
-        if full:
+        if op == SYNC:
+            color = SYNC_COLOR
+        elif full:
             color = FORWARD_COLOR if op == "F" else BACKWARD_COLOR
         else:
             color = FORWARD_PALE if op == "F" else BACKWARD_PALE
         narrow = min(d for _, d in bars) * px_per_s < 6
         ax.broken_barh(bars, spans[op], facecolors=color,
                        edgecolors="none" if narrow else "white", linewidth=0.4, alpha=alpha)
-    for x, m in labels:
-        ax.text(x, y, str(m), ha="center", va="center", fontsize=7, color="white")
+    for x, text in labels:
+        ax.text(x, y, text, ha="center", va="center", fontsize=7, color="white")
 
 
 def _progress(rows: list[PipelineRow], blocks: int):
@@ -256,6 +268,8 @@ def draw(sim: PipelineSchedule, ax=None, *, window: int | None = DEFAULT_WINDOW,
     if dense:
         handles.append(Patch(color=BUSY_COLOR, label=f"busy (blocks under {DENSE_PX:g} px "
                                                      f"merged)"))
+    if any(b.op == SYNC and b.start <= x_end for r in rows for b in r.blocks):
+        handles.append(Patch(color=SYNC_COLOR, label="gradient synchronisation R_s"))
     if any(r.inter_dc for r in rows):
         handles.append(Patch(color=INTER_DC_SHADE, label="inter-DC path"))
     below = -0.5 / max(fig_h * pos.height, 1.0)  # under the axis label, in axes fraction
@@ -370,8 +384,9 @@ def cli_plot(args) -> int:
         f" (first {window} drawn in full; --microbatches all for every one)"
     print(f"wrote {' and '.join(written)}: {sim.schedule} schedule, {plan.num_stages} stages, "
           f"{sim.microbatches} microbatches{shown}")
+    sync = f" (synchronisation max R_s = {sim.sync_s:.6g} s included)" if sim.sync_s > 0 else ""
     print(f"cost model T = {sim.iteration_time_s:.6g} s, simulated makespan "
-          f"{sim.makespan_s:.6g} s, T / makespan = {sim.ratio:.4f} (docs/schedule.md)")
+          f"{sim.makespan_s:.6g} s{sync}, T / makespan = {sim.ratio:.4f} (docs/schedule.md)")
     if not sim.feasible:
         print("warning: the plan is infeasible (see `chainpipe evaluate`)")
     if not math.isfinite(sim.ratio):

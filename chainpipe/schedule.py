@@ -8,7 +8,11 @@ time ``C_s``), and one link per stage boundary, full duplex, which carries one
 activation (forward) and one gradient (backward) at a time, each occupying it
 ``U_s`` and arriving ``latency`` later. Its makespan is the length of that
 concrete schedule; the cost model's ``T`` is a closed formula over the same
-times. ``docs/schedule.md`` explains where and why the two differ.
+times. After its last backward block each stage of data-parallel width ``d > 1``
+all-reduces its gradients: one synchronisation block of the cost model's ``R_s`` on
+its row, so a stage's synchronisation overlaps the drain of the stages before it
+(the cost model's ``T`` adds ``max_s R_s`` after the whole drain instead).
+``docs/schedule.md`` explains where and why the two differ.
 
 Nothing here draws: :mod:`chainpipe.gantt` draws a :class:`PipelineSchedule`.
 """
@@ -27,6 +31,8 @@ from .plan import Evaluation, Plan, evaluate
 PROGRESS_BLOCKS = 200_000
 #: the most device blocks (``2 M S``) a simulation runs (some 10 s and 300 MB)
 MAX_BLOCKS = 1_000_000
+#: ``Block.op`` of a stage's gradient synchronisation (its ``microbatch`` is -1)
+SYNC = "S"
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,10 +44,12 @@ class Block:
     start, duration : float
         Seconds from the start of the iteration.
     op : str
-        ``"F"`` (forward: compute, or an activation on a link) or ``"B"``
-        (backward: compute, or a gradient on a link).
+        ``"F"`` (forward: compute, or an activation on a link), ``"B"``
+        (backward: compute, or a gradient on a link) or ``"S"`` (:data:`SYNC`: the
+        stage's gradient synchronisation ``R_s``, once per iteration).
     microbatch : int
-        0-based microbatch index.
+        0-based microbatch index; -1 for a synchronisation block (every microbatch's
+        gradients at once).
     """
 
     start: float
@@ -81,7 +89,9 @@ class PipelineSchedule:
     iteration_time_s : float
         ``T`` of the cost model (:func:`chainpipe.plan.evaluate`).
     makespan_s : float
-        End of the last block of the simulated schedule.
+        End of the last block of the simulated schedule, synchronisation included.
+    sync_s : float
+        ``max_s R_s``, the cost model's synchronisation term (0 when every ``d = 1``).
     feasible : bool
         Whether the plan keeps every rule (a memory limit may be broken).
     rows : list of PipelineRow
@@ -95,6 +105,7 @@ class PipelineSchedule:
     makespan_s: float
     feasible: bool
     rows: list[PipelineRow]
+    sync_s: float = 0.0
 
     @property
     def ratio(self) -> float:
@@ -106,7 +117,7 @@ class PipelineSchedule:
         return {
             "instance": self.instance, "schedule": self.schedule,
             "microbatches": self.microbatches, "iteration_time_s": self.iteration_time_s,
-            "makespan_s": self.makespan_s, "feasible": self.feasible,
+            "makespan_s": self.makespan_s, "sync_s": self.sync_s, "feasible": self.feasible,
             "rows": [{"label": r.label, "kind": r.kind, "inter_dc": r.inter_dc,
                       "blocks": [{"start": b.start, "duration": b.duration, "op": b.op,
                                   "microbatch": b.microbatch} for b in r.blocks]}
@@ -172,9 +183,36 @@ def block_durations(instance: Instance, plan: Plan,
     return fwd, bwd
 
 
+def devices_label(devices) -> str:
+    """A stage's devices in a few characters: ``a/g/0`` alone, ``a/g/0..7`` for a run of
+    consecutive indices of one group, ``a/g/0,1,4,5`` otherwise (up to four), else
+    ``a/g/0,1,...,9 (6)`` with the count.
+    """
+    devices = list(devices)
+    if len(devices) == 1:
+        return devices[0]
+    prefixes = {d.rpartition("/")[0] for d in devices}
+    indices = [d.rpartition("/")[2] for d in devices]
+    if len(prefixes) > 1 or not all(i.isdigit() for i in indices):
+        return f"{devices[0]}..{devices[-1]} ({len(devices)})"
+    prefix, numbers = devices[0].rpartition("/")[0] + "/", [int(i) for i in indices]
+    if numbers == list(range(numbers[0], numbers[0] + len(numbers))):
+        return f"{prefix}{numbers[0]}..{numbers[-1]}"
+    if len(numbers) <= 4:
+        return prefix + ",".join(indices)
+    return f"{prefix}{indices[0]},{indices[1]},...,{indices[-1]} ({len(numbers)})"
+
+
+def stage_label(s: int, stage) -> str:
+    """A stage row's label: ``s0 a/g/0 [0,3)``, with ``2x4`` after the devices unless
+    ``d = t = 1``."""
+    width = "" if stage.data_parallel == stage.tensor_parallel == 1 else \
+        f" {stage.data_parallel}x{stage.tensor_parallel}"
+    return f"s{s} {devices_label(stage.devices)}{width} [{stage.start},{stage.end})"
+
+
 def _rows(plan: Plan, ev: Evaluation) -> tuple[list[PipelineRow], list[PipelineRow]]:
-    stage_rows = [PipelineRow(f"s{s} {st.devices[0]} [{st.start},{st.end})", "stage")
-                  for s, st in enumerate(plan.stages)]
+    stage_rows = [PipelineRow(stage_label(s, st), "stage") for s, st in enumerate(plan.stages)]
     link_rows = []
     for b in ev.boundaries:
         inter = len(b.path) > 1
@@ -191,6 +229,7 @@ class _Pipeline:
         S, M = plan.num_stages, instance.microbatches
         self.S, self.M = S, M
         self.fwd, self.bwd = block_durations(instance, plan, ev)
+        self.sync = [st.sync_time_s for st in ev.stages]
         self.U = [b.occupancy_s for b in ev.boundaries]
         self.lat = [b.latency_s for b in ev.boundaries]
         self.orders = [stage_order(instance.training.schedule, S, s, M) for s in range(S)]
@@ -257,6 +296,14 @@ class _Pipeline:
             remaining -= progressed
             if progress is not None:
                 progress(progressed)
+        self.synchronise()
+
+    def synchronise(self) -> None:
+        """Each stage's gradient synchronisation, from the end of its last backward."""
+        for s, r in enumerate(self.sync):
+            if r > 0:
+                self.stage_rows[s].blocks.append(Block(self.device_free[s], r, SYNC, -1))
+                self.device_free[s] += r
 
     def rows(self) -> list[PipelineRow]:
         out = []
@@ -320,21 +367,26 @@ def simulate_pipeline(instance: Instance, plan: Plan, *,
         sim.run()
     makespan = max(sim.device_free) if sim.device_free else 0.0
     return PipelineSchedule(instance.name, instance.training.schedule, sim.M,
-                            ev.iteration_time_s, makespan, ev.feasible, sim.rows())
+                            ev.iteration_time_s, makespan, ev.feasible, sim.rows(), ev.sync_s)
 
 
 # --------------------------------------------------------------------------- closed forms
 def gpipe_makespan(instance: Instance, plan: Plan, ev: Evaluation | None = None) -> float:
     """The exact makespan of the simulated GPipe schedule, in closed form.
 
-    GPipe runs every forward, then every backward: two pipelines of identical
-    jobs one after the other, each paced by its slowest resource::
+    GPipe runs every forward, then every backward: two flow shops of identical
+    jobs one after the other, each paced by its slowest resource. The last
+    backward block of stage ``s`` ends at::
 
-        fill + (M - 1) * (max(F_max, U_max) + max(B_max, U_max))
+        E_s = sum F + sum (U + lat) + (M - 1) * max(F_max, U_max)          # forwards
+              + sum_{j>=s} B_j + sum_{s<=j<S-1} (U_j + lat_j)
+              + (M - 1) * max(max_{j>=s} B_j, max_{s<=j<S-1} U_j)           # backwards
 
-    with ``fill`` the round trip ``sum C + sum Q`` of one microbatch and
-    ``F_max``/``B_max`` the longest forward/backward block of any stage
-    (see :func:`block_durations`). It is never below the cost model's ``T``.
+    with ``F``/``B`` the forward/backward blocks of each stage (see
+    :func:`block_durations`), and the makespan is ``max_s (E_s + R_s)``, each stage
+    synchronising after its last backward. Without synchronisation it is ``E_0 =
+    fill + (M - 1) * (max(F_max, U_max) + max(B_max, U_max))``, never below the cost
+    model's ``T``.
 
     Parameters
     ----------
@@ -350,8 +402,17 @@ def gpipe_makespan(instance: Instance, plan: Plan, ev: Evaluation | None = None)
     """
     ev = ev or evaluate(instance, plan)
     fwd, bwd = block_durations(instance, plan, ev)
-    u = max((b.occupancy_s for b in ev.boundaries), default=0.0)
-    return ev.fill_drain_s + (instance.microbatches - 1) * (max(max(fwd), u) + max(max(bwd), u))
+    occupancy = [b.occupancy_s for b in ev.boundaries]
+    hops = [b.occupancy_s + b.latency_s for b in ev.boundaries]
+    M, S = instance.microbatches, len(fwd)
+    forwards = sum(fwd) + sum(hops) + (M - 1) * max(max(fwd), max(occupancy, default=0.0))
+    makespan, path, pace = 0.0, 0.0, 0.0
+    for s in reversed(range(S)):  # the backward flow shop from the last stage down to s
+        path += bwd[s] + (hops[s] if s < S - 1 else 0.0)
+        pace = max(pace, bwd[s], occupancy[s] if s < S - 1 else 0.0)
+        end = forwards + path + (M - 1) * pace
+        makespan = max(makespan, end + ev.stages[s].sync_time_s)
+    return makespan
 
 
 def one_f_one_b_cycle(ev: Evaluation, microbatches: int) -> float:
@@ -394,5 +455,6 @@ def one_f_one_b_cycle(ev: Evaluation, microbatches: int) -> float:
     return cycle
 
 
-__all__ = ["Block", "PipelineRow", "PipelineSchedule", "block_durations", "gpipe_makespan",
-           "one_f_one_b_cycle", "simulate_pipeline", "stage_order"]
+__all__ = ["SYNC", "Block", "PipelineRow", "PipelineSchedule", "block_durations",
+           "devices_label", "gpipe_makespan", "one_f_one_b_cycle", "simulate_pipeline",
+           "stage_label", "stage_order"]

@@ -398,3 +398,84 @@ def test_split_documents_are_validated_naming_file_and_path(tmp_path):
     paths[0].write_text(json.dumps(pub))
     with pytest.raises(InstanceError, match="no private file for centre"):
         read_split(tmp_path)
+
+
+# ------------------------------------------------------------------ split documents, version 2
+def _v2_instance() -> Instance:
+    """Three DCs with nodes, node bandwidths, ZeRO and widths: every v2 field not its default."""
+    import dataclasses
+
+    from chainpipe.instance import Parallelism
+
+    base = _distinctive_instance()
+    layers = tuple(dataclasses.replace(ly, tp_allreduce_bytes=3.0e7 + i)
+                   for i, ly in enumerate(base.model.layers))
+    training = Training(8, "1f1b", 16.0, gradient_bytes_per_param=4.0,
+                        optimizer_bytes_per_param=10.0,
+                        parallelism=Parallelism((1, 3, 4), (2, 4), True))
+    nodes = {"ZetaSecretGPU": (2, 4.44e11), "KappaCovert": (1, None), "SigmaPrivate": (2, 3.33e11)}
+    dcs = tuple(dataclasses.replace(dc, devices=tuple(
+        dataclasses.replace(g, count=4, devices_per_node=nodes[g.type][0],
+                            node_bandwidth_bytes_per_s=nodes[g.type][1])
+        if g.type in nodes else g for g in dc.devices)) for dc in base.datacenters)
+    return dataclasses.replace(base, model=Model("m", layers), training=training,
+                               datacenters=dcs)
+
+
+def _join(public: dict, private: list[dict]) -> Instance:
+    """The instance the split documents describe, put back together."""
+    from chainpipe.io import instance_from_dict
+
+    return instance_from_dict({"format": "chainpipe-instance/2", "name": public["name"],
+                               "model": public["model"], "training": public["training"],
+                               "datacenters": [p["datacenter"] for p in private],
+                               "links": public["links"]})
+
+
+def test_split_of_a_v2_instance_reassembles_to_it_and_keeps_nodes_private(tmp_path):
+    """The public file carries the model (with tp_allreduce_bytes) and training (gradient and
+    optimizer bytes, parallelism: public by the contract); each DC's private file its groups
+    with their node sizes and node bandwidths, and nothing of these reaches public.json."""
+    from chainpipe.solvers.cdynp.public import read_split, read_view
+
+    inst = _v2_instance()
+    paths = split_instance(inst, tmp_path)
+    public, private = read_split(tmp_path)
+    assert _join(public, private) == inst
+    assert public["training"]["parallelism"] == {"data_parallel": [1, 3, 4],
+                                                 "tensor_parallel": [2, 4], "zero": True}
+    assert (public["training"]["gradient_bytes_per_param"],
+            public["training"]["optimizer_bytes_per_param"]) == (4.0, 10.0)
+    assert [ly["tp_allreduce_bytes"] for ly in public["model"]["layers"]] == [
+        ly.tp_allreduce_bytes for ly in inst.layers]
+    public_text = paths[0].read_text()
+    for secret in ("devices_per_node", "node_bandwidth", "4.44e+11", "444000000000",
+                   "3.33e+11", "333000000000"):
+        assert secret not in public_text
+    north = private[0]["datacenter"]["devices"][0]
+    assert (north["devices_per_node"], north["node_bandwidth_bytes_per_s"]) == (2, 4.44e11)
+    for k, doc in enumerate(private):  # what each DC's agent holds
+        view, index, dc = read_view(public, doc)
+        assert (index, dc, view.training, view.model) == (k, inst.datacenters[k],
+                                                          inst.training, inst.model)
+
+
+def test_split_files_written_before_version_2_still_read(tmp_path):
+    """Documents without the v2 fields (as chainpipe wrote them for version 1) read with the
+    defaults: the same instance as the version-1 file."""
+    from chainpipe.solvers.cdynp.public import read_split
+
+    inst = _distinctive_instance()
+    paths = split_instance(inst, tmp_path)
+    v2_keys = ("tp_allreduce_bytes", "gradient_bytes_per_param", "optimizer_bytes_per_param",
+               "parallelism", "devices_per_node", "node_bandwidth_bytes_per_s")
+
+    def strip(node):
+        if isinstance(node, dict):
+            return {k: strip(v) for k, v in node.items() if k not in v2_keys}
+        return [strip(v) for v in node] if isinstance(node, list) else node
+
+    for p in paths:
+        p.write_text(json.dumps(strip(json.loads(p.read_text()))))
+    assert "parallelism" not in paths[0].read_text()
+    assert _join(*read_split(tmp_path)) == inst

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from fake_solvers import first_device
 
-from chainpipe import read
+from chainpipe import Plan, read
 from chainpipe.cli import main
 from chainpipe.compare import instance_digest, metrics, run_sweep
 from chainpipe.compare.report import CSV_COLUMNS
@@ -601,3 +601,49 @@ def test_a_resumed_sweep_retries_harness_failures_and_keeps_results(sweep, tmp_p
     lines = [json.loads(x) for x in (out / "results.jsonl").read_text().splitlines()]
     assert [r["solver"] for r in lines].count("fake-crash") == 2  # run again
     assert [r["solver"] for r in lines].count("fake-first") == 1  # reused
+
+
+# --------------------------------------------------------------------------- contract v2
+def test_cli_compare_on_v2_instances_reports_refusals_as_error_rows(tmp_path, capsys):
+    """Two small v2 instances (the worked example; two DCs with nodes, ZeRO and widths
+    [1, 2], [1, 2]): the solvers that refuse parallelism give status error rows with their
+    one line, the others their plans, and the sweep finishes with its report."""
+    src = tmp_path / "in"
+    src.mkdir()
+    worked = json.loads((ROOT / "tests" / "data" / "valid" / "worked_example_v2.json")
+                        .read_text())
+    (src / "worked.json").write_text(json.dumps(worked))
+    two = json.loads(json.dumps(worked))
+    two["name"], two["training"]["schedule"] = "two-dc-v2", "1f1b"
+    two["training"]["parallelism"]["zero"] = True
+    two["datacenters"].append({
+        "name": "b", "devices": [{"type": "h", "count": 4, "flop_per_s": 200, "memory_bytes": 1e9,
+                                  "devices_per_node": 4, "node_bandwidth_bytes_per_s": 20}],
+        "link": {"bandwidth_bytes_per_s": 10, "latency_s": 0.25}})
+    two["links"] = [{"bandwidth_bytes_per_s": 5, "latency_s": 1}]
+    (src / "two.json").write_text(json.dumps(two))
+    out = tmp_path / "out"
+    code = main(["compare", str(src), "--solvers", "dp,cpsat,cdynp,uniform", "--time-limit",
+                 "30", "--out", str(out)])
+    capsys.readouterr()
+    assert code == 0
+    rows = {(r["instance"], r["solver"]): r for r in _csv(out / "results.csv")}
+    assert len(rows) == 8
+    summary = (out / "summary.md").read_text()
+    for name in ("worked-example-v2", "two-dc-v2"):
+        inst = read(src / ("worked.json" if name == "worked-example-v2" else "two.json"))
+        for solver in ("cpsat", "cdynp"):
+            assert rows[(name, solver)]["status"] == "error"
+            assert (f"- {name} / {solver} (seed 0): error: {solver} does not support data or "
+                    f"tensor parallelism yet (training.parallelism allows d in [1, 2], t in "
+                    f"[1, 2]); use dp") in summary.splitlines()
+        for solver in ("dp", "uniform"):
+            assert rows[(name, solver)]["status"] in ("optimal", "feasible")
+        records = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+        for rec in records:
+            if rec["instance"] == name and rec["plan"] is not None:
+                ev = evaluate(inst, Plan.from_dict(rec["plan"]))
+                assert ev.feasible and ev.iteration_time_s == pytest.approx(
+                    rec["iteration_time_s"])
+    assert float(rows[("worked-example-v2", "dp")]["iteration_time_s"]) >= 16.0 * (1 - 1e-9)
+    assert (out / "profile_quality.png").exists()

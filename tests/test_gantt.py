@@ -9,11 +9,20 @@ import struct
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from chainpipe import Plan, read
 from chainpipe.cli import main
-from chainpipe.gantt import DPI, MAX_HEIGHT_IN, chart_rows, gantt, window_end
+from chainpipe.gantt import (
+    DPI,
+    MAX_HEIGHT_IN,
+    SYNC_COLOR,
+    chart_rows,
+    draw,
+    gantt,
+    window_end,
+)
 from chainpipe.schedule import simulate_pipeline
 
 DATA = Path(__file__).resolve().parent / "data" / "valid"
@@ -137,6 +146,71 @@ def test_gantt_into_given_axes_draws_every_row():
     assert "T = 32" in ax.get_title() and "makespan 32" in ax.get_title()
     plt.close(fig)
     assert sim.makespan_s == pytest.approx(simulate_pipeline(inst, plan).makespan_s)
+
+
+def _sync_bars(ax) -> list[tuple[float, float]]:
+    """``(start, width)`` of every bar drawn in the synchronisation colour."""
+    from matplotlib.colors import to_rgba
+
+    out = []
+    for coll in ax.collections:
+        if coll.get_facecolor().size and tuple(coll.get_facecolor()[0]) == to_rgba(SYNC_COLOR):
+            out.extend((float(np.min(p.vertices[:, 0])), float(np.ptp(p.vertices[:, 0])))
+                       for p in coll.get_paths())
+    return sorted(out)
+
+
+@pytest.mark.parametrize("dense", [False, True], ids=["blocks", "dense"])
+def test_gantt_draws_each_stage_sync_after_its_drain_with_a_legend_and_d_x_t(dense):
+    """The v2 worked example's optimum: two stages of 2x1 devices, each syncing R = 2.5 s
+    from the end of its last backward."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    inst = read(DATA / "worked_example_v2.json")
+    plan = Plan.from_tuples(inst, [(0, 1, 0, 0, 2, 1), (1, 2, 0, 0, 2, 1)])
+    sim = simulate_pipeline(inst, plan)
+    fig, ax = plt.subplots(figsize=(0.3, 2) if dense else (13, 3))
+    draw(sim, ax, window=None, links="all")
+    stage_rows = [r for r in sim.rows if r.kind == "stage"]
+    ends = sorted(max(b.end for b in r.blocks if b.op != "S") for r in stage_rows)
+    bars = _sync_bars(ax)
+    assert [s for s, _ in bars] == pytest.approx(ends)
+    assert [w for _, w in bars] == pytest.approx([2.5, 2.5])
+    labels = [t.get_text() for t in ax.get_yticklabels()]
+    assert "s0 a/g/0..1 2x1 [0,1)" in labels and "s1 a/g/2..3 2x1 [1,2)" in labels
+    assert "gradient synchronisation R_s" in [t.get_text() for t in ax.get_legend().get_texts()]
+    assert "synchronisation max R_s = 2.5 s" in ax.get_title()
+    plt.close(fig)
+
+
+def test_plot_of_a_v2_plan_says_the_makespan_includes_the_sync(tmp_path, capsys):
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"stages": [
+        {"layers": [0, 1], "data_parallel": 2, "devices": ["a/g/0", "a/g/1"]},
+        {"layers": [1, 2], "data_parallel": 2, "devices": ["a/g/2", "a/g/3"]}]}))
+    assert main(["plot", str(DATA / "worked_example_v2.json"), str(plan), "-o",
+                 str(tmp_path / "g.png")]) == 0
+    out = capsys.readouterr().out
+    assert "cost model T = 16 s, simulated makespan 22 s (synchronisation max R_s = 2.5 s " \
+           "included)" in out
+
+
+def test_the_default_window_is_not_stretched_by_the_sync():
+    """The sync comes after every microbatch: under 1F1B the first ones' span ends before
+    it."""
+    import dataclasses
+
+    inst = read(DATA / "worked_example_v2.json")
+    inst = dataclasses.replace(inst, training=dataclasses.replace(inst.training,
+                                                                  schedule="1f1b"))
+    plan = Plan.from_tuples(inst, [(0, 1, 0, 0, 2, 1), (1, 2, 0, 0, 2, 1)])
+    sim = simulate_pipeline(inst, plan)
+    first = max(b.end for r in sim.rows for b in r.blocks if b.op != "S" and b.microbatch < 2)
+    assert window_end(sim, 2) == pytest.approx(first)
+    assert window_end(sim, 2) < sim.makespan_s - 2.5 - 1.0
 
 
 def test_dense_rows_merge_blocks_under_a_pixel_apart():

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
+import random
 from pathlib import Path
 
 import pytest
 
 from chainpipe import Plan, evaluate, read
+from chainpipe.instance import Parallelism
 from chainpipe.schedule import (
+    SYNC,
     block_durations,
     gpipe_makespan,
     one_f_one_b_cycle,
@@ -31,6 +35,41 @@ def _plans(n):
         _T, plan = brute_force(inst)
         if plan is not None:
             out.append((inst, plan))
+    return out
+
+
+def _v2_plans(n, schedule=None):
+    """Random instances made version 2 (groups of 4 devices in nodes of 2, widths 1 to 3,
+    degrees 1 and 2, ZeRO either way) with a random plan each that uses them; plans may
+    break a memory limit (the simulation runs them all the same)."""
+    out = []
+    rng = random.Random(7)
+    seed = 0
+    while len(out) < n:
+        base = random_instance(900 + seed, max_layers=5)
+        seed += 1
+        dcs = tuple(dataclasses.replace(dc, devices=tuple(
+            dataclasses.replace(g, count=4, devices_per_node=2,
+                                node_bandwidth_bytes_per_s=float(rng.choice([5, 50])))
+            for g in dc.devices)) for dc in base.datacenters)
+        training = dataclasses.replace(
+            base.training, schedule=schedule or base.training.schedule,
+            parallelism=Parallelism((1, 2, 3), (1, 2), rng.random() < 0.5))
+        inst = dataclasses.replace(base, training=training, datacenters=dcs)
+        L = inst.num_layers
+        cuts = sorted(rng.sample(range(1, L), rng.randint(0, min(L - 1, 3))))
+        bounds = [0, *cuts, L]
+        groups = sorted((k, g) for k, dc in enumerate(dcs) for g in range(len(dc.devices)))
+        picks = sorted(rng.choice(groups) for _ in bounds[1:])
+        stages, used = [], {}
+        for (a, b), (k, g) in zip(itertools.pairwise(bounds), picks):
+            d, t = rng.choice([(1, 1), (2, 1), (3, 1), (1, 2), (2, 2)])
+            if used.get((k, g), 0) + d * t > 4:
+                d, t = 1, 1
+            used[(k, g)] = used.get((k, g), 0) + d * t
+            stages.append((a, b, k, g, d, t))
+        if max(used.values()) <= 4:
+            out.append((inst, Plan.from_tuples(inst, stages)))
     return out
 
 
@@ -164,3 +203,84 @@ def test_1f1b_stash_limit_loops_bound_the_simulated_makespan():
                 if S - s <= M - 1:
                     assert cycle >= _loop(ev, s, S - 1) / (S - s) * (1 - 1e-12)
     assert checked > 100
+
+
+# --------------------------------------------------------------------------- synchronisation
+def test_worked_example_v2_syncs_each_stage_after_its_last_backward():
+    """The v2 optimum (two stages of d = 2, R = 2.5 each): the cost model adds max R_s after
+    the drain; the schedule starts each stage's sync when its last backward ends, so stage
+    1's overlaps stage 0's drain and stage 0's ends the iteration."""
+    inst = read(DATA / "worked_example_v2.json")
+    plan = Plan.from_tuples(inst, [(0, 1, 0, 0, 2, 1), (1, 2, 0, 0, 2, 1)])
+    sim = simulate_pipeline(inst, plan)
+    assert (sim.iteration_time_s, sim.sync_s) == (pytest.approx(16.0), pytest.approx(2.5))
+    stage_rows = [r for r in sim.rows if r.kind == "stage"]
+    assert [r.label for r in stage_rows] == ["s0 a/g/0..1 2x1 [0,1)", "s1 a/g/2..3 2x1 [1,2)"]
+    for row in stage_rows:
+        *work, sync = sorted(row.blocks, key=lambda b: b.start)
+        assert (sync.op, sync.microbatch, sync.duration) == (SYNC, -1, pytest.approx(2.5))
+        assert sync.start == pytest.approx(max(b.end for b in work))
+        assert all(b.op != SYNC for b in work)
+    drain = max(b.end for r in stage_rows for b in r.blocks if b.op != SYNC)
+    assert sim.makespan_s == pytest.approx(drain + 2.5)
+    assert sim.makespan_s == pytest.approx(gpipe_makespan(inst, plan), rel=1e-12)
+    assert sim.to_dict()["sync_s"] == pytest.approx(2.5)
+    assert ("S", -1) in {(row[3], row[4]) for row in sim.csv_rows()[1]}
+
+
+def test_version_1_plans_have_no_sync_blocks_and_keep_their_labels():
+    inst = read(DATA / "worked_example.json")
+    plan = Plan.from_dict(json.loads((DATA / "worked_example.plan.json").read_text()))
+    sim = simulate_pipeline(inst, plan)
+    assert sim.sync_s == 0.0
+    assert all(b.op != SYNC for r in sim.rows for b in r.blocks)
+    assert [r.label for r in sim.rows if r.kind == "stage"] == ["s0 a/g/0 [0,1)",
+                                                                  "s1 a/g/1 [1,3)"]
+
+
+def test_v2_schedules_sync_after_the_drain_of_each_stage_and_stay_within_T_terms():
+    """On random v2 plans: each stage with d > 1 has one sync block of its R_s from the end of
+    its last backward; the makespan counts them, and no schedule beats the pipeline's round
+    trip plus stage 0's sync (stage 0 is the last to finish its backwards), nor exceeds the
+    pipeline alone plus max R_s; with one microbatch that is T exactly when stage 0's sync is
+    the longest."""
+    seen_sync = 0
+    for inst, plan in _v2_plans(40):
+        ev = evaluate(inst, plan)
+        sim = simulate_pipeline(inst, plan)
+        rows = [r for r in sim.rows if r.kind == "stage"]
+        ends = []
+        for st, row in zip(ev.stages, rows):
+            syncs = [b for b in row.blocks if b.op == SYNC]
+            work = [b for b in row.blocks if b.op != SYNC]
+            assert len(work) == 2 * inst.microbatches
+            last = max(b.end for b in work)
+            if st.sync_time_s > 0:
+                seen_sync += 1
+                assert len(syncs) == 1 and syncs[0].start == pytest.approx(last)
+                assert syncs[0].duration == pytest.approx(st.sync_time_s)
+            else:
+                assert syncs == []
+            ends.append(last)
+        pipeline = max(ends)
+        assert ends[0] == pytest.approx(pipeline)
+        assert sim.makespan_s == pytest.approx(max(e + st.sync_time_s
+                                                   for e, st in zip(ends, ev.stages)))
+        assert sim.makespan_s >= (ev.fill_drain_s + ev.stages[0].sync_time_s) * (1 - 1e-9)
+        assert sim.makespan_s <= (pipeline + ev.sync_s) * (1 + 1e-9)
+        if inst.microbatches == 1:
+            assert sim.makespan_s <= ev.iteration_time_s * (1 + 1e-9)
+            if ev.stages[0].sync_time_s == ev.sync_s:
+                assert sim.makespan_s == pytest.approx(ev.iteration_time_s)
+    assert seen_sync > 20
+
+
+def test_gpipe_closed_form_holds_with_synchronisation():
+    """GPipe's makespan is max_s (end of stage s's backwards + R_s), in closed form; T, which
+    adds max R_s after the whole drain, exceeds it by at most max R_s - R_0."""
+    for inst, plan in _v2_plans(30, schedule="gpipe"):
+        ev = evaluate(inst, plan)
+        sim = simulate_pipeline(inst, plan)
+        assert sim.makespan_s == pytest.approx(gpipe_makespan(inst, plan, ev), rel=1e-9)
+        slack = ev.sync_s - ev.stages[0].sync_time_s
+        assert sim.iteration_time_s <= (sim.makespan_s + slack) * (1 + 1e-9)

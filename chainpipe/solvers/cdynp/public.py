@@ -1,15 +1,18 @@
 """The public part of an instance, and the split documents each DC is given.
 
-Public to every DC: the model, ``training``, the chain order (DC names) and the
-chain links between neighbouring DCs. A :class:`PublicInstance` holds exactly
-that and nothing a DC keeps private (device types, counts, rates, memory,
-internal links).
+Public to every DC: the model (with each layer's ``tp_allreduce_bytes``),
+``training`` (with the gradient and optimizer bytes per parameter and the
+``parallelism`` lists), the chain order (DC names) and the chain links between
+neighbouring DCs. A :class:`PublicInstance` holds exactly that and nothing a DC
+keeps private (device types, counts, rates, memory, node sizes and node
+bandwidths, internal links).
 
 The split documents are ``public.json`` (``chainpipe-public/1``) and one
 ``chainpipe-private/1`` document per DC holding its own datacenter record. Their
-records are those of the instance format, written and validated by
-:mod:`chainpipe.io` (so a bad document gets one line per problem, with the file
-and the JSON path).
+records are those of the instance format (version 2, every field written; a
+document without the version-2 fields reads with their defaults, as a
+version-1 instance does), written and validated by :mod:`chainpipe.io` (so a bad
+document gets one line per problem, with the file and the JSON path).
 """
 
 from __future__ import annotations
