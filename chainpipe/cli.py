@@ -23,6 +23,7 @@ from typing import Any
 from . import __version__
 from .instance import SCHEDULES, InstanceError
 from .instances import PRESETS
+from .instances.generator import SWITCH
 from .instances.models import MODELS
 from .instances.network import check_degrade
 from .io import instance_to_dict, read, read_plan, write, write_plan
@@ -177,6 +178,10 @@ def cmd_generate(args) -> int:
         "microbatches": args.microbatches,
         "schedule": args.schedule,
         "degrade": args.degrade,
+        "parallelism": args.parallelism,
+        "data_parallel": args.data_parallel,
+        "tensor_parallel": args.tensor_parallel,
+        "zero": args.zero,
     }
     try:
         inst = generate(args.preset, seed=args.seed,
@@ -479,6 +484,24 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--degrade", type=degrade_factor, metavar="F",
                    help="degraded network: inter-DC bandwidth times F, latency divided by F, "
                         "0 < F <= 1")
+    s.add_argument("--parallelism", choices=SWITCH,
+                   help="hybrid parallelism (format version 2): on adds node sizes, node "
+                        "bandwidths, tensor-parallel all-reduce bytes and the lists below "
+                        "(default 1,2,4,8 with ZeRO-1); off gives the version-1 instance "
+                        "(default: the preset's, on for the hybrid presets)")
+    s.add_argument("--data-parallel", metavar="LIST", help="data-parallel widths, e.g. 1,2,4,8",
+                   type=argument_type(lambda v: tuple(int(x) for x in v.split(",")),
+                                      lambda v: all(1 <= x < 2**31 for x in v)
+                                      and len(set(v)) == len(v),
+                                      "comma-separated integers >= 1 without repeats"))
+    s.add_argument("--tensor-parallel", metavar="LIST",
+                   help="tensor-parallel degrees, e.g. 1,2,4,8",
+                   type=argument_type(lambda v: tuple(int(x) for x in v.split(",")),
+                                      lambda v: all(1 <= x < 2**31 and x & (x - 1) == 0
+                                                    for x in v) and len(set(v)) == len(v),
+                                      "comma-separated powers of two without repeats"))
+    s.add_argument("--zero", action=argparse.BooleanOptionalAction, default=None,
+                   help="ZeRO-1: shard the optimizer state over a stage's replicas")
     s.set_defaults(func=cmd_generate)
 
     s = sub.add_parser(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from collections import Counter
@@ -9,7 +10,9 @@ from collections import Counter
 import pytest
 
 from chainpipe.cli import main as cli_main
+from chainpipe.instance import Parallelism
 from chainpipe.instances import GPUS, MODELS, PRESETS, generate
+from chainpipe.instances.generator import PARALLELISM_ON, PRESETS_SPEC
 from chainpipe.instances.gpus import GIB, gpu
 from chainpipe.instances.models import block_figures, model_layers, model_shape
 from chainpipe.instances.sets import (
@@ -21,8 +24,9 @@ from chainpipe.instances.sets import (
     witness_plan,
 )
 from chainpipe.instances.sets import main as sets_main
+from chainpipe.instances.witness import balanced_cuts, hybrid_witness
 from chainpipe.io import instance_from_dict, instance_to_dict, read, write
-from chainpipe.plan import evaluate
+from chainpipe.plan import Plan, evaluate
 from chainpipe.tables import CostTables
 
 
@@ -353,3 +357,280 @@ def test_cli_generate_output_on_a_directory_exits_2(capsys, tmp_path):
     assert cli_main(["generate", "--preset", "tiny", "-o", str(tmp_path)]) == 2
     assert capsys.readouterr().err.splitlines() == [
         f"-o/--output: {tmp_path} is a directory; give a file name"]
+
+
+# --------------------------------------------------------------------------- version 2
+V1_PRESETS = [p for p, spec in PRESETS_SPEC.items() if not spec.parallel_by_default]
+HYBRID_PRESETS = [p for p, spec in PRESETS_SPEC.items() if spec.parallel_by_default]
+
+
+def _v1_view(inst):
+    """``inst`` with every version-2 field back at its default."""
+    layers = tuple(dataclasses.replace(ly, tp_allreduce_bytes=4 * ly.output_bytes)
+                   for ly in inst.layers)
+    dcs = tuple(dataclasses.replace(dc, devices=tuple(
+        dataclasses.replace(g, devices_per_node=1, node_bandwidth_bytes_per_s=None)
+        for g in dc.devices)) for dc in inst.datacenters)
+    return dataclasses.replace(
+        inst, name="x", model=dataclasses.replace(inst.model, layers=layers),
+        training=dataclasses.replace(inst.training, parallelism=Parallelism()), datacenters=dcs)
+
+
+def test_presets_are_split_into_v1_and_hybrid():
+    assert set(V1_PRESETS) == {"tiny", "metro", "metro-large", "pool"}
+    assert set(HYBRID_PRESETS) == {"hybrid-small", "hybrid", "hybrid-large"}
+
+
+@pytest.mark.parametrize("preset", V1_PRESETS)
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_v1_presets_give_v1_instances_with_parallelism_off(preset, seed):
+    inst = generate(preset, seed)
+    assert generate(preset, seed, parallelism="off") == inst
+    assert generate(preset, seed, zero=False) == inst
+    assert inst.parallelism == Parallelism()
+    assert all(ly.tp_allreduce_bytes == 4 * ly.output_bytes for ly in inst.layers)
+    assert all(g.devices_per_node == 1 and g.node_bandwidth_bytes_per_s is None
+               for dc in inst.datacenters for g in dc.devices)
+
+
+@pytest.mark.parametrize("preset", list(PRESETS))
+@pytest.mark.parametrize("seed", [0, 3])
+def test_parallelism_on_only_adds_the_v2_figures(preset, seed):
+    on = generate(preset, seed, parallelism="on")
+    off = generate(preset, seed, parallelism="off")
+    assert _v1_view(on) == dataclasses.replace(off, name="x")
+    assert not on.parallelism.single_device and off.parallelism == Parallelism()
+    assert on.name != off.name or preset in HYBRID_PRESETS
+
+
+def test_parallelism_switch_and_lists():
+    assert generate("metro", 1, parallelism="on").parallelism == PARALLELISM_ON
+    assert generate("hybrid", 1).parallelism == PARALLELISM_ON
+    assert generate("hybrid-small", 1).parallelism == Parallelism((1, 2, 3), (1, 2), True)
+    lists = generate("metro", 1, data_parallel=[1, 3], tensor_parallel=(2,))
+    assert lists.parallelism == Parallelism((1, 3), (2,), True)  # lists imply "on"
+    assert generate("hybrid", 1, zero=False).parallelism == Parallelism(
+        (1, 2, 4, 8), (1, 2, 4, 8), False)
+    assert generate("tiny", 0, zero=True).parallelism == PARALLELISM_ON
+    for bad in ({"parallelism": "off", "zero": True}, {"parallelism": "off", "data_parallel": [2]},
+                {"parallelism": "maybe"}, {"tensor_parallel": [3]}, {"data_parallel": [1, 1]},
+                {"data_parallel": []}, {"granularity": "token"}, {"man_gbit": 0},
+                {"gpu_types": []}):
+        with pytest.raises(ValueError):
+            generate("metro", 0, **bad)
+    with pytest.raises(KeyError):
+        generate("metro", 0, gpu_types=["H100"])
+
+
+@pytest.mark.parametrize("preset", HYBRID_PRESETS)
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_v2_figures_come_from_the_catalogue(preset, seed):
+    inst = generate(preset, seed)
+    t = inst.training
+    assert (t.bytes_per_param, t.gradient_bytes_per_param, t.optimizer_bytes_per_param) == (
+        16.0, 2.0, 12.0)
+    assert t.gradient_bytes_per_param + t.optimizer_bytes_per_param + 2 == t.bytes_per_param
+    for dc in inst.datacenters:
+        assert dc.link.bandwidth_bytes_per_s * 8 / 1e9 in (100, 200, 400)
+        for g in dc.devices:
+            cat = GPUS[g.type]
+            n = g.devices_per_node
+            assert n & (n - 1) == 0 and g.count % n == 0 and n <= cat.devices_per_node
+            if n > 1:
+                assert g.node_bandwidth_bytes_per_s == cat.link_bytes_per_s
+            else:
+                assert g.node_bandwidth_bytes_per_s is None
+
+
+def test_catalogue_node_links():
+    # per direction: half the datasheets' bidirectional totals
+    assert GPUS["V100-32GB"].link_bytes_per_s == 300e9 / 2
+    assert GPUS["A100-40GB"].link_bytes_per_s == GPUS["A100-80GB"].link_bytes_per_s == 600e9 / 2
+    assert GPUS["H100-SXM"].link_bytes_per_s == 900e9 / 2
+    assert GPUS["L40S"].link_bytes_per_s == GPUS["RTX4090"].link_bytes_per_s == 64e9 / 2
+    assert all(g.devices_per_node == 8 for g in GPUS.values())
+    assert all(("NVLink" in g.link) != ("PCIe" in g.link) for g in GPUS.values())
+    h100 = gpu("H100-SXM")
+    assert [h100.node_size(n) for n in (1, 2, 3, 12, 16, 24, 64)] == [1, 2, 1, 4, 8, 8, 8]
+    assert h100.node_size(16, largest=2) == 2 and h100.node_size(6, largest=4) == 2
+    assert h100.group(16).devices_per_node == 1  # a version-1 group unless asked
+    grp = h100.group(12, nodes=True)
+    assert (grp.devices_per_node, grp.node_bandwidth_bytes_per_s) == (4, 450e9)
+
+
+def test_docs_source_every_node_link():
+    doc = (ROOT.parent / "docs" / "instances.md").read_text(encoding="utf-8")
+    for g in GPUS.values():
+        rows = [r for r in doc.splitlines() if r.startswith(f"| {g.type} |") and "GB/s" in r]
+        assert any(f"{g.link_bytes_per_s / 1e9:g} GB/s" in r for r in rows), g.type
+    for ref in ("Shoeybi", "Rajbhandari", "Korthikanti", "ConnectX"):
+        assert ref in doc
+
+
+@pytest.mark.parametrize("name", ["gpt3-125m", "gpt3-13b", "llama2-7b", "llama2-70b"])
+def test_tp_allreduce_bytes_from_the_model_shape(name):
+    m = model_shape(name)
+    s, h = m.seq, m.hidden
+    layers = model_layers(m, blocks=3, tensor_parallel=True)
+    emb, *blocks, head = layers
+    assert emb.tp_allreduce_bytes == emb.output_bytes == 2 * s * h  # once, forward
+    assert all(b.tp_allreduce_bytes == 4 * b.output_bytes == 4 * 2 * s * h for b in blocks)
+    assert head.tp_allreduce_bytes == 2 * s * h + 3 * 4 * s  # input grad + cross-entropy
+    halves = model_layers(m, blocks=3, granularity="sublayer", tensor_parallel=True)
+    assert all(x.tp_allreduce_bytes == 2 * x.output_bytes for x in halves[1:-1])
+    assert sum(x.tp_allreduce_bytes for x in halves) == sum(x.tp_allreduce_bytes for x in layers)
+    plain = model_layers(m, blocks=3)
+    assert [dataclasses.replace(x, tp_allreduce_bytes=4 * x.output_bytes) for x in layers] == \
+        list(plain)
+
+
+def test_generator_overrides_of_what_is_drawn():
+    a = generate("hybrid", 2, man_gbit=100)
+    b = generate("hybrid", 2, man_gbit=400)
+    assert [lk.bandwidth_bytes_per_s for lk in a.links] == [100 * 1e9 / 8] * 3
+    assert [lk.latency_s for lk in a.links] == [lk.latency_s for lk in b.links]
+    assert a.datacenters == b.datacenters
+    types = generate("hybrid", 0, gpu_types=["L40S"])
+    assert {g.type for dc in types.datacenters for g in dc.devices} == {"L40S"}
+    assert generate("hybrid", 0, granularity="sublayer", model="gpt3-1.3b").num_layers == 50
+
+
+def test_balanced_cuts():
+    assert balanced_cuts([1.0] * 8, [1.0] * 4) == [0, 2, 4, 6, 8]
+    assert balanced_cuts([1.0] * 9, [2.0, 1.0]) == [0, 6, 9]
+    assert balanced_cuts([100.0, 1.0, 1.0, 1.0], [1.0, 1.0, 1.0]) == [0, 1, 2, 4]
+    assert balanced_cuts([1.0] * 2, [1.0] * 3) is None
+
+
+# --------------------------------------------------------------------------- hybrid sets
+HYBRID_SETS = [n for n in SETS if n.startswith("hybrid/")]
+
+
+def test_hybrid_sets_exist():
+    assert HYBRID_SETS == ["hybrid/small", "hybrid/medium", "hybrid/large"]
+    for name in HYBRID_SETS:
+        data = json.loads((ROOT / name / "manifest.json").read_text(encoding="utf-8"))
+        assert data["set"] == name
+        assert data["generator"] == f"python -m chainpipe.instances.sets --sets {name}"
+
+
+def _groups(inst):
+    return [g for dc in inst.datacenters for g in dc.devices]
+
+
+def test_hybrid_small_shape():
+    insts = [inst for _e, inst in _sized("hybrid/small")]
+    assert 4 <= len(insts) <= 6
+    for inst in insts:
+        assert 1 <= inst.num_datacenters <= 3 and inst.num_devices <= 8
+        assert all(2 <= dc.device_count <= 8 for dc in inst.datacenters)
+        assert all(g.devices_per_node in (1, 2, 4) for g in _groups(inst))
+        assert 4 <= inst.num_layers <= 8
+        assert set(inst.parallelism.data_parallel) == {1, 2, 3}
+        assert set(inst.parallelism.tensor_parallel) == {1, 2}
+    assert {inst.parallelism.zero for inst in insts} == {True, False}
+    assert {inst.training.schedule for inst in insts} == {"1f1b", "gpipe"}
+    assert {inst.num_datacenters for inst in insts} == {1, 2, 3}
+    assert {g.devices_per_node for inst in insts for g in _groups(inst)} == {1, 2, 4}
+
+
+@pytest.mark.parametrize("set_name, dcs, per_dc, layers, m", [
+    ("hybrid/medium", 4, 16, (34, 60), 64), ("hybrid/large", 8, 32, (80, 130), 128),
+])
+def test_hybrid_medium_and_large_shape(set_name, dcs, per_dc, layers, m):
+    insts = [inst for _e, inst in _sized(set_name)]
+    assert 3 <= len(insts) <= 6
+    for inst in insts:
+        assert inst.num_datacenters == dcs and inst.num_devices == dcs * per_dc
+        assert all(dc.device_count == per_dc for dc in inst.datacenters)
+        assert all(g.devices_per_node == 8 for g in _groups(inst))
+        assert layers[0] <= inst.num_layers <= layers[1] and inst.microbatches == m
+        assert inst.parallelism.data_parallel == inst.parallelism.tensor_parallel == (1, 2, 4, 8)
+        if set_name == "hybrid/large":
+            assert all(len(dc.devices) == 2 and {g.count for g in dc.devices} == {16}
+                       for dc in inst.datacenters)
+    types = {g.type for inst in insts for g in _groups(inst)}
+    assert {"A100-40GB", "H100-SXM", "L40S"} <= types
+    assert {inst.parallelism.zero for inst in insts} == {True, False}
+
+
+@pytest.mark.parametrize("set_name", HYBRID_SETS)
+def test_hybrid_witnesses_are_feasible_plans(set_name):
+    data = json.loads((ROOT / set_name / "manifest.json").read_text(encoding="utf-8"))
+    for item in data["instances"]:
+        inst = read(ROOT / set_name / item["file"])
+        ev = evaluate(inst, Plan.from_tuples(inst, item["witness"]["stages"]))
+        assert ev.feasible, item["file"]
+        assert ev.iteration_time_s == pytest.approx(item["witness"]["iteration_time_s"],
+                                                    rel=1e-5)
+        assert sum(st.devices.__len__() for st in ev.stages) == item["witness"]["devices"]
+
+
+@pytest.mark.parametrize("set_name, stem", [
+    ("hybrid/small", "hybrid-small-05-mem"), ("hybrid/medium", "hybrid-medium-05-mem"),
+    ("hybrid/large", "hybrid-large-02-nozero"),
+])
+def test_memory_excludes_the_best_regular_plan(set_name, stem):
+    inst = read(ROOT / set_name / f"{stem}.json")
+    free = hybrid_witness(_unlimited_memory(inst))
+    assert not evaluate(inst, free).feasible
+    assert any("microbatches in flight" in v for v in evaluate(inst, free).violations)
+    bound = evaluate(inst, hybrid_witness(inst)).iteration_time_s
+    assert evaluate(_unlimited_memory(inst), free).iteration_time_s < bound
+
+
+def test_check_detects_an_infeasible_witness(tmp_path):
+    shutil.copytree(ROOT / "hybrid" / "small", tmp_path / "small")
+    path = tmp_path / "small" / "manifest.json"
+    data = json.loads(path.read_text(encoding="utf-8"))
+    data["instances"][0]["witness"]["stages"][0][4] = 8  # d = 8 on a group of 2
+    path.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+    problems = check_against_manifest(tmp_path / "small")
+    assert len(problems) == 1 and "witness of hybrid-small-01.json" in problems[0]
+
+
+def test_writing_a_set_keeps_files_that_hold_their_instance(tmp_path, capsys):
+    shutil.copytree(ROOT / "small", tmp_path / "small")
+    before = {p.name: p.read_text(encoding="utf-8") for p in (tmp_path / "small").iterdir()}
+    assert json.loads(before["small-01-tiny.json"])["format"] == "chainpipe-instance/1"
+    (tmp_path / "small" / "small-02-gpipe.json").unlink()
+    assert sets_main(["--root", str(tmp_path), "--sets", "small"]) == 0
+    after = {p.name: p.read_text(encoding="utf-8") for p in (tmp_path / "small").iterdir()}
+    assert set(after) == set(before)
+    assert {n for n in after if after[n] != before[n]} == {"small-02-gpipe.json"}
+    assert "wrote 1 files" in capsys.readouterr().out
+
+
+def test_sets_refuses_an_unknown_set(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        sets_main(["--sets", "hybrid/tiny", "--check"])
+    assert exit_.value.code == 2
+    assert "unknown set 'hybrid/tiny'" in capsys.readouterr().err
+
+
+def test_cli_generate_parallelism_options(tmp_path):
+    out = tmp_path / "g.json"
+    assert cli_main(["generate", "--preset", "metro", "--seed", "2", "-o", str(out),
+                     "--data-parallel", "1,3", "--tensor-parallel", "1,2", "--no-zero"]) == 0
+    assert read(out) == generate("metro", 2, data_parallel=(1, 3), tensor_parallel=(1, 2),
+                                 zero=False)
+    assert cli_main(["generate", "--preset", "hybrid", "-o", str(out),
+                     "--parallelism", "off"]) == 0
+    assert read(out) == generate("hybrid", 0, parallelism="off")
+    assert read(out).parallelism == Parallelism()
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--parallelism", "maybe"], "argument --parallelism: invalid choice: 'maybe'"),
+    (["--data-parallel", "1,1"], "argument --data-parallel: must be comma-separated integers"),
+    (["--data-parallel", "0"], "argument --data-parallel: must be comma-separated integers"),
+    (["--tensor-parallel", "1,3"], "argument --tensor-parallel: must be comma-separated powers"),
+    (["--parallelism", "off", "--zero"], "generate: parallelism 'off' contradicts zero"),
+], ids=["switch", "repeat", "zero-width", "not-power", "off-and-zero"])
+def test_cli_generate_bad_parallelism_exits_2_with_one_line(capsys, tmp_path, argv, message):
+    out = tmp_path / "g.json"
+    assert cli_main(["generate", "--preset", "tiny", *argv, "-o", str(out)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and not out.exists()
+    (line,) = captured.err.splitlines()
+    assert message in line

@@ -6,21 +6,54 @@ give the same instance, byte for byte once written. Each part of an instance
 ``random.Random`` stream named after the preset, the seed and the part, so an
 override changes what it overrides and nothing else: adding a fourth DC keeps
 the first three as they were.
+
+Parallelism (contract version 2) is a switch: off, an instance is exactly the
+version-1 instance the preset always drew (every version-2 field at its
+default); on, the same draws gain the version-2 figures: node sizes and
+per-GPU node bandwidths from the GPU catalogue, each layer's tensor-parallel
+all-reduce bytes from the model shape, and the ``parallelism`` lists.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from dataclasses import dataclass
 
-from ..instance import SCHEDULES, Datacenter, DeviceGroup, Instance, Link, Model, Training
+from ..instance import (
+    MAX_NAME,
+    SCHEDULES,
+    Datacenter,
+    DeviceGroup,
+    Instance,
+    Link,
+    Model,
+    Parallelism,
+    Training,
+)
 from ..names import unknown_name
 from .gpus import GPUS, gpu
-from .models import model_layers, model_shape
-from .network import MAN_GBIT, check_degrade, degraded, intra_dc_link, random_man_link
+from .models import GRANULARITIES, model_layers, model_shape
+from .network import (
+    INTRA_DC_GBIT,
+    MAN_GBIT,
+    NIC_GBIT,
+    check_degrade,
+    degraded,
+    intra_dc_link,
+    random_man_link,
+)
 
 #: mixed-precision Adam: 2 (fp16 weights) + 2 (grads) + 12 (fp32 master, momentum, variance)
 BYTES_PER_PARAM = 16.0
+#: the gradients all-reduced by data parallelism: 16-bit (bf16/fp16) gradients
+GRADIENT_BYTES_PER_PARAM = 2.0
+#: what ZeRO-1 shards: the fp32 master weights and Adam's two fp32 moments, 4 + 4 + 4
+OPTIMIZER_BYTES_PER_PARAM = 12.0
+#: ``parallelism="on"`` for a preset that is off by default: the issue's lists, with ZeRO-1
+PARALLELISM_ON = Parallelism(data_parallel=(1, 2, 4, 8), tensor_parallel=(1, 2, 4, 8), zero=True)
+#: the values of the ``parallelism`` switch
+SWITCH = ("on", "off")
 
 
 @dataclass(frozen=True)
@@ -42,6 +75,14 @@ class Preset:
     granularity: str = "block"
     min_types_overall: int = 1
     pool_size: int | None = None  # "pool": a fixed pool of GPUs split over the DCs
+    parallelism: Parallelism = Parallelism()  # what "on" means and whether it is the default
+    intra_gbit: tuple[float, ...] = INTRA_DC_GBIT  # the per-GPU NIC of a DC's network
+    node_caps: tuple[int, ...] | None = None  # drawn cap on a group's node size (else 8)
+    even_split: bool = False  # a DC of two types: half each (else a drawn split in nodes)
+
+    @property
+    def parallel_by_default(self) -> bool:
+        return self.parallelism != Parallelism()
 
 
 ALL_GPUS = tuple(GPUS)
@@ -68,6 +109,29 @@ _PRESETS = (
            gpus_per_dc=(8,), microbatches=(32,), schedule="1f1b",
            gpu_types=("H100-SXM", "A100-80GB", "A100-40GB", "L40S", "V100-32GB"),
            types_per_dc=(1,), man_gbit=(100,), pool_size=32),
+    Preset("hybrid-small", "parallelism on: 1-3 DCs of 2-8 GPUs (at most 8) in nodes of 1, 2 "
+           "or 4, a 4-block slice of a GPT-3 or Llama-2 model (6 layers), d in {1,2,3}, "
+           "t in {1,2}, ZeRO-1, M 4-8: small enough to enumerate",
+           models=("gpt3-1.3b", "gpt3-6.7b", "llama2-7b", "llama2-13b"), datacenters=(1, 2, 3),
+           gpus_per_dc=(2, 4, 8), microbatches=(4, 8), schedule="1f1b", gpu_types=ALL_GPUS,
+           types_per_dc=(1, 1, 2), max_total_gpus=8, max_blocks=4,
+           parallelism=Parallelism((1, 2, 3), (1, 2), True), intra_gbit=NIC_GBIT,
+           node_caps=(1, 2, 4), even_split=True),
+    Preset("hybrid", "parallelism on: 4 DCs x 16 GPUs (64) in nodes of 8, one or two types per "
+           "DC of A100-40/80, H100, L40S, a GPT-3 6.7B/13B or Llama-2 7B/13B model, "
+           "d and t in {1,2,4,8}, ZeRO-1, M = 64",
+           models=("gpt3-6.7b", "gpt3-13b", "llama2-7b", "llama2-13b"), datacenters=(4,),
+           gpus_per_dc=(16,), microbatches=(64,), schedule="1f1b",
+           gpu_types=("A100-40GB", "A100-80GB", "H100-SXM", "L40S"), types_per_dc=(1, 1, 2),
+           man_gbit=(100, 200, 400), parallelism=PARALLELISM_ON, intra_gbit=NIC_GBIT,
+           even_split=True),
+    Preset("hybrid-large", "parallelism on: 8 DCs x 32 GPUs (256), two types per DC, 16 each "
+           "in nodes of 8, at least four types overall, GPT-3 175B (98 layers), "
+           "d and t in {1,2,4,8}, ZeRO-1, M = 128",
+           models=("gpt3-175b",), datacenters=(8,), gpus_per_dc=(32,), microbatches=(128,),
+           schedule="1f1b", gpu_types=ALL_GPUS, types_per_dc=(2,), man_gbit=(40, 100, 200, 400),
+           min_types_overall=4, parallelism=PARALLELISM_ON, intra_gbit=NIC_GBIT,
+           even_split=True),
 )
 
 PRESETS_SPEC: dict[str, Preset] = {p.name: p for p in _PRESETS}
@@ -92,13 +156,27 @@ def _split(n: int, parts: int) -> list[int]:
     return [q + (1 if i < r else 0) for i in range(parts)]
 
 
-def _dc_groups(rng: random.Random, n: int, types: list[str]) -> list[DeviceGroup]:
-    """``n`` GPUs over ``types``; counts in whole 8-GPU nodes when the DC is big enough."""
+def _dc_counts(rng: random.Random, n: int, types: list[str], even: bool) -> list[int]:
+    """How many of ``n`` GPUs each of ``types`` gets; whole 8-GPU nodes when the DC is big
+    enough; ``even``: half each (when ``n`` is even)."""
     if len(types) == 1 or n < 2:
-        return [gpu(types[0]).group(n)]
+        return [n]
+    if even and n % 2 == 0:
+        return [n // 2, n // 2]
     unit = 8 if n >= 16 and n % 8 == 0 else 1
     first = rng.randint(1, n // unit - 1) * unit
-    return [gpu(types[0]).group(first), gpu(types[1]).group(n - first)]
+    return [first, n - first]
+
+
+def _group(spec: Preset, seed: int, dc: int, kind: str, count: int, nodes: bool
+           ) -> DeviceGroup:
+    """``count`` GPUs of type ``kind``; with ``nodes``, their node size and bandwidth."""
+    if not nodes:
+        return gpu(kind).group(count)
+    cap = None
+    if spec.node_caps is not None:
+        cap = _rng(spec.name, seed, f"node/dc{dc}/{kind}").choice(spec.node_caps)
+    return gpu(kind).group(count, nodes=True, largest_node=cap)
 
 
 def _draw_types(spec: Preset, seed: int, k: int) -> list[list[str]]:
@@ -115,15 +193,16 @@ def _draw_types(spec: Preset, seed: int, k: int) -> list[list[str]]:
     raise RuntimeError(f"cannot draw {want} distinct GPU types over {k} datacenters")
 
 
-def _pool_datacenters(spec: Preset, seed: int, k: int, pool: int) -> list[list[DeviceGroup]]:
+def _pool_datacenters(spec: Preset, seed: int, k: int, pool: int, nodes: bool
+                      ) -> list[list[DeviceGroup]]:
     """Split one fixed pool: four types in near-equal blocks, cut into ``k`` contiguous chunks."""
     types = _rng(spec.name, seed, "pool").sample(spec.gpu_types, 4)
     sequence = [t for t, c in zip(types, _split(pool, len(types))) for _ in range(c)]
     out, start = [], 0
-    for size in _split(pool, k):
+    for d, size in enumerate(_split(pool, k)):
         chunk = sequence[start:start + size]
         start += size
-        out.append([gpu(t).group(chunk.count(t)) for t in types if t in chunk])
+        out.append([_group(spec, seed, d, t, chunk.count(t), nodes) for t in types if t in chunk])
     return out
 
 
@@ -138,6 +217,13 @@ def generate(
     schedule: str | None = None,
     degrade: float | None = None,
     blocks: int | None = None,
+    parallelism: str | None = None,
+    data_parallel: tuple[int, ...] | None = None,
+    tensor_parallel: tuple[int, ...] | None = None,
+    zero: bool | None = None,
+    granularity: str | None = None,
+    gpu_types: tuple[str, ...] | None = None,
+    man_gbit: float | None = None,
 ) -> Instance:
     """An instance of ``preset`` drawn with ``seed``; any keyword overrides the preset.
 
@@ -160,6 +246,23 @@ def generate(
     blocks : int, optional
         Keep the first ``blocks`` transformer blocks of the model only (embedding and
         head stay).
+    parallelism : {"on", "off"}, optional
+        The version-2 switch; the preset's default when omitted (off for the
+        version-1 presets, on for the ``hybrid`` ones). Off gives exactly the
+        version-1 instance; on adds node sizes and bandwidths, tensor-parallel
+        all-reduce bytes and the preset's lists (:data:`PARALLELISM_ON` for a
+        preset that is off by default).
+    data_parallel, tensor_parallel : sequence of int, optional
+        The widths and degrees stages may use (replace the lists "on" gives;
+        they imply "on").
+    zero : bool, optional
+        ZeRO-1 on or off (implies "on" when true).
+    granularity : {"block", "sublayer"}, optional
+        Layers per block: one, or its attention and MLP halves.
+    gpu_types : sequence of str, optional
+        The GPU types drawn from (names of :data:`~chainpipe.instances.GPUS`).
+    man_gbit : float, optional
+        Every metro link at this rate in Gbit/s (distances are still drawn).
 
     Returns
     -------
@@ -176,26 +279,88 @@ def generate(
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise TypeError(f"seed must be an integer, got {seed!r}")
     _check_overrides(model, datacenters, gpus_per_dc, microbatches, schedule, degrade, blocks)
+    spec = _respecified(spec, granularity, gpu_types, man_gbit)
+    par = resolve_parallelism(spec, parallelism, data_parallel, tensor_parallel, zero)
+    v2 = par != Parallelism()
 
     shape = model_shape(model or _rng(preset, seed, "model").choice(spec.models))
     if blocks is None and spec.max_blocks is not None:
         blocks = min(spec.max_blocks, shape.blocks)
     if blocks == shape.blocks:
         blocks = None  # the whole model
-    layers = model_layers(shape, blocks=blocks, granularity=spec.granularity)
+    layers = model_layers(shape, blocks=blocks, granularity=spec.granularity,
+                          tensor_parallel=v2)
     k = datacenters or _rng(preset, seed, "datacenters").choice(spec.datacenters)
-    dcs = _datacenters(spec, seed, k, gpus_per_dc)
+    dcs = _datacenters(spec, seed, k, gpus_per_dc, v2)
     links = _metro_links(spec, seed, k, degrade)
     m = microbatches or _rng(preset, seed, "microbatches").choice(spec.microbatches)
     sched = schedule or spec.schedule
     total = sum(dc.device_count for dc in dcs)
+    name = _instance_name(preset, seed, shape.name, k, total, m, sched, blocks, degrade)
+    if par != spec.parallelism:
+        name += _parallelism_suffix(par)
     return Instance(
-        name=_instance_name(preset, seed, shape.name, k, total, m, sched, blocks, degrade),
+        name=name[:MAX_NAME],
         model=Model(shape.name if blocks is None else f"{shape.name}[{blocks} blocks]", layers),
-        training=Training(microbatches=m, schedule=sched, bytes_per_param=BYTES_PER_PARAM),
+        training=Training(microbatches=m, schedule=sched, bytes_per_param=BYTES_PER_PARAM,
+                          gradient_bytes_per_param=GRADIENT_BYTES_PER_PARAM,
+                          optimizer_bytes_per_param=OPTIMIZER_BYTES_PER_PARAM,
+                          parallelism=par),
         datacenters=dcs,
         links=links,
     )
+
+
+def resolve_parallelism(spec: Preset, switch: str | None, data_parallel, tensor_parallel,
+                        zero: bool | None) -> Parallelism:
+    """The parallelism of an instance: the preset's, switched and overridden.
+
+    Raises
+    ------
+    ValueError
+        An unknown switch, a list given with ``"off"``, or a list the format refuses.
+    """
+    if switch is not None and switch not in SWITCH:
+        raise ValueError(f"parallelism must be one of {', '.join(SWITCH)}, got {switch!r}")
+    lists = {}
+    for key, value in (("data_parallel", data_parallel), ("tensor_parallel", tensor_parallel)):
+        if value is not None:
+            lists[key] = tuple(value) if isinstance(value, (list, tuple)) else value
+    if zero is not None:
+        lists["zero"] = zero
+    if switch == "off":
+        if lists and lists != {"zero": False}:
+            raise ValueError(f"parallelism 'off' contradicts {', '.join(lists)}")
+        return Parallelism()
+    on = (switch == "on" or spec.parallel_by_default
+          or any(v is not False for v in lists.values()))
+    if not on:
+        return Parallelism()
+    base = spec.parallelism if spec.parallel_by_default else PARALLELISM_ON
+    return dataclasses.replace(base, **lists)  # the format's rules refuse bad lists
+
+
+def _respecified(spec: Preset, granularity, gpu_types, man_gbit) -> Preset:
+    """The preset with the overrides of what it draws from."""
+    changes = {}
+    if granularity is not None:
+        if granularity not in GRANULARITIES:
+            raise ValueError(f"granularity must be one of {', '.join(GRANULARITIES)}, "
+                             f"got {granularity!r}")
+        changes["granularity"] = granularity
+    if gpu_types is not None:
+        if isinstance(gpu_types, str) or not gpu_types:
+            raise ValueError(f"gpu_types must be a non-empty list of GPU names, got {gpu_types!r}")
+        for t in gpu_types:
+            gpu(t)  # raises with the known names
+        changes["gpu_types"] = tuple(gpu_types)
+        changes["min_types_overall"] = min(spec.min_types_overall, len(gpu_types))
+    if man_gbit is not None:
+        if isinstance(man_gbit, bool) or not isinstance(man_gbit, (int, float)) \
+                or not 0 < man_gbit < float("inf"):
+            raise ValueError(f"man_gbit must be a finite number > 0, got {man_gbit!r}")
+        changes["man_gbit"] = (man_gbit,)
+    return dataclasses.replace(spec, **changes) if changes else spec
 
 
 def _preset(name: str) -> Preset:
@@ -220,15 +385,15 @@ def _check_overrides(model, datacenters, gpus_per_dc, microbatches, schedule, de
         check_degrade(degrade)
 
 
-def _datacenters(spec: Preset, seed: int, k: int, gpus_per_dc: int | None
+def _datacenters(spec: Preset, seed: int, k: int, gpus_per_dc: int | None, nodes: bool
                  ) -> tuple[Datacenter, ...]:
     """The ``k`` datacenters ``dc1..dck``: their device groups and intra-DC links."""
     if spec.pool_size is not None:
         pool = gpus_per_dc * k if gpus_per_dc else spec.pool_size
         if pool < k:
             raise ValueError(f"a pool of {pool} GPUs cannot fill {k} datacenters")
-        groups = _pool_datacenters(spec, seed, k, pool)
-        intra = [intra_dc_link(_rng(spec.name, seed, "intra"))] * k
+        groups = _pool_datacenters(spec, seed, k, pool, nodes)
+        intra = [intra_dc_link(_rng(spec.name, seed, "intra"), spec.intra_gbit)] * k
     else:
         n = gpus_per_dc
         if n is None:
@@ -236,9 +401,13 @@ def _datacenters(spec: Preset, seed: int, k: int, gpus_per_dc: int | None
             if spec.max_total_gpus is not None:
                 n = max(1, min(n, spec.max_total_gpus // k))
         types = _draw_types(spec, seed, k)
-        groups = [_dc_groups(_rng(spec.name, seed, f"counts/dc{d}"), n, types[d])
-                  for d in range(k)]
-        intra = [intra_dc_link(_rng(spec.name, seed, f"intra/dc{d}")) for d in range(k)]
+        groups = []
+        for d in range(k):
+            counts = _dc_counts(_rng(spec.name, seed, f"counts/dc{d}"), n, types[d],
+                                spec.even_split)
+            groups.append([_group(spec, seed, d, t, c, nodes) for t, c in zip(types[d], counts)])
+        intra = [intra_dc_link(_rng(spec.name, seed, f"intra/dc{d}"), spec.intra_gbit)
+                 for d in range(k)]
     return tuple(Datacenter(f"dc{d + 1}", tuple(groups[d]), intra[d]) for d in range(k))
 
 
@@ -247,6 +416,13 @@ def _metro_links(spec: Preset, seed: int, k: int, degrade: float | None) -> tupl
     links = [random_man_link(_rng(spec.name, seed, f"link{d}"), spec.man_gbit)
              for d in range(k - 1)]
     return tuple(links if degrade is None else (degraded(lk, degrade) for lk in links))
+
+
+def _parallelism_suffix(par: Parallelism) -> str:
+    """``-v1``, or ``-d<max d>t<max t>`` plus ``z`` with ZeRO: a parallelism not the preset's."""
+    if par == Parallelism():
+        return "-v1"
+    return f"-d{max(par.data_parallel)}t{max(par.tensor_parallel)}{'z' if par.zero else ''}"
 
 
 def _instance_name(preset: str, seed: int, model: str, k: int, total: int, m: int, sched: str,

@@ -17,6 +17,12 @@ activations; the formulas and their sources are in ``docs/instances.md``.
 - Backward FLOP is twice forward; a boundary carries the hidden state,
   ``2 b s h`` bytes.
 - The embedding and the LM head are layers of their own.
+- Tensor parallelism (Megatron, Shoeybi et al. 2019), in all-reduce payloads
+  per microbatch, forward and backward together (:func:`tp_allreduce_bytes`):
+  a block all-reduces its hidden state twice forward and twice backward,
+  ``4 x 2 b s h``; the vocabulary-parallel embedding once (forward only),
+  ``2 b s h``; the head once (the backward of its input), ``2 b s h``, plus the
+  three fp32 per-token reductions of the vocabulary-parallel cross-entropy.
 
 With ``granularity="sublayer"`` each block becomes two layers, attention and
 MLP, whose figures add up exactly to the block's.
@@ -185,7 +191,30 @@ def head_figures(m: ModelShape, b: int = 1) -> Figures:
     )
 
 
-def _layer(name: str, f: Figures, output_bytes: float) -> Layer:
+#: all-reduces of the hidden state per piece, forward + backward (Megatron's f and g operators)
+ALLREDUCES = {"embedding": 1, "block": 4, "attention": 2, "mlp": 2, "head": 1}
+#: fp32 per-token all-reduces of the vocabulary-parallel cross-entropy: max, sum of exp, target
+CROSS_ENTROPY_REDUCTIONS = 3
+
+
+def tp_allreduce_bytes(m: ModelShape, piece: str, b: int = 1) -> int:
+    """Bytes all-reduced among the tensor-parallel devices per microbatch, fwd + bwd.
+
+    ``piece`` is ``"embedding"``, ``"block"``, ``"attention"``, ``"mlp"`` or
+    ``"head"``. Each all-reduce carries the 16-bit hidden state ``2 b s h``
+    (with sequence parallelism it becomes a reduce-scatter and an all-gather of
+    the same total volume): a block has two forward (after attention, after the
+    MLP) and two backward (before each), each half one of each; the
+    vocabulary-parallel embedding one forward (its backward is the identity);
+    the head one backward (the gradient of its replicated input), plus the
+    cross-entropy's three fp32 reductions per token.
+    """
+    hidden = HALF * b * m.seq * m.hidden
+    extra = CROSS_ENTROPY_REDUCTIONS * FLOAT * b * m.seq if piece == "head" else 0
+    return ALLREDUCES[piece] * hidden + extra
+
+
+def _layer(name: str, f: Figures, output_bytes: float, tp_bytes: float | None = None) -> Layer:
     return Layer(
         name=name,
         fwd_flop=float(f.fwd_flop),
@@ -193,17 +222,20 @@ def _layer(name: str, f: Figures, output_bytes: float) -> Layer:
         params=int(f.params),
         activation_bytes=float(f.activation_bytes),
         output_bytes=float(output_bytes),
+        tp_allreduce_bytes=None if tp_bytes is None else float(tp_bytes),
     )
 
 
 def model_layers(
     m: ModelShape, *, microbatch_size: int = 1, blocks: int | None = None,
-    granularity: str = "block",
+    granularity: str = "block", tensor_parallel: bool = False,
 ) -> tuple[Layer, ...]:
     """The layers of ``m`` in execution order: embedding, blocks, head.
 
     ``blocks`` keeps only the first ``blocks`` transformer blocks (a slice of
-    the model with its true per-layer figures, for small instances).
+    the model with its true per-layer figures, for small instances). With
+    ``tensor_parallel`` every layer carries its :func:`tp_allreduce_bytes`;
+    without, the field keeps the format's default (a version-1 layer).
     """
     if granularity not in GRANULARITIES:
         raise ValueError(f"unknown granularity {granularity!r}; known: {', '.join(GRANULARITIES)}")
@@ -212,13 +244,18 @@ def model_layers(
         raise ValueError(f"blocks must be between 1 and {m.blocks} for {m.name}, got {n}")
     b = microbatch_size
     hidden_bytes = HALF * b * m.seq * m.hidden
-    layers = [_layer("embedding", embedding_figures(m, b), hidden_bytes)]
+
+    def tp(piece: str) -> int | None:
+        return tp_allreduce_bytes(m, piece, b) if tensor_parallel else None
+
+    layers = [_layer("embedding", embedding_figures(m, b), hidden_bytes, tp("embedding"))]
     for i in range(n):
         if granularity == "block":
-            layers.append(_layer(f"block{i}", block_figures(m, b), hidden_bytes))
+            layers.append(_layer(f"block{i}", block_figures(m, b), hidden_bytes, tp("block")))
         else:
-            layers.append(_layer(f"block{i}.attn", attention_figures(m, b), hidden_bytes))
-            layers.append(_layer(f"block{i}.mlp", mlp_figures(m, b), hidden_bytes))
+            layers.append(_layer(f"block{i}.attn", attention_figures(m, b), hidden_bytes,
+                                 tp("attention")))
+            layers.append(_layer(f"block{i}.mlp", mlp_figures(m, b), hidden_bytes, tp("mlp")))
     # the head's output is the loss (one fp32 per microbatch); it never crosses a boundary
-    layers.append(_layer("head", head_figures(m, b), FLOAT))
+    layers.append(_layer("head", head_figures(m, b), FLOAT, tp("head")))
     return tuple(layers)

@@ -13,6 +13,8 @@ GBIT = 1e9 / 8  # bytes per second in one Gbit/s
 
 #: per-GPU scale-out link inside a DC: InfiniBand HDR (200) or NDR (400) Gbit/s
 INTRA_DC_GBIT = (200, 400)
+#: the same with a 100 Gbit/s generation too (EDR InfiniBand, 100 GbE RoCE): the hybrid presets
+NIC_GBIT = (100, 200, 400)
 #: end-to-end latency of one message inside a DC (NIC + switch hops), seconds
 INTRA_DC_LATENCY_S = (2e-6, 5e-6)
 #: DWDM wavelength rates of metro optical links, Gbit/s
@@ -23,9 +25,9 @@ MAN_DISTANCE_KM = (10.0, 100.0)
 FIBRE_S_PER_KM = 5e-6
 
 
-def intra_dc_link(rng: random.Random) -> Link:
-    """A drawn link inside a DC: InfiniBand HDR or NDR, a few microseconds."""
-    gbit = rng.choice(INTRA_DC_GBIT)
+def intra_dc_link(rng: random.Random, gbit_choices=INTRA_DC_GBIT) -> Link:
+    """A drawn link inside a DC: one NIC per GPU at one of ``gbit_choices``, a few microseconds."""
+    gbit = rng.choice(gbit_choices)
     latency = round(rng.uniform(*INTRA_DC_LATENCY_S), 8)
     return Link(bandwidth_bytes_per_s=gbit * GBIT, latency_s=latency)
 

@@ -1,14 +1,19 @@
-"""The committed instance sets: ``instances/small``, ``instances/medium``, ``instances/large``.
+"""The committed instance sets: ``small``, ``medium``, ``large`` and ``hybrid/{small,medium,large}``.
 
     python -m chainpipe.instances.sets             # (re)write every set and its manifest.json
     python -m chainpipe.instances.sets --check     # regenerate in memory, compare byte for byte
+    python -m chainpipe.instances.sets --sets hybrid/small   # one set
     python -m chainpipe.instances.sets --solve dp  # also solve each instance and print T
 
 Each instance is ``generate(preset, seed, **overrides)`` renamed to its file
-stem. Feasibility is certified when the sets are written: a feasible instance
-gets a witness plan that :func:`chainpipe.plan.evaluate` accepts; the one
-deliberately infeasible instance gets the reason
-:meth:`chainpipe.tables.CostTables.infeasibility_reason` proves.
+stem; a set named ``hybrid/small`` lives in ``instances/hybrid/small``.
+Feasibility is certified when the sets are written: a feasible instance gets a
+witness plan that :func:`chainpipe.plan.evaluate` accepts (for an instance
+with hybrid parallelism the manifest records it, see
+:mod:`chainpipe.instances.witness`); the one deliberately infeasible instance
+gets the reason :meth:`chainpipe.tables.CostTables.infeasibility_reason` proves.
+A file that already holds its instance is not rewritten (the version-1 sets
+keep their ``chainpipe-instance/1`` text).
 """
 
 from __future__ import annotations
@@ -25,9 +30,14 @@ from ..io import instance_to_dict, read
 from ..plan import Plan, evaluate
 from ..tables import CostTables
 from .generator import generate
+from .witness import hybrid_witness, plan_tuples
 
 MANIFEST_FORMAT = "chainpipe-instance-set/1"
 ROOT = Path(__file__).resolve().parents[2] / "instances"
+#: the command that rebuilds the sets written before the hybrid ones (it rebuilds all)
+GENERATOR = "python -m chainpipe.instances.sets"
+#: significant digits of a witness's T in a manifest (stable under last-bit rounding)
+WITNESS_DIGITS = 6
 
 
 @dataclass(frozen=True)
@@ -94,6 +104,43 @@ SETS: dict[str, tuple[Entry, ...]] = {
         Entry("large-03", "metro-large", 2, {"degrade": 0.25},
               "metro-large, metro links degraded 4x"),
     ),
+    "hybrid/small": (
+        Entry("hybrid-small-01", "hybrid-small", 2, {},
+              "Llama-2 13B slice (6 layers) over 2 DCs x 4 GPUs in nodes of 2, a 10 Gbit/s "
+              "metro link, ZeRO-1, 1F1B"),
+        Entry("hybrid-small-02-gpipe-nozero", "hybrid-small", 3,
+              {"blocks": 6, "schedule": "gpipe", "zero": False},
+              "GPT-3 6.7B slice (8 layers), 2 DCs x 4 GPUs of 3 types, GPipe, ZeRO off"),
+        Entry("hybrid-small-03-one-dc", "hybrid-small", 1, {"blocks": 2},
+              "one DC of 8 GPUs in two nodes of 4 (A100 and V100), 4 layers"),
+        Entry("hybrid-small-04-three-dc", "hybrid-small", 11, {"schedule": "gpipe"},
+              "3 DCs x 2 GPUs of 4 types (nodes of 1 and 2), GPipe, ZeRO-1"),
+        Entry("hybrid-small-05-mem", "hybrid-small", 27,
+              {"model": "llama2-70b", "blocks": 4, "schedule": "gpipe", "zero": False},
+              "Llama-2 70B slice with GPipe and ZeRO off on 32-80 GB cards: memory binds"),
+    ),
+    "hybrid/medium": (
+        Entry("hybrid-medium-01", "hybrid", 0, {},
+              "GPT-3 13B on A100-80/40 and L40S, 4 DCs x 16 GPUs, metro 200-400 Gbit/s"),
+        Entry("hybrid-medium-02-man100", "hybrid", 2, {"model": "llama2-13b", "man_gbit": 100},
+              "Llama-2 13B on H100, A100 and L40S, every metro link 100 Gbit/s"),
+        Entry("hybrid-medium-03-man400", "hybrid", 2, {"model": "llama2-13b", "man_gbit": 400},
+              "the same cluster and model with every metro link at 400 Gbit/s"),
+        Entry("hybrid-medium-04-degraded", "hybrid", 3, {"degrade": 0.1},
+              "GPT-3 13B on H100, A100-80 and L40S, metro links degraded 10x (10 Gbit/s)"),
+        Entry("hybrid-medium-05-mem", "hybrid", 0,
+              {"model": "llama2-70b", "blocks": 48, "zero": False,
+               "gpu_types": ["A100-40GB", "L40S"]},
+              "Llama-2 70B slice (50 layers) on 40-48 GB cards, ZeRO off: memory binds"),
+    ),
+    "hybrid/large": (
+        Entry("hybrid-large-01", "hybrid-large", 0, {},
+              "GPT-3 175B (98 layers) on 256 GPUs of 6 types, ZeRO-1"),
+        Entry("hybrid-large-02-nozero", "hybrid-large", 1, {"zero": False},
+              "GPT-3 175B with ZeRO off: memory binds"),
+        Entry("hybrid-large-03-degraded", "hybrid-large", 2, {"degrade": 0.25},
+              "GPT-3 175B, metro links degraded 4x"),
+    ),
 }
 
 
@@ -133,6 +180,14 @@ def witness_plan(instance: Instance, tables: CostTables | None = None) -> Plan |
 
 def certify(entry: Entry, instance: Instance) -> str:
     """Check the entry's feasibility claim; returns a one-line certificate."""
+    if not instance.parallelism.single_device:
+        plan = hybrid_witness(instance)
+        if plan is None or not entry.feasible:
+            raise RuntimeError(f"{entry.stem}: an instance with parallelism must be feasible "
+                               f"and have a witness plan")
+        ev = evaluate(instance, plan)
+        return (f"feasible: witness plan of {plan.num_stages} stages on "
+                f"{sum(st.width for st in plan.stages)} devices, T = {ev.iteration_time_s:.4g} s")
     t = CostTables(instance)
     if entry.feasible:
         plan, how = witness_plan(instance, t), "greedy witness"
@@ -156,30 +211,58 @@ def instance_text(instance: Instance) -> str:
     return json.dumps(instance_to_dict(instance), indent=1, allow_nan=False) + "\n"
 
 
+def witness_record(instance: Instance) -> dict:
+    """A manifest's certificate of an instance with parallelism: its witness plan and T.
+
+    ``stages`` lists ``[start, end, dc, group, d, t]``, as
+    :meth:`chainpipe.plan.Plan.from_tuples` reads them; ``iteration_time_s`` is
+    rounded to :data:`WITNESS_DIGITS` significant digits.
+    """
+    plan = hybrid_witness(instance)
+    if plan is None:
+        raise RuntimeError(f"{instance.name}: no witness plan for an instance meant feasible")
+    ev = evaluate(instance, plan)
+    return {"stages": plan_tuples(instance, plan),
+            "devices": sum(st.width for st in plan.stages),
+            "iteration_time_s": float(f"{ev.iteration_time_s:.{WITNESS_DIGITS}g}")}
+
+
+def generator_command(set_name: str) -> str:
+    """The command that rebuilds a set."""
+    return GENERATOR if "/" not in set_name else f"{GENERATOR} --sets {set_name}"
+
+
+def _summary(e: Entry, inst: Instance) -> dict:
+    item = {
+        "file": f"{e.stem}.json",
+        "name": inst.name,
+        "preset": e.preset,
+        "seed": e.seed,
+        "overrides": e.overrides,
+        "purpose": e.purpose,
+        "feasible": e.feasible,
+        "model": inst.model.name,
+        "layers": inst.num_layers,
+        "datacenters": inst.num_datacenters,
+        "devices": inst.num_devices,
+        "device_types": sorted({g.type for dc in inst.datacenters for g in dc.devices}),
+        "microbatches": inst.microbatches,
+        "schedule": inst.training.schedule,
+    }
+    if not inst.parallelism.single_device:
+        par = inst.parallelism
+        item["parallelism"] = {"data_parallel": list(par.data_parallel),
+                               "tensor_parallel": list(par.tensor_parallel), "zero": par.zero}
+        item["witness"] = witness_record(inst)
+    return item
+
+
 def manifest(set_name: str, entries: tuple[Entry, ...], instances: list[Instance]) -> dict:
     return {
         "format": MANIFEST_FORMAT,
         "set": set_name,
-        "generator": "python -m chainpipe.instances.sets",
-        "instances": [
-            {
-                "file": f"{e.stem}.json",
-                "name": inst.name,
-                "preset": e.preset,
-                "seed": e.seed,
-                "overrides": e.overrides,
-                "purpose": e.purpose,
-                "feasible": e.feasible,
-                "model": inst.model.name,
-                "layers": inst.num_layers,
-                "datacenters": inst.num_datacenters,
-                "devices": inst.num_devices,
-                "device_types": sorted({g.type for dc in inst.datacenters for g in dc.devices}),
-                "microbatches": inst.microbatches,
-                "schedule": inst.training.schedule,
-            }
-            for e, inst in zip(entries, instances)
-        ],
+        "generator": generator_command(set_name),
+        "instances": [_summary(e, inst) for e, inst in zip(entries, instances)],
     }
 
 
@@ -218,7 +301,30 @@ def check_against_manifest(directory: Path) -> list[str]:
         elif read(path) != instance:
             problems.append(f"{path}: differs from generate({item['preset']!r}, {item['seed']}, "
                             f"**{item['overrides']})")
+        elif "witness" in item:
+            plan = Plan.from_tuples(instance, item["witness"]["stages"])
+            if not evaluate(instance, plan).feasible:
+                problems.append(f"{directory / 'manifest.json'}: the witness of {item['file']} "
+                                f"is not a feasible plan")
     return problems
+
+
+def write_set(directory: Path, set_name: str, files: dict[str, str]) -> int:
+    """Write a set's files; one that already holds its text, or its instance, is left as it is.
+
+    Returns the number of files written.
+    """
+    directory.mkdir(parents=True, exist_ok=True)
+    instances = {f"{e.stem}.json": e for e in SETS[set_name]}
+    written = 0
+    for n, text in files.items():
+        path = directory / n
+        if path.exists() and (path.read_text(encoding="utf-8") == text or (
+                n in instances and read(path) == instances[n].instance())):
+            continue
+        path.write_text(text, encoding="utf-8")
+        written += 1
+    return written
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -230,8 +336,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--solve", metavar="SOLVER", help="also solve every instance and print T")
     ap.add_argument("--time-limit", type=float, default=60.0)
     args = ap.parse_args(argv)
+    names = args.sets.split(",")
+    if unknown := [n for n in names if n not in SETS]:
+        ap.error(f"--sets: unknown set {unknown[0]!r}; known: {', '.join(SETS)}")
     failed = False
-    for set_name in args.sets.split(","):
+    for set_name in names:
         directory = args.root / set_name
         files = build(set_name)
         for e in SETS[set_name]:
@@ -251,10 +360,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(p, file=sys.stderr)
             failed |= bool(problems)
         else:
-            directory.mkdir(parents=True, exist_ok=True)
-            for n, text in files.items():
-                (directory / n).write_text(text, encoding="utf-8")
-            print(f"wrote {len(files)} files to {directory}")
+            print(f"wrote {write_set(directory, set_name, files)} files to {directory}")
         if args.solve:
             from ..solve import solve
 
