@@ -9,6 +9,7 @@ only; reported times always come from :func:`chainpipe.plan.evaluate`.
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -224,22 +225,61 @@ class CostTables:
     def lower_bound(self) -> float:
         """A cheap valid lower bound on the optimal iteration time.
 
-        With ``W`` the most devices one stage may occupy (1 in version 1):
-        ``sum_s C_s >= total FLOP / (W * fastest rate)`` (tensor-parallel all-reduces
-        only add); the bottleneck is at least the slowest single layer on ``W`` of the
-        fastest devices, and at least the total FLOP spread over the ``L * W`` fastest
-        devices in proportion to their rates (a stage's ``C`` times its devices' rates
-        covers its FLOP); the synchronisation is at least 0.
+        The least of two cases: a plan inside one datacenter (:meth:`_capacity_bound`
+        on that datacenter's groups), and a plan across datacenters, which also pays a
+        boundary on the MAN: its bottleneck is at least the least occupancy of any
+        layer's output on the fastest chain link, and its fill at least that boundary's
+        traversal. ``docs/dp.md`` gives the argument.
         """
-        total = self.flop_prefix[-1]
-        fastest = self.rate.max()
+        alone = min(self._capacity_bound(self.group_dc == k) for k in range(self.K))
+        if self.K == 1:
+            return float(alone)
+        chain = self.instance.links
+        out = self.boundary_bytes[1:self.L]
+        if len(out) == 0:  # one layer: no boundary, one stage
+            return float(alone)
+        fastest = max(lk.bandwidth_bytes_per_s for lk in chain)
+        u_min = float(cost.occupancy(out.min(), fastest))
+        q_min = float(cost.traversal(min(lk.latency_s for lk in chain), u_min))
+        across = self._capacity_bound(np.ones(self.G, dtype=bool), u_min, q_min)
+        return float(min(alone, across))
+
+    def _capacity_bound(self, groups: np.ndarray, bottleneck_floor: float = 0.0,
+                        fill_floor: float = 0.0) -> float:
+        """A lower bound on ``T`` of a plan on the groups selected by ``groups``.
+
+        With ``W`` the most devices one stage may occupy (1 in version 1), for any
+        bottleneck ``B``: ``B`` is at least the slowest single layer on ``W`` of the
+        fastest devices, at least the total FLOP spread over the selected devices in
+        proportion to their rates (a stage's ``C`` times its devices' rates covers its
+        FLOP), and at least ``bottleneck_floor``; the fill is at least the total FLOP
+        on the widest stage of the fastest device, at least :func:`fill_curve` at ``B``
+        (each group adds at most ``B``), and at least ``fill_floor``. ``T >= fill(B) +
+        (M - 1) B``, minimised over ``B`` on a grid whose cells take the fill at their
+        upper end and ``B`` at their lower end, so the minimum is a bound; the
+        synchronisation is at least 0.
+        """
+        if not groups.any():
+            return np.inf
+        total = float(self.flop_prefix[-1])
+        rate, count = self.rate[groups], self.count[groups]
+        fastest = rate.max()
         most = self.L * self.widest
-        rates = np.sort(np.repeat(self.rate, np.minimum(self.count, most)))[::-1][:most]
+        rates = np.sort(np.repeat(rate, np.minimum(count, most)))[::-1][:most]
         layer_max = cost.compute_time(float(np.max(np.diff(self.flop_prefix))), fastest,
                                       self.widest)
-        bottleneck = max(layer_max, total / rates.sum())
-        return float(cost.iteration_time(cost.compute_time(total, fastest, self.widest),
-                                         bottleneck, self.M))
+        floor = max(layer_max, total / rates.sum(), bottleneck_floor)
+        base_fill = max(float(cost.compute_time(total, fastest, self.widest)), fill_floor)
+        if self.M == 1 or not np.isfinite(floor):
+            return float(cost.iteration_time(base_fill, floor, self.M))
+        capacities = (rate * count).tolist()
+        grid = floor * (1.0 + np.linspace(0.0, 2.0, 801))
+        best = float(cost.iteration_time(base_fill, grid[-1], self.M))  # every B beyond
+        for lo, hi in zip(grid[:-1].tolist(), grid[1:].tolist()):
+            x, _ = fill_curve(capacities, hi)
+            fill = max(base_fill, fill_bound(total, x.tolist(), hi))
+            best = min(best, float(cost.iteration_time(fill, lo, self.M)))
+        return best
 
     def infeasibility_reason(self) -> str | None:
         """A reason no plan can exist, found without search; ``None`` if none is obvious."""
@@ -265,3 +305,30 @@ class CostTables:
                     f"in flight{spread}; the largest device has {self.memory.max():.6g} bytes"
                 )
         return None
+
+
+def fill_curve(group_rates, cap: float) -> tuple[np.ndarray, np.ndarray]:
+    """The fill bound of a run of stages with every ``C_s <= cap``, as a piecewise-linear
+    function of its FLOP: breakpoints ``x`` (FLOP) and values ``y`` (seconds).
+
+    ``group_rates`` holds, per group, ``n_g r_g``: the rate of the ``n_g`` devices the
+    stages may use. Stages on group ``g`` with ``x_g`` FLOP in all have
+    ``sum_s C_s >= sum_s F_s / (w_s r_g) >= x_g / (n_g r_g)`` (Cauchy-Schwarz with
+    ``sum_s w_s <= n_g``; tensor-parallel all-reduces only add), and
+    ``x_g <= cap n_g r_g`` since each ``C_s <= cap``. The least fill for ``x`` FLOP
+    fills the groups of largest ``n_g r_g`` first, each adding at most ``cap``
+    (``docs/dp.md``).
+    """
+    rates = sorted((r for r in group_rates if r > 0), reverse=True)
+    x = np.concatenate(([0.0], np.cumsum([cap * r for r in rates])))
+    y = cap * np.arange(len(rates) + 1, dtype=float)
+    return x, y
+
+
+def fill_bound(flop: float, x: list, cap: float) -> float:
+    """The fill bound of :func:`fill_curve` (breakpoints ``x``, steps of ``cap``) at
+    ``flop``; its last value beyond its end, where the bottleneck bound already prunes."""
+    j = bisect.bisect_right(x, flop) - 1
+    if j >= len(x) - 1:
+        return cap * (len(x) - 1)
+    return cap * (j + (flop - x[j]) / (x[j + 1] - x[j]))

@@ -23,15 +23,13 @@ search repeats with a larger trial. The first trial that succeeds is exact.
 
 from __future__ import annotations
 
-import bisect
-
 import numpy as np
 
 from .. import cost
 from ..deadline import Deadline, TimeUp
 from ..plan import Plan
 from ..result import OptionError, Outcome, number_option
-from ..tables import CostTables
+from ..tables import CostTables, fill_bound, fill_curve
 from .labels import HYBRID_TRIALS, TRIALS, across_usage, pareto3, pareto4, shifted_pareto
 
 
@@ -89,12 +87,10 @@ def run(instance, *, deadline=None, seed=0, threads=1, log=None, upper_bound=Non
 class _Search:
     """One bounded run of the DP: finds the optimum if it is below ``upper``."""
 
-    def __init__(self, tables: CostTables, upper: float, deadline: Deadline,
-                 beam: int | None = None):
+    def __init__(self, tables: CostTables, upper: float, deadline: Deadline):
         self.t = tables
         self.upper = upper
         self.deadline = deadline
-        self.beam = beam  # keep only this many labels per state: a heuristic, not exact
         self.stats = {"labels": 0, "states": 0, "candidate_stages": 0}
 
     def run(self):
@@ -107,8 +103,8 @@ class _Search:
             # at cap, which shrinks the cap in turn (each step is a valid bound: 3 suffice)
             everything = (t.rate * t.count).tolist()
             for _ in range(3):
-                curve_x, _ = _fill_curve(everything, self.cap)
-                self.sum_lb = max(self.sum_lb, _fill_bound(float(t.flop_prefix[-1]),
+                curve_x, _ = fill_curve(everything, self.cap)
+                self.sum_lb = max(self.sum_lb, fill_bound(float(t.flop_prefix[-1]),
                                                            curve_x.tolist(), self.cap))
                 self.cap = (self.upper - self.sum_lb) / (t.M - 1)
         self.cands, t_max = self._candidate_stages()
@@ -205,7 +201,7 @@ class _Search:
         # total rate of the devices of DCs before k: bounds the bottleneck of a prefix
         capacity_before = [(t.rate[t.group_dc < k] * t.count[t.group_dc < k]).tolist()
                            for k in range(K)]
-        # the fill bound of a prefix (see _fill_curve) needs a finite cap
+        # the fill bound of a prefix (see fill_curve) needs a finite cap
         use_fill = np.isfinite(self.cap) and M > 1
         fill_cap = self.cap if use_fill else 0.0
         rate_of = t.rate.tolist()
@@ -231,11 +227,7 @@ class _Search:
                 labels = (pareto4(layer_states[key]) if sync
                           else pareto3(layer_states[key], p_cap))
                 layer_states[key] = shifted_pareto(labels, M) if sync else labels
-                if self.beam is not None and len(layer_states[key]) > self.beam:
-                    layer_states[key] = sorted(
-                        layer_states[key],
-                        key=lambda lab: iteration_time(lab[1], lab[0], M, lab[3]))[:self.beam]
-            if len(layer_states) > 1 and self.beam is None:
+            if len(layer_states) > 1:
                 across_usage(layer_states, sync=sync)
             labels_total += sum(len(v) for v in layer_states.values())
             self.stats["states"] += len(layer_states)
@@ -257,7 +249,7 @@ class _Search:
                         groups_free = capacity_before[k0] + [
                             (true_count[h] - x) * rate_of[h]
                             for h, x in zip(self.groups_of[k0], u)]
-                        curve_x, curve_y = _fill_curve(groups_free, fill_cap)
+                        curve_x, curve_y = fill_curve(groups_free, fill_cap)
                         free_here = free_rate[(k0, u)] = (
                             sum(groups_free), curve_x, curve_y, curve_x.tolist(), fill_cap)
                     base, curve_x, curve_y, curve_list, step = free_here
@@ -277,7 +269,7 @@ class _Search:
                                 continue
                             pm, ps = pre_maxs[a], pre_sums[a]
                             if a and use_fill:
-                                fill = _fill_bound(flop[a], curve_list, step)
+                                fill = fill_bound(flop[a], curve_list, step)
                                 if fill > ps:
                                     ps = fill
                             if a:
@@ -311,7 +303,7 @@ class _Search:
                         if nkey is None:
                             nkey = next_key[(k0, u, gl, w)] = (
                                 k0, u[:gl] + (u[gl] + w,) + u[gl + 1:])
-                        bucket = None
+                        bucket = last = None
                         for idx, (mx, sm, p, rs, _) in enumerate(labels):
                             if need_at[p] > n:
                                 continue
@@ -326,11 +318,17 @@ class _Search:
                             if a == 0:
                                 if best is None or opt < best[0]:
                                     best = (opt, (b, key, idx, a, g, ci))
+                                    # a complete plan: nothing slower is worth extending now
+                                    upper = opt
                                 continue
+                            np_ = p + 1 if p < p_cap else p_cap
                             if bucket is None:
                                 bucket = states[a].setdefault(nkey, [])
-                            bucket.append((nmx, nsm, p + 1 if p < p_cap else p_cap, nr,
-                                           (b, key, idx, a, g, ci)))
+                            elif (last[0] == nmx and last[1] <= nsm and last[2] <= np_
+                                  and last[3] <= nr):
+                                continue  # the previous image dominates: the filter's job, early
+                            last = (nmx, nsm, np_, nr, (b, key, idx, a, g, ci))
+                            bucket.append(last)
         self.stats["labels"] = labels_total
         return states, best
 
@@ -369,33 +367,6 @@ class _Search:
                            int(opts.t[ci])))
             parent = states[b][key][idx][4]
         return stages
-
-
-def _fill_curve(group_rates, cap: float) -> tuple[np.ndarray, np.ndarray]:
-    """The fill bound of a run of stages with every ``C_s <= cap``, as a piecewise-linear
-    function of its FLOP: breakpoints ``x`` (FLOP) and values ``y`` (seconds).
-
-    ``group_rates`` holds, per group, ``n_g r_g``: the rate of the ``n_g`` devices the
-    stages may use. Stages on group ``g`` with ``x_g`` FLOP in all have
-    ``sum_s C_s >= sum_s F_s / (w_s r_g) >= x_g / (n_g r_g)`` (Cauchy-Schwarz with
-    ``sum_s w_s <= n_g``; tensor-parallel all-reduces only add), and
-    ``x_g <= cap n_g r_g`` since each ``C_s <= cap``. The least fill for ``x`` FLOP
-    fills the groups of largest ``n_g r_g`` first, each adding at most ``cap``
-    (``docs/dp.md``).
-    """
-    rates = sorted((r for r in group_rates if r > 0), reverse=True)
-    x = np.concatenate(([0.0], np.cumsum([cap * r for r in rates])))
-    y = cap * np.arange(len(rates) + 1, dtype=float)
-    return x, y
-
-
-def _fill_bound(flop: float, x: list, cap: float) -> float:
-    """The fill bound of :func:`_fill_curve` (breakpoints ``x``, steps of ``cap``) at
-    ``flop``; its last value beyond its end, where the bottleneck bound already prunes."""
-    j = bisect.bisect_right(x, flop) - 1
-    if j >= len(x) - 1:
-        return cap * (len(x) - 1)
-    return cap * (j + (flop - x[j]) / (x[j + 1] - x[j]))
 
 
 #: from this many options of one group and end on, the bound check runs in numpy (measured:

@@ -11,6 +11,7 @@ the largest synchronisation ``max R`` of the partial plan, at index 3
 from __future__ import annotations
 
 import math
+from operator import itemgetter
 
 import numpy as np
 
@@ -151,6 +152,9 @@ def _dominated_with_sync(layer_states: dict, keys: list) -> dict:
     return drop
 
 
+_FOUR = itemgetter(0, 1, 2, 3)
+
+
 def pareto4(labels: list) -> list:
     """Labels not dominated in (bottleneck, sum, stages placed, synchronisation).
 
@@ -160,7 +164,7 @@ def pareto4(labels: list) -> list:
     """
     if len(labels) <= 1:
         return labels
-    labels.sort(key=lambda x: (x[0], x[1], x[2], x[3]))
+    labels.sort(key=_FOUR)
     out: list = []
     kept: list = []
     for lab in labels:
