@@ -320,7 +320,7 @@ def format_evaluation(inst, ev) -> str:
     (and its stage) and which term paces the iteration: a device, a link or the
     synchronisation.
     """
-    from .schedule import devices_label
+    from .plan import devices_label
 
     rows = [("stage", "layers", "d x t", "devices", "compute s", "in flight",
              "memory/device GB", "limit GB", "sync s")]

@@ -428,8 +428,28 @@ def evaluate(instance: Instance, plan: Plan) -> Evaluation:
 
 
 def _where(stage: StageCost) -> str:
-    """A stage's devices in a line: the device, or ``d x t devices from the first``."""
+    """A stage's devices in a line: the device, or ``d x t devices a/g/0..7``."""
     if len(stage.devices) == 1:
         return stage.devices[0]
     return (f"{stage.data_parallel} x {stage.tensor_parallel} devices "
-            f"{stage.devices[0]}..{stage.devices[-1].rpartition('/')[2]}")
+            f"{devices_label(stage.devices)}")
+
+
+def devices_label(devices) -> str:
+    """A stage's devices in a few characters: ``a/g/0`` alone, ``a/g/0..7`` for a run of
+    consecutive indices of one group, ``a/g/0,1,4,5`` otherwise (up to four), else
+    ``a/g/0,1,...,9 (6)`` with the count.
+    """
+    devices = list(devices)
+    if len(devices) == 1:
+        return devices[0]
+    prefixes = {d.rpartition("/")[0] for d in devices}
+    indices = [d.rpartition("/")[2] for d in devices]
+    if len(prefixes) > 1 or not all(i.isdigit() for i in indices):
+        return f"{devices[0]}..{devices[-1]} ({len(devices)})"
+    prefix, numbers = devices[0].rpartition("/")[0] + "/", [int(i) for i in indices]
+    if numbers == list(range(numbers[0], numbers[0] + len(numbers))):
+        return f"{prefix}{numbers[0]}..{numbers[-1]}"
+    if len(numbers) <= 4:
+        return prefix + ",".join(indices)
+    return f"{prefix}{indices[0]},{indices[1]},...,{indices[-1]} ({len(numbers)})"

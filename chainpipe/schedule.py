@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 from .cost import in_flight
 from .instance import Instance, InstanceError
-from .plan import Evaluation, Plan, evaluate
+from .plan import Evaluation, Plan, devices_label, evaluate
 
 #: a simulation with more blocks than this reports progress (see ``progress``)
 PROGRESS_BLOCKS = 200_000
@@ -181,26 +181,6 @@ def block_durations(instance: Instance, plan: Plan,
         fwd.append(st.compute_time_s * share)
         bwd.append(st.compute_time_s - fwd[-1])
     return fwd, bwd
-
-
-def devices_label(devices) -> str:
-    """A stage's devices in a few characters: ``a/g/0`` alone, ``a/g/0..7`` for a run of
-    consecutive indices of one group, ``a/g/0,1,4,5`` otherwise (up to four), else
-    ``a/g/0,1,...,9 (6)`` with the count.
-    """
-    devices = list(devices)
-    if len(devices) == 1:
-        return devices[0]
-    prefixes = {d.rpartition("/")[0] for d in devices}
-    indices = [d.rpartition("/")[2] for d in devices]
-    if len(prefixes) > 1 or not all(i.isdigit() for i in indices):
-        return f"{devices[0]}..{devices[-1]} ({len(devices)})"
-    prefix, numbers = devices[0].rpartition("/")[0] + "/", [int(i) for i in indices]
-    if numbers == list(range(numbers[0], numbers[0] + len(numbers))):
-        return f"{prefix}{numbers[0]}..{numbers[-1]}"
-    if len(numbers) <= 4:
-        return prefix + ",".join(indices)
-    return f"{prefix}{indices[0]},{indices[1]},...,{indices[-1]} ({len(numbers)})"
 
 
 def stage_label(s: int, stage) -> str:
@@ -456,5 +436,5 @@ def one_f_one_b_cycle(ev: Evaluation, microbatches: int) -> float:
 
 
 __all__ = ["SYNC", "Block", "PipelineRow", "PipelineSchedule", "block_durations",
-           "devices_label", "gpipe_makespan", "one_f_one_b_cycle", "simulate_pipeline",
+           "gpipe_makespan", "one_f_one_b_cycle", "simulate_pipeline",
            "stage_label", "stage_order"]

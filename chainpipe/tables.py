@@ -268,7 +268,8 @@ class CostTables:
         rates = np.sort(np.repeat(rate, np.minimum(count, most)))[::-1][:most]
         layer_max = cost.compute_time(float(np.max(np.diff(self.flop_prefix))), fastest,
                                       self.widest)
-        floor = max(layer_max, total / rates.sum(), bottleneck_floor)
+        with np.errstate(over="ignore", divide="ignore"):  # extreme rates: an infinite bound
+            floor = max(layer_max, float(total / rates.sum()), bottleneck_floor)
         base_fill = max(float(cost.compute_time(total, fastest, self.widest)), fill_floor)
         if self.M == 1 or not np.isfinite(floor):
             return float(cost.iteration_time(base_fill, floor, self.M))

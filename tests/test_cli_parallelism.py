@@ -12,7 +12,7 @@ import pytest
 
 from chainpipe import read, solve
 from chainpipe.cli import main
-from chainpipe.schedule import devices_label
+from chainpipe.plan import devices_label
 from chainpipe.solve import SOLVERS
 from helpers import brute_force, without_warnings
 
@@ -119,7 +119,7 @@ def test_evaluate_names_the_synchronisation_when_it_paces(capsys, tmp_path):
     code, out, _ = call(capsys, "evaluate", inst, plan, "--format", "json")
     ev = json.loads(out)
     assert (ev["sync_s"], ev["paced_by"], ev["sync"]) == (
-        4.5, "synchronisation", "stage 0 on 2 x 1 devices a/g/0..2")
+        4.5, "synchronisation", "stage 0 on 2 x 1 devices a/g/0,2")
     assert (ev["stages"][0]["data_parallel"], ev["stages"][0]["sync_time_s"]) == (2, 4.5)
 
 
