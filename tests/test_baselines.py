@@ -260,8 +260,11 @@ def random_v2_instance(seed: int) -> Instance:
         for i in range(L))
     M = rng.choice([1, 2, 4, 8])
     schedule = rng.choice(["1f1b", "gpipe"])
-    par = Parallelism(tuple(rng.sample([1, 2, 3, 4], rng.randint(1, 3))),
-                      tuple(rng.sample([1, 2, 4], rng.randint(1, 2))), rng.random() < 0.5)
+    widths = rng.sample([1, 2, 3, 4], rng.randint(1, 3))
+    degrees = rng.sample([1, 2, 4], rng.randint(1, 2))
+    if rng.random() < 0.5:  # half the lists allow one device per stage for sure
+        widths, degrees = sorted({1, *widths}), sorted({1, *degrees})
+    par = Parallelism(tuple(widths), tuple(degrees), rng.random() < 0.5)
     training = Training(M, schedule, 16.0, 2.0, float(rng.choice([0, 8, 12])), par)
     full = sum(16.0 * ly.params + M * ly.activation_bytes for ly in layers)
     dcs = []
@@ -353,8 +356,8 @@ def test_v2_hybrid_baselines_often_reach_the_optimum():
 def test_stage_costs_agree_with_evaluate():
     """The ranker the baselines search with gives evaluate's time (inf where evaluate
     finds the plan infeasible), on every plan of the small instances."""
-    checked = 0
-    for seed in range(0, 40, 4):
+    checked = {True: 0, False: 0}
+    for seed in V2_SEEDS:
         inst = random_v2_instance(seed)
         c = StageCosts(inst)
         flat = {(g.dc, g.index): f for f, g in enumerate(c.tables.groups)}
@@ -365,8 +368,8 @@ def test_stage_costs_agree_with_evaluate():
                 assert T == pytest.approx(ev.iteration_time_s, rel=1e-12)
             else:
                 assert math.isinf(T), ev.violations
-            checked += 1
-    assert checked > 500
+            checked[ev.feasible] += 1
+    assert checked[True] > 300 and checked[False] > 300, checked
 
 
 def test_one_device_baselines_refuse_lists_without_one():
@@ -479,17 +482,19 @@ def test_metis_one_shape_per_device_type():
 
 
 def test_metis_balances_layers_by_effective_throughput():
-    # one datacenter: 4 fast devices in nodes of 4 and 1 slow one; 10 equal layers.
-    # TP never pays here (its all-reduce is slow), so metis fills the fast group with d = 4:
-    # 4 x 3 = 12 FLOP/s against 1: the fast stage takes most of the layers
-    par = Parallelism((1, 4), (1, 4))
-    inst = Instance("t", Model("m", tuple(layer(out=0.0) for _ in range(10))),
-                    Training(64, "1f1b", 1.0, parallelism=par),
-                    (dc("a", ("fast", 4, 3.0, 1e9, 4, 1e-3), ("slow", 1, 1.0, 1e9)),), ())
+    # 16 equal layers; 4 fast devices (rate 3) in a node whose tensor-parallel all-reduce
+    # is very slow, and 2 slow devices (rate 1). Metis runs the fast type at d = 4 (12 FLOP/s)
+    # and the slow one at d = 2 (2 FLOP/s), and cuts the layers 12 : 2 -> 14 and 2
+    par = Parallelism((1, 2, 4), (1, 4))
+    layers = tuple(Layer(f"l{i}", 10.0, 20.0, 0, 0.0, 0.0, 10.0) for i in range(16))
+    inst = Instance("t", Model("m", layers), Training(64, "1f1b", 1.0, parallelism=par),
+                    (dc("a", ("fast", 4, 3.0, 1e9, 4, 1e-3), ("slow", 2, 1.0, 1e9)),), ())
     res = cp.solve(inst, "metis")
-    by_type = {inst.group(inst.locate(s.device)).type: (s.end - s.start, s.data_parallel)
-               for s in res.plan.stages}
-    assert by_type["fast"] == (9, 4) and by_type.get("slow", (1, 1)) == (1, 1)
+    shapes = [(inst.group(inst.locate(s.device)).type, s.end - s.start, s.data_parallel,
+               s.tensor_parallel) for s in res.plan.stages]
+    assert shapes == [("fast", 14, 4, 1), ("slow", 2, 2, 1)]
+    # better than any single shape for every stage (sailor's family) here
+    assert res.iteration_time < cp.solve(inst, "sailor").iteration_time
 
 
 def test_metis_coordinate_search_is_valid_and_no_better_than_exhaustive(monkeypatch):
@@ -526,3 +531,20 @@ def test_worked_example_v2(name):
     res = cp.solve(inst, name)
     assert res.status == "feasible"
     assert res.iteration_time == pytest.approx(WORKED_V2[name], rel=REL)
+
+
+def test_sailor_pruning_loses_nothing(monkeypatch):
+    """The bound and the dominance of labels only cut what cannot be strictly better:
+    the search without them finds the same time (v1 and v2 instances)."""
+    from chainpipe.solvers.baselines import chain_search
+
+    cases = [v2_case(seed)[0] for seed in V2_SEEDS] + [case(seed)[0] for seed in range(0, 60, 2)]
+    pruned = [(cp.solve(inst, "sailor"), cp.solve(inst, "uniform-chain")) for inst in cases]
+    monkeypatch.setattr(chain_search._UniformChain, "promising", lambda self, bound: True)
+    monkeypatch.setattr(chain_search._UniformChain, "dominated", lambda self, key, label: False)
+    for inst, results in zip(cases, pruned):
+        for name, res in zip(("sailor", "uniform-chain"), results):
+            full = cp.solve(inst, name)
+            assert full.status == res.status
+            if res.status == "feasible":
+                assert res.iteration_time == full.iteration_time
