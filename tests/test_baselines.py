@@ -412,44 +412,41 @@ def node_degree(inst: Instance, device: str) -> int:
     return max(t for t in inst.parallelism.tensor_parallel if t <= grp.devices_per_node)
 
 
+def feasible_v2_plans(name: str) -> list[tuple[Instance, cp.Plan]]:
+    """The random v2 instances on which baseline ``name`` finds a plan, with the plan."""
+    results = [(v2_case(seed)[0], cp.solve(v2_case(seed)[0], name)) for seed in V2_SEEDS]
+    found = [(inst, res.plan) for inst, res in results if res.status == "feasible"]
+    assert len(found) >= 10, (name, len(found))
+    return found
+
+
+def assert_equal_layers(plan) -> None:
+    """Layer counts differ by at most one, the larger stages last."""
+    counts = layer_counts(plan)
+    assert counts == sorted(counts) and counts[-1] - counts[0] <= 1
+
+
 def test_megatron_one_shape_tp_over_the_node_equal_layers_widest_dp():
-    seen = 0
-    for seed in V2_SEEDS:
-        inst, _ = v2_case(seed)
-        res = cp.solve(inst, "megatron")
-        if res.status != "feasible":
-            continue
-        seen += 1
-        stages = res.plan.stages
+    for inst, plan in feasible_v2_plans("megatron"):
+        stages = plan.stages
         d, t = stages[0].data_parallel, stages[0].tensor_parallel
         assert all((s.data_parallel, s.tensor_parallel) == (d, t) for s in stages)
         assert all(node_degree(inst, s.device) == t for s in stages)
-        counts = layer_counts(res.plan)
-        assert counts == sorted(counts) and counts[-1] - counts[0] <= 1
+        assert_equal_layers(plan)
         # no wider allowed d would give every stage its devices on the same groups
         eligible = [grp for dc_ in inst.datacenters for grp in dc_.devices
                     if max((x for x in inst.parallelism.tensor_parallel
                             if x <= grp.devices_per_node), default=0) == t]
         for wider in (x for x in inst.parallelism.data_parallel if x > d):
             assert sum(grp.count // (wider * t) for grp in eligible) < len(stages)
-    assert seen >= 10
 
 
 def test_sailor_one_shape_uniform_layers_contiguous_datacenters():
-    seen = 0
-    for seed in V2_SEEDS:
-        inst, _ = v2_case(seed)
-        res = cp.solve(inst, "sailor")
-        if res.status != "feasible":
-            continue
-        seen += 1
-        stages = res.plan.stages
-        assert len({(s.data_parallel, s.tensor_parallel) for s in stages}) == 1
-        counts = layer_counts(res.plan)
-        assert counts == sorted(counts) and counts[-1] - counts[0] <= 1
-        dcs = [inst.locate(s.device).dc for s in stages]
+    for inst, plan in feasible_v2_plans("sailor"):
+        assert len({(s.data_parallel, s.tensor_parallel) for s in plan.stages}) == 1
+        assert_equal_layers(plan)
+        dcs = [inst.locate(s.device).dc for s in plan.stages]
         assert set(dcs) == set(range(dcs[0], dcs[-1] + 1))
-    assert seen >= 10
 
 
 def test_sailor_contains_uniform_chain():
@@ -466,19 +463,12 @@ def test_sailor_contains_uniform_chain():
 
 
 def test_metis_one_shape_per_device_type():
-    seen = 0
-    for seed in V2_SEEDS:
-        inst, _ = v2_case(seed)
-        res = cp.solve(inst, "metis")
-        if res.status != "feasible":
-            continue
-        seen += 1
+    for inst, plan in feasible_v2_plans("metis"):
         shapes = {}
-        for s in res.plan.stages:
+        for s in plan.stages:
             kind = inst.group(inst.locate(s.device)).type
             assert shapes.setdefault(kind, (s.data_parallel, s.tensor_parallel)) == \
                 (s.data_parallel, s.tensor_parallel)
-    assert seen >= 10
 
 
 def test_metis_balances_layers_by_effective_throughput():

@@ -175,6 +175,9 @@ class _Metis:
                 improved = False
                 for ty, opts in enumerate(self.options):
                     for shape in opts:
+                        if deadline.expired():
+                            yield []  # seen by best_of as a stop at the deadline
+                            return
                         trial = config[:ty] + (shape,) + config[ty + 1:]
                         if self.score(trial) < self.score(config):
                             config, improved = trial, True

@@ -20,17 +20,17 @@ def _search(c: StageCosts, shapes, deadline, name: str) -> Outcome:
     search = _UniformChain(c, Deadline.of(deadline))
     seeds = {}
     for d, t in shapes:
+        if seeds and search.deadline.expired():  # the first shape's seeds in any case
+            search.complete = False
+            break
         search.set_shape(d, t)
         seeds[d, t] = search.seed_with_chain_fill()
     # the most promising shape first: its incumbent prunes the others
-    for d, t in sorted(shapes, key=lambda shape: seeds[shape]):
+    for d, t in sorted(seeds, key=lambda shape: seeds[shape]):
         search.set_shape(d, t)
         for S in range(1, search.n_max + 1):
-            search.search(S)
-            if not search.complete:
-                break
-        if not search.complete:
-            break
+            if search.complete:
+                search.search(S)
     stats = {"strategy": name, "nodes": search.visited, "complete": search.complete}
     if search.best is None:
         msg = ("no uniform split over a contiguous range of datacenters fits memory"
