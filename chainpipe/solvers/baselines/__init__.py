@@ -68,8 +68,12 @@ tensor-parallel devices per stage, from the instance's lists):
     degree for all stages, datacenters (regions) in chain order: Sailor orders regions
     by bottleneck bandwidth, in a chain the order is fixed. Search over ``(d, t)``,
     ``S``, the contiguous range of datacenters and the stages each runs, by the
-    branch and bound of ``uniform-chain`` (which is ``sailor`` with ``d = t = 1``),
-    whose bound counts the synchronisation met so far.
+    branch and bound of ``uniform-chain`` (which is ``sailor`` with ``d = t = 1``):
+    its bound gives the layers left the fastest rate still reachable and each boundary
+    left its cheapest path, and counts the synchronisation; a datacenter entered at the
+    same block from the same one with a (fill, bottleneck, synchronisation) label no
+    better than one met before is not searched again. Shapes are searched in the order
+    of their best chain-order fill, so the first incumbent prunes the rest.
 
 Built on the exact DP (:mod:`.dp_based`; they plan with whatever the DP plans):
 
