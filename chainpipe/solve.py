@@ -48,18 +48,24 @@ SOLVERS: dict[str, SolverInfo] = {
         SolverInfo("cpsat", "chainpipe.solvers.cpsat:run", True,
                    "OR-Tools CP-SAT model over candidate stage arcs, integer-scaled with exact bounds",
                    parallelism=False),
-        SolverInfo("uniform", "chainpipe.solvers.baselines:uniform", False,
+        SolverInfo("uniform", "chainpipe.solvers.baselines.equal_layers:uniform", False,
                    "baseline: equal layer counts per stage, DCs filled in chain order (Megatron)"),
-        SolverInfo("greedy-fill", "chainpipe.solvers.baselines:greedy_fill", False,
+        SolverInfo("greedy-fill", "chainpipe.solvers.baselines.equal_layers:greedy_fill", False,
                    "baseline: as many stages per DC as it holds, uniform layers (Atlas)"),
-        SolverInfo("proportional", "chainpipe.solvers.baselines:proportional", False,
+        SolverInfo("proportional", "chainpipe.solvers.baselines.balanced:proportional", False,
                    "baseline: layers in proportion to device rates, with memory repair (Metis)"),
-        SolverInfo("comm-unaware", "chainpipe.solvers.baselines:comm_unaware", False,
+        SolverInfo("comm-unaware", "chainpipe.solvers.baselines.dp_based:comm_unaware", False,
                    "baseline: exact DP with links ignored, then evaluated with links"),
-        SolverInfo("uniform-chain", "chainpipe.solvers.baselines:uniform_chain", False,
+        SolverInfo("uniform-chain", "chainpipe.solvers.baselines.chain_search:uniform_chain", False,
                    "baseline: uniform layer splits, search over stage count and DC segments (Sailor)"),
-        SolverInfo("single-dc", "chainpipe.solvers.baselines:single_dc", False,
+        SolverInfo("single-dc", "chainpipe.solvers.baselines.dp_based:single_dc", False,
                    "baseline: the best plan inside one datacenter"),
+        SolverInfo("megatron", "chainpipe.solvers.baselines.equal_layers:megatron", False,
+                   "baseline: Megatron-LM 3D parallelism: TP over a node, equal layers, widest DP"),
+        SolverInfo("metis", "chainpipe.solvers.baselines.balanced:metis", False,
+                   "baseline: Metis: per-GPU-type d x t shapes, layers balanced by throughput"),
+        SolverInfo("sailor", "chainpipe.solvers.baselines.chain_search:sailor", False,
+                   "baseline: Sailor: uniform layers, one d and t, search over DC range (B&B)"),
     )
 }
 
@@ -147,7 +153,8 @@ def solve(
         privacy-preserving DP), ``ilp-assign`` and ``ilp-path`` (ILPs through PuLP, option
         ``backend="highs"`` or ``"cbc"``), ``cpsat`` (OR-Tools CP-SAT), or a baseline:
         ``uniform``, ``greedy-fill``, ``proportional``, ``comm-unaware``, ``uniform-chain``,
-        ``single-dc``. :data:`SOLVERS` lists them with one line each.
+        ``single-dc``, and with hybrid parallelism ``megatron``, ``metis``, ``sailor``.
+        :data:`SOLVERS` lists them with one line each.
     time_limit : float, optional
         Seconds for the whole solve, building tables and models included; ``None`` for
         no limit. Must be finite and ``>= 0``.

@@ -4,14 +4,19 @@ the strategies they stand for, and the orderings their families imply."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
+import random
 from functools import cache
+from pathlib import Path
 
 import pytest
 
 import chainpipe as cp
 from chainpipe import Datacenter, DeviceGroup, Instance, Layer, Link, Model, Training
+from chainpipe.instance import Parallelism
 from chainpipe.solvers.baselines import FREE_BANDWIDTH, uniform_bounds
+from chainpipe.solvers.baselines.stage_costs import StageCosts
 from chainpipe.tables import CostTables
 from helpers import brute_force, random_instance
 
@@ -233,3 +238,303 @@ def test_comm_unaware_is_optimal_without_links_and_pays_for_them():
         assert cp.evaluate(blind, res.plan).iteration_time_s == pytest.approx(blind_opt, rel=1e-6)
         paid += res.iteration_time > optimum * (1 + 1e-6)
     assert paid > 0  # ignoring the network costs something on some instances
+
+
+# --------------------------------------------------------------------------- version 2
+# Hybrid parallelism: a stage on d x t devices. The optimum comes from a local enumerator
+# of every plan (layer cuts, group and shape per stage, chain order, device counts),
+# each costed by chainpipe.evaluate, the contract's cost model.
+HYBRID = ["megatron", "metis", "sailor"]
+ONE_DEVICE = HEURISTIC  # the baselines that run every stage on one device
+
+
+def random_v2_instance(seed: int) -> Instance:
+    """A small random v2 instance: 1-3 layers, 1-2 DCs of 1-2 groups, nodes of 1, 2 or 4,
+    widths including 3, lists sometimes without 1, ZeRO on or off, tight memory often."""
+    rng = random.Random(seed)
+    L = rng.randint(1, 3)
+    layers = tuple(
+        Layer(f"l{i}", float(rng.choice([10, 30, 50, 80])), float(rng.choice([20, 60, 100])),
+              rng.randint(0, 12), float(rng.randint(0, 4)), float(rng.choice([0, 2, 10, 40])),
+              float(rng.choice([0, 4, 20, 80])))
+        for i in range(L))
+    M = rng.choice([1, 2, 4, 8])
+    schedule = rng.choice(["1f1b", "gpipe"])
+    widths = rng.sample([1, 2, 3, 4], rng.randint(1, 3))
+    degrees = rng.sample([1, 2, 4], rng.randint(1, 2))
+    if rng.random() < 0.5:  # half the lists allow one device per stage for sure
+        widths, degrees = sorted({1, *widths}), sorted({1, *degrees})
+    par = Parallelism(tuple(widths), tuple(degrees), rng.random() < 0.5)
+    training = Training(M, schedule, 16.0, 2.0, float(rng.choice([0, 8, 12])), par)
+    full = sum(16.0 * ly.params + M * ly.activation_bytes for ly in layers)
+    dcs = []
+    for k in range(rng.randint(1, 2)):
+        groups = []
+        for g in range(rng.randint(1, 2)):
+            node = rng.choice([1, 2, 4])
+            count = node * rng.choice([1, 2]) if node > 1 else rng.randint(1, 4)
+            memory = max(1.0, round(full * rng.uniform(0.1, 0.7))) if rng.random() < 0.5 \
+                else full + 100.0
+            groups.append(DeviceGroup(f"t{g}", count, float(rng.choice([10, 20, 40])), memory,
+                                      node, float(rng.choice([5, 50])) if node > 1 else None))
+        dcs.append(Datacenter(f"dc{k}", tuple(groups),
+                              Link(float(rng.choice([10, 100])), rng.choice([0.0, 0.1]))))
+    links = tuple(Link(float(rng.choice([2, 20])), rng.choice([0.0, 0.5]))
+                  for _ in range(len(dcs) - 1))
+    return Instance(f"v2-{seed}", Model("m", layers), training, tuple(dcs), links)
+
+
+def v2_plans(inst: Instance):
+    """Every plan of the contract as ``(start, end, dc, group, d, t)`` tuples."""
+    par = inst.parallelism
+    groups = [(k, gi, grp) for k, dc in enumerate(inst.datacenters)
+              for gi, grp in enumerate(dc.devices)]
+    options = [(k, gi, grp, d, t) for k, gi, grp in groups for d in par.data_parallel
+               for t in par.tensor_parallel if t <= grp.devices_per_node]
+
+    def place(cuts, s, k_min, used):
+        if s == len(cuts):
+            yield []
+            return
+        for k, gi, grp, d, t in options:
+            if k >= k_min and used.get((k, gi), 0) + d * t <= grp.count:
+                used[(k, gi)] = used.get((k, gi), 0) + d * t
+                for rest in place(cuts, s + 1, k, used):
+                    yield [(*cuts[s], k, gi, d, t)] + rest
+                used[(k, gi)] -= d * t
+
+    L = inst.num_layers
+    for mask in itertools.product((False, True), repeat=L - 1):
+        b = [0] + [i + 1 for i, c in enumerate(mask) if c] + [L]
+        yield from place(list(zip(b[:-1], b[1:])), 0, 0, {})
+
+
+@cache
+def v2_case(seed: int):
+    inst = random_v2_instance(seed)
+    times = [cp.evaluate(inst, cp.Plan.from_tuples(inst, p)) for p in v2_plans(inst)]
+    return inst, min((e.iteration_time_s for e in times if e.feasible), default=math.inf)
+
+
+V2_SEEDS = range(40)
+
+
+@pytest.mark.parametrize("name", HEURISTIC + HYBRID)
+@pytest.mark.parametrize("seed", V2_SEEDS)
+def test_v2_contract_against_enumeration(name, seed):
+    inst, optimum = v2_case(seed)
+    res = cp.solve(inst, name)
+    check_contract(inst, optimum, res)
+    if name in ONE_DEVICE and res.status == "feasible":
+        assert all(s.width == 1 for s in res.plan.stages)
+
+
+def test_v2_cases_cover_what_matters():
+    """The random v2 instances include lists without 1, infeasible ones, and optima that
+    need d > 1 or t > 1."""
+    without_one = infeasible = hybrid = 0
+    for seed in V2_SEEDS:
+        inst, optimum = v2_case(seed)
+        par = inst.parallelism
+        without_one += 1 not in par.data_parallel or 1 not in par.tensor_parallel
+        infeasible += math.isinf(optimum)
+        res = cp.solve(inst, "metis")
+        hybrid += res.status == "feasible" and any(s.width > 1 for s in res.plan.stages)
+    assert without_one >= 5 and infeasible >= 3 and hybrid >= 5, (without_one, infeasible, hybrid)
+
+
+def test_v2_hybrid_baselines_often_reach_the_optimum():
+    hits = {n: 0 for n in HYBRID}
+    for seed in V2_SEEDS:
+        inst, optimum = v2_case(seed)
+        for n in HYBRID:
+            res = cp.solve(inst, n)
+            hits[n] += res.status == "feasible" and res.iteration_time <= optimum * (1 + REL)
+    assert all(h >= 10 for h in hits.values()), hits
+
+
+def test_stage_costs_agree_with_evaluate():
+    """The ranker the baselines search with gives evaluate's time (inf where evaluate
+    finds the plan infeasible), on every plan of the small instances."""
+    checked = {True: 0, False: 0}
+    for seed in V2_SEEDS:
+        inst = random_v2_instance(seed)
+        c = StageCosts(inst)
+        flat = {(g.dc, g.index): f for f, g in enumerate(c.tables.groups)}
+        for p in v2_plans(inst):
+            ev = cp.evaluate(inst, cp.Plan.from_tuples(inst, p))
+            T = c.plan_time([(i, j, k, flat[k, gi], d, t) for i, j, k, gi, d, t in p])
+            if ev.feasible:
+                assert T == pytest.approx(ev.iteration_time_s, rel=1e-12)
+            else:
+                assert math.isinf(T), ev.violations
+            checked[ev.feasible] += 1
+    assert checked[True] > 300 and checked[False] > 300, checked
+
+
+def test_one_device_baselines_refuse_lists_without_one():
+    for seed in V2_SEEDS:
+        inst, _ = v2_case(seed)
+        par = inst.parallelism
+        if 1 in par.data_parallel and 1 in par.tensor_parallel:
+            continue
+        for name in ONE_DEVICE:
+            res = cp.solve(inst, name)
+            assert res.status == "no_solution" and res.plan is None
+            assert "d = t = 1" in res.message and "\n" not in res.message
+
+
+def test_one_device_baselines_claim_infeasible_only_with_a_v2_proof():
+    # the layer fits no single device, but fits two tensor-parallel halves: a plan exists
+    par = Parallelism((1,), (1, 2))
+    inst = Instance("t", Model("m", (layer(params=10),)), Training(1, "gpipe", 1.0,
+                    parallelism=par), (dc("a", ("g", 2, 1.0, 6.0, 2, 10.0)),), ())
+    assert CostTables(inst).infeasibility_reason() is None  # the tables see the halves too
+    for name in ONE_DEVICE:
+        res = cp.solve(inst, name)
+        assert res.status == "no_solution", (name, res.message)
+    for name in HYBRID:
+        res = cp.solve(inst, name)
+        assert res.status == "feasible" and res.plan.stages[0].tensor_parallel == 2
+
+
+def test_hybrid_baselines_say_infeasible_when_no_shape_fits():
+    par = Parallelism((1, 2), (1, 2))
+    inst = Instance("t", Model("m", (layer(params=10),)), Training(1, "gpipe", 1.0,
+                    parallelism=par), (dc("a", ("g", 2, 1.0, 4.0, 2, 10.0)),), ())
+    for name in HYBRID + ONE_DEVICE:
+        res = cp.solve(inst, name)
+        assert res.status == "infeasible" and "layer 0" in res.message, (name, res.message)
+
+
+def node_degree(inst: Instance, device: str) -> int:
+    grp = inst.group(inst.locate(device))
+    return max(t for t in inst.parallelism.tensor_parallel if t <= grp.devices_per_node)
+
+
+def feasible_v2_plans(name: str) -> list[tuple[Instance, cp.Plan]]:
+    """The random v2 instances on which baseline ``name`` finds a plan, with the plan."""
+    results = [(v2_case(seed)[0], cp.solve(v2_case(seed)[0], name)) for seed in V2_SEEDS]
+    found = [(inst, res.plan) for inst, res in results if res.status == "feasible"]
+    assert len(found) >= 10, (name, len(found))
+    return found
+
+
+def assert_equal_layers(plan) -> None:
+    """Layer counts differ by at most one, the larger stages last."""
+    counts = layer_counts(plan)
+    assert counts == sorted(counts) and counts[-1] - counts[0] <= 1
+
+
+def test_megatron_one_shape_tp_over_the_node_equal_layers_widest_dp():
+    for inst, plan in feasible_v2_plans("megatron"):
+        stages = plan.stages
+        d, t = stages[0].data_parallel, stages[0].tensor_parallel
+        assert all((s.data_parallel, s.tensor_parallel) == (d, t) for s in stages)
+        assert all(node_degree(inst, s.device) == t for s in stages)
+        assert_equal_layers(plan)
+        # no wider allowed d would give every stage its devices on the same groups
+        eligible = [grp for dc_ in inst.datacenters for grp in dc_.devices
+                    if max((x for x in inst.parallelism.tensor_parallel
+                            if x <= grp.devices_per_node), default=0) == t]
+        for wider in (x for x in inst.parallelism.data_parallel if x > d):
+            assert sum(grp.count // (wider * t) for grp in eligible) < len(stages)
+
+
+def test_sailor_one_shape_uniform_layers_contiguous_datacenters():
+    for inst, plan in feasible_v2_plans("sailor"):
+        assert len({(s.data_parallel, s.tensor_parallel) for s in plan.stages}) == 1
+        assert_equal_layers(plan)
+        dcs = [inst.locate(s.device).dc for s in plan.stages]
+        assert set(dcs) == set(range(dcs[0], dcs[-1] + 1))
+
+
+def test_sailor_contains_uniform_chain():
+    """uniform-chain is sailor with d = t = 1: sailor is never worse when 1 is allowed."""
+    compared = 0
+    for seed in V2_SEEDS:
+        inst, _ = v2_case(seed)
+        u, s = cp.solve(inst, "uniform-chain"), cp.solve(inst, "sailor")
+        if u.status == "feasible":
+            compared += 1
+            assert s.status == "feasible"
+            assert s.iteration_time <= u.iteration_time * (1 + REL)
+    assert compared >= 10
+
+
+def test_metis_one_shape_per_device_type():
+    for inst, plan in feasible_v2_plans("metis"):
+        shapes = {}
+        for s in plan.stages:
+            kind = inst.group(inst.locate(s.device)).type
+            assert shapes.setdefault(kind, (s.data_parallel, s.tensor_parallel)) == \
+                (s.data_parallel, s.tensor_parallel)
+
+
+def test_metis_balances_layers_by_effective_throughput():
+    # 16 equal layers; 4 fast devices (rate 3) in a node whose tensor-parallel all-reduce
+    # is very slow, and 2 slow devices (rate 1). Metis runs the fast type at d = 4 (12 FLOP/s)
+    # and the slow one at d = 2 (2 FLOP/s), and cuts the layers 12 : 2 -> 14 and 2
+    par = Parallelism((1, 2, 4), (1, 4))
+    layers = tuple(Layer(f"l{i}", 10.0, 20.0, 0, 0.0, 0.0, 10.0) for i in range(16))
+    inst = Instance("t", Model("m", layers), Training(64, "1f1b", 1.0, parallelism=par),
+                    (dc("a", ("fast", 4, 3.0, 1e9, 4, 1e-3), ("slow", 2, 1.0, 1e9)),), ())
+    res = cp.solve(inst, "metis")
+    shapes = [(inst.group(inst.locate(s.device)).type, s.end - s.start, s.data_parallel,
+               s.tensor_parallel) for s in res.plan.stages]
+    assert shapes == [("fast", 14, 4, 1), ("slow", 2, 2, 1)]
+    # better than any single shape for every stage (sailor's family) here
+    assert res.iteration_time < cp.solve(inst, "sailor").iteration_time
+
+
+def test_metis_coordinate_search_is_valid_and_no_better_than_exhaustive(monkeypatch):
+    from chainpipe.solvers.baselines import balanced
+
+    exhaustive = {seed: cp.solve(v2_case(seed)[0], "metis") for seed in V2_SEEDS}
+    monkeypatch.setattr(balanced, "EXHAUSTIVE_CONFIGURATIONS", 1)
+    for seed in V2_SEEDS:
+        inst, optimum = v2_case(seed)
+        res = cp.solve(inst, "metis")
+        check_contract(inst, optimum, res)
+        if res.status == "feasible":
+            assert res.stats["search"] == "coordinate" or res.stats["configurations"] <= 1
+            assert exhaustive[seed].iteration_time <= res.iteration_time * (1 + REL)
+
+
+def test_metis_stops_at_its_time_limit():
+    inst, _ = v2_case(next(s for s in V2_SEEDS if math.isfinite(v2_case(s)[1])))
+    res = cp.solve(inst, "metis", time_limit=0.0)
+    assert res.status == "no_solution" and "time limit" in res.message
+
+
+#: what each baseline gives on the worked example of the contract (optimum T = 16),
+#: worked by hand from section 7: one device per stage at best two stages (19.5); megatron
+#: takes t = 2 (the node) and then d = 2 for one stage (24.5); metis and sailor find the
+#: optimum, two stages of d = 2, t = 1
+WORKED_V2 = {"uniform": 19.5, "greedy-fill": 19.5, "proportional": 19.5, "uniform-chain": 19.5,
+             "megatron": 24.5, "metis": 16.0, "sailor": 16.0}
+
+
+@pytest.mark.parametrize("name", sorted(WORKED_V2))
+def test_worked_example_v2(name):
+    inst = cp.read(Path(__file__).parent / "data" / "valid" / "worked_example_v2.json")
+    res = cp.solve(inst, name)
+    assert res.status == "feasible"
+    assert res.iteration_time == pytest.approx(WORKED_V2[name], rel=REL)
+
+
+def test_sailor_pruning_loses_nothing(monkeypatch):
+    """The bound and the dominance of labels only cut what cannot be strictly better:
+    the search without them finds the same time (v1 and v2 instances)."""
+    from chainpipe.solvers.baselines import chain_search
+
+    cases = [v2_case(seed)[0] for seed in V2_SEEDS] + [case(seed)[0] for seed in range(0, 60, 2)]
+    pruned = [(cp.solve(inst, "sailor"), cp.solve(inst, "uniform-chain")) for inst in cases]
+    monkeypatch.setattr(chain_search._UniformChain, "promising", lambda self, bound: True)
+    monkeypatch.setattr(chain_search._UniformChain, "dominated", lambda self, key, label: False)
+    for inst, results in zip(cases, pruned):
+        for name, res in zip(("sailor", "uniform-chain"), results):
+            full = cp.solve(inst, name)
+            assert full.status == res.status
+            if res.status == "feasible":
+                assert res.iteration_time == full.iteration_time
