@@ -43,10 +43,10 @@ def _call_args(text: str, open_paren: int) -> str:
     raise AssertionError(f"unbalanced call at {text[open_paren - 20:open_paren + 40]!r}")
 
 
-def test_the_four_notebooks_are_there():
+def test_the_notebooks_are_there():
     names = [p.name for p in PATHS]
     for want in ("01_quickstart.ipynb", "02_formulations.ipynb", "03_privacy.ipynb",
-                 "04_multi_dc.ipynb"):
+                 "04_multi_dc.ipynb", "05_hybrid.ipynb"):
         assert want in names
 
 
