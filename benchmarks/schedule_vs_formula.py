@@ -47,7 +47,8 @@ def measure(instance) -> dict | None:
         row["estimate"] = gpipe_makespan(instance, res.plan, ev) / sim.makespan_s
     else:
         cycle = one_f_one_b_cycle(ev, instance.microbatches)
-        row["estimate"] = (ev.fill_drain_s + (instance.microbatches - 1) * cycle) / sim.makespan_s
+        row["estimate"] = (ev.fill_drain_s + (instance.microbatches - 1) * cycle
+                           + ev.sync_s) / sim.makespan_s
     return row
 
 

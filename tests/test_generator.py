@@ -291,7 +291,8 @@ def _unlimited_memory(inst):
 
 @pytest.mark.parametrize("set_name, stem", [
     ("small", "small-03-mem-1f1b"), ("small", "small-04-mem-gpipe"),
-    ("medium", "medium-02-llama70b"),
+    ("medium", "medium-02-llama70b"), ("hybrid/small", "hybrid-small-05-mem"),
+    ("hybrid/medium", "hybrid-medium-05-mem"),
 ])
 def test_memory_binds_in_the_memory_tight_instances(set_name, stem):
     from chainpipe.solve import solve
@@ -566,11 +567,12 @@ def test_hybrid_witnesses_are_feasible_plans(set_name):
         assert sum(st.devices.__len__() for st in ev.stages) == item["witness"]["devices"]
 
 
-@pytest.mark.parametrize("set_name, stem", [
-    ("hybrid/small", "hybrid-small-05-mem"), ("hybrid/medium", "hybrid-medium-05-mem"),
-    ("hybrid/large", "hybrid-large-02-nozero"),
-])
+@pytest.mark.parametrize("set_name, stem", [("hybrid/large", "hybrid-large-02-nozero")])
 def test_memory_excludes_the_best_regular_plan(set_name, stem):
+    """The large memory-tight instance, where the DP takes 15 s (too long for the suite;
+    measured: its optimum is 1.6% above the one with unlimited memory): the best regular
+    plan with unlimited memory does not fit. The small and medium ones are checked with
+    the DP itself (``test_memory_binds_in_the_memory_tight_instances``)."""
     inst = read(ROOT / set_name / f"{stem}.json")
     free = hybrid_witness(_unlimited_memory(inst))
     assert not evaluate(inst, free).feasible
