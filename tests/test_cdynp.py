@@ -479,3 +479,17 @@ def test_split_files_written_before_version_2_still_read(tmp_path):
         p.write_text(json.dumps(strip(json.loads(p.read_text()))))
     assert "parallelism" not in paths[0].read_text()
     assert _join(*read_split(tmp_path)) == inst
+
+
+def test_split_files_of_a_v2_instance_are_refused_by_the_agents(tmp_path):
+    """Split files run directly (no solve facade) never give a one-device answer to an
+    instance with data or tensor parallelism: the agents refuse it, one line."""
+    from chainpipe.solvers.cdynp.agent import DCAgent
+    from chainpipe.solvers.cdynp.public import read_split, read_view
+
+    inst = read(Path(__file__).parent / "data" / "valid" / "worked_example_v2.json")
+    split_instance(inst, tmp_path / "split")
+    public, private = read_split(tmp_path / "split")
+    pub, index, dc = read_view(public, private[0])
+    with pytest.raises(ValueError, match="cdynp does not support data or tensor parallelism"):
+        DCAgent(pub, index, dc)

@@ -71,6 +71,13 @@ class DCAgent:
         if public.datacenter_names[index] != datacenter.name:
             raise ValueError(f"agent {index} holds {datacenter.name!r}, the chain has "
                              f"{public.datacenter_names[index]!r} there")
+        if not public.training.parallelism.single_device:
+            # the agents' DPs place one device per stage: never a wrong answer on v2 files
+            # reached without the solve facade (split files run directly)
+            par = public.training.parallelism
+            raise ValueError(f"cdynp does not support data or tensor parallelism yet "
+                             f"(training.parallelism allows d in {list(par.data_parallel)}, "
+                             f"t in {list(par.tensor_parallel)}); use dp")
         self.public = public
         self.k = index
         self.dc = datacenter
