@@ -56,6 +56,16 @@ def random_instance(seed: int, *, max_layers: int = 6, max_dcs: int = 3, max_typ
                     tuple(dcs), links)
 
 
+def _path(inst: Instance, k1: int, k2: int) -> tuple[float, float]:
+    """Bandwidth (the minimum) and latency (the sum) between DCs ``k1 <= k2``, straight
+    from the contract: a DC's own link inside it, the chain links between two."""
+    if k1 == k2:
+        lk = inst.datacenters[k1].link
+        return lk.bandwidth_bytes_per_s, lk.latency_s
+    seg = inst.links[k1:k2]
+    return min(x.bandwidth_bytes_per_s for x in seg), sum(x.latency_s for x in seg)
+
+
 def _compositions(L: int):
     """All ways to cut ``range(L)`` into contiguous non-empty stages."""
     for cuts in itertools.product((False, True), repeat=L - 1):
@@ -70,11 +80,7 @@ def brute_force(inst: Instance) -> tuple[float, Plan | None]:
     groups = [(k, g, grp) for k, dc in enumerate(inst.datacenters) for g, grp in enumerate(dc.devices)]
 
     def path(k1, k2):
-        if k1 == k2:
-            lk = inst.datacenters[k1].link
-            return lk.bandwidth_bytes_per_s, lk.latency_s
-        seg = inst.links[k1:k2]
-        return min(x.bandwidth_bytes_per_s for x in seg), sum(x.latency_s for x in seg)
+        return _path(inst, k1, k2)
 
     best, best_plan = float("inf"), None
     for stages in _compositions(len(layers)):
@@ -189,11 +195,7 @@ def brute_force_hybrid(inst: Instance) -> tuple[float, list | None]:
     pairs = [(d, t) for d in tr.parallelism.data_parallel for t in tr.parallelism.tensor_parallel]
 
     def path(k1, k2):
-        if k1 == k2:
-            lk = inst.datacenters[k1].link
-            return lk.bandwidth_bytes_per_s, lk.latency_s
-        seg = inst.links[k1:k2]
-        return min(x.bandwidth_bytes_per_s for x in seg), sum(x.latency_s for x in seg)
+        return _path(inst, k1, k2)
 
     best = [float("inf"), None]
     for stages in _compositions(inst.num_layers):
