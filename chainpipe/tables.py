@@ -273,14 +273,11 @@ class CostTables:
         base_fill = max(float(cost.compute_time(total, fastest, self.widest)), fill_floor)
         if self.M == 1 or not np.isfinite(floor):
             return float(cost.iteration_time(base_fill, floor, self.M))
-        capacities = (rate * count).tolist()
         grid = floor * (1.0 + np.linspace(0.0, 2.0, 801))
-        best = float(cost.iteration_time(base_fill, grid[-1], self.M))  # every B beyond
-        for lo, hi in zip(grid[:-1].tolist(), grid[1:].tolist()):
-            x, _ = fill_curve(capacities, hi)
-            fill = max(base_fill, fill_bound(total, x.tolist(), hi))
-            best = min(best, float(cost.iteration_time(fill, lo, self.M)))
-        return best
+        fill = np.maximum(base_fill, fill_bounds(total, rate * count, grid[1:]))
+        cells = cost.iteration_time(fill, grid[:-1], self.M)
+        beyond = cost.iteration_time(base_fill, grid[-1], self.M)  # every B past the grid
+        return float(min(cells.min(), beyond))
 
     def infeasibility_reason(self) -> str | None:
         """A reason no plan can exist, found without search; ``None`` if none is obvious."""
@@ -333,3 +330,17 @@ def fill_bound(flop: float, x: list, cap: float) -> float:
     if j >= len(x) - 1:
         return cap * (len(x) - 1)
     return cap * (j + (flop - x[j]) / (x[j + 1] - x[j]))
+
+
+def fill_bounds(flop: float, group_rates, caps: np.ndarray) -> np.ndarray:
+    """:func:`fill_bound` of ``flop`` at each cap of ``caps`` at once (the same curve,
+    :func:`fill_curve`, for every cap)."""
+    rates = np.sort(np.asarray([r for r in np.asarray(group_rates, dtype=float) if r > 0]))[::-1]
+    cumulative = np.concatenate(([0.0], np.cumsum(rates)))  # capacity per unit of cap
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        share = flop / caps
+        j = np.clip(np.searchsorted(cumulative, share, side="right") - 1, 0, len(rates))
+        inside = j < len(rates)
+        nxt = rates[np.minimum(j, len(rates) - 1)]
+        partial = np.where(inside, (flop - caps * cumulative[j]) / nxt, 0.0)
+    return caps * j + partial
