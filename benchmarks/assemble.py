@@ -23,6 +23,7 @@ ORDER = [
     ("experiments/results/larger_tasks.md", "python experiments/larger_tasks.py"),
     ("experiments/results/degraded_network.md", "python experiments/degraded_network.py"),
     ("experiments/results/search_vs_size.md", "python experiments/search_vs_size.py"),
+    ("experiments/results/hybrid.md", "python experiments/hybrid.py"),
 ]
 
 
