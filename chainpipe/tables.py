@@ -231,18 +231,24 @@ class CostTables:
         layer's output on the fastest chain link, and its fill at least that boundary's
         traversal. ``docs/dp.md`` gives the argument.
         """
-        alone = min(self._capacity_bound(self.group_dc == k) for k in range(self.K))
+        return self.bound_with_floors([0.0] * self.K, 0.0)
+
+    def bound_with_floors(self, alone: list[float], across: float) -> float:
+        """:attr:`lower_bound` with a bottleneck known to be at least ``alone[k]`` for a
+        plan inside datacenter ``k`` and at least ``across`` for a plan across several
+        (a search may know more than the rates tell, e.g. from the layers' granularity)."""
+        best = min(self._capacity_bound(self.group_dc == k, alone[k]) for k in range(self.K))
         if self.K == 1:
-            return float(alone)
+            return float(best)
         chain = self.instance.links
         out = self.boundary_bytes[1:self.L]
         if len(out) == 0:  # one layer: no boundary, one stage
-            return float(alone)
+            return float(best)
         fastest = max(lk.bandwidth_bytes_per_s for lk in chain)
         u_min = float(cost.occupancy(out.min(), fastest))
         q_min = float(cost.traversal(min(lk.latency_s for lk in chain), u_min))
-        across = self._capacity_bound(np.ones(self.G, dtype=bool), u_min, q_min)
-        return float(min(alone, across))
+        spread = self._capacity_bound(np.ones(self.G, dtype=bool), max(u_min, across), q_min)
+        return float(min(best, spread))
 
     def _capacity_bound(self, groups: np.ndarray, bottleneck_floor: float = 0.0,
                         fill_floor: float = 0.0) -> float:

@@ -143,3 +143,26 @@ def test_shifted_pareto_numpy_and_python_paths_agree():
     small = [lab for lab in labels
              if lab in shifted_pareto([lab2 for lab2 in labels if lab2 in big or lab2 is lab], 16)]
     assert sorted(x[4] for x in big) == sorted(x[4] for x in small)
+
+
+def test_flop_capacity_never_exceeds_what_an_optimal_plan_needs():
+    """The granularity bound of the DP (``_LayerCapacity``): the devices an optimal plan
+    uses hold its FLOP under its own largest compute time, so the bottleneck the bound
+    asks for is never above that."""
+    from chainpipe.solvers.dp import _LayerCapacity, usage_caps
+
+    checked = 0
+    for seed in range(150):
+        inst = random_hybrid_instance(seed, max_layers=5)
+        T, stages = brute_force_hybrid(inst)
+        if stages is None or inst.parallelism.single_device:
+            continue
+        tables = CostTables(inst)
+        capacity = _LayerCapacity(tables, usage_caps(tables))
+        ev = evaluate(inst, Plan.from_tuples(inst, stages))
+        worst = max(st.compute_time_s for st in ev.stages)
+        total = float(tables.flop_prefix[-1])
+        needed = float(capacity.needed(capacity.curve(list(range(tables.G)), []), total))
+        assert needed <= worst * (1 + 1e-9), (inst.name, needed, worst)
+        checked += 1
+    assert checked >= 60

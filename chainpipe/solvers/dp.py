@@ -23,6 +23,8 @@ search repeats with a larger trial. The first trial that succeeds is exact.
 
 from __future__ import annotations
 
+import bisect
+
 import numpy as np
 
 from .. import cost
@@ -48,7 +50,19 @@ def run(instance, *, deadline=None, seed=0, threads=1, log=None, upper_bound=Non
     reason = tables.infeasibility_reason()
     if reason:
         return Outcome("infeasible", message=reason, lower_bound=None)
-    lb = tables.lower_bound
+    capacity = None
+    if not tables.single_device and tables.M > 1:
+        # what the free devices can hold under a bottleneck (see _LayerCapacity): built
+        # once, used by every trial, and a floor under the bottleneck of the lower bound
+        capacity = _LayerCapacity(tables, usage_caps(tables))
+        total = float(tables.flop_prefix[-1])
+        alone = [float(capacity.needed(capacity.curve(
+            [g for g in range(tables.G) if tables.group_dc[g] == k], []), total))
+            for k in range(tables.K)]
+        across = float(capacity.needed(capacity.curve(list(range(tables.G)), []), total))
+        lb = max(tables.lower_bound, tables.bound_with_floors(alone, across))
+    else:
+        lb = tables.lower_bound
     proven = lb  # the optimum is at least this
     stats = {"trials": []}
     steps = TRIALS if tables.single_device else HYBRID_TRIALS
@@ -56,7 +70,7 @@ def run(instance, *, deadline=None, seed=0, threads=1, log=None, upper_bound=Non
     if upper_bound is not None:
         trials = [u for u in trials if u < upper_bound] + [upper_bound * (1 + 1e-9)]
     for trial in trials:
-        search = _Search(tables, trial, deadline)
+        search = _Search(tables, trial, deadline, capacity)
         try:
             found = search.run()
         except TimeUp:
@@ -87,10 +101,12 @@ def run(instance, *, deadline=None, seed=0, threads=1, log=None, upper_bound=Non
 class _Search:
     """One bounded run of the DP: finds the optimum if it is below ``upper``."""
 
-    def __init__(self, tables: CostTables, upper: float, deadline: Deadline):
+    def __init__(self, tables: CostTables, upper: float, deadline: Deadline,
+                 capacity: _LayerCapacity | None = None):
         self.t = tables
         self.upper = upper
         self.deadline = deadline
+        self.capacity = capacity
         self.stats = {"labels": 0, "states": 0, "candidate_stages": 0}
 
     def run(self):
@@ -197,7 +213,7 @@ class _Search:
         self.groups_of = [[g for g in range(t.G) if t.group_dc[g] == k] for k in range(K)]
         self.local = [int(np.sum(t.group_dc[:g] == t.group_dc[g])) for g in range(t.G)]
         # usage never needs to exceed what L stages of the widest option take
-        self.count = [int(min(c, L * widest)) for c in t.count]
+        self.count = usage_caps(t)
         # total rate of the devices of DCs before k: bounds the bottleneck of a prefix
         capacity_before = [(t.rate[t.group_dc < k] * t.count[t.group_dc < k]).tolist()
                            for k in range(K)]
@@ -208,6 +224,22 @@ class _Search:
         true_count = t.count.tolist()
         iteration_time = cost.iteration_time
         next_key: dict = {}
+        # how many FLOP the devices left can hold under a bottleneck (v2: the widths make
+        # the spread of rates a weak bound); per k0, the DCs before it at full count
+        capacity = self.capacity if use_fill else None
+        before_groups = [[g for g in range(t.G) if t.group_dc[g] < k] for k in range(K)]
+        curves: dict = {}
+
+        def needed_curve(k0, u, gl, w):
+            """The FLOP curve of the devices free on DCs <= k0 once a stage of w devices
+            of local group gl is placed on top of usage u."""
+            key = (k0, u, gl, w)
+            got = curves.get(key)
+            if got is None:
+                here = [(h, true_count[h] - x - (w if self.local[h] == gl else 0))
+                        for h, x in zip(self.groups_of[k0], u)]
+                got = curves[key] = capacity.curve(before_groups[k0], here)
+            return got
         # (k0, usage) -> (rate of the devices free on DCs <= k0, fill curve of the prefix)
         free_rate: dict = {}
 
@@ -278,15 +310,28 @@ class _Search:
                                     continue
                                 if flop[a] / avail > pm:
                                     pm = flop[a] / avail
+                                if capacity is not None:
+                                    held_by = needed_curve(k0, u, gl, w)
+                                    need_b = float(capacity.needed(held_by, flop[a]))
+                                    if need_b > pm:
+                                        pm = need_b
                             nmx = c if c >= low_u else low_u
+                            rr = r if r >= low_r else low_r
                             if iteration_time(low_sm + Q + c + ps, nmx if nmx >= pm else pm, M,
-                                              r if r >= low_r else low_r) < upper:
-                                survivors.append((row, pm, ps))
+                                              rr) >= upper:
+                                continue
+                            survivors.append((row, pm, ps))
                     else:
                         avail = base - w_arr * rate_of[g]
                         with np.errstate(divide="ignore", invalid="ignore"):
                             pre_max = np.maximum(prefix_max_arr[k0][a_arr],
                                                  np.where(a_arr > 0, flop_arr[a_arr] / avail, 0))
+                        if capacity is not None:  # the bottleneck the free devices need
+                            for wv in np.unique(w_arr).tolist():
+                                sel = (w_arr == wv) & (a_arr > 0)
+                                if sel.any():
+                                    pre_max[sel] = np.maximum(pre_max[sel], capacity.needed(
+                                        needed_curve(k0, u, gl, wv), flop_arr[a_arr[sel]]))
                         pre_sum = prefix_sum_arr[k0][a_arr]
                         if use_fill:
                             pre_sum = np.maximum(pre_sum, np.where(
@@ -368,6 +413,114 @@ class _Search:
             parent = states[b][key][idx][4]
         return stages
 
+
+def usage_caps(tables: CostTables) -> list[int]:
+    """Devices per group a search counts up to: the count, or what ``L`` stages of the
+    widest option take if fewer."""
+    return [int(min(c, tables.L * tables.widest)) for c in tables.count]
+
+
+class _LayerCapacity:
+    """How many FLOP free devices can hold with every stage's ``C <= B``: a bound that
+    sees the layers' granularity, which the spread of rates does not.
+
+    A stage with pair ``c`` on group ``g`` and ``C <= B`` holds at most
+    ``fmax(c, B)``, the most FLOP of any layer range whose ``C`` with that pair is at
+    most ``B`` and which fits memory at the last position (the least any stage
+    stashes). So ``n`` free devices of ``g`` hold at most the best sum of ``fmax`` over
+    stages whose widths add up to ``n`` or less: an unbounded knapsack, solved once per
+    breakpoint of ``B``. A prefix of ``F`` FLOP fits under ``B`` only if the free
+    devices hold ``F``. (Counting layers instead of FLOP was tried: a cheap embedding
+    layer lets every device hold "a layer" and the bound says nothing.)
+    """
+
+    def __init__(self, tables: CostTables, count: list[int]):
+        need = tables.in_flight(1)
+        flop = tables.stage_flop
+        self.breaks: list[list[float]] = []
+        self.table: list[list[list[float]]] = []
+        self.arrays: list[tuple[np.ndarray, np.ndarray]] = []
+        for g in range(tables.G):
+            opts = tables.options(g)
+            widths = opts.width.tolist()
+            steps = []  # per pair: (C at which fmax rises, fmax from there on)
+            for p in range(len(widths)):
+                fit = (opts.max_in_flight[p] >= need) & np.isfinite(opts.compute_time[p])
+                c, f = opts.compute_time[p][fit], flop[fit]
+                order = np.argsort(c, kind="stable")
+                c, f = c[order], np.maximum.accumulate(f[order]) if len(f) else f[order]
+                rises = np.flatnonzero(np.diff(f, prepend=-1.0) > 0)
+                steps.append((c[rises], f[rises]))
+            points = np.unique(np.concatenate([x for x, _ in steps] + [np.zeros(0)]))
+            fmax = np.zeros((len(points), len(widths)))
+            for p, (x, y) in enumerate(steps):
+                i = np.searchsorted(x, points, side="right") - 1
+                fmax[:, p] = np.where(i >= 0, y[np.maximum(i, 0)] if len(y) else 0.0, 0.0)
+            n_max = count[g]
+            best = np.zeros((len(points), n_max + 1))
+            for n in range(1, n_max + 1):
+                best[:, n] = best[:, n - 1]
+                for p, w in enumerate(widths):
+                    if w <= n:
+                        best[:, n] = np.maximum(best[:, n], best[:, n - w] + fmax[:, p])
+            self.breaks.append(points.tolist())
+            self.table.append(best.tolist())
+            self.arrays.append((points, best))
+        self._before: dict[tuple, tuple] = {}
+        self.count = count
+
+    def group(self, g: int, free: int, bottleneck: float) -> float:
+        """FLOP ``free`` devices of group ``g`` hold with every ``C <= bottleneck``."""
+        i = bisect.bisect_right(self.breaks[g], bottleneck) - 1
+        return 0.0 if i < 0 or free <= 0 else self.table[g][i][free]
+
+    def group_many(self, g: int, free: np.ndarray, bottleneck: np.ndarray) -> np.ndarray:
+        """:meth:`group` for arrays of free counts and bottlenecks."""
+        breaks, table = self.arrays[g]
+        if not len(breaks):
+            return np.zeros(np.shape(bottleneck))
+        i = np.searchsorted(breaks, bottleneck, side="right") - 1
+        got = table[np.maximum(i, 0), np.clip(free, 0, table.shape[1] - 1)]
+        return np.where((i < 0) | (free <= 0), 0, got)
+
+    def curve(self, before: list[int], here: list[tuple[int, int]]):
+        """FLOP held under ``B`` by every device of the groups ``before`` and ``free``
+        devices of each ``(group, free)`` in ``here``: breakpoints and values (arrays,
+        values non-decreasing), for :meth:`needed`."""
+        _, _, b_points, b_values = self.before(before)
+        points = np.unique(np.concatenate([b_points] + [self.arrays[g][0] for g, _ in here]))
+        j = np.searchsorted(b_points, points, side="right") - 1
+        values = np.where(j >= 0, b_values[np.maximum(j, 0)] if len(b_values) else 0.0, 0.0)
+        for g, free in here:
+            values = values + self.group_many(g, np.full(len(points), free), points)
+        return points, values
+
+    @staticmethod
+    def needed(curve, flop):
+        """The least bottleneck under which a curve of :meth:`curve` holds ``flop``
+        (arrays or scalars); ``inf`` where it never does."""
+        points, values = curve
+        i = np.searchsorted(values, np.asarray(flop) / _HOLD_SLACK, side="left")
+        return np.where(i < len(points), points[np.minimum(i, len(points) - 1)]
+                        if len(points) else np.inf, np.inf)
+
+    def before(self, groups: list[int]) -> tuple[list[float], list[int], np.ndarray, np.ndarray]:
+        """FLOP every device of ``groups`` holds as a step function of the bottleneck:
+        breakpoints and values (lists and arrays)."""
+        key = tuple(groups)
+        if key not in self._before:
+            points = np.unique(np.concatenate([self.arrays[g][0] for g in groups]
+                                              + [np.zeros(0)]))
+            values = np.zeros(len(points))
+            for g in groups:
+                values += self.group_many(g, np.full(len(points), self.count[g]), points)
+            self._before[key] = (points.tolist(), values.tolist(), points, values)
+        return self._before[key]
+
+
+#: the FLOP capacity is compared with a relative slack, so that rounding in its sums
+#: never cuts a prefix that fits exactly
+_HOLD_SLACK = 1 + 1e-9
 
 #: from this many options of one group and end on, the bound check runs in numpy (measured:
 #: below it the per-call overhead of numpy outweighs the loop it saves)
