@@ -60,6 +60,10 @@ def run(instance, *, deadline=None, seed=0, threads=1, log=None, upper_bound=Non
             [g for g in range(tables.G) if tables.group_dc[g] == k], []), total))
             for k in range(tables.K)]
         across = float(capacity.needed(capacity.curve(list(range(tables.G)), []), total))
+        if not np.isfinite(across):  # so no datacenter alone holds it either
+            return Outcome("infeasible", lower_bound=None, message=(
+                "the devices cannot hold the model: no set of stages that fit memory covers "
+                "its FLOP, whatever the bottleneck"))
         lb = max(tables.lower_bound, tables.bound_with_floors(alone, across))
     else:
         lb = tables.lower_bound
