@@ -23,8 +23,6 @@ search repeats with a larger trial. The first trial that succeeds is exact.
 
 from __future__ import annotations
 
-import bisect
-
 import numpy as np
 
 from .. import cost
@@ -441,8 +439,6 @@ class _LayerCapacity:
     def __init__(self, tables: CostTables, count: list[int]):
         need = tables.in_flight(1)
         flop = tables.stage_flop
-        self.breaks: list[list[float]] = []
-        self.table: list[list[list[float]]] = []
         self.arrays: list[tuple[np.ndarray, np.ndarray]] = []
         for g in range(tables.G):
             opts = tables.options(g)
@@ -467,19 +463,13 @@ class _LayerCapacity:
                 for p, w in enumerate(widths):
                     if w <= n:
                         best[:, n] = np.maximum(best[:, n], best[:, n - w] + fmax[:, p])
-            self.breaks.append(points.tolist())
-            self.table.append(best.tolist())
             self.arrays.append((points, best))
         self._before: dict[tuple, tuple] = {}
         self.count = count
 
-    def group(self, g: int, free: int, bottleneck: float) -> float:
-        """FLOP ``free`` devices of group ``g`` hold with every ``C <= bottleneck``."""
-        i = bisect.bisect_right(self.breaks[g], bottleneck) - 1
-        return 0.0 if i < 0 or free <= 0 else self.table[g][i][free]
-
     def group_many(self, g: int, free: np.ndarray, bottleneck: np.ndarray) -> np.ndarray:
-        """:meth:`group` for arrays of free counts and bottlenecks."""
+        """FLOP ``free`` devices of group ``g`` hold with every ``C <= bottleneck``
+        (arrays of free counts and bottlenecks)."""
         breaks, table = self.arrays[g]
         if not len(breaks):
             return np.zeros(np.shape(bottleneck))
