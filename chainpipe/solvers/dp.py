@@ -481,7 +481,7 @@ class _LayerCapacity:
         """FLOP held under ``B`` by every device of the groups ``before`` and ``free``
         devices of each ``(group, free)`` in ``here``: breakpoints and values (arrays,
         values non-decreasing), for :meth:`needed`."""
-        _, _, b_points, b_values = self.before(before)
+        b_points, b_values = self.before(before)
         points = np.unique(np.concatenate([b_points] + [self.arrays[g][0] for g, _ in here]))
         j = np.searchsorted(b_points, points, side="right") - 1
         values = np.where(j >= 0, b_values[np.maximum(j, 0)] if len(b_values) else 0.0, 0.0)
@@ -498,9 +498,9 @@ class _LayerCapacity:
         return np.where(i < len(points), points[np.minimum(i, len(points) - 1)]
                         if len(points) else np.inf, np.inf)
 
-    def before(self, groups: list[int]) -> tuple[list[float], list[int], np.ndarray, np.ndarray]:
+    def before(self, groups: list[int]) -> tuple[np.ndarray, np.ndarray]:
         """FLOP every device of ``groups`` holds as a step function of the bottleneck:
-        breakpoints and values (lists and arrays)."""
+        breakpoints and values, computed once per set of groups."""
         key = tuple(groups)
         if key not in self._before:
             points = np.unique(np.concatenate([self.arrays[g][0] for g in groups]
@@ -508,7 +508,7 @@ class _LayerCapacity:
             values = np.zeros(len(points))
             for g in groups:
                 values += self.group_many(g, np.full(len(points), self.count[g]), points)
-            self._before[key] = (points.tolist(), values.tolist(), points, values)
+            self._before[key] = (points, values)
         return self._before[key]
 
 
