@@ -46,7 +46,6 @@ _LARGEST = np.finfo(float).max
 __all__ = [
     "LayerSums",
     "StageOption",
-    "bottleneck_allowed",
     "compute_time",
     "fill_and_bottleneck",
     "in_flight",
@@ -245,15 +244,6 @@ def iteration_time(fill_drain, bottleneck, microbatches: int, sync=0.0):
     ``T`` (or an optimistic bound on it) here.
     """
     return fill_drain + steady_state(microbatches, bottleneck) + sync
-
-
-def bottleneck_allowed(upper, fill_drain, microbatches: int, sync=0.0):
-    """The inverse of :func:`iteration_time` in the bottleneck: the largest ``B`` with
-    ``iteration_time(fill_drain, B, M, sync) < upper`` is below this (``inf`` for
-    ``M = 1``, where the bottleneck does not count)."""
-    if microbatches == 1:
-        return np.inf
-    return (upper - fill_drain - sync) / (microbatches - 1)
 
 
 # --------------------------------------------------------------------------- options
