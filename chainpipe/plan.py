@@ -95,28 +95,40 @@ class Plan:
 
     @classmethod
     def from_tuples(cls, instance: Instance, stages) -> Plan:
-        """Plan from ``(start, end, dc, group[, d, t])`` tuples, devices allocated.
-
-        Per group, the stages' tensor-parallel groups are packed into whole nodes:
-        largest ``t`` first, each block at the next free index, which is then a
-        multiple of its size, so no block spans two nodes (every ``t`` and every node
-        size is a power of two). With one device per stage, devices are numbered in
-        stage order.
-        """
+        """Plan from ``(start, end, dc, group[, d, t])`` tuples, devices allocated by
+        :func:`pack_devices` in each datacenter."""
         stages = [tuple(int(x) for x in st) + (1, 1)[len(st) - 4:] for st in stages]
-        blocks: dict[tuple[int, int], list[tuple[int, int, int]]] = {}
-        for s, (_a, _b, k, g, d, t) in enumerate(stages):
-            blocks.setdefault((k, g), []).extend((-t, s, r) for r in range(d))
-        names: dict[int, list[str]] = {s: [] for s in range(len(stages))}
-        for (k, g), group_blocks in blocks.items():
-            dc = instance.datacenters[k]
-            nxt = 0
-            for neg_t, s, _r in sorted(group_blocks):
-                names[s].extend(Instance.device_name(dc, dc.devices[g], nxt + i)
-                                for i in range(-neg_t))
-                nxt += -neg_t
-        return cls(tuple(Stage(a, b, tuple(names[s]), d, t)
+        names: list[tuple[str, ...]] = [()] * len(stages)
+        for k, dc in enumerate(instance.datacenters):
+            mine = [s for s, st in enumerate(stages) if st[2] == k]
+            packed = pack_devices(dc, [stages[s][3:] for s in mine])
+            for s, devices in zip(mine, packed):
+                names[s] = devices
+        return cls(tuple(Stage(a, b, names[s], d, t)
                          for s, (a, b, _k, _g, d, t) in enumerate(stages)))
+
+
+def pack_devices(datacenter, stages) -> list[tuple[str, ...]]:
+    """Device names for stages of one datacenter given as ``(group, d, t)``, in order.
+
+    Per group, the stages' tensor-parallel groups are packed into whole nodes:
+    largest ``t`` first, each block at the next free index, which is then a
+    multiple of its size, so no block spans two nodes (every ``t`` and every node
+    size is a power of two). With one device per stage, devices are numbered in
+    stage order. The CDynP agents name their own stages with it, so a DC's
+    devices are named without anyone else's data.
+    """
+    blocks: dict[int, list[tuple[int, int, int]]] = {}
+    for s, (g, d, t) in enumerate(stages):
+        blocks.setdefault(g, []).extend((-t, s, r) for r in range(d))
+    names: list[list[str]] = [[] for _ in stages]
+    for g, group_blocks in blocks.items():
+        nxt = 0
+        for neg_t, s, _r in sorted(group_blocks):
+            names[s].extend(Instance.device_name(datacenter, datacenter.devices[g], nxt + i)
+                            for i in range(-neg_t))
+            nxt += -neg_t
+    return [tuple(n) for n in names]
 
 
 def _int_field(st: dict, key: str, path: str, problems: list[str]) -> int | None:

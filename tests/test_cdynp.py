@@ -11,6 +11,7 @@ import pytest
 
 from chainpipe import Datacenter, DeviceGroup, Instance, Layer, Link, Model, Training
 from chainpipe.io import read
+from chainpipe.plan import Plan, evaluate
 from chainpipe.solve import solve
 from chainpipe.solvers.cdynp import agent, guarantee_factor, protocol, split_instance
 from chainpipe.solvers.cdynp.runner import run_split
@@ -195,7 +196,7 @@ def test_split_files_alone_run_the_protocol(tmp_path):
         assert not any(t in p.read_text() for t in other)
     run = run_split(tmp_path / "split")
     ref = solve(inst, "cdynp")
-    assert [tuple(s) for s in run.stages] == [(s.start, s.end, s.device) for s in ref.plan.stages]
+    assert run.stages == [s.to_dict() for s in ref.plan.stages]
     assert _same(run.estimate, ref.iteration_time)
 
 
@@ -204,8 +205,8 @@ def test_each_dc_learns_only_its_own_stages():
     res = solve(inst, "cdynp")
     names = [dc.name for dc in inst.datacenters]
     for k, rep in enumerate(res.stats["agents"]):
-        for _start, _end, device in rep["stages"]:
-            assert device.split("/")[0] == names[k]
+        for stage in rep["stages"]:
+            assert all(device.split("/")[0] == names[k] for device in stage["devices"])
 
 
 # ------------------------------------------------------------------ compression
@@ -253,22 +254,32 @@ def test_max_entries_never_reports_a_false_bound():
 
 
 def test_frontier_filters():
-    pts = [(0, 1.0, 5.0), (0, 2.0, 4.0), (1, 0.5, 9.0), (0, 1.0, 5.0), (1, 3.0, 1.0)]
+    pts = [(0, 1.0, 5.0, 0.0), (0, 2.0, 4.0, 0.0), (1, 0.5, 9.0, 0.0), (0, 1.0, 5.0, 0.0),
+           (1, 3.0, 1.0, 0.0)]
     assert frontier(pts) == [0, 1, 2, 4]  # the duplicate is dropped
-    assert frontier(pts, kept=[(0, 1.0, 5.0)]) == [1, 2, 4]  # equal to a kept point
-    # epsilon: (1.05, 1.99) is within 1 + 0.1 of (1.0, 2.0)
-    assert epsilon_keep([(0, 1.0, 2.0), (0, 1.05, 1.99)], 0.1) == [0]
-    assert cap_keep([(0, 1.0, 9.0), (0, 2.0, 1.0), (0, 0.5, 0.5)], 4, 2) == [1, 2]
+    assert frontier(pts, kept=[(0, 1.0, 5.0, 0.0)]) == [1, 2, 4]  # equal to a kept point
+    # the synchronisation is a criterion: a point with a smaller one survives
+    assert frontier([(0, 1.0, 5.0, 2.0), (0, 1.0, 6.0, 1.0), (0, 1.0, 6.0, 3.0)]) == [0, 1]
+    # epsilon: (1.05, 1.99) is within 1 + 0.1 of (1.0, 2.0), and so is each sync
+    assert epsilon_keep([(0, 1.0, 2.0, 1.0), (0, 1.05, 1.99, 1.05)], 0.1) == [0]
+    assert epsilon_keep([(0, 1.0, 2.0, 1.2), (0, 1.05, 1.99, 1.0)], 0.1) == [0, 1]
+    assert cap_keep([(0, 1.0, 9.0, 0.0), (0, 2.0, 1.0, 0.0), (0, 0.5, 0.5, 0.0)], 4, 2) == [1, 2]
+    # T = total + (M - 1) bottleneck + sync: the sync decides here
+    assert cap_keep([(0, 1.0, 1.0, 9.0), (0, 2.0, 1.0, 0.0), (0, 0.5, 0.5, 0.0)], 4, 2) == [1, 2]
 
 
 @pytest.mark.parametrize("seed", range(20))
-def test_frontier_equals_pairwise_dominance(seed):
+@pytest.mark.parametrize("sync", [False, True])
+def test_frontier_equals_pairwise_dominance(seed, sync):
     rng = random.Random(seed)
     # few distinct values, so ties and duplicates are common
-    pts = [(rng.randint(0, 3), float(rng.randint(1, 5)), float(rng.randint(1, 5)))
-           for _ in range(rng.randint(1, 40))]
-    kept = [(rng.randint(0, 3), float(rng.randint(1, 5)), float(rng.randint(1, 5)))
-            for _ in range(rng.randint(0, 5))]
+
+    def point():
+        return (rng.randint(0, 3), float(rng.randint(1, 5)), float(rng.randint(1, 5)),
+                float(rng.randint(0, 3)) if sync else 0.0)
+
+    pts = [point() for _ in range(rng.randint(1, 40))]
+    kept = [point() for _ in range(rng.randint(0, 5))]
 
     def dominates(q, p):
         return all(a <= b for a, b in zip(q, p))
@@ -340,7 +351,7 @@ def _forging(monkeypatch, forger: str, factor: float) -> None:
         msg = honest(self, own_pts, ub)
         if self.name == forger:
             for e in msg["entries"]:
-                e["points"] = [[r, bn * factor, sm * factor] for r, bn, sm in e["points"]]
+                e["points"] = [[r, bn * factor, sm * factor, sy] for r, bn, sm, sy in e["points"]]
         return msg
 
     monkeypatch.setattr(agent.DCAgent, "_summary", forged)
@@ -481,15 +492,16 @@ def test_split_files_written_before_version_2_still_read(tmp_path):
     assert _join(*read_split(tmp_path)) == inst
 
 
-def test_split_files_of_a_v2_instance_are_refused_by_the_agents(tmp_path):
-    """Split files run directly (no solve facade) never give a one-device answer to an
-    instance with data or tensor parallelism: the agents refuse it, one line."""
-    from chainpipe.solvers.cdynp.agent import DCAgent
-    from chainpipe.solvers.cdynp.public import read_split, read_view
-
+def test_split_files_of_a_v2_instance_run_the_protocol(tmp_path):
+    """Split files run directly (no solve facade) plan the worked v2 example: each DC
+    chooses its widths and degrees, and the optimum is dp's (T = 16)."""
     inst = read(Path(__file__).parent / "data" / "valid" / "worked_example_v2.json")
     split_instance(inst, tmp_path / "split")
-    public, private = read_split(tmp_path / "split")
-    pub, index, dc = read_view(public, private[0])
-    with pytest.raises(ValueError, match="cdynp does not support data or tensor parallelism"):
-        DCAgent(pub, index, dc)
+    run = run_split(tmp_path / "split")
+    assert _same(run.estimate, 16.0)
+    ref = solve(inst, "dp")
+    assert _same(ref.iteration_time, 16.0)
+    plan = Plan.from_dict({"stages": run.stages})
+    assert _same(evaluate(inst, plan).iteration_time_s, 16.0)
+
+

@@ -18,7 +18,7 @@ from helpers import brute_force, without_warnings
 
 VALID = Path(__file__).resolve().parent / "data" / "valid"
 V2 = VALID / "worked_example_v2.json"
-V1_ONLY = ("cdynp", "ilp-assign", "ilp-path", "cpsat")
+V1_ONLY = ("ilp-assign", "ilp-path", "cpsat")
 REFUSAL = ("{} does not support data or tensor parallelism yet (training.parallelism allows "
            "d in [1, 2], t in [1, 2]); use dp")
 #: the worked example's optimum: two stages of d = 2 on the four devices (T = 16)

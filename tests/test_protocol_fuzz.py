@@ -52,7 +52,7 @@ def _follows_protocol(msg: dict, kind: str, expect: protocol.Expect) -> None:
             assert 0 <= e["b"] < expect.num_layers
             assert (e["bw"] is None) == (e["b"] == 0)
             assert e["b"] == 0 or e["bw"] in expect.bandwidths
-            assert all(p[0] <= expect.position_cap and math.isfinite(p[1] + p[2])
+            assert all(p[0] <= expect.position_cap and math.isfinite(p[1] + p[2] + p[3])
                        for p in e["points"])
     elif msg["realise"] is not None:
         assert msg["realise"]["b"] < expect.num_layers
@@ -190,10 +190,13 @@ def test_each_rule_is_enforced():
     _refused(with_entry(b=L + 7), expect, match="below the layer count")
     _refused(with_entry(bw=None), expect, match="null exactly when b = 0")
     _refused(with_entry(bw=inner["bw"] * 3), expect, match="chain path")
-    _refused(with_entry(points=[[expect.position_cap + 1, 1.0, 2.0]]), expect, match="r must")
-    text = with_entry(points=[[1, 1.0, 2.0]])
+    _refused(with_entry(points=[[expect.position_cap + 1, 1.0, 2.0, 0.0]]), expect, match="r must")
+    _refused(with_entry(points=[[1, 1.0, 2.0]]), expect, match="sync")
+    _refused(with_entry(points=[[1, 1.0, 2.0, -1.0]]), expect, match="sync")
+    text = with_entry(points=[[1, 1.0, 2.0, 3.0]])
     for token in ("Infinity", "NaN", "-Infinity", "1e400"):
-        _refused(text.replace("2.0]", f"{token}]", 1), expect)
+        _refused(text.replace("2.0,", f"{token},", 1), expect)
+        _refused(text.replace("3.0]", f"{token}]", 1), expect)
     _refused(text.replace('"b":', '"b": 1, "b":', 1), expect, match="twice")
     forged = dict(msg, **{"from": expect.receiver, "to": expect.sender})
     _refused(json.dumps(forged), expect, match="from/to")
@@ -223,7 +226,7 @@ def test_an_assemble_naming_a_point_never_sent_names_its_sender():
 
 def test_an_oversized_summary_is_not_sent(monkeypatch):
     monkeypatch.setattr(protocol, "MAX_MESSAGE_BYTES", 1000)
-    big = protocol.summary("dc2", "dc1", [{"b": 1, "bw": 1.0, "points": [[1, 1.0, 1.0]] * 100}])
+    big = protocol.summary("dc2", "dc1", [{"b": 1, "bw": 1.0, "points": [[1, 1.0, 1.0, 0.0]] * 100}])
     with pytest.raises(ProtocolError, match="above the cap") as info:
         protocol.encode(big)
     assert info.value.sender == "dc2"

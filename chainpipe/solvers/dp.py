@@ -30,7 +30,15 @@ from ..deadline import Deadline, TimeUp
 from ..plan import Plan
 from ..result import OptionError, Outcome, number_option
 from ..tables import CostTables, fill_bound, fill_curve
-from .labels import HYBRID_TRIALS, TRIALS, across_usage, pareto3, pareto4, shifted_pareto
+from .labels import (
+    HYBRID_TRIALS,
+    TRIALS,
+    across_usage,
+    dominated_options,
+    pareto3,
+    pareto4,
+    shifted_pareto,
+)
 
 
 def run(instance, *, deadline=None, seed=0, threads=1, log=None, upper_bound=None,
@@ -162,7 +170,7 @@ class _Search:
                 continue
             C, N, R, W = opts.compute_time, opts.max_in_flight, opts.sync_time, opts.width
             ok = (C <= limit) & (N >= need) & (R <= sync_limit)
-            ok &= ~_dominated_pairs(ok, C, N, R, W)
+            ok &= ~dominated_options(ok, C, N, R, W)
             cs, starts, ends = np.nonzero(ok)
             order = np.lexsort((-starts, cs, ends))  # by end, then pair, then start descending
             cs, starts, ends = cs[order], starts[order], ends[order]
@@ -519,25 +527,3 @@ _HOLD_SLACK = 1 + 1e-9
 #: from this many options of one group and end on, the bound check runs in numpy (measured:
 #: below it the per-call overhead of numpy outweighs the loop it saves)
 _VECTOR_MIN = 24
-
-
-def _dominated_pairs(ok, C, N, R, W) -> np.ndarray:
-    """``[c, i, j]``: whether option ``c`` of a range is dominated by another kept pair of
-    the same range: no more devices, no larger ``C`` or ``R``, no smaller in-flight limit,
-    and better in one of them (or equal in all and listed first)."""
-    dominated = np.zeros(ok.shape, dtype=bool)
-    P = len(W)
-    if P < 2:
-        return dominated
-    for c in range(P):
-        for o in range(P):
-            if o == c or W[o] > W[c]:
-                continue
-            with np.errstate(invalid="ignore"):
-                no_worse = ok[o] & (C[o] <= C[c]) & (R[o] <= R[c]) & (N[o] >= N[c])
-                better = (C[o] < C[c]) | (R[o] < R[c]) | (N[o] > N[c])
-            if W[o] < W[c] or o < c:
-                dominated[c] |= no_worse
-            else:
-                dominated[c] |= no_worse & better
-    return dominated

@@ -34,8 +34,8 @@ import time
 from pathlib import Path
 
 from ...deadline import Deadline, TimeUp
-from ...instance import Instance
-from ...plan import Plan, Stage, evaluate
+from ...instance import Instance, InstanceError
+from ...plan import Plan, evaluate
 from ...result import Outcome, number_option
 from ...tables import CostTables
 from .audit import check_claims
@@ -132,7 +132,16 @@ def _assemble(instance: Instance, res: Run, position_cap: int, exact: bool) -> P
     """The plan from the agents' stages, once the summaries it was chosen by check out."""
     if not res.stages:
         return None
-    plan = Plan(tuple(Stage(a, b, d) for a, b, d in res.stages))
+    stages = []
+    for report in res.agents:  # each agent reports its own stages in the plan's shape
+        if not report["stages"]:
+            continue
+        try:
+            stages.extend(Plan.from_dict({"stages": report["stages"]}).stages)
+        except InstanceError as exc:
+            raise AgentFailure(f"DC {report['datacenter']!r} reported stages that are not a "
+                               f"plan: {exc.problems[0]}", report["datacenter"]) from None
+    plan = Plan(tuple(stages))
     check_claims(instance, evaluate(instance, plan), res.agents, position_cap, exact=exact)
     return plan
 

@@ -28,6 +28,7 @@ import numpy as np
 from ... import cost
 from ...deadline import Deadline, TimeUp
 from ...instance import Datacenter, Instance
+from ...plan import Stage, pack_devices
 from ...tables import CostTables
 from ..labels import TRIALS
 from . import protocol
@@ -71,13 +72,6 @@ class DCAgent:
         if public.datacenter_names[index] != datacenter.name:
             raise ValueError(f"agent {index} holds {datacenter.name!r}, the chain has "
                              f"{public.datacenter_names[index]!r} there")
-        if not public.training.parallelism.single_device:
-            # the agents' DPs place one device per stage: never a wrong answer on v2 files
-            # reached without the solve facade (split files run directly)
-            par = public.training.parallelism
-            raise ValueError(f"cdynp does not support data or tensor parallelism yet "
-                             f"(training.parallelism allows d in {list(par.data_parallel)}, "
-                             f"t in {list(par.tensor_parallel)}); use dp")
         self.public = public
         self.k = index
         self.dc = datacenter
@@ -97,11 +91,13 @@ class DCAgent:
         self.stats: dict = {}
         caps = np.minimum(self.tables.count, self.L)
         self._size = self.L * float(np.prod(caps + 1))  # layers x usage states: DP width
+        #: under data or tensor parallelism the vectorised engine does not apply
+        self._wide_ok = self.tables.single_device
         # memo of the backward pass
         self._out_origin: list[list[tuple]] = []
         self._out_b: list[int] = []  # the boundary of each entry sent
         self._incoming: list[tuple] = []  # (b, bw, points) of each entry received
-        self.stages: list[tuple[int, int, str]] = []  # learned in the forward pass
+        self.stages: list[dict] = []  # own stages in the plan's shape (forward pass)
         self.boundaries: dict[str, int | None] = {}
         self.continues_with: dict | None = None  # the incoming point the plan goes on with
 
@@ -109,9 +105,9 @@ class DCAgent:
     def _link_to_prev(self):
         return self.public.links[self.k - 1] if self.k > 0 else None
 
-    def _T(self, bottleneck, total):
-        """``T`` of a complete plan (or its bound) from a label's two costs."""
-        return cost.iteration_time(total, bottleneck, self.M)
+    def _T(self, bottleneck, total, sync=0.0):
+        """``T`` of a complete plan (or its bound) from a label's costs."""
+        return cost.iteration_time(total, bottleneck, self.M, sync)
 
     # ------------------------------------------------------------------ backward pass
     def backward(self, incoming: dict | None) -> dict | None:
@@ -123,7 +119,7 @@ class DCAgent:
         ub = self.initial_bound  # an upper bound on the optimum: complete plans already known
         for b, _bw, pts in self._incoming:
             if b == 0:
-                ub = min(ub, min(self._T(bn, sm) for _r, bn, sm in pts))
+                ub = min(ub, min(self._T(bn, sm, s) for _r, bn, sm, s in pts))
         try:
             ub, dp = self._search(self._base_labels(), ub)
         except TimeUp:
@@ -138,14 +134,14 @@ class DCAgent:
         boundary. Its traversal ``2 (latency + U)`` over the path to the suffix's first
         stage is paid in two parts: the latencies were added to ``total`` by the DCs that
         passed the point on (:meth:`_summary`), the occupancy ``U`` is added here."""
-        base: dict[int, list] = {self.L: [(0.0, 0.0, 0, (END, 0, 0))]}
+        base: dict[int, list] = {self.L: [(0.0, 0.0, 0, 0.0, (END, 0, 0))]}
         for i, (b, bw, pts) in enumerate(self._incoming):
             if b == 0:
                 continue
             u = cost.occupancy(self.bytes[b], bw)
             q = cost.traversal(0.0, u)
             base.setdefault(b, []).extend(
-                (max(bn, u), sm + q, r, (IN, i, j)) for j, (r, bn, sm) in enumerate(pts))
+                (max(bn, u), sm + q, r, s, (IN, i, j)) for j, (r, bn, sm, s) in enumerate(pts))
         return base
 
     def _search(self, base: dict, ub: float) -> tuple[float, LocalDP | WideDP]:
@@ -166,7 +162,7 @@ class DCAgent:
         plan it finds as the bound of one exact run.
         """
         self.stats = {"labels": 0, "trials": []}
-        if self.k > 0 and self._size >= _WIDE_SIZE:
+        if self.k > 0 and self._wide_ok and self._size >= _WIDE_SIZE:
             # wide: a greedy probe (one label per state) for a plan, then one exact run
             probe = self._run(WideDP, base, ub, None, greedy=True)
             ub = min(ub, self._best(probe))
@@ -195,7 +191,7 @@ class DCAgent:
 
     def _best(self, dp) -> float:
         """The least ``T`` of the complete plans a run found (``inf``: none)."""
-        return min((self._T(bn, sm) for _r, bn, sm, _i in dp.points.get(0, ())),
+        return min((self._T(bn, sm, s) for _r, bn, sm, s, _i in dp.points.get(0, ())),
                    default=math.inf)
 
     def _lower_bound(self, base: dict, prefix) -> float:
@@ -206,24 +202,28 @@ class DCAgent:
         lb = self.tables.lower_bound
         for b, labels in base.items():
             if b < self.L:
-                for bn, sm, _r, _ref in labels:
-                    lb = min(lb, self._T(max(bn, pre_max[b]), sm + pre_sum[b]))
+                for bn, sm, _r, s, _ref in labels:
+                    lb = min(lb, self._T(max(bn, pre_max[b]), sm + pre_sum[b], s))
         return lb
 
     def _prefix_bound(self) -> tuple[list, list]:
         """An optimistic cost of the prefix ``[0, a)`` of a plan that starts in this DC
         (it runs on own devices only), as ``(sum, bottleneck)`` lists over ``a``: the sum
-        is at least FLOP / fastest own rate; the bottleneck at least the largest layer's
-        time on the fastest device, and at least the FLOP spread over the ``min(a, D)``
-        fastest own devices in proportion to their rates."""
+        is at least its FLOP on the widest stage (``w`` devices) of the fastest own rate;
+        the bottleneck at least the largest layer's time so, and at least the FLOP spread
+        over the ``min(a w, D)`` fastest own devices in proportion to their rates (a stage
+        on ``n`` devices of rate ``r`` holds at most ``n r C`` FLOP; tensor-parallel
+        all-reduces only add)."""
         tab = self.tables
-        rmax = float(tab.rate.max())
+        rmax, w = float(tab.rate.max()), tab.widest
         flop = tab.flop_prefix
         layer_max = np.concatenate(([0.0], np.maximum.accumulate(np.diff(flop))))
-        rates = np.sort(np.repeat(tab.rate, np.minimum(tab.count, self.L)))[::-1]
+        rates = np.sort(np.repeat(tab.rate, np.minimum(tab.count, self.L * w)))[::-1]
         top = np.concatenate(([0.0], np.cumsum(rates)))  # top[n]: the n fastest devices
-        spread = flop / top[np.minimum(np.arange(self.L + 1), len(rates))].clip(min=rmax)
-        return (flop / rmax).tolist(), np.maximum(layer_max / rmax, spread).tolist()
+        n = np.minimum(np.arange(self.L + 1) * w, len(rates))
+        spread = flop / top[n].clip(min=rmax)
+        return (cost.compute_time(flop, rmax, w).tolist(),
+                np.maximum(cost.compute_time(layer_max, rmax, w), spread).tolist())
 
     def _summary(self, own_pts: dict, ub: float) -> dict:
         """Merge own and passed-through points per (b, bw), prune, compress."""
@@ -231,16 +231,17 @@ class DCAgent:
         prev = self._link_to_prev()
         # the latency part of the traversal of boundary b (see _base_labels), this hop's
         hop = cost.traversal(prev.latency_s, 0.0)
-        groups: dict[tuple, list] = {}  # (b, bw) -> [(r, bn, sm, origin)]
+        groups: dict[tuple, list] = {}  # (b, bw) -> [(r, bn, sm, sync, origin)]
         for a, pts in own_pts.items():
             key = (a, prev.bandwidth_bytes_per_s if a > 0 else None)
             lat = hop if a > 0 else 0.0
-            groups.setdefault(key, []).extend((r, bn, sm + lat, ("own", i)) for r, bn, sm, i in pts)
+            groups.setdefault(key, []).extend(
+                (r, bn, sm + lat, s, ("own", i)) for r, bn, sm, s, i in pts)
         for e, (b, bw, pts) in enumerate(self._incoming):
             key = (b, min(bw, prev.bandwidth_bytes_per_s)) if b > 0 else (0, None)
             lat = hop if b > 0 else 0.0
             groups.setdefault(key, []).extend(
-                (r, bn, sm + lat, ("in", e, j)) for j, (r, bn, sm) in enumerate(pts))
+                (r, bn, sm + lat, s, ("in", e, j)) for j, (r, bn, sm, s) in enumerate(pts))
         entries, origins = [], []
         by_b: dict[int, list] = {}
         for key in groups:
@@ -257,11 +258,10 @@ class DCAgent:
                     # any completion pays at least this boundary, over a path no wider
                     u = cost.occupancy(self.bytes[b], bw) if bw is not None else 0.0
                     q = cost.traversal(0.0, u)
-                    pts = [p for p in pts if self._T(max(p[1], u), p[2] + q) <= limit]
+                    pts = [p for p in pts if self._T(max(p[1], u), p[2] + q, p[3]) <= limit]
                 if self.quantum > 0 or self.digits > 0:
-                    q, d = self.quantum, self.digits
-                    pts = [(r, round_digits(round_up(bn, q), d), round_digits(round_up(sm, q), d), o)
-                           for r, bn, sm, o in pts]
+                    pts = [(r, *(round_digits(round_up(v, self.quantum), self.digits)
+                                 for v in (bn, sm, s)), o) for r, bn, sm, s, o in pts]
                 pts = [pts[i] for i in frontier(pts, kept)]
                 if self.epsilon > 0:
                     pts = [pts[i] for i in epsilon_keep(pts, self.epsilon)]
@@ -269,10 +269,11 @@ class DCAgent:
                     pts = [pts[i] for i in cap_keep(pts, M, self.max_entries)]
                 if not pts:
                     continue
-                pts.sort(key=lambda p: p[:3])
+                pts.sort(key=lambda p: p[:4])
                 kept.extend(pts)
-                entries.append({"b": int(b), "bw": bw, "points": [[r, bn, sm] for r, bn, sm, _ in pts]})
-                origins.append([p[3] for p in pts])
+                entries.append({"b": int(b), "bw": bw,
+                                "points": [[r, bn, sm, s] for r, bn, sm, s, _ in pts]})
+                origins.append([p[4] for p in pts])
         self._out_origin = origins
         self._out_b = [e["b"] for e in entries]
         return protocol.summary(self.name, self.public.datacenter_names[self.k - 1], entries)
@@ -281,14 +282,14 @@ class DCAgent:
     def decide(self) -> tuple[dict | None, float]:
         """DC 1 picks the best complete plan; returns its own realise-request and T estimate."""
         best, choice = math.inf, None
-        for _r, bn, sm, i in self._dp.points.get(0, ()):
-            t = self._T(bn, sm)
+        for _r, bn, sm, s, i in self._dp.points.get(0, ()):
+            t = self._T(bn, sm, s)
             if t < best:
                 best, choice = t, ("own", i)
         for e, (b, _bw, pts) in enumerate(self._incoming):
             if b == 0:
-                for j, (_r, bn, sm) in enumerate(pts):
-                    t = self._T(bn, sm)
+                for j, (_r, bn, sm, s) in enumerate(pts):
+                    t = self._T(bn, sm, s)
                     if t < best:
                         best, choice = t, ("in", e, j)
         self.estimate = best
@@ -309,20 +310,18 @@ class DCAgent:
         i = origin[1]
         stages = []
         while True:
-            start, g, (kind, j, p) = self._dp.label(i)
+            start, g, c, (kind, j, p) = self._dp.label(i)
             end = self._dp.label(j)[0] if kind == OWN else (self.L if kind == END else
                                                        self._incoming[j][0])
-            stages.append((start, end, g))
+            opts = self.tables.options(g)
+            stages.append((start, end, g, int(opts.d[c]), int(opts.t[c])))
             if kind != OWN:
                 break
             i = j
-        used: dict[int, int] = {}
-        self.stages = []
-        for start, end, g in stages:
-            n = used.get(g, 0)
-            used[g] = n + 1
-            self.stages.append((start, end, Instance.device_name(self.dc, self.dc.devices[g], n)))
-        first, last = self.stages[0][0], self.stages[-1][1]
+        devices = pack_devices(self.dc, [st[2:] for st in stages])
+        self.stages = [Stage(start, end, devs, d, t).to_dict()
+                       for (start, end, _g, d, t), devs in zip(stages, devices)]
+        first, last = stages[0][0], stages[-1][1]
         self.boundaries = {"from_upstream": first if first > 0 else None,
                            "to_downstream": last if last < self.L else None}
         if kind == END:
@@ -353,9 +352,9 @@ class DCAgent:
         return self.realise_origin(self._out_origin[e][p])
 
     def report(self) -> dict:
-        """What this DC tells the job's owner: its own stages (the owner runs them), the
-        boundaries it learned, the incoming point its part of the plan goes on with, and
-        its work."""
-        return {"datacenter": self.name, "stages": [list(s) for s in self.stages],
+        """What this DC tells the job's owner: its own stages in the plan's shape (the
+        owner runs them), the boundaries it learned, the incoming point its part of the
+        plan goes on with, and its work."""
+        return {"datacenter": self.name, "stages": [dict(s) for s in self.stages],
                 "learned_boundaries": self.boundaries, "continues_with": self.continues_with,
                 **self.stats}

@@ -8,7 +8,8 @@ would have claimed, the cost of the plan's suffix from that boundary as the
 receiver sees it, and compares:
 
 * a claim better than the suffix's true cost (fewer stages, a wider path, a
-  smaller bottleneck or total) is forged: compression only ever rounds costs up;
+  smaller bottleneck, total or synchronisation) is forged: compression only ever
+  rounds costs up;
 * in exact mode a claim must equal the true cost (to a relative ``1e-9``).
 
 Going from the end of the chain, the first point that fails was forged by the
@@ -57,36 +58,36 @@ def check_claims(instance: Instance, plan_eval: Evaluation, reports: list[dict],
         if first is None or dc_of[first] <= i:
             raise AgentFailure(f"DC {sender!r} sent a forged summary: the plan has no stage "
                                f"downstream of {names[i]!r} starting at layer {b}", sender)
-        truth = _suffix(stages, bounds, first, position_cap)
-        r, bn, sm = truth
+        r, bn, sm, sy = _suffix(stages, bounds, first, position_cap)
         bw = None
         if b > 0:
             bw, lat = cost.path(instance, i, dc_of[first])
             sm += cost.traversal(lat, 0.0)  # the latencies the senders fold in
-        problem = _misstated(claim, (r, bn, sm), bw, exact)
+        problem = _misstated(claim, (r, bn, sm, sy), bw, exact)
         if problem:
             raise AgentFailure(f"DC {sender!r} sent a forged summary: for the layers from {b} "
                                f"on it {problem}", sender)
 
 
-def _suffix(stages, bounds, first: int, position_cap: int) -> tuple[int, float, float]:
-    """``(r, bottleneck, total)`` of the plan's stages from ``first`` on, as the DC of that
-    stage computes it (the boundary before it excluded)."""
+def _suffix(stages, bounds, first: int, position_cap: int) -> tuple[int, float, float, float]:
+    """``(r, bottleneck, total, sync)`` of the plan's stages from ``first`` on, as the DC
+    of that stage computes it (the boundary before it excluded)."""
     compute = [s.compute_time_s for s in stages[first:]]
     inner = bounds[first:]
     total, bottleneck = cost.fill_and_bottleneck(compute, [bd.occupancy_s for bd in inner],
                                                  [bd.traversal_s for bd in inner])
-    return min(len(compute), position_cap), bottleneck, total
+    sync = max(s.sync_time_s for s in stages[first:])
+    return min(len(compute), position_cap), bottleneck, total, sync
 
 
 def _misstated(claim: dict, truth: tuple, bw, exact: bool) -> str | None:
-    r, bn, sm = claim["point"]
-    tr, tbn, tsm = truth
+    r, bn, sm, sy = claim["point"]
+    tr, tbn, tsm, tsy = truth
     if r < tr:
         return f"claims {r} stage(s), the plan has {tr} there"
     if bw is not None and claim["bw"] > bw:
         return f"claims a path bandwidth of {claim['bw']:g} B/s, the path has {bw:g}"
-    for what, c, t in (("bottleneck", bn, tbn), ("total", sm, tsm)):
+    for what, c, t in (("bottleneck", bn, tbn), ("total", sm, tsm), ("synchronisation", sy, tsy)):
         if c < t * (1 - _RTOL):
             return f"claims a {what} of {c:.9g} s, its stages take {t:.9g} s"
         if exact and c > t * (1 + _RTOL):

@@ -196,7 +196,7 @@ class _Fault:
         """A summary whose every cost is halved: better than this DC can do."""
         if self.what == "forge":
             for e in summary["entries"]:
-                e["points"] = [[r, bn / 2, sm / 2] for r, bn, sm in e["points"]]
+                e["points"] = [[r, bn / 2, sm / 2, sy / 2] for r, bn, sm, sy in e["points"]]
         return summary
 
 

@@ -1,19 +1,23 @@
 """A DC agent's own label DP (never sent): suffix plans that begin in this DC.
 
 State ``(x, u)``: the suffix ``[x, L)`` is covered and ``u`` counts the devices
-of each of this DC's groups in use. A *label* at a state is one partial plan's
-``(bottleneck, total, r)``; ``r`` counts its stages, capped at the position
-cap. Prepending stage ``[a, x)`` on group ``g`` needs a free device of ``g``
-and memory for the in-flight count of its position (:func:`chainpipe.cost.in_flight`);
-it costs ``C = compute_time[g, a, x]`` and, if a stage of this DC follows, the
-internal boundary's occupancy ``U`` and traversal ``Q`` on the DC's own link
-(:func:`chainpipe.cost.occupancy`, :func:`chainpipe.cost.traversal`).
+of each of this DC's groups in use (``d * t`` per stage). A *label* at a state
+is one partial plan's ``(bottleneck, total, r, sync)``: ``r`` counts its stages,
+capped at the position cap, and ``sync`` is the largest gradient
+synchronisation ``R`` of its stages (0 without data parallelism). Prepending
+stage ``[a, x)`` on group ``g`` with the pair ``(d, t)`` needs ``d * t`` free
+devices of ``g`` and memory for the in-flight count of its position
+(:func:`chainpipe.cost.in_flight`); it costs ``C`` and ``R`` of that option
+(:meth:`chainpipe.tables.CostTables.options`) and, if a stage of this DC
+follows, the internal boundary's occupancy ``U`` and traversal ``Q`` on the
+DC's own link (:func:`chainpipe.cost.occupancy`, :func:`chainpipe.cost.traversal`).
 *Base labels* (``u = 0``) are the downstream DCs' suffix plans, their
 inter-DC boundary already folded in; a base label is never extended by an
 internal boundary.
 
 This is the label loop of :mod:`chainpipe.solvers.dp` restricted to one DC and
-seeded with base labels; it shares its Pareto filters (:mod:`..labels`). A
+seeded with base labels; it shares its Pareto filters (:mod:`..labels`),
+the shifted dominance of ``T`` included under data or tensor parallelism. A
 label is dropped when its own cost, plus an optional optimistic cost of the
 prefix ``[0, a)`` (only DC 1 has one: the prefix must then run on its own
 devices), cannot beat the upper bound ``ub``.
@@ -27,7 +31,7 @@ import numpy as np
 
 from ... import cost
 from ...deadline import Deadline
-from ..labels import across_usage, pareto3
+from ..labels import across_usage, dominated_options, pareto3, pareto4, shifted_pareto
 
 #: where a label's plan continues, ``(kind, i, j)``: ``OWN``: own label ``i``; ``IN``:
 #: point ``j`` of incoming entry ``i``; ``END``: the model ends after the label's stage
@@ -46,8 +50,8 @@ class DCRun:
     deadline : Deadline, optional
         Checked once per layer; :class:`~chainpipe.deadline.TimeUp` when it passes.
 
-    After :meth:`run`: :attr:`points` (``x -> [(r, bottleneck, total, label index)]``,
-    own labels whose first stage starts at ``x``; ``x = 0``: complete plans),
+    After :meth:`run`: :attr:`points` (``x -> [(r, bottleneck, total, sync, label
+    index)]``, own labels whose first stage starts at ``x``; ``x = 0``: complete plans),
     :meth:`label` to walk a plan back, :attr:`bound_cut` (whether the bound cut a
     stage or a label; if not, the run was exhaustive) and :attr:`stats`.
     """
@@ -56,62 +60,82 @@ class DCRun:
         self.t = tables
         self.L, self.M, self.R = tables.L, tables.M, position_cap
         self.deadline = deadline if deadline is not None else Deadline(None)
+        #: whether labels carry a synchronisation term (data or tensor parallelism)
+        self.sync = not tables.single_device
         # the boundary between two of this DC's own stages crosses its own link
         self.u_int = tables.boundary_occupancy[:, 0, 0]
         self.q_int = tables.boundary_traversal[:, 0, 0]
         self.stats = {"labels": 0}
         self.bound_cut = False
-        self.points: dict[int, list[tuple[int, float, float, int]]] = {}
+        self.points: dict[int, list[tuple[int, float, float, float, int]]] = {}
 
-    def stage_fits(self, ub: float) -> np.ndarray:
-        """``[g, a, x]``: stage ``[a, x)`` on ``g`` fits memory as the last stage (the least
-        any stage stashes) and has ``M * C <= ub`` (``T >= sum C + (M - 1) max C``). Both
-        only fail more as the stage grows; sets :attr:`bound_cut` if the bound cut one."""
-        t = self.t
-        ok = t.max_in_flight >= t.in_flight(1)
+    def option_fits(self, g: int, ub: float) -> np.ndarray:
+        """``[c, a, x]``: stage ``[a, x)`` on ``g`` with pair ``c`` fits memory as the last
+        stage (the least any stage stashes) and has ``M * C + R <= ub`` (``T >= sum C +
+        (M - 1) max C + max R``). Both only fail more as the stage grows; sets
+        :attr:`bound_cut` if the bound cut one."""
+        opts = self.t.options(g)
+        ok = opts.max_in_flight >= self.t.in_flight(1)
         if ub < math.inf:
             with np.errstate(invalid="ignore"):  # inf * 0 where M = 1 and j <= i: not a stage
-                T = cost.iteration_time(t.compute_time, t.compute_time, self.M)
+                T = cost.iteration_time(opts.compute_time, opts.compute_time, self.M,
+                                        opts.sync_time)
             fast = T <= ub * (1 + 1e-9)
             self.bound_cut |= bool((ok & ~fast).any())
             ok &= fast
         return ok
 
+    def stage_fits(self, ub: float) -> np.ndarray:
+        """``[g, a, x]``: stage ``[a, x)`` fits on ``g`` with some pair (:meth:`option_fits`)."""
+        return np.stack([self.option_fits(g, ub).any(axis=0) for g in range(self.t.G)])
+
 
 class LocalDP(DCRun):
-    """The label loop, one label at a time (the DCs of ``medium/``, and DC 1 always)."""
+    """The label loop, one label at a time (the DCs of ``medium/``, DC 1 always, and
+    every DC under data or tensor parallelism)."""
 
-    def _candidates(self, ub: float) -> list[list[list[tuple[int, float, int]]]]:
-        """``[g][x]``: stages ``[a, x)`` on group ``g`` as ``(a, C, max in flight)``, ``a``
-        descending, while :meth:`stage_fits` holds (a run of starts)."""
+    def _candidates(self, ub: float) -> list[list[list[tuple]]]:
+        """``[g][x]``: per pair ``c`` of group ``g`` not dominated by another,
+        ``(devices, c, stages)`` with ``stages`` the ``(a, C, max in flight, R)`` of
+        ``[a, x)``, ``a`` descending, while :meth:`option_fits` holds (a run of starts;
+        options another pair of the same range dominates are left out of it)."""
         t, L = self.t, self.L
-        ok = self.stage_fits(ub)
         out = []
         for g in range(t.G):
-            C = t.compute_time[g].T.tolist()  # [x][a]
-            N = t.max_in_flight[g].T.astype(np.int64).tolist()
-            okg = ok[g].T
-            per_end: list = [[]]
-            for x in range(1, L + 1):
-                row, cx, nx = okg[x], C[x], N[x]
-                lst = []
-                for a in range(x - 1, -1, -1):
-                    if not row[a]:
-                        break
-                    lst.append((a, cx[a], nx[a]))
-                per_end.append(lst)
+            opts = t.options(g)
+            ok = self.option_fits(g, ub)
+            dominated = dominated_options(ok, opts.compute_time, opts.max_in_flight,
+                                          opts.sync_time, opts.width)
+            per_end: list = [[] for _ in range(L + 1)]
+            for c, w in enumerate(opts.width.tolist()):
+                C = opts.compute_time[c].T.tolist()  # [x][a]
+                N = opts.max_in_flight[c].T.tolist()
+                R = opts.sync_time[c].T.tolist()
+                okc, domc = ok[c].T, dominated[c].T
+                for x in range(1, L + 1):
+                    row, skip, cx, nx, rx = okc[x], domc[x], C[x], N[x], R[x]
+                    lst = []
+                    for a in range(x - 1, -1, -1):
+                        if not row[a]:
+                            break
+                        if not skip[a]:
+                            lst.append((a, cx[a], nx[a], rx[a]))
+                    if lst:
+                        per_end[x].append((w, c, lst))
             out.append(per_end)
         return out
 
-    def label(self, i: int) -> tuple[int, int, tuple]:
-        """Own label ``i`` (an index in :attr:`points`): ``(start, group, ref)``, its first
-        stage ``[start, end)`` on ``group``, and ``ref`` where the plan continues: own
-        label ``(OWN, j, 0)`` (``end`` is its start), incoming entry and point
-        ``(IN, e, p)`` or ``(END, 0, 0)`` (``end = L``)."""
+    def label(self, i: int) -> tuple[int, int, int, tuple]:
+        """Own label ``i`` (an index in :attr:`points`): ``(start, group, pair, ref)``, its
+        first stage ``[start, end)`` on ``group`` with that pair of
+        :meth:`~chainpipe.tables.CostTables.options`, and ``ref`` where the plan
+        continues: own label ``(OWN, j, 0)`` (``end`` is its start), incoming entry and
+        point ``(IN, e, p)`` or ``(END, 0, 0)`` (``end = L``)."""
         return self._store[i]
 
     def run(self, base: dict[int, list[tuple]], ub: float, prefix=None) -> None:
-        """``base[x]``: base labels ``(bottleneck, total, r, (IN | END, e, p))`` joining at ``x``.
+        """``base[x]``: base labels ``(bottleneck, total, r, sync, (IN | END, e, p))``
+        joining at ``x``.
 
         ``prefix``: ``(pre_sum, pre_max)`` lists, an optimistic cost of the prefix
         ``[0, a)`` (sum and bottleneck terms), or ``None``.
@@ -126,9 +150,10 @@ class LocalDP(DCRun):
         self._prefixed = prefix is not None
         self._prefix = prefix if prefix is not None else ([0.0] * (L + 1), [0.0] * (L + 1))
         self._zero = (0,) * G
+        self._count = [int(min(c, L * self.t.widest)) for c in self.t.count]
         # in-flight count of a new stage placed before r stages
         self._need_at = [self.t.in_flight(r + 1) for r in range(self.R + 1)]
-        self._store: list[tuple[int, int, tuple]] = []  # (start, group, parent ref)
+        self._store: list[tuple[int, int, int, tuple]] = []  # (start, group, pair, parent)
         states: list[dict] = [dict() for _ in range(L + 1)]
         for x, labels in base.items():
             states[x][(0, self._zero)] = list(labels)
@@ -147,12 +172,15 @@ class LocalDP(DCRun):
         self.stats["labels"] = labels_total
 
     def _filter(self, layer: dict) -> int:
-        """Keep each state's Pareto labels, and drop labels dominated across usage states.
-        Returns how many labels are left."""
+        """Keep each state's Pareto labels (shifted dominance under parallelism), and drop
+        labels dominated across usage states. Returns how many labels are left."""
         for key in list(layer):
-            layer[key] = pareto3(layer[key], self.R)
+            if self.sync:
+                layer[key] = shifted_pareto(pareto4(layer[key]), self.M)
+            else:
+                layer[key] = pareto3(layer[key], self.R)
         if len(layer) > 1:
-            across_usage(layer)
+            across_usage(layer, sync=self.sync)
         return sum(len(v) for v in layer.values())
 
     def _finalise(self, x: int, layer: dict) -> dict:
@@ -163,13 +191,13 @@ class LocalDP(DCRun):
         own = []
         for key, labels in layer.items():
             if key[1] == zero:
-                refs[key] = [lab[3] for lab in labels]  # base labels: their own reference
+                refs[key] = [lab[4] for lab in labels]  # base labels: their own reference
                 continue
             lst = []
-            for bn, sm, r, ref in labels:
+            for bn, sm, r, s, (parent, g, c) in labels:
                 i = len(store)
-                store.append((x, ref[1], ref[0]))  # (start, group, parent ref)
-                own.append((r, bn, sm, i))
+                store.append((x, g, c, parent))
+                own.append((r, bn, sm, s, i))
                 lst.append((OWN, i, 0))
             refs[key] = lst
         if own:
@@ -180,7 +208,7 @@ class LocalDP(DCRun):
         """Prepend every candidate stage ``[a, x)`` to the labels of ``layer`` (labels at
         ``x``), adding the new labels to ``states[a]``."""
         M, R, t = self.M, self.R, self.t
-        count = [int(min(c, self.L)) for c in t.count]
+        count = self._count
         need_at = self._need_at
         iteration_time = cost.iteration_time
         limit, zero, cands = self._limit, self._zero, self._cands
@@ -194,38 +222,41 @@ class LocalDP(DCRun):
             Q = q_x if internal else 0.0
             rl = refs[key]
             for g in range(t.G):
-                if u[g] >= count[g]:
-                    continue
-                nkey = (0, u[:g] + (u[g] + 1,) + u[g + 1:])
-                buckets: dict[int, list] = {}
-                for i, (bn, sm, r, _) in enumerate(labels):
-                    need = need_at[r]
-                    nr = r + 1 if r < R else R
-                    ref = (rl[i], g)  # the new label's (parent ref, group) until finalised
-                    # along the candidates C grows and memory shrinks: stop at the first
-                    # that fails either
-                    for a, c, n in cands[g][x]:
-                        if need > n:
-                            break
-                        nbn = bn if bn >= c else c
-                        if nbn < U:
-                            nbn = U
-                        nsm = sm + c + Q
-                        # over the bound: stop (later candidates cost more); with the
-                        # prefix cost only: skip (it is not monotone in a). The prefix
-                        # test is the stronger one, so a label it passes needs no other.
-                        if prefixed:
-                            pm = pre_max[a]
-                            if iteration_time(nsm + pre_sum[a], nbn if nbn >= pm else pm,
-                                              M) > limit:
+                free = count[g] - u[g]
+                for w, c, stages in cands[g][x]:
+                    if w > free:
+                        continue
+                    nkey = (0, u[:g] + (u[g] + w,) + u[g + 1:])
+                    buckets: dict[int, list] = {}
+                    for i, (bn, sm, r, s, _) in enumerate(labels):
+                        need = need_at[r]
+                        nr = r + 1 if r < R else R
+                        ref = (rl[i], g, c)  # (parent ref, group, pair) until finalised
+                        # along the stages C and R grow and memory shrinks: stop at the
+                        # first that fails either
+                        for a, ca, n, ra in stages:
+                            if need > n:
+                                break
+                            nbn = bn if bn >= ca else ca
+                            if nbn < U:
+                                nbn = U
+                            nsm = sm + ca + Q
+                            ns = s if s >= ra else ra
+                            # over the bound: stop (later stages cost more); with the
+                            # prefix cost only: skip (it is not monotone in a). The prefix
+                            # test is the stronger one, so a label it passes needs no other.
+                            if prefixed:
+                                pm = pre_max[a]
+                                if iteration_time(nsm + pre_sum[a], nbn if nbn >= pm else pm,
+                                                  M, ns) > limit:
+                                    self.bound_cut = True
+                                    if iteration_time(nsm, nbn, M, ns) > limit:
+                                        break
+                                    continue
+                            elif iteration_time(nsm, nbn, M, ns) > limit:
                                 self.bound_cut = True
-                                if iteration_time(nsm, nbn, M) > limit:
-                                    break
-                                continue
-                        elif iteration_time(nsm, nbn, M) > limit:
-                            self.bound_cut = True
-                            break
-                        bucket = buckets.get(a)
-                        if bucket is None:
-                            bucket = buckets[a] = states[a].setdefault(nkey, [])
-                        bucket.append((nbn, nsm, nr, ref))
+                                break
+                            bucket = buckets.get(a)
+                            if bucket is None:
+                                bucket = buckets[a] = states[a].setdefault(nkey, [])
+                            bucket.append((nbn, nsm, nr, ns, ref))

@@ -6,10 +6,12 @@ Two kinds cross a chain link, always between neighbours:
   is a layer boundary ``b`` (the suffix ``[b, L)`` is handled downstream), the
   bandwidth ``bw`` of the chain path from the receiver to the DC of the
   suffix's first stage (``null`` when ``b = 0``: no boundary), and the Pareto
-  points ``[r, bottleneck_s, total_s]`` of the suffix plans (``r``: stages in
-  the suffix, capped; ``total_s`` already holds the chain latencies beyond the
-  receiver). No device type, count, rate, memory or internal link figure
-  appears, and entries of different DCs are merged when their ``bw`` agrees.
+  points ``[r, bottleneck_s, total_s, sync_s]`` of the suffix plans (``r``:
+  stages in the suffix, capped; ``total_s`` already holds the chain latencies
+  beyond the receiver; ``sync_s`` the largest gradient synchronisation of the
+  suffix's stages, 0 without data parallelism). No device type, count, rate,
+  memory, node, width, degree or internal link figure appears, and entries of
+  different DCs are merged when their ``bw`` agrees.
 * ``assemble`` (forward pass, DC k -> DC k+1): which point of the receiver's
   own summary to realise (entry and point index, and its boundary ``b``), or
   ``null`` when the sender's stages already end the model.
@@ -33,16 +35,17 @@ import json
 import math
 from dataclasses import dataclass
 
-PROTOCOL = "chainpipe-cdynp/1"
+PROTOCOL = "chainpipe-cdynp/2"
 
 #: the largest message, in bytes, that is sent or accepted (64 MiB; exact summaries of
 #: the 122-layer, 8-DC ``large/`` instances stay below 100 KB)
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 
 _POINT = {
-    "type": "array", "minItems": 3, "maxItems": 3,
+    "type": "array", "minItems": 4, "maxItems": 4,
     "prefixItems": [
         {"type": "integer", "minimum": 0},
+        {"type": "number", "minimum": 0},
         {"type": "number", "minimum": 0},
         {"type": "number", "minimum": 0},
     ],
@@ -50,7 +53,7 @@ _POINT = {
 
 SCHEMA = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
-    "title": "chainpipe-cdynp/1 message",
+    "title": "chainpipe-cdynp/2 message",
     "oneOf": [
         {
             "type": "object",
@@ -97,7 +100,7 @@ SCHEMA = {
 
 
 class ProtocolError(ValueError):
-    """A message that does not follow ``chainpipe-cdynp/1``.
+    """A message that does not follow ``chainpipe-cdynp/2``.
 
     ``sender`` names the DC that sent it (``None`` when not known), so the run can
     say which DC broke the protocol.
@@ -249,10 +252,10 @@ def _check_entry(i: int, e) -> None:
     if not isinstance(pts, list) or not pts:
         raise ProtocolError(f"entries[{i}].points: must be a non-empty list")
     for j, p in enumerate(pts):
-        if not (isinstance(p, list) and len(p) == 3 and _int(p[0]) and p[0] >= 0
-                and _num(p[1]) and p[1] >= 0 and _num(p[2]) and p[2] >= 0):
-            raise ProtocolError(f"entries[{i}].points[{j}]: must be [r, bottleneck, total], "
-                                f"an integer and two finite numbers, all >= 0")
+        if not (isinstance(p, list) and len(p) == 4 and _int(p[0]) and p[0] >= 0
+                and all(_num(v) and v >= 0 for v in p[1:])):
+            raise ProtocolError(f"entries[{i}].points[{j}]: must be [r, bottleneck, total, "
+                                f"sync], an integer and three finite numbers, all >= 0")
 
 
 def _check_context(msg: dict, kind: str, expect: Expect) -> None:

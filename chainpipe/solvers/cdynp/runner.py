@@ -62,7 +62,7 @@ class AgentFailure(Exception):
 class Run:
     """What the owner of the job collects from the agents."""
 
-    stages: list[tuple[int, int, str]]  # (start, end, device) in chain order
+    stages: list[dict]  # the agents' stages in the plan's shape, in chain order
     estimate: float  # T of the chosen plan as the summaries computed it (inf: none)
     messages: list[dict] = field(default_factory=list)  # {"file", "kind", "from", "to", "bytes"}
     agents: list[dict] = field(default_factory=list)  # per-agent reports (DCAgent.report)
@@ -183,7 +183,7 @@ def _collect(reports: list[dict]) -> Run:
     log = sorted((m for r in reports for m in r.pop("sent")), key=lambda m: m["file"])
     for r in reports[1:]:
         r.pop("estimate", None)
-    stages = [tuple(s) for r in reports for s in r["stages"]]
+    stages = [s for r in reports for s in r["stages"]]
     return Run(stages if math.isfinite(estimate) else [], estimate, log, reports)
 
 

@@ -3,19 +3,21 @@
 A *point* is the cost of a partial plan covering a suffix of the layers:
 ``r`` (stages in the suffix, capped: fewer is never worse, since 1F1B memory
 only grows with the position of a stage), ``bottleneck`` (max of its stage
-compute times and link occupancies) and ``total`` (sum of its stage compute
-times and boundary traversals). Prepending stages maps a point through
-``max(bottleneck, c)`` and ``total + c'`` which are monotone, so a point that
-is no better in all three coordinates than another can be dropped: the
-frontier keeps exactly the non-dominated points.
+compute times and link occupancies), ``total`` (sum of its stage compute
+times and boundary traversals) and ``sync`` (the largest gradient
+synchronisation ``R`` of its stages; 0 without data parallelism). Prepending
+stages maps a point through ``max(bottleneck, c)``, ``total + c'`` and
+``max(sync, c'')``, which are monotone, so a point that is no better in all four
+coordinates than another can be dropped: the frontier keeps exactly the
+non-dominated points.
 
 Compression keeps a frontier small at a bounded price:
 
-* ``epsilon``: a point is dropped when a kept point has ``r' <= r``,
-  ``bottleneck' <= (1 + eps) bottleneck`` and ``total' <= (1 + eps) total``.
-  ``max(x, c) <= (1+eps) max(x/(1+eps), c)`` and the same for sums, so every
-  completion of the dropped point costs at most ``1 + eps`` times more through
-  the kept one;
+* ``epsilon``: a point is dropped when a kept point has ``r' <= r`` and
+  each of ``bottleneck'``, ``total'``, ``sync'`` at most ``1 + eps`` times the
+  dropped point's. ``max(x, c) <= (1+eps) max(x/(1+eps), c)`` and the same for
+  sums, and ``T`` is a sum of such terms, so every completion of the dropped
+  point costs at most ``1 + eps`` times more through the kept one;
 * ``quantum``: every emitted value is rounded *up* to the grid ``(1+q)^n``,
   an over-estimate by a factor of at most ``1 + q`` (it also blurs the values
   that cross a DC's boundary, see ``docs/privacy.md``);
@@ -23,28 +25,33 @@ Compression keeps a frontier small at a bounded price:
   decimal digits (a factor below ``1 + 10^(1 - digits)``), which shortens the
   JSON numbers of a summary several times over;
 * ``max_entries``: at most that many points per summary entry, those with the
-  smallest ``total + (M - 1) bottleneck`` (no guarantee).
+  smallest ``total + (M - 1) bottleneck + sync`` (no guarantee).
 """
 
 from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from ... import cost
 
-#: a point: ``(r, bottleneck, total, ...)``; anything after ``total`` rides along
+#: a point: ``(r, bottleneck, total, sync, ...)``; anything after ``sync`` rides along
 
 
 def frontier(points: list, kept: list = ()) -> list[int]:
-    """Indices (ascending) of the points not dominated in ``(r, bottleneck, total)`` by
-    another point or by one of ``kept`` (which are never dropped). Of exact duplicates
-    the first is kept, and a point equal to a kept one is dropped.
+    """Indices (ascending) of the points not dominated in ``(r, bottleneck, total,
+    sync)`` by another point or by one of ``kept`` (which are never dropped). Of exact
+    duplicates the first is kept, and a point equal to a kept one is dropped.
 
-    Points are visited by ``(bottleneck, total, r)``, so a dominator comes first;
-    ``least[r]`` is the least total seen with at most ``r`` stages.
+    Points are visited by ``(bottleneck, total, r, sync)``, so a dominator comes first.
+    Without synchronisation (every ``sync`` equal) ``least[r]`` is the least total seen
+    with at most ``r`` stages; otherwise each point is checked against the kept ones.
     """
     if not points:
         return []
+    if len({p[3] for p in points} | {p[3] for p in kept}) > 1:
+        return _frontier4(points, kept)
     rows = [(p[1], p[2], p[0], 0, -1) for p in kept]
     rows += [(p[1], p[2], p[0], 1, i) for i, p in enumerate(points)]
     rows.sort()
@@ -64,6 +71,26 @@ def frontier(points: list, kept: list = ()) -> list[int]:
     return out
 
 
+def _frontier4(points: list, kept: list) -> list[int]:
+    """:func:`frontier` with the synchronisation a fourth criterion, vectorised over the
+    kept rows."""
+    rows = [(p[1], p[2], p[0], p[3], 0, -1) for p in kept]
+    rows += [(p[1], p[2], p[0], p[3], 1, i) for i, p in enumerate(points)]
+    rows.sort()
+    n = len(rows)
+    sums, rs, syncs = np.empty(n), np.empty(n, dtype=np.int64), np.empty(n)
+    count, out = 0, []
+    for _bn, sm, r, sy, new, i in rows:
+        if count and ((sums[:count] <= sm) & (rs[:count] <= r) & (syncs[:count] <= sy)).any():
+            continue
+        sums[count], rs[count], syncs[count] = sm, r, sy
+        count += 1
+        if new:
+            out.append(i)
+    out.sort()
+    return out
+
+
 def epsilon_keep(points: list, eps: float) -> list[int]:
     """Indices of the points kept by epsilon-dominance pruning; every dropped point is
     ``(1 + eps)``-dominated by a kept one with no more stages."""
@@ -72,21 +99,23 @@ def epsilon_keep(points: list, eps: float) -> list[int]:
     f = 1.0 + eps
     kept: list[tuple] = []
     out = []
-    for i in sorted(range(len(points)), key=lambda i: (points[i][0], points[i][1], points[i][2])):
-        r, bn, sm = points[i][:3]
-        if not any(kr <= r and kb <= f * bn and ks <= f * sm for kr, kb, ks in kept):
-            kept.append((r, bn, sm))
+    for i in sorted(range(len(points)), key=lambda i: points[i][:4]):
+        r, bn, sm, sy = points[i][:4]
+        if not any(kr <= r and kb <= f * bn and ks <= f * sm and ky <= f * sy
+                   for kr, kb, ks, ky in kept):
+            kept.append((r, bn, sm, sy))
             out.append(i)
     out.sort()
     return out
 
 
 def cap_keep(points: list, microbatches: int, max_entries: int) -> list[int]:
-    """Indices of the ``max_entries`` points with the least ``total + (M - 1) bottleneck``."""
+    """Indices of the ``max_entries`` points with the least
+    ``total + (M - 1) bottleneck + sync``."""
     if max_entries <= 0 or len(points) <= max_entries:
         return list(range(len(points)))
-    order = sorted(range(len(points)),
-                   key=lambda i: cost.iteration_time(points[i][2], points[i][1], microbatches))
+    order = sorted(range(len(points)), key=lambda i: cost.iteration_time(
+        points[i][2], points[i][1], microbatches, points[i][3]))
     return sorted(order[:max_entries])
 
 

@@ -7,7 +7,8 @@ every group, at once. It skips the dominance across usage states, which does
 not vectorise, and keeps more labels. Its fixed cost per layer is a
 few hundred microseconds, so it only pays when a DC holds tens of thousands of
 labels; :class:`~.agent.DCAgent` picks it from the size of the state space.
-No prefix bound (only DC 1 has one, and DC 1 uses :mod:`.local`).
+No prefix bound (only DC 1 has one, and DC 1 uses :mod:`.local`). One device
+per stage only: under data or tensor parallelism every DC runs :mod:`.local`.
 """
 
 from __future__ import annotations
@@ -159,6 +160,8 @@ class WideDP(DCRun):
         """
         if prefix is not None:
             raise ValueError("WideDP has no prefix bound")
+        if self.sync:
+            raise ValueError("WideDP places one device per stage; use LocalDP")
         caps = np.minimum(self.t.count, self.L)
         self._strides = np.concatenate(([1], np.cumprod(caps[:-1] + 1))).astype(np.int64)
         self._caps = caps
@@ -198,7 +201,7 @@ class WideDP(DCRun):
         the model ends here."""
         pending: dict[int, tuple] = {}
         for x, labels in base.items():
-            bn, sm, r, refs = zip(*labels)
+            bn, sm, r, _sync, refs = zip(*labels)
             pending[x] = (np.array(r, dtype=np.int64), np.array(bn, dtype=float),
                           np.array(sm, dtype=float),
                           np.array([e if k == IN else -1 for k, e, _ in refs], dtype=np.int64),
@@ -260,10 +263,11 @@ class WideDP(DCRun):
         keep = own[pareto_mask(rs[own], bns[own], sms[own], xs[own])]
         for x, r, bn, sm, i in zip(xs[keep].tolist(), rs[keep].tolist(), bns[keep].tolist(),
                                    sms[keep].tolist(), keep.tolist()):
-            self.points.setdefault(x, []).append((r, bn, sm, i))
+            self.points.setdefault(x, []).append((r, bn, sm, 0.0, i))
 
-    def label(self, i: int) -> tuple[int, int, tuple]:
-        """Own label ``i``: ``(start, group, ref)`` (see :class:`.local.LocalDP`)."""
+    def label(self, i: int) -> tuple[int, int, int, tuple]:
+        """Own label ``i``: ``(start, group, pair, ref)`` (see :class:`.local.LocalDP`;
+        the pair is always the only one, ``d = t = 1``)."""
         us, xs, _, _, _, gs, pars = self._view
         p = int(pars[i])
         if us[p]:
@@ -272,7 +276,7 @@ class WideDP(DCRun):
             ref = (END, 0, 0)
         else:
             ref = (IN, int(gs[p]), int(pars[p]))
-        return int(xs[i]), int(gs[i]), ref
+        return int(xs[i]), int(gs[i]), 0, ref
 
     def _widest_stage_end(self, ub: float) -> np.ndarray:
         """``[a]``: the last layer end ``x`` a stage ``[a, x)`` of this DC can have

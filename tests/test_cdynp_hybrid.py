@@ -1,0 +1,221 @@
+"""CDynP under contract version 2: each DC chooses its widths and degrees privately.
+
+Exactness against ``dp`` (itself checked against the brute-force enumerator) and the
+enumerator, on random small v2 instances and the committed hybrid set; compression
+guarantees; the same bytes across processes; and the privacy of the v2 fields.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from chainpipe import Datacenter, DeviceGroup, Instance, Layer, Link, Model, Parallelism, Training
+from chainpipe.io import read
+from chainpipe.solve import solve
+from chainpipe.solvers.cdynp import agent, guarantee_factor, protocol
+from helpers import brute_force_hybrid, random_hybrid_instance
+
+ROOT = Path(__file__).resolve().parents[1]
+HYBRID_SMALL = sorted((ROOT / "instances" / "hybrid" / "small").glob("hybrid-*.json"))
+RTOL = 1e-9
+
+
+def _same(a: float, b: float) -> bool:
+    return abs(a - b) <= RTOL * max(abs(a), abs(b), 1e-300)
+
+
+# ------------------------------------------------------------------ exactness
+@pytest.mark.parametrize("block", range(4))
+def test_exact_equals_dp_on_random_v2_instances(block):
+    """>= 200 random small v2 instances (60 per block): nodes of 1, 2 and 4, widths with
+    3, lists without 1, ZeRO on and off, both schedules, tight memory, 1 to 3 DCs."""
+    for seed in range(block * 60, block * 60 + 60):
+        inst = random_hybrid_instance(seed)
+        ref = solve(inst, "dp")
+        res = solve(inst, "cdynp")
+        assert res.status == ref.status, (seed, res.status, ref.status, res.message)
+        if ref.iteration_time is not None:
+            assert _same(res.iteration_time, ref.iteration_time), (seed, res.iteration_time,
+                                                                   ref.iteration_time)
+            assert _same(res.stats["estimate_s"], ref.iteration_time), seed
+
+
+def test_exact_equals_brute_force_on_four_datacenters():
+    """Longer chains than the random set above, against the enumerator directly."""
+    for seed in range(500, 530):
+        inst = random_hybrid_instance(seed, max_layers=4, max_dcs=4)
+        T_best, _ = brute_force_hybrid(inst)
+        res = solve(inst, "cdynp")
+        if math.isinf(T_best):
+            assert res.status == "infeasible", (seed, res.status)
+        else:
+            assert res.status == "optimal", (seed, res.status, res.message)
+            assert _same(res.iteration_time, T_best), (seed, res.iteration_time, T_best)
+
+
+@pytest.mark.parametrize("path", HYBRID_SMALL, ids=lambda p: p.stem)
+def test_exact_on_the_committed_hybrid_small_set(path):
+    inst = read(path)
+    ref, res = solve(inst, "dp"), solve(inst, "cdynp")
+    assert res.status == ref.status == "optimal"
+    assert _same(res.iteration_time, ref.iteration_time)
+
+
+def test_worked_example_v2():
+    inst = read(ROOT / "tests" / "data" / "valid" / "worked_example_v2.json")
+    res = solve(inst, "cdynp")
+    assert res.status == "optimal" and _same(res.iteration_time, 16.0)
+
+
+def test_the_dcs_use_widths_and_degrees():
+    """Not a one-device answer in disguise: on these instances the optimum needs
+    ``d * t > 1`` somewhere, and cdynp's plan has it too."""
+    wide = 0
+    for seed in range(60):
+        inst = random_hybrid_instance(seed)
+        res = solve(inst, "cdynp")
+        if res.plan is not None and any(s.width > 1 for s in res.plan.stages):
+            wide += 1
+    assert wide >= 20
+
+
+# ------------------------------------------------------------------ compression
+@pytest.mark.parametrize("eps,quantum,digits", [(0.05, 0.0, 0), (0.3, 0.0, 0), (0.0, 0.1, 0),
+                                                (0.1, 0.0, 3)])
+def test_compression_guarantee_holds_under_v2(eps, quantum, digits):
+    for seed in range(700, 760):
+        inst = random_hybrid_instance(seed, max_dcs=3)
+        ref = solve(inst, "dp")
+        res = solve(inst, "cdynp", epsilon=eps, quantum=quantum, digits=digits)
+        if ref.status == "infeasible":
+            assert res.status == "infeasible", seed
+            continue
+        T_best = ref.iteration_time
+        factor = guarantee_factor(inst.num_datacenters, eps, quantum, digits)
+        assert res.status in ("feasible", "optimal"), (seed, res.status)
+        assert res.iteration_time <= factor * T_best * (1 + RTOL), (seed, res.iteration_time)
+        assert res.lower_bound <= T_best * (1 + RTOL), seed
+
+
+# ------------------------------------------------------------------ privacy
+def _distinctive_hybrid() -> Instance:
+    """Three DCs in nodes, whose private numbers and names appear nowhere else, and a
+    training that lets them use data and tensor parallelism with ZeRO-1."""
+    layers = tuple(Layer(f"blk{i}", 3.0e12 + i * 7.0e10, 6.0e12 + i * 3.0e10, 50_000_000 + i,
+                         2.0e8 + i, 4.0e7 + 1000 * i, 1.6e8 + 1000 * i) for i in range(8))
+    dcs = (
+        Datacenter("north", (DeviceGroup("ZetaSecretGPU", 8, 123456789012345.0, 9.87654321e10,
+                                         4, 3.3333333e11),
+                             DeviceGroup("OmegaHidden", 2, 77777777777777.5, 1.1223344e11)),
+                   Link(3.1415926e10, 2.71828e-6)),
+        Datacenter("centre", (DeviceGroup("KappaCovert", 6, 99999999999991.0, 6.6666666e10,
+                                          2, 2.7182818e11),),
+                   Link(1.6180339e10, 1.41421e-6)),
+        Datacenter("south", (DeviceGroup("SigmaPrivate", 4, 250000000000003.0, 8.0808080e10,
+                                          4, 4.4142135e11),
+                             DeviceGroup("ThetaMasked", 2, 55555555555555.0, 4.4444444e10)),
+                   Link(2.2360679e10, 1.73205e-6)),
+    )
+    links = (Link(2.5e9, 5.0e-4), Link(1.25e9, 3.0e-4))
+    training = Training(16, "1f1b", 16.0, 2.0, 12.0, Parallelism((1, 2, 3, 4), (1, 2, 4), True))
+    return Instance("distinct-v2", Model("m", layers), training, dcs, links)
+
+
+def _private_strings(inst: Instance) -> list[str]:
+    out = []
+    for dc in inst.datacenters:
+        for g in dc.devices:
+            out.append(g.type)
+            values = [g.flop_per_s, g.memory_bytes]
+            if g.node_bandwidth_bytes_per_s is not None:
+                values.append(g.node_bandwidth_bytes_per_s)
+            for v in values:
+                out += [repr(v), repr(float(v)), f"{v:.6e}", f"{v:.5e}"]
+        for v in (dc.link.bandwidth_bytes_per_s, dc.link.latency_s):
+            out += [repr(v), f"{v:.5e}"]
+    return out
+
+
+def test_v2_trace_has_no_private_data(tmp_path):
+    import jsonschema
+
+    inst = _distinctive_hybrid()
+    res = solve(inst, "cdynp", trace_dir=tmp_path)
+    assert res.status == "optimal"
+    ref = solve(inst, "dp")
+    assert _same(res.iteration_time, ref.iteration_time)
+    # the optimum does use the v2 freedoms, in more than one DC
+    widths = {s.devices[0].split("/")[0]: s.width for s in res.plan.stages if s.width > 1}
+    assert len(widths) >= 2, res.plan
+    files = sorted(tmp_path.iterdir())
+    assert [f.name for f in files] == [m["file"] for m in res.stats["messages"]]
+    secrets = _private_strings(inst)
+    for f in files:
+        text = f.read_text()
+        msg = json.loads(text)
+        jsonschema.validate(msg, protocol.SCHEMA)
+        for s in secrets:
+            assert s not in text, (f.name, s)
+        for dc in inst.datacenters:  # no device names either
+            assert f"{dc.name}/" not in text
+        for word in ("data_parallel", "tensor_parallel", "devices_per_node", "node", "width"):
+            assert word not in text
+        if msg["kind"] == "summary":
+            public_bw = {lk.bandwidth_bytes_per_s for lk in inst.links}
+            assert all(e["bw"] is None or e["bw"] in public_bw for e in msg["entries"])
+            # each point is [r, bottleneck, total, sync]: stage counts and costs only
+            assert all(len(p) == 4 and isinstance(p[0], int)
+                       for e in msg["entries"] for p in e["points"])
+
+
+def test_each_dc_names_only_its_own_devices_and_packs_nodes():
+    inst = _distinctive_hybrid()
+    res = solve(inst, "cdynp")
+    names = [dc.name for dc in inst.datacenters]
+    for k, rep in enumerate(res.stats["agents"]):
+        for stage in rep["stages"]:
+            assert all(d.split("/")[0] == names[k] for d in stage["devices"])
+            assert len(stage["devices"]) == stage["data_parallel"] * stage["tensor_parallel"]
+    # the assembled plan passes every v2 rule (a TP group inside one node among them)
+    from chainpipe.plan import evaluate
+
+    assert evaluate(inst, res.plan).feasible
+
+
+def test_processes_equal_in_process_under_v2(tmp_path):
+    inst = _distinctive_hybrid()
+    a = solve(inst, "cdynp", trace_dir=tmp_path / "in")
+    b = solve(inst, "cdynp", processes=True, trace_dir=tmp_path / "proc")
+    assert (a.status, a.plan) == (b.status, b.plan)
+    assert a.stats["messages"] == b.stats["messages"]
+    for m in a.stats["messages"]:
+        assert (tmp_path / "in" / m["file"]).read_bytes() == \
+            (tmp_path / "proc" / m["file"]).read_bytes()
+
+
+def test_a_forged_synchronisation_is_named(monkeypatch):
+    """A DC that understates the synchronisation of its suffix is caught by the owner's
+    audit, like a forged bottleneck or total."""
+    inst = _distinctive_hybrid()
+    honest = solve(inst, "cdynp")
+    synced = [s for s in honest.plan.stages
+              if s.data_parallel > 1 and s.devices[0].startswith("south/")]
+    assert synced, "the test needs a plan whose south stages synchronise"
+    real = agent.DCAgent._summary
+
+    def forged(self, own_pts, ub):
+        msg = real(self, own_pts, ub)
+        if self.name == "south":
+            for e in msg["entries"]:
+                e["points"] = [[r, bn, sm, sy / 2] for r, bn, sm, sy in e["points"]]
+        return msg
+
+    monkeypatch.setattr(agent.DCAgent, "_summary", forged)
+    res = solve(inst, "cdynp")
+    assert res.status == "error" and res.plan is None
+    assert res.message.startswith("cdynp: DC 'south' sent a forged summary"), res.message
+    assert "synchronisation" in res.message
