@@ -151,8 +151,12 @@ def test_v2_trace_has_no_private_data(tmp_path):
     # the optimum does use the v2 freedoms, in more than one DC
     widths = {s.devices[0].split("/")[0]: s.width for s in res.plan.stages if s.width > 1}
     assert len(widths) >= 2, res.plan
-    files = sorted(tmp_path.iterdir())
-    assert [f.name for f in files] == [m["file"] for m in res.stats["messages"]]
+    # the probe's messages, then the exact run's: every one written, as sent
+    files = sorted(tmp_path.rglob("*.json"))
+    names = [m["file"] for m in res.stats["messages"]]
+    assert sorted(str(f.relative_to(tmp_path)) for f in files) == sorted(names)
+    assert sum(n.startswith("probe/") for n in names) == 2 * (inst.num_datacenters - 1)
+    assert sum(f.stat().st_size for f in files) == res.stats["message_bytes_total"]
     secrets = _private_strings(inst)
     for f in files:
         text = f.read_text()
@@ -219,3 +223,50 @@ def test_a_forged_synchronisation_is_named(monkeypatch):
     assert res.status == "error" and res.plan is None
     assert res.message.startswith("cdynp: DC 'south' sent a forged summary"), res.message
     assert "synchronisation" in res.message
+
+
+# ------------------------------------------------------------------ the probe
+def test_the_probe_changes_the_work_not_the_answer():
+    """With or without the probe run, the same optimum; the probe's estimate is the T of
+    a real plan, so never below it; a v1 instance runs no probe unless asked."""
+    probed = 0
+    for seed in range(300, 360):
+        inst = random_hybrid_instance(seed)
+        a = solve(inst, "cdynp")
+        b = solve(inst, "cdynp", probe=False)
+        assert a.status == b.status, seed
+        if a.iteration_time is None:
+            continue
+        assert _same(a.iteration_time, b.iteration_time), seed
+        if "probe" in a.stats and a.stats["probe"]["estimate_s"] is not None:
+            probed += 1
+            assert a.stats["probe"]["estimate_s"] >= a.iteration_time * (1 - RTOL), seed
+        assert "probe" not in b.stats
+    assert probed >= 15
+    v1 = read(ROOT / "instances" / "small" / "small-08-three-dc.json")
+    assert "probe" not in solve(v1, "cdynp").stats
+    assert "probe" in solve(v1, "cdynp", probe=True).stats
+
+
+def test_probe_option_is_a_boolean():
+    from chainpipe.result import OptionError
+
+    with pytest.raises(OptionError, match="option 'probe' must be true or false"):
+        solve(random_hybrid_instance(1), "cdynp", probe="yes")
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_flattened_at_follows_its_definition(seed):
+    """Against the definition, on both the loop and the numpy path, with many ties."""
+    import random
+
+    from chainpipe.solvers.cdynp.local import flattened_at
+
+    rng = random.Random(seed)
+    n = rng.choice([2, 5, 15, 16, 30])
+    labels = [(float(rng.randint(0, 4)), float(rng.randint(0, 4)), rng.randint(0, 3),
+               float(rng.randint(0, 2)), None) for _ in range(n)]
+    expect = [min((b[0] for b in labels[i + 1:]
+                   if b[1] <= a[1] and b[2] <= a[2] and b[3] <= a[3]), default=math.inf)
+              for i, a in enumerate(labels)]
+    assert flattened_at(labels) == expect

@@ -34,7 +34,7 @@ from ..labels import TRIALS
 from . import protocol
 from .local import END, IN, OWN, LocalDP
 from .public import PublicInstance
-from .summary import cap_keep, epsilon_keep, frontier, round_digits, round_up
+from .summary import cap_keep, epsilon_keep, frontier, round_digits, round_up, shifted_keep
 from .wide import WideDP
 
 #: trials of DC 2..K, which want some good plan rather than a proof: bolder steps
@@ -67,8 +67,8 @@ class DCAgent:
 
     def __init__(self, public: PublicInstance, index: int, datacenter: Datacenter, *,
                  epsilon: float = 0.0, quantum: float = 0.0, max_entries: int = 0,
-                 digits: int = 0, upper_bound: float | None = None,
-                 deadline: Deadline | None = None):
+                 digits: int = 0, upper_bound: float | None = None, beam: int = 0,
+                 grid: int = 0, deadline: Deadline | None = None):
         if public.datacenter_names[index] != datacenter.name:
             raise ValueError(f"agent {index} holds {datacenter.name!r}, the chain has "
                              f"{public.datacenter_names[index]!r} there")
@@ -81,6 +81,10 @@ class DCAgent:
         self.digits = int(digits or 0)
         self.initial_bound = math.inf if upper_bound is None else float(upper_bound)
         self.max_entries = int(max_entries or 0)
+        self.beam = int(beam or 0)
+        #: the probe's stage boundaries: ``grid`` equal parts of the layers (public)
+        L = public.num_layers
+        self.grid = ({round(i * L / grid) for i in range(int(grid) + 1)} if grid else None)
         self.deadline = deadline if deadline is not None else Deadline(None)
         local = Instance(public.name, public.model, public.training, (datacenter,), ())
         self.tables = CostTables(local)  # this DC's groups only: private
@@ -162,6 +166,10 @@ class DCAgent:
         plan it finds as the bound of one exact run.
         """
         self.stats = {"labels": 0, "trials": []}
+        if self.beam or self.grid:  # a probe: one run, few labels per state
+            dp = self._run(LocalDP, base, ub, self._prefix_bound() if self.k == 0
+                           else self._upstream_prefix(), beam=self.beam, grid=self.grid)
+            return min(ub, self._best(dp)), dp
         if self.k > 0 and self._wide_ok and self._size >= _WIDE_SIZE:
             # wide: a greedy probe (one label per state) for a plan, then one exact run
             probe = self._run(WideDP, base, ub, None, greedy=True)
@@ -172,8 +180,9 @@ class DCAgent:
         lb = self._lower_bound(base, prefix)
         schedule = TRIALS if self.k == 0 else _BOUND_TRIALS
         trials = [lb * (1 + d) for d in schedule if math.isfinite(d) and lb * (1 + d) < ub] + [ub]
+        run_prefix = prefix if self.k == 0 else self._upstream_prefix()
         for trial in trials:
-            dp = self._run(LocalDP, base, trial, prefix if self.k == 0 else None)
+            dp = self._run(LocalDP, base, trial, run_prefix)
             best = self._best(dp)
             if best <= trial * (1 + 1e-12) or trial >= ub or not dp.bound_cut:
                 return min(ub, best), dp
@@ -186,7 +195,8 @@ class DCAgent:
         self.stats["trials"].append({"upper_bound": float(ub) if ub < math.inf else None,
                                      "labels": dp.stats["labels"],
                                      "engine": "wide" if engine is WideDP else "local",
-                                     **({"greedy": True} if options.get("greedy") else {})})
+                                     **({"greedy": True} if options.get("greedy") else {}),
+                                     **({"beam": options["beam"]} if options.get("beam") else {})})
         return dp
 
     def _best(self, dp) -> float:
@@ -224,6 +234,22 @@ class DCAgent:
         spread = flop / top[n].clip(min=rmax)
         return (cost.compute_time(flop, rmax, w).tolist(),
                 np.maximum(cost.compute_time(layer_max, rmax, w), spread).tolist())
+
+    def _upstream_prefix(self) -> tuple[list, list]:
+        """For DC 2..K: an optimistic cost of what precedes a label whose first stage
+        starts here at ``a > 0``, as ``(sum, bottleneck)`` lists: the boundary at ``a``
+        is paid either on this DC's own link (another own stage before it) or across the
+        chain link into this DC at least (a path's bandwidth is at most that link's,
+        its latency at least that link's), so the cheaper of the two. The prefix's
+        stages upstream add compute nobody here can bound: nothing for them."""
+        link = self._link_to_prev()
+        u = np.minimum(cost.occupancy(self.bytes, link.bandwidth_bytes_per_s),
+                       self.tables.boundary_occupancy[:, 0, 0])
+        q = np.minimum(cost.traversal(link.latency_s,
+                                      cost.occupancy(self.bytes, link.bandwidth_bytes_per_s)),
+                       self.tables.boundary_traversal[:, 0, 0])
+        u[0] = q[0] = 0.0  # a = 0: the plan starts here, no boundary before it
+        return q.tolist(), u.tolist()
 
     def _summary(self, own_pts: dict, ub: float) -> dict:
         """Merge own and passed-through points per (b, bw), prune, compress."""
@@ -263,6 +289,7 @@ class DCAgent:
                     pts = [(r, *(round_digits(round_up(v, self.quantum), self.digits)
                                  for v in (bn, sm, s)), o) for r, bn, sm, s, o in pts]
                 pts = [pts[i] for i in frontier(pts, kept)]
+                pts = [pts[i] for i in shifted_keep(pts, M)]
                 if self.epsilon > 0:
                     pts = [pts[i] for i in epsilon_keep(pts, self.epsilon)]
                 if self.max_entries:

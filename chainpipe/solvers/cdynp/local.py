@@ -38,6 +38,39 @@ from ..labels import across_usage, dominated_options, pareto3, pareto4, shifted_
 OWN, IN, END = 0, 1, 2
 
 
+def flattened_at(labels: list) -> list[float]:
+    """Per label ``i`` of one state: the least bottleneck ``bn_j`` of a label ``j``
+    listed after it with no larger total, stage count or synchronisation (``inf`` if
+    none). Once a new stage's ``max(C, U)`` reaches ``bn_j``, ``j``'s image has the
+    bottleneck ``max(C, U)``, no more than ``i``'s, and is no worse than ``i``'s in
+    every other criterion (so it fits memory and the bound whenever ``i``'s does):
+    ``i``'s image need not be made, and since ``C`` only grows along a run of stages,
+    neither need the rest. (After the Pareto filter ``i`` survives ``j`` only by a
+    smaller bottleneck. "Listed after" keeps the relation acyclic: of two labels equal
+    but in bottleneck, one image is always made.)"""
+    n = len(labels)
+    if n < 2:
+        return [math.inf] * n
+    if n < _FLAT_NUMPY:
+        out = []
+        for i, (_bn, sm, r, s, _) in enumerate(labels):
+            out.append(min((lab[0] for lab in labels[i + 1:]
+                            if lab[1] <= sm and lab[2] <= r and lab[3] <= s), default=math.inf))
+        return out
+    bn = np.fromiter((lab[0] for lab in labels), float, n)
+    sm = np.fromiter((lab[1] for lab in labels), float, n)
+    r = np.fromiter((lab[2] for lab in labels), np.int64, n)
+    s = np.fromiter((lab[3] for lab in labels), float, n)
+    # later[i, j]: j is listed after i and no worse in total, stages and sync
+    later = (sm[None, :] <= sm[:, None]) & (r[None, :] <= r[:, None]) & (s[None, :] <= s[:, None])
+    later &= ~np.tri(n, dtype=bool)
+    return np.where(later, bn[None, :], np.inf).min(axis=1).tolist()
+
+
+#: from this many labels of a state on, :func:`flattened_at` compares them in numpy
+_FLAT_NUMPY = 16
+
+
 class DCRun:
     """One run of a DC's DP for a given upper bound: what both engines share.
 
@@ -94,12 +127,14 @@ class LocalDP(DCRun):
     """The label loop, one label at a time (the DCs of ``medium/``, DC 1 always, and
     every DC under data or tensor parallelism)."""
 
-    def _candidates(self, ub: float) -> list[list[list[tuple]]]:
+    def _candidates(self, ub: float, grid=None) -> list[list[list[tuple]]]:
         """``[g][x]``: per pair ``c`` of group ``g`` not dominated by another,
         ``(devices, c, stages)`` with ``stages`` the ``(a, C, max in flight, R)`` of
         ``[a, x)``, ``a`` descending, while :meth:`option_fits` holds (a run of starts;
-        options another pair of the same range dominates are left out of it)."""
+        options another pair of the same range dominates are left out of it). With
+        ``grid`` (a set of layer boundaries), only stages that start and end on it."""
         t, L = self.t, self.L
+        on = [grid is None or x in grid for x in range(L + 1)]
         out = []
         for g in range(t.G):
             opts = t.options(g)
@@ -113,12 +148,14 @@ class LocalDP(DCRun):
                 R = opts.sync_time[c].T.tolist()
                 okc, domc = ok[c].T, dominated[c].T
                 for x in range(1, L + 1):
+                    if not on[x]:
+                        continue
                     row, skip, cx, nx, rx = okc[x], domc[x], C[x], N[x], R[x]
                     lst = []
                     for a in range(x - 1, -1, -1):
                         if not row[a]:
                             break
-                        if not skip[a]:
+                        if on[a] and not skip[a]:
                             lst.append((a, cx[a], nx[a], rx[a]))
                     if lst:
                         per_end[x].append((w, c, lst))
@@ -133,21 +170,26 @@ class LocalDP(DCRun):
         point ``(IN, e, p)`` or ``(END, 0, 0)`` (``end = L``)."""
         return self._store[i]
 
-    def run(self, base: dict[int, list[tuple]], ub: float, prefix=None) -> None:
+    def run(self, base: dict[int, list[tuple]], ub: float, prefix=None, beam: int = 0,
+            grid=None) -> None:
         """``base[x]``: base labels ``(bottleneck, total, r, sync, (IN | END, e, p))``
         joining at ``x``.
 
         ``prefix``: ``(pre_sum, pre_max)`` lists, an optimistic cost of the prefix
-        ``[0, a)`` (sum and bottleneck terms), or ``None``.
+        ``[0, a)`` (sum and bottleneck terms), or ``None``. ``beam`` (0: exact) keeps
+        only that many labels per state, those with the least ``T`` estimate, and ``grid``
+        (a set of layer boundaries, ``None``: all) restricts stages to start and end on
+        it: both make a fast probe, inexact, whose complete plans give an upper bound.
 
         Walks the layers from the end: at each ``x`` the labels of ``[x, L)`` are
         filtered (:meth:`_filter`), numbered (:meth:`_finalise`) and extended by one
         stage ending at ``x`` (:meth:`_extend`).
         """
         L, G = self.L, self.t.G
-        self._cands = self._candidates(ub)
+        self._cands = self._candidates(ub, grid)
         self._limit = ub * (1 + 1e-12) if ub < math.inf else math.inf
         self._prefixed = prefix is not None
+        self._beam = int(beam)
         self._prefix = prefix if prefix is not None else ([0.0] * (L + 1), [0.0] * (L + 1))
         self._zero = (0,) * G
         self._count = [int(min(c, L * self.t.widest)) for c in self.t.count]
@@ -176,9 +218,13 @@ class LocalDP(DCRun):
         labels dominated across usage states. Returns how many labels are left."""
         for key in list(layer):
             if self.sync:
-                layer[key] = shifted_pareto(pareto4(layer[key]), self.M)
+                labels = shifted_pareto(pareto4(layer[key]), self.M)
             else:
-                layer[key] = pareto3(layer[key], self.R)
+                labels = pareto3(layer[key], self.R)
+            if self._beam and len(labels) > self._beam:
+                labels = sorted(labels, key=lambda lab: cost.iteration_time(
+                    lab[1], lab[0], self.M, lab[3]))[:self._beam]
+            layer[key] = labels
         if len(layer) > 1:
             across_usage(layer, sync=self.sync)
         return sum(len(v) for v in layer.values())
@@ -221,6 +267,7 @@ class LocalDP(DCRun):
             U = u_x if internal else 0.0
             Q = q_x if internal else 0.0
             rl = refs[key]
+            flat = flattened_at(labels)
             for g in range(t.G):
                 free = count[g] - u[g]
                 for w, c, stages in cands[g][x]:
@@ -232,10 +279,13 @@ class LocalDP(DCRun):
                         need = need_at[r]
                         nr = r + 1 if r < R else R
                         ref = (rl[i], g, c)  # (parent ref, group, pair) until finalised
+                        fi = flat[i]
+                        if U >= fi:
+                            continue  # every image is another label's, or worse
                         # along the stages C and R grow and memory shrinks: stop at the
-                        # first that fails either
+                        # first that fails either, or whose C flattens this label
                         for a, ca, n, ra in stages:
-                            if need > n:
+                            if need > n or ca >= fi:
                                 break
                             nbn = bn if bn >= ca else ca
                             if nbn < U:

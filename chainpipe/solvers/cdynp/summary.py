@@ -35,6 +35,7 @@ import math
 import numpy as np
 
 from ... import cost
+from ..labels import shifted_pareto
 
 #: a point: ``(r, bottleneck, total, sync, ...)``; anything after ``sync`` rides along
 
@@ -89,6 +90,16 @@ def _frontier4(points: list, kept: list) -> list[int]:
             out.append(i)
     out.sort()
     return out
+
+
+def shifted_keep(points: list, microbatches: int) -> list[int]:
+    """Indices (ascending) of the points no other point beats under the shifted
+    dominance of ``T`` (:func:`chainpipe.solvers.labels.shifted_pareto`): ``A`` beats
+    ``B`` when ``r_A <= r_B`` and ``total_A + (M - 1) max(bottleneck_A - bottleneck_B, 0)
+    + max(sync_A - sync_B, 0) <= total_B``, so every completion of ``B`` is no faster
+    than the same completion of ``A``."""
+    labels = [(p[1], p[2], p[0], p[3], i) for i, p in enumerate(points)]
+    return sorted(lab[4] for lab in shifted_pareto(labels, microbatches))
 
 
 def epsilon_keep(points: list, eps: float) -> list[int]:
