@@ -15,12 +15,14 @@ Options (``solve(inst, "cdynp", **options)`` or ``--option KEY=VALUE``):
   drops partial plans that cannot beat it. If nothing beats it the result is
   ``no_solution`` with that value as the proven lower bound;
 * ``probe`` (bool; default: on when the instance allows data or tensor parallelism):
-  in exact mode on two or more DCs without ``upper_bound``, first run the same protocol
-  as a quick probe (each DC keeps :data:`PROBE_BEAM` partial plans per state and sends
-  at most :data:`PROBE_ENTRIES` points per summary entry); the probe's plan, audited
-  like any, is a real plan, and its ``T`` becomes the ``upper_bound`` of the exact
-  run, which then prunes far more (measured: 2x to 5x faster on ``hybrid/medium``,
-  1.5x to 3x slower on the one-device ``medium/``, where the DCs' own trials suffice);
+  on two or more DCs without ``upper_bound``, first run the same protocol as a quick
+  probe (each DC keeps :data:`PROBE_BEAM` partial plans per state, its stages start
+  and end on a grid of :data:`PROBE_GRID` equal parts of the layers, and it sends at
+  most :data:`PROBE_ENTRIES` points per summary entry). The probe's plan, audited like
+  any, is a real plan; its ``T`` becomes the ``upper_bound`` of the main run, which
+  then prunes far more (measured: 2x to 5x faster on ``hybrid/medium``; 1.5x to 3x
+  slower on the one-device ``medium/``, where the DCs' own trials suffice). With
+  compression the answer is the better of the two plans, and the guarantee holds;
 * ``processes`` (bool): one OS process per DC, given only its own split documents
   through its own pipe (nothing is written to disk);
 * ``message_timeout`` (float, 60): with ``processes``, the seconds an agent may stay
@@ -127,19 +129,19 @@ def run(instance: Instance, *, deadline=None, seed=0, threads=1, log=None, epsil
                                  deadline=deadline, **options)
         return res, _assemble(instance, res, public.position_cap, exact and "beam" not in options)
 
-    first = None
+    first, probe_T = None, None
     try:
         if probe is None:
             probe = not instance.parallelism.single_device
-        if probe and exact and upper_bound is None and instance.num_datacenters > 1:
+        if probe and upper_bound is None and instance.num_datacenters > 1:
             first = one_run({**agent_opts, "beam": PROBE_BEAM, "grid": PROBE_GRID,
                              "max_entries": PROBE_ENTRIES},
                             None if trace_dir is None else Path(trace_dir, "probe"))
-            if first[1] is not None:  # a real plan: the exact run need not look above it
-                bound = evaluate(instance, first[1]).iteration_time_s
-                agent_opts["upper_bound"] = bound * (1 + _PROBE_SLACK)
+            if first[1] is not None:  # a real plan: the main run need not look above it
+                probe_T = evaluate(instance, first[1]).iteration_time_s
+                agent_opts["upper_bound"] = probe_T * (1 + _PROBE_SLACK)
         res, plan = one_run(agent_opts, trace_dir)
-        if plan is None and first is not None and first[1] is not None:
+        if exact and plan is None and probe_T is not None:
             # never expected (the probe's plan is within the bound); stay exact regardless
             res, plan = one_run({**agent_opts, "upper_bound": None}, trace_dir)
     except TimeUp as exc:
@@ -149,15 +151,20 @@ def run(instance: Instance, *, deadline=None, seed=0, threads=1, log=None, epsil
         return Outcome("error", message=f"cdynp: {exc}",
                        stats={"protocol_s": time.perf_counter() - t0,
                               "failed_datacenter": exc.datacenter})
+    found = res.estimate  # compressed: an over-estimate of the plan found, inf if none
     if first is not None:
-        res.messages = [{**m, "file": f"probe/{m['file']}"} for m in first[0].messages] \
-            + res.messages
+        messages = [{**m, "file": f"probe/{m['file']}"} for m in first[0].messages]
+        res.messages = messages + res.messages
+        if not exact and probe_T is not None and (
+                plan is None or evaluate(instance, plan).iteration_time_s > probe_T):
+            # the compressed run dropped what the probe had: the probe's plan is the answer
+            first[0].messages, res, plan = res.messages, first[0], first[1]
     stats = _stats(instance, res, exact, epsilon, quantum, digits, max_entries,
                    "processes" if processes else "in-process", time.perf_counter() - t0)
     if first is not None:
-        stats["probe"] = {"estimate_s": _finite(float(first[0].estimate)),
+        stats["probe"] = {"estimate_s": probe_T,
                           "labels": sum(a.get("labels", 0) for a in first[0].agents),
-                          "messages": len(first[0].messages)}
+                          "messages": len(messages)}
     if compare_dp:
         stats.update(_compare_dp(instance, plan, deadline))
     if plan is None:
@@ -165,10 +172,12 @@ def run(instance: Instance, *, deadline=None, seed=0, threads=1, log=None, epsil
     if exact:
         return Outcome("optimal", plan, lower_bound=res.estimate, stats=stats)
     factor = guarantee_factor(instance.num_datacenters, epsilon, quantum, digits)
-    bound = None if max_entries else res.estimate / factor
+    # the compressed search's chain of kept points for the optimum either reaches DC 1
+    # (estimate <= factor * optimum) or was cut by the probe's bound (then the probe's T
+    # is below factor * optimum): either way the better of the two over factor bounds it
+    best = min(found, probe_T if probe_T is not None else math.inf)
+    bound = None if max_entries else best / factor
     return Outcome("feasible", plan, lower_bound=bound, stats=stats)
-
-
 
 
 #: the exact run after a probe looks for plans up to the probe's ``T`` times ``1 +`` this,
