@@ -632,13 +632,15 @@ def test_cli_compare_on_v2_instances_reports_refusals_as_error_rows(tmp_path, ca
     summary = (out / "summary.md").read_text()
     for name in ("worked-example-v2", "two-dc-v2"):
         inst = read(src / ("worked.json" if name == "worked-example-v2" else "two.json"))
-        for solver in ("cpsat", "cdynp"):
+        for solver in ("cpsat",):
             assert rows[(name, solver)]["status"] == "error"
             assert (f"- {name} / {solver} (seed 0): error: {solver} does not support data or "
                     f"tensor parallelism yet (training.parallelism allows d in [1, 2], t in "
                     f"[1, 2]); use dp") in summary.splitlines()
-        for solver in ("dp", "uniform"):
+        for solver in ("dp", "uniform", "cdynp"):
             assert rows[(name, solver)]["status"] in ("optimal", "feasible")
+        assert float(rows[(name, "cdynp")]["iteration_time_s"]) == pytest.approx(
+            float(rows[(name, "dp")]["iteration_time_s"]), rel=1e-9)
         records = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
         for rec in records:
             if rec["instance"] == name and rec["plan"] is not None:
