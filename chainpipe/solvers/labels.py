@@ -11,6 +11,7 @@ the largest synchronisation ``max R`` of the partial plan, at index 3
 from __future__ import annotations
 
 import math
+from bisect import bisect_right, insort
 from operator import itemgetter
 
 import numpy as np
@@ -160,21 +161,41 @@ def pareto4(labels: list) -> list:
 
     Sorted by the four criteria, a label is kept unless an earlier kept one has no
     larger sum, stage count and synchronisation (its bottleneck is no larger by the
-    order).
+    order). The kept labels of each stage count form a staircase of (sum ascending,
+    synchronisation descending); a label is dominated iff, for some count no larger
+    than its own, the staircase entry with the largest sum not above its sum has a
+    synchronisation not above its own: a binary search per count instead of a scan of
+    every kept label (the CDynP agents' states hold thousands).
     """
     if len(labels) <= 1:
         return labels
     labels.sort(key=_FOUR)
     out: list = []
-    kept: list = []
+    stairs: dict[int, tuple[list, list]] = {}  # stages -> (sums ascending, syncs descending)
+    counts: list[int] = []  # the stage counts with a staircase, ascending
     for lab in labels:
         sm, p, r = lab[1], lab[2], lab[3]
-        for ksm, kp, kr in kept:
-            if ksm <= sm and kp <= p and kr <= r:
+        for q in counts:
+            if q > p:
                 break
+            sums, syncs = stairs[q]
+            i = bisect_right(sums, sm) - 1
+            if i >= 0 and syncs[i] <= r:
+                break  # dominated
         else:
+            q = -1
+        if q == -1 or q > p:
             out.append(lab)
-            kept.append((sm, p, r))
+            stair = stairs.get(p)
+            if stair is None:
+                stair = stairs[p] = ([], [])
+                insort(counts, p)
+            sums, syncs = stair
+            i = j = bisect_right(sums, sm)
+            while j < len(sums) and syncs[j] >= r:  # entries the new one dominates
+                j += 1
+            sums[i:j] = [sm]
+            syncs[i:j] = [r]
     return out
 
 
