@@ -109,8 +109,8 @@ def test_scaled_coefficients_never_exceed_true_costs():
     inst = random_instance(7, max_layers=6)
     t = CostTables(inst)
     ub = min(evaluate(inst, Plan.from_tuples(inst, p)).iteration_time_s for p in greedy_plans(t))
-    m = CpsatModel.build(t, ub, prune=True)
-    true_c = t.compute_time[m.x_group, m.x_start, m.x_end]
+    m = CpsatModel.build(t, ub)
+    true_c = t.compute_time[m.arcs.group, m.arcs.start, m.arcs.end]
     assert np.all(m.x_cost * m.unit <= true_c)
     assert np.all(true_c - m.x_cost * m.unit < m.unit * (1 + 1e-9))
     assert m.objective_cap < 2**31 and int(m.x_cost.max(initial=0)) < 2**31
