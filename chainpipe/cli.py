@@ -221,6 +221,8 @@ def cmd_solve(args) -> int:
     if args.trace and Path(args.trace).exists() and not Path(args.trace).is_dir():
         raise InstanceError([f"--trace: {args.trace} is a file; give a directory"])
     options = solver_options(args.option)
+    if isinstance(options.get("write_model"), str):  # a model file never replaces the input
+        refuse_overwrite({"--option write_model": options["write_model"]}, [args.instance])
     if args.trace:
         if args.solver != "cdynp":
             raise InstanceError(["--trace: only the cdynp solver exchanges messages"])

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..cost import iteration_time, steady_state
+from ..cost import compute_time, iteration_time, steady_state
 from ..plan import Plan
 from ..tables import CostTables
 from .greedy import greedy_plans  # noqa: F401  (re-exported: the scaling heuristic)
@@ -45,6 +45,16 @@ CHECK_EVERY = 5000
 UB_RTOL = 1e-9
 #: relative shave applied to scaled quantities so float division never rounds a floor up
 FLOOR_RTOL = 1e-12
+#: optional strengthenings (``docs/cpsat.md`` measures each): ``bound_prune`` drops arcs
+#: whose bottleneck alone forces ``T`` above the upper bound (the tables' capacity bound
+#: with a bottleneck floor), ``capacity`` adds per group ``sum C w x <= count z``,
+#: ``bottleneck_floor`` starts ``z`` at the FLOP-over-capacity bound, ``cover`` adds the
+#: redundant "each layer in exactly one stage" rows
+FEATURES = ("bound_prune", "capacity", "bottleneck_floor", "cover")
+#: grid points of the bottleneck-floor bound curve used by ``bound_prune``
+BOUND_GRID = 256
+#: rows whose coefficient magnitudes could overflow CP-SAT's int64 checks are left out
+SAFE_MAGNITUDE = 2**60
 
 
 def scaled_floor(values, unit: float) -> np.ndarray:
@@ -106,13 +116,15 @@ def dominated(c: np.ndarray, r: np.ndarray, w: np.ndarray, n: np.ndarray) -> np.
     return out
 
 
-def stage_arcs(tables: CostTables, upper_bound: float | None, check=no_check) -> StageArcs:
+def stage_arcs(tables: CostTables, upper_bound: float | None, check=no_check,
+               floor_bound=None) -> StageArcs:
     """Every stage option that can be in an optimal plan no slower than ``upper_bound``.
 
     Dropped: options that do not fit memory even as the last stage (``n < 1`` under
     1F1B, ``n < M`` under gpipe), overflowing ones, dominated ones (:func:`dominated`),
     and with ``upper_bound`` those whose own ``M C + R`` exceeds it (any plan holding
-    the stage has ``T >= C + (M - 1) C + R``).
+    the stage has ``T >= C + (M - 1) C + R``), and with ``floor_bound`` (a
+    :class:`FloorBound`) those with ``floor_bound(C) + R`` above it.
     """
     L, M = tables.L, tables.M
     ii, jj = np.triu_indices(L + 1, 1)
@@ -134,6 +146,8 @@ def stage_arcs(tables: CostTables, upper_bound: float | None, check=no_check) ->
         if upper_bound is not None:
             with np.errstate(over="ignore", invalid="ignore"):
                 keep &= iteration_time(c, c, M, r) <= upper_bound * (1 + UB_RTOL)
+                if floor_bound is not None:
+                    keep &= floor_bound(c) + r <= upper_bound * (1 + UB_RTOL)
         o_idx, pair = np.nonzero(keep)
         parts.append((np.full(o_idx.shape, g), o_idx, ii[pair], jj[pair], opts.d[o_idx],
                       opts.t[o_idx], c[o_idx, pair], r[o_idx, pair], n[o_idx, pair]))
@@ -151,6 +165,42 @@ def stage_arcs(tables: CostTables, upper_bound: float | None, check=no_check) ->
     g, o, i, j, d, t, cap = (np.asarray(a, dtype=np.int64) for a in (g, o, i, j, d, t, cap))
     return StageArcs(g, o, i, j, d, t, np.asarray(c, float), np.asarray(r, float), cap, s_max,
                      total)
+
+
+class FloorBound:
+    """``T >= h(b)`` for every plan whose bottleneck is at least ``b``, on a grid.
+
+    ``h(b) = CostTables.bound_with_floors([b] * K, b)``: the tables' capacity bound
+    (fill over the devices' FLOP capacity plus ``(M - 1)`` times a bottleneck of at least
+    ``b``; synchronisation not counted). Evaluated at ``BOUND_GRID`` values ``b_k`` of the
+    arcs' compute times; a value ``v`` gets ``h(b_k)`` of the largest ``b_k <= v`` (0 below
+    the grid), which is a bound for every plan with bottleneck ``>= v >= b_k``.
+    """
+
+    def __init__(self, tables: CostTables, values: np.ndarray):
+        v = np.unique(values[np.isfinite(values) & (values > 0)])
+        if len(v) > BOUND_GRID:
+            v = v[np.linspace(0, len(v) - 1, BOUND_GRID).astype(np.int64)]
+        K = tables.K
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            h = np.array([tables.bound_with_floors([float(b)] * K, float(b)) for b in v])
+        self.grid, self.values = v, np.where(np.isfinite(h), h, 0.0)
+
+    def __call__(self, values) -> np.ndarray:
+        k = np.searchsorted(self.grid, np.asarray(values, dtype=float), side="right") - 1
+        return np.where(k >= 0, self.values[np.maximum(k, 0)], 0.0)
+
+
+def bottleneck_floor(tables: CostTables) -> float:
+    """A lower bound on ``max_s C_s`` of every plan: the FLOP over every device's rate.
+
+    ``C_s >= F_s / (w_s r_s)`` (tensor-parallel all-reduces only add), so
+    ``F = sum F_s <= max C * sum_s w_s r_s <= max C * sum_g count_g r_g``.
+    """
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        b = float(compute_time(float(tables.flop_prefix[-1]),
+                               float(np.sum(tables.rate * tables.count))))
+    return b if math.isfinite(b) else 0.0
 
 
 def range_bound(tables: CostTables, arcs: StageArcs) -> float:
@@ -195,27 +245,35 @@ class CpsatModel:
     objective_cap: int = 0
     rounded_terms: int = 0  # bound on the number of rounded terms in any plan's objective
     check: object = None  # called while building (Deadline.check)
+    features: frozenset = frozenset()
+    floor_bound: FloorBound | None = None
     _covering: list = field(default_factory=list)
 
     # -------------------------------------------------------------- building
     @classmethod
-    def build(cls, tables: CostTables, upper_bound: float | None, check=None) -> CpsatModel:
+    def build(cls, tables: CostTables, upper_bound: float | None, check=None,
+              features=FEATURES) -> CpsatModel:
         """Build the model.
 
         ``upper_bound`` is the time of a real plan: arcs that alone make a plan slower
         are dropped and the unit is ``upper_bound / SCALE_UNITS``. With ``None`` nothing
         is pruned and the unit comes from :func:`range_bound`. ``check`` is called now and
-        then while building (``Deadline.check``: raises to stop).
+        then while building (``Deadline.check``: raises to stop). ``features`` picks the
+        strengthenings of :data:`FEATURES`.
         """
         from ortools.sat.python import cp_model
 
         check = check or no_check
-        arcs = stage_arcs(tables, upper_bound, check)
+        features = frozenset(features)
         prune = upper_bound is not None
+        floor_bound = None
+        if prune and "bound_prune" in features:
+            floor_bound = FloorBound(tables, stage_arcs(tables, upper_bound, check).compute)
+        arcs = stage_arcs(tables, upper_bound, check, floor_bound)
         if not prune:
             upper_bound = range_bound(tables, arcs)
         self = cls(tables, upper_bound, upper_bound / SCALE_UNITS, arcs)
-        self.check = check
+        self.check, self.features, self.floor_bound = check, features, floor_bound
         self.model = cp_model.CpModel()
         self.x_cost = scaled_floor(arcs.compute, self.unit)
         self.x_sync = scaled_floor(arcs.sync, self.unit)
@@ -231,14 +289,14 @@ class CpsatModel:
     def x_dc(self) -> np.ndarray:
         return self.tables.group_dc[self.arcs.group]
 
-    def _new_vars(self, n: int, upper: int = 1) -> np.ndarray:
-        """``n`` unnamed integer variables in ``[0, upper]`` written into the proto."""
+    def _new_vars(self, n: int, upper: int = 1, lower: int = 0) -> np.ndarray:
+        """``n`` unnamed integer variables in ``[lower, upper]`` written into the proto."""
         proto = self.model.proto
         first = len(proto.variables)
         for k in range(n):
             if k % CHECK_EVERY == 0:
                 self.check()
-            proto.variables.add().domain.extend([0, upper])
+            proto.variables.add().domain.extend([lower, upper])
         return np.arange(first, first + n, dtype=np.int64)
 
     def _linear(self, variables, coefficients, lower: int, upper: int) -> None:
@@ -250,6 +308,10 @@ class CpsatModel:
 
     def _exactly_one(self, variables) -> None:
         self.model.proto.constraints.add().exactly_one.literals.extend(int(v) for v in variables)
+
+    def _floor(self, value: float) -> float:
+        """``T`` bound of a plan with bottleneck ``>= value`` (0 without ``bound_prune``)."""
+        return 0.0 if self.floor_bound is None else float(self.floor_bound([value])[0])
 
     def _boundary_arcs(self, prune: bool) -> None:
         t, M, a = self.tables, self.tables.M, self.arcs
@@ -265,7 +327,8 @@ class CpsatModel:
                     q = float(t.boundary_traversal[b, k1, k2])
                     if not (math.isfinite(u) and math.isfinite(q)):
                         continue  # an overflowing boundary is in no finite plan
-                    if prune and iteration_time(q, u, M) > self.upper_bound * (1 + UB_RTOL):
+                    if prune and max(iteration_time(q, u, M),
+                                     float(self._floor(u))) > self.upper_bound * (1 + UB_RTOL):
                         continue
                     rows.append((b, k1, k2, q, u))
         arr = np.array(rows, dtype=float).reshape(-1, 5)
@@ -299,13 +362,14 @@ class CpsatModel:
             if node // K < L:  # E(b, k): stages entering = boundaries leaving
                 inn, out = x_in.get(node, []), y_out.get(node, [])
                 self._linear(list(inn) + list(out), [1] * len(inn) + [-1] * len(out), 0, 0)
-        # every layer is covered by exactly one stage (implied by the path; helps search)
+        # every layer is covered by exactly one stage (implied by the path; for propagation)
         self._covering = []
         for layer in range(L):
             self.check()
             arcs = np.nonzero((a.start <= layer) & (a.end > layer))[0]
             self._covering.append(arcs)
-            self._exactly_one(self.x_vars[arcs])
+            if "cover" in self.features:
+                self._exactly_one(self.x_vars[arcs])
 
     def _device_counts(self) -> None:
         """At most ``count`` devices of each group: ``sum w x <= count``."""
@@ -347,8 +411,14 @@ class CpsatModel:
         self.bottleneck = self.sync = None
         if M > 1:
             top = int(max(self.x_cost.max(initial=0), self.y_occupancy.max(initial=0)))
-            self.bottleneck = int(self._new_vars(1, top)[0])
+            low = 0
+            if "bottleneck_floor" in self.features:  # every plan's max C' is at least this
+                low = min(max(int(scaled_floor([bottleneck_floor(self.tables)], self.unit)[0]),
+                              0), top)
+            self.bottleneck = int(self._new_vars(1, top, low)[0])
             self._max_rows(self.bottleneck, self.x_cost)
+            if "capacity" in self.features:
+                self._capacity_rows(top)
             per_boundary: dict = {}
             for n, b in enumerate(self.y_layer):
                 if self.y_occupancy[n]:
@@ -359,6 +429,19 @@ class CpsatModel:
         if self.x_sync.max(initial=0) > 0:
             self.sync = int(self._new_vars(1, int(self.x_sync.max()))[0])
             self._max_rows(self.sync, self.x_sync)
+
+    def _capacity_rows(self, top: int) -> None:
+        """Per group ``sum_a C'_a w_a x_a <= count_g z``: each stage has ``C' <= z`` and the
+        stages on a group take at most ``count_g`` devices (valid for every plan)."""
+        a, z = self.arcs, self.bottleneck
+        weight = self.x_cost * a.width
+        for g in range(self.tables.G):
+            sel = np.nonzero((a.group == g) & (weight > 0))[0]
+            count = int(self.tables.count[g])
+            if not len(sel) or float(weight[sel].sum()) + float(count) * top >= SAFE_MAGNITUDE:
+                continue
+            self._linear([z] + list(self.x_vars[sel]), [count] + [-int(w) for w in weight[sel]],
+                         0, count * top)
 
     def _max_rows(self, var: int, coefficient: np.ndarray) -> None:
         """``var >= sum coefficient x`` over the arcs covering each layer."""

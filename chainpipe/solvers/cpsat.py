@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from ..deadline import Deadline, TimeUp
+from ..formulations.cpsat import FEATURES as MODEL_FEATURES
 from ..formulations.cpsat import CpsatModel
 from ..formulations.greedy import best_greedy_plan
 from ..io import atomic_write
@@ -43,7 +44,7 @@ from .mip import backend_seconds
 
 
 def run(instance, *, deadline=None, seed=0, threads=1, log=None, log_search_progress=False,
-        hint=None, max_rounds=3, write_model=None, **options) -> Outcome:
+        hint=None, max_rounds=3, write_model=None, features=None, **options) -> Outcome:
     """Solve ``instance`` with CP-SAT; see the module docstring for the guarantees."""
     if options:
         raise OptionError(f"cpsat: unknown option(s) {', '.join(sorted(options))}")
@@ -51,6 +52,7 @@ def run(instance, *, deadline=None, seed=0, threads=1, log=None, log_search_prog
     if hint is not None and hint != "dp" and not isinstance(hint, Plan):
         raise OptionError(f"option 'hint' of cpsat: must be 'dp' or a Plan, got {hint!r:.40}")
     model_file = model_path(write_model)
+    features = feature_option(features)
     deadline = Deadline.of(deadline)
     if log is None and log_search_progress:
         log = stderr_log
@@ -58,7 +60,7 @@ def run(instance, *, deadline=None, seed=0, threads=1, log=None, log_search_prog
     reason = tables.infeasibility_reason()
     if reason:
         return Outcome("infeasible", message=reason)
-    search = _Search(tables, deadline, int(seed), int(threads), log, model_file)
+    search = _Search(tables, deadline, int(seed), int(threads), log, model_file, features)
     try:
         search.set_scale(hint)
         if search.prune and not math.isfinite(search.upper):
@@ -76,6 +78,29 @@ def run(instance, *, deadline=None, seed=0, threads=1, log=None, log_search_prog
     except _Stop as stop:
         return stop.outcome
     return search.outcome()
+
+
+#: every strengthening ``features`` may name: the model's, and ``heuristic_hint`` (the
+#: plan that set the unit is given to CP-SAT as a hint)
+ALL_FEATURES = MODEL_FEATURES + ("heuristic_hint",)
+#: the strengthenings on by default (``docs/cpsat.md`` measures each)
+FEATURES = frozenset(ALL_FEATURES)
+
+
+def feature_option(value) -> frozenset:
+    """The ``features`` option: ``None`` (the defaults), a list of names or a comma-separated
+    string (``""`` or ``[]`` for none)."""
+    if value is None:
+        return FEATURES
+    names = value.split(",") if isinstance(value, str) else value
+    if not isinstance(names, (list, tuple, set, frozenset)) or \
+            not all(isinstance(n, str) for n in names):
+        raise OptionError(f"option 'features' of cpsat: must be a list of names, got {value!r:.40}")
+    names = {n.strip() for n in names if n.strip()}
+    if unknown := sorted(names - set(ALL_FEATURES)):
+        raise OptionError(f"option 'features' of cpsat: unknown feature {unknown[0]!r}; "
+                          f"known: {', '.join(ALL_FEATURES)}")
+    return frozenset(names)
 
 
 #: suffixes ``write_model`` accepts: protobuf text, or binary with ``.pb``
@@ -131,11 +156,12 @@ class _Search:
     """One CP-SAT solve: the scaling plan, the rounds, the best plan and bound so far."""
 
     def __init__(self, tables: CostTables, deadline: Deadline, seed: int, threads: int, log,
-                 model_file: Path | None = None):
+                 model_file: Path | None = None, features=FEATURES):
         self.tables, self.instance = tables, tables.instance
-        self.model_file = model_file
+        self.model_file, self.features = model_file, features
         self.deadline, self.seed, self.threads, self.log = deadline, seed, threads, log
-        self.stats: dict = {"num_workers": threads, "seed": seed, "rounds": [], "trace": []}
+        self.stats: dict = {"num_workers": threads, "seed": seed, "features": sorted(features),
+                            "rounds": [], "trace": []}
         self.lock = threading.Lock()
         self.best_T, self.best_plan = math.inf, None
         self.bound = max(0.0, float(tables.lower_bound))
@@ -208,7 +234,8 @@ class _Search:
         # overflowing times are +inf (their arcs are dropped), never a warning
         with np.errstate(over="ignore", divide="ignore", invalid="ignore", under="ignore"):
             built = CpsatModel.build(self.tables, self.upper if self.prune else None,
-                                     check=self.deadline.check)
+                                     check=self.deadline.check,
+                                     features=self.features & set(MODEL_FEATURES))
         if not self.prune:
             self.upper = built.upper_bound
             if not math.isfinite(self.upper):
@@ -219,6 +246,8 @@ class _Search:
         if rnd == 0 and self.hint_plan is not None:
             hinted = built.hint(self.hint_plan)
             self.stats["hint"]["accepted"] = hinted
+        elif rnd == 0 and self.prune and "heuristic_hint" in self.features:
+            hinted = built.hint(self.scale_plan)
         elif rnd > 0 and self.best_plan is not None:
             hinted = built.hint(self.best_plan)  # refinement round: start from the incumbent
         self.stats["rounds"].append({
