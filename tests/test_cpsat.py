@@ -209,6 +209,7 @@ def test_every_strengthening_off_is_still_exact(seed):
     opt, _ = brute_force_hybrid(inst)
     _exact(solve(inst, "cpsat", features=[]), opt)
     _exact(solve(inst, "cpsat", features="capacity,bound_prune"), opt)
+    _exact(solve(inst, "cpsat", features=list(ALL_FEATURES)), opt)
 
 
 @pytest.mark.parametrize("seed", range(300, 312))
@@ -293,7 +294,8 @@ def test_features_option_is_checked():
         solve(inst, "cpsat", features=["capacityy"])
     with pytest.raises(OptionError, match="must be a list of names"):
         solve(inst, "cpsat", features=3)
-    assert solve(inst, "cpsat").stats["features"] == sorted(ALL_FEATURES)
+    assert solve(inst, "cpsat").stats["features"] == sorted(set(ALL_FEATURES) - {"capacity"})
+    assert solve(inst, "cpsat", features="").stats["features"] == []
 
 
 # --------------------------------------------------------------------------- export

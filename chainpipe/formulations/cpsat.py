@@ -51,6 +51,8 @@ FLOOR_RTOL = 1e-12
 #: ``bottleneck_floor`` starts ``z`` at the FLOP-over-capacity bound, ``cover`` adds the
 #: redundant "each layer in exactly one stage" rows
 FEATURES = ("bound_prune", "capacity", "bottleneck_floor", "cover")
+#: the ones on by default: ``capacity`` slowed the proof on ``medium-02`` (docs/cpsat.md)
+DEFAULT_FEATURES = frozenset(FEATURES) - {"capacity"}
 #: grid points of the bottleneck-floor bound curve used by ``bound_prune``
 BOUND_GRID = 256
 #: rows whose coefficient magnitudes could overflow CP-SAT's int64 checks are left out
@@ -252,14 +254,14 @@ class CpsatModel:
     # -------------------------------------------------------------- building
     @classmethod
     def build(cls, tables: CostTables, upper_bound: float | None, check=None,
-              features=FEATURES) -> CpsatModel:
+              features=DEFAULT_FEATURES) -> CpsatModel:
         """Build the model.
 
         ``upper_bound`` is the time of a real plan: arcs that alone make a plan slower
         are dropped and the unit is ``upper_bound / SCALE_UNITS``. With ``None`` nothing
         is pruned and the unit comes from :func:`range_bound`. ``check`` is called now and
         then while building (``Deadline.check``: raises to stop). ``features`` picks the
-        strengthenings of :data:`FEATURES`.
+        strengthenings of :data:`FEATURES` (default :data:`DEFAULT_FEATURES`).
         """
         from ortools.sat.python import cp_model
 

@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from ..deadline import Deadline, TimeUp
+from ..formulations.cpsat import DEFAULT_FEATURES as DEFAULT_MODEL_FEATURES
 from ..formulations.cpsat import FEATURES as MODEL_FEATURES
 from ..formulations.cpsat import CpsatModel
 from ..formulations.greedy import best_greedy_plan
@@ -80,11 +81,12 @@ def run(instance, *, deadline=None, seed=0, threads=1, log=None, log_search_prog
     return search.outcome()
 
 
-#: every strengthening ``features`` may name: the model's, and ``heuristic_hint`` (the
-#: plan that set the unit is given to CP-SAT as a hint)
-ALL_FEATURES = MODEL_FEATURES + ("heuristic_hint",)
+#: every strengthening ``features`` may name: the model's, ``heuristic_hint`` (the plan
+#: that set the unit is given to CP-SAT as a hint) and ``linearization2`` (CP-SAT's
+#: ``linearization_level = 2``: more of the model, and its cuts, in the LP relaxation)
+ALL_FEATURES = MODEL_FEATURES + ("heuristic_hint", "linearization2")
 #: the strengthenings on by default (``docs/cpsat.md`` measures each)
-FEATURES = frozenset(ALL_FEATURES)
+FEATURES = DEFAULT_MODEL_FEATURES | {"heuristic_hint", "linearization2"}
 
 
 def feature_option(value) -> frozenset:
@@ -305,6 +307,8 @@ class _Search:
         # presolve can wrap on coefficient sums above 2^31; our objective rows exceed
         # that, so skip it
         p.presolve_inclusion_work_limit = 0
+        if "linearization2" in self.features:
+            p.linearization_level = 2
         if self.log is not None:
             p.log_search_progress = True
             p.log_to_stdout = False
