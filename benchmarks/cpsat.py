@@ -91,7 +91,8 @@ def main(argv=None) -> int:
         f"{__import__('ortools').__version__}, {args.workers} worker(s). Time limit "
         f"{args.time_limit:g} s per run. Produced by `python benchmarks/cpsat.py "
         + " ".join(argv if argv is not None else sys.argv[1:]) + "`.", "",
-        "Columns: `features` the strengthenings on (`all`, `-name` all but one, `none`); "
+        "Columns: `features` the strengthenings on (`default`: the solver's defaults, "
+        "`all`: every one, `-name`: all but one, `none`); "
         "`x`/`y` stage and boundary arcs, `cons` constraints (first round); `T/T*-1` the "
         "exact plan's excess over the DP optimum; `gap` = (T - bound)/T with the derived "
         "valid bound; `branches` CP-SAT's, over all rounds; `opt` the time of the first plan "
@@ -119,7 +120,7 @@ def main(argv=None) -> int:
                 if f.name == "manifest.json":
                     continue
                 inst, opt = _reference(cp, f)
-                row = _row(cp, inst, opt, "all", None, args)
+                row = _row(cp, inst, opt, "default", None, args)
                 print(row, flush=True)
                 lines.append(row)
             lines.append("")

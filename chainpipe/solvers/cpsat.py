@@ -17,7 +17,12 @@ error when no ``log`` is given.
 
 Options: ``log_search_progress`` (bool), ``hint`` (``None``, ``"dp"`` or a
 :class:`~chainpipe.plan.Plan`; off by default, recorded in the statistics when used),
-``max_rounds`` (int, default 3).
+``max_rounds`` (int, default 3), ``features`` (the strengthenings, :data:`ALL_FEATURES`;
+default :data:`FEATURES`), ``write_model`` (a ``.pbtxt``/``.txt`` file for the first
+round's model as protobuf text, ``.pb`` for binary; written atomically).
+
+The scaling plan is the best of two cheap heuristics (:func:`heuristic_plan`), never the
+DP's: the solve proves on its own.
 """
 
 from __future__ import annotations
