@@ -607,7 +607,8 @@ def test_a_resumed_sweep_retries_harness_failures_and_keeps_results(sweep, tmp_p
 def test_cli_compare_on_v2_instances_reports_refusals_as_error_rows(tmp_path, capsys):
     """Two small v2 instances (the worked example; two DCs with nodes, ZeRO and widths
     [1, 2], [1, 2]): the solvers that refuse parallelism give status error rows with their
-    one line, the others their plans, and the sweep finishes with its report."""
+    one line, the others their plans (cpsat the DP's optimum), and the sweep finishes with
+    its report."""
     src = tmp_path / "in"
     src.mkdir()
     worked = json.loads((ROOT / "tests" / "data" / "valid" / "worked_example_v2.json")
@@ -632,13 +633,16 @@ def test_cli_compare_on_v2_instances_reports_refusals_as_error_rows(tmp_path, ca
     summary = (out / "summary.md").read_text()
     for name in ("worked-example-v2", "two-dc-v2"):
         inst = read(src / ("worked.json" if name == "worked-example-v2" else "two.json"))
-        for solver in ("cpsat", "cdynp"):
+        for solver in ("cdynp",):
             assert rows[(name, solver)]["status"] == "error"
             assert (f"- {name} / {solver} (seed 0): error: {solver} does not support data or "
                     f"tensor parallelism yet (training.parallelism allows d in [1, 2], t in "
                     f"[1, 2]); use dp") in summary.splitlines()
-        for solver in ("dp", "uniform"):
+        for solver in ("dp", "uniform", "cpsat"):
             assert rows[(name, solver)]["status"] in ("optimal", "feasible")
+        assert rows[(name, "cpsat")]["status"] == "optimal"
+        assert float(rows[(name, "cpsat")]["iteration_time_s"]) == pytest.approx(
+            float(rows[(name, "dp")]["iteration_time_s"]), rel=1e-6)
         records = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
         for rec in records:
             if rec["instance"] == name and rec["plan"] is not None:

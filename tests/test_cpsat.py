@@ -355,3 +355,28 @@ def test_cli_write_model_never_overwrites_the_instance(tmp_path, capsys):
     model = tmp_path / "m.pbtxt"
     assert main(["solve", str(inst), "--solver", "cpsat", "-O", f"write_model={model}"]) == 0
     assert model.read_text().startswith("variables")
+
+
+@pytest.mark.parametrize("entry", [e for e in SETS["hybrid/medium"] if e.stem == "hybrid-medium-01"],
+                         ids=lambda e: e.stem)
+def test_time_limited_hybrid_medium_run_brackets_the_optimum(entry):
+    """A real-size v2 model stopped early: ``bound <= optimum <= T`` and a plan is returned."""
+    inst = entry.instance()
+    opt = solve(inst, "dp").iteration_time
+    r = solve(inst, "cpsat", time_limit=2.0)
+    assert r.status in ("optimal", "feasible"), r.message
+    assert r.lower_bound <= opt * (1 + 1e-12) <= r.iteration_time * (1 + 1e-12)
+    assert r.stats["upper_bound_source"] in ("greedy", "metis")
+
+
+def test_write_model_says_when_no_model_was_built(tmp_path):
+    inst = next(random_instance(s) for s in range(500)
+                if CostTables(random_instance(s)).infeasibility_reason())
+    path = tmp_path / "m.pbtxt"
+    r = solve(inst, "cpsat", write_model=str(path))
+    assert r.status == "infeasible" and r.message.endswith(f"'{path}' not written")
+    r = solve(random_hybrid_instance(4, max_layers=6), "cpsat", time_limit=0.0,
+              write_model=str(path))
+    assert r.status in ("no_solution", "feasible")
+    assert r.message.endswith(f"no model was built, '{path}' not written")
+    assert not path.exists()

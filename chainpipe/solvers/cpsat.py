@@ -27,6 +27,7 @@ DP's: the solve proves on its own.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import threading
@@ -65,7 +66,7 @@ def run(instance, *, deadline=None, seed=0, threads=1, log=None, log_search_prog
     tables = CostTables(instance)
     reason = tables.infeasibility_reason()
     if reason:
-        return Outcome("infeasible", message=reason)
+        return Outcome("infeasible", message=reason + _not_written(model_file))
     search = _Search(tables, deadline, int(seed), int(threads), log, model_file, features)
     try:
         search.set_scale(hint)
@@ -129,6 +130,11 @@ def model_path(value) -> Path | None:
     if path.is_dir():
         raise OptionError(f"option 'write_model' of cpsat: {str(value)!r:.80} is a directory")
     return path
+
+
+def _not_written(path: Path | None) -> str:
+    """What a message adds when ``write_model`` was asked but no model was built."""
+    return "" if path is None else f"; no model was built, {str(path)!r:.80} not written"
 
 
 def write_model_file(model, path: Path) -> None:
@@ -336,7 +342,15 @@ class _Search:
 
     # ------------------------------------------------------------------ answer
     def outcome(self) -> Outcome:
-        """The outcome: CP-SAT's best plan, else the scaling plan, else none."""
+        """The outcome: CP-SAT's best plan, else the scaling plan, else none (its message
+        says so when ``write_model`` was asked and no model was built)."""
+        out = self._outcome()
+        if self.model_file is not None and "model_file" not in self.stats:
+            out = dataclasses.replace(out, message=(out.message or "the model was not built")
+                                      + _not_written(self.model_file))
+        return out
+
+    def _outcome(self) -> Outcome:
         stats, bound = self.stats, self.bound
         stats["solve_time_s"] = self.deadline.elapsed()
         plan, T = self.best_plan, self.best_T
