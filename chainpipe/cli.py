@@ -221,6 +221,8 @@ def cmd_solve(args) -> int:
     if args.trace and Path(args.trace).exists() and not Path(args.trace).is_dir():
         raise InstanceError([f"--trace: {args.trace} is a file; give a directory"])
     options = solver_options(args.option)
+    if isinstance(options.get("write_model"), str):  # a model file never replaces the input
+        refuse_overwrite({"--option write_model": options["write_model"]}, [args.instance])
     if args.trace:
         if args.solver != "cdynp":
             raise InstanceError(["--trace: only the cdynp solver exchanges messages"])
@@ -449,7 +451,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--trace", metavar="DIR",
                    help="cdynp: write every message exchanged there, one file each")
     s.add_argument("--option", "-O", action="append", metavar="KEY=VALUE",
-                   help="solver option, e.g. -O backend=cbc -O epsilon=0.01 (repeatable)")
+                   help="solver option, e.g. -O backend=cbc -O epsilon=0.01 (repeatable); "
+                        "-O write_model=FILE.pbtxt (or .txt, .pb) writes cpsat's model, the "
+                        "monolithic first round, as a CP-SAT CpModelProto")
     s.add_argument("--log", "--verbose", action="store_true",
                    help="stream progress on stderr: the DP's trials, the backend's own log "
                         "(HiGHS, CBC, CP-SAT); stdout keeps the result alone")

@@ -237,7 +237,8 @@ def test_solve_with_bad_instance_or_unknown_solver_exit_2(capsys):
     ("dp", "colour=1", "--option: unknown option 'colour' for dp; known: upper_bound"),
     ("uniform", "colour=1", "--option: unknown option 'colour' for uniform; known: (none)"),
     ("cpsat", "max_round=2", "--option: unknown option 'max_round' for cpsat; did you mean "
-                             "'max_rounds'? known: log_search_progress, hint, max_rounds"),
+                             "'max_rounds'? known: log_search_progress, hint, max_rounds, "
+                             "write_model, features"),
     ("ilp-path", "backend=gurobi",
      "--option: ilp-path: unknown backend 'gurobi'; use one of highs, cbc"),
 ])

@@ -18,7 +18,7 @@ from helpers import brute_force, without_warnings
 
 VALID = Path(__file__).resolve().parent / "data" / "valid"
 V2 = VALID / "worked_example_v2.json"
-V1_ONLY = ("ilp-assign", "ilp-path", "cpsat")
+V1_ONLY = ("ilp-assign", "ilp-path")
 REFUSAL = ("{} does not support data or tensor parallelism yet (training.parallelism allows "
            "d in [1, 2], t in [1, 2]); use dp")
 #: the worked example's optimum: two stages of d = 2 on the four devices (T = 16)
@@ -74,10 +74,10 @@ def test_only_the_v1_only_solvers_refuse():
 
 
 def test_cli_solve_with_a_v1_only_solver_is_status_error_exit_1(capsys):
-    code, out, err = call(capsys, "solve", V2, "--solver", "cpsat", "--format", "json")
+    code, out, err = call(capsys, "solve", V2, "--solver", "ilp-assign", "--format", "json")
     res = json.loads(out)
     assert (code, err, res["status"], res["plan"], res["message"]) == (
-        1, "", "error", None, REFUSAL.format("cpsat"))
+        1, "", "error", None, REFUSAL.format("ilp-assign"))
     code, out, err = call(capsys, "solve", V2, "--solver", "ilp-path")
     assert (code, err) == (1, "")
     assert f"message         {REFUSAL.format('ilp-path')}" in out.splitlines()

@@ -3,16 +3,27 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from chainpipe import solve
-from chainpipe.formulations.cpsat import SCALE_UNITS, CpsatModel, greedy_plans, scaled_floor
+from chainpipe.cli import main
+from chainpipe.formulations.cpsat import (
+    SCALE_UNITS,
+    CpsatModel,
+    dominated,
+    greedy_plans,
+    scaled_floor,
+    stage_arcs,
+)
 from chainpipe.instances.sets import SETS
 from chainpipe.plan import Plan, evaluate
+from chainpipe.result import OptionError
+from chainpipe.solvers.cpsat import ALL_FEATURES
 from chainpipe.tables import CostTables
-from helpers import brute_force, random_instance
+from helpers import brute_force, brute_force_hybrid, random_hybrid_instance, random_instance
 
 pytest.importorskip("ortools")
 
@@ -109,8 +120,8 @@ def test_scaled_coefficients_never_exceed_true_costs():
     inst = random_instance(7, max_layers=6)
     t = CostTables(inst)
     ub = min(evaluate(inst, Plan.from_tuples(inst, p)).iteration_time_s for p in greedy_plans(t))
-    m = CpsatModel.build(t, ub, prune=True)
-    true_c = t.compute_time[m.x_group, m.x_start, m.x_end]
+    m = CpsatModel.build(t, ub)
+    true_c = t.compute_time[m.arcs.group, m.arcs.start, m.arcs.end]
     assert np.all(m.x_cost * m.unit <= true_c)
     assert np.all(true_c - m.x_cost * m.unit < m.unit * (1 + 1e-9))
     assert m.objective_cap < 2**31 and int(m.x_cost.max(initial=0)) < 2**31
@@ -160,3 +171,212 @@ def test_agrees_with_dp_on_small_set(entry):
     assert r.status == "optimal", r.message
     assert r.iteration_time == pytest.approx(d.iteration_time, rel=RTOL)
     assert _bound_ok(r.lower_bound, d.iteration_time)
+
+
+# --------------------------------------------------------------------------- contract v2
+HYBRID_SEEDS = range(72)
+
+
+def _exact(r, opt):
+    """``r`` proves ``opt``: optimal, the same time, a bound never above the optimum."""
+    if math.isinf(opt):
+        assert r.status == "infeasible", (r.status, r.message)
+        return
+    assert r.status == "optimal", (r.status, r.message)
+    assert r.iteration_time == pytest.approx(opt, rel=RTOL, abs=1e-12)
+    assert _bound_ok(r.lower_bound, opt)
+
+
+@pytest.mark.parametrize("seed", HYBRID_SEEDS)
+def test_matches_hybrid_brute_force(seed):
+    inst = random_hybrid_instance(seed)
+    opt, _ = brute_force_hybrid(inst)
+    _exact(solve(inst, "cpsat", seed=seed), opt)
+
+
+def test_device_counts_hold_when_memory_caps_no_position():
+    """Two devices, three one-layer stages would fit memory: the count row must be there
+    (it was once skipped because no stage option needed a position row)."""
+    inst = random_hybrid_instance(187)
+    assert [g.count for dc in inst.datacenters for g in dc.devices] == [2]
+    opt, _ = brute_force_hybrid(inst)
+    _exact(solve(inst, "cpsat"), opt)
+
+
+@pytest.mark.parametrize("seed", range(200, 216))
+def test_every_strengthening_off_is_still_exact(seed):
+    inst = random_hybrid_instance(seed, max_layers=5)
+    opt, _ = brute_force_hybrid(inst)
+    _exact(solve(inst, "cpsat", features=[]), opt)
+    _exact(solve(inst, "cpsat", features="capacity,bound_prune"), opt)
+    _exact(solve(inst, "cpsat", features=list(ALL_FEATURES)), opt)
+
+
+@pytest.mark.parametrize("seed", range(300, 312))
+def test_hybrid_bound_sandwich_on_tiny_time_limits(seed):
+    inst = random_hybrid_instance(seed, max_layers=6)
+    opt, _ = brute_force_hybrid(inst)
+    r = solve(inst, "cpsat", time_limit=0.005, seed=seed)
+    if math.isinf(opt):
+        assert r.status in ("infeasible", "no_solution")
+        return
+    assert r.status in ("optimal", "feasible", "no_solution"), r.message
+    assert _bound_ok(r.lower_bound, opt)
+    if r.iteration_time is not None:
+        assert r.lower_bound <= opt * (1 + 1e-12) <= r.iteration_time * (1 + 2e-12)
+
+
+@pytest.mark.parametrize("entry", SETS["hybrid/small"], ids=lambda e: e.stem)
+def test_agrees_with_dp_on_hybrid_small_set(entry):
+    inst = entry.instance()
+    d = solve(inst, "dp")
+    r = solve(inst, "cpsat", time_limit=60)
+    assert d.status == "optimal"
+    _exact(r, d.iteration_time)
+
+
+def test_dominated_options():
+    c = np.array([[1.0, 2.0], [1.0, 3.0], [1.0, 2.0], [0.5, np.inf]])
+    r = np.zeros((4, 2))
+    w = np.array([1, 2, 1, 4])
+    n = np.array([[4, 4], [4, 4], [4, 4], [4, -1]])
+    out = dominated(c, r, w, n)
+    # option 1 is beaten by 0 (fewer devices); option 2 ties 0 and comes later; option 3
+    # is faster on range 0 (kept) and invalid on range 1 (dominated, never a dominator:
+    # option 0 on range 1 stays)
+    assert out.tolist() == [[False, False], [True, True], [True, True], [False, True]]
+
+
+def test_dominated_options_are_not_modelled_but_a_hint_using_them_is_kept():
+    inst = next(random_hybrid_instance(s) for s in range(400)
+                if _has_dominated(random_hybrid_instance(s)))
+    t = CostTables(inst)
+    arcs = stage_arcs(t, None)
+    for g in range(t.G):
+        o = t.options(g)
+        for a in np.nonzero(arcs.group == g)[0]:
+            i, j = arcs.start[a], arcs.end[a]
+            k = arcs.option[a]
+            assert not dominated(o.compute_time[:, i, j][:, None], o.sync_time[:, i, j][:, None],
+                                 o.width, o.max_in_flight[:, i, j][:, None])[k, 0]
+    # a plan made of one dominated stage option (if it is a whole plan) is hinted through
+    # an option that dominates it
+    plan = _dominated_plan(inst, t)
+    if plan is not None:
+        m = CpsatModel.build(t, evaluate(inst, plan).iteration_time_s)
+        assert m.hint(plan)
+
+
+def _has_dominated(inst) -> bool:
+    return _dominated_plan(inst, CostTables(inst)) is not None
+
+
+def _dominated_plan(inst, t):
+    """A one-stage plan on a dominated option that fits memory, or ``None``."""
+    L = t.L
+    for g in range(t.G):
+        o = t.options(g)
+        if not len(o.d):
+            continue
+        dom = dominated(o.compute_time[:, 0:1, L], o.sync_time[:, 0:1, L], o.width,
+                        o.max_in_flight[:, 0:1, L])[:, 0]
+        for k in np.nonzero(dom & (o.max_in_flight[:, 0, L] >= t.in_flight(1)))[0]:
+            grp = t.groups[g]
+            plan = Plan.from_tuples(inst, [(0, L, grp.dc, grp.index, int(o.d[k]), int(o.t[k]))])
+            if evaluate(inst, plan).feasible:
+                return plan
+    return None
+
+
+def test_features_option_is_checked():
+    inst = random_hybrid_instance(1)
+    with pytest.raises(OptionError, match="unknown feature 'capacityy'; known: "):
+        solve(inst, "cpsat", features=["capacityy"])
+    with pytest.raises(OptionError, match="must be a list of names"):
+        solve(inst, "cpsat", features=3)
+    assert solve(inst, "cpsat").stats["features"] == sorted(set(ALL_FEATURES) - {"capacity"})
+    assert solve(inst, "cpsat", features="").stats["features"] == []
+
+
+# --------------------------------------------------------------------------- export
+@pytest.mark.parametrize("suffix", [".pbtxt", ".txt", ".pb"])
+def test_written_model_solves_to_the_same_optimum(tmp_path, suffix):
+    from google.protobuf import text_format
+    from ortools.sat import cp_model_pb2
+    from ortools.sat.python import cp_model
+
+    inst = random_hybrid_instance(4, max_layers=6)  # four stages of d = 2 are optimal
+    opt, _ = brute_force_hybrid(inst)
+    assert math.isfinite(opt)
+    path = tmp_path / f"model{suffix}"
+    r = solve(inst, "cpsat", write_model=str(path))
+    _exact(r, opt)
+    assert r.stats["model_file"] == str(path)
+    assert [p.name for p in tmp_path.iterdir()] == [path.name]  # no temporary file left
+    proto = cp_model_pb2.CpModelProto()
+    if suffix == ".pb":
+        proto.ParseFromString(path.read_bytes())
+    else:
+        text_format.Parse(path.read_text(), proto)
+    model = cp_model.CpModel()
+    model.proto.parse_text_format(text_format.MessageToString(proto))
+    solver = cp_model.CpSolver()
+    solver.parameters.num_workers = 1
+    assert solver.solve(model) == cp_model.OPTIMAL
+    first = r.stats["rounds"][0]
+    unit, slack = first["unit_s"], first["max_rounding_error_s"]
+    # every coefficient is rounded down: the scaled optimum is at most T*, by less than E units
+    assert opt - slack <= solver.objective_value * unit <= opt * (1 + 1e-12)
+
+
+def test_write_model_refuses_unknown_suffixes_and_directories(tmp_path):
+    inst = random_hybrid_instance(5)
+    with pytest.raises(OptionError, match=r"must end in \.pbtxt, \.txt, \.pb"):
+        solve(inst, "cpsat", write_model=str(tmp_path / "model.lp"))
+    (tmp_path / "d.pbtxt").mkdir()
+    with pytest.raises(OptionError, match="is a directory"):
+        solve(inst, "cpsat", write_model=str(tmp_path / "d.pbtxt"))
+    assert [p.name for p in tmp_path.iterdir()] == ["d.pbtxt"]
+
+
+def test_cli_write_model_never_overwrites_the_instance(tmp_path, capsys):
+    src = Path(__file__).resolve().parent / "data" / "valid" / "worked_example_v2.json"
+    inst = tmp_path / "inst.pbtxt"
+    inst.write_bytes(src.read_bytes())
+    before = inst.read_bytes()
+    code = main(["solve", str(inst), "--solver", "cpsat", "-O", f"write_model={inst}"])
+    out, err = capsys.readouterr()
+    assert code == 2 and out == ""
+    assert "--option write_model: " in err and "refusing to write over it" in err
+    assert inst.read_bytes() == before
+    code = main(["solve", str(inst), "--solver", "cpsat", "-O", "write_model=m.lp"])
+    out, err = capsys.readouterr()
+    assert code == 2 and "write_model" in err and ".pbtxt" in err
+    model = tmp_path / "m.pbtxt"
+    assert main(["solve", str(inst), "--solver", "cpsat", "-O", f"write_model={model}"]) == 0
+    assert model.read_text().startswith("variables")
+
+
+@pytest.mark.parametrize("entry", [e for e in SETS["hybrid/medium"] if e.stem == "hybrid-medium-01"],
+                         ids=lambda e: e.stem)
+def test_time_limited_hybrid_medium_run_brackets_the_optimum(entry):
+    """A real-size v2 model stopped early: ``bound <= optimum <= T`` and a plan is returned."""
+    inst = entry.instance()
+    opt = solve(inst, "dp").iteration_time
+    r = solve(inst, "cpsat", time_limit=2.0)
+    assert r.status in ("optimal", "feasible"), r.message
+    assert r.lower_bound <= opt * (1 + 1e-12) <= r.iteration_time * (1 + 1e-12)
+    assert r.stats["upper_bound_source"] in ("greedy", "metis")
+
+
+def test_write_model_says_when_no_model_was_built(tmp_path):
+    inst = next(random_instance(s) for s in range(500)
+                if CostTables(random_instance(s)).infeasibility_reason())
+    path = tmp_path / "m.pbtxt"
+    r = solve(inst, "cpsat", write_model=str(path))
+    assert r.status == "infeasible" and r.message.endswith(f"'{path}' not written")
+    r = solve(random_hybrid_instance(4, max_layers=6), "cpsat", time_limit=0.0,
+              write_model=str(path))
+    assert r.status in ("no_solution", "feasible")
+    assert r.message.endswith(f"no model was built, '{path}' not written")
+    assert not path.exists()

@@ -35,7 +35,7 @@ def test_builders_stop_on_a_spent_deadline():
     with pytest.raises(TimeUp):
         AssignFormulation(tables, check=spent.check).build()
     with pytest.raises(TimeUp):
-        CpsatModel.build(tables, 1.0, False, check=spent.check)
+        CpsatModel.build(tables, None, check=spent.check)
 
 
 def test_a_backend_is_never_given_zero_seconds():

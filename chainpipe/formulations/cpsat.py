@@ -1,23 +1,26 @@
-"""The CP-SAT model: boolean stage and boundary arcs of a layered network.
+"""The CP-SAT model: boolean stage-option and boundary arcs of a layered network.
 
 Nodes (``docs/cpsat.md`` has the maths):
 
-- ``N(b, c, k)``: a stage of position class ``c`` on datacenter ``k`` starts at layer ``b``;
-- ``E(b, c, k)``: a stage of position class ``c`` on datacenter ``k`` ends at layer ``b``.
+- ``N(b, k)``: a stage on datacenter ``k`` starts at layer ``b``;
+- ``E(b, k)``: a stage on datacenter ``k`` ends at layer ``b``.
 
 Arcs:
 
-- stage arc ``x[g, i, j, c]`` from ``N(i, c, dc(g))`` to ``E(j, c, dc(g))``: stage
-  ``[i, j)`` on a device of group ``g`` at position class ``c`` (memory pre-filtered by
-  :func:`chainpipe.formulations.common.candidate_stages`);
-- boundary arc ``y[b, c, c', k1, k2]`` from ``E(b, c, k1)`` to ``N(b, c', k2)``,
-  ``k1 <= k2``, ``c'`` a successor class of ``c``: the boundary at layer ``b`` crosses
-  the path ``k1 -> k2``, so its occupancy and traversal are known exactly.
+- stage arc ``x[g, o, i, j]`` from ``N(i, dc(g))`` to ``E(j, dc(g))``: stage ``[i, j)``
+  on group ``g`` with option ``o`` (data-parallel width ``d``, tensor-parallel degree
+  ``t``, ``w = d t`` devices), see :class:`StageArcs`;
+- boundary arc ``y[b, k1, k2]`` from ``E(b, k1)`` to ``N(b, k2)``, ``k1 <= k2``: the
+  boundary at layer ``b`` crosses the path ``k1 -> k2``, so its occupancy and traversal
+  are known exactly.
 
-A plan is one path from a start ``N(0, ., .)`` to an end ``E(L, 1, .)``. Times are
-integers in a per-instance unit with every coefficient rounded *down*, so the scaled
-objective of every plan is at most its true time divided by the unit, and CP-SAT's best
-bound times the unit is a valid lower bound on the true optimum.
+A plan is one path from a start ``N(0, .)`` to an end ``E(L, .)``. Under 1F1B an integer
+``P_b`` counts the stages starting at layer ``b`` or later (the position of a stage that
+starts at ``b``), and a stage option that holds only ``n < M`` microbatches in flight
+forces ``P_b <= n``. Times are integers in a per-instance unit with every coefficient
+rounded *down*, so the scaled objective of every plan is at most its true time divided by
+the unit, and CP-SAT's best bound times the unit is a valid lower bound on the true
+optimum.
 """
 
 from __future__ import annotations
@@ -27,42 +30,196 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..cost import iteration_time, steady_state
+from ..cost import compute_time, iteration_time, steady_state
 from ..plan import Plan
 from ..tables import CostTables
-from .common import Positions, candidate_stages, position_classes
 from .greedy import greedy_plans  # noqa: F401  (re-exported: the scaling heuristic)
 from .matrix import no_check
 
 #: the scaled objective of the scaling plan (an upper bound on the optimum) maps to this
 #: many units: coefficients and the objective stay below 2^31
 SCALE_UNITS = 2**30
-#: variables (or arcs) handled between two deadline checks while building
+#: arcs handled between two deadline checks while building
 CHECK_EVERY = 5000
 #: relative margin for floating-point error in comparisons against the upper bound
 UB_RTOL = 1e-9
 #: relative shave applied to scaled quantities so float division never rounds a floor up
 FLOOR_RTOL = 1e-12
-
-
-def _sum(variables: list):
-    """``sum(variables)`` as one CP-SAT expression (Python's ``sum`` nests, slowly)."""
-    from ortools.sat.python import cp_model
-
-    return cp_model.LinearExpr.sum(variables)
-
-
-def _weighted(variables: list, coefficients: list):
-    """``sum(c * v)`` as one CP-SAT expression."""
-    from ortools.sat.python import cp_model
-
-    return cp_model.LinearExpr.weighted_sum(variables, coefficients)
+#: optional strengthenings (``docs/cpsat.md`` measures each): ``bound_prune`` drops arcs
+#: whose bottleneck alone forces ``T`` above the upper bound (the tables' capacity bound
+#: with a bottleneck floor), ``capacity`` adds per group ``sum C w x <= count z``,
+#: ``bottleneck_floor`` starts ``z`` at the FLOP-over-capacity bound, ``cover`` adds the
+#: redundant "each layer in exactly one stage" rows
+FEATURES = ("bound_prune", "capacity", "bottleneck_floor", "cover")
+#: the ones on by default: ``capacity`` slowed the proof on ``medium-02`` (docs/cpsat.md)
+DEFAULT_FEATURES = frozenset(FEATURES) - {"capacity"}
+#: grid points of the bottleneck-floor bound curve used by ``bound_prune``
+BOUND_GRID = 256
+#: rows whose coefficient magnitudes could overflow CP-SAT's int64 checks are left out
+SAFE_MAGNITUDE = 2**60
 
 
 def scaled_floor(values, unit: float) -> np.ndarray:
     """``floor(v / unit)``, shaved by :data:`FLOOR_RTOL` so the result is ``<= v / unit``."""
     v = np.asarray(values, dtype=float) / unit
     return np.floor(v * (1.0 - FLOOR_RTOL)).astype(np.int64)
+
+
+# ------------------------------------------------------------------ stage options
+@dataclass(frozen=True)
+class StageArcs:
+    """Stage options ``(g, o, [start, end))`` that can be in an optimal plan, as arrays.
+
+    ``cap`` is the largest position (stages counted from the end, the stage itself
+    included) the option may take under 1F1B: its in-flight limit when that is below
+    ``M``, else :attr:`s_max`. ``total`` counts the options before any filter.
+    """
+
+    group: np.ndarray  # int64, flattened group index
+    option: np.ndarray  # int64, index into tables.options(group)
+    start: np.ndarray
+    end: np.ndarray
+    d: np.ndarray
+    t: np.ndarray
+    compute: np.ndarray  # float64, C (seconds)
+    sync: np.ndarray  # float64, R (seconds)
+    cap: np.ndarray  # int64
+    s_max: int  # an upper bound on the number of stages of any plan the arcs form
+    total: int
+
+    def __len__(self) -> int:
+        return int(self.group.shape[0])
+
+    @property
+    def width(self) -> np.ndarray:
+        return self.d * self.t
+
+
+def dominated(c: np.ndarray, r: np.ndarray, w: np.ndarray, n: np.ndarray) -> np.ndarray:
+    """``[o, pair]``: option ``o`` of one group is dominated on the layer range ``pair``.
+
+    Option ``p`` dominates ``o`` when it is no slower (``C``), syncs no longer (``R``),
+    takes no more devices (``w``) and holds no fewer microbatches (``n``), and is strictly
+    better in one of them or, on a full tie, comes first. Replacing ``o`` by ``p`` in a
+    plan keeps it feasible (same group, fewer devices, memory at the same position) and
+    does not raise ``T``, so some optimal plan uses no dominated option. Invalid options
+    (``n < 0`` or ``C`` infinite) are never dominators.
+    """
+    P = c.shape[0]
+    out = np.zeros(c.shape, dtype=bool)
+    valid = (n >= 0) & np.isfinite(c) & np.isfinite(r)
+    for p in range(P):
+        no_worse = (c[p] <= c) & (r[p] <= r) & (w[p] <= w)[:, None] & (n[p] >= n) & valid[p]
+        better = (c[p] < c) | (r[p] < r) | (w[p] < w)[:, None] | (n[p] > n)
+        tie_first = ~better & (p < np.arange(P))[:, None]
+        hit = no_worse & (better | tie_first)
+        hit[p] = False
+        out |= hit
+    return out
+
+
+def stage_arcs(tables: CostTables, upper_bound: float | None, check=no_check,
+               floor_bound=None) -> StageArcs:
+    """Every stage option that can be in an optimal plan no slower than ``upper_bound``.
+
+    Dropped: options that do not fit memory even as the last stage (``n < 1`` under
+    1F1B, ``n < M`` under gpipe), overflowing ones, dominated ones (:func:`dominated`),
+    and with ``upper_bound`` those whose own ``M C + R`` exceeds it (any plan holding
+    the stage has ``T >= C + (M - 1) C + R``), and with ``floor_bound`` (a
+    :class:`FloorBound`) those with ``floor_bound(C) + R`` above it.
+    """
+    L, M = tables.L, tables.M
+    ii, jj = np.triu_indices(L + 1, 1)
+    need = tables.in_flight(1)
+    parts = []
+    total = 0
+    for g in range(tables.G):
+        check()
+        opts = tables.options(g)
+        P = len(opts.d)
+        total += P * len(ii)
+        if not P:
+            continue
+        c = opts.compute_time[:, ii, jj]
+        r = opts.sync_time[:, ii, jj]
+        n = opts.max_in_flight[:, ii, jj]
+        keep = (n >= need) & np.isfinite(c) & np.isfinite(r)
+        keep &= ~dominated(c, r, opts.width, n)
+        if upper_bound is not None:
+            with np.errstate(over="ignore", invalid="ignore"):
+                keep &= iteration_time(c, c, M, r) <= upper_bound * (1 + UB_RTOL)
+                if floor_bound is not None:
+                    keep &= floor_bound(c) + r <= upper_bound * (1 + UB_RTOL)
+        o_idx, pair = np.nonzero(keep)
+        parts.append((np.full(o_idx.shape, g), o_idx, ii[pair], jj[pair], opts.d[o_idx],
+                      opts.t[o_idx], c[o_idx, pair], r[o_idx, pair], n[o_idx, pair]))
+    if parts:
+        cols = [np.concatenate(x) for x in zip(*parts)]
+    else:
+        cols = [np.zeros(0, dtype=np.int64)] * 6 + [np.zeros(0)] * 2 + [np.zeros(0, np.int64)]
+    g, o, i, j, d, t, c, r, n = cols
+    s_max = min(L, int(tables.count.sum()))
+    if tables.schedule == "1f1b" and len(n) and n.max() < M:
+        s_max = min(s_max, int(n.max()))  # the first stage holds min(M, S) microbatches
+    s_max = max(s_max, 1)
+    cap = np.where(n < M, np.minimum(n, s_max), s_max) if tables.schedule == "1f1b" \
+        else np.full(n.shape, s_max)
+    g, o, i, j, d, t, cap = (np.asarray(a, dtype=np.int64) for a in (g, o, i, j, d, t, cap))
+    return StageArcs(g, o, i, j, d, t, np.asarray(c, float), np.asarray(r, float), cap, s_max,
+                     total)
+
+
+class FloorBound:
+    """``T >= h(b)`` for every plan whose bottleneck is at least ``b``, on a grid.
+
+    ``h(b) = CostTables.bound_with_floors([b] * K, b)``: the tables' capacity bound
+    (fill over the devices' FLOP capacity plus ``(M - 1)`` times a bottleneck of at least
+    ``b``; synchronisation not counted). Evaluated at ``BOUND_GRID`` values ``b_k`` of the
+    arcs' compute times; a value ``v`` gets ``h(b_k)`` of the largest ``b_k <= v`` (0 below
+    the grid), which is a bound for every plan with bottleneck ``>= v >= b_k``.
+    """
+
+    def __init__(self, tables: CostTables, values: np.ndarray):
+        v = np.unique(values[np.isfinite(values) & (values > 0)])
+        if len(v) > BOUND_GRID:
+            v = v[np.linspace(0, len(v) - 1, BOUND_GRID).astype(np.int64)]
+        K = tables.K
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            h = np.array([tables.bound_with_floors([float(b)] * K, float(b)) for b in v])
+        self.grid, self.values = v, np.where(np.isfinite(h), h, 0.0)
+
+    def __call__(self, values) -> np.ndarray:
+        k = np.searchsorted(self.grid, np.asarray(values, dtype=float), side="right") - 1
+        return np.where(k >= 0, self.values[np.maximum(k, 0)], 0.0)
+
+
+def bottleneck_floor(tables: CostTables) -> float:
+    """A lower bound on ``max_s C_s`` of every plan: the FLOP over every device's rate.
+
+    ``C_s >= F_s / (w_s r_s)`` (tensor-parallel all-reduces only add), so
+    ``F = sum F_s <= max C * sum_s w_s r_s <= max C * sum_g count_g r_g``.
+    """
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        b = float(compute_time(float(tables.flop_prefix[-1]),
+                               float(np.sum(tables.rate * tables.count))))
+    return b if math.isfinite(b) else 0.0
+
+
+def range_bound(tables: CostTables, arcs: StageArcs) -> float:
+    """An upper bound on the time of every plan made of ``arcs`` (when no plan is known)."""
+    if not len(arcs):
+        return 1.0
+    c_max, r_max = float(arcs.compute.max()), float(arcs.sync.max())
+    if tables.L > 1:
+        u_max = float(np.nanmax(np.where(np.isfinite(tables.boundary_occupancy[1:]),
+                                         tables.boundary_occupancy[1:], 0.0)))
+        q_max = float(np.nanmax(np.where(np.isfinite(tables.boundary_traversal[1:]),
+                                         tables.boundary_traversal[1:], 0.0)))
+    else:
+        u_max = q_max = 0.0
+    s = arcs.s_max
+    total = iteration_time(s * c_max + (s - 1) * q_max, max(c_max, u_max), tables.M, r_max)
+    return float(total) if total > 0 else 1.0
 
 
 # ------------------------------------------------------------------ the model
@@ -73,194 +230,249 @@ class CpsatModel:
     tables: CostTables
     upper_bound: float  # seconds: T of a known plan, or a bound on every modelled plan
     unit: float  # seconds per integer time unit
-    positions: Positions
+    arcs: StageArcs
     model: object = None  # cp_model.CpModel
-    # stage arcs
-    x_group: np.ndarray = None
-    x_start: np.ndarray = None
-    x_end: np.ndarray = None
-    x_cls: np.ndarray = None
     x_cost: np.ndarray = None  # scaled C
-    x_vars: list = field(default_factory=list)
+    x_sync: np.ndarray = None  # scaled R
+    x_vars: np.ndarray = None  # variable indices of the stage arcs
     # boundary arcs
     y_layer: np.ndarray = None
-    y_from: np.ndarray = None  # (class, dc) of the stage before
-    y_to: np.ndarray = None  # (class, dc) of the stage after
+    y_from: np.ndarray = None  # dc of the stage before
+    y_to: np.ndarray = None  # dc of the stage after
     y_traversal: np.ndarray = None  # scaled Q
     y_occupancy: np.ndarray = None  # scaled U
-    y_vars: list = field(default_factory=list)
-    bottleneck: object = None  # z, scaled max(C, U)
+    y_vars: np.ndarray = None
+    bottleneck: int | None = None  # index of z, scaled max(C, U)
+    sync: int | None = None  # index of s, scaled max R
     objective_cap: int = 0
     rounded_terms: int = 0  # bound on the number of rounded terms in any plan's objective
-    candidates_total: int = 0
     check: object = None  # called while building (Deadline.check)
+    features: frozenset = frozenset()
+    floor_bound: FloorBound | None = None
+    _covering: list = field(default_factory=list)
 
     # -------------------------------------------------------------- building
     @classmethod
-    def build(cls, tables: CostTables, upper_bound: float, prune: bool, check=None
-              ) -> CpsatModel:
-        """Build the model; ``prune`` drops arcs that alone make a plan exceed ``upper_bound``.
+    def build(cls, tables: CostTables, upper_bound: float | None, check=None,
+              features=DEFAULT_FEATURES) -> CpsatModel:
+        """Build the model.
 
-        ``upper_bound`` must be the time of a real plan when ``prune`` is set; the time
-        unit is ``upper_bound / SCALE_UNITS``. ``check`` is called now and then while
-        building (``Deadline.check``: raises to stop).
+        ``upper_bound`` is the time of a real plan: arcs that alone make a plan slower
+        are dropped and the unit is ``upper_bound / SCALE_UNITS``. With ``None`` nothing
+        is pruned and the unit comes from :func:`range_bound`. ``check`` is called now and
+        then while building (``Deadline.check``: raises to stop). ``features`` picks the
+        strengthenings of :data:`FEATURES` (default :data:`DEFAULT_FEATURES`).
         """
         from ortools.sat.python import cp_model
 
-        pos = position_classes(tables)
-        unit = upper_bound / SCALE_UNITS
-        self = cls(tables, upper_bound, unit, pos)
-        self.check = check or no_check
+        check = check or no_check
+        features = frozenset(features)
+        prune = upper_bound is not None
+        floor_bound = None
+        if prune and "bound_prune" in features:
+            floor_bound = FloorBound(tables, stage_arcs(tables, upper_bound, check).compute)
+        arcs = stage_arcs(tables, upper_bound, check, floor_bound)
+        if not prune:
+            upper_bound = range_bound(tables, arcs)
+        self = cls(tables, upper_bound, upper_bound / SCALE_UNITS, arcs)
+        self.check, self.features, self.floor_bound = check, features, floor_bound
         self.model = cp_model.CpModel()
-        self._stage_arcs(prune)
+        self.x_cost = scaled_floor(arcs.compute, self.unit)
+        self.x_sync = scaled_floor(arcs.sync, self.unit)
         self._boundary_arcs(prune)
         self._flow()
         self._device_counts()
+        self._positions()
         self._bottleneck()
         self._objective()
         return self
 
-    def _stage_arcs(self, prune: bool) -> None:
-        t, M = self.tables, self.tables.M
-        cand = candidate_stages(t, self.positions)
-        self.candidates_total = cand.total
-        keep = np.isfinite(cand.compute_time)  # an overflowing stage is in no finite plan
-        if prune:  # T >= C + (M - 1) * C for any plan holding the stage
-            least = iteration_time(cand.compute_time, cand.compute_time, M)
-            keep &= least <= self.upper_bound * (1 + UB_RTOL)
-        self.x_group, self.x_start = cand.group[keep], cand.start[keep]
-        self.x_end, self.x_cls = cand.end[keep], cand.cls[keep]
-        self.x_cost = scaled_floor(cand.compute_time[keep], self.unit)
-        self.x_dc = t.group_dc[self.x_group] if len(self.x_group) else self.x_group
+    @property
+    def x_dc(self) -> np.ndarray:
+        return self.tables.group_dc[self.arcs.group]
+
+    def _new_vars(self, n: int, upper: int = 1, lower: int = 0) -> np.ndarray:
+        """``n`` unnamed integer variables in ``[lower, upper]`` written into the proto."""
+        proto = self.model.proto
+        first = len(proto.variables)
+        for k in range(n):
+            if k % CHECK_EVERY == 0:
+                self.check()
+            proto.variables.add().domain.extend([lower, upper])
+        return np.arange(first, first + n, dtype=np.int64)
+
+    def _linear(self, variables, coefficients, lower: int, upper: int) -> None:
+        """``lower <= sum coefficients * variables <= upper``, written into the proto."""
+        ct = self.model.proto.constraints.add().linear
+        ct.vars.extend(int(v) for v in variables)
+        ct.coeffs.extend(int(c) for c in coefficients)
+        ct.domain.extend([int(lower), int(upper)])
+
+    def _exactly_one(self, variables) -> None:
+        self.model.proto.constraints.add().exactly_one.literals.extend(int(v) for v in variables)
+
+    def _floor(self, value: float) -> float:
+        """``T`` bound of a plan with bottleneck ``>= value`` (0 without ``bound_prune``)."""
+        return 0.0 if self.floor_bound is None else float(self.floor_bound([value])[0])
 
     def _boundary_arcs(self, prune: bool) -> None:
-        t, pos, M = self.tables, self.positions, self.tables.M
-        ends = {(int(j), int(c), int(k)) for j, c, k in zip(self.x_end, self.x_cls, self.x_dc)}
-        starts = {(int(i), int(c), int(k)) for i, c, k in zip(self.x_start, self.x_cls, self.x_dc)}
+        t, M, a = self.tables, self.tables.M, self.arcs
+        ends = np.zeros((t.L + 1, t.K), dtype=bool)
+        starts = np.zeros((t.L + 1, t.K), dtype=bool)
+        ends[a.end, self.x_dc] = True
+        starts[a.start, self.x_dc] = True
         rows = []
-        for n, (b, c1, k1) in enumerate(sorted(ends)):
-            if n % 1000 == 0:
-                self.check()
-            if b >= t.L:
-                continue
-            for c2 in pos.successors(c1):
-                for k2 in range(k1, t.K):
-                    if (b, c2, k2) not in starts:
-                        continue
-                    u = t.occupancy(b, k1, k2)
-                    q = t.traversal(b, k1, k2)
+        for b in range(1, t.L):
+            for k1 in np.nonzero(ends[b])[0]:
+                for k2 in np.nonzero(starts[b, k1:])[0] + k1:
+                    u = float(t.boundary_occupancy[b, k1, k2])
+                    q = float(t.boundary_traversal[b, k1, k2])
                     if not (math.isfinite(u) and math.isfinite(q)):
                         continue  # an overflowing boundary is in no finite plan
-                    if prune and iteration_time(q, u, M) > self.upper_bound * (1 + UB_RTOL):
+                    if prune and max(iteration_time(q, u, M),
+                                     float(self._floor(u))) > self.upper_bound * (1 + UB_RTOL):
                         continue
-                    rows.append((b, c1, k1, c2, k2, q, u))
-        arr = np.array(rows, dtype=float).reshape(-1, 7)
+                    rows.append((b, k1, k2, q, u))
+        arr = np.array(rows, dtype=float).reshape(-1, 5)
         self.y_layer = arr[:, 0].astype(np.int64)
-        self.y_from = arr[:, 1:3].astype(np.int64)
-        self.y_to = arr[:, 3:5].astype(np.int64)
-        self.y_traversal = scaled_floor(arr[:, 5], self.unit)
-        self.y_occupancy = scaled_floor(arr[:, 6], self.unit)
+        self.y_from = arr[:, 1].astype(np.int64)
+        self.y_to = arr[:, 2].astype(np.int64)
+        self.y_traversal = scaled_floor(arr[:, 3], self.unit)
+        self.y_occupancy = scaled_floor(arr[:, 4], self.unit)
 
     def _flow(self) -> None:
         """Variables and flow conservation: one path from layer 0 to layer L."""
-        m, L = self.model, self.tables.L
-        self.x_vars = self._bool_vars(len(self.x_group))
-        self.y_vars = self._bool_vars(len(self.y_layer))
-        out_of_start: dict = {}
-        into_end: dict = {}
-        for n, (v, i, j, c, k) in enumerate(zip(self.x_vars, self.x_start, self.x_end,
-                                                 self.x_cls, self.x_dc)):
-            if n % CHECK_EVERY == 0:
-                self.check()
-            out_of_start.setdefault((int(i), int(c), int(k)), []).append(v)
-            into_end.setdefault((int(j), int(c), int(k)), []).append(v)
-        into_start: dict = {}
-        out_of_end: dict = {}
-        for n, (v, b, a, d) in enumerate(zip(self.y_vars, self.y_layer, self.y_from, self.y_to)):
-            if n % CHECK_EVERY == 0:
-                self.check()
-            out_of_end.setdefault((int(b), int(a[0]), int(a[1])), []).append(v)
-            into_start.setdefault((int(b), int(d[0]), int(d[1])), []).append(v)
-        # source: exactly one first stage; sink: exactly one last stage
-        m.add_exactly_one([v for (i, _, _), vs in out_of_start.items() if i == 0 for v in vs])
-        m.add_exactly_one([v for (j, _, _), vs in into_end.items() if j == L for v in vs])
-        for n, node in enumerate(set(out_of_start) | set(into_start)):
+        a, L, K = self.arcs, self.tables.L, self.tables.K
+        self.x_vars = self._new_vars(len(a))
+        self.y_vars = self._new_vars(len(self.y_layer))
+        dc = self.x_dc
+        self._exactly_one(self.x_vars[a.start == 0])
+        self._exactly_one(self.x_vars[a.end == L])
+        x_out = _index(a.start * K + dc, self.x_vars)
+        x_in = _index(a.end * K + dc, self.x_vars)
+        y_in = _index(self.y_layer * K + self.y_to, self.y_vars)
+        y_out = _index(self.y_layer * K + self.y_from, self.y_vars)
+        for n, node in enumerate(sorted(set(x_out) | set(y_in))):
             if n % 500 == 0:
                 self.check()
-            if node[0] > 0:
-                m.add(_sum(out_of_start.get(node, [])) == _sum(into_start.get(node, [])))
-        for n, node in enumerate(set(into_end) | set(out_of_end)):
+            if node // K > 0:  # N(b, k): stages leaving = boundaries entering
+                out, inn = x_out.get(node, []), y_in.get(node, [])
+                self._linear(list(out) + list(inn), [1] * len(out) + [-1] * len(inn), 0, 0)
+        for n, node in enumerate(sorted(set(x_in) | set(y_out))):
             if n % 500 == 0:
                 self.check()
-            if node[0] < L:
-                m.add(_sum(into_end.get(node, [])) == _sum(out_of_end.get(node, [])))
-        # every layer is covered by exactly one stage (implied by the path; helps search)
-        self._covering = [[] for _ in range(L)]
-        for n, (i, j) in enumerate(zip(self.x_start, self.x_end)):
-            if n % 1000 == 0:
-                self.check()
-            for layer in range(int(i), int(j)):
-                self._covering[layer].append(n)
+            if node // K < L:  # E(b, k): stages entering = boundaries leaving
+                inn, out = x_in.get(node, []), y_out.get(node, [])
+                self._linear(list(inn) + list(out), [1] * len(inn) + [-1] * len(out), 0, 0)
+        # every layer is covered by exactly one stage (implied by the path; for propagation)
+        self._covering = []
         for layer in range(L):
             self.check()
-            m.add_exactly_one([self.x_vars[n] for n in self._covering[layer]])
-
-    def _bool_vars(self, n: int) -> list:
-        """``n`` unnamed boolean variables (names cost seconds), checking the deadline."""
-        out: list = []
-        for first in range(0, n, CHECK_EVERY):
-            self.check()
-            out.extend(self.model.new_bool_var("") for _ in range(min(CHECK_EVERY, n - first)))
-        return out
+            arcs = np.nonzero((a.start <= layer) & (a.end > layer))[0]
+            self._covering.append(arcs)
+            if "cover" in self.features:
+                self._exactly_one(self.x_vars[arcs])
 
     def _device_counts(self) -> None:
-        """At most ``count`` stages on the devices of each group."""
-        per_group: dict = {}
-        for v, g in zip(self.x_vars, self.x_group):
-            per_group.setdefault(int(g), []).append(v)
-        for g, vs in per_group.items():
-            if len(vs) > self.tables.count[g]:
-                self.model.add(_sum(vs) <= int(self.tables.count[g]))
+        """At most ``count`` devices of each group: ``sum w x <= count``."""
+        a, width = self.arcs, self.arcs.width
+        for g in range(self.tables.G):
+            sel = np.nonzero(a.group == g)[0]
+            count = int(self.tables.count[g])
+            # the stages of a plan cover distinct layers: at most L of them
+            if len(sel) and np.sort(width[sel])[::-1][:self.tables.L].sum() > count:
+                self._linear(self.x_vars[sel], width[sel], 0, count)
+
+    def _positions(self) -> None:
+        """1F1B memory: ``P_b`` stages start at ``b`` or later; an option starting at ``b``
+        that holds ``n < M`` microbatches needs ``P_b <= n``:
+        ``P_b + sum_{a starts at b} (s_max - cap_a) x_a <= s_max`` (at most one ``x_a``
+        is 1, so the row is ``P_b <= cap_a`` for it, and ``P_b <= s_max`` without one)."""
+        a, L, s_max = self.arcs, self.tables.L, self.arcs.s_max
+        self.positions = None
+        if not len(a) or (a.cap >= s_max).all():
+            return
+        P = self._new_vars(L + 1, s_max)  # P[L] = 0
+        self._linear([P[L]], [1], 0, 0)
+        self.positions = P
+        for b in range(L):
+            self.check()
+            sel = np.nonzero(a.start == b)[0]
+            # P_b = P_{b+1} + (a stage starts at b)
+            self._linear([P[b], P[b + 1]] + list(self.x_vars[sel]), [1, -1] + [-1] * len(sel),
+                         0, 0)
+            tight = sel[a.cap[sel] < s_max]
+            if len(tight):
+                self._linear([P[b]] + list(self.x_vars[tight]),
+                             [1] + list(s_max - a.cap[tight]), 0, s_max)
 
     def _bottleneck(self) -> None:
-        """``z >= C`` of the stage covering each layer, ``z >= U`` of each boundary used."""
-        m, M = self.model, self.tables.M
-        if M <= 1:
-            self.bottleneck = None
-            return
-        top = int(max(self.x_cost.max(initial=0), self.y_occupancy.max(initial=0)))
-        z = m.new_int_var(0, top, "bottleneck")
-        self.bottleneck = z
+        """``z >= C`` and ``s >= R`` of the stage covering each layer, ``z >= U`` of each
+        boundary used (one row per layer or boundary: exactly one arc in each sum is 1)."""
+        M = self.tables.M
+        self.bottleneck = self.sync = None
+        if M > 1:
+            top = int(max(self.x_cost.max(initial=0), self.y_occupancy.max(initial=0)))
+            low = 0
+            if "bottleneck_floor" in self.features:  # every plan's max C' is at least this
+                low = min(max(int(scaled_floor([bottleneck_floor(self.tables)], self.unit)[0]),
+                              0), top)
+            self.bottleneck = int(self._new_vars(1, top, low)[0])
+            self._max_rows(self.bottleneck, self.x_cost)
+            if "capacity" in self.features:
+                self._capacity_rows(top)
+            per_boundary: dict = {}
+            for n, b in enumerate(self.y_layer):
+                if self.y_occupancy[n]:
+                    per_boundary.setdefault(int(b), []).append(n)
+            for arcs in per_boundary.values():
+                self._linear([self.bottleneck] + list(self.y_vars[arcs]),
+                             [1] + [-int(u) for u in self.y_occupancy[arcs]], 0, top)
+        if self.x_sync.max(initial=0) > 0:
+            self.sync = int(self._new_vars(1, int(self.x_sync.max()))[0])
+            self._max_rows(self.sync, self.x_sync)
+
+    def _capacity_rows(self, top: int) -> None:
+        """Per group ``sum_a C'_a w_a x_a <= count_g z``: each stage has ``C' <= z`` and the
+        stages on a group take at most ``count_g`` devices (valid for every plan)."""
+        a, z = self.arcs, self.bottleneck
+        weight = self.x_cost * a.width
+        for g in range(self.tables.G):
+            sel = np.nonzero((a.group == g) & (weight > 0))[0]
+            count = int(self.tables.count[g])
+            if not len(sel) or float(weight[sel].sum()) + float(count) * top >= SAFE_MAGNITUDE:
+                continue
+            self._linear([z] + list(self.x_vars[sel]), [count] + [-int(w) for w in weight[sel]],
+                         0, count * top)
+
+    def _max_rows(self, var: int, coefficient: np.ndarray) -> None:
+        """``var >= sum coefficient x`` over the arcs covering each layer."""
+        top = int(coefficient.max(initial=0))
         for arcs in self._covering:
             self.check()
-            used = [n for n in arcs if self.x_cost[n]]
-            if used:
-                m.add(z >= _weighted([self.x_vars[n] for n in used],
-                                     [int(self.x_cost[n]) for n in used]))
-        per_boundary: dict = {}
-        for n, b in enumerate(self.y_layer):
-            if self.y_occupancy[n]:
-                per_boundary.setdefault(int(b), []).append(n)
-        for arcs in per_boundary.values():
-            m.add(z >= _weighted([self.y_vars[n] for n in arcs],
-                                 [int(self.y_occupancy[n]) for n in arcs]))
+            used = arcs[coefficient[arcs] > 0]
+            if len(used):
+                self._linear([var] + list(self.x_vars[used]),
+                             [1] + [-int(c) for c in coefficient[used]], 0, top)
 
     def _objective(self) -> None:
-        """``sum C + sum Q + (M - 1) z``, capped at the scaled upper bound."""
-        m, M, t = self.model, self.tables.M, self.tables
-        pairs = [(v, int(c)) for c, v in zip(self.x_cost, self.x_vars) if c]
-        pairs += [(v, int(q)) for q, v in zip(self.y_traversal, self.y_vars) if q]
+        """``sum C + sum Q + (M - 1) z + s``, capped at the scaled upper bound."""
+        proto, M = self.model.proto, self.tables.M
+        pairs = [(v, c) for v, c in zip(self.x_vars.tolist(), self.x_cost.tolist()) if c]
+        pairs += [(v, q) for v, q in zip(self.y_vars.tolist(), self.y_traversal.tolist()) if q]
         if self.bottleneck is not None:
             pairs.append((self.bottleneck, int(steady_state(M, 1))))
-        # written into the proto: the Python expression API takes seconds on 300k terms
-        m.clear_objective()
-        m.proto.objective.vars.extend([v.index for v, _ in pairs])
-        m.proto.objective.coeffs.extend([c for _, c in pairs])
+        if self.sync is not None:
+            pairs.append((self.sync, 1))
+        self.model.clear_objective()
+        proto.objective.vars.extend([v for v, _ in pairs])
+        proto.objective.coeffs.extend([c for _, c in pairs])
         # every plan's scaled objective is <= its true time / unit, the optimum's <= UB / unit
         self.objective_cap = int(math.floor(self.upper_bound * (1 + UB_RTOL) / self.unit))
-        m.proto.objective.domain.extend([0, self.objective_cap])
-        s_max = max(1, min(t.L, int(t.count.sum())))
-        self.rounded_terms = 2 * s_max - 1 + (M - 1 if M > 1 else 0)
+        proto.objective.domain.extend([0, self.objective_cap])
+        s_max = self.arcs.s_max
+        self.rounded_terms = (2 * s_max - 1 + (M - 1 if M > 1 else 0)
+                              + (1 if self.sync is not None else 0))
 
     # -------------------------------------------------------------- reading back
     @property
@@ -276,44 +488,65 @@ class CpsatModel:
         return max(0.0, math.floor(scaled_bound + 1e-6) * self.unit * (1.0 - FLOOR_RTOL))
 
     def decode(self, values) -> Plan:
-        """The plan of a solution, ``values[var.index]`` being each variable's value."""
-        t = self.tables
-        used = [n for n, v in enumerate(self.x_vars) if values[v.index]]
-        used.sort(key=lambda n: int(self.x_start[n]))
+        """The plan of a solution, ``values[var]`` being each variable's value."""
+        t, a = self.tables, self.arcs
+        used = [n for n, v in enumerate(self.x_vars.tolist()) if values[v]]
+        used.sort(key=lambda n: int(a.start[n]))
         tuples = [
-            (int(self.x_start[n]), int(self.x_end[n]), int(self.x_dc[n]),
-             t.groups[int(self.x_group[n])].index)
+            (int(a.start[n]), int(a.end[n]), int(t.group_dc[a.group[n]]),
+             t.groups[int(a.group[n])].index, int(a.d[n]), int(a.t[n]))
             for n in used
         ]
         return Plan.from_tuples(t.instance, tuples)
 
     def hint(self, plan: Plan) -> bool:
-        """Add ``plan`` as a full solution hint; ``False`` if it is not a path of this model."""
-        inst, t = self.tables.instance, self.tables
-        refs = [inst.locate(s.devices[0]) for s in plan.stages]
+        """Add ``plan`` as a full solution hint; ``False`` if it is not a path of this model.
+
+        A stage whose option was dropped as dominated is hinted with an option of the same
+        group and layers that dominates it (no slower, so the plan stays as good).
+        """
+        inst, t, a = self.tables.instance, self.tables, self.arcs
         group_of = {(g.dc, g.index): n for n, g in enumerate(t.groups)}
-        S = plan.num_stages
-        want_x, want_y = set(), set()
-        classes = []
-        for s, (st, ref) in enumerate(zip(plan.stages, refs)):
-            p = S - s
-            c = min(p, self.positions.count)
-            classes.append(c)
-            want_x.add((group_of[(ref.dc, ref.group)], st.start, st.end, c))
-        for s in range(S - 1):
-            want_y.add((plan.stages[s].end, classes[s], refs[s].dc, classes[s + 1], refs[s + 1].dc))
-        found_x = found_y = 0
+        chosen, dcs = [], []
+        for st in plan.stages:
+            ref = inst.locate(st.devices[0])
+            g = group_of[(ref.dc, ref.group)]
+            opts = t.options(g)
+            o = [n for n in range(len(opts.d))
+                 if (opts.d[n], opts.t[n]) == (st.data_parallel, st.tensor_parallel)]
+            if not o:
+                return False
+            c, r = opts.compute_time[o[0], st.start, st.end], opts.sync_time[o[0], st.start, st.end]
+            n = opts.max_in_flight[o[0], st.start, st.end]
+            same = np.nonzero((a.group == g) & (a.start == st.start) & (a.end == st.end)
+                              & (a.compute <= c) & (a.sync <= r) & (a.width <= st.data_parallel * st.tensor_parallel)
+                              & (a.cap >= min(n, a.s_max)))[0]
+            exact = same[a.option[same] == o[0]]
+            if not len(same):
+                return False
+            chosen.append(int(exact[0] if len(exact) else same[0]))
+            dcs.append(ref.dc)
+        on_y = set()
+        for s in range(len(chosen) - 1):
+            hit = np.nonzero((self.y_layer == plan.stages[s].end) & (self.y_from == dcs[s])
+                             & (self.y_to == dcs[s + 1]))[0]
+            if not len(hit):
+                return False
+            on_y.add(int(hit[0]))
         m = self.model
         m.clear_hints()
-        for v, g, i, j, c in zip(self.x_vars, self.x_group, self.x_start, self.x_end, self.x_cls):
-            on = (int(g), int(i), int(j), int(c)) in want_x
-            found_x += on
-            m.add_hint(v, on)
-        for v, b, a, d in zip(self.y_vars, self.y_layer, self.y_from, self.y_to):
-            on = (int(b), int(a[0]), int(a[1]), int(d[0]), int(d[1])) in want_y
-            found_y += on
-            m.add_hint(v, on)
-        if found_x != len(want_x) or found_y != len(want_y):
-            m.clear_hints()
-            return False
+        proto = m.proto.solution_hint
+        on_x = set(chosen)
+        proto.vars.extend(self.x_vars.tolist())
+        proto.values.extend([int(n in on_x) for n in range(len(self.x_vars))])
+        proto.vars.extend(self.y_vars.tolist())
+        proto.values.extend([int(n in on_y) for n in range(len(self.y_vars))])
         return True
+
+
+def _index(keys: np.ndarray, variables: np.ndarray) -> dict:
+    """``{key: [variables with that key]}``."""
+    out: dict = {}
+    for k, v in zip(keys.tolist(), variables.tolist()):
+        out.setdefault(k, []).append(v)
+    return out

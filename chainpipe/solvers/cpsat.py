@@ -17,21 +17,30 @@ error when no ``log`` is given.
 
 Options: ``log_search_progress`` (bool), ``hint`` (``None``, ``"dp"`` or a
 :class:`~chainpipe.plan.Plan`; off by default, recorded in the statistics when used),
-``max_rounds`` (int, default 3).
+``max_rounds`` (int, default 3), ``features`` (the strengthenings, :data:`ALL_FEATURES`;
+default :data:`FEATURES`), ``write_model`` (a ``.pbtxt``/``.txt`` file for the first
+round's model as protobuf text, ``.pb`` for binary; written atomically).
+
+The scaling plan is the best of two cheap heuristics (:func:`heuristic_plan`), never the
+DP's: the solve proves on its own.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import os
 import threading
+from pathlib import Path
 
 import numpy as np
 
-from ..cost import iteration_time
 from ..deadline import Deadline, TimeUp
-from ..formulations.common import candidate_stages, max_stages
+from ..formulations.cpsat import DEFAULT_FEATURES as DEFAULT_MODEL_FEATURES
+from ..formulations.cpsat import FEATURES as MODEL_FEATURES
 from ..formulations.cpsat import CpsatModel
 from ..formulations.greedy import best_greedy_plan
+from ..io import atomic_write
 from ..numeric import OPTIMALITY_RTOL
 from ..plan import Plan, evaluate
 from ..result import OptionError, Outcome, number_option
@@ -42,24 +51,26 @@ from .mip import backend_seconds
 
 
 def run(instance, *, deadline=None, seed=0, threads=1, log=None, log_search_progress=False,
-        hint=None, max_rounds=3, **options) -> Outcome:
+        hint=None, max_rounds=3, write_model=None, features=None, **options) -> Outcome:
     """Solve ``instance`` with CP-SAT; see the module docstring for the guarantees."""
     if options:
         raise OptionError(f"cpsat: unknown option(s) {', '.join(sorted(options))}")
     max_rounds = number_option("cpsat", "max_rounds", max_rounds, minimum=1, integer=True)
     if hint is not None and hint != "dp" and not isinstance(hint, Plan):
         raise OptionError(f"option 'hint' of cpsat: must be 'dp' or a Plan, got {hint!r:.40}")
+    model_file = model_path(write_model)
+    features = feature_option(features)
     deadline = Deadline.of(deadline)
     if log is None and log_search_progress:
         log = stderr_log
     tables = CostTables(instance)
     reason = tables.infeasibility_reason()
     if reason:
-        return Outcome("infeasible", message=reason)
-    search = _Search(tables, deadline, int(seed), int(threads), log)
+        return Outcome("infeasible", message=reason + _not_written(model_file))
+    search = _Search(tables, deadline, int(seed), int(threads), log, model_file, features)
     try:
         search.set_scale(hint)
-        if not math.isfinite(search.upper):
+        if search.prune and not math.isfinite(search.upper):
             return Outcome("error", stats=search.stats, message=(
                 "cpsat: the instance's numbers are out of range (every plan's time "
                 "overflows a float)"))
@@ -76,6 +87,77 @@ def run(instance, *, deadline=None, seed=0, threads=1, log=None, log_search_prog
     return search.outcome()
 
 
+#: every strengthening ``features`` may name: the model's, ``heuristic_hint`` (the plan
+#: that set the unit is given to CP-SAT as a hint) and ``linearization2`` (CP-SAT's
+#: ``linearization_level = 2``: more of the model, and its cuts, in the LP relaxation)
+ALL_FEATURES = MODEL_FEATURES + ("heuristic_hint", "linearization2")
+#: the strengthenings on by default (``docs/cpsat.md`` measures each)
+FEATURES = DEFAULT_MODEL_FEATURES | {"heuristic_hint", "linearization2"}
+
+
+def feature_option(value) -> frozenset:
+    """The ``features`` option: ``None`` (the defaults), a list of names or a comma-separated
+    string (``""`` or ``[]`` for none)."""
+    if value is None:
+        return FEATURES
+    names = value.split(",") if isinstance(value, str) else value
+    if not isinstance(names, (list, tuple, set, frozenset)) or \
+            not all(isinstance(n, str) for n in names):
+        raise OptionError(f"option 'features' of cpsat: must be a list of names, got {value!r:.40}")
+    names = {n.strip() for n in names if n.strip()}
+    if unknown := sorted(names - set(ALL_FEATURES)):
+        raise OptionError(f"option 'features' of cpsat: unknown feature {unknown[0]!r}; "
+                          f"known: {', '.join(ALL_FEATURES)}")
+    return frozenset(names)
+
+
+#: suffixes ``write_model`` accepts: protobuf text, or binary with ``.pb``
+MODEL_SUFFIXES = {".pbtxt": "text", ".txt": "text", ".pb": "binary"}
+
+
+def model_path(value) -> Path | None:
+    """The ``write_model`` option as a path (``None`` stays ``None``), else OptionError."""
+    if value is None:
+        return None
+    if not isinstance(value, (str, os.PathLike)) or not str(value):
+        raise OptionError(f"option 'write_model' of cpsat: must be a file name, got {value!r:.40}")
+    path = Path(value)
+    if path.suffix.lower() not in MODEL_SUFFIXES:
+        raise OptionError(
+            f"option 'write_model' of cpsat: {str(value)!r:.80} must end in "
+            f"{', '.join(MODEL_SUFFIXES)} (CP-SAT protobuf text, or binary for .pb); "
+            f"the ILPs write .lp and .mps")
+    if path.is_dir():
+        raise OptionError(f"option 'write_model' of cpsat: {str(value)!r:.80} is a directory")
+    return path
+
+
+def _not_written(path: Path | None) -> str:
+    """What a message adds when ``write_model`` was asked but no model was built."""
+    return "" if path is None else f"; no model was built, {str(path)!r:.80} not written"
+
+
+def write_model_file(model, path: Path) -> None:
+    """``model`` as a ``CpModelProto`` in ``path`` (text, or binary for ``.pb``), atomically.
+
+    OR-Tools writes text when the file name ends in ``txt``: the model goes to a
+    temporary name with the target's kind of suffix, then :func:`~chainpipe.io.atomic_write`
+    renames it into place.
+    """
+    suffix = ".pbtxt" if MODEL_SUFFIXES[path.suffix.lower()] == "text" else ".pb"
+
+    def write(tmp):
+        staged = Path(f"{tmp}{suffix}")
+        try:
+            if not model.export_to_file(str(staged)):
+                raise OSError(f"cannot write {path}")
+            os.replace(staged, tmp)
+        finally:
+            staged.unlink(missing_ok=True)
+
+    atomic_write(path, write)
+
+
 class _Stop(Exception):
     """A final outcome found in the middle of the search (infeasible, invalid model)."""
 
@@ -86,10 +168,13 @@ class _Stop(Exception):
 class _Search:
     """One CP-SAT solve: the scaling plan, the rounds, the best plan and bound so far."""
 
-    def __init__(self, tables: CostTables, deadline: Deadline, seed: int, threads: int, log):
+    def __init__(self, tables: CostTables, deadline: Deadline, seed: int, threads: int, log,
+                 model_file: Path | None = None, features=FEATURES):
         self.tables, self.instance = tables, tables.instance
+        self.model_file, self.features = model_file, features
         self.deadline, self.seed, self.threads, self.log = deadline, seed, threads, log
-        self.stats: dict = {"num_workers": threads, "seed": seed, "rounds": [], "trace": []}
+        self.stats: dict = {"num_workers": threads, "seed": seed, "features": sorted(features),
+                            "rounds": [], "trace": []}
         self.lock = threading.Lock()
         self.best_T, self.best_plan = math.inf, None
         self.bound = max(0.0, float(tables.lower_bound))
@@ -122,9 +207,8 @@ class _Search:
 
     # ------------------------------------------------------------------ scaling
     def set_scale(self, hint) -> None:
-        """The plan (greedy or hint) whose time sets the unit, or a bound on every plan."""
-        self.scale_plan, self.scale_T = best_greedy_plan(self.tables)
-        self.ub_source = "greedy" if self.scale_plan is not None else None
+        """The plan (heuristic or hint) whose time sets the unit, or a bound on every plan."""
+        self.scale_plan, self.scale_T, self.ub_source = heuristic_plan(self.tables, self.deadline)
         if hint is not None:
             self.hint_plan, info = _hint_plan(self.instance, hint, self.deadline)
             self.stats["hint"] = info
@@ -132,7 +216,7 @@ class _Search:
                 self.scale_plan, self.scale_T = self.hint_plan, info["iteration_time_s"]
                 self.ub_source = "hint"
         if self.scale_plan is None:
-            self.upper, self.prune = _objective_range(self.tables), False
+            self.upper, self.prune = math.inf, False
             self.ub_source = "coefficient range"
         else:
             self.upper, self.prune = self.scale_T, True
@@ -162,22 +246,34 @@ class _Search:
         start = self.deadline.elapsed()
         # overflowing times are +inf (their arcs are dropped), never a warning
         with np.errstate(over="ignore", divide="ignore", invalid="ignore", under="ignore"):
-            built = CpsatModel.build(self.tables, self.upper, self.prune,
-                                     check=self.deadline.check)
+            built = CpsatModel.build(self.tables, self.upper if self.prune else None,
+                                     check=self.deadline.check,
+                                     features=self.features & set(MODEL_FEATURES))
+        if not self.prune:
+            self.upper = built.upper_bound
+            if not math.isfinite(self.upper):
+                raise _Stop(Outcome("error", stats=self.stats, message=(
+                    "cpsat: the instance's numbers are out of range (every plan's time "
+                    "overflows a float)")))
         hinted = None
         if rnd == 0 and self.hint_plan is not None:
             hinted = built.hint(self.hint_plan)
             self.stats["hint"]["accepted"] = hinted
+        elif rnd == 0 and self.prune and "heuristic_hint" in self.features:
+            hinted = built.hint(self.scale_plan)
         elif rnd > 0 and self.best_plan is not None:
             hinted = built.hint(self.best_plan)  # refinement round: start from the incumbent
         self.stats["rounds"].append({
             "upper_bound_s": self.upper, "unit_s": built.unit, "stage_arcs": len(built.x_vars),
-            "boundary_arcs": len(built.y_vars), "candidate_stages": built.candidates_total,
+            "boundary_arcs": len(built.y_vars), "candidate_stages": built.arcs.total,
             "constraints": len(built.model.proto.constraints),
             "rounded_terms": built.rounded_terms,
             "max_rounding_error_s": built.rounded_terms * built.unit,
             "build_time_s": self.deadline.elapsed() - start, "hinted": hinted,
         })
+        if rnd == 0 and self.model_file is not None:
+            write_model_file(built.model, self.model_file)
+            self.stats["model_file"] = str(self.model_file)
         return built
 
     def solve(self, built: CpsatModel) -> bool:
@@ -222,6 +318,8 @@ class _Search:
         # presolve can wrap on coefficient sums above 2^31; our objective rows exceed
         # that, so skip it
         p.presolve_inclusion_work_limit = 0
+        if "linearization2" in self.features:
+            p.linearization_level = 2
         if self.log is not None:
             p.log_search_progress = True
             p.log_to_stdout = False
@@ -244,7 +342,15 @@ class _Search:
 
     # ------------------------------------------------------------------ answer
     def outcome(self) -> Outcome:
-        """The outcome: CP-SAT's best plan, else the scaling plan, else none."""
+        """The outcome: CP-SAT's best plan, else the scaling plan, else none (its message
+        says so when ``write_model`` was asked and no model was built)."""
+        out = self._outcome()
+        if self.model_file is not None and "model_file" not in self.stats:
+            out = dataclasses.replace(out, message=(out.message or "the model was not built")
+                                      + _not_written(self.model_file))
+        return out
+
+    def _outcome(self) -> Outcome:
         stats, bound = self.stats, self.bound
         stats["solve_time_s"] = self.deadline.elapsed()
         plan, T = self.best_plan, self.best_T
@@ -265,21 +371,27 @@ class _Search:
                        message=self.note or "time limit reached before optimality was proven")
 
 
-def _objective_range(tables: CostTables) -> float:
-    """An upper bound on the time of every plan the model holds (no plan known)."""
-    cand = candidate_stages(tables)
-    if not len(cand):
-        return 1.0
-    c_max = float(cand.compute_time.max())
-    u_max = q_max = 0.0
-    for b in range(1, tables.L):
-        for k1 in range(tables.K):
-            for k2 in range(k1, tables.K):
-                u_max = max(u_max, tables.occupancy(b, k1, k2))
-                q_max = max(q_max, tables.traversal(b, k1, k2))
-    s = max(1, max_stages(tables))
-    total = iteration_time(s * c_max + (s - 1) * q_max, max(c_max, u_max), tables.M)
-    return total if total > 0 else 1.0
+def heuristic_plan(tables: CostTables, deadline: Deadline):
+    """The best plan of the cheap heuristics, its time and its source.
+
+    The backward greedy (``d = t = 1`` stages; skipped when the instance does not allow
+    them) and the ``metis`` baseline (per-type ``d x t`` shapes, layers balanced by
+    throughput). Neither knows the optimum; ``(None, inf, None)`` if neither finds a plan.
+    """
+    from .baselines.balanced import metis
+
+    best, best_T, source = None, math.inf, None
+    par = tables.parallelism
+    if 1 in par.data_parallel and 1 in par.tensor_parallel:
+        best, best_T = best_greedy_plan(tables)
+        source = "greedy" if best is not None else None
+    with np.errstate(all="ignore"):  # extreme rates: the baseline's shares may be nan
+        out = metis(tables.instance, deadline=deadline)
+    if out.plan is not None:
+        ev = evaluate(tables.instance, out.plan)
+        if ev.feasible and ev.iteration_time_s < best_T:
+            best, best_T, source = out.plan, ev.iteration_time_s, "metis"
+    return best, best_T, source
 
 
 def _hint_plan(instance, hint, deadline: Deadline):
