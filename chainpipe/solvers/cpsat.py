@@ -134,7 +134,7 @@ def model_path(value) -> Path | None:
 
 def _not_written(path: Path | None) -> str:
     """What a message adds when ``write_model`` was asked but no model was built."""
-    return "" if path is None else f"; no model was built, {str(path)!r:.80} not written"
+    return "" if path is None else f"; no model was built, {str(path)!r} not written"
 
 
 def write_model_file(model, path: Path) -> None:
