@@ -385,8 +385,7 @@ def heuristic_plan(tables: CostTables, deadline: Deadline):
     if 1 in par.data_parallel and 1 in par.tensor_parallel:
         best, best_T = best_greedy_plan(tables)
         source = "greedy" if best is not None else None
-    with np.errstate(all="ignore"):  # extreme rates: the baseline's shares may be nan
-        out = metis(tables.instance, deadline=deadline)
+    out = metis(tables.instance, deadline=deadline)
     if out.plan is not None:
         ev = evaluate(tables.instance, out.plan)
         if ev.feasible and ev.iteration_time_s < best_T:

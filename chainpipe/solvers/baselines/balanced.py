@@ -26,7 +26,11 @@ def proportional_bounds(c: StageCosts, rates: list[float]) -> list[int]:
     S, L = len(rates), c.L
     prefix = c.sums.flop
     total = prefix[-1]
-    cum = np.cumsum(rates) / sum(rates)
+    rate_sum = float(sum(rates))
+    if 0 < rate_sum < np.inf:
+        cum = np.cumsum(rates) / rate_sum
+    else:  # rates that underflow or overflow in the sum: equal shares
+        cum = np.arange(1, S + 1) / S
     b = [0]
     for s in range(1, S):
         target = cum[s - 1] * total
