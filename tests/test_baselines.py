@@ -538,3 +538,19 @@ def test_sailor_pruning_loses_nothing(monkeypatch):
             assert full.status == res.status
             if res.status == "feasible":
                 assert res.iteration_time == full.iteration_time
+
+
+@pytest.mark.parametrize("rates", [[0.0, 0.0, 0.0], [1e308, 1e308, 1e308]])
+def test_proportional_shares_survive_rates_whose_sum_is_not_finite_and_positive(rates):
+    """Rates that underflow to 0 or overflow to inf in their sum give equal shares, with
+    no nan and no warning (metis used to warn with nan shares on extreme rates)."""
+    import warnings
+
+    from chainpipe.solvers.baselines.balanced import proportional_bounds
+    from chainpipe.solvers.baselines.stage_costs import StageCosts
+
+    inst = random_instance(3, max_layers=6)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        b = proportional_bounds(StageCosts(inst), rates)
+    assert b[0] == 0 and b[-1] == inst.num_layers and b == sorted(b) and len(b) == 4
