@@ -23,6 +23,8 @@ search repeats with a larger trial. The first trial that succeeds is exact.
 
 from __future__ import annotations
 
+from bisect import bisect_right
+
 import numpy as np
 
 from .. import cost
@@ -30,7 +32,8 @@ from ..deadline import Deadline, TimeUp
 from ..plan import Plan
 from ..result import OptionError, Outcome, number_option
 from ..tables import CostTables, fill_bound, fill_curve
-from .labels import HYBRID_TRIALS, TRIALS, across_usage, pareto3, pareto4, shifted_pareto
+from .labels import (HYBRID_TRIALS, TRIALS, across_usage, killers, pareto3, pareto4,
+                     shifted_pareto)
 
 
 def run(instance, *, deadline=None, seed=0, threads=1, log=None, upper_bound=None,
@@ -272,6 +275,12 @@ class _Search:
                 low_mx = min(lab[0] for lab in labels)
                 low_sm = min(lab[1] for lab in labels)
                 low_r = min(lab[3] for lab in labels)
+                # labels by bottleneck (the filters keep that order); a stage that lifts
+                # the first i to one bottleneck makes the later killers of each redundant
+                mxs = [lab[0] for lab in labels]
+                kill = killers(labels)
+                n_labels = len(labels)
+                alive_by_prefix: dict = {}
                 for g, k0, gl, u, U, Q in self._moves(b, key):
                     arrays = cands[g][b]
                     if arrays is None:
@@ -351,7 +360,18 @@ class _Search:
                             nkey = next_key[(k0, u, gl, w)] = (
                                 k0, u[:gl] + (u[gl] + w,) + u[gl + 1:])
                         bucket = last = None
-                        for idx, (mx, sm, p, rs, _) in enumerate(labels):
+                        top = c if c >= U else U
+                        i = bisect_right(mxs, top)
+                        if i > 1:
+                            order = alive_by_prefix.get(i)
+                            if order is None:
+                                order = alive_by_prefix[i] = [
+                                    j for j in range(i) if kill[j] >= i] + list(
+                                    range(i, n_labels))
+                        else:
+                            order = range(n_labels)
+                        for idx in order:
+                            mx, sm, p, rs, _ = labels[idx]
                             if need_at[p] > n:
                                 continue
                             nmx = mx if mx >= c else c

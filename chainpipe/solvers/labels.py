@@ -260,3 +260,43 @@ def _beats(a, b, a_first: bool, steady: int) -> bool:
     unless ``a`` is listed first."""
     return _dominates(a, b, steady) and (a_first or not _dominates(b, a, steady))
 
+
+
+def killers(labels: list) -> list[int]:
+    """Per label ``j`` (labels in non-decreasing bottleneck order), the first later label
+    that dominates it once both have the same bottleneck; ``len(labels)`` if none.
+
+    A stage whose ``C`` (or boundary) reaches the bottleneck of the first ``i`` labels
+    lifts them all to one bottleneck. Among their images ``A`` then dominates ``B`` when
+    ``p_A <= p_B`` and ``sm_A + max(r_A - r_B, 0) <= sm_B`` (the shifted rule of
+    :func:`shifted_pareto` with equal bottlenecks; with ``r = 0`` it is the plain rule),
+    and the relation survives the stage (``docs/dp.md``). So label ``j < i`` need not be
+    extended when ``killers[j] < i``: following killers ends at an extended label of the
+    first ``i`` that dominates it.
+    """
+    n = len(labels)
+    kill = [n] * n
+    if n < 2:
+        return kill
+    if n < _KILLERS_NUMPY:
+        for j in range(n - 1):
+            _mx, sm, p, r = labels[j][:4]
+            for i in range(j + 1, n):
+                a = labels[i]
+                if a[2] <= p and a[1] + (a[3] - r if a[3] > r else 0.0) <= sm:
+                    kill[j] = i
+                    break
+        return kill
+    sm = np.fromiter((lab[1] for lab in labels), float, n)
+    p = np.fromiter((lab[2] for lab in labels), np.int64, n)
+    r = np.fromiter((lab[3] for lab in labels), float, n)
+    # dom[i, j]: i dominates j, i later
+    dom = (sm[:, None] + np.maximum(r[:, None] - r[None, :], 0.0) <= sm[None, :])
+    dom &= p[:, None] <= p[None, :]
+    dom &= np.tri(n, k=-1, dtype=bool)
+    first = dom.argmax(axis=0)
+    return np.where(dom.any(axis=0), first, n).tolist()
+
+
+#: from this many labels on, :func:`killers` compares them in numpy
+_KILLERS_NUMPY = 16
