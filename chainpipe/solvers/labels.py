@@ -135,19 +135,24 @@ def _dominated_with_sync(layer_states: dict, keys: list) -> dict:
     rows = [(lab[0], lab[1], lab[2], lab[3], key, i)
             for key in keys for i, lab in enumerate(layer_states[key])]
     rows.sort(key=lambda r: (r[0], r[1], r[2], r[3], sum(r[4][1])))
-    n, width = len(rows), len(rows[0][4][1])
-    sums, syncs = np.empty(n), np.empty(n)
-    ps = np.empty(n, dtype=np.int64)
-    us = np.empty((n, width), dtype=np.int64)
+    n = len(rows)
+    # per kept row: sum, stages, sync, then the devices used per group (all exact floats)
+    kept_rows = np.empty((n, 3 + len(rows[0][4][1])))
     kept = 0
     drop: dict = {}
+    last = None  # the last dominator found: it usually dominates the next row too
     for _mx, sm, p, r, key, i in rows:
-        u = key[1]
-        if kept and ((sums[:kept] <= sm) & (ps[:kept] <= p) & (syncs[:kept] <= r)
-                     & np.all(us[:kept] <= u, axis=1)).any():
+        row = (sm, p, r) + key[1]
+        if last is not None and all(x <= y for x, y in zip(last, row)):
             drop.setdefault(key, set()).add(i)
             continue
-        sums[kept], ps[kept], syncs[kept], us[kept] = sm, p, r, u
+        if kept:
+            hit = np.flatnonzero((kept_rows[:kept] <= row).all(axis=1))
+            if len(hit):
+                last = kept_rows[hit[0]].tolist()
+                drop.setdefault(key, set()).add(i)
+                continue
+        kept_rows[kept] = row
         kept += 1
     return drop
 
@@ -167,10 +172,14 @@ def pareto4(labels: list) -> list:
     labels.sort(key=_FOUR)
     out: list = []
     kept: list = []
+    last = (math.inf, 0, 0.0)  # the last dominator found: it usually dominates the next too
     for lab in labels:
         sm, p, r = lab[1], lab[2], lab[3]
-        for ksm, kp, kr in kept:
-            if ksm <= sm and kp <= p and kr <= r:
+        if last[0] <= sm and last[1] <= p and last[2] <= r:
+            continue
+        for k in kept:
+            if k[0] <= sm and k[1] <= p and k[2] <= r:
+                last = k
                 break
         else:
             out.append(lab)
