@@ -183,7 +183,15 @@ class _Search:
                 rows = list(zip(starts[lo:hi].tolist(), c_all[lo:hi].tolist(),
                                 n_all[lo:hi].tolist(), w_all[lo:hi].tolist(),
                                 r_all[lo:hi].tolist(), cs[lo:hi].tolist()))
-                per_end[b] = (starts[lo:hi], c_all[lo:hi], r_all[lo:hi], w_all[lo:hi], rows)
+                a_b, w_b = starts[lo:hi], w_all[lo:hi]
+                by_width = None
+                if len(rows) >= _VECTOR_MIN:  # checked in numpy: the rows of each width
+                    by_width = []
+                    for wv in np.unique(w_b).tolist():
+                        sel = np.flatnonzero((w_b == wv) & (a_b > 0))
+                        if len(sel):
+                            by_width.append((wv, sel, a_b[sel]))
+                per_end[b] = (a_b, c_all[lo:hi], r_all[lo:hi], w_b, rows, by_width)
             ncand += len(cs)
         self.stats["candidate_stages"] = ncand
         return cands, t_max
@@ -236,14 +244,17 @@ class _Search:
         curves: dict = {}
 
         def needed_curve(k0, u, gl, w):
-            """The FLOP curve of the devices free on DCs <= k0 once a stage of w devices
-            of local group gl is placed on top of usage u."""
+            """Per prefix end ``a``, the least bottleneck under which the devices free on
+            DCs <= k0 once a stage of w devices of local group gl is placed on top of
+            usage u hold the FLOP of [0, a) (0 for a = 0): an array and a list."""
             key = (k0, u, gl, w)
             got = curves.get(key)
             if got is None:
                 here = [(h, true_count[h] - x - (w if self.local[h] == gl else 0))
                         for h, x in zip(self.groups_of[k0], u)]
-                got = curves[key] = capacity.curve(before_groups[k0], here)
+                need = capacity.needed(capacity.curve(before_groups[k0], here), flop_arr)
+                need[0] = 0.0
+                got = curves[key] = (need, need.tolist())
             return got
         # (k0, usage) -> (rate of the devices free on DCs <= k0, fill curve of the prefix)
         free_rate: dict = {}
@@ -285,7 +296,7 @@ class _Search:
                     arrays = cands[g][b]
                     if arrays is None:
                         continue
-                    a_arr, c_arr, r_arr, w_arr, rows = arrays
+                    a_arr, c_arr, r_arr, w_arr, rows, by_width = arrays
                     # devices still free on DCs <= k0 before this stage, weighted by rate
                     free_here = free_rate.get((k0, u))
                     if free_here is None:
@@ -322,8 +333,7 @@ class _Search:
                                 if flop[a] / avail > pm:
                                     pm = flop[a] / avail
                                 if capacity is not None:
-                                    held_by = needed_curve(k0, u, gl, w)
-                                    need_b = float(capacity.needed(held_by, flop[a]))
+                                    need_b = needed_curve(k0, u, gl, w)[1][a]
                                     if need_b > pm:
                                         pm = need_b
                             nmx = c if c >= low_u else low_u
@@ -338,11 +348,9 @@ class _Search:
                             pre_max = np.maximum(prefix_max_arr[k0][a_arr],
                                                  np.where(a_arr > 0, flop_arr[a_arr] / avail, 0))
                         if capacity is not None:  # the bottleneck the free devices need
-                            for wv in np.unique(w_arr).tolist():
-                                sel = (w_arr == wv) & (a_arr > 0)
-                                if sel.any():
-                                    pre_max[sel] = np.maximum(pre_max[sel], capacity.needed(
-                                        needed_curve(k0, u, gl, wv), flop_arr[a_arr[sel]]))
+                            for wv, sel, a_sel in by_width:
+                                pre_max[sel] = np.maximum(pre_max[sel],
+                                                          needed_curve(k0, u, gl, wv)[0][a_sel])
                         pre_sum = prefix_sum_arr[k0][a_arr]
                         if use_fill:
                             pre_sum = np.maximum(pre_sum, np.where(
