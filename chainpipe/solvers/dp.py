@@ -243,18 +243,29 @@ class _Search:
         before_groups = [[g for g in range(t.G) if t.group_dc[g] < k] for k in range(K)]
         curves: dict = {}
 
+        # a prefix [0, a) that does not stay inside DC k0 crosses a link at some boundary
+        # b' <= a between DCs k1 < k2 <= k0: its bottleneck is at least the least such
+        # occupancy and its fill gains at least the least such traversal (per k0 and a)
+        cross_u, cross_q = self._crossing_floors()
+        cap_limit = self.cap * (1 + 1e-12)
+
         def needed_curve(k0, u, gl, w):
-            """Per prefix end ``a``, the least bottleneck under which the devices free on
-            DCs <= k0 once a stage of w devices of local group gl is placed on top of
-            usage u hold the FLOP of [0, a) (0 for a = 0): an array and a list."""
+            """Per prefix end ``a``, once a stage of w devices of local group gl is placed
+            on top of usage u: a floor under the prefix's bottleneck (the least under which
+            the devices free on DCs <= k0 hold the FLOP of [0, a), and under which those of
+            DC k0 hold it unless the prefix crosses a link) and what its fill gains when
+            DC k0 cannot hold it under the cap (the crossing). Arrays and lists; 0 at a = 0."""
             key = (k0, u, gl, w)
             got = curves.get(key)
             if got is None:
                 here = [(h, true_count[h] - x - (w if self.local[h] == gl else 0))
                         for h, x in zip(self.groups_of[k0], u)]
                 need = capacity.needed(capacity.curve(before_groups[k0], here), flop_arr)
-                need[0] = 0.0
-                got = curves[key] = (need, need.tolist())
+                stay = capacity.needed(capacity.curve([], here), flop_arr)
+                need = np.maximum(need, np.minimum(stay, cross_u[k0]))
+                gain = np.where(stay > cap_limit, cross_q[k0], 0.0)
+                need[0] = gain[0] = 0.0
+                got = curves[key] = (need, need.tolist(), gain, gain.tolist())
             return got
         # (k0, usage) -> (rate of the devices free on DCs <= k0, fill curve of the prefix)
         free_rate: dict = {}
@@ -333,9 +344,10 @@ class _Search:
                                 if flop[a] / avail > pm:
                                     pm = flop[a] / avail
                                 if capacity is not None:
-                                    need_b = needed_curve(k0, u, gl, w)[1][a]
-                                    if need_b > pm:
-                                        pm = need_b
+                                    floors = needed_curve(k0, u, gl, w)
+                                    if floors[1][a] > pm:
+                                        pm = floors[1][a]
+                                    ps += floors[3][a]
                             nmx = c if c >= low_u else low_u
                             rr = r if r >= low_r else low_r
                             if iteration_time(low_sm + Q + c + ps, nmx if nmx >= pm else pm, M,
@@ -347,14 +359,15 @@ class _Search:
                         with np.errstate(divide="ignore", invalid="ignore"):
                             pre_max = np.maximum(prefix_max_arr[k0][a_arr],
                                                  np.where(a_arr > 0, flop_arr[a_arr] / avail, 0))
-                        if capacity is not None:  # the bottleneck the free devices need
-                            for wv, sel, a_sel in by_width:
-                                pre_max[sel] = np.maximum(pre_max[sel],
-                                                          needed_curve(k0, u, gl, wv)[0][a_sel])
                         pre_sum = prefix_sum_arr[k0][a_arr]
                         if use_fill:
                             pre_sum = np.maximum(pre_sum, np.where(
                                 a_arr > 0, np.interp(flop_arr[a_arr], curve_x, curve_y), 0.0))
+                        if capacity is not None:  # the bottleneck the free devices need
+                            for wv, sel, a_sel in by_width:
+                                floors = needed_curve(k0, u, gl, wv)
+                                pre_max[sel] = np.maximum(pre_max[sel], floors[0][a_sel])
+                                pre_sum[sel] += floors[2][a_sel]
                         nmx = np.maximum(np.maximum(c_arr, low_u), pre_max)
                         bound = iteration_time(low_sm + Q + c_arr + pre_sum, nmx, M,
                                                np.maximum(r_arr, low_r))
@@ -406,6 +419,26 @@ class _Search:
                             bucket.append(last)
         self.stats["labels"] = labels_total
         return states, best
+
+    def _crossing_floors(self):
+        """Per DC ``k0`` and prefix end ``a``: the least occupancy and the least traversal
+        of a boundary ``b' <= a`` between two DCs ``k1 < k2 <= k0`` (``inf`` for ``k0 = 0``
+        or ``a = 0``, where no prefix crosses a link)."""
+        t = self.t
+        occ, trv = t.boundary_occupancy, t.boundary_traversal
+        cross_u, cross_q = [], []
+        for k0 in range(t.K):
+            pairs = np.triu(np.ones((k0 + 1, k0 + 1), dtype=bool), 1)
+            if not pairs.any():
+                cross_u.append(np.full(t.L + 1, np.inf))
+                cross_q.append(np.full(t.L + 1, np.inf))
+                continue
+            u = occ[:, :k0 + 1, :k0 + 1][:, pairs].min(axis=1)
+            q = trv[:, :k0 + 1, :k0 + 1][:, pairs].min(axis=1)
+            u[0] = q[0] = np.inf
+            cross_u.append(np.minimum.accumulate(u))
+            cross_q.append(np.minimum.accumulate(q))
+        return cross_u, cross_q
 
     def _moves(self, b: int, key):
         """The next stage's groups before a state ``key = (k, u)`` at layer ``b``.
