@@ -248,6 +248,10 @@ class _Search:
         # occupancy and its fill gains at least the least such traversal (per k0 and a)
         cross_u, cross_q = self._crossing_floors()
         cap_limit = self.cap * (1 + 1e-12)
+        # what each datacenter's devices hold with every C <= cap (for the crossings a
+        # prefix needs: it spans at least as many DCs as the fewest that hold it)
+        dc_hold = [] if capacity is None else [
+            capacity.held(capacity.curve(self.groups_of[k], []), cap_limit) for k in range(K)]
 
         def needed_curve(k0, u, gl, w):
             """Per prefix end ``a``, once a stage of w devices of local group gl is placed
@@ -261,9 +265,17 @@ class _Search:
                 here = [(h, true_count[h] - x - (w if self.local[h] == gl else 0))
                         for h, x in zip(self.groups_of[k0], u)]
                 need = capacity.needed(capacity.curve(before_groups[k0], here), flop_arr)
-                stay = capacity.needed(capacity.curve([], here), flop_arr)
+                local = capacity.curve([], here)
+                stay = capacity.needed(local, flop_arr)
                 need = np.maximum(need, np.minimum(stay, cross_u[k0]))
-                gain = np.where(stay > cap_limit, cross_q[k0], 0.0)
+                # the fewest DCs whose devices hold [0, a) under the cap, less one: links
+                # crossed at distinct boundaries; at least one if DC k0 cannot hold it
+                held = np.cumsum(sorted(dc_hold[:k0] + [capacity.held(local, cap_limit)],
+                                        reverse=True))
+                crossings = np.minimum(np.searchsorted(held, flop_arr / _HOLD_SLACK), k0)
+                crossings = np.maximum(crossings, stay > cap_limit)
+                with np.errstate(invalid="ignore"):  # 0 crossings of no link: 0
+                    gain = np.where(crossings > 0, crossings * cross_q[k0], 0.0)
                 need[0] = gain[0] = 0.0
                 got = curves[key] = (need, need.tolist(), gain, gain.tolist())
             return got
@@ -549,6 +561,13 @@ class _LayerCapacity:
         for g, free in here:
             values = values + self.group_many(g, np.full(len(points), free), points)
         return points, values
+
+    @staticmethod
+    def held(curve, bottleneck: float) -> float:
+        """The FLOP a curve of :meth:`curve` holds under ``bottleneck``."""
+        points, values = curve
+        i = int(np.searchsorted(points, bottleneck, side="right")) - 1
+        return float(values[i]) if i >= 0 else 0.0
 
     @staticmethod
     def needed(curve, flop):
