@@ -32,8 +32,7 @@ from ..deadline import Deadline, TimeUp
 from ..plan import Plan
 from ..result import OptionError, Outcome, number_option
 from ..tables import CostTables, fill_bound, fill_curve
-from .labels import (HYBRID_TRIALS, TRIALS, across_usage, killers, pareto3, pareto4,
-                     shifted_pareto)
+from .labels import HYBRID_TRIALS, TRIALS, across_usage, killers, pareto3, pareto4, shifted_pareto
 
 
 def run(instance, *, deadline=None, seed=0, threads=1, log=None, upper_bound=None,
