@@ -258,14 +258,13 @@ class _Search:
             the devices free on DCs <= k0 hold the FLOP of [0, a), and under which those of
             DC k0 hold it unless the prefix crosses a link) and what its fill gains when
             DC k0 cannot hold it under the cap (the crossing). Arrays and lists; 0 at a = 0."""
-            key = (k0, u, gl, w)
-            got = curves.get(key)
+            nkey = next_key.get((k0, u, gl, w))
+            if nkey is None:
+                nkey = next_key[(k0, u, gl, w)] = (k0, u[:gl] + (u[gl] + w,) + u[gl + 1:])
+            got = curves.get(nkey)  # it depends on the usage after the stage only
             if got is None:
-                here = [(h, true_count[h] - x - (w if self.local[h] == gl else 0))
-                        for h, x in zip(self.groups_of[k0], u)]
-                need = capacity.needed(capacity.curve(before_groups[k0], here), flop_arr)
-                local = capacity.curve([], here)
-                stay = capacity.needed(local, flop_arr)
+                here = tuple((h, true_count[h] - x) for h, x in zip(self.groups_of[k0], nkey[1]))
+                need, stay, local = capacity.for_prefixes(before_groups[k0], here, flop_arr)
                 need = np.maximum(need, np.minimum(stay, cross_u[k0]))
                 # the fewest DCs whose devices hold [0, a) under the cap, less one: links
                 # crossed at distinct boundaries; at least one if DC k0 cannot hold it
@@ -276,7 +275,7 @@ class _Search:
                 with np.errstate(invalid="ignore"):  # 0 crossings of no link: 0
                     gain = np.where(crossings > 0, crossings * cross_q[k0], 0.0)
                 need[0] = gain[0] = 0.0
-                got = curves[key] = (need, need.tolist(), gain, gain.tolist())
+                got = curves[nkey] = (need, need.tolist(), gain, gain.tolist())
             return got
         # (k0, usage) -> (rate of the devices free on DCs <= k0, fill curve of the prefix)
         free_rate: dict = {}
@@ -537,6 +536,7 @@ class _LayerCapacity:
                         best[:, n] = np.maximum(best[:, n], best[:, n - w] + fmax[:, p])
             self.arrays.append((points, best))
         self._before: dict[tuple, tuple] = {}
+        self._prefixes: dict[tuple, tuple] = {}
         self.count = count
 
     def group_many(self, g: int, free: np.ndarray, bottleneck: np.ndarray) -> np.ndarray:
@@ -560,6 +560,19 @@ class _LayerCapacity:
         for g, free in here:
             values = values + self.group_many(g, np.full(len(points), free), points)
         return points, values
+
+    def for_prefixes(self, before: list[int], here: tuple, flop: np.ndarray):
+        """For every prefix FLOP in ``flop``: the least bottleneck under which every
+        device of the groups ``before`` and the free ones of ``here`` (as in :meth:`curve`)
+        hold it, the same for those of ``here`` alone, and the curve of ``here`` alone;
+        computed once per argument (every trial of a run asks for the same ones)."""
+        key = (tuple(before), here)
+        got = self._prefixes.get(key)
+        if got is None:
+            local = self.curve([], list(here))
+            got = self._prefixes[key] = (self.needed(self.curve(before, list(here)), flop),
+                                         self.needed(local, flop), local)
+        return got
 
     @staticmethod
     def held(curve, bottleneck: float) -> float:
