@@ -184,7 +184,8 @@ class _Search:
                                 r_all[lo:hi].tolist(), cs[lo:hi].tolist()))
                 a_b, w_b = starts[lo:hi], w_all[lo:hi]
                 by_width = None
-                if len(rows) >= _VECTOR_MIN:  # checked in numpy: the rows of each width
+                if self.capacity is not None and len(rows) >= _VECTOR_MIN:
+                    # the capacity floors are looked up in numpy for the rows of each width
                     by_width = []
                     for wv in np.unique(w_b).tolist():
                         sel = np.flatnonzero((w_b == wv) & (a_b > 0))
@@ -309,8 +310,9 @@ class _Search:
                 low_r = min(lab[3] for lab in labels)
                 # labels by bottleneck (the filters keep that order); a stage that lifts
                 # the first i to one bottleneck makes the later killers of each redundant
-                mxs = [lab[0] for lab in labels]
-                kill = killers(labels)
+                # (under parallelism: in version 1 it was measured to save no time)
+                mxs = [lab[0] for lab in labels] if sync else None
+                kill = killers(labels) if sync else None
                 n_labels = len(labels)
                 alive_by_prefix: dict = {}
                 for g, k0, gl, u, U, Q in self._moves(b, key):
@@ -391,18 +393,16 @@ class _Search:
                             nkey = next_key[(k0, u, gl, w)] = (
                                 k0, u[:gl] + (u[gl] + w,) + u[gl + 1:])
                         bucket = last = None
-                        top = c if c >= U else U
-                        i = bisect_right(mxs, top)
-                        if i > 1:
-                            order = alive_by_prefix.get(i)
-                            if order is None:
-                                order = alive_by_prefix[i] = [
-                                    j for j in range(i) if kill[j] >= i] + list(
-                                    range(i, n_labels))
-                        else:
-                            order = range(n_labels)
-                        for idx in order:
-                            mx, sm, p, rs, _ = labels[idx]
+                        pairs = enumerate(labels)
+                        if sync:
+                            i = bisect_right(mxs, c if c >= U else U)
+                            if i > 1:
+                                pairs = alive_by_prefix.get(i)
+                                if pairs is None:
+                                    pairs = alive_by_prefix[i] = [
+                                        (j, labels[j]) for j in range(i) if kill[j] >= i] + list(
+                                        zip(range(i, n_labels), labels[i:]))
+                        for idx, (mx, sm, p, rs, _) in pairs:
                             if need_at[p] > n:
                                 continue
                             nmx = mx if mx >= c else c
