@@ -270,7 +270,6 @@ def _beats(a, b, a_first: bool, steady: int) -> bool:
     return _dominates(a, b, steady) and (a_first or not _dominates(b, a, steady))
 
 
-
 def killers(labels: list) -> list[int]:
     """Per label ``j`` (labels in non-decreasing bottleneck order), the first later label
     that dominates it once both have the same bottleneck; ``len(labels)`` if none.
