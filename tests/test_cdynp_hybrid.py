@@ -253,20 +253,3 @@ def test_probe_option_is_a_boolean():
 
     with pytest.raises(OptionError, match="option 'probe' must be true or false"):
         solve(random_hybrid_instance(1), "cdynp", probe="yes")
-
-
-@pytest.mark.parametrize("seed", range(30))
-def test_flattened_at_follows_its_definition(seed):
-    """Against the definition, on both the loop and the numpy path, with many ties."""
-    import random
-
-    from chainpipe.solvers.cdynp.local import flattened_at
-
-    rng = random.Random(seed)
-    n = rng.choice([2, 5, 15, 16, 30])
-    labels = [(float(rng.randint(0, 4)), float(rng.randint(0, 4)), rng.randint(0, 3),
-               float(rng.randint(0, 2)), None) for _ in range(n)]
-    expect = [min((b[0] for b in labels[i + 1:]
-                   if b[1] <= a[1] and b[2] <= a[2] and b[3] <= a[3]), default=math.inf)
-              for i, a in enumerate(labels)]
-    assert flattened_at(labels) == expect

@@ -49,3 +49,25 @@ def test_across_usage_keeps_exactly_the_undominated(n_states, seed):
 def test_pareto3_respects_stage_counts():
     labs = [(1.0, 5.0, 2, "a"), (1.0, 5.0, 1, "b"), (2.0, 4.0, 3, "c"), (3.0, 4.0, 0, "d")]
     assert [lab[3] for lab in labels.pareto3(labs, 3)] == ["b", "c", "d"]
+
+
+def _killers_by_pairs(labs: list) -> list:
+    """The first later label that dominates each once both share a bottleneck: no more
+    stages, and a sum no larger even after paying for a larger synchronisation."""
+    n = len(labs)
+    out = []
+    for j, (_mx, sm, p, r) in enumerate(labs):
+        out.append(next((i for i in range(j + 1, n)
+                         if labs[i][2] <= p and labs[i][1] + max(labs[i][3] - r, 0.0) <= sm),
+                        n))
+    return out
+
+
+@pytest.mark.parametrize("n", [1, 2, 7, 15, 16, 40])
+@pytest.mark.parametrize("seed", range(5))
+def test_killers_is_the_first_later_dominator(n, seed):
+    rng = random.Random(seed * 100 + n)
+    # few distinct values, so ties are common; ordered by bottleneck as the DP keeps them
+    labs = sorted((float(rng.randint(1, 5)), float(rng.randint(1, 8)), rng.randint(0, 3),
+                   float(rng.randint(0, 3))) for _ in range(n))
+    assert labels.killers(labs) == _killers_by_pairs(labs)

@@ -23,6 +23,8 @@ search repeats with a larger trial. The first trial that succeeds is exact.
 
 from __future__ import annotations
 
+from bisect import bisect_right
+
 import numpy as np
 
 from .. import cost
@@ -35,6 +37,7 @@ from .labels import (
     TRIALS,
     across_usage,
     dominated_options,
+    killers,
     pareto3,
     pareto4,
     shifted_pareto,
@@ -188,7 +191,16 @@ class _Search:
                 rows = list(zip(starts[lo:hi].tolist(), c_all[lo:hi].tolist(),
                                 n_all[lo:hi].tolist(), w_all[lo:hi].tolist(),
                                 r_all[lo:hi].tolist(), cs[lo:hi].tolist()))
-                per_end[b] = (starts[lo:hi], c_all[lo:hi], r_all[lo:hi], w_all[lo:hi], rows)
+                a_b, w_b = starts[lo:hi], w_all[lo:hi]
+                by_width = None
+                if self.capacity is not None and len(rows) >= _VECTOR_MIN:
+                    # the capacity floors are looked up in numpy for the rows of each width
+                    by_width = []
+                    for wv in np.unique(w_b).tolist():
+                        sel = np.flatnonzero((w_b == wv) & (a_b > 0))
+                        if len(sel):
+                            by_width.append((wv, sel, a_b[sel]))
+                per_end[b] = (a_b, c_all[lo:hi], r_all[lo:hi], w_b, rows, by_width)
             ncand += len(cs)
         self.stats["candidate_stages"] = ncand
         return cands, t_max
@@ -240,15 +252,40 @@ class _Search:
         before_groups = [[g for g in range(t.G) if t.group_dc[g] < k] for k in range(K)]
         curves: dict = {}
 
+        # a prefix [0, a) that does not stay inside DC k0 crosses a link at some boundary
+        # b' <= a between DCs k1 < k2 <= k0: its bottleneck is at least the least such
+        # occupancy and its fill gains at least the least such traversal (per k0 and a)
+        cross_u, cross_q = self._crossing_floors()
+        cap_limit = self.cap * (1 + 1e-12)
+        # what each datacenter's devices hold with every C <= cap (for the crossings a
+        # prefix needs: it spans at least as many DCs as the fewest that hold it)
+        dc_hold = [] if capacity is None else [
+            capacity.held(capacity.curve(self.groups_of[k], []), cap_limit) for k in range(K)]
+
         def needed_curve(k0, u, gl, w):
-            """The FLOP curve of the devices free on DCs <= k0 once a stage of w devices
-            of local group gl is placed on top of usage u."""
-            key = (k0, u, gl, w)
-            got = curves.get(key)
+            """Per prefix end ``a``, once a stage of w devices of local group gl is placed
+            on top of usage u: a floor under the prefix's bottleneck (the least under which
+            the devices free on DCs <= k0 hold the FLOP of [0, a), and under which those of
+            DC k0 hold it unless the prefix crosses a link) and what its fill gains when
+            DC k0 cannot hold it under the cap (the crossing). Arrays and lists; 0 at a = 0."""
+            nkey = next_key.get((k0, u, gl, w))
+            if nkey is None:
+                nkey = next_key[(k0, u, gl, w)] = (k0, u[:gl] + (u[gl] + w,) + u[gl + 1:])
+            got = curves.get(nkey)  # it depends on the usage after the stage only
             if got is None:
-                here = [(h, true_count[h] - x - (w if self.local[h] == gl else 0))
-                        for h, x in zip(self.groups_of[k0], u)]
-                got = curves[key] = capacity.curve(before_groups[k0], here)
+                here = tuple((h, true_count[h] - x) for h, x in zip(self.groups_of[k0], nkey[1]))
+                need, stay, local = capacity.for_prefixes(before_groups[k0], here, flop_arr)
+                need = np.maximum(need, np.minimum(stay, cross_u[k0]))
+                # the fewest DCs whose devices hold [0, a) under the cap, less one: links
+                # crossed at distinct boundaries; at least one if DC k0 cannot hold it
+                held = np.cumsum(sorted(dc_hold[:k0] + [capacity.held(local, cap_limit)],
+                                        reverse=True))
+                crossings = np.minimum(np.searchsorted(held, flop_arr / _HOLD_SLACK), k0)
+                crossings = np.maximum(crossings, stay > cap_limit)
+                with np.errstate(invalid="ignore"):  # 0 crossings of no link: 0
+                    gain = np.where(crossings > 0, crossings * cross_q[k0], 0.0)
+                need[0] = gain[0] = 0.0
+                got = curves[nkey] = (need, need.tolist(), gain, gain.tolist())
             return got
         # (k0, usage) -> (rate of the devices free on DCs <= k0, fill curve of the prefix)
         free_rate: dict = {}
@@ -280,11 +317,18 @@ class _Search:
                 low_mx = min(lab[0] for lab in labels)
                 low_sm = min(lab[1] for lab in labels)
                 low_r = min(lab[3] for lab in labels)
+                # labels by bottleneck (the filters keep that order); a stage that lifts
+                # the first i to one bottleneck makes the later killers of each redundant
+                # (under parallelism: in version 1 it was measured to save no time)
+                mxs = [lab[0] for lab in labels] if sync else None
+                kill = killers(labels) if sync else None
+                n_labels = len(labels)
+                alive_by_prefix: dict = {}
                 for g, k0, gl, u, U, Q in self._moves(b, key):
                     arrays = cands[g][b]
                     if arrays is None:
                         continue
-                    a_arr, c_arr, r_arr, w_arr, rows = arrays
+                    a_arr, c_arr, r_arr, w_arr, rows, by_width = arrays
                     # devices still free on DCs <= k0 before this stage, weighted by rate
                     free_here = free_rate.get((k0, u))
                     if free_here is None:
@@ -321,10 +365,10 @@ class _Search:
                                 if flop[a] / avail > pm:
                                     pm = flop[a] / avail
                                 if capacity is not None:
-                                    held_by = needed_curve(k0, u, gl, w)
-                                    need_b = float(capacity.needed(held_by, flop[a]))
-                                    if need_b > pm:
-                                        pm = need_b
+                                    floors = needed_curve(k0, u, gl, w)
+                                    if floors[1][a] > pm:
+                                        pm = floors[1][a]
+                                    ps += floors[3][a]
                             nmx = c if c >= low_u else low_u
                             rr = r if r >= low_r else low_r
                             if iteration_time(low_sm + Q + c + ps, nmx if nmx >= pm else pm, M,
@@ -336,16 +380,15 @@ class _Search:
                         with np.errstate(divide="ignore", invalid="ignore"):
                             pre_max = np.maximum(prefix_max_arr[k0][a_arr],
                                                  np.where(a_arr > 0, flop_arr[a_arr] / avail, 0))
-                        if capacity is not None:  # the bottleneck the free devices need
-                            for wv in np.unique(w_arr).tolist():
-                                sel = (w_arr == wv) & (a_arr > 0)
-                                if sel.any():
-                                    pre_max[sel] = np.maximum(pre_max[sel], capacity.needed(
-                                        needed_curve(k0, u, gl, wv), flop_arr[a_arr[sel]]))
                         pre_sum = prefix_sum_arr[k0][a_arr]
                         if use_fill:
                             pre_sum = np.maximum(pre_sum, np.where(
                                 a_arr > 0, np.interp(flop_arr[a_arr], curve_x, curve_y), 0.0))
+                        if capacity is not None:  # the bottleneck the free devices need
+                            for wv, sel, a_sel in by_width:
+                                floors = needed_curve(k0, u, gl, wv)
+                                pre_max[sel] = np.maximum(pre_max[sel], floors[0][a_sel])
+                                pre_sum[sel] += floors[2][a_sel]
                         nmx = np.maximum(np.maximum(c_arr, low_u), pre_max)
                         bound = iteration_time(low_sm + Q + c_arr + pre_sum, nmx, M,
                                                np.maximum(r_arr, low_r))
@@ -359,7 +402,16 @@ class _Search:
                             nkey = next_key[(k0, u, gl, w)] = (
                                 k0, u[:gl] + (u[gl] + w,) + u[gl + 1:])
                         bucket = last = None
-                        for idx, (mx, sm, p, rs, _) in enumerate(labels):
+                        pairs = enumerate(labels)
+                        if sync:
+                            i = bisect_right(mxs, c if c >= U else U)
+                            if i > 1:
+                                pairs = alive_by_prefix.get(i)
+                                if pairs is None:
+                                    pairs = alive_by_prefix[i] = [
+                                        (j, labels[j]) for j in range(i) if kill[j] >= i] + list(
+                                        zip(range(i, n_labels), labels[i:]))
+                        for idx, (mx, sm, p, rs, _) in pairs:
                             if need_at[p] > n:
                                 continue
                             nmx = mx if mx >= c else c
@@ -386,6 +438,26 @@ class _Search:
                             bucket.append(last)
         self.stats["labels"] = labels_total
         return states, best
+
+    def _crossing_floors(self):
+        """Per DC ``k0`` and prefix end ``a``: the least occupancy and the least traversal
+        of a boundary ``b' <= a`` between two DCs ``k1 < k2 <= k0`` (``inf`` for ``k0 = 0``
+        or ``a = 0``, where no prefix crosses a link)."""
+        t = self.t
+        occ, trv = t.boundary_occupancy, t.boundary_traversal
+        cross_u, cross_q = [], []
+        for k0 in range(t.K):
+            pairs = np.triu(np.ones((k0 + 1, k0 + 1), dtype=bool), 1)
+            if not pairs.any():
+                cross_u.append(np.full(t.L + 1, np.inf))
+                cross_q.append(np.full(t.L + 1, np.inf))
+                continue
+            u = occ[:, :k0 + 1, :k0 + 1][:, pairs].min(axis=1)
+            q = trv[:, :k0 + 1, :k0 + 1][:, pairs].min(axis=1)
+            u[0] = q[0] = np.inf
+            cross_u.append(np.minimum.accumulate(u))
+            cross_q.append(np.minimum.accumulate(q))
+        return cross_u, cross_q
 
     def _moves(self, b: int, key):
         """The next stage's groups before a state ``key = (k, u)`` at layer ``b``.
@@ -473,6 +545,7 @@ class _LayerCapacity:
                         best[:, n] = np.maximum(best[:, n], best[:, n - w] + fmax[:, p])
             self.arrays.append((points, best))
         self._before: dict[tuple, tuple] = {}
+        self._prefixes: dict[tuple, tuple] = {}
         self.count = count
 
     def group_many(self, g: int, free: np.ndarray, bottleneck: np.ndarray) -> np.ndarray:
@@ -496,6 +569,26 @@ class _LayerCapacity:
         for g, free in here:
             values = values + self.group_many(g, np.full(len(points), free), points)
         return points, values
+
+    def for_prefixes(self, before: list[int], here: tuple, flop: np.ndarray):
+        """For every prefix FLOP in ``flop``: the least bottleneck under which every
+        device of the groups ``before`` and the free ones of ``here`` (as in :meth:`curve`)
+        hold it, the same for those of ``here`` alone, and the curve of ``here`` alone;
+        computed once per argument (every trial of a run asks for the same ones)."""
+        key = (tuple(before), here)
+        got = self._prefixes.get(key)
+        if got is None:
+            local = self.curve([], list(here))
+            got = self._prefixes[key] = (self.needed(self.curve(before, list(here)), flop),
+                                         self.needed(local, flop), local)
+        return got
+
+    @staticmethod
+    def held(curve, bottleneck: float) -> float:
+        """The FLOP a curve of :meth:`curve` holds under ``bottleneck``."""
+        points, values = curve
+        i = int(np.searchsorted(points, bottleneck, side="right")) - 1
+        return float(values[i]) if i >= 0 else 0.0
 
     @staticmethod
     def needed(curve, flop):

@@ -136,19 +136,24 @@ def _dominated_with_sync(layer_states: dict, keys: list) -> dict:
     rows = [(lab[0], lab[1], lab[2], lab[3], key, i)
             for key in keys for i, lab in enumerate(layer_states[key])]
     rows.sort(key=lambda r: (r[0], r[1], r[2], r[3], sum(r[4][1])))
-    n, width = len(rows), len(rows[0][4][1])
-    sums, syncs = np.empty(n), np.empty(n)
-    ps = np.empty(n, dtype=np.int64)
-    us = np.empty((n, width), dtype=np.int64)
+    n = len(rows)
+    # per kept row: sum, stages, sync, then the devices used per group (all exact floats)
+    kept_rows = np.empty((n, 3 + len(rows[0][4][1])))
     kept = 0
     drop: dict = {}
+    last = None  # the last dominator found: it usually dominates the next row too
     for _mx, sm, p, r, key, i in rows:
-        u = key[1]
-        if kept and ((sums[:kept] <= sm) & (ps[:kept] <= p) & (syncs[:kept] <= r)
-                     & np.all(us[:kept] <= u, axis=1)).any():
+        row = (sm, p, r) + key[1]
+        if last is not None and all(x <= y for x, y in zip(last, row)):
             drop.setdefault(key, set()).add(i)
             continue
-        sums[kept], ps[kept], syncs[kept], us[kept] = sm, p, r, u
+        if kept:
+            hit = np.flatnonzero((kept_rows[:kept] <= row).all(axis=1))
+            if len(hit):
+                last = kept_rows[hit[0]].tolist()
+                drop.setdefault(key, set()).add(i)
+                continue
+        kept_rows[kept] = row
         kept += 1
     return drop
 
@@ -305,3 +310,43 @@ def dominated_options(ok, C, N, R, W) -> np.ndarray:
             else:
                 dominated[c] |= no_worse & better
     return dominated
+
+
+def killers(labels: list) -> list[int]:
+    """Per label ``j`` (labels in non-decreasing bottleneck order), the first later label
+    that dominates it once both have the same bottleneck; ``len(labels)`` if none.
+
+    A stage whose ``C`` (or boundary) reaches the bottleneck of the first ``i`` labels
+    lifts them all to one bottleneck. Among their images ``A`` then dominates ``B`` when
+    ``p_A <= p_B`` and ``sm_A + max(r_A - r_B, 0) <= sm_B`` (the shifted rule of
+    :func:`shifted_pareto` with equal bottlenecks; with ``r = 0`` it is the plain rule),
+    and the relation survives the stage (``docs/dp.md``). So label ``j < i`` need not be
+    extended when ``killers[j] < i``: following killers ends at an extended label of the
+    first ``i`` that dominates it.
+    """
+    n = len(labels)
+    kill = [n] * n
+    if n < 2:
+        return kill
+    if n < _KILLERS_NUMPY:
+        for j in range(n - 1):
+            _mx, sm, p, r = labels[j][:4]
+            for i in range(j + 1, n):
+                a = labels[i]
+                if a[2] <= p and a[1] + (a[3] - r if a[3] > r else 0.0) <= sm:
+                    kill[j] = i
+                    break
+        return kill
+    sm = np.fromiter((lab[1] for lab in labels), float, n)
+    p = np.fromiter((lab[2] for lab in labels), np.int64, n)
+    r = np.fromiter((lab[3] for lab in labels), float, n)
+    # dom[i, j]: i dominates j, i later
+    dom = (sm[:, None] + np.maximum(r[:, None] - r[None, :], 0.0) <= sm[None, :])
+    dom &= p[:, None] <= p[None, :]
+    dom &= np.tri(n, k=-1, dtype=bool)
+    first = dom.argmax(axis=0)
+    return np.where(dom.any(axis=0), first, n).tolist()
+
+
+#: from this many labels on, :func:`killers` compares them in numpy
+_KILLERS_NUMPY = 16

@@ -31,44 +31,18 @@ import numpy as np
 
 from ... import cost
 from ...deadline import Deadline
-from ..labels import across_usage, dominated_options, pareto3, pareto4, shifted_pareto
+from ..labels import (
+    across_usage,
+    dominated_options,
+    killers,
+    pareto3,
+    pareto4,
+    shifted_pareto,
+)
 
 #: where a label's plan continues, ``(kind, i, j)``: ``OWN``: own label ``i``; ``IN``:
 #: point ``j`` of incoming entry ``i``; ``END``: the model ends after the label's stage
 OWN, IN, END = 0, 1, 2
-
-
-def flattened_at(labels: list) -> list[float]:
-    """Per label ``i`` of one state: the least bottleneck ``bn_j`` of a label ``j``
-    listed after it with no larger total, stage count or synchronisation (``inf`` if
-    none). Once a new stage's ``max(C, U)`` reaches ``bn_j``, ``j``'s image has the
-    bottleneck ``max(C, U)``, no more than ``i``'s, and is no worse than ``i``'s in
-    every other criterion (so it fits memory and the bound whenever ``i``'s does):
-    ``i``'s image need not be made, and since ``C`` only grows along a run of stages,
-    neither need the rest. (After the Pareto filter ``i`` survives ``j`` only by a
-    smaller bottleneck. "Listed after" keeps the relation acyclic: of two labels equal
-    but in bottleneck, one image is always made.)"""
-    n = len(labels)
-    if n < 2:
-        return [math.inf] * n
-    if n < _FLAT_NUMPY:
-        out = []
-        for i, (_bn, sm, r, s, _) in enumerate(labels):
-            out.append(min((lab[0] for lab in labels[i + 1:]
-                            if lab[1] <= sm and lab[2] <= r and lab[3] <= s), default=math.inf))
-        return out
-    bn = np.fromiter((lab[0] for lab in labels), float, n)
-    sm = np.fromiter((lab[1] for lab in labels), float, n)
-    r = np.fromiter((lab[2] for lab in labels), np.int64, n)
-    s = np.fromiter((lab[3] for lab in labels), float, n)
-    # later[i, j]: j is listed after i and no worse in total, stages and sync
-    later = (sm[None, :] <= sm[:, None]) & (r[None, :] <= r[:, None]) & (s[None, :] <= s[:, None])
-    later &= ~np.tri(n, dtype=bool)
-    return np.where(later, bn[None, :], np.inf).min(axis=1).tolist()
-
-
-#: from this many labels of a state on, :func:`flattened_at` compares them in numpy
-_FLAT_NUMPY = 16
 
 
 class DCRun:
@@ -224,6 +198,7 @@ class LocalDP(DCRun):
             if self._beam and len(labels) > self._beam:
                 labels = sorted(labels, key=lambda lab: cost.iteration_time(
                     lab[1], lab[0], self.M, lab[3]))[:self._beam]
+                labels.sort(key=lambda lab: lab[:4])  # by bottleneck again, for killers
             layer[key] = labels
         if len(layer) > 1:
             across_usage(layer, sync=self.sync)
@@ -267,7 +242,10 @@ class LocalDP(DCRun):
             U = u_x if internal else 0.0
             Q = q_x if internal else 0.0
             rl = refs[key]
-            flat = flattened_at(labels)
+            # a stage whose max(C, U) reaches the bottleneck of a label's killer lifts both
+            # to one bottleneck, and the killer's image then dominates (labels.killers)
+            n_labels = len(labels)
+            flat = [labels[k][0] if k < n_labels else math.inf for k in killers(labels)]
             for g in range(t.G):
                 free = count[g] - u[g]
                 for w, c, stages in cands[g][x]:
@@ -281,7 +259,7 @@ class LocalDP(DCRun):
                         ref = (rl[i], g, c)  # (parent ref, group, pair) until finalised
                         fi = flat[i]
                         if U >= fi:
-                            continue  # every image is another label's, or worse
+                            continue  # every image is dominated by its killer's
                         # along the stages C and R grow and memory shrinks: stop at the
                         # first that fails either, or whose C flattens this label
                         for a, ca, n, ra in stages:
