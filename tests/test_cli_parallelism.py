@@ -18,7 +18,7 @@ from helpers import brute_force, without_warnings
 
 VALID = Path(__file__).resolve().parent / "data" / "valid"
 V2 = VALID / "worked_example_v2.json"
-V1_ONLY = ("cdynp", "ilp-assign", "ilp-path", "cpsat")
+V1_ONLY = ("cdynp", "cpsat")
 REFUSAL = ("{} does not support data or tensor parallelism yet (training.parallelism allows "
            "d in [1, 2], t in [1, 2]); use dp")
 #: the worked example's optimum: two stages of d = 2 on the four devices (T = 16)
@@ -78,9 +78,9 @@ def test_cli_solve_with_a_v1_only_solver_is_status_error_exit_1(capsys):
     res = json.loads(out)
     assert (code, err, res["status"], res["plan"], res["message"]) == (
         1, "", "error", None, REFUSAL.format("cpsat"))
-    code, out, err = call(capsys, "solve", V2, "--solver", "ilp-path")
+    code, out, err = call(capsys, "solve", V2, "--solver", "cdynp")
     assert (code, err) == (1, "")
-    assert f"message         {REFUSAL.format('ilp-path')}" in out.splitlines()
+    assert f"message         {REFUSAL.format('cdynp')}" in out.splitlines()
 
 
 def test_cli_solvers_marks_which_take_parallelism(capsys):

@@ -10,6 +10,8 @@ no solver is imported. The public API (stable, used by ``ilp_assign``,
   position at or beyond it has the same in-flight count;
 - :class:`CandidateStages` / :func:`candidate_stages` -- every (group, layers, position
   class) stage that can appear in a feasible plan, memory pre-filtered;
+- :class:`CandidateOptions` / :func:`candidate_options` -- the same with the stage's
+  ``(d, t)`` option of its group (contract version 2), memory pre-filtered per device;
 - :func:`time_scale` -- a positive time unit that puts objectives at a chosen magnitude;
 - :data:`BOUND_RTOL` / :func:`safe_bound` -- how a solver's floating-point dual bound is
   turned into a bound that is valid for the true problem.
@@ -66,8 +68,17 @@ def memory_stage_cap(tables: CostTables) -> int | None:
     """
     if tables.schedule != "1f1b":
         return None
-    n_max = int(tables.max_in_flight.max()) if tables.G else -1
+    n_max = _widest_in_flight(tables)
     return max(n_max, 0) if n_max < tables.M else None
+
+
+def _widest_in_flight(tables: CostTables) -> int:
+    """The most microbatches any stage can stash on any group with any allowed ``(d, t)``
+    (``-1`` if none); with every stage on one device, ``tables.max_in_flight.max()``."""
+    if tables.single_device:
+        return int(tables.max_in_flight.max()) if tables.G else -1
+    return max((int(opt.max_in_flight.max()) for opt in map(tables.options, range(tables.G))
+                if opt.max_in_flight.size), default=-1)
 
 
 def max_stages(tables: CostTables) -> int:
@@ -181,3 +192,75 @@ def candidate_stages(tables: CostTables, positions: Positions | None = None) -> 
     compute = tables.compute_time[g, i, j] if len(g) else np.zeros(0)
     total = G * (L * (L + 1) // 2) * pos.count
     return CandidateStages(g, i, j, c, np.asarray(compute, dtype=float), pos, total)
+
+
+@dataclass(frozen=True)
+class CandidateOptions:
+    """Stage options ``[start, end)`` on group ``group`` with pair ``option`` of
+    :meth:`CostTables.options` and position class ``cls``, as arrays (contract version 2).
+
+    Every stage of every feasible plan is one of these; ``total`` counts the unfiltered
+    candidates ``sum_g pairs(g) * L (L + 1) / 2 * classes``.
+    """
+
+    group: np.ndarray  # int64, index into tables.groups
+    option: np.ndarray  # int64, index into tables.options(group)
+    start: np.ndarray  # int64, first layer
+    end: np.ndarray  # int64, one past the last layer
+    cls: np.ndarray  # int64, position class 1..positions.count
+    d: np.ndarray  # int64, data-parallel width
+    t: np.ndarray  # int64, tensor-parallel degree
+    compute_time: np.ndarray  # float64, C (seconds)
+    sync_time: np.ndarray  # float64, R (seconds)
+    positions: Positions
+    total: int
+
+    @property
+    def width(self) -> np.ndarray:
+        """Devices ``d * t`` of each candidate."""
+        return self.d * self.t
+
+    def __len__(self) -> int:
+        return int(self.group.shape[0])
+
+
+def candidate_options(tables: CostTables, positions: Positions | None = None
+                      ) -> CandidateOptions:
+    """Every stage option that can appear in a feasible plan, filtered with numpy.
+
+    The filters of :func:`candidate_stages`, per ``(d, t)`` pair: memory per device
+    (``in_flight(c) > options(g).max_in_flight[o, i, j]``), the ending rules, and room
+    after the stage (``c - 1`` layers and ``c - 1`` further devices in its datacenter or
+    later ones); in addition the option's own ``d * t`` devices must exist there too.
+    """
+    pos = positions or position_classes(tables)
+    L = tables.L
+    ii, jj = np.triu_indices(L + 1, 1)
+    dc_devices = np.bincount(tables.group_dc, weights=tables.count, minlength=tables.K)
+    devices_from = np.cumsum(dc_devices[::-1])[::-1]
+    cols: list[list[np.ndarray]] = [[] for _ in range(9)]
+    total = 0
+    for g in range(tables.G):
+        opt = tables.options(g)
+        n_opt = int(opt.d.shape[0])
+        total += n_opt * (L * (L + 1) // 2) * pos.count
+        if n_opt == 0:
+            continue
+        room = devices_from[tables.group_dc[g]]
+        for c in range(1, pos.count + 1):
+            need = pos.in_flight(c)
+            fits = opt.max_in_flight[:, ii, jj] >= need  # [o, pair]
+            ends = jj == L
+            ok_end = (ends & pos.may_end(c)) | (~ends & pos.may_continue(c))
+            ok_room = (L - jj) >= (c - 1)
+            ok_dev = room >= opt.width + (c - 1)  # [o]
+            o_idx, pair = np.nonzero(fits & (ok_end & ok_room)[None, :] & ok_dev[:, None])
+            i, j = ii[pair], jj[pair]
+            for col, v in zip(cols, (np.full(o_idx.shape, g), o_idx, i, j,
+                                     np.full(o_idx.shape, c), opt.d[o_idx], opt.t[o_idx],
+                                     opt.compute_time[o_idx, i, j], opt.sync_time[o_idx, i, j])):
+                col.append(v)
+    arrays = [np.concatenate(col) if col else np.zeros(0) for col in cols]
+    ints = [a.astype(np.int64) for a in arrays[:7]]
+    floats = [np.asarray(a, dtype=float) for a in arrays[7:]]
+    return CandidateOptions(*ints, *floats, positions=pos, total=total)

@@ -2,7 +2,8 @@
 
 Nodes are ``In(i, c, k)`` (a stage of position class ``c`` starts at layer ``i`` in
 datacenter ``k``) and ``Out(j, c, k)`` (a stage of class ``c`` in datacenter ``k``
-ended at layer ``j``). A *stage arc* ``x_a``, ``a = (g, i, j, c)``, goes from
+ended at layer ``j``). A *stage arc* ``x_a``, ``a = (g, o, i, j, c)`` with ``o`` a
+``(d, t)`` option of group ``g`` (contract version 2), goes from
 ``In(i, c, dc(g))`` to ``Out(j, c, dc(g))``; a *boundary arc* ``y_b``,
 ``b = (j, c, c', k1, k2)`` with ``k1 <= k2`` and ``c'`` a successor class of ``c``,
 goes from ``Out(j, c, k1)`` to ``In(j, c', k2)`` and carries the link costs of the
@@ -27,9 +28,9 @@ from ..plan import Plan
 from ..tables import CostTables
 from .common import (
     OBJECTIVE_MAGNITUDE,
-    CandidateStages,
+    CandidateOptions,
     Positions,
-    candidate_stages,
+    candidate_options,
     position_classes,
     time_scale,
 )
@@ -99,7 +100,7 @@ class PathFormulation:
         self.check = check or no_check
         self.scale = time_scale(tables, OBJECTIVE_MAGNITUDE)
         self.positions = position_classes(tables)
-        self.candidates: CandidateStages = candidate_stages(tables, self.positions)
+        self.candidates: CandidateOptions = candidate_options(tables, self.positions)
         self._prune()
         cover_nnz = int(np.sum(self.arc_end - self.arc_start)) if self.n_arcs else 0
         if bottleneck == "auto":
@@ -132,6 +133,11 @@ class PathFormulation:
             keep = new
         idx = np.nonzero(keep)[0]
         self.arc_group = cand.group[idx]
+        self.arc_option = cand.option[idx]
+        self.arc_d = cand.d[idx]
+        self.arc_t = cand.t[idx]
+        self.arc_width = cand.width[idx]
+        self.arc_sync = cand.sync_time[idx]
         self.arc_start = cand.start[idx]
         self.arc_end = cand.end[idx]
         self.arc_cls = cand.cls[idx]
@@ -174,6 +180,8 @@ class PathFormulation:
         # boundary arcs are continuous: integral stage arcs force them integral
         self.y = [var(f"y_{b}", 0, 1) for b in self._checked(len(self.boundary))]
         self.B = var("bottleneck", 0)
+        # the synchronisation max_s R_s (only when some arc has R > 0)
+        self.R = var("sync", 0) if (self.arc_sync > 0).any() else None
 
     # ------------------------------------------------------------------ constraints
     def constraints_flow(self) -> None:
@@ -216,15 +224,38 @@ class PathFormulation:
             prob += expr == 0, "out_{}_{}_{}".format(*node)
 
     def constraints_devices(self) -> None:
-        """At most ``count_g`` stages on group ``g``."""
+        """At most ``count_g`` devices on group ``g``: ``sum_a d_a t_a x_a <= count_g``
+        (omitted when it cannot bind)."""
         import pulp
 
         by_group = defaultdict(list)
         for a in range(self.n_arcs):
-            by_group[int(self.arc_group[a])].append(self.x[a])
-        for g, xs in sorted(by_group.items()):
-            if len(xs) > self.tables.count[g]:
-                self.problem += pulp.lpSum(xs) <= int(self.tables.count[g]), f"count_{g}"
+            by_group[int(self.arc_group[a])].append((self.x[a], float(self.arc_width[a])))
+        for g, terms in sorted(by_group.items()):
+            if sum(w for _x, w in terms) > self.tables.count[g]:
+                self.problem += (pulp.LpAffineExpression(terms) <= int(self.tables.count[g]),
+                                 f"count_{g}")
+
+    def _stage_rows(self, coef: np.ndarray) -> dict:
+        """Terms ``coef_a x_a`` grouped by row: per covered layer (``"layer"`` rows) or
+        per In node (``"node"`` rows); arcs with a zero coefficient are left out."""
+        rows = defaultdict(list)
+        if self.bottleneck_rows == "layer":
+            for a in range(self.n_arcs):
+                if a % 1000 == 0:
+                    self.check()
+                if coef[a] == 0:
+                    continue
+                term = (self.x[a], float(coef[a]))
+                for l in range(int(self.arc_start[a]), int(self.arc_end[a])):
+                    rows[("layer", l)].append(term)
+        else:
+            for a in range(self.n_arcs):
+                if coef[a] != 0:
+                    key = ("node", int(self.arc_start[a]), int(self.arc_cls[a]),
+                           int(self.arc_dc[a]))
+                    rows[key].append((self.x[a], float(coef[a])))
+        return rows
 
     def constraints_bottleneck(self) -> None:
         """``B >= C`` of every stage and ``B >= U`` of every boundary (scaled times).
@@ -238,19 +269,7 @@ class PathFormulation:
         import pulp
 
         prob, t = self.problem, self.tables
-        coef = self.arc_compute / self.scale
-        rows = defaultdict(list)
-        if self.bottleneck_rows == "layer":
-            for a in range(self.n_arcs):
-                if a % 1000 == 0:
-                    self.check()
-                term = (self.x[a], float(coef[a]))
-                for l in range(int(self.arc_start[a]), int(self.arc_end[a])):
-                    rows[("layer", l)].append(term)
-        else:
-            for a in range(self.n_arcs):
-                key = ("node", int(self.arc_start[a]), int(self.arc_cls[a]), int(self.arc_dc[a]))
-                rows[key].append((self.x[a], float(coef[a])))
+        rows = self._stage_rows(self.arc_compute / self.scale)
         for b, (j, _c, _c2, k1, k2) in enumerate(self.boundary):
             u = t.occupancy(j, k1, k2) / self.scale
             if u > 0:
@@ -260,9 +279,22 @@ class PathFormulation:
             expr = pulp.LpAffineExpression(rows[key] + [(self.B, -1.0)])
             prob += expr <= 0, f"bottleneck_{n}"
 
+    def constraints_sync(self) -> None:
+        """``R >= R_a`` of every chosen stage (scaled), by the rows of the bottleneck:
+        ``R >= sum_{a covers l} R_a x_a`` per layer (or per In node)."""
+        import pulp
+
+        if self.R is None:
+            return
+        rows = self._stage_rows(self.arc_sync / self.scale)
+        for n, key in enumerate(sorted(rows)):
+            self.check()
+            self.problem += pulp.LpAffineExpression(rows[key] + [(self.R, -1.0)]) <= 0, \
+                f"sync_{n}"
+
     # ------------------------------------------------------------------ objective
     def objective(self) -> None:
-        """``(sum_a C_a x_a + sum_b Q_b y_b + (M - 1) B) / time_scale``."""
+        """``(sum_a C_a x_a + sum_b Q_b y_b + (M - 1) B + R) / time_scale``."""
         import pulp
 
         t = self.tables
@@ -276,6 +308,8 @@ class PathFormulation:
                 terms.append((self.y[b], float(q)))
         if t.M > 1:
             terms.append((self.B, float(steady_state(t.M, 1.0))))
+        if self.R is not None:
+            terms.append((self.R, 1.0))
         self.problem.setObjective(pulp.LpAffineExpression(terms))
 
     # ------------------------------------------------------------------ build/decode
@@ -289,6 +323,7 @@ class PathFormulation:
         self.constraints_flow()
         self.constraints_devices()
         self.constraints_bottleneck()
+        self.constraints_sync()
         self.objective()
         return self.problem
 
@@ -304,7 +339,8 @@ class PathFormulation:
         return Plan.from_tuples(
             self.tables.instance,
             [(int(self.arc_start[a]), int(self.arc_end[a]), groups[int(self.arc_group[a])].dc,
-              groups[int(self.arc_group[a])].index) for a in chosen],
+              groups[int(self.arc_group[a])].index, int(self.arc_d[a]), int(self.arc_t[a]))
+             for a in chosen],
         )
 
 
