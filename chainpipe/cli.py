@@ -29,7 +29,7 @@ from .instances.network import check_degrade
 from .io import instance_to_dict, read, read_plan, write, write_plan
 from .names import unknown_name
 from .numeric import jsonable
-from .paths import MANIFEST, instance_files, refuse_overwrite
+from .paths import MANIFEST, instance_files, refuse_overwrite, same_file
 from .plan import evaluate
 from .result import OptionError
 from .solve import SOLVERS
@@ -215,12 +215,17 @@ def cmd_solve(args) -> int:
     """``chainpipe solve INSTANCE --solver NAME``: the result, and the plan with ``--plan-out``."""
     from .solve import solve
 
-    refuse_overwrite({"--plan-out": args.plan_out}, [args.instance], {"--trace": args.trace})
+    options = solver_options(args.option)
+    model_file = options.get("write_model")
+    refuse_overwrite({"--plan-out": args.plan_out,
+                      "-O write_model": model_file if isinstance(model_file, str) else None},
+                     [args.instance], {"--trace": args.trace})
     if args.plan_out and Path(args.plan_out).is_dir():
         raise InstanceError([f"--plan-out: {args.plan_out} is a directory; give a file name"])
+    if args.plan_out and isinstance(model_file, str) and same_file(args.plan_out, model_file):
+        raise InstanceError([f"-O write_model: {model_file} is also --plan-out; give two files"])
     if args.trace and Path(args.trace).exists() and not Path(args.trace).is_dir():
         raise InstanceError([f"--trace: {args.trace} is a file; give a directory"])
-    options = solver_options(args.option)
     if args.trace:
         if args.solver != "cdynp":
             raise InstanceError(["--trace: only the cdynp solver exchanges messages"])

@@ -10,7 +10,11 @@ deadline, seed, threads, log, **options) -> Outcome``. Options:
 - ``relax``: solve the LP relaxation only and report its value as ``lower_bound``
   (status ``no_solution``; the formulation study's LP bound);
 - ``msg``: send the backend's log to standard error when no ``log`` is given;
-- ``bottleneck`` (``ilp-path`` only): ``"auto"``, ``"layer"`` or ``"node"`` rows.
+- ``bottleneck`` (``ilp-path`` only): ``"auto"``, ``"layer"`` or ``"node"`` rows;
+- ``write_model``: a file to write the built MIP to, as CPLEX LP (``.lp``) or MPS
+  (``.mps``) by its suffix, with PuLP's named variables, atomically (before the solve, so
+  it is there even when the solve runs out of time); another solver (Gurobi, SCIP,
+  HiGHS) can read it. Its objective is ``T`` divided by ``stats["time_scale_s"]``.
 
 The time limit covers the whole solve: the formulation checks the deadline while it
 builds the model and while it is turned into arrays; the backend gets what is left
@@ -29,12 +33,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
 from ..deadline import Deadline, TimeUp
 from ..formulations.common import safe_bound
 from ..instance import Instance
+from ..io import atomic_write
 from ..plan import evaluate
 from ..result import OptionError, Outcome
 from ..tables import CostTables
@@ -45,16 +51,22 @@ BACKENDS = ("highs", "cbc")
 MAX_COEFFICIENT = 1e15
 
 
+#: model file formats ``write_model`` writes, by suffix
+MODEL_SUFFIXES = (".lp", ".mps")
+
+
 def run_assign(instance: Instance, *, deadline: Deadline | None = None, seed: int = 0, log=None,
-               threads: int = 1, **options) -> Outcome:
+               threads: int = 1, write_model=None, **options) -> Outcome:
     """The assignment ILP (layers -> stage slots -> device groups)."""
-    return _run("ilp-assign", instance, Deadline.of(deadline), seed, threads, log, options)
+    return _run("ilp-assign", instance, Deadline.of(deadline), seed, threads, log,
+                dict(options, write_model=write_model))
 
 
 def run_path(instance: Instance, *, deadline: Deadline | None = None, seed: int = 0, log=None,
-             threads: int = 1, **options) -> Outcome:
+             threads: int = 1, write_model=None, **options) -> Outcome:
     """The path ILP (candidate stages as arcs of a layered network)."""
-    return _run("ilp-path", instance, Deadline.of(deadline), seed, threads, log, options)
+    return _run("ilp-path", instance, Deadline.of(deadline), seed, threads, log,
+                dict(options, write_model=write_model))
 
 
 @dataclass(frozen=True)
@@ -63,6 +75,7 @@ class _Options:
     relax: bool
     msg: bool
     bottleneck: str
+    write_model: Path | None
 
 
 def _options(name: str, options: dict) -> _Options:
@@ -71,13 +84,38 @@ def _options(name: str, options: dict) -> _Options:
     relax = _flag(options.pop("relax", False))
     msg = _flag(options.pop("msg", False))
     bottleneck = options.pop("bottleneck", "auto")
+    write_model = _model_path(name, options.pop("write_model", None))
     if backend not in BACKENDS:
         raise OptionError(f"{name}: unknown backend {backend!r}; use one of {', '.join(BACKENDS)}")
     if name == "ilp-assign" and bottleneck != "auto":
         raise OptionError(f"{name}: option 'bottleneck' applies to ilp-path only")
     if options:
         raise OptionError(f"{name}: unknown option(s) {', '.join(sorted(options))}")
-    return _Options(backend, relax, msg, bottleneck)
+    return _Options(backend, relax, msg, bottleneck, write_model)
+
+
+def _model_path(name: str, value) -> Path | None:
+    """The ``write_model`` file, its suffix checked (``None``: no file)."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise OptionError(f"{name}: option 'write_model' takes a file name ending in "
+                          f"{' or '.join(MODEL_SUFFIXES)}, got {value!r}")
+    path = Path(value)
+    if path.suffix.lower() not in MODEL_SUFFIXES:
+        raise OptionError(f"{name}: option 'write_model' writes {' or '.join(MODEL_SUFFIXES)} "
+                          f"files (by the suffix); {value!r} has neither")
+    if path.is_dir():
+        raise OptionError(f"{name}: option 'write_model': {value!r} is a directory; "
+                          "give a file name")
+    return path
+
+
+def write_model_file(problem, path: Path) -> Path:
+    """Write a built PuLP ``problem`` to ``path`` as LP or MPS (by the suffix), atomically."""
+    if path.suffix.lower() == ".mps":
+        return atomic_write(path, lambda tmp: problem.writeMPS(str(tmp)))
+    return atomic_write(path, lambda tmp: problem.writeLP(str(tmp)))
 
 
 def _flag(value) -> bool:
@@ -121,6 +159,14 @@ def _run(name: str, instance: Instance, deadline: Deadline, seed, threads, log, 
             f"times in the model differ by more than the backends represent); dp and cpsat "
             "take them"))
     stats["time_scale_s"] = form.scale
+    if opts.write_model is not None:
+        try:
+            write_model_file(form.problem, opts.write_model)
+        except OSError as exc:
+            return Outcome("error", stats=stats, message=(
+                f"{name}: cannot write the model to {str(opts.write_model)!r}: "
+                f"{exc.strerror or exc}"))
+        stats["model_file"] = str(opts.write_model)
 
     t1 = deadline.elapsed()
     try:
