@@ -136,6 +136,33 @@ def position_classes(tables: CostTables) -> Positions:
     return Positions(count, s_max > count, "1f1b", tables.M)
 
 
+def memory_position_classes(tables: CostTables) -> Positions:
+    """:func:`position_classes` with the saturating class as low as memory allows.
+
+    Under 1F1B a stage at position ``p`` fits iff ``min(M, p) <= max_in_flight``. If no
+    stage option of any group has ``n <= max_in_flight < n(count)`` then every option fits
+    at all positions ``>= n`` or at none of them, so those positions need not be told
+    apart: one saturating class ``c* = 1 + max{max_in_flight < n(count)}`` stands for them
+    all (exact: the candidate filter at ``c*`` keeps the same options as at any position
+    above). Without any such value, ``c* = 1``: one class, as under gpipe.
+    """
+    pos = position_classes(tables)
+    if pos.schedule != "1f1b" or pos.count <= 1:
+        return pos
+    top = pos.in_flight(pos.count)
+    below = -1
+    for g in range(tables.G):
+        mif = (tables.options(g).max_in_flight if not tables.single_device
+               else tables.max_in_flight[g][None])
+        small = mif[(mif < top) & (mif >= 0)]
+        if small.size:
+            below = max(below, int(small.max()))
+    count = max(below + 1, 1)
+    if count >= pos.count:
+        return pos
+    return Positions(count, True, "1f1b", tables.M)
+
+
 @dataclass(frozen=True)
 class CandidateStages:
     """Stages ``[start, end)`` on group ``group`` with position class ``cls``, as arrays.
@@ -264,3 +291,42 @@ def candidate_options(tables: CostTables, positions: Positions | None = None
     ints = [a.astype(np.int64) for a in arrays[:7]]
     floats = [np.asarray(a, dtype=float) for a in arrays[7:]]
     return CandidateOptions(*ints, *floats, positions=pos, total=total)
+
+
+def undominated(cand: CandidateOptions) -> np.ndarray:
+    """Mask of the candidates no other option of the same stage dominates.
+
+    Candidate ``(g, o, i, j, c)`` is dominated by ``(g, o', i, j, c)`` when ``o'`` takes
+    no more devices and has no larger ``C`` and no larger ``R`` (ties: the lower option
+    index is kept). Dropping it loses no optimum: in any plan the stage can switch to
+    ``o'`` (same group, fewer or as many devices, memory fits since ``o'`` is a
+    candidate at the same class) without raising any term of ``T``.
+    """
+    keep = np.ones(len(cand), dtype=bool)
+    if len(cand) == 0:
+        return keep
+    L1, C1 = int(cand.end.max()) + 1, int(cand.cls.max()) + 1
+    cell = (cand.start * L1 + cand.end) * C1 + cand.cls  # the stage (i, j, c)
+    for g in np.unique(cand.group):
+        mine = np.nonzero(cand.group == g)[0]
+        n_opt = int(cand.option[mine].max()) + 1
+        present = np.zeros((n_opt, L1 * L1 * C1), dtype=bool)
+        C = np.full(present.shape, np.inf)
+        R = np.full(present.shape, np.inf)
+        width = np.zeros(n_opt)
+        o, x = cand.option[mine], cell[mine]
+        present[o, x] = True
+        C[o, x] = cand.compute_time[mine]
+        R[o, x] = cand.sync_time[mine]
+        width[o] = cand.width[mine]
+        dominated = np.zeros(present.shape, dtype=bool)
+        for a in range(n_opt):  # does option a dominate option b on each stage?
+            for b in range(n_opt):
+                if a == b or width[a] > width[b]:
+                    continue
+                le = present[a] & (C[a] <= C[b]) & (R[a] <= R[b])
+                if width[a] == width[b] and a > b:  # a tie goes to the lower index
+                    le &= (C[a] < C[b]) | (R[a] < R[b])
+                dominated[b] |= le
+        keep[mine] = ~dominated[o, x]
+    return keep
