@@ -12,12 +12,20 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from chainpipe import read
 from chainpipe.cli import main
+from chainpipe.formulations.common import (
+    candidate_options,
+    memory_position_classes,
+    position_classes,
+    undominated,
+)
 from chainpipe.plan import evaluate
 from chainpipe.solve import solve
+from chainpipe.tables import CostTables
 from helpers import brute_force_hybrid, random_hybrid_instance, without_warnings
 
 COMBOS = [(s, b) for s in ("ilp-assign", "ilp-path") for b in ("highs", "cbc")]
@@ -134,7 +142,7 @@ def _highs_optimum(path: Path) -> float:
 @pytest.mark.parametrize("solver", ["ilp-assign", "ilp-path"])
 @pytest.mark.parametrize("suffix", [".lp", ".mps"])
 def test_written_model_is_read_back_by_highs_with_the_same_optimum(tmp_path, solver, suffix):
-    inst = read(HYBRID_SMALL[0])
+    inst = read(HYBRID_SMALL[2])  # the one-DC instance: quick for both formulations
     out = tmp_path / f"model{suffix}"
     r = solve(inst, solver, write_model=str(out))
     assert r.status == "optimal" and r.stats["model_file"] == str(out)
@@ -181,3 +189,77 @@ def test_cli_write_model_writes_the_file(tmp_path, capsys):
     out, _err = capsys.readouterr()
     assert code == 0 and json.loads(out)["status"] == "optimal"
     assert out_file.read_text().startswith("\\* chainpipe_path *\\")
+
+
+# --------------------------------------------------------------------------- strengthenings
+VARIANTS = [{"dominance": False}, {"start": False}, {"prune": False},
+            {"dominance": False, "start": False, "prune": False}]
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_path_strengthenings_each_off_still_prove_the_optimum(seed):
+    inst = random_hybrid_instance(100 + seed)
+    best, _ = brute_force_hybrid(inst)
+    for options in VARIANTS:
+        r = solve(inst, "ilp-path", **options)
+        if math.isinf(best):
+            assert r.status == "infeasible", options
+        else:
+            assert r.status == "optimal" and _close(r.iteration_time, best), (options, r.status)
+
+
+def test_pruning_and_start_on_a_medium_instance():
+    """The heuristic plan prunes arcs and starts HiGHS; the optimum is the DP's."""
+    inst = read(ROOT / "instances" / "medium" / "medium-01-metro.json")
+    ref = solve(inst, "dp")
+    r = solve(inst, "ilp-path", time_limit=60)
+    assert r.status == "optimal" and _close(r.iteration_time, ref.iteration_time)
+    st = r.stats
+    assert st["mip_start"] is True and st["heuristic"] and st["heuristic_T_s"] >= ref.iteration_time
+    assert st["stage_arcs_over_bound"] > 0 and st["stage_arcs"] < st["stage_arcs_after_filter"]
+    plain = solve(inst, "ilp-path", prune=False, start=False, relax=True).stats
+    assert plain["stage_arcs_over_bound"] == 0 and "heuristic" not in plain
+
+
+def test_dominated_options_are_dropped_and_one_of_equals_kept():
+    inst = read(V2)
+    t = CostTables(inst)
+    cand = candidate_options(t)
+    keep = undominated(cand)
+    assert 0 < keep.sum() < len(cand)
+    stages = {}
+    for n in range(len(cand)):
+        stages.setdefault((cand.group[n], cand.start[n], cand.end[n], cand.cls[n]), []).append(n)
+    for members in stages.values():
+        kept = [n for n in members if keep[n]]
+        assert kept  # every stage keeps an option
+        for n in members:  # and each dropped one is dominated by a kept one
+            if not keep[n]:
+                assert any(cand.width[k] <= cand.width[n]
+                           and cand.compute_time[k] <= cand.compute_time[n]
+                           and cand.sync_time[k] <= cand.sync_time[n] for k in kept)
+
+
+def test_memory_position_classes_saturate_where_memory_stops_binding():
+    """The 1F1B classes stop where no option's in-flight limit lies below the top count:
+    never more classes than without memory, and fewer on some random instances (whose
+    optima the path ILP proves above with these classes)."""
+    fewer = 0
+    for seed in range(64):
+        t = CostTables(random_hybrid_instance(seed))
+        full, pos = position_classes(t), memory_position_classes(t)
+        assert pos.count <= full.count
+        if pos.count < full.count:
+            fewer += 1
+            assert pos.saturating and pos.schedule == "1f1b"
+            limits = np.concatenate([t.options(g).max_in_flight.ravel() for g in range(t.G)])
+            top = pos.in_flight(full.count)
+            assert not ((limits >= pos.in_flight(pos.count)) & (limits < top)).any()
+    assert fewer >= 5
+
+
+def test_path_only_options_are_refused_by_the_assignment_ilp():
+    inst = read(V2)
+    for key in ("dominance", "start", "prune", "bottleneck"):
+        with pytest.raises(ValueError, match=f"unknown option '{key}' for ilp-assign"):
+            solve(inst, "ilp-assign", **{key: False})

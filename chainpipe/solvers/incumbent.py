@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from ..deadline import Deadline
 from ..instance import Instance
 from ..plan import Plan, evaluate
@@ -55,7 +57,8 @@ def heuristic_plan(instance: Instance, deadline: Deadline | None = None
             break
         module, func = target.split(":")
         run = getattr(importlib.import_module(f"chainpipe.solvers.baselines.{module}"), func)
-        out = run(instance, deadline=share)
+        with np.errstate(all="ignore"):  # extreme figures: a heuristic's inf/nan is no plan
+            out = run(instance, deadline=share)
         if out.plan is None:
             continue
         ev = evaluate(instance, out.plan)
