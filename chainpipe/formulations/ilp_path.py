@@ -417,8 +417,11 @@ class PathFormulation:
             g = group_of[(dc_name, dev_type)]
             c = min(S - s, pos.count)
             grp_opt = t.options(g)
-            o = next(o for o in range(len(grp_opt.d))
-                     if (grp_opt.d[o], grp_opt.t[o]) == (st.data_parallel, st.tensor_parallel))
+            o = next((o for o in range(len(grp_opt.d))
+                      if (grp_opt.d[o], grp_opt.t[o]) == (st.data_parallel, st.tensor_parallel)),
+                     None)
+            if o is None:
+                return None
             width = st.data_parallel * st.tensor_parallel
             C, R = grp_opt.compute_time[o, st.start, st.end], grp_opt.sync_time[o, st.start, st.end]
             fit = [a for a in arcs.get((g, st.start, st.end, c), [])
