@@ -1,111 +1,252 @@
-"""Formulation study: the assignment ILP against the path ILP, HiGHS against CBC.
+"""Formulation study: the MIP/CP routes to the DP's optimum, and what each strengthening buys.
 
-    python benchmarks/formulations.py [--time-limit 60] [--sets small medium]
-                                      [--backends highs cbc] [--limit N]
+    python benchmarks/formulations.py [--time-limit 30] [--sets small medium hybrid/small
+                                      hybrid/medium] [--solvers ilp-assign ilp-path cpsat]
+                                      [--backends highs cbc] [--variants] [--limit N]
 
-For every instance of the committed sets: the exact DP optimum (the reference),
-then for each formulation and backend the LP-relaxation bound (and its ratio to
-the optimum), the model size (variables, constraints, non-zeros), the MIP run's
-status, iteration time, proven bound and gap, build and solve time. Writes
-``benchmarks/results/formulations.md``.
+For every instance of the committed sets: the exact DP optimum (the reference), then for
+each solver (and for the ILPs each backend): the LP-relaxation bound and its ratio to the
+optimum (ILPs), the model size, the run's status, iteration time, proven bound and gap,
+and the CPU time to proof (this process's CPU plus its children's: CBC runs as a child;
+wall-clock times on the shared machine are noisy). With ``--variants`` the path ILP is
+also run with each strengthening switched off alone (``dominance``, ``start``,
+``prune``) and with all three off (the plain model), HiGHS only. A solver that cannot
+take an instance (``cpsat`` before it plans data/tensor parallelism) is an ``error`` row.
+
+Writes ``benchmarks/results/formulations.md``, the raw rows as
+``benchmarks/results/formulations.json``, and Dolan-More performance profiles of the
+CPU time to proof as ``docs/figures/formulations_profile.png``.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import math
 import platform
+import resource
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "benchmarks" / "results" / "formulations.md"
-FORMULATIONS = ("ilp-assign", "ilp-path")
+FIGURE = ROOT / "docs" / "figures" / "formulations_profile.png"
+SETS = ("small", "medium", "hybrid/small", "hybrid/medium")
+ILPS = ("ilp-assign", "ilp-path")
+#: path-ILP variants measured with ``--variants``: (label, options)
+VARIANTS = (
+    ("no dominance", {"dominance": False}),
+    ("no start", {"start": False}),
+    ("no prune", {"prune": False}),
+    ("plain", {"dominance": False, "start": False, "prune": False}),
+)
 
 
 def _fmt(x, spec=".4g"):
     return "-" if x is None else format(x, spec)
 
 
-def measure(inst, time_limit: float, backends) -> tuple[dict, list[dict]]:
+def _cpu() -> float:
+    """CPU seconds of this process and its finished children."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def configurations(solvers, backends, variants: bool) -> list[tuple[str, str, dict]]:
+    """``(solver, label, options)`` of every run per instance."""
+    out = []
+    for solver in solvers:
+        if solver in ILPS:
+            out += [(solver, backend, {"backend": backend}) for backend in backends]
+            if solver == "ilp-path" and variants:
+                out += [(solver, f"highs, {label}", {"backend": "highs", **opts})
+                        for label, opts in VARIANTS]
+        else:
+            out.append((solver, "-", {}))
+    return out
+
+
+def run_one(inst, solver: str, options: dict, time_limit: float, optimum) -> dict:
+    """One timed run (and, for the ILPs, its LP relaxation), as a row."""
     from chainpipe.solve import solve
 
-    ref = solve(inst, "dp", time_limit=max(time_limit, 60.0))
-    rows = []
-    for name in FORMULATIONS:
-        for backend in backends:
-            lp = solve(inst, name, backend=backend, relax=True)
-            t0 = time.perf_counter()
-            r = solve(inst, name, backend=backend, time_limit=time_limit)
-            wall = time.perf_counter() - t0
-            st = r.stats
-            opt = ref.iteration_time
-            rows.append({
-                "formulation": name, "backend": backend, "status": r.status,
-                "T": r.iteration_time, "bound": r.lower_bound, "gap": r.gap,
-                "lp": lp.lower_bound,
-                "lp_ratio": (lp.lower_bound / opt) if (lp.lower_bound is not None and opt) else None,
-                "vars": st.get("variables"), "cons": st.get("constraints"),
-                "nnz": st.get("nonzeros"), "build": st.get("build_time_s"),
-                "solve": st.get("solve_time_s"), "wall": wall,
-                "arcs": (f"{st['stage_arcs']}/{st['stage_arcs_total']}"
-                         if "stage_arcs" in st else "-"),
-                "agrees": (r.status != "optimal" or opt is None
-                           or abs(r.iteration_time - opt) <= 1e-6 * opt),
-            })
-    return {"status": ref.status, "T": ref.iteration_time, "time": ref.solve_time}, rows
+    lp = None
+    if solver in ILPS:
+        try:
+            lp = solve(inst, solver, time_limit=time_limit, relax=True, **options).lower_bound
+        except Exception:  # noqa: BLE001 - a benchmark row, never a crash
+            lp = None
+    c0, w0 = _cpu(), time.perf_counter()
+    try:
+        r = solve(inst, solver, time_limit=time_limit, **options)
+        status, T, bound, gap, st, msg = (r.status, r.iteration_time, r.lower_bound, r.gap,
+                                          r.stats, r.message)
+    except Exception as exc:  # noqa: BLE001 - e.g. a solver that refuses an option
+        status, T, bound, gap, st, msg = "error", None, None, None, {}, str(exc)
+    cpu, wall = _cpu() - c0, time.perf_counter() - w0
+    agrees = status != "optimal" or optimum is None or abs(T - optimum) <= 1e-6 * optimum
+    return {
+        "status": str(getattr(status, "value", status)), "T": T, "bound": bound, "gap": gap,
+        "lp": lp, "lp_ratio": (lp / optimum) if (lp is not None and optimum) else None,
+        "vars": st.get("variables"), "cons": st.get("constraints"), "nnz": st.get("nonzeros"),
+        "arcs": st.get("stage_arcs"), "cpu": cpu, "wall": wall,
+        "proof_cpu": cpu if status == "optimal" else None, "agrees": agrees,
+        "message": (msg or "")[:160],
+    }
+
+
+def profile(rows: list[dict], out: Path) -> None:
+    """Dolan-More performance profiles of the CPU time to proof, one curve per configuration."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    configs = sorted({r["config"] for r in rows})
+    instances = sorted({r["instance"] for r in rows})
+    time_of = {(r["config"], r["instance"]): r["proof_cpu"] for r in rows}
+    ratios = {c: [] for c in configs}
+    for inst in instances:
+        times = [time_of.get((c, inst)) for c in configs]
+        best = min((t for t in times if t is not None), default=None)
+        for c, t in zip(configs, times):
+            ratios[c].append(math.inf if (t is None or best is None) else max(t, 1e-3)
+                             / max(best, 1e-3))
+    finite = [x for v in ratios.values() for x in v if math.isfinite(x)]
+    top = max(finite + [2.0]) * 1.5
+    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    for c in configs:
+        xs = sorted(ratios[c])
+        taus = [1.0] + [x for x in xs if math.isfinite(x)] + [top]
+        frac = [sum(x <= tau for x in xs) / len(xs) for tau in taus]
+        ax.step(taus, frac, where="post", label=c)
+    ax.set_xscale("log")
+    ax.set_xlim(1.0, top)
+    ax.set_ylim(0.0, 1.02)
+    ax.set_xlabel("tau: CPU time to proof / best configuration's (log scale)")
+    ax.set_ylabel("share of instances proven within tau")
+    ax.set_title(f"Performance profiles over {len(instances)} instances")
+    ax.legend(fontsize=7, loc="lower right")
+    ax.grid(True, which="both", alpha=0.3)
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+
+
+def summary(rows: list[dict], sets) -> list[str]:
+    """Per configuration and set: proven / instances, CPU to proof (geometric mean of the
+    proven, and the largest), mean LP/opt."""
+    lines = ["### Summary", "",
+             "| configuration | " + " | ".join(sets) + " |",
+             "|---|" + "---|" * len(sets)]
+    configs = []
+    for r in rows:
+        if r["config"] not in configs:
+            configs.append(r["config"])
+    for c in configs:
+        cells = []
+        for s in sets:
+            mine = [r for r in rows if r["config"] == c and r["set"] == s and r["ref"] == "optimal"]
+            if not mine:
+                cells.append("-")
+                continue
+            if all(r["status"] == "error" for r in mine):
+                cells.append("error")
+                continue
+            proven = [r["proof_cpu"] for r in mine if r["proof_cpu"] is not None]
+            geo = math.exp(sum(math.log(max(t, 1e-3)) for t in proven) / len(proven)) \
+                if proven else None
+            lps = [r["lp_ratio"] for r in mine if r["lp_ratio"] is not None]
+            lp = f", LP/opt {sum(lps) / len(lps):.3f}" if lps else ""
+            cells.append(f"{len(proven)}/{len(mine)}; {_fmt(geo, '.2f')} s geo, "
+                         f"max {_fmt(max(proven) if proven else None, '.1f')} s{lp}")
+        lines.append(f"| {c} | " + " | ".join(cells) + " |")
+    return lines + [""]
 
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--time-limit", type=float, default=60.0, help="seconds per MIP run")
-    ap.add_argument("--sets", nargs="+", default=["small", "medium"])
+    ap.add_argument("--time-limit", type=float, default=30.0, help="seconds per run")
+    ap.add_argument("--sets", nargs="+", default=list(SETS))
+    ap.add_argument("--solvers", nargs="+", default=["ilp-assign", "ilp-path", "cpsat"])
     ap.add_argument("--backends", nargs="+", default=["highs", "cbc"])
+    ap.add_argument("--variants", action="store_true",
+                    help="also the path ILP with each strengthening off (HiGHS)")
     ap.add_argument("--limit", type=int, default=None, help="first N instances of each set")
     ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--figure", type=Path, default=FIGURE)
     args = ap.parse_args(argv)
 
     from chainpipe.io import read
+    from chainpipe.solve import solve
 
+    configs = configurations(args.solvers, args.backends, args.variants)
+    command = (f"python benchmarks/formulations.py --time-limit {args.time_limit:g} --sets "
+               f"{' '.join(args.sets)} --solvers {' '.join(args.solvers)} --backends "
+               f"{' '.join(args.backends)}" + (" --variants" if args.variants else "")
+               + (f" --limit {args.limit}" if args.limit else ""))
     lines = [
-        "## ILP formulations: assignment vs path, HiGHS vs CBC",
+        "## MIP and CP formulations: status, bounds, time to proof",
         "",
-        f"Machine: 2 cores ({platform.machine()}), Python {platform.python_version()}; "
-        f"one thread per solver, MIP time limit {args.time_limit:g} s per run. Produced by "
-        f"`python benchmarks/formulations.py --time-limit {args.time_limit:g} --sets "
-        f"{' '.join(args.sets)} --backends {' '.join(args.backends)}"
-        + (f" --limit {args.limit}" if args.limit else "") + "`.",
+        f"Machine: 2 cores ({platform.machine()}), shared with other jobs while measured; "
+        f"Python {platform.python_version()}; one thread per solver, time limit "
+        f"{args.time_limit:g} s (wall clock) per run. Produced by `{command}`.",
         "",
-        "*LP* is the LP-relaxation bound, *LP/opt* its ratio to the DP optimum; "
-        "*bound* and *gap* are the MIP solver's proven bound and `(T - bound) / T`; "
-        "*arcs* (path ILP) are stage arcs kept after pre-filtering / all candidates. "
-        "Times in seconds; *build* is model construction in Python, *solve* the solver call. "
-        "*ok* says whether an `optimal` claim matches the DP optimum to 1e-6.",
+        "*LP/opt* is the LP-relaxation bound over the DP optimum (ILPs); *bound* and *gap* "
+        "the solver's proven bound and `(T - bound) / T`; *CPU* the CPU seconds of the run "
+        "(CBC's child included), the time to proof when the status is `optimal`; *arcs* "
+        "the path ILP's stage arcs kept. *ok* says whether an `optimal` claim matches the DP "
+        "optimum to 1e-6. The path ILP's default has every strengthening on (`dominance`, "
+        "`start`, `prune`); the variant rows switch them off one at a time, *plain* all "
+        "three (docs/formulations.md).",
         "",
     ]
+    rows: list[dict] = []
+    body: list[str] = []
     for set_name in args.sets:
         files = sorted(p for p in (ROOT / "instances" / set_name).glob("*.json")
                        if p.name != "manifest.json")
         if args.limit:
             files = files[: args.limit]
-        lines += [f"### Committed set `instances/{set_name}/`", "",
-                  "| instance | DP T (s) | formulation | backend | status | T (s) | bound (s) | gap "
-                  "| LP (s) | LP/opt | vars | cons | nnz | arcs | build | solve | ok |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        body += [f"### `instances/{set_name}/`", "",
+                 "| instance | DP T (s) | solver | backend / variant | status | T (s) | bound (s) "
+                 "| gap | LP/opt | vars | cons | nnz | arcs | CPU (s) | ok |",
+                 "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for f in files:
             inst = read(f)
-            ref, rows = measure(inst, args.time_limit, args.backends)
-            for r in rows:
-                lines.append(
-                    f"| {inst.name} | {_fmt(ref['T'])} | {r['formulation']} | {r['backend']} | "
-                    f"{r['status']} | {_fmt(r['T'])} | {_fmt(r['bound'])} | {_fmt(r['gap'], '.2%')} | "
-                    f"{_fmt(r['lp'])} | {_fmt(r['lp_ratio'], '.3f')} | {r['vars'] or '-'} | "
-                    f"{r['cons'] or '-'} | {r['nnz'] or '-'} | {r['arcs']} | "
-                    f"{_fmt(r['build'], '.2f')} | {_fmt(r['solve'], '.2f')} | "
+            ref = solve(inst, "dp", time_limit=max(args.time_limit, 60.0))
+            opt = ref.iteration_time if ref.status == "optimal" else None
+            for solver, label, options in configs:
+                r = run_one(inst, solver, options, args.time_limit, opt)
+                r.update(instance=inst.name, set=set_name, ref=str(ref.status.value),
+                         optimum=opt, solver=solver, label=label,
+                         config=solver if label == "-" else f"{solver} ({label})")
+                rows.append(r)
+                body.append(
+                    f"| {inst.name} | {_fmt(opt)} | {solver} | {label} | {r['status']} | "
+                    f"{_fmt(r['T'])} | {_fmt(r['bound'])} | {_fmt(r['gap'], '.2%')} | "
+                    f"{_fmt(r['lp_ratio'], '.3f')} | {r['vars'] or '-'} | {r['cons'] or '-'} | "
+                    f"{r['nnz'] or '-'} | {r['arcs'] or '-'} | {r['cpu']:.2f} | "
                     f"{'yes' if r['agrees'] else 'NO'} |")
-                print(lines[-1], flush=True)
-        lines.append("")
+                print(body[-1], flush=True)
+        body.append("")
+    lines += summary(rows, args.sets)
+    lines += ["Cells: proven / instances with a DP optimum; geometric mean and largest CPU "
+              "seconds to proof over the proven ones; mean LP/opt.", ""]
+    if rows:
+        profile(rows, args.figure)
+        rel = args.figure.relative_to(ROOT / "docs") if args.figure.is_relative_to(
+            ROOT / "docs") else args.figure
+        lines += [f"![Performance profiles of the time to proof]({rel.as_posix()})", "",
+                  f"*Dolan-More performance profiles (`{args.figure.relative_to(ROOT)}`): for "
+                  "each configuration the share of instances it proves within tau times the "
+                  "best configuration's CPU time on that instance.*", ""]
+    lines += body
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text("\n".join(lines).rstrip() + "\n")
+    args.out.with_suffix(".json").write_text(json.dumps(rows, indent=1, default=str) + "\n")
     print(f"wrote {args.out}")
 
 

@@ -29,7 +29,7 @@ from .instances.network import check_degrade
 from .io import instance_to_dict, read, read_plan, write, write_plan
 from .names import unknown_name
 from .numeric import jsonable
-from .paths import MANIFEST, instance_files, refuse_overwrite
+from .paths import MANIFEST, instance_files, refuse_overwrite, same_file
 from .plan import evaluate
 from .result import OptionError
 from .solve import SOLVERS
@@ -108,13 +108,8 @@ def log_to_stderr(line: str) -> None:
 
 
 def solver_rows(infos) -> dict[str, str]:
-    """``{name: "exact|heuristic  v2|v1-only  what it does"}`` for each solver of ``infos``.
-
-    ``v2``: the solver plans data- and tensor-parallel stages; ``v1-only``: it refuses an
-    instance whose parallelism allows more than ``d = t = 1`` (status ``error``).
-    """
-    return {info.name: f"{'exact' if info.exact else 'heuristic':<9} "
-                       f"{'v2' if info.parallelism else 'v1-only':<7} {info.summary}"
+    """``{name: "exact|heuristic  what it does"}`` for each solver of ``infos``."""
+    return {info.name: f"{'exact' if info.exact else 'heuristic':<9} {info.summary}"
             for info in infos}
 
 
@@ -215,14 +210,17 @@ def cmd_solve(args) -> int:
     """``chainpipe solve INSTANCE --solver NAME``: the result, and the plan with ``--plan-out``."""
     from .solve import solve
 
-    refuse_overwrite({"--plan-out": args.plan_out}, [args.instance], {"--trace": args.trace})
+    options = solver_options(args.option)
+    model_file = options.get("write_model")
+    refuse_overwrite({"--plan-out": args.plan_out,
+                      "-O write_model": model_file if isinstance(model_file, str) else None},
+                     [args.instance], {"--trace": args.trace})
     if args.plan_out and Path(args.plan_out).is_dir():
         raise InstanceError([f"--plan-out: {args.plan_out} is a directory; give a file name"])
+    if args.plan_out and isinstance(model_file, str) and same_file(args.plan_out, model_file):
+        raise InstanceError([f"-O write_model: {model_file} is also --plan-out; give two files"])
     if args.trace and Path(args.trace).exists() and not Path(args.trace).is_dir():
         raise InstanceError([f"--trace: {args.trace} is a file; give a directory"])
-    options = solver_options(args.option)
-    if isinstance(options.get("write_model"), str):  # a model file never replaces the input
-        refuse_overwrite({"--option write_model": options["write_model"]}, [args.instance])
     if args.trace:
         if args.solver != "cdynp":
             raise InstanceError(["--trace: only the cdynp solver exchanges messages"])
@@ -432,8 +430,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser(
         "solve", help="solve an instance with one solver",
-        epilog=listing("solvers (exact ones prove optimality; v1-only ones refuse data and "
-                       "tensor parallelism; `chainpipe solvers` lists the installed ones)",
+        epilog=listing("solvers (exact ones prove optimality; `chainpipe solvers` lists the "
+                       "installed ones)",
                        solver_rows(SOLVERS.values())))
     s.add_argument("instance", metavar="INSTANCE", help="an instance file (JSON)")
     s.add_argument("--solver", default="dp", type=name_of("solver", SOLVERS),

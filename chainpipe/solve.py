@@ -26,9 +26,6 @@ class SolverInfo:
     target: str  # "module:function"
     exact: bool  # proves optimality when it finishes
     summary: str
-    #: plans stages on ``d x t`` devices (contract v2); ``False``: only instances whose
-    #: parallelism allows nothing but ``d = t = 1``, others refused (see :func:`unsupported`)
-    parallelism: bool = True
 
 
 SOLVERS: dict[str, SolverInfo] = {
@@ -39,11 +36,9 @@ SOLVERS: dict[str, SolverInfo] = {
         SolverInfo("cdynp", "chainpipe.solvers.cdynp:run", True,
                    "decomposed privacy-preserving DP: DC agents exchange state summaries"),
         SolverInfo("ilp-assign", "chainpipe.solvers.ilp:run_assign", True,
-                   "assignment ILP (layers to stage slots to device groups) via PuLP",
-                   parallelism=False),
+                   "assignment ILP (layers to stage slots to device groups) via PuLP"),
         SolverInfo("ilp-path", "chainpipe.solvers.ilp:run_path", True,
-                   "interval/path ILP (candidate stages as arcs of a layered network) via PuLP",
-                   parallelism=False),
+                   "interval/path ILP (candidate stages as arcs of a layered network) via PuLP"),
         SolverInfo("cpsat", "chainpipe.solvers.cpsat:run", True,
                    "OR-Tools CP-SAT model over candidate stage arcs, integer-scaled with exact bounds"),
         SolverInfo("uniform", "chainpipe.solvers.baselines.equal_layers:uniform", False,
@@ -105,22 +100,6 @@ def check_options(name: str, options: dict, run=None) -> None:
                 f"option {key!r}", f"option {key!r} for {name}", 1))
 
 
-def unsupported(instance: Instance, name: str) -> str | None:
-    """Why the registered solver ``name`` refuses ``instance``, in one line; ``None`` if not.
-
-    A solver registered with ``parallelism=False`` solves only instances whose
-    ``training.parallelism`` allows nothing but ``d = t = 1`` (every version-1 instance,
-    whatever its node sizes or ZeRO flag); on the others it would return a plan that is
-    not optimal, or not valid, so it is refused instead.
-    """
-    info = SOLVERS.get(name)
-    if info is None or info.parallelism or instance.parallelism.single_device:
-        return None
-    par = instance.parallelism
-    return (f"{name} does not support data or tensor parallelism yet (training.parallelism "
-            f"allows d in {list(par.data_parallel)}, t in {list(par.tensor_parallel)}); use dp")
-
-
 def available_solvers() -> list[SolverInfo]:
     """Registered solvers whose module is present."""
     out = []
@@ -172,10 +151,8 @@ def solve(
         ``status`` is one of :class:`Status`: ``optimal`` (proven, to a relative
         :data:`~chainpipe.numeric.OPTIMALITY_RTOL`), ``feasible`` (a plan without proof),
         ``infeasible`` (proven: no plan exists), ``no_solution`` (neither by the limit) or
-        ``error`` (also, with one line and no plan, a solver registered with
-        ``parallelism=False`` asked for an instance that allows anything but ``d = t = 1``:
-        :func:`unsupported`). ``iteration_time`` is always recomputed from the plan by the
-        cost model.
+        ``error`` (one line, no plan). ``iteration_time`` is always recomputed from the plan
+        by the cost model.
 
     Raises
     ------
@@ -200,9 +177,6 @@ def run_solver(instance: Instance, name: str, run, time_limit=None, seed=0, thre
     """:func:`solve` with the solver's function given (the harness's child processes use it)."""
     deadline = Deadline(time_limit)  # first: everything below counts against the limit
     check_options(name, options, run)
-    reason = unsupported(instance, name)
-    if reason is not None:
-        return finish(instance, name, Outcome("error", message=reason), deadline.elapsed())
     outcome: Outcome = run(instance, deadline=deadline, seed=seed, threads=threads, log=log,
                            **options)
     return finish(instance, name, outcome, deadline.elapsed())

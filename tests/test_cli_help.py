@@ -39,8 +39,7 @@ def test_solve_help_lists_every_solver_with_its_line_and_the_defaults(capsys):
     text = help_text(capsys, "solve")
     for info in SOLVERS.values():
         kind = "exact" if info.exact else "heuristic"
-        v2 = "v2" if info.parallelism else "v1-only"
-        assert f"{info.name} {kind} {v2} {' '.join(info.summary.split())}" in text
+        assert f"{info.name} {kind} {' '.join(info.summary.split())}" in text
     assert "one of " + ", ".join(SOLVERS) + " (default: dp)" in text
     assert "threads a backend may use (default: 1)" in text
     assert "(default: 0)" in text  # --seed

@@ -1,7 +1,6 @@
-"""Contract v2 on the command line: the exact solvers that do not plan data or tensor
-parallelism yet refuse it in one line (and still solve version-1-equivalent instances),
-``solvers`` says which do, and ``evaluate``/``solve`` show ``d x t``, ``R_s`` and what
-paces ``T``."""
+"""Contract v2 on the command line: every exact solver plans data and tensor parallelism
+(and still solves version-1-equivalent instances), and ``evaluate``/``solve`` show
+``d x t``, ``R_s`` and what paces ``T``."""
 
 from __future__ import annotations
 
@@ -18,9 +17,7 @@ from helpers import brute_force, without_warnings
 
 VALID = Path(__file__).resolve().parent / "data" / "valid"
 V2 = VALID / "worked_example_v2.json"
-V1_ONLY = ("ilp-assign", "ilp-path")
-REFUSAL = ("{} does not support data or tensor parallelism yet (training.parallelism allows "
-           "d in [1, 2], t in [1, 2]); use dp")
+EXACT = ("dp", "cdynp", "ilp-assign", "ilp-path", "cpsat")
 #: the worked example's optimum: two stages of d = 2 on the four devices (T = 16)
 OPTIMUM = {"stages": [
     {"layers": [0, 1], "data_parallel": 2, "tensor_parallel": 1, "devices": ["a/g/0", "a/g/1"]},
@@ -47,16 +44,18 @@ def write(tmp_path: Path, name: str, doc: dict) -> Path:
     return path
 
 
-# --------------------------------------------------------------------------- refusals
-@pytest.mark.parametrize("solver", V1_ONLY)
-def test_v1_only_solvers_refuse_parallelism_in_one_line(solver):
+# --------------------------------------------------------------------------- every solver
+@pytest.mark.parametrize("solver", EXACT)
+def test_every_exact_solver_proves_the_worked_example(solver):
+    """Every exact route plans data and tensor parallelism: the worked v2 example's
+    optimum, two stages of d = 2 (T = 16)."""
     res = solve(read(V2), solver)
-    assert (res.status, res.plan, res.iteration_time, res.message) == (
-        "error", None, None, REFUSAL.format(solver))
+    assert res.status == "optimal", (res.status, res.message)
+    assert res.iteration_time == pytest.approx(16.0, rel=1e-6)
 
 
-@pytest.mark.parametrize("solver", V1_ONLY)
-def test_v1_only_solvers_solve_single_device_instances_whatever_nodes_and_zero(tmp_path, solver):
+@pytest.mark.parametrize("solver", EXACT)
+def test_single_device_instances_whatever_nodes_and_zero(tmp_path, solver):
     """The v2 example with parallelism ``[1], [1]`` and ZeRO on: a version-1 problem (its
     devices still in nodes of 2), solved to the brute-force optimum."""
     doc = v2_document(parallelism={"data_parallel": [1], "tensor_parallel": [1], "zero": True},
@@ -68,27 +67,10 @@ def test_v1_only_solvers_solve_single_device_instances_whatever_nodes_and_zero(t
     assert res.iteration_time == pytest.approx(brute_force(inst)[0], rel=1e-9)
 
 
-def test_only_the_v1_only_solvers_refuse():
-    """The registry declares it once; every other solver is called on a v2 instance."""
-    assert sorted(n for n, info in SOLVERS.items() if not info.parallelism) == sorted(V1_ONLY)
-
-
-def test_cli_solve_with_a_v1_only_solver_is_status_error_exit_1(capsys):
-    code, out, err = call(capsys, "solve", V2, "--solver", "ilp-assign", "--format", "json")
-    res = json.loads(out)
-    assert (code, err, res["status"], res["plan"], res["message"]) == (
-        1, "", "error", None, REFUSAL.format("ilp-assign"))
-    code, out, err = call(capsys, "solve", V2, "--solver", "ilp-path")
-    assert (code, err) == (1, "")
-    assert f"message         {REFUSAL.format('ilp-path')}" in out.splitlines()
-
-
-def test_cli_solvers_marks_which_take_parallelism(capsys):
+def test_cli_solvers_lists_every_solver(capsys):
     code, out, _ = call(capsys, "solvers")
-    rows = {line.split()[0]: line.split()[2] for line in out.splitlines()}
     assert code == 0
-    assert {n: rows[n] for n in (*V1_ONLY, "dp")} == {
-        **{n: "v1-only" for n in V1_ONLY}, "dp": "v2"}
+    assert [line.split()[0] for line in out.splitlines() if line.strip()] == list(SOLVERS)
 
 
 # --------------------------------------------------------------------------- the breakdown

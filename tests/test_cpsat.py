@@ -347,7 +347,7 @@ def test_cli_write_model_never_overwrites_the_instance(tmp_path, capsys):
     code = main(["solve", str(inst), "--solver", "cpsat", "-O", f"write_model={inst}"])
     out, err = capsys.readouterr()
     assert code == 2 and out == ""
-    assert "--option write_model: " in err and "refusing to write over it" in err
+    assert "-O write_model: " in err and "refusing to write over it" in err
     assert inst.read_bytes() == before
     code = main(["solve", str(inst), "--solver", "cpsat", "-O", "write_model=m.lp"])
     out, err = capsys.readouterr()

@@ -10,6 +10,8 @@ no solver is imported. The public API (stable, used by ``ilp_assign``,
   position at or beyond it has the same in-flight count;
 - :class:`CandidateStages` / :func:`candidate_stages` -- every (group, layers, position
   class) stage that can appear in a feasible plan, memory pre-filtered;
+- :class:`CandidateOptions` / :func:`candidate_options` -- the same with the stage's
+  ``(d, t)`` option of its group (contract version 2), memory pre-filtered per device;
 - :func:`time_scale` -- a positive time unit that puts objectives at a chosen magnitude;
 - :data:`BOUND_RTOL` / :func:`safe_bound` -- how a solver's floating-point dual bound is
   turned into a bound that is valid for the true problem.
@@ -66,8 +68,17 @@ def memory_stage_cap(tables: CostTables) -> int | None:
     """
     if tables.schedule != "1f1b":
         return None
-    n_max = int(tables.max_in_flight.max()) if tables.G else -1
+    n_max = _widest_in_flight(tables)
     return max(n_max, 0) if n_max < tables.M else None
+
+
+def _widest_in_flight(tables: CostTables) -> int:
+    """The most microbatches any stage can stash on any group with any allowed ``(d, t)``
+    (``-1`` if none); with every stage on one device, ``tables.max_in_flight.max()``."""
+    if tables.single_device:
+        return int(tables.max_in_flight.max()) if tables.G else -1
+    return max((int(opt.max_in_flight.max()) for opt in map(tables.options, range(tables.G))
+                if opt.max_in_flight.size), default=-1)
 
 
 def max_stages(tables: CostTables) -> int:
@@ -123,6 +134,33 @@ def position_classes(tables: CostTables) -> Positions:
         return Positions(1, s_max > 1, "gpipe", tables.M)
     count = min(s_max, tables.M)
     return Positions(count, s_max > count, "1f1b", tables.M)
+
+
+def memory_position_classes(tables: CostTables) -> Positions:
+    """:func:`position_classes` with the saturating class as low as memory allows.
+
+    Under 1F1B a stage at position ``p`` fits iff ``min(M, p) <= max_in_flight``. If no
+    stage option of any group has ``n <= max_in_flight < n(count)`` then every option fits
+    at all positions ``>= n`` or at none of them, so those positions need not be told
+    apart: one saturating class ``c* = 1 + max{max_in_flight < n(count)}`` stands for them
+    all (exact: the candidate filter at ``c*`` keeps the same options as at any position
+    above). Without any such value, ``c* = 1``: one class, as under gpipe.
+    """
+    pos = position_classes(tables)
+    if pos.schedule != "1f1b" or pos.count <= 1:
+        return pos
+    top = pos.in_flight(pos.count)
+    below = -1
+    for g in range(tables.G):
+        mif = (tables.options(g).max_in_flight if not tables.single_device
+               else tables.max_in_flight[g][None])
+        small = mif[(mif < top) & (mif >= 0)]
+        if small.size:
+            below = max(below, int(small.max()))
+    count = max(below + 1, 1)
+    if count >= pos.count:
+        return pos
+    return Positions(count, True, "1f1b", tables.M)
 
 
 @dataclass(frozen=True)
@@ -181,3 +219,114 @@ def candidate_stages(tables: CostTables, positions: Positions | None = None) -> 
     compute = tables.compute_time[g, i, j] if len(g) else np.zeros(0)
     total = G * (L * (L + 1) // 2) * pos.count
     return CandidateStages(g, i, j, c, np.asarray(compute, dtype=float), pos, total)
+
+
+@dataclass(frozen=True)
+class CandidateOptions:
+    """Stage options ``[start, end)`` on group ``group`` with pair ``option`` of
+    :meth:`CostTables.options` and position class ``cls``, as arrays (contract version 2).
+
+    Every stage of every feasible plan is one of these; ``total`` counts the unfiltered
+    candidates ``sum_g pairs(g) * L (L + 1) / 2 * classes``.
+    """
+
+    group: np.ndarray  # int64, index into tables.groups
+    option: np.ndarray  # int64, index into tables.options(group)
+    start: np.ndarray  # int64, first layer
+    end: np.ndarray  # int64, one past the last layer
+    cls: np.ndarray  # int64, position class 1..positions.count
+    d: np.ndarray  # int64, data-parallel width
+    t: np.ndarray  # int64, tensor-parallel degree
+    compute_time: np.ndarray  # float64, C (seconds)
+    sync_time: np.ndarray  # float64, R (seconds)
+    positions: Positions
+    total: int
+
+    @property
+    def width(self) -> np.ndarray:
+        """Devices ``d * t`` of each candidate."""
+        return self.d * self.t
+
+    def __len__(self) -> int:
+        return int(self.group.shape[0])
+
+
+def candidate_options(tables: CostTables, positions: Positions | None = None
+                      ) -> CandidateOptions:
+    """Every stage option that can appear in a feasible plan, filtered with numpy.
+
+    The filters of :func:`candidate_stages`, per ``(d, t)`` pair: memory per device
+    (``in_flight(c) > options(g).max_in_flight[o, i, j]``), the ending rules, and room
+    after the stage (``c - 1`` layers and ``c - 1`` further devices in its datacenter or
+    later ones); in addition the option's own ``d * t`` devices must exist there too.
+    """
+    pos = positions or position_classes(tables)
+    L = tables.L
+    ii, jj = np.triu_indices(L + 1, 1)
+    dc_devices = np.bincount(tables.group_dc, weights=tables.count, minlength=tables.K)
+    devices_from = np.cumsum(dc_devices[::-1])[::-1]
+    cols: list[list[np.ndarray]] = [[] for _ in range(9)]
+    total = 0
+    for g in range(tables.G):
+        opt = tables.options(g)
+        n_opt = int(opt.d.shape[0])
+        total += n_opt * (L * (L + 1) // 2) * pos.count
+        if n_opt == 0:
+            continue
+        room = devices_from[tables.group_dc[g]]
+        for c in range(1, pos.count + 1):
+            need = pos.in_flight(c)
+            fits = opt.max_in_flight[:, ii, jj] >= need  # [o, pair]
+            ends = jj == L
+            ok_end = (ends & pos.may_end(c)) | (~ends & pos.may_continue(c))
+            ok_room = (L - jj) >= (c - 1)
+            ok_dev = room >= opt.width + (c - 1)  # [o]
+            o_idx, pair = np.nonzero(fits & (ok_end & ok_room)[None, :] & ok_dev[:, None])
+            i, j = ii[pair], jj[pair]
+            for col, v in zip(cols, (np.full(o_idx.shape, g), o_idx, i, j,
+                                     np.full(o_idx.shape, c), opt.d[o_idx], opt.t[o_idx],
+                                     opt.compute_time[o_idx, i, j], opt.sync_time[o_idx, i, j])):
+                col.append(v)
+    arrays = [np.concatenate(col) if col else np.zeros(0) for col in cols]
+    ints = [a.astype(np.int64) for a in arrays[:7]]
+    floats = [np.asarray(a, dtype=float) for a in arrays[7:]]
+    return CandidateOptions(*ints, *floats, positions=pos, total=total)
+
+
+def undominated(cand: CandidateOptions) -> np.ndarray:
+    """Mask of the candidates no other option of the same stage dominates.
+
+    Candidate ``(g, o, i, j, c)`` is dominated by ``(g, o', i, j, c)`` when ``o'`` takes
+    no more devices and has no larger ``C`` and no larger ``R`` (ties: the lower option
+    index is kept). Dropping it loses no optimum: in any plan the stage can switch to
+    ``o'`` (same group, fewer or as many devices, memory fits since ``o'`` is a
+    candidate at the same class) without raising any term of ``T``.
+    """
+    keep = np.ones(len(cand), dtype=bool)
+    if len(cand) == 0:
+        return keep
+    L1, C1 = int(cand.end.max()) + 1, int(cand.cls.max()) + 1
+    cell = (cand.start * L1 + cand.end) * C1 + cand.cls  # the stage (i, j, c)
+    for g in np.unique(cand.group):
+        mine = np.nonzero(cand.group == g)[0]
+        n_opt = int(cand.option[mine].max()) + 1
+        present = np.zeros((n_opt, L1 * L1 * C1), dtype=bool)
+        C = np.full(present.shape, np.inf)
+        R = np.full(present.shape, np.inf)
+        width = np.zeros(n_opt)
+        o, x = cand.option[mine], cell[mine]
+        present[o, x] = True
+        C[o, x] = cand.compute_time[mine]
+        R[o, x] = cand.sync_time[mine]
+        width[o] = cand.width[mine]
+        dominated = np.zeros(present.shape, dtype=bool)
+        for a in range(n_opt):  # does option a dominate option b on each stage?
+            for b in range(n_opt):
+                if a == b or width[a] > width[b]:
+                    continue
+                le = present[a] & (C[a] <= C[b]) & (R[a] <= R[b])
+                if width[a] == width[b] and a > b:  # a tie goes to the lower index
+                    le &= (C[a] < C[b]) | (R[a] < R[b])
+                dominated[b] |= le
+        keep[mine] = ~dominated[o, x]
+    return keep

@@ -23,6 +23,8 @@ from ..cost import (
     memory_need,
     occupancy,
     steady_state,
+    sync_time,
+    tp_allreduce_time,
     traversal,
 )
 from ..instance import Instance
@@ -30,6 +32,10 @@ from ..plan import Plan
 from ..tables import CostTables
 from .common import OBJECTIVE_MAGNITUDE, max_stages, time_scale
 from .matrix import Columns, LinearModel, no_check, to_matrix
+
+#: the per-layer quantities a slot's option shares out: FLOP, tensor-parallel bytes,
+#: parameters, activation bytes
+QUANTITIES = ("flop", "tp", "params", "act")
 
 
 class AssignFormulation:
@@ -45,20 +51,45 @@ class AssignFormulation:
         self.P = max(max_stages(tables), 1)
         L = t.L
         layers = t.instance.layers
-        self.flop = np.array([ly.flop for ly in layers])
-        self.params = np.array([float(ly.params) for ly in layers])
-        self.act = np.array([ly.activation_bytes for ly in layers])
         self.out_bytes = np.array([ly.output_bytes for ly in layers])
+        per_layer = {
+            "flop": np.array([ly.flop for ly in layers]),
+            "tp": np.array([ly.tp_allreduce_bytes for ly in layers]),
+            "params": np.array([float(ly.params) for ly in layers]),
+            "act": np.array([ly.activation_bytes for ly in layers]),
+        }
+        #: quantity -> (per-layer values in units of their largest, the unit); all-zero
+        #: quantities are left out (their shares would be 0)
+        self.quantity = {q: (v / v.max(), float(v.max())) for q, v in per_layer.items()
+                         if L and v.max() > 0}
+        prefix = {"flop": t.sums.flop, "tp": t.sums.tp_bytes, "params": t.sums.params,
+                  "act": t.sums.activation}
+        self.range_sum = {q: t.sums.range_sums(prefix[q]) / self.quantity[q][1]
+                          for q in self.quantity}
         #: slots layer l may occupy: p <= L - l (the layers after it fill p - 1 slots)
         self.slots_of = [range(1, min(self.P, L - l) + 1) for l in range(L)]
-        # groups a slot may use: some single layer fits there (else no stage can)
-        single = t.max_in_flight[:, np.arange(L), np.arange(L) + 1]  # [g, l]
-        self.groups_of = {
-            p: [g for g in range(t.G) if (single[g] >= t.in_flight(p)).any()]
-            for p in range(1, self.P + 1)
-        }
+        #: per slot, the (group, option) pairs some layer range fits at its position, and
+        #: per such (p, g, o) the largest share of each quantity a fitting range holds
+        self.options_of: dict[int, list[tuple[int, int]]] = {}
+        self.cap: dict[tuple[int, int, int], dict[str, float]] = {}
+        for p in range(1, self.P + 1):
+            need = t.in_flight(p)
+            self.options_of[p] = []
+            for g in range(t.G):
+                mif = t.options(g).max_in_flight
+                for o in range(mif.shape[0]):
+                    fits = mif[o] >= need  # [i, j]
+                    if fits.any():
+                        self.options_of[p].append((g, o))
+                        self.cap[p, g, o] = {q: float(r[fits].max())
+                                             for q, r in self.range_sum.items()}
         self.problem = None
         self.columns = None
+
+    def option(self, g: int, o: int) -> tuple[int, int]:
+        """``(d, t)`` of option ``o`` of group ``g``."""
+        opt = self.tables.options(g)
+        return int(opt.d[o]), int(opt.t[o])
 
     # ------------------------------------------------------------------ variables
     def variables(self) -> None:
@@ -69,10 +100,12 @@ class AssignFormulation:
                   for p in range(1, P + 1)}
         self.a = {(l, p): var(f"a_{l}_{p}", 1 if (l == L - 1) else 0, 1, cat="Integer")
                   for l in range(L) for p in self.slots_of[l]}
-        self.w = {(p, g): var(f"w_{p}_{g}", 0, 1, cat="Integer")
-                  for p in range(1, P + 1) for g in self.groups_of[p]}
-        # compute time of slot p if it runs on group g (scaled), else 0
-        self.c = {(p, g): var(f"c_{p}_{g}", 0) for (p, g) in self.w}
+        # slot p runs on group g with option o
+        self.w = {(p, g, o): var(f"w_{p}_{g}_{o}", 0, 1, cat="Integer")
+                  for p in range(1, P + 1) for (g, o) in self.options_of[p]}
+        # the slot's share of each quantity if it runs (g, o), else 0 (units of the quantity)
+        self.share = {(q, key): var("s_{}_{}_{}_{}".format(q, *key), 0)
+                      for key in self.w for q in self.quantity}
         # boundary after layer l, from slot p to slot p - 1 (continuous: forced integral)
         self.e = {(l, p): var(f"e_{l}_{p}", 0, 1)
                   for (l, p) in self.a if p >= 2 and l <= L - 2}
@@ -85,17 +118,51 @@ class AssignFormulation:
         self.xb = ({key: var("xb_{}_{}_{}".format(*key), 0, 1) for key in self.z}
                    if self.x_max > 0 else {})
         self.B = var("bottleneck", 0)
+        self.R = var("sync", 0) if any(self._sync_terms(p) for p in range(1, P + 1)) else None
 
     # helpers --------------------------------------------------------------
     def _dc_indicator(self, p: int, k: int) -> list:
-        """Terms of ``delta[p, k] = sum_{g in DC k} w[p, g]``."""
-        return [(self.w[p, g], 1.0) for g in self.groups_of.get(p, [])
+        """Terms of ``delta[p, k] = sum_{g in DC k, o} w[p, g, o]``."""
+        return [(self.w[p, g, o], 1.0) for (g, o) in self.options_of.get(p, [])
                 if self.tables.group_dc[g] == k]
 
     def _bytes(self, p: int) -> list:
         """Terms of ``X[p] = sum_l out_bytes[l] e[l, p]`` (bytes crossing after slot p)."""
         return [(self.e[l, q], float(self.out_bytes[l])) for (l, q) in self.e
                 if q == p and self.out_bytes[l] != 0]
+
+    def _compute_terms(self, p: int) -> list:
+        """Terms of the slot's compute time ``C`` (scaled): per ``(g, o)``,
+        ``F / (d t r_g)`` on its FLOP share plus the all-reduce on its TP-bytes share."""
+        t, out = self.tables, []
+        for g, o in self.options_of[p]:
+            d, tp = self.option(g, o)
+            grp = t.groups[g]
+            if "flop" in self.quantity:
+                coef = compute_time(self.quantity["flop"][1], grp.flop_per_s, d, tp)
+                out.append((self.share["flop", (p, g, o)], float(coef / self.scale)))
+            if "tp" in self.quantity and tp > 1:
+                coef = tp_allreduce_time(self.quantity["tp"][1], d, tp, grp.node_bandwidth)
+                out.append((self.share["tp", (p, g, o)], float(coef / self.scale)))
+        return [(v, c) for v, c in out if c != 0]
+
+    def _sync_terms(self, p: int) -> list:
+        """Terms of the slot's synchronisation ``R`` (scaled): per ``(g, o)`` with
+        ``d > 1``, the latency part on ``w`` and the bandwidth part on the params share."""
+        t, out = self.tables, []
+        gamma = t.instance.training.gradient_bytes_per_param
+        for g, o in self.options_of[p]:
+            d, tp = self.option(g, o)
+            if d == 1:
+                continue
+            link = t.instance.datacenters[t.groups[g].dc].link
+            lat = sync_time(0.0, d, tp, gamma, link.bandwidth_bytes_per_s, link.latency_s)
+            out.append((self.w[p, g, o], float(lat / self.scale)))
+            if "params" in self.quantity:
+                per = sync_time(self.quantity["params"][1], d, tp, gamma,
+                                link.bandwidth_bytes_per_s, 0.0)
+                out.append((self.share["params", (p, g, o)], float(per / self.scale)))
+        return [(v, c) for v, c in out if c != 0]
 
     # ------------------------------------------------------------------ constraints
     def constraints_partition(self) -> None:
@@ -126,17 +193,19 @@ class AssignFormulation:
                 prob += u[p + 1] <= u[p], f"prefix_{p}"
 
     def constraints_devices(self) -> None:
-        """A used slot gets one group; at most ``count_g`` slots per group; chain order."""
+        """A used slot gets one (group, option); at most ``count_g`` devices per group
+        (``sum d t w <= count_g``, omitted when it cannot bind); chain order."""
         import pulp
 
         prob, t, P = self.problem, self.tables, self.P
         for p in range(1, P + 1):
-            prob += (pulp.lpSum(self.w[p, g] for g in self.groups_of[p]) == self.u[p],
+            prob += (pulp.lpSum(self.w[p, g, o] for (g, o) in self.options_of[p]) == self.u[p],
                      f"slot_group_{p}")
         for g in range(t.G):
-            ws = [self.w[p, g] for p in range(1, P + 1) if (p, g) in self.w]
-            if len(ws) > t.count[g]:
-                prob += pulp.lpSum(ws) <= int(t.count[g]), f"count_{g}"
+            width = t.options(g).width
+            terms = [(w, float(width[o])) for (p, g2, o), w in self.w.items() if g2 == g]
+            if sum(c for _w, c in terms) > t.count[g]:
+                prob += pulp.LpAffineExpression(terms) <= int(t.count[g]), f"count_{g}"
         # chain order and DC pairs of consecutive slots (p before p - 1):
         # sum_{k2 >= k1} z[p,k1,k2] = delta[p,k1];  sum_{k1 <= k2} z[p,k1,k2] <= delta[p-1,k2]
         for p in range(2, P + 1):
@@ -150,22 +219,53 @@ class AssignFormulation:
                 terms += [(v, -c) for v, c in self._dc_indicator(p - 1, k2)]
                 prob += pulp.LpAffineExpression(terms) <= 0, f"pair_to_{p}_{k2}"
 
-    def constraints_memory(self) -> None:
-        """``sum_l (bpp P_l + n_p A_l) a[l,p] <= sum_g mem_g w[p,g]``; ``n_p`` is a constant."""
-        t, P, L = self.tables, self.P, self.tables.L
-        unit = float(t.memory.max())
-        for p in range(1, P + 1):
-            n = t.in_flight(p)
-            need = memory_need(self.params, self.act, n, t.bytes_per_param) / unit
-            terms = [(self.a[l, p], float(need[l])) for l in range(L)
-                     if (l, p) in self.a and need[l] != 0]
-            if not terms:
-                continue
-            terms += [(self.w[p, g], -float(memory_capacity(t.memory[g]) / unit))
-                      for g in self.groups_of[p]]
-            import pulp
+    def constraints_shares(self) -> None:
+        """The slot's quantities all sit on its one (group, option): for each quantity
+        ``Q`` (FLOP, TP bytes, parameters, activations), ``sum_{g,o} s^Q[p,g,o] =
+        sum_l Q_l a[l,p]`` and ``s^Q[p,g,o] <= Qmax[p,g,o] w[p,g,o]``, ``Qmax`` the largest
+        ``Q`` of a layer range that fits ``(g, o)`` at position ``p``."""
+        import pulp
 
-            self.problem += pulp.LpAffineExpression(terms) <= 0, f"memory_{p}"
+        prob = self.problem
+        for p in range(1, self.P + 1):
+            self.check()
+            for q, (per_layer, _unit) in self.quantity.items():
+                terms = [(self.a[l, p], -float(per_layer[l])) for l in range(self.tables.L)
+                         if (l, p) in self.a and per_layer[l] != 0]
+                terms += [(self.share[q, (p, g, o)], 1.0) for (g, o) in self.options_of[p]]
+                prob += pulp.LpAffineExpression(terms) == 0, f"share_{q}_{p}"
+                for g, o in self.options_of[p]:
+                    prob += (pulp.LpAffineExpression(
+                        [(self.share[q, (p, g, o)], 1.0),
+                         (self.w[p, g, o], -self.cap[p, g, o][q])]) <= 0,
+                        f"share_on_{q}_{p}_{g}_{o}")
+
+    def constraints_memory(self) -> None:
+        """Per device, on the chosen option's shares: ``((beta - zeta) + zeta / d) / t *
+        s^P + n_p / (d t) * s^A <= mem_g (1 + MEMORY_RTOL) w``; ``n_p`` is a constant."""
+        import pulp
+
+        t = self.tables
+        sharded = t.instance.training.sharded_bytes_per_param
+        unit = float(t.memory.max())
+        for p in range(1, self.P + 1):
+            n = t.in_flight(p)
+            for g, o in self.options_of[p]:
+                d, tp = self.option(g, o)
+                terms = []
+                if "params" in self.quantity:
+                    coef = memory_need(self.quantity["params"][1], 0.0, 0, t.bytes_per_param,
+                                       d, tp, sharded)
+                    terms.append((self.share["params", (p, g, o)], float(coef / unit)))
+                if "act" in self.quantity:
+                    coef = memory_need(0.0, self.quantity["act"][1], n, t.bytes_per_param,
+                                       d, tp, sharded)
+                    terms.append((self.share["act", (p, g, o)], float(coef / unit)))
+                if not terms:
+                    continue
+                cap = memory_capacity(t.memory[g]) / unit
+                terms.append((self.w[p, g, o], -float(cap)))
+                self.problem += pulp.LpAffineExpression(terms) <= 0, f"memory_{p}_{g}_{o}"
 
     def constraints_boundaries(self) -> None:
         """``e[l,p] >= a[l,p] - a[l+1,p]`` and one boundary per used slot ``p >= 2``."""
@@ -183,37 +283,6 @@ class AssignFormulation:
             self.check()
             es = [self.e[l, q] for (l, q) in self.e if q == p]
             prob += pulp.lpSum(es) == self.u[p], f"one_boundary_{p}"
-
-    def constraints_compute(self) -> None:
-        """Stage times, disaggregated by group (scaled times):
-
-        ``sum_g r_g c[p,g] = F[p] = sum_l flop_l a[l,p]`` and
-        ``c[p,g] <= Fmax_p / r_g * w[p,g]``: the slot's FLOP all sit on its one group.
-        """
-        import pulp
-
-        t, L = self.tables, self.tables.L
-        unit = float(self.flop.max()) if L and self.flop.max() > 0 else 1.0
-        for p in range(1, self.P + 1):
-            self.check()
-            f_max = self._flop_cap(p)
-            terms = [(self.a[l, p], -float(self.flop[l] / unit)) for l in range(L)
-                     if (l, p) in self.a and self.flop[l] != 0]
-            # r_g c = F: the time of one FLOP unit on g is compute_time(unit, r_g)
-            terms += [(self.c[p, g], float(self.scale / compute_time(unit, t.rate[g])))
-                      for g in self.groups_of[p]]
-            self.problem += pulp.LpAffineExpression(terms) == 0, f"compute_{p}"
-            for g in self.groups_of[p]:
-                cap = compute_time(f_max, t.rate[g]) / self.scale
-                self.problem += (pulp.LpAffineExpression(
-                    [(self.c[p, g], 1.0), (self.w[p, g], -float(cap))]) <= 0,
-                    f"compute_on_{p}_{g}")
-
-    def _flop_cap(self, p: int) -> float:
-        """Largest FLOP of a stage that fits some group at position ``p`` (``Fmax_p``)."""
-        t = self.tables
-        fits = (t.max_in_flight >= t.in_flight(p)).any(axis=0)  # [i, j]
-        return float(t.stage_flop[fits].max()) if fits.any() else 0.0
 
     def constraints_links(self) -> None:
         """Bytes crossing after slot ``p``, disaggregated by DC pair (``p >= 2``):
@@ -235,11 +304,11 @@ class AssignFormulation:
                                  f"bytes_on_{p}_{k1}_{k2}")
 
     def constraints_bottleneck(self) -> None:
-        """``B >= sum_g c[p,g]`` for every slot; ``B >= sum_{k1<=k2} U xb`` per boundary."""
+        """``B >= C`` of every slot; ``B >= sum_{k1<=k2} U xb`` per boundary."""
         import pulp
 
         for p in range(1, self.P + 1):
-            terms = [(self.c[p, g], 1.0) for g in self.groups_of[p]] + [(self.B, -1.0)]
+            terms = self._compute_terms(p) + [(self.B, -1.0)]
             self.problem += pulp.LpAffineExpression(terms) <= 0, f"stage_bottleneck_{p}"
         if not self.xb:
             return
@@ -248,17 +317,29 @@ class AssignFormulation:
                      for (k1, k2) in self.pairs] + [(self.B, -1.0)]
             self.problem += pulp.LpAffineExpression(terms) <= 0, f"link_bottleneck_{p}"
 
+    def constraints_sync(self) -> None:
+        """``R >= R`` of every slot (its one option's synchronisation)."""
+        import pulp
+
+        if self.R is None:
+            return
+        for p in range(1, self.P + 1):
+            terms = self._sync_terms(p)
+            if terms:
+                self.problem += (pulp.LpAffineExpression(terms + [(self.R, -1.0)]) <= 0,
+                                 f"sync_{p}")
+
     def _occupancy_coef(self, k1: int, k2: int) -> float:
         """Scaled occupancy per unit of ``xb`` (``xb`` is in units of ``Xmax`` bytes)."""
         return float(occupancy(self.x_max, self.tables.path_bandwidth[k1, k2]) / self.scale)
 
     # ------------------------------------------------------------------ objective
     def objective(self) -> None:
-        """``(sum c + sum_{p,k1,k2} 2 (lat z + U xb) + (M - 1) B) / time_scale``."""
+        """``(sum C + sum_{p,k1,k2} 2 (lat z + U xb) + (M - 1) B + R) / time_scale``."""
         import pulp
 
         t = self.tables
-        terms = [(v, 1.0) for v in self.c.values()]
+        terms = [term for p in range(1, self.P + 1) for term in self._compute_terms(p)]
         for (_p, k1, k2), z in self.z.items():
             lat = traversal(t.path_latency[k1, k2], 0.0) / self.scale
             if lat:
@@ -267,6 +348,8 @@ class AssignFormulation:
                   for (p, k1, k2), v in self.xb.items()]
         if t.M > 1:
             terms.append((self.B, float(steady_state(t.M, 1.0))))
+        if self.R is not None:
+            terms.append((self.R, 1.0))
         self.problem.setObjective(pulp.LpAffineExpression(terms))
 
     # ------------------------------------------------------------------ build/decode
@@ -279,11 +362,12 @@ class AssignFormulation:
         self.variables()
         self.constraints_partition()
         self.constraints_devices()
+        self.constraints_shares()
         self.constraints_memory()
         self.constraints_boundaries()
-        self.constraints_compute()
         self.constraints_links()
         self.constraints_bottleneck()
+        self.constraints_sync()
         self.objective()
         return self.problem
 
@@ -303,9 +387,9 @@ class AssignFormulation:
             if (self.u[p].varValue or 0.0) <= 0.5:
                 continue
             lays = [l for l in range(t.L) if (l, p) in self.a and (self.a[l, p].varValue or 0) > 0.5]
-            g = max(self.groups_of[p], key=lambda g: self.w[p, g].varValue or 0.0)
+            g, o = max(self.options_of[p], key=lambda go: self.w[(p,) + go].varValue or 0.0)
             grp = t.groups[g]
-            stages.append((min(lays), max(lays) + 1, grp.dc, grp.index))
+            stages.append((min(lays), max(lays) + 1, grp.dc, grp.index) + self.option(g, o))
         return Plan.from_tuples(t.instance, stages)
 
 

@@ -2,7 +2,8 @@
 
 Nodes are ``In(i, c, k)`` (a stage of position class ``c`` starts at layer ``i`` in
 datacenter ``k``) and ``Out(j, c, k)`` (a stage of class ``c`` in datacenter ``k``
-ended at layer ``j``). A *stage arc* ``x_a``, ``a = (g, i, j, c)``, goes from
+ended at layer ``j``). A *stage arc* ``x_a``, ``a = (g, o, i, j, c)`` with ``o`` a
+``(d, t)`` option of group ``g`` (contract version 2), goes from
 ``In(i, c, dc(g))`` to ``Out(j, c, dc(g))``; a *boundary arc* ``y_b``,
 ``b = (j, c, c', k1, k2)`` with ``k1 <= k2`` and ``c'`` a successor class of ``c``,
 goes from ``Out(j, c, k1)`` to ``In(j, c', k2)`` and carries the link costs of the
@@ -21,17 +22,18 @@ from collections import defaultdict
 
 import numpy as np
 
-from ..cost import steady_state
+from ..cost import compute_time, iteration_time, steady_state
 from ..instance import Instance
 from ..plan import Plan
 from ..tables import CostTables
 from .common import (
     OBJECTIVE_MAGNITUDE,
-    CandidateStages,
+    CandidateOptions,
     Positions,
-    candidate_stages,
-    position_classes,
+    candidate_options,
+    memory_position_classes,
     time_scale,
+    undominated,
 )
 from .matrix import Columns, LinearModel, no_check, to_matrix
 
@@ -91,16 +93,29 @@ class PathFormulation:
 
     name = "ilp-path"
 
-    def __init__(self, tables: CostTables, bottleneck: str = "auto", check=None):
+    def __init__(self, tables: CostTables, bottleneck: str = "auto", check=None,
+                 dominance: bool = True, upper_bound: float | None = None):
         if bottleneck not in ("auto", "layer", "node"):
             raise ValueError(f"bottleneck must be 'auto', 'layer' or 'node', got {bottleneck!r}")
         self.tables = tables
         #: called now and then while building (``Deadline.check``: raises to stop)
         self.check = check or no_check
         self.scale = time_scale(tables, OBJECTIVE_MAGNITUDE)
-        self.positions = position_classes(tables)
-        self.candidates: CandidateStages = candidate_stages(tables, self.positions)
-        self._prune()
+        self.positions = memory_position_classes(tables)
+        self.candidates: CandidateOptions = candidate_options(tables, self.positions)
+        #: T of a known plan: arcs that cannot be in a plan this fast are dropped
+        self.upper_bound = upper_bound
+        keep = np.ones(len(self.candidates), dtype=bool)
+        self.arcs_dominated = 0
+        if dominance:
+            keep &= undominated(self.candidates)
+            self.arcs_dominated = int(len(keep) - keep.sum())
+        self.arcs_bounded = 0
+        if upper_bound is not None:
+            fits = self._within_bound(upper_bound)
+            self.arcs_bounded = int((keep & ~fits).sum())
+            keep &= fits
+        self._prune(keep)
         cover_nnz = int(np.sum(self.arc_end - self.arc_start)) if self.n_arcs else 0
         if bottleneck == "auto":
             bottleneck = "layer" if cover_nnz <= LAYER_COVER_MAX_NONZEROS else "node"
@@ -109,7 +124,50 @@ class PathFormulation:
         self.columns = None
 
     # ------------------------------------------------------------------ network
-    def _prune(self) -> None:
+    def _fill_floor(self, flop) -> np.ndarray:
+        """A lower bound on the compute time of stages holding ``flop`` FLOP in all: each
+        stage has ``C >= F / (w r) >= F / (W r_max)``, ``W`` the widest option."""
+        t = self.tables
+        return compute_time(flop, float(t.rate.max()), t.widest)
+
+    def _bottleneck_floor(self) -> float:
+        """A lower bound on the bottleneck of every plan: the largest layer on the widest
+        option of the fastest group, and the total FLOP over all devices at their rates
+        (``F_s <= B w_s r_s`` summed over the stages, ``sum w_s r_s <= sum_g n_g r_g``)."""
+        t = self.tables
+        layer = float(np.max(np.diff(t.flop_prefix))) if t.L else 0.0
+        return float(max(compute_time(layer, float(t.rate.max()), t.widest),
+                         compute_time(float(t.flop_prefix[-1]), float(t.rate @ t.count))))
+
+    def _within_bound(self, upper: float) -> np.ndarray:
+        """Mask of the stage arcs some plan with ``T <= upper`` may use.
+
+        A plan using arc ``a`` has ``T >= C_a + (M - 1) max(C_a, B_0) + R_a`` (its fill
+        holds ``C_a``, its bottleneck is at least ``C_a`` and at least
+        :meth:`_bottleneck_floor` ``B_0``, its synchronisation at least ``R_a``) plus the
+        other stages' compute, at least :meth:`_fill_floor` of the other layers' FLOP. A
+        relative slack of 1e-9 keeps the plan that gave ``upper``.
+        """
+        t, cand = self.tables, self.candidates
+        total = float(t.flop_prefix[-1])
+        rest = total - (t.flop_prefix[cand.end] - t.flop_prefix[cand.start])
+        need = iteration_time(cand.compute_time + self._fill_floor(np.maximum(rest, 0.0)),
+                              np.maximum(cand.compute_time, self._bottleneck_floor()), t.M,
+                              cand.sync_time)
+        return need <= upper * (1 + 1e-9)
+
+    def _boundary_within_bound(self, upper: float) -> list:
+        """The boundary arcs some plan with ``T <= upper`` may use: ``T >= Q_b + (M - 1)
+        max(U_b, B_0)`` plus the compute of all layers (:meth:`_fill_floor`)."""
+        t = self.tables
+        floor = float(self._fill_floor(float(t.flop_prefix[-1])))
+        b0 = self._bottleneck_floor()
+        return [b for b in self.boundary
+                if iteration_time(t.traversal(b[0], b[3], b[4]) + floor,
+                                  max(t.occupancy(b[0], b[3], b[4]), b0), t.M)
+                <= upper * (1 + 1e-9)]
+
+    def _prune(self, keep: np.ndarray) -> None:
         """Drop stage and boundary arcs that lie on no source-to-sink path.
 
         Nodes live in boolean grids ``[layer, class, dc]``; a stage arc stays while its
@@ -119,7 +177,6 @@ class PathFormulation:
         t, cand, pos = self.tables, self.candidates, self.positions
         L = t.L
         dc = t.group_dc[cand.group]
-        keep = np.ones(len(cand), dtype=bool)
         while True:
             self.check()
             ins, outs = self._node_grid(cand.start, cand.cls, dc, keep), \
@@ -132,6 +189,11 @@ class PathFormulation:
             keep = new
         idx = np.nonzero(keep)[0]
         self.arc_group = cand.group[idx]
+        self.arc_option = cand.option[idx]
+        self.arc_d = cand.d[idx]
+        self.arc_t = cand.t[idx]
+        self.arc_width = cand.width[idx]
+        self.arc_sync = cand.sync_time[idx]
         self.arc_start = cand.start[idx]
         self.arc_end = cand.end[idx]
         self.arc_cls = cand.cls[idx]
@@ -139,6 +201,11 @@ class PathFormulation:
         self.arc_compute = cand.compute_time[idx]
         self.n_arcs = int(idx.size)
         self.boundary = _boundary_arcs(ins, outs, pos) if self.n_arcs else []
+        self.boundary_bounded = 0
+        if self.upper_bound is not None:
+            kept = self._boundary_within_bound(self.upper_bound)
+            self.boundary_bounded = len(self.boundary) - len(kept)
+            self.boundary = kept
         self.arcs_memory_filtered = len(cand)
 
     def _checked(self, n: int, every: int = 1000):
@@ -161,6 +228,9 @@ class PathFormulation:
             "positions_saturating": self.positions.saturating,
             "stage_arcs_total": self.candidates.total,
             "stage_arcs_after_filter": self.arcs_memory_filtered,
+            "stage_arcs_dominated": self.arcs_dominated,
+            "stage_arcs_over_bound": self.arcs_bounded,
+            "boundary_arcs_over_bound": self.boundary_bounded,
             "stage_arcs": self.n_arcs,
             "boundary_arcs": len(self.boundary),
             "bottleneck_rows": self.bottleneck_rows,
@@ -174,6 +244,8 @@ class PathFormulation:
         # boundary arcs are continuous: integral stage arcs force them integral
         self.y = [var(f"y_{b}", 0, 1) for b in self._checked(len(self.boundary))]
         self.B = var("bottleneck", 0)
+        # the synchronisation max_s R_s (only when some arc has R > 0)
+        self.R = var("sync", 0) if (self.arc_sync > 0).any() else None
 
     # ------------------------------------------------------------------ constraints
     def constraints_flow(self) -> None:
@@ -216,15 +288,38 @@ class PathFormulation:
             prob += expr == 0, "out_{}_{}_{}".format(*node)
 
     def constraints_devices(self) -> None:
-        """At most ``count_g`` stages on group ``g``."""
+        """At most ``count_g`` devices on group ``g``: ``sum_a d_a t_a x_a <= count_g``
+        (omitted when it cannot bind)."""
         import pulp
 
         by_group = defaultdict(list)
         for a in range(self.n_arcs):
-            by_group[int(self.arc_group[a])].append(self.x[a])
-        for g, xs in sorted(by_group.items()):
-            if len(xs) > self.tables.count[g]:
-                self.problem += pulp.lpSum(xs) <= int(self.tables.count[g]), f"count_{g}"
+            by_group[int(self.arc_group[a])].append((self.x[a], float(self.arc_width[a])))
+        for g, terms in sorted(by_group.items()):
+            if sum(w for _x, w in terms) > self.tables.count[g]:
+                self.problem += (pulp.LpAffineExpression(terms) <= int(self.tables.count[g]),
+                                 f"count_{g}")
+
+    def _stage_rows(self, coef: np.ndarray) -> dict:
+        """Terms ``coef_a x_a`` grouped by row: per covered layer (``"layer"`` rows) or
+        per In node (``"node"`` rows); arcs with a zero coefficient are left out."""
+        rows = defaultdict(list)
+        if self.bottleneck_rows == "layer":
+            for a in range(self.n_arcs):
+                if a % 1000 == 0:
+                    self.check()
+                if coef[a] == 0:
+                    continue
+                term = (self.x[a], float(coef[a]))
+                for l in range(int(self.arc_start[a]), int(self.arc_end[a])):
+                    rows[("layer", l)].append(term)
+        else:
+            for a in range(self.n_arcs):
+                if coef[a] != 0:
+                    key = ("node", int(self.arc_start[a]), int(self.arc_cls[a]),
+                           int(self.arc_dc[a]))
+                    rows[key].append((self.x[a], float(coef[a])))
+        return rows
 
     def constraints_bottleneck(self) -> None:
         """``B >= C`` of every stage and ``B >= U`` of every boundary (scaled times).
@@ -238,19 +333,7 @@ class PathFormulation:
         import pulp
 
         prob, t = self.problem, self.tables
-        coef = self.arc_compute / self.scale
-        rows = defaultdict(list)
-        if self.bottleneck_rows == "layer":
-            for a in range(self.n_arcs):
-                if a % 1000 == 0:
-                    self.check()
-                term = (self.x[a], float(coef[a]))
-                for l in range(int(self.arc_start[a]), int(self.arc_end[a])):
-                    rows[("layer", l)].append(term)
-        else:
-            for a in range(self.n_arcs):
-                key = ("node", int(self.arc_start[a]), int(self.arc_cls[a]), int(self.arc_dc[a]))
-                rows[key].append((self.x[a], float(coef[a])))
+        rows = self._stage_rows(self.arc_compute / self.scale)
         for b, (j, _c, _c2, k1, k2) in enumerate(self.boundary):
             u = t.occupancy(j, k1, k2) / self.scale
             if u > 0:
@@ -260,9 +343,22 @@ class PathFormulation:
             expr = pulp.LpAffineExpression(rows[key] + [(self.B, -1.0)])
             prob += expr <= 0, f"bottleneck_{n}"
 
+    def constraints_sync(self) -> None:
+        """``R >= R_a`` of every chosen stage (scaled), by the rows of the bottleneck:
+        ``R >= sum_{a covers l} R_a x_a`` per layer (or per In node)."""
+        import pulp
+
+        if self.R is None:
+            return
+        rows = self._stage_rows(self.arc_sync / self.scale)
+        for n, key in enumerate(sorted(rows)):
+            self.check()
+            self.problem += pulp.LpAffineExpression(rows[key] + [(self.R, -1.0)]) <= 0, \
+                f"sync_{n}"
+
     # ------------------------------------------------------------------ objective
     def objective(self) -> None:
-        """``(sum_a C_a x_a + sum_b Q_b y_b + (M - 1) B) / time_scale``."""
+        """``(sum_a C_a x_a + sum_b Q_b y_b + (M - 1) B + R) / time_scale``."""
         import pulp
 
         t = self.tables
@@ -276,6 +372,8 @@ class PathFormulation:
                 terms.append((self.y[b], float(q)))
         if t.M > 1:
             terms.append((self.B, float(steady_state(t.M, 1.0))))
+        if self.R is not None:
+            terms.append((self.R, 1.0))
         self.problem.setObjective(pulp.LpAffineExpression(terms))
 
     # ------------------------------------------------------------------ build/decode
@@ -289,12 +387,66 @@ class PathFormulation:
         self.constraints_flow()
         self.constraints_devices()
         self.constraints_bottleneck()
+        self.constraints_sync()
         self.objective()
         return self.problem
 
     def matrix(self) -> LinearModel:
         """The built model as arrays (:func:`~chainpipe.formulations.matrix.to_matrix`)."""
         return to_matrix(self.problem, self.columns.variables, self.check)
+
+    def start(self, plan: Plan) -> np.ndarray | None:
+        """Column values of ``plan`` in this model (a MIP start), or ``None`` if some
+        stage or boundary has no arc here.
+
+        A stage whose option was dropped as dominated takes the arc of the same stage that
+        dominates it (no more devices, no larger ``C`` or ``R``): the start is then a plan
+        at least as fast.
+        """
+        t, pos = self.tables, self.positions
+        group_of = {(t.instance.datacenters[g.dc].name, g.type): n for n, g in enumerate(t.groups)}
+        arcs: dict[tuple, list[int]] = defaultdict(list)
+        for a in range(self.n_arcs):
+            arcs[(int(self.arc_group[a]), int(self.arc_start[a]), int(self.arc_end[a]),
+                  int(self.arc_cls[a]))].append(a)
+        boundary = {b: n for n, b in enumerate(self.boundary)}
+        S = plan.num_stages
+        chosen, classes, dcs = [], [], []
+        for s, st in enumerate(plan.stages):
+            dc_name, dev_type, _i = st.devices[0].split("/")
+            g = group_of[(dc_name, dev_type)]
+            c = min(S - s, pos.count)
+            grp_opt = t.options(g)
+            o = next((o for o in range(len(grp_opt.d))
+                      if (grp_opt.d[o], grp_opt.t[o]) == (st.data_parallel, st.tensor_parallel)),
+                     None)
+            if o is None:
+                return None
+            width = st.data_parallel * st.tensor_parallel
+            C, R = grp_opt.compute_time[o, st.start, st.end], grp_opt.sync_time[o, st.start, st.end]
+            fit = [a for a in arcs.get((g, st.start, st.end, c), [])
+                   if self.arc_width[a] <= width and self.arc_compute[a] <= C
+                   and self.arc_sync[a] <= R]
+            if not fit:
+                return None
+            chosen.append(min(fit, key=lambda a: (self.arc_compute[a], self.arc_sync[a])))
+            classes.append(c)
+            dcs.append(t.groups[g].dc)
+        crossing = []
+        for s in range(S - 1):
+            key = (plan.stages[s].end, classes[s], classes[s + 1], dcs[s], dcs[s + 1])
+            if key not in boundary:
+                return None
+            crossing.append(boundary[key])
+        value = {id(self.x[a]): 1.0 for a in chosen}
+        value.update({id(self.y[b]): 1.0 for b in crossing})
+        occupancy = [t.occupancy(self.boundary[b][0], self.boundary[b][3], self.boundary[b][4])
+                     for b in crossing]
+        value[id(self.B)] = max([float(self.arc_compute[a]) for a in chosen] + occupancy) \
+            / self.scale
+        if self.R is not None:
+            value[id(self.R)] = max(float(self.arc_sync[a]) for a in chosen) / self.scale
+        return np.array([value.get(id(v), 0.0) for v in self.columns.variables])
 
     def decode(self) -> Plan:
         """The plan of the chosen stage arcs (values rounded at 0.5)."""
@@ -304,7 +456,8 @@ class PathFormulation:
         return Plan.from_tuples(
             self.tables.instance,
             [(int(self.arc_start[a]), int(self.arc_end[a]), groups[int(self.arc_group[a])].dc,
-              groups[int(self.arc_group[a])].index) for a in chosen],
+              groups[int(self.arc_group[a])].index, int(self.arc_d[a]), int(self.arc_t[a]))
+             for a in chosen],
         )
 
 

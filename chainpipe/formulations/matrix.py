@@ -37,6 +37,8 @@ class LinearModel:
     value: np.ndarray
     offset: float
     variables: list
+    #: a MIP start (one value per column), or ``None``
+    start: np.ndarray | None = None
 
     @property
     def num_cols(self) -> int:

@@ -73,6 +73,9 @@ def solve_highs(model, *, relax: bool, deadline: Deadline, seed: int = 0, thread
     if limit is not None:
         h.setOptionValue("time_limit", float(limit))
     pass_model(h, model, relax)
+    if model.start is not None and not relax:
+        h.setSolution(model.num_cols, np.arange(model.num_cols, dtype=np.int32),
+                      np.asarray(model.start, dtype=float))
     try:
         _run(h, deadline)
     except Abandoned:

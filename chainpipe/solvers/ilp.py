@@ -10,7 +10,17 @@ deadline, seed, threads, log, **options) -> Outcome``. Options:
 - ``relax``: solve the LP relaxation only and report its value as ``lower_bound``
   (status ``no_solution``; the formulation study's LP bound);
 - ``msg``: send the backend's log to standard error when no ``log`` is given;
-- ``bottleneck`` (``ilp-path`` only): ``"auto"``, ``"layer"`` or ``"node"`` rows.
+- ``bottleneck`` (``ilp-path`` only): ``"auto"``, ``"layer"`` or ``"node"`` rows;
+- ``dominance`` (``ilp-path`` only, default on): drop stage options another option of the
+  same stage dominates (no more devices, no larger ``C`` nor ``R``);
+- ``start`` (``ilp-path`` only, default on; HiGHS): a MIP start from the best plan of the
+  cheap heuristics (:mod:`chainpipe.solvers.incumbent`, never the DP);
+- ``prune`` (``ilp-path`` only, default on): drop the stage and boundary arcs no plan as
+  fast as that heuristic plan can use;
+- ``write_model``: a file to write the built MIP to, as CPLEX LP (``.lp``) or MPS
+  (``.mps``) by its suffix, with PuLP's named variables, atomically (before the solve, so
+  it is there even when the solve runs out of time); another solver (Gurobi, SCIP,
+  HiGHS) can read it. Its objective is ``T`` divided by ``stats["time_scale_s"]``.
 
 The time limit covers the whole solve: the formulation checks the deadline while it
 builds the model and while it is turned into arrays; the backend gets what is left
@@ -29,15 +39,18 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
 from ..deadline import Deadline, TimeUp
 from ..formulations.common import safe_bound
 from ..instance import Instance
+from ..io import atomic_write
 from ..plan import evaluate
 from ..result import OptionError, Outcome
 from ..tables import CostTables
+from .incumbent import heuristic_plan
 from .logs import stderr_log
 
 BACKENDS = ("highs", "cbc")
@@ -45,16 +58,24 @@ BACKENDS = ("highs", "cbc")
 MAX_COEFFICIENT = 1e15
 
 
+#: model file formats ``write_model`` writes, by suffix
+MODEL_SUFFIXES = (".lp", ".mps")
+#: the strengthenings of the path ILP, each an on/off option (all on by default)
+PATH_SWITCHES = ("dominance", "start", "prune")
+
+
 def run_assign(instance: Instance, *, deadline: Deadline | None = None, seed: int = 0, log=None,
-               threads: int = 1, **options) -> Outcome:
+               threads: int = 1, write_model=None, **options) -> Outcome:
     """The assignment ILP (layers -> stage slots -> device groups)."""
-    return _run("ilp-assign", instance, Deadline.of(deadline), seed, threads, log, options)
+    return _run("ilp-assign", instance, Deadline.of(deadline), seed, threads, log,
+                dict(options, write_model=write_model))
 
 
 def run_path(instance: Instance, *, deadline: Deadline | None = None, seed: int = 0, log=None,
-             threads: int = 1, **options) -> Outcome:
+             threads: int = 1, write_model=None, **options) -> Outcome:
     """The path ILP (candidate stages as arcs of a layered network)."""
-    return _run("ilp-path", instance, Deadline.of(deadline), seed, threads, log, options)
+    return _run("ilp-path", instance, Deadline.of(deadline), seed, threads, log,
+                dict(options, write_model=write_model))
 
 
 @dataclass(frozen=True)
@@ -63,6 +84,10 @@ class _Options:
     relax: bool
     msg: bool
     bottleneck: str
+    write_model: Path | None
+    dominance: bool = True
+    start: bool = True
+    prune: bool = True
 
 
 def _options(name: str, options: dict) -> _Options:
@@ -71,13 +96,41 @@ def _options(name: str, options: dict) -> _Options:
     relax = _flag(options.pop("relax", False))
     msg = _flag(options.pop("msg", False))
     bottleneck = options.pop("bottleneck", "auto")
+    write_model = _model_path(name, options.pop("write_model", None))
+    switches = {key: _flag(options.pop(key, True)) for key in PATH_SWITCHES}
     if backend not in BACKENDS:
         raise OptionError(f"{name}: unknown backend {backend!r}; use one of {', '.join(BACKENDS)}")
     if name == "ilp-assign" and bottleneck != "auto":
         raise OptionError(f"{name}: option 'bottleneck' applies to ilp-path only")
+    if name == "ilp-assign" and not all(switches.values()):
+        raise OptionError(f"{name}: options {', '.join(PATH_SWITCHES)} apply to ilp-path only")
     if options:
         raise OptionError(f"{name}: unknown option(s) {', '.join(sorted(options))}")
-    return _Options(backend, relax, msg, bottleneck)
+    return _Options(backend, relax, msg, bottleneck, write_model, **switches)
+
+
+def _model_path(name: str, value) -> Path | None:
+    """The ``write_model`` file, its suffix checked (``None``: no file)."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise OptionError(f"{name}: option 'write_model' takes a file name ending in "
+                          f"{' or '.join(MODEL_SUFFIXES)}, got {value!r}")
+    path = Path(value)
+    if path.suffix.lower() not in MODEL_SUFFIXES:
+        raise OptionError(f"{name}: option 'write_model' writes {' or '.join(MODEL_SUFFIXES)} "
+                          f"files (by the suffix); {value!r} has neither")
+    if path.is_dir():
+        raise OptionError(f"{name}: option 'write_model': {value!r} is a directory; "
+                          "give a file name")
+    return path
+
+
+def write_model_file(problem, path: Path) -> Path:
+    """Write a built PuLP ``problem`` to ``path`` as LP or MPS (by the suffix), atomically."""
+    if path.suffix.lower() == ".mps":
+        return atomic_write(path, lambda tmp: problem.writeMPS(str(tmp)))
+    return atomic_write(path, lambda tmp: problem.writeLP(str(tmp)))
 
 
 def _flag(value) -> bool:
@@ -96,22 +149,37 @@ def _run(name: str, instance: Instance, deadline: Deadline, seed, threads, log, 
     reason = tables.infeasibility_reason()
     if reason is not None:
         return Outcome("infeasible", message=reason, stats=stats)
+    incumbent = None
+    if name == "ilp-path" and (opts.start or opts.prune):
+        t0 = deadline.elapsed()
+        incumbent = heuristic_plan(instance, deadline)
+        stats["heuristic_time_s"] = deadline.elapsed() - t0
+        if incumbent[0] is None:
+            incumbent = None
+        else:
+            stats["heuristic"], stats["heuristic_T_s"] = incumbent[2], incumbent[1]
     t0 = deadline.elapsed()
     try:
         # coefficients that overflow become inf and are refused below, never a warning
         with np.errstate(over="ignore", divide="ignore", invalid="ignore", under="ignore"):
-            form = _formulation(name, tables, opts, deadline, stats)
+            form = _formulation(name, tables, opts, deadline, stats, incumbent)
             if form is None:
                 stats["build_time_s"] = deadline.elapsed() - t0
+                if incumbent is not None:  # cannot happen: the heuristic plan's arcs stay
+                    return _fallback(tables, None, stats, "the pruned network is empty",
+                                     incumbent)
                 return Outcome("infeasible", stats=stats, message=(
                     "no chain of stages satisfies memory and device counts "
                     "(every candidate stage arc was pre-filtered)"))
             form.build()
             model = form.matrix()
+            if incumbent is not None and opts.start:
+                model.start = form.start(incumbent[0])
+                stats["mip_start"] = model.start is not None
         deadline.check()
     except TimeUp:
         stats["build_time_s"] = deadline.elapsed() - t0
-        return _out_of_time_building(tables, deadline, stats)
+        return _out_of_time_building(tables, deadline, stats, incumbent)
     stats["build_time_s"] = deadline.elapsed() - t0
     stats.update(model.stats())
     problem = model.out_of_range(MAX_COEFFICIENT)
@@ -121,6 +189,14 @@ def _run(name: str, instance: Instance, deadline: Deadline, seed, threads, log, 
             f"times in the model differ by more than the backends represent); dp and cpsat "
             "take them"))
     stats["time_scale_s"] = form.scale
+    if opts.write_model is not None:
+        try:
+            write_model_file(form.problem, opts.write_model)
+        except OSError as exc:
+            return Outcome("error", stats=stats, message=(
+                f"{name}: cannot write the model to {str(opts.write_model)!r}: "
+                f"{exc.strerror or exc}"))
+        stats["model_file"] = str(opts.write_model)
 
     t1 = deadline.elapsed()
     try:
@@ -128,7 +204,7 @@ def _run(name: str, instance: Instance, deadline: Deadline, seed, threads, log, 
                                         threads=threads, log=log)
     except TimeUp:  # CBC: writing the model file used up the limit
         stats["solve_time_s"] = deadline.elapsed() - t1
-        return _out_of_time_building(tables, deadline, stats)
+        return _out_of_time_building(tables, deadline, stats, incumbent)
     except RuntimeError as exc:  # the backend would not start, or refused the model
         stats["solve_time_s"] = deadline.elapsed() - t1
         return Outcome("error", message=f"{name} ({opts.backend}): {exc}".splitlines()[0],
@@ -137,10 +213,11 @@ def _run(name: str, instance: Instance, deadline: Deadline, seed, threads, log, 
     stats["solver_status"] = answer.text
     if answer.values is not None:
         model.assign(answer.values)
-    return _outcome(form, answer, opts, stats)
+    return _outcome(form, answer, opts, stats, incumbent)
 
 
-def _formulation(name: str, tables: CostTables, opts: _Options, deadline: Deadline, stats: dict):
+def _formulation(name: str, tables: CostTables, opts: _Options, deadline: Deadline, stats: dict,
+                 incumbent=None):
     """The formulation object (``None`` when the path network is empty)."""
     if name == "ilp-assign":
         from ..formulations.ilp_assign import AssignFormulation
@@ -150,7 +227,9 @@ def _formulation(name: str, tables: CostTables, opts: _Options, deadline: Deadli
         return form
     from ..formulations.ilp_path import PathFormulation
 
-    form = PathFormulation(tables, bottleneck=opts.bottleneck, check=deadline.check)
+    upper = incumbent[1] if (incumbent is not None and opts.prune) else None
+    form = PathFormulation(tables, bottleneck=opts.bottleneck, check=deadline.check,
+                           dominance=opts.dominance, upper_bound=upper)
     stats.update(form.network_stats)
     return form if form.n_arcs else None
 
@@ -165,30 +244,35 @@ def _backend(backend: str):
     return solve_cbc
 
 
-def _out_of_time_building(tables: CostTables, deadline: Deadline, stats: dict) -> Outcome:
+def _out_of_time_building(tables: CostTables, deadline: Deadline, stats: dict,
+                          incumbent=None) -> Outcome:
     """The outcome of a run whose limit passed before the backend could search."""
     bound = float(tables.lower_bound)
     bound = max(0.0, bound) if math.isfinite(bound) else None
-    return _greedy_fallback(tables, bound, stats, (
+    return _fallback(tables, bound, stats, (
         f"time limit ({deadline.limit:g} s) reached while building the model "
-        f"(after {deadline.elapsed():.2f} s)"))
+        f"(after {deadline.elapsed():.2f} s)"), incumbent)
 
 
-def _greedy_fallback(tables: CostTables, bound: float | None, stats: dict, message: str
-                     ) -> Outcome:
-    """``feasible`` with the greedy heuristic's plan, else ``no_solution`` (no search left)."""
+def _fallback(tables: CostTables, bound: float | None, stats: dict, message: str,
+              incumbent=None) -> Outcome:
+    """``feasible`` with the heuristic plan (``incumbent``: ``(plan, T, name)``; else the
+    greedy heuristic's), or ``no_solution`` (no search left)."""
     from ..formulations.greedy import best_greedy_plan
 
-    plan, T = best_greedy_plan(tables)
+    if incumbent is not None:
+        plan, T, source = incumbent
+    else:
+        (plan, T), source = best_greedy_plan(tables), "greedy"
     if plan is None:
         return Outcome("no_solution", lower_bound=bound, stats=stats, message=message)
-    stats["plan_source"] = "greedy"
+    stats["plan_source"] = source
     return Outcome("feasible", plan=plan, stats=stats,
                    lower_bound=None if bound is None else min(bound, T),
-                   message=message + "; the plan is the greedy heuristic's")
+                   message=message + f"; the plan is the {source} heuristic's")
 
 
-def _outcome(form, answer, opts: _Options, stats: dict) -> Outcome:
+def _outcome(form, answer, opts: _Options, stats: dict, incumbent=None) -> Outcome:
     """The outcome of a backend's answer (plan decoded, bound clamped to ``[0, T]``)."""
     bound = safe_bound(answer.bound, form.scale)
     if bound is not None:
@@ -201,22 +285,28 @@ def _outcome(form, answer, opts: _Options, stats: dict) -> Outcome:
         return Outcome("no_solution", lower_bound=bound, stats=stats,
                        message="LP relaxation only (relax=True)")
     if answer.status == "infeasible":
+        if incumbent is not None:  # cannot happen: the heuristic plan's arcs stay
+            return _fallback(form.tables, None, stats, f"{opts.backend} found the pruned "
+                             "model infeasible", incumbent)
         return Outcome("infeasible", stats=stats, message=(
             f"{opts.backend} proved that no plan satisfies memory, device counts and chain "
             "order"))
     plan = form.decode() if answer.values is not None else None
+    T = evaluate(form.tables.instance, plan).iteration_time_s if plan is not None else math.inf
     if plan is not None and bound is not None:
-
-        bound = min(bound, evaluate(form.tables.instance, plan).iteration_time_s)
+        bound = min(bound, T)
     if answer.status == "optimal" and plan is not None:
         return Outcome("optimal", plan=plan, lower_bound=bound, stats=stats)
+    if incumbent is not None and incumbent[1] < T:
+        return _fallback(form.tables, bound, stats, f"{opts.backend} stopped before proving "
+                         f"optimality ({answer.text})", incumbent)
     if plan is not None:
         return Outcome("feasible", plan=plan, lower_bound=bound, stats=stats,
                        message=f"stopped before proving optimality ({answer.text})")
-    return _greedy_fallback(form.tables, bound, stats, f"{opts.backend} found no plan "
-                            f"({answer.text})")
+    return _fallback(form.tables, bound, stats, f"{opts.backend} found no plan "
+                     f"({answer.text})")
 
 
 #: the options of each formulation, for ``chainpipe.solve.solver_options``
 run_assign.options = ("backend", "relax", "msg")
-run_path.options = ("backend", "relax", "msg", "bottleneck")
+run_path.options = ("backend", "relax", "msg", "bottleneck") + PATH_SWITCHES
