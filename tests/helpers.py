@@ -254,3 +254,36 @@ def _hybrid_cut(inst, stages, groups, pairs, path, best) -> None:
                 used[gi] -= d * t
 
     place(0, {}, 0, [])
+
+
+def private_strings(inst: Instance) -> list[str]:
+    """Every private figure of every DC as text a message could carry: device type
+    names, rates, memories, node bandwidths, internal link figures (several formats)."""
+    out = []
+    for dc in inst.datacenters:
+        for g in dc.devices:
+            out.append(g.type)
+            values = [g.flop_per_s, g.memory_bytes]
+            if g.node_bandwidth_bytes_per_s is not None:
+                values.append(g.node_bandwidth_bytes_per_s)
+            for v in values:
+                out += [repr(v), repr(float(v)), f"{v:.6e}", f"{v:.5e}"]
+        for v in (dc.link.bandwidth_bytes_per_s, dc.link.latency_s):
+            out += [repr(v), f"{v:.5e}"]
+    return out
+
+
+def check_bracket(ref, r, where: str, rtol: float = 1e-6) -> None:
+    """A time-limited run ``r`` against ``dp``'s result ``ref`` on the same instance: an
+    infeasible instance is never given a plan, ``bound <= optimum <= T``, and an
+    ``optimal`` status has the optimum (to ``rtol``)."""
+    if ref.status == "infeasible":
+        assert r.status in ("infeasible", "no_solution"), where
+        return
+    assert r.status in ("optimal", "feasible", "no_solution"), (where, r.status, r.message)
+    if r.lower_bound is not None:
+        assert r.lower_bound <= ref.iteration_time * (1 + 1e-9), where
+    if r.plan is not None:
+        assert ref.iteration_time <= r.iteration_time * (1 + 1e-9), where
+    if r.status == "optimal":
+        assert abs(r.iteration_time - ref.iteration_time) <= rtol * ref.iteration_time + 1e-12, where

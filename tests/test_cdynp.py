@@ -16,7 +16,7 @@ from chainpipe.solve import solve
 from chainpipe.solvers.cdynp import agent, guarantee_factor, protocol, split_instance
 from chainpipe.solvers.cdynp.runner import run_split
 from chainpipe.solvers.cdynp.summary import cap_keep, epsilon_keep, frontier, round_digits
-from helpers import brute_force, random_instance
+from helpers import brute_force, private_strings, random_instance
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = sorted(p for p in (ROOT / "instances" / "small").glob("*.json")
@@ -145,18 +145,6 @@ def _distinctive_instance() -> Instance:
     return Instance("distinct", Model("m", layers), Training(8, "1f1b", 16.0), dcs, links)
 
 
-def _private_strings(inst: Instance) -> list[str]:
-    out = []
-    for dc in inst.datacenters:
-        for g in dc.devices:
-            out.append(g.type)
-            for v in (g.flop_per_s, g.memory_bytes):
-                out += [repr(v), repr(float(v)), f"{v:.6e}", f"{v:.5e}"]
-        for v in (dc.link.bandwidth_bytes_per_s, dc.link.latency_s):
-            out += [repr(v), f"{v:.5e}"]
-    return out
-
-
 def test_trace_has_no_private_data(tmp_path):
     import jsonschema
 
@@ -167,7 +155,7 @@ def test_trace_has_no_private_data(tmp_path):
     assert [f.name for f in files] == [m["file"] for m in res.stats["messages"]]
     assert len(files) == 2 * (inst.num_datacenters - 1)
     assert sum(f.stat().st_size for f in files) == res.stats["message_bytes_total"]
-    secrets = _private_strings(inst)
+    secrets = private_strings(inst)
     for f in files:
         text = f.read_text()
         msg = json.loads(text)
@@ -187,7 +175,7 @@ def test_split_files_alone_run_the_protocol(tmp_path):
     paths = split_instance(inst, tmp_path / "split")
     assert paths[0].name == "public.json" and len(paths) == 1 + inst.num_datacenters
     public_text = paths[0].read_text()
-    for s in _private_strings(inst):
+    for s in private_strings(inst):
         assert s not in public_text
     for k, p in enumerate(paths[1:]):
         own = json.loads(p.read_text())["datacenter"]

@@ -17,7 +17,7 @@ from chainpipe import Datacenter, DeviceGroup, Instance, Layer, Link, Model, Par
 from chainpipe.io import read
 from chainpipe.solve import solve
 from chainpipe.solvers.cdynp import agent, guarantee_factor, protocol
-from helpers import brute_force_hybrid, random_hybrid_instance
+from helpers import brute_force_hybrid, private_strings, random_hybrid_instance
 
 ROOT = Path(__file__).resolve().parents[1]
 HYBRID_SMALL = sorted((ROOT / "instances" / "hybrid" / "small").glob("hybrid-*.json"))
@@ -125,21 +125,6 @@ def _distinctive_hybrid() -> Instance:
     return Instance("distinct-v2", Model("m", layers), training, dcs, links)
 
 
-def _private_strings(inst: Instance) -> list[str]:
-    out = []
-    for dc in inst.datacenters:
-        for g in dc.devices:
-            out.append(g.type)
-            values = [g.flop_per_s, g.memory_bytes]
-            if g.node_bandwidth_bytes_per_s is not None:
-                values.append(g.node_bandwidth_bytes_per_s)
-            for v in values:
-                out += [repr(v), repr(float(v)), f"{v:.6e}", f"{v:.5e}"]
-        for v in (dc.link.bandwidth_bytes_per_s, dc.link.latency_s):
-            out += [repr(v), f"{v:.5e}"]
-    return out
-
-
 def test_v2_trace_has_no_private_data(tmp_path):
     import jsonschema
 
@@ -157,7 +142,7 @@ def test_v2_trace_has_no_private_data(tmp_path):
     assert sorted(str(f.relative_to(tmp_path)) for f in files) == sorted(names)
     assert sum(n.startswith("probe/") for n in names) == 2 * (inst.num_datacenters - 1)
     assert sum(f.stat().st_size for f in files) == res.stats["message_bytes_total"]
-    secrets = _private_strings(inst)
+    secrets = private_strings(inst)
     for f in files:
         text = f.read_text()
         msg = json.loads(text)
