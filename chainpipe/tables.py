@@ -350,3 +350,28 @@ def fill_bounds(flop: float, group_rates, caps: np.ndarray) -> np.ndarray:
         nxt = rates[np.minimum(j, len(rates) - 1)]
         partial = np.where(inside, (flop - caps * cumulative[j]) / nxt, 0.0)
     return caps * j + partial
+
+
+def dominated_options(ok, C, N, R, W) -> np.ndarray:
+    """``[c, i, j]``: whether stage option ``c`` of a range (arrays ``[c, i, j]`` of
+    :class:`~chainpipe.tables.GroupOptions`, ``ok`` the options still allowed) is
+    dominated by another allowed pair of the same range: no more devices, no larger ``C``
+    or ``R``, no smaller in-flight limit, and better in one of them (or equal in all and
+    listed first). Any plan using the dominated option stays feasible and no slower with
+    its dominator instead, so ``dp``, the CDynP agents and the path ILP leave it out."""
+    dominated = np.zeros(ok.shape, dtype=bool)
+    P = len(W)
+    if P < 2:
+        return dominated
+    for c in range(P):
+        for o in range(P):
+            if o == c or W[o] > W[c]:
+                continue
+            with np.errstate(invalid="ignore"):
+                no_worse = ok[o] & (C[o] <= C[c]) & (R[o] <= R[c]) & (N[o] >= N[c])
+                better = (C[o] < C[c]) | (R[o] < R[c]) | (N[o] > N[c])
+            if W[o] < W[c] or o < c:
+                dominated[c] |= no_worse
+            else:
+                dominated[c] |= no_worse & better
+    return dominated

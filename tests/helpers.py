@@ -287,3 +287,28 @@ def check_bracket(ref, r, where: str, rtol: float = 1e-6) -> None:
         assert ref.iteration_time <= r.iteration_time * (1 + 1e-9), where
     if r.status == "optimal":
         assert abs(r.iteration_time - ref.iteration_time) <= rtol * ref.iteration_time + 1e-12, where
+
+
+def check_trace_private(inst: Instance, files, schema: dict) -> list[dict]:
+    """Every message file of a CDynP trace follows the protocol's schema and carries no
+    private figure of ``inst`` (:func:`private_strings`) nor any device name, and every
+    summary's ``bw`` is a public chain-link bandwidth. Returns the messages."""
+    import json
+
+    import jsonschema
+
+    secrets = private_strings(inst)
+    public_bw = {lk.bandwidth_bytes_per_s for lk in inst.links}
+    messages = []
+    for f in files:
+        text = f.read_text()
+        msg = json.loads(text)
+        jsonschema.validate(msg, schema)
+        for s in secrets:
+            assert s not in text, (f.name, s)
+        for dc in inst.datacenters:  # no device names either
+            assert f"{dc.name}/" not in text
+        if msg["kind"] == "summary":
+            assert all(e["bw"] is None or e["bw"] in public_bw for e in msg["entries"])
+        messages.append(msg)
+    return messages

@@ -14,7 +14,7 @@ import pytest
 
 from chainpipe import Datacenter, DeviceGroup, Instance, Layer, Link, Model, Training
 from chainpipe.formulations.common import (
-    candidate_stages,
+    candidate_options,
     max_stages,
     position_classes,
 )
@@ -189,7 +189,7 @@ def test_position_classes_and_candidate_filter():
     tight = DeviceGroup("g", 8, 10.0, 4 + 2 * 1.0 + 0.5)
     t = CostTables(_instance([_layer(i) for i in range(4)], [[tight]], M=8))
     assert max_stages(t) == 2
-    cand = candidate_stages(t)
+    cand = candidate_options(t)
     assert len(cand) < cand.total
     for g_, i, j, c in zip(cand.group, cand.start, cand.end, cand.cls):
         assert t.fits(g_, i, j, c)

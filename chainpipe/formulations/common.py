@@ -8,10 +8,9 @@ no solver is imported. The public API (stable, used by ``ilp_assign``,
 - :class:`Positions` / :func:`position_classes` -- the stage positions (counted from
   the end) a model must distinguish, with the last class *saturating* when every
   position at or beyond it has the same in-flight count;
-- :class:`CandidateStages` / :func:`candidate_stages` -- every (group, layers, position
-  class) stage that can appear in a feasible plan, memory pre-filtered;
-- :class:`CandidateOptions` / :func:`candidate_options` -- the same with the stage's
-  ``(d, t)`` option of its group (contract version 2), memory pre-filtered per device;
+- :class:`CandidateOptions` / :func:`candidate_options` -- every (group, ``(d, t)``
+  option, layers, position class) stage that can appear in a feasible plan, memory
+  pre-filtered per device;
 - :func:`time_scale` -- a positive time unit that puts objectives at a chosen magnitude;
 - :data:`BOUND_RTOL` / :func:`safe_bound` -- how a solver's floating-point dual bound is
   turned into a bound that is valid for the true problem.
@@ -24,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import cost
-from ..tables import CostTables
+from ..tables import CostTables, dominated_options
 
 #: relative slack subtracted from a MIP/LP solver's dual bound before it is reported.
 #: The models' objective equals ``T / time_scale`` exactly (up to floating point), so
@@ -164,64 +163,6 @@ def memory_position_classes(tables: CostTables) -> Positions:
 
 
 @dataclass(frozen=True)
-class CandidateStages:
-    """Stages ``[start, end)`` on group ``group`` with position class ``cls``, as arrays.
-
-    Every stage of every feasible plan is one of these (with its position class
-    from :class:`Positions`); ``total`` counts the unfiltered candidates
-    ``G * L (L + 1) / 2 * classes`` for reporting.
-    """
-
-    group: np.ndarray  # int64, index into tables.groups
-    start: np.ndarray  # int64, first layer
-    end: np.ndarray  # int64, one past the last layer
-    cls: np.ndarray  # int64, position class 1..positions.count
-    compute_time: np.ndarray  # float64, C of the stage on its group (seconds)
-    positions: Positions
-    total: int
-
-    def __len__(self) -> int:
-        return int(self.group.shape[0])
-
-
-def candidate_stages(tables: CostTables, positions: Positions | None = None) -> CandidateStages:
-    """All stage candidates that can appear in a feasible plan, filtered with numpy.
-
-    A candidate ``(g, i, j, c)`` is dropped when it can never be feasible:
-
-    - memory: ``in_flight(c) > max_in_flight[g, i, j]``;
-    - ending: it ends at ``L`` but is not last (``c >= 2`` and not saturating), or it
-      is last (``c == 1``, non-saturating) but ends before ``L``;
-    - room after it: the ``c - 1`` stages that follow need ``L - j >= c - 1`` layers
-      and ``c - 1`` further devices in its datacenter or later ones.
-    """
-    pos = positions or position_classes(tables)
-    L, G = tables.L, tables.G
-    ii, jj = np.triu_indices(L + 1, 1)
-    # devices in datacenters >= k, per group's datacenter
-    dc_devices = np.bincount(tables.group_dc, weights=tables.count, minlength=tables.K)
-    devices_from = np.cumsum(dc_devices[::-1])[::-1]
-    parts = []
-    for c in range(1, pos.count + 1):
-        need = pos.in_flight(c)
-        fits = tables.max_in_flight[:, ii, jj] >= need  # [g, pair]
-        ends = jj == L
-        ok_end = (ends & pos.may_end(c)) | (~ends & pos.may_continue(c))
-        ok_room = (L - jj) >= (c - 1)
-        ok_dev = devices_from[tables.group_dc] >= c  # [g]
-        mask = fits & (ok_end & ok_room)[None, :] & ok_dev[:, None]
-        g_idx, pair = np.nonzero(mask)
-        parts.append((g_idx, ii[pair], jj[pair], np.full(g_idx.shape, c)))
-    if parts:
-        g, i, j, c = (np.concatenate(x).astype(np.int64) for x in zip(*parts))
-    else:  # pragma: no cover - positions.count >= 1 always
-        g = i = j = c = np.zeros(0, dtype=np.int64)
-    compute = tables.compute_time[g, i, j] if len(g) else np.zeros(0)
-    total = G * (L * (L + 1) // 2) * pos.count
-    return CandidateStages(g, i, j, c, np.asarray(compute, dtype=float), pos, total)
-
-
-@dataclass(frozen=True)
 class CandidateOptions:
     """Stage options ``[start, end)`` on group ``group`` with pair ``option`` of
     :meth:`CostTables.options` and position class ``cls``, as arrays (contract version 2).
@@ -255,7 +196,7 @@ def candidate_options(tables: CostTables, positions: Positions | None = None
                       ) -> CandidateOptions:
     """Every stage option that can appear in a feasible plan, filtered with numpy.
 
-    The filters of :func:`candidate_stages`, per ``(d, t)`` pair: memory per device
+    A candidate is dropped when it can never be feasible: memory per device
     (``in_flight(c) > options(g).max_in_flight[o, i, j]``), the ending rules, and room
     after the stage (``c - 1`` layers and ``c - 1`` further devices in its datacenter or
     later ones); in addition the option's own ``d * t`` devices must exist there too.
@@ -319,14 +260,7 @@ def undominated(cand: CandidateOptions) -> np.ndarray:
         C[o, x] = cand.compute_time[mine]
         R[o, x] = cand.sync_time[mine]
         width[o] = cand.width[mine]
-        dominated = np.zeros(present.shape, dtype=bool)
-        for a in range(n_opt):  # does option a dominate option b on each stage?
-            for b in range(n_opt):
-                if a == b or width[a] > width[b]:
-                    continue
-                le = present[a] & (C[a] <= C[b]) & (R[a] <= R[b])
-                if width[a] == width[b] and a > b:  # a tie goes to the lower index
-                    le &= (C[a] < C[b]) | (R[a] < R[b])
-                dominated[b] |= le
+        # memory is already filtered per class, so in-flight limits are all equal here
+        dominated = dominated_options(present, C, np.zeros(present.shape), R, width)
         keep[mine] = ~dominated[o, x]
     return keep

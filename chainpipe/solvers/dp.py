@@ -31,12 +31,11 @@ from .. import cost
 from ..deadline import Deadline, TimeUp
 from ..plan import Plan
 from ..result import OptionError, Outcome, number_option
-from ..tables import CostTables, fill_bound, fill_curve
+from ..tables import CostTables, dominated_options, fill_bound, fill_curve
 from .labels import (
     HYBRID_TRIALS,
     TRIALS,
     across_usage,
-    dominated_options,
     killers,
     pareto3,
     pareto4,

@@ -243,10 +243,9 @@ class DCAgent:
         its latency at least that link's), so the cheaper of the two. The prefix's
         stages upstream add compute nobody here can bound: nothing for them."""
         link = self._link_to_prev()
-        u = np.minimum(cost.occupancy(self.bytes, link.bandwidth_bytes_per_s),
-                       self.tables.boundary_occupancy[:, 0, 0])
-        q = np.minimum(cost.traversal(link.latency_s,
-                                      cost.occupancy(self.bytes, link.bandwidth_bytes_per_s)),
+        u_in = cost.occupancy(self.bytes, link.bandwidth_bytes_per_s)
+        u = np.minimum(u_in, self.tables.boundary_occupancy[:, 0, 0])
+        q = np.minimum(cost.traversal(link.latency_s, u_in),
                        self.tables.boundary_traversal[:, 0, 0])
         u[0] = q[0] = 0.0  # a = 0: the plan starts here, no boundary before it
         return q.tolist(), u.tolist()

@@ -31,9 +31,9 @@ import numpy as np
 
 from ... import cost
 from ...deadline import Deadline
+from ...tables import dominated_options
 from ..labels import (
     across_usage,
-    dominated_options,
     killers,
     pareto3,
     pareto4,
