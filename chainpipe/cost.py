@@ -193,8 +193,14 @@ def path(instance: Instance, k1: int, k2: int) -> tuple[float, float]:
     if k1 == k2:
         link = instance.datacenters[k1].link
         return link.bandwidth_bytes_per_s, link.latency_s
-    links = instance.links[k1:k2]
-    return min(lk.bandwidth_bytes_per_s for lk in links), sum(lk.latency_s for lk in links)
+    return chain_path(instance.links, k1, k2)
+
+
+def chain_path(links, k1: int, k2: int) -> tuple[float, float]:
+    """Bandwidth and latency of the chain path between DCs ``k1 < k2``, from the chain
+    links alone (``links[k]`` joins DC k and DC k + 1; public, unlike a DC's own link)."""
+    span = links[k1:k2]
+    return min(lk.bandwidth_bytes_per_s for lk in span), sum(lk.latency_s for lk in span)
 
 
 def occupancy(boundary_bytes, bandwidth):

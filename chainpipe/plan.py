@@ -337,10 +337,11 @@ def _check_structure(instance: Instance, plan: Plan) -> tuple[list, list[str]]:
 
 
 def _stage_costs(instance: Instance, plan: Plan, refs, sums: cost.LayerSums,
-                 violations: list[str]) -> list[StageCost]:
+                 violations: list[str], downstream: int = 0) -> list[StageCost]:
     """Compute time, memory per device and synchronisation of every stage; memory
-    violations appended."""
-    training, S = instance.training, plan.num_stages
+    violations appended. ``downstream``: stages that follow the plan's last one (a part
+    of a plan, as a CDynP agent evaluates its own stages)."""
+    training, S = instance.training, plan.num_stages + downstream
     out = []
     for s, (st, ref) in enumerate(zip(plan.stages, refs)):
         group = instance.group(ref)
@@ -368,13 +369,55 @@ def _boundary_costs(instance: Instance, plan: Plan, refs) -> list[BoundaryCost]:
     for s in range(plan.num_stages - 1):
         k1, k2 = refs[s].dc, refs[s + 1].dc
         lo, hi = min(k1, k2), max(k1, k2)
-        bw, lat = cost.path(instance, lo, hi)
-        last = plan.stages[s].end - 1
-        x = instance.layers[last].output_bytes
-        u = cost.occupancy(x, bw)
         names = tuple(dc.name for dc in instance.datacenters[lo : hi + 1])
-        out.append(BoundaryCost(s, last, x, names, bw, lat, u, cost.traversal(lat, u)))
+        out.append(boundary_cost(instance.model, s, plan.stages[s].end - 1, names,
+                                 *cost.path(instance, lo, hi)))
     return out
+
+
+def boundary_cost(model, after_stage: int, last_layer: int, path: tuple[str, ...],
+                  bandwidth: float, latency: float) -> BoundaryCost:
+    """The cost of the boundary after stage ``after_stage``, whose last layer's output
+    crosses ``path`` (one DC name: that DC's own link) of that bandwidth and latency."""
+    x = model.layers[last_layer].output_bytes
+    u = cost.occupancy(x, bandwidth)
+    return BoundaryCost(after_stage, last_layer, x, path, bandwidth, latency, u,
+                        cost.traversal(latency, u))
+
+
+def evaluate_part(instance: Instance, stages, downstream: int) -> tuple[list, list, list]:
+    """The costs of a run of consecutive stages on one DC's devices, before ``downstream``
+    more stages elsewhere: what a CDynP agent tells the owner of its part of a plan.
+
+    Parameters
+    ----------
+    instance : Instance
+        The DC's own view: the public model and training with its datacenter alone.
+    stages : sequence of Stage
+        Its stages, in plan order (layer ranges as in the whole plan).
+    downstream : int
+        How many stages follow them (capped where the in-flight count stops growing).
+
+    Returns
+    -------
+    tuple of (list of StageCost, list of BoundaryCost, list of str)
+        The stages' costs (``index`` counted from 0 here), the boundaries between them
+        (over the DC's own link) and the rules broken (memory and stage shape).
+    """
+    part = Plan(tuple(stages))
+    violations, refs = [], []
+    for s, st in enumerate(part.stages):
+        try:
+            stage_refs = [instance.locate(name) for name in st.devices]
+        except KeyError as exc:
+            raise InstanceError([f"stages[{s}]: no device named {exc.args[0]!r}"]) from None
+        violations.extend(_check_stage_shape(instance, s, st, stage_refs))
+        refs.append(stage_refs[0])
+    costs = _stage_costs(instance, part, refs, cost.LayerSums(instance), violations, downstream)
+    name = instance.datacenters[0].name
+    bounds = [boundary_cost(instance.model, s, part.stages[s].end - 1, (name,),
+                            *cost.path(instance, 0, 0)) for s in range(part.num_stages - 1)]
+    return costs, bounds, violations
 
 
 def evaluate(instance: Instance, plan: Plan) -> Evaluation:
@@ -418,7 +461,29 @@ def evaluate(instance: Instance, plan: Plan) -> Evaluation:
         )
     stages = _stage_costs(instance, plan, refs, cost.LayerSums(instance), violations)
     boundaries = _boundary_costs(instance, plan, refs)
+    return combine(stages, boundaries, instance.microbatches, violations)
 
+
+def combine(stages, boundaries, microbatches: int, violations=()) -> Evaluation:
+    """The :class:`Evaluation` of a plan from the costs of its stages and boundaries.
+
+    :func:`evaluate` computes those costs from the instance; the owner of a CDynP run
+    across hosts, who holds only the public part, gets each DC's from its agent and the
+    chain boundaries' from the public links (:func:`chain_boundary`), and combines them
+    here, into the same ``T``.
+
+    Parameters
+    ----------
+    stages : sequence of StageCost
+        Every stage, in plan order.
+    boundaries : sequence of BoundaryCost
+        The boundary after each stage but the last.
+    microbatches : int
+        ``M``.
+    violations : sequence of str
+        The rules the plan breaks (empty: feasible).
+    """
+    stages, boundaries = tuple(stages), tuple(boundaries)
     fill, bottleneck_s = cost.fill_and_bottleneck(
         [c.compute_time_s for c in stages], [b.occupancy_s for b in boundaries],
         [b.traversal_s for b in boundaries])
@@ -431,11 +496,11 @@ def evaluate(instance: Instance, plan: Plan) -> Evaluation:
     slowest_sync = max(stages, key=lambda c: c.sync_time_s)
     sync_s = slowest_sync.sync_time_s
     sync = f"stage {slowest_sync.index} on {_where(slowest_sync)}" if sync_s > 0 else "none"
-    M = instance.microbatches
+    M = microbatches
     return Evaluation(
         cost.iteration_time(fill, bottleneck_s, M, sync_s), fill,
-        cost.steady_state(M, bottleneck_s), bottleneck_s, bottleneck, tuple(stages),
-        tuple(boundaries), tuple(violations), sync_s, sync,
+        cost.steady_state(M, bottleneck_s), bottleneck_s, bottleneck, stages,
+        boundaries, tuple(violations), sync_s, sync,
     )
 
 

@@ -40,31 +40,28 @@ reported lower bound; ``max_entries`` gives no guarantee.
 
 from __future__ import annotations
 
-import math
 import time
 from pathlib import Path
 
-from ...deadline import Deadline, TimeUp
+from ...deadline import Deadline
 from ...instance import Instance, InstanceError
 from ...plan import Plan, evaluate
-from ...result import OptionError, Outcome, number_option
+from ...result import Outcome, number_option
 from ...tables import CostTables
 from .audit import check_claims
+from .drive import (
+    PROBE_BEAM,
+    PROBE_ENTRIES,
+    PROBE_LAYERS_PER_PART,
+    agent_options,
+    drive,
+    guarantee_factor,
+)
 from .public import PublicInstance, split_documents, write_split
 from .runner import MESSAGE_TIMEOUT_S, AgentFailure, Run, run_in_process, run_processes
 
 __all__ = ["PROBE_BEAM", "PROBE_ENTRIES", "PROBE_LAYERS_PER_PART", "guarantee_factor", "run",
            "split_instance"]
-
-#: partial plans per DP state each DC keeps in the probe run (measured on hybrid/medium:
-#: 1 finds the optimum or a plan within 1% of it, at a third of the cost of 2)
-PROBE_BEAM = 1
-#: points per summary entry in the probe run
-PROBE_ENTRIES = 4
-#: the probe's stages start and end on a grid of parts of about this many layers
-#: (measured on hybrid-large-02, 98 layers: parts of 6 layers put the probe 60% above the
-#: optimum, of 3 layers 7.5% in 0.6 s, no grid 2.8% in 6 s)
-PROBE_LAYERS_PER_PART = 3
 
 
 def split_instance(instance: Instance, outdir) -> list[Path]:
@@ -85,15 +82,6 @@ def split_instance(instance: Instance, outdir) -> list[Path]:
     return write_split(instance, outdir)
 
 
-def guarantee_factor(num_datacenters: int, epsilon: float = 0.0, quantum: float = 0.0,
-                     digits: int = 0) -> float:
-    """Proven ratio bound ``T_found / T_opt`` for epsilon/quantum/digits compression:
-    each of the ``K - 1`` summaries loses at most one factor of each."""
-    hops = max(num_datacenters - 1, 0)
-    per_hop = (1.0 + epsilon) * (1.0 + quantum) * (1.0 + (10.0 ** (1 - digits) if digits else 0.0))
-    return per_hop ** hops
-
-
 def run(instance: Instance, *, deadline=None, seed=0, threads=1, log=None, epsilon=0.0,
         quantum=0.0, digits=0, max_entries=0, upper_bound=None, processes=False,
         message_timeout=MESSAGE_TIMEOUT_S, trace_dir=None, compare_dp=False,
@@ -108,140 +96,59 @@ def run(instance: Instance, *, deadline=None, seed=0, threads=1, log=None, epsil
         with one line naming the DC whose agent died, hung, broke the protocol or sent
         a forged summary.
     """
-    epsilon = number_option("cdynp", "epsilon", epsilon or 0.0)
-    quantum = number_option("cdynp", "quantum", quantum or 0.0)
-    max_entries = number_option("cdynp", "max_entries", max_entries or 0, integer=True)
-    digits = number_option("cdynp", "digits", digits or 0, integer=True)
+    options = agent_options(epsilon, quantum, digits, max_entries, upper_bound)
     message_timeout = number_option("cdynp", "message_timeout", message_timeout, strict=True)
-    if upper_bound is not None:
-        upper_bound = number_option("cdynp", "upper_bound", upper_bound, strict=True)
-    if probe not in (None, True, False):
-        raise OptionError(f"cdynp: option 'probe' must be true or false, got {probe!r}")
     deadline = Deadline.of(deadline)
-    agent_opts = {"epsilon": epsilon, "quantum": quantum, "max_entries": max_entries,
-                  "digits": digits, "upper_bound": upper_bound}
-    exact = epsilon == 0 and quantum == 0 and max_entries == 0 and digits == 0
-    public = PublicInstance.of(instance)
-    t0 = time.perf_counter()
-
-    def one_run(options: dict, trace) -> tuple[Run, Plan | None]:
-        if processes:
-            res = run_processes(*split_documents(instance), trace_dir=trace,
-                                deadline=deadline, message_timeout=message_timeout, **options)
-        else:
-            res = run_in_process(public, list(instance.datacenters), trace_dir=trace,
-                                 deadline=deadline, **options)
-        return res, _assemble(instance, res, public.position_cap, exact and "beam" not in options)
-
-    first, probe_T = None, None
-    try:
-        if probe is None:
-            probe = not instance.parallelism.single_device
-        if probe and upper_bound is None and instance.num_datacenters > 1:
-            parts = math.ceil(instance.num_layers / PROBE_LAYERS_PER_PART)
-            first = one_run({**agent_opts, "beam": PROBE_BEAM, "grid": parts,
-                             "max_entries": PROBE_ENTRIES},
-                            None if trace_dir is None else Path(trace_dir, "probe"))
-            if first[1] is not None:  # a real plan: the main run need not look above it
-                probe_T = evaluate(instance, first[1]).iteration_time_s
-                agent_opts["upper_bound"] = probe_T * (1 + _PROBE_SLACK)
-        res, plan = one_run(agent_opts, trace_dir)
-        if exact and plan is None and probe_T is not None:
-            # never expected (the probe's plan is within the bound); stay exact regardless
-            res, plan = one_run({**agent_opts, "upper_bound": None}, trace_dir)
-    except TimeUp as exc:
-        return Outcome("no_solution", message=f"cdynp: {exc}",
-                       stats={"protocol_s": time.perf_counter() - t0})
-    except AgentFailure as exc:
-        return Outcome("error", message=f"cdynp: {exc}",
-                       stats={"protocol_s": time.perf_counter() - t0,
-                              "failed_datacenter": exc.datacenter})
-    found = res.estimate  # compressed: an over-estimate of the plan found, inf if none
-    if first is not None:
-        messages = [{**m, "file": f"probe/{m['file']}"} for m in first[0].messages]
-        res.messages = messages + res.messages
-        if not exact and probe_T is not None and (
-                plan is None or evaluate(instance, plan).iteration_time_s > probe_T):
-            # the compressed run dropped what the probe had: the probe's plan is the answer
-            first[0].messages, res, plan = res.messages, first[0], first[1]
-    stats = _stats(instance, res, exact, epsilon, quantum, digits, max_entries,
-                   "processes" if processes else "in-process", time.perf_counter() - t0)
-    if first is not None:
-        stats["probe"] = {"estimate_s": probe_T,
-                          "labels": sum(a.get("labels", 0) for a in first[0].agents),
-                          "messages": len(messages)}
-    if compare_dp:
-        stats.update(_compare_dp(instance, plan, deadline))
-    if plan is None:
-        return _no_plan(instance, upper_bound, exact, max_entries, stats)
-    if exact:
-        return Outcome("optimal", plan, lower_bound=res.estimate, stats=stats)
-    factor = guarantee_factor(instance.num_datacenters, epsilon, quantum, digits)
-    # the compressed search's chain of kept points for the optimum either reaches DC 1
-    # (estimate <= factor * optimum) or was cut by the probe's bound (then the probe's T
-    # is below factor * optimum): either way the better of the two over factor bounds it
-    best = min(found, probe_T if probe_T is not None else math.inf)
-    bound = None if max_entries else best / factor
-    return Outcome("feasible", plan, lower_bound=bound, stats=stats)
+    backend = InstanceAgents(instance, processes, message_timeout)
+    outcome = drive(backend, options, deadline=deadline, probe=probe, trace_dir=trace_dir)
+    if compare_dp and "messages" in outcome.stats:  # the protocol ran to its end
+        outcome.stats.update(_compare_dp(instance, outcome.plan, deadline))
+    return outcome
 
 
-#: the exact run after a probe looks for plans up to the probe's ``T`` times ``1 +`` this,
-#: so that the probe's own plan is found again whatever the rounding of the sums
-_PROBE_SLACK = 1e-9
+class InstanceAgents:
+    """The agents of a whole instance, in this process or one child process each; the
+    owner checks their plan with the instance itself."""
 
+    def __init__(self, instance: Instance, processes: bool, message_timeout: float):
+        self.instance = instance
+        self.public = PublicInstance.of(instance)
+        self.processes = bool(processes)
+        self.mode = "processes" if self.processes else "in-process"
+        self.message_timeout = message_timeout
 
-def _finite(x: float) -> float | None:
-    return x if math.isfinite(x) else None
+    def one_run(self, options: dict, trace_dir, deadline: Deadline) -> Run:
+        if self.processes:
+            return run_processes(*split_documents(self.instance), trace_dir=trace_dir,
+                                 deadline=deadline, message_timeout=self.message_timeout,
+                                 **options)
+        return run_in_process(self.public, list(self.instance.datacenters),
+                              trace_dir=trace_dir, deadline=deadline, **options)
 
+    def assemble(self, res: Run, exact: bool) -> Plan | None:
+        """The plan from the agents' stages, once the summaries it was chosen by check out."""
+        if not res.stages:
+            return None
+        stages = []
+        for report in res.agents:  # each agent reports its own stages in the plan's shape
+            if not report["stages"]:
+                continue
+            try:
+                stages.extend(Plan.from_dict({"stages": report["stages"]}).stages)
+            except InstanceError as exc:
+                raise AgentFailure(f"DC {report['datacenter']!r} reported stages that are "
+                                   f"not a plan: {exc.problems[0]}",
+                                   report["datacenter"]) from None
+        plan = Plan(tuple(stages))
+        check_claims(self.public, evaluate(self.instance, plan), res.agents, exact=exact)
+        return plan
 
-def _assemble(instance: Instance, res: Run, position_cap: int, exact: bool) -> Plan | None:
-    """The plan from the agents' stages, once the summaries it was chosen by check out."""
-    if not res.stages:
-        return None
-    stages = []
-    for report in res.agents:  # each agent reports its own stages in the plan's shape
-        if not report["stages"]:
-            continue
-        try:
-            stages.extend(Plan.from_dict({"stages": report["stages"]}).stages)
-        except InstanceError as exc:
-            raise AgentFailure(f"DC {report['datacenter']!r} reported stages that are not a "
-                               f"plan: {exc.problems[0]}", report["datacenter"]) from None
-    plan = Plan(tuple(stages))
-    check_claims(instance, evaluate(instance, plan), res.agents, position_cap, exact=exact)
-    return plan
+    def iteration_time(self, plan: Plan) -> float:
+        return evaluate(self.instance, plan).iteration_time_s
 
-
-def _stats(instance, res: Run, exact, epsilon, quantum, digits, max_entries, mode,
-           elapsed) -> dict:
-    sizes = [m["bytes"] for m in res.messages]
-    factor = guarantee_factor(instance.num_datacenters, epsilon, quantum, digits)
-    return {
-        "mode": mode,
-        "exact": exact,
-        "epsilon": epsilon, "quantum": quantum, "digits": digits, "max_entries": max_entries,
-        "guarantee_factor": None if max_entries else factor,
-        "estimate_s": _finite(res.estimate),
-        "messages": res.messages,
-        "message_bytes_total": sum(sizes),
-        "message_bytes_max": max(sizes, default=0),
-        "agents": res.agents,
-        "protocol_s": elapsed,
-    }
-
-
-def _no_plan(instance, upper_bound, exact, max_entries, stats) -> Outcome:
-    if upper_bound is not None:
-        return Outcome("no_solution", lower_bound=float(upper_bound) if exact else None,
-                       message=f"cdynp: no plan with T <= upper_bound {upper_bound}",
-                       stats=stats)
-    if max_entries:
-        return Outcome("no_solution", message="cdynp: no plan survived the max_entries cap",
-                       stats=stats)
-
-    reason = CostTables(instance).infeasibility_reason() or (
-        "no plan satisfies the memory and device limits (exhaustive chain DP)")
-    return Outcome("infeasible", message=reason, stats=stats)
+    def infeasibility_reason(self) -> str:
+        return CostTables(self.instance).infeasibility_reason() or (
+            "no plan satisfies the memory and device limits (exhaustive chain DP)")
 
 
 def _compare_dp(instance: Instance, plan: Plan | None, deadline: Deadline) -> dict:

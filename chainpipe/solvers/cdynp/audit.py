@@ -21,33 +21,31 @@ cannot hide the forgery.
 from __future__ import annotations
 
 from ... import cost
-from ...instance import Instance
 from ...plan import Evaluation
+from .public import PublicInstance
 from .runner import AgentFailure
 
 _RTOL = 1e-9
 
 
-def check_claims(instance: Instance, plan_eval: Evaluation, reports: list[dict],
-                 position_cap: int, *, exact: bool) -> None:
+def check_claims(public: PublicInstance, plan_eval: Evaluation, reports: list[dict], *,
+                 exact: bool) -> None:
     """Raise :class:`AgentFailure` naming the DC whose summary misstated the plan's cost.
 
     Parameters
     ----------
-    instance : Instance
-        The instance (the owner evaluates the plan on it).
+    public : PublicInstance
+        The public part of the instance (DC names, chain links, the position cap).
     plan_eval : Evaluation
         The assembled plan's evaluation.
     reports : list of dict
         The agents' reports in chain order (``continues_with`` of each).
-    position_cap : int
-        ``R``, the cap on stage counts.
     exact : bool
         No compression: claims must be exact.
     """
-    names = [dc.name for dc in instance.datacenters]
+    names = list(public.datacenter_names)
     stages, bounds = plan_eval.stages, plan_eval.boundaries
-    dc_of = [instance.locate(s.devices[0]).dc for s in stages]
+    dc_of = [names.index(s.datacenter) for s in stages]
     for i in range(len(reports) - 2, -1, -1):  # receiver i, sender i + 1: from the end
         claim = reports[i].get("continues_with")
         if claim is None:
@@ -58,10 +56,10 @@ def check_claims(instance: Instance, plan_eval: Evaluation, reports: list[dict],
         if first is None or dc_of[first] <= i:
             raise AgentFailure(f"DC {sender!r} sent a forged summary: the plan has no stage "
                                f"downstream of {names[i]!r} starting at layer {b}", sender)
-        r, bn, sm, sy = _suffix(stages, bounds, first, position_cap)
+        r, bn, sm, sy = _suffix(stages, bounds, first, public.position_cap)
         bw = None
         if b > 0:
-            bw, lat = cost.path(instance, i, dc_of[first])
+            bw, lat = cost.chain_path(public.links, i, dc_of[first])
             sm += cost.traversal(lat, 0.0)  # the latencies the senders fold in
         problem = _misstated(claim, (r, bn, sm, sy), bw, exact)
         if problem:
