@@ -44,10 +44,11 @@ import time
 from pathlib import Path
 
 from ...deadline import Deadline
-from ...instance import Instance, InstanceError
+from ...instance import Instance
 from ...plan import Plan, evaluate
 from ...result import Outcome, number_option
 from ...tables import CostTables
+from .assemble import plan_of
 from .audit import check_claims
 from .drive import (
     PROBE_BEAM,
@@ -58,7 +59,7 @@ from .drive import (
     guarantee_factor,
 )
 from .public import PublicInstance, split_documents, write_split
-from .runner import MESSAGE_TIMEOUT_S, AgentFailure, Run, run_in_process, run_processes
+from .runner import MESSAGE_TIMEOUT_S, Run, run_in_process, run_processes
 
 __all__ = ["PROBE_BEAM", "PROBE_ENTRIES", "PROBE_LAYERS_PER_PART", "guarantee_factor", "run",
            "split_instance"]
@@ -127,19 +128,9 @@ class InstanceAgents:
 
     def assemble(self, res: Run, exact: bool) -> Plan | None:
         """The plan from the agents' stages, once the summaries it was chosen by check out."""
-        if not res.stages:
+        plan = plan_of(res.agents) if res.stages else None
+        if plan is None:
             return None
-        stages = []
-        for report in res.agents:  # each agent reports its own stages in the plan's shape
-            if not report["stages"]:
-                continue
-            try:
-                stages.extend(Plan.from_dict({"stages": report["stages"]}).stages)
-            except InstanceError as exc:
-                raise AgentFailure(f"DC {report['datacenter']!r} reported stages that are "
-                                   f"not a plan: {exc.problems[0]}",
-                                   report["datacenter"]) from None
-        plan = Plan(tuple(stages))
         check_claims(self.public, evaluate(self.instance, plan), res.agents, exact=exact)
         return plan
 

@@ -22,13 +22,14 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import asdict
 
 import numpy as np
 
 from ... import cost
 from ...deadline import Deadline, TimeUp
 from ...instance import Datacenter, Instance
-from ...plan import Stage, pack_devices
+from ...plan import Stage, evaluate_part, pack_devices
 from ...tables import CostTables
 from ..labels import TRIALS
 from . import protocol
@@ -86,8 +87,8 @@ class DCAgent:
         L = public.num_layers
         self.grid = ({round(i * L / grid) for i in range(int(grid) + 1)} if grid else None)
         self.deadline = deadline if deadline is not None else Deadline(None)
-        local = Instance(public.name, public.model, public.training, (datacenter,), ())
-        self.tables = CostTables(local)  # this DC's groups only: private
+        self.local = Instance(public.name, public.model, public.training, (datacenter,), ())
+        self.tables = CostTables(self.local)  # this DC's groups only: private
         self.L = public.num_layers
         self.M = public.microbatches
         self.R = public.position_cap
@@ -104,6 +105,9 @@ class DCAgent:
         self.stages: list[dict] = []  # own stages in the plan's shape (forward pass)
         self.boundaries: dict[str, int | None] = {}
         self.continues_with: dict | None = None  # the incoming point the plan goes on with
+        #: what own stages and the boundaries between them cost (plan.evaluate_part): the
+        #: owner, who runs the plan, combines them into T when it holds no private data
+        self.costs: dict = {"stages": [], "boundaries": [], "violations": []}
 
     # ------------------------------------------------------------------ helpers
     def _link_to_prev(self):
@@ -324,6 +328,7 @@ class DCAgent:
     # ------------------------------------------------------------------ forward pass
     def realise_origin(self, origin) -> dict | None:
         """Rebuild own stages for ``origin``; return the request for DC k+1."""
+        self.costs = {"stages": [], "boundaries": [], "violations": []}
         if origin is None:
             self.stages = []
             return None
@@ -345,14 +350,18 @@ class DCAgent:
                 break
             i = j
         devices = pack_devices(self.dc, [st[2:] for st in stages])
-        self.stages = [Stage(start, end, devs, d, t).to_dict()
-                       for (start, end, _g, d, t), devs in zip(stages, devices)]
+        own = [Stage(start, end, devs, d, t)
+               for (start, end, _g, d, t), devs in zip(stages, devices)]
+        self.stages = [st.to_dict() for st in own]
         first, last = stages[0][0], stages[-1][1]
         self.boundaries = {"from_upstream": first if first > 0 else None,
                            "to_downstream": last if last < self.L else None}
-        if kind == END:
-            return None
-        return self._continue_with(j, p)
+        request = None if kind == END else self._continue_with(j, p)
+        downstream = 0 if kind == END else self.continues_with["point"][0]
+        costs, bounds, broken = evaluate_part(self.local, own, downstream)
+        self.costs = {"stages": [asdict(c) for c in costs],
+                      "boundaries": [asdict(b) for b in bounds], "violations": broken}
+        return request
 
     def _continue_with(self, e: int, p: int) -> dict:
         """The request for DC k+1: point ``p`` of its entry ``e``, remembered as received."""
@@ -383,4 +392,4 @@ class DCAgent:
         plan goes on with, and its work."""
         return {"datacenter": self.name, "stages": [dict(s) for s in self.stages],
                 "learned_boundaries": self.boundaries, "continues_with": self.continues_with,
-                **self.stats}
+                "costs": self.costs, **self.stats}

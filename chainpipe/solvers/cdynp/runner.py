@@ -32,31 +32,18 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ...deadline import Deadline, TimeUp
+from ...deadline import Deadline
 from ...instance import Datacenter
 from . import protocol, wire
 from .agent import DCAgent
 from .public import PublicInstance, read_split
+from .watch import GRACE_S, MESSAGE_TIMEOUT_S, AgentFailure, Watch
 
-#: seconds past the deadline before a silent agent is declared hung
-GRACE_S = 2.0
-#: seconds an agent may stay silent while it works, when no time limit is given
-MESSAGE_TIMEOUT_S = 60.0
-#: seconds the coordinator waits, after a first failure, for the agents' own accounts
-_SETTLE_S = 1.0
-
-
-class AgentFailure(Exception):
-    """A DC's agent died, hung, broke the protocol or failed; ``datacenter`` names it."""
-
-    def __init__(self, message: str, datacenter: str | None):
-        super().__init__(message)
-        self.datacenter = datacenter
-
+__all__ = ["GRACE_S", "MESSAGE_TIMEOUT_S", "AgentFailure", "Run", "run_in_process",
+           "run_processes", "run_split"]
 
 @dataclass
 class Run:
@@ -197,23 +184,16 @@ def _child_env() -> dict:
 
 
 class _Coordinator:
-    """Starts the agents, follows what each is doing, and says who failed."""
+    """Starts the agents as child processes and watches them (:class:`.watch.Watch`)."""
 
     def __init__(self, names: list[str], deadline: Deadline, message_timeout: float):
         self.names = names
-        self.deadline = deadline
-        self.message_timeout = message_timeout
+        self.watch_ = Watch(names, deadline, message_timeout)
         self.procs: list[subprocess.Popen] = []
         self.ctrl: list[socket.socket] = []
         # each agent's stderr: an unnamed file (nothing to clean up, and unlike a pipe it
         # never fills up and blocks an agent that writes a lot)
         self.errs: list = []
-        K = len(names)
-        self.state = ["starting"] * K  # starting, work, wait, done, failed, ended
-        self.peer: list[str | None] = [None] * K  # whom a waiting agent waits for
-        self.last = [time.monotonic()] * K  # when each agent last said anything
-        self.reports: dict[int, dict] = {}
-        self.failures: list[tuple[str, int, dict]] = []  # (how, index, details) in order
 
     # ------------------------------------------------------------------ start and stop
     def start(self, setups: list[dict]) -> None:
@@ -239,8 +219,7 @@ class _Coordinator:
             # only the children hold these now: a child's death closes its ends
             for s in child_ends + [s for pair in links for s in pair]:
                 s.close()
-        now = time.monotonic()
-        self.last = [now] * K
+        self.watch_.started()
         for sock, setup in zip(self.ctrl, setups):
             try:
                 wire.send(sock, json.dumps(setup, allow_nan=False).encode())
@@ -249,7 +228,7 @@ class _Coordinator:
 
     def close(self) -> None:
         """End every agent still running (they are ours) and reap them."""
-        done = self._all_done()
+        done = self.watch_.all_done()
         for p in self.procs:
             if done:  # each exits once its report is sent
                 try:
@@ -264,9 +243,6 @@ class _Coordinator:
         for s in self.ctrl:
             s.close()
 
-    def _all_done(self) -> bool:
-        return len(self.reports) == len(self.names)
-
     # ------------------------------------------------------------------ watching
     def watch(self) -> list[dict]:
         """The agents' final reports in chain order, once all are done.
@@ -279,91 +255,19 @@ class _Coordinator:
         sel = selectors.DefaultSelector()
         for k, s in enumerate(self.ctrl):
             sel.register(s, selectors.EVENT_READ, k)
-        first_failure = None
-        while not self._all_done():
-            now = time.monotonic()
-            if first_failure is None and self.failures:
-                first_failure = now
-            if first_failure is not None and (now - first_failure >= _SETTLE_S
-                                              or not sel.get_map()):
-                raise self._verdict()
-            self._check_hung(now)
-            wait = self._next_wake(now, first_failure)
-            for key, _ in sel.select(wait):
-                self._read(key.data, sel)
-        return [self.reports[k] for k in range(len(self.names))]
 
-    def _read(self, k: int, sel) -> None:
-        """One event from agent ``k``, or its end."""
-        try:
-            event = json.loads(wire.recv(self.ctrl[k]))
-        except (wire.Closed, protocol.ProtocolError, ValueError):
-            sel.unregister(self.ctrl[k])
-            if self.state[k] not in ("done", "failed"):
-                self.state[k] = "ended"
-                self.failures.append(("died", k, {}))
-            return
-        self.last[k] = time.monotonic()
-        kind = event.get("event")
-        if kind in ("work", "wait"):
-            self.state[k], self.peer[k] = kind, event.get("peer")
-        elif kind == "done":
-            self.state[k] = "done"
-            self.reports[k] = event["report"]
-        elif kind == "failed":
-            self.state[k] = "failed"
-            self.failures.append((event["kind"], k, event))
+        def next_events(timeout: float) -> list:
+            out = []
+            for key, _ in sel.select(timeout):
+                k = key.data
+                try:
+                    out.append((k, json.loads(wire.recv(self.ctrl[k]))))
+                except (wire.Closed, protocol.ProtocolError, ValueError):
+                    sel.unregister(self.ctrl[k])
+                    out.append((k, None))
+            return out
 
-    def _next_wake(self, now: float, first_failure: float | None) -> float:
-        """Seconds until something may have to be decided."""
-        times = [self.message_timeout - (now - self.last[k])
-                 for k in range(len(self.names)) if self.state[k] in ("starting", "work")]
-        if not self.deadline.unlimited:
-            times.append(self.deadline.at + GRACE_S - now)
-        if first_failure is not None:
-            times.append(first_failure + _SETTLE_S - now)
-        return max(0.01, min(times, default=1.0))
-
-    def _check_hung(self, now: float) -> None:
-        """An agent working or starting in silence for too long, or past the deadline."""
-        busy = [k for k in range(len(self.names)) if self.state[k] in ("starting", "work")]
-        for k in busy:
-            if now - self.last[k] > self.message_timeout:
-                raise AgentFailure(f"the agent of DC {self.names[k]!r} sent nothing for "
-                                   f"{self.message_timeout:g} s while it should be working: "
-                                   f"it is hung", self.names[k])
-        if not self.deadline.unlimited and now > self.deadline.at + GRACE_S:
-            k = self._culprit()
-            raise AgentFailure(f"the agent of DC {self.names[k]!r} did not answer by the time "
-                               f"limit (+{GRACE_S:g} s): it is hung", self.names[k])
-
-    def _culprit(self) -> int:
-        """The agent the others wait for: follow who waits for whom from any agent."""
-        index = {n: k for k, n in enumerate(self.names)}
-        k = next((k for k in range(len(self.names)) if self.state[k] not in ("done",)), 0)
-        seen = set()
-        while self.state[k] == "wait" and self.peer[k] in index and k not in seen:
-            seen.add(k)
-            k = index[self.peer[k]]
-        return k
-
-    def _verdict(self) -> Exception:
-        """The failure to report, from every account collected: a death first, then a
-        broken protocol or an agent's own error, then the time limit, then a lost peer."""
-        rank = {"died": 0, "protocol": 1, "error": 1, "timeup": 2, "peer": 3}
-        how, k, ev = min(self.failures, key=lambda f: rank.get(f[0], 9))
-        name = self.names[k]
-        if how == "died":
-            return AgentFailure(f"the agent of DC {name!r} died ({self._exit_reason(k)})", name)
-        if how == "timeup":
-            return TimeUp(ev.get("error") or f"time limit reached in {name}")
-        blamed = ev.get("blame") or name
-        if how == "protocol":
-            return AgentFailure(f"DC {blamed!r} broke the protocol: {ev.get('error')}", blamed)
-        if how == "peer":
-            return AgentFailure(f"the agent of DC {blamed!r} closed its connection to "
-                                f"{name!r} mid-run", blamed)
-        return AgentFailure(f"the agent of DC {name!r} failed: {ev.get('error')}", name)
+        return self.watch_.run(next_events, self._exit_reason)
 
     def _exit_reason(self, k: int) -> str:
         p = self.procs[k]
