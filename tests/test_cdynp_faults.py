@@ -1,7 +1,7 @@
 """CDynP with one process per DC under faults: a dead, hung or lying agent is named,
 the run ends in time, and nothing outlives it (processes or files).
 
-Faults are injected through the agents' test hook (``child.FAULT_ENV``), never an option.
+Faults are injected through the agents' test hook (``session.FAULT_ENV``), never an option.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from chainpipe.solvers.cdynp.child import FAULT_ENV
 from chainpipe.solvers.cdynp.runner import GRACE_S
+from chainpipe.solvers.cdynp.session import FAULT_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
 INSTANCE = ROOT / "instances" / "small" / "small-08-three-dc.json"  # dc1, dc2, dc3

@@ -20,16 +20,8 @@ import signal
 import socket
 import sys
 import threading
-import time
 
 from . import wire
-
-#: seconds between two beats of a working agent
-BEAT_S = 1.0
-
-#: test hook, never an option: ``kill:<dc>``, ``hang:<dc>`` or ``forge:<dc>``, optionally
-#: ``@forward`` (kill or hang in the forward pass instead of the backward one)
-FAULT_ENV = "CHAINPIPE_CDYNP_FAULT"
 
 
 def main(argv: list[str]) -> int:
@@ -78,126 +70,37 @@ def _exit_when_closed(ctrl: socket.socket) -> None:
 
 def _run(setup: dict, peers: dict, tell) -> dict:
     """Run this DC's part; returns the ``done`` or ``failed`` event."""
-    from ...deadline import TimeUp
-    from . import protocol
     from .public import read_view
+    from .session import run_agent
 
-    name = None
     try:
         public, k, dc = read_view(setup["public"], setup["private"])
-        name = dc.name
-        return {"event": "done", "report": _protocol(public, k, dc, setup, peers, tell)}
-    except _PeerGone as exc:
-        return {"event": "failed", "kind": "peer", "blame": exc.peer, "error": str(exc)}
-    except protocol.ProtocolError as exc:
-        return {"event": "failed", "kind": "protocol", "blame": exc.sender, "error": str(exc)}
-    except TimeUp as exc:
-        return {"event": "failed", "kind": "timeup", "error": str(exc)}
     except Exception as exc:  # reported to the coordinator, which names this DC
-        return {"event": "failed", "kind": "error", "blame": name,
-                "error": f"{type(exc).__name__}: {exc}"[:300]}
+        return {"event": "failed", "kind": "error", "error": f"{type(exc).__name__}: {exc}"[:300]}
+    return run_agent(public, k, dc, setup, _SocketLinks(peers), tell)
 
 
-class _PeerGone(Exception):
-    def __init__(self, peer: str):
-        super().__init__(f"{peer} closed its connection")
-        self.peer = peer
+class _SocketLinks:
+    """The neighbours as socket pairs from the coordinator."""
 
+    def __init__(self, peers: dict):
+        self.peers = peers
 
-def _protocol(public, k: int, dc, setup: dict, peers: dict, tell) -> dict:
-    """Backward, then decide (DC 1) or forward; the report for the owner."""
-    from . import protocol
-    from .agent import DCAgent
-    from .runner import send_record
+    def recv(self, side: str, peer: str, kind: str) -> bytes:
+        from .session import PeerGone
 
-    K, names, trace = public.num_datacenters, public.datacenter_names, setup["trace_dir"]
-    fault = _Fault(dc.name)
-    agent = DCAgent(public, k, dc, deadline=_deadline(setup["deadline_at"], tell),
-                    **setup["options"])
-    sent = []
-
-    def receive(side: str, j: int, kind: str) -> dict:
-        tell({"event": "wait", "peer": names[j]})
         try:
-            data = wire.recv(peers[side])
+            return wire.recv(self.peers[side])
         except wire.Closed:
-            raise _PeerGone(names[j]) from None
-        except protocol.ProtocolError as exc:
-            raise protocol.ProtocolError(str(exc), names[j]) from None
-        tell({"event": "work"})
-        return protocol.decode(data, kind, public.expect(j, k))
+            raise PeerGone(peer) from None
 
-    def send(side: str, seq: int, msg: dict, j: int) -> None:
-        data, meta = send_record(seq, msg, trace)
+    def send(self, side: str, peer: str, kind: str, data: bytes) -> None:
+        from .session import PeerGone
+
         try:
-            wire.send(peers[side], data)
+            wire.send(self.peers[side], data)
         except wire.Closed:
-            raise _PeerGone(names[j]) from None
-        sent.append(meta)
-
-    incoming = receive("next", k + 1, "summary") if k < K - 1 else None
-    tell({"event": "work"})
-    fault.at("backward")
-    out = agent.backward(incoming)
-    estimate = None
-    if k > 0:
-        send("prev", K - 1 - k, fault.forge(out), k - 1)
-        request = agent.forward(receive("prev", k - 1, "assemble"))
-        fault.at("forward")
-    else:
-        choice, estimate = agent.decide()
-        request = agent.realise_origin(choice) if choice is not None else None
-        fault.at("forward")
-    if k < K - 1:
-        send("next", K - 1 + k, protocol.assemble(dc.name, names[k + 1], request), k + 1)
-    report = agent.report()
-    report["sent"] = sent
-    report["estimate"] = estimate if estimate is None or estimate < float("inf") else None
-    return report
-
-
-def _deadline(at: float | None, tell):
-    """The run's deadline; each check also beats, at most once per :data:`BEAT_S`."""
-    from ...deadline import Deadline
-
-    class Beating(Deadline):
-        __slots__ = ("last",)
-
-        def check(self) -> None:
-            now = time.monotonic()
-            if now - self.last >= BEAT_S:
-                self.last = now
-                tell({"event": "beat"})
-            super().check()
-
-    d = Beating(None if at is None else max(0.0, at - time.monotonic()))
-    d.last = time.monotonic()
-    return d
-
-
-class _Fault:
-    """The fault :data:`FAULT_ENV` asks of this DC, for tests of the coordinator."""
-
-    def __init__(self, name: str):
-        spec = os.environ.get(FAULT_ENV, "")
-        what, _, rest = spec.partition(":")
-        dc, _, phase = rest.partition("@")
-        self.what = what if dc == name else None
-        self.phase = phase or "backward"
-
-    def at(self, phase: str) -> None:
-        if self.what == "kill" and phase == self.phase:
-            os.kill(os.getpid(), signal.SIGKILL)
-        if self.what == "hang" and phase == self.phase:
-            while True:
-                time.sleep(3600)
-
-    def forge(self, summary: dict) -> dict:
-        """A summary whose every cost is halved: better than this DC can do."""
-        if self.what == "forge":
-            for e in summary["entries"]:
-                e["points"] = [[r, bn / 2, sm / 2, sy / 2] for r, bn, sm, sy in e["points"]]
-        return summary
+            raise PeerGone(peer) from None
 
 
 if __name__ == "__main__":

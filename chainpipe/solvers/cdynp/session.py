@@ -1,0 +1,181 @@
+"""One agent's part of one run, whatever connects it to its neighbours.
+
+:func:`run_agent` drives a :class:`~.agent.DCAgent` through the protocol: wait
+for the downstream neighbour's summary, compute, send its own summary upstream,
+wait for the upstream neighbour's ``assemble`` (or decide, at DC 1), pass the
+request on, and return the report for the owner. It tells the owner what it is
+doing through ``tell`` (``work``, ``wait``, ``beat``) and returns the final
+``done`` or ``failed`` event. The neighbours are reached through a
+:class:`Links` object: socket pairs to sibling processes (:mod:`.child`) or TLS
+connections to agents on other hosts (:mod:`.serve`).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from typing import Protocol
+
+from ...deadline import Deadline, TimeUp
+from . import protocol
+from .agent import DCAgent
+from .public import PublicInstance
+
+#: seconds between two beats of a working agent
+BEAT_S = 1.0
+
+#: test hook, never an option: ``kill:<dc>``, ``hang:<dc>`` or ``forge:<dc>``, optionally
+#: ``@forward`` (kill or hang in the forward pass instead of the backward one)
+FAULT_ENV = "CHAINPIPE_CDYNP_FAULT"
+
+
+class PeerGone(Exception):
+    """A neighbour's connection closed, or it could not be reached."""
+
+    def __init__(self, peer: str, why: str = "closed its connection"):
+        super().__init__(f"{peer} {why}")
+        self.peer = peer
+
+
+class Cancelled(Exception):
+    """The owner ended the run (its connection closed)."""
+
+
+class Links(Protocol):
+    """The two chain neighbours of an agent; ``side`` is ``"prev"`` or ``"next"``."""
+
+    def recv(self, side: str, peer: str, kind: str) -> bytes:
+        """The next message from that neighbour (:class:`PeerGone` if it is gone)."""
+
+    def send(self, side: str, peer: str, kind: str, data: bytes) -> None:
+        """Deliver a message to that neighbour (:class:`PeerGone` if it is gone)."""
+
+
+def run_agent(public: PublicInstance, k: int, dc, setup: dict, links: Links, tell,
+              cancel: threading.Event | None = None) -> dict:
+    """Run DC ``k``'s part; returns the ``done`` or ``failed`` event for the owner.
+
+    Parameters
+    ----------
+    public, k, dc
+        What this DC holds (:func:`.public.read_view`).
+    setup : dict
+        ``options`` (the agent's), ``deadline_at`` (a ``time.monotonic()`` instant or
+        ``None``), ``trace_dir`` (where to write sent messages, or ``None``) and
+        ``trace_return`` (put each sent message's text in the report).
+    links : Links
+        The neighbours.
+    tell : callable
+        Sends an event to the owner.
+    cancel : threading.Event, optional
+        Set when the owner has gone: the run stops at its next check.
+    """
+    try:
+        return {"event": "done",
+                "report": _protocol(public, k, dc, setup, links, tell, cancel)}
+    except PeerGone as exc:
+        return {"event": "failed", "kind": "peer", "blame": exc.peer, "error": str(exc)}
+    except protocol.ProtocolError as exc:
+        return {"event": "failed", "kind": "protocol", "blame": exc.sender, "error": str(exc)}
+    except TimeUp as exc:
+        return {"event": "failed", "kind": "timeup", "error": str(exc)}
+    except Cancelled:
+        return {"event": "failed", "kind": "cancelled", "error": "the owner ended the run"}
+    except Exception as exc:  # reported to the owner, which names this DC
+        return {"event": "failed", "kind": "error", "blame": dc.name,
+                "error": f"{type(exc).__name__}: {exc}"[:300]}
+
+
+def _protocol(public, k: int, dc, setup: dict, links: Links, tell, cancel) -> dict:
+    """Backward, then decide (DC 1) or forward; the report for the owner."""
+    from .runner import send_record
+
+    K, names, trace = public.num_datacenters, public.datacenter_names, setup.get("trace_dir")
+    fault = _Fault(dc.name)
+    agent = DCAgent(public, k, dc, deadline=_deadline(setup["deadline_at"], tell, cancel),
+                    **setup["options"])
+    sent = []
+
+    def receive(side: str, j: int, kind: str) -> dict:
+        tell({"event": "wait", "peer": names[j]})
+        try:
+            data = links.recv(side, names[j], kind)
+        except protocol.ProtocolError as exc:
+            raise protocol.ProtocolError(str(exc), names[j]) from None
+        tell({"event": "work"})
+        return protocol.decode(data, kind, public.expect(j, k))
+
+    def send(side: str, seq: int, msg: dict, j: int) -> None:
+        data, meta = send_record(seq, msg, trace)
+        links.send(side, names[j], msg["kind"], data)
+        if setup.get("trace_return"):
+            meta["text"] = data.decode("ascii")
+        sent.append(meta)
+
+    incoming = receive("next", k + 1, "summary") if k < K - 1 else None
+    tell({"event": "work"})
+    fault.at("backward")
+    out = agent.backward(incoming)
+    estimate = None
+    if k > 0:
+        send("prev", K - 1 - k, fault.forge(out), k - 1)
+        request = agent.forward(receive("prev", k - 1, "assemble"))
+        fault.at("forward")
+    else:
+        choice, estimate = agent.decide()
+        request = agent.realise_origin(choice) if choice is not None else None
+        fault.at("forward")
+    if k < K - 1:
+        send("next", K - 1 + k, protocol.assemble(dc.name, names[k + 1], request), k + 1)
+    report = agent.report()
+    report["sent"] = sent
+    report["estimate"] = estimate if estimate is None or estimate < float("inf") else None
+    return report
+
+
+def _deadline(at: float | None, tell, cancel: threading.Event | None):
+    """The run's deadline; each check also beats, at most once per :data:`BEAT_S`, and
+    stops the run when ``cancel`` is set."""
+
+    class Beating(Deadline):
+        __slots__ = ("last",)
+
+        def check(self) -> None:
+            now = time.monotonic()
+            if now - self.last >= BEAT_S:
+                self.last = now
+                if cancel is not None and cancel.is_set():
+                    raise Cancelled
+                tell({"event": "beat"})
+            super().check()
+
+    d = Beating(None if at is None else max(0.0, at - time.monotonic()))
+    d.last = time.monotonic()
+    return d
+
+
+class _Fault:
+    """The fault :data:`FAULT_ENV` asks of this DC, for tests of the owner's watch."""
+
+    def __init__(self, name: str):
+        spec = os.environ.get(FAULT_ENV, "")
+        what, _, rest = spec.partition(":")
+        dc, _, phase = rest.partition("@")
+        self.what = what if dc == name else None
+        self.phase = phase or "backward"
+
+    def at(self, phase: str) -> None:
+        if self.what == "kill" and phase == self.phase:
+            os.kill(os.getpid(), signal.SIGKILL)
+        if self.what == "hang" and phase == self.phase:
+            while True:
+                time.sleep(3600)
+
+    def forge(self, summary: dict) -> dict:
+        """A summary whose every cost is halved: better than this DC can do."""
+        if self.what == "forge":
+            for e in summary["entries"]:
+                e["points"] = [[r, bn / 2, sm / 2, sy / 2] for r, bn, sm, sy in e["points"]]
+        return summary
