@@ -211,19 +211,28 @@ def cmd_solve(args) -> int:
     from .solve import solve
 
     options = solver_options(args.option)
+    tls = [o for o, v in (("--tls-ca", args.tls_ca), ("--tls-cert", args.tls_cert),
+                          ("--tls-key", args.tls_key)) if v]
+    if tls and not args.agents:
+        raise InstanceError([f"{tls[0]}: only with --agents (cdynp across hosts)"])
     model_file = options.get("write_model")
     refuse_overwrite({"--plan-out": args.plan_out,
                       "-O write_model": model_file if isinstance(model_file, str) else None},
-                     [args.instance], {"--trace": args.trace})
+                     [args.instance, *([args.agents] if args.agents else [])],
+                     {"--trace": args.trace})
     if args.plan_out and Path(args.plan_out).is_dir():
         raise InstanceError([f"--plan-out: {args.plan_out} is a directory; give a file name"])
     if args.plan_out and isinstance(model_file, str) and same_file(args.plan_out, model_file):
         raise InstanceError([f"-O write_model: {model_file} is also --plan-out; give two files"])
     if args.trace and Path(args.trace).exists() and not Path(args.trace).is_dir():
         raise InstanceError([f"--trace: {args.trace} is a file; give a directory"])
+    if args.trace and args.solver != "cdynp":
+        raise InstanceError(["--trace: only the cdynp solver exchanges messages"])
+    if args.agents:
+        from .cli_agents import solve_across_hosts
+
+        return solve_across_hosts(args, options)
     if args.trace:
-        if args.solver != "cdynp":
-            raise InstanceError(["--trace: only the cdynp solver exchanges messages"])
         options["trace_dir"] = args.trace
     inst = read_instance(args.instance, args.strict)
     try:
@@ -256,7 +265,8 @@ def cmd_solvers(args) -> int:
 
 
 def cmd_split(args) -> int:
-    """``chainpipe split INSTANCE OUTDIR``: the public file and one private file per DC."""
+    """``chainpipe split INSTANCE OUTDIR [--certs]``: the public file and one private file
+    per DC, and with ``--certs`` a development CA and a certificate per party."""
     from .solvers.cdynp import split_instance
 
     outdir = Path(args.outdir)
@@ -267,9 +277,23 @@ def cmd_split(args) -> int:
     for existing in [*outdir.glob("public.json"), *outdir.glob("private-*.json")]:
         refuse_overwrite({"OUTDIR": existing}, [args.instance])
     inst = read_instance(args.instance, strict=False)
+    if args.certs:
+        from .cli_agents import make_split_certs
+
+        names = [dc.name for dc in inst.datacenters]
+        make_split_certs(outdir, names)  # first: it refuses to overwrite certificates
     for p in split_instance(inst, outdir):
         print(p)
+    if args.certs:
+        print(Path(outdir, "certs"))
     return 0
+
+
+def cmd_agent(args) -> int:
+    """``chainpipe agent serve PRIVATE --public PUBLIC --listen HOST:PORT --tls-...``."""
+    from .cli_agents import cmd_agent_serve
+
+    return cmd_agent_serve(args)
 
 
 def cmd_compare(args) -> int:
@@ -402,6 +426,12 @@ def listing(title: str, rows: dict[str, str], width: int = 79) -> str:
     return "\n".join(lines)
 
 
+def _tls_arguments(p) -> None:
+    p.add_argument("--tls-ca", metavar="CA", help="the agreed CA's certificate (PEM)")
+    p.add_argument("--tls-cert", metavar="CERT", help="this party's certificate (PEM)")
+    p.add_argument("--tls-key", metavar="KEY", help="this party's private key (PEM)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``chainpipe`` parser with every sub-command."""
     p = Parser(
@@ -457,6 +487,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "(HiGHS, CBC, CP-SAT); stdout keeps the result alone")
     s.add_argument("--strict", action="store_true",
                    help="treat the instance's plausibility warnings as errors (exit 2)")
+    s.add_argument("--agents", metavar="AGENTS",
+                   help="cdynp across hosts: INSTANCE is a public.json and AGENTS a JSON file "
+                        "{\"<dc>\": \"host:port\", ...} of the DCs' agents; needs --tls-*")
+    _tls_arguments(s)
     s.set_defaults(func=cmd_solve)
 
     s = sub.add_parser("evaluate", help="iteration time and breakdown of a plan")
@@ -512,7 +546,25 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("instance", metavar="INSTANCE", help="an instance file (JSON)")
     s.add_argument("outdir", metavar="OUTDIR",
                    help="where to write public.json and private-NN-<dc>.json")
+    s.add_argument("--certs", action="store_true",
+                   help="also write a development CA and a key and certificate per party "
+                        "(each DC, and 'owner') in OUTDIR/certs, for agents across hosts")
     s.set_defaults(func=cmd_split)
+
+    s = sub.add_parser("agent", help="run one DC's CDynP agent (across hosts, over TLS)")
+    agent_sub = s.add_subparsers(dest="agent_command", required=True, metavar="ACTION")
+    a = agent_sub.add_parser(
+        "serve", help="serve one DC's agent until SIGINT or SIGTERM",
+        epilog="Prints 'agent DC: listening on HOST:PORT' once it listens; logs every run "
+               "and every refused connection or message on stderr.")
+    a.add_argument("private", metavar="PRIVATE", help="this DC's private-NN-<dc>.json")
+    a.add_argument("--public", required=True, metavar="PUBLIC", help="the public.json")
+    a.add_argument("--listen", required=True, metavar="HOST:PORT",
+                   help="address to listen on (port 0: any free port)")
+    _tls_arguments(a)
+    a.add_argument("--peer-timeout", type=seconds, default=600.0, metavar="SECONDS",
+                   help="how long a run without a time limit waits for a neighbour's message")
+    a.set_defaults(func=cmd_agent)
 
     s = sub.add_parser("compare", help="run several solvers on instances and compare them")
     s.add_argument("inputs", nargs="+", metavar="INSTANCE_OR_DIR")

@@ -184,18 +184,24 @@ def run_solver(instance: Instance, name: str, run, time_limit=None, seed=0, thre
 
 def finish(instance: Instance, solver: str, outcome: Outcome, elapsed: float) -> Result:
     """Turn a solver's :class:`Outcome` into a :class:`Result`, re-evaluating its plan."""
+    ev = evaluate(instance, outcome.plan) if outcome.plan is not None else None
+    return finish_evaluated(instance.name, solver, outcome, ev, elapsed)
+
+
+def finish_evaluated(name: str, solver: str, outcome: Outcome, ev, elapsed: float) -> Result:
+    """:func:`finish` with the plan's evaluation given (by the cost model, from parts an
+    owner holding no private data collected: :func:`chainpipe.plan.combine`)."""
     status, plan, bound, message = outcome.status, outcome.plan, outcome.lower_bound, outcome.message
     T = None
     if plan is not None:
-        ev = evaluate(instance, plan)
         if not ev.feasible:
-            return Result(instance.name, solver, "error", plan, None, bound, elapsed,
+            return Result(name, solver, "error", plan, None, bound, elapsed,
                           f"solver returned an infeasible plan: {ev.violations[0]}",
                           dict(outcome.stats))
         T = ev.iteration_time_s
         if bound is not None and bound > T * (1 + OPTIMALITY_RTOL):
             # the solver's objective disagrees with the cost model: its proof is void
-            return Result(instance.name, solver, "error", plan, T, bound, elapsed,
+            return Result(name, solver, "error", plan, T, bound, elapsed,
                           f"solver claimed a lower bound {bound!r} above its plan's time {T!r}",
                           dict(outcome.stats))
         if bound is not None:
@@ -209,7 +215,7 @@ def finish(instance: Instance, solver: str, outcome: Outcome, elapsed: float) ->
     elif bound is not None:
         bound = max(bound, 0.0)
     if plan is None and status in ("optimal", "feasible"):
-        return Result(instance.name, solver, "error", None, None, bound, elapsed,
+        return Result(name, solver, "error", None, None, bound, elapsed,
                       f"solver said {status!r} without a plan", dict(outcome.stats))
-    return Result(instance.name, solver, status, plan, T, bound, elapsed, message,
+    return Result(name, solver, status, plan, T, bound, elapsed, message,
                   dict(outcome.stats))

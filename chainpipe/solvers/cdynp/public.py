@@ -197,6 +197,28 @@ def read_view(public: dict, private: dict, public_path="public.json",
     return view, index, dc
 
 
+def read_public(public: dict, public_path="public.json") -> PublicInstance:
+    """The public part alone, as the job's owner of a run across hosts holds it.
+
+    Its records are checked as :func:`read_view` checks them; the reader of the
+    instance format is given a stand-in datacenter (no private record exists here),
+    which takes no part in the result.
+
+    Raises
+    ------
+    InstanceError
+        One line per problem: ``<file>: <JSON path>: <what is wrong>``.
+    """
+    names = public.get("datacenters") if isinstance(public, dict) else None
+    first = names[0] if isinstance(names, list) and names and isinstance(names[0], str) else "x"
+    stand_in = {"format": PRIVATE_FORMAT, "index": 0, "datacenter": {
+        "name": first, "devices": [{"type": "stand-in", "count": 1, "flop_per_s": 1.0,
+                                    "memory_bytes": 1.0}],
+        "link": {"bandwidth_bytes_per_s": 1.0, "latency_s": 0.0}}}
+    view, _, _ = read_view(public, stand_in, public_path, "(none)")
+    return view
+
+
 def _check_envelopes(c: Problems, cp: Problems, public, private) -> tuple[list, int]:
     """The chain's DC names (problems in ``c``) and the private document's index (``cp``)."""
     names: list = []

@@ -160,10 +160,10 @@ def run_processes(public: dict, private: list[dict], *, trace_dir=None,
         reports = coord.watch()
     finally:
         coord.close()
-    return _collect(reports)
+    return collect(reports)
 
 
-def _collect(reports: list[dict]) -> Run:
+def collect(reports: list[dict]) -> Run:
     """The owner's :class:`Run` from the agents' final reports."""
     est = reports[0].pop("estimate", None)
     estimate = math.inf if est is None else float(est)

@@ -1,0 +1,180 @@
+"""The envelope of CDynP across hosts: TLS connections, frames and their headers.
+
+Every connection is TLS 1.3 with certificates on both sides (:mod:`.tls`) and
+carries frames of :mod:`.wire` (a 4-byte length, then the bytes). The first
+frame is a JSON header saying what the connection is for:
+
+* ``{"net": NET, "kind": "run", "run": ID, "public_sha256": H, "agents": {...},
+  "options": {...}, "time_limit_s": S or null, "trace": bool}``: the owner asks an
+  agent to take part in run ``ID`` of the public instance whose digest is ``H``
+  (:func:`public_digest`), its neighbours at the addresses of ``agents``. The agent
+  answers ``{"event": "accepted"}`` or ``{"refused": REASON}``, then sends its
+  events (``work``, ``wait``, ``beat``, ``done``, ``failed``) on the same connection;
+* ``{"net": NET, "kind": "summary" | "assemble", "run": ID}``: a neighbour delivers
+  a message of the CDynP protocol (:mod:`.protocol`), the exact bytes in the next
+  frame. The receiver answers ``{"ok": true}`` or ``{"refused": REASON}``.
+
+A header is at most :data:`HEADER_LIMIT` bytes and is checked whole
+(:func:`check_header`); a protocol message at most
+:data:`.protocol.MAX_MESSAGE_BYTES`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import socket
+import ssl
+import time
+
+from . import protocol, wire
+from .tls import party_of
+
+NET = "chainpipe-agents/1"
+#: the largest header or reply frame
+HEADER_LIMIT = 64 * 1024
+#: the largest event frame an agent sends its owner (its report may carry the text of
+#: the two messages it sent, for the owner's trace)
+EVENT_LIMIT = 2 * protocol.MAX_MESSAGE_BYTES + (1 << 20)
+#: seconds a party keeps trying to connect to an agent that is not listening yet
+CONNECT_S = 5.0
+#: seconds for the TLS handshake and the first frame of a connection, and for a reply
+HANDSHAKE_S = 10.0
+
+_RUN_ID = re.compile(r"[0-9a-f]{32}")
+_OPTION_KEYS = {"epsilon", "quantum", "digits", "max_entries", "upper_bound", "beam", "grid"}
+
+
+class Refused(Exception):
+    """The other party refused what we sent (its reason is the message)."""
+
+
+def public_digest(public: dict) -> str:
+    """SHA-256 of the public document's canonical JSON: every party must hold the same."""
+    text = json.dumps(public, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def parse_address(text: str, any_port: bool = False) -> tuple[str, int]:
+    """``host:port`` (``[v6]:port`` too) as a pair; ``ValueError`` says what is wrong.
+    With ``any_port`` (an address to listen on) port 0 means any free port."""
+    host, sep, port = str(text).rpartition(":")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    low = 0 if any_port else 1
+    if not sep or not host or not port.isdigit() or not low <= int(port) < 65536:
+        raise ValueError(f"must be HOST:PORT with a port in {low}..65535, got {str(text)[:60]!r}")
+    return host, int(port)
+
+
+def send_json(sock, obj) -> None:
+    wire.send(sock, json.dumps(obj, separators=(",", ":"), allow_nan=False).encode("utf-8"))
+
+
+def recv_json(sock, limit: int = HEADER_LIMIT):
+    """The next frame as JSON (:class:`.protocol.ProtocolError` if it is not)."""
+    data = wire.recv(sock, limit)
+    try:
+        return json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        raise protocol.ProtocolError("a frame that is not JSON") from None
+
+
+def check_header(h) -> dict:
+    """A connection's first frame, checked; :class:`.protocol.ProtocolError` says why not."""
+    if not isinstance(h, dict) or h.get("net") != NET:
+        raise protocol.ProtocolError(f"header: expected an object with net = {NET!r}")
+    kind = h.get("kind")
+    keys = {"run": {"net", "kind", "run", "public_sha256", "agents", "options",
+                    "time_limit_s", "trace"},
+            "summary": {"net", "kind", "run"},
+            "assemble": {"net", "kind", "run"}}.get(kind if isinstance(kind, str) else "")
+    if keys is None:
+        raise protocol.ProtocolError("header.kind: must be 'run', 'summary' or 'assemble'")
+    if set(h) != keys:
+        raise protocol.ProtocolError(f"header: expected exactly the fields {sorted(keys)}")
+    if not isinstance(h["run"], str) or not _RUN_ID.fullmatch(h["run"]):
+        raise protocol.ProtocolError("header.run: must be 32 lowercase hex digits")
+    if kind != "run":
+        return h
+    if not isinstance(h["public_sha256"], str):
+        raise protocol.ProtocolError("header.public_sha256: must be a string")
+    agents = h["agents"]
+    if not isinstance(agents, dict) or not all(isinstance(v, str) for v in agents.values()):
+        raise protocol.ProtocolError("header.agents: must map DC names to HOST:PORT")
+    for name, addr in agents.items():
+        try:
+            parse_address(addr)
+        except ValueError as exc:
+            raise protocol.ProtocolError(f"header.agents.{name[:40]}: {exc}") from None
+    opts = h["options"]
+    if not isinstance(opts, dict) or not set(opts) <= _OPTION_KEYS or not all(
+            v is None or (_number(v) and v >= 0) for v in opts.values()):
+        raise protocol.ProtocolError(f"header.options: must map some of "
+                                     f"{sorted(_OPTION_KEYS)} to numbers >= 0")
+    t = h["time_limit_s"]
+    if t is not None and not (_number(t) and t >= 0):
+        raise protocol.ProtocolError("header.time_limit_s: must be a number >= 0 or null")
+    if not isinstance(h["trace"], bool):
+        raise protocol.ProtocolError("header.trace: must be true or false")
+    return h
+
+
+def _number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and v == v \
+        and abs(v) != float("inf")
+
+
+def connect(address: str, ctx: ssl.SSLContext, party: str, *, within: float = CONNECT_S,
+            deadline=None) -> ssl.SSLSocket:
+    """A TLS connection to the agent at ``address``, which must be ``party``.
+
+    Connection refusals are retried for ``within`` seconds (and not past ``deadline``):
+    parties may start at the same moment.
+
+    Raises
+    ------
+    OSError
+        It could not be reached, or the TLS handshake failed (the message says why).
+    Refused
+        Its certificate names another party.
+    """
+    host, port = parse_address(address)
+    give_up = time.monotonic() + within
+    if deadline is not None and not deadline.unlimited:
+        give_up = min(give_up, deadline.at + 1.0)
+    while True:
+        try:
+            raw = socket.create_connection((host, port), timeout=HANDSHAKE_S)
+            break
+        except (TimeoutError, ConnectionRefusedError, ConnectionResetError) as exc:
+            if time.monotonic() >= give_up:
+                raise OSError(f"cannot connect ({_why(exc)})") from None
+            time.sleep(0.1)
+    try:
+        sock = ctx.wrap_socket(raw, server_hostname=host)
+    except (OSError, ssl.SSLError) as exc:
+        raw.close()
+        raise OSError(f"TLS handshake failed ({_why(exc)})") from None
+    peer = party_of(sock)
+    if peer != party:
+        sock.close()
+        raise Refused(f"its certificate names {peer!r}, not {party!r}")
+    return sock
+
+
+def _why(exc: Exception) -> str:
+    if isinstance(exc, TimeoutError):
+        return "timed out"
+    if isinstance(exc, OSError):
+        return str(getattr(exc, "reason", None) or exc.strerror or type(exc).__name__)
+    return str(exc)
+
+
+def close(sock) -> None:
+    """Shut a connection down (a thread blocked reading it wakes up) and close it."""
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    sock.close()
