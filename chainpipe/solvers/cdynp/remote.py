@@ -21,6 +21,7 @@ import math
 import queue
 import re
 import secrets
+import socket
 import threading
 from pathlib import Path
 
@@ -69,6 +70,7 @@ class RemoteAgents:
         run_id = secrets.token_hex(16)
         socks = self._connect_all(names, deadline)
         where = [f" at {self.agents[n]}" for n in names]
+        self._readers: list[threading.Thread] = []
         try:
             header = {"net": net.NET, "kind": "run", "run": run_id,
                       "public_sha256": self.digest, "agents": self.agents,
@@ -79,8 +81,7 @@ class RemoteAgents:
                 self._start(names[k], where[k], sock, header)  # DC k+1 can send it a summary
             reports = self._watch(names, where, socks, deadline)
         finally:
-            for sock in socks:
-                net.close(sock)
+            _close_all(socks, self._readers)
         for k, report in enumerate(reports):
             _check_report(names[k], where[k], report)
         if trace_dir is not None:
@@ -120,7 +121,7 @@ class RemoteAgents:
             reply = net.recv_json(sock)
         except (wire.Closed, OSError, protocol.ProtocolError) as exc:
             raise AgentFailure(f"the agent of DC {name!r}{where} did not take the run "
-                               f"({type(exc).__name__})", name) from None
+                               f"({type(exc).__name__}: {str(exc)[:120]})", name) from None
         if reply != {"event": "accepted"}:
             reason = reply.get("refused") if isinstance(reply, dict) else None
             raise AgentFailure(f"the agent of DC {name!r}{where} refused the run: "
@@ -139,7 +140,8 @@ class RemoteAgents:
                     return
 
         for k, sock in enumerate(socks):
-            threading.Thread(target=read, args=(k, sock), daemon=True).start()
+            self._readers.append(threading.Thread(target=read, args=(k, sock), daemon=True))
+            self._readers[-1].start()
 
         def next_events(timeout: float) -> list:
             try:
@@ -179,6 +181,24 @@ class RemoteAgents:
     def infeasibility_reason(self) -> str:
         return ("no plan satisfies the memory and device limits of the DCs (exhaustive "
                 "CDynP; each DC's own reasons stay private)")
+
+
+def _close_all(socks: list, readers: list[threading.Thread]) -> None:
+    """Shut every connection down, let the threads reading them see the end, then close.
+
+    Closing a TLS socket while another thread may still read it is unsafe: its file
+    descriptor can be reused by the next connection, which the old reader would then
+    read from (seen as bad record MACs on the next run's connections).
+    """
+    for sock in socks:
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+    for t in readers:
+        t.join(timeout=5.0)
+    for sock in socks:
+        sock.close()
 
 
 def _check_report(name: str, where: str, report) -> None:

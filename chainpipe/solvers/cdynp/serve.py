@@ -131,7 +131,8 @@ class AgentServer:
             try:
                 self._dispatch(conn, party, who)
             except (wire.Closed, OSError) as exc:
-                self.log(f"connection from {who} ended early ({type(exc).__name__})")
+                self.log(f"connection from {who} ended early ({type(exc).__name__}"
+                         f"{': ' + str(exc)[:120] if str(exc) else ''})")
             finally:
                 net.close(conn)
         finally:
