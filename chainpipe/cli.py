@@ -564,6 +564,8 @@ def build_parser() -> argparse.ArgumentParser:
     _tls_arguments(a)
     a.add_argument("--peer-timeout", type=seconds, default=600.0, metavar="SECONDS",
                    help="how long a run without a time limit waits for a neighbour's message")
+    a.add_argument("--no-trace", action="store_true",
+                   help="refuse runs whose owner traces (it would receive this DC's messages)")
     a.set_defaults(func=cmd_agent)
 
     s = sub.add_parser("compare", help="run several solvers on instances and compare them")

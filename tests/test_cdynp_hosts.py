@@ -23,12 +23,12 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import random_hybrid_instance
 
 import chainpipe as cp
 from chainpipe.solvers.cdynp import net, tls
 from chainpipe.solvers.cdynp.session import FAULT_ENV
 from chainpipe.solvers.cdynp.watch import GRACE_S
+from helpers import random_hybrid_instance
 
 ROOT = Path(__file__).resolve().parents[1]
 THREE = ROOT / "instances" / "hybrid" / "small" / "hybrid-small-04-three-dc.json"
@@ -53,7 +53,8 @@ def _cli(*args, timeout=60.0, env=None) -> subprocess.CompletedProcess:
 class Cluster:
     """A split instance with certificates and one agent process per DC."""
 
-    def __init__(self, instance_path: Path, d: Path, faults: dict | None = None):
+    def __init__(self, instance_path: Path, d: Path, faults: dict | None = None,
+                 extra: dict | None = None):
         self.instance, self.dir = instance_path, d
         split = _cli("split", instance_path, d, "--certs")
         assert split.returncode == 0, split.stderr
@@ -62,7 +63,7 @@ class Cluster:
         self.procs, self.address, self.logs = {}, {}, {}
         try:
             for k, name in enumerate(self.names):
-                self.start(k, name, (faults or {}).get(name))
+                self.start(k, name, (faults or {}).get(name), (extra or {}).get(name, []))
             for name in self.names:
                 self.address[name] = self._listening(name)
         except BaseException:
@@ -76,12 +77,12 @@ class Cluster:
         return ["--tls-ca", str(c / "ca.pem"), "--tls-cert", str(c / f"{party}.pem"),
                 "--tls-key", str(c / f"{party}.key")]
 
-    def start(self, k: int, name: str, fault: str | None) -> None:
+    def start(self, k: int, name: str, fault: str | None, extra: list) -> None:
         self.logs[name] = open(self.dir / f"agent-{name}.log", "w+")
         self.procs[name] = subprocess.Popen(
             [sys.executable, "-m", "chainpipe", "agent", "serve",
              str(self.dir / f"private-{k:02d}-{name}.json"), "--public", str(self.public),
-             "--listen", "127.0.0.1:0", *self.certs(name)],
+             "--listen", "127.0.0.1:0", *self.certs(name), *extra],
             env=_env(fault), stdout=subprocess.PIPE, stderr=self.logs[name], text=True)
 
     def _listening(self, name: str) -> str:
@@ -309,6 +310,19 @@ def test_bad_agents_files_and_options_exit_2(three, tmp_path):
     proc = _cli("solve", three.public, "--solver", "cdynp", "--agents", three.agents,
                 "--tls-ca", tmp_path / "missing.pem", "--tls-cert", "a", "--tls-key", "b")
     assert proc.returncode == 2 and "--tls-ca" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_an_agent_that_takes_no_traced_runs_refuses_them(tmp_path):
+    cluster = Cluster(THREE, tmp_path, extra={"dc2": ["--no-trace"]})
+    try:
+        proc, _ = cluster.solve("--trace", tmp_path / "t")
+        assert proc.returncode == 1
+        assert "refused the run: this agent takes no traced runs" in _line(proc)
+        assert not (tmp_path / "t").exists() or not any((tmp_path / "t").iterdir())
+        ok, _ = cluster.solve()
+        assert ok.returncode == 0, ok.stderr
+    finally:
+        cluster.stop()
 
 
 def test_split_refuses_to_overwrite_certificates_and_an_owner_dc(tmp_path):

@@ -71,17 +71,21 @@ class AgentServer:
         Called with one line per event worth logging (refusals, runs).
     peer_timeout : float
         Seconds a run without a time limit waits for a neighbour's message.
+    allow_trace : bool
+        Take runs whose owner traces (it then receives the text of this agent's
+        messages); ``False`` refuses them.
     """
 
     def __init__(self, public: dict, private: dict, server_ctx: ssl.SSLContext,
                  client_ctx: ssl.SSLContext, listen: str, log,
-                 peer_timeout: float = PEER_TIMEOUT_S):
+                 peer_timeout: float = PEER_TIMEOUT_S, allow_trace: bool = True):
         self.public, self.k, self.dc = read_view(public, private)
         self.digest = net.public_digest(public)
         self.names = list(self.public.datacenter_names)
         self.server_ctx, self.client_ctx = server_ctx, client_ctx
         self.log = log
         self.peer_timeout = float(peer_timeout)
+        self.allow_trace = bool(allow_trace)
         self.runs: dict[str, _Run] = {}
         self.lock = threading.Lock()
         self.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
@@ -191,6 +195,8 @@ class AgentServer:
         if header["public_sha256"] != self.digest:
             return self._refuse(conn, who, "the run is for another public instance "
                                            "(its digest differs from this agent's public file)")
+        if header["trace"] and not self.allow_trace:
+            return self._refuse(conn, who, "this agent takes no traced runs (--no-trace)")
         if sorted(header["agents"]) != sorted(self.names):
             return self._refuse(conn, who, f"agents: must name exactly the DCs {self.names}")
         try:
