@@ -40,6 +40,14 @@ from .plan import Plan
 from .strict_json import shorten
 
 SCHEMA_PATH = Path(__file__).with_name("schema") / "instance.schema.json"
+#: what to do instead with the files of ``chainpipe split``
+_SPLIT_HINTS = {
+    "chainpipe-public/1": " (a public.json of `chainpipe split`: solve it with its DCs' agents, "
+                          "`--solver cdynp --agents AGENTS --tls-ca ... --tls-cert ... "
+                          "--tls-key ...`)",
+    "chainpipe-private/1": " (a DC's private file of `chainpipe split`: serve it with "
+                           "`chainpipe agent serve`)",
+}
 TOP_KEYS = ("format", "name", "model", "training", "datacenters", "links")
 _PLAIN_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}\Z")
 
@@ -338,7 +346,9 @@ def instance_from_dict(data: Any) -> Instance:
     if top is None:
         raise InstanceError(c.problems)
     if "format" in top and top["format"] not in FORMATS:
-        c.add("format", f"must be {' or '.join(map(repr, FORMATS))}, got {_fmt(top['format'])}")
+        hint = _SPLIT_HINTS.get(top["format"], "") if isinstance(top["format"], str) else ""
+        c.add("format", f"must be {' or '.join(map(repr, FORMATS))}, got "
+                        f"{_fmt(top['format'])}{hint}")
     c.name(top, "")
     model = _model(c, top)
     training = _training(c, top)

@@ -333,3 +333,58 @@ def test_split_refuses_to_overwrite_certificates_and_an_owner_dc(tmp_path):
     again = _cli("split", THREE, tmp_path / "s", "--certs")
     assert again.returncode == 2 and "never overwritten" in again.stderr
     assert key.read_bytes() == before
+
+
+def test_a_public_file_solved_without_agents_says_how(three):
+    proc = _cli("solve", three.public)
+    assert proc.returncode == 2
+    assert "a public.json of `chainpipe split`" in proc.stderr.splitlines()[0]
+
+
+def test_a_replayed_or_out_of_order_message_is_refused_inside_a_run(tmp_path):
+    """An agent in this process, a run registered by hand: the rightful neighbour's
+    summary is taken once; a second copy, and an assemble before this agent sent its own
+    summary, are refused and logged."""
+    import threading
+
+    from chainpipe.solvers.cdynp.serve import AgentServer, _Run
+
+    d = tmp_path / "split"
+    assert _cli("split", THREE, d, "--certs").returncode == 0
+    trace = tmp_path / "trace"
+    assert _cli("solve", THREE, "--solver", "cdynp", "-O", "probe=false", "--trace",
+                trace).returncode == 0
+    summary = (trace / "000-summary-dc3-to-dc2.json").read_bytes()
+    c = d / "certs"
+    ctx = [tls.context(side, c / "ca.pem", c / "dc2.pem", c / "dc2.key")
+           for side in ("server", "client")]
+    lines: list[str] = []
+    server = AgentServer(json.loads((d / "public.json").read_text()),
+                         json.loads((d / "private-01-dc2.json").read_text()), *ctx,
+                         "127.0.0.1:0", lines.append)
+    stop = threading.Event()
+    t = threading.Thread(target=server.serve, args=(stop,), daemon=True)
+    t.start()
+    try:
+        run = _Run("ab" * 16, {}, None)
+        server.runs[run.id] = run
+        dc3 = tls.context("client", c / "ca.pem", c / "dc3.pem", c / "dc3.key")
+        dc1 = tls.context("client", c / "ca.pem", c / "dc1.pem", c / "dc1.key")
+
+        def deliver(ctx, kind: str) -> object:
+            sock = net.connect(server.address, ctx, "dc2")
+            try:
+                net.send_json(sock, {"net": net.NET, "kind": kind, "run": run.id})
+                sock.sendall(_frame(summary))
+                return net.recv_json(sock)
+            finally:
+                net.close(sock)
+
+        assert deliver(dc3, "summary") == {"ok": True}
+        assert run.inbox["next"].get_nowait() == summary
+        assert "(a replay)" in deliver(dc3, "summary")["refused"]
+        assert "out of order" in deliver(dc1, "assemble")["refused"]
+        assert sum("refused" in line for line in lines) == 2
+    finally:
+        stop.set()
+        t.join(timeout=5)
