@@ -18,6 +18,7 @@ ORDER = [
     ("benchmarks/results/limits.md", "python benchmarks/limits.py"),
     ("benchmarks/results/cdynp_speed.md", "python benchmarks/cdynp_speed.py"),
     ("benchmarks/results/cdynp_tradeoff.md", "python benchmarks/cdynp_tradeoff.py"),
+    ("benchmarks/results/cdynp_hosts.md", "python benchmarks/cdynp_hosts.py"),
     ("benchmarks/results/schedule_vs_formula.md", "python benchmarks/schedule_vs_formula.py"),
     ("experiments/results/one_to_four_dcs.md", "python experiments/one_to_four_dcs.py"),
     ("experiments/results/larger_tasks.md", "python experiments/larger_tasks.py"),

@@ -155,6 +155,19 @@ def test_three_dcs_give_the_in_process_answer(three, tmp_path):
     assert three.alive()
 
 
+def test_two_owners_at_once_get_isolated_runs(three):
+    cmd = [sys.executable, "-m", "chainpipe", "solve", str(three.public), "--solver", "cdynp",
+           "--agents", str(three.agents), *three.certs("owner"), "--format", "json"]
+    procs = [subprocess.Popen(cmd + opts, env=_env(), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+             for opts in ([], ["-O", "digits=2"])]
+    outs = [p.communicate(timeout=90) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [o[1] for o in outs]
+    exact, rounded = (json.loads(o[0]) for o in outs)
+    assert exact["status"] == "optimal" and rounded["status"] == "feasible"
+    assert rounded["iteration_time_s"] >= exact["iteration_time_s"]
+
+
 def test_five_dcs_give_the_in_process_answer(tmp_path):
     seed = next(s for s in range(200) if random_hybrid_instance(s, max_layers=6, max_dcs=5)
                 .num_datacenters == 5 and cp.solve(random_hybrid_instance(
