@@ -64,7 +64,7 @@ def export(instance: Instance, plan: Plan, fmt: str, *, csv: bool = False) -> st
         rows = rank_rows(instance, plan)
         return ranks_csv(rows) if csv else ranks_json(instance, plan, ev, rows)
     if why := expressible_problem(instance, plan):
-        raise Inexpressible(fmt, why, nearest_plan(instance))
+        raise Inexpressible(fmt, why, nearest_plan(instance), ev.iteration_time_s)
     if fmt == "megatron":
         return megatron_arguments(instance, plan, ev)
     return torchtitan_config(instance, plan, ev)

@@ -64,9 +64,9 @@ def expressible_problem(instance: Instance, plan: Plan) -> str | None:
     """Why Megatron-Core and TorchTitan cannot run ``plan`` as it is, or ``None``."""
     pairs = [(st.data_parallel, st.tensor_parallel) for st in plan.stages]
     if len(set(pairs)) > 1:
-        shown = ", ".join(f"d = {d}, t = {t}" for d, t in dict.fromkeys(pairs))
+        shown = ", ".join(f"{d}x{t}" for d, t in dict.fromkeys(pairs))
         return (f"its stages use different data-parallel widths or tensor-parallel degrees "
-                f"({shown}); these frameworks give every stage the same pair")
+                f"(d x t: {shown}), and these frameworks give every stage the same pair")
     starts = {u.start for u in framework_units(instance)}
     for s, st in enumerate(plan.stages):
         if st.start not in starts:
@@ -95,9 +95,10 @@ class Nearest:
 class Inexpressible(RuntimeError):
     """A format cannot express a plan; ``nearest`` is the best plan it can (or ``None``)."""
 
-    def __init__(self, fmt: str, why: str, nearest: Nearest | None) -> None:
+    def __init__(self, fmt: str, why: str, nearest: Nearest | None, t_plan: float) -> None:
         self.fmt, self.why, self.nearest = fmt, why, nearest
-        tail = (f"the nearest plan it can express: {nearest.describe()}" if nearest else
+        tail = (f"the nearest plan it can express: {nearest.describe()} "
+                f"(this plan: T = {t_plan:.6g} s)" if nearest else
                 "no plan whose stages share one data-parallel width and one tensor-parallel "
                 "degree is feasible for this instance")
         super().__init__(f"{fmt} cannot express this plan: {why}; {tail}")

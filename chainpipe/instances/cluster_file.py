@@ -47,6 +47,7 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pint
@@ -65,7 +66,7 @@ from ..instance import (
 )
 from ..names import did_you_mean
 from ..strict_json import quote, shorten
-from .generator import PARALLELISM_ON, model_training
+from .generator import PARALLELISM_ON, model_training, resolve_parallelism
 from .gpus import DEFAULT_MFU, DEFAULT_RESERVE_BYTES, GPUS
 from .models import ModelShape, model_layers
 from .network import FIBRE_S_PER_KM
@@ -468,3 +469,28 @@ def cluster_instance(cluster: Cluster, shape: ModelShape, *, microbatch_size: in
         datacenters=cluster.datacenters,
         links=cluster.links,
     )
+
+
+def generate_for_cluster(path: str | os.PathLike, shape: ModelShape, *, microbatch_size: int = 1,
+                         microbatches: int | None = None, schedule: str | None = None,
+                         parallelism: str | None = None, data_parallel=None,
+                         tensor_parallel=None, zero: bool | None = None) -> Instance:
+    """Read the cluster file ``path`` and train ``shape`` on it; keywords override the file.
+
+    ``parallelism`` (``"on"``/``"off"``), ``data_parallel``, ``tensor_parallel`` and
+    ``zero`` act on the file's lists as ``chainpipe generate`` lets them act on a
+    preset's (:func:`~chainpipe.instances.generator.resolve_parallelism`).
+
+    Raises
+    ------
+    InstanceError
+        The file's problems, one line each.
+    ValueError
+        An override out of range.
+    """
+    cluster = read_cluster(path)
+    base = SimpleNamespace(parallelism=cluster.parallelism,
+                           parallel_by_default=cluster.parallelism != Parallelism())
+    par = resolve_parallelism(base, parallelism, data_parallel, tensor_parallel, zero)
+    return cluster_instance(cluster, shape, microbatch_size=microbatch_size,
+                            microbatches=microbatches, schedule=schedule, parallelism=par)
