@@ -44,6 +44,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -426,9 +427,10 @@ def read_cluster(path: str | os.PathLike) -> Cluster:
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        line, col = getattr(exc, "lineno", None), getattr(exc, "colno", None)
-        msg = getattr(exc, "msg", str(exc)).split(" (at ")[0]
-        where = f"{path}:{line}:{col}" if line is not None else f"{path}"
+        # "What is wrong (at line 2, column 14)" (or "(at end of document)")
+        at = re.search(r" \(at line (\d+), column (\d+)\)\Z", str(exc))
+        where = f"{path}:{at[1]}:{at[2]}" if at else f"{path}"
+        msg = str(exc)[:at.start()] if at else str(exc)
         raise InstanceError([f"{where}: invalid TOML: {msg}"]) from None
     return parse_cluster(data, str(path))
 
