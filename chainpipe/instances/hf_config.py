@@ -6,12 +6,13 @@
 
 The file is read as JSON, not through ``transformers``' configuration
 classes: the dozen fields a cost model needs are stable, documented keys of
-the published files, while ``transformers`` is a large dependency (and its
-``AutoConfig`` resolves model types through remote code and hub look-ups that
-a planning tool must not do). Every field used is checked by name; what the
-cost model cannot represent (mixture-of-experts, encoder-decoder models,
-biases or activations other than the family's) is refused with the field that
-says so, rather than planned wrongly.
+the published files, while ``transformers`` is a large dependency whose
+classes fill a missing field with a default model's value (and whose
+``AutoConfig`` looks unknown types up on the hub or in remote code, which a
+planner reading a local file must not do). Every field used is checked by
+name; what the cost model cannot represent (mixture-of-experts,
+encoder-decoder models, biases or activations other than the family's) is
+refused with the field that says so, rather than planned wrongly.
 
 Families (``model_type``):
 

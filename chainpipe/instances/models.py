@@ -1,21 +1,29 @@
-"""Published transformer shapes and the per-layer figures derived from them.
+"""Transformer shapes and the per-layer figures derived from them: the one builder.
 
-Every figure is for one microbatch of ``b`` sequences of ``s`` tokens, 16-bit
-activations; the formulas and their sources are in ``docs/instances.md``.
+The built-in shapes (:data:`MODELS`) and those read from a model's
+``config.json`` (:mod:`chainpipe.instances.hf_config`) are both
+:class:`ModelShape`; :func:`model_layers` makes either into an instance's layers.
+Every figure is for one microbatch of ``b`` sequences of ``s`` tokens,
+activations of ``p`` bytes (``element_bytes``: 2, or 4 in fp32); the formulas
+and their sources are in ``docs/instances.md``.
 
-- GPT-style blocks (GPT-3, Megatron-LM): forward FLOP
-  ``24 b s h^2 (1 + s / (6 h))`` (Narayanan et al., SC'21), parameters
-  ``12 h^2 + 13 h`` (the ``12 h^2`` matrices plus biases and two layer norms),
-  stashed activations with selective recomputation ``34 s b h`` bytes
-  (Korthikanti et al. 2022).
-- Llama-style blocks (SwiGLU, grouped-query attention, RMSNorm, no biases): the
-  exact matmul count, forward FLOP ``2 b s (2 h^2 + 2 h d_kv + 3 h f) + 4 b s^2 h``
-  with ``d_kv`` the width of the key/value projections and ``f`` the FFN size
-  (three FFN matrices), parameters ``2 h^2 + 2 h d_kv + 3 h f + 2 h``, and
-  Korthikanti's selective-recomputation accounting applied to that block:
-  ``s b (12 h + 4 d_kv + 6 f)`` bytes.
+- GPT-style blocks (GPT-2/3, Megatron-LM; GPT-NeoX without the position
+  table): forward FLOP ``24 b s h^2 (1 + s / (6 h))`` with an FFN of ``4 h``
+  (Narayanan et al., SC'21), parameters ``12 h^2 + 13 h`` (the ``12 h^2``
+  matrices plus biases and two layer norms), stashed activations with
+  selective recomputation ``34 s b h`` bytes at 16 bits (Korthikanti et al.
+  2022), in general ``s b ((6 p + 1) h + 2 p h + 2 p f + h)`` (the 1-byte
+  dropout masks do not grow with ``p``).
+- Llama-style blocks (SwiGLU, grouped-query attention, RMSNorm, no biases but
+  Qwen2's on Q, K, V): the exact matmul count, forward FLOP
+  ``2 b s (2 h q + 2 h d_kv + 3 h f) + 4 b s^2 q`` with ``q`` the query width
+  (``h`` unless ``head_dim`` says otherwise), ``d_kv`` the width of the
+  key/value projections and ``f`` the FFN size (three FFN matrices),
+  parameters ``2 h q + 2 h d_kv + 3 h f + 2 h``, and Korthikanti's
+  selective-recomputation accounting applied to that block:
+  ``p s b (4 h + 2 q + 2 d_kv + 3 f)`` bytes.
 - Backward FLOP is twice forward; a boundary carries the hidden state,
-  ``2 b s h`` bytes.
+  ``p b s h`` bytes.
 - The embedding and the LM head are layers of their own.
 - Tensor parallelism (Megatron, Shoeybi et al. 2019), in all-reduce payloads
   per microbatch, forward and backward together (:func:`tp_allreduce_bytes`):
