@@ -221,3 +221,31 @@ def test_fuzzed_quantity_strings_never_escape_as_another_error(text):
         assert "\n" not in str(exc)
     else:
         assert value > 0
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.text(max_size=200))
+def test_fuzzed_files_give_a_cluster_or_located_problems(text):
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "c.toml"
+        # surrogates become bytes that are not UTF-8: a file that cannot be read
+        path.write_bytes(text.encode("utf-8", "surrogatepass"))
+        try:
+            read_cluster(path)
+        except InstanceError as exc:
+            assert exc.problems and all(p.startswith(str(path)) for p in exc.problems)
+
+
+def test_cli_bad_cluster_in_a_subprocess_is_one_line_per_problem(tmp_path):
+    import subprocess
+    import sys
+
+    path = tmp_path / "cluster.toml"
+    path.write_text(BAD)
+    proc = subprocess.run([sys.executable, "-m", "chainpipe", "generate", "--cluster", str(path),
+                           "--model-config", str(MODELS / "gpt2"), "-o", str(tmp_path / "o.json")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 2 and proc.stdout == "" and "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 5 and not (tmp_path / "o.json").exists()

@@ -35,6 +35,11 @@ from chainpipe.plan import Plan, evaluate
 from chainpipe.solve import solve
 from helpers import brute_force_hybrid, random_hybrid_instance
 
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10
+    import tomli as tomllib
+
 ROOT = Path(__file__).resolve().parents[1]
 
 #: torchtitan v0.2.2 job_config.py: the fields of Parallelism and Training this export sets
@@ -265,3 +270,21 @@ def test_cli_export_of_a_plan_for_another_instance_is_bad_input(tmp_path, hybrid
     assert proc.returncode == 2 and proc.stdout == "" and "Traceback" not in proc.stderr
     assert all(line.startswith("plan: ") for line in proc.stderr.strip().splitlines()
                if not line.startswith("warning: "))
+
+
+def test_the_worked_example_of_the_docs_is_what_the_code_gives():
+    from chainpipe.instances.cluster_file import cluster_instance, read_cluster
+    from chainpipe.instances.hf_config import read_model_config
+
+    doc = (ROOT / "docs" / "launch.md").read_text(encoding="utf-8")
+    shape = read_model_config(ROOT / "tests" / "data" / "models" / "llama-3-8b", seq_len=4096)
+    inst = cluster_instance(read_cluster(ROOT / "examples" / "metro-cluster.toml"), shape)
+    plan = solve(inst).plan
+    with pytest.raises(Inexpressible) as info:
+        export(inst, plan, "megatron")
+    near = info.value.nearest
+    assert f"iteration time  {evaluate(inst, plan).iteration_time_s:.6g} s" in doc
+    assert f"T = {near.evaluation.iteration_time_s:.6g} s (this plan: T = " \
+           f"{evaluate(inst, plan).iteration_time_s:.6g} s)" in doc
+    from chainpipe.export.frameworks import megatron_layout
+    assert f"--pipeline-model-parallel-layout '{megatron_layout(inst, near.plan)}'" in doc
