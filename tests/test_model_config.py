@@ -13,6 +13,8 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from chainpipe.cli import main
 from chainpipe.instance import InstanceError
@@ -138,6 +140,8 @@ def _config(tmp_path: Path, **fields) -> Path:
     ({"hidden_act": "gelu"}, "hidden_act: 'gelu' is not supported for model_type 'llama'"),
     ({"attention_bias": True}, "attention_bias: biases on every projection are not modelled"),
     ({"num_key_value_heads": 5}, "num_key_value_heads: must divide num_attention_heads = 32"),
+    ({"hidden_size": 2**30, "num_attention_heads": 1, "num_key_value_heads": 1},
+     "the dimensions give a layer the format refuses: params: must be an integer <= "),
 ])
 def test_unsupported_or_broken_configs_name_the_field(tmp_path, fields, needle):
     path = _config(tmp_path, **fields)
@@ -180,3 +184,26 @@ def test_cli_generate_refuses_bad_model_input_in_one_line(capsys, args, needle):
     out, err = capsys.readouterr()
     assert out == "" and needle in err and "Traceback" not in err
     assert len(err.strip().splitlines()) == 1
+
+
+_KEYS = ("model_type", "hidden_size", "num_hidden_layers", "num_attention_heads",
+         "num_key_value_heads", "intermediate_size", "vocab_size", "max_position_embeddings",
+         "head_dim", "hidden_act", "tie_word_embeddings", "n_embd", "n_layer", "n_head",
+         "n_inner", "n_positions", "num_local_experts", "attention_bias")
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.dictionaries(st.sampled_from(_KEYS), st.one_of(
+    st.integers(-2, 2**31 + 2), st.sampled_from([1, 2, 8, 64, 4096]), st.none(), st.booleans(),
+    st.sampled_from(["llama", "gpt2", "gpt_neox", "qwen2", "mixtral", "silu", "gelu"]),
+    st.text(max_size=5), st.floats())))
+def test_fuzzed_configs_give_a_shape_or_file_named_problems(tmp_path_factory, data):
+    path = tmp_path_factory.mktemp("cfg") / "config.json"
+    path.write_text(json.dumps(data))
+    try:
+        shape = read_model_config(path, seq_len=128)
+    except InstanceError as exc:
+        assert exc.problems and all(p.startswith(f"{path}: ") and "\n" not in p
+                                    for p in exc.problems)
+    else:
+        assert model_layers(shape, blocks=1, microbatch_size=4)

@@ -32,7 +32,7 @@ from typing import Any
 from ..instance import InstanceError, integer_rule, name_rule
 from ..io import load_json
 from ..strict_json import quote
-from .models import FLOAT, HALF, ModelShape
+from .models import FLOAT, HALF, ModelShape, model_layers
 
 #: ``model_type`` -> chainpipe block family
 FAMILY_OF = {"llama": "llama", "mistral": "llama", "qwen2": "llama", "gpt2": "gpt",
@@ -151,7 +151,7 @@ def read_model_config(path: str | os.PathLike, *, seq_len: int | None = None,
         raise InstanceError(problems)
     tied = data.get("tie_word_embeddings", family == "gpt")
     try:
-        return ModelShape(
+        shape = ModelShape(
             name=name, family=family, blocks=blocks, hidden=hidden, heads=heads, vocab=vocab,
             seq=seq_len, kv_heads=kv_heads if kv_heads != heads else None, ffn=ffn,
             source=f"{file}", head_dim=head_dim if head_dim != hidden // heads else None,
@@ -159,6 +159,12 @@ def read_model_config(path: str | os.PathLike, *, seq_len: int | None = None,
             tied_embeddings=bool(tied), element_bytes=PRECISIONS[precision])
     except ValueError as exc:
         raise InstanceError([f"{file}: {exc}"]) from None
+    try:  # an embedding, a block and a head: each within the format's ranges
+        model_layers(shape, blocks=1)
+    except InstanceError as exc:
+        raise InstanceError([f"{file}: the dimensions give a layer the format refuses: {p}"
+                             for p in exc.problems]) from None
+    return shape
 
 
 def _family(kind: Any, bad) -> str | None:
