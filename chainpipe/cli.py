@@ -518,11 +518,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_evaluate)
 
     s = sub.add_parser("generate", help="generate an instance from a preset or a cluster file",
-                       epilog=listing("presets", PRESETS) + "\n\nWith --cluster FILE (TOML, "
-                       "figures in units such as '80 GiB', '400 Gbit/s', '5 us', '312 TFLOP/s'; "
-                       "see docs/launch.md) the datacenters come from the file instead of a "
-                       "preset; --model-config reads a model's config.json (llama, mistral, "
-                       "qwen2, gpt2, gpt_neox).")
+                       epilog=listing("presets", PRESETS) + "\n\n" + textwrap.fill(
+                           "With --cluster FILE (TOML, figures in units such as '80 GiB', "
+                           "'400 Gbit/s', '5 us', '312 TFLOP/s'; see docs/launch.md) the "
+                           "datacenters come from the file instead of a preset; --model-config "
+                           "reads a model's config.json (llama, mistral, qwen2, gpt2, gpt_neox).",
+                           79))
     where = s.add_mutually_exclusive_group(required=True)
     where.add_argument("--preset", type=name_of("preset", PRESETS), choices=list(PRESETS),
                        metavar="NAME", help="one of %(choices)s")
@@ -585,13 +586,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser(
         "export", help="write a plan as a training framework reads it",
-        description="Write a plan for a training framework: ranks (each global rank's device, "
-                    "stage, data- and tensor-parallel rank and layers; JSON, or CSV), megatron "
-                    "(Megatron-Core arguments with --pipeline-model-parallel-layout) or "
-                    "torchtitan (a job configuration with each stage's modules).",
-        epilog="megatron and torchtitan express the plans whose stages share one data-parallel "
-               "width and one tensor-parallel degree; for another plan export exits 1 with one "
-               "line naming the nearest plan they express and its T (--nearest-out writes it).")
+        description=textwrap.fill(
+            "Write a plan for a training framework: ranks (each global rank's device, stage, "
+            "data- and tensor-parallel rank and layers; JSON, or CSV), megatron (Megatron-Core "
+            "arguments with --pipeline-model-parallel-layout) or torchtitan (a job "
+            "configuration with each stage's modules). See docs/launch.md.", 79),
+        epilog=textwrap.fill(
+            "megatron and torchtitan express the plans whose stages share one data-parallel "
+            "width and one tensor-parallel degree; for another plan export exits 1 with one "
+            "line naming the nearest plan they express and its T (--nearest-out writes it).",
+            79))
     s.add_argument("instance", metavar="INSTANCE", help="an instance file (JSON)")
     s.add_argument("plan", metavar="PLAN", help="a plan file, or a `solve --format json` result")
     s.add_argument("--to", required=True, choices=("ranks", "megatron", "torchtitan"),
