@@ -393,8 +393,9 @@ def parse_cluster(data: Any, file: str = "cluster") -> Cluster:
         r.bad("links", "must be an array of tables ([[links]])")
         links_data = []
     if dcs_data and len(links_data) != len(dcs_data) - 1:
-        r.bad("links", f"must hold {len(dcs_data) - 1} entries (one between each two "
-                       f"neighbouring datacenters), got {len(links_data)}")
+        want = len(dcs_data) - 1
+        r.bad("links", f"must hold {want} entr{'y' if want == 1 else 'ies'} (one between each "
+                       f"two neighbouring datacenters), got {len(links_data)}")
     links = [_link(r, lk, f"links[{i}]", distance=True) for i, lk in enumerate(links_data)]
     if r.problems:
         raise InstanceError(r.problems)
