@@ -24,9 +24,9 @@ from . import __version__
 from .instance import SCHEDULES, InstanceError
 from .instances import PRESETS
 from .instances.generator import SWITCH
-from .instances.models import MODELS
+from .instances.models import MODELS, model_shape
 from .instances.network import check_degrade
-from .io import instance_to_dict, read, read_plan, write, write_plan
+from .io import atomic_write, instance_to_dict, read, read_plan, write, write_plan
 from .names import unknown_name
 from .numeric import jsonable
 from .paths import MANIFEST, instance_files, refuse_overwrite, same_file
@@ -161,27 +161,52 @@ def cmd_evaluate(args) -> int:
 
 
 def cmd_generate(args) -> int:
-    """``chainpipe generate --preset NAME``: an instance on stdout or in ``-o FILE``."""
+    """``chainpipe generate --preset NAME | --cluster FILE``: an instance on stdout or in ``-o``."""
     from .instances import generate
+    from .instances.cluster_file import generate_for_cluster
+    from .instances.hf_config import read_model_config
 
     if args.output and Path(args.output).is_dir():
         raise InstanceError([f"-o/--output: {args.output} is a directory; give a file name"])
-    overrides = {
-        "model": args.model,
-        "datacenters": args.datacenters,
-        "gpus_per_dc": args.gpus_per_dc,
-        "microbatches": args.microbatches,
-        "schedule": args.schedule,
-        "degrade": args.degrade,
-        "parallelism": args.parallelism,
-        "data_parallel": args.data_parallel,
-        "tensor_parallel": args.tensor_parallel,
-        "zero": args.zero,
-    }
+    refuse_overwrite({"-o/--output": args.output},
+                     [p for p in (args.cluster, args.model_config) if p])
+    config_only = {"--seq-len": args.seq_len, "--precision": args.precision,
+                   "--model-name": args.model_name}
+    cluster_not = {"--seed": args.seed, "--datacenters": args.datacenters,
+                   "--gpus-per-dc": args.gpus_per_dc, "--degrade": args.degrade}
+    problems = [f"{k}: applies to --model-config only" for k, v in config_only.items()
+                if v is not None and not args.model_config]
+    if args.model_config and args.model:
+        problems.append("--model: give --model or --model-config, not both")
+    if args.cluster:
+        problems += [f"{k}: has no meaning with --cluster (the cluster file describes the "
+                     f"datacenters)" for k, v in cluster_not.items() if v is not None]
+        if not (args.model or args.model_config):
+            problems.append("--cluster: needs the model, --model-config PATH or --model NAME")
+    if problems:
+        raise InstanceError(problems)
+    model = args.model
+    if args.model_config:
+        model = read_model_config(args.model_config, seq_len=args.seq_len,
+                                  precision=args.precision or "bf16", name=args.model_name)
+    common = {"microbatches": args.microbatches, "schedule": args.schedule,
+              "parallelism": args.parallelism, "data_parallel": args.data_parallel,
+              "tensor_parallel": args.tensor_parallel, "zero": args.zero,
+              "microbatch_size": args.microbatch_size}
+    common = {k: v for k, v in common.items() if v is not None}
     try:
-        inst = generate(args.preset, seed=args.seed,
-                        **{k: v for k, v in overrides.items() if v is not None})
+        if args.cluster:
+            if isinstance(model, str):
+                model = model_shape(model)
+            inst = generate_for_cluster(args.cluster, model, **common)
+        else:
+            overrides = {"model": model, "datacenters": args.datacenters,
+                         "gpus_per_dc": args.gpus_per_dc, "degrade": args.degrade}
+            inst = generate(args.preset, seed=args.seed or 0, **common,
+                            **{k: v for k, v in overrides.items() if v is not None})
     except (KeyError, ValueError) as exc:
+        if isinstance(exc, InstanceError):
+            raise
         raise InstanceError([f"generate: {exc.args[0] if exc.args else exc}"]) from None
     if args.output:
         write(inst, args.output)
@@ -189,6 +214,31 @@ def cmd_generate(args) -> int:
               f"{inst.num_datacenters} datacenters, {inst.num_devices} devices)", file=sys.stderr)
     else:
         print(json.dumps(instance_to_dict(inst), indent=1))
+    return 0
+
+
+def cmd_export(args) -> int:
+    """``chainpipe export INSTANCE PLAN --to FORMAT``: the plan as a framework reads it."""
+    from .export import Inexpressible, export
+
+    refuse_overwrite({"-o/--output": args.output, "--nearest-out": args.nearest_out},
+                     [args.instance, args.plan])
+    if args.csv and args.to != "ranks":
+        raise InstanceError([f"--csv: applies to --to ranks only, not {args.to}"])
+    inst = read_instance(args.instance, args.strict)
+    plan = read_plan(args.plan)
+    try:
+        text = export(inst, plan, args.to, csv=args.csv)
+    except Inexpressible as exc:
+        if exc.nearest is not None and args.nearest_out:
+            write_plan(exc.nearest.plan, args.nearest_out)
+        print(f"chainpipe export: {exc}", file=sys.stderr)
+        return 1
+    if args.output:
+        atomic_write(args.output, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+        print(f"wrote {args.output}: {args.to} for {plan.num_stages} stages", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
     return 0
 
 
@@ -501,13 +551,33 @@ def build_parser() -> argparse.ArgumentParser:
                    help="treat the instance's plausibility warnings as errors (exit 2)")
     s.set_defaults(func=cmd_evaluate)
 
-    s = sub.add_parser("generate", help="generate an instance from a preset",
-                       epilog=listing("presets", PRESETS))
-    s.add_argument("--preset", required=True, type=name_of("preset", PRESETS),
-                   choices=list(PRESETS), metavar="NAME", help="one of %(choices)s")
-    s.add_argument("--seed", type=int, default=0, metavar="N",
-                   help="the same seed gives the same instance")
+    s = sub.add_parser("generate", help="generate an instance from a preset or a cluster file",
+                       epilog=listing("presets", PRESETS) + "\n\n" + textwrap.fill(
+                           "With --cluster FILE (TOML, figures in units such as '80 GiB', "
+                           "'400 Gbit/s', '5 us', '312 TFLOP/s'; see docs/launch.md) the "
+                           "datacenters come from the file instead of a preset; --model-config "
+                           "reads a model's config.json (llama, mistral, qwen2, gpt2, gpt_neox).",
+                           79))
+    where = s.add_mutually_exclusive_group(required=True)
+    where.add_argument("--preset", type=name_of("preset", PRESETS), choices=list(PRESETS),
+                       metavar="NAME", help="one of %(choices)s")
+    where.add_argument("--cluster", metavar="FILE",
+                       help="a cluster file (TOML) in human units, instead of a preset")
+    s.add_argument("--seed", type=int, metavar="N",
+                   help="the same seed gives the same instance (default: 0)")
     s.add_argument("-o", "--output", metavar="FILE", help="write there (default: stdout)")
+    s.add_argument("--model-config", metavar="PATH",
+                   help="the model from its Hugging Face-style config.json (or a directory "
+                        "holding one), replacing the preset's model")
+    s.add_argument("--seq-len", type=positive_int, metavar="N",
+                   help="--model-config: tokens per sequence (default: the model's context "
+                        "length)")
+    s.add_argument("--precision", choices=("bf16", "fp16", "fp32"),
+                   help="--model-config: training precision (default: bf16)")
+    s.add_argument("--model-name", metavar="NAME",
+                   help="--model-config: the model's name (default: its directory's)")
+    s.add_argument("--microbatch-size", type=positive_int, metavar="B",
+                   help="sequences per microbatch (default: 1)")
     s.add_argument("--model", type=name_of("model", MODELS), choices=list(MODELS),
                    metavar="NAME", help="the model (default: drawn by the preset): %(choices)s")
     s.add_argument("--datacenters", type=positive_int, metavar="N",
@@ -567,6 +637,31 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--no-trace", action="store_true",
                    help="refuse runs whose owner traces (it would receive this DC's messages)")
     a.set_defaults(func=cmd_agent)
+
+    s = sub.add_parser(
+        "export", help="write a plan as a training framework reads it",
+        description=textwrap.fill(
+            "Write a plan for a training framework: ranks (each global rank's device, stage, "
+            "data- and tensor-parallel rank and layers; JSON, or CSV), megatron (Megatron-Core "
+            "arguments with --pipeline-model-parallel-layout) or torchtitan (a job "
+            "configuration with each stage's modules). See docs/launch.md.", 79),
+        epilog=textwrap.fill(
+            "megatron and torchtitan express the plans whose stages share one data-parallel "
+            "width and one tensor-parallel degree; for another plan export exits 1 with one "
+            "line naming the nearest plan they express and its T (--nearest-out writes it).",
+            79))
+    s.add_argument("instance", metavar="INSTANCE", help="an instance file (JSON)")
+    s.add_argument("plan", metavar="PLAN", help="a plan file, or a `solve --format json` result")
+    s.add_argument("--to", required=True, choices=("ranks", "megatron", "torchtitan"),
+                   help="the format: %(choices)s")
+    s.add_argument("-o", "--output", metavar="FILE", help="write there (default: stdout)")
+    s.add_argument("--csv", action="store_true", help="ranks: CSV instead of JSON")
+    s.add_argument("--nearest-out", metavar="FILE",
+                   help="when the format cannot express the plan, write the nearest plan it "
+                        "can express there")
+    s.add_argument("--strict", action="store_true",
+                   help="treat the instance's plausibility warnings as errors (exit 2)")
+    s.set_defaults(func=cmd_export)
 
     s = sub.add_parser("compare", help="run several solvers on instances and compare them")
     s.add_argument("inputs", nargs="+", metavar="INSTANCE_OR_DIR")

@@ -33,7 +33,7 @@ from ..instance import (
 )
 from ..names import unknown_name
 from .gpus import GPUS, gpu
-from .models import GRANULARITIES, model_layers, model_shape
+from .models import FLOAT, GRANULARITIES, HALF, ModelShape, model_layers, model_shape
 from .network import (
     INTRA_DC_GBIT,
     MAN_GBIT,
@@ -50,6 +50,11 @@ BYTES_PER_PARAM = 16.0
 GRADIENT_BYTES_PER_PARAM = 2.0
 #: what ZeRO-1 shards: the fp32 master weights and Adam's two fp32 moments, 4 + 4 + 4
 OPTIMIZER_BYTES_PER_PARAM = 12.0
+#: bytes per parameter (all, gradient, what ZeRO-1 shards) by activation precision: mixed
+#: precision as above; fp32 Adam: 4 (weights) + 4 (grads) + 8 (momentum, variance), the
+#: moments sharded
+TRAINING_BYTES = {HALF: (BYTES_PER_PARAM, GRADIENT_BYTES_PER_PARAM, OPTIMIZER_BYTES_PER_PARAM),
+                  FLOAT: (16.0, 4.0, 8.0)}
 #: ``parallelism="on"`` for a preset that is off by default: the issue's lists, with ZeRO-1
 PARALLELISM_ON = Parallelism(data_parallel=(1, 2, 4, 8), tensor_parallel=(1, 2, 4, 8), zero=True)
 #: the values of the ``parallelism`` switch
@@ -210,7 +215,8 @@ def generate(
     preset: str,
     seed: int = 0,
     *,
-    model: str | None = None,
+    model: str | ModelShape | None = None,
+    microbatch_size: int | None = None,
     datacenters: int | None = None,
     gpus_per_dc: int | None = None,
     microbatches: int | None = None,
@@ -233,8 +239,12 @@ def generate(
         A name of :data:`PRESETS`.
     seed : int, default 0
         The same preset, seed and overrides give the same instance.
-    model : str, optional
-        A name of :data:`~chainpipe.instances.MODELS`; drawn from the preset's when omitted.
+    model : str or ModelShape, optional
+        A name of :data:`~chainpipe.instances.MODELS`, or a shape (for instance one read
+        by :func:`~chainpipe.instances.hf_config.read_model_config`); drawn from the
+        preset's when omitted.
+    microbatch_size : int, optional
+        Sequences per microbatch (default 1): every layer's figures scale with it.
     datacenters, gpus_per_dc, microbatches : int, optional
         Counts (``>= 1``) that replace the preset's draw. For ``pool``,
         ``gpus_per_dc`` sets the pool to ``gpus_per_dc x datacenters`` GPUs.
@@ -278,18 +288,22 @@ def generate(
     spec = _preset(preset)
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise TypeError(f"seed must be an integer, got {seed!r}")
-    _check_overrides(model, datacenters, gpus_per_dc, microbatches, schedule, degrade, blocks)
+    _check_overrides(model, datacenters, gpus_per_dc, microbatches, schedule, degrade, blocks,
+                     microbatch_size)
     spec = _respecified(spec, granularity, gpu_types, man_gbit)
     par = resolve_parallelism(spec, parallelism, data_parallel, tensor_parallel, zero)
     v2 = par != Parallelism()
 
-    shape = model_shape(model or _rng(preset, seed, "model").choice(spec.models))
+    if isinstance(model, ModelShape):
+        shape = model
+    else:
+        shape = model_shape(model or _rng(preset, seed, "model").choice(spec.models))
     if blocks is None and spec.max_blocks is not None:
         blocks = min(spec.max_blocks, shape.blocks)
     if blocks == shape.blocks:
         blocks = None  # the whole model
     layers = model_layers(shape, blocks=blocks, granularity=spec.granularity,
-                          tensor_parallel=v2)
+                          tensor_parallel=v2, microbatch_size=microbatch_size or 1)
     k = datacenters or _rng(preset, seed, "datacenters").choice(spec.datacenters)
     dcs = _datacenters(spec, seed, k, gpus_per_dc, v2)
     links = _metro_links(spec, seed, k, degrade)
@@ -301,14 +315,22 @@ def generate(
         name += _parallelism_suffix(par)
     return Instance(
         name=name[:MAX_NAME],
-        model=Model(shape.name if blocks is None else f"{shape.name}[{blocks} blocks]", layers),
-        training=Training(microbatches=m, schedule=sched, bytes_per_param=BYTES_PER_PARAM,
-                          gradient_bytes_per_param=GRADIENT_BYTES_PER_PARAM,
-                          optimizer_bytes_per_param=OPTIMIZER_BYTES_PER_PARAM,
-                          parallelism=par),
+        model=Model(shape.name if blocks is None else f"{shape.name}[{blocks} blocks]"[:MAX_NAME],
+                    layers),
+        training=model_training(shape, m, sched, par),
         datacenters=dcs,
         links=links,
     )
+
+
+def model_training(shape: ModelShape, microbatches: int, schedule: str, parallelism: Parallelism
+                   ) -> Training:
+    """The ``training`` block of an instance of ``shape``: Adam's bytes per parameter for
+    the shape's precision (:data:`TRAINING_BYTES`), ``M``, the schedule and the lists."""
+    total, gradient, optimizer = TRAINING_BYTES[shape.element_bytes]
+    return Training(microbatches=microbatches, schedule=schedule, bytes_per_param=total,
+                    gradient_bytes_per_param=gradient, optimizer_bytes_per_param=optimizer,
+                    parallelism=parallelism)
 
 
 def resolve_parallelism(spec: Preset, switch: str | None, data_parallel, tensor_parallel,
@@ -371,12 +393,13 @@ def _preset(name: str) -> Preset:
 
 
 def _check_overrides(model, datacenters, gpus_per_dc, microbatches, schedule, degrade,
-                     blocks) -> None:
+                     blocks, microbatch_size=None) -> None:
     """Raise for an override out of range, before anything is drawn."""
-    if model is not None:
+    if model is not None and not isinstance(model, ModelShape):
         model_shape(model)  # raises with the known names
     for name, value in (("datacenters", datacenters), ("gpus_per_dc", gpus_per_dc),
-                        ("microbatches", microbatches), ("blocks", blocks)):
+                        ("microbatches", microbatches), ("blocks", blocks),
+                        ("microbatch_size", microbatch_size)):
         if value is not None:
             _positive_int(name, value)
     if schedule is not None and schedule not in SCHEDULES:

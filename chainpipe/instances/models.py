@@ -1,21 +1,29 @@
-"""Published transformer shapes and the per-layer figures derived from them.
+"""Transformer shapes and the per-layer figures derived from them: the one builder.
 
-Every figure is for one microbatch of ``b`` sequences of ``s`` tokens, 16-bit
-activations; the formulas and their sources are in ``docs/instances.md``.
+The built-in shapes (:data:`MODELS`) and those read from a model's
+``config.json`` (:mod:`chainpipe.instances.hf_config`) are both
+:class:`ModelShape`; :func:`model_layers` makes either into an instance's layers.
+Every figure is for one microbatch of ``b`` sequences of ``s`` tokens,
+activations of ``p`` bytes (``element_bytes``: 2, or 4 in fp32); the formulas
+and their sources are in ``docs/instances.md``.
 
-- GPT-style blocks (GPT-3, Megatron-LM): forward FLOP
-  ``24 b s h^2 (1 + s / (6 h))`` (Narayanan et al., SC'21), parameters
-  ``12 h^2 + 13 h`` (the ``12 h^2`` matrices plus biases and two layer norms),
-  stashed activations with selective recomputation ``34 s b h`` bytes
-  (Korthikanti et al. 2022).
-- Llama-style blocks (SwiGLU, grouped-query attention, RMSNorm, no biases): the
-  exact matmul count, forward FLOP ``2 b s (2 h^2 + 2 h d_kv + 3 h f) + 4 b s^2 h``
-  with ``d_kv`` the width of the key/value projections and ``f`` the FFN size
-  (three FFN matrices), parameters ``2 h^2 + 2 h d_kv + 3 h f + 2 h``, and
-  Korthikanti's selective-recomputation accounting applied to that block:
-  ``s b (12 h + 4 d_kv + 6 f)`` bytes.
+- GPT-style blocks (GPT-2/3, Megatron-LM; GPT-NeoX without the position
+  table): forward FLOP ``24 b s h^2 (1 + s / (6 h))`` with an FFN of ``4 h``
+  (Narayanan et al., SC'21), parameters ``12 h^2 + 13 h`` (the ``12 h^2``
+  matrices plus biases and two layer norms), stashed activations with
+  selective recomputation ``34 s b h`` bytes at 16 bits (Korthikanti et al.
+  2022), in general ``s b ((6 p + 1) h + 2 p h + 2 p f + h)`` (the 1-byte
+  dropout masks do not grow with ``p``).
+- Llama-style blocks (SwiGLU, grouped-query attention, RMSNorm, no biases but
+  Qwen2's on Q, K, V): the exact matmul count, forward FLOP
+  ``2 b s (2 h q + 2 h d_kv + 3 h f) + 4 b s^2 q`` with ``q`` the query width
+  (``h`` unless ``head_dim`` says otherwise), ``d_kv`` the width of the
+  key/value projections and ``f`` the FFN size (three FFN matrices),
+  parameters ``2 h q + 2 h d_kv + 3 h f + 2 h``, and Korthikanti's
+  selective-recomputation accounting applied to that block:
+  ``p s b (4 h + 2 q + 2 d_kv + 3 f)`` bytes.
 - Backward FLOP is twice forward; a boundary carries the hidden state,
-  ``2 b s h`` bytes.
+  ``p b s h`` bytes.
 - The embedding and the LM head are layers of their own.
 - Tensor parallelism (Megatron, Shoeybi et al. 2019), in all-reduce payloads
   per microbatch, forward and backward together (:func:`tp_allreduce_bytes`):
@@ -45,37 +53,71 @@ TOKEN = 4
 GRANULARITIES = ("block", "sublayer")
 
 
+#: block families: "gpt" (GPT-2/GPT-3: GELU MLP, biases, LayerNorm, learned positions),
+#: "neox" (GPT-NeoX/Pythia: GPT blocks with rotary positions, no position table),
+#: "llama" (Llama/Mistral/Qwen2: SwiGLU, grouped-query attention, RMSNorm, rotary positions)
+FAMILIES = ("gpt", "neox", "llama")
+
+
 @dataclass(frozen=True)
 class ModelShape:
-    """A published transformer configuration."""
+    """A transformer's dimensions and the workload it is trained with (``seq``, precision).
+
+    The built-in :data:`MODELS` and the shapes read from a Hugging Face-style
+    ``config.json`` (:mod:`chainpipe.instances.hf_config`) are both this class,
+    and :func:`model_layers` turns either into an instance's layers.
+    """
 
     name: str
-    family: str  # "gpt" (GELU MLP 4h, learned positions, biases) or "llama" (SwiGLU, GQA, RoPE)
+    family: str  # one of FAMILIES
     blocks: int  # transformer layers
     hidden: int  # h = d_model
     heads: int
     vocab: int
-    seq: int
+    seq: int  # tokens per sequence of the training run
     kv_heads: int | None = None  # grouped-query attention; None = as many as heads
-    ffn: int | None = None  # FFN inner size; None = 4 h (GPT)
+    ffn: int | None = None  # FFN inner size; None = 4 h
     source: str = ""
+    head_dim: int | None = None  # width of one attention head; None = h / heads
+    positions: int | None = None  # rows of a learned position table ("gpt"); None = seq
+    qkv_bias: bool = False  # "llama": biases on the Q, K and V projections (Qwen2)
+    tied_embeddings: bool = False  # the head reuses the embedding matrix (GPT-2)
+    element_bytes: int = HALF  # bytes of one activation value: 2 (bf16, fp16) or 4 (fp32)
 
     def __post_init__(self) -> None:
-        if self.family not in ("gpt", "llama"):
-            raise ValueError(f"unknown model family {self.family!r}")
-        if self.family == "gpt" and self.ffn not in (None, 4 * self.hidden):
-            raise ValueError("GPT-style blocks have an FFN of 4 h (Korthikanti's 34 s b h assumes it)")
+        if self.family not in FAMILIES:
+            raise ValueError(f"unknown model family {self.family!r}; known: {', '.join(FAMILIES)}")
+        if self.family != "llama" and (self.kv_heads, self.head_dim, self.qkv_bias) != (
+                None, None, False):
+            raise ValueError("GPT-style blocks have plain multi-head attention of width h, "
+                             "with biases everywhere")
+        if self.element_bytes not in (HALF, FLOAT):
+            raise ValueError(f"element_bytes must be 2 or 4, got {self.element_bytes!r}")
+
+    @property
+    def head_size(self) -> int:
+        """Width of one attention head."""
+        return self.head_dim or self.hidden // self.heads
+
+    @property
+    def q_dim(self) -> int:
+        """Width of the query projection (and of the attention output), ``heads x head``."""
+        return self.head_size * self.heads
 
     @property
     def kv_dim(self) -> int:
         """Width of the key (and of the value) projection."""
-        kv = self.kv_heads or self.heads
-        return self.hidden // self.heads * kv
+        return self.head_size * (self.kv_heads or self.heads)
 
     @property
     def ffn_size(self) -> int:
         """The FFN inner size ``f`` (``4 h`` unless given)."""
         return self.ffn or 4 * self.hidden
+
+    @property
+    def position_rows(self) -> int:
+        """Rows of the learned position table: ``positions`` (else ``seq``) for "gpt", else 0."""
+        return (self.positions or self.seq) if self.family == "gpt" else 0
 
 
 MODELS: dict[str, ModelShape] = {
@@ -123,41 +165,44 @@ class Figures:
 
 def attention_figures(m: ModelShape, b: int) -> Figures:
     """The attention half of a block, including its (pre-)normalisation."""
-    h, s, kv = m.hidden, m.seq, m.kv_dim
-    scores = 4 * b * s * s * h  # Q K^T and scores x V
-    if m.family == "gpt":
+    h, s, p = m.hidden, m.seq, m.element_bytes
+    if m.family != "llama":
         # QKV 3h^2 and output projection h^2, with biases, plus one layer norm (2h)
         return Figures(
-            fwd_flop=8 * b * s * h * h + scores,
+            fwd_flop=8 * b * s * h * h + 4 * b * s * s * h,
             params=4 * h * h + 4 * h + 2 * h,
-            # Korthikanti et al.: 11 s b h (attention, selective recomputation) + 2 s b h (norm)
-            activation_bytes=13 * s * b * h,
+            # Korthikanti et al., selective recomputation: QKV input, Q, K, V and the
+            # projection's input (5 values of h), the dropout mask (1 byte), the norm's input:
+            # 13 s b h at 16 bits
+            activation_bytes=(6 * p + 1) * s * b * h,
         )
-    # Q and O: h x h; K and V: h x d_kv (GQA); RMSNorm weight h; no biases
+    # Q and O: h x q; K and V: h x d_kv (GQA); RMSNorm weight h; biases on Q, K, V (Qwen2)
+    q, kv = m.q_dim, m.kv_dim
     return Figures(
-        fwd_flop=2 * b * s * (2 * h * h + 2 * h * kv) + scores,
-        params=2 * h * h + 2 * h * kv + h,
-        # inputs kept for backward (16-bit): norm input, QKV input, Q, K, V, O input
-        activation_bytes=HALF * s * b * (4 * h + 2 * kv),
+        fwd_flop=2 * b * s * (2 * h * q + 2 * h * kv) + 4 * b * s * s * q,  # + Q K^T, x V
+        params=2 * h * q + 2 * h * kv + h + ((q + 2 * kv) if m.qkv_bias else 0),
+        # inputs kept for backward: norm input, QKV input, Q, K, V, O input
+        activation_bytes=p * s * b * (2 * h + 2 * q + 2 * kv),
     )
 
 
 def mlp_figures(m: ModelShape, b: int) -> Figures:
     """The MLP half of a block, including its (pre-)normalisation."""
-    h, s, f = m.hidden, m.seq, m.ffn_size
-    if m.family == "gpt":
+    h, s, f, p = m.hidden, m.seq, m.ffn_size, m.element_bytes
+    if m.family != "llama":
         return Figures(
             fwd_flop=2 * b * s * 2 * h * f,
             params=2 * h * f + f + h + 2 * h,
-            # Korthikanti et al.: 19 s b h (MLP, f = 4 h) + 2 s b h (norm)
-            activation_bytes=21 * s * b * h,
+            # Korthikanti et al.: the MLP's input, the GELU's input and output (f wide), the
+            # dropout mask (1 byte), the norm's input: 21 s b h at 16 bits with f = 4 h
+            activation_bytes=s * b * (2 * p * h + 2 * p * f + h),
         )
     # SwiGLU: gate and up h x f, down f x h; RMSNorm weight h
     return Figures(
         fwd_flop=2 * b * s * 3 * h * f,
         params=3 * h * f + h,
-        # norm input, gate/up input, gate output, up output, down input (16-bit)
-        activation_bytes=HALF * s * b * (2 * h + 3 * f),
+        # norm input, gate/up input, gate output, up output, down input
+        activation_bytes=p * s * b * (2 * h + 3 * f),
     )
 
 
@@ -173,22 +218,33 @@ def embedding_figures(m: ModelShape, b: int = 1) -> Figures:
 
     Counted as one add per output element; it stashes only the token ids.
     """
-    params = m.vocab * m.hidden + (m.seq * m.hidden if m.family == "gpt" else 0)
+    params = (m.vocab + m.position_rows) * m.hidden
     return Figures(fwd_flop=b * m.seq * m.hidden, params=params, activation_bytes=TOKEN * b * m.seq)
 
 
 def head_figures(m: ModelShape, b: int = 1) -> Figures:
     """Final norm and LM head: logits ``2 b s h V`` forward; it keeps its own ``V h`` copy.
 
-    Stashed: the head's 16-bit input and the fp32 logits of the cross-entropy.
+    With tied embeddings the copy is the embedding's (a pipeline keeps one on the
+    last stage and all-reduces its gradient with the first, as Megatron does),
+    so the layer holds it either way. Stashed: the head's input and the fp32
+    logits of the cross-entropy.
     """
     h, s, v = m.hidden, m.seq, m.vocab
-    norm = 2 * h if m.family == "gpt" else h
+    norm = h if m.family == "llama" else 2 * h
     return Figures(
         fwd_flop=2 * b * s * h * v,
         params=v * h + norm,
-        activation_bytes=HALF * s * b * h + FLOAT * s * b * v,
+        activation_bytes=m.element_bytes * s * b * h + FLOAT * s * b * v,
     )
+
+
+def parameter_count(m: ModelShape) -> int:
+    """The model's distinct parameters, as published: the layers' sum, less the head's
+    copy of a tied embedding."""
+    total = (embedding_figures(m).params + m.blocks * block_figures(m).params
+             + head_figures(m).params)
+    return total - (m.vocab * m.hidden if m.tied_embeddings else 0)
 
 
 #: all-reduces of the hidden state per piece, forward + backward (Megatron's f and g operators)
@@ -209,7 +265,7 @@ def tp_allreduce_bytes(m: ModelShape, piece: str, b: int = 1) -> int:
     the head one backward (the gradient of its replicated input), plus the
     cross-entropy's three fp32 reductions per token.
     """
-    hidden = HALF * b * m.seq * m.hidden
+    hidden = m.element_bytes * b * m.seq * m.hidden
     extra = CROSS_ENTROPY_REDUCTIONS * FLOAT * b * m.seq if piece == "head" else 0
     return ALLREDUCES[piece] * hidden + extra
 
@@ -243,7 +299,7 @@ def model_layers(
     if not 1 <= n <= m.blocks:
         raise ValueError(f"blocks must be between 1 and {m.blocks} for {m.name}, got {n}")
     b = microbatch_size
-    hidden_bytes = HALF * b * m.seq * m.hidden
+    hidden_bytes = m.element_bytes * b * m.seq * m.hidden
 
     def tp(piece: str) -> int | None:
         return tp_allreduce_bytes(m, piece, b) if tensor_parallel else None
