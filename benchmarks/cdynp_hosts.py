@@ -24,21 +24,31 @@ import tempfile
 import time
 from pathlib import Path
 
+import psutil
+
 from chainpipe.io import read
 from chainpipe.solve import solve
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "benchmarks" / "results"
-DEFAULT = ["instances/large/large-01.json", "instances/hybrid/medium/hybrid-medium-01.json",
-           "instances/hybrid/large/hybrid-large-01.json"]
+DEFAULT = [*(f"instances/large/large-0{i}.json" for i in (1, 2, 3)),
+           "instances/hybrid/medium/hybrid-medium-01.json",
+           *(f"instances/hybrid/large/{n}.json" for n in (
+               "hybrid-large-01", "hybrid-large-02-nozero", "hybrid-large-03-degraded"))]
 
 
 def _cli(*args) -> list[str]:
     return [sys.executable, "-m", "chainpipe", *map(str, args)]
 
 
-def distributed(path: Path, work: Path) -> tuple[dict, float]:
-    """The owner's result and its command's wall time, with one agent process per DC."""
+def _loopback_bytes() -> int:
+    return psutil.net_io_counters(pernic=True)["lo"].bytes_sent
+
+
+def distributed(path: Path, work: Path) -> tuple[dict, float, int]:
+    """The owner's result, its command's wall time and the bytes sent on the loopback
+    interface meanwhile (TLS records, headers, events and reports included; anything
+    else on the machine too), with one agent process per DC."""
     subprocess.run(_cli("split", path, work, "--certs"), check=True, capture_output=True)
     names = json.loads((work / "public.json").read_text())["datacenters"]
     certs = work / "certs"
@@ -57,11 +67,11 @@ def distributed(path: Path, work: Path) -> tuple[dict, float]:
         for name, p in zip(names, procs):
             agents[name] = p.stdout.readline().split("listening on")[1].strip()
         (work / "agents.json").write_text(json.dumps(agents))
-        t0 = time.perf_counter()
+        t0, b0 = time.perf_counter(), _loopback_bytes()
         out = subprocess.run(_cli("solve", work / "public.json", "--solver", "cdynp", "--agents",
                                   work / "agents.json", *tls("owner"), "--format", "json"),
                              capture_output=True, text=True, check=True)
-        return json.loads(out.stdout), time.perf_counter() - t0
+        return json.loads(out.stdout), time.perf_counter() - t0, _loopback_bytes() - b0
     finally:
         for p in procs:
             p.terminate()
@@ -82,14 +92,14 @@ def main() -> None:
         local = solve(inst, "cdynp")
         local_s = time.perf_counter() - t0
         with tempfile.TemporaryDirectory(prefix="chainpipe-bench-") as tmp:
-            remote, wall = distributed(path, Path(tmp) / "split")
+            remote, wall, wire_bytes = distributed(path, Path(tmp) / "split")
         same = (remote["iteration_time_s"] == local.iteration_time
                 and remote["plan"] == local.plan.to_dict())
         st = remote["stats"]
         rows.append((inst.name, inst.num_datacenters, len(st["messages"]),
                      len(local.stats["messages"]), st["message_bytes_total"],
-                     local.stats["message_bytes_total"], local_s, remote["solve_time_s"], wall,
-                     "yes" if same else "NO"))
+                     local.stats["message_bytes_total"], wire_bytes, local_s,
+                     remote["solve_time_s"], wall, "yes" if same else "NO"))
         print(rows[-1], flush=True)
     lines = [
         "# CDynP across hosts (loopback TLS) against in-process",
@@ -103,15 +113,19 @@ def main() -> None:
         "127.0.0.1. Hybrid instances run the probe and the main run, each with its own "
         "connections. *solve* is the owner's solve alone, *command* its whole command "
         "(interpreter start and imports included); the in-process column is "
-        "`chainpipe.solve(inst, 'cdynp')` in this process.",
+        "`chainpipe.solve(inst, 'cdynp')` in this process. *Message bytes* are the protocol's "
+        "messages (identical by construction); *bytes on loopback* all that the interface "
+        "carried during the owner's command: TLS records and handshakes, headers, events, "
+        "the agents' reports (with their stages' costs), and whatever else ran on the "
+        "machine.",
         "",
-        "| instance | DCs | messages (tls / in-process) | bytes (tls / in-process) | "
-        "in-process s | tls solve s | tls command s | same T and plan |",
-        "|---|---:|---:|---:|---:|---:|---:|---|",
+        "| instance | DCs | messages (tls / in-process) | message bytes (tls / in-process) | "
+        "bytes on loopback | in-process s | tls solve s | tls command s | same T and plan |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for r in rows:
-        lines.append(f"| {r[0]} | {r[1]} | {r[2]} / {r[3]} | {r[4]:,} / {r[5]:,} | "
-                     f"{r[6]:.2f} | {r[7]:.2f} | {r[8]:.2f} | {r[9]} |")
+        lines.append(f"| {r[0]} | {r[1]} | {r[2]} / {r[3]} | {r[4]:,} / {r[5]:,} | {r[6]:,} | "
+                     f"{r[7]:.2f} | {r[8]:.2f} | {r[9]:.2f} | {r[10]} |")
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "cdynp_hosts.md").write_text("\n".join(lines) + "\n")
     print(OUT / "cdynp_hosts.md")
