@@ -322,6 +322,7 @@ class _Search:
                 mxs = [lab[0] for lab in labels] if sync else None
                 kill = killers(labels) if sync else None
                 n_labels = len(labels)
+                lts = [iteration_time(lab[1], lab[0], M) for lab in labels]
                 alive_by_prefix: dict = {}
                 for g, k0, gl, u, U, Q in self._moves(b, key):
                     arrays = cands[g][b]
@@ -410,19 +411,31 @@ class _Search:
                                     pairs = alive_by_prefix[i] = [
                                         (j, labels[j]) for j in range(i) if kill[j] >= i] + list(
                                         zip(range(i, n_labels), labels[i:]))
+                        # the bound test without assembling T per label: a label with
+                        # mx <= h (the image's floor, the prefix's included) completes in at
+                        # least its sum and sync plus a term common to the row; one above
+                        # it in its own T (lts) plus the row's sum; thresholds widened a
+                        # hair so that rounding never cuts what assembling T would keep
+                        cu = c if c >= U else U
+                        h = cu if cu >= pm else pm
+                        cq = c + Q
+                        base = cq + ps
+                        thr_lo = upper - iteration_time(base, h, M) + upper * _ROUNDING
+                        thr_hi = upper - base + upper * _ROUNDING
                         for idx, (mx, sm, p, rs, _) in pairs:
                             if need_at[p] > n:
                                 continue
-                            nmx = mx if mx >= c else c
-                            if nmx < U:
-                                nmx = U
-                            nsm = sm + c + Q
                             nr = rs if rs >= r else r
-                            opt = iteration_time(nsm + ps, nmx if nmx >= pm else pm, M, nr)
-                            if opt >= upper:
+                            if mx <= h:
+                                if sm + nr >= thr_lo:
+                                    continue
+                            elif lts[idx] + nr >= thr_hi:
                                 continue
+                            nmx = mx if mx >= cu else cu
+                            nsm = sm + cq
                             if a == 0:
-                                if best is None or opt < best[0]:
+                                opt = iteration_time(nsm + ps, nmx if nmx >= pm else pm, M, nr)
+                                if opt < upper:
                                     best = (opt, (b, key, idx, a, g, ci))
                                     # a complete plan: nothing slower is worth extending now
                                     upper = opt
@@ -611,6 +624,10 @@ class _LayerCapacity:
             self._before[key] = (points, values)
         return self._before[key]
 
+
+#: relative widening of the per-row bound thresholds of the label loop: rounding in
+#: them may keep a label assembling ``T`` would cut, never the reverse
+_ROUNDING = 1e-12
 
 #: the FLOP capacity is compared with a relative slack, so that rounding in its sums
 #: never cuts a prefix that fits exactly
