@@ -293,12 +293,16 @@ class _Search:
         # (b, key, idx, a, g, pair). p (stages placed, capped at p_cap) is a criterion since
         # 1F1B memory depends on it; r (largest synchronisation) only under data parallelism.
         states: list[dict] = [dict() for _ in range(L + 1)]
+        # fronts[a][key]: per bottleneck, the (sum, stages, sync) of the labels in the
+        # bucket states[a][key] so far (until layer a is filtered)
+        fronts: list = [dict() for _ in range(L + 1)]
         best = None  # (T, parent) of the best complete plan
         states[L][(K, ())] = [(0.0, 0.0, 0, 0.0, None)]  # the empty suffix; sentinel DC K
         labels_total = 0
         check = 0
         for b in range(L, 0, -1):
             layer_states = states[b]
+            fronts[b] = None
             if not layer_states:
                 continue
             for key in list(layer_states):
@@ -401,7 +405,7 @@ class _Search:
                         if nkey is None:
                             nkey = next_key[(k0, u, gl, w)] = (
                                 k0, u[:gl] + (u[gl] + w,) + u[gl + 1:])
-                        bucket = last = None
+                        bucket = front = None
                         pairs = enumerate(labels)
                         if sync:
                             i = bisect_right(mxs, c if c >= U else U)
@@ -418,8 +422,7 @@ class _Search:
                         # hair so that rounding never cuts what assembling T would keep
                         cu = c if c >= U else U
                         h = cu if cu >= pm else pm
-                        cq = c + Q
-                        base = cq + ps
+                        base = c + Q + ps
                         thr_lo = upper - iteration_time(base, h, M) + upper * _ROUNDING
                         thr_hi = upper - base + upper * _ROUNDING
                         for idx, (mx, sm, p, rs, _) in pairs:
@@ -432,7 +435,7 @@ class _Search:
                             elif lts[idx] + nr >= thr_hi:
                                 continue
                             nmx = mx if mx >= cu else cu
-                            nsm = sm + cq
+                            nsm = sm + c + Q  # in this order: the sums of every path add alike
                             if a == 0:
                                 opt = iteration_time(nsm + ps, nmx if nmx >= pm else pm, M, nr)
                                 if opt < upper:
@@ -442,12 +445,26 @@ class _Search:
                                 continue
                             np_ = p + 1 if p < p_cap else p_cap
                             if bucket is None:
-                                bucket = states[a].setdefault(nkey, [])
-                            elif (last[0] == nmx and last[1] <= nsm and last[2] <= np_
-                                  and last[3] <= nr):
-                                continue  # the previous image dominates: the filter's job, early
-                            last = (nmx, nsm, np_, nr, (b, key, idx, a, g, ci))
-                            bucket.append(last)
+                                bucket = states[a].get(nkey)
+                                if bucket is None:
+                                    bucket = states[a][nkey] = []
+                                    front = fronts[a][nkey] = {}
+                                else:
+                                    front = fronts[a][nkey]
+                            # an image an earlier one of the bucket with the same bottleneck
+                            # dominates is the Pareto filter's to drop: dropped now (most are)
+                            same = front.get(nmx)
+                            if same is None:
+                                front[nmx] = [(nsm, np_, nr)]
+                            else:
+                                for s_, p_, r_ in same:
+                                    if s_ <= nsm and p_ <= np_ and r_ <= nr:
+                                        break
+                                else:
+                                    same.append((nsm, np_, nr))
+                                    bucket.append((nmx, nsm, np_, nr, (b, key, idx, a, g, ci)))
+                                continue
+                            bucket.append((nmx, nsm, np_, nr, (b, key, idx, a, g, ci)))
         self.stats["labels"] = labels_total
         return states, best
 
