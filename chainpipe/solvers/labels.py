@@ -40,18 +40,16 @@ def across_usage(layer_states: dict, sync: bool = False) -> None:
     for keys in by_dc.values():
         if len(keys) < 2:
             continue
-        rows = [(lab[0], lab[1], lab[2], key, i)
-                for key in keys for i, lab in enumerate(layer_states[key])]
-        if len(rows) < 2:
-            continue
         if sync:
             drop = _dominated_with_sync(layer_states, keys)
-        elif len(keys) <= _FEW_STATES:
-            rows.sort(key=lambda r: (r[0], r[1], r[2], sum(r[3][1])))
-            drop = _dominated_by_state(rows)
         else:
+            rows = [(lab[0], lab[1], lab[2], key, i)
+                    for key in keys for i, lab in enumerate(layer_states[key])]
             rows.sort(key=lambda r: (r[0], r[1], r[2], sum(r[3][1])))
-            drop = _dominated_small(rows) if len(rows) < 48 else _dominated_numpy(rows)
+            if len(keys) <= _FEW_STATES:
+                drop = _dominated_by_state(rows)
+            else:
+                drop = _dominated_small(rows) if len(rows) < 48 else _dominated_numpy(rows)
         for key, idxs in drop.items():
             labels = layer_states[key]
             left = [lab for i, lab in enumerate(labels) if i not in idxs]
@@ -133,14 +131,22 @@ def _dominated_with_sync(layer_states: dict, keys: list) -> dict:
     removed 15% more labels on a 256-GPU instance but its pairwise comparison cost more
     time than it saved.)
     """
-    rows = [(lab[0], lab[1], lab[2], lab[3], key, i)
-            for key in keys for i, lab in enumerate(layer_states[key])]
-    rows.sort(key=lambda r: (r[0], r[1], r[2], r[3], sum(r[4][1])))
-    # per row: sum, stages, sync, then the devices used per group (all exact floats)
-    table = np.array([(r[1], r[2], r[3]) + r[4][1] for r in rows], dtype=float)
+    rows, owners = [], []
+    for key in keys:
+        u = key[1]
+        used = sum(u)
+        for i, lab in enumerate(layer_states[key]):
+            rows.append((lab[0], lab[1], lab[2], lab[3], used) + u)
+            owners.append((key, i))
+    table = np.array(rows, dtype=float)
+    # by (bottleneck, sum, stages, sync, devices in all); then sum, stages, sync, devices
+    order = np.lexsort(table[:, 4::-1].T)
+    dropped = order[dominated_by_earlier(table[order][:, [1, 2, 3] + list(
+        range(5, table.shape[1]))])]
     drop: dict = {}
-    for j in np.flatnonzero(dominated_by_earlier(table)).tolist():
-        drop.setdefault(rows[j][4], set()).add(rows[j][5])
+    for j in dropped.tolist():
+        key, i = owners[j]
+        drop.setdefault(key, set()).add(i)
     return drop
 
 
