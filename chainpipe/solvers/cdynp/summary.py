@@ -36,7 +36,7 @@ import math
 import numpy as np
 
 from ... import cost
-from ..labels import shifted_pareto
+from ..labels import dominated_by_earlier, shifted_pareto
 
 #: a point: ``(r, bottleneck, total, sync, ...)``; anything after ``sync`` rides along
 
@@ -74,23 +74,15 @@ def frontier(points: list, kept: list = ()) -> list[int]:
 
 
 def _frontier4(points: list, kept: list) -> list[int]:
-    """:func:`frontier` with the synchronisation a fourth criterion, vectorised over the
-    kept rows."""
+    """:func:`frontier` with the synchronisation a fourth criterion: rows sorted by
+    (bottleneck, total, r, sync), kept points first among equals, are checked against
+    the earlier ones in numpy (:func:`chainpipe.solvers.labels.dominated_by_earlier`)."""
     rows = [(p[1], p[2], p[0], p[3], 0, -1) for p in kept]
     rows += [(p[1], p[2], p[0], p[3], 1, i) for i, p in enumerate(points)]
     rows.sort()
-    n = len(rows)
-    sums, rs, syncs = np.empty(n), np.empty(n, dtype=np.int64), np.empty(n)
-    count, out = 0, []
-    for _bn, sm, r, sy, new, i in rows:
-        if count and ((sums[:count] <= sm) & (rs[:count] <= r) & (syncs[:count] <= sy)).any():
-            continue
-        sums[count], rs[count], syncs[count] = sm, r, sy
-        count += 1
-        if new:
-            out.append(i)
-    out.sort()
-    return out
+    table = np.array([row[1:4] for row in rows], dtype=float)
+    dropped = dominated_by_earlier(table).tolist()
+    return sorted(row[5] for row, drop in zip(rows, dropped) if row[4] and not drop)
 
 
 def shifted_keep(points: list, microbatches: int) -> list[int]:
