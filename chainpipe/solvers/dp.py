@@ -33,6 +33,7 @@ from ..plan import Plan
 from ..result import OptionError, Outcome, number_option
 from ..tables import CostTables, dominated_options, fill_bound, fill_curve
 from .labels import (
+    BOUND_SLACK,
     HYBRID_TRIALS,
     TRIALS,
     across_usage,
@@ -423,8 +424,8 @@ class _Search:
                         cu = c if c >= U else U
                         h = cu if cu >= pm else pm
                         base = c + Q + ps
-                        thr_lo = upper - iteration_time(base, h, M) + upper * _ROUNDING
-                        thr_hi = upper - base + upper * _ROUNDING
+                        thr_lo = upper - iteration_time(base, h, M) + upper * BOUND_SLACK
+                        thr_hi = upper - base + upper * BOUND_SLACK
                         for idx, (mx, sm, p, rs, _) in pairs:
                             if need_at[p] > n:
                                 continue
@@ -641,10 +642,6 @@ class _LayerCapacity:
             self._before[key] = (points, values)
         return self._before[key]
 
-
-#: relative widening of the per-row bound thresholds of the label loop: rounding in
-#: them may keep a label assembling ``T`` would cut, never the reverse
-_ROUNDING = 1e-12
 
 #: the FLOP capacity is compared with a relative slack, so that rounding in its sums
 #: never cuts a prefix that fits exactly

@@ -25,6 +25,11 @@ TRIALS = (0.02, 0.1, 0.35, 1.0, 3.0, math.inf)
 HYBRID_TRIALS = (0.02, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.6, 0.75,
                  1.0, 1.5, 3.0, math.inf)
 
+#: relative widening of the bound tests in the label loops of ``dp`` and the CDynP
+#: agents, which compare a label's terms with thresholds instead of assembling ``T``:
+#: rounding in them may keep a label the assembled ``T`` would cut, never the reverse
+BOUND_SLACK = 1e-12
+
 
 def across_usage(layer_states: dict, sync: bool = False) -> None:
     """Drop labels dominated by a label of another state of the same DC that used no more
@@ -151,15 +156,26 @@ def _dominated_with_sync(layer_states: dict, keys: list) -> dict:
 
 
 def dominated_by_earlier(table: np.ndarray) -> np.ndarray:
-    """Which rows of ``table`` an earlier row dominates (no larger in any column): a
-    boolean mask. The rows come in an order that makes every earlier row no worse in
-    what the columns leave out (the bottleneck: rows sorted by it).
+    """Which rows of ``table`` an earlier row dominates (no larger in any column).
 
-    A row dominated by an earlier row is dominated by an earlier *kept* one (a dropped
-    row's dominator, earlier and in the end kept, dominates what it dominates), so
-    each block of rows is compared at once with the rows kept before the block and with
-    its own earlier rows: no check in a block depends on another's outcome. Of the kept
-    rows only those no larger than the block's largest in every column take part.
+    The rows come in an order that makes every earlier row no worse in what the
+    columns leave out (the bottleneck: rows sorted by it). A row dominated by an
+    earlier row is dominated by an earlier *kept* one (a dropped row's dominator,
+    earlier and in the end kept, dominates what it dominates), so each block of rows
+    is compared at once with the rows kept before the block and with its own earlier
+    rows: no check in a block depends on another's outcome. Of the kept rows only
+    those no larger than the block's largest in every column take part.
+
+    Parameters
+    ----------
+    table : numpy.ndarray
+        ``(n, c)`` floats, one row per label or point, smaller is better in each column.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``(n,)`` booleans: ``True`` where an earlier row dominates the row (of equal
+        rows the first is kept).
     """
     n, width = table.shape
     dropped = np.zeros(n, dtype=bool)

@@ -33,6 +33,7 @@ from ... import cost
 from ...deadline import Deadline
 from ...tables import dominated_options
 from ..labels import (
+    BOUND_SLACK,
     across_usage,
     killers,
     pareto3,
@@ -244,7 +245,7 @@ class LocalDP(DCRun):
         need_at = self._need_at
         iteration_time = cost.iteration_time
         zero, cands = self._zero, self._cands
-        limit = self._limit + self._limit * _ROUNDING
+        limit = self._limit + self._limit * BOUND_SLACK
         pre_sum, pre_max = self._prefix
         u_x, q_x = float(self.u_int[x]), float(self.q_int[x])
         fronts = self._fronts
@@ -327,8 +328,3 @@ class LocalDP(DCRun):
                                     bucket.append((nbn, nsm, nr, ns, ref))
                                 continue
                             bucket.append((nbn, nsm, nr, ns, ref))
-
-
-#: relative widening of the bound tests of :meth:`LocalDP._extend`: rounding in them may
-#: keep a label assembling ``T`` would cut, never the reverse
-_ROUNDING = 1e-12

@@ -124,6 +124,25 @@ def cap_keep(points: list, microbatches: int, max_entries: int, scale: float = 1
     ``T`` (``scale = 1``) this weighs the total more the shorter the suffix, as the
     prefix still to come will (measured on ``hybrid-large-02-nozero`` with one point per
     entry: a gap of 0 instead of 2.8%).
+
+    Parameters
+    ----------
+    points : list
+        ``(r, bottleneck, total, sync, ...)`` of one summary entry.
+    microbatches : int
+        ``M``.
+    max_entries : int
+        How many to keep (0: all).
+    scale : float
+        The model's FLOP over the FLOP of the entry's suffix ``[b, L)``.
+    occupancy : float
+        The boundary's occupancy at ``b`` on the entry's path bandwidth (0 for the
+        entry of complete plans).
+
+    Returns
+    -------
+    list of int
+        The indices kept, ascending.
     """
     if max_entries <= 0 or len(points) <= max_entries:
         return list(range(len(points)))
