@@ -55,8 +55,8 @@ from .audit import check_claims
 from .public import PublicInstance, split_documents, write_split
 from .runner import MESSAGE_TIMEOUT_S, AgentFailure, Run, run_in_process, run_processes
 
-__all__ = ["PROBE_BEAM", "PROBE_ENTRIES", "PROBE_FINE_ENTRIES", "PROBE_LAYERS_PER_PART", "guarantee_factor", "run",
-           "split_instance"]
+__all__ = ["PROBE_BEAM", "PROBE_ENTRIES", "PROBE_FINE_ENTRIES", "PROBE_LAYERS_PER_PART",
+           "guarantee_factor", "run", "split_instance"]
 
 #: partial plans per DP state each DC keeps in the probe run (measured on hybrid/medium:
 #: 1 finds the optimum or a plan within 1% of it, at a third of the cost of 2)
@@ -141,25 +141,27 @@ def run(instance: Instance, *, deadline=None, seed=0, threads=1, log=None, epsil
 
     probes: list[tuple[str, Run]] = []  # each probe run and its trace subdirectory
     first, probe_T = None, None  # the best probe's (run, plan) and its T
+
+    def probe_run(sub: str, options: dict) -> None:
+        nonlocal first, probe_T
+        got = one_run(options, None if trace_dir is None else Path(trace_dir, sub))
+        probes.append((sub, got[0]))
+        if got[1] is not None:  # a real plan: the main run need not look above it
+            T = evaluate(instance, got[1]).iteration_time_s
+            if probe_T is None or T < probe_T:
+                first, probe_T = got, T
+
     try:
         if probe is None:
             probe = not instance.parallelism.single_device
         if probe and upper_bound is None and instance.num_datacenters > 1:
             parts = math.ceil(instance.num_layers / PROBE_LAYERS_PER_PART)
-            coarse = {**agent_opts, "beam": PROBE_BEAM, "grid": parts,
-                      "max_entries": PROBE_ENTRIES}
-            fine = {**agent_opts, "beam": PROBE_BEAM, "max_entries": PROBE_FINE_ENTRIES}
-            for sub, options in (("probe", coarse), ("probe-fine", fine)):
-                if sub == "probe-fine":
-                    if probe_T is None:
-                        break
-                    options["upper_bound"] = probe_T * (1 + _PROBE_SLACK)
-                got = one_run(options, None if trace_dir is None else Path(trace_dir, sub))
-                probes.append((sub, got[0]))
-                if got[1] is not None:  # a real plan: the main run need not look above it
-                    T = evaluate(instance, got[1]).iteration_time_s
-                    if probe_T is None or T < probe_T:
-                        first, probe_T = got, T
+            probe_run("probe", {**agent_opts, "beam": PROBE_BEAM, "grid": parts,
+                                "max_entries": PROBE_ENTRIES})
+            if probe_T is not None:  # then without the grid, below the coarse probe's T
+                probe_run("probe-fine", {**agent_opts, "beam": PROBE_BEAM,
+                                         "max_entries": PROBE_FINE_ENTRIES,
+                                         "upper_bound": probe_T * (1 + _PROBE_SLACK)})
             if probe_T is not None:
                 agent_opts["upper_bound"] = probe_T * (1 + _PROBE_SLACK)
         res, plan = one_run(agent_opts, trace_dir)
@@ -175,8 +177,8 @@ def run(instance: Instance, *, deadline=None, seed=0, threads=1, log=None, epsil
                               "failed_datacenter": exc.datacenter})
     found = res.estimate  # compressed: an over-estimate of the plan found, inf if none
     if probes:
-        messages = [{**m, "file": f"{sub}/{m['file']}"} for sub, run in probes
-                    for m in run.messages]
+        messages = [{**m, "file": f"{sub}/{m['file']}"} for sub, done in probes
+                    for m in done.messages]
         res.messages = messages + res.messages
         if not exact and probe_T is not None and (
                 plan is None or evaluate(instance, plan).iteration_time_s > probe_T):
@@ -186,8 +188,8 @@ def run(instance: Instance, *, deadline=None, seed=0, threads=1, log=None, epsil
                    "processes" if processes else "in-process", time.perf_counter() - t0)
     if probes:
         stats["probe"] = {"estimate_s": probe_T,
-                          "labels": sum(a.get("labels", 0) for _sub, run in probes
-                                        for a in run.agents),
+                          "labels": sum(a.get("labels", 0) for _sub, done in probes
+                                        for a in done.agents),
                           "messages": len(messages)}
     if compare_dp:
         stats.update(_compare_dp(instance, plan, deadline))
