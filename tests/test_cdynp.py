@@ -242,6 +242,13 @@ def test_frontier_filters():
     assert cap_keep([(0, 1.0, 9.0, 0.0), (0, 2.0, 1.0, 0.0), (0, 0.5, 0.5, 0.0)], 4, 2) == [1, 2]
     # T = total + (M - 1) bottleneck + sync: the sync decides here
     assert cap_keep([(0, 1.0, 1.0, 9.0), (0, 2.0, 1.0, 0.0), (0, 0.5, 0.5, 0.0)], 4, 2) == [1, 2]
+    # the estimate of a whole plan: the suffix's total scaled up to the model (7 vs 8 for
+    # the suffix alone, 15 vs 12 at scale 3), the boundary into it paid (occupancy 2 lifts
+    # the first bottleneck, and both totals gain a traversal of 4: 14 vs 12)
+    pts = [(0, 1.0, 4.0, 0.0), (0, 2.0, 2.0, 0.0)]
+    assert cap_keep(pts, 4, 1) == [0]
+    assert cap_keep(pts, 4, 1, scale=3.0) == [1]
+    assert cap_keep(pts, 4, 1, occupancy=2.0) == [1]
 
 
 @pytest.mark.parametrize("seed", range(20))

@@ -221,6 +221,28 @@ def test_the_probe_changes_the_work_not_the_answer():
     assert "probe" in solve(v1, "cdynp", probe=True).stats
 
 
+def test_the_fine_probe_bounds_the_exact_run_below_the_coarse_one():
+    """The fine probe (no grid) runs under the coarse probe's T and the exact run under
+    the better of the two: on hybrid-medium-04-degraded the fine one is strictly better."""
+    from chainpipe.solvers.cdynp import PROBE_BEAM, PROBE_ENTRIES, PROBE_LAYERS_PER_PART
+    from chainpipe.solvers.cdynp.public import PublicInstance
+    from chainpipe.solvers.cdynp.runner import run_in_process
+
+    inst = read(ROOT / "instances" / "hybrid" / "medium" / "hybrid-medium-04-degraded.json")
+    coarse = run_in_process(PublicInstance.of(inst), list(inst.datacenters), beam=PROBE_BEAM,
+                            grid=math.ceil(inst.num_layers / PROBE_LAYERS_PER_PART),
+                            max_entries=PROBE_ENTRIES).estimate
+    res = solve(inst, "cdynp")
+    ref = solve(inst, "dp")
+    assert res.status == "optimal" and _same(res.iteration_time, ref.iteration_time)
+    probe_T = res.stats["probe"]["estimate_s"]
+    assert ref.iteration_time * (1 - RTOL) <= probe_T < coarse * (1 - 1e-6)
+    for a in res.stats["agents"]:  # every trial of the exact run is within the probe's T
+        assert all(t["upper_bound"] <= probe_T * (1 + 1e-6) for t in a["trials"])
+    names = [m["file"] for m in res.stats["messages"]]
+    assert sum(n.startswith("probe-fine/") for n in names) == 2 * (inst.num_datacenters - 1)
+
+
 def test_probe_option_is_a_boolean():
     from chainpipe.result import OptionError
 

@@ -46,6 +46,41 @@ def test_across_usage_keeps_exactly_the_undominated(n_states, seed):
     assert got == expect
 
 
+def _random_sync_layer(rng: random.Random, n_states: int, width: int) -> dict:
+    states = {}
+    while len(states) < n_states:
+        u = tuple(rng.randint(0, 3) for _ in range(width))
+        labs = [(float(rng.randint(1, 6)), float(rng.randint(1, 6)), rng.randint(0, 3),
+                 float(rng.randint(0, 4)), None) for _ in range(rng.randint(1, 8))]
+        states[(0, u)] = labels.pareto4(labs)
+    return states
+
+
+def _sync_survivors_by_pairs(layer: dict) -> set:
+    """As :func:`_survivors_by_pairs` with the synchronisation a fourth criterion."""
+    rows = [(lab[:4], key, i) for key in layer for i, lab in enumerate(layer[key])]
+    rows.sort(key=lambda r: (r[0], sum(r[1][1])))
+    kept = set()
+    for j, (lab, key, i) in enumerate(rows):
+        if any(all(a <= b for a, b in zip(k2[1], key[1])) and all(x <= y for x, y in zip(l2, lab))
+               and (k2, i2) in kept for l2, k2, i2 in rows[:j]):
+            continue
+        kept.add((key, i))
+    return {(key, layer[key][i][:4]) for key, i in kept}
+
+
+@pytest.mark.parametrize("n_states", [2, 5, 40, 70, 120])
+@pytest.mark.parametrize("seed", range(4))
+def test_across_usage_with_sync_keeps_exactly_the_undominated(n_states, seed):
+    # more than one block of rows (labels._BLOCK) from 70 states on
+    rng = random.Random(seed * 1000 + n_states + 7)
+    layer = _random_sync_layer(rng, n_states, 4 if n_states > 60 else 3)
+    expect = _sync_survivors_by_pairs(layer)
+    labels.across_usage(layer, sync=True)
+    got = {(key, lab[:4]) for key, labs in layer.items() for lab in labs}
+    assert got == expect
+
+
 def test_pareto3_respects_stage_counts():
     labs = [(1.0, 5.0, 2, "a"), (1.0, 5.0, 1, "b"), (2.0, 4.0, 3, "c"), (3.0, 4.0, 0, "d")]
     assert [lab[3] for lab in labels.pareto3(labs, 3)] == ["b", "c", "d"]

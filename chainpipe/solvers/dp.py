@@ -33,6 +33,7 @@ from ..plan import Plan
 from ..result import OptionError, Outcome, number_option
 from ..tables import CostTables, dominated_options, fill_bound, fill_curve
 from .labels import (
+    BOUND_SLACK,
     HYBRID_TRIALS,
     TRIALS,
     across_usage,
@@ -293,12 +294,16 @@ class _Search:
         # (b, key, idx, a, g, pair). p (stages placed, capped at p_cap) is a criterion since
         # 1F1B memory depends on it; r (largest synchronisation) only under data parallelism.
         states: list[dict] = [dict() for _ in range(L + 1)]
+        # fronts[a][key]: per bottleneck, the (sum, stages, sync) of the labels in the
+        # bucket states[a][key] so far (until layer a is filtered)
+        fronts: list = [dict() for _ in range(L + 1)]
         best = None  # (T, parent) of the best complete plan
         states[L][(K, ())] = [(0.0, 0.0, 0, 0.0, None)]  # the empty suffix; sentinel DC K
         labels_total = 0
         check = 0
         for b in range(L, 0, -1):
             layer_states = states[b]
+            fronts[b] = None
             if not layer_states:
                 continue
             for key in list(layer_states):
@@ -322,6 +327,7 @@ class _Search:
                 mxs = [lab[0] for lab in labels] if sync else None
                 kill = killers(labels) if sync else None
                 n_labels = len(labels)
+                lts = [iteration_time(lab[1], lab[0], M) for lab in labels]
                 alive_by_prefix: dict = {}
                 for g, k0, gl, u, U, Q in self._moves(b, key):
                     arrays = cands[g][b]
@@ -400,7 +406,7 @@ class _Search:
                         if nkey is None:
                             nkey = next_key[(k0, u, gl, w)] = (
                                 k0, u[:gl] + (u[gl] + w,) + u[gl + 1:])
-                        bucket = last = None
+                        bucket = front = None
                         pairs = enumerate(labels)
                         if sync:
                             i = bisect_right(mxs, c if c >= U else U)
@@ -410,31 +416,56 @@ class _Search:
                                     pairs = alive_by_prefix[i] = [
                                         (j, labels[j]) for j in range(i) if kill[j] >= i] + list(
                                         zip(range(i, n_labels), labels[i:]))
+                        # the bound test without assembling T per label: a label with
+                        # mx <= h (the image's floor, the prefix's included) completes in at
+                        # least its sum and sync plus a term common to the row; one above
+                        # it in its own T (lts) plus the row's sum; thresholds widened a
+                        # hair so that rounding never cuts what assembling T would keep
+                        cu = c if c >= U else U
+                        h = cu if cu >= pm else pm
+                        base = c + Q + ps
+                        thr_lo = upper - iteration_time(base, h, M) + upper * BOUND_SLACK
+                        thr_hi = upper - base + upper * BOUND_SLACK
                         for idx, (mx, sm, p, rs, _) in pairs:
                             if need_at[p] > n:
                                 continue
-                            nmx = mx if mx >= c else c
-                            if nmx < U:
-                                nmx = U
-                            nsm = sm + c + Q
                             nr = rs if rs >= r else r
-                            opt = iteration_time(nsm + ps, nmx if nmx >= pm else pm, M, nr)
-                            if opt >= upper:
+                            if mx <= h:
+                                if sm + nr >= thr_lo:
+                                    continue
+                            elif lts[idx] + nr >= thr_hi:
                                 continue
+                            nmx = mx if mx >= cu else cu
+                            nsm = sm + c + Q  # in this order: the sums of every path add alike
                             if a == 0:
-                                if best is None or opt < best[0]:
+                                opt = iteration_time(nsm + ps, nmx if nmx >= pm else pm, M, nr)
+                                if opt < upper:
                                     best = (opt, (b, key, idx, a, g, ci))
                                     # a complete plan: nothing slower is worth extending now
                                     upper = opt
                                 continue
                             np_ = p + 1 if p < p_cap else p_cap
                             if bucket is None:
-                                bucket = states[a].setdefault(nkey, [])
-                            elif (last[0] == nmx and last[1] <= nsm and last[2] <= np_
-                                  and last[3] <= nr):
-                                continue  # the previous image dominates: the filter's job, early
-                            last = (nmx, nsm, np_, nr, (b, key, idx, a, g, ci))
-                            bucket.append(last)
+                                bucket = states[a].get(nkey)
+                                if bucket is None:
+                                    bucket = states[a][nkey] = []
+                                    front = fronts[a][nkey] = {}
+                                else:
+                                    front = fronts[a][nkey]
+                            # an image an earlier one of the bucket with the same bottleneck
+                            # dominates is the Pareto filter's to drop: dropped now (most are)
+                            same = front.get(nmx)
+                            if same is None:
+                                front[nmx] = [(nsm, np_, nr)]
+                            else:
+                                for s_, p_, r_ in same:
+                                    if s_ <= nsm and p_ <= np_ and r_ <= nr:
+                                        break
+                                else:
+                                    same.append((nsm, np_, nr))
+                                    bucket.append((nmx, nsm, np_, nr, (b, key, idx, a, g, ci)))
+                                continue
+                            bucket.append((nmx, nsm, np_, nr, (b, key, idx, a, g, ci)))
         self.stats["labels"] = labels_total
         return states, best
 

@@ -25,6 +25,11 @@ TRIALS = (0.02, 0.1, 0.35, 1.0, 3.0, math.inf)
 HYBRID_TRIALS = (0.02, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.6, 0.75,
                  1.0, 1.5, 3.0, math.inf)
 
+#: relative widening of the bound tests in the label loops of ``dp`` and the CDynP
+#: agents, which compare a label's terms with thresholds instead of assembling ``T``:
+#: rounding in them may keep a label the assembled ``T`` would cut, never the reverse
+BOUND_SLACK = 1e-12
+
 
 def across_usage(layer_states: dict, sync: bool = False) -> None:
     """Drop labels dominated by a label of another state of the same DC that used no more
@@ -40,18 +45,16 @@ def across_usage(layer_states: dict, sync: bool = False) -> None:
     for keys in by_dc.values():
         if len(keys) < 2:
             continue
-        rows = [(lab[0], lab[1], lab[2], key, i)
-                for key in keys for i, lab in enumerate(layer_states[key])]
-        if len(rows) < 2:
-            continue
         if sync:
             drop = _dominated_with_sync(layer_states, keys)
-        elif len(keys) <= _FEW_STATES:
-            rows.sort(key=lambda r: (r[0], r[1], r[2], sum(r[3][1])))
-            drop = _dominated_by_state(rows)
         else:
+            rows = [(lab[0], lab[1], lab[2], key, i)
+                    for key in keys for i, lab in enumerate(layer_states[key])]
             rows.sort(key=lambda r: (r[0], r[1], r[2], sum(r[3][1])))
-            drop = _dominated_small(rows) if len(rows) < 48 else _dominated_numpy(rows)
+            if len(keys) <= _FEW_STATES:
+                drop = _dominated_by_state(rows)
+            else:
+                drop = _dominated_small(rows) if len(rows) < 48 else _dominated_numpy(rows)
         for key, idxs in drop.items():
             labels = layer_states[key]
             left = [lab for i, lab in enumerate(labels) if i not in idxs]
@@ -127,35 +130,78 @@ def _dominated_numpy(rows: list) -> dict:
 def _dominated_with_sync(layer_states: dict, keys: list) -> dict:
     """As :func:`_dominated_numpy` with the synchronisation (label index 3) a fourth
     criterion: rows sorted by (bottleneck, sum, stages, sync, devices) are checked against
-    the kept ones.
+    the earlier ones (:func:`dominated_by_earlier`).
 
     (The shifted dominance of :func:`shifted_pareto` across states was measured too: it
     removed 15% more labels on a 256-GPU instance but its pairwise comparison cost more
     time than it saved.)
     """
-    rows = [(lab[0], lab[1], lab[2], lab[3], key, i)
-            for key in keys for i, lab in enumerate(layer_states[key])]
-    rows.sort(key=lambda r: (r[0], r[1], r[2], r[3], sum(r[4][1])))
-    n = len(rows)
-    # per kept row: sum, stages, sync, then the devices used per group (all exact floats)
-    kept_rows = np.empty((n, 3 + len(rows[0][4][1])))
-    kept = 0
+    rows, owners = [], []
+    for key in keys:
+        u = key[1]
+        used = sum(u)
+        for i, lab in enumerate(layer_states[key]):
+            rows.append((lab[0], lab[1], lab[2], lab[3], used) + u)
+            owners.append((key, i))
+    table = np.array(rows, dtype=float)
+    # by (bottleneck, sum, stages, sync, devices in all); then sum, stages, sync, devices
+    order = np.lexsort(table[:, 4::-1].T)
+    dropped = order[dominated_by_earlier(table[order][:, [1, 2, 3] + list(
+        range(5, table.shape[1]))])]
     drop: dict = {}
-    last = None  # the last dominator found: it usually dominates the next row too
-    for _mx, sm, p, r, key, i in rows:
-        row = (sm, p, r) + key[1]
-        if last is not None and all(x <= y for x, y in zip(last, row)):
-            drop.setdefault(key, set()).add(i)
-            continue
-        if kept:
-            hit = np.flatnonzero((kept_rows[:kept] <= row).all(axis=1))
-            if len(hit):
-                last = kept_rows[hit[0]].tolist()
-                drop.setdefault(key, set()).add(i)
-                continue
-        kept_rows[kept] = row
-        kept += 1
+    for j in dropped.tolist():
+        key, i = owners[j]
+        drop.setdefault(key, set()).add(i)
     return drop
+
+
+def dominated_by_earlier(table: np.ndarray) -> np.ndarray:
+    """Which rows of ``table`` an earlier row dominates (no larger in any column).
+
+    The rows come in an order that makes every earlier row no worse in what the
+    columns leave out (the bottleneck: rows sorted by it). A row dominated by an
+    earlier row is dominated by an earlier *kept* one (a dropped row's dominator,
+    earlier and in the end kept, dominates what it dominates), so each block of rows
+    is compared at once with the rows kept before the block and with its own earlier
+    rows: no check in a block depends on another's outcome. Of the kept rows only
+    those no larger than the block's largest in every column take part.
+
+    Parameters
+    ----------
+    table : numpy.ndarray
+        ``(n, c)`` floats, one row per label or point, smaller is better in each column.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``(n,)`` booleans: ``True`` where an earlier row dominates the row (of equal
+        rows the first is kept).
+    """
+    n, width = table.shape
+    dropped = np.zeros(n, dtype=bool)
+    kept = table[:0]
+    for start in range(0, n, _BLOCK):
+        block = table[start:start + _BLOCK]
+        size = len(block)
+        hit = np.zeros(size, dtype=bool)
+        if len(kept):
+            near = kept[(kept <= block.max(axis=0)).all(axis=1)]
+            if len(near):
+                dom = near[None, :, 0] <= block[:, None, 0]
+                for c in range(1, width):
+                    dom &= near[None, :, c] <= block[:, None, c]
+                hit = dom.any(axis=1)
+        dom = np.tri(size, k=-1, dtype=bool)  # dom[i, j]: j is earlier in the block
+        for c in range(width):
+            dom &= block[None, :, c] <= block[:, None, c]
+        hit |= dom.any(axis=1)
+        dropped[start:start + size] = hit
+        kept = np.concatenate([kept, block[~hit]])
+    return dropped
+
+
+#: rows per block of :func:`dominated_by_earlier`
+_BLOCK = 256
 
 
 _FOUR = itemgetter(0, 1, 2, 3)

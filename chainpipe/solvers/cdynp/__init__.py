@@ -19,18 +19,20 @@ Options (``solve(inst, "cdynp", **options)`` or ``--option KEY=VALUE``):
   probe (each DC keeps :data:`PROBE_BEAM` partial plans per state, its stages start
   and end on a public grid of parts of about :data:`PROBE_LAYERS_PER_PART` layers, and
   it sends at
-  most :data:`PROBE_ENTRIES` points per summary entry). The probe's plan, audited like
-  any, is a real plan; its ``T`` becomes the ``upper_bound`` of the main run, which
-  then prunes far more (measured: 2x to 5x faster on ``hybrid/medium``; 1.5x to 3x
-  slower on the one-device ``medium/``, where the DCs' own trials suffice). With
-  compression the answer is the better of the two plans, and the guarantee holds;
+  most :data:`PROBE_ENTRIES` points per summary entry), then, if it found a plan, a
+  fine probe under that plan's ``T`` (no grid, :data:`PROBE_FINE_ENTRIES` point per
+  entry). Each probe's plan, audited like any, is a real plan; the better one's ``T``
+  becomes the ``upper_bound`` of the main run, which then prunes far more (measured:
+  2x to 5x faster on ``hybrid/medium``; 1.5x to 3x slower on the one-device
+  ``medium/``, where the DCs' own trials suffice). With compression the answer is the
+  better of the probes' and the compressed run's plans, and the guarantee holds;
 * ``processes`` (bool): one OS process per DC, given only its own split documents
   through its own pipe (nothing is written to disk);
 * ``message_timeout`` (float, 60): with ``processes``, the seconds an agent may stay
   silent while it works before it is declared hung (with a time limit, an agent
   silent 2 s past the limit is);
 * ``trace_dir`` (path): write every DC-to-DC message there, exactly as sent (the
-  probe's in its subdirectory ``probe/``);
+  probes' in the subdirectories ``probe/`` and ``probe-fine/``);
 * ``compare_dp`` (bool): also run ``dp`` and report the gap in ``stats``.
 
 With ``epsilon``, ``quantum`` and ``digits`` only, the plan's time is at most
@@ -53,6 +55,7 @@ from .audit import check_claims
 from .drive import (
     PROBE_BEAM,
     PROBE_ENTRIES,
+    PROBE_FINE_ENTRIES,
     PROBE_LAYERS_PER_PART,
     agent_options,
     drive,
@@ -61,8 +64,8 @@ from .drive import (
 from .public import PublicInstance, split_documents, write_split
 from .runner import MESSAGE_TIMEOUT_S, Run, run_in_process, run_processes
 
-__all__ = ["PROBE_BEAM", "PROBE_ENTRIES", "PROBE_LAYERS_PER_PART", "guarantee_factor", "run",
-           "split_instance"]
+__all__ = ["PROBE_BEAM", "PROBE_ENTRIES", "PROBE_FINE_ENTRIES", "PROBE_LAYERS_PER_PART",
+           "guarantee_factor", "run", "split_instance"]
 
 
 def split_instance(instance: Instance, outdir) -> list[Path]:

@@ -276,6 +276,7 @@ class DCAgent:
         for key in groups:
             by_b.setdefault(key[0], []).append(key[1])
         limit = ub * (1 + 1e-12)
+        flop = self.tables.flop_prefix  # public: the model's
         for b in sorted(by_b):
             # higher path bandwidth first: a point of a class with a larger bandwidth
             # dominates an equal-or-worse point of a class with a smaller one
@@ -296,7 +297,10 @@ class DCAgent:
                 if self.epsilon > 0:
                     pts = [pts[i] for i in epsilon_keep(pts, self.epsilon)]
                 if self.max_entries:
-                    pts = [pts[i] for i in cap_keep(pts, M, self.max_entries)]
+                    u = cost.occupancy(self.bytes[b], bw) if bw is not None else 0.0
+                    rest = float(flop[-1] - flop[b])
+                    scale = float(flop[-1]) / rest if rest > 0 else 1.0
+                    pts = [pts[i] for i in cap_keep(pts, M, self.max_entries, scale, u)]
                 if not pts:
                     continue
                 pts.sort(key=lambda p: p[:4])

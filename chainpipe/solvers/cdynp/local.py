@@ -33,6 +33,7 @@ from ... import cost
 from ...deadline import Deadline
 from ...tables import dominated_options
 from ..labels import (
+    BOUND_SLACK,
     across_usage,
     killers,
     pareto3,
@@ -162,7 +163,6 @@ class LocalDP(DCRun):
         L, G = self.L, self.t.G
         self._cands = self._candidates(ub, grid)
         self._limit = ub * (1 + 1e-12) if ub < math.inf else math.inf
-        self._prefixed = prefix is not None
         self._beam = int(beam)
         self._prefix = prefix if prefix is not None else ([0.0] * (L + 1), [0.0] * (L + 1))
         self._zero = (0,) * G
@@ -171,6 +171,8 @@ class LocalDP(DCRun):
         self._need_at = [self.t.in_flight(r + 1) for r in range(self.R + 1)]
         self._store: list[tuple[int, int, int, tuple]] = []  # (start, group, pair, parent)
         states: list[dict] = [dict() for _ in range(L + 1)]
+        # per layer and state: per bottleneck, (sum, stages, sync) of the labels so far
+        self._fronts: list = [dict() for _ in range(L + 1)]
         for x, labels in base.items():
             states[x][(0, self._zero)] = list(labels)
         self.points = {}
@@ -184,7 +186,7 @@ class LocalDP(DCRun):
             refs = self._finalise(x, layer)
             if x > 0:
                 self._extend(x, layer, refs, states)
-            states[x] = None  # finalised labels live on in the store only
+            states[x] = self._fronts[x] = None  # finalised labels live on in the store only
         self.stats["labels"] = labels_total
 
     def _filter(self, layer: dict) -> int:
@@ -227,15 +229,29 @@ class LocalDP(DCRun):
 
     def _extend(self, x: int, layer: dict, refs: dict, states: list) -> None:
         """Prepend every candidate stage ``[a, x)`` to the labels of ``layer`` (labels at
-        ``x``), adding the new labels to ``states[a]``."""
+        ``x``), adding the new labels to ``states[a]``.
+
+        The bound is tested without assembling ``T`` per label and stage: with ``bU`` the
+        label's bottleneck lifted to the boundary's occupancy, ``h`` the larger of the
+        stage's ``C`` and the prefix's bottleneck, ``T`` is the label's sum plus a term of
+        the stage alone (``bU <= h``) or the label's sum and bottleneck plus the stage's
+        and prefix's sums (``bU > h``); the same without the prefix for the test that
+        stops the run of stages. The limits are widened a hair, so that rounding never
+        cuts what assembling ``T`` would keep. An image that an earlier one of its bucket
+        with the same bottleneck dominates is left out (the Pareto filter would drop it).
+        """
         M, R, t = self.M, self.R, self.t
         count = self._count
         need_at = self._need_at
         iteration_time = cost.iteration_time
-        limit, zero, cands = self._limit, self._zero, self._cands
+        zero, cands = self._zero, self._cands
+        limit = self._limit + self._limit * BOUND_SLACK
         pre_sum, pre_max = self._prefix
-        prefixed = self._prefixed
         u_x, q_x = float(self.u_int[x]), float(self.q_int[x])
+        fronts = self._fronts
+        # per candidate run of stages: (a, C, max in flight, R, h, T-term with h, C + prefix
+        # sum, M C as T-term alone)
+        terms: dict = {}
         for key, labels in layer.items():
             u = key[1]
             internal = u != zero
@@ -246,45 +262,69 @@ class LocalDP(DCRun):
             # to one bottleneck, and the killer's image then dominates (labels.killers)
             n_labels = len(labels)
             flat = [labels[k][0] if k < n_labels else math.inf for k in killers(labels)]
+            lifted = []  # per label: (sum + Q, bU, T-term of sum + Q and bU)
+            for bn, sm, _r, _s, _ in labels:
+                bu = bn if bn >= U else U
+                lifted.append((sm + Q, bu, iteration_time(sm + Q, bu, M)))
             for g in range(t.G):
                 free = count[g] - u[g]
                 for w, c, stages in cands[g][x]:
                     if w > free:
                         continue
+                    run = terms.get((g, c))
+                    if run is None:
+                        run = terms[(g, c)] = []
+                        for a, ca, n, ra in stages:
+                            pm = pre_max[a]
+                            h = ca if ca >= pm else pm
+                            run.append((a, ca, n, ra, h, iteration_time(ca + pre_sum[a], h, M),
+                                        ca + pre_sum[a], iteration_time(ca, ca, M)))
                     nkey = (0, u[:g] + (u[g] + w,) + u[g + 1:])
-                    buckets: dict[int, list] = {}
-                    for i, (bn, sm, r, s, _) in enumerate(labels):
+                    buckets: dict[int, tuple] = {}
+                    for i, (_bn, sm, r, s, _) in enumerate(labels):
                         need = need_at[r]
                         nr = r + 1 if r < R else R
                         ref = (rl[i], g, c)  # (parent ref, group, pair) until finalised
                         fi = flat[i]
                         if U >= fi:
                             continue  # every image is dominated by its killer's
+                        smq, bu, lt = lifted[i]
                         # along the stages C and R grow and memory shrinks: stop at the
                         # first that fails either, or whose C flattens this label
-                        for a, ca, n, ra in stages:
+                        for a, ca, n, ra, h, th, cpre, tc in run:
                             if need > n or ca >= fi:
                                 break
-                            nbn = bn if bn >= ca else ca
-                            if nbn < U:
-                                nbn = U
-                            nsm = sm + ca + Q
                             ns = s if s >= ra else ra
-                            # over the bound: stop (later stages cost more); with the
-                            # prefix cost only: skip (it is not monotone in a). The prefix
-                            # test is the stronger one, so a label it passes needs no other.
-                            if prefixed:
-                                pm = pre_max[a]
-                                if iteration_time(nsm + pre_sum[a], nbn if nbn >= pm else pm,
-                                                  M, ns) > limit:
-                                    self.bound_cut = True
-                                    if iteration_time(nsm, nbn, M, ns) > limit:
-                                        break
-                                    continue
-                            elif iteration_time(nsm, nbn, M, ns) > limit:
+                            # over the bound with the prefix: skip (the prefix cost is not
+                            # monotone in a), and stop if over it without (later stages
+                            # cost more)
+                            if (smq + th if bu <= h else lt + cpre) + ns > limit:
                                 self.bound_cut = True
-                                break
-                            bucket = buckets.get(a)
-                            if bucket is None:
-                                bucket = buckets[a] = states[a].setdefault(nkey, [])
+                                if (lt + ca if ca <= bu else smq + tc) + ns > limit:
+                                    break
+                                continue
+                            nbn = bu if bu >= ca else ca
+                            nsm = sm + ca + Q
+                            got = buckets.get(a)
+                            if got is None:
+                                bucket = states[a].get(nkey)
+                                if bucket is None:
+                                    bucket = states[a][nkey] = []
+                                    front = fronts[a][nkey] = {}
+                                else:
+                                    front = fronts[a][nkey]
+                                buckets[a] = (bucket, front)
+                            else:
+                                bucket, front = got
+                            same = front.get(nbn)
+                            if same is None:
+                                front[nbn] = [(nsm, nr, ns)]
+                            else:
+                                for s_, r_, y_ in same:
+                                    if s_ <= nsm and r_ <= nr and y_ <= ns:
+                                        break
+                                else:
+                                    same.append((nsm, nr, ns))
+                                    bucket.append((nbn, nsm, nr, ns, ref))
+                                continue
                             bucket.append((nbn, nsm, nr, ns, ref))

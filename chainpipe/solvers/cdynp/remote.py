@@ -35,7 +35,7 @@ from .public import read_public
 from .runner import Run, collect
 from .watch import MESSAGE_TIMEOUT_S, AgentFailure, Watch
 
-_FILE = re.compile(r"(probe/)?[0-9]{3}-(summary|assemble)-[^/\\\\]+-to-[^/\\\\]+\.json")
+_FILE = re.compile(r"[0-9]{3}-(summary|assemble)-[^/\\\\]+-to-[^/\\\\]+\.json")
 
 
 class RemoteAgents:
