@@ -182,6 +182,14 @@ def test_five_dcs_give_the_in_process_answer(tmp_path):
         cluster.stop()
 
 
+def _eventually(check, within: float = 10.0) -> None:
+    """``check()`` becomes true within that many seconds (an agent logs after it acts)."""
+    until = time.monotonic() + within
+    while not check():
+        assert time.monotonic() < until
+        time.sleep(0.1)
+
+
 def _line(proc) -> str:
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
@@ -202,7 +210,7 @@ def test_a_certificate_of_another_ca_is_refused_and_the_agents_still_serve(three
     assert "cannot reach the agent of DC 'dc1' at " + three.address["dc1"] in line
     assert "TLS handshake failed" in line
     assert elapsed < STARTUP_S
-    assert "TLS handshake failed" in three.log("dc1")
+    _eventually(lambda: "TLS handshake failed" in three.log("dc1"))
     ok, _ = three.solve()
     assert ok.returncode == 0, ok.stderr
 
@@ -263,10 +271,11 @@ def test_malformed_and_oversized_frames_are_refused(three):
     with socket.create_connection(net.parse_address(three.address["dc2"])) as s:
         s.sendall(b"GET / HTTP/1.0\r\n\r\n")
         try:
-            assert s.recv(100) == b""
+            while s.recv(100):  # an alert at most, then the end
+                pass
         except ConnectionResetError:
             pass
-    assert "TLS handshake failed" in three.log("dc2")
+    _eventually(lambda: "TLS handshake failed (HTTP_REQUEST)" in three.log("dc2"))
     ok, _ = three.solve()
     assert ok.returncode == 0 and three.alive()
 
@@ -285,10 +294,8 @@ def test_a_killed_or_hung_agent_ends_the_owner_in_time(tmp_path, fault, dc):
         # the others end their part of the run (its state freed) once the owner has gone
         for name in cluster.names:
             if name != dc:
-                until = time.monotonic() + 10
-                while not any(w in cluster.log(name) for w in (".. ended", ".. failed")):
-                    assert time.monotonic() < until, cluster.log(name)
-                    time.sleep(0.2)
+                _eventually(lambda n=name: any(w in cluster.log(n)
+                                               for w in (".. ended", ".. failed")))
     finally:
         cluster.stop()
 

@@ -96,13 +96,14 @@ def run_in_process(public: PublicInstance, datacenters: list[Datacenter], *,
         agents[0].backward(incoming)
         choice, estimate = agents[0].decide()
         request = agents[0].realise_origin(choice)
-        if choice is not None:
-            for k in range(1, K):
-                msg = protocol.assemble(agents[k - 1].name, agents[k].name, request)
-                data, meta = send_record(len(log), msg, trace_dir)
-                log.append(meta)
-                request = agents[k].forward(protocol.decode(data, "assemble",
-                                                            public.expect(k - 1, k)))
+        # with no plan too: every agent then hears that it realises nothing (an agent in
+        # its own process or on its own host waits for that word), as in those modes
+        for k in range(1, K):
+            msg = protocol.assemble(agents[k - 1].name, agents[k].name, request)
+            data, meta = send_record(len(log), msg, trace_dir)
+            log.append(meta)
+            request = agents[k].forward(protocol.decode(data, "assemble",
+                                                        public.expect(k - 1, k)))
     except protocol.ProtocolError as exc:
         raise _broke_protocol(exc) from None
     stages = [s for a in agents for s in a.stages] if choice is not None else []
