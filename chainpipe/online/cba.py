@@ -34,7 +34,7 @@ class CBA(Policy):
 
     def __init__(self, planner):
         super().__init__(planner)
-        self.total_wl = sum(planner.network.wavelengths.values())
+        self.total_wl = max(1, sum(planner.network.wavelengths.values()))
         self.ilps = 0
 
     def candidates_of(self, job, state) -> list:
@@ -78,7 +78,7 @@ class CBA(Policy):
         """The ILP over every waiting job's candidates; returns the chosen placements."""
         self.ilps += 1
         prob = pulp.LpProblem("cba", pulp.LpMaximize)
-        x = {(j, i): pulp.LpVariable(f"x_{j}_{i}", cat="Binary")
+        x = {(j, i): prob.add_variable(f"x_{j}_{i}", 0, 1, cat="Binary")
              for j, c in cands.items() for i in range(len(c))}
         prob += pulp.lpSum(self.value(cands[j][i], best_T[j]) * v for (j, i), v in x.items())
         for j, c in cands.items():

@@ -107,7 +107,7 @@ class JobSpec:
     arrivals_per_hour: float = 6.0
     models: tuple[str, ...] = ("gpt3-1.3b", "gpt3-2.7b", "gpt3-6.7b", "llama2-7b")
     microbatches: tuple[int, ...] = (16, 32)
-    iterations: tuple[int, int] = (500, 3000)
+    iterations: tuple[int, int] = (2000, 10000)
     gpus: tuple[int, ...] = (8, 16, 24)
     patience_s: float = 1800.0
     max_wavelengths: int = 4
@@ -508,8 +508,8 @@ def _tiny() -> dict:
             "links": [{"between": ["a", "b"], "km": 20, "wavelengths": 4}],
         },
         "background": {"load": 0.25, "change_s": 1800},
-        "jobs": {"count": 20, "arrivals_per_hour": 2.0, "models": ["gpt3-1.3b"],
-                 "microbatches": [16], "iterations": [200, 600], "gpus": [4, 8, 12],
+        "jobs": {"count": 20, "arrivals_per_hour": 3.0, "models": ["gpt3-1.3b"],
+                 "microbatches": [16], "iterations": [4000, 12000], "gpus": [4, 8, 12],
                  "patience_s": 600, "max_wavelengths": 2},
         "planning": {"k_paths": 2, "max_chain": 2},
     }
