@@ -21,6 +21,7 @@ from ..instance import (
     InstanceError,
     choice_rule,
     integer_rule,
+    name_rule,
     number_rule,
     power_of_two_rule,
 )
@@ -423,7 +424,10 @@ def scenario_from_dict(data: Any) -> Scenario:
         wl_gbit = float(_field(c, net, "network", "wavelength_gbit", POSITIVE, 100.0))
         dcs = _datacenters(c, net)
         before = len(c.problems)
-        links = _links(c, net, {d.name for d in dcs})
+        raw = net.get("datacenters") if isinstance(net.get("datacenters"), list) else []
+        named_dcs = {d["name"] for d in raw
+                     if isinstance(d, dict) and "name" in d and name_rule(d["name"]) is None}
+        links = _links(c, net, named_dcs)
         if len(c.problems) == before and dcs:
             _connected(c, dcs, links)
     background = _background(c, top)
