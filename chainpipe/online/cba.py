@@ -10,7 +10,9 @@ on each) whose optimal plan stays within ``1 + comm_slack`` of the first.
 An ILP then picks at most one candidate per waiting job, all at once,
 within the free devices of every GPU group and the free wavelengths of every
 span, maximising the jobs placed first, then the iteration times (each as a
-fraction above the job's best candidate), then the wavelengths left free.
+fraction above the job's best candidate, beyond the slack of the bound), then
+the wavelengths left free: within the bound, the candidate reserving fewer
+wavelengths wins.
 It is solved by HiGHS through PuLP; with one job waiting, its optimum is the
 best single candidate, taken without calling the solver.
 """
@@ -54,8 +56,10 @@ class CBA(Policy):
         return out
 
     def value(self, p, best_T: float) -> float:
-        """What the ILP maximises for candidate ``p`` of a job whose best time is ``best_T``."""
-        slowdown = p.iteration_time_s / best_T - 1.0
+        """What the ILP maximises for candidate ``p`` of a job whose best time is ``best_T``:
+        1 for placing it, less its slowdown beyond the communication bound's slack
+        (weighted, at most 1), less the share of the network's wavelengths it reserves."""
+        slowdown = max(0.0, p.iteration_time_s / best_T - 1.0 - self.planner.planning.comm_slack)
         return (1.0 - SLOWDOWN_WEIGHT * min(slowdown, 1.0)
                 - WAVELENGTH_WEIGHT * sum(p.wavelengths.values()) / self.total_wl)
 

@@ -12,6 +12,7 @@ cost model's (:func:`chainpipe.plan.evaluate`, through ``solve``).
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -101,6 +102,7 @@ class Planner:
         self.planning = planning
         self.cache: dict = {}
         self.solves = 0  # solver calls made (cache misses)
+        self.solve_cpu_s = 0.0  # process time spent in them
 
     # ------------------------------------------------------------------ chains
     def candidates(self, job: JobRequest, state: ResourceState, k: int | None = None,
@@ -171,7 +173,9 @@ class Planner:
         hit = self.cache.get(key)
         if hit is None:
             self.solves += 1
+            start = time.process_time()
             res = solve(offer.instance, solver)
+            self.solve_cpu_s += time.process_time() - start
             ok = res.status in ("optimal", "feasible") and res.plan is not None
             hit = (res.plan, res.iteration_time, res) if ok else (None, None, res)
             self.cache[key] = hit

@@ -172,12 +172,14 @@ def plot_utilisation(runs: list[Run], path: Path) -> None:
                      color=st["color"], label=run.policy, lw=1.2)
         axes[1].step(t, [s.span_load for s in run.samples], where="post",
                      color=st["color"], label=run.policy, lw=1.2)
+    from matplotlib.ticker import PercentFormatter
+
     axes[0].set_ylabel("GPUs held")
     axes[1].set_ylabel("wavelengths in use\n(mean over spans)")
     axes[1].set_xlabel("simulated time (h)")
     for ax in axes:
         ax.set_ylim(0, 1.02)
-        ax.yaxis.set_major_formatter(plt.matplotlib.ticker.PercentFormatter(1.0))
+        ax.yaxis.set_major_formatter(PercentFormatter(1.0))
         ax.grid(alpha=0.3)
     axes[0].legend(ncol=min(5, len(runs)), fontsize=8, loc="upper right")
     save_figure(fig, path)
@@ -222,11 +224,12 @@ def write_outputs(runs: list[Run], scenario, seed: int, out: Path) -> list[Path]
     return files
 
 
-def plot_sweep(rows: list[dict], path: Path, key: str, ylabel: str, percent: bool = False) -> None:
-    """One line per policy of ``key`` against the arrival rate (rows of a sweep, each with
-    ``policy``, ``rate``, ``key`` and optionally ``key + '_sd'`` over seeds)."""
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(6.5, 4))
+def draw_sweep(ax, rows: list[dict], key: str, ylabel: str, percent: bool = False) -> None:
+    """One line per policy of ``key`` against the arrival rate, on the axes ``ax``.
+
+    ``rows`` are a sweep's rows, each with ``policy``, ``rate``, ``key`` and
+    optionally ``key + "_sd"`` (drawn as error bars: the spread over seeds).
+    """
     policies = list(dict.fromkeys(r["policy"] for r in rows))
     for i, pol in enumerate(policies):
         pts = sorted((r["rate"], r[key], r.get(f"{key}_sd", 0.0)) for r in rows
@@ -239,8 +242,7 @@ def plot_sweep(rows: list[dict], path: Path, key: str, ylabel: str, percent: boo
     ax.set_xlabel("arrival rate (jobs per hour)")
     ax.set_ylabel(ylabel)
     if percent:
-        ax.yaxis.set_major_formatter(plt.matplotlib.ticker.PercentFormatter(1.0))
+        from matplotlib.ticker import PercentFormatter
+
+        ax.yaxis.set_major_formatter(PercentFormatter(1.0))
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    save_figure(fig, path)
-    plt.close(fig)

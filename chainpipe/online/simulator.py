@@ -63,6 +63,7 @@ class Run:
     peak_reserved: dict = field(default_factory=dict)
     total_gpus: int = 0
     solver_calls: int = 0
+    solve_cpu_s: float = 0.0
 
 
 def simulate(scenario: Scenario, policy: Policy, seed: int, *, network: Network | None = None,
@@ -102,7 +103,7 @@ def simulate(scenario: Scenario, policy: Policy, seed: int, *, network: Network 
     records = {j.id: JobRecord(j) for j in jobs}
     waiting: list[JobRequest] = []
     run = Run(policy.name, list(records.values()), total_gpus=network.total_gpus())
-    solves_before = policy.planner.solves
+    solves_before, solve_cpu_before = policy.planner.solves, policy.planner.solve_cpu_s
     running = {"n": 0}
     done = env.event()
     total_wl = sum(network.wavelengths.values())
@@ -174,6 +175,7 @@ def simulate(scenario: Scenario, policy: Policy, seed: int, *, network: Network 
         raise RuntimeError(f"{policy.name}: resources still held after every job finished")
     run.extra = policy.report()
     run.solver_calls = policy.planner.solves - solves_before
+    run.solve_cpu_s = policy.planner.solve_cpu_s - solve_cpu_before
     return run
 
 
