@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -12,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from chainpipe.cli import main
+from chainpipe.online.catalogue import POLICY_LINES
 from chainpipe.online.report import JOB_COLUMNS, SUMMARY_COLUMNS
-from chainpipe.online.scenario import preset_dict
+from chainpipe.online.scenario import PRESETS, preset_dict
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -95,6 +97,16 @@ def test_preset_list_prints_name_then_description(capsys):
     lines = capsys.readouterr().out.strip().splitlines()
     assert [ln.split()[0] for ln in lines] == ["tiny", "metro-ring", "metro-mesh"]
     assert all(len(ln.split(None, 1)) == 2 for ln in lines)
+
+
+def test_help_lists_every_policy_with_its_line_and_every_preset(capsys):
+    assert main(["simulate", "--help"]) == 0
+    # argparse wraps lines, after a hyphen too: fold both back
+    text = " ".join(re.sub(r"-\n\s*", "-", capsys.readouterr().out).split())
+    for name, line in POLICY_LINES.items():
+        assert f"{name}: {line}" in text
+    assert "one of " + ", ".join(PRESETS) in text
+    assert "(default: the scenario's)" in text
 
 
 def test_the_output_directory_may_not_hold_the_scenario(tmp_path, capsys):

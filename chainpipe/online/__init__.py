@@ -14,7 +14,7 @@ cost model (:func:`chainpipe.plan.evaluate`).
 - :mod:`.simulator`: the simpy run; :mod:`.report`: metrics, CSV, Markdown, figures.
 """
 
-from .policies import POLICIES
+from .catalogue import POLICIES
 from .scenario import PRESETS, Scenario, preset, read_scenario, scenario_from_dict
 
 __all__ = ["POLICIES", "PRESETS", "Scenario", "preset", "read_scenario", "scenario_from_dict"]

@@ -10,10 +10,10 @@ from tqdm import tqdm
 from ..instance import InstanceError
 from ..names import unknown_name
 from ..paths import refuse_overwrite
+from .catalogue import POLICIES
 from .jobs import job_stream
 from .network import Network
 from .offers import Planner
-from .policies import POLICIES
 from .report import metrics, write_outputs
 from .scenario import PRESETS, Scenario, preset, read_scenario
 from .simulator import Run, make_policy, simulate

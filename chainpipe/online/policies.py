@@ -21,6 +21,7 @@ it returns. Every plan a policy returns is timed by the one cost model
 
 from __future__ import annotations
 
+from .catalogue import POLICIES
 from .jobs import JobRequest
 from .offers import Planner
 from .state import Placement, ResourceState
@@ -180,7 +181,6 @@ def policy_classes() -> dict[str, type[Policy]]:
     from .cba import CBA
     from .gmc_mdp import GmcMdp
 
-    return {c.name: c for c in (FirstFit, CommUnaware, ChainDP, CBA, GmcMdp)}
+    classes = {c.name: c for c in (FirstFit, CommUnaware, ChainDP, CBA, GmcMdp)}
+    return {name: classes[name] for name in POLICIES}
 
-
-POLICIES = ("first-fit", "comm-unaware", "chain-dp", "cba", "gmc-mdp")
