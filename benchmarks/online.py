@@ -97,6 +97,13 @@ def main() -> None:
     lines += ["", "Solver calls are cache misses: a policy reuses the plans of every offer an "
               "earlier policy (or itself) already solved, so a policy run alone costs more than "
               "its row (the first, `first-fit`, pays for its own cache only)."]
+    forecast = next((r.extra["forecast"] for r in runs if "forecast" in r.extra), None)
+    if forecast:
+        lines += ["", "Forecasts of `gmc-mdp` in this run (one step ahead, every span and DC, "
+                  "loads as fractions of capacity):", "",
+                  "| method | forecasts | MAE | RMSE |", "|---|---:|---:|---:|"]
+        lines += [f"| {k} | {e['n']} | {e['mae']:.4f} | {e['rmse']:.4f} |"
+                  for k, e in forecast.items()]
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_text("\n".join(lines) + "\n", encoding="utf-8")
     print(f"wrote {OUT}")

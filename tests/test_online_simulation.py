@@ -206,3 +206,42 @@ def test_presets_validate_and_list():
     assert len(mesh.datacenters) == 9 and len(mesh.spans) == 14
     assert mesh.chains[0].datacenters == ("dc1",)
     assert all(len(c.datacenters) <= 3 for c in mesh.chains)
+
+
+def test_the_mdp_ranks_chains_away_from_loaded_dcs_and_spans():
+    scenario = trace_scenario([(0.0, "gpt3-1.3b", 16, 10, 8)],
+                              dcs=(("a", 8), ("b", 8), ("c", 8)),
+                              links=[("a", "b", 10.0, 4), ("b", "c", 10.0, 4)])
+    network = Network(scenario)
+    policy = make_policy("gmc-mdp", Planner(network, scenario.planning))
+    from chainpipe.online.state import ResourceState
+
+    state = ResourceState(network)
+    state.free[("a", "A100-80GB")] = 0  # a is full: load 1
+    state.background[("b", "c")] = 3  # b-c carries 3 of 4 wavelengths
+    ranked = [c.datacenters for c in policy.mdp_chains(state)]
+    singles = [c for c in ranked if len(c) == 1]
+    assert singles[-1] == ("a",)
+    assert ranked[0] in {("b",), ("c",)}
+    assert ranked.index(("b", "c")) < ranked.index(("a", "b"))  # span load 0.75 < DC load 1
+
+
+def test_background_is_seeded_and_never_overfills_a_span():
+    from chainpipe.online.state import ResourceState
+    from chainpipe.online.traffic import BackgroundTraffic
+
+    scenario = preset("metro-ring")
+    network = Network(scenario)
+
+    def steps(seed):
+        t = BackgroundTraffic(network, scenario.background, seed)
+        return [t.step() for _ in range(20)]
+
+    assert steps(4) == steps(4) and steps(4) != steps(5)
+    state = ResourceState(network)
+    span = network.spans[0]
+    state.reserved[span] = network.wavelengths[span] - 2
+    for targets in steps(4):
+        state.set_background(targets)
+        assert 0 <= state.background[span] <= 2
+        assert all(state.free_wavelengths(s) >= 0 for s in network.spans)
