@@ -34,9 +34,11 @@ CHALLENGERS = ("cba", "chain-dp")
 
 
 def scarce() -> Scenario:
-    """``metro-mesh`` with bandwidth scarce: 4 wavelengths per span, background 50% +- 20%."""
+    """``metro-mesh`` with bandwidth scarce: 4 wavelengths of 10 Gbit/s per span, background
+    50% +- 20%."""
     data = preset_dict("metro-mesh")
     data["name"] = "metro-mesh-scarce"
+    data["network"]["wavelength_gbit"] = 10
     for link in data["network"]["links"]:
         link["wavelengths"] = 4
     data["background"] = {"load": 0.5, "swing": 0.2}
@@ -151,14 +153,16 @@ def main() -> None:
 
 
 INTRO = """
-Scenarios: the `metro-mesh` preset (9 DCs, 352 GPUs of six types, 14 fibre spans of 8 x 100G
+Scenarios: the `metro-mesh` preset (9 DCs, 288 GPUs of six types, 14 fibre spans of 8 x 100G
 wavelengths, background load 30% +- 15%), and `metro-mesh-scarce`, the same with 4 wavelengths
-per span and background load 50% +- 20% (bandwidth scarce). {jobs} job requests per run
+of 10 Gbit/s per span and background load 50% +- 20% (bandwidth scarce: a 10G wavelength
+carries a Llama-2 7B boundary, 34 MB per microbatch, in 27 ms, as long as a stage computes). {jobs} job requests per run
 (GPT-3 1.3B-6.7B and Llama-2 7B, M in {{16, 32}}, 2,000-10,000 iterations, budgets of 8, 16 or
 32 GPUs, patience 30 min, at most 4 wavelengths per span), seeds {seeds}; all policies see the
 same jobs and the same background traffic. Numbers are means over the seeds (figure: error
 bars are the spread). The per-run rows are in `online.csv`. Every iteration time is the cost
-model's (`chainpipe.plan.evaluate`) on the instance the job was placed with.
+model's (`chainpipe.plan.evaluate`) on the instance the job was placed with. Where and why these
+numbers differ from the published ones: `docs/online.md`, section "What the experiment found".
 """
 
 CLAIMS = """`mean T` compares the mean iteration time of each policy's accepted jobs (the sets
