@@ -245,3 +245,14 @@ def test_background_is_seeded_and_never_overfills_a_span():
         state.set_background(targets)
         assert 0 <= state.background[span] <= 2
         assert all(state.free_wavelengths(s) >= 0 for s in network.spans)
+
+
+def test_time_average_of_a_step_function():
+    from chainpipe.online.report import time_average
+    from chainpipe.online.simulator import Sample
+
+    samples = [Sample(0.0, 0.0, 0.2, 0.0), Sample(10.0, 0.0, 0.6, 0.0),
+               Sample(10.0, 0.0, 1.0, 0.0), Sample(30.0, 0.0, 0.0, 0.0)]
+    # 0.2 for 10 s, then 1.0 (the later sample at t = 10) for 20 s, then 0 for 10 s
+    assert time_average(samples, "span_load", 40.0) == pytest.approx((2 + 20) / 40)
+    assert time_average(samples, "span_load", 20.0) == pytest.approx((2 + 10) / 20)

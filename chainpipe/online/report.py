@@ -49,7 +49,7 @@ class Metrics:
     p95_T: float | None
     mean_wait_s: float
     utilisation: float
-    span_load: float
+    span_load: float  # time average over the arrival window, jobs and background
     multi_dc: int
 
     @property
@@ -84,17 +84,30 @@ def utilisation(run: Run) -> float:
     return held / (total * horizon)
 
 
+def time_average(samples, attr: str, horizon: float) -> float:
+    """The time average over ``[0, horizon]`` of a sampled step function (each sample holds
+    until the next one; the last sample of a time wins)."""
+    if horizon <= 0 or not samples:
+        return 0.0
+    total = 0.0
+    for s, nxt in zip(samples, samples[1:] + [None]):
+        end = horizon if nxt is None else min(nxt.time_s, horizon)
+        if end > s.time_s:
+            total += getattr(s, attr) * (end - s.time_s)
+    return total / horizon
+
+
 def metrics(run: Run) -> Metrics:
     """The :class:`Metrics` of ``run``."""
     acc = [r for r in run.records if r.status == "accepted"]
     Ts = [r.placement.iteration_time_s for r in acc]
-    window = [s for s in run.samples if s.time_s <= max(r.job.arrival_s for r in run.records)]
+    horizon = max(r.job.arrival_s for r in run.records)
     return Metrics(
         run.policy, len(run.records), len(acc), len(run.records) - len(acc),
         statistics.fmean(Ts) if Ts else None, percentile(Ts, 0.95),
         statistics.fmean(r.wait_s for r in run.records) if run.records else 0.0,
         utilisation(run),
-        statistics.fmean(s.span_load for s in window) if window else 0.0,
+        time_average(run.samples, "span_load", horizon),
         sum(1 for r in acc if len(r.placement.datacenters) > 1))
 
 
@@ -168,10 +181,12 @@ def plot_utilisation(runs: list[Run], path: Path) -> None:
     for i, run in enumerate(runs):
         t = [s.time_s / 3600 for s in run.samples]
         st = style(i)
+        # the first policy thickest, underneath: lines that coincide stay visible
+        lw = max(0.6, 2.2 - 0.4 * i)
         axes[0].step(t, [s.gpu_utilisation for s in run.samples], where="post",
-                     color=st["color"], label=run.policy, lw=1.2)
+                     color=st["color"], label=run.policy, lw=lw, alpha=0.85)
         axes[1].step(t, [s.span_load for s in run.samples], where="post",
-                     color=st["color"], label=run.policy, lw=1.2)
+                     color=st["color"], label=run.policy, lw=lw, alpha=0.85)
     from matplotlib.ticker import PercentFormatter
 
     axes[0].set_ylabel("GPUs held")

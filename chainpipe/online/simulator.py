@@ -42,7 +42,8 @@ class JobRecord:
 
 @dataclass
 class Sample:
-    """The network at a background step: time, GPUs held, mean span load, reserved share."""
+    """The network after a change (a background step, placements, a finish): time, share of
+    GPUs held, mean span load, share of all wavelengths reserved by jobs."""
 
     time_s: float
     gpu_utilisation: float
@@ -117,10 +118,17 @@ def simulate(scenario: Scenario, policy: Policy, seed: int, *, network: Network 
                 and all(r.status != "waiting" for r in records.values())):
             done.succeed()
 
+    def sample() -> None:
+        run.samples.append(Sample(
+            env.now, state.busy_gpus() / network.total_gpus(),
+            sum(state.span_load(s) for s in network.spans) / max(1, len(network.spans)),
+            sum(state.reserved.values()) / max(1, total_wl)))
+
     def schedule() -> None:
         if not waiting:
             return
-        for p in policy.place(list(waiting), state, env.now):
+        placed = policy.place(list(waiting), state, env.now)
+        for p in placed:
             waiting.remove(p.job)
             rec = records[p.job.id]
             rec.status, rec.start_s, rec.placement = "accepted", env.now, p
@@ -130,11 +138,14 @@ def simulate(scenario: Scenario, policy: Policy, seed: int, *, network: Network 
                 run.peak_reserved[s] = max(run.peak_reserved.get(s, 0), state.reserved[s])
             env.process(finish(p))
             resolved()
+        if placed:
+            sample()
 
     def finish(p: Placement):
         yield env.timeout(p.duration_s)
         state.release(p)
         running["n"] -= 1
+        sample()
         schedule()
         check_done()
 
@@ -160,10 +171,7 @@ def simulate(scenario: Scenario, policy: Policy, seed: int, *, network: Network 
         while True:
             state.set_background(traffic.step())
             policy.observe(env.now, state)
-            run.samples.append(Sample(
-                env.now, state.busy_gpus() / network.total_gpus(),
-                sum(state.span_load(s) for s in network.spans) / max(1, len(network.spans)),
-                sum(state.reserved.values()) / max(1, total_wl)))
+            sample()
             schedule()
             yield env.timeout(scenario.background.change_s)
 
