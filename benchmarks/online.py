@@ -29,8 +29,8 @@ from chainpipe.online.jobs import job_stream  # noqa: E402
 from chainpipe.online.network import Network  # noqa: E402
 from chainpipe.online.offers import Planner  # noqa: E402
 from chainpipe.online.policies import POLICIES  # noqa: E402
+from chainpipe.online.presets import preset  # noqa: E402
 from chainpipe.online.report import metrics, write_outputs  # noqa: E402
-from chainpipe.online.scenario import preset  # noqa: E402
 from chainpipe.online.simulator import make_policy, simulate  # noqa: E402
 
 OUT = ROOT / "benchmarks" / "results" / "online.md"

@@ -30,7 +30,7 @@ from .io import instance_to_dict, read, read_plan, write, write_plan
 from .names import unknown_name
 from .numeric import jsonable
 from .online.catalogue import POLICY_LINES
-from .online.scenario import PRESETS as SCENARIOS
+from .online.presets import PRESETS as SCENARIOS
 from .paths import MANIFEST, instance_files, refuse_overwrite, same_file
 from .plan import evaluate
 from .result import OptionError

@@ -24,8 +24,9 @@ import time
 
 from chainpipe.online.command import run_policies
 from chainpipe.online.policies import POLICIES
+from chainpipe.online.presets import preset, preset_dict
 from chainpipe.online.report import draw_sweep, metrics
-from chainpipe.online.scenario import Scenario, preset, preset_dict, scenario_from_dict
+from chainpipe.online.scenario import Scenario, scenario_from_dict
 from common import RESULTS, fmt, parse, publish, pyplot, table
 
 NAME = "online"

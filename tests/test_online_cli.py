@@ -14,8 +14,8 @@ import pytest
 
 from chainpipe.cli import main
 from chainpipe.online.catalogue import POLICY_LINES
+from chainpipe.online.presets import PRESETS, preset_dict
 from chainpipe.online.report import JOB_COLUMNS, SUMMARY_COLUMNS
-from chainpipe.online.scenario import PRESETS, preset_dict
 
 ROOT = Path(__file__).resolve().parents[1]
 

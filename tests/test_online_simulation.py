@@ -15,7 +15,8 @@ from chainpipe.online.jobs import model_of, training_of
 from chainpipe.online.network import Network
 from chainpipe.online.offers import Planner, split_budget
 from chainpipe.online.policies import POLICIES
-from chainpipe.online.scenario import FORMAT, preset, preset_dict, scenario_from_dict
+from chainpipe.online.presets import preset, preset_dict
+from chainpipe.online.scenario import FORMAT, scenario_from_dict
 from chainpipe.online.simulator import make_policy, simulate
 from chainpipe.online.state import Placement
 from chainpipe.plan import evaluate

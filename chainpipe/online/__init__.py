@@ -6,7 +6,7 @@ policy places each job (or lets it wait, then blocks it). The simulation is a
 seeded discrete-event run (simpy); every iteration time comes from the one
 cost model (:func:`chainpipe.plan.evaluate`).
 
-- :mod:`.scenario`: the scenario format, its validation, the presets;
+- :mod:`.scenario`: the scenario format and its validation; :mod:`.presets`: built-in scenarios;
 - :mod:`.network`: the graph and its candidate DC chains; :mod:`.traffic`: background;
 - :mod:`.jobs`: the job stream; :mod:`.state`: what is free, placements;
 - :mod:`.offers`: a job's chain as a chainpipe instance, solved and cached;
@@ -15,6 +15,7 @@ cost model (:func:`chainpipe.plan.evaluate`).
 """
 
 from .catalogue import POLICIES
-from .scenario import PRESETS, Scenario, preset, read_scenario, scenario_from_dict
+from .presets import PRESETS, preset
+from .scenario import Scenario, read_scenario, scenario_from_dict
 
 __all__ = ["POLICIES", "PRESETS", "Scenario", "preset", "read_scenario", "scenario_from_dict"]

@@ -14,8 +14,9 @@ from .catalogue import POLICIES
 from .jobs import job_stream
 from .network import Network
 from .offers import Planner
+from .presets import PRESETS, preset
 from .report import metrics, write_outputs
-from .scenario import PRESETS, Scenario, preset, read_scenario
+from .scenario import Scenario, read_scenario
 from .simulator import Run, make_policy, simulate
 
 
