@@ -55,6 +55,7 @@ def test_a_bad_scenario_exits_2_with_one_line_per_problem_and_no_traceback(tmp_p
 
 @pytest.mark.parametrize("text, expected", [
     ("{", "invalid JSON"),
+    ("[1, 2]", "(scenario): must be an object, got array"),
     ('{"format": "chainpipe-scenario/1", "name": "x"}', "network: missing field"),
     ('{"format": "x/1", "name": "x", "network": {"datacenters": []}}',
      "format: must be 'chainpipe-scenario/1'"),

@@ -21,6 +21,7 @@ from ..instance import (
     InstanceError,
     choice_rule,
     integer_rule,
+    json_kind,
     name_rule,
     number_rule,
     power_of_two_rule,
@@ -407,6 +408,8 @@ def scenario_from_dict(data: Any) -> Scenario:
         One line per problem, each naming its JSON path
         (``network.links[2].between: unknown datacenter 'dc9'; ...``).
     """
+    if not isinstance(data, dict):
+        raise InstanceError([f"(scenario): must be an object, got {json_kind(data)}"])
     c = Problems()
     top = c.obj_optional(data, "", _TOP, _TOP_OPTIONAL)
     if top is None:
@@ -422,13 +425,13 @@ def scenario_from_dict(data: Any) -> Scenario:
                          ("links", "wavelength_gbit")) if "network" in top else None
     if net is not None:
         wl_gbit = float(_field(c, net, "network", "wavelength_gbit", POSITIVE, 100.0))
-        dcs = _datacenters(c, net)
         before = len(c.problems)
+        dcs = _datacenters(c, net)
         raw = net.get("datacenters") if isinstance(net.get("datacenters"), list) else []
         named_dcs = {d["name"] for d in raw
                      if isinstance(d, dict) and "name" in d and name_rule(d["name"]) is None}
         links = _links(c, net, named_dcs)
-        if len(c.problems) == before and dcs:
+        if len(c.problems) == before and dcs:  # every DC and link good: is it one network?
             _connected(c, dcs, links)
     background = _background(c, top)
     jobs = _jobs(c, top)
