@@ -34,6 +34,7 @@ def paths(value, prefix=()):
 BASE = preset_dict("tiny")
 BASE["jobs"]["trace"] = [{"arrival_s": 0, "model": "gpt3-1.3b", "microbatches": 4,
                           "iterations": 10, "gpus": 2}]
+BASE["background"]["trace"] = [[{"between": ["a", "b"], "load": 0.5}], []]
 PATHS = [p for p in paths(BASE) if p]
 
 

@@ -7,7 +7,7 @@ import collections
 
 import pytest
 
-from chainpipe.instance import Datacenter, Instance, Link
+from chainpipe.instance import Datacenter, Instance, InstanceError, Link
 from chainpipe.instances.gpus import gpu
 from chainpipe.instances.network import GBIT
 from chainpipe.online.command import run_policies
@@ -257,3 +257,17 @@ def test_time_average_of_a_step_function():
     # 0.2 for 10 s, then 1.0 (the later sample at t = 10) for 20 s, then 0 for 10 s
     assert time_average(samples, "span_load", 40.0) == pytest.approx((2 + 20) / 40)
     assert time_average(samples, "span_load", 20.0) == pytest.approx((2 + 10) / 20)
+
+
+def test_a_background_trace_sets_the_loads_it_names_and_holds_the_last():
+    from chainpipe.online.traffic import BackgroundTraffic
+
+    data = preset_dict("tiny")
+    data["background"] = {"change_s": 60, "trace": [
+        [{"between": ["b", "a"], "load": 0.5}], [], [{"between": ["a", "b"], "load": 1.0}]]}
+    scenario = scenario_from_dict(data)
+    t = BackgroundTraffic(Network(scenario), scenario.background, seed=0)
+    assert [t.step()[("a", "b")] for _ in range(5)] == [2, 2, 4, 4, 4]  # 4 wavelengths
+    data["background"]["trace"][1] = [{"between": ["a", "c"], "load": 0.2}]
+    with pytest.raises(InstanceError, match=r"background.trace\[1\]\[0\].between: no link"):
+        scenario_from_dict(data)

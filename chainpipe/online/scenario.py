@@ -81,13 +81,17 @@ class Background:
 
     Every ``change_s`` seconds each link's target load moves as a seeded AR(1)
     process around ``load`` with standard deviation ``swing`` (correlation
-    ``correlation`` from one step to the next), clipped to ``[0, 1]``.
+    ``correlation`` from one step to the next), clipped to ``[0, 1]``. With a
+    ``trace``, step ``i`` sets the loads its entries name instead (``(a, b)``
+    sorted, load): a span keeps its last load (0 at first), and after the last
+    step every load stays.
     """
 
     load: float = 0.3
     swing: float = 0.15
     change_s: float = 900.0
     correlation: float = 0.8
+    trace: tuple[tuple[tuple[tuple[str, str], float], ...], ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -285,11 +289,40 @@ def _connected(c: Problems, dcs: list[DatacenterSpec], links: list[LinkSpec]) ->
         c.add("network.links", f"the network is not connected: {parts}")
 
 
-def _background(c: Problems, top: dict) -> Background:
+def _background_trace(c: Problems, d: dict, spans: set) -> tuple | None:
+    """``background.trace``: steps, each an array of ``{"between": [a, b], "load": x}``."""
+    if "trace" not in d:
+        return None
+    steps = []
+    for i, step in enumerate(c.items(d, "trace", "background", min_len=1)):
+        p = f"background.trace[{i}]"
+        if not isinstance(step, list):
+            c.add(p, f"must be an array of {{between, load}} objects, got {json_kind(step)}")
+            continue
+        entries = []
+        for j, e in enumerate(step):
+            q = f"{p}[{j}]"
+            e = c.obj(e, q, ("between", "load"))
+            if e is None:
+                continue
+            ends = e.get("between")
+            load = _field(c, e, q, "load", fraction_rule)
+            if not (isinstance(ends, list) and len(ends) == 2
+                    and all(isinstance(x, str) for x in ends)):
+                c.add(f"{q}.between", "must be an array of two datacenter names")
+            elif frozenset(ends) not in spans:
+                c.add(f"{q}.between", f"no link of network.links joins {ends[0]!r} and {ends[1]!r}")
+            elif load is not None:
+                entries.append((tuple(sorted(ends)), float(load)))
+        steps.append(tuple(entries))
+    return tuple(steps)
+
+
+def _background(c: Problems, top: dict, spans: set) -> Background:
     if "background" not in top:
         return Background()
     d = c.obj_optional(top["background"], "background", (),
-                       ("load", "swing", "change_s", "correlation"))
+                       ("load", "swing", "change_s", "correlation", "trace"))
     if d is None:
         return Background()
     base = Background()
@@ -299,6 +332,7 @@ def _background(c: Problems, top: dict) -> Background:
         change_s=float(_field(c, d, "background", "change_s", POSITIVE, base.change_s)),
         correlation=float(_field(c, d, "background", "correlation", fraction_rule,
                                  base.correlation)),
+        trace=_background_trace(c, d, spans),
     )
 
 
@@ -433,7 +467,7 @@ def scenario_from_dict(data: Any) -> Scenario:
         links = _links(c, net, named_dcs)
         if len(c.problems) == before and dcs:  # every DC and link good: is it one network?
             _connected(c, dcs, links)
-    background = _background(c, top)
+    background = _background(c, top, {frozenset((ln.a, ln.b)) for ln in links})
     jobs = _jobs(c, top)
     planning = _planning(c, top)
     if c.problems:
