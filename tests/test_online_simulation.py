@@ -271,3 +271,11 @@ def test_a_background_trace_sets_the_loads_it_names_and_holds_the_last():
     data["background"]["trace"][1] = [{"between": ["a", "c"], "load": 0.2}]
     with pytest.raises(InstanceError, match=r"background.trace\[1\]\[0\].between: no link"):
         scenario_from_dict(data)
+
+
+def test_a_job_placed_on_arrival_waits_zero_even_when_the_clock_rounds_below_it():
+    # the clock reaches 0.9 as 0.2 + (0.9 - 0.2), one ulp below 0.9
+    jobs = [(0.2, "gpt3-1.3b", 16, 10, 4), (0.9, "gpt3-1.3b", 16, 10, 4)]
+    run = one_run(trace_scenario(jobs), "chain-dp")
+    assert [r.status for r in run.records] == ["accepted", "accepted"]
+    assert [r.wait_s for r in run.records] == [0.0, 0.0]

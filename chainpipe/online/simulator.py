@@ -36,8 +36,10 @@ class JobRecord:
 
     @property
     def wait_s(self) -> float:
-        end = self.start_s if self.start_s is not None else self.job.arrival_s + self.job.patience_s
-        return end - self.job.arrival_s
+        if self.start_s is None:
+            return self.job.patience_s
+        # the clock reaches an arrival as now + (arrival - now): it may round below it
+        return max(0.0, self.start_s - self.job.arrival_s)
 
 
 @dataclass
