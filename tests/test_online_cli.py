@@ -142,3 +142,15 @@ def test_the_files_of_the_contract_and_determinism_byte_for_byte(tmp_path, capsy
     assert main([*args[:-1], "--seed", "6", "--out", str(tmp_path / "three")]) == 0
     assert (tmp_path / "three" / "jobs.csv").read_bytes() != (
         tmp_path / "one" / "jobs.csv").read_bytes()
+
+
+def test_the_progress_bar_goes_to_stderr_only_when_asked(tmp_path, capsys):
+    args = ["simulate", "--preset", "tiny", "--jobs", "3", "--policies", "first-fit"]
+    assert main([*args, "--out", str(tmp_path / "a"), "--progress"]) == 0
+    out, err = capsys.readouterr()
+    assert "first-fit" in err and "/3 " in err  # the bar, cleared at the end
+    assert "blocking" in out  # the summary table
+    assert main([*args, "--out", str(tmp_path / "b")]) == 0  # stderr is no terminal here
+    assert capsys.readouterr().err == ""
+    assert main([*args, "--out", str(tmp_path / "c"), "--progress", "-q"]) == 0
+    assert capsys.readouterr() == ("", "")
