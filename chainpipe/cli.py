@@ -29,6 +29,8 @@ from .instances.network import check_degrade
 from .io import atomic_write, instance_to_dict, read, read_plan, write, write_plan
 from .names import unknown_name
 from .numeric import jsonable
+from .online.catalogue import POLICY_LINES
+from .online.presets import PRESETS as SCENARIOS
 from .paths import MANIFEST, instance_files, refuse_overwrite, same_file
 from .plan import evaluate
 from .result import OptionError
@@ -356,6 +358,12 @@ def cmd_plot(args) -> int:
     from .gantt import cli_plot
 
     return cli_plot(args)
+
+
+def cmd_simulate(args) -> int:
+    from .online.command import cli_simulate
+
+    return cli_simulate(args)
 
 
 # --------------------------------------------------------------------------- formatting
@@ -696,6 +704,29 @@ def build_parser() -> argparse.ArgumentParser:
                    help="link rows: all, inter-DC only, none, or auto (all up to 16 stages, "
                         "inter-DC beyond; default: %(default)s)")
     s.set_defaults(func=cmd_plot)
+
+    s = sub.add_parser(
+        "simulate", help="online multi-job simulation of placement policies on a metro network",
+        epilog="Writes DIR/jobs.csv, summary.csv, summary.md, utilisation.csv and two PNG "
+               "figures; the same scenario and seed give the same files (docs/online.md).")
+    s.add_argument("scenario", nargs="?", metavar="SCENARIO", help="a scenario file (JSON)")
+    s.add_argument("--preset", metavar="NAME",
+                   help="a built-in scenario instead of a file: one of "
+                        f"{', '.join(SCENARIOS)}; 'list' prints them with a line each")
+    s.add_argument("--policies", metavar="A,B,C",
+                   help="comma-separated policies (default: all): "
+                        + "; ".join(f"{k}: {v}" for k, v in POLICY_LINES.items()))
+    s.add_argument("--seed", type=seed, default=None, metavar="N",
+                   help="random seed of the job stream and the background traffic "
+                        "(default: the scenario's)")
+    s.add_argument("--jobs", type=positive_int, default=None, metavar="N",
+                   help="job requests in the stream (default: the scenario's)")
+    s.add_argument("--out", metavar="DIR", help="output directory (required to simulate)")
+    s.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                   help="progress bar on stderr (default: only when stderr is a terminal)")
+    s.add_argument("-q", "--quiet", action="store_true",
+                   help="no progress bar and no summary on stdout")
+    s.set_defaults(func=cmd_simulate)
 
     s = sub.add_parser("solvers", help="list the installed solvers, one line each")
     s.set_defaults(func=cmd_solvers)

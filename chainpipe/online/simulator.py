@@ -1,0 +1,196 @@
+"""The discrete-event simulation (simpy) of one policy on one scenario and seed.
+
+Events: job arrivals (the stream of :func:`~.jobs.job_stream`), job finishes
+(``iterations x T`` after the start), background steps (every
+``background.change_s``), and patience running out. After each arrival,
+finish and background step the policy is asked to place the waiting jobs; a
+job still waiting when its patience runs out is blocked. Equal times are
+handled in the order simpy schedules them, which depends only on the scenario
+and the seed: the same inputs give the same records.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import simpy
+
+from .jobs import JobRequest, job_stream
+from .network import Network
+from .offers import Planner
+from .policies import Policy
+from .scenario import Scenario
+from .state import Placement, ResourceState
+from .traffic import BackgroundTraffic
+
+
+@dataclass
+class JobRecord:
+    """What happened to one job request under one policy."""
+
+    job: JobRequest
+    status: str = "waiting"  # accepted | blocked
+    start_s: float | None = None
+    placement: Placement | None = None
+    reason: str = ""
+
+    @property
+    def wait_s(self) -> float:
+        if self.start_s is None:
+            return self.job.patience_s
+        # the clock reaches an arrival as now + (arrival - now): it may round below it
+        return max(0.0, self.start_s - self.job.arrival_s)
+
+
+@dataclass
+class Sample:
+    """The network after a change (a background step, placements, a finish): time, share of
+    GPUs held, mean span load, share of all wavelengths reserved by jobs."""
+
+    time_s: float
+    gpu_utilisation: float
+    span_load: float
+    reserved_share: float
+
+
+@dataclass
+class Run:
+    """The outcome of one policy on one scenario and seed."""
+
+    policy: str
+    records: list[JobRecord]
+    samples: list[Sample] = field(default_factory=list)
+    end_s: float = 0.0
+    extra: dict = field(default_factory=dict)
+    peak_gpus: int = 0
+    peak_reserved: dict = field(default_factory=dict)
+    total_gpus: int = 0
+    solver_calls: int = 0
+    solve_cpu_s: float = 0.0
+
+
+def simulate(scenario: Scenario, policy: Policy, seed: int, *, network: Network | None = None,
+             jobs: list[JobRequest] | None = None, on_resolved=None) -> Run:
+    """Run ``policy`` on ``scenario`` with ``seed`` until every job is resolved and finished.
+
+    Parameters
+    ----------
+    scenario : Scenario
+    policy : Policy
+        A fresh policy (it keeps forecasts and reasons for this run).
+    seed : int
+        Seeds the job stream and the background traffic.
+    network : Network, optional
+        The scenario's network (built when not given).
+    jobs : list of JobRequest, optional
+        The stream (default :func:`job_stream`).
+    on_resolved : callable, optional
+        Called with no argument each time a job is accepted or blocked (progress).
+
+    Returns
+    -------
+    Run
+
+    Raises
+    ------
+    OverAllocation
+        Never for a correct policy: devices or wavelengths over-allocated.
+    RuntimeError
+        If resources are still held once every job has finished.
+    """
+    network = network or policy.planner.network
+    jobs = job_stream(scenario, seed) if jobs is None else jobs
+    env = simpy.Environment()
+    state = ResourceState(network)
+    traffic = BackgroundTraffic(network, scenario.background, seed)
+    records = {j.id: JobRecord(j) for j in jobs}
+    waiting: list[JobRequest] = []
+    run = Run(policy.name, list(records.values()), total_gpus=network.total_gpus())
+    solves_before, solve_cpu_before = policy.planner.solves, policy.planner.solve_cpu_s
+    running = {"n": 0}
+    done = env.event()
+    total_wl = sum(network.wavelengths.values())
+
+    def resolved() -> None:
+        if on_resolved is not None:
+            on_resolved()
+
+    def check_done() -> None:
+        if (not done.triggered and not waiting and running["n"] == 0
+                and all(r.status != "waiting" for r in records.values())):
+            done.succeed()
+
+    def sample() -> None:
+        run.samples.append(Sample(
+            env.now, state.busy_gpus() / network.total_gpus(),
+            sum(state.span_load(s) for s in network.spans) / max(1, len(network.spans)),
+            sum(state.reserved.values()) / max(1, total_wl)))
+
+    def schedule() -> None:
+        if not waiting:
+            return
+        placed = policy.place(list(waiting), state, env.now)
+        for p in placed:
+            waiting.remove(p.job)
+            rec = records[p.job.id]
+            rec.status, rec.start_s, rec.placement = "accepted", env.now, p
+            running["n"] += 1
+            run.peak_gpus = max(run.peak_gpus, state.busy_gpus())
+            for s in p.wavelengths:
+                run.peak_reserved[s] = max(run.peak_reserved.get(s, 0), state.reserved[s])
+            env.process(finish(p))
+            resolved()
+        if placed:
+            sample()
+
+    def finish(p: Placement):
+        yield env.timeout(p.duration_s)
+        state.release(p)
+        running["n"] -= 1
+        sample()
+        schedule()
+        check_done()
+
+    def expire(job: JobRequest):
+        yield env.timeout(job.patience_s)
+        if job in waiting:
+            waiting.remove(job)
+            rec = records[job.id]
+            rec.status = "blocked"
+            rec.reason = policy.reasons.get(job.id, "not placed within its patience")
+            resolved()
+            check_done()
+
+    def arrivals():
+        for job in jobs:
+            yield env.timeout(max(0.0, job.arrival_s - env.now))
+            waiting.append(job)
+            env.process(expire(job))
+            schedule()
+        check_done()
+
+    def background():
+        while True:
+            state.set_background(traffic.step())
+            policy.observe(env.now, state)
+            sample()
+            schedule()
+            yield env.timeout(scenario.background.change_s)
+
+    env.process(arrivals())
+    env.process(background())
+    env.run(until=done)
+    run.end_s = env.now
+    if not state.idle():
+        raise RuntimeError(f"{policy.name}: resources still held after every job finished")
+    run.extra = policy.report()
+    run.solver_calls = policy.planner.solves - solves_before
+    run.solve_cpu_s = policy.planner.solve_cpu_s - solve_cpu_before
+    return run
+
+
+def make_policy(name: str, planner: Planner) -> Policy:
+    """A fresh policy ``name`` on ``planner``."""
+    from .policies import policy_classes
+
+    return policy_classes()[name](planner)
