@@ -25,6 +25,8 @@ ORDER = [
     ("experiments/results/degraded_network.md", "python experiments/degraded_network.py"),
     ("experiments/results/search_vs_size.md", "python experiments/search_vs_size.py"),
     ("experiments/results/hybrid.md", "python experiments/hybrid.py"),
+    ("benchmarks/results/online.md", "python benchmarks/online.py"),
+    ("experiments/results/online.md", "python experiments/online.py"),
 ]
 
 
