@@ -77,7 +77,10 @@ class Policy:
         return {}
 
     def plan_job(self, job: JobRequest, state: ResourceState) -> Placement | None:
-        raise NotImplementedError
+        """One job's placement on ``state``, or ``None``. A policy overrides this (the
+        default :meth:`place` takes the waiting jobs one by one) or :meth:`place` itself
+        (``cba`` assigns them together)."""
+        raise NotImplementedError(f"{type(self).__name__} overrides neither plan_job nor place")
 
     def no_chain(self, job: JobRequest, state: ResourceState) -> None:
         self.reasons[job.id] = self.planner.why_not(job, state)
