@@ -110,7 +110,7 @@ def main() -> None:
         "",
         "Every agent is its own `chainpipe agent serve` process and the owner a `chainpipe "
         "solve PUBLIC --agents` command; all talk over TLS 1.3 with client certificates on "
-        "127.0.0.1. Hybrid instances run the probe and the main run, each with its own "
+        "127.0.0.1. Hybrid instances run two probes and the main run, each with its own "
         "connections. *solve* is the owner's solve alone, *command* its whole command "
         "(interpreter start and imports included); the in-process column is "
         "`chainpipe.solve(inst, 'cdynp')` in this process. *Message bytes* are the protocol's "

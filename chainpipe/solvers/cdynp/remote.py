@@ -1,6 +1,6 @@
 """The job's owner of a CDynP run across hosts (``chainpipe solve PUBLIC --agents``).
 
-The owner holds the public document only. For each run of the solve (the probe
+The owner holds the public document only. For each run of the solve (the probes
 and the main run, as in :func:`chainpipe.solvers.cdynp.run`) it connects to
 every DC's agent at the address the AGENTS file gives, over TLS with its own
 certificate, checks that the certificate names that DC, asks each to take part
