@@ -29,13 +29,13 @@ def make_split_certs(outdir: Path, names: list[str]) -> list[Path]:
     return make_certs(certs, [*names, OWNER])
 
 
-def _contexts(args):
+def _contexts(args, needed_by: str):
     from .solvers.cdynp.tls import context
 
     missing = [o for o, v in (("--tls-ca", args.tls_ca), ("--tls-cert", args.tls_cert),
                               ("--tls-key", args.tls_key)) if not v]
     if missing:
-        raise InstanceError([f"{o}: required with {args.tls_for}" for o in missing])
+        raise InstanceError([f"{o}: required with {needed_by}" for o in missing])
     return (context("server", args.tls_ca, args.tls_cert, args.tls_key),
             context("client", args.tls_ca, args.tls_cert, args.tls_key))
 
@@ -45,10 +45,9 @@ def cmd_agent_serve(args) -> int:
     from .solvers.cdynp.public import read_view
     from .solvers.cdynp.serve import AgentServer
 
-    args.tls_for = "agent serve"
     public, private = load_json(args.public), load_json(args.private)
     _, _, dc = read_view(public, private, args.public, args.private)  # exit 2 on a bad file
-    server_ctx, client_ctx = _contexts(args)
+    server_ctx, client_ctx = _contexts(args, "agent serve")
 
     def log(line: str) -> None:
         print(f"{time.strftime('%H:%M:%S')} agent {dc.name}: {line}", file=sys.stderr,
@@ -78,13 +77,12 @@ def solve_across_hosts(args, options: dict) -> int:
     from .solvers.cdynp.public import read_public
     from .solvers.cdynp.remote import read_agents, solve_remote
 
-    args.tls_for = "--agents"
     if args.solver != "cdynp":
         raise InstanceError(["--agents: only the cdynp solver runs across hosts"])
     public = load_json(args.instance)
     view = read_public(public, args.instance)
     agents = read_agents(load_json(args.agents), view.datacenter_names, args.agents)
-    _, client_ctx = _contexts(args)
+    _, client_ctx = _contexts(args, "--agents")
     try:
         res, evaluation = solve_remote(public, agents, client_ctx, time_limit=args.time_limit,
                            trace_dir=args.trace, **options)

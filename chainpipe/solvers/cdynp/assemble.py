@@ -59,7 +59,7 @@ def evaluation_of(public: PublicInstance, plan: Plan, reports: list[dict]) -> Ev
     inner: dict[int, dict] = {}  # global index of a stage -> the boundary after it, reported
     dc_of: list[int] = []
     for k, report in enumerate(reports):
-        own = [s for s in plan.stages[len(stage_costs):][:len(report["stages"])]]
+        own = plan.stages[len(stage_costs):len(stage_costs) + len(report["stages"])]
         costs = _costs(report, len(own))
         for j, (st, c) in enumerate(zip(own, costs["stages"])):
             s = len(stage_costs)

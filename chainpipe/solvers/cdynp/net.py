@@ -109,20 +109,15 @@ def check_header(h) -> dict:
             raise protocol.ProtocolError(f"header.agents.{name[:40]}: {exc}") from None
     opts = h["options"]
     if not isinstance(opts, dict) or not set(opts) <= _OPTION_KEYS or not all(
-            v is None or (_number(v) and v >= 0) for v in opts.values()):
+            v is None or (protocol.finite_number(v) and v >= 0) for v in opts.values()):
         raise protocol.ProtocolError(f"header.options: must map some of "
                                      f"{sorted(_OPTION_KEYS)} to numbers >= 0")
     t = h["time_limit_s"]
-    if t is not None and not (_number(t) and t >= 0):
+    if t is not None and not (protocol.finite_number(t) and t >= 0):
         raise protocol.ProtocolError("header.time_limit_s: must be a number >= 0 or null")
     if not isinstance(h["trace"], bool):
         raise protocol.ProtocolError("header.trace: must be true or false")
     return h
-
-
-def _number(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and v == v \
-        and abs(v) != float("inf")
 
 
 def connect(address: str, ctx: ssl.SSLContext, party: str, *, within: float = CONNECT_S,

@@ -246,14 +246,14 @@ def _check_entry(i: int, e) -> None:
         raise ProtocolError(f"entries[{i}]: must hold exactly b, bw, points")
     if not _int(e["b"]) or e["b"] < 0:
         raise ProtocolError(f"entries[{i}].b: must be an integer >= 0")
-    if e["bw"] is not None and not (_num(e["bw"]) and e["bw"] > 0):
+    if e["bw"] is not None and not (finite_number(e["bw"]) and e["bw"] > 0):
         raise ProtocolError(f"entries[{i}].bw: must be a finite number > 0 or null")
     pts = e["points"]
     if not isinstance(pts, list) or not pts:
         raise ProtocolError(f"entries[{i}].points: must be a non-empty list")
     for j, p in enumerate(pts):
         if not (isinstance(p, list) and len(p) == 4 and _int(p[0]) and p[0] >= 0
-                and all(_num(v) and v >= 0 for v in p[1:])):
+                and all(finite_number(v) and v >= 0 for v in p[1:])):
             raise ProtocolError(f"entries[{i}].points[{j}]: must be [r, bottleneck, total, "
                                 f"sync], an integer and three finite numbers, all >= 0")
 
@@ -290,7 +290,8 @@ def _int(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-def _num(v) -> bool:
+def finite_number(v) -> bool:
+    """A JSON number (not a boolean) that is a finite float."""
     if not isinstance(v, (int, float)) or isinstance(v, bool):
         return False
     try:

@@ -62,7 +62,7 @@ class RemoteAgents:
         self.agents = {name: agents[name] for name in self.public.datacenter_names}
         self.ctx = ctx
         self.message_timeout = float(message_timeout)
-        self._evaluations: dict[int, Evaluation] = {}
+        self._evaluations: dict[Plan, Evaluation] = {}
 
     # ------------------------------------------------------------------ one run
     def one_run(self, options: dict, trace_dir, deadline: Deadline) -> Run:
@@ -70,7 +70,7 @@ class RemoteAgents:
         run_id = secrets.token_hex(16)
         socks = self._connect_all(names, deadline)
         where = [f" at {self.agents[n]}" for n in names]
-        self._readers: list[threading.Thread] = []
+        readers: list[threading.Thread] = []
         try:
             header = {"net": net.NET, "kind": "run", "run": run_id,
                       "public_sha256": self.digest, "agents": self.agents,
@@ -79,9 +79,9 @@ class RemoteAgents:
                       "trace": trace_dir is not None}
             for k, sock in enumerate(socks):  # upstream first: DC k knows the run before
                 self._start(names[k], where[k], sock, header)  # DC k+1 can send it a summary
-            reports = self._watch(names, where, socks, deadline)
+            reports = self._watch(names, where, socks, deadline, readers)
         finally:
-            _close_all(socks, self._readers)
+            _close_all(socks, readers)
         for k, report in enumerate(reports):
             _check_report(names[k], where[k], report)
         if trace_dir is not None:
@@ -128,7 +128,7 @@ class RemoteAgents:
                                f"{str(reason)[:200]}", name)
         sock.settimeout(None)  # from now on the watch decides how long is too long
 
-    def _watch(self, names, where, socks, deadline: Deadline) -> list[dict]:
+    def _watch(self, names, where, socks, deadline: Deadline, readers: list) -> list[dict]:
         events: queue.Queue = queue.Queue()
 
         def read(k: int, sock) -> None:
@@ -140,8 +140,8 @@ class RemoteAgents:
                     return
 
         for k, sock in enumerate(socks):
-            self._readers.append(threading.Thread(target=read, args=(k, sock), daemon=True))
-            self._readers[-1].start()
+            readers.append(threading.Thread(target=read, args=(k, sock), daemon=True))
+            readers[-1].start()
 
         def next_events(timeout: float) -> list:
             try:
@@ -168,12 +168,12 @@ class RemoteAgents:
             raise AgentFailure(f"the agents' plan breaks a rule: {evaluation.violations[0]}",
                                None)
         check_claims(self.public, evaluation, res.agents, exact=exact)
-        self._evaluations[id(plan)] = evaluation
+        self._evaluations[plan] = evaluation
         return plan
 
     def evaluation(self, plan: Plan) -> Evaluation:
         """The evaluation of a plan :meth:`assemble` returned."""
-        return self._evaluations[id(plan)]
+        return self._evaluations[plan]
 
     def iteration_time(self, plan: Plan) -> float:
         return self.evaluation(plan).iteration_time_s

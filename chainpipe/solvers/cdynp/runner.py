@@ -189,7 +189,7 @@ class _Coordinator:
 
     def __init__(self, names: list[str], deadline: Deadline, message_timeout: float):
         self.names = names
-        self.watch_ = Watch(names, deadline, message_timeout)
+        self.progress = Watch(names, deadline, message_timeout)
         self.procs: list[subprocess.Popen] = []
         self.ctrl: list[socket.socket] = []
         # each agent's stderr: an unnamed file (nothing to clean up, and unlike a pipe it
@@ -220,7 +220,7 @@ class _Coordinator:
             # only the children hold these now: a child's death closes its ends
             for s in child_ends + [s for pair in links for s in pair]:
                 s.close()
-        self.watch_.started()
+        self.progress.started()
         for sock, setup in zip(self.ctrl, setups):
             try:
                 wire.send(sock, json.dumps(setup, allow_nan=False).encode())
@@ -229,7 +229,7 @@ class _Coordinator:
 
     def close(self) -> None:
         """End every agent still running (they are ours) and reap them."""
-        done = self.watch_.all_done()
+        done = self.progress.all_done()
         for p in self.procs:
             if done:  # each exits once its report is sent
                 try:
@@ -268,7 +268,7 @@ class _Coordinator:
                     out.append((k, None))
             return out
 
-        return self.watch_.run(next_events, self._exit_reason)
+        return self.progress.run(next_events, self._exit_reason)
 
     def _exit_reason(self, k: int) -> str:
         p = self.procs[k]

@@ -55,6 +55,12 @@ class _Run:
     summary_sent: bool = False
     cancel: threading.Event = field(default_factory=threading.Event)
 
+    @property
+    def deadline(self) -> Deadline:
+        """The run's deadline (``deadline_at``, a ``time.monotonic()`` instant) from now."""
+        return Deadline(None if self.deadline_at is None
+                        else max(0.0, self.deadline_at - time.monotonic()))
+
 
 class AgentServer:
     """The agent of one DC, serving runs over TLS.
@@ -251,8 +257,7 @@ class _TLSLinks:
 
     def recv(self, side: str, peer: str, kind: str) -> bytes:
         run = self.run
-        deadline = Deadline(None if run.deadline_at is None
-                            else max(0.0, run.deadline_at - time.monotonic()))
+        deadline = run.deadline
         give_up = (time.monotonic() + self.server.peer_timeout if deadline.unlimited
                    else deadline.at + GRACE_S)
         last_beat = time.monotonic()
@@ -277,10 +282,8 @@ class _TLSLinks:
     def send(self, side: str, peer: str, kind: str, data: bytes) -> None:
         run = self.run
         address = run.agents[peer]
-        deadline = Deadline(None if run.deadline_at is None
-                            else max(0.0, run.deadline_at - time.monotonic()))
         try:
-            sock = net.connect(address, self.server.client_ctx, peer, deadline=deadline)
+            sock = net.connect(address, self.server.client_ctx, peer, deadline=run.deadline)
         except (OSError, net.Refused) as exc:
             raise PeerGone(peer, f"cannot be reached at {address}: {exc}") from None
         if kind == "summary":  # before it can arrive: the answer may come back at once

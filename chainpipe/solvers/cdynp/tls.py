@@ -140,11 +140,3 @@ def party_of(sock: ssl.SSLSocket) -> str | None:
             if key == "commonName":
                 return value
     return None
-
-
-def own_party(cert) -> str:
-    """The party this side's certificate names (to say who we are in logs)."""
-    data = Path(cert).read_bytes()
-    names = x509.load_pem_x509_certificate(data).subject.get_attributes_for_oid(
-        NameOID.COMMON_NAME)
-    return str(names[0].value) if names else "?"
