@@ -292,8 +292,12 @@ def check_bracket(ref, r, where: str, rtol: float = 1e-6) -> None:
 def check_trace_private(inst: Instance, files, schema: dict) -> list[dict]:
     """Every message file of a CDynP trace follows the protocol's schema and carries no
     private figure of ``inst`` (:func:`private_strings`) nor any device name, and every
-    summary's ``bw`` is a public chain-link bandwidth. Returns the messages."""
+    summary's ``bw`` is a public chain-link bandwidth, and every prefix bound a power of
+    the public grid. Returns the messages."""
     import json
+    import math
+
+    from chainpipe.solvers.cdynp.protocol import PREFIX_GRID
 
     import jsonschema
 
@@ -310,5 +314,9 @@ def check_trace_private(inst: Instance, files, schema: dict) -> list[dict]:
             assert f"{dc.name}/" not in text
         if msg["kind"] == "summary":
             assert all(e["bw"] is None or e["bw"] in public_bw for e in msg["entries"])
+        if msg["kind"] == "prefix" and msg["bound"] is not None:
+            for v in msg["bound"].values():
+                n = math.log(v) / math.log(PREFIX_GRID)
+                assert v == 0 or abs(n - round(n)) < 1e-6, (f.name, v)
         messages.append(msg)
     return messages

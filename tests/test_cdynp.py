@@ -152,7 +152,7 @@ def test_trace_has_no_private_data(tmp_path):
     assert res.status == "optimal"
     files = sorted(tmp_path.iterdir())
     assert [f.name for f in files] == [m["file"] for m in res.stats["messages"]]
-    assert len(files) == 2 * (inst.num_datacenters - 1)
+    assert len(files) == 3 * (inst.num_datacenters - 1)  # prefix, summary, assemble
     assert sum(f.stat().st_size for f in files) == res.stats["message_bytes_total"]
     # numbers carried are layer boundaries, stage counts, public bandwidths and costs
     check_trace_private(inst, files, protocol.SCHEMA)
@@ -300,7 +300,7 @@ def test_cli_trace_and_split(tmp_path, capsys):
                  "--format", "json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["status"] == "optimal"
-    assert len(list((tmp_path / "tr").iterdir())) == 4
+    assert len(list((tmp_path / "tr").iterdir())) == 6  # prefix, summary and assemble per link
     assert main(["split", str(path), str(tmp_path / "sp")]) == 0
     assert (tmp_path / "sp" / "public.json").exists()
     assert len(list((tmp_path / "sp").glob("private-*.json"))) == 3

@@ -362,9 +362,10 @@ def test_a_public_file_solved_without_agents_says_how(three):
 
 
 def test_a_replayed_or_out_of_order_message_is_refused_inside_a_run(tmp_path):
-    """An agent in this process, a run registered by hand: the rightful neighbour's
-    summary is taken once; a second copy, and an assemble before this agent sent its own
-    summary, are refused and logged."""
+    """An agent in this process, a run registered by hand: the rightful neighbours'
+    prefix and summary are taken once; a second copy of either, a prefix from the
+    downstream side, and an assemble before this agent sent its own summary, are refused
+    and logged."""
     import threading
 
     from chainpipe.solvers.cdynp.serve import AgentServer, _Run
@@ -374,7 +375,8 @@ def test_a_replayed_or_out_of_order_message_is_refused_inside_a_run(tmp_path):
     trace = tmp_path / "trace"
     assert _cli("solve", THREE, "--solver", "cdynp", "-O", "probe=false", "--trace",
                 trace).returncode == 0
-    summary = (trace / "000-summary-dc3-to-dc2.json").read_bytes()
+    prefix = (trace / "000-prefix-dc1-to-dc2.json").read_bytes()
+    summary = (trace / "002-summary-dc3-to-dc2.json").read_bytes()
     c = d / "certs"
     ctx = [tls.context(side, c / "ca.pem", c / "dc2.pem", c / "dc2.key")
            for side in ("server", "client")]
@@ -391,20 +393,24 @@ def test_a_replayed_or_out_of_order_message_is_refused_inside_a_run(tmp_path):
         dc3 = tls.context("client", c / "ca.pem", c / "dc3.pem", c / "dc3.key")
         dc1 = tls.context("client", c / "ca.pem", c / "dc1.pem", c / "dc1.key")
 
-        def deliver(ctx, kind: str) -> object:
+        def deliver(ctx, kind: str, data: bytes = summary) -> object:
             sock = net.connect(server.address, ctx, "dc2")
             try:
                 net.send_json(sock, {"net": net.NET, "kind": kind, "run": run.id})
-                sock.sendall(_frame(summary))
+                sock.sendall(_frame(data))
                 return net.recv_json(sock)
             finally:
                 net.close(sock)
 
+        assert "upstream neighbour" in deliver(dc3, "prefix", prefix)["refused"]
+        assert deliver(dc1, "prefix", prefix) == {"ok": True}
+        assert run.inbox["prev"].get_nowait() == prefix
+        assert "(a replay)" in deliver(dc1, "prefix", prefix)["refused"]
         assert deliver(dc3, "summary") == {"ok": True}
         assert run.inbox["next"].get_nowait() == summary
         assert "(a replay)" in deliver(dc3, "summary")["refused"]
         assert "out of order" in deliver(dc1, "assemble")["refused"]
-        assert sum("refused" in line for line in lines) == 2
+        assert sum("refused" in line for line in lines) == 4
     finally:
         stop.set()
         t.join(timeout=5)

@@ -138,7 +138,7 @@ def test_v2_trace_has_no_private_data(tmp_path):
     files = sorted(tmp_path.rglob("*.json"))
     names = [m["file"] for m in res.stats["messages"]]
     assert sorted(str(f.relative_to(tmp_path)) for f in files) == sorted(names)
-    assert sum(n.startswith("probe/") for n in names) == 2 * (inst.num_datacenters - 1)
+    assert sum(n.startswith("probe/") for n in names) == 3 * (inst.num_datacenters - 1)
     assert sum(f.stat().st_size for f in files) == res.stats["message_bytes_total"]
     for f, msg in zip(files, check_trace_private(inst, files, protocol.SCHEMA)):
         for word in ("data_parallel", "tensor_parallel", "devices_per_node", "node", "width"):
@@ -240,7 +240,7 @@ def test_the_fine_probe_bounds_the_exact_run_below_the_coarse_one():
     for a in res.stats["agents"]:  # every trial of the exact run is within the probe's T
         assert all(t["upper_bound"] <= probe_T * (1 + 1e-6) for t in a["trials"])
     names = [m["file"] for m in res.stats["messages"]]
-    assert sum(n.startswith("probe-fine/") for n in names) == 2 * (inst.num_datacenters - 1)
+    assert sum(n.startswith("probe-fine/") for n in names) == 3 * (inst.num_datacenters - 1)
 
 
 def test_probe_option_is_a_boolean():

@@ -34,7 +34,7 @@ def _trace() -> list[tuple[bytes, str, protocol.Expect]]:
         for m in res.stats["messages"]:
             expect = PUBLIC.expect(NAMES.index(m["from"]), NAMES.index(m["to"]))
             out.append((Path(tmp, m["file"]).read_bytes(), m["kind"], expect))
-    assert {k for _, k, _ in out} == {"summary", "assemble"}
+    assert {k for _, k, _ in out} == {"prefix", "summary", "assemble"}
     return out
 
 
@@ -54,6 +54,9 @@ def _follows_protocol(msg: dict, kind: str, expect: protocol.Expect) -> None:
             assert e["b"] == 0 or e["bw"] in expect.bandwidths
             assert all(p[0] <= expect.position_cap and math.isfinite(p[1] + p[2] + p[3])
                        for p in e["points"])
+    elif kind == "prefix":
+        bound = msg["bound"]
+        assert bound is None or all(math.isfinite(v) and v >= 0 for v in bound.values())
     elif msg["realise"] is not None:
         assert msg["realise"]["b"] < expect.num_layers
 

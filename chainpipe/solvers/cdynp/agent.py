@@ -35,7 +35,15 @@ from ..labels import TRIALS
 from . import protocol
 from .local import END, IN, OWN, LocalDP
 from .public import PublicInstance
-from .summary import cap_keep, epsilon_keep, frontier, round_digits, round_up, shifted_keep
+from .summary import (
+    cap_keep,
+    epsilon_keep,
+    frontier,
+    round_digits,
+    round_down,
+    round_up,
+    shifted_keep,
+)
 from .wide import WideDP
 
 #: trials of DC 2..K, which want some good plan rather than a proof: bolder steps
@@ -60,16 +68,17 @@ class DCAgent:
         This DC's place in the chain.
     datacenter : Datacenter
         This DC's private data.
-    epsilon, quantum, max_entries, digits, upper_bound
-        The solver's options (see :mod:`chainpipe.solvers.cdynp`).
+    epsilon, quantum, max_entries, digits, upper_bound, prefix_bound
+        The solver's options (see :mod:`chainpipe.solvers.cdynp`); ``prefix_bound=False``:
+        this DC sends ``null`` in its ``prefix`` message (:meth:`prefix`).
     deadline : Deadline, optional
         Checked in the DP's loops; :class:`~chainpipe.deadline.TimeUp` names this DC.
     """
 
     def __init__(self, public: PublicInstance, index: int, datacenter: Datacenter, *,
                  epsilon: float = 0.0, quantum: float = 0.0, max_entries: int = 0,
-                 digits: int = 0, upper_bound: float | None = None, beam: int = 0,
-                 grid: int = 0, deadline: Deadline | None = None):
+                 digits: int = 0, upper_bound: float | None = None, prefix_bound: bool = True,
+                 beam: int = 0, grid: int = 0, deadline: Deadline | None = None):
         if public.datacenter_names[index] != datacenter.name:
             raise ValueError(f"agent {index} holds {datacenter.name!r}, the chain has "
                              f"{public.datacenter_names[index]!r} there")
@@ -82,6 +91,11 @@ class DCAgent:
         self.digits = int(digits or 0)
         self.initial_bound = math.inf if upper_bound is None else float(upper_bound)
         self.max_entries = int(max_entries or 0)
+        self.share_prefix = bool(prefix_bound)
+        #: ``(stage FLOP/s, FLOP/s)`` bounds of DC 1..k's devices, this DC's own included
+        #: (:meth:`prefix`); ``None``: unknown (an upstream DC kept its own to itself)
+        self.prefix_capacity: tuple[float, float] | None = None
+        self._upstream_flops: float | None = None  # FLOP/s bound of DC 1..k-1 alone
         self.beam = int(beam or 0)
         #: the probe's stage boundaries: ``grid`` equal parts of the layers (public)
         L = public.num_layers
@@ -116,6 +130,59 @@ class DCAgent:
     def _T(self, bottleneck, total, sync=0.0):
         """``T`` of a complete plan (or its bound) from a label's costs."""
         return cost.iteration_time(total, bottleneck, self.M, sync)
+
+    # ------------------------------------------------------------------ prefix pass
+    def own_capacity(self) -> tuple[float, float]:
+        """Upper bounds on what this DC's devices compute: ``(stage, total)`` FLOP/s.
+
+        ``stage``: the most one stage can run, ``rate * d * t`` of the widest pair of the
+        fastest group (a stage's ``C`` is at least its FLOP over that, tensor-parallel
+        all-reduces only add); ``total``: every device's rate summed, at most ``L`` stages'
+        worth of each group (a plan has no more stages than layers).
+        """
+        tab = self.tables
+        widths = [max((d * t for d, t in tab.pairs(g)), default=0) for g in range(tab.G)]
+        rate = tab.rate.tolist()
+        stage = max((r * w for r, w in zip(rate, widths)), default=0.0)
+        total = sum(r * min(int(n), self.L * w) for r, n, w in
+                    zip(rate, tab.count.tolist(), widths))
+        return float(stage), float(total)
+
+    def prefix(self, incoming: dict | None) -> dict | None:
+        """Take DC k-1's ``prefix`` message (``None`` at DC 1); return the one this DC
+        sends DC k+1 (``None`` at DC K).
+
+        A message bounds the whole model run on DC 1..k-1 alone: its stages' ``C`` sum to
+        at least ``total_s``, and its slowest takes at least ``bottleneck_s``. Read back
+        as capacities, ``F / total_s`` FLOP/s at most per stage and ``F / bottleneck_s``
+        in all (``F``: the model's FLOP, public), they are added to this DC's own
+        (:meth:`own_capacity`: the larger per stage, the sum in all) into
+        :attr:`prefix_capacity`, which bounds every plan's prefix ending before one of
+        this DC's stages (:meth:`_upstream_prefix`), and sent on as the same two bounds
+        for DC 1..k, rounded down to the public grid (:data:`.protocol.PREFIX_GRID`). A
+        DC asked not to share (option ``prefix_bound=false``) sends ``null``, and so does
+        every DC after one that did: then nobody downstream bounds a prefix.
+        """
+        stage, total = self.own_capacity()
+        F = float(self.tables.flop_prefix[-1])
+        if self.k == 0:
+            up = (0.0, 0.0)
+        elif incoming is None or incoming["bound"] is None:
+            up = None
+        else:
+            b = incoming["bound"]
+            up = tuple(F / v if v > 0 else math.inf for v in (b["total_s"], b["bottleneck_s"]))
+        self.prefix_capacity = None if up is None else (max(up[0], stage), up[1] + total)
+        self._upstream_flops = None if up is None else up[1]
+        if self.k == self.public.num_datacenters - 1:
+            return None
+        bound = None
+        if self.share_prefix and self.prefix_capacity is not None:
+            q = protocol.PREFIX_GRID - 1.0
+            P, A = self.prefix_capacity
+            bound = {"total_s": round_down(F / P, q) if P > 0 else 0.0,
+                     "bottleneck_s": round_down(F / A, q) if A > 0 else 0.0}
+        return protocol.prefix(self.name, self.public.datacenter_names[self.k + 1], bound)
 
     # ------------------------------------------------------------------ backward pass
     def backward(self, incoming: dict | None) -> dict | None:
@@ -170,9 +237,11 @@ class DCAgent:
         plan it finds as the bound of one exact run.
         """
         self.stats = {"labels": 0, "trials": []}
+        spread = self._spread()
         if self.beam or self.grid:  # a probe: one run, few labels per state
             dp = self._run(LocalDP, base, ub, self._prefix_bound() if self.k == 0
-                           else self._upstream_prefix(), beam=self.beam, grid=self.grid)
+                           else self._upstream_prefix(), beam=self.beam, grid=self.grid,
+                           spread=spread)
             return min(ub, self._best(dp)), dp
         if self.k > 0 and self._wide_ok and self._size >= _WIDE_SIZE:
             # wide: a greedy probe (one label per state) for a plan, then one exact run
@@ -186,7 +255,7 @@ class DCAgent:
         trials = [lb * (1 + d) for d in schedule if math.isfinite(d) and lb * (1 + d) < ub] + [ub]
         run_prefix = prefix if self.k == 0 else self._upstream_prefix()
         for trial in trials:
-            dp = self._run(LocalDP, base, trial, run_prefix)
+            dp = self._run(LocalDP, base, trial, run_prefix, spread=spread)
             best = self._best(dp)
             if best <= trial * (1 + 1e-12) or trial >= ub or not dp.bound_cut:
                 return min(ub, best), dp
@@ -239,18 +308,50 @@ class DCAgent:
         return (cost.compute_time(flop, rmax, w).tolist(),
                 np.maximum(cost.compute_time(layer_max, rmax, w), spread).tolist())
 
+    def _spread(self) -> tuple | None:
+        """What :class:`.local.LocalDP` needs to bound a prefix by the devices a label
+        leaves free: the prefix FLOP, the FLOP/s bound of DC 1..k-1 (0 at DC 1) and this
+        DC's ``(rate, count, most)`` per group; ``None`` when DC 1..k-1's is unknown."""
+        if self.k == 0:
+            up = 0.0
+        elif self._upstream_flops is None:
+            return None
+        else:
+            up = self._upstream_flops
+        tab = self.tables
+        caps = [(float(tab.rate[g]), int(tab.count[g]),
+                 self.L * max((d * t for d, t in tab.pairs(g)), default=0))
+                for g in range(tab.G)]
+        return tab.flop_prefix.tolist(), up, caps
+
     def _upstream_prefix(self) -> tuple[list, list]:
         """For DC 2..K: an optimistic cost of what precedes a label whose first stage
-        starts here at ``a > 0``, as ``(sum, bottleneck)`` lists: the boundary at ``a``
-        is paid either on this DC's own link (another own stage before it) or across the
-        chain link into this DC at least (a path's bandwidth is at most that link's,
-        its latency at least that link's), so the cheaper of the two. The prefix's
-        stages upstream add compute nobody here can bound: nothing for them."""
+        starts here at ``a > 0``, as ``(sum, bottleneck)`` lists.
+
+        The boundary at ``a`` is paid either on this DC's own link (another own stage
+        before it) or across the chain link into this DC at least (a path's bandwidth is
+        at most that link's, its latency at least that link's), so the cheaper of the
+        two. The prefix's stages run on DC 1..k: with their capacity bounds
+        (:meth:`prefix`; ``P`` per stage, ``A`` in all) its stages' ``C`` sum to at
+        least ``FLOP[0, a) / P``, the largest layer makes one at least ``layer / P``, and
+        at most ``a`` stages hold ``FLOP[0, a)`` between them on devices computing at
+        most ``min(A, a P)`` FLOP/s together, so one ``C`` is at least ``FLOP[0, a) /
+        min(A, a P)``. Without the bounds, nothing for the compute."""
         link = self._link_to_prev()
         u_in = cost.occupancy(self.bytes, link.bandwidth_bytes_per_s)
         u = np.minimum(u_in, self.tables.boundary_occupancy[:, 0, 0])
         q = np.minimum(cost.traversal(link.latency_s, u_in),
                        self.tables.boundary_traversal[:, 0, 0])
+        if self.prefix_capacity is not None:
+            P, A = self.prefix_capacity
+            flop = self.tables.flop_prefix
+            layer_max = np.concatenate(([0.0], np.maximum.accumulate(np.diff(flop))))
+            shave = 1.0 - 1e-12  # rounding never lifts the bound above a true cost
+            # P = 0: no prefix runs (inf); 0 / 0 (no FLOP): no bound (fmax skips the nan)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                most = np.minimum(A, np.arange(self.L + 1) * P)
+                q = q + np.nan_to_num(flop / P, nan=0.0, posinf=math.inf) * shave
+                u = np.fmax(u, np.fmax(layer_max / P, flop / most) * shave)
         u[0] = q[0] = 0.0  # a = 0: the plan starts here, no boundary before it
         return q.tolist(), u.tolist()
 

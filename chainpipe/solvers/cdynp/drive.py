@@ -60,14 +60,17 @@ class Backend(Protocol):
 
 
 def agent_options(epsilon=0.0, quantum=0.0, digits=0, max_entries=0,
-                  upper_bound=None) -> dict:
+                  upper_bound=None, prefix_bound=None) -> dict:
     """The agents' options, each checked (:class:`OptionError` names a bad one)."""
+    if prefix_bound not in (None, True, False):
+        raise OptionError(f"cdynp: option 'prefix_bound' must be true or false, "
+                          f"got {prefix_bound!r}")
     opts = {"epsilon": number_option("cdynp", "epsilon", epsilon or 0.0),
             "quantum": number_option("cdynp", "quantum", quantum or 0.0),
             "max_entries": number_option("cdynp", "max_entries", max_entries or 0,
                                          integer=True),
             "digits": number_option("cdynp", "digits", digits or 0, integer=True),
-            "upper_bound": None}
+            "upper_bound": None, "prefix_bound": prefix_bound is not False}
     if upper_bound is not None:
         opts["upper_bound"] = number_option("cdynp", "upper_bound", upper_bound, strict=True)
     return opts

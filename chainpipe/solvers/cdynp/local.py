@@ -146,12 +146,18 @@ class LocalDP(DCRun):
         return self._store[i]
 
     def run(self, base: dict[int, list[tuple]], ub: float, prefix=None, beam: int = 0,
-            grid=None) -> None:
+            grid=None, spread=None) -> None:
         """``base[x]``: base labels ``(bottleneck, total, r, sync, (IN | END, e, p))``
         joining at ``x``.
 
         ``prefix``: ``(pre_sum, pre_max)`` lists, an optimistic cost of the prefix
-        ``[0, a)`` (sum and bottleneck terms), or ``None``. ``beam`` (0: exact) keeps
+        ``[0, a)`` (sum and bottleneck terms), or ``None``. ``spread``: ``(flop, A, caps)``
+        or ``None``, which lifts the prefix's bottleneck term of a new label at state
+        ``(a, u)`` to ``flop[a] / (A + free)``: ``flop[a]`` is the FLOP of ``[0, a)``,
+        ``A`` bounds the FLOP/s of the devices upstream, and ``free`` those of this DC's
+        devices the label leaves free, ``caps[g] = (rate, count, most)`` giving
+        ``rate * min(count - u[g], most)`` per group (the prefix's stages run on no other
+        devices, and its slowest takes at least its FLOP over theirs). ``beam`` (0: exact) keeps
         only that many labels per state, those with the least ``T`` estimate, and ``grid``
         (a set of layer boundaries, ``None``: all) restricts stages to start and end on
         it: both make a fast probe, inexact, whose complete plans give an upper bound.
@@ -165,6 +171,7 @@ class LocalDP(DCRun):
         self._limit = ub * (1 + 1e-12) if ub < math.inf else math.inf
         self._beam = int(beam)
         self._prefix = prefix if prefix is not None else ([0.0] * (L + 1), [0.0] * (L + 1))
+        self._spread = spread
         self._zero = (0,) * G
         self._count = [int(min(c, L * self.t.widest)) for c in self.t.count]
         # in-flight count of a new stage placed before r stages
@@ -249,11 +256,17 @@ class LocalDP(DCRun):
         pre_sum, pre_max = self._prefix
         u_x, q_x = float(self.u_int[x]), float(self.q_int[x])
         fronts = self._fronts
-        # per candidate run of stages: (a, C, max in flight, R, h, T-term with h, C + prefix
-        # sum, M C as T-term alone)
+        spread = self._spread
+        if spread is not None:
+            s_flop, s_up, s_caps = spread
+        # per candidate run of stages (and FLOP/s a prefix may use, with spread): (a, C,
+        # max in flight, R, h, T-term with h, C + prefix sum, M C as T-term alone)
         terms: dict = {}
         for key, labels in layer.items():
             u = key[1]
+            if spread is not None:  # FLOP/s of the devices upstream and of own free ones
+                own_free = [r_ * min(n_ - ug, m_) for (r_, n_, m_), ug in zip(s_caps, u)]
+                s_free = s_up + sum(own_free)
             internal = u != zero
             U = u_x if internal else 0.0
             Q = q_x if internal else 0.0
@@ -271,11 +284,20 @@ class LocalDP(DCRun):
                 for w, c, stages in cands[g][x]:
                     if w > free:
                         continue
-                    run = terms.get((g, c))
+                    if spread is None:
+                        rkey = (g, c)
+                    else:  # the new label's own stages take w more devices of g
+                        r_, n_, m_ = s_caps[g]
+                        avail = s_free - own_free[g] + r_ * min(n_ - u[g] - w, m_)
+                        rkey = (g, c, avail)
+                    run = terms.get(rkey)
                     if run is None:
-                        run = terms[(g, c)] = []
+                        run = terms[rkey] = []
                         for a, ca, n, ra in stages:
                             pm = pre_max[a]
+                            if spread is not None and s_flop[a] > 0:
+                                f = s_flop[a] / avail if avail > 0 else math.inf
+                                pm = f if f > pm else pm
                             h = ca if ca >= pm else pm
                             run.append((a, ca, n, ra, h, iteration_time(ca + pre_sum[a], h, M),
                                         ca + pre_sum[a], iteration_time(ca, ca, M)))

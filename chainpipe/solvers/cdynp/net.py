@@ -10,7 +10,8 @@ frame is a JSON header saying what the connection is for:
   (:func:`public_digest`), its neighbours at the addresses of ``agents``. The agent
   answers ``{"event": "accepted"}`` or ``{"refused": REASON}``, then sends its
   events (``work``, ``wait``, ``beat``, ``done``, ``failed``) on the same connection;
-* ``{"net": NET, "kind": "summary" | "assemble", "run": ID}``: a neighbour delivers
+* ``{"net": NET, "kind": "prefix" | "summary" | "assemble", "run": ID}``: a
+  neighbour delivers
   a message of the CDynP protocol (:mod:`.protocol`), the exact bytes in the next
   frame. The receiver answers ``{"ok": true}`` or ``{"refused": REASON}``.
 
@@ -31,7 +32,7 @@ import time
 from . import protocol, wire
 from .tls import party_of
 
-NET = "chainpipe-agents/1"
+NET = "chainpipe-agents/2"
 #: the largest header or reply frame
 HEADER_LIMIT = 64 * 1024
 #: the largest event frame an agent sends its owner (its report may carry the text of
@@ -87,10 +88,12 @@ def check_header(h) -> dict:
     kind = h.get("kind")
     keys = {"run": {"net", "kind", "run", "public_sha256", "agents", "options",
                     "time_limit_s", "trace"},
+            "prefix": {"net", "kind", "run"},
             "summary": {"net", "kind", "run"},
             "assemble": {"net", "kind", "run"}}.get(kind if isinstance(kind, str) else "")
     if keys is None:
-        raise protocol.ProtocolError("header.kind: must be 'run', 'summary' or 'assemble'")
+        raise protocol.ProtocolError(
+            "header.kind: must be 'run', 'prefix', 'summary' or 'assemble'")
     if set(h) != keys:
         raise protocol.ProtocolError(f"header: expected exactly the fields {sorted(keys)}")
     if not isinstance(h["run"], str) or not _RUN_ID.fullmatch(h["run"]):
@@ -108,10 +111,12 @@ def check_header(h) -> dict:
         except ValueError as exc:
             raise protocol.ProtocolError(f"header.agents.{name[:40]}: {exc}") from None
     opts = h["options"]
-    if not isinstance(opts, dict) or not set(opts) <= _OPTION_KEYS or not all(
-            v is None or (protocol.finite_number(v) and v >= 0) for v in opts.values()):
+    if not isinstance(opts, dict) or not set(opts) <= _OPTION_KEYS | {"prefix_bound"} or not all(
+            v is None or (protocol.finite_number(v) and v >= 0) for k, v in opts.items()
+            if k != "prefix_bound") or not isinstance(opts.get("prefix_bound", True), bool):
         raise protocol.ProtocolError(f"header.options: must map some of "
-                                     f"{sorted(_OPTION_KEYS)} to numbers >= 0")
+                                     f"{sorted(_OPTION_KEYS)} to numbers >= 0, and "
+                                     f"'prefix_bound' to true or false")
     t = h["time_limit_s"]
     if t is not None and not (protocol.finite_number(t) and t >= 0):
         raise protocol.ProtocolError("header.time_limit_s: must be a number >= 0 or null")

@@ -1,7 +1,15 @@
 """Versioned JSON messages between DC agents, their schema, and the one decoder.
 
-Two kinds cross a chain link, always between neighbours:
+Three kinds cross a chain link, always between neighbours:
 
+* ``prefix`` (first, forward: DC k -> DC k+1): lower bounds on the cost of a
+  partial plan that runs the whole model on DC 1..k alone, ``null`` when one of
+  them keeps its own to itself: ``total_s``, the least sum of its stages'
+  compute times, and ``bottleneck_s``, the least compute time of its slowest
+  stage. Both are rounded *down* to a power of :data:`PREFIX_GRID` by the DC
+  that sends them. A prefix of the model costs at least its share of FLOP of
+  them; the receiver adds its own devices and bounds the cost of every plan's
+  prefix with them (see :meth:`chainpipe.solvers.cdynp.agent.DCAgent.prefix`);
 * ``summary`` (backward pass, DC k -> DC k-1): the state summary. Each entry
   is a layer boundary ``b`` (the suffix ``[b, L)`` is handled downstream), the
   bandwidth ``bw`` of the chain path from the receiver to the DC of the
@@ -35,11 +43,15 @@ import json
 import math
 from dataclasses import dataclass
 
-PROTOCOL = "chainpipe-cdynp/2"
+PROTOCOL = "chainpipe-cdynp/3"
 
 #: the largest message, in bytes, that is sent or accepted (64 MiB; exact summaries of
 #: the 122-layer, 8-DC ``large/`` instances stay below 100 KB)
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+
+#: the grid the bounds of a ``prefix`` message are rounded down to: powers of ``2 ** (1/4)``
+#: (a step of 19%)
+PREFIX_GRID = 2.0 ** 0.25
 
 _POINT = {
     "type": "array", "minItems": 4, "maxItems": 4,
@@ -53,8 +65,26 @@ _POINT = {
 
 SCHEMA = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
-    "title": "chainpipe-cdynp/2 message",
+    "title": "chainpipe-cdynp/3 message",
     "oneOf": [
+        {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["protocol", "kind", "from", "to", "bound"],
+            "properties": {
+                "protocol": {"const": PROTOCOL},
+                "kind": {"const": "prefix"},
+                "from": {"type": "string"},
+                "to": {"type": "string"},
+                "bound": {"oneOf": [
+                    {"type": "null"},
+                    {"type": "object", "additionalProperties": False,
+                     "required": ["total_s", "bottleneck_s"],
+                     "properties": {"total_s": {"type": "number", "minimum": 0},
+                                    "bottleneck_s": {"type": "number", "minimum": 0}}},
+                ]},
+            },
+        },
         {
             "type": "object",
             "additionalProperties": False,
@@ -100,7 +130,7 @@ SCHEMA = {
 
 
 class ProtocolError(ValueError):
-    """A message that does not follow ``chainpipe-cdynp/2``.
+    """A message that does not follow ``chainpipe-cdynp/3``.
 
     ``sender`` names the DC that sent it (``None`` when not known), so the run can
     say which DC broke the protocol.
@@ -135,6 +165,11 @@ class Expect:
     bandwidths: frozenset = frozenset()
 
 
+def prefix(sender: str, receiver: str, bound: dict | None) -> dict:
+    return {"protocol": PROTOCOL, "kind": "prefix", "from": sender, "to": receiver,
+            "bound": bound}
+
+
 def summary(sender: str, receiver: str, entries: list[dict]) -> dict:
     return {"protocol": PROTOCOL, "kind": "summary", "from": sender, "to": receiver,
             "entries": entries}
@@ -163,7 +198,7 @@ def decode(data: bytes, kind: str, expect: Expect) -> dict:
     ----------
     data : bytes
         What arrived on the connection, any byte string.
-    kind : {"summary", "assemble"}
+    kind : {"prefix", "summary", "assemble"}
         The kind the receiver waits for.
     expect : Expect
         The connection's parties and the sizes the message must respect.
@@ -220,16 +255,25 @@ def validate(msg) -> None:
     if not isinstance(msg, dict) or msg.get("protocol") != PROTOCOL:
         raise ProtocolError(f"protocol: expected {PROTOCOL!r}")
     kind = msg.get("kind")
-    keys = {"summary": {"protocol", "kind", "from", "to", "entries"},
+    keys = {"prefix": {"protocol", "kind", "from", "to", "bound"},
+            "summary": {"protocol", "kind", "from", "to", "entries"},
             "assemble": {"protocol", "kind", "from", "to", "realise"}}.get(kind) \
         if isinstance(kind, str) else None
     if keys is None:
-        raise ProtocolError("kind: must be 'summary' or 'assemble'")
+        raise ProtocolError("kind: must be 'prefix', 'summary' or 'assemble'")
     if set(msg) != keys:
         raise ProtocolError(f"fields: expected {sorted(keys)}")
     if not isinstance(msg["from"], str) or not isinstance(msg["to"], str):
         raise ProtocolError("from/to: must be DC names")
-    if kind == "summary":
+    if kind == "prefix":
+        bound = msg["bound"]
+        if bound is not None and (not isinstance(bound, dict)
+                                  or set(bound) != {"total_s", "bottleneck_s"}
+                                  or not all(finite_number(v) and v >= 0
+                                             for v in bound.values())):
+            raise ProtocolError("bound: must be null or {total_s, bottleneck_s}, "
+                                "finite numbers >= 0")
+    elif kind == "summary":
         if not isinstance(msg["entries"], list):
             raise ProtocolError("entries: must be a list")
         for i, e in enumerate(msg["entries"]):
@@ -265,6 +309,8 @@ def _check_context(msg: dict, kind: str, expect: Expect) -> None:
     if msg["from"] != expect.sender or msg["to"] != expect.receiver:
         raise ProtocolError(f"from/to: expected {expect.sender!r} -> {expect.receiver!r}")
     L, R = expect.num_layers, expect.position_cap
+    if kind == "prefix":
+        return
     if kind == "assemble":
         rz = msg["realise"]
         if rz is not None and rz["b"] >= L:

@@ -4,8 +4,8 @@ The owner holds the public document only. For each run of the solve (the probes
 and the main run, as in :func:`chainpipe.solvers.cdynp.run`) it connects to
 every DC's agent at the address the AGENTS file gives, over TLS with its own
 certificate, checks that the certificate names that DC, asks each to take part
-(upstream first, so that every agent knows the run before a summary can reach
-it) and then watches their events (:class:`.watch.Watch`) until every report is
+(downstream first, so that every agent knows the run before the first message,
+DC 1's ``prefix``, can reach it) and then watches their events (:class:`.watch.Watch`) until every report is
 in. The plan is assembled from what each agent reports of its own stages, and
 its ``T`` from what they cost (:mod:`.assemble`).
 
@@ -35,7 +35,7 @@ from .public import read_public
 from .runner import Run, collect
 from .watch import MESSAGE_TIMEOUT_S, AgentFailure, Watch
 
-_FILE = re.compile(r"[0-9]{3}-(summary|assemble)-[^/\\\\]+-to-[^/\\\\]+\.json")
+_FILE = re.compile(r"[0-9]{3}-(prefix|summary|assemble)-[^/\\\\]+-to-[^/\\\\]+\.json")
 
 
 class RemoteAgents:
@@ -77,8 +77,9 @@ class RemoteAgents:
                       "options": {k: v for k, v in options.items() if v is not None},
                       "time_limit_s": None if deadline.unlimited else deadline.remaining(),
                       "trace": trace_dir is not None}
-            for k, sock in enumerate(socks):  # upstream first: DC k knows the run before
-                self._start(names[k], where[k], sock, header)  # DC k+1 can send it a summary
+            # downstream first: every DC knows the run before DC 1 sends the first message
+            for k in reversed(range(len(socks))):
+                self._start(names[k], where[k], socks[k], header)
             reports = self._watch(names, where, socks, deadline, readers)
         finally:
             _close_all(socks, readers)
@@ -215,12 +216,12 @@ def _check_report(name: str, where: str, report) -> None:
                                 and math.isfinite(est) and est >= 0):
         raise bad("estimate: not a finite number >= 0")
     sent = report.get("sent")
-    if not isinstance(sent, list) or len(sent) > 2:
-        raise bad("sent: not a list of at most two messages")
+    if not isinstance(sent, list) or len(sent) > 3:
+        raise bad("sent: not a list of at most three messages")
     for m in sent:
         if not (isinstance(m, dict) and isinstance(m.get("file"), str)
                 and _FILE.fullmatch(m["file"]) and m.get("from") == name
-                and isinstance(m.get("bytes"), int) and m.get("kind") in ("summary", "assemble")
+                and isinstance(m.get("bytes"), int) and m.get("kind") in ("prefix", "summary", "assemble")
                 and (m.get("text") is None or (isinstance(m["text"], str)
                                                and len(m["text"]) == m["bytes"]))):
             raise bad("sent: a message record that is not one")
@@ -259,7 +260,8 @@ def solve_remote(public: dict, agents: dict, ctx, *, time_limit=None, trace_dir=
     probe : bool, optional
         As for :func:`chainpipe.solvers.cdynp.run`.
     **options
-        ``epsilon``, ``quantum``, ``digits``, ``max_entries``, ``upper_bound``.
+        ``epsilon``, ``quantum``, ``digits``, ``max_entries``, ``upper_bound``,
+        ``prefix_bound``.
 
     Returns
     -------

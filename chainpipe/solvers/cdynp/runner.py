@@ -3,10 +3,13 @@
 Both modes run the same protocol and pass every message through
 :func:`protocol.encode` / :func:`protocol.decode`, so they see identical bytes:
 
-1. backward: DC K, K-1, ..., 2 each send a ``summary`` to their upstream
+1. prefix: DC 1, 2, ..., K-1 each send a ``prefix`` to their downstream
+   neighbour (rounded-down bounds on the cost of the whole model on the DCs up to
+   it, or ``null``);
+2. backward: DC K, K-1, ..., 2 each send a ``summary`` to their upstream
    neighbour; DC 1 joins the last one with its own stages and picks the best
    complete plan;
-2. forward: DC 1, 2, ..., K-1 each send an ``assemble`` message to their
+3. forward: DC 1, 2, ..., K-1 each send an ``assemble`` message to their
    downstream neighbour naming the point of its summary to realise.
 
 Each agent then reports its own stages (device names of its own devices) to
@@ -88,6 +91,13 @@ def run_in_process(public: PublicInstance, datacenters: list[Datacenter], *,
               for k, dc in enumerate(datacenters)]
     log = []
     try:
+        received = None
+        for k in range(K):  # the prefix pass, forward
+            sent = agents[k].prefix(received)
+            if k < K - 1:
+                data, meta = send_record(len(log), sent, trace_dir)
+                log.append(meta)
+                received = protocol.decode(data, "prefix", public.expect(k, k + 1))
         incoming = None
         for k in range(K - 1, 0, -1):
             data, meta = send_record(len(log), agents[k].backward(incoming), trace_dir)

@@ -8,9 +8,10 @@ names (:mod:`.tls`):
 
 * a ``run`` only from the owner (:data:`.tls.OWNER`), for the same public
   instance (its digest must match) and a fresh run id;
-* a ``summary`` only from the downstream neighbour, and an ``assemble`` only
-  from the upstream one, each for a run this agent takes part in, once, and in
-  the protocol's order (an ``assemble`` after this agent sent its summary).
+* a ``summary`` only from the downstream neighbour, a ``prefix`` and an
+  ``assemble`` only from the upstream one, each for a run this agent takes part
+  in, once, and in the protocol's order (the ``prefix`` first, an
+  ``assemble`` after this agent sent its summary).
 
 Anything else is refused with a logged line and the agent goes on serving.
 A message from the right neighbour that breaks the protocol is refused too and
@@ -209,7 +210,7 @@ class AgentServer:
             opts = header["options"]
             options = {**agent_options(**{k: opts.get(k) for k in
                                           ("epsilon", "quantum", "digits", "max_entries",
-                                           "upper_bound")}),
+                                           "upper_bound", "prefix_bound")}),
                        **{k: int(opts[k]) for k in ("beam", "grid") if opts.get(k)}}
         except (ValueError, TypeError) as exc:
             return self._refuse(conn, who, f"options: {exc}")

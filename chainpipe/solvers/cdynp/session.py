@@ -1,7 +1,8 @@
 """One agent's part of one run, whatever connects it to its neighbours.
 
-:func:`run_agent` drives a :class:`~.agent.DCAgent` through the protocol: wait
-for the downstream neighbour's summary, compute, send its own summary upstream,
+:func:`run_agent` drives a :class:`~.agent.DCAgent` through the protocol: take
+the upstream neighbour's prefix bound and pass its own on, wait for the downstream
+neighbour's summary, compute, send its own summary upstream,
 wait for the upstream neighbour's ``assemble`` (or decide, at DC 1), pass the
 request on, and return the report for the owner. It tells the owner what it is
 doing through ``tell`` (``work``, ``wait``, ``beat``) and returns the final
@@ -114,13 +115,16 @@ def _protocol(public, k: int, dc, setup: dict, links: Links, tell, cancel) -> di
             meta["text"] = data.decode("ascii")
         sent.append(meta)
 
+    sent_prefix = agent.prefix(receive("prev", k - 1, "prefix") if k > 0 else None)
+    if k < K - 1:  # messages are numbered as sent: K - 1 prefixes, summaries, assembles
+        send("next", k, sent_prefix, k + 1)
     incoming = receive("next", k + 1, "summary") if k < K - 1 else None
     tell({"event": "work"})
     fault.at("backward")
     out = agent.backward(incoming)
     estimate = None
     if k > 0:
-        send("prev", K - 1 - k, fault.forge(out), k - 1)
+        send("prev", 2 * (K - 1) - k, fault.forge(out), k - 1)
         request = agent.forward(receive("prev", k - 1, "assemble"))
         fault.at("forward")
     else:
@@ -128,7 +132,8 @@ def _protocol(public, k: int, dc, setup: dict, links: Links, tell, cancel) -> di
         request = agent.realise_origin(choice) if choice is not None else None
         fault.at("forward")
     if k < K - 1:
-        send("next", K - 1 + k, protocol.assemble(dc.name, names[k + 1], request), k + 1)
+        send("next", 2 * (K - 1) + k, protocol.assemble(dc.name, names[k + 1], request),
+             k + 1)
     report = agent.report()
     report["sent"] = sent
     report["estimate"] = estimate if estimate is None or estimate < float("inf") else None

@@ -161,6 +161,17 @@ def round_up(value: float, quantum: float) -> float:
     return max(up, value)  # guard against exp/log rounding below the value
 
 
+def round_down(value: float, quantum: float) -> float:
+    """``value`` rounded down to the geometric grid ``(1 + quantum)^n`` (0 stays 0)."""
+    if quantum <= 0 or not (value > 0 and math.isfinite(value)):
+        return value
+    lg = math.log1p(quantum)
+    down = math.exp(math.floor(math.log(value) / lg + 1e-12) * lg)
+    while down > value:  # guard against exp/log rounding above the value
+        down = math.nextafter(down, 0.0)
+    return down
+
+
 def round_digits(value: float, digits: int) -> float:
     """``value`` rounded up to ``digits`` significant decimal digits (a short JSON repr).
 
