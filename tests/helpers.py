@@ -297,9 +297,9 @@ def check_trace_private(inst: Instance, files, schema: dict) -> list[dict]:
     import json
     import math
 
-    from chainpipe.solvers.cdynp.protocol import PREFIX_GRID
-
     import jsonschema
+
+    from chainpipe.solvers.cdynp.protocol import PREFIX_GRID
 
     secrets = private_strings(inst)
     public_bw = {lk.bandwidth_bytes_per_s for lk in inst.links}
