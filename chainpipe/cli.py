@@ -644,6 +644,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="how long a run without a time limit waits for a neighbour's message")
     a.add_argument("--no-trace", action="store_true",
                    help="refuse runs whose owner traces (it would receive this DC's messages)")
+    a.add_argument("--no-prefix-bound", action="store_true",
+                   help="send null in the prefix pass, whatever the owner asks: the DCs "
+                        "downstream learn no bound on this DC's compute (and search more)")
     a.set_defaults(func=cmd_agent)
 
     s = sub.add_parser(

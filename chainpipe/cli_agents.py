@@ -55,7 +55,8 @@ def cmd_agent_serve(args) -> int:
 
     try:
         server = AgentServer(public, private, server_ctx, client_ctx, args.listen, log,
-                             peer_timeout=args.peer_timeout, allow_trace=not args.no_trace)
+                             peer_timeout=args.peer_timeout, allow_trace=not args.no_trace,
+                             share_prefix=not args.no_prefix_bound)
     except OSError as exc:
         raise OSError(f"cannot listen on {args.listen}: {exc.strerror or exc}") from None
     stop = threading.Event()

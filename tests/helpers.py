@@ -299,7 +299,7 @@ def check_trace_private(inst: Instance, files, schema: dict) -> list[dict]:
 
     import jsonschema
 
-    from chainpipe.solvers.cdynp.protocol import PREFIX_GRID
+    from chainpipe.solvers.cdynp.protocol import PREFIX_STEPS
 
     secrets = private_strings(inst)
     public_bw = {lk.bandwidth_bytes_per_s for lk in inst.links}
@@ -316,7 +316,7 @@ def check_trace_private(inst: Instance, files, schema: dict) -> list[dict]:
             assert all(e["bw"] is None or e["bw"] in public_bw for e in msg["entries"])
         if msg["kind"] == "prefix" and msg["bound"] is not None:
             for v in msg["bound"].values():
-                n = math.log(v) / math.log(PREFIX_GRID)
-                assert v == 0 or abs(n - round(n)) < 1e-6, (f.name, v)
+                n = math.log2(v) * PREFIX_STEPS if v > 0 else 0.0
+                assert abs(n - round(n)) < 1e-6, (f.name, v)
         messages.append(msg)
     return messages

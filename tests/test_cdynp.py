@@ -15,7 +15,13 @@ from chainpipe.plan import Plan, evaluate
 from chainpipe.solve import solve
 from chainpipe.solvers.cdynp import agent, guarantee_factor, protocol, split_instance
 from chainpipe.solvers.cdynp.runner import run_split
-from chainpipe.solvers.cdynp.summary import cap_keep, epsilon_keep, frontier, round_digits
+from chainpipe.solvers.cdynp.summary import (
+    cap_keep,
+    epsilon_keep,
+    frontier,
+    round_digits,
+    round_down,
+)
 from helpers import brute_force, check_trace_private, private_strings, random_instance
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -281,6 +287,17 @@ def test_round_digits_is_the_next_short_decimal(value, digits):
     mantissa = repr(v).split("e")[0].replace(".", "").replace("-", "").strip("0")
     assert len(mantissa) <= digits
     assert v <= value * (1 + 10.0 ** (1 - digits))
+
+
+@pytest.mark.parametrize("value", [1e-300, 1e-9, 0.0123456, 0.25, 1.0, 3.14159, 2.0 ** 0.75,
+                                   12345.678, 7e15, 1.7e308])
+@pytest.mark.parametrize("steps", [1, 4, 7])
+def test_round_down_is_the_grid_point_below(value, steps):
+    v = round_down(value, steps)
+    assert v <= value < v * 2.0 ** (1 / steps) * (1 + 1e-12)
+    n = math.log2(v) * steps
+    assert abs(n - round(n)) < 1e-9 and v == 2.0 ** (round(n) / steps)
+    assert round_down(0.0, steps) == 0.0
 
 
 def test_unknown_option_is_refused():

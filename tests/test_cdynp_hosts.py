@@ -345,6 +345,28 @@ def test_an_agent_that_takes_no_traced_runs_refuses_them(tmp_path):
         cluster.stop()
 
 
+def test_an_agent_that_keeps_its_prefix_bound_sends_null(tmp_path):
+    """A DC started with --no-prefix-bound sends null whatever the owner asks, and so then
+    does every DC after it: the run is the in-process one with prefix_bound=false."""
+    cluster = Cluster(THREE, tmp_path, extra={"dc1": ["--no-prefix-bound"]})
+    try:
+        remote, _ = cluster.solve("--trace", tmp_path / "remote")
+        assert remote.returncode == 0, remote.stderr
+    finally:
+        cluster.stop()
+    local = _cli("solve", THREE, "--solver", "cdynp", "--format", "json", "--trace",
+                 tmp_path / "local", "-O", "prefix_bound=false")
+    assert local.returncode == 0, local.stderr
+    assert json.loads(remote.stdout)["plan"] == json.loads(local.stdout)["plan"]
+    files = sorted(p.relative_to(tmp_path / "local") for p in (tmp_path / "local").rglob("*.json"))
+    prefixes = [f for f in files if "-prefix-" in f.name]
+    assert len(prefixes) == 2
+    for f in files:
+        assert (tmp_path / "remote" / f).read_bytes() == (tmp_path / "local" / f).read_bytes()
+    for f in prefixes:
+        assert json.loads((tmp_path / "remote" / f).read_text())["bound"] is None
+
+
 def test_split_refuses_to_overwrite_certificates_and_an_owner_dc(tmp_path):
     assert _cli("split", THREE, tmp_path / "s", "--certs").returncode == 0
     key = (tmp_path / "s" / "certs" / "dc1.key")

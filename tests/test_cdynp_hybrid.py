@@ -14,6 +14,7 @@ import pytest
 
 from chainpipe import Datacenter, DeviceGroup, Instance, Layer, Link, Model, Parallelism, Training
 from chainpipe.io import read
+from chainpipe.plan import evaluate
 from chainpipe.solve import solve
 from chainpipe.solvers.cdynp import agent, guarantee_factor, protocol
 from helpers import brute_force_hybrid, check_trace_private, random_hybrid_instance
@@ -248,3 +249,77 @@ def test_probe_option_is_a_boolean():
 
     with pytest.raises(OptionError, match="option 'probe' must be true or false"):
         solve(random_hybrid_instance(1), "cdynp", probe="yes")
+
+
+# ------------------------------------------------------------------ the prefix pass
+def _prefix_messages(inst: Instance, share=True) -> list[dict]:
+    """The ``prefix`` messages of a run, DC 1's first, as each DC would send them."""
+    from chainpipe.solvers.cdynp.public import PublicInstance
+
+    public = PublicInstance.of(inst)
+    agents = [agent.DCAgent(public, k, dc, prefix_bound=share)
+              for k, dc in enumerate(inst.datacenters)]
+    out, msg = [], None
+    for a in agents[:-1]:
+        msg = a.prefix(msg)
+        out.append(msg)
+    return out
+
+
+def test_the_prefix_bounds_bound_every_plan_on_the_dcs_upstream():
+    """Each DC's message bounds a whole-model plan on DC 1..k from below: the dp optimum
+    of those DCs alone has a bottleneck and a sum of C no smaller, and no single stage of
+    the whole model on any group and pair is faster than ``total_s``. Both values are
+    powers of the public grid."""
+    from chainpipe.tables import CostTables
+
+    checked = 0
+    for seed in range(500, 560):
+        inst = random_hybrid_instance(seed, max_dcs=3)
+        if inst.num_datacenters < 2:
+            continue
+        for k, msg in enumerate(_prefix_messages(inst)):
+            bound = msg["bound"]
+            for v in bound.values():  # 0: no bound (no device up to DC k runs a stage)
+                n = math.log2(v) * protocol.PREFIX_STEPS if v > 0 else 0.0
+                assert abs(n - round(n)) < 1e-6, (seed, v)
+            sub = Instance("up", inst.model, inst.training, inst.datacenters[:k + 1],
+                           inst.links[:k])
+            tables = CostTables(sub)
+            for g in range(tables.G):
+                whole = tables.options(g).compute_time[:, 0, inst.num_layers]
+                assert (whole >= bound["total_s"]).all(), (seed, k)
+            best = solve(sub, "dp")
+            if best.plan is not None:
+                ev = evaluate(sub, best.plan)
+                assert ev.bottleneck_s >= bound["bottleneck_s"], (seed, k)
+                assert sum(s.compute_time_s for s in ev.stages) >= bound["total_s"], (seed, k)
+                checked += 1
+    assert checked >= 30
+
+
+def test_the_prefix_pass_changes_the_work_not_the_answer():
+    """With the prefix bounds or without (every DC sends null, or a DC keeps its own and
+    the DCs after it pass null on), dp's optimum; on hybrid-medium-05-mem the bounds cut
+    the labels the DCs keep."""
+    for seed in range(600, 640):
+        inst = random_hybrid_instance(seed)
+        ref = solve(inst, "dp")
+        b = solve(inst, "cdynp", prefix_bound=False)
+        assert b.status == ref.status, seed
+        if ref.iteration_time is not None:
+            assert _same(b.iteration_time, ref.iteration_time), seed
+        if inst.num_datacenters >= 3:
+            assert all(m["bound"] is None for m in _prefix_messages(inst, share=False))
+    inst = read(ROOT / "instances" / "hybrid" / "medium" / "hybrid-medium-05-mem.json")
+    on, off = solve(inst, "cdynp"), solve(inst, "cdynp", prefix_bound=False)
+    assert on.iteration_time == off.iteration_time
+    labels = [sum(a["labels"] for a in r.stats["agents"]) for r in (on, off)]
+    assert labels[0] < labels[1], labels
+
+
+def test_prefix_bound_option_is_a_boolean():
+    from chainpipe.result import OptionError
+
+    with pytest.raises(OptionError, match="option 'prefix_bound' must be true or false"):
+        solve(random_hybrid_instance(1), "cdynp", prefix_bound="no")

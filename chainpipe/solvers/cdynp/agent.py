@@ -159,7 +159,7 @@ class DCAgent:
         (:meth:`own_capacity`: the larger per stage, the sum in all) into
         :attr:`prefix_capacity`, which bounds every plan's prefix ending before one of
         this DC's stages (:meth:`_upstream_prefix`), and sent on as the same two bounds
-        for DC 1..k, rounded down to the public grid (:data:`.protocol.PREFIX_GRID`). A
+        for DC 1..k, rounded down to the public grid (:data:`.protocol.PREFIX_STEPS`). A
         DC asked not to share (option ``prefix_bound=false``) sends ``null``, and so does
         every DC after one that did: then nobody downstream bounds a prefix.
         """
@@ -178,10 +178,10 @@ class DCAgent:
             return None
         bound = None
         if self.share_prefix and self.prefix_capacity is not None:
-            q = protocol.PREFIX_GRID - 1.0
+            steps = protocol.PREFIX_STEPS
             P, A = self.prefix_capacity
-            bound = {"total_s": round_down(F / P, q) if P > 0 else 0.0,
-                     "bottleneck_s": round_down(F / A, q) if A > 0 else 0.0}
+            bound = {"total_s": round_down(F / P, steps) if P > 0 else 0.0,
+                     "bottleneck_s": round_down(F / A, steps) if A > 0 else 0.0}
         return protocol.prefix(self.name, self.public.datacenter_names[self.k + 1], bound)
 
     # ------------------------------------------------------------------ backward pass

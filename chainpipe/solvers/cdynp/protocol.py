@@ -6,7 +6,7 @@ Three kinds cross a chain link, always between neighbours:
   partial plan that runs the whole model on DC 1..k alone, ``null`` when one of
   them keeps its own to itself: ``total_s``, the least sum of its stages'
   compute times, and ``bottleneck_s``, the least compute time of its slowest
-  stage. Both are rounded *down* to a power of :data:`PREFIX_GRID` by the DC
+  stage. Both are rounded *down* to the grid of :data:`PREFIX_STEPS` by the DC
   that sends them. A prefix of the model costs at least its share of FLOP of
   them; the receiver adds its own devices and bounds the cost of every plan's
   prefix with them (see :meth:`chainpipe.solvers.cdynp.agent.DCAgent.prefix`);
@@ -49,9 +49,9 @@ PROTOCOL = "chainpipe-cdynp/3"
 #: the 122-layer, 8-DC ``large/`` instances stay below 100 KB)
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 
-#: the grid the bounds of a ``prefix`` message are rounded down to: powers of ``2 ** (1/4)``
-#: (a step of 19%)
-PREFIX_GRID = 2.0 ** 0.25
+#: the grid the bounds of a ``prefix`` message are rounded down to: ``2^(n / PREFIX_STEPS)``,
+#: four steps per power of two (a step of 19%)
+PREFIX_STEPS = 4
 
 _POINT = {
     "type": "array", "minItems": 4, "maxItems": 4,

@@ -81,11 +81,15 @@ class AgentServer:
     allow_trace : bool
         Take runs whose owner traces (it then receives the text of this agent's
         messages); ``False`` refuses them.
+    share_prefix : bool
+        ``False``: this agent sends ``null`` in the prefix pass of every run, whatever
+        the owner's option ``prefix_bound`` says (this DC's own choice).
     """
 
     def __init__(self, public: dict, private: dict, server_ctx: ssl.SSLContext,
                  client_ctx: ssl.SSLContext, listen: str, log,
-                 peer_timeout: float = PEER_TIMEOUT_S, allow_trace: bool = True):
+                 peer_timeout: float = PEER_TIMEOUT_S, allow_trace: bool = True,
+                 share_prefix: bool = True):
         self.public, self.k, self.dc = read_view(public, private)
         self.digest = net.public_digest(public)
         self.names = list(self.public.datacenter_names)
@@ -93,6 +97,7 @@ class AgentServer:
         self.log = log
         self.peer_timeout = float(peer_timeout)
         self.allow_trace = bool(allow_trace)
+        self.share_prefix = bool(share_prefix)
         self.runs: dict[str, _Run] = {}
         self.lock = threading.Lock()
         self.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
@@ -214,6 +219,7 @@ class AgentServer:
                        **{k: int(opts[k]) for k in ("beam", "grid") if opts.get(k)}}
         except (ValueError, TypeError) as exc:
             return self._refuse(conn, who, f"options: {exc}")
+        options["prefix_bound"] = options["prefix_bound"] and self.share_prefix
         t = header["time_limit_s"]
         run = _Run(header["run"], dict(header["agents"]),
                    None if t is None else time.monotonic() + float(t))

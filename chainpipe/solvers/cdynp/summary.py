@@ -161,15 +161,15 @@ def round_up(value: float, quantum: float) -> float:
     return max(up, value)  # guard against exp/log rounding below the value
 
 
-def round_down(value: float, quantum: float) -> float:
-    """``value`` rounded down to the geometric grid ``(1 + quantum)^n`` (0 stays 0)."""
-    if quantum <= 0 or not (value > 0 and math.isfinite(value)):
+def round_down(value: float, steps: int) -> float:
+    """``value`` rounded down to the grid ``2^(n / steps)`` (0 stays 0): a power of two
+    when ``n`` is a multiple of ``steps``, a short number then."""
+    if not (value > 0 and math.isfinite(value)):
         return value
-    lg = math.log1p(quantum)
-    down = math.exp(math.floor(math.log(value) / lg + 1e-12) * lg)
-    while down > value:  # guard against exp/log rounding above the value
-        down = math.nextafter(down, 0.0)
-    return down
+    n = math.floor(math.log2(value) * steps + 1e-9)
+    while 2.0 ** (n / steps) > value:  # log2 rounded up across a grid point
+        n -= 1
+    return 2.0 ** (n / steps)
 
 
 def round_digits(value: float, digits: int) -> float:
