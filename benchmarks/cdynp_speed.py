@@ -6,7 +6,9 @@ interleaved, ``--repeat`` times each; the table takes the least CPU time of each
 one thread) and their ratio, beside what the agents did: labels per DC (the
 probe run's, on hybrid instances, apart), trial bounds tried, and which DP
 engine ran the run it kept (``local``: the label loop; ``wide``: the vectorised
-one). Writes ``benchmarks/results/cdynp_speed.md``.
+one). On the hybrid sets it also times one solve with ``prefix_bound=false`` (no DC
+learns a bound on the prefix: what the prefix pass buys). Writes
+``benchmarks/results/cdynp_speed.md``.
 
     .venv/bin/python benchmarks/cdynp_speed.py      # medium (9 runs), large (3), hybrid (3, 1)
     .venv/bin/python benchmarks/cdynp_speed.py --sets hybrid/medium --repeat 5
@@ -57,12 +59,18 @@ def main() -> None:
             dp_s, cd_s, ref, res = best_times(inst, repeat)
             same = (ref.iteration_time is not None and res.iteration_time is not None
                     and abs(res.iteration_time - ref.iteration_time) <= 1e-9 * ref.iteration_time)
+            no_prefix = None
+            if name.startswith("hybrid/"):
+                t0 = time.process_time()
+                off = solve(inst, "cdynp", prefix_bound=False)
+                no_prefix = time.process_time() - t0
+                assert off.iteration_time == res.iteration_time, path.stem
             agents = res.stats["agents"]
             engines = [a["trials"][-1]["engine"] for a in agents]
             row = {"set": name, "instance": path.stem, "K": inst.num_datacenters,
                    "optimum_s": ref.iteration_time,
                    "L": inst.num_layers, "repeat": repeat, "dp_s": dp_s, "cdynp_s": cd_s,
-                   "equal": same, "status": res.status,
+                   "equal": same, "status": res.status, "no_prefix_s": no_prefix,
                    "dp_labels": ref.stats.get("labels"),
                    "labels": [a["labels"] for a in agents],
                    "trials": [len(a["trials"]) for a in agents],
@@ -71,7 +79,7 @@ def main() -> None:
                    "probe": res.stats.get("probe")}
             rows.append(row)
             print(f"{path.stem}: dp {dp_s:.3f}s cdynp {cd_s:.3f}s ratio {cd_s / dp_s:.2f} "
-                  f"labels {row['labels']}", flush=True)
+                  f"labels {row['labels']} without prefix bounds {no_prefix}", flush=True)
     write(rows)
 
 
@@ -97,11 +105,13 @@ def write(rows: list[dict]) -> None:
          "is the DP of the run each DC kept (`local`: label loop, `wide`: vectorised). "
          "`probe`: on hybrid instances, the labels of the probe run (all DCs) and its T "
          "over the optimum; the time includes it, and the message bytes include its "
-         "messages."),
+         "messages. `no prefix s`: on hybrid instances, one cdynp solve with "
+         "`prefix_bound=false` (every DC sends null in the prefix pass), the same T."),
         "",
         "| set | instance | K | L | runs | dp s | cdynp s | cdynp / dp | equal | dp labels | "
-        "cdynp labels per DC | runs of its DP per DC | engine per DC | probe | message bytes |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "cdynp labels per DC | runs of its DP per DC | engine per DC | probe | message bytes "
+        "| no prefix s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(
@@ -109,7 +119,8 @@ def write(rows: list[dict]) -> None:
             f"{r['dp_s']:.3f} | {r['cdynp_s']:.3f} | {r['cdynp_s'] / r['dp_s']:.2f} | "
             f"{'yes' if r['equal'] else 'NO'} | {r['dp_labels']} | "
             f"{' '.join(map(str, r['labels']))} | {' '.join(map(str, r['trials']))} | "
-            f"{' '.join(r['engines'])} | {_probe(r)} | {r['bytes']} |")
+            f"{' '.join(r['engines'])} | {_probe(r)} | {r['bytes']} | "
+            + ("-" if r["no_prefix_s"] is None else f"{r['no_prefix_s']:.3f}") + " |")
     for name in dict.fromkeys(r["set"] for r in rows):
         sub = [r for r in rows if r["set"] == name]
         ratios = [r["cdynp_s"] / r["dp_s"] for r in sub]
