@@ -38,8 +38,9 @@ GRID = [
     {"quantum": 0.01},
 ]
 QUICK = [{}, {"digits": 4}, {"max_entries": 1, "digits": 4}]
-#: hybrid/large: each run takes minutes (the DCs' own DPs, not the messages), so the
-#: settings that can meet the target (16 KiB per message, gap under 1%) and exact
+#: hybrid/large: each run takes seconds to tens of seconds (the DCs' own DPs, not the
+#: messages), so the settings that can meet the target (16 KiB per message, gap under 1%)
+#: and exact
 LARGE_GRID = [{}, {"epsilon": 0.01, "digits": 4}, {"max_entries": 4, "digits": 4},
               {"max_entries": 2, "digits": 3}, {"max_entries": 1, "digits": 4}]
 #: the issue's target on hybrid/large: every message below this, at a gap below 1%

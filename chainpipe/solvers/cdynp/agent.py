@@ -7,6 +7,11 @@ and sends DC ``k-1`` the merged summary. In the forward pass it is told which
 point of its summary to realise, rebuilds its own stages from its memo and
 tells DC ``k+1`` which of *its* points the plan continues with.
 
+Before the backward pass, in the prefix pass, DC ``k`` receives DC ``k-1``'s
+lower bounds on the cost of the whole model on DC 1..k-1, adds its own devices
+and sends DC ``k+1`` the bounds for DC 1..k (:meth:`DCAgent.prefix`); with them
+it bounds the cost of any plan's prefix.
+
 Work per backward step (all of it private; see :meth:`DCAgent._search`):
 the DC's own label DP (:mod:`.local`, or :mod:`.wide` vectorised for wide
 DPs) over suffix plans that begin here, joined to the incoming points, run
@@ -140,13 +145,17 @@ class DCAgent:
         all-reduces only add); ``total``: every device's rate summed, at most ``L`` stages'
         worth of each group (a plan has no more stages than layers).
         """
-        tab = self.tables
-        widths = [max((d * t for d, t in tab.pairs(g)), default=0) for g in range(tab.G)]
-        rate = tab.rate.tolist()
-        stage = max((r * w for r, w in zip(rate, widths)), default=0.0)
-        total = sum(r * min(int(n), self.L * w) for r, n, w in
-                    zip(rate, tab.count.tolist(), widths))
+        groups = self._groups()
+        stage = max((r * w for r, _n, w in groups), default=0.0)
+        total = sum(r * min(n, self.L * w) for r, n, w in groups)
         return float(stage), float(total)
+
+    def _groups(self) -> list[tuple[float, int, int]]:
+        """Per own group: its rate, its device count and its widest pair's ``d t`` (0 when
+        no pair fits it)."""
+        tab = self.tables
+        return [(float(tab.rate[g]), int(tab.count[g]),
+                 max((d * t for d, t in tab.pairs(g)), default=0)) for g in range(tab.G)]
 
     def prefix(self, incoming: dict | None) -> dict | None:
         """Take DC k-1's ``prefix`` message (``None`` at DC 1); return the one this DC
@@ -231,8 +240,10 @@ class DCAgent:
 
         DC 1 decides, so it may prune with an optimistic prefix cost (its prefix runs on
         its own devices) and keeps dp's fine trial steps. The other DCs build a summary,
-        which must keep suffix plans that faster upstream DCs could complete: no prefix
-        cost, and bolder steps. A failed trial of a wide DP is costly, so a wide DC
+        which must keep suffix plans that the DCs upstream could complete: they prune with
+        the prefix cost the prefix pass bounds (:meth:`_upstream_prefix`), and take bolder
+        steps. Every DC's label DP also bounds a prefix by the devices a label leaves
+        free (:meth:`_spread`). A failed trial of a wide DP is costly, so a wide DC
         instead runs a greedy probe (one label per state) and takes the best complete
         plan it finds as the bound of one exact run.
         """
@@ -318,11 +329,8 @@ class DCAgent:
             return None
         else:
             up = self._upstream_flops
-        tab = self.tables
-        caps = [(float(tab.rate[g]), int(tab.count[g]),
-                 self.L * max((d * t for d, t in tab.pairs(g)), default=0))
-                for g in range(tab.G)]
-        return tab.flop_prefix.tolist(), up, caps
+        caps = [(r, n, self.L * w) for r, n, w in self._groups()]
+        return self.tables.flop_prefix.tolist(), up, caps
 
     def _upstream_prefix(self) -> tuple[list, list]:
         """For DC 2..K: an optimistic cost of what precedes a label whose first stage
