@@ -47,6 +47,23 @@ def _layer(i, act=1.0):
     return Layer(f"l{i}", 10.0, 20.0, 1, act, 4.0)
 
 
+def test_a_model_of_no_flop_is_solved_not_called_infeasible():
+    """The lower bound is 0 (no FLOP, nothing crosses a link): every finite trial is the
+    same bound, and the last one is unbounded; the plan of T = 0 is proven optimal.
+    (Found by a cross-check: dp said 'infeasible' where cdynp, the ILP and CP-SAT found
+    it, since the trials were 0, ..., 0 and 0 * inf = nan.)"""
+    inst = Instance(
+        "noflop", Model("m", (Layer("l0", 0.0, 0.0, 0, 4.0, 5.0),)),
+        Training(1, "gpipe", 1.0),
+        (Datacenter("dc0", (DeviceGroup("t0", 1, 40.0, 108.0),), Link(10.0, 0.5)),
+         Datacenter("dc1", (DeviceGroup("t0", 1, 20.0, 108.0),), Link(10.0, 0.0))),
+        (Link(1.0, 1.0),))
+    res = cp.solve(inst, "dp")
+    assert res.status == "optimal" and res.iteration_time == 0.0
+    assert brute_force(inst)[0] == 0.0
+    assert cp.solve(inst, "cdynp").iteration_time == 0.0
+
+
 def test_infeasible_reason_names_the_layer():
     layers = (_layer(0), Layer("huge", 1.0, 1.0, 1000, 0.0, 1.0))
     inst = Instance("inf", Model("m", layers), Training(4, "1f1b", 1.0),

@@ -23,6 +23,7 @@ search repeats with a larger trial. The first trial that succeeds is exact.
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_right
 
 import numpy as np
@@ -79,7 +80,9 @@ def run(instance, *, deadline=None, seed=0, threads=1, log=None, upper_bound=Non
     proven = lb  # the optimum is at least this
     stats = {"trials": []}
     steps = TRIALS if tables.single_device else HYBRID_TRIALS
-    trials = [lb * (1 + d) for d in steps]
+    # the last step is unbounded; a zero lower bound (a model of no FLOP) makes every
+    # finite step the same trial, and 0 * inf no trial at all: one of each, then inf
+    trials = sorted({lb * (1 + d) if math.isfinite(d) else math.inf for d in steps})
     if upper_bound is not None:
         trials = [u for u in trials if u < upper_bound] + [upper_bound * (1 + 1e-9)]
     for trial in trials:

@@ -263,7 +263,8 @@ class DCAgent:
         prefix = self._prefix_bound()
         lb = self._lower_bound(base, prefix)
         schedule = TRIALS if self.k == 0 else _BOUND_TRIALS
-        trials = [lb * (1 + d) for d in schedule if math.isfinite(d) and lb * (1 + d) < ub] + [ub]
+        trials = sorted({lb * (1 + d) for d in schedule
+                         if math.isfinite(d) and lb * (1 + d) < ub}) + [ub]
         run_prefix = prefix if self.k == 0 else self._upstream_prefix()
         for trial in trials:
             dp = self._run(LocalDP, base, trial, run_prefix, spread=spread)
