@@ -256,9 +256,10 @@ class DCAgent:
             return min(ub, self._best(dp)), dp
         if self.k > 0 and self._wide_ok and self._size >= _WIDE_SIZE:
             # wide: a greedy probe (one label per state) for a plan, then one exact run
-            probe = self._run(WideDP, base, ub, None, greedy=True)
+            upstream = self._upstream_prefix()
+            probe = self._run(WideDP, base, ub, upstream, greedy=True, spread=spread)
             ub = min(ub, self._best(probe))
-            dp = self._run(WideDP, base, ub, None)
+            dp = self._run(WideDP, base, ub, upstream, spread=spread)
             return min(ub, self._best(dp)), dp
         prefix = self._prefix_bound()
         lb = self._lower_bound(base, prefix)

@@ -7,8 +7,9 @@ every group, at once. It skips the dominance across usage states, which does
 not vectorise, and keeps more labels. Its fixed cost per layer is a
 few hundred microseconds, so it only pays when a DC holds tens of thousands of
 labels; :class:`~.agent.DCAgent` picks it from the size of the state space.
-No prefix bound (only DC 1 has one, and DC 1 uses :mod:`.local`). One device
-per stage only: under data or tensor parallelism every DC runs :mod:`.local`.
+It takes the same optimistic prefix cost as :mod:`.local` (``prefix`` and
+``spread``: what the prefix pass lets DC 2..K bound). One device per stage
+only: under data or tensor parallelism every DC runs :mod:`.local`.
 """
 
 from __future__ import annotations
@@ -149,17 +150,15 @@ class WideDP(DCRun):
     """The label loop vectorised over the labels of a layer (see :class:`.local.DCRun`)."""
 
     def run(self, base: dict[int, list[tuple]], ub: float, prefix=None,
-            greedy: bool = False) -> None:
-        """As :meth:`.local.LocalDP.run`. ``greedy`` keeps one label per state (the one
-        with the least ``T`` estimate): a fast probe, inexact, whose complete plans give
-        an upper bound.
+            greedy: bool = False, spread=None) -> None:
+        """As :meth:`.local.LocalDP.run` (``prefix`` and ``spread`` as there). ``greedy``
+        keeps one label per state (the one with the least ``T`` estimate): a fast probe,
+        inexact, whose complete plans give an upper bound.
 
         Walks the stage starts ``a`` from the end: the base labels joining at ``a + 1``
         enter the store, then every stored suffix a stage ``[a, x)`` can reach is
         extended at once (:meth:`_extend`) and the new frontier stored.
         """
-        if prefix is not None:
-            raise ValueError("WideDP has no prefix bound")
         if self.sync:
             raise ValueError("WideDP places one device per stage; use LocalDP")
         caps = np.minimum(self.t.count, self.L)
@@ -167,6 +166,12 @@ class WideDP(DCRun):
         self._caps = caps
         self._limit = ub * (1 + 1e-12)
         self._bounded = ub < math.inf
+        self._prefix = prefix
+        self._spread = None
+        if spread is not None:
+            flop, up, groups = spread
+            rate, count, most = (np.array(v, dtype=float) for v in zip(*groups))
+            self._spread = (flop, up, rate, count, most)
         pending = self._base_arrays(base)
         store = _Store()
         x_max = self._widest_stage_end(ub)
@@ -228,7 +233,8 @@ class WideDP(DCRun):
             nbn = np.maximum(np.maximum(bns[idx], c), np.where(internal, self.u_int[xi], 0.0))
             nsm = sms[idx] + c + np.where(internal, self.q_int[xi], 0.0)
             if self._bounded:
-                ok = cost.iteration_time(nsm, nbn, M) <= self._limit
+                ok = cost.iteration_time(*self._with_prefix(a, nsm, nbn, us[idx] + self._strides[g]),
+                                         M) <= self._limit
                 if not ok.all():
                     self.bound_cut = True
                     idx, nbn, nsm = idx[ok], nbn[ok], nsm[ok]
@@ -237,6 +243,23 @@ class WideDP(DCRun):
             new.append((us[idx] + self._strides[g], np.minimum(rs[idx] + 1, self.R), nbn, nsm,
                         np.full(len(idx), g), idx + offset))
         return new
+
+    def _with_prefix(self, a: int, sm: np.ndarray, bn: np.ndarray, nu: np.ndarray):
+        """``(sum, bottleneck)`` of the new labels at ``a`` with the optimistic cost of
+        the prefix ``[0, a)`` added (:meth:`.local.LocalDP.run`): its sum and bottleneck
+        terms, and the prefix FLOP over what the devices upstream and the DC's devices
+        each label (usage ``nu``) leaves free compute."""
+        if a == 0 or self._prefix is None:
+            return sm, bn
+        pre_sum, pre_max = self._prefix
+        floor = pre_max[a]
+        if self._spread is not None:
+            flop, up, rate, count, most = self._spread
+            used = (nu[:, None] // self._strides[None, :]) % (self._caps[None, :] + 1)
+            avail = up + (rate * np.minimum(count - used, most)).sum(axis=1)
+            with np.errstate(divide="ignore"):
+                floor = np.maximum(floor, flop[a] / avail)
+        return sm + pre_sum[a], np.maximum(bn, floor)
 
     def _greedy(self, keep: np.ndarray, nu, bn, sm) -> np.ndarray:
         """Of the kept labels, only the one with the least ``T`` estimate per state."""
