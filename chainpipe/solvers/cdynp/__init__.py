@@ -17,7 +17,7 @@ Options (``solve(inst, "cdynp", **options)`` or ``--option KEY=VALUE``):
 * ``prefix_bound`` (bool, true): each DC first sends its downstream neighbour lower
   bounds, rounded down, on the cost of the whole model run on the DCs up to it (the
   ``prefix`` pass, ``docs/privacy.md``), with which every DC drops partial plans that
-  no prefix upstream could complete within the bound (measured: 2.6x to 6.3x faster
+  no prefix upstream could complete within the bound (measured: 2.7x to 6.8x faster
   on ``hybrid/large``); ``false``: every DC sends ``null`` and learns nothing of the
   DCs upstream;
 * ``probe`` (bool; default: on when the instance allows data or tensor parallelism):
