@@ -3,8 +3,9 @@
 HiGHS writes the model as MPS (fast, in C++) into a private temporary directory;
 CBC reads it and writes its solution there; the directory is removed on every way
 out. CBC runs through :func:`chainpipe.solvers.child.run_child` (own session, killed
-with chainpipe, asked to stop at the deadline); its output streams to ``log`` and
-its status and bound are parsed from that output.
+with chainpipe, asked to stop at the deadline); its output streams to ``log``. The
+status comes from the first line of the solution file CBC writes before it exits; the
+bound of a stopped run from its output.
 """
 
 from __future__ import annotations
@@ -127,12 +128,20 @@ def read_solution(solution: str, num_cols: int):
 
 
 def _answer(log: str, solution: str, model, relax: bool, code: int) -> MipAnswer:
+    """CBC's answer, read from its solution file first and its log second.
+
+    The solution file is written by CBC itself before it exits; its first line
+    (``Optimal - objective value ...``, ``Stopped on time - objective value ...``,
+    ``Infeasible - ...``) decides the status. The streamed log adds the bound of a
+    stopped run and confirms the file; a log that arrived incomplete (it streams
+    through a pseudo-terminal) never turns a proven optimum into "no plan".
+    """
     head, values = read_solution(solution, model.num_cols)
     result = _RESULT.findall(log)
     text = result[-1].strip() if result else (head or f"CBC ended with code {code}")
-    lowered = log.lower()
+    lowered, first = log.lower(), head.lower()
     infeasible = "infeasible" in text.lower() or "problem is infeasible" in lowered \
-        or head.lower().startswith("infeasible")
+        or first.startswith("infeasible") or first.startswith("integer infeasible")
     if relax:
         if infeasible:
             return MipAnswer("infeasible", None, None, text)
@@ -142,9 +151,12 @@ def _answer(log: str, solution: str, model, relax: bool, code: int) -> MipAnswer
     if infeasible:
         return MipAnswer("infeasible", None, None, text)
     objective = _value(log, "Objective value")
+    if objective is None:
+        objective = _head_objective(head)
     found = objective is not None and "no feasible solution found" not in lowered \
-        and "objective value" in head.lower() and "no integer solution" not in head.lower()
-    if text.startswith("Optimal solution found") and found:
+        and "objective value" in first and "no integer solution" not in first
+    proven = text.startswith("Optimal solution found") or (not result and first.startswith("optimal"))
+    if proven and found:
         # CBC stops only when its bound >= objective - allowable gap; the log prints
         # 8 digits, the objective of the solution read back is exact
         exact = float(model.cost @ values + model.offset)
@@ -153,3 +165,15 @@ def _answer(log: str, solution: str, model, relax: bool, code: int) -> MipAnswer
     if bound is not None and not math.isfinite(bound):
         bound = None
     return MipAnswer("stopped", bound, values if found else None, text)
+
+
+def _head_objective(head: str) -> float | None:
+    """The objective on the first line of CBC's solution file, if it names one."""
+    m = re.search(r"objective value\s+([-+0-9.eE]+)", head, re.I)
+    if not m:
+        return None
+    try:
+        value = float(m.group(1))
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None

@@ -28,6 +28,8 @@ KILL_AFTER = 0.5
 STOP_EARLY = 0.3
 #: how often the parent looks at the clock while the child runs
 POLL_S = 0.05
+#: the longest wait, once the child has ended, for its last lines to be read
+DRAIN_S = 5.0
 
 
 class ChildFailed(RuntimeError):
@@ -94,7 +96,9 @@ def run_child(args: list[str], *, deadline: Deadline, log=None, stop_at: float |
             _wait(proc, stop_at)
         finally:
             _end(proc)
-            reader.join(timeout=2.0)
+            # the child and its group are gone: EOF follows the last line at once; the
+            # wait is bounded for a reader starved of CPU on a loaded machine
+            reader.join(timeout=DRAIN_S)
             with contextlib.suppress(Exception):
                 stream.close()
     return proc.returncode, lines
