@@ -145,9 +145,8 @@ def _answer(log: str, solution: str, model, relax: bool, code: int) -> MipAnswer
     if relax:
         if infeasible:
             return MipAnswer("infeasible", None, None, text)
-        m = re.match(r"Optimal - objective value\s+([-+0-9.eE]+)", head)
-        return MipAnswer("relaxed", float(m.group(1)) if m else None, None,
-                         "LP optimal" if m else text)
+        value = _head_objective(head) if first.startswith("optimal") else None
+        return MipAnswer("relaxed", value, None, "LP optimal" if value is not None else text)
     if infeasible:
         return MipAnswer("infeasible", None, None, text)
     objective = _value(log, "Objective value")
