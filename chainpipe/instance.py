@@ -245,7 +245,8 @@ RULES: dict[str, dict[str, Rule]] = {
 #: dataclasses give them their defaults (``docs/model.md``)
 OPTIONAL: dict[str, dict[str, Rule]] = {
     "layer": {"tp_allreduce_bytes": NONNEG},
-    "training": {"gradient_bytes_per_param": POSITIVE, "optimizer_bytes_per_param": NONNEG},
+    "training": {"gradient_bytes_per_param": POSITIVE, "optimizer_bytes_per_param": NONNEG,
+                 "microbatch_size": COUNT},
     "device_group": {
         "devices_per_node": power_of_two_rule("devices per node"),
         "node_bandwidth_bytes_per_s": POSITIVE,
@@ -437,6 +438,11 @@ class Training:
         default ``min(12, bytes_per_param)`` (fp32 master weights and two Adam moments).
     parallelism : Parallelism, optional
         Widths and degrees stages may use; default one device per stage.
+    microbatch_size : int, optional
+        Sequences per microbatch, the batch the layers' figures are for, 1 to 2**31 - 1;
+        ``None`` (the default) when the file does not state it. When stated, every
+        stage's data-parallel width must divide it (each replica takes
+        ``microbatch_size / d`` whole sequences of every microbatch).
 
     Raises
     ------
@@ -450,6 +456,7 @@ class Training:
     gradient_bytes_per_param: float = None
     optimizer_bytes_per_param: float = None
     parallelism: Parallelism = None
+    microbatch_size: int | None = None
 
     def __post_init__(self) -> None:
         problems = _problems("training", self)
@@ -466,6 +473,24 @@ class Training:
             raise InstanceError([msg])
         if self.parallelism is None:
             object.__setattr__(self, "parallelism", Parallelism())
+
+    @property
+    def data_parallel_widths(self) -> tuple[int, ...]:
+        """The widths a stage may use: the allowed ``data_parallel`` widths that divide
+        ``microbatch_size`` (all of them when it is not stated), in the file's order."""
+        widths = self.parallelism.data_parallel
+        if self.microbatch_size is None:
+            return widths
+        return tuple(d for d in widths if self.microbatch_size % d == 0)
+
+    def width_problem(self, d: int) -> str | None:
+        """Why a stage may not run ``d`` data-parallel replicas, or ``None`` if it may."""
+        if d not in self.parallelism.data_parallel:
+            return f"is not an allowed width {list(self.parallelism.data_parallel)}"
+        if self.microbatch_size is not None and self.microbatch_size % d:
+            return (f"does not divide training.microbatch_size ({self.microbatch_size}): each "
+                    f"replica must take whole sequences of every microbatch")
+        return None
 
     @property
     def sharded_bytes_per_param(self) -> float:

@@ -405,6 +405,8 @@ def instance_to_dict(instance: Instance) -> dict:
             "bytes_per_param": instance.training.bytes_per_param,
             "gradient_bytes_per_param": instance.training.gradient_bytes_per_param,
             "optimizer_bytes_per_param": instance.training.optimizer_bytes_per_param,
+            **({} if instance.training.microbatch_size is None
+               else {"microbatch_size": instance.training.microbatch_size}),
             "parallelism": {
                 "data_parallel": list(instance.parallelism.data_parallel),
                 "tensor_parallel": list(instance.parallelism.tensor_parallel),

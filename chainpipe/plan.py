@@ -245,9 +245,8 @@ def _check_stage_shape(instance: Instance, s: int, st: Stage, refs: list) -> lis
     size and tensor-parallel groups inside one node."""
     par = instance.parallelism
     out = []
-    if st.data_parallel not in par.data_parallel:
-        out.append(f"stages[{s}].data_parallel: {shorten(str(st.data_parallel))} is not an "
-                   f"allowed width {list(par.data_parallel)}")
+    if msg := instance.training.width_problem(st.data_parallel):
+        out.append(f"stages[{s}].data_parallel: {shorten(str(st.data_parallel))} {msg}")
     if st.tensor_parallel not in par.tensor_parallel:
         out.append(f"stages[{s}].tensor_parallel: {shorten(str(st.tensor_parallel))} is not an "
                    f"allowed degree {list(par.tensor_parallel)}")

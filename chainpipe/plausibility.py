@@ -138,7 +138,7 @@ def _widest(instance: Instance, group) -> list[tuple[int, int]]:
     for t in par.tensor_parallel:
         if t > group.devices_per_node:
             continue
-        fitting = [d for d in par.data_parallel if d * t <= group.count]
+        fitting = [d for d in instance.training.data_parallel_widths if d * t <= group.count]
         if fitting:
             out.append((max(fitting), t))
     return out

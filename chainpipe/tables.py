@@ -135,11 +135,12 @@ class CostTables:
 
     # ------------------------------------------------------------------ v2 options
     def pairs(self, g: int) -> list[tuple[int, int]]:
-        """The ``(d, t)`` pairs group ``g`` can run: allowed by the instance, ``t`` within a
-        node, ``d * t`` within the count; ordered by ``t``, then ``d``."""
+        """The ``(d, t)`` pairs group ``g`` can run: allowed by the instance (``d`` dividing
+        ``microbatch_size`` when it is stated), ``t`` within a node, ``d * t`` within the
+        count; ordered by ``t``, then ``d``."""
         grp = self.groups[g]
-        par = self.parallelism
-        return [(d, t) for t in sorted(par.tensor_parallel) for d in sorted(par.data_parallel)
+        widths = sorted(self.instance.training.data_parallel_widths)
+        return [(d, t) for t in sorted(self.parallelism.tensor_parallel) for d in widths
                 if t <= grp.devices_per_node and d * t <= grp.count]
 
     @cached_property

@@ -185,14 +185,16 @@ def brute_force_hybrid(inst: Instance) -> tuple[float, list | None]:
     """Optimum of a version-2 instance by enumeration, straight from the contract.
 
     Every cut of the layers into stages, every chain-ordered choice of a group and a
-    pair ``(d, t)`` per stage with ``t`` within a node and the devices ``d * t`` of
-    each group within its count. Returns ``(T, [(start, end, dc, group, d, t), ...])``
+    pair ``(d, t)`` per stage with ``t`` within a node, ``d`` dividing ``microbatch_size``
+    when it is stated, and the devices ``d * t`` of each group within its count. Returns ``(T, [(start, end, dc, group, d, t), ...])``
     or ``(inf, None)``.
     """
     tr = inst.training
     groups = [(k, g, grp) for k, dc in enumerate(inst.datacenters)
               for g, grp in enumerate(dc.devices)]
-    pairs = [(d, t) for d in tr.parallelism.data_parallel for t in tr.parallelism.tensor_parallel]
+    widths = [d for d in tr.parallelism.data_parallel
+              if tr.microbatch_size is None or tr.microbatch_size % d == 0]
+    pairs = [(d, t) for d in widths for t in tr.parallelism.tensor_parallel]
 
     def path(k1, k2):
         return _path(inst, k1, k2)

@@ -134,7 +134,7 @@ def nearest_plan(instance: Instance) -> Nearest | None:
     coarse = _merged(instance, units)
     par = instance.training.parallelism
     best: Nearest | None = None
-    for d in par.data_parallel:
+    for d in instance.training.data_parallel_widths:
         for t in par.tensor_parallel:
             forced = dataclasses.replace(coarse, training=dataclasses.replace(
                 coarse.training, parallelism=Parallelism((d,), (t,), par.zero)))

@@ -55,7 +55,8 @@ def _layouts(instance: Instance):
     par = instance.parallelism
     groups = [(k, g, group) for k, dc in enumerate(instance.datacenters)
               for g, group in enumerate(dc.devices)]
-    for d, t, spread in product(par.data_parallel, par.tensor_parallel, SPREADS):
+    widths = instance.training.data_parallel_widths
+    for d, t, spread in product(widths, par.tensor_parallel, SPREADS):
         stages = []
         for k, g, group in groups:
             if t <= group.devices_per_node:
@@ -68,7 +69,7 @@ def _layouts(instance: Instance):
         stages = []
         for k, g, group in groups:
             shapes = [(d * t, t if wide_t else d, d, t)
-                      for d, t in product(par.data_parallel, par.tensor_parallel)
+                      for d, t in product(widths, par.tensor_parallel)
                       if t <= group.devices_per_node and d * t <= group.count // spread]
             if shapes:
                 stages.append((k, g, *max(shapes)[2:]))

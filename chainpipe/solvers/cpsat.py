@@ -382,7 +382,7 @@ def heuristic_plan(tables: CostTables, deadline: Deadline):
 
     best, best_T, source = None, math.inf, None
     par = tables.parallelism
-    if 1 in par.data_parallel and 1 in par.tensor_parallel:
+    if 1 in tables.instance.training.data_parallel_widths and 1 in par.tensor_parallel:
         best, best_T = best_greedy_plan(tables)
         source = "greedy" if best is not None else None
     out = metis(tables.instance, deadline=deadline)

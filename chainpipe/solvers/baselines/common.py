@@ -55,7 +55,7 @@ def one_device_only(c: StageCosts, name: str) -> Outcome | None:
     """``no_solution`` for a strategy that places one device per stage when the instance's
     lists leave out ``d = 1`` or ``t = 1``; ``None`` when it may run."""
     par = c.parallelism
-    if 1 in par.data_parallel and 1 in par.tensor_parallel:
+    if 1 in c.instance.training.data_parallel_widths and 1 in par.tensor_parallel:
         return None
     return Outcome("no_solution", message=(
         f"{name} runs every stage on one device (d = t = 1), which this instance does not "

@@ -57,7 +57,7 @@ def megatron(instance: Instance, *, deadline=None, seed=0, threads=1, log=None) 
             # the groups whose whole node is this degree: one t for every stage
             groups = [g for g in range(G) if c.node_degree(g) == t]
             for S in range(1, c.L + 1):
-                fitting = [d for d in c.parallelism.data_parallel
+                fitting = [d for d in c.instance.training.data_parallel_widths
                            if sum(c.capacity(g, d, t) for g in groups) >= S]
                 if not fitting:
                     break  # more stages need more devices still

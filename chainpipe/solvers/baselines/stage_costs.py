@@ -72,8 +72,8 @@ class StageCosts:
 
     def shapes(self, g: int) -> list[tuple[int, int]]:
         """The shapes ``(d, t)`` the instance allows that fit group ``g`` at least once."""
-        par = self.parallelism
-        return [(d, t) for t in sorted(par.tensor_parallel) for d in sorted(par.data_parallel)
+        widths = sorted(self.instance.training.data_parallel_widths)
+        return [(d, t) for t in sorted(self.parallelism.tensor_parallel) for d in widths
                 if self.capacity(g, d, t) > 0]
 
     def node_degree(self, g: int) -> int | None:
