@@ -166,12 +166,11 @@ def cmd_generate(args) -> int:
     """``chainpipe generate --preset NAME | --cluster FILE``: an instance on stdout or in ``-o``."""
     from .instances import generate
     from .instances.cluster_file import generate_for_cluster
-    from .instances.hf_config import read_model_config
+    from .instances.hf_config import config_path, read_model_config
 
-    if args.output and Path(args.output).is_dir():
-        raise InstanceError([f"-o/--output: {args.output} is a directory; give a file name"])
-    refuse_overwrite({"-o/--output": args.output},
-                     [p for p in (args.cluster, args.model_config) if p])
+    # the files it reads: --model-config DIR reads DIR/config.json
+    inputs = [args.cluster, args.model_config and config_path(args.model_config)]
+    refuse_overwrite({"-o/--output": args.output}, [p for p in inputs if p])
     config_only = {"--seq-len": args.seq_len, "--precision": args.precision,
                    "--model-name": args.model_name}
     cluster_not = {"--seed": args.seed, "--datacenters": args.datacenters,
@@ -270,14 +269,11 @@ def cmd_solve(args) -> int:
     model_file = options.get("write_model")
     refuse_overwrite({"--plan-out": args.plan_out,
                       "-O write_model": model_file if isinstance(model_file, str) else None},
-                     [args.instance, *([args.agents] if args.agents else [])],
+                     [p for p in (args.instance, args.agents, args.tls_ca, args.tls_cert,
+                                   args.tls_key) if p],
                      {"--trace": args.trace})
-    if args.plan_out and Path(args.plan_out).is_dir():
-        raise InstanceError([f"--plan-out: {args.plan_out} is a directory; give a file name"])
     if args.plan_out and isinstance(model_file, str) and same_file(args.plan_out, model_file):
         raise InstanceError([f"-O write_model: {model_file} is also --plan-out; give two files"])
-    if args.trace and Path(args.trace).exists() and not Path(args.trace).is_dir():
-        raise InstanceError([f"--trace: {args.trace} is a file; give a directory"])
     if args.trace and args.solver != "cdynp":
         raise InstanceError(["--trace: only the cdynp solver exchanges messages"])
     if args.agents:
@@ -322,8 +318,6 @@ def cmd_split(args) -> int:
     from .solvers.cdynp import split_instance
 
     outdir = Path(args.outdir)
-    if outdir.exists() and not outdir.is_dir():
-        raise InstanceError([f"OUTDIR: {outdir} is a file; give a directory"])
     refuse_overwrite({}, [args.instance], {"OUTDIR": outdir})
     # nor may a file that split writes there (a link, say) be the input
     for existing in [*outdir.glob("public.json"), *outdir.glob("private-*.json")]:

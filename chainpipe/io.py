@@ -7,9 +7,14 @@ thing for other tools, and a test keeps the two in step.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
+import shutil
+import stat
+import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -474,34 +479,183 @@ def read(path: str | os.PathLike) -> Instance:
 
 
 def atomic_write(path: str | os.PathLike, write) -> Path:
-    """Call ``write(tmp)`` on a temporary file beside ``path``, then rename it over ``path``.
+    """Call ``write(tmp)`` on a new temporary file, then put its content at ``path``.
 
-    The one way chainpipe writes a file: readers see the old file or the whole
-    new one, never a half-written file, and the temporary file is removed when
-    ``write`` fails. Missing parent directories are created.
+    The one way chainpipe writes a file. What ``path`` is decides how:
+
+    - a new name or a regular file: the temporary file is made beside it and renamed
+      over it, so readers see the old file or the whole new one, never half a file.
+      An existing file keeps its permissions; a new one gets ``0666`` less the umask.
+    - a symbolic link: the same, at the file the link resolves to; the link stays.
+    - a device or a FIFO (``/dev/null``, ``/dev/stdout``, a named pipe): the content
+      is made in full first, then written into it as ``tee`` would; it is never replaced.
+    - a directory or a socket: :class:`OSError`, nothing written.
+
+    The temporary file has a random name and is created anew (``O_EXCL``), never
+    through a link planted in its place; it is removed when ``write`` fails.
+    Missing parent directories are created.
 
     Parameters
     ----------
     path : path
         The target file.
     write : callable
-        Writes the content to the path it is given.
+        Writes the content to the :class:`~pathlib.Path` it is given (a regular file).
 
     Returns
     -------
     Path
         ``path``.
+
+    Raises
+    ------
+    OSError
+        If ``path`` is a directory or a socket, or cannot be written; a file that was
+        there is left intact.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     try:
-        write(tmp)
-        os.replace(tmp, path)
+        mode = os.stat(path).st_mode  # through links
+    except FileNotFoundError:  # a new name, or a link to one
+        mode = None
+    if mode is None or stat.S_ISREG(mode):
+        _replace(Path(os.path.realpath(path)), mode, write)
+    elif stat.S_ISDIR(mode) or stat.S_ISSOCK(mode):
+        kind = "a directory" if stat.S_ISDIR(mode) else "a socket"
+        raise OSError(errno.EISDIR if stat.S_ISDIR(mode) else errno.ENXIO,
+                      f"is {kind}, not a file", str(path))
+    else:
+        _write_into(path, write)
+    return path
+
+
+def atomic_write_directory(path: str | os.PathLike, write, names: Iterable[str]) -> Path:
+    """Call ``write(tmp)`` on a new directory beside ``path``, then swap it in for ``path``.
+
+    The one way chainpipe writes a set of files that belong together (``simulate --out``):
+    readers find the old set whole or the new set whole, never files of two runs side
+    by side. The new directory is filled in full, then the old one (if any) is renamed
+    away, the new one renamed in and the old one removed. An interruption before the
+    swap leaves the old set as it was (and a hidden ``.NAME.*.tmp`` directory beside
+    it); one between the two renames leaves no directory at ``path``, never a mixed one.
+    A link to a directory is followed (the link stays); an existing directory keeps its
+    permissions, a new one gets ``0777`` less the umask; missing parents are created.
+
+    Parameters
+    ----------
+    path : path
+        The target directory.
+    write : callable
+        Writes the set into the (empty) :class:`~pathlib.Path` it is given.
+    names : iterable of str
+        The entries a set consists of: an existing directory holding anything else is
+        refused rather than replaced.
+
+    Returns
+    -------
+    Path
+        ``path``.
+
+    Raises
+    ------
+    OSError
+        ``path`` is a file, or a directory holding entries not among ``names``, or
+        cannot be written; the old set is left intact.
+    """
+    path = Path(path)
+    target = Path(os.path.realpath(path))
+    mode = os.stat(target).st_mode if target.exists() else None
+    if mode is not None and not stat.S_ISDIR(mode):
+        raise NotADirectoryError(errno.ENOTDIR, "is a file, not a directory", str(path))
+    target.parent.mkdir(parents=True, exist_ok=True)
+    new = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp"))
+    try:
+        os.chmod(new, 0o777 & ~_umask() if mode is None else stat.S_IMODE(mode))
+        write(new)
+        _swap_in(new, target, names)
     except BaseException:
-        tmp.unlink(missing_ok=True)  # never leave a partial file behind
+        shutil.rmtree(new, ignore_errors=True)
         raise
     return path
+
+
+def _swap_in(new: Path, target: Path, names: Iterable[str]) -> None:
+    """Rename the directory ``new`` to ``target``; an old ``target`` (holding only ``names``)
+    is moved aside first and removed after, or put back if the rename fails."""
+    from .paths import foreign_entries
+
+    if not os.path.lexists(target):
+        os.rename(new, target)
+        return
+    if extra := foreign_entries(target, names):
+        raise FileExistsError(errno.EEXIST, f"holds {extra[0]!r}, which is not one of the "
+                              "files written there; not replacing it", str(target))
+    aside = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.", suffix=".old"))
+    try:
+        os.rename(target, aside / target.name)
+    except BaseException:
+        aside.rmdir()
+        raise
+    try:
+        os.rename(new, target)
+    except BaseException:
+        os.rename(aside / target.name, target)
+        aside.rmdir()
+        raise
+    shutil.rmtree(aside, ignore_errors=True)
+
+
+def _staged(directory: str | os.PathLike, name: str, mode: int, write) -> Path:
+    """A new file of ``mode`` in ``directory``, with a random name, filled by ``write``.
+
+    Created with ``O_EXCL`` (:func:`tempfile.mkstemp`): never a file that was there, nor
+    the target of a planted link. Removed again if ``write`` fails.
+    """
+    fd, name = tempfile.mkstemp(dir=directory, prefix=f".{name}.", suffix=".tmp")
+    tmp = Path(name)
+    try:
+        os.fchmod(fd, mode)
+        os.close(fd)
+        write(tmp)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return tmp
+
+
+def _replace(target: Path, mode: int | None, write) -> None:
+    """Stage the content beside ``target`` (keeping ``mode``, or the umask's for a new
+    file), then rename it over ``target``."""
+    keep = 0o666 & ~_umask() if mode is None else stat.S_IMODE(mode)
+    tmp = _staged(target.parent, target.name, keep, write)
+    try:
+        os.replace(tmp, target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def _write_into(path: Path, write) -> None:
+    """Stage the content in the temporary directory, then copy it into the device or FIFO
+    ``path``, opened for writing only (never created, truncated or replaced)."""
+    tmp = _staged(tempfile.gettempdir(), path.name, 0o600, write)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_NOCTTY)
+        with open(fd, "wb") as sink, open(tmp, "rb") as source:
+            if stat.S_ISREG(os.fstat(fd).st_mode):  # replaced by a file since it was looked at
+                raise OSError(errno.EEXIST, "became a regular file while being written",
+                              str(path))
+            shutil.copyfileobj(source, sink)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _umask() -> int:
+    """The process's umask (read by setting it, and setting it back at once)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def write_json(data: Any, path: str | os.PathLike) -> None:

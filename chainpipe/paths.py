@@ -1,15 +1,20 @@
 """Files a command reads and writes: finding instance files, never writing over an input.
 
 Every command that writes a file checks its outputs against its inputs with
-:func:`refuse_overwrite` before it does any work, comparing paths after
-resolving symbolic links, so that ``chainpipe solve X --plan-out X`` (or any
-other output pointed at an input) is refused with one line instead of
-destroying the input.
+:func:`refuse_overwrite` before it does any work. Inputs are the files the
+command actually reads (a directory form such as ``--model-config DIR`` is
+passed as the file it stands for, ``DIR/config.json``), and every path is
+compared after resolving symbolic links (hard links too, when both exist), so
+that ``chainpipe solve X --plan-out X`` (or any other output pointed at an
+input, through a link or not) is refused with one line instead of destroying
+the input. The same check refuses an output file that is a directory or a
+socket, and an output directory that is a file.
 """
 
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -19,58 +24,103 @@ from .instance import InstanceError
 MANIFEST = "manifest.json"
 
 
+def real_path(path: str | os.PathLike) -> Path:
+    """``path`` absolute, with every symbolic link resolved.
+
+    A missing part, or a loop of links, is left as it is (never an exception): a path
+    that cannot be resolved names no file another path could also name.
+    """
+    return Path(os.path.realpath(path))
+
+
 def same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:
     """Whether ``a`` and ``b`` name the same file, after resolving links (and hard links)."""
-    pa, pb = Path(a), Path(b)
     try:
-        if pa.exists() and pb.exists():
-            return os.path.samefile(pa, pb)
-    except OSError:
-        pass
-    return pa.resolve() == pb.resolve()
+        return os.path.samefile(a, b)
+    except OSError:  # one of them does not exist (yet), or cannot be reached
+        return real_path(a) == real_path(b)
 
 
 def inside(path: str | os.PathLike, directory: str | os.PathLike) -> bool:
     """Whether ``path`` is ``directory`` or lies below it, after resolving links."""
-    p, d = Path(path).resolve(), Path(directory).resolve()
+    p, d = real_path(path), real_path(directory)
     return p == d or d in p.parents
+
+
+def file_problem(option: str, path: str | os.PathLike) -> str | None:
+    """Why ``path`` cannot be an output file of ``option``, or None.
+
+    A new name, a regular file, a link to one, a device or a FIFO can be written
+    (:func:`chainpipe.io.atomic_write` says how); a directory or a socket cannot.
+    """
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None  # a new name; a path that cannot be reached fails when written
+    if stat.S_ISDIR(mode):
+        return f"{option}: {path} is a directory; give a file name"
+    if stat.S_ISSOCK(mode):
+        return f"{option}: {path} is a socket; give a file name"
+    return None
+
+
+def directory_problem(option: str, path: str | os.PathLike) -> str | None:
+    """Why ``path`` cannot be an output directory of ``option`` (it is a file), or None."""
+    if os.path.lexists(path) and not os.path.isdir(path):
+        return f"{option}: {path} is a file; give a directory"
+    return None
+
+
+def _file_problems(option: str, out: str | os.PathLike, inputs: list[Path]) -> list[str]:
+    """Why ``out`` cannot be the output file of ``option``: each input it is, else its kind."""
+    clashes = [f"{option}: {out} is an input of this command; refusing to write over it"
+               for src in inputs if same_file(out, src)]
+    problem = file_problem(option, out)
+    return clashes or ([problem] if problem else [])
+
+
+def _directory_problems(option: str, out: str | os.PathLike, inputs: list[Path]) -> list[str]:
+    """Why ``out`` cannot be the output directory of ``option``: each input it holds, else
+    its kind."""
+    clashes = [f"{option}: {out} holds the input {src}; refusing to write into it"
+               for src in inputs if inside(src, out)]
+    problem = directory_problem(option, out)
+    return clashes or ([problem] if problem else [])
 
 
 def refuse_overwrite(outputs: dict[str, str | os.PathLike | None],
                      inputs: Iterable[str | os.PathLike],
                      directories: dict[str, str | os.PathLike | None] | None = None) -> None:
-    """Raise :class:`InstanceError` if an output would write over an input.
+    """Raise :class:`InstanceError` if an output would write over an input, or cannot be one.
 
     Parameters
     ----------
     outputs : dict
         ``{option name: file path}`` of files the command will write (``None`` skipped).
+        A directory or a socket is refused.
     inputs : iterable of path
-        Files the command reads.
+        The files the command reads: each as the reader opens it (``DIR/config.json``
+        for ``--model-config DIR``, a set's instance files for its directory).
     directories : dict, optional
-        ``{option name: directory}`` the command writes into: an input inside one is refused.
+        ``{option name: directory}`` the command writes into: an input inside one is
+        refused, and so is an existing file that is not a directory.
 
     Raises
     ------
     InstanceError
-        One problem per collision, naming the option and the input.
+        One problem per collision or unusable output, naming the option.
     """
-    inputs = [Path(p) for p in inputs]
+    unique: dict[Path, Path] = {}
+    for src in inputs:  # an input named twice is one input
+        unique.setdefault(real_path(src), Path(src))
+    inputs = list(unique.values())
     problems = []
     for option, out in outputs.items():
-        if out is None:
-            continue
-        for src in inputs:
-            if same_file(out, src):
-                problems.append(f"{option}: {out} is an input of this command; "
-                                f"refusing to write over it")
+        if out is not None:
+            problems += _file_problems(option, out, inputs)
     for option, out in (directories or {}).items():
-        if out is None:
-            continue
-        for src in inputs:
-            if inside(src, out):
-                problems.append(f"{option}: {out} holds the input {src}; "
-                                f"refusing to write into it")
+        if out is not None:
+            problems += _directory_problems(option, out, inputs)
     if problems:
         raise InstanceError(problems)
 
@@ -110,3 +160,15 @@ def instance_files(arguments: Iterable[str | os.PathLike]) -> list[Path]:
     if problems:
         raise InstanceError(problems)
     return out
+
+
+def foreign_entries(directory: str | os.PathLike, names: Iterable[str]) -> list[str]:
+    """The entries of ``directory`` other than ``names``, sorted; none for a missing directory.
+
+    What a command that replaces a directory whole (``simulate --out``) would destroy
+    beside its own files: it refuses such a directory instead.
+    """
+    try:
+        return sorted(set(os.listdir(directory)) - set(names))
+    except (FileNotFoundError, NotADirectoryError):
+        return []

@@ -9,13 +9,13 @@ from tqdm import tqdm
 
 from ..instance import InstanceError
 from ..names import unknown_name
-from ..paths import refuse_overwrite
+from ..paths import foreign_entries, inside, refuse_overwrite
 from .catalogue import POLICIES
 from .jobs import job_stream
 from .network import Network
 from .offers import Planner
 from .presets import PRESETS, preset
-from .report import metrics, write_outputs
+from .report import OUTPUT_FILES, metrics, write_outputs
 from .scenario import Scenario, read_scenario
 from .simulator import Run, make_policy, simulate
 
@@ -64,6 +64,26 @@ def parse_policies(text: str | None) -> list[str]:
     return list(dict.fromkeys(names))
 
 
+def check_out(out: str, inputs: list[str]) -> None:
+    """Refuse, before any work, an ``--out`` that cannot be replaced by a new set of files.
+
+    It may not be a file, hold an input or the current directory, nor hold anything but
+    the files of :data:`~chainpipe.online.report.OUTPUT_FILES` (the whole directory is
+    replaced: :func:`~chainpipe.online.report.write_outputs`).
+    """
+    refuse_overwrite({}, inputs, {"--out": out})
+    problems = []
+    if inside(Path.cwd(), out):
+        problems.append(f"--out: {out} holds the current directory; give another directory "
+                        "(it is replaced whole)")
+    if extra := foreign_entries(out, OUTPUT_FILES):
+        shown = ", ".join(extra[:3]) + (f" and {len(extra) - 3} more" if len(extra) > 3 else "")
+        problems.append(f"--out: {out} holds {shown}, which simulate does not write; give a "
+                        "new directory or one simulate wrote (it is replaced whole)")
+    if problems:
+        raise InstanceError(problems)
+
+
 def cli_simulate(args) -> int:
     """The ``simulate`` command: arguments from :func:`chainpipe.cli.build_parser`."""
     if args.preset == "list":
@@ -76,13 +96,13 @@ def cli_simulate(args) -> int:
     if args.out is None:
         raise InstanceError(["--out: the output directory is required"])
     policies = parse_policies(args.policies)
+    check_out(args.out, [] if args.scenario is None else [args.scenario])
     if args.preset is not None:
         if args.preset not in PRESETS:
             raise InstanceError([f"--preset: {unknown_name('scenario preset', args.preset, PRESETS)}"])
         scenario = preset(args.preset)
     else:
         scenario = read_scenario(args.scenario)
-        refuse_overwrite({}, [args.scenario], {"--out": args.out})
     scenario = scenario.with_jobs(args.jobs)
     seed = scenario.seed if args.seed is None else args.seed
     progress = sys.stderr.isatty() if args.progress is None else args.progress

@@ -21,11 +21,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..drawing import pyplot, save_figure, write_csv
-from ..io import atomic_write
+from ..io import atomic_write, atomic_write_directory
 from .simulator import Run
 
 JOB_COLUMNS = ["policy", "job", "arrival_s", "status", "iteration_time_s", "datacenters",
                "devices", "wait_s", "reason"]
+#: every file ``chainpipe simulate`` writes into ``--out``, in the order written
+OUTPUT_FILES = ("jobs.csv", "summary.csv", "utilisation.csv", "summary.md", "utilisation.png",
+                "iteration_time.png")
 SUMMARY_COLUMNS = ["policy", "jobs", "accepted", "blocked", "blocking_rate",
                    "mean_iteration_time_s", "utilisation", "scenario", "seed"]
 
@@ -220,23 +223,29 @@ def plot_iteration_times(runs: list[Run], path: Path) -> None:
 
 
 def write_outputs(runs: list[Run], scenario, seed: int, out: Path) -> list[Path]:
-    """Write every file of ``chainpipe simulate`` into ``out``; returns their paths."""
-    out = Path(out)
-    files = [
-        write_csv(out / "jobs.csv", JOB_COLUMNS, [row for run in runs for row in job_rows(run)]),
-        write_csv(out / "summary.csv", SUMMARY_COLUMNS,
-                  [summary_row(metrics(run), scenario.name, seed) for run in runs]),
-        write_csv(out / "utilisation.csv", ["policy", "time_s", "gpu_utilisation", "span_load",
-                                            "reserved_share"],
-                  [[run.policy, num(s.time_s), num(s.gpu_utilisation), num(s.span_load),
-                    num(s.reserved_share)] for run in runs for s in run.samples]),
-    ]
+    """Write every file of ``chainpipe simulate`` into ``out`` as one set; returns their paths.
+
+    The set is made in a new directory and swapped in whole
+    (:func:`~chainpipe.io.atomic_write_directory`): an existing ``out`` is replaced, and
+    only if it holds nothing but these files; an interruption leaves the old set.
+    """
+    atomic_write_directory(out, lambda tmp: _write_set(runs, scenario, seed, tmp), OUTPUT_FILES)
+    return [Path(out, name) for name in OUTPUT_FILES]
+
+
+def _write_set(runs: list[Run], scenario, seed: int, out: Path) -> None:
+    """The files of :data:`OUTPUT_FILES` in the directory ``out``."""
+    write_csv(out / "jobs.csv", JOB_COLUMNS, [row for run in runs for row in job_rows(run)])
+    write_csv(out / "summary.csv", SUMMARY_COLUMNS,
+              [summary_row(metrics(run), scenario.name, seed) for run in runs])
+    write_csv(out / "utilisation.csv", ["policy", "time_s", "gpu_utilisation", "span_load",
+                                        "reserved_share"],
+              [[run.policy, num(s.time_s), num(s.gpu_utilisation), num(s.span_load),
+                num(s.reserved_share)] for run in runs for s in run.samples])
     text = summary_markdown(runs, scenario, seed)
-    files.append(atomic_write(out / "summary.md", lambda tmp: tmp.write_text(text, "utf-8")))
+    atomic_write(out / "summary.md", lambda tmp: tmp.write_text(text, "utf-8"))
     plot_utilisation(runs, out / "utilisation.png")
     plot_iteration_times(runs, out / "iteration_time.png")
-    files += [out / "utilisation.png", out / "iteration_time.png"]
-    return files
 
 
 def draw_sweep(ax, rows: list[dict], key: str, ylabel: str, percent: bool = False) -> None:
