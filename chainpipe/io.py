@@ -612,11 +612,11 @@ def _staged(directory: str | os.PathLike, name: str, mode: int, write) -> Path:
     Created with ``O_EXCL`` (:func:`tempfile.mkstemp`): never a file that was there, nor
     the target of a planted link. Removed again if ``write`` fails.
     """
-    fd, name = tempfile.mkstemp(dir=directory, prefix=f".{name}.", suffix=".tmp")
-    tmp = Path(name)
+    fd, tmp_name = tempfile.mkstemp(dir=directory, prefix=f".{name}.", suffix=".tmp")
+    tmp = Path(tmp_name)
+    os.close(fd)
     try:
-        os.fchmod(fd, mode)
-        os.close(fd)
+        os.chmod(tmp, mode)
         write(tmp)
     except BaseException:
         tmp.unlink(missing_ok=True)

@@ -55,8 +55,10 @@ def file_problem(option: str, path: str | os.PathLike) -> str | None:
     """
     try:
         mode = os.stat(path).st_mode
-    except OSError:
-        return None  # a new name; a path that cannot be reached fails when written
+    except FileNotFoundError:
+        return None  # a new name (or a link to one)
+    except OSError as exc:  # a loop of links, a file where a directory should be, ...
+        return f"{option}: {path}: {exc.strerror}"
     if stat.S_ISDIR(mode):
         return f"{option}: {path} is a directory; give a file name"
     if stat.S_ISSOCK(mode):

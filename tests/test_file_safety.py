@@ -207,11 +207,17 @@ def plain(capsys, work, argv, message):
     (["compare", "inst.json", "--solvers", "dp", "--out", "f"],
      "--out: f is a file; give a directory"),
     (["split", "inst.json", "f"], "OUTDIR: f is a file; give a directory"),
+    (["export", "inst.json", "plan.json", "--to", "ranks", "-o", "loop"],
+     "-o/--output: loop: Too many levels of symbolic links"),
+    (["solve", "inst.json", "--plan-out", "f/plan.json"],
+     "--plan-out: f/plan.json: Not a directory"),
 ], ids=["export-dir", "nearest-out-dir", "plot-dir", "plot-data-dir", "plan-out-dir",
-        "write-model-dir", "simulate-file", "compare-file", "split-file"])
+        "write-model-dir", "simulate-file", "compare-file", "split-file", "export-loop",
+        "plan-out-below-a-file"])
 def test_an_output_of_the_wrong_kind_exits_2_with_one_line(capsys, work, argv, message):
     (work / "d").mkdir()
     (work / "f").write_text("mine")
+    (work / "loop").symlink_to("loop")
     plain(capsys, work, argv, message)
 
 
