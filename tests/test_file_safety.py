@@ -300,3 +300,11 @@ def test_sigterm_while_simulate_writes_never_leaves_a_mixed_set(capsys, tmp_path
                           timeout=120)
     assert proc.returncode == -15, proc.stderr.decode()
     assert snapshot(out) == before
+
+
+def test_simulate_never_replaces_the_current_directory(capsys, tmp_path, monkeypatch):
+    out = tmp_path / "sim"
+    assert call(capsys, *SIMULATE, "--out", out)[0] == 0
+    monkeypatch.chdir(out)
+    plain(capsys, tmp_path, [*SIMULATE, "--out", "."],
+          "--out: . holds the current directory; give another directory (it is replaced whole)")
