@@ -15,8 +15,13 @@ $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e .
 	touch $@
 
-$(STAMP_DEV): pyproject.toml | $(BIN)/python
+# Megatron-Core without its dependencies (PyTorch, ...): the tests run its own
+# PipelineParallelLayerLayout on every layout `chainpipe export --to megatron` writes
+MEGATRON_CORE := megatron-core>=0.13
+
+$(STAMP_DEV): pyproject.toml Makefile | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet --no-deps '$(MEGATRON_CORE)'
 	touch $(STAMP) $@
 
 demo: $(STAMP)

@@ -26,13 +26,21 @@ from .instances import PRESETS
 from .instances.generator import SWITCH
 from .instances.models import MODELS, model_shape
 from .instances.network import check_degrade
-from .io import atomic_write, instance_to_dict, read, read_plan, write, write_plan
+from .io import (
+    atomic_write,
+    instance_to_dict,
+    read,
+    read_plan_for,
+    write,
+    write_json,
+    write_plan,
+)
 from .names import unknown_name
 from .numeric import jsonable
 from .online.catalogue import POLICY_LINES
 from .online.presets import PRESETS as SCENARIOS
 from .paths import MANIFEST, instance_files, refuse_overwrite, same_file
-from .plan import evaluate
+from .plan import evaluate, idle_devices
 from .result import OptionError
 from .solve import SOLVERS
 from .strict_json import quote
@@ -153,13 +161,22 @@ def cmd_evaluate(args) -> int:
     """``chainpipe evaluate INSTANCE PLAN``: ``T`` and its breakdown for a plan file."""
 
     inst = read_instance(args.instance, args.strict)
-    plan = read_plan(args.plan)
+    plan = plan_for(args, inst)
     ev = evaluate(inst, plan)
     if args.format == "json":
         print(json.dumps(jsonable(ev.to_dict()), indent=1))
     else:
         print(format_evaluation(inst, ev))
-    return 0
+    return 0 if ev.feasible else 1
+
+
+def plan_for(args, inst):
+    """The plan file ``args.plan`` for ``inst``: refused (exit 2) when written for another
+    instance unless ``--force``; its warnings on stderr."""
+    plan, warnings = read_plan_for(args.plan, inst, force=getattr(args, "force", False))
+    for line in warnings:
+        print(line, file=sys.stderr)
+    return plan
 
 
 def cmd_generate(args) -> int:
@@ -193,7 +210,7 @@ def cmd_generate(args) -> int:
     common = {"microbatches": args.microbatches, "schedule": args.schedule,
               "parallelism": args.parallelism, "data_parallel": args.data_parallel,
               "tensor_parallel": args.tensor_parallel, "zero": args.zero,
-              "microbatch_size": args.microbatch_size}
+              "microbatch_size": args.microbatch_size, "global_batch": args.global_batch}
     common = {k: v for k, v in common.items() if v is not None}
     try:
         if args.cluster:
@@ -227,12 +244,12 @@ def cmd_export(args) -> int:
     if args.csv and args.to != "ranks":
         raise InstanceError([f"--csv: applies to --to ranks only, not {args.to}"])
     inst = read_instance(args.instance, args.strict)
-    plan = read_plan(args.plan)
+    plan = plan_for(args, inst)
     try:
-        text = export(inst, plan, args.to, csv=args.csv)
+        text = export(inst, plan, args.to, csv=args.csv, microbatch_size=args.microbatch_size)
     except Inexpressible as exc:
         if exc.nearest is not None and args.nearest_out:
-            write_plan(exc.nearest.plan, args.nearest_out)
+            write_plan(exc.nearest.plan, args.nearest_out, inst)
         print(f"chainpipe export: {exc}", file=sys.stderr)
         return 1
     if args.output:
@@ -289,7 +306,7 @@ def cmd_solve(args) -> int:
     except OptionError as exc:
         raise InstanceError([f"--option: {exc}"]) from None
     if args.plan_out and res.plan is not None:
-        write_plan(res.plan, args.plan_out)
+        write_json(res.plan_document(), args.plan_out)
     elif args.plan_out:
         print(f"--plan-out: no plan (status {res.status}); {args.plan_out} not written",
               file=sys.stderr)
@@ -297,10 +314,22 @@ def cmd_solve(args) -> int:
         print(json.dumps(res.to_dict()))
     else:
         print(format_result(res))
+        for line in idle_lines(inst, res.plan):
+            print(line)
         if res.plan is not None:
             print()
             print(format_evaluation(inst, evaluate(inst, res.plan)))
     return 1 if res.status == "error" else 0
+
+
+def idle_lines(inst, plan) -> list[str]:
+    """``idle            gamma/H100 x 8``: one line per device group the plan leaves
+    (partly) unused."""
+    if plan is None:
+        return []
+    return [f"idle            {dc}/{kind} x {idle}" + ("" if idle == count else f" of {count}")
+            for dc, kind, idle, count in idle_devices(inst, plan)]
+
 
 
 def cmd_solvers(args) -> int:
@@ -376,6 +405,9 @@ def format_result(res) -> str:
         f"gap             {gap}",
         f"solve time      {res.solve_time:.3f} s",
     ]
+    if res.devices_used is not None:
+        total = "" if res.devices_total is None else f" of {res.devices_total}"
+        lines.append(f"devices used    {res.devices_used}{total}")
     if res.message:
         lines.append(f"message         {res.message}")
     return "\n".join(lines)
@@ -387,6 +419,11 @@ def _table(rows: list[tuple[str, ...]]) -> list[str]:
     return ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
 
 
+#: bytes a human reads are shown in binary units: 1 GiB = 2**30 bytes (a card sold as
+#: "80 GB" holds 80 GiB)
+GIB = 2**30
+
+
 def format_evaluation(inst, ev) -> str:
     """An :class:`~chainpipe.Evaluation` as the stage and boundary tables ``evaluate`` prints.
 
@@ -394,17 +431,21 @@ def format_evaluation(inst, ev) -> str:
     compute time ``C_s``, microbatches in flight, memory per device and its limit, and
     the gradient synchronisation ``R_s``; then the parts of ``T``, the largest ``R_s``
     (and its stage) and which term paces the iteration: a device, a link or the
-    synchronisation.
+    synchronisation. An infeasible plan gets no breakdown (its times are undefined), only
+    ``INFEASIBLE`` and what it breaks, one line each.
     """
     from .plan import devices_label
 
+    if ev.violations:
+        return "\n".join([f"INFEASIBLE: the plan breaks {len(ev.violations)} rule(s) of "
+                          f"{inst.name}:"] + [f"  {v}" for v in ev.violations])
     rows = [("stage", "layers", "d x t", "devices", "compute s", "in flight",
-             "memory/device GB", "limit GB", "sync s")]
+             "memory/device GiB", "limit GiB", "sync s")]
     for st in ev.stages:
         rows.append((str(st.index), f"[{st.start}, {st.end})",
                      f"{st.data_parallel}x{st.tensor_parallel}", devices_label(st.devices),
                      f"{st.compute_time_s:.6g}", str(st.in_flight),
-                     f"{st.memory_bytes / 1e9:.3f}", f"{st.memory_limit_bytes / 1e9:.3f}",
+                     f"{st.memory_bytes / GIB:.3f}", f"{st.memory_limit_bytes / GIB:.3f}",
                      f"{st.sync_time_s:.6g}"))
     out = _table(rows)
     if ev.boundaries:
@@ -423,9 +464,6 @@ def format_evaluation(inst, ev) -> str:
     out.append(f"synchronisation {ev.sync_s:.6g} s  ({sync})")
     paced = f"  (paced by {_pacing(ev)})" if math.isfinite(ev.iteration_time_s) else ""
     out.append(f"iteration time  {ev.iteration_time_s:.6g} s{paced}")
-    if ev.violations:
-        out.append("INFEASIBLE:")
-        out.extend(f"  {v}" for v in ev.violations)
     return "\n".join(out)
 
 
@@ -482,6 +520,12 @@ def _tls_arguments(p) -> None:
     p.add_argument("--tls-ca", metavar="CA", help="the agreed CA's certificate (PEM)")
     p.add_argument("--tls-cert", metavar="CERT", help="this party's certificate (PEM)")
     p.add_argument("--tls-key", metavar="KEY", help="this party's private key (PEM)")
+
+
+def _force_argument(p) -> None:
+    p.add_argument("--force", action="store_true",
+                   help="use a plan written for another instance (its file names the instance "
+                        "by SHA-256; without --force such a plan is refused, exit 2)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -551,6 +595,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--format", choices=FORMATS, default="table", help="output: %(choices)s")
     s.add_argument("--strict", action="store_true",
                    help="treat the instance's plausibility warnings as errors (exit 2)")
+    _force_argument(s)
     s.set_defaults(func=cmd_evaluate)
 
     s = sub.add_parser("generate", help="generate an instance from a preset or a cluster file",
@@ -579,7 +624,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--model-name", metavar="NAME",
                    help="--model-config: the model's name (default: its directory's)")
     s.add_argument("--microbatch-size", type=positive_int, metavar="B",
-                   help="sequences per microbatch (default: 1)")
+                   help="sequences per microbatch, written as training.microbatch_size; every "
+                        "stage's data-parallel width must divide it (default: the least common "
+                        "multiple of the data-parallel widths)")
+    s.add_argument("--global-batch", type=positive_int, metavar="G",
+                   help="sequences per iteration: M = G / B (B must divide G)")
     s.add_argument("--model", type=name_of("model", MODELS), choices=list(MODELS),
                    metavar="NAME", help="the model (default: drawn by the preset): %(choices)s")
     s.add_argument("--datacenters", type=positive_int, metavar="N",
@@ -666,6 +715,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "can express there")
     s.add_argument("--strict", action="store_true",
                    help="treat the instance's plausibility warnings as errors (exit 2)")
+    s.add_argument("--microbatch-size", type=positive_int, metavar="B",
+                   help="sequences per microbatch, for an instance that does not state "
+                        "training.microbatch_size (megatron and torchtitan need it)")
+    _force_argument(s)
     s.set_defaults(func=cmd_export)
 
     s = sub.add_parser("compare", help="run several solvers on instances and compare them")
@@ -700,6 +753,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--links", choices=["auto", "all", "inter", "none"], default="auto",
                    help="link rows: all, inter-DC only, none, or auto (all up to 16 stages, "
                         "inter-DC beyond; default: %(default)s)")
+    _force_argument(s)
     s.set_defaults(func=cmd_plot)
 
     s = sub.add_parser(

@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 import os
 import statistics
+import sys
 from pathlib import Path
 
 from .drawing import pyplot, save_figure
@@ -362,13 +363,15 @@ def cli_plot(args) -> int:
         0 (bad input raises :class:`~chainpipe.instance.InstanceError`: exit 2).
     """
     from .drawing import write_csv
-    from .io import read, read_plan, write_json
+    from .io import read, read_plan_for, write_json
     from .numeric import jsonable
 
     out, data = _check_outputs(args)
     window = _window(args.microbatches)
     inst = read(args.instance)
-    plan = read_plan(args.plan)
+    plan, warnings = read_plan_for(args.plan, inst, force=args.force)
+    for line in warnings:
+        print(line, file=sys.stderr)
     try:
         sim = gantt(inst, plan, path=out, window=window, links=args.links)
     except InstanceError as exc:  # the plan's violations: name the file they are in

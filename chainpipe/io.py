@@ -8,6 +8,7 @@ thing for other tools, and a test keeps the two in step.
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 import os
 import re
@@ -42,8 +43,9 @@ from .instance import (
     optimizer_problem,
 )
 from .plan import Plan
-from .strict_json import shorten
+from .strict_json import quote, shorten
 
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 SCHEMA_PATH = Path(__file__).with_name("schema") / "instance.schema.json"
 #: what to do instead with the files of ``chainpipe split``
 _SPLIT_HINTS = {
@@ -682,6 +684,66 @@ def write(instance: Instance, path: str | os.PathLike) -> None:
     write_json(instance_to_dict(instance), path)
 
 
+def instance_digest(instance: Instance) -> str:
+    """The SHA-256 (hex) of an instance's canonical JSON: what a plan names its instance by.
+
+    The canonical JSON is :func:`instance_to_dict` dumped with sorted keys, no spaces and
+    UTF-8 text (``json.dumps(obj, sort_keys=True, separators=(",", ":"),
+    ensure_ascii=False)``), so a file and its rewrite by chainpipe (a version-1 file and
+    its version-2 form, a file with defaults left out) have one digest.
+    """
+    text = json.dumps(instance_to_dict(instance), sort_keys=True, separators=(",", ":"),
+                      ensure_ascii=False, allow_nan=False)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def plan_origin(instance: Instance) -> dict:
+    """``{"name": ..., "sha256": ...}``: the ``instance`` block a plan file carries."""
+    return {"name": instance.name, "sha256": instance_digest(instance)}
+
+
+def plan_document(plan: Plan, origin: dict | None = None) -> dict:
+    """A plan as its file holds it: ``{"instance": origin, "stages": [...]}``."""
+    return {**({"instance": origin} if origin else {}), **plan.to_dict()}
+
+
+def _origin_of(data: Any, where: str) -> dict | None:
+    """The ``instance`` block of a plan object, checked (``None`` when there is none)."""
+    if not isinstance(data, dict) or "instance" not in data:
+        return None
+    origin = data["instance"]
+    pre = f"{where}instance"
+    if not isinstance(origin, dict):
+        raise InstanceError([f"{pre}: must be an object {{\"name\": ..., \"sha256\": ...}}, "
+                             f"got {json_kind(origin)}"])
+    problems = [f"{pre}.{k}: unknown field" for k in origin if k not in ("name", "sha256")]
+    if msg := name_rule(origin.get("name")):
+        problems.append(f"{pre}.name: {msg}")
+    sha = origin.get("sha256")
+    if sha is not None and not (isinstance(sha, str) and _SHA256.fullmatch(sha)):
+        problems.append(f"{pre}.sha256: must be 64 lower-case hexadecimal digits, got {_fmt(sha)}")
+    if problems:
+        raise InstanceError(problems)
+    return origin
+
+
+def read_plan_file(path: str | os.PathLike) -> tuple[Plan, dict | None]:
+    """A plan file's plan and the instance it names (``None`` when it names none).
+
+    Reads what :func:`read_plan` reads; see :func:`check_plan_origin` for the check.
+    """
+    data = load_json(path)
+    try:
+        # accept a plan file or a whole result object that carries one
+        if isinstance(data, dict) and "plan" in data and "stages" not in data:
+            if data["plan"] is None:
+                raise InstanceError(["plan: the result holds no plan"])
+            return Plan.from_dict(data["plan"], "plan"), _origin_of(data["plan"], "plan.")
+        return Plan.from_dict(data), _origin_of(data, "")
+    except InstanceError as exc:
+        raise InstanceError([f"{path}: {p}" for p in exc.problems]) from None
+
+
 def read_plan(path: str | os.PathLike) -> Plan:
     """Read a plan file, or the plan inside a result file that ``solve --format json`` wrote.
 
@@ -689,7 +751,8 @@ def read_plan(path: str | os.PathLike) -> Plan:
     ----------
     path : str or os.PathLike
         ``{"stages": [{"layers": [start, end], "device": "dc/type/i"}, ...]}``
-        or a result object with a ``plan`` field.
+        (optionally with the ``instance`` it was written for) or a result object
+        with a ``plan`` field.
 
     Returns
     -------
@@ -704,19 +767,68 @@ def read_plan(path: str | os.PathLike) -> Plan:
         result without a plan included); one line per problem, each starting
         with ``path: ``.
     """
-    data = load_json(path)
-    try:
-        # accept a plan file or a whole result object that carries one
-        if isinstance(data, dict) and "plan" in data and "stages" not in data:
-            if data["plan"] is None:
-                raise InstanceError(["plan: the result holds no plan"])
-            return Plan.from_dict(data["plan"], "plan")
-        return Plan.from_dict(data)
-    except InstanceError as exc:
-        raise InstanceError([f"{path}: {p}" for p in exc.problems]) from None
+    return read_plan_file(path)[0]
 
 
-def write_plan(plan: Plan, path: str | os.PathLike) -> None:
+def check_plan_origin(origin: dict | None, instance: Instance, plan_path, *,
+                      force: bool = False) -> list[str]:
+    """Whether a plan file was written for ``instance``; the warning lines to print.
+
+    Parameters
+    ----------
+    origin : dict or None
+        The plan file's ``instance`` block (:func:`read_plan_file`).
+    instance : Instance
+        The instance the plan is about to be used with.
+    plan_path : path
+        The plan file, for the messages.
+    force : bool, default False
+        Use a plan written for another instance anyway (one warning line instead of
+        the error).
+
+    Returns
+    -------
+    list of str
+        Warnings: the plan names no instance (written by hand, or by an older chainpipe),
+        names it without a digest, or was forced.
+
+    Raises
+    ------
+    InstanceError
+        The plan names another instance (by digest, or by name when it carries no
+        digest), and ``force`` is false.
+    """
+    if origin is None:
+        return [f"warning: {plan_path} names no instance (written by hand or by an older "
+                f"chainpipe): not checked against {instance.name}"]
+    digest = instance_digest(instance)
+    sha = origin.get("sha256")
+    if sha == digest:
+        return []
+    if sha is None and origin["name"] == instance.name:
+        return [
+            f"warning: {plan_path} names instance {quote(origin['name'])} without its digest: "
+            f"only the name is checked"]
+    theirs = f"{quote(origin['name'])}" + (f" (sha256 {sha[:12]}...)" if sha else "")
+    line = (f"{plan_path}: the plan was written for instance {theirs}, not {quote(instance.name)} "
+            f"(sha256 {digest[:12]}...)")
+    if not force:
+        raise InstanceError([f"{line}; --force uses it anyway"])
+    return [f"warning: {line}; used anyway (--force)"]
+
+
+def read_plan_for(path: str | os.PathLike, instance: Instance, *,
+                  force: bool = False) -> tuple[Plan, list[str]]:
+    """Read a plan file to use with ``instance``: the plan and the warning lines to show.
+
+    :func:`read_plan_file`, then :func:`check_plan_origin` (a plan written for another
+    instance raises :class:`InstanceError` unless ``force``).
+    """
+    plan, origin = read_plan_file(path)
+    return plan, check_plan_origin(origin, instance, path, force=force)
+
+
+def write_plan(plan: Plan, path: str | os.PathLike, instance: Instance | None = None) -> None:
     """Write a plan as JSON in the form :func:`read_plan` reads.
 
     Parameters
@@ -726,8 +838,11 @@ def write_plan(plan: Plan, path: str | os.PathLike) -> None:
     path : str or os.PathLike
         The file, written as :func:`write` writes (atomically, parents created);
         an ``OSError`` leaves any previous file intact.
+    instance : Instance, optional
+        The instance the plan is for: the file names it (``"instance": {"name": ...,
+        "sha256": ...}``, :func:`plan_origin`) so that it is not used with another.
     """
-    write_json(plan.to_dict(), path)
+    write_json(plan_document(plan, plan_origin(instance) if instance is not None else None), path)
 
 
 def load_schema() -> dict:

@@ -280,6 +280,31 @@ def _check_stage_shape(instance: Instance, s: int, st: Stage, refs: list) -> lis
     return out
 
 
+#: unknown device names listed one per line up to this many; more are counted in one line
+UNKNOWN_LISTED = 3
+
+
+def _unknown_devices(unknown: list[tuple[str, str]]) -> list[str]:
+    """The lines for device names the instance does not have: one each, or one for all."""
+    if len(unknown) <= UNKNOWN_LISTED:
+        return [f"{where}: no device named {quote(name)}" for where, name in unknown]
+    where, name = unknown[0]
+    return [f"{len(unknown)} devices are not in this instance, e.g. {quote(name)} ({where}): "
+            f"is the plan for another instance?"]
+
+
+def idle_devices(instance: Instance, plan: Plan) -> list[tuple[str, str, int, int]]:
+    """``(dc, type, idle, count)`` for each device group ``plan`` leaves (partly) unused."""
+    used: dict[tuple[str, str], int] = {}
+    for st in plan.stages:
+        for name in st.devices:
+            dc, kind, _ = name.split("/", 2) if name.count("/") >= 2 else (name, "", "")
+            used[dc, kind] = used.get((dc, kind), 0) + 1
+    return [(dc.name, g.type, g.count - used.get((dc.name, g.type), 0), g.count)
+            for dc in instance.datacenters for g in dc.devices
+            if used.get((dc.name, g.type), 0) < g.count]
+
+
 def _check_structure(instance: Instance, plan: Plan) -> tuple[list, list[str]]:
     """Each stage's device references (``None`` for an unknown name) and the structural
     violations.
@@ -290,6 +315,7 @@ def _check_structure(instance: Instance, plan: Plan) -> tuple[list, list[str]]:
     """
     L = instance.num_layers
     violations: list[str] = []
+    unknown: list[tuple[str, str]] = []
     expect = 0
     refs: list[list] = []
     for s, st in enumerate(plan.stages):
@@ -299,7 +325,8 @@ def _check_structure(instance: Instance, plan: Plan) -> tuple[list, list[str]]:
         if not (0 <= st.start < st.end <= L):
             violations.append(
                 f"stages[{s}].layers: [{shorten(str(st.start))}, {shorten(str(st.end))}) is not a "
-                f"non-empty range of layers 0..{L}"
+                f"non-empty range of the model's layers 0..{L - 1} ([start, end) with "
+                f"0 <= start < end <= {L})"
             )
         expect = st.end
         stage_refs = []
@@ -308,10 +335,11 @@ def _check_structure(instance: Instance, plan: Plan) -> tuple[list, list[str]]:
                 stage_refs.append(instance.locate(name))
             except KeyError:
                 where = f"stages[{s}].device" if len(st.devices) == 1 else f"stages[{s}].devices[{j}]"
-                violations.append(f"{where}: no device named {quote(name)}")
+                unknown.append((where, name))
                 stage_refs.append(None)
         refs.append(stage_refs)
         violations.extend(_check_stage_shape(instance, s, st, stage_refs))
+    violations[:0] = _unknown_devices(unknown)
     if expect != L:
         violations.append(f"stages: cover layers up to {shorten(str(expect))}, the model has {L}")
     seen: dict[str, int] = {}

@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass, field
 from enum import Enum
 
-from .numeric import finite, jsonable
+from .numeric import OPTIMALITY_RTOL, finite, jsonable
 from .plan import Plan
 
 __all__ = ["Outcome", "OptionError", "Result", "Status", "jsonable"]
@@ -105,6 +105,13 @@ class Result:
         One line on why (infeasibility reason, time limit, error).
     stats : dict
         Solver-specific figures (labels, model sizes, backend log summary, ...).
+    instance_sha256 : str or None
+        The digest of the instance solved (:func:`chainpipe.io.instance_digest`): the
+        plan of ``to_dict`` names its instance by it. ``None`` when the solver's caller
+        did not hold the whole instance (a CDynP owner holds only the public file).
+    devices_total : int or None
+        The devices of the instance; ``None`` when the caller does not know them (a
+        CDynP owner: the counts are the DCs' private data).
     """
 
     instance: str
@@ -116,9 +123,16 @@ class Result:
     solve_time: float
     message: str | None = None
     stats: dict = field(default_factory=dict)
+    instance_sha256: str | None = None
+    devices_total: int | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "status", Status(self.status))
+
+    @property
+    def devices_used(self) -> int | None:
+        """The devices the plan runs on (``d * t`` summed over its stages), or ``None``."""
+        return None if self.plan is None else sum(st.width for st in self.plan.stages)
 
     @property
     def gap(self) -> float | None:
@@ -139,10 +153,70 @@ class Result:
             "lower_bound_s": finite(self.lower_bound),
             "gap": finite(self.gap),
             "solve_time_s": float(self.solve_time),
-            "plan": self.plan.to_dict() if self.plan is not None else None,
+            "devices_used": self.devices_used,
+            "devices_total": self.devices_total,
+            "plan": self.plan_document(),
             "message": self.message,
         }
         if with_stats:
             d["stats"] = jsonable(self.stats)
         return d
+
+    def plan_document(self) -> dict | None:
+        """The plan as its file holds it, naming its instance when the digest is known."""
+        if self.plan is None:
+            return None
+        origin = {"name": self.instance, "sha256": self.instance_sha256} \
+            if self.instance_sha256 else {"name": self.instance}
+        return {"instance": origin, **self.plan.to_dict()}
+
+
+def result_of(instance: InstanceRef, solver: str, outcome: Outcome, ev,
+              elapsed: float) -> Result:
+    """A solver's :class:`Outcome` as a :class:`Result`, given its plan's evaluation.
+
+    The plan's ``T`` is the cost model's (``ev``, from :func:`chainpipe.plan.evaluate`
+    or, for an owner holding no private data, :func:`chainpipe.plan.combine`); a claimed
+    bound above it voids the claim, and ``optimal`` stands only when the bound meets ``T``.
+    """
+    status, plan, bound, message = outcome.status, outcome.plan, outcome.lower_bound, outcome.message
+    ref = {"instance_sha256": instance.sha256, "devices_total": instance.devices_total}
+
+    def error(p, t, why):
+        return Result(instance.name, solver, "error", p, t, bound, elapsed, why,
+                      dict(outcome.stats), **ref)
+
+    T = None
+    if plan is not None:
+        if not ev.feasible:
+            return error(plan, None, f"solver returned an infeasible plan: {ev.violations[0]}")
+        T = ev.iteration_time_s
+        if bound is not None and bound > T * (1 + OPTIMALITY_RTOL):
+            # the solver's objective disagrees with the cost model: its proof is void
+            return error(plan, T, f"solver claimed a lower bound {bound!r} above its plan's "
+                                  f"time {T!r}")
+        if bound is not None:
+            bound = min(max(bound, 0.0), T)  # 0 <= bound <= T, whatever the rounding
+        if status == "optimal":
+            # a proof of optimality is a bound equal to the plan's time
+            if bound is None:
+                bound = T
+            if (T - bound) > OPTIMALITY_RTOL * T:
+                status = "feasible"
+    elif bound is not None:
+        bound = max(bound, 0.0)
+    if plan is None and status in ("optimal", "feasible"):
+        return error(None, None, f"solver said {status!r} without a plan")
+    return Result(instance.name, solver, status, plan, T, bound, elapsed, message,
+                  dict(outcome.stats), **ref)
+
+
+@dataclass(frozen=True)
+class InstanceRef:
+    """What a result says of its instance: the name, and the digest and device count when
+    the caller holds the whole instance (a CDynP owner holds only the public file)."""
+
+    name: str
+    sha256: str | None = None
+    devices_total: int | None = None
 

@@ -15,9 +15,8 @@ from dataclasses import dataclass
 from .deadline import Deadline
 from .instance import Instance
 from .names import unknown_name
-from .numeric import OPTIMALITY_RTOL
 from .plan import evaluate
-from .result import OptionError, Outcome, Result
+from .result import InstanceRef, OptionError, Outcome, Result, result_of
 
 
 @dataclass(frozen=True)
@@ -184,38 +183,8 @@ def run_solver(instance: Instance, name: str, run, time_limit=None, seed=0, thre
 
 def finish(instance: Instance, solver: str, outcome: Outcome, elapsed: float) -> Result:
     """Turn a solver's :class:`Outcome` into a :class:`Result`, re-evaluating its plan."""
+    from .io import instance_digest
+
     ev = evaluate(instance, outcome.plan) if outcome.plan is not None else None
-    return finish_evaluated(instance.name, solver, outcome, ev, elapsed)
-
-
-def finish_evaluated(name: str, solver: str, outcome: Outcome, ev, elapsed: float) -> Result:
-    """:func:`finish` with the plan's evaluation given (by the cost model, from parts an
-    owner holding no private data collected: :func:`chainpipe.plan.combine`)."""
-    status, plan, bound, message = outcome.status, outcome.plan, outcome.lower_bound, outcome.message
-    T = None
-    if plan is not None:
-        if not ev.feasible:
-            return Result(name, solver, "error", plan, None, bound, elapsed,
-                          f"solver returned an infeasible plan: {ev.violations[0]}",
-                          dict(outcome.stats))
-        T = ev.iteration_time_s
-        if bound is not None and bound > T * (1 + OPTIMALITY_RTOL):
-            # the solver's objective disagrees with the cost model: its proof is void
-            return Result(name, solver, "error", plan, T, bound, elapsed,
-                          f"solver claimed a lower bound {bound!r} above its plan's time {T!r}",
-                          dict(outcome.stats))
-        if bound is not None:
-            bound = min(max(bound, 0.0), T)  # 0 <= bound <= T, whatever the rounding
-        if status == "optimal":
-            # a proof of optimality is a bound equal to the plan's time
-            if bound is None:
-                bound = T
-            if (T - bound) > OPTIMALITY_RTOL * T:
-                status = "feasible"
-    elif bound is not None:
-        bound = max(bound, 0.0)
-    if plan is None and status in ("optimal", "feasible"):
-        return Result(name, solver, "error", None, None, bound, elapsed,
-                      f"solver said {status!r} without a plan", dict(outcome.stats))
-    return Result(name, solver, status, plan, T, bound, elapsed, message,
-                  dict(outcome.stats))
+    ref = InstanceRef(instance.name, instance_digest(instance), instance.num_devices)
+    return result_of(ref, solver, outcome, ev, elapsed)

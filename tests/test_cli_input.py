@@ -94,10 +94,10 @@ def test_subprocess_evaluate_with_a_file_that_is_not_a_plan_exit_2(tmp_path):
     assert line.startswith(f"{bad}: invalid JSON: ")
 
 
-def test_subprocess_evaluate_infeasible_plan_is_reported_with_exit_0(tmp_path):
+def test_subprocess_evaluate_infeasible_plan_is_reported_with_exit_1(tmp_path):
     plan = write_plan(tmp_path, [(0, 1, "a/g/0"), (2, 3, "a/g/0")])
     proc = run_cli("evaluate", WORKED, plan, "--format", "json")
-    assert (proc.returncode, proc.stderr) == (0, "")
+    assert (proc.returncode, proc.stderr) == (1, "")
     ev = _strict_json(proc.stdout)
     assert ev["feasible"] is False
     assert ev["violations"] == ["stages[1].layers: starts at 2, expected 1",
@@ -156,30 +156,86 @@ def test_evaluate_a_good_plan_prints_the_breakdown(capsys):
     ([(0, 1, "a/g/0"), (2, 3, "a/g/1")], ["stages[1].layers: starts at 2, expected 1"]),
     ([(0, 2, "a/g/0")], ["stages: cover layers up to 2, the model has 3"]),
     ([(0, 3, "a/g/0"), (3, 3, "a/g/1")],
-     ["stages[1].layers: [3, 3) is not a non-empty range of layers 0..3"]),
+     ["stages[1].layers: [3, 3) is not a non-empty range of the model's layers 0..2 "
+      "([start, end) with 0 <= start < end <= 3)"]),
     ([(0, 2, "a/g/0"), (2, 3, "a/g/0")], ["stages[1].device: a/g/0 already runs stage 0"]),
     ([(0, 3, "a/tpu/0")], ["stages[0].device: no device named 'a/tpu/0'"]),
 ], ids=["not_contiguous", "not_covering", "empty_stage", "device_reused", "unknown_device"])
-def test_evaluate_plan_breaking_the_rules_is_infeasible_exit_0(capsys, tmp_path, stages,
+def test_evaluate_plan_breaking_the_rules_is_infeasible_exit_1(capsys, tmp_path, stages,
                                                                violations):
     plan = write_plan(tmp_path, stages)
     code, out, err = call(capsys, "evaluate", WORKED, plan)
-    assert (code, err) == (0, "")
-    assert out.splitlines()[-len(violations) - 1:] == ["INFEASIBLE:"] + [
+    assert (code, err) == (1, "")
+    # what is wrong, and no breakdown built from undefined times
+    assert out.splitlines() == [
+        f"INFEASIBLE: the plan breaks {len(violations)} rule(s) of worked-example:"] + [
         f"  {v}" for v in violations]
     code, out, err = call(capsys, "evaluate", WORKED, plan, "--format", "json")
     ev = _strict_json(out)  # no NaN or Infinity token even when the time is undefined
-    assert (code, ev["feasible"], ev["violations"]) == (0, False, violations)
+    assert (code, ev["feasible"], ev["violations"]) == (1, False, violations)
 
 
-def test_evaluate_plan_over_memory_is_infeasible_exit_0(capsys, tmp_path):
+def test_evaluate_groups_many_unknown_devices(capsys, tmp_path):
+    plan = write_plan(tmp_path, [(0, 1, "x/g/0"), (1, 2, "x/g/1"), (2, 3, "x/g/2"),
+                                 (3, 3, "x/g/3")])
+    code, out, _ = call(capsys, "evaluate", WORKED, plan)
+    lines = out.splitlines()
+    assert code == 1
+    assert lines[1] == ("  4 devices are not in this instance, e.g. 'x/g/0' (stages[0].device): "
+                        "is the plan for another instance?")
+    assert not any("no device named" in line for line in lines)
+
+
+def test_a_plan_naming_no_instance_is_read_with_one_warning(capsys, tmp_path):
+    plan = write_plan(tmp_path, [(0, 1, "a/g/0"), (1, 3, "a/g/1")])
+    code, out, err = call(capsys, "evaluate", WORKED, plan, keep_warnings=True)
+    assert code == 0 and "iteration time  32 s" in out
+    assert [line for line in err.splitlines() if str(plan) in line] == [
+        f"warning: {plan} names no instance (written by hand or by an older chainpipe): not "
+        f"checked against worked-example"]
+
+
+def test_a_plan_for_another_instance_is_refused_unless_forced(capsys, tmp_path):
+    other = json.loads(WORKED.read_text())
+    other["name"] = "another"
+    path = tmp_path / "other.json"
+    path.write_text(json.dumps(other))
+    plan = VALID / "worked_example.plan.json"  # names worked-example by its digest
+    code, out, err = call(capsys, "evaluate", path, plan)
+    assert (code, out) == (2, "")
+    (line,) = err.splitlines()
+    assert line.startswith(f"{plan}: the plan was written for instance 'worked-example' "
+                           f"(sha256 df911810549c...), not 'another' (sha256 ")
+    assert line.endswith("; --force uses it anyway")
+    code, out, err = call(capsys, "evaluate", path, plan, "--force", keep_warnings=True)
+    assert code == 0 and "iteration time  32 s" in out
+    assert err.startswith("warning: ") and err.strip().endswith("used anyway (--force)")
+    # the same content under the same name has the same digest, whatever its formatting
+    same = tmp_path / "same.json"
+    same.write_text(json.dumps(json.loads(WORKED.read_text()), indent=4, sort_keys=True))
+    code, _, err = call(capsys, "evaluate", same, plan, keep_warnings=True)
+    assert code == 0 and str(plan) not in err
+
+
+def test_a_plan_written_by_solve_names_its_instance(capsys, tmp_path):
+    out_plan = tmp_path / "plan.json"
+    assert call(capsys, "solve", WORKED, "--plan-out", out_plan)[0] == 0
+    doc = json.loads(out_plan.read_text())
+    assert doc["instance"]["name"] == "worked-example" and len(doc["instance"]["sha256"]) == 64
+    code, out, _ = call(capsys, "solve", WORKED, "--format", "json")
+    res = json.loads(out)
+    assert res["plan"]["instance"] == doc["instance"]
+    assert (res["devices_used"], res["devices_total"]) == (2, 2)
+
+
+def test_evaluate_plan_over_memory_is_infeasible_exit_1(capsys, tmp_path):
     inst = json.loads(WORKED.read_text())
     inst["model"]["layers"][0]["params"] = 10**8  # 16 * 1e8 bytes > 1e9
     path = tmp_path / "inst.json"
     path.write_text(json.dumps(inst))
     plan = write_plan(tmp_path, [(0, 3, "a/g/0")])
     code, out, err = call(capsys, "evaluate", path, plan, "--format", "json")
-    assert (code, err) == (0, "")
+    assert (code, err) == (1, "")
     assert _strict_json(out)["violations"] == [
         "stages[0]: needs 1.6e+09 bytes (4 microbatches in flight) on a/g/0, which has 1e+09 bytes"]
 

@@ -80,7 +80,7 @@ def test_evaluate_table_shows_widths_devices_sync_and_pacing(capsys, tmp_path):
     assert (code, err) == (0, "")
     lines = out.splitlines()
     assert lines[0].split() == ["stage", "layers", "d", "x", "t", "devices", "compute", "s",
-                                "in", "flight", "memory/device", "GB", "limit", "GB", "sync", "s"]
+                                "in", "flight", "memory/device", "GiB", "limit", "GiB", "sync", "s"]
     assert lines[1].split() == ["0", "[0,", "1)", "2x1", "a/g/0..1", "1.5", "4", "0.000",
                                 "1.000", "2.5"]
     assert lines[2].split()[3:5] == ["2x1", "a/g/2..3"]

@@ -1,13 +1,11 @@
 """``chainpipe export``: rank layouts, Megatron-Core arguments, TorchTitan job configurations,
 and the nearest plan a framework can express.
 
-Neither framework's parser imports without PyTorch (Megatron-Core's layout parser imports its
-``parallel_state``, TorchTitan's configuration manager imports ``torch``), so the outputs are
-checked against the syntax read in their sources: :func:`megatron_parse` follows
-``PipelineParallelLayerLayout.parse_str_to_list`` and ``validate_layer_layout``
-(megatron/core/transformer/pipeline_parallel_layer_layout.py), and :data:`TORCHTITAN_KEYS`
-are the fields of ``Parallelism`` and ``Training`` in torchtitan v0.2.2's
-``torchtitan/config/job_config.py``.
+Every Megatron layout is handed to Megatron-Core's own ``PipelineParallelLayerLayout``
+(installed by ``make`` without PyTorch; the layout module needs none of it), and the batch
+written is checked against the planned one. TorchTitan's configuration manager imports
+``torch``, so its file is checked against :data:`TORCHTITAN_KEYS`, the fields of
+``Parallelism`` and ``Training`` in torchtitan v0.2.2's ``torchtitan/config/job_config.py``.
 """
 
 from __future__ import annotations
@@ -49,8 +47,57 @@ TORCHTITAN_KEYS = {
                     "data_parallel_shard_degree", "context_parallel_degree",
                     "pipeline_parallel_schedule", "pipeline_parallel_microbatch_size",
                     "module_fqns_per_model_part"},
-    "training": {"local_batch_size"},
+    "training": {"local_batch_size", "global_batch_size"},
 }
+
+
+@pytest.fixture(scope="module")
+def megatron_layout_class():
+    """Megatron-Core's own ``PipelineParallelLayerLayout``, from the installed package.
+
+    ``make`` installs ``megatron-core`` without its dependencies; the layout module and its
+    ``LayerType`` enum need none of them (``parallel_state`` is only used by methods that ask
+    for a running job's ranks, stubbed here), so the class runs as in a launch.
+    """
+    import importlib.metadata
+    import importlib.util
+    import types
+
+    try:
+        dist = importlib.metadata.distribution("megatron-core")
+    except importlib.metadata.PackageNotFoundError:
+        pytest.fail("megatron-core is not installed: `make test` installs it (--no-deps)")
+    saved = {k: sys.modules.get(k) for k in ("megatron", "megatron.core",
+                                             "megatron.core.parallel_state",
+                                             "megatron.core.transformer",
+                                             "megatron.core.transformer.enums")}
+    try:
+        for name in saved:
+            sys.modules[name] = types.ModuleType(name)
+        sys.modules["megatron.core"].parallel_state = sys.modules["megatron.core.parallel_state"]
+        modules = {}
+        for name in ("enums", "pipeline_parallel_layer_layout"):
+            path = dist.locate_file(f"megatron/core/transformer/{name}.py")
+            spec = importlib.util.spec_from_file_location(f"megatron.core.transformer.{name}",
+                                                          path)
+            modules[name] = importlib.util.module_from_spec(spec)
+            sys.modules[spec.name] = modules[name]
+            spec.loader.exec_module(modules[name])
+    finally:
+        for name, mod in saved.items():
+            if mod is None:
+                sys.modules.pop(name, None)
+            else:
+                sys.modules[name] = mod
+        sys.modules.pop("megatron.core.transformer.pipeline_parallel_layer_layout", None)
+    return modules["pipeline_parallel_layer_layout"].PipelineParallelLayerLayout
+
+
+def megatron_args(text: str) -> dict:
+    body = text[text.index("MODEL_PARALLEL_ARGS=(") + len("MODEL_PARALLEL_ARGS=("):text.rindex(")")]
+    words = [w for w in shlex.split(body)
+             if w not in ("--sequence-parallel", "--use-distributed-optimizer")]
+    return dict(zip(words[::2], words[1::2]))
 
 
 def megatron_parse(layout: str, pp: int, num_layers: int) -> list[list[str]]:
@@ -101,17 +148,21 @@ def test_ranks_list_every_device_in_rank_order(hybrid):
     assert [row["device"] for row in rows] == [r["device"] for r in ranks]
 
 
-def test_megatron_layout_follows_the_plan(hybrid):
+def test_megatron_layout_follows_the_plan(hybrid, megatron_layout_class):
     inst, mixed = hybrid
     plan = _uniform_plan(inst, 2, 4)
     text = export(inst, plan, "megatron")
-    body = text[text.index("MODEL_PARALLEL_ARGS=(") + len("MODEL_PARALLEL_ARGS=("):text.rindex(")")]
-    words = shlex.split(body)
-    words = [w for w in words if w not in ("--sequence-parallel", "--use-distributed-optimizer")]
-    args = dict(zip(words[::2], words[1::2]))
+    args = megatron_args(text)
     assert args["--tensor-model-parallel-size"] == "4"
     assert args["--pipeline-model-parallel-size"] == str(plan.num_stages)
-    assert args["--global-batch-size"] == str(inst.microbatches * 2)
+    b = inst.training.microbatch_size
+    assert args["--global-batch-size"] == str(inst.microbatches * b)
+    assert int(args["--micro-batch-size"]) * 2 == b  # per replica, times d
+    # Megatron's own count of microbatches per iteration is the planned M
+    assert int(args["--global-batch-size"]) // (int(args["--micro-batch-size"]) * 2) == \
+        inst.microbatches
+    layout = megatron_layout_class(args["--pipeline-model-parallel-layout"], plan.num_stages)
+    layout.validate_layer_layout(int(args["--num-layers"]), None)
     blocks = inst.num_layers - 2
     stages = megatron_parse(args["--pipeline-model-parallel-layout"], plan.num_stages, blocks)
     assert int(args["--num-layers"]) == blocks
@@ -136,7 +187,12 @@ def test_torchtitan_config_names_each_stage_modules(hybrid):
                                              + ["norm", "output"])
     for modules, st in zip(parts, plan.stages):
         assert len(modules) == st.end - st.start + (modules[-1] == "output")
-    assert doc["training"]["local_batch_size"] == inst.microbatches
+    b, d = inst.training.microbatch_size, 4
+    assert par["pipeline_parallel_microbatch_size"] * d == b
+    assert doc["training"]["local_batch_size"] == inst.microbatches * b // d
+    assert doc["training"]["local_batch_size"] // par["pipeline_parallel_microbatch_size"] == \
+        inst.microbatches
+    assert doc["training"]["global_batch_size"] == inst.microbatches * b
 
 
 def test_a_mixed_plan_names_the_nearest_expressible_plan(hybrid):
@@ -226,7 +282,7 @@ def _run(*args):
 def test_cli_export(tmp_path, hybrid, capsys):
     inst, plan = hybrid
     write(inst, tmp_path / "inst.json")
-    write_plan(plan, tmp_path / "plan.json")
+    write_plan(plan, tmp_path / "plan.json", inst)
     # ranks to stdout
     assert main(["export", str(tmp_path / "inst.json"), str(tmp_path / "plan.json"),
                  "--to", "ranks"]) == 0
@@ -265,11 +321,65 @@ def test_cli_export_bad_options(tmp_path, hybrid, capsys, extra, needle):
 def test_cli_export_of_a_plan_for_another_instance_is_bad_input(tmp_path, hybrid):
     inst, plan = hybrid
     write(generate("hybrid", 1), tmp_path / "other.json")
-    write_plan(plan, tmp_path / "plan.json")
+    write_plan(plan, tmp_path / "plan.json", inst)
     proc = _run("export", tmp_path / "other.json", tmp_path / "plan.json", "--to", "ranks")
     assert proc.returncode == 2 and proc.stdout == "" and "Traceback" not in proc.stderr
-    assert all(line.startswith("plan: ") for line in proc.stderr.strip().splitlines()
-               if not line.startswith("warning: "))
+    (line,) = proc.stderr.strip().splitlines()
+    assert "the plan was written for instance" in line and "--force" in line
+    # --force: checked against the instance by the cost model, as a hand-written plan is
+    proc = _run("export", tmp_path / "other.json", tmp_path / "plan.json", "--to", "ranks",
+                "--force")
+    assert proc.returncode == 2 and proc.stdout == "" and "Traceback" not in proc.stderr
+    assert all(line.startswith(("plan: ", "warning: "))
+               for line in proc.stderr.strip().splitlines())
+
+
+@pytest.mark.parametrize("fmt", ["megatron", "torchtitan"])
+def test_a_batch_format_needs_the_microbatch_size(tmp_path, hybrid, fmt):
+    inst, _ = hybrid
+    plan = _uniform_plan(inst, 2, 4)
+    unstated = dataclasses.replace(inst, training=dataclasses.replace(inst.training,
+                                                                      microbatch_size=None))
+    write(unstated, tmp_path / "inst.json")
+    write_plan(plan, tmp_path / "plan.json", unstated)
+    proc = _run("export", tmp_path / "inst.json", tmp_path / "plan.json", "--to", fmt)
+    assert proc.returncode == 2 and proc.stdout == ""
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith("training.microbatch_size: missing") and "--microbatch-size" in line
+    proc = _run("export", tmp_path / "inst.json", tmp_path / "plan.json", "--to", fmt,
+                "--microbatch-size", "3")
+    assert proc.returncode == 2 and "cannot be split evenly over 2" in proc.stderr
+    proc = _run("export", tmp_path / "inst.json", tmp_path / "plan.json", "--to", fmt,
+                "--microbatch-size", "8")
+    assert proc.returncode == 0, proc.stderr
+    assert "M = " in proc.stdout and f"{inst.microbatches * 8} sequences per iteration" in \
+        proc.stdout
+    # ranks need no batch
+    assert _run("export", tmp_path / "inst.json", tmp_path / "plan.json",
+                "--to", "ranks").returncode == 0
+    # an instance that states it: a different --microbatch-size is refused
+    write(inst, tmp_path / "stated.json")
+    write_plan(plan, tmp_path / "plan2.json", inst)
+    other = inst.training.microbatch_size * 2
+    proc = _run("export", tmp_path / "stated.json", tmp_path / "plan2.json", "--to", fmt,
+                "--microbatch-size", str(other))
+    assert proc.returncode == 2 and "differs from the instance's training.microbatch_size" in \
+        proc.stderr
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_every_layout_written_is_accepted_by_megatron_core(seed, megatron_layout_class):
+    inst = generate("hybrid-small", seed, granularity="sublayer" if seed % 2 else "block")
+    near = nearest_plan(inst)
+    if near is None:
+        pytest.skip("no uniform plan")
+    args = megatron_args(export(inst, near.plan, "megatron"))
+    pp = int(args["--pipeline-model-parallel-size"])
+    layout = megatron_layout_class(args["--pipeline-model-parallel-layout"], pp)
+    layout.validate_layer_layout(int(args["--num-layers"]), None)
+    d = near.plan.stages[0].data_parallel
+    assert int(args["--micro-batch-size"]) * d == inst.training.microbatch_size
+    assert int(args["--global-batch-size"]) == inst.microbatches * inst.training.microbatch_size
 
 
 def test_the_worked_example_of_the_docs_is_what_the_code_gives():

@@ -232,8 +232,12 @@ def test_plot_refuses_a_schedule_too_long_to_simulate_at_once(tmp_path, capsys):
     inst = tmp_path / "inst.json"
     inst.write_text(json.dumps(doc))
     t0 = time.perf_counter()
-    assert main(["plot", str(inst), str(PLAN), "-o", str(tmp_path / "g.png")]) == 1
+    # the plan names the worked example, not this copy of it: refused without --force
+    assert main(["plot", str(inst), str(PLAN), "-o", str(tmp_path / "g.png")]) == 2
+    assert "the plan was written for instance 'worked-example'" in capsys.readouterr().err
+    assert main(["plot", str(inst), str(PLAN), "-o", str(tmp_path / "g.png"), "--force"]) == 1
     assert time.perf_counter() - t0 < 10
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "fewer microbatches" in err[0]
+    assert err[0].startswith("warning: ") and "used anyway (--force)" in err[0]
+    assert len(err) == 2 and "fewer microbatches" in err[1]
     assert not (tmp_path / "g.png").exists()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import shutil
 from collections import Counter
 
@@ -117,7 +118,9 @@ def test_overrides_take_effect_on_every_preset(preset):
         assert all(dc.device_count == 4 for dc in inst.datacenters)
     assert inst.microbatches == 7
     assert inst.training.schedule == "gpipe"
-    assert inst.layers[1].output_bytes == 2 * 4096 * 4096  # 2 b s h of Llama-2 7B
+    b = inst.training.microbatch_size  # the lcm of the widths, so every width divides it
+    assert b == math.lcm(*inst.parallelism.data_parallel)
+    assert inst.layers[1].output_bytes == 2 * b * 4096 * 4096  # 2 b s h of Llama-2 7B
 
 
 @pytest.mark.parametrize("preset", list(PRESETS))
@@ -397,8 +400,9 @@ def test_v1_presets_give_v1_instances_with_parallelism_off(preset, seed):
 @pytest.mark.parametrize("preset", list(PRESETS))
 @pytest.mark.parametrize("seed", [0, 3])
 def test_parallelism_on_only_adds_the_v2_figures(preset, seed):
-    on = generate(preset, seed, parallelism="on")
-    off = generate(preset, seed, parallelism="off")
+    # one sequence per microbatch on both sides (the default is the widths' lcm)
+    on = generate(preset, seed, parallelism="on", microbatch_size=1)
+    off = generate(preset, seed, parallelism="off", microbatch_size=1)
     assert _v1_view(on) == dataclasses.replace(off, name="x")
     assert not on.parallelism.single_device and off.parallelism == Parallelism()
     assert on.name != off.name or preset in HYBRID_PRESETS

@@ -230,9 +230,11 @@ def test_gaps_overlaps_and_short_cover_are_violations(worked, stages, violations
 
 @pytest.mark.parametrize("stages,violations", [
     ([(0, 0, "a/g/0"), (0, 3, "a/g/1")],
-     ["stages[0].layers: [0, 0) is not a non-empty range of layers 0..3"]),
+     ["stages[0].layers: [0, 0) is not a non-empty range of the model's layers 0..2 "
+      "([start, end) with 0 <= start < end <= 3)"]),
     ([(0, 2, "a/g/0"), (2, 4, "a/g/1")],
-     ["stages[1].layers: [2, 4) is not a non-empty range of layers 0..3",
+     ["stages[1].layers: [2, 4) is not a non-empty range of the model's layers 0..2 "
+      "([start, end) with 0 <= start < end <= 3)",
       "stages: cover layers up to 4, the model has 3"]),
     ([(0, 3, "a/g/2")], ["stages[0].device: no device named 'a/g/2'"]),
     ([(0, 3, "b/g/0")], ["stages[0].device: no device named 'b/g/0'"]),
@@ -254,7 +256,8 @@ def test_several_violations_are_all_listed(three_dcs):
     ev = evaluate(three_dcs, plan((0, 1, "b/g/0"), (2, 3, "a/g/0"), (3, 3, "b/g/0")))
     assert list(ev.violations) == [
         "stages[1].layers: starts at 2, expected 1",
-        "stages[2].layers: [3, 3) is not a non-empty range of layers 0..3",
+        "stages[2].layers: [3, 3) is not a non-empty range of the model's layers 0..2 "
+        "([start, end) with 0 <= start < end <= 3)",
         "stages[2].device: b/g/0 already runs stage 0",
         "stages[1].device: datacenter a comes before b in the chain",
     ]

@@ -24,7 +24,37 @@ from .ranks import rank_rows, ranks_csv, ranks_json
 FORMATS = ("ranks", "megatron", "torchtitan")
 
 
-def export(instance: Instance, plan: Plan, fmt: str, *, csv: bool = False) -> str:
+#: the formats that write a batch size, and so need ``microbatch_size``
+BATCH_FORMATS = ("megatron", "torchtitan")
+
+
+def batch_size(instance: Instance, plan: Plan, given: int | None = None) -> int:
+    """Sequences per microbatch for a launch of ``plan``: the instance's
+    ``training.microbatch_size``, or ``given`` when the instance does not state it.
+
+    Raises
+    ------
+    InstanceError
+        Neither states it; both do and differ; or a stage's ``d`` does not divide it
+        (each replica must take whole sequences of every microbatch).
+    """
+    stated = instance.training.microbatch_size
+    if stated is None and given is None:
+        raise InstanceError(["training.microbatch_size: missing; the instance does not say how "
+                             "many sequences a microbatch holds: give --microbatch-size B"])
+    if stated is not None and given is not None and given != stated:
+        raise InstanceError([f"--microbatch-size: {given} differs from the instance's "
+                             f"training.microbatch_size ({stated}), which its figures are for"])
+    size = stated if stated is not None else given
+    widths = sorted({st.data_parallel for st in plan.stages if size % st.data_parallel})
+    if widths:
+        raise InstanceError([f"--microbatch-size: {size} sequences cannot be split evenly over "
+                             f"{widths[0]} data-parallel replicas (a stage's d)"])
+    return size
+
+
+def export(instance: Instance, plan: Plan, fmt: str, *, csv: bool = False,
+           microbatch_size: int | None = None) -> str:
     """The text of ``plan`` in the format ``fmt``.
 
     Parameters
@@ -40,6 +70,10 @@ def export(instance: Instance, plan: Plan, fmt: str, *, csv: bool = False) -> st
         job configuration (TOML) with the modules of each pipeline stage.
     csv : bool, default False
         ``ranks`` only: CSV instead of JSON.
+    microbatch_size : int, optional
+        Sequences per microbatch when the instance does not state
+        ``training.microbatch_size`` (``megatron`` and ``torchtitan`` write batch sizes
+        from it: :func:`batch_size`).
 
     Returns
     -------
@@ -48,7 +82,8 @@ def export(instance: Instance, plan: Plan, fmt: str, *, csv: bool = False) -> st
     Raises
     ------
     InstanceError
-        The plan does not fit the instance (each violation on its own line).
+        The plan does not fit the instance (each violation on its own line), or the
+        batch is unknown or cannot be split (:func:`batch_size`).
     Inexpressible
         ``fmt`` cannot express this plan; the exception names why and the best
         plan it can express, with its ``T``.
@@ -63,11 +98,12 @@ def export(instance: Instance, plan: Plan, fmt: str, *, csv: bool = False) -> st
     if fmt == "ranks":
         rows = rank_rows(instance, plan)
         return ranks_csv(rows) if csv else ranks_json(instance, plan, ev, rows)
+    size = batch_size(instance, plan, microbatch_size)
     if why := expressible_problem(instance, plan):
         raise Inexpressible(fmt, why, nearest_plan(instance), ev.iteration_time_s)
     if fmt == "megatron":
-        return megatron_arguments(instance, plan, ev)
-    return torchtitan_config(instance, plan, ev)
+        return megatron_arguments(instance, plan, ev, size)
+    return torchtitan_config(instance, plan, ev, size)
 
 
-__all__ = ["FORMATS", "Inexpressible", "export", "nearest_plan"]
+__all__ = ["BATCH_FORMATS", "FORMATS", "Inexpressible", "batch_size", "export", "nearest_plan"]

@@ -72,8 +72,24 @@ def megatron_layout(instance: Instance, plan: Plan) -> str:
     return "|".join(out)
 
 
-def megatron_arguments(instance: Instance, plan: Plan, ev: Evaluation) -> str:
-    """A bash snippet defining ``MODEL_PARALLEL_ARGS`` for ``pretrain_gpt.py``."""
+def batch_lines(instance: Instance, d: int, size: int) -> list[str]:
+    """The comment lines that say how the planned batch maps to the framework's."""
+    m = instance.microbatches
+    return [
+        f"# batch: M = {m} microbatches of {size} sequence(s) = {m * size} sequences per "
+        f"iteration; each of the {d}",
+        f"# data-parallel replica(s) takes {size // d} sequence(s) of every microbatch "
+        f"(microbatch_size / d = {size} / {d}).",
+    ]
+
+
+def megatron_arguments(instance: Instance, plan: Plan, ev: Evaluation, size: int) -> str:
+    """A bash snippet defining ``MODEL_PARALLEL_ARGS`` for ``pretrain_gpt.py``.
+
+    ``size`` is the sequences per microbatch: ``--micro-batch-size`` is ``size / d``
+    (per replica) and ``--global-batch-size`` is ``M * size``, so Megatron's
+    ``global / (micro x DP)`` is the planned ``M``.
+    """
     st = plan.stages[0]
     p, d, t = plan.num_stages, st.data_parallel, st.tensor_parallel
     decoder = sum(u.kind == "t" for units in _stage_units(instance, plan) for u in units)
@@ -81,9 +97,9 @@ def megatron_arguments(instance: Instance, plan: Plan, ev: Evaluation) -> str:
     lines += [
         f"# Megatron-Core takes the data-parallel size from the world size: launch {p * d * t} "
         f"ranks (WORLD_SIZE / (TP x PP) = {d}).",
-        f"# --global-batch-size = M x micro-batch-size x DP gives the M = {instance.microbatches}"
-        f" microbatches planned; a planned microbatch is split over the {d} replica(s):",
-        "# scale --micro-batch-size (per replica) and --global-batch-size together.",
+        *batch_lines(instance, d, size),
+        f"# Megatron runs --global-batch-size / (--micro-batch-size x DP) = "
+        f"{instance.microbatches} microbatches per iteration, as planned.",
     ]
     if instance.training.schedule == "gpipe":
         lines.append("# the plan was costed for GPipe; Megatron-Core runs 1F1B (the same time, "
@@ -100,7 +116,8 @@ def megatron_arguments(instance: Instance, plan: Plan, ev: Evaluation) -> str:
         args.append("--sequence-parallel")  # the cost model divides activations by t
     if instance.training.parallelism.zero:
         args.append("--use-distributed-optimizer")  # ZeRO-1: optimizer state over the replicas
-    args += ["--micro-batch-size 1", f"--global-batch-size {instance.microbatches * d}"]
+    args += [f"--micro-batch-size {size // d}",
+             f"--global-batch-size {instance.microbatches * size}"]
     lines += [f"    {a}" for a in args] + [")"]
     return "\n".join(lines) + "\n"
 
@@ -126,8 +143,13 @@ def torchtitan_modules(instance: Instance, plan: Plan) -> list[list[str]]:
     return out
 
 
-def torchtitan_config(instance: Instance, plan: Plan, ev: Evaluation) -> str:
-    """A TorchTitan job configuration (TOML): ``[parallelism]`` and the batch of ``[training]``."""
+def torchtitan_config(instance: Instance, plan: Plan, ev: Evaluation, size: int) -> str:
+    """A TorchTitan job configuration (TOML): ``[parallelism]`` and the batch of ``[training]``.
+
+    ``size`` is the sequences per microbatch: per data-parallel rank,
+    ``pipeline_parallel_microbatch_size`` is ``size / d`` and ``local_batch_size`` is
+    ``M * size / d``; ``global_batch_size`` is ``M * size``.
+    """
     st = plan.stages[0]
     p, d, t = plan.num_stages, st.data_parallel, st.tensor_parallel
     m = instance.microbatches
@@ -150,7 +172,7 @@ def torchtitan_config(instance: Instance, plan: Plan, ev: Evaluation) -> str:
         f"data_parallel_shard_degree = {d}",
         "context_parallel_degree = 1",
         f"pipeline_parallel_schedule = \"{'GPipe' if instance.training.schedule == 'gpipe' else '1F1B'}\"",
-        "pipeline_parallel_microbatch_size = 1",
+        f"pipeline_parallel_microbatch_size = {size // d}",
         "module_fqns_per_model_part = [",
     ]
     lines += [f"    {json.dumps(names)}," for names in torchtitan_modules(instance, plan)]
@@ -158,8 +180,10 @@ def torchtitan_config(instance: Instance, plan: Plan, ev: Evaluation) -> str:
         "]",
         "",
         "[training]",
+        *batch_lines(instance, d, size),
         f"# M = {m} microbatches: local_batch_size / pipeline_parallel_microbatch_size (per "
         "data-parallel rank)",
-        f"local_batch_size = {m}",
+        f"local_batch_size = {m * size // d}",
+        f"global_batch_size = {m * size}",
     ]
     return "\n".join(lines) + "\n"

@@ -66,8 +66,8 @@ from ..instance import (
     name_rule,
 )
 from ..names import did_you_mean
-from ..strict_json import quote, shorten
-from .generator import PARALLELISM_ON, model_training, resolve_parallelism
+from ..strict_json import MAX_NESTING, quote, shorten
+from .generator import PARALLELISM_ON, batch_sizes, model_training, resolve_parallelism
 from .gpus import DEFAULT_MFU, DEFAULT_RESERVE_BYTES, GPUS
 from .models import ModelShape, model_layers
 from .network import FIBRE_S_PER_KM
@@ -145,30 +145,47 @@ class Cluster:
     parallelism: Parallelism
 
 
+#: a quantity as written: a decimal number (``80``, ``2.5``, ``.5``, ``1e3``; ``nan`` and
+#: ``inf`` are read to be refused as not finite), then its unit
+_QUANTITY = re.compile(r"\s*([+-]?(?:\d+\.?\d*(?:[eE][+-]?\d+)?|\.\d+(?:[eE][+-]?\d+)?"
+                       r"|(?i:nan|inf(?:inity)?)))\s*(.*?)\s*\Z", re.S)
+#: a unit as written: names joined by ``/`` or ``*`` (``GiB``, ``Gbit/s``, ``TFLOP / s``);
+#: no numbers and no powers, so that reading a unit never evaluates anything
+_UNIT = re.compile(r"[A-Za-zµμ]+(?:\s*[/*]\s*[A-Za-zµμ]+)*\Z")
+#: longest text of a quantity, in characters (``"312 TFLOP/s"`` has 11)
+MAX_QUANTITY_CHARS = 64
+
+
 def quantity(text: Any, dim: Dimension, *, positive: bool = True) -> float:
     """``text`` (``"80 GiB"``) in the SI unit of ``dim`` (bytes, bytes/s, s, FLOP/s, m).
+
+    The text is a decimal number (optionally in scientific notation) and a unit
+    made of names from the registry joined by ``/`` or ``*``. Nothing is
+    evaluated: ``"2**30 B"`` or ``"10**10**10 B"`` is refused, not computed.
 
     Raises
     ------
     ValueError
-        One line (without the place, which the caller adds): not a string, no such
-        unit, another dimension, not finite, not positive (``>= 0`` unless ``positive``).
+        One line (without the place, which the caller adds): not a string, not a
+        number and a unit, no such unit, another dimension, not finite (as written or
+        once converted), not positive (``>= 0`` unless ``positive``).
     """
     expected = f"expected a quantity of {dim.what} such as {quote(dim.example)}"
     if not isinstance(text, str):
-        shown = quote(text) if isinstance(text, str) else shorten(repr(text))
-        raise ValueError(f"{expected} (a string with its unit), got {shown}")
+        raise ValueError(f"{expected} (a string with its unit), got {shorten(repr(text))}")
+    m = _QUANTITY.match(text) if len(text) <= MAX_QUANTITY_CHARS else None
+    if m is None or not _UNIT.match(m[2]):
+        raise ValueError(f"{expected} (a decimal number, then a unit), got {quote(text)}")
     try:
-        q = UREG.Quantity(text)
-        value = float(q.to(dim.unit).magnitude)
+        unit = UREG.parse_units(m[2])
+        factor = float(UREG.Quantity(1.0, unit).to(dim.unit).magnitude)
     except Exception:  # pint's parser raises many kinds; every one means "not this"
         raise ValueError(f"{expected}, got {quote(text)}") from None
-    if not isinstance(q, pint.Quantity) or q.dimensionless:
-        raise ValueError(f"{expected}, got {quote(text)}")
+    value = float(m[1]) * factor  # 1e400 is inf: refused below
     if not math.isfinite(value) or value < 0 or (positive and value == 0):
         raise ValueError(f"must be a finite quantity {'> 0' if positive else '>= 0'}, "
                          f"got {quote(text)}")
-    return float(f"{value:.12g}")  # "5 us" is 5e-06, not pint's 4.9999999999999996e-06
+    return float(f"{value:.12g}")  # "5 us" is 5e-06, not 4.9999999999999996e-06
 
 
 class _Reader:
@@ -418,7 +435,9 @@ def read_cluster(path: str | os.PathLike) -> Cluster:
     ------
     InstanceError
         One line per problem: ``FILE: cannot read file: ...``,
-        ``FILE:LINE:COLUMN: invalid TOML: ...``, or ``FILE: PATH: ...``.
+        ``FILE:LINE:COLUMN: invalid TOML: ...`` (``FILE: invalid TOML: ...`` for
+        tables and arrays nested deeper than
+        :data:`~chainpipe.strict_json.MAX_NESTING` levels), or ``FILE: PATH: ...``.
     """
     try:
         text = Path(path).read_bytes().decode("utf-8")
@@ -433,13 +452,30 @@ def read_cluster(path: str | os.PathLike) -> Cluster:
         where = f"{path}:{at[1]}:{at[2]}" if at else f"{path}"
         msg = str(exc)[:at.start()] if at else str(exc)
         raise InstanceError([f"{where}: invalid TOML: {msg}"]) from None
+    except RecursionError:  # tomllib recurses once per level of arrays and inline tables
+        data = None
+    if data is None or _deeper_than(data, MAX_NESTING):
+        raise InstanceError([f"{path}: invalid TOML: tables and arrays nest deeper than "
+                             f"{MAX_NESTING} levels (a cluster file needs 5)"])
     return parse_cluster(data, str(path))
 
 
-def cluster_instance(cluster: Cluster, shape: ModelShape, *, microbatch_size: int = 1,
+def _deeper_than(data: Any, limit: int) -> bool:
+    """Whether tables and arrays in ``data`` nest deeper than ``limit`` (no recursion:
+    dotted keys make any depth without tomllib recursing)."""
+    level = [data]
+    for _ in range(limit + 1):
+        level = [v for x in level if isinstance(x, (dict, list))
+                 for v in (x.values() if isinstance(x, dict) else x)]
+        if not level:
+            return False
+    return True
+
+
+def cluster_instance(cluster: Cluster, shape: ModelShape, *, microbatch_size: int | None = None,
                      microbatches: int | None = None, schedule: str | None = None,
                      parallelism: Parallelism | None = None, granularity: str = "block",
-                     name: str | None = None) -> Instance:
+                     name: str | None = None, global_batch: int | None = None) -> Instance:
     """The instance of training ``shape`` on ``cluster``; keywords override the file.
 
     Parameters
@@ -448,10 +484,14 @@ def cluster_instance(cluster: Cluster, shape: ModelShape, *, microbatch_size: in
         From :func:`read_cluster`.
     shape : ModelShape
         A built-in shape or one read from a ``config.json``.
-    microbatch_size : int, default 1
-        Sequences per microbatch.
+    microbatch_size : int, optional
+        Sequences per microbatch (``training.microbatch_size``); default the least
+        common multiple of the ``data_parallel`` widths
+        (:func:`~chainpipe.instances.generator.batch_sizes`).
     microbatches, schedule, parallelism : optional
         Replace the cluster file's ``training`` settings.
+    global_batch : int, optional
+        Sequences per iteration: ``M = global_batch / microbatch_size``.
     granularity : {"block", "sublayer"}, default "block"
         One layer per transformer block, or two (attention, MLP).
     name : str, optional
@@ -462,22 +502,24 @@ def cluster_instance(cluster: Cluster, shape: ModelShape, *, microbatch_size: in
     Instance
     """
     par = cluster.parallelism if parallelism is None else parallelism
+    microbatch_size, microbatches = batch_sizes(par, microbatch_size, global_batch, microbatches)
     layers = model_layers(shape, microbatch_size=microbatch_size, granularity=granularity,
                           tensor_parallel=par != Parallelism())
     return Instance(
         name=(name or f"{cluster.name}-{shape.name}")[:MAX_NAME],
         model=Model(shape.name, layers),
         training=model_training(shape, microbatches or cluster.microbatches,
-                                schedule or cluster.schedule, par),
+                                schedule or cluster.schedule, par, microbatch_size),
         datacenters=cluster.datacenters,
         links=cluster.links,
     )
 
 
-def generate_for_cluster(path: str | os.PathLike, shape: ModelShape, *, microbatch_size: int = 1,
-                         microbatches: int | None = None, schedule: str | None = None,
-                         parallelism: str | None = None, data_parallel=None,
-                         tensor_parallel=None, zero: bool | None = None) -> Instance:
+def generate_for_cluster(path: str | os.PathLike, shape: ModelShape, *,
+                         microbatch_size: int | None = None, microbatches: int | None = None,
+                         schedule: str | None = None, parallelism: str | None = None,
+                         data_parallel=None, tensor_parallel=None, zero: bool | None = None,
+                         global_batch: int | None = None) -> Instance:
     """Read the cluster file ``path`` and train ``shape`` on it; keywords override the file.
 
     ``parallelism`` (``"on"``/``"off"``), ``data_parallel``, ``tensor_parallel`` and
@@ -496,4 +538,5 @@ def generate_for_cluster(path: str | os.PathLike, shape: ModelShape, *, microbat
                            parallel_by_default=cluster.parallelism != Parallelism())
     par = resolve_parallelism(base, parallelism, data_parallel, tensor_parallel, zero)
     return cluster_instance(cluster, shape, microbatch_size=microbatch_size,
-                            microbatches=microbatches, schedule=schedule, parallelism=par)
+                            microbatches=microbatches, schedule=schedule, parallelism=par,
+                            global_batch=global_batch)

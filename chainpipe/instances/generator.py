@@ -17,10 +17,12 @@ all-reduce bytes from the model shape, and the ``parallelism`` lists.
 from __future__ import annotations
 
 import dataclasses
+import math
 import random
 from dataclasses import dataclass
 
 from ..instance import (
+    MAX_COUNT,
     MAX_NAME,
     SCHEDULES,
     Datacenter,
@@ -230,6 +232,7 @@ def generate(
     granularity: str | None = None,
     gpu_types: tuple[str, ...] | None = None,
     man_gbit: float | None = None,
+    global_batch: int | None = None,
 ) -> Instance:
     """An instance of ``preset`` drawn with ``seed``; any keyword overrides the preset.
 
@@ -244,7 +247,12 @@ def generate(
         by :func:`~chainpipe.instances.hf_config.read_model_config`); drawn from the
         preset's when omitted.
     microbatch_size : int, optional
-        Sequences per microbatch (default 1): every layer's figures scale with it.
+        Sequences per microbatch, written as ``training.microbatch_size``: every layer's
+        figures scale with it. Default: the least common multiple of the ``data_parallel``
+        widths, so that every allowed width divides it (:func:`batch_sizes`).
+    global_batch : int, optional
+        Sequences per iteration: ``M = global_batch / microbatch_size`` (refused when the
+        microbatch size does not divide it, or when ``microbatches`` says otherwise).
     datacenters, gpus_per_dc, microbatches : int, optional
         Counts (``>= 1``) that replace the preset's draw. For ``pool``,
         ``gpus_per_dc`` sets the pool to ``gpus_per_dc x datacenters`` GPUs.
@@ -293,6 +301,7 @@ def generate(
     spec = _respecified(spec, granularity, gpu_types, man_gbit)
     par = resolve_parallelism(spec, parallelism, data_parallel, tensor_parallel, zero)
     v2 = par != Parallelism()
+    microbatch_size, microbatches = batch_sizes(par, microbatch_size, global_batch, microbatches)
 
     if isinstance(model, ModelShape):
         shape = model
@@ -303,7 +312,7 @@ def generate(
     if blocks == shape.blocks:
         blocks = None  # the whole model
     layers = model_layers(shape, blocks=blocks, granularity=spec.granularity,
-                          tensor_parallel=v2, microbatch_size=microbatch_size or 1)
+                          tensor_parallel=v2, microbatch_size=microbatch_size)
     k = datacenters or _rng(preset, seed, "datacenters").choice(spec.datacenters)
     dcs = _datacenters(spec, seed, k, gpus_per_dc, v2)
     links = _metro_links(spec, seed, k, degrade)
@@ -317,20 +326,57 @@ def generate(
         name=name[:MAX_NAME],
         model=Model(shape.name if blocks is None else f"{shape.name}[{blocks} blocks]"[:MAX_NAME],
                     layers),
-        training=model_training(shape, m, sched, par),
+        training=model_training(shape, m, sched, par, microbatch_size),
         datacenters=dcs,
         links=links,
     )
 
 
-def model_training(shape: ModelShape, microbatches: int, schedule: str, parallelism: Parallelism
-                   ) -> Training:
+def model_training(shape: ModelShape, microbatches: int, schedule: str, parallelism: Parallelism,
+                   microbatch_size: int | None = None) -> Training:
     """The ``training`` block of an instance of ``shape``: Adam's bytes per parameter for
-    the shape's precision (:data:`TRAINING_BYTES`), ``M``, the schedule and the lists."""
+    the shape's precision (:data:`TRAINING_BYTES`), ``M``, the schedule, the lists and the
+    sequences per microbatch."""
     total, gradient, optimizer = TRAINING_BYTES[shape.element_bytes]
     return Training(microbatches=microbatches, schedule=schedule, bytes_per_param=total,
                     gradient_bytes_per_param=gradient, optimizer_bytes_per_param=optimizer,
-                    parallelism=parallelism)
+                    parallelism=parallelism, microbatch_size=microbatch_size)
+
+
+def batch_sizes(parallelism: Parallelism, microbatch_size: int | None = None,
+                global_batch: int | None = None, microbatches: int | None = None
+                ) -> tuple[int, int | None]:
+    """``(B, M)``: sequences per microbatch and microbatches per iteration.
+
+    ``B`` is ``microbatch_size``, by default the least common multiple of the
+    ``data_parallel`` widths (every allowed width then divides it); ``M`` is
+    ``global_batch / B`` when a global batch is given, else ``microbatches`` (``None``:
+    the preset's or the cluster file's).
+
+    Raises
+    ------
+    ValueError
+        ``B`` does not divide the global batch, the global batch and ``microbatches``
+        disagree, or the default ``B`` would pass 2**31 - 1 (give one).
+    """
+    if microbatch_size is None:
+        microbatch_size = math.lcm(*parallelism.data_parallel)
+        if microbatch_size > MAX_COUNT:
+            raise ValueError(f"microbatch_size: the least common multiple of the data-parallel "
+                             f"widths passes {MAX_COUNT}; give --microbatch-size")
+    if global_batch is None:
+        return microbatch_size, microbatches
+    _positive_int("global_batch", global_batch)
+    if global_batch % microbatch_size:
+        raise ValueError(f"global_batch: {global_batch} sequences are not a whole number of "
+                         f"microbatches of {microbatch_size} (microbatch_size)")
+    m = global_batch // microbatch_size
+    if microbatches is not None and microbatches != m:
+        raise ValueError(f"global_batch: {global_batch} / {microbatch_size} = {m} microbatches, "
+                         f"but microbatches is {microbatches}; give one of the two")
+    if m > MAX_COUNT:
+        raise ValueError(f"global_batch: {m} microbatches pass {MAX_COUNT}")
+    return microbatch_size, m
 
 
 def resolve_parallelism(spec: Preset, switch: str | None, data_parallel, tensor_parallel,

@@ -269,8 +269,7 @@ def solve_remote(public: dict, agents: dict, ctx, *, time_limit=None, trace_dir=
         The result as :func:`chainpipe.solve` gives it for ``solver="cdynp"`` on the
         whole instance, and its plan's evaluation from the agents' reported costs.
     """
-    from ...result import OptionError, number_option
-    from ...solve import finish_evaluated
+    from ...result import InstanceRef, OptionError, number_option, result_of
     from .drive import agent_options, drive
 
     deadline = Deadline(time_limit)
@@ -283,7 +282,8 @@ def solve_remote(public: dict, agents: dict, ctx, *, time_limit=None, trace_dir=
     outcome = drive(backend, agent_options(**options), deadline=deadline, probe=probe,
                     trace_dir=trace_dir)
     ev = backend.evaluation(outcome.plan) if outcome.plan is not None else None
-    return finish_evaluated(backend.public.name, "cdynp", outcome, ev, deadline.elapsed()), ev
+    return result_of(InstanceRef(backend.public.name), "cdynp", outcome, ev,
+                     deadline.elapsed()), ev
 
 
 def read_agents(doc, names, path="AGENTS") -> dict:
