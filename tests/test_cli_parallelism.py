@@ -82,7 +82,7 @@ def test_evaluate_table_shows_widths_devices_sync_and_pacing(capsys, tmp_path):
     assert lines[0].split() == ["stage", "layers", "d", "x", "t", "devices", "compute", "s",
                                 "in", "flight", "memory/device", "GiB", "limit", "GiB", "sync", "s"]
     assert lines[1].split() == ["0", "[0,", "1)", "2x1", "a/g/0..1", "1.5", "4", "0.000",
-                                "1.000", "2.5"]
+                                "0.931", "2.5"]
     assert lines[2].split()[3:5] == ["2x1", "a/g/2..3"]
     assert "synchronisation 2.5 s  (max R_s, stage 0 on 2 x 1 devices a/g/0..1)" in lines
     assert "iteration time  16 s  (paced by a link: the steady state above max R_s)" in lines
