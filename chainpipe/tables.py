@@ -61,6 +61,61 @@ class GroupOptions:
     sync_time: np.ndarray
 
 
+class ChainPaths:
+    """Bandwidth (the minimum) and latency (the sum) of every path of the DC chain in
+    ``O(K log K)`` memory, on demand: a sparse table of range minima of the links'
+    bandwidths (``O(1)`` per path) and the links' latencies summed in chain order
+    (``O(span)``, the very sum of :func:`chainpipe.cost.path`, so every figure equals the
+    cost model's bit for bit); a long chain never builds its ``K^2`` paths.
+
+    Within one datacenter (``k1 == k2``) the path is that datacenter's own link.
+    """
+
+    def __init__(self, instance: Instance):
+        own = [dc.link for dc in instance.datacenters]
+        self.own_bandwidth = [float(lk.bandwidth_bytes_per_s) for lk in own]
+        self.own_latency = [float(lk.latency_s) for lk in own]
+        self.link_bandwidth = np.array([lk.bandwidth_bytes_per_s for lk in instance.links],
+                                       dtype=float)
+        self.link_latency = np.array([lk.latency_s for lk in instance.links], dtype=float)
+        self._latency = [float(lk.latency_s) for lk in instance.links]
+        levels = [self.link_bandwidth]
+        while 2 ** len(levels) <= len(self.link_bandwidth):
+            half = 2 ** (len(levels) - 1)
+            prev = levels[-1]
+            levels.append(np.minimum(prev[:-half], prev[half:]))
+        self._min = [lv.tolist() for lv in levels]
+
+    def bandwidth(self, k1: int, k2: int) -> float:
+        """The least bandwidth of the links between DCs ``k1 <= k2``."""
+        if k1 == k2:
+            return self.own_bandwidth[k1]
+        level = (k2 - k1).bit_length() - 1
+        row = self._min[level]
+        a, b = row[k1], row[k2 - (1 << level)]
+        return a if a <= b else b
+
+    def latency(self, k1: int, k2: int) -> float:
+        """The summed latency of the links between DCs ``k1 <= k2``."""
+        if k1 == k2:
+            return self.own_latency[k1]
+        return sum(self._latency[k1:k2])
+
+    def path(self, k1: int, k2: int) -> tuple[float, float]:
+        """``(bandwidth, latency)`` between DCs ``k1 <= k2``."""
+        return self.bandwidth(k1, k2), self.latency(k1, k2)
+
+    def dense(self) -> tuple[np.ndarray, np.ndarray]:
+        """``[k1, k2]`` bandwidths and latencies of every path (``inf`` and 0 below the
+        diagonal): ``K^2`` numbers, for the dense tables of small instances only."""
+        K = len(self.own_bandwidth)
+        bw, lat = np.full((K, K), np.inf), np.zeros((K, K))
+        for a in range(K):
+            for b in range(a, K):
+                bw[a, b], lat[a, b] = self.path(a, b)
+        return bw, lat
+
+
 class CostTables:
     """Precomputed quantities of one instance.
 
@@ -95,13 +150,7 @@ class CostTables:
         self.memory = np.array([g.memory_bytes for g in self.groups])
         self.count = np.array([g.count for g in self.groups], dtype=np.int64)
         self.group_dc = np.array([g.dc for g in self.groups], dtype=np.int64)
-        bw = np.full((self.K, self.K), np.inf)
-        lat = np.zeros((self.K, self.K))
-        for a in range(self.K):
-            for b in range(a, self.K):
-                bw[a, b], lat[a, b] = cost.path(instance, a, b)
-        self.path_bandwidth = bw  # [k1, k2] for k1 <= k2
-        self.path_latency = lat
+        self.chain = ChainPaths(instance)
 
     # ------------------------------------------------------------------ stages
     @cached_property
@@ -139,9 +188,19 @@ class CostTables:
         ``microbatch_size`` when it is stated), ``t`` within a node, ``d * t`` within the
         count; ordered by ``t``, then ``d``."""
         grp = self.groups[g]
-        widths = sorted(self.instance.training.data_parallel_widths)
-        return [(d, t) for t in sorted(self.parallelism.tensor_parallel) for d in widths
-                if t <= grp.devices_per_node and d * t <= grp.count]
+        cache = self.__dict__.setdefault("_pairs", {})
+        key = (grp.devices_per_node, grp.count)
+        if key not in cache:  # bisection: a long list of widths costs once, not per group
+            widths = self._sorted_widths
+            cache[key] = [(d, t) for t in sorted(self.parallelism.tensor_parallel)
+                          if t <= grp.devices_per_node
+                          for d in widths[:bisect.bisect_right(widths, grp.count // t)]]
+        return list(cache[key])
+
+    @cached_property
+    def _sorted_widths(self) -> list[int]:
+        """The widths a stage may use (``Training.data_parallel_widths``), ascending."""
+        return sorted(self.instance.training.data_parallel_widths)
 
     @cached_property
     def widest(self) -> int:
@@ -149,11 +208,22 @@ class CostTables:
         return max((d * t for g in range(self.G) for d, t in self.pairs(g)), default=1)
 
     def options(self, g: int) -> GroupOptions:
-        """All stage options of group ``g`` (:class:`GroupOptions`), computed once."""
+        """All stage options of group ``g`` (:class:`GroupOptions`), computed once per
+        distinct group: groups alike in everything the options depend on (rate, memory,
+        node, pairs, their DC's own link) share one (a long chain of one type builds
+        one set, not one per DC)."""
         cache = self.__dict__.setdefault("_options", {})
-        if g not in cache:
-            cache[g] = self._group_options(g)
-        return cache[g]
+        key = self._options_key(g)
+        if key not in cache:
+            cache[key] = self._group_options(g)
+        return cache[key]
+
+    def _options_key(self, g: int) -> tuple:
+        """What :meth:`_group_options` reads of group ``g``."""
+        grp = self.groups[g]
+        link = self.instance.datacenters[grp.dc].link
+        return (grp.flop_per_s, grp.memory_bytes, grp.devices_per_node, grp.node_bandwidth,
+                tuple(self.pairs(g)), link.bandwidth_bytes_per_s, link.latency_s)
 
     def _group_options(self, g: int) -> GroupOptions:
         grp, training = self.groups[g], self.instance.training
@@ -187,23 +257,45 @@ class CostTables:
         return self.in_flight(position) <= self.max_in_flight[g, i, j]
 
     # ------------------------------------------------------------------ links
+    def path(self, k1: int, k2: int) -> tuple[float, float]:
+        """Bandwidth and latency of the path ``k1 -> k2`` (``k1 <= k2``), in ``O(1)``."""
+        return self.chain.path(k1, k2)
+
     def occupancy(self, b: int, k1: int, k2: int) -> float:
         """``U``: per-microbatch time on the path ``k1 -> k2`` of the boundary at layer ``b``."""
-        return cost.occupancy(self.boundary_bytes[b], self.path_bandwidth[k1, k2])
+        return cost.occupancy(self.boundary_bytes[b], self.chain.bandwidth(k1, k2))
 
     def traversal(self, b: int, k1: int, k2: int) -> float:
         """``Q = 2 * (latency + U)`` of the boundary at layer ``b`` on the path ``k1 -> k2``."""
-        return cost.traversal(self.path_latency[k1, k2], self.occupancy(b, k1, k2))
+        return cost.traversal(self.chain.latency(k1, k2), self.occupancy(b, k1, k2))
 
     @cached_property
     def boundary_occupancy(self) -> np.ndarray:
-        """``[b, k1, k2]``: :meth:`occupancy` for every boundary and path (``k1 <= k2``)."""
-        return cost.occupancy(self.boundary_bytes[:, None, None], self.path_bandwidth[None])
+        """``[b, k1, k2]``: :meth:`occupancy` for every boundary and path (``k1 <= k2``).
+
+        Dense: ``L K^2`` numbers, for the baselines and one-DC tables; the exact solvers
+        ask :meth:`occupancy` per path instead (a long chain would not fit)."""
+        return cost.occupancy(self.boundary_bytes[:, None, None], self.chain.dense()[0][None])
 
     @cached_property
     def boundary_traversal(self) -> np.ndarray:
-        """``[b, k1, k2]``: :meth:`traversal` for every boundary and path (``k1 <= k2``)."""
-        return cost.traversal(self.path_latency[None], self.boundary_occupancy)
+        """``[b, k1, k2]``: :meth:`traversal` for every boundary and path (``k1 <= k2``);
+        dense like :attr:`boundary_occupancy`."""
+        return cost.traversal(self.chain.dense()[1][None], self.boundary_occupancy)
+
+    def crossing_floors(self) -> tuple[np.ndarray, np.ndarray]:
+        """``[k0, b]``: the least occupancy and the least traversal of the boundary at
+        ``b`` on any chain path between two DCs ``k1 < k2 <= k0`` (``inf`` for ``k0 = 0``).
+
+        A path's bandwidth is at most that of each of its links and its latency at least
+        each link's, so the least is always on a single link: ``O(L K)``, not ``O(L K^2)``.
+        """
+        bw, lat = self.chain.link_bandwidth, self.chain.link_latency
+        u = cost.occupancy(self.boundary_bytes[None, :], bw[:, None])  # [link, b]
+        q = cost.traversal(lat[:, None], u)
+        inf = np.full((1, self.L + 1), np.inf)
+        return (np.concatenate([inf, np.minimum.accumulate(u, axis=0)]),
+                np.concatenate([inf, np.minimum.accumulate(q, axis=0)]))
 
     def plan_time(self, stages) -> float:
         """``T`` of ``(start, end, dc, g)`` stages (``g`` flattened) from the tables.
@@ -217,8 +309,8 @@ class CostTables:
         cuts = [(stages[s][1], stages[s][2], stages[s + 1][2]) for s in range(S - 1)]
         fill, bottleneck = cost.fill_and_bottleneck(
             [float(self.compute_time[g, i, j]) for i, j, _k, g in stages],
-            [float(self.boundary_occupancy[b, k1, k2]) for b, k1, k2 in cuts],
-            [float(self.boundary_traversal[b, k1, k2]) for b, k1, k2 in cuts])
+            [float(self.occupancy(b, k1, k2)) for b, k1, k2 in cuts],
+            [float(self.traversal(b, k1, k2)) for b, k1, k2 in cuts])
         return float(cost.iteration_time(fill, bottleneck, self.M))
 
     # ------------------------------------------------------------------ bounds
@@ -272,7 +364,12 @@ class CostTables:
         rate, count = self.rate[groups], self.count[groups]
         fastest = rate.max()
         most = self.L * self.widest
-        rates = np.sort(np.repeat(rate, np.minimum(count, most)))[::-1][:most]
+        # the rates of the `most` fastest devices, summed per group (never one per device:
+        # a count of 2^31 devices is one multiplication)
+        order = np.argsort(-rate, kind="stable")
+        taken = np.minimum(count[order], most)
+        taken = np.clip(most - (np.cumsum(taken) - taken), 0, taken)
+        rates = rate[order] * taken
         layer_max = cost.compute_time(float(np.max(np.diff(self.flop_prefix))), fastest,
                                       self.widest)
         with np.errstate(over="ignore", divide="ignore"):  # extreme rates: an infinite bound

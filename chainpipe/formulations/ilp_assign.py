@@ -331,7 +331,7 @@ class AssignFormulation:
 
     def _occupancy_coef(self, k1: int, k2: int) -> float:
         """Scaled occupancy per unit of ``xb`` (``xb`` is in units of ``Xmax`` bytes)."""
-        return float(occupancy(self.x_max, self.tables.path_bandwidth[k1, k2]) / self.scale)
+        return float(occupancy(self.x_max, self.tables.chain.bandwidth(k1, k2)) / self.scale)
 
     # ------------------------------------------------------------------ objective
     def objective(self) -> None:
@@ -341,7 +341,7 @@ class AssignFormulation:
         t = self.tables
         terms = [term for p in range(1, self.P + 1) for term in self._compute_terms(p)]
         for (_p, k1, k2), z in self.z.items():
-            lat = traversal(t.path_latency[k1, k2], 0.0) / self.scale
+            lat = traversal(t.chain.latency(k1, k2), 0.0) / self.scale
             if lat:
                 terms.append((z, float(lat)))
         terms += [(v, traversal(0.0, self._occupancy_coef(k1, k2)))

@@ -60,23 +60,15 @@ def run(instance, *, deadline=None, seed=0, threads=1, log=None, upper_bound=Non
     reason = tables.infeasibility_reason()
     if reason:
         return Outcome("infeasible", message=reason, lower_bound=None)
-    capacity = None
-    if not tables.single_device and tables.M > 1:
-        # what the free devices can hold under a bottleneck (see _LayerCapacity): built
-        # once, used by every trial, and a floor under the bottleneck of the lower bound
-        capacity = _LayerCapacity(tables, usage_caps(tables))
-        total = float(tables.flop_prefix[-1])
-        alone = [float(capacity.needed(capacity.curve(
-            [g for g in range(tables.G) if tables.group_dc[g] == k], []), total))
-            for k in range(tables.K)]
-        across = float(capacity.needed(capacity.curve(list(range(tables.G)), []), total))
-        if not np.isfinite(across):  # so no datacenter alone holds it either
-            return Outcome("infeasible", lower_bound=None, message=(
-                "the devices cannot hold the model: no set of stages that fit memory covers "
-                "its FLOP, whatever the bottleneck"))
-        lb = max(tables.lower_bound, tables.bound_with_floors(alone, across))
-    else:
-        lb = tables.lower_bound
+    try:
+        lb, capacity = _first_bound(tables, deadline)
+    except TimeUp:
+        return Outcome("no_solution", lower_bound=None,
+                       message="time limit reached while the search was being prepared")
+    if capacity is not None and not np.isfinite(lb):  # so no datacenter alone holds it
+        return Outcome("infeasible", lower_bound=None, message=(
+            "the devices cannot hold the model: no set of stages that fit memory covers "
+            "its FLOP, whatever the bottleneck"))
     proven = lb  # the optimum is at least this
     stats = {"trials": []}
     steps = TRIALS if tables.single_device else HYBRID_TRIALS
@@ -112,6 +104,27 @@ def run(instance, *, deadline=None, seed=0, threads=1, log=None, upper_bound=Non
                        message=f"no plan with T below the upper bound {upper_bound:.6g} s")
     return Outcome("infeasible", lower_bound=None, stats=stats,
                    message="no plan satisfies the memory limits and device counts")
+
+
+def _first_bound(tables: CostTables, deadline: Deadline):
+    """The lower bound the trials start from and the :class:`_LayerCapacity` they share
+    (``None`` in version 1 or for one microbatch); ``inf`` when the devices cannot hold
+    the model under any bottleneck. Raises :class:`TimeUp` when the deadline passes."""
+    if tables.single_device or tables.M == 1:
+        return tables.lower_bound, None
+    # what the free devices can hold under a bottleneck (see _LayerCapacity): built
+    # once, used by every trial, and a floor under the bottleneck of the lower bound
+    capacity = _LayerCapacity(tables, usage_caps(tables), deadline.check)
+    total = float(tables.flop_prefix[-1])
+    across = float(capacity.needed(capacity.curve(list(range(tables.G)), []), total))
+    if not np.isfinite(across):
+        return math.inf, capacity
+    alone = []
+    for k in range(tables.K):
+        deadline.check()
+        alone.append(float(capacity.needed(capacity.curve(
+            [g for g in np.flatnonzero(tables.group_dc == k).tolist()], []), total)))
+    return max(tables.lower_bound, tables.bound_with_floors(alone, across)), capacity
 
 
 class _Search:
@@ -167,11 +180,16 @@ class _Search:
         sync_limit = (self.upper - self.sum_lb) * (1 + 1e-12)
         cands: list[list] = []
         t_max = ncand = 0
+        shared: dict = {}  # groups with the same options share their candidates
         for g in range(t.G):
             self.deadline.check()
             opts = t.options(g)
+            if id(opts) in shared:
+                cands.append(shared[id(opts)])
+                continue
             per_end: list = [None] * (L + 1)
             cands.append(per_end)
+            shared[id(opts)] = per_end
             if not len(opts.d):
                 continue
             C, N, R, W = opts.compute_time, opts.max_in_flight, opts.sync_time, opts.width
@@ -230,18 +248,17 @@ class _Search:
         prefix_sum_list = [x.tolist() for x in prefix_sum_arr]
         prefix_max_list = [x.tolist() for x in prefix_max_arr]
         flop_arr = np.asarray(flop)
-        # boundary figures: U[b][k0][k] and Q for the boundary at layer b between DCs k0 <= k
-        self.occupancy = t.boundary_occupancy.tolist()
-        self.traversal = t.boundary_traversal.tolist()
         # in-flight count of a new stage placed before p stages (p capped at p_cap)
         need_at = [t.in_flight(p + 1) for p in range(p_cap + 1)]
-        self.groups_of = [[g for g in range(t.G) if t.group_dc[g] == k] for k in range(K)]
-        self.local = [int(np.sum(t.group_dc[:g] == t.group_dc[g])) for g in range(t.G)]
+        self.groups_of = [[] for _ in range(K)]
+        for g, k in enumerate(t.group_dc.tolist()):
+            self.groups_of[k].append(g)
+        self.local = [t.groups[g].index for g in range(t.G)]
         # usage never needs to exceed what L stages of the widest option take
         self.count = usage_caps(t)
         # total rate of the devices of DCs before k: bounds the bottleneck of a prefix
-        capacity_before = [(t.rate[t.group_dc < k] * t.count[t.group_dc < k]).tolist()
-                           for k in range(K)]
+        capacity_before = _PerDC(lambda k: (t.rate[t.group_dc < k] * t.count[t.group_dc < k])
+                                 .tolist())
         # the fill bound of a prefix (see fill_curve) needs a finite cap
         use_fill = np.isfinite(self.cap) and M > 1
         fill_cap = self.cap if use_fill else 0.0
@@ -252,7 +269,7 @@ class _Search:
         # how many FLOP the devices left can hold under a bottleneck (v2: the widths make
         # the spread of rates a weak bound); per k0, the DCs before it at full count
         capacity = self.capacity if use_fill else None
-        before_groups = [[g for g in range(t.G) if t.group_dc[g] < k] for k in range(K)]
+        before_groups = _PerDC(lambda k: np.flatnonzero(t.group_dc < k).tolist())
         curves: dict = {}
 
         # a prefix [0, a) that does not stay inside DC k0 crosses a link at some boundary
@@ -262,8 +279,8 @@ class _Search:
         cap_limit = self.cap * (1 + 1e-12)
         # what each datacenter's devices hold with every C <= cap (for the crossings a
         # prefix needs: it spans at least as many DCs as the fewest that hold it)
-        dc_hold = [] if capacity is None else [
-            capacity.held(capacity.curve(self.groups_of[k], []), cap_limit) for k in range(K)]
+        dc_hold = None if capacity is None else _PerDC(
+            lambda k: capacity.held(capacity.curve(self.groups_of[k], []), cap_limit))
 
         def needed_curve(k0, u, gl, w):
             """Per prefix end ``a``, once a stage of w devices of local group gl is placed
@@ -277,11 +294,11 @@ class _Search:
             got = curves.get(nkey)  # it depends on the usage after the stage only
             if got is None:
                 here = tuple((h, true_count[h] - x) for h, x in zip(self.groups_of[k0], nkey[1]))
-                need, stay, local = capacity.for_prefixes(before_groups[k0], here, flop_arr)
+                need, stay, local = capacity.for_prefixes(before_groups(k0), here, flop_arr)
                 need = np.maximum(need, np.minimum(stay, cross_u[k0]))
                 # the fewest DCs whose devices hold [0, a) under the cap, less one: links
                 # crossed at distinct boundaries; at least one if DC k0 cannot hold it
-                held = np.cumsum(sorted(dc_hold[:k0] + [capacity.held(local, cap_limit)],
+                held = np.cumsum(sorted(dc_hold.upto(k0) + [capacity.held(local, cap_limit)],
                                         reverse=True))
                 crossings = np.minimum(np.searchsorted(held, flop_arr / _HOLD_SLACK), k0)
                 crossings = np.maximum(crossings, stay > cap_limit)
@@ -340,7 +357,7 @@ class _Search:
                     # devices still free on DCs <= k0 before this stage, weighted by rate
                     free_here = free_rate.get((k0, u))
                     if free_here is None:
-                        groups_free = capacity_before[k0] + [
+                        groups_free = capacity_before(k0) + [
                             (true_count[h] - x) * rate_of[h]
                             for h, x in zip(self.groups_of[k0], u)]
                         curve_x, curve_y = fill_curve(groups_free, fill_cap)
@@ -475,22 +492,25 @@ class _Search:
     def _crossing_floors(self):
         """Per DC ``k0`` and prefix end ``a``: the least occupancy and the least traversal
         of a boundary ``b' <= a`` between two DCs ``k1 < k2 <= k0`` (``inf`` for ``k0 = 0``
-        or ``a = 0``, where no prefix crosses a link)."""
-        t = self.t
-        occ, trv = t.boundary_occupancy, t.boundary_traversal
+        or ``a = 0``, where no prefix crosses a link); ``O(L K)`` from
+        :meth:`~chainpipe.tables.CostTables.crossing_floors`."""
+        least_u, least_q = self.t.crossing_floors()
         cross_u, cross_q = [], []
-        for k0 in range(t.K):
-            pairs = np.triu(np.ones((k0 + 1, k0 + 1), dtype=bool), 1)
-            if not pairs.any():
-                cross_u.append(np.full(t.L + 1, np.inf))
-                cross_q.append(np.full(t.L + 1, np.inf))
-                continue
-            u = occ[:, :k0 + 1, :k0 + 1][:, pairs].min(axis=1)
-            q = trv[:, :k0 + 1, :k0 + 1][:, pairs].min(axis=1)
+        for u, q in zip(least_u.copy(), least_q.copy()):
             u[0] = q[0] = np.inf
             cross_u.append(np.minimum.accumulate(u))
             cross_q.append(np.minimum.accumulate(q))
         return cross_u, cross_q
+
+    def _first_reachable(self, b: int, k: int) -> int:
+        """The least ``k0 < k`` whose chain path to ``k`` keeps the boundary at ``b`` within
+        the cap (``k`` if none): a longer path is never faster, so the scan stops at the
+        first path past the cap and costs only the reachable span."""
+        limit = self.cap * (1 + 1e-12)
+        k0 = k
+        while k0 > 0 and not limit < self.t.occupancy(b, k0 - 1, k):
+            k0 -= 1
+        return k0
 
     def _moves(self, b: int, key):
         """The next stage's groups before a state ``key = (k, u)`` at layer ``b``.
@@ -501,14 +521,16 @@ class _Search:
         """
         k, u = key
         first = k == self.K  # nothing placed yet
-        for k0 in range(self.K if first else k + 1):
+        t = self.t
+        for k0 in range(0 if first else self._first_reachable(b, k), self.K if first else k + 1):
+            self.deadline.check()
             if first:
                 U = Q = 0.0
             else:
-                U = self.occupancy[b][k0][k]
+                U = t.occupancy(b, k0, k)
                 if self.cap * (1 + 1e-12) < U:
                     continue
-                Q = self.traversal[b][k0][k]
+                Q = t.traversal(b, k0, k)
             base = u if k0 == k else (0,) * len(self.groups_of[k0])
             for g in self.groups_of[k0]:
                 gl = self.local[g]
@@ -527,6 +549,23 @@ class _Search:
                            int(opts.t[ci])))
             parent = states[b][key][idx][4]
         return stages
+
+
+class _PerDC:
+    """A figure per datacenter ``k``, computed when first asked (a long chain asks few)."""
+
+    def __init__(self, compute):
+        self.compute = compute
+        self.known: dict[int, object] = {}
+
+    def __call__(self, k: int):
+        if k not in self.known:
+            self.known[k] = self.compute(k)
+        return self.known[k]
+
+    def upto(self, k: int) -> list:
+        """The figures of the datacenters before ``k``."""
+        return [self(j) for j in range(k)]
 
 
 def usage_caps(tables: CostTables) -> list[int]:
@@ -549,47 +588,45 @@ class _LayerCapacity:
     layer lets every device hold "a layer" and the bound says nothing.)
     """
 
-    def __init__(self, tables: CostTables, count: list[int]):
+    def __init__(self, tables: CostTables, count: list[int], check=None):
         need = tables.in_flight(1)
-        flop = tables.stage_flop
-        self.arrays: list[tuple[np.ndarray, np.ndarray]] = []
+        check = check or (lambda: None)
+        #: per group: breakpoints of B, knapsack table [point, n <= n0], LP ratio per point
+        #: and the L-stage cap per point (groups with the same options and cap share one)
+        self.arrays: list[tuple] = []
+        shared: dict = {}
         for g in range(tables.G):
+            check()
             opts = tables.options(g)
-            widths = opts.width.tolist()
-            steps = []  # per pair: (C at which fmax rises, fmax from there on)
-            for p in range(len(widths)):
-                fit = (opts.max_in_flight[p] >= need) & np.isfinite(opts.compute_time[p])
-                c, f = opts.compute_time[p][fit], flop[fit]
-                order = np.argsort(c, kind="stable")
-                c, f = c[order], np.maximum.accumulate(f[order]) if len(f) else f[order]
-                rises = np.flatnonzero(np.diff(f, prepend=-1.0) > 0)
-                steps.append((c[rises], f[rises]))
-            points = np.unique(np.concatenate([x for x, _ in steps] + [np.zeros(0)]))
-            fmax = np.zeros((len(points), len(widths)))
-            for p, (x, y) in enumerate(steps):
-                i = np.searchsorted(x, points, side="right") - 1
-                fmax[:, p] = np.where(i >= 0, y[np.maximum(i, 0)] if len(y) else 0.0, 0.0)
-            n_max = count[g]
-            best = np.zeros((len(points), n_max + 1))
-            for n in range(1, n_max + 1):
-                best[:, n] = best[:, n - 1]
-                for p, w in enumerate(widths):
-                    if w <= n:
-                        best[:, n] = np.maximum(best[:, n], best[:, n - w] + fmax[:, p])
-            self.arrays.append((points, best))
+            key = (id(opts), count[g])
+            if key not in shared:
+                points, fmax = _most_held(tables, opts, need)
+                shared[key] = (points, *_knapsack(fmax, opts.width.tolist(), count[g],
+                                                  tables.L, check))
+            self.arrays.append(shared[key])
         self._before: dict[tuple, tuple] = {}
         self._prefixes: dict[tuple, tuple] = {}
         self.count = count
+        #: the deadline's check, called in the loops over groups
+        self.check = check
 
     def group_many(self, g: int, free: np.ndarray, bottleneck: np.ndarray) -> np.ndarray:
         """FLOP ``free`` devices of group ``g`` hold with every ``C <= bottleneck``
-        (arrays of free counts and bottlenecks)."""
-        breaks, table = self.arrays[g]
+        (arrays of free counts and bottlenecks): the knapsack's value up to its table's
+        width, beyond it the LP bound (``free`` times the best FLOP per device, at most
+        ``L`` stages of the most one stage holds), an upper bound as the prunes need."""
+        breaks, table, ratio, stages_cap = self.arrays[g]
         if not len(breaks):
             return np.zeros(np.shape(bottleneck))
-        i = np.searchsorted(breaks, bottleneck, side="right") - 1
-        got = table[np.maximum(i, 0), np.clip(free, 0, table.shape[1] - 1)]
-        return np.where((i < 0) | (free <= 0), 0, got)
+        i = np.maximum(np.searchsorted(breaks, bottleneck, side="right") - 1, 0)
+        free = np.minimum(np.asarray(free), self.count[g])
+        n0 = table.shape[1] - 1
+        got = table[i, np.clip(free, 0, n0)]
+        with np.errstate(invalid="ignore", over="ignore"):
+            wide = np.minimum(free * ratio[i], stages_cap[i])
+        got = np.where(free > n0, np.maximum(wide, table[i, n0]), got)
+        below = np.searchsorted(breaks, bottleneck, side="right") - 1 < 0
+        return np.where(below | (free <= 0), 0, got)
 
     def curve(self, before: list[int], here: list[tuple[int, int]]):
         """FLOP held under ``B`` by every device of the groups ``before`` and ``free``
@@ -634,16 +671,73 @@ class _LayerCapacity:
 
     def before(self, groups: list[int]) -> tuple[np.ndarray, np.ndarray]:
         """FLOP every device of ``groups`` holds as a step function of the bottleneck:
-        breakpoints and values, computed once per set of groups."""
+        breakpoints and values, computed once per set of groups (alike groups, which
+        share their tables, once per kind: a long chain of one type costs one)."""
         key = tuple(groups)
         if key not in self._before:
-            points = np.unique(np.concatenate([self.arrays[g][0] for g in groups]
+            kinds: dict = {}  # (table, count) -> [a group of it, how many]
+            for g in groups:
+                kind = kinds.setdefault((id(self.arrays[g]), self.count[g]), [g, 0])
+                kind[1] += 1
+            self.check()
+            points = np.unique(np.concatenate([self.arrays[g][0] for g, _ in kinds.values()]
                                               + [np.zeros(0)]))
             values = np.zeros(len(points))
-            for g in groups:
-                values += self.group_many(g, np.full(len(points), self.count[g]), points)
+            for g, n in kinds.values():
+                self.check()
+                values += n * self.group_many(g, np.full(len(points), self.count[g]), points)
             self._before[key] = (points, values)
         return self._before[key]
+
+
+def _most_held(tables: CostTables, opts, need: int) -> tuple[np.ndarray, np.ndarray]:
+    """Breakpoints of the bottleneck ``B`` and ``fmax[point, pair]``: the most FLOP one
+    stage with that pair holds with ``C <= B`` and memory fitting at the last position."""
+    flop = tables.stage_flop
+    steps = []  # per pair: (C at which fmax rises, fmax from there on)
+    for p in range(len(opts.width)):
+        fit = (opts.max_in_flight[p] >= need) & np.isfinite(opts.compute_time[p])
+        c, f = opts.compute_time[p][fit], flop[fit]
+        order = np.argsort(c, kind="stable")
+        c, f = c[order], np.maximum.accumulate(f[order]) if len(f) else f[order]
+        rises = np.flatnonzero(np.diff(f, prepend=-1.0) > 0)
+        steps.append((c[rises], f[rises]))
+    points = np.unique(np.concatenate([x for x, _ in steps] + [np.zeros(0)]))
+    fmax = np.zeros((len(points), len(steps)))
+    for p, (x, y) in enumerate(steps):
+        i = np.searchsorted(x, points, side="right") - 1
+        fmax[:, p] = np.where(i >= 0, y[np.maximum(i, 0)] if len(y) else 0.0, 0.0)
+    return points, fmax
+
+
+def _knapsack(fmax: np.ndarray, widths: list[int], n_max: int, layers: int, check):
+    """The unbounded knapsack of :class:`_LayerCapacity` per breakpoint, for ``n`` free
+    devices up to ``n0 <= n_max`` (``n0`` keeps the table and its work within
+    :data:`KNAPSACK_CELLS`, whatever the count or the widths' values), with the LP ratio
+    (best FLOP per device) and ``L`` times the most one stage holds for ``n > n0``.
+
+    Returns ``(table [point, n], ratio [point], stages_cap [point])``.
+    """
+    n_points, w = fmax.shape[0], np.asarray(widths, dtype=float)
+    ratio = (fmax / w[None, :]).max(axis=1, initial=0.0)
+    stages_cap = layers * fmax.max(axis=1, initial=0.0)
+    budget = KNAPSACK_CELLS // max(1, n_points * max(1, len(widths)))
+    n0 = int(max(0, min(n_max, budget)))
+    best = np.zeros((n_points, n0 + 1))
+    usable = [(p, wd) for p, wd in enumerate(widths) if wd <= n0]
+    for n in range(1, n0 + 1):
+        if n % 64 == 0:
+            check()
+        best[:, n] = best[:, n - 1]
+        for p, wd in usable:
+            if wd <= n:
+                np.maximum(best[:, n], best[:, n - wd] + fmax[:, p], out=best[:, n])
+    return best, ratio, stages_cap
+
+
+#: cells (breakpoints x free counts x pairs) the capacity knapsack of a group may work
+#: through; beyond it, counts are bounded by the LP ratio (weaker, never wrong)
+KNAPSACK_CELLS = 20_000_000
 
 
 #: the FLOP capacity is compared with a relative slack, so that rounding in its sums
