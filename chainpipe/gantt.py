@@ -9,10 +9,11 @@ row is labelled with its devices, its ``d x t`` (when not ``1x1``) and its
 layers. The title gives both the
 simulated makespan and the cost model's ``T`` (they differ: ``docs/schedule.md``).
 
-A chart stays readable at any size: by default only the first
-:data:`DEFAULT_WINDOW` microbatches are drawn in full colour, on the time span
-they occupy (the pipeline's fill and the start of its steady state; later
-microbatches in that span are drawn pale); rows of links inside one
+A chart stays readable at any size: its time axis always covers the whole
+iteration (fill, steady state, drain and synchronisation, with ``T`` dashed and
+the simulated makespan solid), and by default only the first
+:data:`DEFAULT_WINDOW` microbatches are drawn in full colour (the pipeline's
+fill and the start of its steady state; later microbatches are drawn pale); rows of links inside one
 datacenter are left out when there are many stages; the figure's height is
 capped; where blocks would be narrower than :data:`DENSE_PX` pixels (every
 microbatch of a long iteration), device rows show their busy spans instead.
@@ -119,10 +120,9 @@ def _title(sim: PipelineSchedule, stages: int, window: int | None, x_end: float,
     ]
     notes = []
     if window is not None and window < sim.microbatches:
-        notes.append(f"first {window} microbatches in full colour, later ones pale; "
-                     f"time 0 to {x_end:.4g} s shown")
-    else:
-        notes.append("dashed: T, solid: makespan")
+        notes.append(f"first {window} microbatches in full colour (to "
+                     f"{window_end(sim, window):.4g} s), later ones pale")
+    notes.append("dashed: T, solid: makespan")
     if hidden_links:
         notes.append(f"{hidden_links} links inside a datacenter not drawn")
     lines.append("; ".join(notes))
@@ -219,8 +219,8 @@ def draw(sim: PipelineSchedule, ax=None, *, window: int | None = DEFAULT_WINDOW,
         Draw into these axes (default: a new figure sized for the rows, its
         height capped at :data:`MAX_HEIGHT_IN` inches).
     window : int or None
-        Microbatches drawn in full colour, on the time span they occupy;
-        ``None`` draws every microbatch over the whole iteration.
+        Microbatches drawn in full colour (later ones pale); ``None`` draws every
+        microbatch in full colour. The time axis covers the whole iteration either way.
     links : {"auto", "all", "inter", "none"}
         Which link rows to draw (see :func:`chart_rows`).
 
@@ -239,7 +239,7 @@ def draw(sim: PipelineSchedule, ax=None, *, window: int | None = DEFAULT_WINDOW,
         fig, ax = plt.subplots(figsize=(WIDTH_IN, height))
     fig = ax.figure
     window = None if window is None or window >= sim.microbatches else max(int(window), 1)
-    x_end = window_end(sim, window) or 1.0
+    x_end = window_end(sim, None) or 1.0  # the whole iteration, whatever the window
     fig_w, fig_h = fig.get_size_inches()
     pos = ax.get_position()
     px_per_s = fig_w * pos.width * DPI * 0.85 / (x_end * 1.02)
@@ -255,9 +255,8 @@ def draw(sim: PipelineSchedule, ax=None, *, window: int | None = DEFAULT_WINDOW,
     ax.set_yticklabels([r.label for r in reversed(rows)], fontsize=8 if n <= 30 else 6)
     ax.set_ylim(-0.6, n - 0.4)
     ax.set_xlim(0, x_end * 1.02)
-    if window is None:
-        ax.axvline(sim.iteration_time_s, color="0.25", linestyle="--", linewidth=1)
-        ax.axvline(sim.makespan_s, color="0.25", linestyle="-", linewidth=0.8)
+    ax.axvline(sim.iteration_time_s, color="0.25", linestyle="--", linewidth=1)
+    ax.axvline(sim.makespan_s, color="0.25", linestyle="-", linewidth=0.8)
     ax.set_xlabel("time within one iteration (s)")
     ax.set_title(_title(sim, stages, window, x_end, hidden), fontsize=9)
     from matplotlib.patches import Patch

@@ -127,9 +127,29 @@ def test_large_plan_draws_in_seconds_at_a_capped_size(large, tmp_path):
     rows = chart_rows(sim)
     assert sum(r.kind == "stage" for r in rows) == plan.num_stages
     assert all(r.inter_dc for r in rows if r.kind == "link")
-    # the default window shows the first microbatches, not the whole iteration
+    # the first microbatches in full colour, but the time axis covers the whole iteration
     assert window_end(sim, 16) < 0.5 * sim.makespan_s
     assert window_end(sim, None) == pytest.approx(max(sim.makespan_s, sim.iteration_time_s))
+
+
+def test_the_default_chart_shows_the_whole_iteration_with_its_end(large):
+    """The default window colours the first 16 microbatches; the axis still runs to the end
+    of the iteration (drain and synchronisation), where T and the makespan are marked."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    inst, plan = large
+    sim = simulate_pipeline(inst, plan)
+    fig = draw(sim)  # the default window
+    ax = fig.axes[0]
+    end = max(sim.makespan_s, sim.iteration_time_s)
+    assert ax.get_xlim()[1] >= end
+    marks = sorted(line.get_xdata()[0] for line in ax.get_lines())
+    assert marks == pytest.approx(sorted([sim.iteration_time_s, sim.makespan_s]))
+    assert "first 16 microbatches in full colour" in ax.get_title()
+    plt.close(fig)
 
 
 def test_gantt_into_given_axes_draws_every_row():
