@@ -237,16 +237,22 @@ def cmd_generate(args) -> int:
 
 def cmd_export(args) -> int:
     """``chainpipe export INSTANCE PLAN --to FORMAT``: the plan as a framework reads it."""
-    from .export import Inexpressible, export
+    from .export import Inexpressible, Unsupported, export
 
     refuse_overwrite({"-o/--output": args.output, "--nearest-out": args.nearest_out},
                      [args.instance, args.plan])
     if args.csv and args.to != "ranks":
         raise InstanceError([f"--csv: applies to --to ranks only, not {args.to}"])
+    if args.module_names and args.to != "torchtitan":
+        raise InstanceError([f"--module-names: applies to --to torchtitan only, not {args.to}"])
     inst = read_instance(args.instance, args.strict)
     plan = plan_for(args, inst)
     try:
-        text = export(inst, plan, args.to, csv=args.csv, microbatch_size=args.microbatch_size)
+        text = export(inst, plan, args.to, csv=args.csv, microbatch_size=args.microbatch_size,
+                      module_names=args.module_names)
+    except Unsupported as exc:
+        print(f"chainpipe export: {exc}", file=sys.stderr)
+        return 1
     except Inexpressible as exc:
         if exc.nearest is not None and args.nearest_out:
             write_plan(exc.nearest.plan, args.nearest_out, inst)
@@ -718,6 +724,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--microbatch-size", type=positive_int, metavar="B",
                    help="sequences per microbatch, for an instance that does not state "
                         "training.microbatch_size (megatron and torchtitan need it)")
+    s.add_argument("--module-names", choices=("llama",),
+                   help="torchtitan: write the Llama-style module names (tok_embeddings, "
+                        "layers.<i>, norm, output) for a model not recognised as a Llama, "
+                        "Mistral or Qwen2 model (refused without it)")
     _force_argument(s)
     s.set_defaults(func=cmd_export)
 

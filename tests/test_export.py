@@ -398,3 +398,27 @@ def test_the_worked_example_of_the_docs_is_what_the_code_gives():
            f"{evaluate(inst, plan).iteration_time_s:.6g} s)" in doc
     from chainpipe.export.frameworks import megatron_layout
     assert f"--pipeline-model-parallel-layout '{megatron_layout(inst, near.plan)}'" in doc
+
+
+def test_torchtitan_names_fit_llama_style_models_only(tmp_path):
+    from chainpipe.export import Unsupported
+
+    gpt = generate("hybrid-small", 1, model="gpt3-1.3b")
+    near = nearest_plan(gpt)
+    with pytest.raises(Unsupported, match=r"model 'gpt3-1.3b\[4 blocks\]' is not recognised "
+                                          r"as one: give --module-names llama"):
+        export(gpt, near.plan, "torchtitan")
+    forced = tomllib.loads(export(gpt, near.plan, "torchtitan", module_names="llama"))
+    assert forced["parallelism"]["module_fqns_per_model_part"][0][0] == "tok_embeddings"
+    export(gpt, near.plan, "megatron")  # Megatron's layout names no modules
+    write(gpt, tmp_path / "inst.json")
+    write_plan(near.plan, tmp_path / "plan.json", gpt)
+    proc = _run("export", tmp_path / "inst.json", tmp_path / "plan.json", "--to", "torchtitan")
+    assert proc.returncode == 1 and proc.stdout == ""
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith("chainpipe export: torchtitan's module names")
+    proc = _run("export", tmp_path / "inst.json", tmp_path / "plan.json", "--to", "torchtitan",
+                "--module-names", "llama")
+    assert proc.returncode == 0 and "module_fqns_per_model_part" in proc.stdout
+    llama = generate("hybrid-small", 1, model="llama2-7b")
+    export(llama, nearest_plan(llama).plan, "torchtitan")  # recognised: no option needed

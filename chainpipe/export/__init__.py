@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from ..instance import Instance, InstanceError
 from ..plan import Plan, evaluate
-from .frameworks import megatron_arguments, torchtitan_config
+from .frameworks import megatron_arguments, module_names_problem, torchtitan_config
 from .nearest import Inexpressible, expressible_problem, nearest_plan
 from .ranks import rank_rows, ranks_csv, ranks_json
 
@@ -53,8 +53,12 @@ def batch_size(instance: Instance, plan: Plan, given: int | None = None) -> int:
     return size
 
 
+class Unsupported(RuntimeError):
+    """A format cannot be written for this model (one line saying why)."""
+
+
 def export(instance: Instance, plan: Plan, fmt: str, *, csv: bool = False,
-           microbatch_size: int | None = None) -> str:
+           microbatch_size: int | None = None, module_names: str | None = None) -> str:
     """The text of ``plan`` in the format ``fmt``.
 
     Parameters
@@ -74,6 +78,9 @@ def export(instance: Instance, plan: Plan, fmt: str, *, csv: bool = False,
         Sequences per microbatch when the instance does not state
         ``training.microbatch_size`` (``megatron`` and ``torchtitan`` write batch sizes
         from it: :func:`batch_size`).
+    module_names : {"llama"}, optional
+        ``torchtitan`` only: write the Llama-style module names even for a model not
+        recognised as of that family (:func:`~chainpipe.export.frameworks.module_names_problem`).
 
     Returns
     -------
@@ -87,6 +94,8 @@ def export(instance: Instance, plan: Plan, fmt: str, *, csv: bool = False,
     Inexpressible
         ``fmt`` cannot express this plan; the exception names why and the best
         plan it can express, with its ``T``.
+    Unsupported
+        ``torchtitan`` for a model whose module names it would not get right.
     ValueError
         An unknown format.
     """
@@ -103,7 +112,10 @@ def export(instance: Instance, plan: Plan, fmt: str, *, csv: bool = False,
         raise Inexpressible(fmt, why, nearest_plan(instance), ev.iteration_time_s)
     if fmt == "megatron":
         return megatron_arguments(instance, plan, ev, size)
+    if why := module_names_problem(instance, module_names):
+        raise Unsupported(why)
     return torchtitan_config(instance, plan, ev, size)
 
 
-__all__ = ["BATCH_FORMATS", "FORMATS", "Inexpressible", "batch_size", "export", "nearest_plan"]
+__all__ = ["BATCH_FORMATS", "FORMATS", "Inexpressible", "Unsupported", "batch_size", "export",
+           "nearest_plan"]

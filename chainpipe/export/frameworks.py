@@ -21,6 +21,7 @@ accepts: every stage with the same ``(d, t)``, cuts between whole blocks.
 from __future__ import annotations
 
 import json
+import re
 
 from ..instance import Instance
 from ..plan import Evaluation, Plan
@@ -120,6 +121,28 @@ def megatron_arguments(instance: Instance, plan: Plan, ev: Evaluation, size: int
              f"--global-batch-size {instance.microbatches * size}"]
     lines += [f"    {a}" for a in args] + [")"]
     return "\n".join(lines) + "\n"
+
+
+#: model names of the families whose modules TorchTitan's Llama-style decoders name
+#: ``tok_embeddings``, ``layers.<i>``, ``norm``, ``output`` (Llama, Mistral, Qwen2)
+LLAMA_STYLE = re.compile(r"llama|mistral|qwen", re.IGNORECASE)
+#: the module naming schemes ``--module-names`` may force
+MODULE_NAMES = ("llama",)
+
+
+def module_names_problem(instance: Instance, module_names: str | None = None) -> str | None:
+    """Why the TorchTitan module names would not fit the instance's model, or ``None``.
+
+    The names written are those of TorchTitan's Llama-style decoders; a model whose name
+    says it is of another family (GPT-3, GPT-NeoX, Pythia, ...) or does not say is refused
+    unless ``module_names="llama"`` forces them.
+    """
+    if module_names == "llama" or LLAMA_STYLE.search(instance.model.name):
+        return None
+    return (f"torchtitan's module names (tok_embeddings, layers.<i>, norm, output) are those "
+            f"of its Llama-style decoders (Llama, Mistral, Qwen2 models), and model "
+            f"{instance.model.name!r} is not recognised as one: give --module-names llama to "
+            f"write them anyway")
 
 
 def torchtitan_modules(instance: Instance, plan: Plan) -> list[list[str]]:
