@@ -141,7 +141,7 @@ def _config(tmp_path: Path, **fields) -> Path:
     ({"attention_bias": True}, "attention_bias: biases on every projection are not modelled"),
     ({"num_key_value_heads": 5}, "num_key_value_heads: must divide num_attention_heads = 32"),
     ({"hidden_size": 2**30, "num_attention_heads": 1, "num_key_value_heads": 1},
-     "the dimensions give a layer the format refuses: params: must be an integer <= "),
+     "hidden_size: must be an integer <= 1048576 (2**20; "),
 ])
 def test_unsupported_or_broken_configs_name_the_field(tmp_path, fields, needle):
     path = _config(tmp_path, **fields)

@@ -55,7 +55,24 @@ FIELDS = {
 ACTIVATIONS = {"llama": ("silu", "swish"), "gpt": ("gelu", "gelu_new", "gelu_fast",
                                                    "gelu_pytorch_tanh", "quick_gelu"),
                "neox": ("gelu", "gelu_new", "gelu_fast", "gelu_pytorch_tanh")}
-_COUNT = integer_rule(1, 2**31 - 1, "2**31 - 1")
+#: the largest value of each dimension read, by its role (the family's field names in
+#: :data:`FIELDS`), with the reason in an error line; every bound is far above any trained
+#: dense model, so that a value beyond it is a typo or a hostile file, never a model
+#: (:func:`~chainpipe.instances.models.model_layers` makes one layer per block: the
+#: block bound is also what keeps the instance's size and memory bounded)
+BOUNDS = {
+    "blocks": (10_000, "10 times the deepest transformer trained, DeepNet's 1,000 blocks"),
+    "hidden": (2**20, "2**20; the widest dense models use 18,432 to 25,600"),
+    "heads": (2**16, "2**16; real models use at most a few hundred"),
+    "ffn": (2**22, "2**22; real FFNs are at most 4 times a hidden size of 2**20"),
+    "vocab": (2**24, "2**24; the largest vocabularies hold about 256,000 tokens"),
+    "context": (2**27, "2**27 tokens; the longest contexts released hold 10,485,760"),
+    "kv_heads": (2**16, "2**16, as heads"),
+    "head_dim": (2**16, "2**16; real heads are 64 to 256 wide"),
+}
+#: the roles of a family's :data:`FIELDS`, in the same order
+ROLES = ("blocks", "hidden", "heads", "ffn", "vocab", "context")
+RULES = {role: integer_rule(1, bound, why) for role, (bound, why) in BOUNDS.items()}
 
 
 def config_path(path: str | os.PathLike) -> Path:
@@ -89,8 +106,9 @@ def read_model_config(path: str | os.PathLike, *, seq_len: int | None = None,
     ------
     InstanceError
         One line per problem, ``FILE: FIELD: what is wrong``: unreadable file,
-        invalid JSON, a missing or ill-typed field, an unsupported model type
-        or feature (mixture-of-experts among them).
+        invalid JSON, a missing or ill-typed field, a dimension beyond its
+        :data:`BOUNDS` (``num_hidden_layers`` at most 10,000, ...), an unsupported
+        model type or feature (mixture-of-experts among them).
     """
     file = config_path(path)
     data = load_json(file)
@@ -118,19 +136,20 @@ def read_model_config(path: str | os.PathLike, *, seq_len: int | None = None,
 
     keys = FIELDS.get(kind, FIELDS["default"])
     values: dict[str, Any] = {}
-    for key in keys:
+    for key, role in zip(keys, ROLES):
         value = data.get(key)
         optional = key == "n_inner"  # GPT-2: null means 4 h
         if value is None and optional:
             values[key] = None
         elif key not in data:
             bad(key, f"missing (model_type {quote(kind)} needs it)")
-        elif msg := _COUNT(value):
+        elif msg := RULES[role](value):
             bad(key, msg)
         else:
             values[key] = value
-    kv_heads = _optional_count(data, "num_key_value_heads", bad) if family == "llama" else None
-    head_dim = _optional_count(data, "head_dim", bad) if family == "llama" else None
+    kv_heads = _optional_count(data, "num_key_value_heads", "kv_heads", bad) \
+        if family == "llama" else None
+    head_dim = _optional_count(data, "head_dim", "head_dim", bad) if family == "llama" else None
     _check_features(data, kind, family, bad)
     if problems:
         raise InstanceError(problems)
@@ -142,7 +161,7 @@ def read_model_config(path: str | os.PathLike, *, seq_len: int | None = None,
         bad("num_key_value_heads", f"must divide {keys[2]} = {heads}, got {kv_heads}")
     if seq_len is None:
         seq_len = context
-    elif msg := _COUNT(seq_len):
+    elif msg := RULES["context"](seq_len):
         problems.append(f"seq_len: {msg}")
     elif family == "gpt" and seq_len > context:
         problems.append(f"seq_len: {seq_len} exceeds the learned position table of "
@@ -184,11 +203,12 @@ def _family(kind: Any, bad) -> str | None:
     return None
 
 
-def _optional_count(data: dict, key: str, bad) -> int | None:
+def _optional_count(data: dict, key: str, role: str, bad) -> int | None:
+    """``data[key]`` if given and within the bound of ``role``; ``None`` (noted) if not."""
     value = data.get(key)
     if value is None:
         return None
-    if msg := _COUNT(value):
+    if msg := RULES[role](value):
         bad(key, msg)
         return None
     return value

@@ -1,0 +1,186 @@
+"""Inputs that used to hang, explode memory or end in an exception name (issue 28, items 8,
+9 and the matching cases of 14): each is refused in one line naming its field or option,
+exit 2, within seconds.
+
+Anything that could hang on a regression runs in a child process with a timeout, so a
+failing test fails instead of hanging the suite.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+import textwrap
+import warnings
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from chainpipe.cli import main
+from chainpipe.instance import InstanceError
+from chainpipe.instances.cluster_file import BYTES, RATE, TIME, quantity, read_cluster
+from chainpipe.instances.hf_config import BOUNDS, read_model_config
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "examples" / "metro-cluster.toml"
+MODELS = ROOT / "tests" / "data" / "models"
+#: seconds a refusal may take, child process start included
+QUICK_S = 30
+
+
+def run_cli(args: list[str], timeout: float = QUICK_S) -> subprocess.CompletedProcess:
+    """``chainpipe ARGS`` in a child process, killed (and the test failed) past ``timeout``."""
+    return subprocess.run([sys.executable, "-m", "chainpipe", *map(str, args)],
+                          capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+
+
+def one_line_exit_2(proc: subprocess.CompletedProcess, needle: str) -> None:
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2, proc.stderr
+    assert len(lines) == 1 and needle in lines[0], lines
+    assert "Error" not in lines[0] and "Traceback" not in proc.stderr
+
+
+# --------------------------------------------------------------------------- item 8: quantities
+def test_power_expressions_are_refused_not_evaluated(tmp_path):
+    """pint evaluated ``10**10**10`` (never answered) and ``2^2^2^2^2^2`` (23 s)."""
+    code = textwrap.dedent("""
+        from chainpipe.instances.cluster_file import BYTES, quantity
+        for text in ("10**10**10 B", "9**9**9 B", "2^2^2^2^2^2 B", "2**30 B", "80 GiB**9**9"):
+            try:
+                quantity(text, BYTES)
+            except ValueError as exc:
+                print(exc)
+            else:
+                print("accepted", text)
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=QUICK_S, cwd=ROOT)
+    lines = out.stdout.splitlines()
+    assert len(lines) == 5 and all(line.startswith("expected a quantity of bytes")
+                                   for line in lines), out
+
+
+def test_a_power_in_a_cluster_file_is_one_line_exit_2(tmp_path):
+    text = EXAMPLE.read_text(encoding="utf-8").replace('"80 GiB"', '"10**10**10 B"', 1)
+    assert "10**10**10" in text
+    (tmp_path / "c.toml").write_text(text, encoding="utf-8")
+    proc = run_cli(["generate", "--cluster", tmp_path / "c.toml", "--model", "gpt3-125m"])
+    one_line_exit_2(proc, "memory: expected a quantity of bytes")
+
+
+@pytest.mark.parametrize("text, dim, value", [
+    ("80 GiB", BYTES, 80 * 2**30), ("1.5e2 GB", BYTES, 150e9), (".5 TiB", BYTES, 2**39),
+    ("  312 TFLOP / s ", RATE, 312e12), ("5us", TIME, 5e-6), ("+2 ms", TIME, 2e-3),
+])
+def test_a_number_and_a_unit_still_read(text, dim, value):
+    assert quantity(text, dim) == pytest.approx(value, rel=1e-12)
+
+
+@pytest.mark.parametrize("text", ["1e309 B", "inf B", "nan B", "1e300 PiB", "0 B", "-1 GiB"])
+def test_quantities_follow_the_instance_number_rules(text):
+    with pytest.raises(ValueError, match="must be a finite quantity > 0"):
+        quantity(text, BYTES)
+
+
+UNITS = {"B": 1, "KiB": 2**10, "GiB": 2**30, "GB": 1e9, "bit": 1 / 8, "Mbit": 1e6 / 8}
+NUMBER = st.one_of(st.integers(0, 10**20).map(str),
+                   st.floats(min_value=0, max_value=1e300, allow_nan=False).map(repr))
+
+
+@settings(max_examples=400, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(NUMBER, st.sampled_from(sorted(UNITS)), st.sampled_from(["", " ", "  "]))
+def test_fuzz_number_and_unit_reads_as_the_number_times_the_unit(number, unit, gap):
+    value = float(number) * UNITS[unit]
+    text = f"{number}{gap}{unit}"
+    if value > 0 and math.isfinite(value):
+        assert quantity(text, BYTES) == pytest.approx(value, rel=1e-11)
+    else:
+        with pytest.raises(ValueError):
+            quantity(text, BYTES)
+
+
+#: pieces a hostile quantity is made of: numbers, operators, units, junk
+PIECES = st.sampled_from(["10", "9", "2", "1e308", "0x10", "**", "^", "*", "/", "(", ")", " ",
+                          "B", "GiB", "s", "Gbit", "e", "-", ".", "_", "pi", "µ", "\x00",
+                          "FLOP", "inf", "nan", "1_000", "sqrt", "exp"])
+
+
+@settings(max_examples=1500, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(st.lists(PIECES, max_size=12).map("".join), st.text(max_size=40)))
+def test_fuzz_any_text_is_a_finite_value_or_one_line_value_error(text):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        try:
+            v = quantity(text, BYTES, positive=False)
+        except ValueError as exc:
+            assert "\n" not in str(exc) and len(str(exc)) < 300
+        else:
+            assert math.isfinite(v) and v >= 0
+
+
+# --------------------------------------------------------------------------- item 8: model sizes
+def _config(tmp_path: Path, **fields) -> Path:
+    data = json.loads((MODELS / "llama-3-8b" / "config.json").read_text(encoding="utf-8"))
+    data.update(fields)
+    (tmp_path / "config.json").write_text(json.dumps(data), encoding="utf-8")
+    return tmp_path
+
+
+def test_layer_count_of_2_31_is_refused_at_once_naming_the_field(tmp_path):
+    """2**31 - 1 blocks was accepted; the instance then grew 1 GB every 30 s."""
+    path = _config(tmp_path, num_hidden_layers=2**31 - 1)
+    proc = run_cli(["generate", "--cluster", EXAMPLE, "--model-config", path])
+    one_line_exit_2(proc, "config.json: num_hidden_layers: must be an integer <= 10000")
+
+
+@pytest.mark.parametrize("key, role", [
+    ("num_hidden_layers", "blocks"), ("hidden_size", "hidden"),
+    ("num_attention_heads", "heads"), ("intermediate_size", "ffn"), ("vocab_size", "vocab"),
+    ("max_position_embeddings", "context"), ("num_key_value_heads", "kv_heads"),
+    ("head_dim", "head_dim"),
+])
+def test_every_dimension_is_bounded_by_name(tmp_path, key, role):
+    bound = BOUNDS[role][0]
+    path = _config(tmp_path, **{key: bound + 1})
+    with pytest.raises(InstanceError) as info:
+        read_model_config(path)
+    assert any(f"config.json: {key}: must be an integer <= {bound} " in p
+               for p in info.value.problems), info.value.problems
+
+
+def test_the_largest_dimensions_still_make_an_instance_layer(tmp_path):
+    path = _config(tmp_path, num_hidden_layers=1, hidden_size=BOUNDS["hidden"][0],
+                   num_attention_heads=BOUNDS["heads"][0], num_key_value_heads=1,
+                   intermediate_size=BOUNDS["ffn"][0], vocab_size=BOUNDS["vocab"][0])
+    shape = read_model_config(path, seq_len=BOUNDS["context"][0])
+    assert shape.hidden == BOUNDS["hidden"][0]
+
+
+def test_seq_len_is_bounded_like_the_context(tmp_path):
+    proc = run_cli(["generate", "--cluster", EXAMPLE, "--model-config", MODELS / "llama-3-8b",
+                    "--seq-len", 2**40])
+    one_line_exit_2(proc, "seq_len: must be an integer <= 134217728")
+
+
+# --------------------------------------------------------------------------- item 14: TOML
+@pytest.mark.parametrize("body", [
+    "a = " + "[" * 5000 + "]" * 5000,
+    "a = " + "{b = " * 3000 + "1" + "}" * 3000,
+    "[training]\nmicrobatches." + ".".join(["a"] * 5000) + " = 1",
+])
+def test_a_deeply_nested_cluster_file_is_one_line(tmp_path, body, capsys):
+    (tmp_path / "deep.toml").write_text(body, encoding="utf-8")
+    with pytest.raises(InstanceError) as info:
+        read_cluster(tmp_path / "deep.toml")
+    assert info.value.problems == [f"{tmp_path / 'deep.toml'}: invalid TOML: tables and arrays "
+                                   f"nest deeper than 100 levels (a cluster file needs 5)"]
+    assert main(["generate", "--cluster", str(tmp_path / "deep.toml"), "--model",
+                 "gpt3-125m"]) == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1
