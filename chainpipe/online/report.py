@@ -3,7 +3,8 @@
 - ``jobs.csv``: one row per (policy, job request);
 - ``summary.csv``: one row per policy (the columns of the command-line contract);
 - ``summary.md``: the same with tail iteration time, waiting, link load,
-  forecast errors and planning effort;
+  forecast errors (and a sentence when a forecast loses to the naive last value)
+  and planning effort;
 - ``utilisation.csv`` and ``utilisation.png``: GPUs held and span load over time;
 - ``iteration_time.png``: each policy's iteration times of accepted jobs.
 
@@ -167,59 +168,172 @@ def summary_markdown(runs: list[Run], scenario, seed: int) -> str:
                   "| method | forecasts | MAE | RMSE |", "|---|---:|---:|---:|"]
         for method, e in fc.items():
             lines.append(f"| {method} | {e['n']} | {num(e['mae'])} | {num(e['rmse'])} |")
+        if verdict := forecast_verdict(fc, run.policy):
+            lines += ["", verdict]
     return "\n".join(lines) + "\n"
 
 
+#: what each forecast method of :class:`~chainpipe.online.forecast.LoadForecaster` is, for a reader
+FORECAST_NAMES = {"gm11": "GM(1,1)", "gm11-markov": "grey-Markov",
+                  "last-value": "the naive last-value forecast"}
+NAIVE = "last-value"
+
+
+def forecast_verdict(errors: dict[str, dict], policy: str = "gmc-mdp") -> str:
+    """One sentence comparing each forecast's MAE with the naive last-value forecast's.
+
+    Parameters
+    ----------
+    errors : dict
+        ``LoadForecaster.error_summary()``: method -> ``{"n", "mae", "rmse"}``.
+    policy : str
+        The policy that steered by the grey-Markov forecast.
+
+    Returns
+    -------
+    str
+        Empty when there is no naive forecast or no scored forecast to compare.
+    """
+    naive = errors.get(NAIVE)
+    if not naive or not naive["n"] or math.isnan(naive["mae"]):
+        return ""
+    scored = {m: e for m, e in errors.items()
+              if m != NAIVE and e["n"] and not math.isnan(e["mae"])}
+    if not scored:
+        return ""
+    base = naive["mae"]
+
+    def named(ms):
+        parts = [f"{FORECAST_NAMES.get(m, m)} (MAE {num(scored[m]['mae'])})" for m in ms]
+        return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+
+    losers = [m for m in scored if scored[m]["mae"] > base]
+    winners = [m for m in scored if scored[m]["mae"] <= base]
+    text = []
+    if losers:
+        verb = "loses" if len(losers) == 1 else "lose"
+        text.append(f"**{named(losers)} {verb} to the naive last-value forecast** "
+                    f"(MAE {num(base)}): on this run, taking each load to stay as it was "
+                    "predicts the next step better")
+        if "gm11-markov" in losers:
+            text[-1] += (f", so {policy}, which ranks chains and reserves wavelengths by "
+                         "the grey-Markov forecast, steered by a less accurate forecast than "
+                         "that")
+        text[-1] += "."
+    if winners:
+        verb = "beats" if len(winners) == 1 else "beat"
+        text.append(f"{named(winners)} {verb} the naive last-value forecast "
+                    f"(MAE {num(base)}).")
+    return " ".join(text)
+
+
 def style(i: int) -> dict:
-    """Colour and marker of the ``i``-th policy, the same in every figure."""
+    """Colour, marker and line style of the ``i``-th policy, the same in every figure.
+
+    Colours, markers and dashes repeat with different periods (6, 7 and 4), so no two
+    of the first 84 policies share all three, and no two of the first 7 a marker.
+    """
     colors = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b")
-    markers = ("o", "s", "^", "D", "v", "P")
-    return {"color": colors[i % len(colors)], "marker": markers[i % len(markers)]}
+    markers = ("o", "s", "^", "D", "v", "P", "X")
+    dashes = ("-", "--", "-.", ":")
+    return {"color": colors[i % len(colors)], "marker": markers[i % len(markers)],
+            "linestyle": dashes[i % len(dashes)]}
 
 
-def plot_utilisation(runs: list[Run], path: Path) -> None:
-    """GPUs held and span load over time, one line per policy."""
+def line_style(i: int, n: int, spacing: float = 0.1) -> dict:
+    """Keyword arguments for the ``i``-th of ``n`` curves of one axes.
+
+    The policy's :func:`style`; the first curve thickest and lowest, each later one
+    thinner and drawn above it, so curves that coincide all stay visible. Markers sit
+    ``spacing`` of the axes' diagonal apart along each curve (matplotlib's float
+    ``markevery``), each curve's shifted by ``spacing / n`` so they do not stack where
+    curves coincide.
+    """
+    st = style(i)
+    return {"color": st["color"], "marker": st["marker"], "linestyle": st["linestyle"],
+            "lw": max(0.8, 2.4 - 0.4 * i), "alpha": 0.85, "zorder": 2 + i,
+            "markersize": 5, "markeredgecolor": "white", "markeredgewidth": 0.6,
+            "markevery": (spacing * i / max(1, n), spacing)}
+
+
+def requests_of(runs: list[Run]) -> str:
+    """``N job requests`` of a run's policies (they all see the same requests)."""
+    n = len(runs[0].records) if runs else 0
+    return f"{n} job request{'' if n == 1 else 's'}"
+
+
+def utilisation_figure(runs: list[Run]):
+    """The figure of ``utilisation.png``: GPUs held and span load over time, one line per
+    policy; returns the matplotlib Figure (the caller saves and closes it)."""
     plt = pyplot()
-    fig, axes = plt.subplots(2, 1, figsize=(8, 5.5), sharex=True)
+    fig, axes = plt.subplots(2, 1, figsize=(9, 6), sharex=True)
     for i, run in enumerate(runs):
         t = [s.time_s / 3600 for s in run.samples]
-        st = style(i)
-        # the first policy thickest, underneath: lines that coincide stay visible
-        lw = max(0.6, 2.2 - 0.4 * i)
+        kw = line_style(i, len(runs), spacing=0.25)  # jagged curves: long paths
         axes[0].step(t, [s.gpu_utilisation for s in run.samples], where="post",
-                     color=st["color"], label=run.policy, lw=lw, alpha=0.85)
+                     label=run.policy, **kw)
         axes[1].step(t, [s.span_load for s in run.samples], where="post",
-                     color=st["color"], label=run.policy, lw=lw, alpha=0.85)
+                     label=run.policy, **kw)
     from matplotlib.ticker import PercentFormatter
 
+    fig.suptitle(f"GPUs held and wavelengths in use over time, per policy "
+                 f"({requests_of(runs)})", fontsize=11)
+    axes[0].set_title("share of all GPUs held by jobs", fontsize=9)
+    axes[1].set_title("share of wavelengths in use by jobs and background, mean over spans",
+                      fontsize=9)
     axes[0].set_ylabel("GPUs held")
-    axes[1].set_ylabel("wavelengths in use\n(mean over spans)")
+    axes[1].set_ylabel("wavelengths in use")
     axes[1].set_xlabel("simulated time (h)")
     for ax in axes:
         ax.set_ylim(0, 1.02)
         ax.yaxis.set_major_formatter(PercentFormatter(1.0))
         ax.grid(alpha=0.3)
-    axes[0].legend(ncol=min(5, len(runs)), fontsize=8, loc="upper right")
-    save_figure(fig, path)
-    plt.close(fig)
+    if runs:  # beside the axes: no curve under it
+        axes[0].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0),
+                       title="policy", title_fontsize=8)
+    return fig
 
 
-def plot_iteration_times(runs: list[Run], path: Path) -> None:
-    """Each policy's iteration times of accepted jobs, as an empirical CDF."""
+def iteration_time_figure(runs: list[Run]):
+    """The figure of ``iteration_time.png``: each policy's iteration times of accepted jobs
+    as an empirical CDF; returns the matplotlib Figure (the caller saves and closes it)."""
     plt = pyplot()
-    fig, ax = plt.subplots(figsize=(7, 4))
+    fig, ax = plt.subplots(figsize=(7, 4.3))
     for i, run in enumerate(runs):
         Ts = sorted(r.placement.iteration_time_s for r in run.records if r.placement)
         if Ts:
             ax.step(Ts, [(k + 1) / len(Ts) for k in range(len(Ts))], where="post",
-                    color=style(i)["color"], label=f"{run.policy} ({len(Ts)} jobs)")
+                    label=f"{run.policy} ({len(Ts)} jobs)", **line_style(i, len(runs)))
+    ax.set_title(f"Iteration times of accepted jobs, per policy ({requests_of(runs)})\n"
+                 "a curve further left and higher: faster jobs", fontsize=10)
     ax.set_xscale("log")
     ax.set_xlabel("iteration time of an accepted job (s)")
     ax.set_ylabel("share of accepted jobs")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    save_figure(fig, path)
-    plt.close(fig)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8, loc="lower right", framealpha=0.9)
+    else:
+        ax.text(0.5, 0.5, "no job was accepted", ha="center", va="center",
+                transform=ax.transAxes)
+    return fig
+
+
+def plot_utilisation(runs: list[Run], path: Path) -> None:
+    """Save :func:`utilisation_figure` to ``path``."""
+    fig = utilisation_figure(runs)
+    try:
+        save_figure(fig, path)
+    finally:
+        pyplot().close(fig)
+
+
+def plot_iteration_times(runs: list[Run], path: Path) -> None:
+    """Save :func:`iteration_time_figure` to ``path``."""
+    fig = iteration_time_figure(runs)
+    try:
+        save_figure(fig, path)
+    finally:
+        pyplot().close(fig)
 
 
 def write_outputs(runs: list[Run], scenario, seed: int, out: Path) -> list[Path]:
@@ -262,7 +376,8 @@ def draw_sweep(ax, rows: list[dict], key: str, ylabel: str, percent: bool = Fals
             continue
         st = style(i)
         ax.errorbar([p[0] for p in pts], [p[1] for p in pts], yerr=[p[2] for p in pts],
-                    label=pol, color=st["color"], marker=st["marker"], capsize=3, lw=1.3)
+                    label=pol, color=st["color"], marker=st["marker"], ls=st["linestyle"],
+                    capsize=3, lw=1.3, alpha=0.9, zorder=2 + i)
     ax.set_xlabel("arrival rate (jobs per hour)")
     ax.set_ylabel(ylabel)
     if percent:
