@@ -42,12 +42,22 @@ def _contexts(args, needed_by: str):
 
 def cmd_agent_serve(args) -> int:
     """``chainpipe agent serve PRIVATE --public PUBLIC --listen HOST:PORT --tls-...``."""
+    from .solvers.cdynp.net import parse_address
     from .solvers.cdynp.public import read_view
     from .solvers.cdynp.serve import AgentServer
+    from .solvers.cdynp.tls import party_of_file
 
+    try:
+        parse_address(args.listen, any_port=True)
+    except ValueError as exc:
+        raise InstanceError([f"--listen: {exc}"]) from None
     public, private = load_json(args.public), load_json(args.private)
     _, _, dc = read_view(public, private, args.public, args.private)  # exit 2 on a bad file
     server_ctx, client_ctx = _contexts(args, "agent serve")
+    party = party_of_file(args.tls_cert)
+    if party != dc.name:
+        raise InstanceError([f"--tls-cert: {args.tls_cert}: the certificate names the party "
+                             f"{party!r}, not {dc.name!r}, the DC of {args.private}"])
 
     def log(line: str) -> None:
         print(f"{time.strftime('%H:%M:%S')} agent {dc.name}: {line}", file=sys.stderr,

@@ -104,6 +104,9 @@ class DCAgent:
         self.beam = int(beam or 0)
         #: the probe's stage boundaries: ``grid`` equal parts of the layers (public)
         L = public.num_layers
+        problem = protocol.option_problem("grid", grid or 0, L)
+        if problem:  # never more parts than layers: the work stays O(L)
+            raise ValueError(f"grid: {problem}, got {grid!r}")
         self.grid = ({round(i * L / grid) for i in range(int(grid) + 1)} if grid else None)
         self.deadline = deadline if deadline is not None else Deadline(None)
         self.local = Instance(public.name, public.model, public.training, (datacenter,), ())

@@ -18,6 +18,7 @@ from typing import Protocol
 from ...deadline import Deadline, TimeUp
 from ...plan import Plan
 from ...result import OptionError, Outcome, number_option
+from . import protocol
 from .public import PublicInstance
 from .runner import AgentFailure, Run
 
@@ -73,6 +74,10 @@ def agent_options(epsilon=0.0, quantum=0.0, digits=0, max_entries=0,
             "upper_bound": None, "prefix_bound": prefix_bound is not False}
     if upper_bound is not None:
         opts["upper_bound"] = number_option("cdynp", "upper_bound", upper_bound, strict=True)
+    for name in ("epsilon", "quantum", "max_entries", "digits", "upper_bound"):
+        problem = opts[name] is not None and protocol.option_problem(name, opts[name])
+        if problem:  # the range every agent checks too
+            raise OptionError(f"option {name!r} of cdynp: {problem}, got {opts[name]!r}")
     return opts
 
 
@@ -82,7 +87,10 @@ def guarantee_factor(num_datacenters: int, epsilon: float = 0.0, quantum: float 
     each of the ``K - 1`` summaries loses at most one factor of each."""
     hops = max(num_datacenters - 1, 0)
     per_hop = (1.0 + epsilon) * (1.0 + quantum) * (1.0 + (10.0 ** (1 - digits) if digits else 0.0))
-    return per_hop ** hops
+    try:
+        return per_hop ** hops
+    except OverflowError:  # a bound too loose to say anything
+        return math.inf
 
 
 def is_exact(options: dict) -> bool:
@@ -203,7 +211,7 @@ def _stats(num_datacenters: int, res: Run, exact: bool, options: dict, mode: str
         "mode": mode,
         "exact": exact,
         **{k: options[k] for k in ("epsilon", "quantum", "digits", "max_entries")},
-        "guarantee_factor": None if options["max_entries"] else factor,
+        "guarantee_factor": None if options["max_entries"] else _finite(factor),
         "estimate_s": _finite(res.estimate),
         "messages": res.messages,
         "message_bytes_total": sum(sizes),

@@ -44,7 +44,6 @@ CONNECT_S = 5.0
 HANDSHAKE_S = 10.0
 
 _RUN_ID = re.compile(r"[0-9a-f]{32}")
-_OPTION_KEYS = {"epsilon", "quantum", "digits", "max_entries", "upper_bound", "beam", "grid"}
 
 
 class Refused(Exception):
@@ -81,8 +80,16 @@ def recv_json(sock, limit: int = HEADER_LIMIT):
         raise protocol.ProtocolError("a frame that is not JSON") from None
 
 
-def check_header(h) -> dict:
-    """A connection's first frame, checked; :class:`.protocol.ProtocolError` says why not."""
+def check_header(h, num_layers: int | None = None) -> dict:
+    """A connection's first frame, checked; :class:`.protocol.ProtocolError` says why not.
+
+    Parameters
+    ----------
+    h
+        The frame, any JSON value.
+    num_layers : int, optional
+        The instance's layer count, which bounds a run's option ``grid``.
+    """
     if not isinstance(h, dict) or h.get("net") != NET:
         raise protocol.ProtocolError(f"header: expected an object with net = {NET!r}")
     kind = h.get("kind")
@@ -110,13 +117,7 @@ def check_header(h) -> dict:
             parse_address(addr)
         except ValueError as exc:
             raise protocol.ProtocolError(f"header.agents.{name[:40]}: {exc}") from None
-    opts = h["options"]
-    if not isinstance(opts, dict) or not set(opts) <= _OPTION_KEYS | {"prefix_bound"} or not all(
-            v is None or (protocol.finite_number(v) and v >= 0) for k, v in opts.items()
-            if k != "prefix_bound") or not isinstance(opts.get("prefix_bound", True), bool):
-        raise protocol.ProtocolError(f"header.options: must map some of "
-                                     f"{sorted(_OPTION_KEYS)} to numbers >= 0, and "
-                                     f"'prefix_bound' to true or false")
+    _check_options(h["options"], num_layers)
     t = h["time_limit_s"]
     if t is not None and not (protocol.finite_number(t) and t >= 0):
         raise protocol.ProtocolError("header.time_limit_s: must be a number >= 0 or null")
@@ -125,12 +126,31 @@ def check_header(h) -> dict:
     return h
 
 
+def _check_options(opts, num_layers: int | None) -> None:
+    """A run's options: some of :data:`.protocol.RUN_OPTIONS`, each in its range (or
+    ``null``), and ``prefix_bound`` true or false."""
+    names = sorted(protocol.RUN_OPTIONS)
+    if not isinstance(opts, dict) or not set(opts) <= {*names, "prefix_bound"}:
+        raise protocol.ProtocolError(f"header.options: must map some of {names} and "
+                                     f"'prefix_bound' to their values")
+    if not isinstance(opts.get("prefix_bound", True), bool):
+        raise protocol.ProtocolError("header.options.prefix_bound: must be true or false")
+    for name, value in opts.items():
+        problem = None if value is None or name == "prefix_bound" else \
+            protocol.option_problem(name, value, num_layers)
+        if problem:
+            raise protocol.ProtocolError(f"header.options.{name}: {problem}")
+
+
 def connect(address: str, ctx: ssl.SSLContext, party: str, *, within: float = CONNECT_S,
             deadline=None) -> ssl.SSLSocket:
     """A TLS connection to the agent at ``address``, which must be ``party``.
 
-    Connection refusals are retried for ``within`` seconds (and not past ``deadline``):
-    parties may start at the same moment.
+    Refused and reset connections are retried for ``within`` seconds (and not past
+    ``deadline``): parties may start at the same moment, and a busy agent closes a
+    connection it has no slot for, before or during the TLS handshake
+    (:data:`.serve.MAX_HANDSHAKES`). A failed handshake otherwise (a certificate the CA
+    did not sign, a timeout) is not retried.
 
     Raises
     ------
@@ -143,24 +163,60 @@ def connect(address: str, ctx: ssl.SSLContext, party: str, *, within: float = CO
     give_up = time.monotonic() + within
     if deadline is not None and not deadline.unlimited:
         give_up = min(give_up, deadline.at + 1.0)
+    pause = 0.1
     while True:
         try:
-            raw = socket.create_connection((host, port), timeout=HANDSHAKE_S)
+            sock = _handshake(host, port, ctx)
             break
-        except (TimeoutError, ConnectionRefusedError, ConnectionResetError) as exc:
-            if time.monotonic() >= give_up:
-                raise OSError(f"cannot connect ({_why(exc)})") from None
-            time.sleep(0.1)
-    try:
-        sock = ctx.wrap_socket(raw, server_hostname=host)
-    except (OSError, ssl.SSLError) as exc:
-        raw.close()
-        raise OSError(f"TLS handshake failed ({_why(exc)})") from None
+        except _Again as exc:
+            if time.monotonic() + pause >= give_up:
+                raise OSError(str(exc)) from None
+            time.sleep(pause)
+            pause = min(2 * pause, 0.5)
+    keep_alive(sock)
     peer = party_of(sock)
     if peer != party:
         sock.close()
         raise Refused(f"its certificate names {peer!r}, not {party!r}")
     return sock
+
+
+class _Again(OSError):
+    """A failure worth another try: nobody listens yet, or a busy agent closed the
+    connection before or during the TLS handshake."""
+
+
+def _handshake(host: str, port: int, ctx: ssl.SSLContext) -> ssl.SSLSocket:
+    """One try at a TLS connection (:class:`_Again` if another may succeed; an
+    :class:`OSError` saying why if not)."""
+    try:
+        raw = socket.create_connection((host, port), timeout=HANDSHAKE_S)
+    except (TimeoutError, ConnectionRefusedError, ConnectionResetError) as exc:
+        raise _Again(f"cannot connect ({_why(exc)})") from None
+    try:
+        return ctx.wrap_socket(raw, server_hostname=host)
+    except (ConnectionResetError, BrokenPipeError, ssl.SSLEOFError) as exc:
+        raw.close()  # closed unread: the agent had no slot for it
+        raise _Again(f"TLS handshake failed ({_why(exc)})") from None
+    except (OSError, ssl.SSLError) as exc:
+        raw.close()
+        raise OSError(f"TLS handshake failed ({_why(exc)})") from None
+
+
+def keep_alive(sock: socket.socket) -> None:
+    """Find out within about half a minute that the host at the other end has gone
+    silent (TCP keepalive probes, and a bound on unacknowledged data where the platform
+    has one): a run must not wait for a vanished party for the system's 15 minutes."""
+    options = [(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)]
+    for name, value in (("TCP_KEEPIDLE", 10), ("TCP_KEEPINTVL", 5), ("TCP_KEEPCNT", 3),
+                        ("TCP_USER_TIMEOUT", 30_000)):
+        if hasattr(socket, name):
+            options.append((socket.IPPROTO_TCP, getattr(socket, name), value))
+    for level, name, value in options:
+        try:
+            sock.setsockopt(level, name, value)
+        except OSError:
+            pass
 
 
 def _why(exc: Exception) -> str:

@@ -53,6 +53,21 @@ MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 #: four steps per power of two (a step of 19%)
 PREFIX_STEPS = 4
 
+#: the range of every run option an owner may give the agents: ``(integer, least, most,
+#: least excluded)``. What the agents compute grows with none of them beyond an exact run
+#: (``digits``: a double holds 15 decimal digits exactly; ``grid`` is at most the instance's
+#: layer count too, checked where it is known). :func:`option_problem` is the one check,
+#: of the owner (:func:`.drive.agent_options`) and of an agent reading a run's header.
+RUN_OPTIONS = {
+    "epsilon": (False, 0.0, 1e6, False),
+    "quantum": (False, 0.0, 1e6, False),
+    "digits": (True, 0, 15, False),
+    "max_entries": (True, 0, 2**31 - 1, False),
+    "upper_bound": (False, 0.0, math.inf, True),
+    "beam": (True, 0, 2**31 - 1, False),
+    "grid": (True, 0, 2**31 - 1, False),
+}
+
 _POINT = {
     "type": "array", "minItems": 4, "maxItems": 4,
     "prefixItems": [
@@ -330,6 +345,31 @@ def _check_context(msg: dict, kind: str, expect: Expect) -> None:
         if min(rs) < low or max(rs) > high:
             j = next(j for j, r in enumerate(rs) if not low <= r <= high)
             raise ProtocolError(f"entries[{i}].points[{j}]: r must be in [{low}, {high}]")
+
+
+def option_problem(name: str, value, num_layers: int | None = None) -> str | None:
+    """Why ``value`` is not a valid run option ``name`` (:data:`RUN_OPTIONS`); ``None``
+    when it is.
+
+    Parameters
+    ----------
+    name : str
+        One of :data:`RUN_OPTIONS`.
+    value
+        The option's value, any JSON value.
+    num_layers : int, optional
+        ``L``: ``grid`` is at most it (the grid's parts are runs of whole layers).
+    """
+    integer, least, most, strict = RUN_OPTIONS[name]
+    if name == "grid" and num_layers is not None:
+        most = min(most, num_layers)
+    kind = "an integer" if integer else "a number"
+    op = ">" if strict else ">="
+    if not finite_number(value) or (integer and not float(value).is_integer()) \
+            or value < least or (strict and value == least) or value > most:
+        return f"must be {kind} {op} {least:g}" + (f" and <= {most:g}" if most < math.inf
+                                                    else "")
+    return None
 
 
 def _int(v) -> bool:

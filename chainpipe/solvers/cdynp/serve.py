@@ -23,7 +23,9 @@ freed, when it is done, when the owner's connection closes, at the time limit
 
 from __future__ import annotations
 
+import math
 import queue
+import select
 import socket
 import ssl
 import threading
@@ -40,8 +42,18 @@ from .watch import GRACE_S
 
 #: seconds a run waits for a neighbour's message when the run has no time limit
 PEER_TIMEOUT_S = 600.0
-#: connections served at once; more are closed at once (and logged)
+#: authenticated connections served at once; more are refused (and logged)
 MAX_CONNECTIONS = 64
+#: connections in their TLS handshake at once (nobody authenticated yet), in all and from
+#: one peer address; more are closed at once. A pool of their own: a flood of them never
+#: takes a slot of :data:`MAX_CONNECTIONS`
+MAX_HANDSHAKES = 32
+MAX_HANDSHAKES_PER_ADDRESS = 8
+#: seconds a connection has to complete its TLS handshake (a handshake between hosts
+#: takes a few round trips)
+HANDSHAKE_S = 3.0
+#: seconds between two log lines about connections closed for want of a slot
+_LOG_EVERY_S = 5.0
 
 
 @dataclass
@@ -55,12 +67,53 @@ class _Run:
     received: set = field(default_factory=set)  # the kinds delivered so far
     summary_sent: bool = False
     cancel: threading.Event = field(default_factory=threading.Event)
+    ended: threading.Event = field(default_factory=threading.Event)
 
     @property
     def deadline(self) -> Deadline:
         """The run's deadline (``deadline_at``, a ``time.monotonic()`` instant) from now."""
         return Deadline(None if self.deadline_at is None
                         else max(0.0, self.deadline_at - time.monotonic()))
+
+
+class _Admission:
+    """Who may be served: connections in their TLS handshake (at most
+    :data:`MAX_HANDSHAKES`, :data:`MAX_HANDSHAKES_PER_ADDRESS` from one address) and,
+    apart from them, authenticated ones (at most :data:`MAX_CONNECTIONS`)."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.handshakes: dict[str, int] = {}  # peer address -> connections in a handshake
+        self.sessions = 0
+
+    def start_handshake(self, host: str) -> str | None:
+        """Take a handshake slot for a connection from ``host``; why not, if none is free."""
+        with self.lock:
+            if sum(self.handshakes.values()) >= MAX_HANDSHAKES:
+                return f"{MAX_HANDSHAKES} connections are in their TLS handshake"
+            if self.handshakes.get(host, 0) >= MAX_HANDSHAKES_PER_ADDRESS:
+                return (f"{MAX_HANDSHAKES_PER_ADDRESS} connections from {host} are in their "
+                        f"TLS handshake")
+            self.handshakes[host] = self.handshakes.get(host, 0) + 1
+            return None
+
+    def end_handshake(self, host: str) -> None:
+        with self.lock:
+            self.handshakes[host] -= 1
+            if not self.handshakes[host]:
+                del self.handshakes[host]
+
+    def start_session(self) -> bool:
+        """Take a slot for an authenticated connection (``False``: none is free)."""
+        with self.lock:
+            if self.sessions >= MAX_CONNECTIONS:
+                return False
+            self.sessions += 1
+            return True
+
+    def end_session(self) -> None:
+        with self.lock:
+            self.sessions -= 1
 
 
 class AgentServer:
@@ -100,7 +153,9 @@ class AgentServer:
         self.share_prefix = bool(share_prefix)
         self.runs: dict[str, _Run] = {}
         self.lock = threading.Lock()
-        self.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        self.admission = _Admission()
+        self._dropped = 0  # connections closed for want of a slot, not yet logged
+        self._logged_at = -math.inf
         host, port = net.parse_address(listen, any_port=True)
         self.sock = socket.create_server((host, port), reuse_port=False)
         self.address = f"{host}:{self.sock.getsockname()[1]}"
@@ -119,10 +174,10 @@ class AgentServer:
                     raw, addr = self.sock.accept()
                 except TimeoutError:
                     continue
-                if not self.slots.acquire(blocking=False):
-                    self.log(f"refused a connection from {_peer(addr)}: {MAX_CONNECTIONS} "
-                             f"connections are being served")
+                why = self.admission.start_handshake(addr[0])
+                if why is not None:
                     raw.close()
+                    self._log_dropped(_peer(addr), why)
                     continue
                 threading.Thread(target=self._connection, args=(raw, addr), daemon=True).start()
         finally:
@@ -131,28 +186,57 @@ class AgentServer:
                 for run in self.runs.values():
                     run.cancel.set()
 
+    def _log_dropped(self, who: str, why: str) -> None:
+        """Log a connection closed for want of a slot, at most once per
+        :data:`_LOG_EVERY_S` seconds (a flood must not flood the log too)."""
+        self._dropped += 1
+        now = time.monotonic()
+        if now - self._logged_at >= _LOG_EVERY_S:
+            more = f" (and {self._dropped - 1} more since)" if self._dropped > 1 else ""
+            self.log(f"refused a connection from {who}: {why}{more}")
+            self._dropped, self._logged_at = 0, now
+
     def _connection(self, raw: socket.socket, addr) -> None:
         who = _peer(addr)
         try:
-            raw.settimeout(net.HANDSHAKE_S)
-            try:
-                conn = self.server_ctx.wrap_socket(raw, server_side=True)
-            except (OSError, ssl.SSLError) as exc:
-                self.log(f"refused a connection from {who}: TLS handshake failed "
-                         f"({getattr(exc, 'reason', None) or exc})")
-                raw.close()
-                return
-            party = party_of(conn)
-            who = f"{who} ({party!r})"
+            conn = self._handshake(raw, who)
+        finally:
+            self.admission.end_handshake(addr[0])
+        if conn is None:
+            return
+        party = party_of(conn)
+        who = f"{who} ({party!r})"
+        try:
+            if not self.admission.start_session():
+                return self._refuse(conn, who, f"busy: {MAX_CONNECTIONS} connections are "
+                                               f"being served")
             try:
                 self._dispatch(conn, party, who)
             except (wire.Closed, OSError) as exc:
                 self.log(f"connection from {who} ended early ({type(exc).__name__}"
                          f"{': ' + str(exc)[:120] if str(exc) else ''})")
+            except Exception as exc:  # a bug must not end the agent's thread unlogged
+                self.log(f"connection from {who} failed: {type(exc).__name__}: "
+                         f"{str(exc)[:200]}")
             finally:
-                net.close(conn)
+                self.admission.end_session()
         finally:
-            self.slots.release()
+            net.close(conn)
+
+    def _handshake(self, raw: socket.socket, who: str) -> ssl.SSLSocket | None:
+        """The TLS connection, once the peer has authenticated within :data:`HANDSHAKE_S`
+        seconds in all (``None``, logged, if not)."""
+        raw.settimeout(HANDSHAKE_S)  # the ssl module bounds the whole handshake by it
+        try:
+            conn = self.server_ctx.wrap_socket(raw, server_side=True)
+        except (OSError, ssl.SSLError) as exc:
+            self.log(f"refused a connection from {who}: TLS handshake failed "
+                     f"({getattr(exc, 'reason', None) or exc})")
+            raw.close()
+            return None
+        conn.settimeout(net.HANDSHAKE_S)
+        net.keep_alive(conn)
+        return conn
 
     def _refuse(self, conn, who: str, reason: str) -> None:
         self.log(f"refused {who}: {reason}")
@@ -163,7 +247,7 @@ class AgentServer:
 
     def _dispatch(self, conn, party: str | None, who: str) -> None:
         try:
-            header = net.check_header(net.recv_json(conn))
+            header = net.check_header(net.recv_json(conn), self.public.num_layers)
         except protocol.ProtocolError as exc:
             return self._refuse(conn, who, f"a bad header: {exc}")
         except TimeoutError:
@@ -230,6 +314,8 @@ class AgentServer:
         self.log(f"run {run.id[:8]}.. for {who}")
         conn.settimeout(net.HANDSHAKE_S)
         lock = threading.Lock()
+        watcher = threading.Thread(target=_watch_owner, args=(conn, run), daemon=True)
+        watcher.start()
 
         def tell(event: dict) -> None:
             try:
@@ -251,6 +337,8 @@ class AgentServer:
         except Cancelled:
             self.log(f"run {run.id[:8]}.. ended: the owner's connection closed")
         finally:
+            run.ended.set()
+            watcher.join()
             with self.lock:
                 self.runs.pop(run.id, None)
 
@@ -307,6 +395,21 @@ class _TLSLinks:
         if not (isinstance(reply, dict) and reply.get("ok") is True):
             reason = reply.get("refused") if isinstance(reply, dict) else None
             raise RuntimeError(f"{peer!r} refused its {kind}: {str(reason)[:200]}")
+
+
+def _watch_owner(conn, run: _Run) -> None:
+    """Cancel ``run`` as soon as its owner's connection ends, until the run has ended.
+
+    The owner sends nothing after its header, so the connection turning readable (its
+    end, a reset, an alert) means that the owner has gone; the run stops at its next
+    check (at most :data:`.session.BEAT_S` apart) and its state is freed.
+    """
+    poller = select.poll()
+    poller.register(conn.fileno(), select.POLLIN | getattr(select, "POLLRDHUP", 0))
+    while not run.ended.is_set():
+        if poller.poll(200):
+            run.cancel.set()
+            return
 
 
 def _peer(addr) -> str:

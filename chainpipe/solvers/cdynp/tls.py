@@ -132,6 +132,25 @@ def _reason(exc: Exception) -> str:
     return getattr(exc, "strerror", None) or getattr(exc, "reason", None) or str(exc)
 
 
+def party_of_file(path) -> str | None:
+    """The party a PEM certificate file names (its subject's common name, the first one,
+    as :func:`party_of` reads a peer's).
+
+    Raises
+    ------
+    InstanceError
+        The file cannot be read or holds no PEM certificate (one line naming
+        ``--tls-cert`` and the file).
+    """
+    try:
+        cert = x509.load_pem_x509_certificate(Path(path).read_bytes())
+    except (OSError, ValueError) as exc:
+        raise InstanceError([f"--tls-cert: {path}: not a readable PEM certificate "
+                             f"({_reason(exc)})"]) from None
+    names = cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
+    return str(names[0].value) if names else None
+
+
 def party_of(sock: ssl.SSLSocket) -> str | None:
     """The party a verified peer certificate names (its subject's common name)."""
     cert = sock.getpeercert()

@@ -21,6 +21,9 @@ GRACE_S = 2.0
 MESSAGE_TIMEOUT_S = 60.0
 #: seconds the owner waits, after a first failure, for the agents' own accounts
 SETTLE_S = 1.0
+#: the longest the owner sleeps between two looks at its agents: a wait derived from a
+#: huge (but finite) time limit would overflow the platform's timeouts
+WAKE_MAX_S = 1.0
 
 
 class AgentFailure(Exception):
@@ -122,14 +125,14 @@ class Watch:
         return [self.reports[k] for k in range(len(self.names))]
 
     def next_wake(self, now: float, first_failure: float | None) -> float:
-        """Seconds until something may have to be decided."""
+        """Seconds until something may have to be decided, in ``[0.01, WAKE_MAX_S]``."""
         times = [self.message_timeout - (now - self.last[k])
                  for k in range(len(self.names)) if self.state[k] in ("starting", "work")]
         if not self.deadline.unlimited:
             times.append(self.deadline.at + GRACE_S - now)
         if first_failure is not None:
             times.append(first_failure + SETTLE_S - now)
-        return max(0.01, min(times, default=1.0))
+        return min(max(0.01, min(times, default=WAKE_MAX_S)), WAKE_MAX_S)
 
     def check_hung(self, now: float) -> None:
         """An agent working or starting in silence for too long, or past the deadline."""
