@@ -16,7 +16,8 @@ from .deadline import Deadline
 from .instance import Instance
 from .names import unknown_name
 from .plan import evaluate
-from .result import InstanceRef, OptionError, Outcome, Result, result_of
+from .result import InstanceRef, OptionError, Outcome, Result, Status, result_of
+from .support import refusal
 
 
 @dataclass(frozen=True)
@@ -137,7 +138,7 @@ def solve(
     seed : int, default 0
         Random seed for solvers that use one (CP-SAT, the MIP backends).
     threads : int, default 1
-        Threads a backend may use.
+        Threads a backend may use, 1 to :data:`MAX_THREADS`.
     log : callable, optional
         Called with each line of progress (a backend's own log, the DP's trials);
         ``None`` keeps the solve silent.
@@ -156,7 +157,7 @@ def solve(
     Raises
     ------
     ValueError
-        An unknown solver name, or a bad time limit.
+        An unknown solver name, a bad time limit, or threads out of range.
     OptionError
         An option the solver does not take (a ``ValueError``), raised before any work.
 
@@ -171,11 +172,31 @@ def solve(
                       **options)
 
 
+#: the most threads a solve may ask for: every backend accepts it (CP-SAT takes at most
+#: 10,000 workers); more is refused, never passed on
+MAX_THREADS = 1024
+
+
+def unsupported(instance: Instance, solver: str) -> str | None:
+    """Why ``solver`` cannot solve ``instance`` yet (one line), or ``None`` if it can.
+
+    :func:`chainpipe.support.refusal` with the solver's registered kind (exact or a
+    baseline); :func:`run_solver` returns it as status ``error`` before any work.
+    """
+    info = SOLVERS.get(solver)
+    return refusal(instance.training, solver, exact=info is None or info.exact)
+
+
 def run_solver(instance: Instance, name: str, run, time_limit=None, seed=0, threads=1, log=None,
                **options) -> Result:
     """:func:`solve` with the solver's function given (the harness's child processes use it)."""
     deadline = Deadline(time_limit)  # first: everything below counts against the limit
+    if isinstance(threads, bool) or not isinstance(threads, int) \
+            or not 1 <= threads <= MAX_THREADS:
+        raise ValueError(f"threads must be an integer from 1 to {MAX_THREADS}, got {threads!r}")
     check_options(name, options, run)
+    if reason := unsupported(instance, name):
+        return finish(instance, name, Outcome(Status.ERROR, message=reason), deadline.elapsed())
     outcome: Outcome = run(instance, deadline=deadline, seed=seed, threads=threads, log=log,
                            **options)
     return finish(instance, name, outcome, deadline.elapsed())

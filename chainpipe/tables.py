@@ -90,7 +90,7 @@ class ChainPaths:
         """The least bandwidth of the links between DCs ``k1 <= k2``."""
         if k1 == k2:
             return self.own_bandwidth[k1]
-        level = (k2 - k1).bit_length() - 1
+        level = int(k2 - k1).bit_length() - 1
         row = self._min[level]
         a, b = row[k1], row[k2 - (1 << level)]
         return a if a <= b else b
@@ -108,11 +108,12 @@ class ChainPaths:
     def dense(self) -> tuple[np.ndarray, np.ndarray]:
         """``[k1, k2]`` bandwidths and latencies of every path (``inf`` and 0 below the
         diagonal): ``K^2`` numbers, for the dense tables of small instances only."""
-        K = len(self.own_bandwidth)
+        K, links = len(self.own_bandwidth), self._latency
         bw, lat = np.full((K, K), np.inf), np.zeros((K, K))
         for a in range(K):
-            for b in range(a, K):
-                bw[a, b], lat[a, b] = self.path(a, b)
+            bw[a, a], lat[a, a] = self.own_bandwidth[a], self.own_latency[a]
+            bw[a, a + 1:] = np.minimum.accumulate(self.link_bandwidth[a:])
+            lat[a, a + 1:] = [sum(links[a:b]) for b in range(a + 1, K)]
         return bw, lat
 
 
@@ -326,11 +327,12 @@ class CostTables:
         """
         return self.bound_with_floors([0.0] * self.K, 0.0)
 
-    def bound_with_floors(self, alone: list[float], across: float) -> float:
+    def bound_with_floors(self, alone: list[float], across: float, check=None) -> float:
         """:attr:`lower_bound` with a bottleneck known to be at least ``alone[k]`` for a
         plan inside datacenter ``k`` and at least ``across`` for a plan across several
-        (a search may know more than the rates tell, e.g. from the layers' granularity)."""
-        best = min(self._capacity_bound(self.group_dc == k, alone[k]) for k in range(self.K))
+        (a search may know more than the rates tell, e.g. from the layers' granularity).
+        ``check`` (``Deadline.check``) is called per kind of datacenter."""
+        best = min(self._alone_bounds(alone, check))
         if self.K == 1:
             return float(best)
         chain = self.instance.links
@@ -342,6 +344,21 @@ class CostTables:
         q_min = float(cost.traversal(min(lk.latency_s for lk in chain), u_min))
         spread = self._capacity_bound(np.ones(self.G, dtype=bool), max(u_min, across), q_min)
         return float(min(best, spread))
+
+    def _alone_bounds(self, alone: list[float], check=None) -> list[float]:
+        """:meth:`_capacity_bound` of each datacenter alone, once per kind (the rates and
+        counts of its groups and its floor): a long chain of few kinds costs few."""
+        known: dict = {}
+        out = []
+        for k in range(self.K):
+            mine = self.group_dc == k
+            key = (tuple(self.rate[mine].tolist()), tuple(self.count[mine].tolist()), alone[k])
+            if key not in known:
+                if check is not None:
+                    check()
+                known[key] = self._capacity_bound(mine, alone[k])
+            out.append(known[key])
+        return out
 
     def _capacity_bound(self, groups: np.ndarray, bottleneck_floor: float = 0.0,
                         fill_floor: float = 0.0) -> float:
@@ -364,12 +381,7 @@ class CostTables:
         rate, count = self.rate[groups], self.count[groups]
         fastest = rate.max()
         most = self.L * self.widest
-        # the rates of the `most` fastest devices, summed per group (never one per device:
-        # a count of 2^31 devices is one multiplication)
-        order = np.argsort(-rate, kind="stable")
-        taken = np.minimum(count[order], most)
-        taken = np.clip(most - (np.cumsum(taken) - taken), 0, taken)
-        rates = rate[order] * taken
+        rates = fastest_rate(rate, count, most)
         layer_max = cost.compute_time(float(np.max(np.diff(self.flop_prefix))), fastest,
                                       self.widest)
         with np.errstate(over="ignore", divide="ignore"):  # extreme rates: an infinite bound
@@ -407,6 +419,22 @@ class CostTables:
                     f"in flight{spread}; the largest device has {self.memory.max():.6g} bytes"
                 )
         return None
+
+
+def fastest_rate(rate, count, n):
+    """The summed rate of the ``n`` fastest devices (``n`` a number or an array) of
+    groups of ``rate`` and ``count``: ``O(G)`` work and memory per ``n``, never one entry
+    per device (a count of ``2^31`` is one multiplication)."""
+    rate, count = np.asarray(rate, dtype=float), np.asarray(count, dtype=float)
+    order = np.argsort(-rate, kind="stable")
+    r, c = rate[order], count[order]
+    starts = np.concatenate(([0.0], np.cumsum(c)))  # the first device of each group
+    before = np.concatenate(([0.0], np.cumsum(r * c)))
+    n = np.minimum(np.asarray(n, dtype=float), starts[-1])
+    j = np.clip(np.searchsorted(starts, n, side="right") - 1, 0, max(len(r) - 1, 0))
+    if not len(r):
+        return np.zeros(np.shape(n))
+    return before[j] + (n - starts[j]) * r[j]
 
 
 def fill_curve(group_rates, cap: float) -> tuple[np.ndarray, np.ndarray]:
@@ -450,26 +478,41 @@ def fill_bounds(flop: float, group_rates, caps: np.ndarray) -> np.ndarray:
     return caps * j + partial
 
 
-def dominated_options(ok, C, N, R, W) -> np.ndarray:
+def dominated_options(ok, C, N, R, W, check=None) -> np.ndarray:
     """``[c, i, j]``: whether stage option ``c`` of a range (arrays ``[c, i, j]`` of
     :class:`~chainpipe.tables.GroupOptions`, ``ok`` the options still allowed) is
     dominated by another allowed pair of the same range: no more devices, no larger ``C``
     or ``R``, no smaller in-flight limit, and better in one of them (or equal in all and
     listed first). Any plan using the dominated option stays feasible and no slower with
-    its dominator instead, so ``dp``, the CDynP agents and the path ILP leave it out."""
-    dominated = np.zeros(ok.shape, dtype=bool)
+    its dominator instead, so ``dp``, the CDynP agents and the path ILP leave it out.
+
+    ``check`` (``Deadline.check``) is called once per option: a long list of widths
+    costs ``P^2`` comparisons of ranges, and the deadline bounds them."""
+    return dominance_tops(ok.astype(np.int64), C, N, R, W, check) > 0
+
+
+def dominance_tops(top, C, N, R, W, check=None) -> np.ndarray:
+    """``[c, i, j]``: the largest ``top`` of an option that dominates ``c`` on the range
+    (the rule of :func:`dominated_options`; ``top > 0`` marks the allowed options, 0
+    where none dominates). With ``top`` an option's last position class, a candidate of
+    class ``cls`` is dominated iff ``cls <= dominance_tops``."""
+    W = np.asarray(W)
     P = len(W)
+    out = np.zeros(top.shape, dtype=np.int64)
     if P < 2:
-        return dominated
+        return out
+    index = np.arange(P)
     for c in range(P):
-        for o in range(P):
-            if o == c or W[o] > W[c]:
-                continue
-            with np.errstate(invalid="ignore"):
-                no_worse = ok[o] & (C[o] <= C[c]) & (R[o] <= R[c]) & (N[o] >= N[c])
-                better = (C[o] < C[c]) | (R[o] < R[c]) | (N[o] > N[c])
-            if W[o] < W[c] or o < c:
-                dominated[c] |= no_worse
-            else:
-                dominated[c] |= no_worse & better
-    return dominated
+        if check is not None:
+            check()
+        rivals = np.flatnonzero((W <= W[c]) & (index != c))
+        if not len(rivals):
+            continue
+        with np.errstate(invalid="ignore"):
+            no_worse = ((top[rivals] > 0) & (C[rivals] <= C[c]) & (R[rivals] <= R[c])
+                        & (N[rivals] >= N[c]))
+            better = (C[rivals] < C[c]) | (R[rivals] < R[c]) | (N[rivals] > N[c])
+        plain = (W[rivals] < W[c]) | (rivals < c)  # fewer devices, or equal and listed first
+        dominating = no_worse & (plain.reshape((-1,) + (1,) * (top.ndim - 1)) | better)
+        out[c] = np.where(dominating, top[rivals], 0).max(axis=0)
+    return out

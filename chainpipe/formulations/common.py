@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import cost
-from ..tables import CostTables, dominated_options
+from ..tables import CostTables, dominance_tops
 
 #: relative slack subtracted from a MIP/LP solver's dual bound before it is reported.
 #: The models' objective equals ``T / time_scale`` exactly (up to floating point), so
@@ -192,14 +192,15 @@ class CandidateOptions:
         return int(self.group.shape[0])
 
 
-def candidate_options(tables: CostTables, positions: Positions | None = None
-                      ) -> CandidateOptions:
+def candidate_options(tables: CostTables, positions: Positions | None = None,
+                      check=None) -> CandidateOptions:
     """Every stage option that can appear in a feasible plan, filtered with numpy.
 
     A candidate is dropped when it can never be feasible: memory per device
     (``in_flight(c) > options(g).max_in_flight[o, i, j]``), the ending rules, and room
     after the stage (``c - 1`` layers and ``c - 1`` further devices in its datacenter or
     later ones); in addition the option's own ``d * t`` devices must exist there too.
+    ``check`` (``Deadline.check``) is called per group and class.
     """
     pos = positions or position_classes(tables)
     L = tables.L
@@ -216,6 +217,8 @@ def candidate_options(tables: CostTables, positions: Positions | None = None
             continue
         room = devices_from[tables.group_dc[g]]
         for c in range(1, pos.count + 1):
+            if check is not None:
+                check()
             need = pos.in_flight(c)
             fits = opt.max_in_flight[:, ii, jj] >= need  # [o, pair]
             ends = jj == L
@@ -234,7 +237,7 @@ def candidate_options(tables: CostTables, positions: Positions | None = None
     return CandidateOptions(*ints, *floats, positions=pos, total=total)
 
 
-def undominated(cand: CandidateOptions) -> np.ndarray:
+def undominated(cand: CandidateOptions, check=None) -> np.ndarray:
     """Mask of the candidates no other option of the same stage dominates.
 
     Candidate ``(g, o, i, j, c)`` is dominated by ``(g, o', i, j, c)`` when ``o'`` takes
@@ -242,25 +245,32 @@ def undominated(cand: CandidateOptions) -> np.ndarray:
     index is kept). Dropping it loses no optimum: in any plan the stage can switch to
     ``o'`` (same group, fewer or as many devices, memory fits since ``o'`` is a
     candidate at the same class) without raising any term of ``T``.
+
+    ``C`` and ``R`` do not depend on the class, and ``o'`` is a candidate at class ``c``
+    of ``(i, j)`` iff ``c`` is at most its largest class there (memory only fails more
+    at higher classes, the room and ending rules hold for ``o'`` where they hold for
+    ``o``): so the comparison runs once per range, ``P^2 L^2`` and not ``P^2 L^2`` times
+    the classes. ``check`` (``Deadline.check``) is called once per option and group.
     """
     keep = np.ones(len(cand), dtype=bool)
     if len(cand) == 0:
         return keep
-    L1, C1 = int(cand.end.max()) + 1, int(cand.cls.max()) + 1
-    cell = (cand.start * L1 + cand.end) * C1 + cand.cls  # the stage (i, j, c)
+    L1 = int(cand.end.max()) + 1
     for g in np.unique(cand.group):
+        if check is not None:
+            check()
         mine = np.nonzero(cand.group == g)[0]
-        n_opt = int(cand.option[mine].max()) + 1
-        present = np.zeros((n_opt, L1 * L1 * C1), dtype=bool)
-        C = np.full(present.shape, np.inf)
-        R = np.full(present.shape, np.inf)
+        o, x = cand.option[mine], cand.start[mine] * L1 + cand.end[mine]  # the range
+        n_opt = int(o.max()) + 1
+        top = np.zeros((n_opt, L1 * L1), dtype=np.int64)
+        np.maximum.at(top, (o, x), cand.cls[mine])
+        C = np.full(top.shape, np.inf)
+        R = np.full(top.shape, np.inf)
         width = np.zeros(n_opt)
-        o, x = cand.option[mine], cell[mine]
-        present[o, x] = True
         C[o, x] = cand.compute_time[mine]
         R[o, x] = cand.sync_time[mine]
         width[o] = cand.width[mine]
         # memory is already filtered per class, so in-flight limits are all equal here
-        dominated = dominated_options(present, C, np.zeros(present.shape), R, width)
-        keep[mine] = ~dominated[o, x]
+        tops = dominance_tops(top, C, np.zeros(top.shape), R, width, check)
+        keep[mine] = cand.cls[mine] > tops[o, x]
     return keep

@@ -179,13 +179,14 @@ class FloorBound:
     the grid), which is a bound for every plan with bottleneck ``>= v >= b_k``.
     """
 
-    def __init__(self, tables: CostTables, values: np.ndarray):
+    def __init__(self, tables: CostTables, values: np.ndarray, check=no_check):
         v = np.unique(values[np.isfinite(values) & (values > 0)])
         if len(v) > BOUND_GRID:
             v = v[np.linspace(0, len(v) - 1, BOUND_GRID).astype(np.int64)]
         K = tables.K
         with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-            h = np.array([tables.bound_with_floors([float(b)] * K, float(b)) for b in v])
+            h = np.array([tables.bound_with_floors([float(b)] * K, float(b), check)
+                          for b in v])
         self.grid, self.values = v, np.where(np.isfinite(h), h, 0.0)
 
     def __call__(self, values) -> np.ndarray:
@@ -205,18 +206,28 @@ def bottleneck_floor(tables: CostTables) -> float:
     return b if math.isfinite(b) else 0.0
 
 
+def _slowest_boundary(tables: CostTables) -> tuple[float, float]:
+    """The largest finite occupancy and traversal of any boundary on any path. A path's
+    bandwidth is at least the whole chain's and its latency at most the whole chain's, so
+    the largest are on the whole chain or a DC's own link (``O(L K)``); only when one of
+    those overflows are the ``L K^2`` paths searched."""
+    if tables.L <= 1:
+        return 0.0, 0.0
+    paths = [(k, k) for k in range(tables.K)] + [(0, tables.K - 1)]
+    u = np.array([[tables.occupancy(b, *p) for p in paths] for b in range(1, tables.L)])
+    q = np.array([[tables.traversal(b, *p) for p in paths] for b in range(1, tables.L)])
+    if not (np.isfinite(u).all() and np.isfinite(q).all()):
+        u, q = tables.boundary_occupancy[1:], tables.boundary_traversal[1:]
+    return (float(np.nanmax(np.where(np.isfinite(u), u, 0.0))),
+            float(np.nanmax(np.where(np.isfinite(q), q, 0.0))))
+
+
 def range_bound(tables: CostTables, arcs: StageArcs) -> float:
     """An upper bound on the time of every plan made of ``arcs`` (when no plan is known)."""
     if not len(arcs):
         return 1.0
     c_max, r_max = float(arcs.compute.max()), float(arcs.sync.max())
-    if tables.L > 1:
-        u_max = float(np.nanmax(np.where(np.isfinite(tables.boundary_occupancy[1:]),
-                                         tables.boundary_occupancy[1:], 0.0)))
-        q_max = float(np.nanmax(np.where(np.isfinite(tables.boundary_traversal[1:]),
-                                         tables.boundary_traversal[1:], 0.0)))
-    else:
-        u_max = q_max = 0.0
+    u_max, q_max = _slowest_boundary(tables)
     s = arcs.s_max
     total = iteration_time(s * c_max + (s - 1) * q_max, max(c_max, u_max), tables.M, r_max)
     return float(total) if total > 0 else 1.0
@@ -270,7 +281,8 @@ class CpsatModel:
         prune = upper_bound is not None
         floor_bound = None
         if prune and "bound_prune" in features:
-            floor_bound = FloorBound(tables, stage_arcs(tables, upper_bound, check).compute)
+            floor_bound = FloorBound(tables, stage_arcs(tables, upper_bound, check).compute,
+                                     check)
         arcs = stage_arcs(tables, upper_bound, check, floor_bound)
         if not prune:
             upper_bound = range_bound(tables, arcs)
@@ -311,10 +323,6 @@ class CpsatModel:
     def _exactly_one(self, variables) -> None:
         self.model.proto.constraints.add().exactly_one.literals.extend(int(v) for v in variables)
 
-    def _floor(self, value: float) -> float:
-        """``T`` bound of a plan with bottleneck ``>= value`` (0 without ``bound_prune``)."""
-        return 0.0 if self.floor_bound is None else float(self.floor_bound([value])[0])
-
     def _boundary_arcs(self, prune: bool) -> None:
         t, M, a = self.tables, self.tables.M, self.arcs
         ends = np.zeros((t.L + 1, t.K), dtype=bool)
@@ -322,17 +330,19 @@ class CpsatModel:
         ends[a.end, self.x_dc] = True
         starts[a.start, self.x_dc] = True
         rows = []
+        limit = self.upper_bound * (1 + UB_RTOL) if prune else math.inf
         for b in range(1, t.L):
-            for k1 in np.nonzero(ends[b])[0]:
-                for k2 in np.nonzero(starts[b, k1:])[0] + k1:
-                    u = float(t.boundary_occupancy[b, k1, k2])
-                    q = float(t.boundary_traversal[b, k1, k2])
-                    if not (math.isfinite(u) and math.isfinite(q)):
-                        continue  # an overflowing boundary is in no finite plan
-                    if prune and max(iteration_time(q, u, M),
-                                     float(self._floor(u))) > self.upper_bound * (1 + UB_RTOL):
-                        continue
-                    rows.append((b, k1, k2, q, u))
+            for k1 in np.nonzero(ends[b])[0].tolist():
+                self.check()  # a long chain has K^2 / 2 paths per layer
+                k2 = (np.nonzero(starts[b, k1:])[0] + k1).tolist()
+                u = np.array([t.occupancy(b, k1, k) for k in k2])
+                q = np.array([t.traversal(b, k1, k) for k in k2])
+                with np.errstate(invalid="ignore", over="ignore"):
+                    keep = np.isfinite(u) & np.isfinite(q)  # an overflow is in no finite plan
+                    if prune:
+                        floor = self.floor_bound(u) if self.floor_bound is not None else 0.0
+                        keep &= np.maximum(iteration_time(q, u, M), floor) <= limit
+                rows += [(b, k1, k2[i], q[i], u[i]) for i in np.flatnonzero(keep).tolist()]
         arr = np.array(rows, dtype=float).reshape(-1, 5)
         self.y_layer = arr[:, 0].astype(np.int64)
         self.y_from = arr[:, 1].astype(np.int64)

@@ -102,13 +102,13 @@ class PathFormulation:
         self.check = check or no_check
         self.scale = time_scale(tables, OBJECTIVE_MAGNITUDE)
         self.positions = memory_position_classes(tables)
-        self.candidates: CandidateOptions = candidate_options(tables, self.positions)
+        self.candidates: CandidateOptions = candidate_options(tables, self.positions, self.check)
         #: T of a known plan: arcs that cannot be in a plan this fast are dropped
         self.upper_bound = upper_bound
         keep = np.ones(len(self.candidates), dtype=bool)
         self.arcs_dominated = 0
         if dominance:
-            keep &= undominated(self.candidates)
+            keep &= undominated(self.candidates, self.check)
             self.arcs_dominated = int(len(keep) - keep.sum())
         self.arcs_bounded = 0
         if upper_bound is not None:

@@ -110,7 +110,7 @@ def _first_bound(tables: CostTables, deadline: Deadline):
     """The lower bound the trials start from and the :class:`_LayerCapacity` they share
     (``None`` in version 1 or for one microbatch); ``inf`` when the devices cannot hold
     the model under any bottleneck. Raises :class:`TimeUp` when the deadline passes."""
-    if tables.single_device or tables.M == 1:
+    if tables.single_device or tables.M == 1 or not _LayerCapacity.affordable(tables):
         return tables.lower_bound, None
     # what the free devices can hold under a bottleneck (see _LayerCapacity): built
     # once, used by every trial, and a floor under the bottleneck of the lower bound
@@ -194,7 +194,7 @@ class _Search:
                 continue
             C, N, R, W = opts.compute_time, opts.max_in_flight, opts.sync_time, opts.width
             ok = (C <= limit) & (N >= need) & (R <= sync_limit)
-            ok &= ~dominated_options(ok, C, N, R, W)
+            ok &= ~dominated_options(ok, C, N, R, W, self.deadline.check)
             cs, starts, ends = np.nonzero(ok)
             order = np.lexsort((-starts, cs, ends))  # by end, then pair, then start descending
             cs, starts, ends = cs[order], starts[order], ends[order]
@@ -610,6 +610,15 @@ class _LayerCapacity:
         #: the deadline's check, called in the loops over groups
         self.check = check
 
+    @staticmethod
+    def affordable(tables: CostTables) -> bool:
+        """Whether its tables stay within :data:`KNAPSACK_CELLS` for every group: at most
+        one breakpoint per pair and range, times the pairs (a long list of widths on a
+        large count would not fit; the search is exact without this bound, only slower)."""
+        ranges = tables.L * (tables.L + 1) // 2
+        return all(len(tables.pairs(g)) ** 2 * ranges <= KNAPSACK_CELLS
+                   for g in range(tables.G))
+
     def group_many(self, g: int, free: np.ndarray, bottleneck: np.ndarray) -> np.ndarray:
         """FLOP ``free`` devices of group ``g`` hold with every ``C <= bottleneck``
         (arrays of free counts and bottlenecks): the knapsack's value up to its table's
@@ -713,7 +722,7 @@ def _most_held(tables: CostTables, opts, need: int) -> tuple[np.ndarray, np.ndar
 def _knapsack(fmax: np.ndarray, widths: list[int], n_max: int, layers: int, check):
     """The unbounded knapsack of :class:`_LayerCapacity` per breakpoint, for ``n`` free
     devices up to ``n0 <= n_max`` (``n0`` keeps the table and its work within
-    :data:`KNAPSACK_CELLS`, whatever the count or the widths' values), with the LP ratio
+    :data:`KNAPSACK_CELLS` and :data:`KNAPSACK_STEPS`, whatever the count or the widths' values), with the LP ratio
     (best FLOP per device) and ``L`` times the most one stage holds for ``n > n0``.
 
     Returns ``(table [point, n], ratio [point], stages_cap [point])``.
@@ -721,8 +730,9 @@ def _knapsack(fmax: np.ndarray, widths: list[int], n_max: int, layers: int, chec
     n_points, w = fmax.shape[0], np.asarray(widths, dtype=float)
     ratio = (fmax / w[None, :]).max(axis=1, initial=0.0)
     stages_cap = layers * fmax.max(axis=1, initial=0.0)
-    budget = KNAPSACK_CELLS // max(1, n_points * max(1, len(widths)))
-    n0 = int(max(0, min(n_max, budget)))
+    steps = max(1, len(widths))
+    n0 = int(max(0, min(n_max, KNAPSACK_CELLS // max(1, n_points * steps),
+                        KNAPSACK_STEPS // steps)))
     best = np.zeros((n_points, n0 + 1))
     usable = [(p, wd) for p, wd in enumerate(widths) if wd <= n0]
     for n in range(1, n0 + 1):
@@ -738,6 +748,8 @@ def _knapsack(fmax: np.ndarray, widths: list[int], n_max: int, layers: int, chec
 #: cells (breakpoints x free counts x pairs) the capacity knapsack of a group may work
 #: through; beyond it, counts are bounded by the LP ratio (weaker, never wrong)
 KNAPSACK_CELLS = 20_000_000
+#: (free count, pair) steps of that knapsack, each one numpy operation
+KNAPSACK_STEPS = 100_000
 
 
 #: the FLOP capacity is compared with a relative slack, so that rounding in its sums

@@ -115,9 +115,10 @@ class LocalDP(DCRun):
             opts = t.options(g)
             ok = self.option_fits(g, ub)
             dominated = dominated_options(ok, opts.compute_time, opts.max_in_flight,
-                                          opts.sync_time, opts.width)
+                                          opts.sync_time, opts.width, self.deadline.check)
             per_end: list = [[] for _ in range(L + 1)]
             for c, w in enumerate(opts.width.tolist()):
+                self.deadline.check()
                 C = opts.compute_time[c].T.tolist()  # [x][a]
                 N = opts.max_in_flight[c].T.tolist()
                 R = opts.sync_time[c].T.tolist()
