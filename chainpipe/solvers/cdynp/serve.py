@@ -13,12 +13,19 @@ names (:mod:`.tls`):
   in, once, and in the protocol's order (the ``prefix`` first, an
   ``assemble`` after this agent sent its summary).
 
-Anything else is refused with a logged line and the agent goes on serving.
-A message from the right neighbour that breaks the protocol is refused too and
-ends that run, naming the neighbour to the owner. A run ends, and its state is
-freed, when it is done, when the owner's connection closes, at the time limit
-(plus :data:`.watch.GRACE_S`), or when a neighbour stays silent for
+Anything else is refused with a logged line and the agent goes on serving; a
+run's header is checked whole first, every option against its range
+(:data:`.protocol.RUN_OPTIONS`). A message from the right neighbour that breaks
+the protocol is refused too and ends that run, naming the neighbour to the
+owner. A run ends, and its state is freed, when it is done, when the owner's
+connection closes (watched from the moment the run is accepted), at the time
+limit (plus :data:`.watch.GRACE_S`), or when a neighbour stays silent for
 ``peer_timeout`` seconds without one.
+
+Connections still in their TLS handshake take slots of their own pool
+(:data:`MAX_HANDSHAKES` in all, :data:`MAX_HANDSHAKES_PER_ADDRESS` from one peer
+address, :data:`HANDSHAKE_S` seconds each), apart from the authenticated ones
+(:data:`MAX_CONNECTIONS`): a flood of idle connections cannot take the owner's.
 """
 
 from __future__ import annotations
