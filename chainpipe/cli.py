@@ -42,7 +42,7 @@ from .online.presets import PRESETS as SCENARIOS
 from .paths import MANIFEST, instance_files, refuse_overwrite, same_file
 from .plan import evaluate, idle_devices
 from .result import OptionError
-from .solve import SOLVERS
+from .solve import MAX_THREADS, SOLVERS
 from .strict_json import quote
 
 #: exit status of a command stopped by Ctrl-C (128 + SIGINT), as shells report it
@@ -76,6 +76,9 @@ seconds = argument_type(float, lambda v: math.isfinite(v) and v >= 0,
                         "a finite number of seconds >= 0")
 #: a count: ``--threads``, ``--microbatches``, ...
 positive_int = argument_type(int, lambda v: v >= 1, "an integer >= 1")
+#: ``--threads``: 1 to :data:`chainpipe.solve.MAX_THREADS` (what every backend accepts)
+thread_count = argument_type(int, lambda v: 1 <= v <= MAX_THREADS,
+                             f"an integer from 1 to {MAX_THREADS}")
 #: ``solve --seed``: what every backend accepts
 seed = argument_type(int, lambda v: 0 <= v < 2**31, "an integer in [0, 2^31)")
 #: ``generate --degrade``
@@ -573,7 +576,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default: no limit)")
     s.add_argument("--seed", type=seed, default=0, metavar="N",
                    help="random seed of CP-SAT and the MIP backends")
-    s.add_argument("--threads", type=positive_int, default=1, metavar="N",
+    s.add_argument("--threads", type=thread_count, default=1, metavar="N",
                    help="threads a backend may use")
     s.add_argument("--format", choices=FORMATS, default="table", help="output: %(choices)s")
     s.add_argument("--plan-out", metavar="FILE",
@@ -740,7 +743,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "max(5 s, 20%%) is killed and recorded no_solution")
     s.add_argument("--out", required=True, metavar="DIR")
     s.add_argument("--seeds", type=positive_int, default=1, metavar="N")
-    s.add_argument("--threads", type=positive_int, default=1, metavar="N")
+    s.add_argument("--threads", type=thread_count, default=1, metavar="N")
     s.add_argument("--jobs", type=positive_int, default=1, metavar="N",
                    help="runs at once on this machine")
     s.add_argument("--scheduler", metavar="ADDRESS", help="Dask scheduler, e.g. tcp://host:8786")

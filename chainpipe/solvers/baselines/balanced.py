@@ -119,9 +119,8 @@ class _Metis:
         self.c = c
         tab = c.tables
         # groups in plan order: chain order, fastest first inside a datacenter
-        self.order = [g for k in range(c.K) for g in sorted(
-            (g for g in range(tab.G) if c.dc(g) == k),
-            key=lambda g: (-tab.rate[g], -tab.memory[g], g))]
+        self.order = sorted(range(tab.G),  # O(G log G): a long chain has K groups
+                            key=lambda g: (c.dc(g), -tab.rate[g], -tab.memory[g], g))
         self.types = sorted({tab.groups[g].type for g in range(tab.G)})
         # per type: every shape one of its groups can run, or None (the type unused)
         self.options = [
@@ -170,7 +169,8 @@ class _Metis:
     def coordinate(self, deadline: Deadline):
         """Plans met by a coordinate search: from every type on one common shape, change one
         type's shape at a time while it helps."""
-        starts = {tuple(s if s in opts else None for opts in self.options)
+        members = [set(opts) for opts in self.options]  # a long list of widths: O(1) tests
+        starts = {tuple(s if s in m else None for m in members)
                   for opts in self.options for s in opts if s is not None}
         for config in sorted(starts, key=lambda x: [(o is None, o) for o in x]):
             yield self.stages(config)

@@ -116,8 +116,8 @@ class StageCosts:
         cuts = [(stages[s][1], stages[s][2], stages[s + 1][2]) for s in range(S - 1)]
         fill, bottleneck = cost.fill_and_bottleneck(
             [self.compute_time(i, j, g, d, t) for i, j, _k, g, d, t in stages],
-            [float(tab.boundary_occupancy[b, k1, k2]) for b, k1, k2 in cuts],
-            [float(tab.boundary_traversal[b, k1, k2]) for b, k1, k2 in cuts])
+            [float(tab.occupancy(b, k1, k2)) for b, k1, k2 in cuts],
+            [float(tab.traversal(b, k1, k2)) for b, k1, k2 in cuts])
         sync = max(self.sync_time(i, j, g, d, t) for i, j, _k, g, d, t in stages)
         return float(cost.iteration_time(fill, bottleneck, self.M, sync))
 
