@@ -83,7 +83,7 @@ def solve_across_hosts(args, options: dict) -> int:
     import json
 
     from .cli import format_evaluation, format_result
-    from .io import write_plan
+    from .io import write_json
     from .result import OptionError
     from .solvers.cdynp.public import read_public
     from .solvers.cdynp.remote import read_agents, solve_remote
@@ -100,7 +100,7 @@ def solve_across_hosts(args, options: dict) -> int:
     except OptionError as exc:
         raise InstanceError([f"--option: {exc}"]) from None
     if args.plan_out and res.plan is not None:
-        write_plan(res.plan, args.plan_out)
+        write_json(res.plan_document(), args.plan_out)  # names the instance, without a digest
     if args.format == "json":
         print(json.dumps(res.to_dict()))
     else:

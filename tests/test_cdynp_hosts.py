@@ -134,7 +134,11 @@ def _same_as_in_process(cluster: Cluster, instance_path: Path, tmp: Path, *optio
                  "--trace", tmp / "local", *options)
     assert local.returncode == 0, local.stderr
     a, b = json.loads(remote.stdout), json.loads(local.stdout)
-    assert a["status"] == b["status"] and a["plan"] == b["plan"]
+    assert a["status"] == b["status"] and a["plan"]["stages"] == b["plan"]["stages"]
+    # the owner names the instance without its digest: hashing the whole instance needs the
+    # DCs' private data (and a digest of it would let a party test guesses of that data)
+    assert a["plan"]["instance"] == {"name": b["plan"]["instance"]["name"]}
+    assert a["devices_used"] == b["devices_used"] and a["devices_total"] is None
     assert a["iteration_time_s"] == b["iteration_time_s"]  # exactly: the same cost model
     assert a["lower_bound_s"] == b["lower_bound_s"]
     assert a["stats"]["mode"] == "tls"
@@ -357,7 +361,7 @@ def test_an_agent_that_keeps_its_prefix_bound_sends_null(tmp_path):
     local = _cli("solve", THREE, "--solver", "cdynp", "--format", "json", "--trace",
                  tmp_path / "local", "-O", "prefix_bound=false")
     assert local.returncode == 0, local.stderr
-    assert json.loads(remote.stdout)["plan"] == json.loads(local.stdout)["plan"]
+    assert json.loads(remote.stdout)["plan"]["stages"] == json.loads(local.stdout)["plan"]["stages"]
     files = sorted(p.relative_to(tmp_path / "local") for p in (tmp_path / "local").rglob("*.json"))
     prefixes = [f for f in files if "-prefix-" in f.name]
     assert len(prefixes) == 6  # two per run: the probes and the main run
