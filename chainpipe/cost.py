@@ -25,6 +25,15 @@ and for the schedule and the network
   (:func:`traversal`);
 - the assembly ``T = fill + (M - 1) * bottleneck + sync`` (:func:`iteration_time`).
 
+Contract version 3 adds, each written here once:
+
+- the forward and backward parts ``f_s``, ``b_s`` of a stage's time (:func:`phase_time`);
+- the steady-state period of a pipeline by objective and schedule (:func:`period`):
+  ``classic`` (:func:`classic_period`), GPipe's two phases (:func:`gpipe_period`) and
+  1F1B's loops (:func:`one_f_one_b_period`, :func:`worst_loop`);
+- the averaging of gradients across pipelines ``R_X`` (:func:`cross_sync_time`) and
+  the plan's ``T = max_p T_p + max R_s + R_X / H`` (:func:`plan_time`).
+
 With ``d = t = 1`` (version 1 of the contract) every function reduces to its
 version-1 arithmetic exactly, bit for bit.
 
@@ -46,8 +55,11 @@ _LARGEST = np.finfo(float).max
 __all__ = [
     "LayerSums",
     "StageOption",
+    "classic_period",
     "compute_time",
+    "cross_sync_time",
     "fill_and_bottleneck",
+    "gpipe_period",
     "in_flight",
     "iteration_time",
     "max_in_flight",
@@ -55,11 +67,16 @@ __all__ = [
     "memory_fits",
     "memory_need",
     "occupancy",
+    "one_f_one_b_period",
     "path",
+    "period",
+    "phase_time",
+    "plan_time",
     "steady_state",
     "sync_time",
     "tp_allreduce_time",
     "traversal",
+    "worst_loop",
 ]
 
 
@@ -88,6 +105,18 @@ def compute_time(flop, rate, d=1, t=1, tp_bytes=0.0, node_bandwidth=np.inf):
     """
     with np.errstate(over="ignore"):
         return flop / (d * t * rate) + tp_allreduce_time(tp_bytes, d, t, node_bandwidth)
+
+
+def phase_time(flop, rate, d=1, t=1, tp_bytes=0.0, node_bandwidth=np.inf):
+    """``f_s`` (of the forward FLOP) or ``b_s`` (of the backward FLOP): one phase of a stage.
+
+    ``flop / (d t rate) + (t - 1) / t * (tp_bytes / d) / B``: the phase's compute and its
+    half of the tensor-parallel all-reduces (:func:`tp_allreduce_time` halved, exactly).
+    The stage's ``C_s`` stays :func:`compute_time` of the summed FLOP (version 2's, bit
+    for bit); ``f_s + b_s`` equals it up to rounding.
+    """
+    with np.errstate(over="ignore"):
+        return flop / (d * t * rate) + tp_allreduce_time(tp_bytes, d, t, node_bandwidth) / 2
 
 
 def sync_time(params, d, t, gradient_bytes_per_param, bandwidth, latency):
@@ -252,6 +281,106 @@ def iteration_time(fill_drain, bottleneck, microbatches: int, sync=0.0):
     return fill_drain + steady_state(microbatches, bottleneck) + sync
 
 
+# --------------------------------------------------------------------------- periods (v3)
+def classic_period(compute_times, occupancies) -> float:
+    """``max(max_s C_s, max_s U_s)``: the period of versions 1 and 2, any schedule."""
+    return max(list(compute_times) + list(occupancies))
+
+
+def gpipe_period(forward_times, backward_times, occupancies) -> float:
+    """GPipe's period: ``max(max f, max U) + max(max b, max U)`` (``max U = 0`` for one stage).
+
+    All forwards run, then all backwards: two flow shops one after the other, each paced
+    by its own slowest resource.
+    """
+    u = max(occupancies, default=0.0)
+    return max(max(forward_times), u) + max(max(backward_times), u)
+
+
+def worst_loop(compute_times, traversals, microbatches: int) -> tuple[float, int, int]:
+    """The slowest 1F1B loop: ``max W(s, t) / (t - s + 1)`` over ``s < t`` with ``n_s < M``.
+
+    Under 1F1B stage ``s`` (0-based, of ``S``) stashes ``n_s = min(M, S - s)``
+    microbatches, so its forward of microbatch ``i + n_s`` waits for the backward of
+    ``i``: a loop over stages ``s..t`` taking ``W(s, t) = sum_{j=s..t} C_j +
+    sum_{j=s..t-1} Q_j`` that lets ``n_s - n_t + 1 = t - s + 1`` microbatches through.
+    A stage that may hold all ``M`` microbatches never waits.
+
+    Returns
+    -------
+    tuple of (float, int, int)
+        The largest ``W(s, t) / (t - s + 1)`` and its ``(s, t)``, first found on ties;
+        ``(0.0, -1, -1)`` when there is no loop (one stage, or every ``n_s = M``).
+    """
+    C, Q = list(compute_times), list(traversals)
+    S = len(C)
+    best = (0.0, -1, -1)
+    for s in range(S):
+        if in_flight("1f1b", microbatches, S - s) >= microbatches:
+            continue
+        w = C[s]
+        for t in range(s + 1, S):
+            w += Q[t - 1] + C[t]
+            if w / (t - s + 1) > best[0]:
+                best = (w / (t - s + 1), s, t)
+    return best
+
+
+def one_f_one_b_period(compute_times, occupancies, traversals, microbatches: int) -> float:
+    """1F1B's period: ``max(max C, max U, worst_loop(C, Q, M))``."""
+    return max(classic_period(compute_times, occupancies),
+               worst_loop(compute_times, traversals, microbatches)[0])
+
+
+def period(objective: str, schedule: str, compute_times, occupancies, traversals,
+           forward_times, backward_times, microbatches: int) -> float:
+    """``lambda_p``, a pipeline's steady-state period, by objective and schedule.
+
+    Parameters
+    ----------
+    objective : {"classic", "period"}
+        ``classic``: :func:`classic_period` whatever the schedule; ``period``:
+        :func:`gpipe_period` or :func:`one_f_one_b_period`.
+    schedule : {"1f1b", "gpipe"}
+    compute_times, occupancies, traversals : sequence of float
+        ``C_s`` per stage, ``U_s`` and ``Q_s`` per boundary.
+    forward_times, backward_times : sequence of float
+        ``f_s`` and ``b_s`` per stage (used by GPipe's period only).
+    microbatches : int
+        ``M_p``, the pipeline's microbatches (1F1B's stash limits depend on it).
+
+    Returns
+    -------
+    float
+        Seconds per microbatch.
+    """
+    if objective == "classic":
+        return classic_period(compute_times, occupancies)
+    if schedule == "gpipe":
+        return gpipe_period(forward_times, backward_times, occupancies)
+    return one_f_one_b_period(compute_times, occupancies, traversals, microbatches)
+
+
+def cross_sync_time(total_params, gradient_bytes_per_param, bandwidth, latency) -> float:
+    """``R_X``: averaging every gradient across pipelines, along the chain and back.
+
+    ``gamma * sum_l params_l / B_X + 2 lat_X``, with ``B_X`` the smallest bandwidth and
+    ``lat_X`` the summed latency of the chain links from the first pipeline's first DC to
+    the last pipeline's last (the bandwidth-optimal all-reduce on a line, pipelined).
+    """
+    with np.errstate(over="ignore"):
+        return gradient_bytes_per_param * total_params / bandwidth + 2.0 * latency
+
+
+def plan_time(pipeline_times, sync, cross_sync=0.0, sync_period: int = 1) -> float:
+    """``T = max_p T_p + max_{p,s} R_s + R_X / H``.
+
+    ``pipeline_times`` are the ``T_p = fill_p + (M_p - 1) * lambda_p``; with one
+    pipeline (``R_X = 0``) exactly :func:`iteration_time`.
+    """
+    return max(pipeline_times) + sync + cross_sync / sync_period
+
+
 # --------------------------------------------------------------------------- options
 @dataclass(frozen=True)
 class StageOption:
@@ -297,6 +426,8 @@ class LayerSums:
     flop, params, activation : numpy.ndarray
         ``[L + 1]`` prefix sums: FLOP (forward + backward), parameters and stashed
         activation bytes of layers ``[0, i)``.
+    fwd_flop, bwd_flop : numpy.ndarray
+        ``[L + 1]`` prefix sums of the forward and of the backward FLOP.
     output_bytes : numpy.ndarray
         ``[L + 1]``: ``output_bytes[b]`` crosses the boundary at layer ``b`` (after
         layer ``b - 1``); entry 0 is unused and 0.
@@ -306,6 +437,8 @@ class LayerSums:
         layers = instance.layers
         self.instance = instance
         self.flop = np.concatenate(([0.0], np.cumsum([ly.flop for ly in layers])))
+        self.fwd_flop = np.concatenate(([0.0], np.cumsum([ly.fwd_flop for ly in layers])))
+        self.bwd_flop = np.concatenate(([0.0], np.cumsum([ly.bwd_flop for ly in layers])))
         self.params = np.concatenate(([0.0], np.cumsum([float(ly.params) for ly in layers])))
         self.activation = np.concatenate(([0.0], np.cumsum([ly.activation_bytes for ly in layers])))
         self.output_bytes = np.array([0.0] + [ly.output_bytes for ly in layers])
@@ -325,6 +458,14 @@ class LayerSums:
         return float(compute_time(self._span(self.flop, option), group.flop_per_s, option.d,
                                   option.t, self._span(self.tp_bytes, option),
                                   group.node_bandwidth))
+
+    def option_phase_times(self, option: StageOption) -> tuple[float, float]:
+        """``(f_s, b_s)`` of ``option`` on its group (:func:`phase_time`)."""
+        group = self.instance.datacenters[option.dc].devices[option.group]
+        tp = self._span(self.tp_bytes, option)
+        return tuple(float(phase_time(self._span(prefix, option), group.flop_per_s, option.d,
+                                      option.t, tp, group.node_bandwidth))
+                     for prefix in (self.fwd_flop, self.bwd_flop))
 
     def option_memory_need(self, option: StageOption, n_in_flight: int) -> float:
         """Bytes per device of ``option`` with ``n_in_flight`` microbatches stashed."""

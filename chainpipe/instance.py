@@ -1,4 +1,4 @@
-"""The instance: frozen, validated dataclasses for ``chainpipe-instance/2`` (and ``/1``).
+"""The instance: frozen, validated dataclasses for ``chainpipe-instance/3`` (``/1``, ``/2`` read).
 
 Every rule on a field is written once, in the ``RULES`` tables below. The
 dataclasses check themselves with them (so a bad ``Instance`` cannot be built
@@ -18,11 +18,21 @@ from typing import Any
 from .strict_json import OverflowNumber, quote, shorten
 
 #: the format chainpipe writes
-FORMAT = "chainpipe-instance/2"
-#: the formats chainpipe reads: version 1 is version 2 without its optional fields
-FORMATS = ("chainpipe-instance/1", "chainpipe-instance/2")
+FORMAT = "chainpipe-instance/3"
+#: the formats chainpipe reads: each version is the next without its optional fields (only
+#: the default of ``training.objective`` depends on the version: :func:`default_objective`)
+FORMATS = ("chainpipe-instance/1", "chainpipe-instance/2", "chainpipe-instance/3")
 _CANONICAL_INDEX = re.compile(r"(0|[1-9][0-9]{0,9})\Z")  # counts are at most 2**31 - 1
 SCHEDULES = ("1f1b", "gpipe")
+#: what a plan's time optimises (contract v3): the schedule's own period, or the classic
+#: ``sum + (M - 1) * max`` of versions 1 and 2
+OBJECTIVES = ("period", "classic")
+
+
+def default_objective(fmt: object) -> str:
+    """The objective a file of format ``fmt`` has when it does not state one: ``"period"``
+    for ``chainpipe-instance/3``, ``"classic"`` for ``/1`` and ``/2`` (their optima stay)."""
+    return "period" if fmt == "chainpipe-instance/3" else "classic"
 
 
 class InstanceError(ValueError):
@@ -240,21 +250,26 @@ RULES: dict[str, dict[str, Rule]] = {
         "zero": bool_rule,
     },
 }
+#: the allowed pipeline counts of a plan (contract v3): like data-parallel widths
+PIPELINES_RULE = width_list_rule(COUNT, "integers >= 1")
 
 #: the fields of version 2 that a file may leave out, per record, with their rules; the
 #: dataclasses give them their defaults (``docs/model.md``)
 OPTIONAL: dict[str, dict[str, Rule]] = {
     "layer": {"tp_allreduce_bytes": NONNEG},
     "training": {"gradient_bytes_per_param": POSITIVE, "optimizer_bytes_per_param": NONNEG,
-                 "microbatch_size": COUNT},
+                 "microbatch_size": COUNT, "objective": choice_rule(OBJECTIVES),
+                 "pipeline_sync_period": COUNT},
     "device_group": {
         "devices_per_node": power_of_two_rule("devices per node"),
         "node_bandwidth_bytes_per_s": POSITIVE,
     },
-    "parallelism": {},
+    "parallelism": {"pipelines": PIPELINES_RULE},
 }
-#: the parallelism a file without a ``parallelism`` block has: one device per stage
-PARALLELISM_DEFAULTS = {"data_parallel": (1,), "tensor_parallel": (1,), "zero": False}
+#: the parallelism a file without a ``parallelism`` block has: one device per stage, one
+#: pipeline
+PARALLELISM_DEFAULTS = {"data_parallel": (1,), "tensor_parallel": (1,), "zero": False,
+                        "pipelines": (1,)}
 
 
 def _problems(kind: str, obj: Any) -> list[str]:
@@ -394,6 +409,9 @@ class Parallelism:
         Tensor-parallel degrees ``t``: non-empty, no duplicates, powers of two.
     zero : bool
         ZeRO-1: the optimizer state is sharded over a stage's ``d`` replicas.
+    pipelines : tuple of int
+        Contract v3: how many pipelines a plan may run (each on its own range of DCs):
+        non-empty, no duplicates, each 1 to 2**31 - 1; default ``(1,)``.
 
     Raises
     ------
@@ -404,9 +422,10 @@ class Parallelism:
     data_parallel: tuple[int, ...] = (1,)
     tensor_parallel: tuple[int, ...] = (1,)
     zero: bool = False
+    pipelines: tuple[int, ...] = (1,)
 
     def __post_init__(self) -> None:
-        for name in ("data_parallel", "tensor_parallel"):
+        for name in ("data_parallel", "tensor_parallel", "pipelines"):
             value = getattr(self, name)
             if isinstance(value, list):
                 object.__setattr__(self, name, tuple(value))
@@ -443,6 +462,15 @@ class Training:
         ``None`` (the default) when the file does not state it. When stated, every
         stage's data-parallel width must divide it (each replica takes
         ``microbatch_size / d`` whole sequences of every microbatch).
+    objective : str, optional
+        Contract v3: ``"period"`` (the schedule's own period) or ``"classic"`` (the
+        ``sum + (M - 1) * max`` of versions 1 and 2). Built from Python the default is
+        ``"classic"``, so every caller written before version 3 keeps its meaning; a
+        file's default depends on its version (:func:`default_objective`: ``"period"``
+        for ``/3``).
+    pipeline_sync_period : int, optional
+        Contract v3: ``H``, iterations between two gradient averagings across pipelines,
+        1 to 2**31 - 1; default 1 (synchronous).
 
     Raises
     ------
@@ -457,8 +485,13 @@ class Training:
     optimizer_bytes_per_param: float = None
     parallelism: Parallelism = None
     microbatch_size: int | None = None
+    objective: str = "classic"
+    pipeline_sync_period: int = 1
 
     def __post_init__(self) -> None:
+        for name, default in (("objective", "classic"), ("pipeline_sync_period", 1)):
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, default)
         problems = _problems("training", self)
         if self.parallelism is not None and not isinstance(self.parallelism, Parallelism):
             problems.append(f"parallelism: must be a Parallelism, got {_fmt(self.parallelism)}")
@@ -491,6 +524,11 @@ class Training:
             return (f"does not divide training.microbatch_size ({self.microbatch_size}): each "
                     f"replica must take whole sequences of every microbatch")
         return None
+
+    @property
+    def classic(self) -> bool:
+        """Whether the objective is the classic ``sum + (M - 1) * max`` (versions 1, 2)."""
+        return self.objective == "classic"
 
     @property
     def sharded_bytes_per_param(self) -> float:

@@ -36,6 +36,7 @@ from .instance import (
     Parallelism,
     Training,
     _fmt,
+    default_objective,
     field_problem,
     json_kind,
     name_rule,
@@ -231,7 +232,7 @@ def _model(c: Problems, top: dict) -> Model | None:
 
 def _parallelism(c: Problems, data: Any, path: str) -> Parallelism | None:
     """``training.parallelism``: each key optional, with its default on its own."""
-    d = c.obj_optional(data, path, (), tuple(RULES["parallelism"]))
+    d = c.obj_optional(data, path, (), tuple(RULES["parallelism"]) + tuple(OPTIONAL["parallelism"]))
     if d is None:
         return None
     before = len(c.problems)
@@ -242,7 +243,8 @@ def _parallelism(c: Problems, data: Any, path: str) -> Parallelism | None:
 
 
 def _training(c: Problems, top: dict) -> Training | None:
-    """``training``, its version-2 fields with their defaults."""
+    """``training``, its version-2 and -3 fields with their defaults (the objective's
+    depends on the file's ``format``: :func:`~chainpipe.instance.default_objective`)."""
     if "training" not in top:
         return None
     raw = top["training"]
@@ -257,6 +259,7 @@ def _training(c: Problems, top: dict) -> Training | None:
         if isinstance(raw, dict) and "parallelism" in raw else Parallelism()
     if not whole or par is None:
         return None
+    good.setdefault("objective", default_objective(top.get("format")))
     return Training(**good, parallelism=par)
 
 
@@ -315,10 +318,11 @@ def instance_from_dict(data: Any) -> Instance:
     Parameters
     ----------
     data : object
-        The parsed ``chainpipe-instance/2`` (or ``/1``) document, as
+        The parsed ``chainpipe-instance/3`` (or ``/2``, ``/1``) document, as
         :func:`load_json` or :func:`json.loads` returns it: an object with
         ``format``, ``name``, ``model``, ``training``, ``datacenters`` and ``links``;
-        the version-2 fields left out take their defaults.
+        the fields left out take their defaults (``training.objective``: ``"period"``
+        in a ``/3`` file, ``"classic"`` in ``/1`` and ``/2``).
 
     Returns
     -------
@@ -354,7 +358,7 @@ def instance_from_dict(data: Any) -> Instance:
         raise InstanceError(c.problems)
     if "format" in top and top["format"] not in FORMATS:
         hint = _SPLIT_HINTS.get(top["format"], "") if isinstance(top["format"], str) else ""
-        c.add("format", f"must be {' or '.join(map(repr, FORMATS))}, got "
+        c.add("format", f"must be 'chainpipe-instance/N' with N = 1, 2 or 3, got "
                         f"{_fmt(top['format'])}{hint}")
     c.name(top, "")
     model = _model(c, top)
@@ -378,9 +382,10 @@ def instance_to_dict(instance: Instance) -> dict:
     Returns
     -------
     dict
-        A ``chainpipe-instance/2`` document with every field explicit (defaults
-        written out; ``node_bandwidth_bytes_per_s`` only where given), of plain
-        dicts, lists, str, int and float.
+        A ``chainpipe-instance/3`` document with every field explicit (defaults
+        written out, ``objective`` too, so an instance read from a ``/1`` or ``/2``
+        file keeps its ``"classic"`` objective; ``node_bandwidth_bytes_per_s`` and
+        ``microbatch_size`` only where given), of plain dicts, lists, str, int and float.
 
     Examples
     --------
@@ -414,10 +419,13 @@ def instance_to_dict(instance: Instance) -> dict:
             "optimizer_bytes_per_param": instance.training.optimizer_bytes_per_param,
             **({} if instance.training.microbatch_size is None
                else {"microbatch_size": instance.training.microbatch_size}),
+            "objective": instance.training.objective,
+            "pipeline_sync_period": instance.training.pipeline_sync_period,
             "parallelism": {
                 "data_parallel": list(instance.parallelism.data_parallel),
                 "tensor_parallel": list(instance.parallelism.tensor_parallel),
                 "zero": instance.parallelism.zero,
+                "pipelines": list(instance.parallelism.pipelines),
             },
         },
         "datacenters": [
@@ -454,7 +462,8 @@ def read(path: str | os.PathLike) -> Instance:
     Parameters
     ----------
     path : str or os.PathLike
-        A ``chainpipe-instance/2`` or ``/1`` JSON file (UTF-8, a byte order mark is skipped).
+        A ``chainpipe-instance/3``, ``/2`` or ``/1`` JSON file (UTF-8, a byte order mark
+        is skipped).
 
     Returns
     -------
@@ -684,15 +693,35 @@ def write(instance: Instance, path: str | os.PathLike) -> None:
     write_json(instance_to_dict(instance), path)
 
 
+def canonical_dict(instance: Instance) -> dict:
+    """The instance's document in the oldest format that states it: what its digest hashes.
+
+    An instance that a version-2 document expresses (objective ``classic``, one pipeline,
+    ``pipeline_sync_period`` 1) is its ``chainpipe-instance/2`` document, exactly as
+    chainpipe wrote it before version 3, so digests (and the plans that name them) stay
+    valid across the version; any other instance is its :func:`instance_to_dict`.
+    """
+    doc = instance_to_dict(instance)
+    training = instance.training
+    if training.classic and training.parallelism.pipelines == (1,) \
+            and training.pipeline_sync_period == 1:
+        doc["format"] = "chainpipe-instance/2"
+        for key in ("objective", "pipeline_sync_period"):
+            del doc["training"][key]
+        del doc["training"]["parallelism"]["pipelines"]
+    return doc
+
+
 def instance_digest(instance: Instance) -> str:
     """The SHA-256 (hex) of an instance's canonical JSON: what a plan names its instance by.
 
-    The canonical JSON is :func:`instance_to_dict` dumped with sorted keys, no spaces and
+    The canonical JSON is :func:`canonical_dict` dumped with sorted keys, no spaces and
     UTF-8 text (``json.dumps(obj, sort_keys=True, separators=(",", ":"),
     ensure_ascii=False)``), so a file and its rewrite by chainpipe (a version-1 file and
-    its version-2 form, a file with defaults left out) have one digest.
+    its version-3 form, a file with defaults left out) have one digest, and a
+    version-2 instance keeps the digest it had before version 3.
     """
-    text = json.dumps(instance_to_dict(instance), sort_keys=True, separators=(",", ":"),
+    text = json.dumps(canonical_dict(instance), sort_keys=True, separators=(",", ":"),
                       ensure_ascii=False, allow_nan=False)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
@@ -735,7 +764,8 @@ def read_plan_file(path: str | os.PathLike) -> tuple[Plan, dict | None]:
     data = load_json(path)
     try:
         # accept a plan file or a whole result object that carries one
-        if isinstance(data, dict) and "plan" in data and "stages" not in data:
+        if isinstance(data, dict) and "plan" in data and "stages" not in data \
+                and "pipelines" not in data:
             if data["plan"] is None:
                 raise InstanceError(["plan: the result holds no plan"])
             return Plan.from_dict(data["plan"], "plan"), _origin_of(data["plan"], "plan.")
@@ -750,9 +780,10 @@ def read_plan(path: str | os.PathLike) -> Plan:
     Parameters
     ----------
     path : str or os.PathLike
-        ``{"stages": [{"layers": [start, end], "device": "dc/type/i"}, ...]}``
-        (optionally with the ``instance`` it was written for) or a result object
-        with a ``plan`` field.
+        ``{"stages": [{"layers": [start, end], "device": "dc/type/i"}, ...]}`` or
+        ``{"pipelines": [{"microbatches": M_p, "stages": [...]}, ...]}`` (optionally
+        with the ``instance`` it was written for) or a result object with a ``plan``
+        field.
 
     Returns
     -------
@@ -848,7 +879,7 @@ def write_plan(plan: Plan, path: str | os.PathLike, instance: Instance | None = 
 def load_schema() -> dict:
     """The JSON Schema (draft 2020-12) of the instance format shipped with chainpipe.
 
-    It describes ``chainpipe-instance/2`` and accepts ``/1`` files too (their
+    It describes ``chainpipe-instance/3`` and accepts ``/1`` and ``/2`` files too (their
     ``format`` is one of :data:`~chainpipe.instance.FORMATS`), with every field,
     its bounds and its default. The rules JSON Schema cannot state (the count of
     ``links``, unique names, ``devices_per_node`` dividing ``count``,

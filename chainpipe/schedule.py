@@ -23,7 +23,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from .cost import in_flight
+from .cost import one_f_one_b_period
 from .instance import Instance, InstanceError
 from .plan import Evaluation, Plan, devices_label, evaluate
 
@@ -403,9 +403,11 @@ def one_f_one_b_cycle(ev: Evaluation, microbatches: int) -> float:
     stages ``s..t`` this closes a loop that takes ``W(s, t) = sum_{j=s..t} C_j
     + sum_{j=s..t-1} Q_j`` and lets ``n_s - n_t + 1`` microbatches through. The
     cycle is the largest of the busiest resource (``max C``, ``max U``: all
-    that the cost model's ``T`` counts) and every such loop's ``W(s, t) /
+    that the classic objective counts) and every such loop's ``W(s, t) /
     (n_s - n_t + 1)``. Only stages that hold fewer than ``M`` microbatches
-    count (the others never wait).
+    count (the others never wait). This is the 1F1B period of the ``period``
+    objective, computed by the cost model's one formula
+    (:func:`chainpipe.cost.one_f_one_b_period`) on one pipeline's costs.
 
     Parameters
     ----------
@@ -419,20 +421,9 @@ def one_f_one_b_cycle(ev: Evaluation, microbatches: int) -> float:
     float
         Seconds per microbatch.
     """
-    C = [st.compute_time_s for st in ev.stages]
-    Q = [b.traversal_s for b in ev.boundaries]
-    S, M = len(C), microbatches
-    # microbatches stage s may stash under 1F1B (its position from the end is S - s)
-    n = [in_flight("1f1b", M, S - s) for s in range(S)]
-    cycle = max(C + [b.occupancy_s for b in ev.boundaries])
-    for s in range(S):
-        if n[s] >= M:
-            continue
-        loop = 0.0
-        for t in range(s, S):
-            loop += C[t] + (Q[t - 1] if t > s else 0.0)
-            cycle = max(cycle, loop / (n[s] - n[t] + 1))
-    return cycle
+    return one_f_one_b_period([st.compute_time_s for st in ev.stages],
+                              [b.occupancy_s for b in ev.boundaries],
+                              [b.traversal_s for b in ev.boundaries], microbatches)
 
 
 __all__ = ["SYNC", "Block", "PipelineRow", "PipelineSchedule", "block_durations",

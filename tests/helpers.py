@@ -322,3 +322,199 @@ def check_trace_private(inst: Instance, files, schema: dict) -> list[dict]:
                 assert abs(n - round(n)) < 1e-6, (f.name, v)
         messages.append(msg)
     return messages
+
+
+# --------------------------------------------------------------------------- version 3
+def random_v3_instance(seed: int) -> Instance:
+    """A small random instance of contract version 3 (``/3`` semantics, built from Python).
+
+    Chains of 1 to 3 DCs with MAN latencies from 0 to 5 s against stage times of about
+    1 to 10 s (so 1F1B loops pace many plans), layers with few parameters and large
+    activations over slow links (so several pipelines win on many), both objectives and
+    schedules, pipeline lists with and without 1, ``H`` from 1 to 4, widths 1 and 2 with
+    and without ``microbatch_size``, and some tight memory.
+    """
+    from chainpipe import Parallelism
+
+    rng = random.Random(30_000 + seed)
+    L = rng.choice([1, 2, 3, 3])
+    layers = []
+    for i in range(L):
+        out = float(rng.choice([0, 5, 20, 50]))
+        layers.append(Layer(f"l{i}", float(rng.randint(1, 8) * 10), float(rng.randint(1, 8) * 10),
+                            rng.choice([0, 1, 5, 20]), float(rng.randint(0, 3)), out,
+                            float(rng.choice([0.0, 4 * out, 10.0]))))
+    M = rng.randint(3, 8)
+    par = Parallelism(rng.choice([(1,), (1,), (1, 2), (1, 2), (2,)]), rng.choice([(1,), (1,), (1, 2)]),
+                      rng.random() < 0.3, rng.choice([(1,), (1, 2), (1, 2), (1, 2, 3), (2,), (1, 3)]))
+    bpp = float(rng.choice([1, 4]))
+    training = Training(M, rng.choice(["1f1b", "1f1b", "gpipe"]), bpp, float(rng.choice([1, 2])),
+                        None, par, rng.choice([None, None, 1, 2]),
+                        "period" if rng.random() < 0.8 else "classic", rng.choice([1, 1, 2, 4]))
+    tight = rng.random() < 0.2
+    total_mem = sum(bpp * ly.params + M * ly.activation_bytes for ly in layers)
+    K = rng.choice([1, 2, 2, 3, 3])
+    dcs = []
+    for k in range(K):
+        groups = []
+        for t in range(rng.choice([1, 1, 2])):
+            node = rng.choice([1, 2])
+            mem = (max(1.0, round(total_mem * rng.uniform(0.2, 0.7))) if tight
+                   else float(total_mem * 2 + 100))
+            groups.append(DeviceGroup(f"t{t}", node * rng.randint(1, 2),
+                                      float(rng.choice([10, 20, 40])), mem, node,
+                                      float(rng.choice([10, 100])) if node > 1 else None))
+        dcs.append(Datacenter(f"dc{k}", tuple(groups),
+                              Link(float(rng.choice([20, 100])), rng.choice([0.0, 0.5, 1.0]))))
+    links = tuple(Link(float(rng.choice([2, 5, 20, 100])), rng.choice([0.0, 1.0, 2.0, 5.0]))
+                  for _ in range(K - 1))
+    return Instance(f"v3-{seed}", Model("m", tuple(layers)), training, tuple(dcs), links)
+
+
+def contract_pipeline(inst: Instance, M_p: int, stages) -> tuple[float, float] | None:
+    """``(T_p, max_s R_s)`` of one pipeline straight from the contract (sections 4.1-4.3),
+    or ``None`` when a stage breaks its memory limit. ``stages``: ``(start, end, dc, group,
+    d, t)`` tuples in chain order."""
+    tr = inst.training
+    beta, gamma = tr.bytes_per_param, tr.gradient_bytes_per_param
+    zeta = tr.optimizer_bytes_per_param if tr.parallelism.zero else 0.0
+    S = len(stages)
+    f, b, C, R, U, Q = [], [], [], [], [], []
+    for q, (a, e, k, g, d, t) in enumerate(stages):
+        grp, lk = inst.datacenters[k].devices[g], inst.datacenters[k].link
+        part = inst.layers[a:e]
+        Y, P = sum(ly.tp_allreduce_bytes for ly in part), sum(ly.params for ly in part)
+        tp = (t - 1) / t * (Y / d) / grp.node_bandwidth_bytes_per_s if t > 1 else 0.0
+        f.append(sum(ly.fwd_flop for ly in part) / (d * t * grp.flop_per_s) + tp)
+        b.append(sum(ly.bwd_flop for ly in part) / (d * t * grp.flop_per_s) + tp)
+        C.append(f[-1] + b[-1])
+        n = M_p if tr.schedule == "gpipe" else min(M_p, S - q)
+        need = ((beta - zeta) + zeta / d) * P / t + n * sum(ly.activation_bytes for ly in part) / (d * t)
+        if need > grp.memory_bytes * (1 + MEMORY_RTOL):
+            return None
+        R.append(0.0 if d == 1 else 2 * (d - 1) / d * gamma * P / t / lk.bandwidth_bytes_per_s
+                 + 2 * (d - 1) * lk.latency_s)
+    for q in range(S - 1):
+        bw, lat = _path(inst, stages[q][2], stages[q + 1][2])
+        U.append(inst.layers[stages[q][1] - 1].output_bytes / bw)
+        Q.append(2 * (lat + U[-1]))
+    if tr.objective == "classic":
+        lam = max(C + U)
+    elif tr.schedule == "gpipe":
+        mu = max(U) if U else 0.0
+        lam = max(max(f), mu) + max(max(b), mu)
+    else:
+        lam = max(C + U)
+        for s in range(S):
+            if min(M_p, S - s) >= M_p:
+                continue
+            for t in range(s + 1, S):
+                lam = max(lam, (sum(C[s:t + 1]) + sum(Q[s:t])) / (t - s + 1))
+    return sum(C) + sum(Q) + (M_p - 1) * lam, max(R)
+
+
+def contract_cross_sync(inst: Instance, first_dc: int, last_dc: int) -> float:
+    """``R_X`` straight from the contract: every gradient over the chain links between the
+    pipelines' outer DCs, along and back."""
+    seg = inst.links[first_dc:last_dc]
+    bw, lat = min(x.bandwidth_bytes_per_s for x in seg), sum(x.latency_s for x in seg)
+    return inst.training.gradient_bytes_per_param * sum(ly.params for ly in inst.layers) / bw \
+        + 2 * lat
+
+
+def contract_time(inst: Instance, spec) -> float:
+    """``T`` of a plan given as ``[(M_p, [(start, end, dc, group, d, t), ...]), ...]`` straight
+    from the contract (``inf`` when a memory limit breaks); the rules of section 3 other
+    than memory are the caller's to keep."""
+    parts = [contract_pipeline(inst, m, stages) for m, stages in spec]
+    if any(p is None for p in parts):
+        return float("inf")
+    r_x = contract_cross_sync(inst, spec[0][1][0][2], spec[-1][1][-1][2]) if len(spec) > 1 \
+        else 0.0
+    return max(p[0] for p in parts) + max(p[1] for p in parts) \
+        + r_x / inst.training.pipeline_sync_period
+
+
+def _v3_configurations(inst: Instance) -> list[list[tuple]]:
+    """Every one-pipeline placement (any M_p): every cut, chain-ordered groups, allowed
+    ``(d, t)`` (``d`` dividing ``microbatch_size``), device counts kept."""
+    tr = inst.training
+    groups = [(k, g, grp) for k, dc in enumerate(inst.datacenters) for g, grp in enumerate(dc.devices)]
+    pairs = [(d, t) for d in tr.parallelism.data_parallel for t in tr.parallelism.tensor_parallel
+             if tr.microbatch_size is None or tr.microbatch_size % d == 0]
+    out: list[list[tuple]] = []
+
+    def place(cut, s, used, last_dc, chosen):
+        if s == len(cut):
+            out.append(chosen)
+            return
+        for gi, (k, g, grp) in enumerate(groups):
+            for d, t in pairs:
+                if k < last_dc or t > grp.devices_per_node or used.get(gi, 0) + d * t > grp.count:
+                    continue
+                used[gi] = used.get(gi, 0) + d * t
+                place(cut, s + 1, used, k, chosen + [(cut[s][0], cut[s][1], k, g, d, t)])
+                used[gi] -= d * t
+
+    for cut in _compositions(inst.num_layers):
+        place(cut, 0, {}, 0, [])
+    return out
+
+
+def _splits(M: int, P: int):
+    """Every way to write ``M`` as ``P`` ordered parts ``>= 1``."""
+    for cuts in itertools.combinations(range(1, M), P - 1):
+        bounds = (0, *cuts, M)
+        yield tuple(bounds[i + 1] - bounds[i] for i in range(P))
+
+
+def brute_force_v3(inst: Instance) -> dict[int, tuple[float, list | None]]:
+    """The best ``T`` and plan for each allowed pipeline count, by enumeration.
+
+    Every one-pipeline placement is costed straight from the contract for every
+    ``M_p`` (:func:`contract_pipeline`); per DC range and ``M_p`` only the placements
+    not dominated in ``(T_p, max R_s)`` are kept (``T`` grows with both, so this loses
+    no optimum). Then every chain-ordered choice of disjoint ranges and every split of
+    ``M`` into ``M_p >= 1``. Returns ``{P: (T, spec)}`` with ``spec`` as
+    :func:`contract_time` takes it (``(inf, None)`` when no plan of ``P`` pipelines fits).
+    """
+    M, H = inst.microbatches, inst.training.pipeline_sync_period
+    fronts: dict[tuple[int, int, int], list] = {}
+    for stages in _v3_configurations(inst):
+        key = (stages[0][2], stages[-1][2])
+        for m in range(1, M + 1):
+            part = contract_pipeline(inst, m, stages)
+            if part is not None:
+                fronts.setdefault((*key, m), []).append((part[0], part[1], stages))
+    for key, items in fronts.items():
+        items.sort(key=lambda x: (x[0], x[1]))
+        kept, best_r = [], float("inf")
+        for item in items:
+            if item[1] < best_r:
+                kept.append(item)
+                best_r = item[1]
+        fronts[key] = kept
+    ranges = sorted({(a, b) for a, b, _m in fronts})
+    out = {}
+    for P in inst.parallelism.pipelines:
+        best: tuple[float, list | None] = (float("inf"), None)
+        for chosen in itertools.combinations(ranges, P) if P <= len(ranges) else ():
+            if any(chosen[i][1] >= chosen[i + 1][0] for i in range(P - 1)):
+                continue
+            r_x = contract_cross_sync(inst, chosen[0][0], chosen[-1][1]) if P > 1 else 0.0
+            for split in _splits(M, P):
+                options = [fronts.get((*rng_, m), []) for rng_, m in zip(chosen, split)]
+                for combo in itertools.product(*options):
+                    T = max(c[0] for c in combo) + max(c[1] for c in combo) + r_x / H
+                    if T < best[0] - 1e-12:
+                        best = (T, [(m, c[2]) for m, c in zip(split, combo)])
+        out[P] = best
+    return out
+
+
+def plan_of_spec(inst: Instance, spec) -> Plan:
+    """The :class:`Plan` of a brute-force ``spec`` (the second form, devices packed)."""
+    from chainpipe.plan import Pipeline
+
+    return Plan(pipelines=[Pipeline(Plan.from_tuples(inst, stages).stages, m)
+                           for m, stages in spec])

@@ -454,7 +454,8 @@ def test_split_of_a_v2_instance_reassembles_to_it_and_keeps_nodes_private(tmp_pa
     public, private = read_split(tmp_path)
     assert _join(public, private) == inst
     assert public["training"]["parallelism"] == {"data_parallel": [1, 3, 4],
-                                                 "tensor_parallel": [2, 4], "zero": True}
+                                                 "tensor_parallel": [2, 4], "zero": True,
+                                                 "pipelines": [1]}
     assert (public["training"]["gradient_bytes_per_param"],
             public["training"]["optimizer_bytes_per_param"]) == (4.0, 10.0)
     assert [ly["tp_allreduce_bytes"] for ly in public["model"]["layers"]] == [

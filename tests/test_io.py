@@ -13,7 +13,14 @@ import jsonschema
 import pytest
 
 import chainpipe as cp
-from chainpipe.instance import MAX_COUNT, MAX_PARAMS, InstanceError, Parallelism
+from chainpipe.instance import (
+    MAX_COUNT,
+    MAX_PARAMS,
+    OBJECTIVES,
+    InstanceError,
+    Parallelism,
+    default_objective,
+)
 from chainpipe.io import (
     instance_from_dict,
     instance_to_dict,
@@ -277,7 +284,8 @@ def test_a_version_1_file_carrying_version_2_fields_is_read_with_them():
     assert inst.parallelism == Parallelism(data_parallel=(2,))
     a100 = inst.datacenters[0].devices[0]
     assert (a100.devices_per_node, a100.node_bandwidth_bytes_per_s) == (2, 3e11)
-    assert instance_to_dict(inst)["format"] == "chainpipe-instance/2"
+    assert instance_to_dict(inst)["format"] == "chainpipe-instance/3"
+    assert instance_to_dict(inst)["training"]["objective"] == "classic"
 
 
 def test_parallelism_keys_left_out_take_their_own_defaults():
@@ -295,9 +303,13 @@ def test_version_2_is_written_with_every_field_explicit(tmp_path):
     out = tmp_path / "v2.json"
     write(read(VALID / "two_dcs.json"), out)
     data = load_json(out)
-    assert data["format"] == "chainpipe-instance/2"
+    assert data["format"] == "chainpipe-instance/3"
     assert data["training"]["parallelism"] == {"data_parallel": [1], "tensor_parallel": [1],
-                                               "zero": False}
+                                               "zero": False, "pipelines": [1]}
+    # a version-1 file's objective is classic: written out, so the /3 file keeps its meaning
+    assert (data["training"]["objective"], data["training"]["pipeline_sync_period"]) == \
+        ("classic", 1)
+    assert read(out) == read(VALID / "two_dcs.json")
     assert data["model"]["layers"][0]["tp_allreduce_bytes"] == 1.6e7
     assert data["datacenters"][0]["devices"][0]["devices_per_node"] == 1
     assert "node_bandwidth_bytes_per_s" not in data["datacenters"][0]["devices"][0]
@@ -322,7 +334,7 @@ def test_valid_file_reads_and_round_trips(path, tmp_path):
     inst = read(path)
     # the dict is the file, value for value, plus the version-2 defaults it left out
     written, original = instance_to_dict(inst), json.loads(path.read_text(encoding="utf-8"))
-    assert written["format"] == "chainpipe-instance/2"
+    assert written["format"] == "chainpipe-instance/3"
     _assert_contains(written, original, path="")
     out = tmp_path / "copy.json"
     write(inst, out)
@@ -473,6 +485,12 @@ def test_schema_defaults_are_chainpipes():
     assert defs["device_group"]["properties"]["devices_per_node"]["default"] == \
         cp.DeviceGroup("x", 1, 1.0, 1.0).devices_per_node
     assert defs["power_of_two"]["enum"] == [2**i for i in range(31)]  # every one below 2**31
+    # the schema describes a /3 file, whose objective defaults to period
+    assert training["objective"]["default"] == default_objective("chainpipe-instance/3") \
+        == "period"
+    assert training["objective"]["enum"] == list(OBJECTIVES)
+    assert training["pipeline_sync_period"]["default"] == \
+        cp.Training(1, "gpipe", 16).pipeline_sync_period
 
 
 def test_schema_exceptions_are_real_files():

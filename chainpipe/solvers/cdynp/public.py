@@ -25,7 +25,6 @@ import numpy as np
 
 from ... import cost
 from ...instance import (
-    FORMAT,
     Datacenter,
     Instance,
     InstanceError,
@@ -45,6 +44,8 @@ from ...io import (
 from . import protocol
 
 PUBLIC_FORMAT = "chainpipe-public/1"
+#: the instance format a public file's training is read in (defaults of version 2)
+V2_FORMAT = "chainpipe-instance/2"
 PRIVATE_FORMAT = "chainpipe-private/1"
 _PUBLIC_KEYS = ("format", "name", "model", "training", "datacenters", "links")
 _PRIVATE_KEYS = ("format", "index", "datacenter")
@@ -183,7 +184,9 @@ def read_view(public: dict, private: dict, public_path="public.json",
     if problems:
         raise InstanceError(problems)
     try:
-        own = instance_from_dict({"format": FORMAT, "name": public["name"],
+        # a chainpipe-public/1 file may predate contract v3: read its training as a /2
+        # file's, so a missing objective is classic (a stated one is used as stated)
+        own = instance_from_dict({"format": V2_FORMAT, "name": public["name"],
                                   "model": public["model"], "training": public["training"],
                                   "datacenters": [private["datacenter"]], "links": []})
     except InstanceError as exc:

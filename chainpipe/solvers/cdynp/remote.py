@@ -269,7 +269,8 @@ def solve_remote(public: dict, agents: dict, ctx, *, time_limit=None, trace_dir=
         The result as :func:`chainpipe.solve` gives it for ``solver="cdynp"`` on the
         whole instance, and its plan's evaluation from the agents' reported costs.
     """
-    from ...result import InstanceRef, OptionError, number_option, result_of
+    from ...result import InstanceRef, OptionError, Outcome, number_option, result_of
+    from ...support import refusal
     from .drive import agent_options, drive
 
     deadline = Deadline(time_limit)
@@ -279,6 +280,9 @@ def solve_remote(public: dict, agents: dict, ctx, *, time_limit=None, trace_dir=
         raise OptionError(f"cdynp across hosts: unknown option(s) {', '.join(unknown)}")
     message_timeout = number_option("cdynp", "message_timeout", message_timeout, strict=True)
     backend = RemoteAgents(public, agents, ctx, message_timeout)
+    if reason := refusal(backend.public.training, "cdynp"):
+        return result_of(InstanceRef(backend.public.name), "cdynp", Outcome("error", message=reason),
+                         None, deadline.elapsed()), None
     outcome = drive(backend, agent_options(**options), deadline=deadline, probe=probe,
                     trace_dir=trace_dir)
     ev = backend.evaluation(outcome.plan) if outcome.plan is not None else None

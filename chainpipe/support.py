@@ -1,0 +1,60 @@
+"""Which features of contract version 3 a solver handles: the one refusal rule.
+
+No exact solver plans under version 3 yet (``docs/model.md``, "What the solvers
+support"). Rather than prove the optimum of another problem, a solver refuses an
+instance that needs a feature it lacks, with one line naming it. The solve facade
+(:func:`chainpipe.solve.unsupported`) and the CDynP owner across hosts ask
+:func:`refusal`; nothing else decides it.
+"""
+
+from __future__ import annotations
+
+from .instance import Training
+
+#: the version-3 features each solver handles, by name; a solver not listed handles
+#: none (exact) or only the ``period`` objective (a baseline: see :func:`refusal`)
+SUPPORTED: dict[str, frozenset[str]] = {}
+
+
+def features(training: Training) -> dict[str, str]:
+    """The version-3 features ``training`` needs beyond version 2, each with its words.
+
+    ``"period"``: objective ``period`` with ``M > 1`` (one microbatch has no steady
+    state: both objectives give the same ``T``). ``"pipelines"``: a pipeline list other
+    than ``[1]``. ``pipeline_sync_period`` matters only with several pipelines, so it
+    needs nothing of its own.
+    """
+    out = {}
+    if training.objective == "period" and training.microbatches > 1:
+        out["period"] = "objective 'period' (training.objective; 'classic' is supported)"
+    if training.parallelism.pipelines != (1,):
+        out["pipelines"] = (f"several pipelines (training.parallelism.pipelines = "
+                            f"{list(training.parallelism.pipelines)}; [1] is supported)")
+    return out
+
+
+def refusal(training: Training, solver: str, exact: bool = True) -> str | None:
+    """Why ``solver`` cannot solve an instance of this ``training`` yet, or ``None``.
+
+    Parameters
+    ----------
+    training : Training
+        The instance's training block.
+    solver : str
+        The solver's registered name (its entry in :data:`SUPPORTED`, if any).
+    exact : bool, default True
+        Whether the solver proves optima. A baseline (``False``) runs under ``period``:
+        its plan is a heuristic whose ``T`` the cost model computes under the instance's
+        objective, and feasibility does not depend on the objective; it still refuses
+        several pipelines, as it plans only one.
+
+    Returns
+    -------
+    str or None
+        ``"<solver> does not support contract version 3 yet: <what>"``, one line.
+    """
+    handled = SUPPORTED.get(solver, frozenset() if exact else frozenset({"period"}))
+    missing = [words for name, words in features(training).items() if name not in handled]
+    if not missing:
+        return None
+    return f"{solver} does not support contract version 3 yet: {'; '.join(missing)}"
