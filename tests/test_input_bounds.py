@@ -184,3 +184,130 @@ def test_a_deeply_nested_cluster_file_is_one_line(tmp_path, body, capsys):
     assert main(["generate", "--cluster", str(tmp_path / "deep.toml"), "--model",
                  "gpt3-125m"]) == 2
     assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+# --------------------------------------------------------------------------- item 9: simulate
+def _scenario(tmp_path: Path, change) -> Path:
+    from chainpipe.online.presets import preset_dict
+
+    data = preset_dict("tiny")
+    change(data)
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("jobs", [10**9, 10**30])
+def test_simulate_jobs_beyond_the_stream_bound_is_refused(tmp_path, jobs):
+    """Built every request first: 2.6-3.3 GB in 40 s, no output."""
+    proc = run_cli(["simulate", "--preset", "tiny", "--jobs", jobs, "--out", tmp_path / "o"])
+    one_line_exit_2(proc, "--jobs: must be an integer <= 100000")
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("change, needle", [
+    (lambda d: d["jobs"].update(count=2**31 - 1),
+     "s.json: jobs.count: must be an integer <= 100000"),
+    (lambda d: d["jobs"].update(arrivals_per_hour=1e-6),
+     "jobs.arrivals_per_hour: 1e-06 an hour puts arrival 1 of 20 at"),
+    (lambda d: d["network"]["links"][0].update(km=1e308),
+     "s.json: network.links[0].km: must be at most 40000 (the Earth's circumference)"),
+    (lambda d: d["jobs"].update(trace=[{"arrival_s": 0, "model": "gpt3-1.3b",
+                                        "microbatches": 2**31 - 1, "iterations": 1000,
+                                        "gpus": 8}]),
+     "s.json: jobs.trace[0].microbatches: must be an integer <= 65536"),
+    (lambda d: d["jobs"].update(trace=[{"arrival_s": 1e300, "model": "gpt3-1.3b",
+                                        "microbatches": 16, "iterations": 1000, "gpus": 8}]),
+     "jobs.trace[0].arrival_s: 1e+300 s is past the horizon of a simulation"),
+    (lambda d: (d["jobs"].update(iterations=[10**7, 10**7], count=2),
+                d["background"].update(change_s=1)),
+     "jobs.iterations: job 0 (gpt3-1.3b, 16 microbatches) placed at"),
+    (lambda d: d["jobs"].update(patience_s=1e12),
+     "s.json: jobs.patience_s: must be at most the horizon of a simulation"),
+    (lambda d: d["network"]["links"][0].update(wavelengths=2**31 - 1),
+     "s.json: network.links[0].wavelengths: must be an integer <= 1024"),
+])
+def test_an_endless_or_huge_simulation_is_refused_in_one_line(tmp_path, change, needle):
+    path = _scenario(tmp_path, change)
+    proc = run_cli(["simulate", path, "--out", tmp_path / "o", "--policies", "first-fit"])
+    one_line_exit_2(proc, needle)
+
+
+def test_the_horizon_is_what_the_scenario_allows(tmp_path):
+    """The presets stay far inside every bound."""
+    from chainpipe.online.jobs import horizon_s, job_stream
+    from chainpipe.online.presets import PRESETS, preset
+    from chainpipe.online.scenario import MAX_STEPS
+
+    for name in PRESETS:
+        s = preset(name)
+        assert horizon_s(s) == MAX_STEPS * s.background.change_s
+        assert job_stream(s, s.seed)[-1].arrival_s < horizon_s(s) / 100
+
+
+# --------------------------------------------------------------------------- item 9, 14: compare
+def _instance(tmp_path: Path) -> Path:
+    from chainpipe.io import write
+    from helpers import random_instance
+
+    path = tmp_path / "r1.json"
+    write(random_instance(1, max_layers=4, max_dcs=2), path)
+    return path
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--seeds", 10**9], "--seeds: must be an integer <= 10000, got 1000000000"),
+    (["--jobs", 10**6], "--jobs: must be an integer <= 1024, got 1000000"),
+    (["--scheduler", "not a url"],
+     "--scheduler: expected an address such as tcp://host:8786, got 'not a url'"),
+    (["--scheduler", "tcp://host:99999"], "--scheduler: expected an address such as"),
+])
+def test_compare_options_beyond_their_bounds_are_one_line(tmp_path, args, needle):
+    proc = run_cli(["compare", _instance(tmp_path), "--solvers", "dp", "--out",
+                    tmp_path / "o", *args])
+    one_line_exit_2(proc, needle)
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_sweep_of_too_many_runs_is_refused_before_planning(tmp_path):
+    from chainpipe.compare.sweep import MAX_RUNS, plan_runs
+    from chainpipe.io import read
+
+    inst = read(_instance(tmp_path))
+    with pytest.raises(InstanceError, match=f"a sweep holds at most {MAX_RUNS}"):
+        plan_runs([(str(i), inst) for i in range(11)], ["dp"], 1.0, seeds=10_000)
+
+
+def test_compare_with_a_time_limit_of_1e308_runs_and_draws_without_a_warning(tmp_path):
+    """The run failed (OverflowError in the wait) and matplotlib warned of an overflow."""
+    proc = run_cli(["compare", _instance(tmp_path), "--solvers", "dp,greedy-fill", "--out",
+                    tmp_path / "o", "--time-limit", "1e308", "--no-progress"], timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "Warning" not in proc.stderr and "overflow" not in proc.stderr, proc.stderr
+    runs = [json.loads(line) for line in (tmp_path / "o" / "results.jsonl").read_text(
+        encoding="utf-8").splitlines()]
+    assert {r["solver"]: r["status"] for r in runs} == {"dp": "optimal",
+                                                        "greedy-fill": "feasible"}
+
+
+def test_figures_of_runs_charged_a_limit_of_1e308_draw_clipped(tmp_path):
+    """A run charged the limit put 1e308 on a log axis: an overflow warning, or with an
+    anytime trace an OverflowError."""
+    from chainpipe.compare.figures import CLIPPED
+    from chainpipe.compare.report import write_figures
+
+    def rec(inst, solver, status, t, T, **extra):
+        return {"instance_path": inst, "instance": inst, "solver": solver, "seed": 0,
+                "status": status, "iteration_time_s": T, "lower_bound_s": T, "gap": 0.0,
+                "solve_time_s": t, "time_limit_s": 1e308, "threads": 1, "exact": True,
+                "num_layers": 4, "num_devices": 2, "num_datacenters": 1,
+                "num_device_types": 1, "stats": {}, **extra}
+
+    recs = [rec("a", "dp", "optimal", 0.5, 2.0), rec("a", "cpsat", "no_solution", 1e308, None),
+            rec("b", "dp", "optimal", 0.01, 2.0),
+            rec("b", "cpsat", "feasible", 1e308, 3.0, stats={"trace": [[0.1, 3.0, 1.0]]})]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        figures = write_figures(recs, tmp_path)
+    assert len(figures) == 4
+    assert CLIPPED == "beyond 1e9 drawn at 1e9 (no practical limit)"

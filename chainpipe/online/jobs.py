@@ -12,14 +12,14 @@ import functools
 import random
 from dataclasses import dataclass
 
-from ..instance import Model, Parallelism, Training
+from ..instance import InstanceError, Model, Parallelism, Training
 from ..instances.generator import (
     BYTES_PER_PARAM,
     GRADIENT_BYTES_PER_PARAM,
     OPTIMIZER_BYTES_PER_PARAM,
 )
 from ..instances.models import model_layers, model_shape
-from .scenario import Planning, Scenario
+from .scenario import MAX_STEPS, Planning, Scenario
 
 
 @dataclass(frozen=True)
@@ -75,22 +75,51 @@ def job_stream(scenario: Scenario, seed: int) -> list[JobRequest]:
     -------
     list of JobRequest
         In arrival order.
+
+    Raises
+    ------
+    InstanceError
+        An arrival past the simulation's horizon (:func:`horizon_s`), naming
+        ``jobs.arrivals_per_hour`` or the trace's ``arrival_s``; the stream stops
+        being drawn at the first such arrival.
     """
     spec = scenario.jobs
+    end = horizon_s(scenario)
     if spec.trace is not None:
+        trace = spec.trace[:spec.count]
+        late = next((i for i, t in enumerate(trace) if t.arrival_s > end), None)
+        if late is not None:
+            raise InstanceError([f"jobs.trace[{late}].arrival_s: {trace[late].arrival_s:g} s is "
+                                 f"past {horizon_text(scenario)}"])
         return [JobRequest(i, t.arrival_s, t.model, t.microbatches, t.iterations, t.gpus,
                            spec.patience_s, spec.max_wavelengths)
-                for i, t in enumerate(spec.trace[:spec.count])]
+                for i, t in enumerate(trace)]
     rng = stream_rng(seed, "jobs")
     rate = spec.arrivals_per_hour / 3600.0
     t, out = 0.0, []
     for i in range(spec.count):
         t += rng.expovariate(rate)
+        if t > end:
+            raise InstanceError([f"jobs.arrivals_per_hour: {spec.arrivals_per_hour:g} an hour "
+                                 f"puts arrival {i + 1} of {spec.count} at {t:.3g} s, past "
+                                 f"{horizon_text(scenario)}"])
         out.append(JobRequest(
             i, round(t, 3), rng.choice(spec.models), rng.choice(spec.microbatches),
             rng.randint(*spec.iterations), rng.choice(spec.gpus), spec.patience_s,
             spec.max_wavelengths))
     return out
+
+
+def horizon_s(scenario: Scenario) -> float:
+    """The simulated time a simulation may reach: :data:`~.scenario.MAX_STEPS` background
+    steps of ``background.change_s`` seconds."""
+    return MAX_STEPS * scenario.background.change_s
+
+
+def horizon_text(scenario: Scenario) -> str:
+    """``the horizon of a simulation, ... s (...)``, as error lines say it."""
+    return (f"the horizon of a simulation, {horizon_s(scenario):.3g} s ({MAX_STEPS} background "
+            f"steps of background.change_s = {scenario.background.change_s:g} s)")
 
 
 @functools.cache

@@ -38,6 +38,41 @@ NONNEG_INT = integer_rule(0, MAX_COUNT, "2**31 - 1")
 POSITIVE = number_rule(0.0, strict=True)
 NONNEG = number_rule(0.0, strict=False)
 
+# Bounds of a simulation (docs/online.md, "Bounds"): each keeps the work and the memory of
+# ``simulate`` bounded, and each is far beyond a real study.
+#: the most job requests of a stream (``jobs.count``, a trace, ``simulate --jobs``): every
+#: request is drawn up front and keeps a record in every policy's run
+MAX_JOBS = 100_000
+#: the most background steps of a simulation: its simulated horizon is
+#: ``MAX_STEPS x background.change_s`` (2.85 years at the default 900 s)
+MAX_STEPS = 100_000
+#: the longest fibre span, km: the Earth's circumference (metro spans are 10 to 100 km)
+MAX_KM = 40_000.0
+#: the most wavelengths of a span, or reserved by a job on one (DWDM fibres carry at most a
+#: few hundred channels); ``cba`` and ``gmc-mdp`` try each count below a job's allowance
+MAX_WAVELENGTHS = 1_024
+#: the most microbatches of a job's iteration
+MAX_MICROBATCHES = 65_536
+#: the most iterations of a job (a large pretraining run takes about a million)
+MAX_ITERATIONS = 10_000_000
+JOB_COUNT = integer_rule(1, MAX_JOBS, "the bound of a job stream")
+WAVELENGTHS = integer_rule(1, MAX_WAVELENGTHS, "a fibre carries at most a few hundred")
+MICROBATCHES = integer_rule(1, MAX_MICROBATCHES, "2**16")
+ITERATIONS = integer_rule(1, MAX_ITERATIONS, "10 times a large pretraining run")
+
+
+def at_most(rule, maximum: float, why: str):
+    """``rule``, and at most ``maximum`` (``why`` said in the error line)."""
+    def check(v: Any) -> str | None:
+        if msg := rule(v):
+            return msg
+        return None if v <= maximum else f"must be at most {maximum:g} ({why}), got {v!r}"
+
+    return check
+
+
+KM = at_most(POSITIVE, MAX_KM, "the Earth's circumference")
+
 
 def fraction_rule(v: Any) -> str | None:
     """A number in ``[0, 1]``."""
@@ -153,9 +188,17 @@ class Scenario:
     seed: int = 0
 
     def with_jobs(self, count: int | None) -> Scenario:
-        """The scenario with ``count`` job requests (``None``: unchanged); a trace is cut."""
+        """The scenario with ``count`` job requests (``None``: unchanged); a trace is cut.
+
+        Raises
+        ------
+        InstanceError
+            ``count`` beyond :data:`MAX_JOBS` (``--jobs: ...``).
+        """
         if count is None:
             return self
+        if msg := JOB_COUNT(count):
+            raise InstanceError([f"--jobs: {msg}"])
         jobs = self.jobs
         trace = None if jobs.trace is None else jobs.trace[:count]
         new = JobSpec(**{**jobs.__dict__, "count": count, "trace": trace})
@@ -263,8 +306,8 @@ def _links(c: Problems, net: dict, names: set[str]) -> list[LinkSpec]:
                     pair = None
                 else:
                     seen[pair] = i
-        km = _field(c, d, p, "km", POSITIVE)
-        wl = _field(c, d, p, "wavelengths", COUNT)
+        km = _field(c, d, p, "km", KM)
+        wl = _field(c, d, p, "wavelengths", WAVELENGTHS)
         if pair is not None and km is not None and wl is not None:
             out.append(LinkSpec(ends[0], ends[1], float(km), wl))
     return out
@@ -292,6 +335,10 @@ def _connected(c: Problems, dcs: list[DatacenterSpec], links: list[LinkSpec]) ->
 def _background_trace(c: Problems, d: dict, spans: set) -> tuple | None:
     """``background.trace``: steps, each an array of ``{"between": [a, b], "load": x}``."""
     if "trace" not in d:
+        return None
+    if isinstance(d["trace"], list) and len(d["trace"]) > MAX_STEPS:
+        c.add("background.trace", f"must hold at most {MAX_STEPS} steps (the bound of a "
+                                  f"simulation), got {len(d['trace'])}")
         return None
     steps = []
     for i, step in enumerate(c.items(d, "trace", "background", min_len=1)):
@@ -340,13 +387,17 @@ def _iterations(v: Any) -> str | None:
     if not (isinstance(v, list) and len(v) == 2):
         return "must be [min, max], two integers >= 1"
     for i, x in enumerate(v):
-        if msg := COUNT(x):
+        if msg := ITERATIONS(x):
             return f"[{i}]: {msg}"
     return None if v[0] <= v[1] else f"must be [min, max] with min <= max, got {v!r}"
 
 
 def _trace(c: Problems, d: dict) -> tuple[TraceJob, ...] | None:
     if "trace" not in d:
+        return None
+    if isinstance(d["trace"], list) and len(d["trace"]) > MAX_JOBS:
+        c.add("jobs.trace", f"must hold at most {MAX_JOBS} job requests (the bound of a job "
+                            f"stream), got {len(d['trace'])}")
         return None
     out = []
     for i, t in enumerate(c.items(d, "trace", "jobs", min_len=1)):
@@ -359,7 +410,8 @@ def _trace(c: Problems, d: dict) -> tuple[TraceJob, ...] | None:
             c.add(f"{p}.model", unknown_name("model", model, MODELS))
             model = None
         vals = [_field(c, t, p, "arrival_s", NONNEG), model,
-                _field(c, t, p, "microbatches", COUNT), _field(c, t, p, "iterations", COUNT),
+                _field(c, t, p, "microbatches", MICROBATCHES),
+                _field(c, t, p, "iterations", ITERATIONS),
                 _field(c, t, p, "gpus", COUNT)]
         if all(v is not None for v in vals):
             out.append(TraceJob(float(vals[0]), *vals[1:]))
@@ -382,7 +434,7 @@ def _jobs(c: Problems, top: dict) -> JobSpec:
     p = "jobs"
     iters = _field(c, d, p, "iterations", _iterations, None)
     trace = _trace(c, d)
-    count = _field(c, d, p, "count", COUNT, None)
+    count = _field(c, d, p, "count", JOB_COUNT, None)
     if count is None:
         count = len(trace) if trace else base.count
     return JobSpec(
@@ -390,11 +442,12 @@ def _jobs(c: Problems, top: dict) -> JobSpec:
         arrivals_per_hour=float(_field(c, d, p, "arrivals_per_hour", POSITIVE,
                                        base.arrivals_per_hour)),
         models=_list(c, d, p, "models", _string, base.models, MODELS, "model"),
-        microbatches=_list(c, d, p, "microbatches", COUNT, base.microbatches),
+        microbatches=_list(c, d, p, "microbatches", MICROBATCHES, base.microbatches),
         iterations=tuple(iters) if iters else base.iterations,
         gpus=_list(c, d, p, "gpus", COUNT, base.gpus),
         patience_s=float(_field(c, d, p, "patience_s", NONNEG, base.patience_s)),
-        max_wavelengths=_field(c, d, p, "max_wavelengths", COUNT, base.max_wavelengths),
+        max_wavelengths=_field(c, d, p, "max_wavelengths", WAVELENGTHS,
+                               base.max_wavelengths),
         trace=trace,
     )
 
@@ -469,6 +522,11 @@ def scenario_from_dict(data: Any) -> Scenario:
             _connected(c, dcs, links)
     background = _background(c, top, {frozenset((ln.a, ln.b)) for ln in links})
     jobs = _jobs(c, top)
+    if jobs.patience_s > MAX_STEPS * background.change_s:
+        c.add("jobs.patience_s", f"must be at most the horizon of a simulation, "
+                                 f"{MAX_STEPS * background.change_s:.3g} s ({MAX_STEPS} "
+                                 f"background steps of background.change_s), "
+                                 f"got {jobs.patience_s:g}")
     planning = _planning(c, top)
     if c.problems:
         raise InstanceError(c.problems)
@@ -486,5 +544,5 @@ def read_scenario(path) -> Scenario:
         raise InstanceError([f"{path}: {p}" for p in exc.problems]) from None
 
 
-__all__ = ["FORMAT", "Background", "DatacenterSpec", "GpuSpec", "JobSpec", "LinkSpec",
+__all__ = ["FORMAT", "MAX_JOBS", "MAX_STEPS", "Background", "DatacenterSpec", "GpuSpec", "JobSpec", "LinkSpec",
            "Planning", "Scenario", "TraceJob", "read_scenario", "scenario_from_dict"]

@@ -11,11 +11,13 @@ and the seed: the same inputs give the same records.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import simpy
 
-from .jobs import JobRequest, job_stream
+from ..instance import InstanceError
+from .jobs import JobRequest, horizon_s, horizon_text, job_stream
 from .network import Network
 from .offers import Planner
 from .policies import Policy
@@ -93,6 +95,10 @@ def simulate(scenario: Scenario, policy: Policy, seed: int, *, network: Network 
 
     Raises
     ------
+    InstanceError
+        The simulation would pass its horizon (:func:`~.jobs.horizon_s`): an arrival
+        past it, a job placed to run past it (naming ``jobs.iterations``), or a job
+        still waiting there (naming ``jobs.patience_s``).
     OverAllocation
         Never for a correct policy: devices or wavelengths over-allocated.
     RuntimeError
@@ -131,6 +137,7 @@ def simulate(scenario: Scenario, policy: Policy, seed: int, *, network: Network 
             return
         placed = policy.place(list(waiting), state, env.now)
         for p in placed:
+            _check_horizon(scenario, p, env.now)
             waiting.remove(p.job)
             rec = records[p.job.id]
             rec.status, rec.start_s, rec.placement = "accepted", env.now, p
@@ -171,6 +178,9 @@ def simulate(scenario: Scenario, policy: Policy, seed: int, *, network: Network 
 
     def background():
         while True:
+            if env.now > horizon_s(scenario):  # only a job waiting can keep it going
+                raise PastHorizon(f"jobs.patience_s: {len(waiting)} job(s) still waiting at "
+                                  f"{env.now:.3g} s, past {horizon_text(scenario)}")
             state.set_background(traffic.step())
             policy.observe(env.now, state)
             sample()
@@ -179,7 +189,10 @@ def simulate(scenario: Scenario, policy: Policy, seed: int, *, network: Network 
 
     env.process(arrivals())
     env.process(background())
-    env.run(until=done)
+    try:
+        env.run(until=done)
+    except PastHorizon as exc:
+        raise InstanceError([str(exc)]) from None
     run.end_s = env.now
     if not state.idle():
         raise RuntimeError(f"{policy.name}: resources still held after every job finished")
@@ -187,6 +200,22 @@ def simulate(scenario: Scenario, policy: Policy, seed: int, *, network: Network 
     run.solver_calls = policy.planner.solves - solves_before
     run.solve_cpu_s = policy.planner.solve_cpu_s - solve_cpu_before
     return run
+
+
+class PastHorizon(Exception):
+    """Raised inside the simulation (simpy re-raises it from ``run``) when it would pass its
+    horizon; :func:`simulate` turns it into the one-line :class:`InstanceError`."""
+
+
+def _check_horizon(scenario: Scenario, p: Placement, now: float) -> None:
+    """Raise :class:`PastHorizon` if placement ``p`` would run past the horizon."""
+    end = now + p.duration_s
+    if not (math.isfinite(end) and end <= horizon_s(scenario)):
+        job = p.job
+        raise PastHorizon(
+            f"jobs.iterations: job {job.id} ({job.model}, {job.microbatches} microbatches) "
+            f"placed at {now:.3g} s runs {job.iterations} iterations of "
+            f"T = {p.iteration_time_s:.3g} s, until {end:.3g} s, past {horizon_text(scenario)}")
 
 
 def make_policy(name: str, planner: Planner) -> Policy:
