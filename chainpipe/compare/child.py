@@ -1,4 +1,8 @@
-"""The child process of one run: ``python -m chainpipe.compare.child``.
+"""The child process of one run: ``python -m chainpipe.compare.child PARENT_PID``.
+
+It first ties itself to its parent (:func:`chainpipe.lifeline.die_with_parent`): if
+the sweep dies, even by ``SIGKILL``, the run dies with it instead of running on to its
+own limit.
 
 Reads the run's specification (JSON) on stdin, rebuilds the instance and runs
 it through :func:`chainpipe.solve.run_solver` with the function named by
@@ -20,7 +24,11 @@ import time
 import traceback
 
 
-def main() -> int:
+def main(argv: list[str]) -> int:
+    if len(argv) > 1:  # the parent's process id: die with it
+        from ..lifeline import die_with_parent
+
+        die_with_parent(int(argv[1]))
     result_fd = os.dup(1)  # the parent reads the result here, and only the result
     os.dup2(2, 1)          # anything printed from now on (Python or C) goes to the log
     spec = json.loads(sys.stdin.read())
@@ -49,4 +57,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(main(sys.argv))

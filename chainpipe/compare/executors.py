@@ -15,6 +15,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 
+from ..instance import InstanceError
+from ..strict_json import quote
 from .runner import allow_runs, failed_record, run_spec, stop_all
 
 #: the one line a user gets when ``--scheduler`` is given without Dask installed
@@ -32,6 +34,43 @@ def require_dask() -> None:
         import distributed  # noqa: F401
     except ImportError:  # the [dask] extra is optional
         raise DaskMissing(DASK_HINT) from None
+
+
+def check_scheduler(scheduler) -> None:
+    """Refuse a ``--scheduler`` address Dask cannot read, before anything runs.
+
+    A cluster or client object passes; a text must be ``[SCHEME://]HOST:PORT``
+    (``tcp://host:8786``), as ``distributed`` reads addresses, with a port in
+    1..65535 and no blank in the host.
+
+    Raises
+    ------
+    InstanceError
+        One line, ``--scheduler: ...``.
+    DaskMissing
+        Dask is not installed.
+    """
+    if not isinstance(scheduler, str):
+        return
+    require_dask()
+    from distributed.comm.addressing import get_address_host_port
+
+    try:
+        host, port = get_address_host_port(scheduler)
+    except ValueError as exc:
+        if scheme_only(exc):
+            return  # a scheme without host and port (ucx, inproc): Dask checks it
+        why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise InstanceError([f"--scheduler: expected an address such as tcp://host:8786, "
+                             f"got {quote(scheduler)} ({why})"]) from None
+    if not 1 <= port <= 65535 or not host or any(ch.isspace() for ch in host):
+        raise InstanceError([f"--scheduler: expected an address such as tcp://host:8786 "
+                             f"(a host and a port in 1..65535), got {quote(scheduler)}"])
+
+
+def scheme_only(exc: ValueError) -> bool:
+    """Whether Dask's ``exc`` says only that its scheme has no host and port to show."""
+    return str(exc).startswith("don't know how to extract host and port")
 
 
 def run_local(specs: list[dict], jobs: int = 1) -> Iterator[dict]:

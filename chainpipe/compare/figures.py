@@ -23,6 +23,17 @@ LINESTYLES = ("-", "--", "-.", ":", (0, (5, 1, 1, 1, 1, 1)), (0, (1, 1)))
 #: vertical shift between successive solvers' profile curves, as drawn
 PROFILE_OFFSET = 0.006
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">", "h")
+#: the largest value a figure's log axis shows (seconds, or a profile's ratio): about 32
+#: years, no practical limit. A time limit beyond it (up to ``1e308`` s) is drawn there,
+#: said so on the axis; matplotlib's log ticks overflow near the largest double
+AXIS_MAX = 1e9
+#: what an axis label adds when something was drawn at :data:`AXIS_MAX`
+CLIPPED = "beyond 1e9 drawn at 1e9 (no practical limit)"
+
+
+def clip(value: float) -> float:
+    """``value``, or :data:`AXIS_MAX` if larger: what a log axis can draw."""
+    return min(value, AXIS_MAX)
 
 
 def solver_style(index: int, count: int) -> dict:
@@ -82,8 +93,8 @@ def performance_profile(profile: dict, path: str | Path, title: str | None = Non
     path = Path(path)
     ratios = profile["ratios"]
     finite = [r for rs in ratios.values() for r in rs if math.isfinite(r)]
-    tau_max = max(finite + [1.0]) * 1.5 if finite else 2.0
-    taus = sorted({1.0, tau_max, *finite})
+    tau_max = clip(max(finite + [1.0]) * 1.5) if finite else 2.0
+    taus = sorted({1.0, tau_max, *map(clip, finite)})
     fig, ax = plt.subplots(figsize=(7.5, 4.8))
     rows = []
     styles = _styles(list(ratios), order)
@@ -100,7 +111,8 @@ def performance_profile(profile: dict, path: str | Path, title: str | None = Non
     ax.set_ylim(-0.02, 1.04)
     what = "solve time (finished runs)" if profile["measure"] == "time" else \
         "iteration time T / best known"
-    ax.set_xlabel(f"tau: ratio to the best solver on {what}")
+    ax.set_xlabel(f"tau: ratio to the best solver on {what}"
+                  + (f"; {CLIPPED}" if max(finite, default=0.0) * 1.5 > AXIS_MAX else ""))
     ax.set_ylabel(f"fraction of the {profile['problems']} problems within tau\n"
                   f"(curves offset by {PROFILE_OFFSET:g} each to stay visible)", fontsize=9)
     title = title or f"Performance profile (Dolan-More) on {what}"
@@ -150,22 +162,24 @@ def gap_over_time(curves: list[dict], time_limit: float, path: str | Path, *,
     solvers = list(dict.fromkeys(k[0] for k in runs))
     styles = _styles(solvers, order)
     t_min = max(min((r["t"] for r in curves if r["t"] > 0), default=1e-3) / 2, 1e-4)
+    t_max = clip(time_limit)
     for (solver, _, _), rows in runs.items():
         color = styles[solver]["color"]
-        ts = [max(r["t"], t_min) for r in rows] + [time_limit]
+        ts = [clip(max(r["t"], t_min)) for r in rows] + [t_max]
         ax.step(ts, [r["primal_gap"] for r in rows] + [rows[-1]["primal_gap"]], where="post",
                 color=color, alpha=0.7, linewidth=1)
-        own = [(max(r["t"], t_min), r["own_gap"]) for r in rows if r["own_gap"] is not None]
+        own = [(clip(max(r["t"], t_min)), r["own_gap"]) for r in rows
+               if r["own_gap"] is not None]
         if own:
-            ax.step([t for t, _ in own] + [time_limit], [g for _, g in own] + [own[-1][1]],
+            ax.step([t for t, _ in own] + [t_max], [g for _, g in own] + [own[-1][1]],
                     where="post", color=color, alpha=0.5, linewidth=1, linestyle=":")
     for s in solvers:
         ax.plot([], [], color=styles[s]["color"], label=s)
     ax.plot([], [], color="0.4", linestyle=":", label="own gap (T - bound) / T")
     ax.set_xscale("log")
-    ax.set_xlim(t_min, time_limit)
+    ax.set_xlim(t_min, t_max)
     ax.set_ylim(-0.02, 1.02)
-    ax.set_xlabel("time (s)")
+    ax.set_xlabel("time (s)" + (f"; {CLIPPED}" if time_limit > AXIS_MAX else ""))
     ax.set_ylabel("primal gap (T(t) - T*) / T(t)")
     ax.set_title(f"Gap over time of the anytime solvers ({len(runs)} runs; T* = best known)",
                  fontsize=10)
@@ -221,8 +235,8 @@ def time_vs_size(records: list[dict], path: str | Path, *,
     for s in solvers:
         mine = [r for r in records if r["solver"] == s]
         style = styles[s]
-        pts = [(r["num_layers"] * r["num_devices"], max(charged_time(r), 1e-4), finished(r))
-               for r in mine]
+        pts = [(r["num_layers"] * r["num_devices"], clip(max(charged_time(r), 1e-4)),
+                finished(r)) for r in mine]
         xs, ys = _trend([(x, y) for x, y, f in pts if f])
         ax.plot(xs, ys, color=style["color"], linestyle=style["linestyle"], linewidth=1.2,
                 alpha=0.8, zorder=style["zorder"], label=s, marker=style["marker"],
@@ -241,7 +255,9 @@ def time_vs_size(records: list[dict], path: str | Path, *,
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("instance size: layers x devices")
-    ax.set_ylabel("solve time (s); hollow = did not finish (charged the limit)")
+    clipped = any(charged_time(r) > AXIS_MAX for r in records)
+    ax.set_ylabel("solve time (s); hollow = did not finish (charged the limit)"
+                  + (f"\n{CLIPPED}" if clipped else ""), fontsize=9 if clipped else None)
     ax.set_title("Solve time against instance size (lines: geometric mean of the finished "
                  "runs at each size)",
                  fontsize=10)

@@ -2,7 +2,9 @@
 
 :func:`run_spec` is what every executor calls (a thread of the local pool, or a
 Dask task on any worker): it starts ``python -m chainpipe.compare.child`` in a
-new session (its own process group) with the run's specification on stdin,
+new session (its own process group), tied to this process's life
+(:mod:`chainpipe.lifeline`: it dies if this process dies, even by ``SIGKILL``), with
+the run's specification on stdin,
 pins the child's thread count, waits for it at most ``time_limit +
 kill_margin(time_limit)`` seconds, kills its whole process group past that (and
 always once the run is over, so nothing a solver started outlives it), and
@@ -38,6 +40,10 @@ THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
 
 #: keep this much of a failed child's output in its record's message
 _LOG_TAIL_CHARS = 600
+#: the longest single wait for a child, seconds: ``poll`` takes at most 2**31 - 1 ms
+#: (24.8 days), so a longer limit (up to ``1e308`` s: "no practical limit") is waited
+#: out in steps of this length
+WAIT_STEP_S = 86_400.0
 
 
 def kill_margin(time_limit: float) -> float:
@@ -167,6 +173,26 @@ def _tail(text: str) -> str:
     return last[-_LOG_TAIL_CHARS:]
 
 
+def _communicate(proc: subprocess.Popen, payload: bytes | None, seconds: float):
+    """``proc.communicate(payload)`` for at most ``seconds`` (any finite or infinite
+    number), waited out in steps of :data:`WAIT_STEP_S`.
+
+    Raises
+    ------
+    subprocess.TimeoutExpired
+        The child still runs after ``seconds``.
+    """
+    end = time.monotonic() + seconds
+    while True:
+        step = min(WAIT_STEP_S, max(0.0, end - time.monotonic()))
+        try:
+            return proc.communicate(payload, timeout=step)
+        except subprocess.TimeoutExpired:
+            if time.monotonic() >= end:
+                raise
+        payload = None  # sent by the first call; communicate() keeps what is left to send
+
+
 def run_spec(spec: dict) -> dict:
     """Run one specification in a child process; always returns a record.
 
@@ -191,7 +217,7 @@ def run_spec(spec: dict) -> dict:
     start = time.perf_counter()
     try:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "chainpipe.compare.child"],
+            [sys.executable, "-m", "chainpipe.compare.child", str(os.getpid())],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             env=child_env(int(spec["threads"])), start_new_session=True,
         )
@@ -201,7 +227,7 @@ def run_spec(spec: dict) -> dict:
     try:
         if not _register(proc):
             payload = None
-        output, log = proc.communicate(payload, timeout=deadline)
+        output, log = _communicate(proc, payload, deadline)
     except subprocess.TimeoutExpired:
         killed = True
         _kill_group(proc)

@@ -29,11 +29,18 @@ from ..io import instance_to_dict, read, write_json
 from ..names import unknown_name
 from ..paths import instance_files, refuse_overwrite
 from ..strict_json import quote
-from .executors import DaskMissing, execute, require_dask
+from .executors import DaskMissing, check_scheduler, execute, require_dask
 from .report import terminal_summary, write_report
 from .runner import base_record, stop_all
 
 RESULTS_JSONL = "results.jsonl"
+#: the most seeds per (instance, solver): ``--seeds``
+MAX_SEEDS = 10_000
+#: the most runs of one sweep (instances x solvers x seeds): every run's specification
+#: is built before the first starts, and a record is kept of each
+MAX_RUNS = 100_000
+#: the most runs at once on one machine (``--jobs``): a thread and a process each
+MAX_JOBS = 1_024
 #: what the sweep did: its arguments, runs reused and re-run, inputs skipped
 SWEEP_JSON = "sweep.json"
 
@@ -345,10 +352,11 @@ def plan_runs(instances, solvers, time_limit: float, seeds: int = 1, threads: in
     Raises
     ------
     InstanceError
-        An unknown or unavailable solver name.
+        An unknown or unavailable solver name; more than :data:`MAX_RUNS` runs.
     """
 
     infos = resolve_solvers(solvers)
+    _check_run_count(len(instances), len(infos), seeds)
     solver_options = solver_options or {}
     specs = []
     for path, inst in instances:
@@ -375,11 +383,22 @@ def _check_numbers(time_limit, seeds, threads, jobs) -> None:
             or not math.isfinite(time_limit) or time_limit <= 0):
         problems.append(f"--time-limit: must be a finite number of seconds > 0, "
                         f"got {time_limit!r}")
-    for name, value in (("--seeds", seeds), ("--threads", threads), ("--jobs", jobs)):
+    for name, value, most in (("--seeds", seeds, MAX_SEEDS), ("--threads", threads, None),
+                              ("--jobs", jobs, MAX_JOBS)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             problems.append(f"{name}: must be an integer >= 1, got {value!r}")
+        elif most is not None and value > most:
+            problems.append(f"{name}: must be an integer <= {most}, got {value}")
     if problems:
         raise InstanceError(problems)
+
+
+def _check_run_count(instances: int, solvers: int, seeds: int) -> None:
+    """Refuse a sweep of more than :data:`MAX_RUNS` runs before any is planned."""
+    runs = instances * solvers * seeds
+    if runs > MAX_RUNS:
+        raise InstanceError([f"--seeds: {instances} instance(s) x {solvers} solver(s) x {seeds} "
+                             f"seed(s) make {runs} runs; a sweep holds at most {MAX_RUNS}"])
 
 
 def _notes_markdown(reran: list[dict], skipped: list[str]) -> str:
@@ -463,6 +482,7 @@ def run_sweep(instances, solvers, time_limit: float, out_dir, seeds: int = 1, th
     instances = list(instances)
     if scheduler:
         require_dask()
+        check_scheduler(scheduler)
     loaded, skipped, files = load_instances(instances, skip_invalid=skip_invalid)
     specs = plan_runs(loaded, solvers, time_limit, seeds, threads, solver_options)
     out = Path(out_dir)

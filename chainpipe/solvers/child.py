@@ -1,8 +1,8 @@
 """Run a backend program as a child that never outlives the solve.
 
 The child gets its own session (so a terminal's Ctrl-C reaches chainpipe, which then
-ends it) and, on Linux, ``PR_SET_PDEATHSIG = SIGKILL``: the kernel kills it when
-chainpipe dies, even by ``SIGKILL``. Its output is streamed line by line to ``log``.
+ends it) and, on Linux, ``PR_SET_PDEATHSIG = SIGKILL`` (:func:`chainpipe.lifeline.preexec`):
+the kernel kills it when chainpipe dies, even by ``SIGKILL``. Its output is streamed line by line to ``log``.
 It is asked to stop (``SIGINT``, which CBC answers by writing its best solution) when
 the deadline passes, and killed :data:`KILL_AFTER` seconds later. On every way out
 of :func:`run_child` -- normal end, the deadline, Ctrl-C, an exception, ``SIGTERM``
@@ -15,11 +15,11 @@ import contextlib
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 
 from ..deadline import Deadline
+from ..lifeline import preexec as die_with_parent
 
 #: seconds between asking the child to stop (SIGINT) and killing it
 KILL_AFTER = 0.5
@@ -34,19 +34,6 @@ DRAIN_S = 5.0
 
 class ChildFailed(RuntimeError):
     """The child could not be started or ended in an unexpected way."""
-
-
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child after fork
-    """``prctl(PR_SET_PDEATHSIG, SIGKILL)``: the kernel kills us when the parent dies."""
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG = 1
-        if os.getppid() == 1:  # the parent died before prctl took effect
-            os._exit(1)
-    except Exception:
-        pass
 
 
 def run_child(args: list[str], *, deadline: Deadline, log=None, stop_at: float | None = None
@@ -73,7 +60,7 @@ def run_child(args: list[str], *, deadline: Deadline, log=None, stop_at: float |
     """
     if stop_at is None and not deadline.unlimited:
         stop_at = deadline.at - STOP_EARLY
-    preexec = _die_with_parent if sys.platform.startswith("linux") else None
+    preexec = die_with_parent()
     lines: list[str] = []
     with _terminate_raises():
         child_end, stream = _output_channel()
