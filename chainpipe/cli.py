@@ -439,8 +439,10 @@ def format_evaluation(inst, ev) -> str:
     Per stage: layers, ``d x t``, its devices (``a/g/0..7`` for a run of indices),
     compute time ``C_s``, microbatches in flight, memory per device and its limit, and
     the gradient synchronisation ``R_s``; then the parts of ``T``, the largest ``R_s``
-    (and its stage) and which term paces the iteration: a device, a link or the
-    synchronisation. An infeasible plan gets no breakdown (its times are undefined), only
+    (and its stage) and which term paces the iteration: a device, a link, a 1F1B loop
+    (its stages and make-up) or the synchronisation. With several pipelines, every row
+    names its pipeline, one line per pipeline gives ``T_p`` and its pacing, and one the
+    averaging across DCs ``R_X / H``. An infeasible plan gets no breakdown (its times are undefined), only
     ``INFEASIBLE`` and what it breaks, one line each.
     """
     from .plan import devices_label
@@ -448,36 +450,57 @@ def format_evaluation(inst, ev) -> str:
     if ev.violations:
         return "\n".join([f"INFEASIBLE: the plan breaks {len(ev.violations)} rule(s) of "
                           f"{inst.name}:"] + [f"  {v}" for v in ev.violations])
-    rows = [("stage", "layers", "d x t", "devices", "compute s", "in flight",
-             "memory/device GiB", "limit GiB", "sync s")]
+    # with several pipelines every row says its pipeline first
+    multi = len(ev.pipelines) > 1
+    pipe = (lambda x: (str(x.pipeline),)) if multi else (lambda x: ())
+    rows = [("pipeline",) * multi + ("stage", "layers", "d x t", "devices", "compute s",
+                                     "in flight", "memory/device GiB", "limit GiB", "sync s")]
     for st in ev.stages:
-        rows.append((str(st.index), f"[{st.start}, {st.end})",
+        rows.append(pipe(st) + (str(st.index), f"[{st.start}, {st.end})",
                      f"{st.data_parallel}x{st.tensor_parallel}", devices_label(st.devices),
                      f"{st.compute_time_s:.6g}", str(st.in_flight),
                      f"{st.memory_bytes / GIB:.3f}", f"{st.memory_limit_bytes / GIB:.3f}",
                      f"{st.sync_time_s:.6g}"))
     out = _table(rows)
     if ev.boundaries:
-        brow = [("after", "bytes", "path", "bandwidth GB/s", "latency s", "occupancy s")]
+        brow = [("pipeline",) * multi + ("after", "bytes", "path", "bandwidth GB/s",
+                                         "latency s", "occupancy s")]
         for b in ev.boundaries:
-            brow.append((str(b.after_stage), f"{b.bytes:.4g}", "-".join(b.path),
+            brow.append(pipe(b) + (str(b.after_stage), f"{b.bytes:.4g}", "-".join(b.path),
                          f"{b.bandwidth_bytes_per_s / 1e9:.4g}", f"{b.latency_s:.4g}",
                          f"{b.occupancy_s:.6g}"))
         out.append("")
         out.extend(_table(brow))
     sync = f"max R_s, {ev.sync}" if ev.sync_s > 0 else "none: every stage has d = 1"
     out.append("")
-    out.append(f"fill + drain    {ev.fill_drain_s:.6g} s")
-    out.append(f"steady state    {ev.steady_s:.6g} s  (M - 1 = {inst.microbatches - 1} x "
-               f"{ev.bottleneck_s:.6g} s, paced by {ev.bottleneck})")
+    out.extend(_pipeline_lines(ev) if multi else [
+        f"fill + drain    {ev.fill_drain_s:.6g} s",
+        f"steady state    {ev.steady_s:.6g} s  (M - 1 = "
+        f"{(ev.pipelines[0].microbatches if ev.pipelines else inst.microbatches) - 1} x "
+        f"{ev.bottleneck_s:.6g} s, paced by {ev.bottleneck})"])
     out.append(f"synchronisation {ev.sync_s:.6g} s  ({sync})")
+    if multi:
+        out.append(f"across DCs      {ev.cross_sync_s / ev.cross_sync_period:.6g} s  (R_X = "
+                   f"{ev.cross_sync_s:.6g} s every {ev.cross_sync_period} iteration(s), "
+                   f"{ev.cross_sync})")
     paced = f"  (paced by {_pacing(ev)})" if math.isfinite(ev.iteration_time_s) else ""
     out.append(f"iteration time  {ev.iteration_time_s:.6g} s{paced}")
     return "\n".join(out)
 
 
+def _pipeline_lines(ev) -> list[str]:
+    """One line per pipeline of a plan of several: ``T_p``, its parts and what paces it."""
+    return [f"pipeline {p.index}      {p.time_s:.6g} s  (M_p = {p.microbatches} on "
+            f"{'..'.join(p.datacenters)}: fill + drain {p.fill_drain_s:.6g} s + "
+            f"{p.microbatches - 1} x {p.period_s:.6g} s, paced by {p.bottleneck})"
+            for p in ev.pipelines]
+
+
 def _pacing(ev) -> str:
-    """Which term paces ``T`` after the fill, in words: a device, a link or the sync."""
+    """Which term paces ``T`` after the fill, in words: a device, a link, a 1F1B loop, the
+    synchronisation inside a stage or across DCs."""
+    if ev.paced_by == "synchronisation across DCs":
+        return "the synchronisation across DCs: R_X / H above the steady state and max R_s"
     if ev.paced_by == "synchronisation":
         return "the synchronisation: max R_s above the steady state"
     return f"a {ev.paced_by}: the steady state above max R_s" if ev.sync_s > 0 else \
