@@ -768,7 +768,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--seeds", type=positive_int, default=1, metavar="N")
     s.add_argument("--threads", type=thread_count, default=1, metavar="N")
     s.add_argument("--jobs", type=positive_int, default=1, metavar="N",
-                   help="runs at once on this machine")
+                   help="runs at once on this machine (at most 1024)")
     s.add_argument("--scheduler", metavar="ADDRESS", help="Dask scheduler, e.g. tcp://host:8786")
     s.add_argument("--skip-invalid", action="store_true",
                    help="run the valid instances and list the invalid files (default: refuse all)")
@@ -807,7 +807,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="random seed of the job stream and the background traffic "
                         "(default: the scenario's)")
     s.add_argument("--jobs", type=positive_int, default=None, metavar="N",
-                   help="job requests in the stream (default: the scenario's)")
+                   help="job requests in the stream, at most 100000 (default: the "
+                        "scenario's)")
     s.add_argument("--out", metavar="DIR", help="output directory (required to simulate)")
     s.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="progress bar on stderr (default: only when stderr is a terminal)")

@@ -169,6 +169,25 @@ def test_seq_len_is_bounded_like_the_context(tmp_path):
     one_line_exit_2(proc, "seq_len: must be an integer <= 134217728")
 
 
+# --------------------------------------------------------------------------- item 14: inputs
+@pytest.mark.parametrize("form", ["file", "directory"])
+def test_a_model_config_on_a_loop_of_links_is_one_line(tmp_path, capsys, form):
+    """Was ``RuntimeError: Symlink loop`` (exit 1) from the output check."""
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    given = tmp_path / "a"
+    if form == "directory":
+        (tmp_path / "m").mkdir()
+        (tmp_path / "m" / "config.json").symlink_to(tmp_path / "a")
+        given = tmp_path / "m"
+    code = main(["generate", "--cluster", str(EXAMPLE), "--model-config", str(given),
+                 "-o", str(tmp_path / "out.json")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1, err
+    assert "Too many levels of symbolic links" in err[0] and "Error" not in err[0]
+    assert not (tmp_path / "out.json").exists()
+
+
 # --------------------------------------------------------------------------- item 14: TOML
 @pytest.mark.parametrize("body", [
     "a = " + "[" * 5000 + "]" * 5000,
