@@ -296,3 +296,43 @@ def test_nothing_changed_on_version_1_and_2_instances(seed):
             ev = evaluate(inst, Plan.from_tuples(inst, stages))
             assert ev.iteration_time_s == pytest.approx(want, rel=1e-12)
             assert ev.pipelines[0].paced_by in ("device", "link")
+
+
+def _random_plans(inst, rng, n: int):
+    """Up to ``n`` random rule-keeping plans (memory aside): per allowed ``P``, random
+    one-pipeline placements on disjoint chain-ordered ranges and a random split of ``M``."""
+    from helpers import _splits, _v3_configurations
+
+    configs = _v3_configurations(inst)
+    out = []
+    for _ in range(n * 4):
+        P = rng.choice(inst.parallelism.pipelines)
+        if P > inst.microbatches or not configs:
+            continue
+        chosen = sorted(rng.sample(configs, min(P, len(configs))), key=lambda c: c[0][2])
+        if len(chosen) < P or any(chosen[i][-1][2] >= chosen[i + 1][0][2] for i in range(P - 1)):
+            continue
+        split = rng.choice(list(_splits(inst.microbatches, P)))
+        out.append(list(zip(split, chosen)))
+        if len(out) == n:
+            break
+    return out
+
+
+@pytest.mark.parametrize("seed", range(80))
+def test_random_plans_cost_and_fit_as_the_contract_says(seed):
+    """Random plans of every allowed pipeline count, feasible or not: ``T`` and the
+    memory verdict (with each pipeline's ``M_p`` and ``S``) are the contract's."""
+    import random
+
+    inst = random_v3_instance(seed)
+    for spec in _random_plans(inst, random.Random(seed), 6):
+        ev = evaluate(inst, plan_of_spec(inst, spec))
+        want = contract_time(inst, spec)
+        fits = all(contract_pipeline(inst, m, stages) is not None for m, stages in spec)
+        assert ev.feasible == fits, ev.violations
+        assert all("microbatches in flight" in v for v in ev.violations)
+        if fits:
+            assert ev.iteration_time_s == pytest.approx(want, rel=1e-12)
+        else:
+            assert math.isinf(want) and math.isfinite(ev.iteration_time_s)
