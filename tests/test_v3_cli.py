@@ -62,3 +62,15 @@ def test_solve_refuses_a_period_instance_with_one_line(capsys):
     assert code == 1 and result["status"] == "error" and result["plan"] is None
     assert result["message"] == ("dp does not support contract version 3 yet: objective "
                                  "'period' (training.objective; 'classic' is supported)")
+
+
+def test_a_plan_file_of_a_bad_shape_exits_2_naming_each_path(capsys, tmp_path):
+    path = tmp_path / "bad.plan.json"
+    path.write_text(json.dumps({"pipelines": [
+        {"stages": [{"layers": [0, 1], "device": "a/g/0"}]},
+        {"microbatches": "2", "stages": [{"layers": [0, 1], "device": "b/g/0"}]}]}))
+    code, out, err = call(capsys, "evaluate", VALID / "worked_example_v3_pipelines.json", path)
+    assert (code, out) == (2, "")
+    assert err.splitlines() == [
+        f"{path}: pipelines[0].microbatches: missing field (required with 'pipelines')",
+        f"{path}: pipelines[1].microbatches: must be an integer, got '2'"]
