@@ -107,7 +107,10 @@ class Plan:
             raise TypeError("Plan takes stages (one pipeline) or pipelines, not both or neither")
         if stages is not None:
             pipelines = (Pipeline(tuple(stages)),)
-        object.__setattr__(self, "pipelines", tuple(pipelines))
+        pipelines = tuple(pipelines)
+        if len(pipelines) > 1 and any(p.microbatches is None for p in pipelines):
+            raise TypeError("a plan of several pipelines states each one's microbatches")
+        object.__setattr__(self, "pipelines", pipelines)
 
     @property
     def single(self) -> bool:
@@ -512,22 +515,18 @@ def _stage_refs(instance: Instance, stages, where: str, unknown: list) -> list[l
     return refs
 
 
-def _check_layers(instance: Instance, stages, where: str) -> list[str]:
-    """The layer ranges of one pipeline: contiguous, non-empty, covering the model."""
-    L, expect, out = instance.num_layers, 0, []
-    for s, st in enumerate(stages):
-        if st.start != expect:
-            out.append(f"{where}[{s}].layers: starts at {shorten(str(st.start))}, "
-                       f"expected {expect}")
-        if not (0 <= st.start < st.end <= L):
-            out.append(
-                f"{where}[{s}].layers: [{shorten(str(st.start))}, {shorten(str(st.end))}) is not "
-                f"a non-empty range of the model's layers 0..{L - 1} ([start, end) with "
-                f"0 <= start < end <= {L})"
-            )
-        expect = st.end
-    if expect != L:
-        out.append(f"{where}: cover layers up to {shorten(str(expect))}, the model has {L}")
+def _check_layers(instance: Instance, s: int, st: Stage, expect: int, where: str) -> list[str]:
+    """The layer range of stage ``s``: starting where the previous one ended (``expect``),
+    non-empty and inside the model."""
+    L, out = instance.num_layers, []
+    if st.start != expect:
+        out.append(f"{where}[{s}].layers: starts at {shorten(str(st.start))}, expected {expect}")
+    if not (0 <= st.start < st.end <= L):
+        out.append(
+            f"{where}[{s}].layers: [{shorten(str(st.start))}, {shorten(str(st.end))}) is not "
+            f"a non-empty range of the model's layers 0..{L - 1} ([start, end) with "
+            f"0 <= start < end <= {L})"
+        )
     return out
 
 
@@ -560,11 +559,14 @@ def _check_structure(instance: Instance, stages, where: str = "stages",
     """
     unknown: list[tuple[str, str]] = []
     refs = _stage_refs(instance, stages, where, unknown)
-    violations = _check_layers(instance, stages, where)
-    shapes = [v for s, st in enumerate(stages)
-              for v in _check_stage_shape(instance, s, st, refs[s], where)]
-    # the order of lines: unknown devices, per stage its layers then its shape
-    violations = _unknown_devices(unknown) + _interleave(stages, violations, shapes, where)
+    violations = _unknown_devices(unknown)
+    ends = [0] + [st.end for st in stages]
+    for s, st in enumerate(stages):  # per stage its layers, then its shape
+        violations += _check_layers(instance, s, st, ends[s], where)
+        violations += _check_stage_shape(instance, s, st, refs[s], where)
+    if ends[-1] != instance.num_layers:
+        violations.append(f"{where}: cover layers up to {shorten(str(ends[-1]))}, the model "
+                          f"has {instance.num_layers}")
     violations += _check_devices_once(stages, refs, where, {} if seen is None else seen)
     dcs = [next((r.dc for r in stage_refs if r is not None), None) for stage_refs in refs]
     for s in range(1, len(dcs)):
@@ -574,17 +576,6 @@ def _check_structure(instance: Instance, stages, where: str = "stages",
                 f"comes before {instance.datacenters[dcs[s - 1]].name} in the chain"
             )
     return [r[0] if r and all(x is not None for x in r) else None for r in refs], violations
-
-
-def _interleave(stages, layer_lines: list[str], shape_lines: list[str], where: str) -> list[str]:
-    """Layer and shape problems stage by stage (each stage's layer lines first), then the
-    pipeline's coverage line."""
-    out = []
-    for s in range(len(stages)):
-        mark = f"{where}[{s}]."
-        out += [v for v in layer_lines if v.startswith(mark)]
-        out += [v for v in shape_lines if v.startswith(mark) or v.startswith(f"{where}[{s}]:")]
-    return out + [v for v in layer_lines if v.startswith(f"{where}:")]
 
 
 def _stage_costs(instance: Instance, stages, refs, sums: cost.LayerSums,

@@ -112,6 +112,10 @@ def test_plans_of_either_shape_round_trip():
     assert len(two.all_stages) == 2 and not two.single
     with pytest.raises(ValueError, match="a plan of 2 pipelines has no single list of stages"):
         two.stages  # noqa: B018
+    with pytest.raises(TypeError, match="states each one's microbatches"):
+        Plan(pipelines=[Pipeline(two.all_stages[:1]), Pipeline(two.all_stages[1:], 2)])
+    with pytest.raises(TypeError, match="stages .one pipeline. or pipelines"):
+        Plan(two.all_stages, pipelines=two.pipelines)
     # one pipeline in the second form keeps its form (and its stated M_p)
     second = Plan(pipelines=[Pipeline(one.stages, 4)])
     assert second.stages == one.stages and not second.single
