@@ -88,6 +88,7 @@ def plausibility_warnings(instance: Instance) -> list[str]:
     out += _out_of_range("training.gradient_bytes_per_param", "gradient_bytes_per_param",
                          training.gradient_bytes_per_param)
     out += _degrees_no_node_holds(instance)
+    out += _widths_the_batch_rules_out(training)
     for k, dc in enumerate(instance.datacenters):
         for g, group in enumerate(dc.devices):
             p = f"datacenters[{k}].devices[{g}]"
@@ -112,6 +113,18 @@ def plausibility_warnings(instance: Instance) -> list[str]:
     for j, link in enumerate(instance.links):
         out += _link(f"links[{j}]", link)
     return out
+
+
+def _widths_the_batch_rules_out(training) -> list[str]:
+    """A warning for the allowed data-parallel widths that do not divide microbatch_size."""
+    usable = training.data_parallel_widths
+    out = [d for d in training.parallelism.data_parallel if d not in usable]
+    if not out:
+        return []
+    return [f"training.microbatch_size: {training.microbatch_size} sequences cannot be split "
+            f"evenly over {', '.join(map(str, out))} replicas, so no stage can use "
+            f"{'that width' if len(out) == 1 else 'those widths'} of data_parallel "
+            f"{list(training.parallelism.data_parallel)} (usable: {list(usable) or 'none'})"]
 
 
 def _degrees_no_node_holds(instance: Instance) -> list[str]:

@@ -100,3 +100,18 @@ def test_the_field_round_trips_and_is_checked():
     data["training"]["microbatch_size"] = 0
     with pytest.raises(InstanceError, match=r"training.microbatch_size: must be an integer >= 1"):
         instance_from_dict(data)
+
+
+def test_widths_the_batch_rules_out_are_a_plausibility_warning():
+    from chainpipe.plausibility import plausibility_warnings
+
+    inst = dataclasses.replace(random_hybrid_instance(1), training=dataclasses.replace(
+        random_hybrid_instance(1).training,
+        parallelism=dataclasses.replace(random_hybrid_instance(1).parallelism,
+                                        data_parallel=(1, 2, 4, 8))))
+    assert not any("microbatch_size" in w for w in plausibility_warnings(with_batch(inst, 8)))
+    (line,) = [w for w in plausibility_warnings(with_batch(inst, 6))
+               if w.startswith("training.microbatch_size")]
+    assert line == ("training.microbatch_size: 6 sequences cannot be split evenly over 4, 8 "
+                    "replicas, so no stage can use those widths of data_parallel [1, 2, 4, 8] "
+                    "(usable: [1, 2])")
