@@ -120,9 +120,16 @@ def test_statuses_and_times_are_honest(sweep):
 def test_results_csv_has_the_contract_columns_and_gap_to_best(sweep):
     rows = _csv(sweep["out"] / "results.csv")
     assert list(rows[0]) == CSV_COLUMNS  # one seed: no extra column
+    assert CSV_COLUMNS[:8] == ["instance", "solver", "status", "iteration_time_s",
+                               "lower_bound_s", "gap", "gap_to_best", "solve_time_s"]
     assert len(rows) == len(sweep["records"])
     names = {read(p).name: p for p in sweep["paths"]}
     for row in rows:
+        inst = read(names[row["instance"]])
+        assert int(row["devices_total"]) == inst.num_devices
+        assert (row["devices_used"] == "") == (row["iteration_time_s"] == "")
+        if row["devices_used"]:
+            assert 1 <= int(row["devices_used"]) <= inst.num_devices
         T, plan = brute_force(read(names[row["instance"]]))
         if row["iteration_time_s"]:
             # gap to best = (T - T*) / T*, T* the best any solver found (here the optimum)
@@ -281,6 +288,36 @@ def test_finished_and_charged_time():
     assert metrics.finished(_rec(status="feasible", exact=False))  # a heuristic's answer
     assert not metrics.finished(_rec(solve_time_s=12.0))  # over the limit
     assert not metrics.finished(_rec(status="error"))
+
+
+def test_a_run_that_gives_up_is_told_apart_from_one_out_of_time():
+    from chainpipe.compare import report
+
+    quit_early = _rec(solver="h", exact=False, status="no_solution", iteration_time_s=None,
+                      lower_bound_s=None, gap=None, solve_time_s=0.01,
+                      message="no candidate fits memory")
+    out_of_time = _rec(solver="e", status="no_solution", iteration_time_s=None,
+                       lower_bound_s=None, gap=None, solve_time_s=10.0)
+    killed = _rec(solver="k", status="no_solution", iteration_time_s=None, lower_bound_s=None,
+                  gap=None, solve_time_s=1.0, stats={"killed": True})
+    assert metrics.gave_up(quit_early)
+    assert not metrics.gave_up(out_of_time) and not metrics.gave_up(killed)
+    # MIPLIB's rule still charges the limit to both
+    assert metrics.charged_time(quit_early) == metrics.charged_time(out_of_time) == 10.0
+    size = {"num_devices": 8, "num_layers": 3, "num_datacenters": 1, "threads": 1}
+    recs = [_rec(solver="a", devices_used=6, **size),
+            *(dict(r, **size) for r in (quit_early, out_of_time))]
+    rows = {r["solver"]: r for r in metrics.solver_summary(recs)}
+    assert (rows["h"]["no_solution"], rows["h"]["gave_up"]) == (1, 1)
+    assert (rows["e"]["no_solution"], rows["e"]["gave_up"]) == (1, 0)
+    text = report.summary_markdown(recs, {})
+    assert "## Runs that gave up" in text
+    assert "- i / h (seed 0, 0.01 s): no candidate fits memory" in text
+    assert "/ e (" not in text.split("## Runs that gave up")[1]
+    _, cells = report.instance_table(recs)
+    assert cells[0][-3:] == ["0.00% opt, 6/8 GPUs", "gave up", "no sol"]
+    table = dict(zip(report.SOLVER_HEADER, report.solver_table(metrics.solver_summary(recs))[1]))
+    assert (table["no sol"], table["gave up"]) == ("0", "1")
 
 
 def test_best_known_wins_and_profiles():

@@ -14,7 +14,7 @@ import math
 from pathlib import Path
 
 from ..drawing import pyplot, save_figure, write_csv
-from .metrics import charged_time, finished, profile_curve
+from .metrics import charged_time, finished, gave_up, profile_curve
 
 #: distinct colours (matplotlib's tab10, then four darker ones): more than there are solvers
 COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
@@ -242,7 +242,10 @@ def time_vs_size(records: list[dict], path: str | Path, *,
                 alpha=0.8, zorder=style["zorder"], label=s, marker=style["marker"],
                 markersize=0)
         done = [(x, y) for x, y, f in pts if f]
-        late = [(x, y) for x, y, f in pts if not f]
+        quit_early = [(x, y) for (x, y, f), r in zip(pts, mine) if not f and gave_up(r)]
+        late = [(x, y) for (x, y, f), r in zip(pts, mine) if not f and not gave_up(r)]
+        ax.scatter([x for x, _ in quit_early], [y for _, y in quit_early], color=style["color"],
+                   s=36, marker="x", zorder=style["zorder"])
         ax.scatter([x for x, _ in done], [y for _, y in done], color=style["color"], s=16,
                    marker=style["marker"], alpha=0.7, zorder=style["zorder"])
         ax.scatter([x for x, _ in late], [y for _, y in late], facecolors="none",
@@ -256,7 +259,8 @@ def time_vs_size(records: list[dict], path: str | Path, *,
     ax.set_yscale("log")
     ax.set_xlabel("instance size: layers x devices")
     clipped = any(charged_time(r) > AXIS_MAX for r in records)
-    ax.set_ylabel("solve time (s); hollow = did not finish (charged the limit)"
+    ax.set_ylabel("solve time (s); hollow = out of time, x = gave up early without a plan "
+                  "(both charged the limit)"
                   + (f"\n{CLIPPED}" if clipped else ""), fontsize=9 if clipped else None)
     ax.set_title("Solve time against instance size (lines: geometric mean of the finished "
                  "runs at each size)",

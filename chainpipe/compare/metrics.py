@@ -69,6 +69,25 @@ def finished(rec: dict) -> bool:
     return status == "feasible" and not rec.get("exact", False)
 
 
+#: a run without a plan that ended before this share of its limit gave up (it said it has
+#: none), rather than ran out of time
+GAVE_UP_SHARE = 0.9
+
+
+def gave_up(rec: dict) -> bool:
+    """Did the run end on its own without a plan, well before its limit?
+
+    A heuristic that finds no candidate (``"no candidate fits memory"``) stops at once
+    with ``no_solution``; an exact solver that runs out of time stops at its limit. The
+    means still charge both the limit (MIPLIB's rule: neither finished with an answer),
+    but the reports say apart which runs gave up and why.
+    """
+    if rec["status"] != "no_solution" or rec.get("stats", {}).get("killed"):
+        return False
+    limit = rec.get("time_limit_s")
+    return limit is None or float(rec["solve_time_s"]) < GAVE_UP_SHARE * float(limit)
+
+
 def charged_time(rec: dict) -> float:
     """Solve time for the means: own time if finished, else the time limit."""
     limit = rec.get("time_limit_s")
@@ -299,6 +318,7 @@ def solver_summary(records: list[dict]) -> list[dict]:
             "feasible": statuses["feasible"],
             "infeasible": statuses["infeasible"],
             "no_solution": statuses["no_solution"],
+            "gave_up": sum(1 for r in mine if gave_up(r)),
             "error": statuses["error"],
             "finished": sum(1 for r in mine if r["finished"]),
             "wins": sum(1 for r in mine if r["win"]),

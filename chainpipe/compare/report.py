@@ -10,10 +10,22 @@ from ..numeric import jsonable
 from . import metrics
 
 CSV_COLUMNS = ["instance", "solver", "status", "iteration_time_s", "lower_bound_s", "gap",
-               "gap_to_best", "solve_time_s"]
+               "gap_to_best", "solve_time_s", "devices_used", "devices_total"]
 
 STATUS_SHORT = {"optimal": "opt", "feasible": "feas", "infeasible": "infeas",
                 "no_solution": "no sol", "error": "error"}
+
+
+def devices_used(rec: dict) -> int | None:
+    """The devices a run's plan uses (``d * t`` over its stages, every pipeline), or None."""
+    if rec.get("devices_used") is not None:
+        return int(rec["devices_used"])
+    plan = rec.get("plan")
+    if not plan:
+        return None
+    pipelines = plan.get("pipelines") or [plan]
+    return sum(len(st.get("devices") or [st.get("device")])
+               for p in pipelines for st in p.get("stages", []))
 
 
 def _num(x, fmt=".6g"):
@@ -32,7 +44,8 @@ def write_results_csv(records: list[dict], path: Path, with_seed: bool) -> None:
                 w.writerow([r["instance"], r["solver"], r["status"],
                             _num(r["iteration_time_s"], ".9g"), _num(r["lower_bound_s"], ".9g"),
                             _num(r["gap"], ".6g"), _num(r["gap_to_best"], ".6g"),
-                            f"{r['solve_time_s']:.4f}"]
+                            f"{r['solve_time_s']:.4f}", _num(devices_used(r), "d"),
+                            _num(r.get("num_devices"), "d")]
                            + ([r.get("seed", 0)] if with_seed else []))
 
     atomic_write(path, write)
@@ -47,8 +60,8 @@ def _sec(x):
     return "-" if x is None else f"{x:.3g}"
 
 
-SOLVER_HEADER = ["solver", "kind", "runs", "optimal", "feasible", "infeasible", "no sol", "error",
-                 "wins", "gap to best (mean)", "gap to best (max)", "own gap (mean)",
+SOLVER_HEADER = ["solver", "kind", "runs", "optimal", "feasible", "infeasible", "no sol",
+                 "gave up", "error", "wins", "gap to best (mean)", "gap to best (max)", "own gap (mean)",
                  "SGM time s", "primal integral s"]
 
 
@@ -57,7 +70,8 @@ def solver_table(summary: list[dict]) -> list[list[str]]:
     for s in summary:
         rows.append([s["solver"], "exact" if s["exact"] else "heuristic", str(s["runs"]),
                      str(s["optimal"]), str(s["feasible"]), str(s["infeasible"]),
-                     str(s["no_solution"]), str(s["error"]), str(s["wins"]),
+                     str(s["no_solution"] - s["gave_up"]), str(s["gave_up"]), str(s["error"]),
+                     str(s["wins"]),
                      _pct(s["mean_gap_to_best"]), _pct(s["max_gap_to_best"]),
                      _pct(s["mean_gap"]), _sec(s["sgm_time_s"]),
                      _sec(s["mean_primal_integral_s"])])
@@ -86,7 +100,11 @@ def instance_table(records: list[dict]) -> tuple[list[str], list[list[str]]]:
             cells = []
             for r in (x for x in mine if x["solver"] == s):
                 if r["gap_to_best"] is not None:
-                    cells.append(f"{_pct(r['gap_to_best'])} {STATUS_SHORT[r['status']]}")
+                    used = devices_used(r)
+                    gpus = "" if used is None else f", {used}/{first['num_devices']} GPUs"
+                    cells.append(f"{_pct(r['gap_to_best'])} {STATUS_SHORT[r['status']]}{gpus}")
+                elif metrics.gave_up(r):
+                    cells.append("gave up")
                 else:
                     cells.append(STATUS_SHORT.get(r["status"], r["status"]))
             row.append("; ".join(cells) if cells else "-")
@@ -133,7 +151,9 @@ def caption(records: list[dict]) -> str:
         f"**gap to best** = (T - T*) / T*. **own gap** = (T - bound) / T, the solver's own "
         f"proven lower bound. **SGM time**: shifted geometric mean of solve times, shift "
         f"{metrics.SHIFT_S:g} s; runs that did not finish (no solution, error, killed, over the "
-        f"limit, or an exact solver stopped without proof) are charged the time limit. "
+        f"limit, or an exact solver stopped without proof) are charged the time limit, "
+        f"those that gave up early too (MIPLIB's rule; **gave up** counts them apart from "
+        f"**no sol**, the runs out of time). "
         f"**primal integral**: mean over runs of the integral of (T(t) - T*) / T(t) over "
         f"[0, limit] (Berthold), 1 while no plan is known; anytime solvers contribute their "
         f"traced incumbents, the others their final plan from the moment they return it."
@@ -149,12 +169,22 @@ def summary_markdown(records: list[dict], figures: dict[str, str], notes: str = 
     out = ["# Comparison summary", "", caption(records), "", "## Per solver", "",
            markdown(SOLVER_HEADER, solver_table(summary)), "",
            "## Per instance: gap to the best known and status", "",
-           ("Cells: (T - T*) / T* and the status (opt = proven optimal, feas = feasible without "
-           "proof, no sol = no plan in the limit, error = the run failed)."), "",
+           ("Cells: (T - T*) / T*, the status (opt = proven optimal, feas = feasible without "
+           "proof, no sol = no plan in the limit, gave up = the solver stopped early without "
+           "a plan, error = the run failed) and the GPUs the plan uses of the instance's."), "",
            markdown(ih, irows), ""]
     if conflicts:
         out += ["## Contradictions between solvers", ""]
         out += [f"- {c}" for c in conflicts] + [""]
+    quit_early = [r for r in records if metrics.gave_up(r)]
+    if quit_early:
+        out += ["## Runs that gave up", "",
+                "These ended on their own, well before their limit, without a plan; the SGM "
+                "time still charges them the limit (they did not finish with an answer), but "
+                "they did not run out of time:", ""]
+        out += [f"- {r['instance']} / {r['solver']} (seed {r.get('seed', 0)}, "
+                f"{r['solve_time_s']:.3g} s): {r.get('message') or 'no message'}"
+                for r in quit_early] + [""]
     errors = [r for r in records if r["status"] == "error" or r.get("stats", {}).get("killed")]
     if errors:
         out += ["## Failed runs", ""]
