@@ -21,7 +21,7 @@ from .instance import (
     Training,
 )
 from .io import instance_from_dict, instance_to_dict, read, read_plan, write, write_plan
-from .plan import Evaluation, Plan, Stage, evaluate
+from .plan import Evaluation, Pipeline, Plan, Stage, evaluate
 from .result import Outcome, Result, Status
 from .solve import SOLVERS, solve
 
@@ -37,6 +37,7 @@ __all__ = [
     "Parallelism",
     "Model",
     "Outcome",
+    "Pipeline",
     "Plan",
     "Result",
     "Stage",
