@@ -848,11 +848,15 @@ def _loop_words(stages, boundaries, s: int, t: int) -> str:
     man = sum(b.traversal_s for b in boundaries[s:t] if len(b.path) > 1)
     local = sum(b.traversal_s for b in boundaries[s:t] if len(b.path) == 1)
     total = compute + man + local
-    parts = [f"{100 * compute / total:.0f}% compute"]
+
+    def share(x: float) -> str:
+        return "<1%" if 0 < 100 * x / total < 0.5 else f"{100 * x / total:.0f}%"
+
+    parts = [f"{share(compute)} compute"]
     if man:
-        parts.append(f"{100 * man / total:.0f}% MAN round trips")
+        parts.append(f"{share(man)} MAN round trips")
     if local:
-        parts.append(f"{100 * local / total:.0f}% in-DC round trips")
+        parts.append(f"{share(local)} in-DC round trips")
     return f"loop s{s}..s{t} ({t - s + 1} microbatches per round trip): {', '.join(parts)}"
 
 

@@ -336,3 +336,27 @@ def test_random_plans_cost_and_fit_as_the_contract_says(seed):
             assert ev.iteration_time_s == pytest.approx(want, rel=1e-12)
         else:
             assert math.isinf(want) and math.isfinite(ev.iteration_time_s)
+
+
+def test_loop_words_round_small_shares_to_below_one_percent():
+    from chainpipe.plan import BoundaryCost, StageCost, _loop_words
+
+    stages = [StageCost(i, i, i + 1, ("a/g/0",), "a", 1, 1, 100.0, 1, 0.0, 1.0, 0.0)
+              for i in range(2)]
+    bounds = [BoundaryCost(0, 0, 1.0, ("a",), 1.0, 0.0, 0.1, 0.2)]
+    assert _loop_words(stages, bounds, 0, 1) == (
+        "loop s0..s1 (2 microbatches per round trip): 100% compute, <1% in-DC round trips")
+
+
+def test_the_classic_optimum_of_a_degraded_metro_instance_is_paced_by_a_loop():
+    """Issue 30's first fact: on hybrid-medium-04-degraded the classic optimum's schedule
+    takes more than twice its classic T; the period says so, and names the loop."""
+    root = Path(__file__).resolve().parents[1]
+    inst = read(root / "instances" / "hybrid" / "medium" / "hybrid-medium-04-degraded.json")
+    assert inst.training.objective == "classic"  # a /2 file keeps its meaning
+    res = cp.solve(inst, "dp")
+    ev = evaluate(_with(inst, objective="period"), res.plan)
+    assert ev.iteration_time_s > 2 * res.iteration_time
+    assert ev.paced_by == "loop"
+    assert ev.bottleneck.startswith("loop s0..s2 (3 microbatches per round trip): ")
+    assert "% MAN round trips" in ev.bottleneck
