@@ -310,8 +310,10 @@ def cmd_solve(args) -> int:
         options["trace_dir"] = args.trace
     inst = read_instance(args.instance, args.strict)
     try:
-        res = solve(inst, solver=args.solver, time_limit=args.time_limit, seed=args.seed,
-                    threads=args.threads, log=log_to_stderr if args.log else None, **options)
+        with progress_line(args):
+            res = solve(inst, solver=args.solver, time_limit=args.time_limit, seed=args.seed,
+                        threads=args.threads, log=log_to_stderr if args.log else None,
+                        **options)
     except OptionError as exc:
         raise InstanceError([f"--option: {exc}"]) from None
     if args.plan_out and res.plan is not None:
@@ -329,6 +331,18 @@ def cmd_solve(args) -> int:
             print()
             print(format_evaluation(inst, evaluate(inst, res.plan)))
     return 1 if res.status == "error" else 0
+
+
+def progress_line(args):
+    """A live line of incumbent, bound and gap on stderr while ``solve`` runs, when stderr is
+    a terminal and neither ``--quiet`` nor ``--log`` (which streams the backend's own log)."""
+    import contextlib
+
+    from .progress import ProgressLine
+
+    if args.quiet or args.log or not sys.stderr.isatty():
+        return contextlib.nullcontext()
+    return ProgressLine(sys.stderr, args.solver)
 
 
 def idle_lines(inst, plan) -> list[str]:
@@ -613,6 +627,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--log", "--verbose", action="store_true",
                    help="stream progress on stderr: the DP's trials, the backend's own log "
                         "(HiGHS, CBC, CP-SAT); stdout keeps the result alone")
+    s.add_argument("-q", "--quiet", action="store_true",
+                   help="no progress line (on a terminal, a search shows its elapsed time, "
+                        "incumbent, bound and gap on stderr by default)")
     s.add_argument("--strict", action="store_true",
                    help="treat the instance's plausibility warnings as errors (exit 2)")
     s.add_argument("--agents", metavar="AGENTS",

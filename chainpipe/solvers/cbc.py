@@ -55,8 +55,31 @@ def cbc_options(relax: bool, limit: float | None, seed: int, threads: int) -> li
     return opts + ["-initialSolve" if relax else "-solve", "-printingOptions", "normal"]
 
 
+#: CBC's progress lines: a new incumbent, and the nodes' best solution and bound
+_FOUND = re.compile(r"Cbc00(?:04|12)I Integer solution of\s+(" + r"[-+0-9.eE]+" + r")")
+_NODES = re.compile(r"Cbc0010I After .* ([-+0-9.eE]+) best solution, best possible "
+                    r"([-+0-9.eE]+)")
+
+
+def _bounds_reader(on_bounds, log):
+    """A log function that tells ``on_bounds`` of CBC's incumbents and bounds, then passes
+    each line on to ``log``."""
+    def feed(line: str) -> None:
+        try:
+            if m := _FOUND.search(line):
+                on_bounds(float(m.group(1)), None)
+            elif m := _NODES.search(line):
+                on_bounds(float(m.group(1)), float(m.group(2)))
+        except ValueError:
+            pass
+        if log is not None:
+            log(line)
+
+    return feed
+
+
 def solve_cbc(model, *, relax: bool, deadline: Deadline, seed: int = 0, threads: int = 1,
-              log=None) -> MipAnswer:
+              log=None, on_bounds=None) -> MipAnswer:
     """Solve ``model`` (a :class:`~chainpipe.formulations.matrix.LinearModel`) with CBC.
 
     Parameters
@@ -72,6 +95,9 @@ def solve_cbc(model, *, relax: bool, deadline: Deadline, seed: int = 0, threads:
         CBC's random seeds (``seed + 1``) and threads.
     log : callable, optional
         Receives each line CBC prints.
+    on_bounds : callable, optional
+        Called as ``on_bounds(incumbent, bound)`` (the model's objective, ``None`` when
+        not known) as CBC's log reports them.
 
     Returns
     -------
@@ -90,6 +116,8 @@ def solve_cbc(model, *, relax: bool, deadline: Deadline, seed: int = 0, threads:
         deadline.check()  # writing counts: do not start CBC with nothing left
         args = [cbc_path(), str(mps)] + cbc_options(relax, backend_seconds(deadline), seed,
                                                     threads) + ["-solution", str(sol)]
+        if on_bounds is not None:
+            log = _bounds_reader(on_bounds, log)
         code, lines = run_child(args, deadline=deadline, log=log)
         text = "\n".join(lines)
         solution = sol.read_text() if sol.exists() else ""

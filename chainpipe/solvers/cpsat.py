@@ -43,6 +43,7 @@ from ..formulations.greedy import best_greedy_plan
 from ..io import atomic_write
 from ..numeric import OPTIMALITY_RTOL
 from ..plan import Plan, evaluate
+from ..progress import report
 from ..result import OptionError, Outcome, number_option
 from ..tables import CostTables
 from .interrupt import run_stoppable
@@ -188,6 +189,7 @@ class _Search:
         """Append ``[seconds, incumbent, bound]`` to the trace (caller holds the lock)."""
         inc = self.best_T if self.best_plan is not None else None
         self.stats["trace"].append([self.deadline.elapsed(), inc, self.bound])
+        report(inc, self.bound)
 
     def offer(self, built: CpsatModel, values) -> None:
         """Decode a solution; keep it if its exact time beats the incumbent (holds lock)."""
@@ -222,6 +224,8 @@ class _Search:
             self.upper, self.prune = self.scale_T, True
         self.stats["upper_bound_source"] = self.ub_source
         self.stats["scaling_plan_time_s"] = None if self.scale_plan is None else self.scale_T
+        if self.scale_plan is not None:
+            report(self.scale_T, None)  # a plan the result falls back to: the first incumbent
 
     # ------------------------------------------------------------------ rounds
     def rounds(self, max_rounds: int) -> None:

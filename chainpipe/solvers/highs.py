@@ -30,7 +30,7 @@ ABANDON_S = 0.5
 
 
 def solve_highs(model, *, relax: bool, deadline: Deadline, seed: int = 0, threads: int = 1,
-                log=None) -> MipAnswer:
+                log=None, on_bounds=None) -> MipAnswer:
     """Solve ``model`` (a :class:`~chainpipe.formulations.matrix.LinearModel`) with HiGHS.
 
     Parameters
@@ -45,6 +45,9 @@ def solve_highs(model, *, relax: bool, deadline: Deadline, seed: int = 0, thread
         HiGHS's ``random_seed`` and ``threads``.
     log : callable, optional
         Receives each line of HiGHS's log.
+    on_bounds : callable, optional
+        Called as ``on_bounds(incumbent, bound)`` (the model's objective, ``None`` when
+        not known) whenever HiGHS's branch and bound reports them.
 
     Returns
     -------
@@ -77,7 +80,7 @@ def solve_highs(model, *, relax: bool, deadline: Deadline, seed: int = 0, thread
         h.setSolution(model.num_cols, np.arange(model.num_cols, dtype=np.int32),
                       np.asarray(model.start, dtype=float))
     try:
-        _run(h, deadline)
+        _run(h, deadline, on_bounds)
     except Abandoned:
         listening.clear()  # HiGHS ends in its own thread; its later lines are not ours
         return MipAnswer("stopped", None, None,
@@ -86,8 +89,9 @@ def solve_highs(model, *, relax: bool, deadline: Deadline, seed: int = 0, thread
     return _answer(h, relax)
 
 
-def _run(h, deadline: Deadline) -> None:
-    """``h.run()`` in a worker; interrupted on Ctrl-C or well past the deadline."""
+def _run(h, deadline: Deadline, on_bounds=None) -> None:
+    """``h.run()`` in a worker; interrupted on Ctrl-C or well past the deadline; the
+    branch and bound's incumbent and bound told to ``on_bounds`` as it goes."""
     stop = threading.Event()
     hard = math.inf if deadline.unlimited else deadline.at + OVERRUN_S
 
@@ -95,9 +99,17 @@ def _run(h, deadline: Deadline) -> None:
         if stop.is_set() or time.monotonic() >= hard:
             event.interrupt()
 
+    def mip_interrupt(event):
+        if on_bounds is not None:
+            out = event.data_out
+            primal, dual = out.mip_primal_bound, out.mip_dual_bound
+            on_bounds(primal if math.isfinite(primal) else None,
+                      dual if math.isfinite(dual) else None)
+        interrupt(event)
+
     h.cbSimplexInterrupt += interrupt
     h.cbIpmInterrupt += interrupt
-    h.cbMipInterrupt += interrupt
+    h.cbMipInterrupt += mip_interrupt
     abandon = None if deadline.unlimited else deadline.at + ABANDON_S
     run_stoppable(h.run, stop.set, name="highs", abandon_at=abandon)
 

@@ -48,6 +48,7 @@ from ..formulations.common import safe_bound
 from ..instance import Instance
 from ..io import atomic_write
 from ..plan import evaluate
+from ..progress import report
 from ..result import OptionError, Outcome
 from ..tables import CostTables
 from .incumbent import heuristic_plan
@@ -158,6 +159,7 @@ def _run(name: str, instance: Instance, deadline: Deadline, seed, threads, log, 
             incumbent = None
         else:
             stats["heuristic"], stats["heuristic_T_s"] = incumbent[2], incumbent[1]
+            report(incumbent[1], None)
     t0 = deadline.elapsed()
     try:
         # coefficients that overflow become inf and are refused below, never a warning
@@ -201,7 +203,8 @@ def _run(name: str, instance: Instance, deadline: Deadline, seed, threads, log, 
     t1 = deadline.elapsed()
     try:
         answer = _backend(opts.backend)(model, relax=opts.relax, deadline=deadline, seed=seed,
-                                        threads=threads, log=log)
+                                        threads=threads, log=log,
+                                        on_bounds=_progress_in_seconds(form.scale))
     except TimeUp:  # CBC: writing the model file used up the limit
         stats["solve_time_s"] = deadline.elapsed() - t1
         return _out_of_time_building(tables, deadline, stats, incumbent)
@@ -232,6 +235,15 @@ def _formulation(name: str, tables: CostTables, opts: _Options, deadline: Deadli
                            dominance=opts.dominance, upper_bound=upper)
     stats.update(form.network_stats)
     return form if form.n_arcs else None
+
+
+def _progress_in_seconds(scale: float):
+    """``on_bounds`` for a backend: its objective (``T / scale``) reported in seconds."""
+    def on_bounds(incumbent, bound):
+        report(None if incumbent is None else incumbent * scale,
+               None if bound is None else bound * scale)
+
+    return on_bounds
 
 
 def _backend(backend: str):
