@@ -325,8 +325,8 @@ def test_solve_plan_out_is_a_plan_file_evaluate_reads(capsys, tmp_path):
                               "got 'inf'"),
     (["--time-limit", "1e400"], "argument --time-limit: must be a finite number of seconds >= 0, "
                                 "got '1e400'"),
-    (["--threads", "0"], "argument --threads: must be an integer >= 1, got '0'"),
-    (["--threads", "two"], "argument --threads: must be an integer >= 1, got 'two'"),
+    (["--threads", "0"], "argument --threads: must be an integer from 1 to 1024, got '0'"),
+    (["--threads", "two"], "argument --threads: must be an integer from 1 to 1024, got 'two'"),
     (["--seed", "-1"], "argument --seed: must be an integer in [0, 2^31), got '-1'"),
     (["--seed", str(2**40)], f"argument --seed: must be an integer in [0, 2^31), got '{2**40}'"),
     (["--solver", "ilp-pth"], "argument --solver: unknown solver 'ilp-pth'; did you mean "
@@ -348,7 +348,7 @@ def test_a_long_bad_value_is_quoted_short(capsys):
     code, out, err = call(capsys, "solve", WORKED, "--threads", "9" * 5000)
     assert (code, out) == (2, "")
     (line,) = err.splitlines()
-    assert line.startswith("chainpipe solve: argument --threads: must be an integer >= 1, got '9")
+    assert line.startswith("chainpipe solve: argument --threads: must be an integer from 1 to 1024, got '9")
     assert "9" * 100 not in line
 
 
