@@ -25,7 +25,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from ..instance import Instance, InstanceError
-from ..io import instance_to_dict, read, write_json
+from ..io import instance_digest, instance_to_dict, read, write_json
 from ..names import unknown_name
 from ..paths import instance_files, refuse_overwrite
 from ..strict_json import quote
@@ -207,16 +207,6 @@ def size_figures(instance: Instance) -> dict:
 
 def _canonical(data) -> str:
     return json.dumps(data, sort_keys=True, separators=(",", ":"), allow_nan=False)
-
-
-def instance_digest(instance: Instance) -> str:
-    """SHA-256 (hex) of the instance's canonical JSON: equal exactly when the content is.
-
-    Formatting, key order and the file's name or place do not change it; any
-    value that the solvers read does.
-    """
-
-    return hashlib.sha256(_canonical(instance_to_dict(instance)).encode("utf-8")).hexdigest()
 
 
 def run_key(instance_sha256: str, solver: str, seed: int, time_limit: float, threads: int,
