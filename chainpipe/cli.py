@@ -574,17 +574,8 @@ def _force_argument(p) -> None:
                         "by SHA-256; without --force such a plan is refused, exit 2)")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The ``chainpipe`` parser with every sub-command."""
-    p = Parser(
-        prog="chainpipe",
-        description="Partition a training pipeline over the data centers of a MAN chain.",
-        epilog="Exit status: 0 done (an instance solved as infeasible included), 2 bad input "
-               "(one line per problem), 1 any other failure, 130 interrupted.",
-    )
-    p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
+def _add_validate(sub) -> None:
+    """The ``validate`` sub-command."""
     s = sub.add_parser(
         "validate", help="check instance files (exit 0 if all valid)",
         description="Check instance files and directories; print one line per valid file, one "
@@ -600,6 +591,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="treat plausibility warnings as errors (exit 2)")
     s.set_defaults(func=cmd_validate)
 
+
+def _add_solve(sub) -> None:
+    """The ``solve`` sub-command."""
     s = sub.add_parser(
         "solve", help="solve an instance with one solver",
         epilog=listing("solvers (exact ones prove optimality; `chainpipe solvers` lists the "
@@ -638,6 +632,9 @@ def build_parser() -> argparse.ArgumentParser:
     _tls_arguments(s)
     s.set_defaults(func=cmd_solve)
 
+
+def _add_evaluate(sub) -> None:
+    """The ``evaluate`` sub-command."""
     s = sub.add_parser("evaluate", help="iteration time and breakdown of a plan")
     s.add_argument("instance", metavar="INSTANCE", help="an instance file (JSON)")
     s.add_argument("plan", metavar="PLAN", help="a plan file, or a `solve --format json` result")
@@ -647,6 +644,9 @@ def build_parser() -> argparse.ArgumentParser:
     _force_argument(s)
     s.set_defaults(func=cmd_evaluate)
 
+
+def _add_generate(sub) -> None:
+    """The ``generate`` sub-command."""
     s = sub.add_parser("generate", help="generate an instance from a preset or a cluster file",
                        epilog=listing("presets", PRESETS) + "\n\n" + textwrap.fill(
                            "With --cluster FILE (TOML, figures in units such as '80 GiB', "
@@ -710,6 +710,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="ZeRO-1: shard the optimizer state over a stage's replicas")
     s.set_defaults(func=cmd_generate)
 
+
+def _add_split(sub) -> None:
+    """The ``split`` sub-command."""
     s = sub.add_parser(
         "split", help="split an instance into public.json and one private file per DC",
         epilog="OUTDIR may not hold the instance: split refuses to write beside its input.")
@@ -721,6 +724,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "(each DC, and 'owner') in OUTDIR/certs, for agents across hosts")
     s.set_defaults(func=cmd_split)
 
+
+def _add_agent(sub) -> None:
+    """The ``agent`` sub-command."""
     s = sub.add_parser("agent", help="run one DC's CDynP agent (across hosts, over TLS)")
     agent_sub = s.add_subparsers(dest="agent_command", required=True, metavar="ACTION")
     a = agent_sub.add_parser(
@@ -741,6 +747,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "downstream learn no bound on this DC's compute (and search more)")
     a.set_defaults(func=cmd_agent)
 
+
+def _add_export(sub) -> None:
+    """The ``export`` sub-command."""
     s = sub.add_parser(
         "export", help="write a plan as a training framework reads it",
         description=textwrap.fill(
@@ -774,6 +783,9 @@ def build_parser() -> argparse.ArgumentParser:
     _force_argument(s)
     s.set_defaults(func=cmd_export)
 
+
+def _add_compare(sub) -> None:
+    """The ``compare`` sub-command."""
     s = sub.add_parser("compare", help="run several solvers on instances and compare them")
     s.add_argument("inputs", nargs="+", metavar="INSTANCE_OR_DIR")
     s.add_argument("--solvers", required=True,
@@ -793,6 +805,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="progress bar on stderr (default: only when stderr is a terminal)")
     s.set_defaults(func=cmd_compare)
 
+
+def _add_plot(sub) -> None:
+    """The ``plot`` sub-command."""
     s = sub.add_parser("plot", help="draw a plan's pipeline as a Gantt chart")
     s.add_argument("instance", metavar="INSTANCE")
     s.add_argument("plan", metavar="PLAN")
@@ -809,6 +824,9 @@ def build_parser() -> argparse.ArgumentParser:
     _force_argument(s)
     s.set_defaults(func=cmd_plot)
 
+
+def _add_simulate(sub) -> None:
+    """The ``simulate`` sub-command."""
     s = sub.add_parser(
         "simulate", help="online multi-job simulation of placement policies on a metro network",
         epilog="Writes DIR/jobs.csv, summary.csv, summary.md, utilisation.csv and two PNG "
@@ -833,8 +851,34 @@ def build_parser() -> argparse.ArgumentParser:
                    help="no progress bar and no summary on stdout")
     s.set_defaults(func=cmd_simulate)
 
+
+def _add_solvers(sub) -> None:
+    """The ``solvers`` sub-command."""
     s = sub.add_parser("solvers", help="list the installed solvers, one line each")
     s.set_defaults(func=cmd_solvers)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``chainpipe`` parser with every sub-command."""
+    p = Parser(
+        prog="chainpipe",
+        description="Partition a training pipeline over the data centers of a MAN chain.",
+        epilog="Exit status: 0 done (an instance solved as infeasible included), 2 bad input "
+               "(one line per problem), 1 any other failure, 130 interrupted.",
+    )
+    p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _add_validate(sub)
+    _add_solve(sub)
+    _add_evaluate(sub)
+    _add_generate(sub)
+    _add_split(sub)
+    _add_agent(sub)
+    _add_export(sub)
+    _add_compare(sub)
+    _add_plot(sub)
+    _add_simulate(sub)
+    _add_solvers(sub)
     return p
 
 
