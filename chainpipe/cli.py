@@ -263,7 +263,7 @@ def cmd_export(args) -> int:
         return 1
     if args.output:
         atomic_write(args.output, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
-        print(f"wrote {args.output}: {args.to} for {plan.num_stages} stages", file=sys.stderr)
+        print(f"wrote {args.output}: {args.to} for {len(plan.all_stages)} stages", file=sys.stderr)
     else:
         sys.stdout.write(text)
     return 0

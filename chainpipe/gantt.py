@@ -6,7 +6,9 @@ boundary (the link the activations cross; inter-datacenter paths shaded), with
 every microbatch's forward and backward block and, for a stage of data-parallel
 width ``d > 1``, its gradient synchronisation after its last backward. A stage
 row is labelled with its devices, its ``d x t`` (when not ``1x1``) and its
-layers. The title gives both the
+layers. A plan of several pipelines draws them one above the other (labels
+``p0 s0 ...``, ``p1 s0 ...``, a line between two pipelines), then one row per
+chain link of the averaging of gradients across DCs (``R_X / H``) after them. The title gives both the
 simulated makespan and the cost model's ``T`` (they differ: ``docs/schedule.md``).
 
 A chart stays readable at any size: its time axis always covers the whole
@@ -32,7 +34,7 @@ from pathlib import Path
 from .drawing import pyplot, save_figure
 from .instance import Instance, InstanceError
 from .plan import Plan
-from .schedule import SYNC, PipelineRow, PipelineSchedule, simulate_pipeline
+from .schedule import CROSS_SYNC, SYNC, PipelineRow, PipelineSchedule, simulate_pipeline
 from .strict_json import quote
 
 FORWARD_COLOR = "#4C78A8"
@@ -42,6 +44,7 @@ BACKWARD_PALE = "#FBD3AE"
 INTER_DC_SHADE = "0.92"
 BUSY_COLOR = "#6F5E86"
 SYNC_COLOR = "#54A24B"
+CROSS_SYNC_COLOR = "#B279A2"
 #: a chart whose device blocks are narrower than this many pixels (median) shows busy spans
 DENSE_PX = 2.0
 #: microbatches drawn in full colour by default (``None`` draws every one)
@@ -69,7 +72,8 @@ def chart_rows(sim: PipelineSchedule, links: str = "auto") -> list[PipelineRow]:
     Returns
     -------
     list of PipelineRow
-        Every stage row and the chosen link rows.
+        Every stage row, the chosen link rows and every row of the averaging across
+        DCs (several pipelines).
 
     Raises
     ------
@@ -78,11 +82,10 @@ def chart_rows(sim: PipelineSchedule, links: str = "auto") -> list[PipelineRow]:
     """
     if links not in LINK_CHOICES:
         raise ValueError(f"links must be one of {', '.join(LINK_CHOICES)}, not {links!r}")
-    stages = sum(1 for r in sim.rows if r.kind == "stage")
     if links == "auto":
-        links = "all" if stages <= LINK_ROWS_UP_TO else "inter"
-    return [r for r in sim.rows
-            if r.kind == "stage" or links == "all" or (links == "inter" and r.inter_dc)]
+        links = "all" if sim.num_stages <= LINK_ROWS_UP_TO else "inter"
+    return [r for r in sim.rows if r.kind != "link" or links == "all"
+            or (links == "inter" and r.inter_dc)]
 
 
 def window_end(sim: PipelineSchedule, window: int | None) -> float:
@@ -99,24 +102,30 @@ def window_end(sim: PipelineSchedule, window: int | None) -> float:
     -------
     float
         The end of the last block of a microbatch ``< window`` (synchronisation
-        blocks, which come after every microbatch, aside); for all microbatches, the
-        larger of the makespan and ``T``.
+        blocks, inside and across DCs, which come after every microbatch, aside); for
+        all microbatches, the larger of the makespan and ``T``.
     """
     if window is None or window >= sim.microbatches:
         return max(sim.makespan_s, sim.iteration_time_s)
     return max((b.end for r in sim.rows for b in r.blocks
-                if b.op != SYNC and b.microbatch < window), default=sim.makespan_s)
+                if b.op not in (SYNC, CROSS_SYNC) and b.microbatch < window),
+               default=sim.makespan_s)
 
 
 def _title(sim: PipelineSchedule, stages: int, window: int | None, x_end: float,
            hidden_links: int) -> str:
     status = "" if sim.feasible else "  [plan INFEASIBLE: breaks a memory limit]"
+    shape = f"{stages} stages, {sim.microbatches} microbatches"
+    if sim.num_pipelines > 1:
+        shape = (f"{sim.num_pipelines} pipelines, {stages} stages, {sim.microbatches} "
+                 f"microbatches ({' + '.join(map(str, sim.pipeline_microbatches))})")
     lines = [
-        f"{sim.instance}: {sim.schedule.upper()} schedule of one iteration, {stages} stages, "
-        f"{sim.microbatches} microbatches (simulated){status}",
+        f"{sim.instance}: {sim.schedule.upper()} schedule of one iteration, {shape} "
+        f"(simulated){status}",
         f"simulated makespan {sim.makespan_s:.6g} s; cost model T = "
-        f"{sim.iteration_time_s:.6g} s; T / makespan = {sim.ratio:.4f}"
-        + (f"; synchronisation max R_s = {sim.sync_s:.6g} s" if sim.sync_s > 0 else ""),
+        f"{sim.iteration_time_s:.6g} s ({sim.objective}); T / makespan = {sim.ratio:.4f}"
+        + (f"; synchronisation max R_s = {sim.sync_s:.6g} s" if sim.sync_s > 0 else "")
+        + (f"; across DCs R_X / H = {sim.cross_sync_s:.6g} s" if sim.num_pipelines > 1 else ""),
     ]
     notes = []
     if window is not None and window < sim.microbatches:
@@ -148,15 +157,16 @@ def _draw_row(ax, row: PipelineRow, y: float, window: int | None, x_end: float,
     than a pixel apart merged (a device's forward and backward in one colour;
     a link keeps its two directions).
     """
-    if row.kind == "stage":
-        spans = {"F": (y - 0.38, 0.76), "B": (y - 0.38, 0.76), SYNC: (y - 0.38, 0.76)}
+    if row.kind != "link":
+        spans = {"F": (y - 0.38, 0.76), "B": (y - 0.38, 0.76), SYNC: (y - 0.38, 0.76),
+                 CROSS_SYNC: (y - 0.38, 0.76)}
     else:  # activations in the upper half, gradients in the lower half
         spans = {"F": (y + 0.02, 0.36), "B": (y - 0.38, 0.36)}
     shown = [b for b in row.blocks if b.start <= x_end]
     if not shown:
         return
-    alpha = 1.0 if row.kind == "stage" else 0.75
-    if dense:
+    alpha = 0.75 if row.kind == "link" else 1.0
+    if dense and row.kind != "cross":
         gap = 1.0 / px_per_s
         if row.kind == "stage":
             merged = {("busy", BUSY_COLOR): merge_spans([(b.start, b.duration) for b in shown
@@ -179,12 +189,12 @@ def _draw_row(ax, row: PipelineRow, y: float, window: int | None, x_end: float,
         full = window is None or b.microbatch < window
         groups.setdefault((b.op, full), []).append((b.start, b.duration))
         width_px = b.duration * px_per_s
-        text = "sync" if b.op == SYNC else str(b.microbatch)
-        if row.kind == "stage" and full and width_px >= 7 * len(text) + 3 and row_px >= 10:
+        text = {SYNC: "sync", CROSS_SYNC: "R_X / H"}.get(b.op, str(b.microbatch))
+        if row.kind != "link" and full and width_px >= 7 * len(text) + 3 and row_px >= 10:
             labels.append((b.start + b.duration / 2, text))
     for (op, full), bars in groups.items():
-        if op == SYNC:
-            color = SYNC_COLOR
+        if op in (SYNC, CROSS_SYNC):
+            color = SYNC_COLOR if op == SYNC else CROSS_SYNC_COLOR
         elif full:
             color = FORWARD_COLOR if op == "F" else BACKWARD_COLOR
         else:
@@ -251,6 +261,9 @@ def draw(sim: PipelineSchedule, ax=None, *, window: int | None = DEFAULT_WINDOW,
         if row.kind == "link" and row.inter_dc:
             ax.axhspan(y - 0.5, y + 0.5, color=INTER_DC_SHADE, zorder=0)
         _draw_row(ax, row, y, window, x_end, px_per_s, row_px, dense)
+    for i in range(1, n):  # a line between two pipelines, and before the averaging across DCs
+        if rows[i].pipeline != rows[i - 1].pipeline:
+            ax.axhline(n - i - 0.5, color="0.4", linewidth=0.8)
     ax.set_yticks(range(n))
     ax.set_yticklabels([r.label for r in reversed(rows)], fontsize=8 if n <= 30 else 6)
     ax.set_ylim(-0.6, n - 0.4)
@@ -270,7 +283,9 @@ def draw(sim: PipelineSchedule, ax=None, *, window: int | None = DEFAULT_WINDOW,
                                                      f"merged)"))
     if any(b.op == SYNC and b.start <= x_end for r in rows for b in r.blocks):
         handles.append(Patch(color=SYNC_COLOR, label="gradient synchronisation R_s"))
-    if any(r.inter_dc for r in rows):
+    if any(r.kind == "cross" for r in rows):
+        handles.append(Patch(color=CROSS_SYNC_COLOR, label="averaging across DCs R_X / H"))
+    if any(r.inter_dc and r.kind == "link" for r in rows):
         handles.append(Patch(color=INTER_DC_SHADE, label="inter-DC path"))
     below = -0.5 / max(fig_h * pos.height, 1.0)  # under the axis label, in axes fraction
     ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, below),
@@ -384,9 +399,13 @@ def cli_plot(args) -> int:
         written.append(str(data))
     shown = "" if window is None or window >= sim.microbatches else \
         f" (first {window} drawn in full; --microbatches all for every one)"
-    print(f"wrote {' and '.join(written)}: {sim.schedule} schedule, {plan.num_stages} stages, "
-          f"{sim.microbatches} microbatches{shown}")
+    pipes = f"{sim.num_pipelines} pipelines ({' + '.join(map(str, sim.pipeline_microbatches))} " \
+        "microbatches), " if sim.num_pipelines > 1 else ""
+    print(f"wrote {' and '.join(written)}: {sim.schedule} schedule, {pipes}{sim.num_stages} "
+          f"stages, {sim.microbatches} microbatches{shown}")
     sync = f" (synchronisation max R_s = {sim.sync_s:.6g} s included)" if sim.sync_s > 0 else ""
+    if sim.num_pipelines > 1:
+        sync += f" (averaging across DCs R_X / H = {sim.cross_sync_s:.6g} s included)"
     print(f"cost model T = {sim.iteration_time_s:.6g} s, simulated makespan "
           f"{sim.makespan_s:.6g} s{sync}, T / makespan = {sim.ratio:.4f} (docs/schedule.md)")
     if not sim.feasible:

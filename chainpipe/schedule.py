@@ -3,16 +3,21 @@
 :func:`simulate_pipeline` runs a plan's 1F1B or GPipe schedule as an event
 simulation on the resources and times of the cost model
 (:func:`chainpipe.plan.evaluate`): one device per stage, which runs one block
-at a time (a microbatch's forward or backward part of the stage's compute
-time ``C_s``), and one link per stage boundary, full duplex, which carries one
-activation (forward) and one gradient (backward) at a time, each occupying it
-``U_s`` and arriving ``latency`` later. Its makespan is the length of that
-concrete schedule; the cost model's ``T`` is a closed formula over the same
-times. After its last backward block each stage of data-parallel width ``d > 1``
-all-reduces its gradients: one synchronisation block of the cost model's ``R_s`` on
-its row, so a stage's synchronisation overlaps the drain of the stages before it
-(the cost model's ``T`` adds ``max_s R_s`` after the whole drain instead).
-``docs/schedule.md`` explains where and why the two differ.
+at a time (a microbatch's forward block of the stage's ``f_s`` or backward block
+of its ``b_s``, :func:`chainpipe.cost.phase_time`), and one link per stage
+boundary, full duplex, which carries one activation (forward) and one gradient
+(backward) at a time, each occupying it ``U_s`` and arriving ``latency`` later.
+After its last backward block each stage of data-parallel width ``d > 1``
+all-reduces its gradients: one synchronisation block of the cost model's ``R_s``
+on its row, so a stage's synchronisation overlaps the drain of the stages before
+it (the cost model's ``T`` adds ``max_s R_s`` after the whole drain instead).
+
+A plan of several pipelines (contract version 3) runs them side by side, each on
+its own devices with its own ``M_p`` microbatches; when every pipeline has
+synchronised inside its DCs, the gradients are averaged across DCs: one block of
+``R_X / H`` on a row of each chain link of the pipelines' span. The makespan is
+the end of the last block; its length is the cost model's ``T`` counted block by
+block. ``docs/schedule.md`` explains where and why the two differ.
 
 Nothing here draws: :mod:`chainpipe.gantt` draws a :class:`PipelineSchedule`.
 """
@@ -25,14 +30,16 @@ from dataclasses import dataclass, field
 
 from .cost import one_f_one_b_period
 from .instance import Instance, InstanceError
-from .plan import Evaluation, Plan, devices_label, evaluate
+from .plan import Evaluation, PipelineCost, Plan, StageCost, devices_label, evaluate
 
 #: a simulation with more blocks than this reports progress (see ``progress``)
 PROGRESS_BLOCKS = 200_000
-#: the most device blocks (``2 M S``) a simulation runs (some 10 s and 300 MB)
+#: the most device blocks (``2 M S`` summed over pipelines) a simulation runs (some 10 s, 300 MB)
 MAX_BLOCKS = 1_000_000
 #: ``Block.op`` of a stage's gradient synchronisation (its ``microbatch`` is -1)
 SYNC = "S"
+#: ``Block.op`` of the averaging of gradients across DCs, ``R_X / H`` (its ``microbatch`` is -1)
+CROSS_SYNC = "X"
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,11 +52,12 @@ class Block:
         Seconds from the start of the iteration.
     op : str
         ``"F"`` (forward: compute, or an activation on a link), ``"B"``
-        (backward: compute, or a gradient on a link) or ``"S"`` (:data:`SYNC`: the
-        stage's gradient synchronisation ``R_s``, once per iteration).
+        (backward: compute, or a gradient on a link), ``"S"`` (:data:`SYNC`: the
+        stage's gradient synchronisation ``R_s``, once per iteration) or ``"X"``
+        (:data:`CROSS_SYNC`: the averaging across DCs, ``R_X / H``, on a chain link).
     microbatch : int
-        0-based microbatch index; -1 for a synchronisation block (every microbatch's
-        gradients at once).
+        0-based microbatch index within its pipeline; -1 for a synchronisation block
+        (every microbatch's gradients at once).
     """
 
     start: float
@@ -64,16 +72,19 @@ class Block:
 
 @dataclass
 class PipelineRow:
-    """The blocks of one resource: a stage's device or a boundary's link.
+    """The blocks of one resource: a stage's device, a boundary's link, or a chain link
+    of the averaging across DCs.
 
-    ``kind`` is ``"stage"`` or ``"link"``; ``inter_dc`` marks a link whose path
-    spans datacenters.
+    ``kind`` is ``"stage"``, ``"link"`` or ``"cross"`` (a chain link carrying
+    ``R_X / H``); ``inter_dc`` marks a link whose path spans datacenters; ``pipeline``
+    is the row's pipeline (-1 for a ``"cross"`` row).
     """
 
     label: str
     kind: str
     inter_dc: bool = False
     blocks: list[Block] = field(default_factory=list)
+    pipeline: int = 0
 
 
 @dataclass
@@ -85,17 +96,29 @@ class PipelineSchedule:
     instance, schedule : str
         Instance name and ``"1f1b"`` or ``"gpipe"``.
     microbatches : int
-        ``M``.
+        ``M``, all pipelines together.
     iteration_time_s : float
-        ``T`` of the cost model (:func:`chainpipe.plan.evaluate`).
+        ``T`` of the cost model (:func:`chainpipe.plan.evaluate`), under the
+        instance's objective.
     makespan_s : float
         End of the last block of the simulated schedule, synchronisation included.
-    sync_s : float
-        ``max_s R_s``, the cost model's synchronisation term (0 when every ``d = 1``).
     feasible : bool
         Whether the plan keeps every rule (a memory limit may be broken).
     rows : list of PipelineRow
-        Stage rows and link rows in chain order (stage 0, link 0-1, stage 1, ...).
+        Pipeline by pipeline, stage rows and link rows in chain order (stage 0,
+        link 0-1, stage 1, ...); then, with several pipelines, one ``"cross"`` row per
+        chain link of the averaging across DCs.
+    sync_s : float
+        ``max_s R_s``, the cost model's synchronisation term (0 when every ``d = 1``).
+    pipeline_makespans_s : tuple of float
+        Each pipeline's own makespan: the end of its last block, its stages'
+        synchronisation included.
+    pipeline_microbatches : tuple of int
+        ``M_p`` of each pipeline.
+    cross_sync_s : float
+        ``R_X / H``, the averaging across DCs per iteration (0 for one pipeline).
+    objective : str
+        The objective ``T`` is computed under.
     """
 
     instance: str
@@ -106,6 +129,20 @@ class PipelineSchedule:
     feasible: bool
     rows: list[PipelineRow]
     sync_s: float = 0.0
+    pipeline_makespans_s: tuple[float, ...] = ()
+    pipeline_microbatches: tuple[int, ...] = ()
+    cross_sync_s: float = 0.0
+    objective: str = "classic"
+
+    @property
+    def num_pipelines(self) -> int:
+        """``P``."""
+        return max(len(self.pipeline_makespans_s), 1)
+
+    @property
+    def num_stages(self) -> int:
+        """Stages of every pipeline together."""
+        return sum(1 for r in self.rows if r.kind == "stage")
 
     @property
     def ratio(self) -> float:
@@ -115,10 +152,14 @@ class PipelineSchedule:
     def to_dict(self) -> dict:
         """The schedule as JSON-ready data (``chainpipe plot --data FILE.json``)."""
         return {
-            "instance": self.instance, "schedule": self.schedule,
+            "instance": self.instance, "schedule": self.schedule, "objective": self.objective,
             "microbatches": self.microbatches, "iteration_time_s": self.iteration_time_s,
-            "makespan_s": self.makespan_s, "sync_s": self.sync_s, "feasible": self.feasible,
+            "makespan_s": self.makespan_s, "sync_s": self.sync_s,
+            "cross_sync_s": self.cross_sync_s, "feasible": self.feasible,
+            "pipelines": [{"microbatches": m, "makespan_s": t} for m, t in
+                          zip(self.pipeline_microbatches, self.pipeline_makespans_s)],
             "rows": [{"label": r.label, "kind": r.kind, "inter_dc": r.inter_dc,
+                      "pipeline": r.pipeline,
                       "blocks": [{"start": b.start, "duration": b.duration, "op": b.op,
                                   "microbatch": b.microbatch} for b in r.blocks]}
                      for r in self.rows],
@@ -126,9 +167,10 @@ class PipelineSchedule:
 
     def csv_rows(self) -> tuple[list[str], list[list]]:
         """Header and one row per block (``chainpipe plot --data FILE.csv``)."""
-        header = ["row", "resource", "kind", "op", "microbatch", "start_s", "duration_s"]
-        rows = [[i, r.label, r.kind, b.op, b.microbatch, f"{b.start:.9g}", f"{b.duration:.9g}"]
-                for i, r in enumerate(self.rows) for b in r.blocks]
+        header = ["row", "resource", "kind", "op", "microbatch", "start_s", "duration_s",
+                  "pipeline"]
+        rows = [[i, r.label, r.kind, b.op, b.microbatch, f"{b.start:.9g}", f"{b.duration:.9g}",
+                 r.pipeline] for i, r in enumerate(self.rows) for b in r.blocks]
         return header, rows
 
 
@@ -148,7 +190,7 @@ def stage_order(schedule: str, num_stages: int, s: int, M: int) -> list[tuple[st
     s : int
         0-based stage index.
     M : int
-        Number of microbatches.
+        Number of microbatches (of the stage's pipeline).
 
     Returns
     -------
@@ -165,54 +207,58 @@ def stage_order(schedule: str, num_stages: int, s: int, M: int) -> list[tuple[st
     return order
 
 
-def block_durations(instance: Instance, plan: Plan,
-                    ev: Evaluation) -> tuple[list[float], list[float]]:
-    """Forward and backward block lengths of each stage, seconds.
+def block_durations(stages: list[StageCost]) -> tuple[list[float], list[float]]:
+    """Forward and backward block lengths of each stage, seconds: the cost model's ``f_s``
+    and ``b_s`` (``forward_time_s``, ``backward_time_s`` of :func:`chainpipe.plan.evaluate`).
 
-    A stage's compute time ``C_s`` (from ``ev``) is split in the ratio of its
-    layers' forward and backward FLOP (half and half for a stage of no FLOP).
+    Parameters
+    ----------
+    stages : sequence of StageCost
+        One pipeline's stages (``evaluate(...).pipelines[p].stages``).
+
+    Returns
+    -------
+    tuple of (list of float, list of float)
+        ``f_s`` and ``b_s`` per stage.
     """
-    fwd, bwd = [], []
-    for st in ev.stages:
-        part = instance.layers[st.start:st.end]
-        f = sum(ly.fwd_flop for ly in part)
-        total = f + sum(ly.bwd_flop for ly in part)
-        share = f / total if total > 0 else 0.5
-        fwd.append(st.compute_time_s * share)
-        bwd.append(st.compute_time_s - fwd[-1])
-    return fwd, bwd
+    return [st.forward_time_s for st in stages], [st.backward_time_s for st in stages]
 
 
-def stage_label(s: int, stage) -> str:
+def stage_label(s: int, stage, pipeline: int | None = None) -> str:
     """A stage row's label: ``s0 a/g/0 [0,3)``, with ``2x4`` after the devices unless
-    ``d = t = 1``."""
+    ``d = t = 1``, and ``p1 `` before it when ``pipeline`` is given (several pipelines)."""
     width = "" if stage.data_parallel == stage.tensor_parallel == 1 else \
         f" {stage.data_parallel}x{stage.tensor_parallel}"
-    return f"s{s} {devices_label(stage.devices)}{width} [{stage.start},{stage.end})"
+    prefix = "" if pipeline is None else f"p{pipeline} "
+    return f"{prefix}s{s} {devices_label(stage.devices)}{width} [{stage.start},{stage.end})"
 
 
-def _rows(plan: Plan, ev: Evaluation) -> tuple[list[PipelineRow], list[PipelineRow]]:
-    stage_rows = [PipelineRow(stage_label(s, st), "stage") for s, st in enumerate(plan.stages)]
+def _rows(pipe: PipelineCost, several: bool) -> tuple[list[PipelineRow], list[PipelineRow]]:
+    p = pipe.index
+    prefix = f"p{p} " if several else ""
+    stage_rows = [PipelineRow(stage_label(s, st, p if several else None), "stage", pipeline=p)
+                  for s, st in enumerate(pipe.stages)]
     link_rows = []
-    for b in ev.boundaries:
+    for b in pipe.boundaries:
         inter = len(b.path) > 1
         name = "-".join(b.path) if inter else f"{b.path[0]} internal"
-        link_rows.append(PipelineRow(f"link {name} (s{b.after_stage}->s{b.after_stage + 1})",
-                                     "link", inter))
+        link_rows.append(PipelineRow(f"{prefix}link {name} (s{b.after_stage}->"
+                                     f"s{b.after_stage + 1})", "link", inter, pipeline=p))
     return stage_rows, link_rows
 
 
 class _Pipeline:
-    """The state of the event simulation: what each device and link has done so far."""
+    """The state of the event simulation of one pipeline: what each device and link has
+    done so far."""
 
-    def __init__(self, instance: Instance, plan: Plan, ev: Evaluation):
-        S, M = plan.num_stages, instance.microbatches
+    def __init__(self, schedule: str, pipe: PipelineCost, several: bool = False):
+        S, M = len(pipe.stages), pipe.microbatches
         self.S, self.M = S, M
-        self.fwd, self.bwd = block_durations(instance, plan, ev)
-        self.sync = [st.sync_time_s for st in ev.stages]
-        self.U = [b.occupancy_s for b in ev.boundaries]
-        self.lat = [b.latency_s for b in ev.boundaries]
-        self.orders = [stage_order(instance.training.schedule, S, s, M) for s in range(S)]
+        self.fwd, self.bwd = block_durations(pipe.stages)
+        self.sync = [st.sync_time_s for st in pipe.stages]
+        self.U = [b.occupancy_s for b in pipe.boundaries]
+        self.lat = [b.latency_s for b in pipe.boundaries]
+        self.orders = [stage_order(schedule, S, s, M) for s in range(S)]
         self.pos = [0] * S  # next block of each stage's order
         self.device_free = [0.0] * S
         self.f_done = [[False] * M for _ in range(S)]
@@ -220,7 +266,7 @@ class _Pipeline:
         self.arrive_b = [[math.nan] * M for _ in range(S)]  # gradient of m at stage s
         self.f_end_last = [math.nan] * M  # forward of m done on the last stage
         self.link_free = {"F": [0.0] * max(S - 1, 0), "B": [0.0] * max(S - 1, 0)}
-        self.stage_rows, self.link_rows = _rows(plan, ev)
+        self.stage_rows, self.link_rows = _rows(pipe, several)
 
     def ready(self, s: int, op: str, m: int) -> float | None:
         """When block ``(op, m)`` of stage ``s`` has its input, or ``None`` if not yet known."""
@@ -285,6 +331,11 @@ class _Pipeline:
                 self.stage_rows[s].blocks.append(Block(self.device_free[s], r, SYNC, -1))
                 self.device_free[s] += r
 
+    @property
+    def makespan(self) -> float:
+        """The end of the pipeline's last block, synchronisation included."""
+        return max(self.device_free, default=0.0)
+
     def rows(self) -> list[PipelineRow]:
         out = []
         for s in range(self.S):
@@ -294,6 +345,49 @@ class _Pipeline:
         return out
 
 
+def _cross_rows(instance: Instance, plan: Plan, ev: Evaluation, start: float) -> list[PipelineRow]:
+    """One ``"cross"`` row per chain link of the pipelines' span, each busy ``R_X / H`` from
+    ``start`` (every pipeline synchronised inside its DCs); none for one pipeline."""
+    if plan.num_pipelines == 1:
+        return []
+    dcs = [instance.locate(pipe.stages[i].devices[0]).dc for pipe in plan.pipelines
+           for i in (0, -1)]
+    names = [dc.name for dc in instance.datacenters]
+    length = ev.cross_sync_s / ev.cross_sync_period
+    return [PipelineRow(f"across DCs: link {names[k]}-{names[k + 1]} (R_X / H)", "cross", True,
+                        [Block(start, length, CROSS_SYNC, -1)], -1)
+            for k in range(min(dcs), max(dcs))]
+
+
+def _check_size(plan: Plan, ev: Evaluation) -> int:
+    """The device blocks of the schedule, ``sum_p 2 M_p S_p``; ``ValueError`` above
+    :data:`MAX_BLOCKS`."""
+    blocks = sum(2 * p.microbatches * len(p.stages) for p in ev.pipelines)
+    if blocks > MAX_BLOCKS:
+        what = " + ".join(f"2 x {p.microbatches:,} microbatches x {len(p.stages)} stages"
+                          for p in ev.pipelines)
+        raise ValueError(f"the schedule has {blocks:,} blocks ({what}); the simulation runs at "
+                         f"most {MAX_BLOCKS:,}: simulate a copy of the instance with fewer "
+                         f"microbatches")
+    return blocks
+
+
+def _run_all(sims: list[_Pipeline], total: int, progress: bool | None) -> None:
+    """Run every pipeline's simulation, behind one progress bar when asked (or large)."""
+    if progress is None:
+        progress = total > PROGRESS_BLOCKS
+    if not progress:
+        for sim in sims:
+            sim.run()
+        return
+    from tqdm import tqdm
+
+    with tqdm(total=total, desc="simulating", unit="block", unit_scale=True, delay=1.0,
+              leave=False) as bar:
+        for sim in sims:
+            sim.run(bar.update)
+
+
 def simulate_pipeline(instance: Instance, plan: Plan, *,
                       progress: bool | None = None) -> PipelineSchedule:
     """Simulate one iteration of ``plan`` block by block (see the module doc).
@@ -301,11 +395,12 @@ def simulate_pipeline(instance: Instance, plan: Plan, *,
     Parameters
     ----------
     instance : Instance
-        The instance; its ``training.schedule`` (1F1B or GPipe) and
-        ``microbatches`` set the schedule.
+        The instance; its ``training.schedule`` (1F1B or GPipe) sets the schedule,
+        each pipeline's ``M_p`` its microbatches.
     plan : Plan
-        A plan whose stages name real devices and layer ranges (it may break a
-        memory limit: the schedule is simulated anyway and marked infeasible).
+        A plan of one or several pipelines whose stages name real devices and layer
+        ranges (it may break a rule such as a memory limit: the schedule is simulated
+        anyway and marked infeasible).
     progress : bool, optional
         Show a progress bar on stderr (``tqdm``). By default it is shown for a
         simulation of more than :data:`PROGRESS_BLOCKS` blocks that runs longer
@@ -314,8 +409,8 @@ def simulate_pipeline(instance: Instance, plan: Plan, *,
     Returns
     -------
     PipelineSchedule
-        Every block of every device and link, the makespan and the cost
-        model's ``T``.
+        Every block of every device and link, the makespan (and each pipeline's) and
+        the cost model's ``T``.
 
     Raises
     ------
@@ -327,27 +422,18 @@ def simulate_pipeline(instance: Instance, plan: Plan, *,
     ev = evaluate(instance, plan)
     if not math.isfinite(ev.iteration_time_s):
         raise InstanceError(list(ev.violations))
-    blocks = 2 * instance.microbatches * plan.num_stages
-    if blocks > MAX_BLOCKS:
-        raise ValueError(f"the schedule has {blocks:,} blocks (2 x {instance.microbatches:,} "
-                         f"microbatches x {plan.num_stages} stages); the simulation runs at "
-                         f"most {MAX_BLOCKS:,}: simulate a copy of the instance with fewer "
-                         f"microbatches")
-    sim = _Pipeline(instance, plan, ev)
-    total = 2 * sim.M * sim.S
-    if progress is None:
-        progress = total > PROGRESS_BLOCKS
-    if progress:
-        from tqdm import tqdm
-
-        with tqdm(total=total, desc="simulating", unit="block", unit_scale=True, delay=1.0,
-                  leave=False) as bar:
-            sim.run(bar.update)
-    else:
-        sim.run()
-    makespan = max(sim.device_free) if sim.device_free else 0.0
-    return PipelineSchedule(instance.name, instance.training.schedule, sim.M,
-                            ev.iteration_time_s, makespan, ev.feasible, sim.rows(), ev.sync_s)
+    total = _check_size(plan, ev)
+    several = plan.num_pipelines > 1
+    sims = [_Pipeline(instance.training.schedule, pipe, several) for pipe in ev.pipelines]
+    _run_all(sims, total, progress)
+    ends = tuple(sim.makespan for sim in sims)
+    cross = _cross_rows(instance, plan, ev, max(ends))
+    length = ev.cross_sync_s / ev.cross_sync_period if several else 0.0
+    rows = [row for sim in sims for row in sim.rows()] + cross
+    return PipelineSchedule(instance.name, instance.training.schedule, instance.microbatches,
+                            ev.iteration_time_s, max(ends) + length, ev.feasible, rows,
+                            ev.sync_s, ends, tuple(p.microbatches for p in ev.pipelines),
+                            length, ev.objective)
 
 
 # --------------------------------------------------------------------------- closed forms
@@ -355,18 +441,19 @@ def gpipe_makespan(instance: Instance, plan: Plan, ev: Evaluation | None = None)
     """The exact makespan of the simulated GPipe schedule, in closed form.
 
     GPipe runs every forward, then every backward: two flow shops of identical
-    jobs one after the other, each paced by its slowest resource. The last
-    backward block of stage ``s`` ends at::
+    jobs one after the other, each paced by its slowest resource. In a pipeline of
+    ``M_p`` microbatches the last backward block of stage ``s`` ends at::
 
-        E_s = sum F + sum (U + lat) + (M - 1) * max(F_max, U_max)          # forwards
-              + sum_{j>=s} B_j + sum_{s<=j<S-1} (U_j + lat_j)
-              + (M - 1) * max(max_{j>=s} B_j, max_{s<=j<S-1} U_j)           # backwards
+        E_s = sum f + sum (U + lat) + (M_p - 1) * max(f_max, U_max)        # forwards
+              + sum_{j>=s} b_j + sum_{s<=j<S-1} (U_j + lat_j)
+              + (M_p - 1) * max(max_{j>=s} b_j, max_{s<=j<S-1} U_j)         # backwards
 
-    with ``F``/``B`` the forward/backward blocks of each stage (see
-    :func:`block_durations`), and the makespan is ``max_s (E_s + R_s)``, each stage
-    synchronising after its last backward. Without synchronisation it is ``E_0 =
-    fill + (M - 1) * (max(F_max, U_max) + max(B_max, U_max))``, never below the cost
-    model's ``T``.
+    with ``f``/``b`` the cost model's forward/backward times of each stage (see
+    :func:`block_durations`), and the pipeline ends at ``max_s (E_s + R_s)``, each
+    stage synchronising after its last backward. Without synchronisation it is
+    ``E_0 = fill + (M_p - 1) * (max(f_max, U_max) + max(b_max, U_max))``: the pipeline's
+    ``T_p`` under the ``period`` objective. With several pipelines the averaging across
+    DCs, ``R_X / H``, follows the slowest.
 
     Parameters
     ----------
@@ -381,17 +468,24 @@ def gpipe_makespan(instance: Instance, plan: Plan, ev: Evaluation | None = None)
         Seconds.
     """
     ev = ev or evaluate(instance, plan)
-    fwd, bwd = block_durations(instance, plan, ev)
-    occupancy = [b.occupancy_s for b in ev.boundaries]
-    hops = [b.occupancy_s + b.latency_s for b in ev.boundaries]
-    M, S = instance.microbatches, len(fwd)
+    ends = [_gpipe_pipeline_end(pipe) for pipe in ev.pipelines]
+    cross = ev.cross_sync_s / ev.cross_sync_period if len(ends) > 1 else 0.0
+    return max(ends) + cross
+
+
+def _gpipe_pipeline_end(pipe: PipelineCost) -> float:
+    """``max_s (E_s + R_s)`` of one pipeline under GPipe (:func:`gpipe_makespan`)."""
+    fwd, bwd = block_durations(pipe.stages)
+    occupancy = [b.occupancy_s for b in pipe.boundaries]
+    hops = [b.occupancy_s + b.latency_s for b in pipe.boundaries]
+    M, S = pipe.microbatches, len(fwd)
     forwards = sum(fwd) + sum(hops) + (M - 1) * max(max(fwd), max(occupancy, default=0.0))
     makespan, path, pace = 0.0, 0.0, 0.0
     for s in reversed(range(S)):  # the backward flow shop from the last stage down to s
         path += bwd[s] + (hops[s] if s < S - 1 else 0.0)
         pace = max(pace, bwd[s], occupancy[s] if s < S - 1 else 0.0)
         end = forwards + path + (M - 1) * pace
-        makespan = max(makespan, end + ev.stages[s].sync_time_s)
+        makespan = max(makespan, end + pipe.stages[s].sync_time_s)
     return makespan
 
 
@@ -411,10 +505,11 @@ def one_f_one_b_cycle(ev: Evaluation, microbatches: int) -> float:
 
     Parameters
     ----------
-    ev : Evaluation
-        ``evaluate(instance, plan)``.
+    ev : Evaluation or PipelineCost
+        ``evaluate(instance, plan)`` of a one-pipeline plan, or one pipeline's costs
+        (``evaluate(...).pipelines[p]``) of a plan of several.
     microbatches : int
-        ``M``.
+        ``M`` (``M_p`` of that pipeline).
 
     Returns
     -------
@@ -426,6 +521,6 @@ def one_f_one_b_cycle(ev: Evaluation, microbatches: int) -> float:
                               [b.traversal_s for b in ev.boundaries], microbatches)
 
 
-__all__ = ["SYNC", "Block", "PipelineRow", "PipelineSchedule", "block_durations",
+__all__ = ["CROSS_SYNC", "SYNC", "Block", "PipelineRow", "PipelineSchedule", "block_durations",
            "gpipe_makespan", "one_f_one_b_cycle", "simulate_pipeline",
            "stage_label", "stage_order"]

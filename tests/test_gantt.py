@@ -93,7 +93,7 @@ def test_plot_data_on_request(tmp_path, suffix):
         assert sum(len(r["blocks"]) for r in doc["rows"] if r["kind"] == "stage") == blocks
     else:
         lines = data.read_text().splitlines()
-        assert lines[0] == "row,resource,kind,op,microbatch,start_s,duration_s"
+        assert lines[0] == "row,resource,kind,op,microbatch,start_s,duration_s,pipeline"
         assert sum(1 for ln in lines[1:] if ",stage," in ln) == blocks
 
 

@@ -162,7 +162,7 @@ def test_gpipe_makespan_is_the_flow_shop_closed_form_and_never_below_T():
         inst = _with(inst, "gpipe")
         ev = evaluate(inst, plan)
         sim = simulate_pipeline(inst, plan)
-        fwd, bwd = block_durations(inst, plan, ev)
+        fwd, bwd = block_durations(ev.stages)
         u = max((b.occupancy_s for b in ev.boundaries), default=0.0)
         closed = ev.fill_drain_s + (inst.microbatches - 1) * (max(max(fwd), u) +
                                                               max(max(bwd), u))

@@ -10,6 +10,9 @@ plans whose stages share one data-parallel width and one tensor-parallel
 degree and whose cuts fall between whole transformer blocks. For any other
 plan :class:`Inexpressible` says why and carries the best plan the format can
 express (:func:`~chainpipe.export.nearest.nearest_plan`) with its ``T``.
+A plan of several pipelines (contract version 3) is written by ``ranks``, its
+ranks numbered pipeline by pipeline; ``megatron`` and ``torchtitan`` launch one
+pipeline per job and refuse it with one line (:class:`Unsupported`).
 """
 
 from __future__ import annotations
@@ -46,7 +49,7 @@ def batch_size(instance: Instance, plan: Plan, given: int | None = None) -> int:
         raise InstanceError([f"--microbatch-size: {given} differs from the instance's "
                              f"training.microbatch_size ({stated}), which its figures are for"])
     size = stated if stated is not None else given
-    widths = sorted({st.data_parallel for st in plan.stages if size % st.data_parallel})
+    widths = sorted({st.data_parallel for st in plan.all_stages if size % st.data_parallel})
     if widths:
         raise InstanceError([f"--microbatch-size: {size} sequences cannot be split evenly over "
                              f"{widths[0]} data-parallel replicas (a stage's d)"])
@@ -54,7 +57,23 @@ def batch_size(instance: Instance, plan: Plan, given: int | None = None) -> int:
 
 
 class Unsupported(RuntimeError):
-    """A format cannot be written for this model (one line saying why)."""
+    """A format cannot be written for this model or plan (one line saying why)."""
+
+
+def several_pipelines_problem(plan: Plan, fmt: str) -> str | None:
+    """Why ``fmt`` (``megatron``, ``torchtitan``) cannot write ``plan``, a plan of several
+    pipelines, or ``None`` for a plan of one.
+
+    Both frameworks run one pipeline per job with one data-parallel size; pipelines of
+    different cuts and microbatch counts averaging gradients across DCs are not a launch
+    either writes.
+    """
+    if plan.num_pipelines == 1:
+        return None
+    counts = "+".join(str(p.microbatches) for p in plan.pipelines)
+    return (f"{fmt} launches one pipeline per job, and this plan runs {plan.num_pipelines} "
+            f"({counts} microbatches) averaging gradients across DCs: export --to ranks "
+            f"writes every pipeline's ranks")
 
 
 def export(instance: Instance, plan: Plan, fmt: str, *, csv: bool = False,
@@ -95,7 +114,8 @@ def export(instance: Instance, plan: Plan, fmt: str, *, csv: bool = False,
         ``fmt`` cannot express this plan; the exception names why and the best
         plan it can express, with its ``T``.
     Unsupported
-        ``torchtitan`` for a model whose module names it would not get right.
+        ``torchtitan`` for a model whose module names it would not get right;
+        ``megatron`` or ``torchtitan`` for a plan of several pipelines.
     ValueError
         An unknown format.
     """
@@ -107,6 +127,8 @@ def export(instance: Instance, plan: Plan, fmt: str, *, csv: bool = False,
     if fmt == "ranks":
         rows = rank_rows(instance, plan)
         return ranks_csv(rows) if csv else ranks_json(instance, plan, ev, rows)
+    if why := several_pipelines_problem(plan, fmt):
+        raise Unsupported(why)
     size = batch_size(instance, plan, microbatch_size)
     if why := expressible_problem(instance, plan):
         raise Inexpressible(fmt, why, nearest_plan(instance), ev.iteration_time_s)
@@ -118,4 +140,4 @@ def export(instance: Instance, plan: Plan, fmt: str, *, csv: bool = False,
 
 
 __all__ = ["BATCH_FORMATS", "FORMATS", "Inexpressible", "Unsupported", "batch_size", "export",
-           "nearest_plan"]
+           "nearest_plan", "several_pipelines_problem"]
