@@ -1,8 +1,9 @@
 """Which features of contract version 3 a solver handles: the one refusal rule.
 
-No exact solver plans under version 3 yet (``docs/model.md``, "What the solvers
-support"). Rather than prove the optimum of another problem, a solver refuses an
-instance that needs a feature it lacks, with one line naming it. The solve facade
+Only ``dp`` plans under version 3 so far (the ``period`` objective and several
+pipelines, proven in ``docs/dp.md``, "Version 3"; ``docs/model.md``, "What a solver
+reports"). Rather than prove the optimum of another problem, every other exact solver
+refuses an instance that needs a feature it lacks, with one line naming it. The solve facade
 (:func:`chainpipe.solve.unsupported`) and the CDynP owner across hosts ask
 :func:`refusal`; nothing else decides it.
 """
@@ -12,8 +13,8 @@ from __future__ import annotations
 from .instance import Training
 
 #: the version-3 features each solver handles, by name; a solver not listed handles
-#: none (exact) or only the ``period`` objective (a baseline: see :func:`refusal`)
-SUPPORTED: dict[str, frozenset[str]] = {}
+#: none (exact) or :data:`BASELINE_FEATURES` (a baseline: see :func:`refusal`)
+SUPPORTED: dict[str, frozenset[str]] = {"dp": frozenset({"period", "pipelines"})}
 
 
 def features(training: Training) -> dict[str, str]:
@@ -33,6 +34,10 @@ def features(training: Training) -> dict[str, str]:
     return out
 
 
+#: the version-3 features every baseline handles (:func:`refusal`)
+BASELINE_FEATURES = frozenset({"period", "pipelines"})
+
+
 def refusal(training: Training, solver: str, exact: bool = True) -> str | None:
     """Why ``solver`` cannot solve an instance of this ``training`` yet, or ``None``.
 
@@ -43,17 +48,19 @@ def refusal(training: Training, solver: str, exact: bool = True) -> str | None:
     solver : str
         The solver's registered name (its entry in :data:`SUPPORTED`, if any).
     exact : bool, default True
-        Whether the solver proves optima. A baseline (``False``) runs under ``period``:
-        its plan is a heuristic whose ``T`` the cost model computes under the instance's
-        objective, and feasibility does not depend on the objective; it still refuses
-        several pipelines, as it plans only one.
+        Whether the solver proves optima. A baseline (``False``) handles
+        :data:`BASELINE_FEATURES`: it runs under ``period`` (its plan is a heuristic whose
+        ``T`` the cost model computes under the instance's objective, and feasibility does
+        not depend on the objective) and when several pipelines are allowed (it returns
+        a plan of one pipeline unless designed for several; where 1 is not an allowed
+        count that plan is refused as infeasible, status ``error``).
 
     Returns
     -------
     str or None
         ``"<solver> does not support contract version 3 yet: <what>"``, one line.
     """
-    handled = SUPPORTED.get(solver, frozenset() if exact else frozenset({"period"}))
+    handled = SUPPORTED.get(solver, frozenset() if exact else BASELINE_FEATURES)
     missing = [words for name, words in features(training).items() if name not in handled]
     if not missing:
         return None

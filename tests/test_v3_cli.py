@@ -56,12 +56,19 @@ def test_evaluate_lists_the_broken_pipeline_rules(capsys, tmp_path):
 
 
 def test_solve_refuses_a_period_instance_with_one_line(capsys):
+    code, out, err = call(capsys, "solve", VALID / "worked_example_v3_gpipe.json", "--solver",
+                          "cpsat", "--format", "json")
+    result = json.loads(out)
+    assert code == 1 and result["status"] == "error" and result["plan"] is None
+    assert result["message"] == ("cpsat does not support contract version 3 yet: objective "
+                                 "'period' (training.objective; 'classic' is supported)")
+
+
+def test_solve_dp_proves_a_period_optimum(capsys):
     code, out, err = call(capsys, "solve", VALID / "worked_example_v3_gpipe.json", "--format",
                           "json")
     result = json.loads(out)
-    assert code == 1 and result["status"] == "error" and result["plan"] is None
-    assert result["message"] == ("dp does not support contract version 3 yet: objective "
-                                 "'period' (training.objective; 'classic' is supported)")
+    assert code == 0 and result["status"] == "optimal" and result["iteration_time_s"] == 21
 
 
 def test_a_plan_file_of_a_bad_shape_exits_2_naming_each_path(capsys, tmp_path):

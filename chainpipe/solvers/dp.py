@@ -32,6 +32,7 @@ from .. import cost
 from ..deadline import Deadline, TimeUp
 from ..plan import Plan
 from ..result import OptionError, Outcome, number_option
+from ..support import features
 from ..tables import CostTables, dominated_options, fill_bound, fill_curve
 from .labels import (
     BOUND_SLACK,
@@ -56,6 +57,12 @@ def run(instance, *, deadline=None, seed=0, threads=1, log=None, upper_bound=Non
     if upper_bound is not None:
         upper_bound = number_option("dp", "upper_bound", upper_bound, strict=True)
     deadline = Deadline.of(deadline)
+    if features(instance.training):  # version 3: the period objective, several pipelines
+        if upper_bound is not None:
+            raise OptionError("dp: upper_bound is not supported under contract version 3 yet")
+        from .dp_pipelines import solve as solve_v3
+
+        return solve_v3(instance, deadline, log)
     tables = CostTables(instance)
     reason = tables.infeasibility_reason()
     if reason:

@@ -1,0 +1,268 @@
+"""The exact DP under contract version 3: the ``period`` objective and several pipelines.
+
+:func:`chainpipe.solvers.dp.run` hands an instance here when it needs a version-3
+feature (:func:`chainpipe.support.features`). ``docs/dp.md`` ("Version 3") proves each step:
+
+1. **One pipeline.** The classic optimum (the version-2 search) bounds the answer: its
+   ``T`` under ``classic`` is a lower bound (no period is below the classic one) and its
+   ``T`` under the instance's objective an upper bound. When they meet, it is optimal;
+   otherwise :class:`~chainpipe.solvers.dp_period.PipelineSearch` runs trials between them.
+2. **Several pipelines.** A pipeline's cost depends only on its DC range and ``M_p``, and
+   ``R_X`` only on the outer span. Per last DC and ``M_p`` one search gives, per first DC,
+   the plans not dominated in ``(T_p, max R)``. For each span and count ``P``, a sweep over
+   the synchronisation ``theta`` (entries with ``max R < theta``, ``theta`` dropping below
+   each solution's) and, inside it, a bisection on the target ``tau`` of ``max T_p``: a
+   range's largest ``M_p`` meeting ``tau`` (``T_p`` grows with ``M_p``) and a DP over the
+   ranges of the span decide whether ``tau`` is reachable.
+
+Every reported ``T`` is :func:`chainpipe.plan.evaluate`'s.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from .. import cost
+from ..deadline import Deadline, TimeUp
+from ..plan import Pipeline, Plan, evaluate
+from ..result import Outcome
+from ..tables import CostTables
+from .dp_period import PipelineSearch
+
+#: relative width at which the bisection on ``max T_p`` stops (the contract's optimum is
+#: within a relative 1e-6)
+TAU_RTOL = 1e-10
+#: trial bounds between the classic lower bound and the classic optimum's own ``T``
+STEPS = (0.01, 0.03, 0.1, 0.3, 1.0)
+
+
+def solve(instance, deadline: Deadline, log=None) -> Outcome:
+    """The proven optimum of a version-3 instance over every allowed pipeline count."""
+    tables = CostTables(instance)
+    pipelines = instance.parallelism.pipelines
+    best = _Best()
+    proven = []
+    try:
+        if 1 in pipelines:
+            lb = _one_pipeline(instance, tables, deadline, best, log)
+            if lb is not None:
+                proven.append(lb)
+        many = [P for P in sorted(pipelines) if 2 <= P <= min(instance.microbatches, tables.K)]
+        if many:
+            _Several(instance, tables, deadline, best, log).run(many)
+    except TimeUp:
+        if best.plan is None:
+            return Outcome("no_solution", lower_bound=None,
+                           message="time limit reached before a plan was found")
+        return Outcome("feasible", plan=best.plan, lower_bound=None,
+                       message="time limit reached before the plan was proven optimal")
+    if best.plan is None:
+        return Outcome("infeasible", lower_bound=None, message=_why_infeasible(tables))
+    return Outcome("optimal", plan=best.plan, lower_bound=None,
+                   stats={"objective_s": best.T, "searches": best.searches})
+
+
+class _Best:
+    """The incumbent: its plan and its ``T`` by :func:`evaluate`."""
+
+    def __init__(self):
+        self.T, self.plan, self.searches = math.inf, None, 0
+
+    def offer(self, instance, plan: Plan) -> None:
+        ev = evaluate(instance, plan)
+        if ev.feasible and ev.iteration_time_s < self.T:
+            self.T, self.plan = float(ev.iteration_time_s), plan
+
+
+def _why_infeasible(tables: CostTables) -> str:
+    """The reason no plan exists: a layer no device holds even with the least stash any
+    pipeline may have (GPipe's ``M_p`` can be 1 with several pipelines), else memory
+    and counts."""
+    inst = tables.instance
+    several = any(2 <= P <= min(inst.microbatches, tables.K) for P in inst.parallelism.pipelines)
+    if several and tables.schedule == "gpipe":
+        training = dataclasses.replace(inst.training, microbatches=1)
+        tables = CostTables(dataclasses.replace(inst, training=training))
+    return tables.infeasibility_reason() or (
+        "no plan of an allowed pipeline count satisfies the memory limits and device counts")
+
+
+def classic_instance(instance):
+    """The same instance under ``classic`` with one pipeline (version 2's problem)."""
+    training = instance.training
+    par = dataclasses.replace(training.parallelism, pipelines=(1,))
+    return dataclasses.replace(instance, training=dataclasses.replace(
+        training, objective="classic", parallelism=par))
+
+
+def _one_pipeline(instance, tables, deadline, best: _Best, log) -> float | None:
+    """Offer the best plan of one pipeline to ``best``; return the classic lower bound."""
+    from .dp import run as dp_run
+
+    ref = dp_run(classic_instance(instance), deadline=deadline)
+    if ref.status.value == "no_solution":
+        raise TimeUp()
+    if ref.plan is None:  # infeasible for one pipeline, whatever the objective
+        return None
+    T_c = float(evaluate(classic_instance(instance), ref.plan).iteration_time_s)
+    T_e = float(evaluate(instance, ref.plan).iteration_time_s)
+    best.offer(instance, ref.plan)
+    if T_e <= T_c * (1 + 1e-12):
+        return T_c
+    trials = sorted({T_c * (1 + d) for d in STEPS if T_c * (1 + d) < T_e} | {T_e * (1 + 1e-9)})
+    for trial in trials:
+        search = PipelineSearch(tables, tables.M, None, trial, deadline, tighten=True)
+        done = search.run()
+        best.searches += 1
+        if log is not None:
+            log(f"dp: one pipeline, trial T < {trial:.6g} s: "
+                f"{'plan found' if done else 'none'} ({search.stats['labels']} labels)")
+        if done:
+            entry = min((x for v in done.values() for x in v), key=lambda x: x[0] + x[1])
+            best.offer(instance, Plan.from_tuples(instance, search.backtrack(entry[2])))
+            break
+    return T_c
+
+
+class _Several:
+    """The optimum over plans of ``P >= 2`` pipelines (``docs/dp.md``, "Version 3")."""
+
+    def __init__(self, instance, tables, deadline, best: _Best, log):
+        self.inst, self.t, self.deadline, self.best, self.log = instance, tables, deadline, best, log
+        self.M, self.K = instance.microbatches, tables.K
+        self.H = instance.training.pipeline_sync_period
+        total = float(sum(ly.params for ly in instance.layers))
+        gamma = instance.training.gradient_bytes_per_param
+        self.cross = {}
+        for i in range(self.K):
+            for j in range(i + 1, self.K):
+                bw, lat = cost.chain_path(instance.links, i, j)
+                self.cross[i, j] = float(cost.cross_sync_time(total, gamma, bw, lat)) / self.H
+        # one bound for every pipeline search, fixed before the first: T_p + max R below it
+        self.upper = best.T - min(self.cross.values())
+        self.searches: dict = {}
+
+    def frontier(self, j: int, m: int):
+        """The search of pipelines ending in DC ``j`` with ``m`` microbatches, and its
+        complete plans per first DC (computed once)."""
+        if (j, m) not in self.searches:
+            search = PipelineSearch(self.t, m, j, self.upper, self.deadline, tighten=False)
+            self.searches[j, m] = (search, search.run())
+            self.best.searches += 1
+        return self.searches[j, m]
+
+    def entry(self, i: int, j: int, m: int, theta: float):
+        """The plan of least ``T_p`` on range ``[i, j]`` with ``m`` microbatches and
+        ``max R < theta``: ``(T_p, max R, parent)`` or ``None``."""
+        _, done = self.frontier(j, m)
+        good = [x for x in done.get(i, []) if x[1] < theta]
+        return min(good, key=lambda x: x[0]) if good else None
+
+    def capacity(self, i: int, j: int, tau: float, theta: float, top: int) -> int:
+        """The largest ``m <= top`` whose best ``T_p`` on ``[i, j]`` is at most ``tau``
+        (0 if none): ``T_p`` grows with ``m``, so a bisection finds it."""
+        lo, hi = 0, top
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            e = self.entry(i, j, mid, theta)
+            if e is not None and e[0] <= tau:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+    def run(self, counts: list[int]) -> None:
+        """Offer the best plan of each count in ``counts`` to the incumbent."""
+        for P in counts:
+            for i0 in range(self.K):
+                for j0 in range(i0 + P - 1, self.K):
+                    self.deadline.check()
+                    self.span(P, i0, j0)
+
+    def span(self, P: int, i0: int, j0: int) -> None:
+        """The best plans of ``P`` pipelines whose outer span is ``[i0, j0]``: a sweep
+        over ``theta``, each step below the last solution's ``max R``."""
+        X = self.cross[i0, j0]
+        theta = math.inf
+        while X < self.best.T:
+            got = self.least_max_time(P, i0, j0, theta, self.best.T - X)
+            if got is None:
+                return
+            tau, chosen = got
+            rho = max(e[1] for _, _, _, e in chosen)
+            if tau + rho + X < self.best.T:
+                self.offer(chosen)
+            theta = rho
+
+    def least_max_time(self, P, i0, j0, theta, limit):
+        """The least ``max T_p`` below ``limit`` (bisection, relative :data:`TAU_RTOL`) over
+        ranges of the span and splits of ``M`` with every ``max R < theta``: ``(tau,
+        [(i, j, m, entry), ...])``, or ``None``."""
+        found = self.reach(P, i0, j0, limit * (1 - 1e-15), theta)
+        if found is None:
+            return None
+        lo = 0.0
+        while found[0] > lo * (1 + TAU_RTOL) + 1e-300:
+            mid = (lo + found[0]) / 2
+            if mid <= lo or mid >= found[0]:
+                break
+            better = self.reach(P, i0, j0, mid, theta)
+            if better is None:
+                lo = mid
+            else:
+                found = better
+        return found
+
+    def reach(self, P, i0, j0, tau, theta):
+        """Ranges and a split with every ``T_p <= tau`` and ``max R < theta``: ``(max
+        T_p, chosen)`` or ``None``. A DP over the span keeps, per count ``q`` and last
+        DC ``k``, the most microbatches ``q`` ranges from ``i0`` to ``k`` can take."""
+        top = self.M - (P - 1)
+        cap = {(i, k): self.capacity(i, k, tau, theta, top)
+               for i in range(i0, j0 + 1) for k in range(i, j0 + 1)}
+        most = {(1, k): (cap[i0, k], None) for k in range(i0, j0 + 1) if cap[i0, k] > 0}
+        for q in range(2, P + 1):
+            for k in range(i0, j0 + 1):
+                for i in range(i0 + 1, k + 1):
+                    if cap[i, k] == 0:
+                        continue
+                    prev = [(most[q - 1, j][0], j) for j in range(i0, i) if (q - 1, j) in most]
+                    if prev:
+                        v, j = max(prev)
+                        if (q, k) not in most or v + cap[i, k] > most[q, k][0]:
+                            most[q, k] = (v + cap[i, k], (j, i))
+        if most.get((P, j0), (0,))[0] < self.M:
+            return None
+        ranges, q, k = [], P, j0
+        while q >= 1:
+            total, back = most[q, k]
+            start = i0 if back is None else back[1]
+            ranges.append((start, k))
+            if back is not None:
+                k = back[0]
+            q -= 1
+        ranges.reverse()
+        return self.split(ranges, [cap[r] for r in ranges], theta)
+
+    def split(self, ranges, caps, theta):
+        """Microbatches per range, each at most its cap and at least 1, adding up to
+        ``M``: ``(max T_p, [(i, j, m, entry), ...])``."""
+        ms, excess = list(caps), sum(caps) - self.M
+        for p in range(len(ms)):
+            cut = min(excess, ms[p] - 1)
+            ms[p] -= cut
+            excess -= cut
+        chosen = [(i, j, m, self.entry(i, j, m, theta)) for (i, j), m in zip(ranges, ms)]
+        return max(e[0] for *_, e in chosen), chosen
+
+    def offer(self, chosen) -> None:
+        """Build the plan of ``chosen`` and offer it to the incumbent."""
+        pipes = []
+        for _i, j, m, e in chosen:
+            search, _ = self.frontier(j, m)
+            stages = Plan.from_tuples(self.inst, search.backtrack(e[2])).stages
+            pipes.append(Pipeline(stages, m))
+        self.best.offer(self.inst, Plan(pipelines=pipes))
+        if self.log is not None:
+            self.log(f"dp: {len(pipes)} pipelines, T = {self.best.T:.6g} s")
