@@ -59,6 +59,10 @@ SOLVERS: dict[str, SolverInfo] = {
                    "baseline: Metis: per-GPU-type d x t shapes, layers balanced by throughput"),
         SolverInfo("sailor", "chainpipe.solvers.baselines.chain_search:sailor", False,
                    "baseline: Sailor: uniform layers, one d and t, search over DC range (B&B)"),
+        SolverInfo("replicate-per-dc", "chainpipe.solvers.baselines.replicate:replicate_per_dc",
+                   False, "baseline: one pipeline per DC (dp, classic), microbatches by speed"),
+        SolverInfo("classic-optimum", "chainpipe.solvers.baselines.replicate:classic_optimum",
+                   False, "baseline: the dp optimum under the classic objective, costed as asked"),
     )
 }
 

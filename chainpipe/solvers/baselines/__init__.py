@@ -86,6 +86,31 @@ Built on the exact DP (:mod:`.dp_based`; they plan with whatever the DP plans):
 ``single-dc``
     The DP optimum of each datacenter alone (no inter-DC links); the best of them.
     What a user without cross-DC planning would run.
+
+Contract version 3 (:mod:`.replicate`; built on the exact DP too). Every baseline ranks
+its candidates and has its plan costed by the one cost model under the instance's
+objective (``period`` or ``classic``: :meth:`.stage_costs.StageCosts.plan_time`,
+:func:`chainpipe.plan.evaluate`). All plan one pipeline, but ``replicate-per-dc`` and
+``comm-unaware`` (which plans what the DP plans, several pipelines included when the
+instance allows them); where 1 is not an allowed pipeline count a one-pipeline plan is
+refused (status ``error``). An ``infeasible`` found for one pipeline is ``no_solution``
+when other counts are allowed (their ``M_p < M`` stash less):
+
+``replicate-per-dc``
+    Hierarchical data parallelism as practised across DCs today: one pipeline per DC
+    (``P`` = the number of DCs if it is an allowed pipeline count, else the largest
+    allowed count below it, neighbouring DCs grouped in ranges of equal size), each
+    planned inside its DCs by the exact DP under ``classic`` (with ``M - P + 1``
+    microbatches, the most it can be given, so that memory holds whatever the split),
+    the ``M`` microbatches shared in proportion to each pipeline's speed ``1 /
+    lambda_p`` (largest remainders, every ``M_p >= 1``), gradients averaged across DCs.
+``classic-optimum``
+    The plan the exact DP proves optimal under the ``classic`` objective with one
+    pipeline, costed under the instance's objective: what planning with the usual
+    ``sum + (M - 1) max`` formula costs under ``period``. ``stats`` keeps its classic
+    ``T``.
+
+Neither claims ``infeasible`` (another pipeline count or split may fit).
 """
 
 from __future__ import annotations
@@ -95,14 +120,17 @@ from .chain_search import sailor, uniform_chain
 from .common import uniform_bounds
 from .dp_based import FREE_BANDWIDTH, comm_unaware, single_dc
 from .equal_layers import greedy_fill, megatron, uniform
+from .replicate import classic_optimum, replicate_per_dc
 
 __all__ = [
     "FREE_BANDWIDTH",
+    "classic_optimum",
     "comm_unaware",
     "greedy_fill",
     "megatron",
     "metis",
     "proportional",
+    "replicate_per_dc",
     "sailor",
     "single_dc",
     "uniform",

@@ -65,8 +65,16 @@ def one_device_only(c: StageCosts, name: str) -> Outcome | None:
 
 def infeasible_or(c: StageCosts, message: str, stats: dict | None = None) -> Outcome:
     """``infeasible`` if :meth:`StageCosts.infeasibility_reason` proves it, else
-    ``no_solution`` with ``message``."""
+    ``no_solution`` with ``message``.
+
+    The reason is about plans of one pipeline holding all ``M`` microbatches: when the
+    instance allows other pipeline counts (whose ``M_p < M`` stash less), it proves
+    nothing about them, and the answer is ``no_solution`` with the reason.
+    """
     reason = c.infeasibility_reason()
+    if reason is not None and c.instance.parallelism.pipelines != (1,):
+        return Outcome("no_solution", stats=stats or {}, message=(
+            f"{message}; {reason} (one pipeline; other allowed pipeline counts not tried)"))
     if reason is not None:
         return Outcome("infeasible", message=reason, stats=stats or {})
     return Outcome("no_solution", message=message, stats=stats or {})

@@ -109,17 +109,29 @@ class StageCosts:
 
     # ------------------------------------------------------------------ plans
     def plan_time(self, stages: list[StageTuple]) -> float:
-        """``T`` of a candidate plan by the cost model; ``inf`` if a stage breaks memory."""
+        """``T`` of a candidate plan (one pipeline) by the cost model under the instance's
+        objective (:func:`chainpipe.cost.period`); ``inf`` if a stage breaks memory."""
         S, tab = len(stages), self.tables
         if not all(self.fits(i, j, g, d, t, S - s) for s, (i, j, _k, g, d, t) in enumerate(stages)):
             return math.inf
         cuts = [(stages[s][1], stages[s][2], stages[s + 1][2]) for s in range(S - 1)]
-        fill, bottleneck = cost.fill_and_bottleneck(
-            [self.compute_time(i, j, g, d, t) for i, j, _k, g, d, t in stages],
-            [float(tab.occupancy(b, k1, k2)) for b, k1, k2 in cuts],
-            [float(tab.traversal(b, k1, k2)) for b, k1, k2 in cuts])
+        C = [self.compute_time(i, j, g, d, t) for i, j, _k, g, d, t in stages]
+        U = [float(tab.occupancy(b, k1, k2)) for b, k1, k2 in cuts]
+        Q = [float(tab.traversal(b, k1, k2)) for b, k1, k2 in cuts]
+        fill, _ = cost.fill_and_bottleneck(C, U, Q)
+        training = self.instance.training
+        # only GPipe's period reads f_s and b_s (cost.period): the others need not pay for them
+        gpipe = (training.objective, training.schedule) == ("period", "gpipe")
+        f, b = self.phase_times(stages) if gpipe else ([], [])
+        lam = cost.period(training.objective, training.schedule, C, U, Q, f, b, self.M)
         sync = max(self.sync_time(i, j, g, d, t) for i, j, _k, g, d, t in stages)
-        return float(cost.iteration_time(fill, bottleneck, self.M, sync))
+        return float(cost.iteration_time(fill, lam, self.M, sync))
+
+    def phase_times(self, stages: list[StageTuple]) -> tuple[list[float], list[float]]:
+        """``f_s`` and ``b_s`` of each stage of a candidate (:func:`chainpipe.cost.phase_time`)."""
+        pairs = [self.sums.option_phase_times(cost.StageOption(
+            i, j, k, self.tables.groups[g].index, d, t)) for i, j, k, g, d, t in stages]
+        return [p[0] for p in pairs], [p[1] for p in pairs]
 
     def to_plan(self, stages: list[StageTuple]) -> Plan:
         """The plan of a candidate, device names allocated by :meth:`Plan.from_tuples`."""
