@@ -35,7 +35,7 @@ from ... import cost
 from ...deadline import Deadline, TimeUp
 from ...instance import Datacenter, Instance
 from ...plan import Stage, evaluate_part, pack_devices
-from ...tables import CostTables
+from ...tables import CostTables, fastest_rate
 from ..labels import TRIALS
 from . import protocol
 from .local import END, IN, OWN, LocalDP
@@ -317,10 +317,10 @@ class DCAgent:
         rmax, w = float(tab.rate.max()), tab.widest
         flop = tab.flop_prefix
         layer_max = np.concatenate(([0.0], np.maximum.accumulate(np.diff(flop))))
-        rates = np.sort(np.repeat(tab.rate, np.minimum(tab.count, self.L * w)))[::-1]
-        top = np.concatenate(([0.0], np.cumsum(rates)))  # top[n]: the n fastest devices
-        n = np.minimum(np.arange(self.L + 1) * w, len(rates))
-        spread = flop / top[n].clip(min=rmax)
+        # the n = a w fastest own devices (at most L w per group), O(G) per n
+        top = fastest_rate(tab.rate, np.minimum(tab.count, self.L * w),
+                           np.arange(self.L + 1) * float(w))
+        spread = flop / top.clip(min=rmax)
         return (cost.compute_time(flop, rmax, w).tolist(),
                 np.maximum(cost.compute_time(layer_max, rmax, w), spread).tolist())
 
