@@ -72,19 +72,38 @@ class AssignFormulation:
         #: per such (p, g, o) the largest share of each quantity a fitting range holds
         self.options_of: dict[int, list[tuple[int, int]]] = {}
         self.cap: dict[tuple[int, int, int], dict[str, float]] = {}
+        self._slot_options()
+        self.problem = None
+        self.columns = None
+
+    def _slot_options(self) -> None:
+        """Fill :attr:`options_of` and :attr:`cap`, each distinct option set's fitting
+        options and caps computed once per in-flight count (a long chain of alike groups
+        shares one), the deadline checked per slot and group."""
+        t, known = self.tables, {}
         for p in range(1, self.P + 1):
             need = t.in_flight(p)
             self.options_of[p] = []
             for g in range(t.G):
+                self.check()
                 mif = t.options(g).max_in_flight
-                for o in range(mif.shape[0]):
-                    fits = mif[o] >= need  # [i, j]
-                    if fits.any():
-                        self.options_of[p].append((g, o))
-                        self.cap[p, g, o] = {q: float(r[fits].max())
-                                             for q, r in self.range_sum.items()}
-        self.problem = None
-        self.columns = None
+                key = (id(mif), need)
+                if key not in known:
+                    known[key] = self._fitting(mif, need)
+                for o, cap in known[key]:
+                    self.options_of[p].append((g, o))
+                    self.cap[p, g, o] = cap
+
+    def _fitting(self, mif: np.ndarray, need: int) -> list[tuple[int, dict]]:
+        """``(o, caps)`` of each option of in-flight limits ``mif`` ``[o, i, j]`` that some
+        layer range fits at in-flight count ``need``; ``caps``: per quantity, the largest
+        share a fitting range holds."""
+        out = []
+        for o in range(mif.shape[0]):
+            fits = mif[o] >= need  # [i, j]
+            if fits.any():
+                out.append((o, {q: float(r[fits].max()) for q, r in self.range_sum.items()}))
+        return out
 
     def option(self, g: int, o: int) -> tuple[int, int]:
         """``(d, t)`` of option ``o`` of group ``g``."""
@@ -93,9 +112,8 @@ class AssignFormulation:
 
     # ------------------------------------------------------------------ variables
     def variables(self) -> None:
-        var = self.columns
-
-        t, P, L = self.tables, self.P, self.tables.L
+        var = self._checked_columns()
+        P, L = self.P, self.tables.L
         self.u = {p: var(f"u_{p}", 1 if p == 1 else 0, 1, cat="Integer")
                   for p in range(1, P + 1)}
         self.a = {(l, p): var(f"a_{l}_{p}", 1 if (l == L - 1) else 0, 1, cat="Integer")
@@ -109,27 +127,69 @@ class AssignFormulation:
         # boundary after layer l, from slot p to slot p - 1 (continuous: forced integral)
         self.e = {(l, p): var(f"e_{l}_{p}", 0, 1)
                   for (l, p) in self.a if p >= 2 and l <= L - 2}
-        pairs = [(k1, k2) for k1 in range(t.K) for k2 in range(k1, t.K)]
-        self.pairs = pairs
-        self.z = {(p, k1, k2): var(f"z_{p}_{k1}_{k2}", 0, 1)
-                  for p in range(2, P + 1) for (k1, k2) in pairs}
-        self.x_max = float(self.out_bytes[: L - 1].max()) if L >= 2 else 0.0
-        # bytes crossing after slot p on DC pair (k1, k2), in units of x_max
-        self.xb = ({key: var("xb_{}_{}_{}".format(*key), 0, 1) for key in self.z}
-                   if self.x_max > 0 else {})
+        self.e_of = {p: [(l, e) for (l, q), e in self.e.items() if q == p]
+                     for p in range(2, P + 1)} if self.e else {}
+        self.link_variables(var)
         self.B = var("bottleneck", 0)
         self.R = var("sync", 0) if any(self._sync_terms(p) for p in range(1, P + 1)) else None
 
-    # helpers --------------------------------------------------------------
-    def _dc_indicator(self, p: int, k: int) -> list:
-        """Terms of ``delta[p, k] = sum_{g in DC k, o} w[p, g, o]``."""
-        return [(self.w[p, g, o], 1.0) for (g, o) in self.options_of.get(p, [])
-                if self.tables.group_dc[g] == k]
+    def _checked_columns(self):
+        """:attr:`columns`, checking the deadline every 1024 new variables."""
+        made = [0]
 
-    def _bytes(self, p: int) -> list:
-        """Terms of ``X[p] = sum_l out_bytes[l] e[l, p]`` (bytes crossing after slot p)."""
-        return [(self.e[l, q], float(self.out_bytes[l])) for (l, q) in self.e
-                if q == p and self.out_bytes[l] != 0]
+        def var(*args, **kwargs):
+            made[0] += 1
+            if made[0] % 1024 == 0:
+                self.check()
+            return self.columns(*args, **kwargs)
+
+        return var
+
+    def link_variables(self, var) -> None:
+        """The chain, in ``O(P K)`` (never one variable per DC pair): ``c[p,k]`` (slot
+        ``p`` in a DC ``<= k``, ``k < K - 1``); per boundary ``p >= 2`` and resource ``r``
+        (a DC's own link ``("dc", k)`` or the chain link ``("link", j)`` between DCs ``j``
+        and ``j + 1``) ``v[p,r]``, the boundary uses ``r``, for the resources that cost
+        something; ``X[p]``, its bytes in units of ``x_max``, and ``O[p]``, its occupancy
+        (scaled)."""
+        t, P, L = self.tables, self.P, self.tables.L
+        self.c = {(p, k): var(f"c_{p}_{k}", 0, 1) for p in range(1, P + 1)
+                  for k in range(t.K - 1)}
+        self.x_max = float(self.out_bytes[: L - 1].max()) if L >= 2 else 0.0
+        self.resources = [r for r in self._all_resources()
+                          if self._latency_coef(r) > 0 or self._occupancy_coef(r) > 0]
+        self.v = {(p, r): var("v_{}_{}_{}".format(p, *r), 0, 1)
+                  for p in range(2, P + 1) for r in self.resources}
+        self.X, self.O = {}, {}
+        if self.x_max > 0:
+            self.X = {p: var(f"X_{p}", 0, 1) for p in range(2, P + 1)}
+            self.O = {p: var(f"O_{p}", 0) for p in range(2, P + 1)}
+
+    def _all_resources(self) -> list[tuple[str, int]]:
+        K = self.tables.K
+        return [("dc", k) for k in range(K)] + [("link", j) for j in range(K - 1)]
+
+    def _resource_link(self, r: tuple[str, int]) -> tuple[float, float]:
+        """``(bandwidth, latency)`` of resource ``r``."""
+        chain, (kind, k) = self.tables.chain, r
+        if kind == "dc":
+            return chain.own_bandwidth[k], chain.own_latency[k]
+        return float(chain.link_bandwidth[k]), float(chain.link_latency[k])
+
+    def _latency_coef(self, r: tuple[str, int]) -> float:
+        """Scaled traversal latency ``2 lat`` of resource ``r``, per boundary using it."""
+        return float(traversal(self._resource_link(r)[1], 0.0) / self.scale)
+
+    def _occupancy_coef(self, r: tuple[str, int]) -> float:
+        """Scaled occupancy of ``x_max`` bytes on resource ``r``."""
+        return float(occupancy(self.x_max, self._resource_link(r)[0]) / self.scale)
+
+    def _dc_terms(self, p: int) -> dict[int, list]:
+        """Per DC ``k``, the terms of ``delta[p, k] = sum_{g in DC k, o} w[p, g, o]``."""
+        out: dict[int, list] = {}
+        for g, o in self.options_of.get(p, []):
+            out.setdefault(int(self.tables.group_dc[g]), []).append((self.w[p, g, o], 1.0))
+        return out
 
     def _compute_terms(self, p: int) -> list:
         """Terms of the slot's compute time ``C`` (scaled): per ``(g, o)``,
@@ -201,23 +261,48 @@ class AssignFormulation:
         for p in range(1, P + 1):
             prob += (pulp.lpSum(self.w[p, g, o] for (g, o) in self.options_of[p]) == self.u[p],
                      f"slot_group_{p}")
-        for g in range(t.G):
-            width = t.options(g).width
-            terms = [(w, float(width[o])) for (p, g2, o), w in self.w.items() if g2 == g]
+        of_group: dict[int, list] = {}
+        for (_p, g, o), w in self.w.items():
+            of_group.setdefault(g, []).append((w, float(t.options(g).width[o])))
+        for g, terms in of_group.items():
+            self.check()
             if sum(c for _w, c in terms) > t.count[g]:
                 prob += pulp.LpAffineExpression(terms) <= int(t.count[g]), f"count_{g}"
-        # chain order and DC pairs of consecutive slots (p before p - 1):
-        # sum_{k2 >= k1} z[p,k1,k2] = delta[p,k1];  sum_{k1 <= k2} z[p,k1,k2] <= delta[p-1,k2]
-        for p in range(2, P + 1):
+
+    def constraints_chain(self) -> None:
+        """DCs along the chain, ``O(P K)`` rows: ``c[p,k] = c[p,k-1] + delta[p,k]``;
+        chain order ``c[p-1,k] <= c[p,k] + 1 - u[p]`` (a used slot ``p`` sits in a DC no
+        later than slot ``p - 1``'s); boundary ``p`` uses chain link ``j`` if
+        ``v >= c[p,j] - c[p-1,j]`` and DC ``k``'s own link if ``v >= delta[p,k] +
+        delta[p-1,k] - 1``. Every ``v`` only ever costs, so at an optimum it is 1 exactly
+        on the links the boundary's path takes (docs/formulations.md)."""
+        import pulp
+
+        prob, t, c = self.problem, self.tables, self.c
+        delta = {}
+        for p in range(1, self.P + 1):
             self.check()
-            for k1 in range(t.K):
-                terms = [(self.z[p, k1, k2], 1.0) for k2 in range(k1, t.K)]
-                terms += [(v, -c) for v, c in self._dc_indicator(p, k1)]
-                prob += pulp.LpAffineExpression(terms) == 0, f"pair_from_{p}_{k1}"
-            for k2 in range(t.K):
-                terms = [(self.z[p, k1, k2], 1.0) for k1 in range(k2 + 1)]
-                terms += [(v, -c) for v, c in self._dc_indicator(p - 1, k2)]
-                prob += pulp.LpAffineExpression(terms) <= 0, f"pair_to_{p}_{k2}"
+            delta[p] = self._dc_terms(p)
+            for k in range(t.K - 1):
+                terms = [(c[p, k], 1.0)] + [(w, -1.0) for w, _ in delta[p].get(k, [])]
+                if k:
+                    terms.append((c[p, k - 1], -1.0))
+                prob += pulp.LpAffineExpression(terms) == 0, f"cum_{p}_{k}"
+        for p in range(2, self.P + 1):
+            self.check()
+            for k in range(t.K - 1):
+                prob += (pulp.LpAffineExpression([(c[p - 1, k], 1.0), (c[p, k], -1.0),
+                                                  (self.u[p], 1.0)]) <= 1, f"chain_{p}_{k}")
+            for r in self.resources:
+                kind, k = r
+                if kind == "link":
+                    terms = [(c[p, k], -1.0), (c[p - 1, k], 1.0)]
+                    rhs = 0
+                else:
+                    terms = [(w, -1.0) for w, _ in delta[p].get(k, []) + delta[p - 1].get(k, [])]
+                    rhs = -1
+                prob += (pulp.LpAffineExpression([(self.v[p, r], 1.0)] + terms) >= rhs,
+                         f"uses_{p}_{kind}_{k}")
 
     def constraints_shares(self) -> None:
         """The slot's quantities all sit on its one (group, option): for each quantity
@@ -249,6 +334,7 @@ class AssignFormulation:
         sharded = t.instance.training.sharded_bytes_per_param
         unit = float(t.memory.max())
         for p in range(1, self.P + 1):
+            self.check()
             n = t.in_flight(p)
             for g, o in self.options_of[p]:
                 d, tp = self.option(g, o)
@@ -281,41 +367,41 @@ class AssignFormulation:
             prob += pulp.LpAffineExpression(terms) >= 0, f"last_{l}_{p}"
         for p in range(2, self.P + 1):
             self.check()
-            es = [self.e[l, q] for (l, q) in self.e if q == p]
+            es = [e for _l, e in self.e_of.get(p, [])]
             prob += pulp.lpSum(es) == self.u[p], f"one_boundary_{p}"
 
     def constraints_links(self) -> None:
-        """Bytes crossing after slot ``p``, disaggregated by DC pair (``p >= 2``):
-
-        ``sum_{k1<=k2} xb[p,k1,k2] = X[p] = sum_l out_l e[l,p]``, ``xb <= Xmax z``.
-        The pair's occupancy is ``xb / bw[k1,k2]``; its traversal ``2 (lat z + xb / bw)``.
-        """
+        """Bytes and occupancy of boundary ``p >= 2``: ``X[p] = sum_l out_l e[l,p] /
+        x_max``; ``O[p] >= U_r (X[p] + v[p,r] - 1)`` per resource ``r`` (``U_r`` the
+        scaled occupancy of ``x_max`` bytes on ``r``): at an integer point ``O[p]`` is the
+        largest over the links the path takes, ``X / min bw``, the path's ``U``."""
         import pulp
 
-        if not self.xb:
+        if not self.X:
             return
         for p in range(2, self.P + 1):
             self.check()
-            terms = [(v, -c / self.x_max) for v, c in self._bytes(p)]
-            terms += [(self.xb[p, k1, k2], 1.0) for (k1, k2) in self.pairs]
-            self.problem += pulp.LpAffineExpression(terms) == 0, f"bytes_{p}"
-            for (k1, k2) in self.pairs:
-                self.problem += (self.xb[p, k1, k2] <= self.z[p, k1, k2],
-                                 f"bytes_on_{p}_{k1}_{k2}")
+            terms = [(e, -float(self.out_bytes[l]) / self.x_max)
+                     for l, e in self.e_of.get(p, []) if self.out_bytes[l] != 0]
+            self.problem += (pulp.LpAffineExpression(terms + [(self.X[p], 1.0)]) == 0,
+                             f"bytes_{p}")
+            for r in self.resources:
+                u = self._occupancy_coef(r)
+                if u > 0:
+                    self.problem += (pulp.LpAffineExpression(
+                        [(self.O[p], 1.0), (self.X[p], -u), (self.v[p, r], -u)]) >= -u,
+                        "occupancy_{}_{}_{}".format(p, *r))
 
     def constraints_bottleneck(self) -> None:
-        """``B >= C`` of every slot; ``B >= sum_{k1<=k2} U xb`` per boundary."""
+        """``B >= C`` of every slot; ``B >= O[p]`` per boundary."""
         import pulp
 
         for p in range(1, self.P + 1):
+            self.check()
             terms = self._compute_terms(p) + [(self.B, -1.0)]
             self.problem += pulp.LpAffineExpression(terms) <= 0, f"stage_bottleneck_{p}"
-        if not self.xb:
-            return
-        for p in range(2, self.P + 1):
-            terms = [(self.xb[p, k1, k2], self._occupancy_coef(k1, k2))
-                     for (k1, k2) in self.pairs] + [(self.B, -1.0)]
-            self.problem += pulp.LpAffineExpression(terms) <= 0, f"link_bottleneck_{p}"
+        for p, o in self.O.items():
+            self.problem += o - self.B <= 0, f"link_bottleneck_{p}"
 
     def constraints_sync(self) -> None:
         """``R >= R`` of every slot (its one option's synchronisation)."""
@@ -329,23 +415,17 @@ class AssignFormulation:
                 self.problem += (pulp.LpAffineExpression(terms + [(self.R, -1.0)]) <= 0,
                                  f"sync_{p}")
 
-    def _occupancy_coef(self, k1: int, k2: int) -> float:
-        """Scaled occupancy per unit of ``xb`` (``xb`` is in units of ``Xmax`` bytes)."""
-        return float(occupancy(self.x_max, self.tables.chain.bandwidth(k1, k2)) / self.scale)
-
     # ------------------------------------------------------------------ objective
     def objective(self) -> None:
-        """``(sum C + sum_{p,k1,k2} 2 (lat z + U xb) + (M - 1) B + R) / time_scale``."""
+        """``(sum C + sum_{p,r} 2 lat_r v[p,r] + sum_p 2 O[p] + (M - 1) B + R) /
+        time_scale``."""
         import pulp
 
         t = self.tables
         terms = [term for p in range(1, self.P + 1) for term in self._compute_terms(p)]
-        for (_p, k1, k2), z in self.z.items():
-            lat = traversal(t.chain.latency(k1, k2), 0.0) / self.scale
-            if lat:
-                terms.append((z, float(lat)))
-        terms += [(v, traversal(0.0, self._occupancy_coef(k1, k2)))
-                  for (p, k1, k2), v in self.xb.items()]
+        terms += [(v, self._latency_coef(r)) for (_p, r), v in self.v.items()
+                  if self._latency_coef(r) > 0]
+        terms += [(o, float(traversal(0.0, 1.0))) for o in self.O.values()]
         if t.M > 1:
             terms.append((self.B, float(steady_state(t.M, 1.0))))
         if self.R is not None:
@@ -362,6 +442,7 @@ class AssignFormulation:
         self.variables()
         self.constraints_partition()
         self.constraints_devices()
+        self.constraints_chain()
         self.constraints_shares()
         self.constraints_memory()
         self.constraints_boundaries()
