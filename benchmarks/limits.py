@@ -29,7 +29,8 @@ OUT = ROOT / "benchmarks" / "results" / "limits.md"
 #: (label, solver, options)
 RUNS = [
     ("dp", "dp", []), ("cdynp", "cdynp", []),
-    ("ilp-assign (highs)", "ilp-assign", []), ("ilp-path (highs)", "ilp-path", []),
+    ("ilp-assign (highs)", "ilp-assign", []),
+    ("ilp-assign (cbc)", "ilp-assign", ["-O", "backend=cbc"]), ("ilp-path (highs)", "ilp-path", []),
     ("ilp-path (cbc)", "ilp-path", ["-O", "backend=cbc"]), ("cpsat", "cpsat", []),
     ("uniform", "uniform", []), ("greedy-fill", "greedy-fill", []),
     ("proportional", "proportional", []), ("comm-unaware", "comm-unaware", []),
@@ -42,8 +43,8 @@ MEMORY_CEILING_GB = 4.0
 #: the long chains: (datacenters, layers)
 CHAINS = ((1000, 6), (1000, 300))
 #: the solvers run on the long chains (the exact ones)
-CHAIN_RUNS = ("dp", "cdynp", "ilp-assign (highs)", "ilp-path (highs)", "ilp-path (cbc)",
-              "cpsat")
+CHAIN_RUNS = ("dp", "cdynp", "ilp-assign (highs)", "ilp-assign (cbc)", "ilp-path (highs)",
+              "ilp-path (cbc)", "cpsat")
 
 
 def chain_instance(dcs: int, layers: int) -> dict:

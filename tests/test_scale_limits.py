@@ -183,3 +183,102 @@ def test_threads_out_of_range_exit_2_naming_the_option():
 def test_a_huge_finite_limit_is_no_practical_limit(solver, options, limit):
     r = solve(read(SMALL), solver, time_limit=limit, **options)
     assert r.status == "optimal" and math.isfinite(r.iteration_time)
+
+
+# ---------------------------------------------------------------- item 6: every route on a chain
+def _assign_columns(dcs: int, layers: int) -> tuple[int, object]:
+    from chainpipe.formulations.ilp_assign import AssignFormulation
+
+    form = AssignFormulation(CostTables(chain(dcs, layers)))
+    form.build()
+    return len(form.columns.variables), form
+
+
+def test_ilp_assign_links_grow_linearly_with_the_chain():
+    # was a variable per slot and DC pair (P K^2 / 2 twice: 5.1M on 1000 DCs, 31.6 s)
+    small, _ = _assign_columns(100, 4)
+    large, form = _assign_columns(200, 4)
+    assert large / small < 2.3
+    K, P = form.tables.K, form.P
+    assert len(form.v) <= (P - 1) * (2 * K - 1) and len(form.c) == P * (K - 1)
+
+
+def test_ilp_assign_is_exact_on_a_chain_of_varied_links():
+    inst = chain(5, 4)  # its optimum crosses two chain links (dc2 -> dc4)
+    dp = solve(inst, "dp", time_limit=20.0)
+    r = solve(inst, "ilp-assign", time_limit=20.0)
+    assert r.status == dp.status == "optimal"
+    assert r.iteration_time == pytest.approx(dp.iteration_time, rel=1e-6)
+
+
+@pytest.mark.parametrize("solver,options,dcs,layers", [
+    ("ilp-assign", {}, 1000, 6),  # was 31.6 s and 1.86 GB at --time-limit 5
+    ("ilp-assign", {}, 1000, 300),  # was killed at 110 s
+    ("ilp-path", {"backend": "cbc"}, 1000, 6),  # was 9.3 s at 5 (2.5M boundary tuples)
+    ("cpsat", {}, 1000, 300),  # was 20 s and 5.3 GB at 5 (greedy's [G, L, L] tables)
+], ids=str)
+def test_a_1000_dc_chain_keeps_the_limit(solver, options, dcs, layers):
+    inst = chain(dcs, layers)
+    start = time.monotonic()
+    r = solve(inst, solver, time_limit=2.0, **options)
+    assert within(time.monotonic() - start, 2.0)
+    assert r.status in ("no_solution", "feasible", "optimal")
+
+
+def test_greedy_plans_read_no_dense_stage_tables():
+    from chainpipe.formulations.greedy import best_greedy_plan
+
+    t = CostTables(chain(1000, 300))
+    start = time.monotonic()
+    plan, T = best_greedy_plan(t)
+    assert time.monotonic() - start < 3.0  # was 45 s building [G, L, L] tables (1.4 GB)
+    assert plan is not None and math.isfinite(T)
+    assert "max_in_flight" not in t.__dict__ and "compute_time" not in t.__dict__
+
+
+def test_stage_columns_equal_the_dense_tables():
+    t = CostTables(read(HYBRID_LARGE))
+    for g in range(0, t.G, 3):
+        for j in range(1, t.L + 1):
+            c, n = t.stage_column(g, j)
+            assert np.array_equal(c, t.compute_time[g, :j, j])
+            assert np.array_equal(n, t.max_in_flight[g, :j, j])
+
+
+def test_chain_heuristics_keep_their_deadline_without_dense_boundary_tables():
+    from chainpipe.solvers.baselines.chain_search import uniform_chain
+
+    inst = chain(1000, 6)  # uniform-chain: 17 s past a 0.2 s share ([b][k1][k2] lists)
+    start = time.monotonic()
+    uniform_chain(inst, deadline=Deadline(0.5))
+    assert time.monotonic() - start < 2.0
+
+
+def test_least_boundary_costs_equal_the_dense_minimum():
+    from chainpipe.solvers.baselines.chain_search import least_boundary_costs
+
+    t = CostTables(chain(12, 5))
+    upper = np.triu(np.ones((t.K, t.K), dtype=bool))[None]
+    u, q = least_boundary_costs(t)
+    assert np.array_equal(u, np.where(upper, t.boundary_occupancy, np.inf).min(axis=(1, 2)))
+    assert np.array_equal(q, np.where(upper, t.boundary_traversal, np.inf).min(axis=(1, 2)))
+
+
+def test_many_paths_at_once_equal_one_at_a_time():
+    t = CostTables(chain(300, 3))
+    rng = np.random.default_rng(2)
+    k = np.sort(rng.integers(0, t.K, (500, 2)), axis=1)
+    k = np.concatenate([k, np.stack([np.arange(t.K)] * 2, axis=1)])
+    bw, lat = t.chain.many(k[:, 0], k[:, 1])
+    for (a, b), x, y in zip(k.tolist(), bw, lat):
+        assert x == t.chain.bandwidth(a, b)
+        assert y == pytest.approx(t.chain.latency(a, b), rel=1e-12)
+
+
+def test_cdynp_on_a_group_of_2_31_devices():
+    inst = small_with(HUGE, [2147483647, 1])  # killed by the kernel at 24 GB after 64 s
+    start = time.monotonic()
+    r = solve(inst, "cdynp", time_limit=5.0)
+    assert time.monotonic() - start < 5.0
+    assert r.status == "optimal"
+    assert r.iteration_time == pytest.approx(solve(inst, "dp").iteration_time, rel=1e-9)

@@ -26,26 +26,25 @@ def greedy_plans(tables: CostTables):
     devices cannot hold the next stage, none of them can.
     """
     L = tables.L
-    order = []
-    for k in reversed(range(tables.K)):
-        gs = [g for g in range(tables.G) if tables.group_dc[g] == k]
-        gs.sort(key=lambda g: -tables.rate[g])
-        order.extend(gs)
+    # last DC first, fastest group first inside a DC (stable: O(G log G), not O(K G))
+    order = sorted(range(tables.G), key=lambda g: (-tables.group_dc[g], -tables.rate[g]))
     devices = sum(min(int(tables.count[g]), L) for g in order)
     total = float(compute_time(tables.flop_prefix[-1], tables.rate.max()))
     n_max = max(1, min(L, devices))
     shares = sorted({max(1, round(n_max ** (t / 15))) for t in range(16)})
     taus = [math.inf] + [total / n for n in shares]
-    comp, mif = tables.compute_time, tables.max_in_flight
     for tau in taus:
         j, pos, stages = L, 1, []
         for g in order:
             for _ in range(min(int(tables.count[g]), L)):
                 need = tables.in_flight(pos)
-                if j == 0 or mif[g, j - 1, j] < need:
+                if j == 0:
+                    break
+                comp, mif = tables.stage_column(g, j)  # O(L): no [G, L, L] tables
+                if mif[j - 1] < need:
                     break
                 i = j - 1
-                while i > 0 and mif[g, i - 1, j] >= need and comp[g, i - 1, j] <= tau:
+                while i > 0 and mif[i - 1] >= need and comp[i - 1] <= tau:
                     i -= 1
                 stages.append((i, j, int(tables.group_dc[g]), tables.groups[g].index))
                 j, pos = i, pos + 1
@@ -57,8 +56,11 @@ def greedy_plans(tables: CostTables):
 
 def best_greedy_plan(tables: CostTables) -> tuple[Plan | None, float]:
     """The fastest feasible plan of :func:`greedy_plans` and its time (``None, inf`` if none)."""
-    best, best_T = None, math.inf
+    best, best_T, seen = None, math.inf, set()
     for tuples in greedy_plans(tables):
+        if tuple(tuples) in seen:  # several targets often give one plan
+            continue
+        seen.add(tuple(tuples))
         plan = Plan.from_tuples(tables.instance, tuples)
         ev = evaluate(tables.instance, plan)
         if ev.feasible and ev.iteration_time_s < best_T:

@@ -22,7 +22,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from ..cost import compute_time, iteration_time, steady_state
+from ..cost import compute_time, iteration_time, occupancy, steady_state, traversal
 from ..instance import Instance
 from ..plan import Plan
 from ..tables import CostTables
@@ -71,8 +71,9 @@ def _linked(ins: np.ndarray, outs: np.ndarray, pos: Positions):
     return reach_in, reach_out
 
 
-def _boundary_arcs(ins: np.ndarray, outs: np.ndarray, pos: Positions) -> list:
-    """Every boundary arc ``(b, c, c', k1, k2)`` between kept nodes, sorted."""
+def _boundary_arcs(ins: np.ndarray, outs: np.ndarray, pos: Positions) -> np.ndarray:
+    """Every boundary arc ``(b, c, c', k1, k2)`` between kept nodes, sorted, as the rows
+    of an array (a long chain has millions: tuples are made of the kept ones only)."""
     last = ins.shape[0] - 1
     b, c, k1 = np.nonzero(outs[:last])
     K = ins.shape[2]
@@ -84,8 +85,7 @@ def _boundary_arcs(ins: np.ndarray, outs: np.ndarray, pos: Positions) -> list:
         n, m = np.nonzero(ok)
         rows.append(np.stack([bb[n], cc[n], cc2[n], kk1[n], k2[m]], axis=1))
     arcs = np.concatenate(rows) if rows else np.zeros((0, 5), dtype=np.int64)
-    order = np.lexsort(arcs.T[::-1])
-    return [tuple(int(v) for v in row) for row in arcs[order]]
+    return arcs[np.lexsort(arcs.T[::-1])]
 
 
 class PathFormulation:
@@ -156,16 +156,18 @@ class PathFormulation:
                               cand.sync_time)
         return need <= upper * (1 + 1e-9)
 
-    def _boundary_within_bound(self, upper: float) -> list:
-        """The boundary arcs some plan with ``T <= upper`` may use: ``T >= Q_b + (M - 1)
-        max(U_b, B_0)`` plus the compute of all layers (:meth:`_fill_floor`)."""
+    def _boundary_within_bound(self, arcs: np.ndarray, upper: float) -> np.ndarray:
+        """Mask of the boundary arcs (rows of ``arcs``) some plan with ``T <= upper`` may
+        use: ``T >= Q_b + (M - 1) max(U_b, B_0)`` plus the compute of all layers
+        (:meth:`_fill_floor`). Vectorised over the arcs (paths by
+        :meth:`~chainpipe.tables.ChainPaths.many`, within the 1e-9 slack)."""
         t = self.tables
         floor = float(self._fill_floor(float(t.flop_prefix[-1])))
         b0 = self._bottleneck_floor()
-        return [b for b in self.boundary
-                if iteration_time(t.traversal(b[0], b[3], b[4]) + floor,
-                                  max(t.occupancy(b[0], b[3], b[4]), b0), t.M)
-                <= upper * (1 + 1e-9)]
+        bw, lat = t.chain.many(arcs[:, 3], arcs[:, 4])
+        u = occupancy(t.boundary_bytes[arcs[:, 0]], bw)
+        need = iteration_time(traversal(lat, u) + floor, np.maximum(u, b0), t.M)
+        return need <= upper * (1 + 1e-9)
 
     def _prune(self, keep: np.ndarray) -> None:
         """Drop stage and boundary arcs that lie on no source-to-sink path.
@@ -200,12 +202,15 @@ class PathFormulation:
         self.arc_dc = dc[idx]
         self.arc_compute = cand.compute_time[idx]
         self.n_arcs = int(idx.size)
-        self.boundary = _boundary_arcs(ins, outs, pos) if self.n_arcs else []
+        arcs = _boundary_arcs(ins, outs, pos) if self.n_arcs else np.zeros((0, 5), np.int64)
+        self.check()
         self.boundary_bounded = 0
         if self.upper_bound is not None:
-            kept = self._boundary_within_bound(self.upper_bound)
-            self.boundary_bounded = len(self.boundary) - len(kept)
-            self.boundary = kept
+            fits = self._boundary_within_bound(arcs, self.upper_bound)
+            self.boundary_bounded = int((~fits).sum())
+            arcs = arcs[fits]
+            self.check()
+        self.boundary = list(map(tuple, arcs.tolist()))  # Python ints
         self.arcs_memory_filtered = len(cand)
 
     def _checked(self, n: int, every: int = 1000):

@@ -56,6 +56,17 @@ def sailor(instance: Instance, *, deadline=None, seed=0, threads=1, log=None) ->
     return _search(c, shapes, deadline, "sailor")
 
 
+def least_boundary_costs(tab) -> tuple[np.ndarray, np.ndarray]:
+    """``[b]``: the least occupancy and the least traversal of the boundary at ``b`` over
+    every path ``k1 <= k2`` (a DC's own link or a chain path), in ``O(L K)``: a chain
+    path's least is on one link (:meth:`~chainpipe.tables.CostTables.crossing_floors`)."""
+    u, q = tab.crossing_floors()
+    own = [(tab.occupancy(slice(None), k, k), tab.traversal(slice(None), k, k))
+           for k in range(tab.K)]
+    return (np.minimum(u[-1], np.min([o for o, _ in own], axis=0)),
+            np.minimum(q[-1], np.min([t for _, t in own], axis=0)))
+
+
 class _UniformChain:
     """Branch and bound over uniform splits: stage count, datacenter range, stages per DC,
     for one stage shape ``d x t`` at a time."""
@@ -64,14 +75,7 @@ class _UniformChain:
         self.c, self.deadline = c, deadline
         self.best_T, self.best = math.inf, None
         self.visited, self.complete = 0, True
-        # per boundary layer, the least traversal and occupancy over the paths k1 <= k2
-        chain = np.triu(np.ones((c.K, c.K), dtype=bool))[None]
-        tab = c.tables
-        self.least_traversal = np.where(chain, tab.boundary_traversal, np.inf).min(axis=(1, 2))
-        self.least_occupancy = np.where(chain, tab.boundary_occupancy, np.inf).min(axis=(1, 2))
-        # [b][k1][k2] as Python floats: the search reads them millions of times
-        self.traversal = tab.boundary_traversal.tolist()
-        self.occupancy = tab.boundary_occupancy.tolist()
+        self.least_occupancy, self.least_traversal = least_boundary_costs(c.tables)
 
     def set_shape(self, d: int, t: int) -> None:
         """Search stages of ``d x t`` devices from now on."""
@@ -79,10 +83,10 @@ class _UniformChain:
         self.d, self.t = d, t
         self.slots = dc_slots(c, d, t)
         self.n_max = min(c.L, sum(len(x) for x in self.slots))
-        # fastest rate available from datacenter k onwards, for the bound
+        # fastest rate available from datacenter k onwards, for the bound (a suffix max)
         rates = c.tables.rate
-        self.fastest_from = [max((rates[g] for dc in self.slots[k:] for g in dc), default=0.0)
-                             for k in range(c.K)]
+        own = [max((rates[g] for g in dc), default=0.0) for dc in self.slots]
+        self.fastest_from = np.maximum.accumulate(np.array(own[::-1] or [0.0]))[::-1].tolist()
 
     def offer(self, T: float, stages) -> None:
         if self.best_T > T:
@@ -176,16 +180,16 @@ class _UniformChain:
         base = len(chosen)
         if s > 0:  # the boundary entering this datacenter
             kp = chosen[-1][2]
-            total += self.traversal[b[s]][kp][k]
-            peak = max(peak, self.occupancy[b[s]][kp][k])
+            total += c.tables.traversal(b[s], kp, k)
+            peak = max(peak, c.tables.occupancy(b[s], kp, k))
         for n in range(1, min(len(dc), S - s) + 1):
             e = s + n - 1  # block placed now
             g = dc[n - 1]
             if not c.fits(b[e], b[e + 1], g, d, t, S - e):
                 break  # this slot cannot hold this block; larger n keeps it there
             if n > 1:
-                total += self.traversal[b[e]][k][k]
-                peak = max(peak, self.occupancy[b[e]][k][k])
+                total += c.tables.traversal(b[e], k, k)
+                peak = max(peak, c.tables.occupancy(b[e], k, k))
             step = c.compute_time(b[e], b[e + 1], g, d, t)
             total += step
             peak = max(peak, step)
