@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from . import cost
 from .instance import Instance
 
@@ -161,10 +163,12 @@ def _holds_no_layer(instance: Instance, group, widths, path: str) -> list[str]:
     """A warning if ``group``'s memory cannot hold the smallest layer at any of ``widths``."""
     training = instance.training
     least = cost.in_flight(training.schedule, instance.microbatches, 1)  # the last stage's
+    params = np.array([float(ly.params) for ly in instance.layers])
+    act = np.array([float(ly.activation_bytes) for ly in instance.layers])
+    # one vector operation per width over the layers (a long chain has many groups)
     need, (d, t) = min(
-        (min(cost.memory_need(ly.params, ly.activation_bytes, least, training.bytes_per_param,
-                              d, t, training.sharded_bytes_per_param)
-             for ly in instance.layers), (d, t))
+        (float(np.min(cost.memory_need(params, act, least, training.bytes_per_param, d, t,
+                                       training.sharded_bytes_per_param))), (d, t))
         for d, t in widths)
     if cost.memory_fits(need, group.memory_bytes):
         return []
