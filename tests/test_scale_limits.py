@@ -282,3 +282,12 @@ def test_cdynp_on_a_group_of_2_31_devices():
     assert time.monotonic() - start < 5.0
     assert r.status == "optimal"
     assert r.iteration_time == pytest.approx(solve(inst, "dp").iteration_time, rel=1e-9)
+
+
+def test_plausibility_of_a_long_chain_is_quick():
+    from chainpipe.plausibility import plausibility_warnings
+
+    inst = chain(1000, 300)  # 2.8 s of every CLI solve: a Python loop per group and layer
+    start = time.monotonic()
+    plausibility_warnings(inst)
+    assert time.monotonic() - start < 0.5
