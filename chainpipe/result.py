@@ -132,7 +132,7 @@ class Result:
     @property
     def devices_used(self) -> int | None:
         """The devices the plan runs on (``d * t`` summed over its stages), or ``None``."""
-        return None if self.plan is None else sum(st.width for st in self.plan.stages)
+        return None if self.plan is None else sum(st.width for st in self.plan.all_stages)
 
     @property
     def gap(self) -> float | None:

@@ -172,3 +172,21 @@ def test_largest_remainder():
     assert largest_remainder(7, [1.0, 1.0, 1.0]) == [3, 2, 2]  # ties to the earlier part
     parts = largest_remainder(64, [5.0, 3.0, 1.5, 0.2])
     assert sum(parts) == 64 and min(parts) >= 1 and parts == sorted(parts, reverse=True)
+
+
+def test_solve_prints_a_plan_of_several_pipelines():
+    """``chainpipe solve`` reports replicate-per-dc's plan (devices counted over every
+    pipeline: ``Result.devices_used`` read one pipeline's stages and raised)."""
+    import json
+    import subprocess
+    import sys
+
+    args = [sys.executable, "-m", "chainpipe", "solve",
+            str(VALID / "worked_example_v3_pipelines.json"), "--solver", "replicate-per-dc"]
+    r = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "devices used    2 of 2" in r.stdout and "iteration time  9 s" in r.stdout
+    r = subprocess.run(args + ["--format", "json"], capture_output=True, text=True, timeout=300)
+    doc = json.loads(r.stdout)
+    assert doc["status"] == "feasible" and doc["iteration_time_s"] == 9.0
+    assert [p["microbatches"] for p in doc["plan"]["pipelines"]] == [2, 2]
