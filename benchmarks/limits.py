@@ -115,12 +115,33 @@ def table(rows: list[dict]) -> str:
              "|---|---|---:|---:|---:|:---:|---:|:---:|---|---:|"]
     for r in rows:
         over = r["wall"] - r["limit"]
-        ok = "yes" if r["wall"] <= r["limit"] * (1 + GRACE_SHARE) + GRACE_S else "**no**"
+        ok = "yes" if within(r) else "**no**"
         mem = "yes" if r["peak_gb"] <= MEMORY_CEILING_GB else "**no**"
         T = "-" if r["T"] is None else f"{r['T']:.4g}"
         lines.append(f"| {r['instance']} | {r['label']} | {r['limit']:g} | {r['wall']:.2f} | "
                      f"{over:+.2f} | {ok} | {r['peak_gb']:.2f} | {mem} | {r['status']} | {T} |")
     return "\n".join(lines)
+
+
+def within(r: dict) -> bool:
+    """Whether run ``r`` kept the limit plus :data:`GRACE_S` and :data:`GRACE_SHARE`."""
+    return r["wall"] <= r["limit"] * (1 + GRACE_SHARE) + GRACE_S
+
+
+def summary(rows: list[dict]) -> str:
+    """How many runs kept the time rule and the memory ceiling, and each that did not."""
+    late = [r for r in rows if not within(r)]
+    heavy = [r for r in rows if r["peak_gb"] > MEMORY_CEILING_GB]
+    text = (f"{len(rows) - len(late)} of {len(rows)} runs within the limit + "
+            f"{GRACE_S:g} s + {GRACE_SHARE:.0%}; {len(rows) - len(heavy)} of {len(rows)} "
+            f"under {MEMORY_CEILING_GB:g} GB.")
+    for r in late:
+        allowed = r["limit"] * (1 + GRACE_SHARE) + GRACE_S
+        text += (f" Late: {r['instance']} {r['label']} at {r['limit']:g} s, "
+                 f"{r['wall']:.2f} s ({r['wall'] - allowed:+.2f} s past {allowed:.2f} s).")
+    for r in heavy:
+        text += f" Over the ceiling: {r['instance']} {r['label']}, {r['peak_gb']:.2f} GB."
+    return text
 
 
 def chain_files(directory: Path) -> list[Path]:
@@ -166,7 +187,7 @@ def main(argv=None) -> int:
             f"{MEMORY_CEILING_GB:g} GB (peak resident set, its own children included). "
             "The chains are `benchmarks/limits.py:chain_instance` (1000 datacenters, one group "
             "each). Produced by `benchmarks/limits.py` on a shared 2-core machine.\n\n"
-            + table(rows) + "\n")
+            + summary(rows) + "\n\n" + table(rows) + "\n")
     scratch.cleanup()
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text)
