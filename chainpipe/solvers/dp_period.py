@@ -27,7 +27,7 @@ import numpy as np
 
 from .. import cost
 from ..deadline import Deadline
-from ..tables import CostTables, dominated_options
+from ..tables import CostTables, dominated_options, fill_bound, fill_curve
 
 #: relative slack of every bound test: rounding may keep a label, never cut one
 SLACK = 1e-9
@@ -77,23 +77,105 @@ def new_loops(hull: tuple, c: float, q: float) -> float:
     return max(((c + q + h) / (j + 2) for j, h in enumerate(hull)), default=0.0)
 
 
-def dominates(a: tuple, b: tuple, p_equal: bool) -> bool:
-    """Whether label ``a`` is no worse than ``b`` for every completion (``docs/dp.md``)."""
-    if a[0] > b[0] or a[1] > b[1] or a[2] > b[2] or a[3] > b[3]:
-        return False
-    if (a[4] != b[4]) if p_equal else (a[4] > b[4]):
-        return False
-    return all(x <= y for x, y in zip(a[5], b[5]))
+def dominates(a: tuple, b: tuple, p_equal: bool, steady: int) -> bool:
+    """Whether label ``a`` is no worse than ``b`` for every completion (``docs/dp.md``).
+
+    With ``steady = M_p - 1``, ``s1 = (x1_a - x1_b)^+``, ``s2 = (x2_a - x2_b)^+`` and ``d``
+    the largest ``(hull_a[j] - hull_b[j])^+ / (j + 1)`` over ``a``'s windows (a loop a
+    later stage closes through ``a``'s suffix exceeds ``b``'s by at most ``d``):
+    ``p_a <= p_b`` and ``sum_a + steady (max(s1, d) + s2) + (R_a - R_b)^+ <= sum_b``.
+    ``p_equal``: the stages ``a`` places before its loops stop counting differ from ``b``'s
+    unless ``p`` is equal (the caller passes ``False`` when every later stage sits below
+    ``M_p`` in both)."""
+    ok, allow = _beaten(_scalars([a]), _scalars([b]), p_equal, steady)
+    return bool(ok[0, 0]) and _hull_within(a, b, float(allow[0, 0]))
 
 
-def pareto(labels: list, p_equal: bool) -> list:
-    """The labels no other one dominates (ties: the first in sorted order stays)."""
-    labels.sort(key=lambda x: (x[0] + x[1], x[2], x[3], x[0], x[4]))
+def _scalars(labels: list) -> np.ndarray:
+    """``[n, 5]``: ``x1, x2, sum, R, p`` of each label."""
+    return np.array([lab[:5] for lab in labels], dtype=float).reshape(-1, 5)
+
+
+def _beaten(rivals: np.ndarray, cands: np.ndarray, p_equal: bool, steady: int):
+    """``[n_cands, n_rivals]``: whether :func:`dominates` can hold (its test with ``d = 0``)
+    and the ``d`` it allows (``inf`` for ``steady = 0``: no period counts)."""
+    a, b = rivals[None, :, :], cands[:, None, :]
+    s1 = np.maximum(a[..., 0] - b[..., 0], 0.0)
+    extra = (a[..., 2] + steady * (s1 + np.maximum(a[..., 1] - b[..., 1], 0.0))
+             + np.maximum(a[..., 3] - b[..., 3], 0.0))
+    ok = (extra <= b[..., 2]) & (a[..., 4] <= b[..., 4])
+    if p_equal:
+        ok &= a[..., 4] == b[..., 4]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        allow = s1 + (b[..., 2] - extra) / steady if steady else np.full(ok.shape, np.inf)
+    return ok, allow
+
+
+def _hull_within(a: tuple, b: tuple, allow: float) -> bool:
+    """Whether every loop through ``a``'s suffix exceeds ``b``'s by at most ``allow``: a
+    window of ``j + 1`` stages closes a loop over at least ``j + 2``."""
+    return all(x - y <= allow * (j + 2) for j, (x, y) in enumerate(zip(a[5], b[5])))
+
+
+def _drop_beaten(cands: list, rivals: list, p_equal: bool, steady: int) -> list:
+    """``cands`` without those a label of ``rivals`` dominates (:func:`dominates`). The
+    scalar test runs in numpy by blocks, the majorants only where it passes."""
+    if not cands or not rivals:
+        return cands
+    A, B = _scalars(rivals), _scalars(cands)
+    keep = []
+    for lo in range(0, len(cands), _BLOCK):
+        ok, allow = _beaten(A, B[lo:lo + _BLOCK], p_equal, steady)
+        for i, row in enumerate(ok):
+            lab = cands[lo + i]
+            if not any(_hull_within(rivals[j], lab, allow[i, j])
+                       for j in np.flatnonzero(row).tolist()):
+                keep.append(lab)
+    return keep
+
+
+def _first_of_equals(labels: list, p_equal: bool, steady: int) -> list:
+    """The labels (in order) that no earlier one dominates. A block is tested against the
+    labels kept before it and against its own earlier labels, kept or not: the relation
+    is transitive, so a dropped label's dominator is dominated by a kept one."""
     kept: list = []
-    for lab in labels:
-        if not any(dominates(k, lab, p_equal) for k in reversed(kept)):
-            kept.append(lab)
+    for lo in range(0, len(labels), _BLOCK):
+        block = _drop_beaten(labels[lo:lo + _BLOCK], kept, p_equal, steady)
+        ok, allow = _beaten(_scalars(block), _scalars(block), p_equal, steady)
+        ok &= np.arange(len(block))[None, :] < np.arange(len(block))[:, None]
+        for i, row in enumerate(ok):
+            lab = block[i]
+            if not any(_hull_within(block[j], lab, allow[i, j])
+                       for j in np.flatnonzero(row).tolist()):
+                kept.append(lab)
     return kept
+
+
+#: candidates per block of the numpy dominance test (a block is ``_BLOCK x rivals``)
+_BLOCK = 256
+
+
+def pareto(labels: list, p_equal: bool, steady: int) -> list:
+    """The labels no earlier one in sorted order dominates (:func:`dominates`); the
+    relation is transitive, so a dropped label's first dominator is kept or dominated by
+    a kept one."""
+    labels.sort(key=lambda x: (x[0] + x[1], x[2], x[3], x[0], x[4]))
+    return _first_of_equals(labels, p_equal, steady)
+
+
+def across_usage(layer: dict, p_equal: bool, steady: int) -> None:
+    """Drop, in place, labels dominated by a label of another state of the same DC that
+    uses no more devices of any group: every completion of the one stays open to the other."""
+    by_dc: dict = {}
+    for key in layer:
+        by_dc.setdefault(key[0], []).append(key)
+    for keys in by_dc.values():
+        keys.sort(key=lambda k: sum(k[1]))
+        for i, key in enumerate(keys):
+            rivals = [lab for k in keys[:i]
+                      if k[1] != key[1] and all(x <= y for x, y in zip(k[1], key[1]))
+                      for lab in layer[k]]
+            layer[key] = _drop_beaten(layer[key], rivals, p_equal, steady)
 
 
 class PipelineSearch:
@@ -112,10 +194,13 @@ class PipelineSearch:
     tighten : bool
         Keep only the best ``T_p + max R`` (the bound drops to each plan found) instead of
         every complete plan not dominated in ``(T_p, max R)``.
+    capacity : dp._LayerCapacity or None
+        What free devices hold under a bottleneck, built for the instance's ``M``; used
+        only where it is valid (1F1B, or GPipe with ``M_p = M``: the stash it assumed).
     """
 
     def __init__(self, tables: CostTables, microbatches: int, last_dc: int | None,
-                 upper: float, deadline: Deadline, tighten: bool):
+                 upper: float, deadline: Deadline, tighten: bool, capacity=None):
         self.t, self.m, self.last_dc = tables, microbatches, last_dc
         self.upper, self.deadline, self.tighten = upper, deadline, tighten
         training = tables.instance.training
@@ -123,6 +208,8 @@ class PipelineSearch:
         self.loops = training.objective == "period" and tables.schedule == "1f1b"
         self.p_cap = 0 if tables.schedule == "gpipe" else max(0, min(microbatches - 1, tables.L))
         self.stats = {"labels": 0, "states": 0}
+        valid = tables.schedule == "1f1b" or microbatches == tables.M
+        self.capacity = capacity if valid else None
 
     def run(self) -> dict[int, list]:
         """Per first DC, the complete plans kept: ``(T_p, max R, parent)``."""
@@ -137,6 +224,13 @@ class PipelineSearch:
         sum_lb = cost.compute_time(total, t.rate.max(), t.widest)
         finite = np.isfinite(self.upper)
         self.cap = (self.upper - sum_lb) / (m - 1) if finite and m > 1 else np.inf
+        if np.isfinite(self.cap):  # every C <= cap: the fill bound at the cap, 3 rounds
+            everything = (t.rate * t.count).tolist()
+            for _ in range(3):
+                x, _ = fill_curve(everything, self.cap)
+                sum_lb = max(sum_lb, fill_bound(total, x.tolist(), self.cap))
+                self.cap = (self.upper - sum_lb) / (m - 1)
+        self._floors: dict = {}
         self.sync_cap = self.upper - sum_lb if finite else np.inf
         flop = t.flop_prefix
         largest = np.concatenate(([0.0], np.maximum.accumulate(np.diff(flop))))
@@ -215,39 +309,84 @@ class PipelineSearch:
         """Walk the layers backwards; return the complete plans kept per first DC."""
         t = self.t
         L = t.L
-        p_equal = self.loops
         states: list[dict] = [dict() for _ in range(L + 1)]
         states[L][(t.K, ())] = [(0.0, 0.0, 0.0, 0.0, 0, (), None)]
         self.states = states
         done: dict[int, list] = {}
         for b in range(L, 0, -1):
             layer = states[b]
+            # at most b stages come before: below M_p whatever p when p + b < M_p
+            p_equal = self.loops and self.p_cap + b >= self.m
             for key in list(layer):
-                layer[key] = pareto(layer[key], p_equal)
+                layer[key] = pareto(layer[key], p_equal, self.m - 1)
+            across_usage(layer, p_equal, self.m - 1)
             self.stats["states"] += len(layer)
             self.stats["labels"] += sum(len(v) for v in layer.values())
             for key, labels in layer.items():
                 self.deadline.check()
+                if not labels:  # all dominated across states
+                    continue
                 for g, k0, gl, base, U, Q in self._moves(b, key):
                     self._expand(b, key, labels, g, k0, gl, base, U, Q, done)
         return {k: v for k, v in done.items() if v}
 
+    def _prefix_floors(self, k0: int, usage: tuple) -> tuple[list, list]:
+        """Per prefix end ``a``: floors under the fill and the period of ``[0, a)`` placed
+        on DCs ``<= k0`` with ``usage`` taken on DC ``k0``. Fill: the FLOP on the fastest
+        widest stage, or the fill bound of the free devices at the period cap
+        (``tables.fill_curve``). Period (at least every ``C``): the largest layer on the
+        fastest widest stage, or the least bottleneck under which the free devices hold
+        the prefix's FLOP (``dp._LayerCapacity``, when given)."""
+        key = (k0, usage)
+        got = self._floors.get(key)
+        if got is None:
+            t = self.t
+            fill, top = self.pre_sum[k0], self.pre_max[k0]
+            if np.isfinite(self.cap) and self.m > 1:
+                rates = [float(t.rate[h] * t.count[h]) for h in range(t.G) if t.group_dc[h] < k0]
+                rates += [float(t.rate[h] * (t.count[h] - x))
+                          for h, x in zip(self.groups_of[k0], usage)]
+                x, y = fill_curve(rates, self.cap)
+                fill = np.maximum(np.asarray(fill), np.interp(t.flop_prefix, x, y)).tolist()
+            if self.capacity is not None:
+                before = [h for h in range(t.G) if t.group_dc[h] < k0]
+                here = tuple((h, int(t.count[h]) - x) for h, x in zip(self.groups_of[k0], usage))
+                need = self.capacity.for_prefixes(before, here, t.flop_prefix)[0]
+                top = np.maximum(np.asarray(top), need).tolist()
+                top[0] = 0.0
+            got = self._floors[key] = (fill, top)
+        return got
+
     def _expand(self, b, key, labels, g, k0, gl, base, U, Q, done) -> None:
-        """Prepend every candidate stage ``[a, b)`` of group ``g`` to the labels of a state."""
+        """Prepend every candidate stage ``[a, b)`` of group ``g`` to the labels of a state.
+
+        A bound is tested first with the state's least label values, then per label with
+        the period's floor ``max(x1 + x2, C, U)`` before loops and majorant are computed."""
         free = int(self.t.count[g]) - base[gl]
-        pre_sum, pre_max = self.pre_sum[k0], self.pre_max[k0]
+        M1 = self.m - 1
+        upper = self.upper * (1 + SLACK)
+        low_per = min(lab[0] + lab[1] for lab in labels)
+        low_sm = min(lab[2] for lab in labels)
+        low_r = min(lab[3] for lab in labels)
         for row in self.cands[g][b]:
-            a, w = row[0], row[5]
+            a, c, _f, _b, _n, w, rr, _ci = row
             if w > free:
                 continue
             nkey = (k0, base[:gl] + (base[gl] + w,) + base[gl + 1:])
+            fills, tops = self._prefix_floors(k0, nkey[1])
+            pre = fills[a] if a else 0.0
+            fixed = c + Q + pre
+            floor = max(c, U, tops[a])
+            if low_sm + fixed + M1 * max(low_per, floor) + max(low_r, rr) >= upper:
+                continue
             for idx, lab in enumerate(labels):
+                if lab[2] + fixed + M1 * max(lab[0] + lab[1], floor) + max(lab[3], rr) >= upper:
+                    continue
                 new = self._extend(lab, row, U, Q)
                 if new is None:
                     continue
-                period = max(new[0] + new[1], pre_max[a])
-                bound = new[2] + pre_sum[a] + cost.steady_state(self.m, period) + new[3]
-                if bound >= self.upper * (1 + SLACK):
+                period = max(new[0] + new[1], tops[a])
+                if new[2] + pre + M1 * period + new[3] >= upper:
                     continue
                 parent = (b, key, idx, a, g, row[7])
                 if a == 0:

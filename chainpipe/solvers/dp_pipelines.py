@@ -42,15 +42,13 @@ def solve(instance, deadline: Deadline, log=None) -> Outcome:
     tables = CostTables(instance)
     pipelines = instance.parallelism.pipelines
     best = _Best()
-    proven = []
     try:
+        capacity = _capacity(tables, deadline)
         if 1 in pipelines:
-            lb = _one_pipeline(instance, tables, deadline, best, log)
-            if lb is not None:
-                proven.append(lb)
+            _one_pipeline(instance, tables, deadline, best, log, capacity)
         many = [P for P in sorted(pipelines) if 2 <= P <= min(instance.microbatches, tables.K)]
         if many:
-            _Several(instance, tables, deadline, best, log).run(many)
+            _Several(instance, tables, deadline, best, log, capacity).run(many)
     except TimeUp:
         if best.plan is None:
             return Outcome("no_solution", lower_bound=None,
@@ -61,6 +59,16 @@ def solve(instance, deadline: Deadline, log=None) -> Outcome:
         return Outcome("infeasible", lower_bound=None, message=_why_infeasible(tables))
     return Outcome("optimal", plan=best.plan, lower_bound=None,
                    stats={"objective_s": best.T, "searches": best.searches})
+
+
+def _capacity(tables: CostTables, deadline: Deadline):
+    """What free devices hold under a bottleneck (``dp._LayerCapacity``), shared by every
+    search of the instance; ``None`` where the version-2 search does without it."""
+    from .dp import _LayerCapacity, usage_caps
+
+    if tables.single_device or tables.M == 1 or not _LayerCapacity.affordable(tables):
+        return None
+    return _LayerCapacity(tables, usage_caps(tables), deadline.check)
 
 
 class _Best:
@@ -96,23 +104,23 @@ def classic_instance(instance):
         training, objective="classic", parallelism=par))
 
 
-def _one_pipeline(instance, tables, deadline, best: _Best, log) -> float | None:
-    """Offer the best plan of one pipeline to ``best``; return the classic lower bound."""
+def _one_pipeline(instance, tables, deadline, best: _Best, log, capacity) -> None:
+    """Offer the best plan of one pipeline to ``best``."""
     from .dp import run as dp_run
 
     ref = dp_run(classic_instance(instance), deadline=deadline)
     if ref.status.value == "no_solution":
         raise TimeUp()
     if ref.plan is None:  # infeasible for one pipeline, whatever the objective
-        return None
+        return
     T_c = float(evaluate(classic_instance(instance), ref.plan).iteration_time_s)
     T_e = float(evaluate(instance, ref.plan).iteration_time_s)
     best.offer(instance, ref.plan)
     if T_e <= T_c * (1 + 1e-12):
-        return T_c
+        return
     trials = sorted({T_c * (1 + d) for d in STEPS if T_c * (1 + d) < T_e} | {T_e * (1 + 1e-9)})
     for trial in trials:
-        search = PipelineSearch(tables, tables.M, None, trial, deadline, tighten=True)
+        search = PipelineSearch(tables, tables.M, None, trial, deadline, True, capacity)
         done = search.run()
         best.searches += 1
         if log is not None:
@@ -121,15 +129,15 @@ def _one_pipeline(instance, tables, deadline, best: _Best, log) -> float | None:
         if done:
             entry = min((x for v in done.values() for x in v), key=lambda x: x[0] + x[1])
             best.offer(instance, Plan.from_tuples(instance, search.backtrack(entry[2])))
-            break
-    return T_c
+            return
 
 
 class _Several:
     """The optimum over plans of ``P >= 2`` pipelines (``docs/dp.md``, "Version 3")."""
 
-    def __init__(self, instance, tables, deadline, best: _Best, log):
+    def __init__(self, instance, tables, deadline, best: _Best, log, capacity):
         self.inst, self.t, self.deadline, self.best, self.log = instance, tables, deadline, best, log
+        self.holds = capacity
         self.M, self.K = instance.microbatches, tables.K
         self.H = instance.training.pipeline_sync_period
         total = float(sum(ly.params for ly in instance.layers))
@@ -147,7 +155,7 @@ class _Several:
         """The search of pipelines ending in DC ``j`` with ``m`` microbatches, and its
         complete plans per first DC (computed once)."""
         if (j, m) not in self.searches:
-            search = PipelineSearch(self.t, m, j, self.upper, self.deadline, tighten=False)
+            search = PipelineSearch(self.t, m, j, self.upper, self.deadline, False, self.holds)
             self.searches[j, m] = (search, search.run())
             self.best.searches += 1
         return self.searches[j, m]
