@@ -5,6 +5,8 @@ core. Writes ``benchmarks/results/dp_scaling.md``.
 
     python benchmarks/dp_scaling.py            # full run (a few minutes on 2 cores)
     python benchmarks/dp_scaling.py --quick    # a smoke run
+    python benchmarks/dp_scaling.py --v3       # contract v3 (period, pipelines) only:
+                                               # writes results/dp_scaling_v3.md
 """
 
 from __future__ import annotations
@@ -20,6 +22,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "benchmarks" / "results" / "dp_scaling.md"
+OUT_V3 = ROOT / "benchmarks" / "results" / "dp_scaling_v3.md"
+#: the issue's targets under contract v3 (1F1B period, several pipelines), CPU seconds
+TARGETS_V3 = {"hybrid": 2.0, "hybrid-large": 20.0}
 #: the issue's targets for the hybrid sets: seconds per proven optimum, one core
 TARGETS = {"hybrid/medium": 1.0, "hybrid/large": 10.0}
 
@@ -29,15 +34,19 @@ def _measure(job, queue):
     import chainpipe as cp
     from chainpipe.instances import generate
 
+    limit = 600
     if kind == "file":
         inst = cp.read(arg)
     elif kind == "types":
         inst = with_types_per_dc(**arg)
+    elif kind == "v3":
+        limit = arg.pop("limit")
+        inst = v3_instance(**arg)
     else:
         inst = generate(arg.pop("preset"), **arg)
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     t0, c0 = time.perf_counter(), time.process_time()
-    res = cp.solve(inst, "dp", time_limit=600)
+    res = cp.solve(inst, "dp", time_limit=limit)
     elapsed, cpu = time.perf_counter() - t0, time.process_time() - c0
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     types = len({g.type for dc in inst.datacenters for g in dc.devices})
@@ -46,9 +55,47 @@ def _measure(job, queue):
         "K": inst.num_datacenters, "types": types, "M": inst.microbatches,
         "status": res.status, "T": res.iteration_time, "time": elapsed, "cpu": cpu,
         "peak_mb": peak / 1024, "delta_mb": (peak - base) / 1024,
-        "stages": res.plan.num_stages if res.plan else None,
+        "stages": (None if res.plan is None else res.plan.num_stages if
+                   res.plan.num_pipelines == 1 else
+                   "+".join(str(len(p.stages)) for p in res.plan.pipelines)),
         "labels": res.stats.get("labels"),
     })
+
+
+def v3_instance(preset: str, seed: int, pipelines: tuple[int, ...]):
+    """A generated instance made version 3: objective ``period`` and ``pipelines``."""
+    import dataclasses
+
+    from chainpipe.instances import generate
+
+    inst = generate(preset, seed=seed)
+    training = inst.training
+    par = dataclasses.replace(training.parallelism, pipelines=tuple(pipelines))
+    return dataclasses.replace(inst, name=f"{inst.name}-v3", training=dataclasses.replace(
+        training, objective="period", parallelism=par))
+
+
+def v3_main(seeds, limit_medium: float, limit_large: float) -> int:
+    """The v3 measurements: ``hybrid`` (4 DCs x 16 GPUs, ``pipelines`` [1, 2, 4]) and
+    ``hybrid-large`` (8 DCs, 256 GPUs, [1, 2, 4, 8]) made ``period``, 1F1B."""
+    sections = []
+    for preset, pipes, limit in (("hybrid", (1, 2, 4), limit_medium),
+                                 ("hybrid-large", (1, 2, 4, 8), limit_large)):
+        rows = [measure(("v3", dict(preset=preset, seed=s, pipelines=pipes, limit=limit)))
+                for s in seeds]
+        met = sum(r["status"] == "optimal" and r["cpu"] < TARGETS_V3[preset] for r in rows)
+        sections.append((f"`{preset}` made v3: objective period, pipelines {list(pipes)}, "
+                         f"time limit {limit:g} s (target: under {TARGETS_V3[preset]:g} s "
+                         f"of CPU; met on {met} of {len(rows)})", rows))
+    lines = ["## DP scaling under contract v3", "",
+             f"Machine: {os.cpu_count()} cores, Python {platform.python_version()}; one "
+             f"process per run. Produced by `python benchmarks/dp_scaling.py --v3`.", ""]
+    for title, rows in sections:
+        lines += table(rows, title)
+    OUT_V3.parent.mkdir(parents=True, exist_ok=True)
+    OUT_V3.write_text("\n".join(lines))
+    print("\n".join(lines))
+    return 0
 
 
 def with_types_per_dc(types: int, seed: int = 0):
@@ -100,8 +147,11 @@ def table(rows, title) -> list[str]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--v3", action="store_true", help="contract v3 instances only")
     args = ap.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    if args.v3:
+        return v3_main((0,) if args.quick else (0, 1, 2), 60.0, 120.0)
 
     sections = []
     for name in ("hybrid/small", "hybrid/medium", "hybrid/large", "medium", "large"):

@@ -315,8 +315,9 @@ class PipelineSearch:
         done: dict[int, list] = {}
         for b in range(L, 0, -1):
             layer = states[b]
-            # at most b stages come before: below M_p whatever p when p + b < M_p
-            p_equal = self.loops and self.p_cap + b >= self.m
+            # at most L - b stages are placed and b come before: every position stays below
+            # M_p (the loops of every later stage count, whatever p) when L < M_p
+            p_equal = self.loops and L >= self.m
             for key in list(layer):
                 layer[key] = pareto(layer[key], p_equal, self.m - 1)
             across_usage(layer, p_equal, self.m - 1)
