@@ -31,7 +31,7 @@ from ..instance import Instance
 from ..plan import Plan
 from ..tables import CostTables
 from .common import OBJECTIVE_MAGNITUDE, max_stages, time_scale
-from .matrix import Columns, LinearModel, no_check, to_matrix
+from .matrix import Columns, LinearModel, import_pulp, no_check, to_matrix
 
 #: the per-layer quantities a slot's option shares out: FLOP, tensor-parallel bytes,
 #: parameters, activation bytes
@@ -435,8 +435,7 @@ class AssignFormulation:
     # ------------------------------------------------------------------ build/decode
     def build(self):
         """The PuLP problem (minimise ``T / time_scale``)."""
-        import pulp
-
+        pulp = import_pulp()
         self.problem = pulp.LpProblem("chainpipe_assign", pulp.LpMinimize)
         self.columns = Columns(self.problem)
         self.variables()

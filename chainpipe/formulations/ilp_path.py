@@ -35,7 +35,7 @@ from .common import (
     time_scale,
     undominated,
 )
-from .matrix import Columns, LinearModel, no_check, to_matrix
+from .matrix import Columns, LinearModel, import_pulp, no_check, to_matrix
 
 #: ``bottleneck="auto"`` uses the layer-cover rows while their non-zeros stay below this
 LAYER_COVER_MAX_NONZEROS = 2_000_000
@@ -384,8 +384,7 @@ class PathFormulation:
     # ------------------------------------------------------------------ build/decode
     def build(self):
         """The PuLP problem (minimise ``T / time_scale``)."""
-        import pulp
-
+        pulp = import_pulp()
         self.problem = pulp.LpProblem("chainpipe_path", pulp.LpMinimize)
         self.columns = Columns(self.problem)
         self.variables()

@@ -17,6 +17,27 @@ import numpy as np
 CHECK_EVERY = 20000
 
 
+def import_pulp():
+    """PuLP, imported the first time on a thread of its own.
+
+    PuLP keeps at module level the exception of an optional solver's failed import
+    (``pulp.apis.cplex_api.err``), and with its traceback every frame on the stack at
+    that moment, their locals included: imported from a builder, it kept the whole built
+    model alive until exit (hundreds of MB, 0.5-0.7 s to tear down). A thread's stack
+    holds nothing of ours.
+    """
+    import importlib
+    import sys
+    import threading
+
+    if "pulp" not in sys.modules:
+        loader = threading.Thread(target=importlib.import_module, args=("pulp",),
+                                  name="import-pulp")
+        loader.start()
+        loader.join()
+    return importlib.import_module("pulp")
+
+
 @dataclass
 class LinearModel:
     """``min cost @ x`` s.t. ``row_lower <= A x <= row_upper``, ``col_lower <= x <= col_upper``.
