@@ -25,8 +25,10 @@ from .mip import ABS_GAP, PRIMAL_TOL, MipAnswer, backend_seconds, pass_model
 OVERRUN_S = 0.2
 #: seconds past the deadline after which the caller stops waiting for HiGHS: its
 #: presolve does not call the interrupt callbacks (on a loaded machine it ran 2-3 s
-#: past its limit on ``large-01``); HiGHS finishes in its thread, its answer unread
-ABANDON_S = 0.5
+#: past its limit on ``large-01``); HiGHS finishes in its thread, its answer unread.
+#: 0.25 s, was 0.5 s: ilp-assign's presolve on hybrid/large/ ended runs at 6.19-6.24 s of
+#: the 6.25 s a 5 s limit allows
+ABANDON_S = 0.25
 
 
 def solve_highs(model, *, relax: bool, deadline: Deadline, seed: int = 0, threads: int = 1,
