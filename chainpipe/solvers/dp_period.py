@@ -188,20 +188,27 @@ class PipelineSearch:
         ``M_p``.
     last_dc : int or None
         The DC of the pipeline's last stage (``None``: any).
+    first_dc : int or None
+        The DC of its first stage (``None``: any).
     upper : float
         Only plans with ``T_p + max R < upper`` are searched (``inf``: all).
     deadline : Deadline
-    tighten : bool
-        Keep only the best ``T_p + max R`` (the bound drops to each plan found) instead of
-        every complete plan not dominated in ``(T_p, max R)``.
+    tighten : {None, "sum", "time"}
+        Keep only the best ``T_p + max R`` (``"sum"``: the bound drops to each plan found)
+        or the best ``T_p`` (``"time"``: ``tau`` drops so) instead of every complete plan
+        not dominated in ``(T_p, max R)``.
     capacity : dp._LayerCapacity or None
         What free devices hold under a bottleneck, built for the instance's ``M``; used
         only where it is valid (1F1B, or GPipe with ``M_p = M``: the stash it assumed).
+    box : tuple of float
+        ``(tau, theta)``: only plans with ``T_p <= tau`` and ``max R < theta`` besides.
     """
 
     def __init__(self, tables: CostTables, microbatches: int, last_dc: int | None,
-                 upper: float, deadline: Deadline, tighten: bool, capacity=None):
-        self.t, self.m, self.last_dc = tables, microbatches, last_dc
+                 upper: float, deadline: Deadline, tighten: str | None, capacity=None,
+                 box: tuple[float, float] = (np.inf, np.inf), first_dc: int | None = None):
+        self.t, self.m, self.last_dc, self.first_dc = tables, microbatches, last_dc, first_dc
+        self.tau, self.theta = box
         self.upper, self.deadline, self.tighten = upper, deadline, tighten
         training = tables.instance.training
         self.gpipe_period = training.objective == "period" and tables.schedule == "gpipe"
@@ -223,13 +230,14 @@ class PipelineSearch:
         total = float(t.flop_prefix[-1])
         sum_lb = cost.compute_time(total, t.rate.max(), t.widest)
         finite = np.isfinite(self.upper)
-        self.cap = (self.upper - sum_lb) / (m - 1) if finite and m > 1 else np.inf
-        if np.isfinite(self.cap):  # every C <= cap: the fill bound at the cap, 3 rounds
+        top = min(self.upper, self.tau)  # T_p is below both
+        self.cap = (top - sum_lb) / (m - 1) if np.isfinite(top) and m > 1 else np.inf
+        if np.isfinite(self.cap) and self.cap > 0:  # every C <= cap: the fill bound, 3 rounds
             everything = (t.rate * t.count).tolist()
             for _ in range(3):
                 x, _ = fill_curve(everything, self.cap)
                 sum_lb = max(sum_lb, fill_bound(total, x.tolist(), self.cap))
-                self.cap = (self.upper - sum_lb) / (m - 1)
+                self.cap = (top - sum_lb) / (m - 1)
         self._floors: dict = {}
         self.sync_cap = self.upper - sum_lb if finite else np.inf
         flop = t.flop_prefix
@@ -253,6 +261,7 @@ class PipelineSearch:
         need = m if t.schedule == "gpipe" else 1
         lim = self.cap * (1 + SLACK)
         ok = np.isfinite(C) & (N >= need) & (C <= lim) & (R <= self.sync_cap * (1 + SLACK))
+        ok &= R < self.theta
         if not self.gpipe_period:  # same C, no more devices, ... (GPipe's f, b may differ)
             ok &= ~dominated_options(ok, C, N, R, W, self.deadline.check)
         cs, starts, ends = np.nonzero(ok)
@@ -266,8 +275,9 @@ class PipelineSearch:
         t = self.t
         k, u = key
         first = k == t.K
-        dcs = ([self.last_dc] if self.last_dc is not None else range(t.K)) if first \
-            else range(k + 1)
+        lowest = self.first_dc or 0
+        dcs = ([self.last_dc] if self.last_dc is not None else range(lowest, t.K)) if first \
+            else range(lowest, k + 1)
         for k0 in dcs:
             if first:
                 U = Q = 0.0
@@ -365,7 +375,7 @@ class PipelineSearch:
         the period's floor ``max(x1 + x2, C, U)`` before loops and majorant are computed."""
         free = int(self.t.count[g]) - base[gl]
         M1 = self.m - 1
-        upper = self.upper * (1 + SLACK)
+        upper, tau = self.upper * (1 + SLACK), self.tau * (1 + SLACK)
         low_per = min(lab[0] + lab[1] for lab in labels)
         low_sm = min(lab[2] for lab in labels)
         low_r = min(lab[3] for lab in labels)
@@ -378,20 +388,23 @@ class PipelineSearch:
             pre = fills[a] if a else 0.0
             fixed = c + Q + pre
             floor = max(c, U, tops[a])
-            if low_sm + fixed + M1 * max(low_per, floor) + max(low_r, rr) >= upper:
+            least = low_sm + fixed + M1 * max(low_per, floor)
+            if least + max(low_r, rr) >= upper or least > tau:
                 continue
             for idx, lab in enumerate(labels):
-                if lab[2] + fixed + M1 * max(lab[0] + lab[1], floor) + max(lab[3], rr) >= upper:
+                least = lab[2] + fixed + M1 * max(lab[0] + lab[1], floor)
+                if least + max(lab[3], rr) >= upper or least > tau:
                     continue
                 new = self._extend(lab, row, U, Q)
                 if new is None:
                     continue
-                period = max(new[0] + new[1], tops[a])
-                if new[2] + pre + M1 * period + new[3] >= upper:
+                least = new[2] + pre + M1 * max(new[0] + new[1], tops[a])
+                if least + new[3] >= upper or least > tau:
                     continue
                 parent = (b, key, idx, a, g, row[7])
                 if a == 0:
-                    self._complete(done, k0, new, parent)
+                    if self.first_dc is None or k0 == self.first_dc:
+                        self._complete(done, k0, new, parent)
                 else:
                     self.states[a].setdefault(nkey, []).append(new + (parent,))
 
@@ -399,14 +412,16 @@ class PipelineSearch:
         """Keep a complete plan (first DC ``k0``) if no kept one is as good in both terms."""
         T = self.time_of(new)
         value = T + new[3]
-        if value >= self.upper:
+        if value >= self.upper or T > self.tau * (1 + SLACK):
             return
         kept = done.setdefault(k0, [])
         if any(x[0] <= T and x[1] <= new[3] for x in kept):
             return
         kept[:] = [x for x in kept if not (T <= x[0] and new[3] <= x[1])] + [(T, new[3], parent)]
-        if self.tighten:
+        if self.tighten == "sum":
             self.upper = value
+        elif self.tighten == "time":
+            self.tau = T
 
     def backtrack(self, parent) -> list[tuple[int, int, int, int, int, int]]:
         """The stages ``(start, end, dc, group in dc, d, t)`` of the plan ending at ``parent``."""

@@ -5,7 +5,8 @@ feature (:func:`chainpipe.support.features`). ``docs/dp.md`` ("Version 3") prove
 
 1. **One pipeline.** The classic optimum (the version-2 search) bounds the answer: its
    ``T`` under ``classic`` is a lower bound (no period is below the classic one) and its
-   ``T`` under the instance's objective an upper bound. When they meet, it is optimal;
+   ``T`` under the instance's objective an upper bound, as are the classic optima inside
+   each DC alone (no MAN round trip). When the bounds meet, the plan is optimal;
    otherwise :class:`~chainpipe.solvers.dp_period.PipelineSearch` runs trials between them.
 2. **Several pipelines.** A pipeline's cost depends only on its DC range and ``M_p``, and
    ``R_X`` only on the outer span. Per last DC and ``M_p`` one search gives, per first DC,
@@ -118,9 +119,16 @@ def _one_pipeline(instance, tables, deadline, best: _Best, log, capacity) -> Non
     best.offer(instance, ref.plan)
     if T_e <= T_c * (1 + 1e-12):
         return
+    for k in range(tables.K if tables.K > 1 else 0):  # no MAN round trip: often a better bound
+        alone = dataclasses.replace(classic_instance(instance), links=(),
+                                    datacenters=(instance.datacenters[k],))
+        got = dp_run(alone, deadline=deadline)
+        if got.plan is not None:  # device names are the full instance's too
+            best.offer(instance, got.plan)
+    T_e = min(T_e, best.T)
     trials = sorted({T_c * (1 + d) for d in STEPS if T_c * (1 + d) < T_e} | {T_e * (1 + 1e-9)})
     for trial in trials:
-        search = PipelineSearch(tables, tables.M, None, trial, deadline, True, capacity)
+        search = PipelineSearch(tables, tables.M, None, trial, deadline, "sum", capacity)
         done = search.run()
         best.searches += 1
         if log is not None:
@@ -150,22 +158,27 @@ class _Several:
         # one bound for every pipeline search, fixed before the first: T_p + max R below it
         self.upper = best.T - min(self.cross.values())
         self.searches: dict = {}
+        #: where the targets of max T_p start: the incumbent, else the classic lower bound
+        self.guess = best.T if math.isfinite(best.T) else max(float(tables.lower_bound), 1e-9)
 
-    def frontier(self, j: int, m: int):
-        """The search of pipelines ending in DC ``j`` with ``m`` microbatches, and its
-        complete plans per first DC (computed once)."""
-        if (j, m) not in self.searches:
-            search = PipelineSearch(self.t, m, j, self.upper, self.deadline, False, self.holds)
-            self.searches[j, m] = (search, search.run())
-            self.best.searches += 1
-        return self.searches[j, m]
-
-    def entry(self, i: int, j: int, m: int, theta: float):
+    def entry(self, i: int, j: int, m: int, tau: float, theta: float):
         """The plan of least ``T_p`` on range ``[i, j]`` with ``m`` microbatches and
-        ``max R < theta``: ``(T_p, max R, parent)`` or ``None``."""
-        _, done = self.frontier(j, m)
-        good = [x for x in done.get(i, []) if x[1] < theta]
-        return min(good, key=lambda x: x[0]) if good else None
+        ``max R < theta`` if that ``T_p`` is at most ``tau``: ``(T_p, max R, stages)`` or
+        ``None``. One search per ``(i, j, m, theta)`` answers every ``tau`` up to the one
+        it ran with (its target drops to each plan found, so it keeps the least)."""
+        got = self.searches.get((i, j, m, theta))
+        if got is None or (got[1] is None and tau > got[0]):
+            search = PipelineSearch(self.t, m, j, self.upper, self.deadline, "time",
+                                    self.holds, (tau, theta), first_dc=i)
+            done = search.run().get(i, [])
+            best = min(done, key=lambda x: x[0]) if done else None
+            got = self.searches[i, j, m, theta] = (tau, None if best is None else (
+                best[0], best[1], search.backtrack(best[2])))
+            self.best.searches += 1
+            if self.log is not None:
+                self.log(f"dp: a pipeline on DCs {i}..{j}, M_p = {m}, T_p <= {tau:.6g}: "
+                         f"{'found' if best else 'none'} ({search.stats['labels']} labels)")
+        return got[1] if got[1] is not None and got[1][0] <= tau else None
 
     def capacity(self, i: int, j: int, tau: float, theta: float, top: int) -> int:
         """The largest ``m <= top`` whose best ``T_p`` on ``[i, j]`` is at most ``tau``
@@ -173,8 +186,7 @@ class _Several:
         lo, hi = 0, top
         while lo < hi:
             mid = (lo + hi + 1) // 2
-            e = self.entry(i, j, mid, theta)
-            if e is not None and e[0] <= tau:
+            if self.entry(i, j, mid, tau, theta) is not None:
                 lo = mid
             else:
                 hi = mid - 1
@@ -204,13 +216,21 @@ class _Several:
             theta = rho
 
     def least_max_time(self, P, i0, j0, theta, limit):
-        """The least ``max T_p`` below ``limit`` (bisection, relative :data:`TAU_RTOL`) over
-        ranges of the span and splits of ``M`` with every ``max R < theta``: ``(tau,
-        [(i, j, m, entry), ...])``, or ``None``."""
-        found = self.reach(P, i0, j0, limit * (1 - 1e-15), theta)
+        """The least ``max T_p`` below ``limit`` (relative :data:`TAU_RTOL`) over ranges of
+        the span and splits of ``M`` with every ``max R < theta``: ``(tau, [(i, j, m,
+        entry), ...])``, or ``None``. Targets grow from a guess (small targets make cheap
+        searches; three steps, then ``limit``) until one is reachable, then a bisection;
+        each reachable target drops to the largest ``T_p`` of its split."""
+        top = limit * (1 - 1e-15)
+        lo, found = 0.0, None
+        for tau in [self.guess / P * 4 ** k for k in range(3)] + [top]:
+            if tau > top or found is not None:
+                continue
+            found = self.reach(P, i0, j0, tau, theta)
+            if found is None:
+                lo = tau
         if found is None:
             return None
-        lo = 0.0
         while found[0] > lo * (1 + TAU_RTOL) + 1e-300:
             mid = (lo + found[0]) / 2
             if mid <= lo or mid >= found[0]:
@@ -251,26 +271,24 @@ class _Several:
                 k = back[0]
             q -= 1
         ranges.reverse()
-        return self.split(ranges, [cap[r] for r in ranges], theta)
+        return self.split(ranges, [cap[r] for r in ranges], tau, theta)
 
-    def split(self, ranges, caps, theta):
-        """Microbatches per range, each at most its cap and at least 1, adding up to
-        ``M``: ``(max T_p, [(i, j, m, entry), ...])``."""
+    def split(self, ranges, caps, tau, theta):
+        """Microbatches per range, each at most its cap (at ``tau``) and at least 1, adding
+        up to ``M``: ``(max T_p, [(i, j, m, entry), ...])``."""
         ms, excess = list(caps), sum(caps) - self.M
         for p in range(len(ms)):
             cut = min(excess, ms[p] - 1)
             ms[p] -= cut
             excess -= cut
-        chosen = [(i, j, m, self.entry(i, j, m, theta)) for (i, j), m in zip(ranges, ms)]
+        chosen = [(i, j, m, self.entry(i, j, m, tau, theta)) for (i, j), m in zip(ranges, ms)]
         return max(e[0] for *_, e in chosen), chosen
 
     def offer(self, chosen) -> None:
         """Build the plan of ``chosen`` and offer it to the incumbent."""
         pipes = []
-        for _i, j, m, e in chosen:
-            search, _ = self.frontier(j, m)
-            stages = Plan.from_tuples(self.inst, search.backtrack(e[2])).stages
-            pipes.append(Pipeline(stages, m))
+        for _i, _j, m, e in chosen:
+            pipes.append(Pipeline(Plan.from_tuples(self.inst, e[2]).stages, m))
         self.best.offer(self.inst, Plan(pipelines=pipes))
         if self.log is not None:
             self.log(f"dp: {len(pipes)} pipelines, T = {self.best.T:.6g} s")
