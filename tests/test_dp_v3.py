@@ -112,6 +112,15 @@ def test_infeasible_v3_says_why():
     assert res.status == "infeasible" and res.message
 
 
+def test_too_few_microbatches_or_datacenters_for_any_count():
+    """``pipelines = [3]`` on two DCs: no plan, and the message says why."""
+    inst = read(DATA / "worked_example_v3_pipelines.json")
+    inst = dataclasses.replace(inst, training=dataclasses.replace(
+        inst.training, parallelism=dataclasses.replace(inst.parallelism, pipelines=(3,))))
+    res = solve(inst, "dp")
+    assert res.status == "infeasible" and "P datacenters (K = 2)" in res.message
+
+
 def test_version_2_files_keep_the_version_2_search(monkeypatch):
     """A ``/2`` file (classic, one pipeline) never reaches the version-3 code."""
     def refuse(*args, **kwargs):

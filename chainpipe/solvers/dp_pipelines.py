@@ -89,7 +89,11 @@ def _why_infeasible(tables: CostTables) -> str:
     pipeline may have (GPipe's ``M_p`` can be 1 with several pipelines), else memory
     and counts."""
     inst = tables.instance
-    several = any(2 <= P <= min(inst.microbatches, tables.K) for P in inst.parallelism.pipelines)
+    counts = inst.parallelism.pipelines
+    if all(P > min(inst.microbatches, tables.K) for P in counts):
+        return (f"no allowed pipeline count {list(counts)} fits: P pipelines need P "
+                f"microbatches (M = {inst.microbatches}) and P datacenters (K = {tables.K})")
+    several = any(2 <= P <= min(inst.microbatches, tables.K) for P in counts)
     if several and tables.schedule == "gpipe":
         training = dataclasses.replace(inst.training, microbatches=1)
         tables = CostTables(dataclasses.replace(inst, training=training))
