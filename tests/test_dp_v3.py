@@ -66,6 +66,17 @@ def test_dp_equals_brute_force_on_random_v3_instances(block):
     assert loops >= 1, loops
 
 
+@pytest.mark.parametrize("block", range(2))
+def test_dp_equals_brute_force_with_fewer_microbatches_than_layers(block):
+    """About 150 instances each of three layers with ``M`` of 2 or 3: stages at positions
+    ``>= M`` stash ``M`` and close no loop, so the stage counts of labels matter."""
+    for seed in range(block * 300, (block + 1) * 300):
+        inst = random_v3_instance(seed)
+        if inst.num_layers == 3:
+            _check(dataclasses.replace(inst, training=dataclasses.replace(
+                inst.training, microbatches=2 + seed % 2)))
+
+
 @pytest.mark.parametrize("name, T", [("worked_example_v3_1f1b", 24.0),
                                      ("worked_example_v3_gpipe", 21.0),
                                      ("worked_example_v3_pipelines", 9.0)])

@@ -77,17 +77,17 @@ def new_loops(hull: tuple, c: float, q: float) -> float:
     return max(((c + q + h) / (j + 2) for j, h in enumerate(hull)), default=0.0)
 
 
-def dominates(a: tuple, b: tuple, p_equal: bool, steady: int) -> bool:
+def dominates(a: tuple, b: tuple, p_free: float, steady: int) -> bool:
     """Whether label ``a`` is no worse than ``b`` for every completion (``docs/dp.md``).
 
     With ``steady = M_p - 1``, ``s1 = (x1_a - x1_b)^+``, ``s2 = (x2_a - x2_b)^+`` and ``d``
     the largest ``(hull_a[j] - hull_b[j])^+ / (j + 1)`` over ``a``'s windows (a loop a
     later stage closes through ``a``'s suffix exceeds ``b``'s by at most ``d``):
     ``p_a <= p_b`` and ``sum_a + steady (max(s1, d) + s2) + (R_a - R_b)^+ <= sum_b``.
-    ``p_equal``: the stages ``a`` places before its loops stop counting differ from ``b``'s
-    unless ``p`` is equal (the caller passes ``False`` when every later stage sits below
-    ``M_p`` in both)."""
-    ok, allow = _beaten(_scalars([a]), _scalars([b]), p_equal, steady)
+    ``p_free``: when ``p_b < p_free`` every later stage sits below ``M_p`` in both (so its
+    loops count in both); otherwise the stages whose loops count differ unless
+    ``p_a = p_b``, which is then required."""
+    ok, allow = _beaten(_scalars([a]), _scalars([b]), p_free, steady)
     return bool(ok[0, 0]) and _hull_within(a, b, float(allow[0, 0]))
 
 
@@ -96,7 +96,7 @@ def _scalars(labels: list) -> np.ndarray:
     return np.array([lab[:5] for lab in labels], dtype=float).reshape(-1, 5)
 
 
-def _beaten(rivals: np.ndarray, cands: np.ndarray, p_equal: bool, steady: int):
+def _beaten(rivals: np.ndarray, cands: np.ndarray, p_free: float, steady: int):
     """``[n_cands, n_rivals]``: whether :func:`dominates` can hold (its test with ``d = 0``)
     and the ``d`` it allows (``inf`` for ``steady = 0``: no period counts)."""
     a, b = rivals[None, :, :], cands[:, None, :]
@@ -104,8 +104,7 @@ def _beaten(rivals: np.ndarray, cands: np.ndarray, p_equal: bool, steady: int):
     extra = (a[..., 2] + steady * (s1 + np.maximum(a[..., 1] - b[..., 1], 0.0))
              + np.maximum(a[..., 3] - b[..., 3], 0.0))
     ok = (extra <= b[..., 2]) & (a[..., 4] <= b[..., 4])
-    if p_equal:
-        ok &= a[..., 4] == b[..., 4]
+    ok &= (a[..., 4] == b[..., 4]) | (b[..., 4] < p_free)
     with np.errstate(divide="ignore", invalid="ignore"):
         allow = s1 + (b[..., 2] - extra) / steady if steady else np.full(ok.shape, np.inf)
     return ok, allow
@@ -117,7 +116,7 @@ def _hull_within(a: tuple, b: tuple, allow: float) -> bool:
     return all(x - y <= allow * (j + 2) for j, (x, y) in enumerate(zip(a[5], b[5])))
 
 
-def _drop_beaten(cands: list, rivals: list, p_equal: bool, steady: int) -> list:
+def _drop_beaten(cands: list, rivals: list, p_free: float, steady: int) -> list:
     """``cands`` without those a label of ``rivals`` dominates (:func:`dominates`). The
     scalar test runs in numpy by blocks, the majorants only where it passes."""
     if not cands or not rivals:
@@ -125,7 +124,7 @@ def _drop_beaten(cands: list, rivals: list, p_equal: bool, steady: int) -> list:
     A, B = _scalars(rivals), _scalars(cands)
     keep = []
     for lo in range(0, len(cands), _BLOCK):
-        ok, allow = _beaten(A, B[lo:lo + _BLOCK], p_equal, steady)
+        ok, allow = _beaten(A, B[lo:lo + _BLOCK], p_free, steady)
         for i, row in enumerate(ok):
             lab = cands[lo + i]
             if not any(_hull_within(rivals[j], lab, allow[i, j])
@@ -134,14 +133,14 @@ def _drop_beaten(cands: list, rivals: list, p_equal: bool, steady: int) -> list:
     return keep
 
 
-def _first_of_equals(labels: list, p_equal: bool, steady: int) -> list:
+def _first_of_equals(labels: list, p_free: float, steady: int) -> list:
     """The labels (in order) that no earlier one dominates. A block is tested against the
     labels kept before it and against its own earlier labels, kept or not: the relation
     is transitive, so a dropped label's dominator is dominated by a kept one."""
     kept: list = []
     for lo in range(0, len(labels), _BLOCK):
-        block = _drop_beaten(labels[lo:lo + _BLOCK], kept, p_equal, steady)
-        ok, allow = _beaten(_scalars(block), _scalars(block), p_equal, steady)
+        block = _drop_beaten(labels[lo:lo + _BLOCK], kept, p_free, steady)
+        ok, allow = _beaten(_scalars(block), _scalars(block), p_free, steady)
         ok &= np.arange(len(block))[None, :] < np.arange(len(block))[:, None]
         for i, row in enumerate(ok):
             lab = block[i]
@@ -155,15 +154,15 @@ def _first_of_equals(labels: list, p_equal: bool, steady: int) -> list:
 _BLOCK = 256
 
 
-def pareto(labels: list, p_equal: bool, steady: int) -> list:
+def pareto(labels: list, p_free: float, steady: int) -> list:
     """The labels no earlier one in sorted order dominates (:func:`dominates`); the
     relation is transitive, so a dropped label's first dominator is kept or dominated by
     a kept one."""
     labels.sort(key=lambda x: (x[0] + x[1], x[2], x[3], x[0], x[4]))
-    return _first_of_equals(labels, p_equal, steady)
+    return _first_of_equals(labels, p_free, steady)
 
 
-def across_usage(layer: dict, p_equal: bool, steady: int) -> None:
+def across_usage(layer: dict, p_free: float, steady: int) -> None:
     """Drop, in place, labels dominated by a label of another state of the same DC that
     uses no more devices of any group: every completion of the one stays open to the other."""
     by_dc: dict = {}
@@ -175,7 +174,7 @@ def across_usage(layer: dict, p_equal: bool, steady: int) -> None:
             rivals = [lab for k in keys[:i]
                       if k[1] != key[1] and all(x <= y for x, y in zip(k[1], key[1]))
                       for lab in layer[k]]
-            layer[key] = _drop_beaten(layer[key], rivals, p_equal, steady)
+            layer[key] = _drop_beaten(layer[key], rivals, p_free, steady)
 
 
 class PipelineSearch:
@@ -325,12 +324,12 @@ class PipelineSearch:
         done: dict[int, list] = {}
         for b in range(L, 0, -1):
             layer = states[b]
-            # at most L - b stages are placed and b come before: every position stays below
-            # M_p (the loops of every later stage count, whatever p) when L < M_p
-            p_equal = self.loops and L >= self.m
+            # at most b stages come before: with p + b < M_p every one sits below M_p (its
+            # loops count, whatever p); without loops p only matters to memory
+            p_free = self.m - b if self.loops else np.inf
             for key in list(layer):
-                layer[key] = pareto(layer[key], p_equal, self.m - 1)
-            across_usage(layer, p_equal, self.m - 1)
+                layer[key] = pareto(layer[key], p_free, self.m - 1)
+            across_usage(layer, p_free, self.m - 1)
             self.stats["states"] += len(layer)
             self.stats["labels"] += sum(len(v) for v in layer.values())
             for key, labels in layer.items():
