@@ -116,20 +116,44 @@ def _hull_within(a: tuple, b: tuple, allow: float) -> bool:
     return all(x - y <= allow * (j + 2) for j, (x, y) in enumerate(zip(a[5], b[5])))
 
 
+def _hulls(labels: list, pad: float) -> np.ndarray:
+    """``[n, width]``: the majorants of ``labels``, padded with ``pad``."""
+    width = max((len(lab[5]) for lab in labels), default=0)
+    out = np.full((len(labels), width), pad)
+    for i, lab in enumerate(labels):
+        out[i, :len(lab[5])] = lab[5]
+    return out
+
+
+def _survivors(ok: np.ndarray, allow: np.ndarray, rivals: np.ndarray,
+               cands: np.ndarray) -> np.ndarray:
+    """Which candidates (rows of ``ok``) no rival dominates: :func:`_hull_within` for the
+    pairs the scalar test lets through, in numpy (rivals' majorants padded with ``-inf``,
+    candidates' with ``inf``: only common windows compare)."""
+    alive = ~ok.any(axis=1)
+    steps = np.arange(rivals.shape[1]) + 2.0
+    for i in np.flatnonzero(~alive).tolist():
+        hits = np.flatnonzero(ok[i])
+        width = min(rivals.shape[1], cands.shape[1])
+        with np.errstate(invalid="ignore"):
+            diff = rivals[hits, :width] - cands[i, None, :width]
+            beaten = (diff <= allow[i, hits, None] * steps[None, :width]).all(axis=1)
+        alive[i] = not beaten.any()
+    return alive
+
+
 def _drop_beaten(cands: list, rivals: list, p_free: float, steady: int) -> list:
     """``cands`` without those a label of ``rivals`` dominates (:func:`dominates`). The
     scalar test runs in numpy by blocks, the majorants only where it passes."""
     if not cands or not rivals:
         return cands
     A, B = _scalars(rivals), _scalars(cands)
+    HA, HB = _hulls(rivals, -np.inf), _hulls(cands, np.inf)
     keep = []
     for lo in range(0, len(cands), _BLOCK):
         ok, allow = _beaten(A, B[lo:lo + _BLOCK], p_free, steady)
-        for i, row in enumerate(ok):
-            lab = cands[lo + i]
-            if not any(_hull_within(rivals[j], lab, allow[i, j])
-                       for j in np.flatnonzero(row).tolist()):
-                keep.append(lab)
+        alive = _survivors(ok, allow, HA, HB[lo:lo + _BLOCK])
+        keep += [cands[lo + i] for i in np.flatnonzero(alive).tolist()]
     return keep
 
 
@@ -142,11 +166,8 @@ def _first_of_equals(labels: list, p_free: float, steady: int) -> list:
         block = _drop_beaten(labels[lo:lo + _BLOCK], kept, p_free, steady)
         ok, allow = _beaten(_scalars(block), _scalars(block), p_free, steady)
         ok &= np.arange(len(block))[None, :] < np.arange(len(block))[:, None]
-        for i, row in enumerate(ok):
-            lab = block[i]
-            if not any(_hull_within(block[j], lab, allow[i, j])
-                       for j in np.flatnonzero(row).tolist()):
-                kept.append(lab)
+        alive = _survivors(ok, allow, _hulls(block, -np.inf), _hulls(block, np.inf))
+        kept += [block[i] for i in np.flatnonzero(alive).tolist()]
     return kept
 
 
@@ -213,6 +234,11 @@ class PipelineSearch:
         self.gpipe_period = training.objective == "period" and tables.schedule == "gpipe"
         self.loops = training.objective == "period" and tables.schedule == "1f1b"
         self.p_cap = 0 if tables.schedule == "gpipe" else max(0, min(microbatches - 1, tables.L))
+        # the stash of a stage placed before p stages: position p + 1, exact while p < p_cap
+        # and at least M_p beyond
+        self.need_at = [cost.in_flight(tables.schedule, microbatches,
+                                       p + 1 if p < self.p_cap else microbatches)
+                        for p in range(self.p_cap + 1)]
         self.stats = {"labels": 0, "states": 0}
         valid = tables.schedule == "1f1b" or microbatches == tables.M
         self.capacity = capacity if valid else None
@@ -296,9 +322,8 @@ class PipelineSearch:
         parent), or ``None`` when the stage breaks memory at its position."""
         x1, x2, sm, r, p, hull, _ = lab
         _a, c, f, bk, n, _w, rr, _ci = row
-        m, p_cap = self.m, self.p_cap
-        position = p + 1  # exact while p < p_cap; beyond, at least m
-        if cost.in_flight(self.t.schedule, m, position if p < p_cap else m) > n:
+        p_cap = self.p_cap
+        if self.need_at[p] > n:
             return None
         if self.gpipe_period:
             nx1, nx2 = max(x1, f, U), max(x2, bk, U)
