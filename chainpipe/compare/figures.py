@@ -16,9 +16,11 @@ from pathlib import Path
 from ..drawing import pyplot, save_figure, write_csv
 from .metrics import charged_time, finished, gave_up, profile_curve
 
-#: distinct colours (matplotlib's tab10, then four darker ones): more than there are solvers
+#: distinct colours (matplotlib's tab10, then ten darker or lighter ones from tab20b and
+#: tab20c): more than there are solvers
 COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
-          "#7f7f7f", "#bcbd22", "#17becf", "#000000", "#393b79", "#637939", "#843c39")
+          "#7f7f7f", "#bcbd22", "#17becf", "#000000", "#393b79", "#637939", "#843c39",
+          "#7b4173", "#8c6d31", "#3182bd", "#e6550d", "#31a354", "#756bb1")
 LINESTYLES = ("-", "--", "-.", ":", (0, (5, 1, 1, 1, 1, 1)), (0, (1, 1)))
 #: vertical shift between successive solvers' profile curves, as drawn
 PROFILE_OFFSET = 0.006

@@ -87,6 +87,11 @@ def max_stages(tables: CostTables) -> int:
     return cap if mem is None else min(cap, mem)
 
 
+class CoefficientOverflow(ValueError):
+    """A model coefficient or right-hand side is not a finite number (the instance's figures
+    overflow a double once scaled); the route reports it as out of range."""
+
+
 @dataclass(frozen=True)
 class Positions:
     """Stage positions counted from the end (the last stage has position 1).

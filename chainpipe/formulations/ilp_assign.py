@@ -30,7 +30,7 @@ from ..cost import (
 from ..instance import Instance
 from ..plan import Plan
 from ..tables import CostTables
-from .common import OBJECTIVE_MAGNITUDE, max_stages, time_scale
+from .common import OBJECTIVE_MAGNITUDE, CoefficientOverflow, max_stages, time_scale
 from .matrix import Columns, LinearModel, import_pulp, no_check, to_matrix
 
 #: the per-layer quantities a slot's option shares out: FLOP, tensor-parallel bytes,
@@ -387,6 +387,8 @@ class AssignFormulation:
                              f"bytes_{p}")
             for r in self.resources:
                 u = self._occupancy_coef(r)
+                if not np.isfinite(u):  # a right-hand side PuLP cannot hold
+                    raise CoefficientOverflow(f"occupancy of a boundary on {r[0]} {r[1]} is {u}")
                 if u > 0:
                     self.problem += (pulp.LpAffineExpression(
                         [(self.O[p], 1.0), (self.X[p], -u), (self.v[p, r], -u)]) >= -u,

@@ -44,7 +44,7 @@ from pathlib import Path
 import numpy as np
 
 from ..deadline import Deadline, TimeUp
-from ..formulations.common import safe_bound
+from ..formulations.common import CoefficientOverflow, safe_bound
 from ..instance import Instance
 from ..io import atomic_write
 from ..plan import evaluate
@@ -182,14 +182,14 @@ def _run(name: str, instance: Instance, deadline: Deadline, seed, threads, log, 
     except TimeUp:
         stats["build_time_s"] = deadline.elapsed() - t0
         return _out_of_time_building(tables, deadline, stats, incumbent)
+    except CoefficientOverflow as exc:
+        stats["build_time_s"] = deadline.elapsed() - t0
+        return _out_of_range(name, stats, str(exc))
     stats["build_time_s"] = deadline.elapsed() - t0
     stats.update(model.stats())
     problem = model.out_of_range(MAX_COEFFICIENT)
     if problem is not None:
-        return Outcome("error", stats=stats, message=(
-            f"{name}: the instance's numbers are out of range for a MIP backend ({problem}; "
-            f"times in the model differ by more than the backends represent); dp and cpsat "
-            "take them"))
+        return _out_of_range(name, stats, problem)
     stats["time_scale_s"] = form.scale
     if opts.write_model is not None:
         try:
@@ -235,6 +235,14 @@ def _formulation(name: str, tables: CostTables, opts: _Options, deadline: Deadli
                            dominance=opts.dominance, upper_bound=upper)
     stats.update(form.network_stats)
     return form if form.n_arcs else None
+
+
+def _out_of_range(name: str, stats: dict, problem: str) -> Outcome:
+    """``error``: the model's numbers are beyond what a MIP backend represents."""
+    return Outcome("error", stats=stats, message=(
+        f"{name}: the instance's numbers are out of range for a MIP backend ({problem}; "
+        f"times in the model differ by more than the backends represent); dp and cpsat "
+        "take them"))
 
 
 def _progress_in_seconds(scale: float):
