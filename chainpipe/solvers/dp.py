@@ -547,15 +547,7 @@ class _Search:
 
     def _backtrack(self, states, parent) -> list[tuple[int, int, int, int, int, int]]:
         """The stages ``(start, end, dc, group in dc, d, t)`` of the plan ending at ``parent``."""
-        # parent = (b, key, idx, a, g, pair) means stage [a, b) on group g with that (d, t)
-        stages = []
-        while parent is not None:
-            b, key, idx, a, g, ci = parent
-            opts = self.t.options(g)
-            stages.append((a, b, int(self.t.group_dc[g]), self.local[g], int(opts.d[ci]),
-                           int(opts.t[ci])))
-            parent = states[b][key][idx][4]
-        return stages
+        return backtrack_stages(self.t, states, parent, 4)
 
 
 class _PerDC:
@@ -766,3 +758,21 @@ _HOLD_SLACK = 1 + 1e-9
 #: from this many options of one group and end on, the bound check runs in numpy (measured:
 #: below it the per-call overhead of numpy outweighs the loop it saves)
 _VECTOR_MIN = 24
+
+
+def backtrack_stages(tables: CostTables, states, parent, link: int
+                     ) -> list[tuple[int, int, int, int, int, int]]:
+    """The stages ``(start, end, dc, group in dc, d, t)`` of a plan, from its last parent.
+
+    ``parent = (b, key, idx, a, g, pair)`` means stage ``[a, b)`` on group ``g`` with that
+    ``(d, t)``; the label at ``states[b][key][idx]`` holds the next parent at index ``link``.
+    Shared by the version-2 search and the version-3 one (:mod:`.dp_period`).
+    """
+    stages = []
+    while parent is not None:
+        b, key, idx, a, g, ci = parent
+        opts = tables.options(g)
+        stages.append((a, b, int(tables.group_dc[g]), tables.groups[g].index, int(opts.d[ci]),
+                       int(opts.t[ci])))
+        parent = states[b][key][idx][link]
+    return stages

@@ -28,6 +28,7 @@ import numpy as np
 from .. import cost
 from ..deadline import Deadline
 from ..tables import CostTables, dominated_options, fill_bound, fill_curve
+from .dp import backtrack_stages
 
 #: relative slack of every bound test: rounding may keep a label, never cut one
 SLACK = 1e-9
@@ -449,11 +450,4 @@ class PipelineSearch:
 
     def backtrack(self, parent) -> list[tuple[int, int, int, int, int, int]]:
         """The stages ``(start, end, dc, group in dc, d, t)`` of the plan ending at ``parent``."""
-        stages = []
-        while parent is not None:
-            b, key, idx, a, g, ci = parent
-            opts = self.t.options(g)
-            stages.append((a, b, int(self.t.group_dc[g]), self.local[g], int(opts.d[ci]),
-                           int(opts.t[ci])))
-            parent = self.states[b][key][idx][6]
-        return stages
+        return backtrack_stages(self.t, self.states, parent, 6)
