@@ -43,6 +43,10 @@ class JobRecord:
         # the clock reaches an arrival as now + (arrival - now): it may round below it
         return max(0.0, self.start_s - self.job.arrival_s)
 
+    def block(self, reason: str) -> None:
+        """The job was not placed within its patience, for ``reason``."""
+        self.status, self.reason = "blocked", reason
+
 
 @dataclass
 class Sample:
@@ -117,9 +121,7 @@ def simulate(scenario: Scenario, policy: Policy, seed: int, *, network: Network 
     done = env.event()
     total_wl = sum(network.wavelengths.values())
 
-    def resolved() -> None:
-        if on_resolved is not None:
-            on_resolved()
+    resolved = on_resolved or (lambda: None)
 
     def check_done() -> None:
         if (not done.triggered and not waiting and running["n"] == 0
@@ -127,10 +129,7 @@ def simulate(scenario: Scenario, policy: Policy, seed: int, *, network: Network 
             done.succeed()
 
     def sample() -> None:
-        run.samples.append(Sample(
-            env.now, state.busy_gpus() / network.total_gpus(),
-            sum(state.span_load(s) for s in network.spans) / max(1, len(network.spans)),
-            sum(state.reserved.values()) / max(1, total_wl)))
+        run.samples.append(_sample(env.now, network, state, total_wl))
 
     def schedule() -> None:
         if not waiting:
@@ -139,12 +138,8 @@ def simulate(scenario: Scenario, policy: Policy, seed: int, *, network: Network 
         for p in placed:
             _check_horizon(scenario, p, env.now)
             waiting.remove(p.job)
-            rec = records[p.job.id]
-            rec.status, rec.start_s, rec.placement = "accepted", env.now, p
+            _accept(run, records[p.job.id], p, state, env.now)
             running["n"] += 1
-            run.peak_gpus = max(run.peak_gpus, state.busy_gpus())
-            for s in p.wavelengths:
-                run.peak_reserved[s] = max(run.peak_reserved.get(s, 0), state.reserved[s])
             env.process(finish(p))
             resolved()
         if placed:
@@ -162,9 +157,7 @@ def simulate(scenario: Scenario, policy: Policy, seed: int, *, network: Network 
         yield env.timeout(job.patience_s)
         if job in waiting:
             waiting.remove(job)
-            rec = records[job.id]
-            rec.status = "blocked"
-            rec.reason = policy.reasons.get(job.id, "not placed within its patience")
+            records[job.id].block(policy.reasons.get(job.id, "not placed within its patience"))
             resolved()
             check_done()
 
@@ -178,9 +171,7 @@ def simulate(scenario: Scenario, policy: Policy, seed: int, *, network: Network 
 
     def background():
         while True:
-            if env.now > horizon_s(scenario):  # only a job waiting can keep it going
-                raise PastHorizon(f"jobs.patience_s: {len(waiting)} job(s) still waiting at "
-                                  f"{env.now:.3g} s, past {horizon_text(scenario)}")
+            _check_waiting(scenario, env.now, len(waiting))
             state.set_background(traffic.step())
             policy.observe(env.now, state)
             sample()
@@ -193,7 +184,35 @@ def simulate(scenario: Scenario, policy: Policy, seed: int, *, network: Network 
         env.run(until=done)
     except PastHorizon as exc:
         raise InstanceError([str(exc)]) from None
-    run.end_s = env.now
+    return _close(run, policy, state, env.now, solves_before, solve_cpu_before)
+
+
+def _check_waiting(scenario: Scenario, now: float, waiting: int) -> None:
+    """Past the horizon only a job still waiting keeps the background going: refuse it."""
+    if now > horizon_s(scenario):
+        raise PastHorizon(f"jobs.patience_s: {waiting} job(s) still waiting at {now:.3g} s, "
+                          f"past {horizon_text(scenario)}")
+
+
+def _sample(now: float, network: Network, state: ResourceState, total_wl: int) -> Sample:
+    """The resources in use at ``now``: GPUs, span load and wavelengths reserved."""
+    return Sample(now, state.busy_gpus() / network.total_gpus(),
+                  sum(state.span_load(s) for s in network.spans) / max(1, len(network.spans)),
+                  sum(state.reserved.values()) / max(1, total_wl))
+
+
+def _accept(run: Run, rec: JobRecord, p: Placement, state: ResourceState, now: float) -> None:
+    """Record a job placed at ``now``, and the peaks its placement reaches."""
+    rec.status, rec.start_s, rec.placement = "accepted", now, p
+    run.peak_gpus = max(run.peak_gpus, state.busy_gpus())
+    for s in p.wavelengths:
+        run.peak_reserved[s] = max(run.peak_reserved.get(s, 0), state.reserved[s])
+
+
+def _close(run: Run, policy: Policy, state: ResourceState, end_s: float, solves_before: int,
+           solve_cpu_before: float) -> Run:
+    """Finish ``run``: its end, the policy's report and the solver calls it made."""
+    run.end_s = end_s
     if not state.idle():
         raise RuntimeError(f"{policy.name}: resources still held after every job finished")
     run.extra = policy.report()
