@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from . import __version__
-from .instance import SCHEDULES, InstanceError
+from .instance import OBJECTIVES, SCHEDULES, InstanceError
 from .instances import PRESETS
 from .instances.generator import SWITCH
 from .instances.models import MODELS, model_shape
@@ -186,6 +186,7 @@ def cmd_generate(args) -> int:
     """``chainpipe generate --preset NAME | --cluster FILE``: an instance on stdout or in ``-o``."""
     from .instances import generate
     from .instances.cluster_file import generate_for_cluster
+    from .instances.generator import check_version, versioned
     from .instances.hf_config import config_path, read_model_config
 
     # the files it reads: --model-config DIR reads DIR/config.json
@@ -215,15 +216,18 @@ def cmd_generate(args) -> int:
               "tensor_parallel": args.tensor_parallel, "zero": args.zero,
               "microbatch_size": args.microbatch_size, "global_batch": args.global_batch}
     common = {k: v for k, v in common.items() if v is not None}
+    v3 = {"objective": args.objective, "pipelines": args.pipelines,
+          "sync_period": args.sync_period}
     try:
         if args.cluster:
             if isinstance(model, str):
                 model = model_shape(model)
-            inst = generate_for_cluster(args.cluster, model, **common)
+            check_version(3, **v3)
+            inst = versioned(generate_for_cluster(args.cluster, model, **common), **v3)
         else:
             overrides = {"model": model, "datacenters": args.datacenters,
                          "gpus_per_dc": args.gpus_per_dc, "degrade": args.degrade}
-            inst = generate(args.preset, seed=args.seed or 0, **common,
+            inst = generate(args.preset, seed=args.seed or 0, **common, version=3, **v3,
                             **{k: v for k, v in overrides.items() if v is not None})
     except (KeyError, ValueError) as exc:
         if isinstance(exc, InstanceError):
@@ -708,6 +712,20 @@ def _add_generate(sub) -> None:
                                       "comma-separated powers of two without repeats"))
     s.add_argument("--zero", action=argparse.BooleanOptionalAction, default=None,
                    help="ZeRO-1: shard the optimizer state over a stage's replicas")
+    s.add_argument("--pipelines", metavar="LIST",
+                   help="pipeline counts a plan may run, each on its own range of DCs "
+                        "(parallelism.pipelines), e.g. 1,2,4; each at most the DCs and M "
+                        "(default: the powers of two up to both, at most 8)",
+                   type=argument_type(lambda v: tuple(int(x) for x in v.split(",")),
+                                      lambda v: all(1 <= x < 2**31 for x in v)
+                                      and len(set(v)) == len(v),
+                                      "comma-separated integers >= 1 without repeats"))
+    s.add_argument("--sync-period", type=positive_int, metavar="H",
+                   help="iterations between two gradient averagings across pipelines "
+                        "(training.pipeline_sync_period; default: 1, synchronous)")
+    s.add_argument("--objective", choices=OBJECTIVES,
+                   help="what T is (training.objective): the schedule's own period, or the "
+                        "classic sum + (M - 1) max of format version 2 (default: period)")
     s.set_defaults(func=cmd_generate)
 
 

@@ -12,6 +12,14 @@ version-1 instance the preset always drew (every version-2 field at its
 default); on, the same draws gain the version-2 figures: node sizes and
 per-GPU node bandwidths from the GPU catalogue, each layer's tensor-parallel
 all-reduce bytes from the model shape, and the ``parallelism`` lists.
+
+The contract version is a choice too (``version``): 2, the default of the Python
+API, keeps the problem every caller written before version 3 meant (objective
+``classic``, one pipeline); 3, the default of ``chainpipe generate``, states the
+schedule's own period as the objective, the pipeline counts a plan may run
+(:func:`default_pipelines` unless given) and the iterations between two
+averagings across pipelines (:func:`versioned`). Nothing else differs: a
+version-3 instance has the devices, links and layers of its version-2 twin.
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ from dataclasses import dataclass
 from ..instance import (
     MAX_COUNT,
     MAX_NAME,
+    OBJECTIVES,
     SCHEDULES,
     Datacenter,
     DeviceGroup,
@@ -61,6 +70,11 @@ TRAINING_BYTES = {HALF: (BYTES_PER_PARAM, GRADIENT_BYTES_PER_PARAM, OPTIMIZER_BY
 PARALLELISM_ON = Parallelism(data_parallel=(1, 2, 4, 8), tensor_parallel=(1, 2, 4, 8), zero=True)
 #: the values of the ``parallelism`` switch
 SWITCH = ("on", "off")
+#: the contract versions :func:`generate` builds: 2 (objective ``classic``, one pipeline)
+#: and 3 (:func:`versioned`)
+VERSIONS = (2, 3)
+#: the largest pipeline count :func:`default_pipelines` offers
+MAX_DEFAULT_PIPELINES = 8
 
 
 @dataclass(frozen=True)
@@ -233,6 +247,11 @@ def generate(
     gpu_types: tuple[str, ...] | None = None,
     man_gbit: float | None = None,
     global_batch: int | None = None,
+    version: int = 2,
+    objective: str | None = None,
+    pipelines: tuple[int, ...] | None = None,
+    sync_period: int | None = None,
+    seq_len: int | None = None,
 ) -> Instance:
     """An instance of ``preset`` drawn with ``seed``; any keyword overrides the preset.
 
@@ -281,6 +300,21 @@ def generate(
         The GPU types drawn from (names of :data:`~chainpipe.instances.GPUS`).
     man_gbit : float, optional
         Every metro link at this rate in Gbit/s (distances are still drawn).
+    seq_len : int, optional
+        Tokens per sequence, replacing the model's (for a GPT model the learned position
+        table grows with it): long sequences load the links with activations.
+    version : {2, 3}, default 2
+        The contract version of the problem: 2 is objective ``classic`` with one
+        pipeline (what this function always returned; ``objective``, ``pipelines``
+        and ``sync_period`` are then refused), 3 takes the three below
+        (``chainpipe generate`` writes version 3).
+    objective : {"period", "classic"}, optional
+        Version 3: ``training.objective``, default ``"period"``.
+    pipelines : sequence of int, optional
+        Version 3: ``parallelism.pipelines``, the pipeline counts a plan may run, each
+        at most the number of DCs and ``M``; default :func:`default_pipelines`.
+    sync_period : int, optional
+        Version 3: ``training.pipeline_sync_period``, ``H >= 1`` (default 1).
 
     Returns
     -------
@@ -297,20 +331,14 @@ def generate(
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise TypeError(f"seed must be an integer, got {seed!r}")
     _check_overrides(model, datacenters, gpus_per_dc, microbatches, schedule, degrade, blocks,
-                     microbatch_size)
+                     microbatch_size, seq_len)
+    check_version(version, objective, pipelines, sync_period)
     spec = _respecified(spec, granularity, gpu_types, man_gbit)
     par = resolve_parallelism(spec, parallelism, data_parallel, tensor_parallel, zero)
     v2 = par != Parallelism()
     microbatch_size, microbatches = batch_sizes(par, microbatch_size, global_batch, microbatches)
 
-    if isinstance(model, ModelShape):
-        shape = model
-    else:
-        shape = model_shape(model or _rng(preset, seed, "model").choice(spec.models))
-    if blocks is None and spec.max_blocks is not None:
-        blocks = min(spec.max_blocks, shape.blocks)
-    if blocks == shape.blocks:
-        blocks = None  # the whole model
+    shape, blocks = _shape(spec, seed, model, seq_len, blocks)
     layers = model_layers(shape, blocks=blocks, granularity=spec.granularity,
                           tensor_parallel=v2, microbatch_size=microbatch_size)
     k = datacenters or _rng(preset, seed, "datacenters").choice(spec.datacenters)
@@ -320,9 +348,12 @@ def generate(
     sched = schedule or spec.schedule
     total = sum(dc.device_count for dc in dcs)
     name = _instance_name(preset, seed, shape.name, k, total, m, sched, blocks, degrade)
+    if seq_len is not None:
+        name += f"-seq{seq_len}"
     if par != spec.parallelism:
         name += _parallelism_suffix(par)
-    return Instance(
+    name += _version_suffix(objective, pipelines, sync_period)
+    inst = Instance(
         name=name[:MAX_NAME],
         model=Model(shape.name if blocks is None else f"{shape.name}[{blocks} blocks]"[:MAX_NAME],
                     layers),
@@ -330,6 +361,117 @@ def generate(
         datacenters=dcs,
         links=links,
     )
+    if version == 2:
+        return inst
+    return versioned(inst, objective=objective, pipelines=pipelines, sync_period=sync_period)
+
+
+def _shape(spec: Preset, seed: int, model, seq_len: int | None, blocks: int | None
+           ) -> tuple[ModelShape, int | None]:
+    """The model's shape (given or drawn, with ``seq_len`` tokens per sequence) and the
+    blocks kept (``None``: the whole model)."""
+    if isinstance(model, ModelShape):
+        shape = model
+    else:
+        shape = model_shape(model or _rng(spec.name, seed, "model").choice(spec.models))
+    if seq_len is not None:
+        shape = dataclasses.replace(shape, seq=seq_len)
+    if blocks is None and spec.max_blocks is not None:
+        blocks = min(spec.max_blocks, shape.blocks)
+    return shape, (None if blocks == shape.blocks else blocks)
+
+
+def default_pipelines(datacenters: int, microbatches: int) -> tuple[int, ...]:
+    """The pipeline counts a version-3 instance offers by default: the powers of two up to
+    the number of DCs and ``M`` (at most :data:`MAX_DEFAULT_PIPELINES`).
+
+    One DC gives ``(1,)``, four ``(1, 2, 4)``, eight ``(1, 2, 4, 8)``: each pipeline
+    needs a range of DCs of its own and at least one microbatch.
+
+    Examples
+    --------
+    >>> default_pipelines(4, 64), default_pipelines(3, 64), default_pipelines(8, 2)
+    ((1, 2, 4), (1, 2), (1, 2))
+    """
+    top = min(datacenters, microbatches, MAX_DEFAULT_PIPELINES)
+    return tuple(2**i for i in range(top.bit_length()))
+
+
+def check_version(version: int, objective: str | None = None,
+                  pipelines: tuple[int, ...] | None = None, sync_period: int | None = None
+                  ) -> None:
+    """Raise for a version or a version-3 knob out of range, before anything is drawn.
+
+    Raises
+    ------
+    ValueError
+        An unknown version, a version-3 knob with ``version=2``, an unknown objective,
+        a pipeline list that is not distinct integers ``>= 1``, or ``H < 1``.
+    """
+    if isinstance(version, bool) or version not in VERSIONS:
+        raise ValueError(f"version must be one of {', '.join(map(str, VERSIONS))}, "
+                         f"got {version!r}")
+    given = [k for k, v in (("objective", objective), ("pipelines", pipelines),
+                            ("sync_period", sync_period)) if v is not None]
+    if version == 2 and given:
+        raise ValueError(f"{given[0]}: needs version 3 (a version-2 instance has the classic "
+                         f"objective and one pipeline)")
+    if objective is not None and objective not in OBJECTIVES:
+        raise ValueError(f"objective must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
+    if pipelines is not None:
+        if isinstance(pipelines, (str, bytes)) or not isinstance(pipelines, (list, tuple)) \
+                or not pipelines:
+            raise ValueError(f"pipelines must be a non-empty list of integers >= 1, "
+                             f"got {pipelines!r}")
+        for p in pipelines:
+            _positive_int("pipelines", p)
+        if len(set(pipelines)) != len(pipelines):
+            raise ValueError(f"pipelines must not repeat a count, got {list(pipelines)}")
+    if sync_period is not None:
+        _positive_int("sync_period", sync_period)
+
+
+def versioned(instance: Instance, *, objective: str | None = None,
+              pipelines: tuple[int, ...] | None = None, sync_period: int | None = None
+              ) -> Instance:
+    """``instance`` as a contract-version-3 problem: its objective, pipelines and ``H``.
+
+    Parameters
+    ----------
+    instance : Instance
+        Any instance; its devices, links and layers are kept.
+    objective : {"period", "classic"}, optional
+        Default ``"period"``, the version-3 default.
+    pipelines : sequence of int, optional
+        Each at most the number of DCs and ``M`` (a larger count could never run);
+        default :func:`default_pipelines`.
+    sync_period : int, optional
+        ``H``, default 1.
+
+    Returns
+    -------
+    Instance
+
+    Raises
+    ------
+    ValueError
+        A knob out of range (:func:`check_version`), or a pipeline count above the
+        number of DCs or ``M``.
+    """
+    check_version(3, objective, pipelines, sync_period)
+    k, m = instance.num_datacenters, instance.microbatches
+    if pipelines is None:
+        pipelines = default_pipelines(k, m)
+    for p in pipelines:
+        if p > k or p > m:
+            what = f"{k} datacenter(s)" if p > k else f"{m} microbatch(es)"
+            raise ValueError(f"pipelines: {p} pipelines need {p} datacenters and {p} "
+                             f"microbatches; the instance has {what}")
+    training = instance.training
+    par = dataclasses.replace(training.parallelism, pipelines=tuple(pipelines))
+    return dataclasses.replace(instance, training=dataclasses.replace(
+        training, objective=objective or "period", pipeline_sync_period=sync_period or 1,
+        parallelism=par))
 
 
 def model_training(shape: ModelShape, microbatches: int, schedule: str, parallelism: Parallelism,
@@ -439,13 +581,13 @@ def _preset(name: str) -> Preset:
 
 
 def _check_overrides(model, datacenters, gpus_per_dc, microbatches, schedule, degrade,
-                     blocks, microbatch_size=None) -> None:
+                     blocks, microbatch_size=None, seq_len=None) -> None:
     """Raise for an override out of range, before anything is drawn."""
     if model is not None and not isinstance(model, ModelShape):
         model_shape(model)  # raises with the known names
     for name, value in (("datacenters", datacenters), ("gpus_per_dc", gpus_per_dc),
                         ("microbatches", microbatches), ("blocks", blocks),
-                        ("microbatch_size", microbatch_size)):
+                        ("microbatch_size", microbatch_size), ("seq_len", seq_len)):
         if value is not None:
             _positive_int(name, value)
     if schedule is not None and schedule not in SCHEDULES:
@@ -492,6 +634,17 @@ def _parallelism_suffix(par: Parallelism) -> str:
     if par == Parallelism():
         return "-v1"
     return f"-d{max(par.data_parallel)}t{max(par.tensor_parallel)}{'z' if par.zero else ''}"
+
+
+def _version_suffix(objective: str | None, pipelines, sync_period: int | None) -> str:
+    """What a version-3 knob given explicitly adds to a name: ``-classic``, ``-p1-2``,
+    ``-H4`` (the defaults add nothing)."""
+    out = "-classic" if objective == "classic" else ""
+    if pipelines is not None:
+        out += "-p" + "-".join(map(str, pipelines))
+    if sync_period is not None and sync_period != 1:
+        out += f"-H{sync_period}"
+    return out
 
 
 def _instance_name(preset: str, seed: int, model: str, k: int, total: int, m: int, sched: str,

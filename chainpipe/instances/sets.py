@@ -1,9 +1,11 @@
-"""The committed instance sets: ``small``, ``medium``, ``large`` and ``hybrid/{small,medium,large}``.
+"""The committed instance sets: ``small``, ``medium``, ``large``, ``hybrid/{small,medium,large}``
+and ``v3/{small,medium,large}``.
 
     python -m chainpipe.instances.sets             # (re)write every set and its manifest.json
     python -m chainpipe.instances.sets --check     # regenerate in memory, compare byte for byte
     python -m chainpipe.instances.sets --sets hybrid/small   # one set
     python -m chainpipe.instances.sets --solve dp  # also solve each instance and print T
+    python -m chainpipe.instances.sets --sets v3/small --findings   # measure a v3 set's optima
 
 Each instance is ``generate(preset, seed, **overrides)`` renamed to its file
 stem; a set named ``hybrid/small`` lives in ``instances/hybrid/small``.
@@ -48,11 +50,16 @@ class Entry:
     overrides: dict = field(default_factory=dict)
     purpose: str = ""
     feasible: bool = True
+    version: int = 2
 
     def instance(self) -> Instance:
-        """The set's instance. The committed sets predate ``training.microbatch_size``:
+        """The set's instance. The sets of version 2 predate ``training.microbatch_size``:
         their layers are costed for one sequence per microbatch and they do not state it
-        (so no width rule applies and their optima stay)."""
+        (so no width rule applies and their optima stay). A ``version=3`` entry is
+        ``generate(..., version=3)`` as drawn, ``microbatch_size`` included."""
+        if self.version == 3:
+            inst = generate(self.preset, self.seed, version=3, **self.overrides)
+            return dataclasses.replace(inst, name=self.stem)
         inst = generate(self.preset, self.seed, **{"microbatch_size": 1, **self.overrides})
         training = dataclasses.replace(inst.training, microbatch_size=None)
         return dataclasses.replace(inst, name=self.stem, training=training)
@@ -149,6 +156,62 @@ SETS: dict[str, tuple[Entry, ...]] = {
     ),
 }
 
+#: the sets of contract version 3 (``generate(..., version=3)``), with :data:`FINDINGS`
+V3_SETS: dict[str, tuple[Entry, ...]] = {
+    "v3/small": (
+        Entry("v3-small-01-period", "hybrid-small", 4, {},
+              "Llama-2 7B slice over 2 DCs x 4 GPUs, 1F1B, M = 8: round trips over the MAN "
+              "pace the classic optimum; the period's optimum is another plan", version=3),
+        Entry("v3-small-02-two-pipelines", "hybrid-small", 8, {},
+              "Llama-2 13B slice over 3 DCs x 2 GPUs: two pipelines beat one", version=3),
+        Entry("v3-small-03-long-seq-slow", "hybrid-small", 11, {"seq_len": 8192, "degrade": 0.1},
+              "GPT-3 6.7B slice, 8192-token sequences, metro links degraded 10x: activations "
+              "load the MAN; the period changes the optimum and two pipelines win", version=3),
+        Entry("v3-small-04-sync4", "hybrid-small", 11, {"sync_period": 4},
+              "GPT-3 6.7B slice over 3 DCs, averaging every 4 iterations: two pipelines win "
+              "(with H = 1 one pipeline does)", version=3),
+        Entry("v3-small-05-gpipe", "hybrid-small", 9, {"schedule": "gpipe"},
+              "GPT-3 1.3B slice (a small model) over 2 DCs x 2 GPUs, GPipe: a pipeline per DC "
+              "wins", version=3),
+    ),
+}
+SETS.update(V3_SETS)
+
+#: what the exact DP found on each v3 instance (:func:`findings`, measured once with
+#: ``--findings``; the manifests carry it): stem -> record
+FINDINGS: dict[str, dict] = {
+    # v3-small-01-period: 0.1 s
+    'v3-small-01-period': {
+        'optimum': {'status': 'optimal', 'iteration_time_s': 2.42818, 'pipelines': 1, 'stages': [2]},
+        'one_pipeline': {'status': 'optimal', 'iteration_time_s': 2.42818, 'pipelines': 1, 'stages': [2]},
+        'classic': {'status': 'optimal', 'iteration_time_s': 1.93036, 'plan_under_objective_s': 2.91652},
+        'period_changes_optimum': True, 'several_pipelines_win': False},
+    # v3-small-02-two-pipelines: 0.3 s
+    'v3-small-02-two-pipelines': {
+        'optimum': {'status': 'optimal', 'iteration_time_s': 4.74093, 'pipelines': 2, 'stages': [3, 1], 'microbatches': [3, 5]},
+        'one_pipeline': {'status': 'optimal', 'iteration_time_s': 5.67792, 'pipelines': 1, 'stages': [2]},
+        'classic': {'status': 'optimal', 'iteration_time_s': 5.67792, 'plan_under_objective_s': 5.67792},
+        'period_changes_optimum': False, 'several_pipelines_win': True},
+    # v3-small-03-long-seq-slow: 0.2 s
+    'v3-small-03-long-seq-slow': {
+        'optimum': {'status': 'optimal', 'iteration_time_s': 3.19057, 'pipelines': 2, 'stages': [1, 1], 'microbatches': [1, 3]},
+        'one_pipeline': {'status': 'optimal', 'iteration_time_s': 3.30846, 'pipelines': 1, 'stages': [2]},
+        'classic': {'status': 'optimal', 'iteration_time_s': 3.27511, 'plan_under_objective_s': 4.18549},
+        'period_changes_optimum': True, 'several_pipelines_win': True},
+    # v3-small-04-sync4: 0.1 s
+    'v3-small-04-sync4': {
+        'optimum': {'status': 'optimal', 'iteration_time_s': 0.578547, 'pipelines': 2, 'stages': [1, 1], 'microbatches': [1, 3]},
+        'one_pipeline': {'status': 'optimal', 'iteration_time_s': 0.591453, 'pipelines': 1, 'stages': [2]},
+        'classic': {'status': 'optimal', 'iteration_time_s': 0.571603, 'plan_under_objective_s': 0.591453},
+        'period_changes_optimum': False, 'several_pipelines_win': True},
+    # v3-small-05-gpipe: 0.1 s
+    'v3-small-05-gpipe': {
+        'optimum': {'status': 'optimal', 'iteration_time_s': 0.731465, 'pipelines': 2, 'stages': [2, 2], 'microbatches': [4, 4]},
+        'one_pipeline': {'status': 'optimal', 'iteration_time_s': 0.802481, 'pipelines': 1, 'stages': [4]},
+        'classic': {'status': 'optimal', 'iteration_time_s': 0.802481, 'plan_under_objective_s': 0.802481},
+        'period_changes_optimum': False, 'several_pipelines_win': True},
+}
+
 
 # --------------------------------------------------------------------------- feasibility
 def witness_plan(instance: Instance, tables: CostTables | None = None) -> Plan | None:
@@ -211,6 +274,66 @@ def certify(entry: Entry, instance: Instance) -> str:
     return f"infeasible: {reason}"
 
 
+# --------------------------------------------------------------------------- v3 findings
+def _one_pipeline(instance: Instance) -> Instance:
+    """``instance`` with one pipeline only (its objective kept)."""
+    par = dataclasses.replace(instance.training.parallelism, pipelines=(1,))
+    return dataclasses.replace(instance, training=dataclasses.replace(instance.training,
+                                                                      parallelism=par))
+
+
+def _rounded(x: float | None) -> float | None:
+    return None if x is None else float(f"{x:.{WITNESS_DIGITS}g}")
+
+
+def _solved(instance: Instance, time_limit: float) -> tuple[dict, Plan | None]:
+    """The exact DP on ``instance``: its status, ``T``, bound and plan's shape."""
+    from ..solve import solve
+
+    res = solve(instance, solver="dp", time_limit=time_limit)
+    out = {"status": str(res.status), "iteration_time_s": _rounded(res.iteration_time)}
+    if res.status != "optimal":
+        out["lower_bound_s"] = _rounded(res.lower_bound)
+    if res.plan is not None:
+        out["pipelines"] = res.plan.num_pipelines
+        out["stages"] = [len(p.stages) for p in res.plan.pipelines]
+        if res.plan.num_pipelines > 1:
+            out["microbatches"] = [p.microbatches for p in res.plan.pipelines]
+    return out, res.plan
+
+
+def findings(instance: Instance, time_limit: float = 300.0) -> dict:
+    """What the exact DP finds on a version-3 instance, for its manifest.
+
+    ``optimum``: the DP under the instance's objective and pipelines; ``one_pipeline``:
+    the same with ``pipelines = [1]`` (solved only when the optimum runs several);
+    ``classic``: the classic twin's optimum
+    (:func:`chainpipe.solvers.dp_pipelines.classic_instance`) and its plan costed
+    under the instance's objective with one pipeline; ``period_changes_optimum``: that
+    plan costs more than the best plan of one pipeline; ``several_pipelines_win``: the
+    optimum runs several pipelines and beats every plan of one. Times are rounded to
+    :data:`WITNESS_DIGITS` significant digits; a search that ran out of ``time_limit``
+    says ``feasible`` and gives its lower bound.
+    """
+    from ..solvers.dp_pipelines import classic_instance
+
+    best, plan = _solved(instance, time_limit)
+    one = best
+    if plan is not None and plan.num_pipelines > 1:
+        one, _ = _solved(_one_pipeline(instance), time_limit)
+    twin, twin_plan = _solved(classic_instance(instance), time_limit)
+    out = {"optimum": best, "one_pipeline": one,
+           "classic": {"status": twin["status"], "iteration_time_s": twin["iteration_time_s"]}}
+    if twin_plan is not None:
+        under = evaluate(_one_pipeline(instance), twin_plan).iteration_time_s
+        out["classic"]["plan_under_objective_s"] = _rounded(under)
+        out["period_changes_optimum"] = (one["iteration_time_s"] is not None
+                                         and _rounded(under) > one["iteration_time_s"])
+    out["several_pipelines_win"] = (best.get("pipelines", 1) > 1
+                                    and best["iteration_time_s"] < one["iteration_time_s"])
+    return out
+
+
 # --------------------------------------------------------------------------- files
 def instance_text(instance: Instance) -> str:
     """The exact text :func:`chainpipe.io.write` produces."""
@@ -255,11 +378,20 @@ def _summary(e: Entry, inst: Instance) -> dict:
         "microbatches": inst.microbatches,
         "schedule": inst.training.schedule,
     }
+    if e.version == 3:
+        item["version"] = 3
+        item["microbatch_size"] = inst.training.microbatch_size
+        item["objective"] = inst.training.objective
+        item["pipeline_sync_period"] = inst.training.pipeline_sync_period
     if not inst.parallelism.single_device:
         par = inst.parallelism
         item["parallelism"] = {"data_parallel": list(par.data_parallel),
                                "tensor_parallel": list(par.tensor_parallel), "zero": par.zero}
+        if e.version == 3:
+            item["parallelism"]["pipelines"] = list(par.pipelines)
         item["witness"] = witness_record(inst)
+    if e.stem in FINDINGS:
+        item["dp"] = FINDINGS[e.stem]
     return item
 
 
@@ -287,7 +419,7 @@ def build(set_name: str) -> dict[str, str]:
 
 def entry_from_manifest(item: dict) -> Entry:
     return Entry(Path(item["file"]).stem, item["preset"], item["seed"], dict(item["overrides"]),
-                 item.get("purpose", ""), item.get("feasible", True))
+                 item.get("purpose", ""), item.get("feasible", True), item.get("version", 2))
 
 
 def check_against_manifest(directory: Path) -> list[str]:
@@ -305,8 +437,9 @@ def check_against_manifest(directory: Path) -> list[str]:
         if not path.exists():
             problems.append(f"{path}: missing")
         elif read(path) != instance:
+            version = f", version={item['version']}" if "version" in item else ""
             problems.append(f"{path}: differs from generate({item['preset']!r}, {item['seed']}, "
-                            f"**{item['overrides']})")
+                            f"**{item['overrides']}{version})")
         elif "witness" in item:
             plan = Plan.from_tuples(instance, item["witness"]["stages"])
             if not evaluate(instance, plan).feasible:
@@ -340,6 +473,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--check", action="store_true",
                     help="verify the committed files instead of writing them")
     ap.add_argument("--solve", metavar="SOLVER", help="also solve every instance and print T")
+    ap.add_argument("--findings", action="store_true",
+                    help="measure what the exact DP finds on each v3 instance and print it as "
+                         "FINDINGS entries (one search at a time, --time-limit each)")
     ap.add_argument("--time-limit", type=float, default=60.0)
     args = ap.parse_args(argv)
     names = args.sets.split(",")
@@ -374,7 +510,27 @@ def main(argv: list[str] | None = None) -> int:
                 res = solve(e.instance(), solver=args.solve, time_limit=args.time_limit)
                 print(f"  {e.stem}: {res.status} T={res.iteration_time} "
                       f"({res.solve_time:.2f} s)")
+        if args.findings:
+            print_findings(set_name, args.time_limit)
     return 1 if failed else 0
+
+
+def print_findings(set_name: str, time_limit: float) -> None:
+    """``--findings``: each v3 instance's :func:`findings` as a :data:`FINDINGS` entry (a
+    Python literal to paste), after a comment with the wall time it took."""
+    import time
+
+    for e in SETS[set_name]:
+        if e.version != 3:
+            continue
+        start = time.perf_counter()
+        found = findings(e.instance(), time_limit)
+        print(f"    # {e.stem}: {time.perf_counter() - start:.1f} s\n    {e.stem!r}: {{")
+        keys = list(found)
+        for k in keys[:3]:
+            print(f"        {k!r}: {found[k]!r},")
+        print("        " + ", ".join(f"{k!r}: {found[k]!r}" for k in keys[3:]) + "},",
+              flush=True)
 
 
 if __name__ == "__main__":
