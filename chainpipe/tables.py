@@ -383,6 +383,14 @@ class CostTables:
         spread = self._capacity_bound(np.ones(self.G, dtype=bool), max(u_min, across), q_min)
         return float(min(best, spread))
 
+    def pipeline_bound(self, first: int, last: int, microbatches: int,
+                       bottleneck_floor: float = 0.0) -> float:
+        """A lower bound on ``T_p`` (without synchronisation) of a pipeline of
+        ``microbatches`` placed on DCs ``first..last``: :meth:`_capacity_bound` on their
+        groups (contract version 3: a pipeline holds the whole model on its own range)."""
+        mine = (self.group_dc >= first) & (self.group_dc <= last)
+        return self._capacity_bound(mine, bottleneck_floor, microbatches=microbatches)
+
     def _alone_bounds(self, alone: list[float], check=None) -> list[float]:
         """:meth:`_capacity_bound` of each datacenter alone, once per kind (the rates and
         counts of its groups and its floor): a long chain of few kinds costs few."""
@@ -399,7 +407,7 @@ class CostTables:
         return out
 
     def _capacity_bound(self, groups: np.ndarray, bottleneck_floor: float = 0.0,
-                        fill_floor: float = 0.0) -> float:
+                        fill_floor: float = 0.0, microbatches: int | None = None) -> float:
         """A lower bound on ``T`` of a plan on the groups selected by ``groups``.
 
         With ``W`` the most devices one stage may occupy (1 in version 1), for any
@@ -411,10 +419,12 @@ class CostTables:
         (each group adds at most ``B``), and at least ``fill_floor``. ``T >= fill(B) +
         (M - 1) B``, minimised over ``B`` on a grid whose cells take the fill at their
         upper end and ``B`` at their lower end, so the minimum is a bound; the
-        synchronisation is at least 0.
+        synchronisation is at least 0. ``microbatches``: ``M`` of the bound (default the
+        instance's; a pipeline of contract version 3 runs ``M_p``).
         """
         if not groups.any():
             return np.inf
+        M = self.M if microbatches is None else microbatches
         total = float(self.flop_prefix[-1])
         rate, count = self.rate[groups], self.count[groups]
         fastest = rate.max()
@@ -425,12 +435,12 @@ class CostTables:
         with np.errstate(over="ignore", divide="ignore"):  # extreme rates: an infinite bound
             floor = max(layer_max, float(total / rates.sum()), bottleneck_floor)
         base_fill = max(float(cost.compute_time(total, fastest, self.widest)), fill_floor)
-        if self.M == 1 or not np.isfinite(floor):
-            return float(cost.iteration_time(base_fill, floor, self.M))
+        if M == 1 or not np.isfinite(floor):
+            return float(cost.iteration_time(base_fill, floor, M))
         grid = floor * (1.0 + np.linspace(0.0, 2.0, 801))
         fill = np.maximum(base_fill, fill_bounds(total, rate * count, grid[1:]))
-        cells = cost.iteration_time(fill, grid[:-1], self.M)
-        beyond = cost.iteration_time(base_fill, grid[-1], self.M)  # every B past the grid
+        cells = cost.iteration_time(fill, grid[:-1], M)
+        beyond = cost.iteration_time(base_fill, grid[-1], M)  # every B past the grid
         return float(min(cells.min(), beyond))
 
     def infeasibility_reason(self) -> str | None:

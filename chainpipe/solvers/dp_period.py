@@ -23,6 +23,8 @@ best ``T_p + max R``; :mod:`chainpipe.solvers.dp_pipelines` combines them.
 
 from __future__ import annotations
 
+from bisect import bisect_right
+
 import numpy as np
 
 from .. import cost
@@ -56,26 +58,43 @@ def phase_options(tables: CostTables, g: int) -> tuple[np.ndarray, np.ndarray]:
 
 def hull_prepend(hull: tuple, c: float, q: float) -> tuple:
     """The concave majorant of the window sums once a stage of time ``c`` and boundary
-    traversal ``q`` is prepended: points ``(1, c)`` and ``(j + 1, c + q + hull_j)``.
+    traversal ``q`` is prepended: points ``(1, c)`` and ``(j + 2, c + q + hull_j)``.
 
     ``hull`` is concave, so only the tangent from the new first point changes it: the
     majorant follows the chord to the point of largest slope from ``(1, c)``, then the
-    shifted old majorant."""
-    ys = [c] + [c + q + h for h in hull]
-    best, j_star = -np.inf, 0
-    for j in range(1, len(ys)):
-        slope = (ys[j] - c) / j
+    shifted old majorant. The slope from a point left of a concave sequence rises, then
+    falls (its derivative's numerator ``f'(x)(x - 1) - f(x) + c`` decreases), so the scan
+    stops at its first fall."""
+    best, j_star, cq = -np.inf, 0, c + q
+    for j, h in enumerate(hull):
+        slope = (cq + h - c) / (j + 1)
         if slope >= best:
-            best, j_star = slope, j
+            best, j_star = slope, j + 1
+        elif slope < best * _FALL:  # a fall, not a rounding hair
+            break
     if j_star == 0:
         return (c,)
-    return tuple(c + i * best for i in range(j_star)) + tuple(ys[j_star:])
+    return tuple(c + i * best for i in range(j_star)) + tuple(cq + h for h in hull[j_star - 1:])
 
 
 def new_loops(hull: tuple, c: float, q: float) -> float:
     """The slowest loop a stage of time ``c`` and traversal ``q`` closes over the suffix
-    whose window sums have majorant ``hull``: ``max_j (c + q + hull_j) / (j + 1)``."""
-    return max(((c + q + h) / (j + 2) for j, h in enumerate(hull)), default=0.0)
+    whose window sums have majorant ``hull``: ``max_j (c + q + hull_j) / (j + 2)``, the
+    largest slope from the origin to a concave sequence (unimodal, as in
+    :func:`hull_prepend`: the scan stops at its first fall)."""
+    best, cq = 0.0, c + q
+    for j, h in enumerate(hull):
+        loop = (cq + h) / (j + 2)
+        if loop >= best:
+            best = loop
+        elif loop < best * _FALL:
+            break
+    return best
+
+
+#: a fall of the slopes past which :func:`hull_prepend` and :func:`new_loops` stop: the
+#: majorants are concave up to rounding, which must never stop a scan early
+_FALL = 1 - 1e-9
 
 
 def dominates(a: tuple, b: tuple, p_free: float, steady: int) -> bool:
@@ -129,18 +148,26 @@ def _hulls(labels: list, pad: float) -> np.ndarray:
 def _survivors(ok: np.ndarray, allow: np.ndarray, rivals: np.ndarray,
                cands: np.ndarray) -> np.ndarray:
     """Which candidates (rows of ``ok``) no rival dominates: :func:`_hull_within` for the
-    pairs the scalar test lets through, in numpy (rivals' majorants padded with ``-inf``,
-    candidates' with ``inf``: only common windows compare)."""
-    alive = ~ok.any(axis=1)
-    steps = np.arange(rivals.shape[1]) + 2.0
-    for i in np.flatnonzero(~alive).tolist():
-        hits = np.flatnonzero(ok[i])
-        width = min(rivals.shape[1], cands.shape[1])
+    pairs the scalar test lets through, in numpy over those pairs at once (rivals'
+    majorants padded with ``-inf``, candidates' with ``inf``: only common windows compare)."""
+    alive = np.ones(ok.shape[0], dtype=bool)
+    ci, ri = np.nonzero(ok)
+    if not len(ci):
+        return alive
+    width = min(rivals.shape[1], cands.shape[1])
+    steps = np.arange(width) + 2.0
+    beaten = np.empty(len(ci), dtype=bool)
+    for lo in range(0, len(ci), _PAIRS):
+        c, r = ci[lo:lo + _PAIRS], ri[lo:lo + _PAIRS]
         with np.errstate(invalid="ignore"):
-            diff = rivals[hits, :width] - cands[i, None, :width]
-            beaten = (diff <= allow[i, hits, None] * steps[None, :width]).all(axis=1)
-        alive[i] = not beaten.any()
+            diff = rivals[r, :width] - cands[c, :width]
+            beaten[lo:lo + _PAIRS] = (diff <= allow[c, r, None] * steps).all(axis=1)
+    alive[ci[beaten]] = False
     return alive
+
+
+#: pairs per chunk of :func:`_survivors` (a chunk is ``_PAIRS x`` the majorants' width)
+_PAIRS = 1 << 16
 
 
 def _drop_beaten(cands: list, rivals: list, p_free: float, steady: int) -> list:
@@ -199,6 +226,45 @@ def across_usage(layer: dict, p_free: float, steady: int) -> None:
             layer[key] = _drop_beaten(layer[key], rivals, p_free, steady)
 
 
+def candidate_rows(tables: CostTables, g: int, need: int, phases: bool, deadline: Deadline):
+    """Per end ``b``: ``(C values, rows)`` of the options of group ``g`` on ``[a, b)``
+    that hold ``need`` microbatches, by increasing ``C``, rows ``(a, C, f, b, n, w, R,
+    pair)`` (``f, b``: GPipe's phases when ``phases``, else ``C``), ``None`` for an end
+    with none; and the distinct in-flight limits ``n`` of the rows, sorted. Options dominated by another pair of the same range (no more devices, no
+    larger ``C`` or ``R``, no fewer in flight) are dropped unless ``phases`` (GPipe's two
+    phases may rank pairs apart): a search's caps on ``C`` and ``R`` keep a dominator
+    whenever they keep what it dominates, so the rows are built once per group and
+    ``need`` and each search takes the prefix under its cap."""
+    opts = tables.options(g)
+    cache = tables.__dict__.setdefault("_candidate_rows", {})
+    key = (id(opts), need, phases)
+    if key in cache:
+        return cache[key][:2]
+    per_end: list = [None] * (tables.L + 1)
+    limits = np.zeros(0, dtype=np.int64)
+    if len(opts.d):
+        C, N, R, W = opts.compute_time, opts.max_in_flight, opts.sync_time, opts.width
+        F, B = phase_options(tables, g) if phases else (C, C)
+        ok = np.isfinite(C) & (N >= need)
+        if not phases:
+            ok &= ~dominated_options(ok, C, N, R, W, deadline.check)
+        cs, starts, ends = np.nonzero(ok)
+        order = np.lexsort((C[cs, starts, ends], ends))
+        cs, starts, ends = cs[order], starts[order], ends[order]
+        cuts = np.searchsorted(ends, np.arange(tables.L + 2))
+        cols = [starts, C[cs, starts, ends], F[cs, starts, ends], B[cs, starts, ends],
+                N[cs, starts, ends], W[cs], R[cs, starts, ends], cs]
+        limits = np.unique(cols[4])
+        cols = [x.tolist() for x in cols]
+        for b in range(1, tables.L + 1):
+            lo, hi = int(cuts[b]), int(cuts[b + 1])
+            if lo < hi:
+                rows = list(zip(*(x[lo:hi] for x in cols)))
+                per_end[b] = ([r[1] for r in rows], rows)
+    cache[key] = (per_end, limits, opts)  # opts kept alive: its id stays unique
+    return per_end, limits
+
+
 class PipelineSearch:
     """One bounded search of one pipeline with ``microbatches`` microbatches.
 
@@ -234,7 +300,10 @@ class PipelineSearch:
         training = tables.instance.training
         self.gpipe_period = training.objective == "period" and tables.schedule == "gpipe"
         self.loops = training.objective == "period" and tables.schedule == "1f1b"
-        self.p_cap = 0 if tables.schedule == "gpipe" else max(0, min(microbatches - 1, tables.L))
+        # with M_p > L every stage sits below M_p, so every loop counts (docs/dp.md)
+        self.all_loops = self.loops and microbatches > tables.L
+        self._need = microbatches if tables.schedule == "gpipe" else 1
+        self.p_cap = self._position_cap()
         # the stash of a stage placed before p stages: position p + 1, exact while p < p_cap
         # and at least M_p beyond
         self.need_at = [cost.in_flight(tables.schedule, microbatches,
@@ -244,8 +313,30 @@ class PipelineSearch:
         valid = tables.schedule == "1f1b" or microbatches == tables.M
         self.capacity = capacity if valid else None
 
+    def _position_cap(self) -> int:
+        """How far the count ``p`` of stages placed is kept exactly: to ``M_p - 1`` where
+        loops depend on positions, else only while 1F1B memory does (one past the largest
+        in-flight limit below ``M_p`` of an option the search may use; 0 under GPipe)."""
+        t, m = self.t, self.m
+        if t.schedule == "gpipe":
+            return 0
+        exact = max(0, min(m - 1, t.L))
+        if self.loops and not self.all_loops:
+            return exact
+        below = 0
+        lowest = self.first_dc or 0
+        highest = t.K - 1 if self.last_dc is None else self.last_dc
+        for g in range(t.G):
+            if lowest <= t.group_dc[g] <= highest:
+                limits = candidate_rows(t, g, self._need, self.gpipe_period, self.deadline)[1]
+                under = limits[limits < m]
+                if len(under):
+                    below = max(below, int(under[-1]))
+        return min(exact, below + 1)
+
     def run(self) -> dict[int, list]:
-        """Per first DC, the complete plans kept: ``(T_p, max R, parent)``."""
+        """Per first DC, the complete plans kept: ``(T_p, max R, parent, fill, period)``
+        (``T_p = fill + (M_p - 1) period``)."""
         self._bounds()
         self.cands = [self._candidates(g) for g in range(self.t.G)]
         return self._loop()
@@ -253,13 +344,17 @@ class PipelineSearch:
     def _bounds(self) -> None:
         """The period cap of any plan below the bound and the prefix bounds per DC."""
         t, m = self.t, self.m
+        # the groups a plan may use: those of DCs first_dc..last_dc
+        lowest = self.first_dc or 0
+        highest = t.K - 1 if self.last_dc is None else self.last_dc
+        self.usable = (t.group_dc >= lowest) & (t.group_dc <= highest)
         total = float(t.flop_prefix[-1])
-        sum_lb = cost.compute_time(total, t.rate.max(), t.widest)
+        sum_lb = cost.compute_time(total, t.rate[self.usable].max(), t.widest)
         finite = np.isfinite(self.upper)
         top = min(self.upper, self.tau)  # T_p is below both
         self.cap = (top - sum_lb) / (m - 1) if np.isfinite(top) and m > 1 else np.inf
         if np.isfinite(self.cap) and self.cap > 0:  # every C <= cap: the fill bound, 3 rounds
-            everything = (t.rate * t.count).tolist()
+            everything = (t.rate * t.count)[self.usable].tolist()
             for _ in range(3):
                 x, _ = fill_curve(everything, self.cap)
                 sum_lb = max(sum_lb, fill_bound(total, x.tolist(), self.cap))
@@ -268,33 +363,19 @@ class PipelineSearch:
         self.sync_cap = self.upper - sum_lb if finite else np.inf
         flop = t.flop_prefix
         largest = np.concatenate(([0.0], np.maximum.accumulate(np.diff(flop))))
-        rates = [float(t.rate[t.group_dc <= k].max()) for k in range(t.K)]
+        rates = [float(t.rate[(t.group_dc <= k) & self.usable].max()) if k >= lowest
+                 else float(t.rate.max()) for k in range(t.K)]  # (no stage before lowest)
         self.pre_sum = [cost.compute_time(flop, r, t.widest).tolist() for r in rates]
         self.pre_max = [cost.compute_time(largest, r, t.widest).tolist() for r in rates]
         self.groups_of = [np.flatnonzero(t.group_dc == k).tolist() for k in range(t.K)]
         self.local = [t.groups[g].index for g in range(t.G)]
 
     def _candidates(self, g: int) -> list:
-        """Per end ``b``: rows ``(a, C, f, b, n, w, R, pair)`` of the options of group ``g``
-        on ``[a, b)`` that fit at the last position, within the caps, not dominated."""
-        t, m = self.t, self.m
-        opts = t.options(g)
-        per_end: list = [[] for _ in range(t.L + 1)]
-        if not len(opts.d):
-            return per_end
-        C, N, R, W = opts.compute_time, opts.max_in_flight, opts.sync_time, opts.width
-        F, B = phase_options(t, g) if self.gpipe_period else (C, C)
-        need = m if t.schedule == "gpipe" else 1
-        lim = self.cap * (1 + SLACK)
-        ok = np.isfinite(C) & (N >= need) & (C <= lim) & (R <= self.sync_cap * (1 + SLACK))
-        ok &= R < self.theta
-        if not self.gpipe_period:  # same C, no more devices, ... (GPipe's f, b may differ)
-            ok &= ~dominated_options(ok, C, N, R, W, self.deadline.check)
-        cs, starts, ends = np.nonzero(ok)
-        for c, a, b in zip(cs.tolist(), starts.tolist(), ends.tolist()):
-            per_end[b].append((a, float(C[c, a, b]), float(F[c, a, b]), float(B[c, a, b]),
-                               int(N[c, a, b]), int(W[c]), float(R[c, a, b]), c))
-        return per_end
+        """Per end ``b``: ``(C values, rows)`` of group ``g``'s options on ``[a, b)`` by
+        increasing ``C`` (:func:`candidate_rows`); none for a group outside the range."""
+        if not self.usable[g]:
+            return [None] * (self.t.L + 1)
+        return candidate_rows(self.t, g, self._need, self.gpipe_period, self.deadline)[0]
 
     def _moves(self, b: int, key: tuple):
         """``(g, k0, local index, usage before, U, Q)`` for the stage before state ``key``."""
@@ -330,10 +411,11 @@ class PipelineSearch:
             nx1, nx2 = max(x1, f, U), max(x2, bk, U)
         else:
             nx1, nx2 = max(x1, c, U), 0.0
-            if self.loops and p < p_cap:  # the new stage sits below M_p: its loops count
+            if self.loops and (p < p_cap or self.all_loops):  # below M_p: its loops count
                 nx1 = max(nx1, new_loops(hull, c, Q))
         np_ = p + 1 if p < p_cap else p_cap
-        nhull = hull_prepend(hull, c, Q) if self.loops and np_ < p_cap else ()
+        nhull = (hull_prepend(hull, c, Q) if self.loops and (np_ < p_cap or self.all_loops)
+                 else ())
         return (nx1, nx2, sm + c + Q, max(r, rr), np_, nhull)
 
     def time_of(self, lab: tuple) -> float:
@@ -352,7 +434,7 @@ class PipelineSearch:
             layer = states[b]
             # at most b stages come before: with p + b < M_p every one sits below M_p (its
             # loops count, whatever p); without loops p only matters to memory
-            p_free = self.m - b if self.loops else np.inf
+            p_free = self.m - b if self.loops and not self.all_loops else np.inf
             for key in list(layer):
                 layer[key] = pareto(layer[key], p_free, self.m - 1)
             across_usage(layer, p_free, self.m - 1)
@@ -379,13 +461,14 @@ class PipelineSearch:
             t = self.t
             fill, top = self.pre_sum[k0], self.pre_max[k0]
             if np.isfinite(self.cap) and self.m > 1:
-                rates = [float(t.rate[h] * t.count[h]) for h in range(t.G) if t.group_dc[h] < k0]
+                rates = [float(t.rate[h] * t.count[h]) for h in range(t.G)
+                         if t.group_dc[h] < k0 and self.usable[h]]
                 rates += [float(t.rate[h] * (t.count[h] - x))
                           for h, x in zip(self.groups_of[k0], usage)]
                 x, y = fill_curve(rates, self.cap)
                 fill = np.maximum(np.asarray(fill), np.interp(t.flop_prefix, x, y)).tolist()
             if self.capacity is not None:
-                before = [h for h in range(t.G) if t.group_dc[h] < k0]
+                before = [h for h in range(t.G) if t.group_dc[h] < k0 and self.usable[h]]
                 here = tuple((h, int(t.count[h]) - x) for h, x in zip(self.groups_of[k0], usage))
                 need = self.capacity.for_prefixes(before, here, t.flop_prefix)[0]
                 top = np.maximum(np.asarray(top), need).tolist()
@@ -404,9 +487,14 @@ class PipelineSearch:
         low_per = min(lab[0] + lab[1] for lab in labels)
         low_sm = min(lab[2] for lab in labels)
         low_r = min(lab[3] for lab in labels)
-        for row in self.cands[g][b]:
+        got = self.cands[g][b]
+        if got is None:
+            return
+        cs, rows = got
+        sync_lim = min(self.sync_cap * (1 + SLACK), np.nextafter(self.theta, -np.inf))
+        for row in rows[:bisect_right(cs, self.cap * (1 + SLACK))]:
             a, c, _f, _b, _n, w, rr, _ci = row
-            if w > free:
+            if w > free or rr > sync_lim:
                 continue
             nkey = (k0, base[:gl] + (base[gl] + w,) + base[gl + 1:])
             fills, tops = self._prefix_floors(k0, nkey[1])
@@ -442,7 +530,8 @@ class PipelineSearch:
         kept = done.setdefault(k0, [])
         if any(x[0] <= T and x[1] <= new[3] for x in kept):
             return
-        kept[:] = [x for x in kept if not (T <= x[0] and new[3] <= x[1])] + [(T, new[3], parent)]
+        kept[:] = [x for x in kept if not (T <= x[0] and new[3] <= x[1])] + [
+            (T, new[3], parent, new[2], new[0] + new[1])]
         if self.tighten == "sum":
             self.upper = value
         elif self.tighten == "time":

@@ -30,6 +30,7 @@ from ..plan import Pipeline, Plan, evaluate
 from ..result import Outcome
 from ..tables import CostTables
 from .dp_period import PipelineSearch
+from .dp_ranges import RangeTimes
 
 #: relative width at which the bisection on ``max T_p`` stops (the contract's optimum is
 #: within a relative 1e-6)
@@ -161,28 +162,15 @@ class _Several:
                 self.cross[i, j] = float(cost.cross_sync_time(total, gamma, bw, lat)) / self.H
         # one bound for every pipeline search, fixed before the first: T_p + max R below it
         self.upper = best.T - min(self.cross.values())
-        self.searches: dict = {}
+        self.ranges = RangeTimes(tables, deadline, self.upper, capacity, log)
         #: where the targets of max T_p start: the incumbent, else the classic lower bound
         self.guess = best.T if math.isfinite(best.T) else max(float(tables.lower_bound), 1e-9)
 
     def entry(self, i: int, j: int, m: int, tau: float, theta: float):
-        """The plan of least ``T_p`` on range ``[i, j]`` with ``m`` microbatches and
-        ``max R < theta`` if that ``T_p`` is at most ``tau``: ``(T_p, max R, stages)`` or
-        ``None``. One search per ``(i, j, m, theta)`` answers every ``tau`` up to the one
-        it ran with (its target drops to each plan found, so it keeps the least)."""
-        got = self.searches.get((i, j, m, theta))
-        if got is None or (got[1] is None and tau > got[0]):
-            search = PipelineSearch(self.t, m, j, self.upper, self.deadline, "time",
-                                    self.holds, (tau, theta), first_dc=i)
-            done = search.run().get(i, [])
-            best = min(done, key=lambda x: x[0]) if done else None
-            got = self.searches[i, j, m, theta] = (tau, None if best is None else (
-                best[0], best[1], search.backtrack(best[2])))
-            self.best.searches += 1
-            if self.log is not None:
-                self.log(f"dp: a pipeline on DCs {i}..{j}, M_p = {m}, T_p <= {tau:.6g}: "
-                         f"{'found' if best else 'none'} ({search.stats['labels']} labels)")
-        return got[1] if got[1] is not None and got[1][0] <= tau else None
+        """A plan on range ``[i, j]`` with ``m`` microbatches, ``max R < theta`` and
+        ``T_p <= tau``: ``(T_p, max R, stages)``, or ``None`` when none exists
+        (:class:`~chainpipe.solvers.dp_ranges.RangeTimes`)."""
+        return self.ranges.at_most(i, j, m, tau, theta)
 
     def capacity(self, i: int, j: int, tau: float, theta: float, top: int) -> int:
         """The largest ``m <= top`` whose best ``T_p`` on ``[i, j]`` is at most ``tau``
@@ -203,6 +191,7 @@ class _Several:
                 for j0 in range(i0 + P - 1, self.K):
                     self.deadline.check()
                     self.span(P, i0, j0)
+        self.best.searches += self.ranges.searches
 
     def span(self, P: int, i0: int, j0: int) -> None:
         """The best plans of ``P`` pipelines whose outer span is ``[i0, j0]``: a sweep
@@ -251,19 +240,22 @@ class _Several:
         T_p, chosen)`` or ``None``. A DP over the span keeps, per count ``q`` and last
         DC ``k``, the most microbatches ``q`` ranges from ``i0`` to ``k`` can take."""
         top = self.M - (P - 1)
-        cap = {(i, k): self.capacity(i, k, tau, theta, top)
-               for i in range(i0, j0 + 1) for k in range(i, j0 + 1)}
-        most = {(1, k): (cap[i0, k], None) for k in range(i0, j0 + 1) if cap[i0, k] > 0}
+        known: dict = {}
+
+        def cap(i, k):  # asked only of ranges a split can use: the q-th of P starts at
+            if (i, k) not in known:  # i0 + q - 1 or later and leaves P - q DCs after it
+                known[i, k] = self.capacity(i, k, tau, theta, top)
+            return known[i, k]
+
+        most = {(1, k): (cap(i0, k), None) for k in range(i0, j0 - P + 2) if cap(i0, k) > 0}
         for q in range(2, P + 1):
-            for k in range(i0, j0 + 1):
-                for i in range(i0 + 1, k + 1):
-                    if cap[i, k] == 0:
+            for k in ([j0] if q == P else range(i0 + q - 1, j0 - P + q + 1)):
+                for i in range(i0 + q - 1, k + 1):
+                    if not any((q - 1, j) in most for j in range(i0, i)) or cap(i, k) == 0:
                         continue
-                    prev = [(most[q - 1, j][0], j) for j in range(i0, i) if (q - 1, j) in most]
-                    if prev:
-                        v, j = max(prev)
-                        if (q, k) not in most or v + cap[i, k] > most[q, k][0]:
-                            most[q, k] = (v + cap[i, k], (j, i))
+                    v, j = max((most[q - 1, j][0], j) for j in range(i0, i) if (q - 1, j) in most)
+                    if (q, k) not in most or v + cap(i, k) > most[q, k][0]:
+                        most[q, k] = (v + cap(i, k), (j, i))
         if most.get((P, j0), (0,))[0] < self.M:
             return None
         ranges, q, k = [], P, j0
@@ -275,7 +267,7 @@ class _Several:
                 k = back[0]
             q -= 1
         ranges.reverse()
-        return self.split(ranges, [cap[r] for r in ranges], tau, theta)
+        return self.split(ranges, [known[r] for r in ranges], tau, theta)
 
     def split(self, ranges, caps, tau, theta):
         """Microbatches per range, each at most its cap (at ``tau``) and at least 1, adding

@@ -1,0 +1,141 @@
+"""What the search of several pipelines knows of each DC range's least ``T_p``.
+
+For a range of DCs ``i..j``, ``M_p = m`` microbatches and a synchronisation limit
+``theta``, let ``g(i, j, m, theta)`` be the least ``T_p`` of a pipeline placed on that
+range with every ``R_s < theta`` (among plans with ``T_p + max R`` below the search's
+bound). :class:`RangeTimes` answers "is ``g <= tau``?" exactly, searching as little as it
+can (``docs/dp.md``, "Version 3", several pipelines):
+
+- ``g`` does not decrease with ``m`` (a plan of ``m`` microbatches runs ``m - 1`` with no
+  more stashed and a subset of its loops) nor increase with ``theta``; so a search that
+  proves ``g > x`` at ``(m, theta)`` proves it at every ``m' >= m``, ``theta' <= theta``;
+- a plan found at ``m`` with fill ``A`` and period ``lambda`` runs any ``m' <= m`` in at
+  most ``A + (m' - 1) lambda``, and, under 1F1B with fewer than ``m`` stages (every
+  stash and loop then independent of ``M_p``), any ``m' > m`` in exactly that;
+- a static floor (:meth:`~chainpipe.tables.CostTables.pipeline_bound`) starts a ladder of
+  trial targets; the first trial that finds a plan finds ``g`` itself (the search's target
+  drops to each plan found), and each trial that finds none proves ``g`` above it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..deadline import Deadline
+from ..tables import CostTables
+from .dp_period import PipelineSearch
+
+#: relative steps of the trial targets above the best proven floor (then the target)
+LADDER = (0.02, 0.05, 0.1, 0.2, 0.4, 0.8)
+
+
+@dataclass(frozen=True)
+class Found:
+    """A plan found for a range: its ``M_p``, fill, period, ``max R`` and stages."""
+
+    m: int
+    fill: float
+    period: float
+    sync: float
+    stages: tuple
+
+    def time_at(self, m: int, one_f_one_b: bool) -> float:
+        """An upper bound on the plan's ``T_p`` with ``m`` microbatches (``inf`` where the
+        plan is not known to be valid at ``m``)."""
+        if m <= self.m or (one_f_one_b and len(self.stages) < self.m):
+            return self.fill + (m - 1) * self.period
+        return np.inf
+
+
+class RangeTimes:
+    """Exact answers to "a plan on DCs ``i..j`` with ``T_p <= tau``?" (module docstring).
+
+    Parameters
+    ----------
+    tables : CostTables
+    deadline : Deadline
+    upper : float
+        Only plans with ``T_p + max R`` below it are searched.
+    holds : dp._LayerCapacity or None
+        What free devices hold under a bottleneck (a floor under each range's period).
+    log : callable or None
+    """
+
+    def __init__(self, tables: CostTables, deadline: Deadline, upper: float, holds=None,
+                 log=None):
+        self.t, self.deadline, self.upper, self.holds, self.log = (
+            tables, deadline, upper, holds, log)
+        self.one_f_one_b = tables.schedule == "1f1b"
+        self.found: dict[tuple[int, int], list[Found]] = {}
+        self.proven: dict[tuple[int, int], list[tuple[int, float, float]]] = {}
+        self.floors: dict[tuple[int, int], float] = {}
+        self.searches = 0
+
+    def at_most(self, i: int, j: int, m: int, tau: float, theta: float):
+        """``(T_p, max R, stages)`` of a plan on DCs ``i..j`` with ``m`` microbatches, every
+        ``R < theta`` and ``T_p <= tau`` (the least ``T_p`` when a search had to find it),
+        or ``None`` when no such plan exists."""
+        known = self._best_known(i, j, m, theta)
+        if known is not None and known[0] <= tau:
+            return known
+        lo = self._floor(i, j, m, theta)
+        if lo > tau:
+            return None
+        ceiling = tau if known is None else min(tau, known[0])
+        trials = [x for x in (lo * (1 + d) for d in LADDER) if x < ceiling] + [tau]
+        for trial in trials:
+            got = self._search(i, j, m, trial, theta)
+            if got is not None:  # g itself (a search keeps plans a rounding hair above)
+                return got if got[0] <= tau else None
+        return None
+
+    def _best_known(self, i, j, m, theta):
+        """The least upper bound the plans found give at ``(m, theta)``."""
+        best = None
+        for f in self.found.get((i, j), ()):
+            if f.sync < theta:
+                T = f.time_at(m, self.one_f_one_b)
+                if best is None or T < best[0]:
+                    best = (T, f.sync, f.stages)
+        return None if best is None or not np.isfinite(best[0]) else best
+
+    def _floor(self, i, j, m, theta) -> float:
+        """The best floor under ``g(i, j, m, theta)``: the static one and every proven one
+        at some ``m' <= m`` and ``theta' >= theta``."""
+        lo = float(self.t.pipeline_bound(i, j, m, self._period_floor(i, j, m)))
+        for m0, th, v in self.proven.get((i, j), ()):
+            if m0 <= m and th >= theta and v > lo:
+                lo = v
+        return lo
+
+    def _period_floor(self, i, j, m) -> float:
+        """The least bottleneck under which the devices of DCs ``i..j`` hold the model
+        (valid where the capacity's stash is: 1F1B, or GPipe with ``M_p = M``)."""
+        if self.holds is None or not (self.one_f_one_b or m == self.t.M):
+            return 0.0
+        got = self.floors.get((i, j))
+        if got is None:
+            groups = np.flatnonzero((self.t.group_dc >= i) & (self.t.group_dc <= j)).tolist()
+            total = float(self.t.flop_prefix[-1])
+            got = self.floors[i, j] = float(self.holds.needed(self.holds.curve(groups, []), total))
+        return got
+
+    def _search(self, i, j, m, tau, theta):
+        """One bounded search; records what it proves. ``(T_p, max R, stages)`` or ``None``."""
+        search = PipelineSearch(self.t, m, j, self.upper, self.deadline, "time", self.holds,
+                                (tau, theta), first_dc=i)
+        done = search.run().get(i, [])
+        self.searches += 1
+        if self.log is not None:
+            self.log(f"dp: a pipeline on DCs {i}..{j}, M_p = {m}, T_p <= {tau:.6g}: "
+                     f"{'found' if done else 'none'} ({search.stats['labels']} labels)")
+        if not done:
+            self.proven.setdefault((i, j), []).append((m, theta, tau))
+            return None
+        T, R, parent, fill, period = min(done, key=lambda x: x[0])
+        stages = tuple(search.backtrack(parent))
+        self.found.setdefault((i, j), []).append(Found(m, fill, period, R, stages))
+        self.proven.setdefault((i, j), []).append((m, theta, T))
+        return T, R, list(stages)
