@@ -174,6 +174,37 @@ V3_SETS: dict[str, tuple[Entry, ...]] = {
               "GPT-3 1.3B slice (a small model) over 2 DCs x 2 GPUs, GPipe: a pipeline per DC "
               "wins", version=3),
     ),
+    "v3/medium": (
+        Entry("v3-medium-01", "hybrid", 0, {},
+              "GPT-3 13B on A100-80/40 and L40S, 4 DCs x 16 GPUs, metro 200-400 Gbit/s",
+              version=3),
+        Entry("v3-medium-02-small-model", "hybrid", 0,
+              {"model": "gpt3-1.3b", "granularity": "sublayer"},
+              "GPT-3 1.3B in attention and MLP halves (50 layers) on the same cluster: a "
+              "small model, whose activations weigh more than its gradients", version=3),
+        Entry("v3-medium-03-slow-sync8", "hybrid", 0, {"degrade": 0.1, "sync_period": 8},
+              "GPT-3 13B, metro links degraded 10x, averaging across pipelines every 8 "
+              "iterations", version=3),
+        Entry("v3-medium-04-gpipe", "hybrid", 0,
+              {"schedule": "gpipe", "model": "gpt3-1.3b", "granularity": "sublayer"},
+              "GPT-3 1.3B (50 layers) with GPipe: every stage stashes its pipeline's "
+              "microbatches", version=3),
+    ),
+    "v3/large": (
+        Entry("v3-large-01", "hybrid-large", 0, {"model": "gpt3-13b", "granularity": "sublayer"},
+              "GPT-3 13B in attention and MLP halves (82 layers) on 256 GPUs of 6 types, 8 DCs, "
+              "ZeRO-1 (GPT-3 175B with 8-sequence microbatches has no regular witness plan)",
+              version=3),
+        Entry("v3-large-02-long-seq", "hybrid-large", 1,
+              {"model": "gpt3-6.7b", "granularity": "sublayer", "seq_len": 8192},
+              "GPT-3 6.7B in halves (66 layers), 8192-token sequences: activations load the "
+              "MAN", version=3),
+        Entry("v3-large-03-slow-sync8", "hybrid-large", 1,
+              {"model": "llama2-13b", "granularity": "sublayer", "degrade": 0.25,
+               "sync_period": 8},
+              "Llama-2 13B in halves (82 layers), metro links degraded 4x, averaging across "
+              "pipelines every 8 iterations", version=3),
+    ),
 }
 SETS.update(V3_SETS)
 
@@ -210,6 +241,30 @@ FINDINGS: dict[str, dict] = {
         'one_pipeline': {'status': 'optimal', 'iteration_time_s': 0.802481, 'pipelines': 1, 'stages': [4]},
         'classic': {'status': 'optimal', 'iteration_time_s': 0.802481, 'plan_under_objective_s': 0.802481},
         'period_changes_optimum': False, 'several_pipelines_win': True},
+    # v3-medium-01: 151.9 s (dp, --time-limit 150)
+    'v3-medium-01': {
+        'optimum': {'status': 'feasible', 'iteration_time_s': 11.0867, 'lower_bound_s': None, 'pipelines': 1, 'stages': [6]},
+        'one_pipeline': {'status': 'feasible', 'iteration_time_s': 11.0867, 'lower_bound_s': None, 'pipelines': 1, 'stages': [6]},
+        'classic': {'status': 'optimal', 'iteration_time_s': 10.9322, 'plan_under_objective_s': 11.0867},
+        'period_changes_optimum': None, 'several_pipelines_win': None},
+    # v3-medium-02-small-model: 155.7 s (dp, --time-limit 150)
+    'v3-medium-02-small-model': {
+        'optimum': {'status': 'feasible', 'iteration_time_s': 1.44143, 'lower_bound_s': None, 'pipelines': 1, 'stages': [5]},
+        'one_pipeline': {'status': 'feasible', 'iteration_time_s': 1.44143, 'lower_bound_s': None, 'pipelines': 1, 'stages': [5]},
+        'classic': {'status': 'optimal', 'iteration_time_s': 1.19485, 'plan_under_objective_s': 1.52031},
+        'period_changes_optimum': True, 'several_pipelines_win': None},
+    # v3-medium-03-slow-sync8: 150.4 s (dp, --time-limit 150)
+    'v3-medium-03-slow-sync8': {
+        'optimum': {'status': 'feasible', 'iteration_time_s': 13.0782, 'lower_bound_s': None, 'pipelines': 1, 'stages': [9]},
+        'one_pipeline': {'status': 'feasible', 'iteration_time_s': 13.0782, 'lower_bound_s': None, 'pipelines': 1, 'stages': [9]},
+        'classic': {'status': 'optimal', 'iteration_time_s': 11.1907, 'plan_under_objective_s': 14.8942},
+        'period_changes_optimum': True, 'several_pipelines_win': None},
+    # v3-medium-04-gpipe: 150.2 s (dp, --time-limit 150)
+    'v3-medium-04-gpipe': {
+        'optimum': {'status': 'feasible', 'iteration_time_s': 1.19485, 'lower_bound_s': None, 'pipelines': 1, 'stages': [6]},
+        'one_pipeline': {'status': 'feasible', 'iteration_time_s': 1.19485, 'lower_bound_s': None, 'pipelines': 1, 'stages': [6]},
+        'classic': {'status': 'optimal', 'iteration_time_s': 1.19485, 'plan_under_objective_s': 1.19485},
+        'period_changes_optimum': None, 'several_pipelines_win': None},
 }
 
 
@@ -327,11 +382,35 @@ def findings(instance: Instance, time_limit: float = 300.0) -> dict:
     if twin_plan is not None:
         under = evaluate(_one_pipeline(instance), twin_plan).iteration_time_s
         out["classic"]["plan_under_objective_s"] = _rounded(under)
-        out["period_changes_optimum"] = (one["iteration_time_s"] is not None
-                                         and _rounded(under) > one["iteration_time_s"])
-    out["several_pipelines_win"] = (best.get("pipelines", 1) > 1
-                                    and best["iteration_time_s"] < one["iteration_time_s"])
-    return out
+    return {**out, **verdicts(out)}
+
+
+def verdicts(record: dict) -> dict:
+    """``period_changes_optimum`` and ``several_pipelines_win`` of a :func:`findings`
+    record: ``True`` or ``False`` where the searches prove it, ``None`` where a search
+    that ran out of time leaves it open.
+
+    The period changes the optimum when the classic optimum's plan costs more than some
+    plan of one pipeline (proven by that plan); it does not when it costs the proven
+    optimum of one pipeline. Several pipelines win when the optimum runs several and
+    beats the best plan of one (proven when either search is exact, or when the plan
+    found beats the one-pipeline search's lower bound); they do not when the optimum,
+    proven, runs one (or ties).
+    """
+    best, one, classic = record["optimum"], record["one_pipeline"], record["classic"]
+    t, t1 = best["iteration_time_s"], one["iteration_time_s"]
+    under = classic.get("plan_under_objective_s")
+    change = None
+    if under is not None and t1 is not None:
+        change = True if under > t1 else (False if one["status"] == "optimal" else None)
+    several = None
+    if best.get("pipelines", 1) > 1 and t1 is not None and t < t1:
+        bound = one.get("lower_bound_s")
+        if "optimal" in (best["status"], one["status"]) or (bound is not None and t < bound):
+            several = True
+    elif best["status"] == "optimal":
+        several = False
+    return {"period_changes_optimum": change, "several_pipelines_win": several}
 
 
 # --------------------------------------------------------------------------- files
@@ -525,7 +604,8 @@ def print_findings(set_name: str, time_limit: float) -> None:
             continue
         start = time.perf_counter()
         found = findings(e.instance(), time_limit)
-        print(f"    # {e.stem}: {time.perf_counter() - start:.1f} s\n    {e.stem!r}: {{")
+        print(f"    # {e.stem}: {time.perf_counter() - start:.1f} s (dp, --time-limit "
+              f"{time_limit:g})\n    {e.stem!r}: {{")
         keys = list(found)
         for k in keys[:3]:
             print(f"        {k!r}: {found[k]!r},")
