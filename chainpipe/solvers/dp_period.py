@@ -100,10 +100,10 @@ _FALL = 1 - 1e-9
 def dominates(a: tuple, b: tuple, p_free: float, steady: int) -> bool:
     """Whether label ``a`` is no worse than ``b`` for every completion (``docs/dp.md``).
 
-    With ``steady = M_p - 1``, ``s1 = (x1_a - x1_b)^+``, ``s2 = (x2_a - x2_b)^+`` and ``d``
-    the largest ``(hull_a[j] - hull_b[j])^+ / (j + 1)`` over ``a``'s windows (a loop a
-    later stage closes through ``a``'s suffix exceeds ``b``'s by at most ``d``):
-    ``p_a <= p_b`` and ``sum_a + steady (max(s1, d) + s2) + (R_a - R_b)^+ <= sum_b``.
+    With ``steady = M_p - 1``, ``s1 = (x1_a - x1_b)^+``, ``s2 = (x2_a - x2_b)^+``:
+    ``p_a <= p_b``, ``sum_a + steady (s1 + s2) + (R_a - R_b)^+ <= sum_b`` and every loop a
+    later stage closes through ``a``'s suffix exceeds the period of ``b``'s completion by
+    at most the ``allow`` that leaves (:func:`_hull_within`).
     ``p_free``: when ``p_b < p_free`` every later stage sits below ``M_p`` in both (so its
     loops count in both); otherwise the stages whose loops count differ unless
     ``p_a = p_b``, which is then required."""
@@ -131,9 +131,22 @@ def _beaten(rivals: np.ndarray, cands: np.ndarray, p_free: float, steady: int):
 
 
 def _hull_within(a: tuple, b: tuple, allow: float) -> bool:
-    """Whether every loop through ``a``'s suffix exceeds ``b``'s by at most ``allow``: a
-    window of ``j + 1`` stages closes a loop over at least ``j + 2``."""
-    return all(x - y <= allow * (j + 2) for j, (x, y) in enumerate(zip(a[5], b[5])))
+    """Whether every loop through ``a``'s suffix stays within ``allow`` of the period of
+    ``b``'s completion (``docs/dp.md``, "Version 3", dominance).
+
+    A later stage and ``k - 1`` before it, of time ``X``, close a loop over ``a``'s first
+    ``i + 1`` stages: ``(X + ha_i) / (k + i + 1)``. ``b``'s completion has period
+    ``lambda >= lambda_0 = x1_b`` and ``X + hb_j <= lambda (k + j + 1)`` for every ``j``
+    (the majorant's loops are the window sums'); with ``j <= i`` and ``k >= 1``, the loop
+    through ``a`` is at most ``lambda + allow`` once ``ha_i - hb_j <= lambda_0 (i - j) +
+    allow (i + 2)``: for each ``i``, the best ``j <= i`` is taken."""
+    lam, best = b[0], -np.inf
+    for i, x in enumerate(a[5]):
+        if i < len(b[5]):
+            best = max(best, b[5][i] - lam * i)
+        if x - lam * i - best > allow * (i + 2):
+            return False
+    return True
 
 
 def _hulls(labels: list, pad: float) -> np.ndarray:
@@ -145,23 +158,37 @@ def _hulls(labels: list, pad: float) -> np.ndarray:
     return out
 
 
+def _best_before(hulls: np.ndarray, lam: np.ndarray, width: int) -> np.ndarray:
+    """``[n, width]``: per candidate ``b`` and window ``i``, ``max_{j <= i} (hb_j - lam_b
+    j)`` (:func:`_hull_within`), over ``b``'s windows (``-inf`` padding), the last carried on."""
+    steps = np.arange(hulls.shape[1], dtype=float)
+    with np.errstate(invalid="ignore"):
+        best = np.maximum.accumulate(hulls - lam[:, None] * steps, axis=1)
+    if best.shape[1] < width:
+        edge = best[:, -1:] if best.shape[1] else np.full((len(best), 1), -np.inf)
+        best = np.concatenate([best, np.repeat(edge, width - best.shape[1], axis=1)], axis=1)
+    return best[:, :width]
+
+
 def _survivors(ok: np.ndarray, allow: np.ndarray, rivals: np.ndarray,
-               cands: np.ndarray) -> np.ndarray:
+               cands: np.ndarray, lam: np.ndarray) -> np.ndarray:
     """Which candidates (rows of ``ok``) no rival dominates: :func:`_hull_within` for the
-    pairs the scalar test lets through, in numpy over those pairs at once (rivals'
-    majorants padded with ``-inf``, candidates' with ``inf``: only common windows compare)."""
+    pairs the scalar test lets through, in numpy over those pairs at once (majorants
+    padded with ``-inf``; ``lam``: the candidates' ``x1``)."""
     alive = np.ones(ok.shape[0], dtype=bool)
     ci, ri = np.nonzero(ok)
     if not len(ci):
         return alive
-    width = min(rivals.shape[1], cands.shape[1])
-    steps = np.arange(width) + 2.0
+    width = rivals.shape[1]
+    before = _best_before(cands, lam, width)
+    steps = np.arange(width, dtype=float)
     beaten = np.empty(len(ci), dtype=bool)
     for lo in range(0, len(ci), _PAIRS):
         c, r = ci[lo:lo + _PAIRS], ri[lo:lo + _PAIRS]
         with np.errstate(invalid="ignore"):
-            diff = rivals[r, :width] - cands[c, :width]
-            beaten[lo:lo + _PAIRS] = (diff <= allow[c, r, None] * steps).all(axis=1)
+            over = rivals[r] - lam[c, None] * steps - before[c]
+            # a rival's padding gives -inf or nan (no window): never over
+            beaten[lo:lo + _PAIRS] = ~(over > allow[c, r, None] * (steps + 2.0)).any(axis=1)
     alive[ci[beaten]] = False
     return alive
 
@@ -176,11 +203,11 @@ def _drop_beaten(cands: list, rivals: list, p_free: float, steady: int) -> list:
     if not cands or not rivals:
         return cands
     A, B = _scalars(rivals), _scalars(cands)
-    HA, HB = _hulls(rivals, -np.inf), _hulls(cands, np.inf)
+    HA, HB = _hulls(rivals, -np.inf), _hulls(cands, -np.inf)
     keep = []
     for lo in range(0, len(cands), _BLOCK):
         ok, allow = _beaten(A, B[lo:lo + _BLOCK], p_free, steady)
-        alive = _survivors(ok, allow, HA, HB[lo:lo + _BLOCK])
+        alive = _survivors(ok, allow, HA, HB[lo:lo + _BLOCK], B[lo:lo + _BLOCK, 0])
         keep += [cands[lo + i] for i in np.flatnonzero(alive).tolist()]
     return keep
 
@@ -192,9 +219,11 @@ def _first_of_equals(labels: list, p_free: float, steady: int) -> list:
     kept: list = []
     for lo in range(0, len(labels), _BLOCK):
         block = _drop_beaten(labels[lo:lo + _BLOCK], kept, p_free, steady)
-        ok, allow = _beaten(_scalars(block), _scalars(block), p_free, steady)
+        X = _scalars(block)
+        ok, allow = _beaten(X, X, p_free, steady)
         ok &= np.arange(len(block))[None, :] < np.arange(len(block))[:, None]
-        alive = _survivors(ok, allow, _hulls(block, -np.inf), _hulls(block, np.inf))
+        H = _hulls(block, -np.inf)
+        alive = _survivors(ok, allow, H, H, X[:, 0])
         kept += [block[i] for i in np.flatnonzero(alive).tolist()]
     return kept
 
@@ -399,9 +428,12 @@ class PipelineSearch:
                 if base[gl] < int(t.count[g]):
                     yield g, k0, gl, base, U, Q
 
-    def _extend(self, lab: tuple, row: tuple, U: float, Q: float) -> tuple | None:
+    def _extend(self, lab: tuple, row: tuple, U: float, Q: float, bound=None) -> tuple | None:
         """The label of ``lab``'s suffix with the stage ``row`` prepended (without its
-        parent), or ``None`` when the stage breaks memory at its position."""
+        parent), or ``None`` when the stage breaks memory at its position or, with
+        ``bound = (pre, top, M_p - 1, upper, tau)``, when the label's least completion
+        (fill ``pre``, period at least ``top``) reaches ``upper`` (with ``max R``) or passes
+        ``tau``: tested before the majorant is built, the costly part."""
         x1, x2, sm, r, p, hull, _ = lab
         _a, c, f, bk, n, _w, rr, _ci = row
         p_cap = self.p_cap
@@ -413,10 +445,17 @@ class PipelineSearch:
             nx1, nx2 = max(x1, c, U), 0.0
             if self.loops and (p < p_cap or self.all_loops):  # below M_p: its loops count
                 nx1 = max(nx1, new_loops(hull, c, Q))
+        nsm, nr = sm + c + Q, max(r, rr)
+        if bound is not None:
+            pre, top, M1, upper, tau = bound
+            per = nx1 + nx2
+            least = nsm + pre + M1 * (per if per >= top else top)
+            if least + nr >= upper or least > tau:
+                return None
         np_ = p + 1 if p < p_cap else p_cap
         nhull = (hull_prepend(hull, c, Q) if self.loops and (np_ < p_cap or self.all_loops)
                  else ())
-        return (nx1, nx2, sm + c + Q, max(r, rr), np_, nhull)
+        return (nx1, nx2, nsm, nr, np_, nhull)
 
     def time_of(self, lab: tuple) -> float:
         """``T_p`` of a complete label."""
@@ -481,45 +520,61 @@ class PipelineSearch:
 
         A bound is tested first with the state's least label values, then per label with
         the period's floor ``max(x1 + x2, C, U)`` before loops and majorant are computed."""
-        free = int(self.t.count[g]) - base[gl]
-        M1 = self.m - 1
-        upper, tau = self.upper * (1 + SLACK), self.tau * (1 + SLACK)
-        low_per = min(lab[0] + lab[1] for lab in labels)
-        low_sm = min(lab[2] for lab in labels)
-        low_r = min(lab[3] for lab in labels)
         got = self.cands[g][b]
         if got is None:
             return
         cs, rows = got
+        free = int(self.t.count[g]) - base[gl]
+        M1 = self.m - 1
+        upper, tau = self.upper * (1 + SLACK), self.tau * (1 + SLACK)
+        pers = [lab[0] + lab[1] for lab in labels]
+        low_per, low_sm, low_r = min(pers), min(lab[2] for lab in labels), \
+            min(lab[3] for lab in labels)
         sync_lim = min(self.sync_cap * (1 + SLACK), np.nextafter(self.theta, -np.inf))
+        by_width: dict = {}  # the state after the stage and its prefix floors, per width
         for row in rows[:bisect_right(cs, self.cap * (1 + SLACK))]:
             a, c, _f, _b, _n, w, rr, _ci = row
             if w > free or rr > sync_lim:
                 continue
-            nkey = (k0, base[:gl] + (base[gl] + w,) + base[gl + 1:])
-            fills, tops = self._prefix_floors(k0, nkey[1])
+            after = by_width.get(w)
+            if after is None:
+                nkey = (k0, base[:gl] + (base[gl] + w,) + base[gl + 1:])
+                after = by_width[w] = (nkey,) + self._prefix_floors(k0, nkey[1])
+            nkey, fills, tops = after
             pre = fills[a] if a else 0.0
-            fixed = c + Q + pre
-            floor = max(c, U, tops[a])
-            least = low_sm + fixed + M1 * max(low_per, floor)
-            if least + max(low_r, rr) >= upper or least > tau:
+            top = tops[a]
+            floor = c if c >= U else U
+            if top > floor:
+                floor = top
+            least = low_sm + c + Q + pre + M1 * (low_per if low_per >= floor else floor)
+            if least + (low_r if low_r >= rr else rr) >= upper or least > tau:
                 continue
-            for idx, lab in enumerate(labels):
-                least = lab[2] + fixed + M1 * max(lab[0] + lab[1], floor)
-                if least + max(lab[3], rr) >= upper or least > tau:
-                    continue
-                new = self._extend(lab, row, U, Q)
-                if new is None:
-                    continue
-                least = new[2] + pre + M1 * max(new[0] + new[1], tops[a])
-                if least + new[3] >= upper or least > tau:
-                    continue
-                parent = (b, key, idx, a, g, row[7])
-                if a == 0:
-                    if self.first_dc is None or k0 == self.first_dc:
-                        self._complete(done, k0, new, parent)
-                else:
-                    self.states[a].setdefault(nkey, []).append(new + (parent,))
+            self._prepend(labels, pers, row, (b, key, g, nkey, U, Q, pre, top, floor), done)
+
+    def _prepend(self, labels, pers, row, at, done) -> None:
+        """The labels of a state that the bounds let through, with the stage ``row``
+        prepended (``at``: the state, the next one, the boundary and the prefix floors)."""
+        b, key, g, nkey, U, Q, pre, top, floor = at
+        a, c, rr = row[0], row[1], row[6]
+        M1 = self.m - 1
+        upper, tau = self.upper * (1 + SLACK), self.tau * (1 + SLACK)
+        fixed = c + Q + pre
+        bound = (pre, top, M1, upper, tau)
+        for idx, lab in enumerate(labels):
+            per = pers[idx]
+            least = lab[2] + fixed + M1 * (per if per >= floor else floor)
+            r = lab[3]
+            if least + (r if r >= rr else rr) >= upper or least > tau:
+                continue
+            new = self._extend(lab, row, U, Q, bound)
+            if new is None:
+                continue
+            parent = (b, key, idx, a, g, row[7])
+            if a == 0:
+                if self.first_dc is None or nkey[0] == self.first_dc:
+                    self._complete(done, nkey[0], new, parent)
+            else:
+                self.states[a].setdefault(nkey, []).append(new + (parent,))
 
     def _complete(self, done: dict, k0: int, new: tuple, parent: tuple) -> None:
         """Keep a complete plan (first DC ``k0``) if no kept one is as good in both terms."""

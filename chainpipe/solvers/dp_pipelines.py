@@ -36,7 +36,10 @@ from .dp_ranges import RangeTimes
 #: within a relative 1e-6)
 TAU_RTOL = 1e-10
 #: trial bounds between the classic lower bound and the classic optimum's own ``T``
-STEPS = (0.01, 0.03, 0.1, 0.3, 1.0)
+#: (relative steps above the lower bound): a search's labels grow quickly with how far its
+#: bound lies above the optimum, and failed trials below it are cheap, so the ladder is
+#: dense (measured on generated hybrid instances: 16 s -> see docs/benchmarks.md)
+STEPS = (0.01, 0.03, 0.06, 0.1, 0.15, 0.2, 0.3, 0.45, 0.6, 0.8, 1.0, 1.5, 2.0)
 
 
 def solve(instance, deadline: Deadline, log=None) -> Outcome:
