@@ -265,6 +265,24 @@ FINDINGS: dict[str, dict] = {
         'one_pipeline': {'status': 'feasible', 'iteration_time_s': 1.19485, 'lower_bound_s': None, 'pipelines': 1, 'stages': [6]},
         'classic': {'status': 'optimal', 'iteration_time_s': 1.19485, 'plan_under_objective_s': 1.19485},
         'period_changes_optimum': None, 'several_pipelines_win': None},
+    # v3-large-01: 126.6 s (dp, --time-limit 120)
+    'v3-large-01': {
+        'optimum': {'status': 'feasible', 'iteration_time_s': 9.49534, 'lower_bound_s': None, 'pipelines': 1, 'stages': [18]},
+        'one_pipeline': {'status': 'feasible', 'iteration_time_s': 9.49534, 'lower_bound_s': None, 'pipelines': 1, 'stages': [18]},
+        'classic': {'status': 'optimal', 'iteration_time_s': 5.51097, 'plan_under_objective_s': 9.49534},
+        'period_changes_optimum': None, 'several_pipelines_win': None},
+    # v3-large-02-long-seq: 136.7 s (dp, --time-limit 120)
+    'v3-large-02-long-seq': {
+        'optimum': {'status': 'feasible', 'iteration_time_s': 28.7654, 'lower_bound_s': None, 'pipelines': 1, 'stages': [16]},
+        'one_pipeline': {'status': 'feasible', 'iteration_time_s': 28.7654, 'lower_bound_s': None, 'pipelines': 1, 'stages': [16]},
+        'classic': {'status': 'optimal', 'iteration_time_s': 16.4457, 'plan_under_objective_s': 28.7654},
+        'period_changes_optimum': None, 'several_pipelines_win': None},
+    # v3-large-03-slow-sync8: 170.0 s (dp, --time-limit 120)
+    'v3-large-03-slow-sync8': {
+        'optimum': {'status': 'feasible', 'iteration_time_s': 31.3075, 'lower_bound_s': None, 'pipelines': 1, 'stages': [13]},
+        'one_pipeline': {'status': 'feasible', 'iteration_time_s': 31.3075, 'lower_bound_s': None, 'pipelines': 1, 'stages': [13]},
+        'classic': {'status': 'optimal', 'iteration_time_s': 17.8851, 'plan_under_objective_s': 31.3075},
+        'period_changes_optimum': None, 'several_pipelines_win': None},
 }
 
 
@@ -364,9 +382,8 @@ def findings(instance: Instance, time_limit: float = 300.0) -> dict:
     the same with ``pipelines = [1]`` (solved only when the optimum runs several);
     ``classic``: the classic twin's optimum
     (:func:`chainpipe.solvers.dp_pipelines.classic_instance`) and its plan costed
-    under the instance's objective with one pipeline; ``period_changes_optimum``: that
-    plan costs more than the best plan of one pipeline; ``several_pipelines_win``: the
-    optimum runs several pipelines and beats every plan of one. Times are rounded to
+    under the instance's objective with one pipeline; then the two verdicts of
+    :func:`verdicts`. Times are rounded to
     :data:`WITNESS_DIGITS` significant digits; a search that ran out of ``time_limit``
     says ``feasible`` and gives its lower bound.
     """
