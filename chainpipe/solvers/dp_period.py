@@ -24,6 +24,7 @@ best ``T_p + max R``; :mod:`chainpipe.solvers.dp_pipelines` combines them.
 from __future__ import annotations
 
 from bisect import bisect_right
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -97,18 +98,48 @@ def new_loops(hull: tuple, c: float, q: float) -> float:
 _FALL = 1 - 1e-9
 
 
-def dominates(a: tuple, b: tuple, p_free: float, steady: int) -> bool:
-    """Whether label ``a`` is no worse than ``b`` for every completion (``docs/dp.md``).
+@dataclass(frozen=True)
+class Rule:
+    """What the dominance test of one layer needs (``docs/dp.md``, "Version 3").
 
-    With ``steady = M_p - 1``, ``s1 = (x1_a - x1_b)^+``, ``s2 = (x2_a - x2_b)^+``:
-    ``p_a <= p_b``, ``sum_a + steady (s1 + s2) + (R_a - R_b)^+ <= sum_b`` and every loop a
-    later stage closes through ``a``'s suffix exceeds the period of ``b``'s completion by
-    at most the ``allow`` that leaves (:func:`_hull_within`).
-    ``p_free``: when ``p_b < p_free`` every later stage sits below ``M_p`` in both (so its
-    loops count in both); otherwise the stages whose loops count differ unless
-    ``p_a = p_b``, which is then required."""
-    ok, allow = _beaten(_scalars([a]), _scalars([b]), p_free, steady)
-    return bool(ok[0, 0]) and _hull_within(a, b, float(allow[0, 0]))
+    Parameters
+    ----------
+    p_free : float
+        When ``p_b < p_free`` every later stage sits below ``M_p`` with either label (so
+        its loops count in both); otherwise ``p_a = p_b`` is required.
+    steady : int
+        ``M_p - 1``.
+    upper, tau : float
+        Only completions with ``T_p + max R < upper`` and ``T_p <= tau`` matter.
+    """
+
+    p_free: float
+    steady: int
+    upper: float = np.inf
+    tau: float = np.inf
+
+    def reach(self, cands: np.ndarray, floor: float) -> tuple[np.ndarray, np.ndarray]:
+        """Per candidate (rows of :func:`_scalars`, of a state whose completions have a
+        period of at least ``floor``): ``lambda0``, a floor under its completed period,
+        and ``X_max``, above which the fill of a completion leaves it out of the bounds."""
+        lam = np.maximum(cands[:, 0], floor)
+        with np.errstate(invalid="ignore"):
+            room = (np.minimum(self.upper * (1 + SLACK) - cands[:, 3], self.tau * (1 + SLACK))
+                    - cands[:, 2] - self.steady * lam)
+        return lam, np.where(np.isnan(room), np.inf, room)
+
+
+def dominates(a: tuple, b: tuple, rule: Rule, floor: float = -np.inf) -> bool:
+    """Whether label ``a`` is no worse than ``b`` for every completion that matters
+    (``docs/dp.md``): ``p_a <= p_b`` (or ``p_free``), ``sum_a + steady (s1 + s2) +
+    (R_a - R_b)^+ <= sum_b`` with ``s1 = (x1_a - x1_b)^+``, ``s2 = (x2_a - x2_b)^+``, and
+    every loop a later stage closes through ``a``'s suffix within the ``allow`` that leaves
+    of ``b``'s completed period (:func:`_survivors`). ``floor``: a floor under the period
+    of every completion of the state."""
+    A, B = _scalars([a]), _scalars([b])
+    ok, allow = _beaten(A, B, rule)
+    lam, room = rule.reach(B, floor)
+    return not _survivors(ok, allow, _hulls([a]), _hulls([b]), lam, room)[0]
 
 
 def _scalars(labels: list) -> np.ndarray:
@@ -116,40 +147,22 @@ def _scalars(labels: list) -> np.ndarray:
     return np.array([lab[:5] for lab in labels], dtype=float).reshape(-1, 5)
 
 
-def _beaten(rivals: np.ndarray, cands: np.ndarray, p_free: float, steady: int):
-    """``[n_cands, n_rivals]``: whether :func:`dominates` can hold (its test with ``d = 0``)
-    and the ``d`` it allows (``inf`` for ``steady = 0``: no period counts)."""
+def _beaten(rivals: np.ndarray, cands: np.ndarray, rule: Rule):
+    """``[n_cands, n_rivals]``: whether :func:`dominates` can hold (its scalar part) and
+    the ``allow`` it leaves the loops (``inf`` for ``steady = 0``: no period counts)."""
+    steady = rule.steady
     a, b = rivals[None, :, :], cands[:, None, :]
     s1 = np.maximum(a[..., 0] - b[..., 0], 0.0)
     extra = (a[..., 2] + steady * (s1 + np.maximum(a[..., 1] - b[..., 1], 0.0))
              + np.maximum(a[..., 3] - b[..., 3], 0.0))
     ok = (extra <= b[..., 2]) & (a[..., 4] <= b[..., 4])
-    ok &= (a[..., 4] == b[..., 4]) | (b[..., 4] < p_free)
+    ok &= (a[..., 4] == b[..., 4]) | (b[..., 4] < rule.p_free)
     with np.errstate(divide="ignore", invalid="ignore"):
         allow = s1 + (b[..., 2] - extra) / steady if steady else np.full(ok.shape, np.inf)
     return ok, allow
 
 
-def _hull_within(a: tuple, b: tuple, allow: float) -> bool:
-    """Whether every loop through ``a``'s suffix stays within ``allow`` of the period of
-    ``b``'s completion (``docs/dp.md``, "Version 3", dominance).
-
-    A later stage and ``k - 1`` before it, of time ``X``, close a loop over ``a``'s first
-    ``i + 1`` stages: ``(X + ha_i) / (k + i + 1)``. ``b``'s completion has period
-    ``lambda >= lambda_0 = x1_b`` and ``X + hb_j <= lambda (k + j + 1)`` for every ``j``
-    (the majorant's loops are the window sums'); with ``j <= i`` and ``k >= 1``, the loop
-    through ``a`` is at most ``lambda + allow`` once ``ha_i - hb_j <= lambda_0 (i - j) +
-    allow (i + 2)``: for each ``i``, the best ``j <= i`` is taken."""
-    lam, best = b[0], -np.inf
-    for i, x in enumerate(a[5]):
-        if i < len(b[5]):
-            best = max(best, b[5][i] - lam * i)
-        if x - lam * i - best > allow * (i + 2):
-            return False
-    return True
-
-
-def _hulls(labels: list, pad: float) -> np.ndarray:
+def _hulls(labels: list, pad: float = -np.inf) -> np.ndarray:
     """``[n, width]``: the majorants of ``labels``, padded with ``pad``."""
     width = max((len(lab[5]) for lab in labels), default=0)
     out = np.full((len(labels), width), pad)
@@ -160,7 +173,7 @@ def _hulls(labels: list, pad: float) -> np.ndarray:
 
 def _best_before(hulls: np.ndarray, lam: np.ndarray, width: int) -> np.ndarray:
     """``[n, width]``: per candidate ``b`` and window ``i``, ``max_{j <= i} (hb_j - lam_b
-    j)`` (:func:`_hull_within`), over ``b``'s windows (``-inf`` padding), the last carried on."""
+    j)`` over ``b``'s windows (``-inf`` padding), the last carried on."""
     steps = np.arange(hulls.shape[1], dtype=float)
     with np.errstate(invalid="ignore"):
         best = np.maximum.accumulate(hulls - lam[:, None] * steps, axis=1)
@@ -170,11 +183,19 @@ def _best_before(hulls: np.ndarray, lam: np.ndarray, width: int) -> np.ndarray:
     return best[:, :width]
 
 
-def _survivors(ok: np.ndarray, allow: np.ndarray, rivals: np.ndarray,
-               cands: np.ndarray, lam: np.ndarray) -> np.ndarray:
-    """Which candidates (rows of ``ok``) no rival dominates: :func:`_hull_within` for the
-    pairs the scalar test lets through, in numpy over those pairs at once (majorants
-    padded with ``-inf``; ``lam``: the candidates' ``x1``)."""
+def _survivors(ok: np.ndarray, allow: np.ndarray, rivals: np.ndarray, cands: np.ndarray,
+               lam: np.ndarray, room: np.ndarray) -> np.ndarray:
+    """Which candidates (rows of ``ok``) no rival dominates, the loops tested for the pairs
+    the scalar test lets through, in numpy over those pairs at once.
+
+    A later stage and ``k - 1`` before it, of time ``X``, close a loop over rival ``a``'s
+    first ``i + 1`` stages: ``(X + ha_i) / (k + i + 1)``. Candidate ``b``'s completion has
+    a period ``lambda >= lam_b`` and ``X + hb_j <= lambda (k + j + 1)`` for every ``j`` (a
+    majorant's loops are the window sums'); the loop through ``a`` is then at most
+    ``lambda + allow`` if, for some ``j <= i``, ``ha_i - hb_j <= lam_b (i - j) + allow (i +
+    2)``, or if ``X_max + ha_i <= (lam_b + allow)(i + 2)`` with ``X <= X_max = room_b``
+    (a completion with more fill is out of the bounds). Majorants are padded with
+    ``-inf``: a rival's padding never fails."""
     alive = np.ones(ok.shape[0], dtype=bool)
     ci, ri = np.nonzero(ok)
     if not len(ci):
@@ -185,10 +206,11 @@ def _survivors(ok: np.ndarray, allow: np.ndarray, rivals: np.ndarray,
     beaten = np.empty(len(ci), dtype=bool)
     for lo in range(0, len(ci), _PAIRS):
         c, r = ci[lo:lo + _PAIRS], ri[lo:lo + _PAIRS]
+        slack = allow[c, r, None] * (steps + 2.0)
         with np.errstate(invalid="ignore"):
-            over = rivals[r] - lam[c, None] * steps - before[c]
-            # a rival's padding gives -inf or nan (no window): never over
-            beaten[lo:lo + _PAIRS] = ~(over > allow[c, r, None] * (steps + 2.0)).any(axis=1)
+            by_window = rivals[r] - lam[c, None] * steps - before[c] - slack
+            by_room = rivals[r] + room[c, None] - lam[c, None] * (steps + 2.0) - slack
+            beaten[lo:lo + _PAIRS] = ~(np.minimum(by_window, by_room) > 0).any(axis=1)
     alive[ci[beaten]] = False
     return alive
 
@@ -197,33 +219,37 @@ def _survivors(ok: np.ndarray, allow: np.ndarray, rivals: np.ndarray,
 _PAIRS = 1 << 16
 
 
-def _drop_beaten(cands: list, rivals: list, p_free: float, steady: int) -> list:
-    """``cands`` without those a label of ``rivals`` dominates (:func:`dominates`). The
-    scalar test runs in numpy by blocks, the majorants only where it passes."""
+def _drop_beaten(cands: list, rivals: list, rule: Rule, floor: float) -> list:
+    """``cands`` (of a state with period floor ``floor``) without those a label of
+    ``rivals`` dominates (:func:`dominates`), by blocks in numpy."""
     if not cands or not rivals:
         return cands
     A, B = _scalars(rivals), _scalars(cands)
-    HA, HB = _hulls(rivals, -np.inf), _hulls(cands, -np.inf)
+    HA, HB = _hulls(rivals), _hulls(cands)
+    lam, room = rule.reach(B, floor)
     keep = []
     for lo in range(0, len(cands), _BLOCK):
-        ok, allow = _beaten(A, B[lo:lo + _BLOCK], p_free, steady)
-        alive = _survivors(ok, allow, HA, HB[lo:lo + _BLOCK], B[lo:lo + _BLOCK, 0])
+        hi = lo + _BLOCK
+        ok, allow = _beaten(A, B[lo:hi], rule)
+        alive = _survivors(ok, allow, HA, HB[lo:hi], lam[lo:hi], room[lo:hi])
         keep += [cands[lo + i] for i in np.flatnonzero(alive).tolist()]
     return keep
 
 
-def _first_of_equals(labels: list, p_free: float, steady: int) -> list:
+def _first_of_equals(labels: list, rule: Rule, floor: float) -> list:
     """The labels (in order) that no earlier one dominates. A block is tested against the
     labels kept before it and against its own earlier labels, kept or not: the relation
-    is transitive, so a dropped label's dominator is dominated by a kept one."""
+    (every completion that matters is as good) is transitive, so a dropped label's
+    dominator is dominated by a kept one."""
     kept: list = []
     for lo in range(0, len(labels), _BLOCK):
-        block = _drop_beaten(labels[lo:lo + _BLOCK], kept, p_free, steady)
+        block = _drop_beaten(labels[lo:lo + _BLOCK], kept, rule, floor)
         X = _scalars(block)
-        ok, allow = _beaten(X, X, p_free, steady)
+        ok, allow = _beaten(X, X, rule)
         ok &= np.arange(len(block))[None, :] < np.arange(len(block))[:, None]
-        H = _hulls(block, -np.inf)
-        alive = _survivors(ok, allow, H, H, X[:, 0])
+        H = _hulls(block)
+        lam, room = rule.reach(X, floor)
+        alive = _survivors(ok, allow, H, H, lam, room)
         kept += [block[i] for i in np.flatnonzero(alive).tolist()]
     return kept
 
@@ -232,17 +258,16 @@ def _first_of_equals(labels: list, p_free: float, steady: int) -> list:
 _BLOCK = 256
 
 
-def pareto(labels: list, p_free: float, steady: int) -> list:
-    """The labels no earlier one in sorted order dominates (:func:`dominates`); the
-    relation is transitive, so a dropped label's first dominator is kept or dominated by
-    a kept one."""
+def pareto(labels: list, rule: Rule, floor: float = -np.inf) -> list:
+    """The labels no earlier one in sorted order dominates (:func:`dominates`)."""
     labels.sort(key=lambda x: (x[0] + x[1], x[2], x[3], x[0], x[4]))
-    return _first_of_equals(labels, p_free, steady)
+    return _first_of_equals(labels, rule, floor)
 
 
-def across_usage(layer: dict, p_free: float, steady: int) -> None:
+def across_usage(layer: dict, rule: Rule, floors: dict) -> None:
     """Drop, in place, labels dominated by a label of another state of the same DC that
-    uses no more devices of any group: every completion of the one stays open to the other."""
+    uses no more devices of any group: every completion of the one stays open to the other
+    (``floors``: per state, a floor under its completions' period)."""
     by_dc: dict = {}
     for key in layer:
         by_dc.setdefault(key[0], []).append(key)
@@ -252,7 +277,7 @@ def across_usage(layer: dict, p_free: float, steady: int) -> None:
             rivals = [lab for k in keys[:i]
                       if k[1] != key[1] and all(x <= y for x, y in zip(k[1], key[1]))
                       for lab in layer[k]]
-            layer[key] = _drop_beaten(layer[key], rivals, p_free, steady)
+            layer[key] = _drop_beaten(layer[key], rivals, rule, floors[key])
 
 
 def candidate_rows(tables: CostTables, g: int, need: int, phases: bool, deadline: Deadline):
@@ -473,10 +498,12 @@ class PipelineSearch:
             layer = states[b]
             # at most b stages come before: with p + b < M_p every one sits below M_p (its
             # loops count, whatever p); without loops p only matters to memory
-            p_free = self.m - b if self.loops and not self.all_loops else np.inf
+            rule = Rule(self.m - b if self.loops and not self.all_loops else np.inf,
+                        self.m - 1, self.upper, self.tau)
+            floors = {key: self._state_floor(b, key) for key in layer}
             for key in list(layer):
-                layer[key] = pareto(layer[key], p_free, self.m - 1)
-            across_usage(layer, p_free, self.m - 1)
+                layer[key] = pareto(layer[key], rule, floors[key])
+            across_usage(layer, rule, floors)
             self.stats["states"] += len(layer)
             self.stats["labels"] += sum(len(v) for v in layer.values())
             for key, labels in layer.items():
@@ -486,6 +513,14 @@ class PipelineSearch:
                 for g, k0, gl, base, U, Q in self._moves(b, key):
                     self._expand(b, key, labels, g, k0, gl, base, U, Q, done)
         return {k: v for k, v in done.items() if v}
+
+    def _state_floor(self, b: int, key: tuple) -> float:
+        """A floor under the period of every completion of state ``key`` at layer ``b``:
+        the prefix ``[0, b)`` is still to place on DCs up to ``key``'s."""
+        k, usage = key
+        if k == self.t.K or b == 0:
+            return -np.inf
+        return float(self._prefix_floors(k, usage)[1][b])
 
     def _prefix_floors(self, k0: int, usage: tuple) -> tuple[list, list]:
         """Per prefix end ``a``: floors under the fill and the period of ``[0, a)`` placed
