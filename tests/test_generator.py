@@ -327,7 +327,7 @@ def test_cli_generate_writes_a_valid_file(tmp_path, capsys):
     assert code == 0
     inst = read(out)
     assert inst == generate("metro", 3, model="llama2-13b", datacenters=3, gpus_per_dc=8,
-                            microbatches=16, schedule="gpipe", degrade=0.5)
+                            microbatches=16, schedule="gpipe", degrade=0.5, version=3)
     assert out.read_text() == instance_text(inst)
 
 
@@ -619,11 +619,12 @@ def test_cli_generate_parallelism_options(tmp_path):
     assert cli_main(["generate", "--preset", "metro", "--seed", "2", "-o", str(out),
                      "--data-parallel", "1,3", "--tensor-parallel", "1,2", "--no-zero"]) == 0
     assert read(out) == generate("metro", 2, data_parallel=(1, 3), tensor_parallel=(1, 2),
-                                 zero=False)
+                                 zero=False, version=3)
     assert cli_main(["generate", "--preset", "hybrid", "-o", str(out),
                      "--parallelism", "off"]) == 0
-    assert read(out) == generate("hybrid", 0, parallelism="off")
-    assert read(out).parallelism == Parallelism()
+    assert read(out) == generate("hybrid", 0, parallelism="off", version=3)
+    # off: one device a stage; replication across DCs (pipelines) stays a choice
+    assert read(out).parallelism == Parallelism(pipelines=read(out).parallelism.pipelines)
 
 
 @pytest.mark.parametrize("argv, message", [
