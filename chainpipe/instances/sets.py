@@ -241,25 +241,25 @@ FINDINGS: dict[str, dict] = {
         'one_pipeline': {'status': 'optimal', 'iteration_time_s': 0.802481, 'pipelines': 1, 'stages': [4]},
         'classic': {'status': 'optimal', 'iteration_time_s': 0.802481, 'plan_under_objective_s': 0.802481},
         'period_changes_optimum': False, 'several_pipelines_win': True},
-    # v3-medium-01: 2.6 s (dp, --time-limit 60)
+    # v3-medium-01: 1.8 s (dp, --time-limit 120)
     'v3-medium-01': {
         'optimum': {'status': 'optimal', 'iteration_time_s': 11.0867, 'pipelines': 1, 'stages': [6]},
         'one_pipeline': {'status': 'optimal', 'iteration_time_s': 11.0867, 'pipelines': 1, 'stages': [6]},
         'classic': {'status': 'optimal', 'iteration_time_s': 10.9322, 'plan_under_objective_s': 11.0867},
         'period_changes_optimum': False, 'several_pipelines_win': False},
-    # v3-medium-02-small-model: 64.5 s (dp, --time-limit 60)
+    # v3-medium-02-small-model: 123.4 s (dp, --time-limit 120)
     'v3-medium-02-small-model': {
         'optimum': {'status': 'feasible', 'iteration_time_s': 1.43405, 'lower_bound_s': None, 'pipelines': 2, 'stages': [3, 3], 'microbatches': [32, 32]},
         'one_pipeline': {'status': 'optimal', 'iteration_time_s': 1.44143, 'pipelines': 1, 'stages': [5]},
         'classic': {'status': 'optimal', 'iteration_time_s': 1.19485, 'plan_under_objective_s': 1.52031},
         'period_changes_optimum': True, 'several_pipelines_win': True},
-    # v3-medium-03-slow-sync8: 64.8 s (dp, --time-limit 60)
+    # v3-medium-03-slow-sync8: 111.4 s (dp, --time-limit 120)
     'v3-medium-03-slow-sync8': {
-        'optimum': {'status': 'feasible', 'iteration_time_s': 12.9918, 'lower_bound_s': None, 'pipelines': 2, 'stages': [1, 7], 'microbatches': [17, 47]},
+        'optimum': {'status': 'optimal', 'iteration_time_s': 12.7146, 'pipelines': 4, 'stages': [1, 3, 1, 2], 'microbatches': [17, 16, 16, 15]},
         'one_pipeline': {'status': 'optimal', 'iteration_time_s': 13.0782, 'pipelines': 1, 'stages': [9]},
         'classic': {'status': 'optimal', 'iteration_time_s': 11.1907, 'plan_under_objective_s': 14.8942},
         'period_changes_optimum': True, 'several_pipelines_win': True},
-    # v3-medium-04-gpipe: 60.3 s (dp, --time-limit 60)
+    # v3-medium-04-gpipe: 120.8 s (dp, --time-limit 120)
     'v3-medium-04-gpipe': {
         'optimum': {'status': 'feasible', 'iteration_time_s': 1.19485, 'lower_bound_s': None, 'pipelines': 1, 'stages': [6]},
         'one_pipeline': {'status': 'feasible', 'iteration_time_s': 1.19485, 'lower_bound_s': None, 'pipelines': 1, 'stages': [6]},
