@@ -200,27 +200,32 @@ class _Several:
         """The best plans of ``P`` pipelines whose outer span is ``[i0, j0]``: a sweep
         over ``theta``, each step below the last solution's ``max R``."""
         X = self.cross[i0, j0]
-        theta = math.inf
+        theta, floor = math.inf, 0.0
         while X < self.best.T:
-            got = self.least_max_time(P, i0, j0, theta, self.best.T - X)
+            got = self.least_max_time(P, i0, j0, theta, self.best.T - X, floor)
             if got is None:
                 return
-            tau, chosen = got
+            tau, chosen, floor = got  # a smaller theta never lowers the least max T_p
             rho = max(e[1] for _, _, _, e in chosen)
             if tau + rho + X < self.best.T:
                 self.offer(chosen)
             theta = rho
 
-    def least_max_time(self, P, i0, j0, theta, limit):
+    def least_max_time(self, P, i0, j0, theta, limit, floor=0.0):
         """The least ``max T_p`` below ``limit`` (relative :data:`TAU_RTOL`) over ranges of
         the span and splits of ``M`` with every ``max R < theta``: ``(tau, [(i, j, m,
-        entry), ...])``, or ``None``. Targets grow from a guess (small targets make cheap
-        searches; three steps, then ``limit``) until one is reachable, then a bisection;
-        each reachable target drops to the largest ``T_p`` of its split."""
+        entry), ...], lo)`` with ``lo`` a target proven out of reach, or ``None``.
+        ``floor``: a target known to be out of reach (the last ``lo`` at a larger
+        ``theta``). Targets grow from just above the floor, or from a guess (small targets
+        make cheap searches; three steps, then ``limit``), until one is reachable, then a
+        bisection; each reachable target drops to the largest ``T_p`` of its split."""
         top = limit * (1 - 1e-15)
-        lo, found = 0.0, None
-        for tau in [self.guess / P * 4 ** k for k in range(3)] + [top]:
-            if tau > top or found is not None:
+        if floor >= top:
+            return None
+        lo, found = floor, None
+        near = [floor * 1.01, floor * 1.05] if floor > 0 else []
+        for tau in near + [self.guess / P * 4 ** k for k in range(3)] + [top]:
+            if tau > top or tau <= lo or found is not None:
                 continue
             found = self.reach(P, i0, j0, tau, theta)
             if found is None:
@@ -236,7 +241,7 @@ class _Several:
                 lo = mid
             else:
                 found = better
-        return found
+        return found + (lo,)
 
     def reach(self, P, i0, j0, tau, theta):
         """Ranges and a split with every ``T_p <= tau`` and ``max R < theta``: ``(max
