@@ -526,7 +526,7 @@ def fill_bounds(flop: float, group_rates, caps: np.ndarray) -> np.ndarray:
     return caps * j + partial
 
 
-def dominated_options(ok, C, N, R, W, check=None) -> np.ndarray:
+def dominated_options(ok, C, N, R, W, check=None, extra=()) -> np.ndarray:
     """``[c, i, j]``: whether stage option ``c`` of a range (arrays ``[c, i, j]`` of
     :class:`~chainpipe.tables.GroupOptions`, ``ok`` the options still allowed) is
     dominated by another allowed pair of the same range: no more devices, no larger ``C``
@@ -535,11 +535,13 @@ def dominated_options(ok, C, N, R, W, check=None) -> np.ndarray:
     its dominator instead, so ``dp``, the CDynP agents and the path ILP leave it out.
 
     ``check`` (``Deadline.check``) is called once per option: a long list of widths
-    costs ``P^2`` comparisons of ranges, and the deadline bounds them."""
-    return dominance_tops(ok.astype(np.int64), C, N, R, W, check) > 0
+    costs ``P^2`` comparisons of ranges, and the deadline bounds them. ``extra``: more
+    arrays ``[c, i, j]`` a dominator must be no larger in (GPipe's forward and backward
+    phase times, which pace its ``period`` apart)."""
+    return dominance_tops(ok.astype(np.int64), C, N, R, W, check, extra) > 0
 
 
-def dominance_tops(top, C, N, R, W, check=None) -> np.ndarray:
+def dominance_tops(top, C, N, R, W, check=None, extra=()) -> np.ndarray:
     """``[c, i, j]``: the largest ``top`` of an option that dominates ``c`` on the range
     (the rule of :func:`dominated_options`; ``top > 0`` marks the allowed options, 0
     where none dominates). With ``top`` an option's last position class, a candidate of
@@ -560,6 +562,9 @@ def dominance_tops(top, C, N, R, W, check=None) -> np.ndarray:
             no_worse = ((top[rivals] > 0) & (C[rivals] <= C[c]) & (R[rivals] <= R[c])
                         & (N[rivals] >= N[c]))
             better = (C[rivals] < C[c]) | (R[rivals] < R[c]) | (N[rivals] > N[c])
+            for E in extra:
+                no_worse &= E[rivals] <= E[c]
+                better |= E[rivals] < E[c]
         plain = (W[rivals] < W[c]) | (rivals < c)  # fewer devices, or equal and listed first
         dominating = no_worse & (plain.reshape((-1,) + (1,) * (top.ndim - 1)) | better)
         out[c] = np.where(dominating, top[rivals], 0).max(axis=0)

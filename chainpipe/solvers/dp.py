@@ -587,8 +587,11 @@ class _LayerCapacity:
     layer lets every device hold "a layer" and the bound says nothing.)
     """
 
-    def __init__(self, tables: CostTables, count: list[int], check=None):
-        need = tables.in_flight(1)
+    def __init__(self, tables: CostTables, count: list[int], check=None,
+                 need: int | None = None):
+        # the least any stage stashes (the last stage's count); a smaller ``need`` holds
+        # more and stays a valid floor for any larger stash (a GPipe pipeline of M_p < M)
+        need = tables.in_flight(1) if need is None else need
         check = check or (lambda: None)
         #: per group: breakpoints of B, knapsack table [point, n <= n0], LP ratio per point
         #: and the L-stage cap per point (groups with the same options and cap share one)

@@ -284,11 +284,12 @@ def candidate_rows(tables: CostTables, g: int, need: int, phases: bool, deadline
     """Per end ``b``: ``(C values, rows)`` of the options of group ``g`` on ``[a, b)``
     that hold ``need`` microbatches, by increasing ``C``, rows ``(a, C, f, b, n, w, R,
     pair)`` (``f, b``: GPipe's phases when ``phases``, else ``C``), ``None`` for an end
-    with none; and the distinct in-flight limits ``n`` of the rows, sorted. Options dominated by another pair of the same range (no more devices, no
-    larger ``C`` or ``R``, no fewer in flight) are dropped unless ``phases`` (GPipe's two
-    phases may rank pairs apart): a search's caps on ``C`` and ``R`` keep a dominator
-    whenever they keep what it dominates, so the rows are built once per group and
-    ``need`` and each search takes the prefix under its cap."""
+    with none; and the distinct in-flight limits ``n`` of the rows, sorted. Options
+    dominated by another pair of the same range (no more devices, no larger ``C`` or
+    ``R``, no fewer in flight, and with ``phases`` no larger ``f`` or ``b``: GPipe's two
+    phases may rank pairs apart) are dropped: a search's caps on ``C`` and ``R`` keep a
+    dominator whenever they keep what it dominates, so the rows are built once per group
+    and ``need`` and each search takes the prefix under its cap."""
     opts = tables.options(g)
     cache = tables.__dict__.setdefault("_candidate_rows", {})
     key = (id(opts), need, phases)
@@ -300,8 +301,7 @@ def candidate_rows(tables: CostTables, g: int, need: int, phases: bool, deadline
         C, N, R, W = opts.compute_time, opts.max_in_flight, opts.sync_time, opts.width
         F, B = phase_options(tables, g) if phases else (C, C)
         ok = np.isfinite(C) & (N >= need)
-        if not phases:
-            ok &= ~dominated_options(ok, C, N, R, W, deadline.check)
+        ok &= ~dominated_options(ok, C, N, R, W, deadline.check, (F, B) if phases else ())
         cs, starts, ends = np.nonzero(ok)
         order = np.lexsort((C[cs, starts, ends], ends))
         cs, starts, ends = cs[order], starts[order], ends[order]
@@ -338,9 +338,8 @@ class PipelineSearch:
         Keep only the best ``T_p + max R`` (``"sum"``: the bound drops to each plan found)
         or the best ``T_p`` (``"time"``: ``tau`` drops so) instead of every complete plan
         not dominated in ``(T_p, max R)``.
-    capacity : dp._LayerCapacity or None
-        What free devices hold under a bottleneck, built for the instance's ``M``; used
-        only where it is valid (1F1B, or GPipe with ``M_p = M``: the stash it assumed).
+    capacity : dp_pipelines.Holds or None
+        What free devices hold under a bottleneck (the one valid for ``M_p``).
     box : tuple of float
         ``(tau, theta)``: only plans with ``T_p <= tau`` and ``max R < theta`` besides.
     """
@@ -364,8 +363,7 @@ class PipelineSearch:
                                        p + 1 if p < self.p_cap else microbatches)
                         for p in range(self.p_cap + 1)]
         self.stats = {"labels": 0, "states": 0}
-        valid = tables.schedule == "1f1b" or microbatches == tables.M
-        self.capacity = capacity if valid else None
+        self.capacity = None if capacity is None else capacity.for_pipeline(microbatches)
 
     def _position_cap(self) -> int:
         """How far the count ``p`` of stages placed is kept exactly: to ``M_p - 1`` where

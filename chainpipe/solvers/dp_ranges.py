@@ -62,7 +62,7 @@ class RangeTimes:
     deadline : Deadline
     upper : float
         Only plans with ``T_p + max R`` below it are searched.
-    holds : dp._LayerCapacity or None
+    holds : dp_pipelines.Holds or None
         What free devices hold under a bottleneck (a floor under each range's period).
     log : callable or None
     """
@@ -74,7 +74,7 @@ class RangeTimes:
         self.one_f_one_b = tables.schedule == "1f1b"
         self.found: dict[tuple[int, int], list[Found]] = {}
         self.proven: dict[tuple[int, int], list[tuple[int, float, float]]] = {}
-        self.floors: dict[tuple[int, int], float] = {}
+        self.floors: dict[tuple, float] = {}
         self.static: dict[tuple[int, int, int], float] = {}
         self.searches = 0
 
@@ -127,14 +127,16 @@ class RangeTimes:
 
     def _period_floor(self, i, j, m) -> float:
         """The least bottleneck under which the devices of DCs ``i..j`` hold the model
-        (valid where the capacity's stash is: 1F1B, or GPipe with ``M_p = M``)."""
-        if self.holds is None or not (self.one_f_one_b or m == self.t.M):
+        (with the capacity valid for ``m``: :class:`~chainpipe.solvers.dp_pipelines.Holds`)."""
+        if self.holds is None:
             return 0.0
-        got = self.floors.get((i, j))
+        holds = self.holds.for_pipeline(m)
+        got = self.floors.get((i, j, id(holds)))
         if got is None:
             groups = np.flatnonzero((self.t.group_dc >= i) & (self.t.group_dc <= j)).tolist()
             total = float(self.t.flop_prefix[-1])
-            got = self.floors[i, j] = float(self.holds.needed(self.holds.curve(groups, []), total))
+            got = self.floors[i, j, id(holds)] = float(
+                holds.needed(holds.curve(groups, []), total))
         return got
 
     def _search(self, i, j, m, tau, theta):
