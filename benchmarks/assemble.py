@@ -25,6 +25,9 @@ ORDER = [
     ("experiments/results/degraded_network.md", "python experiments/degraded_network.py"),
     ("experiments/results/search_vs_size.md", "python experiments/search_vs_size.py"),
     ("experiments/results/hybrid.md", "python experiments/hybrid.py"),
+    ("experiments/results/classic_cost.md", "python experiments/classic_cost.py"),
+    ("experiments/results/pipeline_or_replicate.md",
+     "python experiments/pipeline_or_replicate.py"),
     ("benchmarks/results/online.md", "python benchmarks/online.py"),
     ("experiments/results/online.md", "python experiments/online.py"),
 ]

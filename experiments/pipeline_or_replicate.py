@@ -34,6 +34,7 @@ from what_runs import (
 import chainpipe as cp
 from chainpipe.instances import generate
 from chainpipe.paths import instance_files
+from chainpipe.solvers import dp
 from chainpipe.solvers.baselines.replicate import classic_copy
 from common import fmt, parse, publish, pyplot, table
 
@@ -62,8 +63,6 @@ def first_measurement(inst, M: int, objective: str) -> dict:
     """One pipeline (the classic DP optimum) against the best even and by-speed split in
     two, all evaluated under ``objective`` with ``M`` microbatches."""
     one = v3_copy(inst, objective, (1,), microbatches=M)
-    from chainpipe.solvers import dp
-
     plan1 = dp.run(classic_copy(inst, M)).plan
     ev1 = cp.evaluate(one, plan1)
     two = v3_copy(inst, objective, (2,), microbatches=M)
@@ -127,15 +126,29 @@ def section_a(rows) -> str:
     for M in sorted({r["M"] for r in classic}):
         at = [r for r in classic if r["M"] == M]
         ratios = sorted(r["even"]["T"] / r["T1"] for r in at)
+        speed = sorted(r["speed"]["T"] / r["T1"] for r in at)
         pipes = [(r["even"]["Tp"] + r["even"]["R"]) / r["T1"] for r in at]
         share = [r["even"]["RX"] / (r["even"]["T"] - r["T1"]) for r in at
                  if r["even"]["T"] > r["T1"]]
         lines.append(
             f"- M = {M}: two even pipelines lose by {ratios[0]:.2f}x to {ratios[-1]:.2f}x "
-            f"({sum(x > 1 for x in ratios)} of {len(at)} lose); their pipelines alone "
+            f"({sum(x > 1 for x in ratios)} of {len(at)} lose; with microbatches shared by "
+            f"speed {speed[0]:.2f}x to {speed[-1]:.2f}x); their even pipelines alone "
             f"(max T_p + max R) take {min(pipes):.2f} to {max(pipes):.2f} times the one "
             f"pipeline's T, so R_X makes {100 * min(share, default=0):.0f}% to "
             f"{100 * max(share, default=0):.0f}% of the loss.")
+    per = [r for r in rows if r["objective"] == "period"]
+    won = [f"`{r['name']}` at M = {r['M']} ({r['speed']['T'] / r['T1']:.3f}x)" for r in per
+           if r["speed"]["T"] < r["T1"]]
+    if per:
+        lines.append(
+            "- Under `period` both sides are the same classic plans costed under `period` "
+            "(the one pipeline is the classic optimum, not the period optimum, whose search "
+            "takes up to minutes here): the split by speed is faster on "
+            + (", ".join(won) or "none") + "; there the one classic plan is paced by a 1F1B "
+            "loop through the MAN, which pipelines inside fewer DCs avoid. The period optimum "
+            "of one pipeline can be much faster than the classic plan (see "
+            "`classic_cost.md`), so these are not wins over the best one pipeline.")
     return ("## A. The first measurement: two evenly split pipelines on `hybrid/medium/`\n\n"
             + "\n".join(lines) + "\n\n" + _explain_a(classic) + "\n\n" + table(
                 ["instance", "objective", "M", "one pipeline T (s)", "paced by",
@@ -296,9 +309,13 @@ EXPLAIN_B = (
     "(and `hidden`); gradient bytes only with the parameters. So replication wins for "
     "long sequences on thin links, small models, and large `H`; one pipeline wins for "
     "large models (R_X per iteration on this chain: {rx}), short iterations (small "
-    "global batch) and `H = 1`; a mix "
-    "wins where a pair of DCs is joined by a much faster link than the rest, or where "
-    "the model does not fit one DC.")
+    "global batch) and `H = 1`. Memory bounds replication: a replica holds the whole "
+    "model and its stashed activations on one DC's devices, so long sequences (the stash "
+    "grows with the tokens per microbatch) and large models make `P = K` infeasible or "
+    "force narrow stages ('infeasible' in the table). A mix of two pipelines on two DCs "
+    "each wins where both pull: a whole chain's 1F1B loops through the MAN pace the one "
+    "pipeline, yet one DC alone holds the model poorly; with many microbatches (large "
+    "batch) or a large `H` the averaging is paid back.")
 
 
 def _explain_b(rows, K: int) -> str:
