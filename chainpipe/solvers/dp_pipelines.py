@@ -49,6 +49,8 @@ def solve(instance, deadline: Deadline, log=None) -> Outcome:
     best = _Best()
     try:
         capacity = _capacity(tables, deadline)
+        if any(P > 1 for P in pipelines):
+            _seed(instance, deadline, best)
         if 1 in pipelines:
             _one_pipeline(instance, tables, deadline, best, log, capacity)
         many = [P for P in sorted(pipelines) if 2 <= P <= min(instance.microbatches, tables.K)]
@@ -102,6 +104,18 @@ class Holds:
 
             self.any_stash = _LayerCapacity(self.t, self.count, self.deadline.check, need=1)
         return self.any_stash
+
+
+def _seed(instance, deadline: Deadline, best: _Best) -> None:
+    """Offer the ``replicate-per-dc`` baseline's plan (one pipeline per DC, each planned
+    inside its DC: a few small searches) before the exact searches: an incumbent of
+    several pipelines bounds the one-pipeline trials and the range searches, and is what
+    a search cut by the time limit returns when it beats the best plan of one pipeline."""
+    from .baselines.replicate import replicate_per_dc
+
+    got = replicate_per_dc(instance, deadline=deadline)
+    if got.plan is not None:
+        best.offer(instance, got.plan)
 
 
 class _Best:
