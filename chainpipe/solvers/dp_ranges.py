@@ -115,14 +115,17 @@ class RangeTimes:
 
     def _floor(self, i, j, m, theta) -> float:
         """The best floor under ``g(i, j, m, theta)``: the static one and every proven one
-        at some ``m' <= m`` and ``theta' >= theta``."""
+        at some ``m0 <= m`` and ``theta' >= theta``, raised by ``(m - m0) lambda0``: a
+        plan's ``T_p`` grows by at least its period at ``m0`` per microbatch more (its
+        period does not shrink), and ``lambda0`` (:meth:`_period_floor`) is under every
+        plan's period on the range."""
         lo = self.static.get((i, j, m))
         if lo is None:
             lo = self.static[i, j, m] = float(
                 self.t.pipeline_bound(i, j, m, self._period_floor(i, j, m)))
         for m0, th, v in self.proven.get((i, j), ()):
-            if m0 <= m and th >= theta and v > lo:
-                lo = v
+            if m0 <= m and th >= theta:
+                lo = max(lo, v + (m - m0) * self._period_floor(i, j, m0) if m > m0 else v)
         return lo
 
     def _period_floor(self, i, j, m) -> float:
