@@ -259,12 +259,12 @@ FINDINGS: dict[str, dict] = {
         'one_pipeline': {'status': 'optimal', 'iteration_time_s': 13.0782, 'pipelines': 1, 'stages': [9]},
         'classic': {'status': 'optimal', 'iteration_time_s': 11.1907, 'plan_under_objective_s': 14.8942},
         'period_changes_optimum': True, 'several_pipelines_win': True},
-    # v3-medium-04-gpipe: 120.8 s (dp, --time-limit 120)
+    # v3-medium-04-gpipe: 5.7 s (dp, --time-limit 120)
     'v3-medium-04-gpipe': {
-        'optimum': {'status': 'feasible', 'iteration_time_s': 1.19485, 'lower_bound_s': None, 'pipelines': 1, 'stages': [6]},
-        'one_pipeline': {'status': 'feasible', 'iteration_time_s': 1.19485, 'lower_bound_s': None, 'pipelines': 1, 'stages': [6]},
+        'optimum': {'status': 'optimal', 'iteration_time_s': 1.19485, 'pipelines': 1, 'stages': [6]},
+        'one_pipeline': {'status': 'optimal', 'iteration_time_s': 1.19485, 'pipelines': 1, 'stages': [6]},
         'classic': {'status': 'optimal', 'iteration_time_s': 1.19485, 'plan_under_objective_s': 1.19485},
-        'period_changes_optimum': None, 'several_pipelines_win': None},
+        'period_changes_optimum': False, 'several_pipelines_win': False},
     # v3-large-01: 126.6 s (dp, --time-limit 120)
     'v3-large-01': {
         'optimum': {'status': 'feasible', 'iteration_time_s': 9.49534, 'lower_bound_s': None, 'pipelines': 1, 'stages': [18]},
