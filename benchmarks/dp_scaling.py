@@ -7,11 +7,15 @@ core. Writes ``benchmarks/results/dp_scaling.md``.
     python benchmarks/dp_scaling.py --quick    # a smoke run
     python benchmarks/dp_scaling.py --v3       # contract v3 (period, pipelines) only:
                                                # writes results/dp_scaling_v3.md
+    python benchmarks/dp_scaling.py --scale    # thousands of GPUs (30 minutes, loaded 2 cores):
+                                               # writes results/dp_scaling_scale.md
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import math
 import multiprocessing as mp
 import os
 import platform
@@ -19,6 +23,7 @@ import resource
 import sys
 import time
 from pathlib import Path
+from queue import Empty
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "benchmarks" / "results" / "dp_scaling.md"
@@ -42,6 +47,9 @@ def _measure(job, queue):
     elif kind == "v3":
         limit = arg.pop("limit")
         inst = v3_instance(**arg)
+    elif kind == "scale":
+        limit = arg.pop("limit")
+        inst = scale_instance(arg)
     else:
         inst = generate(arg.pop("preset"), **arg)
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -59,6 +67,10 @@ def _measure(job, queue):
                    res.plan.num_pipelines == 1 else
                    "+".join(str(len(p.stages)) for p in res.plan.pipelines)),
         "labels": res.stats.get("labels"),
+        "types_per_dc": max(len({g.type for g in dc.devices}) for dc in inst.datacenters),
+        "dp": inst.training.parallelism.data_parallel,
+        "tp": inst.training.parallelism.tensor_parallel,
+        "mbs": inst.training.microbatch_size,
     })
 
 
@@ -144,14 +156,377 @@ def table(rows, title) -> list[str]:
     return out + [""]
 
 
+# ------------------------------------------------------------ thousands of GPUs (--scale)
+
+SCALE = ROOT / "benchmarks" / "scale"
+OUT_SCALE = ROOT / "benchmarks" / "results" / "dp_scaling_scale.md"
+#: tokens per sequence of the Llama rows: Llama 3's pre-training length (the 405B's
+#: config.json gives 131,072, the context it was extended to after pre-training)
+SCALE_SEQ = 8192
+#: the DP's time limit per run, seconds (a run is killed at 3 times this plus 2 minutes)
+SCALE_LIMIT = 120.0
+#: (DCs, GPU types per DC) of each committed cluster file
+SCALE_CLUSTERS = {"chain-8x3": (8, 3), "chain-16x2": (16, 2), "chain-16x3": (16, 3)}
+#: transformer blocks of each committed model config
+SCALE_BLOCKS = {"llama-3-70b": 80, "llama-3.1-405b": 126}
+#: the cluster files' lists: data-parallel widths and tensor-parallel degrees
+SCALE_DP, SCALE_TP = (1, 2, 4, 8, 16), (1, 2, 4, 8)
+#: issue 31's targets (CPU seconds on one core) by the row they apply to
+SCALE_TARGETS = {"hybrid-large": 2.0, "gpt3-175b": 5.0, "405b-16x3": 10.0}
+#: issue 31's CPU seconds before (its table), by row
+SCALE_BEFORE = {"hybrid-large": "10.9 (one such chain)", "gpt3-175b": "12.5",
+                ("llama-3-70b", "chain-8x3"): "12", ("llama-3.1-405b", "chain-8x3"): "30",
+                ("llama-3-70b", "chain-16x2"): "8", ("llama-3.1-405b", "chain-16x2"): "16",
+                ("llama-3-70b", "chain-16x3"): "17", ("llama-3.1-405b", "chain-16x3"): "35"}
+
+
+def cluster_spec(cluster: str, model: str, **changes) -> dict:
+    """A run on a committed cluster file and model config, every knob explicit.
+
+    Parameters
+    ----------
+    cluster, model : str
+        Names of ``benchmarks/scale/<cluster>.toml`` and ``benchmarks/scale/models/<model>``.
+    **changes
+        ``blocks`` (the model's first blocks), ``dcs`` (the chain's first DCs),
+        ``types`` (GPU types per DC, the DC's GPUs split evenly over them), ``dp``,
+        ``tp`` (the lists) and ``mbs`` (sequences per microbatch; ``None`` is the
+        least common multiple of ``dp``, the package's default).
+
+    Returns
+    -------
+    dict
+        Equal dicts for equal instances (the runs are memoised on them).
+    """
+    k, types = SCALE_CLUSTERS[cluster]
+    spec = dict(cluster=cluster, model=model, blocks=SCALE_BLOCKS[model], dcs=k, types=types,
+                dp=SCALE_DP, tp=SCALE_TP, mbs=None)
+    spec.update(changes)
+    if spec["mbs"] == math.lcm(*spec["dp"]):
+        spec["mbs"] = None
+    return spec
+
+
+def scale_instance(spec: dict):
+    """The instance of ``spec``: a generator preset (``preset``, ``seed``, overrides) or
+    a committed cluster file and model config (:func:`cluster_spec`)."""
+    if "preset" in spec:
+        from chainpipe.instances import generate
+
+        kw = {k: v for k, v in spec.items() if k not in ("preset", "seed")}
+        return generate(spec["preset"], seed=spec["seed"], **kw)
+    return cluster_scale_instance(**spec)
+
+
+def cluster_scale_instance(cluster: str, model: str, blocks: int, dcs: int, types: int,
+                           dp: tuple[int, ...], tp: tuple[int, ...], mbs: int | None):
+    """The version-2 instance (objective classic, one pipeline) of a :func:`cluster_spec`."""
+    import dataclasses
+
+    from chainpipe.instances.cluster_file import cluster_instance, read_cluster
+    from chainpipe.instances.hf_config import read_model_config
+
+    full_k, full_types = SCALE_CLUSTERS[cluster]
+    base = read_cluster(SCALE / f"{cluster}.toml")
+    shape = read_model_config(SCALE / "models" / model, seq_len=SCALE_SEQ)
+    name = f"{cluster}-{model}"
+    if blocks != shape.blocks:
+        shape = dataclasses.replace(shape, blocks=blocks)
+        name += f"-{blocks}blocks"
+    name += (f"-{dcs}dc" if dcs != full_k else "") + (
+        f"-{types}types" if types != full_types else "")
+    if (tuple(dp), tuple(tp)) != (SCALE_DP, SCALE_TP):
+        name += f"-d{max(dp)}t{max(tp)}"
+    if mbs is not None:
+        name += f"-B{mbs}"
+    par = dataclasses.replace(base.parallelism, data_parallel=tuple(dp), tensor_parallel=tuple(tp))
+    return cluster_instance(reshaped(base, dcs, types), shape, parallelism=par,
+                            microbatch_size=mbs, name=name)
+
+
+def reshaped(cluster, dcs: int, types: int):
+    """``cluster``'s first ``dcs`` DCs, each DC's GPUs (the same total) split evenly over
+    its first ``types`` device groups.
+
+    Raises
+    ------
+    ValueError
+        A DC whose GPUs do not split into whole nodes of 8 per type.
+    """
+    import dataclasses
+
+    out = []
+    for dc in cluster.datacenters[:dcs]:
+        total = dc.device_count
+        if total % (8 * types):
+            raise ValueError(f"{dc.name}: {total} GPUs do not split into {types} types of "
+                             f"whole 8-GPU nodes")
+        groups = tuple(dataclasses.replace(g, count=total // types) for g in dc.devices[:types])
+        out.append(dataclasses.replace(dc, devices=groups))
+    return dataclasses.replace(cluster, datacenters=tuple(out), links=cluster.links[:dcs - 1])
+
+
+def measure_bounded(job, wall: float) -> dict | None:
+    """:func:`measure` in a fresh process, killed after ``wall`` seconds (``None`` then,
+    or when the process died without a row)."""
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    p = ctx.Process(target=_measure, args=(job, q))
+    p.start()
+    deadline = time.monotonic() + wall
+    row = None
+    while row is None and time.monotonic() < deadline:
+        try:
+            row = q.get(timeout=1.0)
+        except Empty:
+            if not p.is_alive() and q.empty():
+                break
+    if row is None and p.is_alive():
+        p.terminate()
+    p.join()
+    return row
+
+
+def run_scale(spec: dict, memo: dict, limit: float) -> dict:
+    """The row of ``spec`` (measured once: ``memo`` holds the rows by spec)."""
+    key = json.dumps(spec, sort_keys=True)
+    if key not in memo:
+        wall = 3 * limit + 120
+        row = measure_bounded(("scale", {**spec, "limit": limit}), wall)
+        if row is None:
+            row = {"name": spec_label(spec), "status": f"killed (no answer in {wall:g} s)"}
+        memo[key] = row
+        print(f"  {row['name']}: {row['status']}, "
+              f"{_num(row.get('cpu'), '.2f')} s CPU, {_num(row.get('peak_mb'), '.0f')} MB",
+              flush=True)
+    return memo[key]
+
+
+def spec_label(spec: dict) -> str:
+    """A spec in one line (for a run that gave no row)."""
+    return " ".join(f"{k}={v}" for k, v in spec.items() if v is not None)
+
+
+def _num(v, fmt: str) -> str:
+    return "-" if v is None else format(v, fmt)
+
+
+def _ints(v) -> str:
+    return "-" if v is None else ",".join(str(x) for x in v)
+
+
+def scale_main_rows(quick: bool) -> list[tuple[dict, str | None, float | None]]:
+    """The issue's table: (spec, issue 31's CPU seconds before, target seconds) per row."""
+    if quick:
+        return [(cluster_spec("chain-8x3", "llama-3-70b", dcs=2, blocks=8), None, None)]
+    rows = [(dict(preset="hybrid-large", seed=s), SCALE_BEFORE["hybrid-large"],
+             SCALE_TARGETS["hybrid-large"]) for s in (1, 2, 3)]
+    for cluster in ("chain-8x3", "chain-16x2", "chain-16x3"):
+        for model in SCALE_BLOCKS:
+            target = SCALE_TARGETS["405b-16x3"] if (cluster, model) == (
+                "chain-16x3", "llama-3.1-405b") else None
+            rows.append((cluster_spec(cluster, model), SCALE_BEFORE[(model, cluster)], target))
+    rows.append((dict(preset="metro-large", seed=0, model="gpt3-175b"),
+                 SCALE_BEFORE["gpt3-175b"], SCALE_TARGETS["gpt3-175b"]))
+    return rows
+
+
+def scale_sweeps(quick: bool) -> list[tuple[str, str, list[dict]]]:
+    """The growth sweeps: (title, the varied quantity's row key, specs)."""
+    big = "llama-3.1-405b"
+    if quick:
+        small = dict(dcs=2, blocks=8)
+        return [
+            ("Layers (Llama-3.1-405B shape cut, 2 DCs of chain-8x3)", "L",
+             [cluster_spec("chain-8x3", big, dcs=2, blocks=b) for b in (4, 8)]),
+            ("Datacenters (chain-16x3 cut, 8 blocks)", "K",
+             [cluster_spec("chain-16x3", big, dcs=k, blocks=8) for k in (2, 3)]),
+            ("GPU types per DC (2 DCs of chain-8x3, 8 blocks)", "types_per_dc",
+             [cluster_spec("chain-8x3", big, types=t, **small) for t in (1, 3)]),
+            ("d and t lists (2 DCs of chain-8x3, 8 blocks, B = 16)", "lists",
+             [cluster_spec("chain-8x3", big, dp=(1, 2, 4, 8), mbs=16, **small),
+              cluster_spec("chain-8x3", big, **small)]),
+        ]
+    lists = [((1, 2, 4, 8), (1, 2, 4)), ((1, 2, 4, 8), SCALE_TP), (SCALE_DP, (1, 2, 4)),
+             (SCALE_DP, SCALE_TP)]
+    mid = "llama-3-70b"  # proven within the limit on every cluster: the sweeps' base
+    return [
+        ("Layers L: the Llama-3.1-405B shape cut to its first blocks, on chain-8x3 (768 GPUs)",
+         "L", [cluster_spec("chain-8x3", big, blocks=b) for b in (16, 32, 64, 96, 126)]),
+        ("Datacenters K: chain-16x3 cut to its first K DCs (96 GPUs each), Llama-3-70B",
+         "K", [cluster_spec("chain-16x3", mid, dcs=k) for k in (2, 4, 8, 16)]),
+        ("GPU types per DC: chain-8x3's 96 GPUs per DC split over its first 1, 2, 3 types, "
+         "Llama-3-70B", "types_per_dc",
+         [cluster_spec("chain-8x3", mid, types=t) for t in (1, 2, 3)]),
+        ("d and t lists: Llama-3-70B on chain-8x3, 16 sequences per microbatch in every "
+         "row (so that only the lists change)", "lists",
+         [cluster_spec("chain-8x3", mid, dp=d, tp=t, mbs=16) for d, t in lists]),
+    ]
+
+
+def scale_table(rows: list[dict], title: str, main: bool = False) -> list[str]:
+    """A Markdown table of scale rows; ``main`` adds the issue's before and target columns."""
+    head = ("| instance | L | GPUs | DCs | types/DC (all) | M | d | t | B | status | T (s) | "
+            "stages | labels | CPU (s) | wall (s) | peak RSS (MB) | DP's own (MB) |")
+    rule = "|---" * 17 + "|"
+    if main:
+        head += " issue 31 before (s) | target (s) |"
+        rule += "---|---|"
+    out = [f"### {title}", "", head, rule]
+    for r in rows:
+        g = r.get
+        T = _num(g("T"), ".4f")
+        line = (f"| {r['name']} | {_num(g('L'), 'd')} | {_num(g('D'), ',')} | {_num(g('K'), 'd')} "
+                f"| {_num(g('types_per_dc'), 'd')} ({_num(g('types'), 'd')}) | {_num(g('M'), 'd')} "
+                f"| {_ints(g('dp'))} | {_ints(g('tp'))} | {_num(g('mbs'), 'd')} | {r['status']} "
+                f"| {T} | {g('stages') or '-'} | {g('labels') or '-'} | {_num(g('cpu'), '.2f')} "
+                f"| {_num(g('time'), '.2f')} | {_num(g('peak_mb'), '.0f')} "
+                f"| {_num(g('delta_mb'), '.0f')} |")
+        if main:
+            line += f" {g('before') or '-'} | {_num(g('target'), 'g')} |"
+        out.append(line)
+    return out + [""]
+
+
+def _proven(rows: list[dict]) -> list[dict]:
+    return [r for r in rows if r.get("status") == "optimal" and r.get("cpu") is not None]
+
+
+def growth_line(title: str, key: str, rows: list[dict]) -> str:
+    """One line on how CPU time and peak memory grow along a sweep.
+
+    For layers, DCs and types, the exponent ``a`` of ``CPU ~ x^a`` between the first
+    and the last proven point; for the lists, each row's CPU against the first row's.
+    """
+    ok = _proven(rows)
+    what = title.split(":")[0]
+    if len(ok) < 2:
+        return f"- {what}: fewer than two proven points ({len(ok)} of {len(rows)})."
+    cpus = ", ".join(f"{r['cpu']:.2f}" for r in ok)
+    mem = f"peak RSS {ok[0]['peak_mb']:.0f} to {ok[-1]['peak_mb']:.0f} MB"
+    if key == "lists":
+        names = ", ".join(f"d up to {max(r['dp'])} and t up to {max(r['tp'])}: "
+                          f"{r['cpu'] / ok[0]['cpu']:.2f}x" for r in ok[1:])
+        return (f"- {what}: CPU {cpus} s; against d up to {max(ok[0]['dp'])} and t up to "
+                f"{max(ok[0]['tp'])}: {names}; {mem}.")
+    x0, x1 = ok[0][key], ok[-1][key]
+    slope = (math.log(ok[-1]["cpu"] / ok[0]["cpu"]) / math.log(x1 / x0)
+             if x1 != x0 and ok[0]["cpu"] > 0 else float("nan"))
+    late = [str(r.get(key, r["name"])) for r in rows if r not in ok]
+    return (f"- {what} ({x0} to {x1}): CPU {cpus} s, about x^{slope:.1f} from the first to "
+            f"the last proven point; {mem}"
+            + (f"; not proven within the limit at {', '.join(late)}." if late else "."))
+
+
+def target_lines(rows: list[dict]) -> list[str]:
+    """Each target of issue 31 against the rows it applies to."""
+    out = []
+    for group, what in (("hybrid-large", "the `hybrid/large`-like chains (hybrid-large "
+                                         "seeds 1 to 3, not the committed seed 0)"),
+                        ("gpt3-175b", "GPT-3 175B at L = 194, version 1"),
+                        ("405b-16x3", "the Llama-3.1-405B shape on 16 DCs x 3 types "
+                                      "(1,536 GPUs)")):
+        mine = [r for r in rows if r.get("group") == group]
+        if not mine:
+            continue
+        target = mine[0]["target"]
+        met = sum(r["status"] == "optimal" and r["cpu"] < target for r in mine)
+        cpus = ", ".join(f"{_num(r.get('cpu'), '.2f')} s ({r['status']})" for r in mine)
+        out.append(f"- {what}: {cpus} of CPU; target under {target:g} s: "
+                   f"{'met' if met == len(mine) else f'not met ({met} of {len(mine)})'}.")
+    return out
+
+
+def before_line(rows: list[dict]) -> str:
+    """The rows' CPU time against issue 31's measurement of the same shape."""
+    ratios = []
+    for r in rows:
+        before = r.get("before")
+        if before and r.get("cpu") is not None:
+            ratios.append(r["cpu"] / float(before.split()[0]))
+    if not ratios:
+        return ""
+    return (f"Against the CPU times issue 31 measured before on the same shapes, the rows took "
+            f"{min(ratios):.2f}x to {max(ratios):.2f}x as long (the hybrid-large rows against "
+            f"the issue's one such chain, 10.9 s).")
+
+
+def scale_summary(main_rows: list[dict], sweeps: list[tuple[str, str, list[dict]]],
+                  loads: tuple[float, float]) -> list[str]:
+    """The paragraph above the tables: targets, misses and growth, every number computed."""
+    open_rows = [r for rows in [main_rows] + [s[2] for s in sweeps] for r in rows
+                 if r.get("status") != "optimal"]
+    seen, misses = set(), []
+    for r in open_rows:
+        if r["name"] not in seen:
+            seen.add(r["name"])
+            misses.append(f"{r['name']} ({r['status']} after {_num(r.get('cpu'), '.0f')} s "
+                          f"of CPU, {_num(r.get('time'), '.0f')} s wall)")
+    lines = [
+        "The table below is issue 31's \"thousands of GPUs\" table re-measured: the two "
+        "generated chains (hybrid-large, metro-large with GPT-3 175B at sublayer "
+        "granularity) and the Llama rows built from the cluster files and model configs "
+        "committed under `benchmarks/scale/` (`chainpipe generate --cluster "
+        "benchmarks/scale/chain-16x3.toml --model-config "
+        "benchmarks/scale/models/llama-3.1-405b --seq-len 8192 --objective classic "
+        "--pipelines 1` builds the last of them). "
+        "Every row is the version-2 problem (objective classic, one pipeline), solved by "
+        "`dp` in a fresh process (cold: imports and instance building not counted, "
+        f"any compilation counted) on one core with a time limit of {SCALE_LIMIT:g} s. "
+        f"The machine is shared with other jobs (load average {loads[0]:.1f} at the start, "
+        f"{loads[1]:.1f} at the end, on {os.cpu_count()} cores): CPU time is the "
+        "figure to read, wall-clock time is inflated by the load.", "",
+        "Issue 31's targets (CPU seconds, one core):", "", *target_lines(main_rows), ""]
+    if line := before_line(main_rows):
+        lines += [line, ""]
+    lines += ["How time and memory grow (the sweeps below):", "",
+              *(growth_line(t, k, rows) for t, k, rows in sweeps), ""]
+    lines += [("Not proven within the limit (a wall-clock limit: on the loaded machine a "
+               "run stopped by it had used less CPU): " + "; ".join(misses) + ".") if misses
+              else "Every run proved its optimum within the limit.", ""]
+    return lines
+
+
+def scale_main(quick: bool) -> int:
+    """The ``--scale`` measurements: write :data:`OUT_SCALE`."""
+    memo: dict = {}
+    loads = [os.getloadavg()[0]]
+    main_rows = []
+    for spec, before, target in scale_main_rows(quick):
+        group = ("hybrid-large" if spec.get("preset") == "hybrid-large" else
+                 "gpt3-175b" if spec.get("preset") == "metro-large" else
+                 "405b-16x3" if target is not None else None)
+        main_rows.append({**run_scale(spec, memo, SCALE_LIMIT), "before": before,
+                          "target": target, "group": group})
+    sweeps = [(title, key, [run_scale(s, memo, SCALE_LIMIT) for s in specs])
+              for title, key, specs in scale_sweeps(quick)]
+    loads.append(os.getloadavg()[0])
+    lines = ["## DP scaling: thousands of GPUs", "",
+             f"Machine: {os.cpu_count()} cores ({platform.processor() or platform.machine()}), "
+             f"Python {platform.python_version()}. Produced by `python benchmarks/dp_scaling.py "
+             f"--scale{' --quick' if quick else ''}`.", "",
+             *scale_summary(main_rows, sweeps, tuple(loads))]
+    lines += scale_table(main_rows, "Thousands of GPUs (issue 31's rows)", main=True)
+    for title, _, rows in sweeps:
+        lines += scale_table(rows, title)
+    OUT_SCALE.parent.mkdir(parents=True, exist_ok=True)
+    OUT_SCALE.write_text("\n".join(lines))
+    print("\n".join(lines))
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--v3", action="store_true", help="contract v3 instances only")
+    ap.add_argument("--scale", action="store_true",
+                    help="thousands of GPUs only: writes results/dp_scaling_scale.md")
     args = ap.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     if args.v3:
         return v3_main((0,) if args.quick else (0, 1, 2), 60.0, 120.0)
+    if args.scale:
+        return scale_main(args.quick)
 
     sections = []
     for name in ("hybrid/small", "hybrid/medium", "hybrid/large", "medium", "large"):
