@@ -16,9 +16,11 @@ A label is ``(x1, x2, sum of C + Q, max R, p, hull, parent)``; the pipeline's ti
 ``T_p = sum + (M_p - 1) (x1 + x2)``. Under 1F1B ``p`` (stages placed) is kept exactly up
 to ``M_p - 1``, past which no later stage has a loop or a position-dependent stash.
 
-A search returns, per first DC of the pipeline, the complete plans not dominated in
-``(T_p, max R)`` (all with ``T_p + max R`` below its bound), or with ``tighten`` only the
-best ``T_p + max R``; :mod:`chainpipe.solvers.dp_pipelines` combines them.
+A search returns, per first DC of the pipeline, the best complete plan it found: least
+``T_p + max R`` (``tighten="sum"``) or least ``T_p`` (``"time"``), its bound dropping to
+each plan found (the label dominance keeps, for every completion, a label as good in
+``T_p`` and in ``T_p + max R``, not a frontier in ``(T_p, max R)``);
+:mod:`chainpipe.solvers.dp_pipelines` combines them.
 """
 
 from __future__ import annotations
@@ -334,10 +336,9 @@ class PipelineSearch:
     upper : float
         Only plans with ``T_p + max R < upper`` are searched (``inf``: all).
     deadline : Deadline
-    tighten : {None, "sum", "time"}
-        Keep only the best ``T_p + max R`` (``"sum"``: the bound drops to each plan found)
-        or the best ``T_p`` (``"time"``: ``tau`` drops so) instead of every complete plan
-        not dominated in ``(T_p, max R)``.
+    tighten : {"sum", "time"}
+        Find the best ``T_p + max R`` (``"sum"``: the bound drops to each plan found) or
+        the best ``T_p`` (``"time"``: ``tau`` drops so).
     capacity : dp_pipelines.Holds or None
         What free devices hold under a bottleneck (the one valid for ``M_p``).
     box : tuple of float
@@ -345,7 +346,7 @@ class PipelineSearch:
     """
 
     def __init__(self, tables: CostTables, microbatches: int, last_dc: int | None,
-                 upper: float, deadline: Deadline, tighten: str | None, capacity=None,
+                 upper: float, deadline: Deadline, tighten: str, capacity=None,
                  box: tuple[float, float] = (np.inf, np.inf), first_dc: int | None = None):
         self.t, self.m, self.last_dc, self.first_dc = tables, microbatches, last_dc, first_dc
         self.tau, self.theta = box
@@ -622,7 +623,7 @@ class PipelineSearch:
             (T, new[3], parent, new[2], new[0] + new[1])]
         if self.tighten == "sum":
             self.upper = value
-        elif self.tighten == "time":
+        else:
             self.tau = T
 
     def backtrack(self, parent) -> list[tuple[int, int, int, int, int, int]]:
