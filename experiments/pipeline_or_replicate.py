@@ -109,8 +109,10 @@ def _span(values, unit: str = " s") -> str:
 def _explain_a(classic) -> str:
     """:data:`EXPLAIN_A` with the measured ``R_X`` and iteration times at ``M = 64``."""
     at = [r for r in classic if r["M"] == 64] or classic
+    T64 = {r["name"]: r["T1"] for r in at}
+    longer = [r["T1"] / T64[r["name"]] for r in classic if r["M"] == 1024 and r["name"] in T64]
     return EXPLAIN_A.format(rx=_span(r["even"]["RX"] for r in at),
-                            t1=_span(r["T1"] for r in at))
+                            t1=_span(r["T1"] for r in at), longer=_span(longer, ""))
 
 
 def section_a(rows) -> str:
@@ -168,7 +170,7 @@ EXPLAIN_A = (
     "stages), and the averaging across DCs, `R_X = gamma * params / B_X + 2 lat_X` over "
     "the whole span, comes on top: it is a whole-model gradient over the slowest MAN "
     "link, {rx} here against iterations of {t1} at M = 64. At M = 1024 "
-    "the iteration is about 16 times longer and R_X no longer dominates; what remains is the "
+    "the iteration is {longer} times longer and R_X no longer dominates; what remains is the "
     "split's imbalance (the halves of the chain are not equally fast: an even share "
     "leaves the faster half idle; the share by speed removes most of it) and R_X itself. "
     "Replication pays off only where the one pipeline wastes more than R_X / H per "
