@@ -14,6 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 ORDER = [
     ("benchmarks/results/dp_scaling.md", "python benchmarks/dp_scaling.py"),
     ("benchmarks/results/dp_scaling_scale.md", "python benchmarks/dp_scaling.py --scale"),
+    ("benchmarks/results/dp_scaling_v3.md", "python benchmarks/dp_scaling.py --v3"),
     ("benchmarks/results/formulations.md", "python benchmarks/formulations.py"),
     ("benchmarks/results/cpsat.md", "python benchmarks/cpsat.py"),
     ("benchmarks/results/limits.md", "python benchmarks/limits.py"),
