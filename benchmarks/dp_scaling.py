@@ -74,6 +74,13 @@ def _measure(job, queue):
     })
 
 
+def write_results(path: Path, lines: list[str]) -> None:
+    """Write a results file (its folder made if need be) and print it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines))
+    print("\n".join(lines))
+
+
 def v3_instance(preset: str, seed: int, pipelines: tuple[int, ...]):
     """A generated instance made version 3: objective ``period`` and ``pipelines``."""
     import dataclasses
@@ -104,9 +111,7 @@ def v3_main(seeds, limit_medium: float, limit_large: float) -> int:
              f"process per run. Produced by `python benchmarks/dp_scaling.py --v3`.", ""]
     for title, rows in sections:
         lines += table(rows, title)
-    OUT_V3.parent.mkdir(parents=True, exist_ok=True)
-    OUT_V3.write_text("\n".join(lines))
-    print("\n".join(lines))
+    write_results(OUT_V3, lines)
     return 0
 
 
@@ -509,9 +514,7 @@ def scale_main(quick: bool) -> int:
     lines += scale_table(main_rows, "Thousands of GPUs (issue 31's rows)", main=True)
     for title, _, rows in sweeps:
         lines += scale_table(rows, title)
-    OUT_SCALE.parent.mkdir(parents=True, exist_ok=True)
-    OUT_SCALE.write_text("\n".join(lines))
-    print("\n".join(lines))
+    write_results(OUT_SCALE, lines)
     return 0
 
 
@@ -577,9 +580,7 @@ def main() -> int:
     ]
     for title, rows in sections:
         lines += table(rows, title)
-    OUT.parent.mkdir(parents=True, exist_ok=True)
-    OUT.write_text("\n".join(lines))
-    print("\n".join(lines))
+    write_results(OUT, lines)
     return 0
 
 
