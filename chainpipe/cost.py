@@ -233,7 +233,11 @@ def chain_path(links, k1: int, k2: int) -> tuple[float, float]:
 
 
 def occupancy(boundary_bytes, bandwidth):
-    """``U = X / bandwidth``: a boundary's link time per microbatch and direction."""
+    """``U = X / bandwidth``: a boundary's link time per microbatch and direction
+    (elementwise; two Python floats take the scalar path the searches ask millions of
+    times, which overflows to ``inf`` as numpy does)."""
+    if type(boundary_bytes) is float and type(bandwidth) is float:
+        return boundary_bytes / bandwidth
     with np.errstate(over="ignore"):
         return boundary_bytes / bandwidth
 

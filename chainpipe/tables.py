@@ -174,6 +174,7 @@ class CostTables:
         self.flop_prefix = self.sums.flop
         #: output bytes crossing a boundary at layer index b (after layer b - 1), b = 1..L-1
         self.boundary_bytes = self.sums.output_bytes
+        self._boundary = [float(x) for x in self.boundary_bytes]  # scalar lookups, fast
         self.rate = np.array([g.flop_per_s for g in self.groups])
         self.memory = np.array([g.memory_bytes for g in self.groups])
         self.count = np.array([g.count for g in self.groups], dtype=np.int64)
@@ -302,7 +303,8 @@ class CostTables:
 
     def occupancy(self, b: int, k1: int, k2: int) -> float:
         """``U``: per-microbatch time on the path ``k1 -> k2`` of the boundary at layer ``b``."""
-        return cost.occupancy(self.boundary_bytes[b], self.chain.bandwidth(k1, k2))
+        x = self._boundary[b] if type(b) is int else self.boundary_bytes[b]  # or an array
+        return cost.occupancy(x, self.chain.bandwidth(k1, k2))
 
     def traversal(self, b: int, k1: int, k2: int) -> float:
         """``Q = 2 * (latency + U)`` of the boundary at layer ``b`` on the path ``k1 -> k2``."""
