@@ -247,9 +247,9 @@ FINDINGS: dict[str, dict] = {
         'one_pipeline': {'status': 'optimal', 'iteration_time_s': 11.0867, 'pipelines': 1, 'stages': [6]},
         'classic': {'status': 'optimal', 'iteration_time_s': 10.9322, 'plan_under_objective_s': 11.0867},
         'period_changes_optimum': False, 'several_pipelines_win': False},
-    # v3-medium-02-small-model: 123.4 s (dp, --time-limit 120)
+    # v3-medium-02-small-model: 96.4 s (dp, --time-limit 300, idle machine)
     'v3-medium-02-small-model': {
-        'optimum': {'status': 'feasible', 'iteration_time_s': 1.43405, 'lower_bound_s': None, 'pipelines': 2, 'stages': [3, 3], 'microbatches': [32, 32]},
+        'optimum': {'status': 'optimal', 'iteration_time_s': 1.38921, 'pipelines': 4, 'stages': [1, 4, 1, 4], 'microbatches': [17, 15, 17, 15]},
         'one_pipeline': {'status': 'optimal', 'iteration_time_s': 1.44143, 'pipelines': 1, 'stages': [5]},
         'classic': {'status': 'optimal', 'iteration_time_s': 1.19485, 'plan_under_objective_s': 1.52031},
         'period_changes_optimum': True, 'several_pipelines_win': True},
