@@ -131,27 +131,18 @@ class Rule:
         return lam, np.where(np.isnan(room), np.inf, room)
 
 
-def dominates(a: tuple, b: tuple, rule: Rule, floor: float = -np.inf) -> bool:
-    """Whether label ``a`` is no worse than ``b`` for every completion that matters
-    (``docs/dp.md``): ``p_a <= p_b`` (or ``p_free``), ``sum_a + steady (s1 + s2) +
-    (R_a - R_b)^+ <= sum_b`` with ``s1 = (x1_a - x1_b)^+``, ``s2 = (x2_a - x2_b)^+``, and
-    every loop a later stage closes through ``a``'s suffix within the ``allow`` that leaves
-    of ``b``'s completed period (:func:`_survivors`). ``floor``: a floor under the period
-    of every completion of the state."""
-    A, B = _scalars([a]), _scalars([b])
-    ok, allow = _beaten(A, B, rule)
-    lam, room = rule.reach(B, floor)
-    return not _survivors(ok, allow, _hulls([a]), _hulls([b]), lam, room)[0]
-
-
 def _scalars(labels: list) -> np.ndarray:
     """``[n, 5]``: ``x1, x2, sum, R, p`` of each label."""
     return np.array([lab[:5] for lab in labels], dtype=float).reshape(-1, 5)
 
 
 def _beaten(rivals: np.ndarray, cands: np.ndarray, rule: Rule):
-    """``[n_cands, n_rivals]``: whether :func:`dominates` can hold (its scalar part) and
-    the ``allow`` it leaves the loops (``inf`` for ``steady = 0``: no period counts)."""
+    """``[n_cands, n_rivals]``: whether rival ``a`` can dominate candidate ``b`` (be no
+    worse for every completion that matters, ``docs/dp.md``) by the scalar part of the
+    rule, ``p_a <= p_b`` (equal unless ``p_b < p_free``) and ``sum_a + steady (s1 + s2) +
+    (R_a - R_b)^+ <= sum_b`` with ``s1 = (x1_a - x1_b)^+``, ``s2 = (x2_a - x2_b)^+``; and
+    the ``allow`` that leaves the loops through ``a``'s suffix (:func:`_survivors`; ``inf``
+    for ``steady = 0``: no period counts)."""
     steady = rule.steady
     a, b = rivals[None, :, :], cands[:, None, :]
     s1 = np.maximum(a[..., 0] - b[..., 0], 0.0)
@@ -223,7 +214,7 @@ _PAIRS = 1 << 16
 
 def _drop_beaten(cands: list, rivals: list, rule: Rule, floor: float) -> list:
     """``cands`` (of a state with period floor ``floor``) without those a label of
-    ``rivals`` dominates (:func:`dominates`), by blocks in numpy."""
+    ``rivals`` dominates (:func:`_beaten`, :func:`_survivors`), by blocks in numpy."""
     if not cands or not rivals:
         return cands
     A, B = _scalars(rivals), _scalars(cands)
@@ -261,7 +252,7 @@ _BLOCK = 256
 
 
 def pareto(labels: list, rule: Rule, floor: float = -np.inf) -> list:
-    """The labels no earlier one in sorted order dominates (:func:`dominates`)."""
+    """The labels no earlier one in sorted order dominates (:func:`_first_of_equals`)."""
     labels.sort(key=lambda x: (x[0] + x[1], x[2], x[3], x[0], x[4]))
     return _first_of_equals(labels, rule, floor)
 
