@@ -279,3 +279,37 @@ def undominated(cand: CandidateOptions, check=None) -> np.ndarray:
         tops = dominance_tops(top, C, np.zeros(top.shape), R, width, check)
         keep[mine] = cand.cls[mine] > tops[o, x]
     return keep
+
+
+# --------------------------------------------------------------------------- version 3
+def period_mode(tables: CostTables) -> str:
+    """How a model writes the period ``lambda`` of its one pipeline (contract 4.3).
+
+    ``"classic"``: ``lambda = max(max C, max U)`` (objective ``classic``, or ``M = 1``
+    where no period is paid); ``"gpipe"``: two phase maxima ``max(max f, max U) +
+    max(max b, max U)``; ``"1f1b"``: ``max(max C, max U)`` and the loop windows of the
+    stages that stash fewer than ``M`` microbatches.
+    """
+    if tables.instance.training.objective != "period" or tables.M <= 1:
+        return "classic"
+    return tables.schedule
+
+
+def phase_arrays(tables: CostTables, g: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(f, b)`` arrays ``[option, i, j]`` of group ``g``: each stage option's forward
+    and backward time (:func:`chainpipe.cost.phase_time`), ``inf`` where the option's
+    ``C`` is (no such range, or an overflow)."""
+    cache = tables.__dict__.setdefault("_formulation_phases", {})
+    if g not in cache:
+        opts, grp, sums = tables.options(g), tables.groups[g], tables.sums
+        shape = (len(opts.d), 1, 1)
+        dd, tt = opts.d.reshape(shape), opts.t.reshape(shape)
+        tp = sums.range_sums(sums.tp_bytes)[None]
+        out = []
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            for prefix in (sums.fwd_flop, sums.bwd_flop):
+                x = cost.phase_time(sums.range_sums(prefix)[None], grp.flop_per_s, dd, tt, tp,
+                                    grp.node_bandwidth)
+                out.append(np.where(np.isfinite(opts.compute_time), x, np.inf))
+        cache[g] = (out[0], out[1])
+    return cache[g]

@@ -32,6 +32,9 @@ from .common import (
     Positions,
     candidate_options,
     memory_position_classes,
+    period_mode,
+    phase_arrays,
+    position_classes,
     time_scale,
     undominated,
 )
@@ -101,7 +104,11 @@ class PathFormulation:
         #: called now and then while building (``Deadline.check``: raises to stop)
         self.check = check or no_check
         self.scale = time_scale(tables, OBJECTIVE_MAGNITUDE)
-        self.positions = memory_position_classes(tables)
+        #: how the period is written (:func:`~chainpipe.formulations.common.period_mode`)
+        self.mode = period_mode(tables)
+        # the 1F1B loops need every position below M told apart (which stages close one)
+        self.positions = (position_classes(tables) if self.mode == "1f1b"
+                          else memory_position_classes(tables))
         self.candidates: CandidateOptions = candidate_options(tables, self.positions, self.check)
         #: T of a known plan: arcs that cannot be in a plan this fast are dropped
         self.upper_bound = upper_bound
@@ -202,6 +209,13 @@ class PathFormulation:
         self.arc_dc = dc[idx]
         self.arc_compute = cand.compute_time[idx]
         self.n_arcs = int(idx.size)
+        if self.mode == "gpipe":  # the forward and backward parts, for the two phases
+            self.arc_fwd, self.arc_bwd = np.zeros(self.n_arcs), np.zeros(self.n_arcs)
+            for g in np.unique(self.arc_group).tolist():
+                sel = np.nonzero(self.arc_group == g)[0]
+                f, b = phase_arrays(t, g)
+                at = (self.arc_option[sel], self.arc_start[sel], self.arc_end[sel])
+                self.arc_fwd[sel], self.arc_bwd[sel] = f[at], b[at]
         arcs = _boundary_arcs(ins, outs, pos) if self.n_arcs else np.zeros((0, 5), np.int64)
         self.check()
         self.boundary_bounded = 0
@@ -249,8 +263,38 @@ class PathFormulation:
         # boundary arcs are continuous: integral stage arcs force them integral
         self.y = [var(f"y_{b}", 0, 1) for b in self._checked(len(self.boundary))]
         self.B = var("bottleneck", 0)
+        if self.mode == "gpipe":  # the backward phase's maximum (B is the forward one's)
+            self.B_bwd = var("bottleneck_bwd", 0)
         # the synchronisation max_s R_s (only when some arc has R > 0)
         self.R = var("sync", 0) if (self.arc_sync > 0).any() else None
+        if self.mode == "1f1b":
+            self.loop_variables(var)
+
+    def tail(self, c: int) -> bool:
+        """Whether a stage of class ``c`` stashes fewer than ``M`` microbatches (under
+        1F1B: a loop may start at it). Exact: the classes are :func:`position_classes`."""
+        return c < self.tables.M
+
+    def loop_variables(self, var) -> None:
+        """1F1B loops (``docs/formulations.md``, "The period"): the running excess
+        ``r[u] in [0, Lambda]`` carried into each In node ``u`` of a stage that may close a
+        loop, and ``s[w] in [-Lambda, 0]`` left at each Out node ``w`` before its boundary;
+        ``Lambda`` bounds every period (:attr:`loop_cap`)."""
+        L = self.tables.L
+        q_max = max((self.tables.traversal(j, k1, k2) for j, _c, _c2, k1, k2 in self.boundary),
+                    default=0.0)
+        #: a bound on every plan's period: a loop's average is below max C + max Q
+        self.loop_cap = float((self.arc_compute.max(initial=0.0) + q_max) / self.scale)
+        self.r, self.s = {}, {}
+        for a in self._checked(self.n_arcs):
+            i, j, c, k = (int(self.arc_start[a]), int(self.arc_end[a]), int(self.arc_cls[a]),
+                          int(self.arc_dc[a]))
+            if not self.tail(c):
+                continue
+            if i > 0 and (i, c, k) not in self.r:
+                self.r[i, c, k] = var("r_{}_{}_{}".format(i, c, k), 0, self.loop_cap)
+            if j < L and (j, c, k) not in self.s:
+                self.s[j, c, k] = var("s_{}_{}_{}".format(j, c, k), -self.loop_cap, 0)
 
     # ------------------------------------------------------------------ constraints
     def constraints_flow(self) -> None:
@@ -338,15 +382,68 @@ class PathFormulation:
         import pulp
 
         prob, t = self.problem, self.tables
-        rows = self._stage_rows(self.arc_compute / self.scale)
+        links = defaultdict(list)
         for b, (j, _c, _c2, k1, k2) in enumerate(self.boundary):
             u = t.occupancy(j, k1, k2) / self.scale
             if u > 0:
-                rows[("link", j)].append((self.y[b], float(u)))
-        for n, key in enumerate(sorted(rows)):
+                links[("link", j)].append((self.y[b], float(u)))
+        phases = [(self.arc_compute, self.B, "bottleneck")]
+        if self.mode == "gpipe":  # GPipe: max(max f, max U) + max(max b, max U)
+            phases = [(self.arc_fwd, self.B, "bottleneck"),
+                      (self.arc_bwd, self.B_bwd, "bottleneck_bwd")]
+        for coef, var, label in phases:
+            rows = self._stage_rows(coef / self.scale)
+            rows.update(links)
+            for n, key in enumerate(sorted(rows)):
+                self.check()
+                expr = pulp.LpAffineExpression(rows[key] + [(var, -1.0)])
+                prob += expr <= 0, f"{label}_{n}"
+
+    def constraints_loops(self) -> None:
+        """1F1B: every loop ``W(s, t) <= (t - s + 1) lambda`` of stages stashing fewer
+        than ``M``, by node potentials along the path (``docs/formulations.md``):
+
+        - close: ``r[u] + sum_{a leaves u} C_a x_a <= B`` per In node ``u`` of such a class;
+        - stage arc ``a`` from ``u`` to ``w``: ``s[w] >= r[u] + C_a - B - (C_a + 2 Lambda)
+          (1 - x_a)``;
+        - boundary arc ``b`` from ``w`` to ``v``: ``r[v] >= s[w] + Q_b y_b``.
+
+        On the chosen path ``r`` is the largest excess ``sum (C - lambda) + sum Q`` of a
+        window ending at the boundary before the stage, clipped at 0; elsewhere the rows
+        are slack."""
+        import pulp
+
+        if self.mode != "1f1b":
+            return
+        prob, t, L, lam = self.problem, self.tables, self.tables.L, self.loop_cap
+        closing = defaultdict(list)
+        for a in self._checked(self.n_arcs):
+            i, j, c, k = (int(self.arc_start[a]), int(self.arc_end[a]), int(self.arc_cls[a]),
+                          int(self.arc_dc[a]))
+            if not self.tail(c):
+                continue
+            C = float(self.arc_compute[a] / self.scale)
+            r = self.r.get((i, c, k))
+            if r is not None:
+                closing[i, c, k].append((self.x[a], C))
+            if j < L:
+                big = C + 2.0 * lam
+                terms = [(self.s[j, c, k], 1.0), (self.B, 1.0), (self.x[a], -big)]
+                if r is not None:
+                    terms.append((r, -1.0))
+                prob += pulp.LpAffineExpression(terms) >= C - big, f"carry_{a}"
+        for n, (node, terms) in enumerate(sorted(closing.items())):
             self.check()
-            expr = pulp.LpAffineExpression(rows[key] + [(self.B, -1.0)])
-            prob += expr <= 0, f"bottleneck_{n}"
+            prob += (pulp.LpAffineExpression(terms + [(self.r[node], 1.0), (self.B, -1.0)])
+                     <= 0, f"close_{n}")
+        for b, (j, c, c2, k1, k2) in enumerate(self.boundary):
+            if b % 1000 == 0:
+                self.check()
+            if not self.tail(c) or (j, c2, k2) not in self.r or (j, c, k1) not in self.s:
+                continue
+            q = float(t.traversal(j, k1, k2) / self.scale)
+            prob += (pulp.LpAffineExpression([(self.r[j, c2, k2], 1.0), (self.s[j, c, k1], -1.0),
+                                              (self.y[b], -q)]) >= 0, f"cross_{b}")
 
     def constraints_sync(self) -> None:
         """``R >= R_a`` of every chosen stage (scaled), by the rows of the bottleneck:
@@ -377,6 +474,8 @@ class PathFormulation:
                 terms.append((self.y[b], float(q)))
         if t.M > 1:
             terms.append((self.B, float(steady_state(t.M, 1.0))))
+            if self.mode == "gpipe":
+                terms.append((self.B_bwd, float(steady_state(t.M, 1.0))))
         if self.R is not None:
             terms.append((self.R, 1.0))
         self.problem.setObjective(pulp.LpAffineExpression(terms))
@@ -391,6 +490,7 @@ class PathFormulation:
         self.constraints_flow()
         self.constraints_devices()
         self.constraints_bottleneck()
+        self.constraints_loops()
         self.constraints_sync()
         self.objective()
         return self.problem
@@ -408,6 +508,8 @@ class PathFormulation:
         at least as fast.
         """
         t, pos = self.tables, self.positions
+        if self.mode == "1f1b":  # the loop potentials are not filled in: no start
+            return None
         group_of = {(t.instance.datacenters[g.dc].name, g.type): n for n, g in enumerate(t.groups)}
         arcs: dict[tuple, list[int]] = defaultdict(list)
         for a in range(self.n_arcs):
@@ -448,6 +550,11 @@ class PathFormulation:
                      for b in crossing]
         value[id(self.B)] = max([float(self.arc_compute[a]) for a in chosen] + occupancy) \
             / self.scale
+        if self.mode == "gpipe":
+            value[id(self.B)] = max([float(self.arc_fwd[a]) for a in chosen] + occupancy) \
+                / self.scale
+            value[id(self.B_bwd)] = max([float(self.arc_bwd[a]) for a in chosen]
+                                        + occupancy) / self.scale
         if self.R is not None:
             value[id(self.R)] = max(float(self.arc_sync[a]) for a in chosen) / self.scale
         return np.array([value.get(id(v), 0.0) for v in self.columns.variables])
