@@ -22,6 +22,7 @@ from ..cost import (
     memory_capacity,
     memory_need,
     occupancy,
+    phase_time,
     steady_state,
     sync_time,
     tp_allreduce_time,
@@ -30,7 +31,13 @@ from ..cost import (
 from ..instance import Instance
 from ..plan import Plan
 from ..tables import CostTables
-from .common import OBJECTIVE_MAGNITUDE, CoefficientOverflow, max_stages, time_scale
+from .common import (
+    OBJECTIVE_MAGNITUDE,
+    CoefficientOverflow,
+    max_stages,
+    period_mode,
+    time_scale,
+)
 from .matrix import Columns, LinearModel, import_pulp, no_check, to_matrix
 
 #: the per-layer quantities a slot's option shares out: FLOP, tensor-parallel bytes,
@@ -48,6 +55,8 @@ class AssignFormulation:
         #: called now and then while building (``Deadline.check``: raises to stop)
         self.check = check or no_check
         self.scale = time_scale(tables, OBJECTIVE_MAGNITUDE)
+        #: how the period is written (:func:`~chainpipe.formulations.common.period_mode`)
+        self.mode = period_mode(tables)
         self.P = max(max_stages(tables), 1)
         L = t.L
         layers = t.instance.layers
@@ -58,12 +67,15 @@ class AssignFormulation:
             "params": np.array([float(ly.params) for ly in layers]),
             "act": np.array([ly.activation_bytes for ly in layers]),
         }
+        if self.mode == "gpipe":  # GPipe's phases: the forward and the backward FLOP apart
+            per_layer["fwd"] = np.array([ly.fwd_flop for ly in layers])
+            per_layer["bwd"] = np.array([ly.bwd_flop for ly in layers])
         #: quantity -> (per-layer values in units of their largest, the unit); all-zero
         #: quantities are left out (their shares would be 0)
         self.quantity = {q: (v / v.max(), float(v.max())) for q, v in per_layer.items()
                          if L and v.max() > 0}
         prefix = {"flop": t.sums.flop, "tp": t.sums.tp_bytes, "params": t.sums.params,
-                  "act": t.sums.activation}
+                  "act": t.sums.activation, "fwd": t.sums.fwd_flop, "bwd": t.sums.bwd_flop}
         self.range_sum = {q: t.sums.range_sums(prefix[q]) / self.quantity[q][1]
                           for q in self.quantity}
         #: slots layer l may occupy: p <= L - l (the layers after it fill p - 1 slots)
@@ -131,6 +143,11 @@ class AssignFormulation:
                      for p in range(2, P + 1)} if self.e else {}
         self.link_variables(var)
         self.B = var("bottleneck", 0)
+        if self.mode == "gpipe":  # the backward phase's maximum (B is the forward one's)
+            self.B_bwd = var("bottleneck_bwd", 0)
+        # 1F1B loops: g[p], the excess a loop carries across boundary p (free)
+        self.g = {p: var(f"g_{p}") for p in range(2, min(P, self.tables.M - 1) + 1)} \
+            if self.mode == "1f1b" else {}
         self.R = var("sync", 0) if any(self._sync_terms(p) for p in range(1, P + 1)) else None
 
     def _checked_columns(self):
@@ -205,6 +222,32 @@ class AssignFormulation:
                 coef = tp_allreduce_time(self.quantity["tp"][1], d, tp, grp.node_bandwidth)
                 out.append((self.share["tp", (p, g, o)], float(coef / self.scale)))
         return [(v, c) for v, c in out if c != 0]
+
+    def _phase_terms(self, p: int, phase: str) -> list:
+        """Terms of the slot's forward (``phase = "fwd"``) or backward time ``f``, ``b``
+        (scaled, :func:`~chainpipe.cost.phase_time`): the phase's FLOP share over ``d t r_g``
+        plus half the all-reduce on the TP-bytes share."""
+        t, out = self.tables, []
+        for g, o in self.options_of[p]:
+            d, tp = self.option(g, o)
+            grp = t.groups[g]
+            if phase in self.quantity:
+                coef = phase_time(self.quantity[phase][1], grp.flop_per_s, d, tp)
+                out.append((self.share[phase, (p, g, o)], float(coef / self.scale)))
+            if "tp" in self.quantity and tp > 1:
+                coef = phase_time(0.0, grp.flop_per_s, d, tp, self.quantity["tp"][1],
+                                  grp.node_bandwidth)
+                out.append((self.share["tp", (p, g, o)], float(coef / self.scale)))
+        return [(v, c) for v, c in out if c != 0]
+
+    def _traversal_terms(self, p: int) -> list:
+        """Terms of boundary ``p``'s traversal ``Q`` (scaled): ``2 lat_r`` on each
+        ``v[p, r]`` and ``2 O[p]``."""
+        terms = [(self.v[p, r], self._latency_coef(r)) for r in self.resources
+                 if (p, r) in self.v and self._latency_coef(r) > 0]
+        if p in self.O:
+            terms.append((self.O[p], float(traversal(0.0, 1.0))))
+        return terms
 
     def _sync_terms(self, p: int) -> list:
         """Terms of the slot's synchronisation ``R`` (scaled): per ``(g, o)`` with
@@ -395,15 +438,45 @@ class AssignFormulation:
                         "occupancy_{}_{}_{}".format(p, *r))
 
     def constraints_bottleneck(self) -> None:
-        """``B >= C`` of every slot; ``B >= O[p]`` per boundary."""
+        """``B >= C`` of every slot; ``B >= O[p]`` per boundary. GPipe's period: ``B >= f``
+        and ``B_bwd >= b`` of every slot, both ``>= O[p]``."""
         import pulp
 
-        for p in range(1, self.P + 1):
+        phases = [(self._compute_terms, self.B, "")]
+        if self.mode == "gpipe":
+            phases = [(lambda p: self._phase_terms(p, "fwd"), self.B, ""),
+                      (lambda p: self._phase_terms(p, "bwd"), self.B_bwd, "bwd_")]
+        for terms_of, var, label in phases:
+            for p in range(1, self.P + 1):
+                self.check()
+                terms = terms_of(p) + [(var, -1.0)]
+                self.problem += pulp.LpAffineExpression(terms) <= 0, \
+                    f"stage_bottleneck_{label}{p}"
+            for p, o in self.O.items():
+                self.problem += o - var <= 0, f"link_bottleneck_{label}{p}"
+
+    def constraints_loops(self) -> None:
+        """1F1B: every loop ``W <= (t - s + 1) lambda`` over slots ``a > ... > b`` with
+        ``a < M`` (the stages stashing fewer than ``M``), as potentials over positions
+        (``docs/formulations.md``): for ``2 <= p <= min(P, M - 1)``,
+        ``g[p] >= C_p + Q_p - B``, ``g[p] >= g[p + 1] + C_p + Q_p - B`` and
+        ``g[p] + C_{p-1} - B <= 0``; ``C_p`` is slot ``p``'s compute, ``Q_p`` the
+        traversal of boundary ``p`` (into slot ``p - 1``)."""
+        import pulp
+
+        prob = self.problem
+        for p, g in self.g.items():
             self.check()
-            terms = self._compute_terms(p) + [(self.B, -1.0)]
-            self.problem += pulp.LpAffineExpression(terms) <= 0, f"stage_bottleneck_{p}"
-        for p, o in self.O.items():
-            self.problem += o - self.B <= 0, f"link_bottleneck_{p}"
+            step = self._compute_terms(p) + self._traversal_terms(p)
+            prob += (pulp.LpAffineExpression([(g, 1.0), (self.B, 1.0)] + [(v, -c) for v, c in step])
+                     >= 0, f"loop_start_{p}")
+            if p + 1 in self.g:
+                prob += (pulp.LpAffineExpression([(g, 1.0), (self.g[p + 1], -1.0), (self.B, 1.0)]
+                                                 + [(v, -c) for v, c in step]) >= 0,
+                         f"loop_carry_{p}")
+            prob += (pulp.LpAffineExpression([(g, 1.0), (self.B, -1.0)]
+                                             + self._compute_terms(p - 1)) <= 0,
+                     f"loop_close_{p}")
 
     def constraints_sync(self) -> None:
         """``R >= R`` of every slot (its one option's synchronisation)."""
@@ -430,6 +503,8 @@ class AssignFormulation:
         terms += [(o, float(traversal(0.0, 1.0))) for o in self.O.values()]
         if t.M > 1:
             terms.append((self.B, float(steady_state(t.M, 1.0))))
+            if self.mode == "gpipe":
+                terms.append((self.B_bwd, float(steady_state(t.M, 1.0))))
         if self.R is not None:
             terms.append((self.R, 1.0))
         self.problem.setObjective(pulp.LpAffineExpression(terms))
@@ -449,6 +524,7 @@ class AssignFormulation:
         self.constraints_boundaries()
         self.constraints_links()
         self.constraints_bottleneck()
+        self.constraints_loops()
         self.constraints_sync()
         self.objective()
         return self.problem
