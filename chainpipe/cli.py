@@ -81,6 +81,23 @@ thread_count = argument_type(int, lambda v: 1 <= v <= MAX_THREADS,
                              f"an integer from 1 to {MAX_THREADS}")
 #: ``solve --seed``: what every backend accepts
 seed = argument_type(int, lambda v: 0 <= v < 2**31, "an integer in [0, 2^31)")
+#: ``--weight-share``, ``--weight-memory-share`` (zero-bubble what-ifs)
+share = argument_type(float, lambda v: 0.0 <= v <= 1.0, "a number in [0, 1]")
+
+
+def schedule_list(text: str) -> tuple[str, ...]:
+    """``evaluate --schedules``: ``all`` or names of simulated schedules, comma-separated."""
+    from .schedule import SCHEDULES as SIMULATED
+
+    if text == "all":
+        return SIMULATED
+    names = tuple(x.strip() for x in text.split(","))
+    for name in names:
+        if name not in SIMULATED:
+            raise argparse.ArgumentTypeError(unknown_name("schedule", name, SIMULATED))
+    return tuple(dict.fromkeys(names))
+
+
 #: ``generate --degrade``
 degrade_factor = argument_type(float, lambda v: check_degrade(v) is None, "a number in (0, 1]")
 
@@ -166,11 +183,61 @@ def cmd_evaluate(args) -> int:
     inst = read_instance(args.instance, args.strict)
     plan = plan_for(args, inst)
     ev = evaluate(inst, plan)
+    sims = []
+    if args.schedules and math.isfinite(ev.iteration_time_s):
+        from .schedule import simulate_schedules
+
+        sims = simulate_schedules(inst, plan, args.schedules, weight_share=args.weight_share,
+                                  weight_memory_share=args.weight_memory_share)
     if args.format == "json":
-        print(json.dumps(jsonable(ev.to_dict()), indent=1))
+        data = ev.to_dict()
+        if args.schedules:
+            data["schedules"] = [sim.summary() for sim in sims]
+        print(json.dumps(jsonable(data), indent=1))
     else:
-        print(format_evaluation(inst, ev))
+        text = format_evaluation(inst, ev)
+        if sims:
+            text += "\n\n" + format_schedules(inst, sims)
+        print(text)
     return 0 if ev.feasible else 1
+
+
+def _bytes(x: float, limit: float) -> str:
+    """Memory as GiB (3 decimals), or in bytes when the limit is under 1 MiB (toy instances)."""
+    return f"{x / GIB:.3f}" if limit >= 2**20 else f"{x:.6g} B"
+
+
+def format_schedules(inst, sims) -> str:
+    """``evaluate --schedules``: each simulated schedule's makespan (and against the
+    instance's own schedule), its lower bound and whether every stage's peak memory fits;
+    then the peak memory per device of each stage under each schedule."""
+    own = next((s for s in sims if s.schedule == inst.training.schedule), sims[0])
+    zb = [s for s in sims if s.schedule.startswith("zb")]
+    shares = (f"; W share {zb[0].weight_share:g} of each backward, M_W / M_B "
+              f"{zb[0].weight_memory_share:.4g}") if zb else ""
+    lines = [f"what-if schedules: the same plan, blocks and links, replayed (docs/schedule.md)"
+             f"{shares}"]
+    rows = [("schedule", "makespan s", f"/ {own.schedule}", "lower bound s", "memory")]
+    for sim in sims:
+        over = [m for m in sim.memory if not m.fits]
+        names = ", ".join((f"p{m.pipeline} " if sim.num_pipelines > 1 else "") + f"s{m.stage}"
+                          for m in over)
+        rows.append((sim.schedule, f"{sim.makespan_s:.6g}",
+                     f"{sim.makespan_s / own.makespan_s:.4f}" if own.makespan_s > 0 else "-",
+                     f"{sim.lower_bound_s:.6g}",
+                     "fits" if not over else f"does not fit on {names}"))
+    lines += _table(rows)
+    unit = "GiB" if max(m.memory_limit_bytes for m in sims[0].memory) >= 2**20 else ""
+    head = ("stage", f"limit {unit}".strip()) + tuple(f"{s.schedule} {unit}".strip()
+                                                      for s in sims)
+    mem = [head]
+    for k, m in enumerate(sims[0].memory):
+        label = (f"p{m.pipeline} " if sims[0].num_pipelines > 1 else "") + f"s{m.stage}"
+        mem.append((label, _bytes(m.memory_limit_bytes, m.memory_limit_bytes))
+                   + tuple(_bytes(s.memory[k].memory_bytes, m.memory_limit_bytes)
+                           + ("" if s.memory[k].fits else " !") for s in sims))
+    lines += ["", "peak memory per device (! does not fit)"] + _table(mem)
+    return "\n".join(lines)
 
 
 def plan_for(args, inst):
@@ -645,8 +712,26 @@ def _add_evaluate(sub) -> None:
     s.add_argument("--format", choices=FORMATS, default="table", help="output: %(choices)s")
     s.add_argument("--strict", action="store_true",
                    help="treat the instance's plausibility warnings as errors (exit 2)")
+    s.add_argument("--schedules", type=schedule_list, metavar="LIST|all",
+                   help="also replay the plan under these schedules (1f1b, gpipe, zb-h1, "
+                        "zb-h2, comma-separated, or all): each one's simulated makespan, "
+                        "lower bound and peak memory per stage, and whether the plan fits")
+    _what_if_arguments(s)
     _force_argument(s)
     s.set_defaults(func=cmd_evaluate)
+
+
+def _what_if_arguments(p) -> None:
+    from .schedule import DEFAULT_WEIGHT_MEMORY_SHARE, DEFAULT_WEIGHT_SHARE
+
+    p.add_argument("--weight-share", type=share, default=DEFAULT_WEIGHT_SHARE, metavar="X",
+                   help="zero-bubble schedules: share of each backward that is the weight "
+                        "gradient W (B = W: two matmuls of the forward's size)")
+    p.add_argument("--weight-memory-share", type=share, default=DEFAULT_WEIGHT_MEMORY_SHARE,
+                   metavar="X",
+                   help="zero-bubble schedules: memory a microbatch holds between its B and "
+                        "its W, as a share of its stash (M_W / M_B = 32/34, the paper's Table 1 "
+                        "without stored attention scores)")
 
 
 def _add_generate(sub) -> None:
@@ -839,6 +924,11 @@ def _add_plot(sub) -> None:
     s.add_argument("--links", choices=["auto", "all", "inter", "none"], default="auto",
                    help="link rows: all, inter-DC only, none, or auto (all up to 16 stages, "
                         "inter-DC beyond; default: %(default)s)")
+    s.add_argument("--schedule", type=name_of("schedule", ("1f1b", "gpipe", "zb-h1", "zb-h2")),
+                   metavar="NAME",
+                   help="replay this schedule instead of the instance's: 1f1b, gpipe, zb-h1, "
+                        "zb-h2 (a what-if; T stays the cost model's)")
+    _what_if_arguments(s)
     _force_argument(s)
     s.set_defaults(func=cmd_plot)
 

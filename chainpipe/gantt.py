@@ -34,13 +34,25 @@ from pathlib import Path
 from .drawing import pyplot, save_figure
 from .instance import Instance, InstanceError
 from .plan import Plan
-from .schedule import CROSS_SYNC, SYNC, PipelineRow, PipelineSchedule, simulate_pipeline
+from .schedule import (
+    CROSS_SYNC,
+    DEFAULT_WEIGHT_MEMORY_SHARE,
+    DEFAULT_WEIGHT_SHARE,
+    SYNC,
+    WEIGHT,
+    PipelineRow,
+    PipelineSchedule,
+    simulate_pipeline,
+)
 from .strict_json import quote
 
 FORWARD_COLOR = "#4C78A8"
 BACKWARD_COLOR = "#F58518"
 FORWARD_PALE = "#C3D3E6"
 BACKWARD_PALE = "#FBD3AE"
+#: a zero-bubble schedule's weight-gradient block ``W``
+WEIGHT_COLOR = "#E45756"
+WEIGHT_PALE = "#F4BCBC"
 INTER_DC_SHADE = "0.92"
 BUSY_COLOR = "#6F5E86"
 SYNC_COLOR = "#54A24B"
@@ -115,6 +127,8 @@ def window_end(sim: PipelineSchedule, window: int | None) -> float:
 def _title(sim: PipelineSchedule, stages: int, window: int | None, x_end: float,
            hidden_links: int) -> str:
     status = "" if sim.feasible else "  [plan INFEASIBLE: breaks a memory limit]"
+    if sim.feasible and not sim.fits:
+        status = "  [does not fit the devices' memory under this schedule]"
     shape = f"{stages} stages, {sim.microbatches} microbatches"
     if sim.num_pipelines > 1:
         shape = (f"{sim.num_pipelines} pipelines, {stages} stages, {sim.microbatches} "
@@ -159,7 +173,7 @@ def _draw_row(ax, row: PipelineRow, y: float, window: int | None, x_end: float,
     """
     if row.kind != "link":
         spans = {"F": (y - 0.38, 0.76), "B": (y - 0.38, 0.76), SYNC: (y - 0.38, 0.76),
-                 CROSS_SYNC: (y - 0.38, 0.76)}
+                 CROSS_SYNC: (y - 0.38, 0.76), WEIGHT: (y - 0.38, 0.76)}
     else:  # activations in the upper half, gradients in the lower half
         spans = {"F": (y + 0.02, 0.36), "B": (y - 0.38, 0.36)}
     shown = [b for b in row.blocks if b.start <= x_end]
@@ -196,9 +210,9 @@ def _draw_row(ax, row: PipelineRow, y: float, window: int | None, x_end: float,
         if op in (SYNC, CROSS_SYNC):
             color = SYNC_COLOR if op == SYNC else CROSS_SYNC_COLOR
         elif full:
-            color = FORWARD_COLOR if op == "F" else BACKWARD_COLOR
+            color = {"F": FORWARD_COLOR, WEIGHT: WEIGHT_COLOR}.get(op, BACKWARD_COLOR)
         else:
-            color = FORWARD_PALE if op == "F" else BACKWARD_PALE
+            color = {"F": FORWARD_PALE, WEIGHT: WEIGHT_PALE}.get(op, BACKWARD_PALE)
         narrow = min(d for _, d in bars) * px_per_s < 6
         ax.broken_barh(bars, spans[op], facecolors=color,
                        edgecolors="none" if narrow else "white", linewidth=0.4, alpha=alpha)
@@ -276,6 +290,9 @@ def draw(sim: PipelineSchedule, ax=None, *, window: int | None = DEFAULT_WINDOW,
 
     handles = [Patch(color=FORWARD_COLOR, label="forward (links: activations, upper half)"),
                Patch(color=BACKWARD_COLOR, label="backward (links: gradients, lower half)")]
+    if any(b.op == WEIGHT for r in rows for b in r.blocks):
+        handles[1] = Patch(color=BACKWARD_COLOR, label="B: input gradient (links: lower half)")
+        handles.append(Patch(color=WEIGHT_COLOR, label="W: weight gradient"))
     if window is not None:
         handles.append(Patch(color=FORWARD_PALE, label=f"microbatches {window} and later"))
     if dense:
@@ -295,7 +312,9 @@ def draw(sim: PipelineSchedule, ax=None, *, window: int | None = DEFAULT_WINDOW,
 
 def gantt(instance: Instance, plan: Plan, ax=None, path: str | os.PathLike | None = None, *,
           window: int | None = DEFAULT_WINDOW, links: str = "auto",
-          progress: bool | None = None) -> PipelineSchedule:
+          progress: bool | None = None, schedule: str | None = None,
+          weight_share: float = DEFAULT_WEIGHT_SHARE,
+          weight_memory_share: float = DEFAULT_WEIGHT_MEMORY_SHARE) -> PipelineSchedule:
     """Simulate ``plan`` and draw its pipeline; save the figure to ``path`` if given.
 
     Parameters
@@ -311,13 +330,18 @@ def gantt(instance: Instance, plan: Plan, ax=None, path: str | os.PathLike | Non
         See :func:`draw`.
     progress : bool, optional
         Progress bar on stderr for a long simulation (default: when it is large).
+    schedule : {"1f1b", "gpipe", "zb-h1", "zb-h2"}, optional
+        Replay this schedule instead of the instance's (a what-if).
+    weight_share, weight_memory_share : float
+        Zero-bubble schedules: see :func:`chainpipe.schedule.simulate_pipeline`.
 
     Returns
     -------
     PipelineSchedule
         The simulated schedule drawn.
     """
-    sim = simulate_pipeline(instance, plan, progress=progress)
+    sim = simulate_pipeline(instance, plan, schedule=schedule, weight_share=weight_share,
+                            weight_memory_share=weight_memory_share, progress=progress)
     own = ax is None
     fig = draw(sim, ax, window=window, links=links)
     if path is not None:
@@ -387,7 +411,11 @@ def cli_plot(args) -> int:
     for line in warnings:
         print(line, file=sys.stderr)
     try:
-        sim = gantt(inst, plan, path=out, window=window, links=args.links)
+        sim = gantt(inst, plan, path=out, window=window, links=args.links,
+                    schedule=getattr(args, "schedule", None),
+                    weight_share=getattr(args, "weight_share", DEFAULT_WEIGHT_SHARE),
+                    weight_memory_share=getattr(args, "weight_memory_share",
+                                                DEFAULT_WEIGHT_MEMORY_SHARE))
     except InstanceError as exc:  # the plan's violations: name the file they are in
         raise InstanceError([f"{args.plan}: {p}" for p in exc.problems]) from None
     written = [str(out)]
@@ -410,6 +438,10 @@ def cli_plot(args) -> int:
           f"{sim.makespan_s:.6g} s{sync}, T / makespan = {sim.ratio:.4f} (docs/schedule.md)")
     if not sim.feasible:
         print("warning: the plan is infeasible (see `chainpipe evaluate`)")
+    elif not sim.fits:
+        print(f"warning: under {sim.schedule} the plan does not fit the memory of "
+              + ", ".join(f"s{m.stage}" for m in sim.memory if not m.fits)
+              + " (see `chainpipe evaluate --schedules`)")
     if not math.isfinite(sim.ratio):
         print("warning: the schedule has no length (every stage takes no time)")
     return 0

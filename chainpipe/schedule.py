@@ -24,10 +24,12 @@ Nothing here draws: :mod:`chainpipe.gantt` draws a :class:`PipelineSchedule`.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from . import cost
 from .cost import one_f_one_b_period
 from .instance import Instance, InstanceError
 from .plan import Evaluation, PipelineCost, Plan, StageCost, devices_label, evaluate
@@ -40,6 +42,22 @@ MAX_BLOCKS = 1_000_000
 SYNC = "S"
 #: ``Block.op`` of the averaging of gradients across DCs, ``R_X / H`` (its ``microbatch`` is -1)
 CROSS_SYNC = "X"
+#: ``Block.op`` of a zero-bubble schedule's weight-gradient block ``W`` (its ``B`` is then the
+#: input-gradient part of the backward only)
+WEIGHT = "W"
+#: every schedule the simulation replays; the instance's ``training.schedule`` is one of the
+#: first two, the zero-bubble ones are what-ifs on any plan (``docs/schedule.md``)
+SCHEDULES = ("1f1b", "gpipe", "zb-h1", "zb-h2")
+#: the zero-bubble schedules (Qi et al., ICLR 2024), whose backward is split into ``B`` and ``W``
+ZERO_BUBBLE = ("zb-h1", "zb-h2")
+#: default share of a layer's backward time that is the weight gradient ``W``: a matmul's
+#: backward is two matmuls of its forward's size, one for the input gradient and one for
+#: the weight gradient, so ``B = W`` (the paper's ``T_B = T_W``), attention scores aside
+DEFAULT_WEIGHT_SHARE = 0.5
+#: default memory a microbatch holds between its ``B`` and its ``W``, as a share of what it
+#: stashes between ``F`` and ``B``: ``M_W / M_B = 32 sbh / sb(34h + 5as)`` (the paper's
+#: Table 1) with the attention scores not stashed (flash attention): ``32 / 34``
+DEFAULT_WEIGHT_MEMORY_SHARE = 32 / 34
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +86,35 @@ class Block:
     @property
     def end(self) -> float:
         return self.start + self.duration
+
+
+@dataclass(frozen=True)
+class StageMemory:
+    """A stage's peak memory per device under one schedule.
+
+    Attributes
+    ----------
+    pipeline, stage : int
+        The stage's pipeline and 0-based index in it.
+    peak_in_flight : float
+        The most microbatches' activations held at once, in units of the stage's
+        stash per microbatch ``A_s`` (between ``F`` and ``B``); a zero-bubble schedule
+        counts a microbatch between its ``B`` and its ``W`` as ``M_W / M_B`` of one.
+    memory_bytes : float
+        Per device: the cost model's memory need with that many microbatches in flight
+        (:func:`chainpipe.cost.memory_need`).
+    memory_limit_bytes : float
+        The device's memory.
+    fits : bool
+        :func:`chainpipe.cost.memory_fits` of the two.
+    """
+
+    pipeline: int
+    stage: int
+    peak_in_flight: float
+    memory_bytes: float
+    memory_limit_bytes: float
+    fits: bool
 
 
 @dataclass
@@ -119,6 +166,15 @@ class PipelineSchedule:
         ``R_X / H``, the averaging across DCs per iteration (0 for one pipeline).
     objective : str
         The objective ``T`` is computed under.
+    memory : tuple of StageMemory
+        Each stage's peak memory per device under this schedule, pipeline by pipeline.
+    weight_share : float
+        Zero-bubble schedules: the share of each backward block that is ``W``.
+    weight_memory_share : float
+        Zero-bubble schedules: ``M_W / M_B``.
+    lower_bound_s : float
+        :func:`makespan_lower_bound` of the plan under this schedule (never above
+        ``makespan_s``).
     """
 
     instance: str
@@ -133,6 +189,15 @@ class PipelineSchedule:
     pipeline_microbatches: tuple[int, ...] = ()
     cross_sync_s: float = 0.0
     objective: str = "classic"
+    memory: tuple[StageMemory, ...] = ()
+    weight_share: float = DEFAULT_WEIGHT_SHARE
+    weight_memory_share: float = DEFAULT_WEIGHT_MEMORY_SHARE
+    lower_bound_s: float = 0.0
+
+    @property
+    def fits(self) -> bool:
+        """Whether every stage's peak memory under this schedule fits its devices."""
+        return all(m.fits for m in self.memory)
 
     @property
     def num_pipelines(self) -> int:
@@ -156,6 +221,11 @@ class PipelineSchedule:
             "microbatches": self.microbatches, "iteration_time_s": self.iteration_time_s,
             "makespan_s": self.makespan_s, "sync_s": self.sync_s,
             "cross_sync_s": self.cross_sync_s, "feasible": self.feasible,
+            "lower_bound_s": self.lower_bound_s, "fits": self.fits,
+            **({"weight_share": self.weight_share,
+                "weight_memory_share": self.weight_memory_share}
+               if self.schedule in ZERO_BUBBLE else {}),
+            "memory": [dataclasses.asdict(m) for m in self.memory],
             "pipelines": [{"microbatches": m, "makespan_s": t} for m, t in
                           zip(self.pipeline_microbatches, self.pipeline_makespans_s)],
             "rows": [{"label": r.label, "kind": r.kind, "inter_dc": r.inter_dc,
@@ -164,6 +234,13 @@ class PipelineSchedule:
                                   "microbatch": b.microbatch} for b in r.blocks]}
                      for r in self.rows],
         }
+
+    def summary(self) -> dict:
+        """The schedule without its blocks: makespan, lower bound, and memory per stage
+        (``chainpipe evaluate --schedules``)."""
+        data = self.to_dict()
+        del data["rows"]
+        return data
 
     def csv_rows(self) -> tuple[list[str], list[list]]:
         """Header and one row per block (``chainpipe plot --data FILE.csv``)."""
@@ -175,16 +252,21 @@ class PipelineSchedule:
 
 
 def stage_order(schedule: str, num_stages: int, s: int, M: int) -> list[tuple[str, int]]:
-    """The order in which stage ``s`` runs its forward and backward blocks.
+    """The order in which stage ``s`` runs its blocks.
 
     Parameters
     ----------
-    schedule : {"1f1b", "gpipe"}
+    schedule : {"1f1b", "gpipe", "zb-h1", "zb-h2"}
         GPipe: every forward, then every backward in reverse microbatch order.
         1F1B (PipeDream-Flush): ``min(S - s - 1, M)`` warm-up forwards, then one
         forward and one backward alternately, then the remaining backwards, so
         that at most ``min(M, S - s)`` microbatches are stashed at once (the
-        in-flight count of the memory rule).
+        in-flight count of the memory rule). ZB-H1 (Qi et al., *Zero Bubble
+        Pipeline Parallelism*, ICLR 2024): the backward split into ``B`` (input
+        gradient) and ``W`` (weight gradient); ``min(S - 1 - s, M)`` warm-up
+        forwards, then for ``i = 0..M-1`` one ``F`` while any remain, ``B_i``, and
+        a ``W`` (the oldest pending) only if ``i >= s``; then the ``s`` held-back
+        ``W``. ZB-H2: ``2 (S - 1 - s)`` warm-up forwards and ``2 s`` held-back ``W``.
     num_stages : int
         ``S``.
     s : int
@@ -195,16 +277,68 @@ def stage_order(schedule: str, num_stages: int, s: int, M: int) -> list[tuple[st
     Returns
     -------
     list of (str, int)
-        ``("F" or "B", microbatch)`` in execution order, each block once.
+        ``("F", "B" or "W", microbatch)`` in execution order, each block once (``W``
+        only under a zero-bubble schedule).
     """
     if schedule == "gpipe":
         return [("F", m) for m in range(M)] + [("B", m) for m in reversed(range(M))]
+    if schedule in ZERO_BUBBLE:
+        k = 1 if schedule == "zb-h1" else 2
+        warm, hold = min(k * (num_stages - 1 - s), M), min(k * s, M)
+        order = [("F", m) for m in range(warm)]
+        forwards, weights = warm, 0
+        for i in range(M):
+            if forwards < M:
+                order.append(("F", forwards))
+                forwards += 1
+            order.append(("B", i))
+            if i >= hold:
+                order.append((WEIGHT, weights))
+                weights += 1
+        return order + [(WEIGHT, m) for m in range(weights, M)]
+    if schedule != "1f1b":
+        raise ValueError(f"unknown schedule {schedule!r}: one of {', '.join(SCHEDULES)}")
     warm = min(num_stages - s - 1, M)
     order = [("F", m) for m in range(warm)]
     for i in range(M - warm):
         order += [("F", warm + i), ("B", i)]
     order += [("B", m) for m in range(M - warm, M)]
     return order
+
+
+def activation_peak(order: list[tuple[str, int]], weight_memory_share: float = 1.0) -> float:
+    """The most microbatches' activations a stage holds at once while running ``order``.
+
+    A microbatch holds one unit (the stage's stash ``A_s``) from its ``F`` to its ``B``;
+    when the order has ``W`` blocks it then holds ``weight_memory_share`` of a unit
+    (``M_W / M_B``: the inputs and output gradients the weight gradient needs) until its
+    ``W``. Without ``W`` blocks the ``B`` frees everything: the peak of 1F1B is
+    ``min(M, S - s)`` and of GPipe ``M``, the memory rule's in-flight counts.
+
+    Parameters
+    ----------
+    order : list of (str, int)
+        :func:`stage_order` of one stage.
+    weight_memory_share : float
+        ``M_W / M_B``, used only when the order has ``W`` blocks.
+
+    Returns
+    -------
+    float
+        Units of ``A_s``.
+    """
+    split = any(op == WEIGHT for op, _ in order)
+    held = weight_memory_share if split else 0.0
+    now = peak = 0.0
+    for op, _m in order:
+        if op == "F":
+            now += 1.0
+            peak = max(peak, now)
+        elif op == "B":
+            now -= 1.0 - held
+        else:
+            now -= held
+    return peak
 
 
 def block_durations(stages: list[StageCost]) -> tuple[list[float], list[float]]:
@@ -222,6 +356,28 @@ def block_durations(stages: list[StageCost]) -> tuple[list[float], list[float]]:
         ``f_s`` and ``b_s`` per stage.
     """
     return [st.forward_time_s for st in stages], [st.backward_time_s for st in stages]
+
+
+def split_backward(backward: list[float], weight_share: float) -> tuple[list[float], list[float]]:
+    """A zero-bubble schedule's ``B`` and ``W`` block lengths from each stage's ``b_s``.
+
+    ``B_s = (1 - share) b_s`` and ``W_s = b_s - B_s``, so ``f_s + B_s + W_s = C_s`` as in
+    every other schedule: the split moves work, it adds none.
+
+    Parameters
+    ----------
+    backward : sequence of float
+        ``b_s`` per stage (:func:`block_durations`).
+    weight_share : float
+        The share of the backward that is the weight gradient, in ``[0, 1]``.
+
+    Returns
+    -------
+    tuple of (list of float, list of float)
+        ``B_s`` and ``W_s`` per stage.
+    """
+    inputs = [(1.0 - weight_share) * b for b in backward]
+    return inputs, [b - x for b, x in zip(backward, inputs)]
 
 
 def stage_label(s: int, stage, pipeline: int | None = None) -> str:
@@ -251,17 +407,23 @@ class _Pipeline:
     """The state of the event simulation of one pipeline: what each device and link has
     done so far."""
 
-    def __init__(self, schedule: str, pipe: PipelineCost, several: bool = False):
+    def __init__(self, schedule: str, pipe: PipelineCost, several: bool = False,
+                 weight_share: float = DEFAULT_WEIGHT_SHARE):
         S, M = len(pipe.stages), pipe.microbatches
         self.S, self.M = S, M
         self.fwd, self.bwd = block_durations(pipe.stages)
+        self.wgt = [0.0] * S
+        if schedule in ZERO_BUBBLE:
+            self.bwd, self.wgt = split_backward(self.bwd, weight_share)
         self.sync = [st.sync_time_s for st in pipe.stages]
         self.U = [b.occupancy_s for b in pipe.boundaries]
         self.lat = [b.latency_s for b in pipe.boundaries]
         self.orders = [stage_order(schedule, S, s, M) for s in range(S)]
+        self.blocks = sum(len(order) for order in self.orders)
         self.pos = [0] * S  # next block of each stage's order
         self.device_free = [0.0] * S
         self.f_done = [[False] * M for _ in range(S)]
+        self.b_done = [[False] * M for _ in range(S)]
         self.arrive_f = [[math.nan] * M for _ in range(S)]  # activation of m at stage s
         self.arrive_b = [[math.nan] * M for _ in range(S)]  # gradient of m at stage s
         self.f_end_last = [math.nan] * M  # forward of m done on the last stage
@@ -272,6 +434,8 @@ class _Pipeline:
         """When block ``(op, m)`` of stage ``s`` has its input, or ``None`` if not yet known."""
         if op == "F":
             t = 0.0 if s == 0 else self.arrive_f[s][m]
+        elif op == WEIGHT:  # after its own B, nothing else
+            return 0.0 if self.b_done[s][m] else None
         elif not self.f_done[s][m]:
             return None
         else:  # the last stage turns its own forward around
@@ -280,11 +444,15 @@ class _Pipeline:
 
     def run_block(self, s: int, op: str, m: int, ready: float) -> None:
         """Run the block on stage ``s``'s device, then send its output on."""
-        dur = self.fwd[s] if op == "F" else self.bwd[s]
+        dur = {"F": self.fwd, "B": self.bwd, WEIGHT: self.wgt}[op][s]
         start = max(self.device_free[s], ready)
         end = start + dur
         self.device_free[s] = end
         self.stage_rows[s].blocks.append(Block(start, dur, op, m))
+        if op == WEIGHT:
+            return
+        if op == "B":
+            self.b_done[s][m] = True
         if op == "F":
             self.f_done[s][m] = True
             if s == self.S - 1:
@@ -304,7 +472,7 @@ class _Pipeline:
 
     def run(self, progress: Callable[[int], None] | None = None) -> None:
         """Sweep the stages, each running its order as far as its inputs allow, until done."""
-        remaining = 2 * self.M * self.S
+        remaining = self.blocks
         while remaining:
             progressed = 0
             for s in range(self.S):
@@ -317,7 +485,7 @@ class _Pipeline:
                     self.run_block(s, op, m, ready)
                     self.pos[s] += 1
                     progressed += 1
-            if not progressed:  # cannot happen for the two schedules above
+            if not progressed:  # cannot happen for the schedules of stage_order
                 raise RuntimeError("pipeline simulation deadlocked")
             remaining -= progressed
             if progress is not None:
@@ -359,13 +527,13 @@ def _cross_rows(instance: Instance, plan: Plan, ev: Evaluation, start: float) ->
             for k in range(min(dcs), max(dcs))]
 
 
-def _check_size(plan: Plan, ev: Evaluation) -> int:
-    """The device blocks of the schedule, ``sum_p 2 M_p S_p``; ``ValueError`` above
-    :data:`MAX_BLOCKS`."""
-    blocks = sum(2 * p.microbatches * len(p.stages) for p in ev.pipelines)
+def _check_size(plan: Plan, ev: Evaluation, per_microbatch: int = 2) -> int:
+    """The device blocks of the schedule, ``sum_p k M_p S_p`` (``k = 2``, or 3 with ``W``
+    blocks); ``ValueError`` above :data:`MAX_BLOCKS`."""
+    blocks = sum(per_microbatch * p.microbatches * len(p.stages) for p in ev.pipelines)
     if blocks > MAX_BLOCKS:
-        what = " + ".join(f"2 x {p.microbatches:,} microbatches x {len(p.stages)} stages"
-                          for p in ev.pipelines)
+        what = " + ".join(f"{per_microbatch} x {p.microbatches:,} microbatches x "
+                          f"{len(p.stages)} stages" for p in ev.pipelines)
         raise ValueError(f"the schedule has {blocks:,} blocks ({what}); the simulation runs at "
                          f"most {MAX_BLOCKS:,}: simulate a copy of the instance with fewer "
                          f"microbatches")
@@ -388,19 +556,188 @@ def _run_all(sims: list[_Pipeline], total: int, progress: bool | None) -> None:
             sim.run(bar.update)
 
 
-def simulate_pipeline(instance: Instance, plan: Plan, *,
+def _check_what_if(schedule: str, weight_share: float, weight_memory_share: float) -> None:
+    problems = []
+    if schedule not in SCHEDULES:
+        problems.append(f"unknown schedule {schedule!r}: one of {', '.join(SCHEDULES)}")
+    for name, value in (("weight_share", weight_share),
+                        ("weight_memory_share", weight_memory_share)):
+        if not (isinstance(value, (int, float)) and 0.0 <= value <= 1.0):
+            problems.append(f"{name} must be a number in [0, 1], got {value!r}")
+    if problems:
+        raise ValueError("; ".join(problems))
+
+
+def stage_memory(instance: Instance, ev: Evaluation, schedule: str,
+                 weight_memory_share: float = DEFAULT_WEIGHT_MEMORY_SHARE
+                 ) -> tuple[StageMemory, ...]:
+    """Each stage's peak memory per device if the plan ran ``schedule``.
+
+    The peak count of :func:`activation_peak` over the stage's :func:`stage_order`, priced
+    by the cost model's memory rule (:func:`chainpipe.cost.memory_need`, linear in the
+    count) and checked by :func:`chainpipe.cost.memory_fits`. Under the instance's own
+    schedule this is exactly the plan's ``memory_bytes`` (1F1B ``min(M, S - s)``, GPipe
+    ``M``); ZB-H1 holds ``(S - s) + s M_W / M_B`` units on stage ``s`` (``M >= S``) and
+    ZB-H2 ``(2 (S - s) - 1) + 2 s M_W / M_B``, the paper's Table 1.
+
+    Parameters
+    ----------
+    instance : Instance
+    ev : Evaluation
+        ``evaluate(instance, plan)`` of a plan whose stages exist.
+    schedule : {"1f1b", "gpipe", "zb-h1", "zb-h2"}
+    weight_memory_share : float
+        ``M_W / M_B`` (zero-bubble schedules only).
+
+    Returns
+    -------
+    tuple of StageMemory
+        Pipeline by pipeline, stage by stage.
+    """
+    sums = cost.LayerSums(instance)
+    out = []
+    for pipe in ev.pipelines:
+        S = len(pipe.stages)
+        for s, st in enumerate(pipe.stages):
+            ref = instance.locate(st.devices[0])
+            option = cost.StageOption(st.start, st.end, ref.dc, ref.group, st.data_parallel,
+                                      st.tensor_parallel)
+            peak = activation_peak(stage_order(schedule, S, s, pipe.microbatches),
+                                   weight_memory_share)
+            need = sums.option_memory_need(option, peak)
+            limit = instance.group(ref).memory_bytes
+            out.append(StageMemory(pipe.index, s, peak, need, limit,
+                                   bool(cost.memory_fits(need, limit))))
+    return tuple(out)
+
+
+def stash_limits(schedule: str, num_stages: int, M: int) -> list[int]:
+    """``n_s``: microbatches stage ``s`` runs forward before its first ``B`` frees one.
+
+    GPipe ``M``; 1F1B and ZB-H1 ``min(M, S - s)``; ZB-H2 ``min(M, 2 (S - s) - 1)``. The
+    forward of microbatch ``i + n_s`` on stage ``s`` follows the ``B`` of ``i`` in
+    :func:`stage_order`.
+    """
+    if schedule == "gpipe":
+        return [M] * num_stages
+    k = 2 if schedule == "zb-h2" else 1
+    return [min(M, k * (num_stages - s) - (k - 1)) for s in range(num_stages)]
+
+
+def pipeline_lower_bound(pipe: PipelineCost, schedule: str,
+                         weight_share: float = DEFAULT_WEIGHT_SHARE) -> float:
+    """A lower bound on one pipeline's simulated makespan under ``schedule``.
+
+    With ``B_s`` the backward block (its input-gradient part under a zero-bubble
+    schedule, :func:`split_backward`), ``h_j = U_j + lat_j`` a hop, ``a_s = sum_{j<s}
+    (f_j + h_j)`` the earliest a forward can start on stage ``s`` and ``tail(s) =
+    sum_{j>=s} f_j + sum_{s<=j<S-1} h_j + sum_j B_j + sum_j h_j + W_0 + R_0`` the round
+    trip of a microbatch from its forward on ``s`` to stage 0's synchronisation, the
+    largest of:
+
+    - every device's work, ``a_s + M C_s + R_s``;
+    - every link's forward direction, ``a_j + f_j + M U_j + lat_j + tail(j + 1)``;
+    - the period-style loops of the stash limits: stage ``s`` starts the forward of
+      ``i + n_s`` only after the ``B`` of ``i`` (:func:`stash_limits`), closing a loop
+      over stages ``s..t`` of length ``L = sum_{j=s..t} (f_j + B_j) + 2 sum_{s<=j<t} h_j``
+      that lets ``k = n_s - n_t + 1`` microbatches through; ``c = floor((M - n_t) / k)``
+      such loops run back to back before the last, so ``a_s + c L + tail(s)`` (no loop
+      when ``n_s = M``).
+
+    Each term follows a chain of blocks that the schedule runs one after the other, so
+    none is above the replay (``tests/test_zero_bubble.py`` checks it on random plans).
+
+    Parameters
+    ----------
+    pipe : PipelineCost
+        One pipeline's costs (``evaluate(...).pipelines[p]``).
+    schedule : {"1f1b", "gpipe", "zb-h1", "zb-h2"}
+    weight_share : float
+        Zero-bubble schedules: the ``W`` share of each backward.
+
+    Returns
+    -------
+    float
+        Seconds.
+    """
+    f, b = block_durations(pipe.stages)
+    w = [0.0] * len(f)
+    if schedule in ZERO_BUBBLE:
+        b, w = split_backward(b, weight_share)
+    S, M = len(f), pipe.microbatches
+    hop = [x.occupancy_s + x.latency_s for x in pipe.boundaries]
+    R = [st.sync_time_s for st in pipe.stages]
+    arrive = [0.0]
+    for j in range(S - 1):
+        arrive.append(arrive[-1] + f[j] + hop[j])
+    back = sum(b) + sum(hop) + w[0] + R[0]
+    tail = [sum(f[s:]) + sum(hop[s:]) + back for s in range(S)]
+    bound = max(arrive[s] + M * (f[s] + b[s] + w[s]) + R[s] for s in range(S))
+    for j in range(S - 1):
+        occupancy = pipe.boundaries[j].occupancy_s
+        bound = max(bound, arrive[j] + f[j] + M * occupancy + pipe.boundaries[j].latency_s
+                    + tail[j + 1])
+    n = stash_limits(schedule, S, M)
+    for s in range(S):
+        length = f[s] + b[s]
+        for t in range(s + 1, S):
+            length += 2 * hop[t - 1] + f[t] + b[t]
+            k = n[s] - n[t] + 1
+            cycles = (M - n[t]) // k
+            if cycles > 0:
+                bound = max(bound, arrive[s] + cycles * length + tail[s])
+    return bound
+
+
+def makespan_lower_bound(ev: Evaluation, schedule: str,
+                         weight_share: float = DEFAULT_WEIGHT_SHARE) -> float:
+    """A lower bound on the plan's simulated makespan under ``schedule``: the slowest
+    pipeline's :func:`pipeline_lower_bound`, then the averaging across DCs ``R_X / H``
+    with several pipelines.
+
+    Parameters
+    ----------
+    ev : Evaluation
+        ``evaluate(instance, plan)`` of a plan whose stages exist.
+    schedule : {"1f1b", "gpipe", "zb-h1", "zb-h2"}
+    weight_share : float
+        Zero-bubble schedules: the ``W`` share of each backward.
+
+    Returns
+    -------
+    float
+        Seconds.
+    """
+    ends = [pipeline_lower_bound(p, schedule, weight_share) for p in ev.pipelines]
+    cross = ev.cross_sync_s / ev.cross_sync_period if len(ends) > 1 else 0.0
+    return max(ends) + cross
+
+
+def simulate_pipeline(instance: Instance, plan: Plan, *, schedule: str | None = None,
+                      weight_share: float = DEFAULT_WEIGHT_SHARE,
+                      weight_memory_share: float = DEFAULT_WEIGHT_MEMORY_SHARE,
                       progress: bool | None = None) -> PipelineSchedule:
     """Simulate one iteration of ``plan`` block by block (see the module doc).
 
     Parameters
     ----------
     instance : Instance
-        The instance; its ``training.schedule`` (1F1B or GPipe) sets the schedule,
-        each pipeline's ``M_p`` its microbatches.
+        The instance; its ``training.schedule`` (1F1B or GPipe) is the default
+        schedule, each pipeline's ``M_p`` its microbatches.
     plan : Plan
         A plan of one or several pipelines whose stages name real devices and layer
         ranges (it may break a rule such as a memory limit: the schedule is simulated
         anyway and marked infeasible).
+    schedule : {"1f1b", "gpipe", "zb-h1", "zb-h2"}, optional
+        Replay this schedule instead of the instance's: a what-if on the same plan, the
+        same block times and links (``T`` stays the cost model's, for the instance's
+        schedule).
+    weight_share : float
+        Zero-bubble schedules: the share of each stage's backward ``b_s`` that is the
+        weight gradient ``W`` (:data:`DEFAULT_WEIGHT_SHARE`).
+    weight_memory_share : float
+        Zero-bubble schedules: ``M_W / M_B``, what a microbatch holds between its ``B``
+        and its ``W`` as a share of its stash (:data:`DEFAULT_WEIGHT_MEMORY_SHARE`).
     progress : bool, optional
         Show a progress bar on stderr (``tqdm``). By default it is shown for a
         simulation of more than :data:`PROGRESS_BLOCKS` blocks that runs longer
@@ -409,31 +746,62 @@ def simulate_pipeline(instance: Instance, plan: Plan, *,
     Returns
     -------
     PipelineSchedule
-        Every block of every device and link, the makespan (and each pipeline's) and
-        the cost model's ``T``.
+        Every block of every device and link, the makespan (and each pipeline's), the
+        cost model's ``T``, each stage's peak memory under the schedule and a lower
+        bound on the makespan.
 
     Raises
     ------
     InstanceError
         If the plan's stages do not exist (the time of the plan is undefined).
     ValueError
-        If the schedule has more than :data:`MAX_BLOCKS` device blocks.
+        If the schedule has more than :data:`MAX_BLOCKS` device blocks, or for an
+        unknown schedule or a share outside ``[0, 1]``.
     """
+    schedule = instance.training.schedule if schedule is None else schedule
+    _check_what_if(schedule, weight_share, weight_memory_share)
     ev = evaluate(instance, plan)
     if not math.isfinite(ev.iteration_time_s):
         raise InstanceError(list(ev.violations))
-    total = _check_size(plan, ev)
+    total = _check_size(plan, ev, 3 if schedule in ZERO_BUBBLE else 2)
     several = plan.num_pipelines > 1
-    sims = [_Pipeline(instance.training.schedule, pipe, several) for pipe in ev.pipelines]
+    sims = [_Pipeline(schedule, pipe, several, weight_share) for pipe in ev.pipelines]
     _run_all(sims, total, progress)
     ends = tuple(sim.makespan for sim in sims)
     cross = _cross_rows(instance, plan, ev, max(ends))
     length = ev.cross_sync_s / ev.cross_sync_period if several else 0.0
     rows = [row for sim in sims for row in sim.rows()] + cross
-    return PipelineSchedule(instance.name, instance.training.schedule, instance.microbatches,
+    return PipelineSchedule(instance.name, schedule, instance.microbatches,
                             ev.iteration_time_s, max(ends) + length, ev.feasible, rows,
                             ev.sync_s, ends, tuple(p.microbatches for p in ev.pipelines),
-                            length, ev.objective)
+                            length, ev.objective,
+                            stage_memory(instance, ev, schedule, weight_memory_share),
+                            weight_share, weight_memory_share,
+                            makespan_lower_bound(ev, schedule, weight_share))
+
+
+def simulate_schedules(instance: Instance, plan: Plan, schedules=SCHEDULES, *,
+                       weight_share: float = DEFAULT_WEIGHT_SHARE,
+                       weight_memory_share: float = DEFAULT_WEIGHT_MEMORY_SHARE
+                       ) -> list[PipelineSchedule]:
+    """:func:`simulate_pipeline` of one plan under each of ``schedules`` (what-ifs).
+
+    Parameters
+    ----------
+    instance, plan : Instance, Plan
+    schedules : sequence of str
+        Names from :data:`SCHEDULES` (default: all of them).
+    weight_share, weight_memory_share : float
+        See :func:`simulate_pipeline`.
+
+    Returns
+    -------
+    list of PipelineSchedule
+        In the order of ``schedules``.
+    """
+    return [simulate_pipeline(instance, plan, schedule=name, weight_share=weight_share,
+                              weight_memory_share=weight_memory_share, progress=False)
+            for name in schedules]
 
 
 # --------------------------------------------------------------------------- closed forms
@@ -521,6 +889,9 @@ def one_f_one_b_cycle(ev: Evaluation, microbatches: int) -> float:
                               [b.traversal_s for b in ev.boundaries], microbatches)
 
 
-__all__ = ["CROSS_SYNC", "SYNC", "Block", "PipelineRow", "PipelineSchedule", "block_durations",
-           "gpipe_makespan", "one_f_one_b_cycle", "simulate_pipeline",
-           "stage_label", "stage_order"]
+__all__ = ["CROSS_SYNC", "DEFAULT_WEIGHT_MEMORY_SHARE", "DEFAULT_WEIGHT_SHARE", "SCHEDULES",
+           "SYNC", "WEIGHT", "ZERO_BUBBLE", "Block", "PipelineRow", "PipelineSchedule",
+           "StageMemory", "activation_peak", "block_durations", "gpipe_makespan",
+           "makespan_lower_bound", "one_f_one_b_cycle", "pipeline_lower_bound",
+           "simulate_pipeline", "simulate_schedules", "split_backward", "stage_label",
+           "stage_memory", "stage_order", "stash_limits"]
