@@ -33,6 +33,7 @@ import numpy as np
 from ..cost import compute_time, iteration_time, steady_state
 from ..plan import Plan
 from ..tables import CostTables
+from .common import period_mode, phase_arrays
 from .greedy import greedy_plans  # noqa: F401  (re-exported: the scaling heuristic)
 from .matrix import no_check
 
@@ -261,11 +262,16 @@ class CpsatModel:
     features: frozenset = frozenset()
     floor_bound: FloorBound | None = None
     _covering: list = field(default_factory=list)
+    mode: str = "classic"  # how the period is written (common.period_mode)
+    bottleneck_bwd: int | None = None  # GPipe: index of the backward phase's maximum
+    #: ``(variable, coefficient)`` of ``T`` less the synchronisation (``fill + (M-1) lambda``)
+    time_pairs: list = field(default_factory=list)
+    shared: bool = False  # built into a model of several pipelines: no objective of its own
 
     # -------------------------------------------------------------- building
     @classmethod
     def build(cls, tables: CostTables, upper_bound: float | None, check=None,
-              features=DEFAULT_FEATURES) -> CpsatModel:
+              features=DEFAULT_FEATURES, model=None, unit: float | None = None) -> CpsatModel:
         """Build the model.
 
         ``upper_bound`` is the time of a real plan: arcs that alone make a plan slower
@@ -273,6 +279,10 @@ class CpsatModel:
         is pruned and the unit comes from :func:`range_bound`. ``check`` is called now and
         then while building (``Deadline.check``: raises to stop). ``features`` picks the
         strengthenings of :data:`FEATURES` (default :data:`DEFAULT_FEATURES`).
+
+        ``model`` (a ``CpModel``) and ``unit``: build into that model with that unit, as one
+        pipeline of a plan of several (:mod:`chainpipe.formulations.pipelines`); no
+        objective is set, :attr:`time_pairs` and :attr:`sync` give the pipeline's terms.
         """
         from ortools.sat.python import cp_model
 
@@ -286,9 +296,10 @@ class CpsatModel:
         arcs = stage_arcs(tables, upper_bound, check, floor_bound)
         if not prune:
             upper_bound = range_bound(tables, arcs)
-        self = cls(tables, upper_bound, upper_bound / SCALE_UNITS, arcs)
+        self = cls(tables, upper_bound, unit or upper_bound / SCALE_UNITS, arcs)
         self.check, self.features, self.floor_bound = check, features, floor_bound
-        self.model = cp_model.CpModel()
+        self.mode, self.shared = period_mode(tables), model is not None
+        self.model = model if model is not None else cp_model.CpModel()
         self.x_cost = scaled_floor(arcs.compute, self.unit)
         self.x_sync = scaled_floor(arcs.sync, self.unit)
         self._boundary_arcs(prune)
@@ -296,6 +307,7 @@ class CpsatModel:
         self._device_counts()
         self._positions()
         self._bottleneck()
+        self._loops()
         self._objective()
         return self
 
@@ -319,6 +331,14 @@ class CpsatModel:
         ct.vars.extend(int(v) for v in variables)
         ct.coeffs.extend(int(c) for c in coefficients)
         ct.domain.extend([int(lower), int(upper)])
+
+    def _enforced(self, literals, variables, coefficients, lower: int, upper: int) -> None:
+        """:meth:`_linear` enforced only when every literal of ``literals`` is true."""
+        ct = self.model.proto.constraints.add()
+        ct.enforcement_literal.extend(int(v) for v in literals)
+        ct.linear.vars.extend(int(v) for v in variables)
+        ct.linear.coeffs.extend(int(c) for c in coefficients)
+        ct.linear.domain.extend([int(lower), int(upper)])
 
     def _exactly_one(self, variables) -> None:
         self.model.proto.constraints.add().exactly_one.literals.extend(int(v) for v in variables)
@@ -400,7 +420,7 @@ class CpsatModel:
         is 1, so the row is ``P_b <= cap_a`` for it, and ``P_b <= s_max`` without one)."""
         a, L, s_max = self.arcs, self.tables.L, self.arcs.s_max
         self.positions = None
-        if not len(a) or (a.cap >= s_max).all():
+        if not len(a) or ((a.cap >= s_max).all() and self.mode != "1f1b"):
             return
         P = self._new_vars(L + 1, s_max)  # P[L] = 0
         self._linear([P[L]], [1], 0, 0)
@@ -421,8 +441,13 @@ class CpsatModel:
         boundary used (one row per layer or boundary: exactly one arc in each sum is 1)."""
         M = self.tables.M
         self.bottleneck = self.sync = None
-        if M > 1:
+        if M > 1 and self.mode == "gpipe":
+            self._phase_maxima()
+        elif M > 1:
             top = int(max(self.x_cost.max(initial=0), self.y_occupancy.max(initial=0)))
+            if self.mode == "1f1b":  # a loop's average stays below max C' + max Q'
+                top = int(self.x_cost.max(initial=0) + self.y_traversal.max(initial=0)
+                          + self.y_occupancy.max(initial=0) + 1)
             low = 0
             if "bottleneck_floor" in self.features:  # every plan's max C' is at least this
                 low = min(max(int(scaled_floor([bottleneck_floor(self.tables)], self.unit)[0]),
@@ -431,16 +456,80 @@ class CpsatModel:
             self._max_rows(self.bottleneck, self.x_cost)
             if "capacity" in self.features:
                 self._capacity_rows(top)
-            per_boundary: dict = {}
-            for n, b in enumerate(self.y_layer):
-                if self.y_occupancy[n]:
-                    per_boundary.setdefault(int(b), []).append(n)
-            for arcs in per_boundary.values():
-                self._linear([self.bottleneck] + list(self.y_vars[arcs]),
-                             [1] + [-int(u) for u in self.y_occupancy[arcs]], 0, top)
+            self._boundary_rows(self.bottleneck, top)
         if self.x_sync.max(initial=0) > 0:
             self.sync = int(self._new_vars(1, int(self.x_sync.max()))[0])
             self._max_rows(self.sync, self.x_sync)
+
+    def _boundary_rows(self, var: int, top: int) -> None:
+        """``var >= U'`` of the boundary used at each layer."""
+        per_boundary: dict = {}
+        for n, b in enumerate(self.y_layer):
+            if self.y_occupancy[n]:
+                per_boundary.setdefault(int(b), []).append(n)
+        for arcs in per_boundary.values():
+            self._linear([var] + list(self.y_vars[arcs]),
+                         [1] + [-int(u) for u in self.y_occupancy[arcs]], 0, top)
+
+    def _phase_maxima(self) -> None:
+        """GPipe's period: ``z >= f'`` and ``z_b >= b'`` of the stage covering each layer,
+        both ``>= U'`` of each boundary used (``f' = floor(f / unit)``, ``b'`` alike: their
+        sum never exceeds the true period over the unit)."""
+        a, t = self.arcs, self.tables
+        fwd, bwd = np.zeros(len(a)), np.zeros(len(a))
+        for g in np.unique(a.group).tolist():
+            sel = np.nonzero(a.group == g)[0]
+            f, b = phase_arrays(t, g)
+            at = (a.option[sel], a.start[sel], a.end[sel])
+            fwd[sel], bwd[sel] = f[at], b[at]
+        u_top = int(self.y_occupancy.max(initial=0))
+        vars_ = []
+        for phase in (scaled_floor(fwd, self.unit), scaled_floor(bwd, self.unit)):
+            top = int(max(phase.max(initial=0), u_top))
+            var = int(self._new_vars(1, top)[0])
+            self._max_rows(var, phase)
+            self._boundary_rows(var, top)
+            vars_.append(var)
+        self.bottleneck, self.bottleneck_bwd = vars_
+
+    def _loops(self) -> None:
+        """1F1B's loops, ``n lambda >= W`` for the windows of stages stashing fewer than
+        ``M`` (``docs/cpsat.md``), in the unit: ``n z >= sum C' + sum Q' - (n - 1)``, by
+        potentials at layer boundaries enforced by the chosen arcs. ``tau_b``: the stage
+        starting at ``b`` has position ``P_b < M``. For a stage arc ``[i, j)``, under
+        ``x and tau_i``: ``r_i + C' <= z`` (close) and ``e_j >= r_i + C' - z - 1``
+        (carry); for a boundary arc at ``b``, under ``y``: ``r_b >= e_b + Q'``."""
+        if self.mode != "1f1b" or self.bottleneck is None or self.positions is None:
+            return
+        a, L, M, z = self.arcs, self.tables.L, self.tables.M, self.bottleneck
+        P = self.positions
+        top = int(self.model.proto.variables[z].domain[1])
+        q_top = int(self.y_traversal.max(initial=0))
+        tau = self._new_vars(L)
+        for b in range(L):
+            self.check()
+            self._enforced([tau[b]], [P[b]], [1], 0, M - 1)
+            self._enforced([-int(tau[b]) - 1], [P[b]], [1], M, max(M, a.s_max))
+        r = np.concatenate(([-1], self._new_vars(L - 1, top))) if L > 1 else np.array([-1])
+        e = np.concatenate(([-1], self._new_vars(L - 1, top, -(top + q_top + 2)))) \
+            if L > 1 else np.array([-1])
+        for n in range(len(a)):
+            if n % CHECK_EVERY == 0:
+                self.check()
+            i, j, c = int(a.start[n]), int(a.end[n]), int(self.x_cost[n])
+            lits = [self.x_vars[n], tau[i]]
+            if i > 0:
+                self._enforced(lits, [r[i], z], [1, -1], -SAFE_MAGNITUDE, -c)
+            if j < L:
+                vs, cs = [e[j], z], [1, 1]
+                if i > 0:
+                    vs, cs = vs + [r[i]], cs + [-1]
+                self._enforced(lits, vs, cs, c - 1, SAFE_MAGNITUDE)
+        for n, b in enumerate(self.y_layer.tolist()):
+            if n % CHECK_EVERY == 0:
+                self.check()
+            self._enforced([self.y_vars[n]], [r[b], e[b]], [1, -1], int(self.y_traversal[n]),
+                           SAFE_MAGNITUDE)
 
     def _capacity_rows(self, top: int) -> None:
         """Per group ``sum_a C'_a w_a x_a <= count_g z``: each stage has ``C' <= z`` and the
@@ -472,6 +561,15 @@ class CpsatModel:
         pairs += [(v, q) for v, q in zip(self.y_vars.tolist(), self.y_traversal.tolist()) if q]
         if self.bottleneck is not None:
             pairs.append((self.bottleneck, int(steady_state(M, 1))))
+        if self.bottleneck_bwd is not None:
+            pairs.append((self.bottleneck_bwd, int(steady_state(M, 1))))
+        self.time_pairs = list(pairs)
+        s_max = self.arcs.s_max
+        self.rounded_terms = (2 * s_max - 1 + (M - 1 if M > 1 else 0)
+                              + (M - 1 if self.mode != "classic" and M > 1 else 0)
+                              + (1 if self.sync is not None else 0))
+        if self.shared:
+            return
         if self.sync is not None:
             pairs.append((self.sync, 1))
         self.model.clear_objective()
@@ -480,9 +578,6 @@ class CpsatModel:
         # every plan's scaled objective is <= its true time / unit, the optimum's <= UB / unit
         self.objective_cap = int(math.floor(self.upper_bound * (1 + UB_RTOL) / self.unit))
         proto.objective.domain.extend([0, self.objective_cap])
-        s_max = self.arcs.s_max
-        self.rounded_terms = (2 * s_max - 1 + (M - 1 if M > 1 else 0)
-                              + (1 if self.sync is not None else 0))
 
     # -------------------------------------------------------------- reading back
     @property
