@@ -292,9 +292,9 @@ class PathFormulation:
             if not self.tail(c):
                 continue
             if i > 0 and (i, c, k) not in self.r:
-                self.r[i, c, k] = var("r_{}_{}_{}".format(i, c, k), 0, self.loop_cap)
+                self.r[i, c, k] = var(f"r_{i}_{c}_{k}", 0, self.loop_cap)
             if j < L and (j, c, k) not in self.s:
-                self.s[j, c, k] = var("s_{}_{}_{}".format(j, c, k), -self.loop_cap, 0)
+                self.s[j, c, k] = var(f"s_{j}_{c}_{k}", -self.loop_cap, 0)
 
     # ------------------------------------------------------------------ constraints
     def constraints_flow(self) -> None:

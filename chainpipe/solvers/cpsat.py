@@ -23,6 +23,15 @@ round's model as protobuf text, ``.pb`` for binary; written atomically).
 
 The scaling plan is the best of two cheap heuristics (:func:`heuristic_plan`), never the
 DP's: the solve proves on its own.
+
+Several pipelines (contract version 3, ``pipelines`` other than ``[1]``): the outer
+choice -- DC blocks and microbatch shares ``M_p`` -- is enumerated around one-pipeline
+CP-SAT solves (:mod:`chainpipe.formulations.pipelines`); when the blocks' optimal plans do
+not meet an entry's bound, one CP-SAT model holds the entry's pipelines together
+(``T_max >= T_p``, ``R_max >= R_p``, each pipeline's products ``(M_p - 1) lambda_p`` with
+its ``M_p`` a constant of its sub-model). The whole enumeration counts against the time
+limit; the bound is the least over entries of what is proven of each. ``hint`` and
+``write_model`` apply to one pipeline only.
 """
 
 from __future__ import annotations
@@ -40,6 +49,7 @@ from ..formulations.cpsat import DEFAULT_FEATURES as DEFAULT_MODEL_FEATURES
 from ..formulations.cpsat import FEATURES as MODEL_FEATURES
 from ..formulations.cpsat import CpsatModel
 from ..formulations.greedy import best_greedy_plan
+from ..formulations.pipelines import OuterSearch, several
 from ..io import atomic_write
 from ..numeric import OPTIMALITY_RTOL
 from ..plan import Plan, evaluate
@@ -64,6 +74,13 @@ def run(instance, *, deadline=None, seed=0, threads=1, log=None, log_search_prog
     deadline = Deadline.of(deadline)
     if log is None and log_search_progress:
         log = stderr_log
+    if several(instance):
+        if hint is not None or model_file is not None:
+            raise OptionError("cpsat: options 'hint' and 'write_model' apply to instances of "
+                              "one pipeline ('pipelines': [1]); this one allows "
+                              f"{list(instance.parallelism.pipelines)}")
+        return _pipelines(instance, deadline, int(seed), int(threads), log, max_rounds,
+                          features)
     tables = CostTables(instance)
     reason = tables.infeasibility_reason()
     if reason:
@@ -86,6 +103,83 @@ def run(instance, *, deadline=None, seed=0, threads=1, log=None, log_search_prog
     except _Stop as stop:
         return stop.outcome
     return search.outcome()
+
+
+def _pipelines(instance, deadline: Deadline, seed: int, threads: int, log, max_rounds: int,
+               features: frozenset) -> Outcome:
+    """Several pipelines: :class:`~chainpipe.formulations.pipelines.OuterSearch` around
+    one-pipeline CP-SAT solves and joint models (:func:`_joint`)."""
+    def single(sub, dl):
+        return run(sub, deadline=dl, seed=seed, threads=threads, log=log,
+                   max_rounds=max_rounds, features=sorted(features))
+
+    def joint(entry, subs, upper, dl):
+        return _joint(subs, upper, dl, seed, threads, log, features)
+
+    out = OuterSearch(instance, deadline, single, joint, log).run()
+    out.stats.update(num_workers=threads, seed=seed, features=sorted(features),
+                     solve_time_s=deadline.elapsed())
+    return out
+
+
+def _joint(subs, upper: float, deadline: Deadline, seed: int, threads: int, log, features):
+    """One CP-SAT model of several pipelines, each a :class:`CpsatModel` built into it
+    with one unit ``upper / 2^30``: ``(plans or None, bound)`` on ``max T_p + max R``
+    (``upper`` when no plan is below it). Coefficients are rounded down, so the bound is
+    valid as in one pipeline."""
+    from ortools.sat.python import cp_model
+
+    from ..formulations.cpsat import SCALE_UNITS, UB_RTOL
+
+    model = cp_model.CpModel()
+    unit = upper / SCALE_UNITS
+    parts = []
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore", under="ignore"):
+        for sub in subs:
+            parts.append(CpsatModel.build(CostTables(sub), upper, check=deadline.check,
+                                          features=features & set(MODEL_FEATURES),
+                                          model=model, unit=unit))
+    proto = model.proto
+    cap = int(math.floor(upper * (1 + UB_RTOL) / unit))
+    t_max, r_max = len(proto.variables), len(proto.variables) + 1
+    for _ in range(2):
+        proto.variables.add().domain.extend([0, cap])
+    for part in parts:
+        ct = proto.constraints.add().linear
+        ct.vars.extend([t_max] + [int(v) for v, _ in part.time_pairs])
+        ct.coeffs.extend([1] + [-int(c) for _, c in part.time_pairs])
+        ct.domain.extend([0, 2**62])
+        if part.sync is not None:
+            ct = proto.constraints.add().linear
+            ct.vars.extend([r_max, int(part.sync)])
+            ct.coeffs.extend([1, -1])
+            ct.domain.extend([0, 2**62])
+    proto.objective.vars.extend([t_max, r_max])
+    proto.objective.coeffs.extend([1, 1])
+    proto.objective.domain.extend([0, cap])
+    solver = cp_model.CpSolver()
+    p = solver.parameters
+    limit = backend_seconds(deadline)
+    if limit is not None:
+        p.max_time_in_seconds = limit
+    p.num_workers, p.random_seed = max(1, threads), seed
+    p.presolve_inclusion_work_limit = 0  # google/or-tools#5293, as in _Search._solver
+    if "linearization2" in features:
+        p.linearization_level = 2
+    if log is not None:
+        p.log_search_progress, p.log_to_stdout = True, False
+        solver.log_callback = line_logger(log)
+    stop_at = None if deadline.unlimited else deadline.at
+    status = run_stoppable(lambda: solver.solve(model), solver.stop_search, name="cpsat",
+                           stop_at=stop_at)
+    name = solver.status_name(status)
+    if name == "INFEASIBLE":
+        return None, upper
+    if name not in ("OPTIMAL", "FEASIBLE"):
+        return None, 0.0
+    values = list(solver.response_proto.solution)
+    bound = parts[0].true_bound(solver.best_objective_bound)
+    return [part.decode(values) for part in parts], bound
 
 
 #: every strengthening ``features`` may name: the model's, ``heuristic_hint`` (the plan

@@ -22,6 +22,15 @@ deadline, seed, threads, log, **options) -> Outcome``. Options:
   it is there even when the solve runs out of time); another solver (Gurobi, SCIP,
   HiGHS) can read it. Its objective is ``T`` divided by ``stats["time_scale_s"]``.
 
+Several pipelines (contract version 3, ``pipelines`` other than ``[1]``): the outer
+choice -- DC blocks and microbatch shares ``M_p`` -- is enumerated around one-pipeline
+models of the same formulation (:mod:`chainpipe.formulations.pipelines`): each block and
+``M_p`` is solved alone, and a joint model of the entry's pipelines (``T_max >= T_p``,
+``R_max >= R_p``) only when the blocks' optimal plans do not meet the entry's bound. The
+whole enumeration counts against the time limit; the bound is the least over entries of
+what is proven of each, ``optimal`` only when it meets the plan's ``T``. ``relax`` and
+``write_model`` apply to one pipeline only.
+
 The time limit covers the whole solve: the formulation checks the deadline while it
 builds the model and while it is turned into arrays; the backend gets what is left
 (never 0). A run that runs out while building returns the best greedy plan
@@ -44,7 +53,8 @@ from pathlib import Path
 import numpy as np
 
 from ..deadline import Deadline, TimeUp
-from ..formulations.common import CoefficientOverflow, safe_bound
+from ..formulations.common import OBJECTIVE_MAGNITUDE, CoefficientOverflow, safe_bound
+from ..formulations.pipelines import OuterSearch, merge_models, several
 from ..instance import Instance
 from ..io import atomic_write
 from ..plan import evaluate
@@ -144,6 +154,8 @@ def _run(name: str, instance: Instance, deadline: Deadline, seed, threads, log, 
     opts = _options(name, options)
     if log is None and opts.msg:
         log = stderr_log
+    if several(instance):
+        return _run_pipelines(name, instance, deadline, seed, threads, log, options, opts)
     stats = {"formulation": name, "backend": opts.backend, "relax": opts.relax,
              "threads": threads, "seed": seed}
     tables = CostTables(instance)
@@ -217,6 +229,64 @@ def _run(name: str, instance: Instance, deadline: Deadline, seed, threads, log, 
     if answer.values is not None:
         model.assign(answer.values)
     return _outcome(form, answer, opts, stats, incumbent)
+
+
+def _run_pipelines(name: str, instance: Instance, deadline: Deadline, seed, threads, log,
+                   options: dict, opts: _Options) -> Outcome:
+    """Several pipelines: the outer enumeration around this formulation's one-pipeline
+    models (:class:`~chainpipe.formulations.pipelines.OuterSearch`)."""
+    if opts.relax or opts.write_model is not None:
+        raise OptionError(f"{name}: options 'relax' and 'write_model' apply to instances of "
+                          "one pipeline ('pipelines': [1]); this one allows "
+                          f"{list(instance.parallelism.pipelines)}")
+
+    def single(sub, dl):
+        return _run(name, sub, dl, seed, threads, log, options)
+
+    def joint(entry, subs, upper, dl):
+        return _joint(name, subs, upper, dl, opts, seed, threads, log)
+
+    search = OuterSearch(instance, deadline, single, joint, log)
+    out = search.run()
+    out.stats.update(formulation=name, backend=opts.backend, threads=threads, seed=seed,
+                     solve_time_s=deadline.elapsed())
+    return out
+
+
+def _joint(name: str, subs: list, upper: float, deadline: Deadline, opts: _Options, seed,
+           threads, log):
+    """One model of several pipelines (:func:`~chainpipe.formulations.pipelines.merge_models`):
+    ``(plans or None, bound)`` on ``max T_p + max R`` (``upper`` when no plan is below it)."""
+    forms, models, syncs = [], [], []
+    scale = upper / OBJECTIVE_MAGNITUDE
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore", under="ignore"):
+        for sub in subs:
+            tables = CostTables(sub)
+            form = _formulation(name, tables, opts, deadline, {}, (None, upper, "incumbent"))
+            if form is None:  # no arc of this block fits a plan below upper
+                return None, upper
+            form.scale = scale
+            form.build()
+            model = form.matrix()
+            column = {id(v): n for n, v in enumerate(model.variables)}
+            syncs.append(None if form.R is None else column[id(form.R)])
+            forms.append(form)
+            models.append(model)
+    merged, offsets = merge_models(models, syncs)
+    if merged.out_of_range(MAX_COEFFICIENT) is not None:
+        return None, 0.0
+    answer = _backend(opts.backend)(merged, relax=False, deadline=deadline, seed=seed,
+                                    threads=threads, log=log)
+    if answer.status == "infeasible":
+        return None, upper if opts.prune or name == "ilp-assign" else math.inf
+    bound = max(0.0, safe_bound(answer.bound, scale) or 0.0)
+    if answer.values is None:
+        return None, bound
+    plans = []
+    for form, model, off in zip(forms, models, offsets):
+        model.assign(answer.values[off:off + model.num_cols])
+        plans.append(form.decode())
+    return plans, bound
 
 
 def _formulation(name: str, tables: CostTables, opts: _Options, deadline: Deadline, stats: dict,

@@ -1,0 +1,353 @@
+"""Several pipelines (contract version 3) around one-pipeline models: the outer enumeration.
+
+The ILPs and CP-SAT model one pipeline; a plan of ``P >= 2`` pipelines is found by
+enumerating the outer choice and solving models of one pipeline inside it
+(``docs/formulations.md``, "Several pipelines"):
+
+- an **entry** is ``P`` contiguous DC blocks partitioning a span ``[a, b]`` of the chain,
+  in chain order, and a split ``M_1 + ... + M_P = M`` (``M_p >= 1``); one pipeline
+  (``P = 1``) is the whole chain with all ``M``. Every plan of ``P`` pipelines lies in the
+  entry whose span is its own outer span, each pipeline's range extended to the start of
+  the next one's; in that entry its ``R_X`` is the entry's (a plan of an entry that does
+  not reach the span's ends has a smaller ``R_X`` than the entry counts, so an entry's
+  value is never below the true time of the plan it returns);
+- per block and ``M_p`` a **sub-instance**: the block's DCs and links alone, ``M_p``
+  microbatches, one pipeline; its optimum ``v`` is the least ``T_p + max R`` of the block;
+- an entry's plans have ``T = max_p T_p + max_{p,s} R_s + R_X / H >= max_p v_p + R_X /
+  H``; putting the blocks' optimal plans side by side reaches that bound unless their
+  synchronisations differ; only then a **joint model** (the ``P`` one-pipeline models in
+  one model, ``T_max >= T_p``, ``R_max >= R_p``) is solved.
+
+Entries are taken in order of a cheap lower bound (:attr:`CostTables.lower_bound` of the
+blocks); when the cheap bound reaches the incumbent, every remaining entry is proven no
+better. The reported bound is the least over entries of what is proven of each (its
+value when solved, its sub-models' bounds, else its cheap bound): ``bound <= optimum
+<= T`` always; ``optimal`` only when it meets ``T``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+from dataclasses import dataclass, field
+
+from .. import cost
+from ..deadline import Deadline, TimeUp
+from ..numeric import OPTIMALITY_RTOL
+from ..plan import Pipeline, Plan, evaluate
+from ..result import Outcome
+from ..tables import CostTables
+
+#: relative slack when comparing a bound with the incumbent (a bound that meets it
+#: within rounding proves the entry no better)
+PRUNE_RTOL = 1e-9
+
+
+def several(instance) -> bool:
+    """Whether the instance allows a pipeline count other than 1 (needs the enumeration)."""
+    return tuple(instance.parallelism.pipelines) != (1,)
+
+
+def sub_instance(instance, first: int, last: int, microbatches: int):
+    """The instance of one pipeline on DCs ``first..last`` with ``microbatches``.
+
+    The DCs keep their names, so a sub-plan's device names are the full instance's.
+    """
+    training = instance.training
+    par = dataclasses.replace(training.parallelism, pipelines=(1,))
+    return dataclasses.replace(
+        instance, datacenters=tuple(instance.datacenters[first:last + 1]),
+        links=tuple(instance.links[first:last]),
+        training=dataclasses.replace(training, microbatches=microbatches, parallelism=par))
+
+
+def cross_time(instance, first: int, last: int) -> float:
+    """``R_X / H`` of pipelines spanning DCs ``first..last`` (0 for one DC)."""
+    if last <= first:
+        return 0.0
+    bw, lat = cost.chain_path(instance.links, first, last)
+    total = float(sum(ly.params for ly in instance.layers))
+    x = cost.cross_sync_time(total, instance.training.gradient_bytes_per_param, bw, lat)
+    return float(x) / instance.training.pipeline_sync_period
+
+
+@dataclass
+class Entry:
+    """One outer choice: DC blocks ``(first, last)`` in chain order and their ``M_p``."""
+
+    blocks: tuple[tuple[int, int], ...]
+    splits: tuple[int, ...]
+    cross: float  # R_X / H of the span
+    cheap: float = 0.0  # a cheap lower bound on T of the entry's plans
+    bound: float = 0.0  # what is proven of the entry so far
+    done: bool = False
+
+    @property
+    def single(self) -> bool:
+        return len(self.blocks) == 1
+
+
+def _partitions(a: int, b: int, P: int):
+    """Every cut of DCs ``a..b`` into ``P`` contiguous non-empty blocks."""
+    for cuts in itertools.combinations(range(a + 1, b + 1), P - 1):
+        bounds = (a, *cuts, b + 1)
+        yield tuple((bounds[i], bounds[i + 1] - 1) for i in range(P))
+
+
+def _splits(M: int, P: int):
+    for cuts in itertools.combinations(range(1, M), P - 1):
+        bounds = (0, *cuts, M)
+        yield tuple(bounds[i + 1] - bounds[i] for i in range(P))
+
+
+def entries(instance) -> list[Entry]:
+    """Every outer choice the instance allows (:class:`Entry`), unsorted."""
+    K, M = len(instance.datacenters), instance.microbatches
+    out = []
+    for P in sorted(set(instance.parallelism.pipelines)):
+        if P == 1:
+            out.append(Entry(((0, K - 1),), (M,), 0.0))
+            continue
+        if P > min(M, K):
+            continue
+        for a in range(K):
+            for b in range(a + P - 1, K):
+                X = cross_time(instance, a, b)
+                for blocks in _partitions(a, b, P):
+                    for split in _splits(M, P):
+                        out.append(Entry(blocks, split, X))
+    return out
+
+
+def assemble(instance, entry: Entry, plans: list[Plan]) -> Plan:
+    """The plan of ``entry`` from its blocks' one-pipeline plans (first form for one)."""
+    if entry.single:
+        return Plan(plans[0].stages)
+    return Plan(pipelines=[Pipeline(p.stages, m) for p, m in zip(plans, entry.splits)])
+
+
+@dataclass
+class SubResult:
+    """A block's one-pipeline solve: its plan, ``T_p + max R`` and proven bound."""
+
+    plan: Plan | None
+    T: float
+    bound: float
+    optimal: bool
+    infeasible: bool = False
+
+
+@dataclass
+class OuterSearch:
+    """The enumeration of :mod:`chainpipe.formulations.pipelines` for one route.
+
+    Parameters
+    ----------
+    instance : Instance
+        A version-3 instance allowing several pipelines.
+    deadline : Deadline
+        Covers every sub-solve and joint solve.
+    single : callable
+        ``single(sub_instance, deadline) -> Outcome``: the route's own solve of one
+        pipeline (its proof and bound its own).
+    joint : callable
+        ``joint(entry, sub_instances, upper, deadline) -> (plans or None, bound)``: the
+        route's model of the entry's ``P`` pipelines together, minimising
+        ``max T_p + max R``; ``plans`` one per block, ``bound`` a proven lower bound on
+        ``max T_p + max R`` over the entry's plans below ``upper`` (``upper`` itself when
+        there is none).
+    log : callable, optional
+        One line per step.
+    """
+
+    instance: object
+    deadline: Deadline
+    single: object
+    joint: object
+    log: object = None
+    subs: dict = field(default_factory=dict)
+    best_T: float = math.inf
+    best_plan: Plan | None = None
+    stats: dict = field(default_factory=lambda: {"entries": 0, "sub_solves": 0,
+                                                 "joint_solves": 0, "pruned": 0})
+
+    def offer(self, plan: Plan | None) -> float:
+        """Keep ``plan`` if :func:`evaluate` finds it feasible and faster; its ``T``."""
+        if plan is None:
+            return math.inf
+        ev = evaluate(self.instance, plan)
+        if not ev.feasible:
+            raise RuntimeError(f"a decoded plan is infeasible: {ev.violations[0]}")
+        T = float(ev.iteration_time_s)
+        if T < self.best_T:
+            self.best_T, self.best_plan = T, plan
+        return T
+
+    def cheap(self, first: int, last: int, m: int) -> float:
+        """A cheap lower bound on ``T_p + max R`` of the block (``inf``: nothing fits)."""
+        key = ("cheap", first, last, m)
+        if key not in self.subs:
+            self.deadline.check()
+            tables = CostTables(sub_instance(self.instance, first, last, m))
+            lb = math.inf if tables.infeasibility_reason() else float(tables.lower_bound)
+            self.subs[key] = max(lb, 0.0) if not math.isnan(lb) else 0.0
+        return self.subs[key]
+
+    def sub(self, first: int, last: int, m: int) -> SubResult:
+        """The block's one-pipeline solve, once per block and ``M_p``."""
+        key = (first, last, m)
+        if key not in self.subs:
+            inst = sub_instance(self.instance, first, last, m)
+            out = self.single(inst, self.deadline)
+            self.stats["sub_solves"] += 1
+            status = out.status.value
+            T = math.inf
+            if out.plan is not None:
+                ev = evaluate(inst, out.plan)
+                T = float(ev.iteration_time_s) if ev.feasible else math.inf
+            if status == "infeasible":
+                res = SubResult(None, math.inf, math.inf, True, True)
+            else:
+                lb = out.lower_bound if out.lower_bound is not None else self.cheap(first, last, m)
+                res = SubResult(out.plan, T, max(float(lb), self.cheap(first, last, m)),
+                                status == "optimal")
+            self.subs[key] = res
+            if self.log is not None:
+                self.log(f"pipelines: DCs {first}-{last}, M_p = {m}: {status}, "
+                         f"T_p + R = {T:.6g} s, bound {res.bound:.6g} s")
+        return self.subs[key]
+
+    def run(self) -> Outcome:
+        """Every entry, best first; the outcome with its proven bound."""
+        todo = entries(self.instance)
+        message = None
+        try:
+            for e in todo:
+                e.cheap = max(self.cheap(a, b, m) for (a, b), m in zip(e.blocks, e.splits)) \
+                    + e.cross
+                e.bound = e.cheap
+            todo.sort(key=lambda e: (e.cheap, len(e.blocks)))
+            for e in todo:
+                self.deadline.check()
+                if e.cheap >= self.best_T * (1 - PRUNE_RTOL):
+                    self.stats["pruned"] += 1
+                    continue
+                self.stats["entries"] += 1
+                self.entry(e)
+        except TimeUp:
+            message = f"time limit ({self.deadline.limit:g} s) reached in the enumeration"
+        return self.outcome(todo, message)
+
+    def entry(self, e: Entry) -> None:
+        """Solve one entry: its blocks alone, then together if their syncs disagree."""
+        subs = [self.sub(a, b, m) for (a, b), m in zip(e.blocks, e.splits)]
+        if any(s.infeasible for s in subs):
+            e.bound, e.done = math.inf, True
+            return
+        e.bound = max(e.cheap, max(s.bound for s in subs) + e.cross)
+        if any(s.plan is None for s in subs):
+            return
+        T = self.offer(assemble(self.instance, e, [s.plan for s in subs]))
+        if all(s.optimal for s in subs) and T <= e.bound * (1 + OPTIMALITY_RTOL):
+            e.bound, e.done = min(e.bound, T), True
+            return
+        if e.bound >= self.best_T * (1 - PRUNE_RTOL) or e.single:
+            return
+        insts = [sub_instance(self.instance, a, b, m) for (a, b), m in zip(e.blocks, e.splits)]
+        self.stats["joint_solves"] += 1
+        upper = self.best_T - e.cross
+        plans, bound = self.joint(e, insts, upper, self.deadline)
+        if plans is not None:
+            self.offer(assemble(self.instance, e, plans))
+        e.bound = max(e.bound, bound + e.cross)
+        if self.log is not None:
+            self.log(f"pipelines: joint model of {len(e.blocks)} pipelines {e.blocks} "
+                     f"{e.splits}: bound {e.bound:.6g} s, incumbent {self.best_T:.6g} s")
+
+    def outcome(self, todo: list[Entry], message: str | None) -> Outcome:
+        bound = min((e.bound for e in todo), default=math.inf)
+        stats = dict(self.stats, outer_entries=len(todo))
+        if self.best_plan is None:
+            if math.isinf(bound) and message is None:
+                return Outcome("infeasible", stats=stats, message=(
+                    "no allowed pipeline count has a plan that satisfies the memory limits "
+                    "and device counts"))
+            return Outcome("no_solution", lower_bound=None if math.isinf(bound) else bound,
+                           stats=stats, message=message or "no plan found")
+        T = self.best_T
+        bound = min(bound, T)
+        if T - bound <= OPTIMALITY_RTOL * T:
+            return Outcome("optimal", plan=self.best_plan, lower_bound=bound, stats=stats)
+        return Outcome("feasible", plan=self.best_plan, lower_bound=bound, stats=stats,
+                       message=message or "the enumeration ended before every entry was proven")
+
+
+def merge_models(models: list, sync_columns: list) -> tuple:
+    """One linear model of several pipelines from their one-pipeline models.
+
+    Parameters
+    ----------
+    models : list of LinearModel
+        Each pipeline's model, minimising its ``T_p + R_p`` in one common time unit.
+    sync_columns : list of int or None
+        Per model, the column of its ``R_p`` (``None``: it has none).
+
+    Returns
+    -------
+    (LinearModel, list of int)
+        The block-diagonal model with two more columns ``T_max`` and ``R_max`` (the last
+        two), rows ``cost_p . x_p - T_max <= 0`` (``cost_p`` without the ``R_p`` column)
+        and ``R_p - R_max <= 0``, minimising ``T_max + R_max``; and each model's first
+        column (to split a solution).
+    """
+    import numpy as np
+
+    from .matrix import LinearModel
+
+    offsets, n = [], 0
+    for m in models:
+        offsets.append(n)
+        n += m.num_cols
+    t_col, r_col = n, n + 1
+    cols = n + 2
+    cost = np.zeros(cols)
+    cost[t_col] = cost[r_col] = 1.0
+    lower = np.concatenate([m.col_lower for m in models] + [np.zeros(2)])
+    upper = np.concatenate([m.col_upper for m in models] + [np.full(2, np.inf)])
+    integer = np.concatenate([m.integer for m in models] + [np.zeros(2, dtype=bool)])
+    row_lower = [m.row_lower for m in models]
+    row_upper = [m.row_upper for m in models]
+    starts, index, value = [np.zeros(1, dtype=np.int64)], [], []
+    nnz = 0
+    for m, off in zip(models, offsets):
+        starts.append(m.starts[1:].astype(np.int64) + nnz)
+        index.append(m.index.astype(np.int64) + off)
+        value.append(m.value)
+        nnz += m.nonzeros
+    extra_lo, extra_up, extra_rows = [], [], []
+    for m, off, sync in zip(models, offsets, sync_columns):
+        c = m.cost.copy()
+        if sync is not None:
+            c[sync] = 0.0
+        nz = np.nonzero(c)[0]
+        extra_rows.append((np.concatenate([nz + off, [t_col]]), np.concatenate([c[nz], [-1.0]])))
+        extra_lo.append(-np.inf)
+        extra_up.append(-m.offset)
+        if sync is not None:
+            extra_rows.append((np.array([sync + off, r_col]), np.array([1.0, -1.0])))
+            extra_lo.append(-np.inf)
+            extra_up.append(0.0)
+    for idx, val in extra_rows:
+        index.append(idx.astype(np.int64))
+        value.append(val)
+        nnz += len(idx)
+        starts.append(np.array([nnz], dtype=np.int64))
+    model = LinearModel(
+        cost, lower, upper, integer,
+        np.concatenate(row_lower + [np.array(extra_lo)]),
+        np.concatenate(row_upper + [np.array(extra_up)]),
+        np.concatenate(starts).astype(np.int32), np.concatenate(index).astype(np.int32),
+        np.concatenate(value).astype(float), 0.0,
+        [v for m in models for v in m.variables] + [None, None])
+    return model, offsets
