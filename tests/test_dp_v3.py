@@ -143,7 +143,8 @@ def test_version_2_files_keep_the_version_2_search(monkeypatch):
 
 
 def test_support_lifts_dp_only():
-    """dp takes every version-3 feature; the other exact routes still refuse them."""
+    """dp takes every version-3 feature (so do the ILPs and cpsat since issue 33:
+    tests/test_formulations_v3.py)."""
     inst = read(DATA / "worked_example_v3_pipelines.json")
     assert refusal(inst.training, "dp") is None
-    assert "several pipelines" in refusal(inst.training, "cpsat")
+    assert refusal(inst.training, "cpsat") is None

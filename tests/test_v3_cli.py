@@ -57,10 +57,10 @@ def test_evaluate_lists_the_broken_pipeline_rules(capsys, tmp_path):
 
 def test_solve_refuses_a_period_instance_with_one_line(capsys):
     code, out, err = call(capsys, "solve", VALID / "worked_example_v3_gpipe.json", "--solver",
-                          "cpsat", "--format", "json")
+                          "cdynp", "--format", "json")
     result = json.loads(out)
     assert code == 1 and result["status"] == "error" and result["plan"] is None
-    assert result["message"] == ("cpsat does not support contract version 3 yet: objective "
+    assert result["message"] == ("cdynp does not support contract version 3 yet: objective "
                                  "'period' (training.objective; 'classic' is supported)")
 
 
