@@ -426,6 +426,48 @@ def idle_lines(inst, plan) -> list[str]:
 
 
 
+def cmd_group(args) -> int:
+    """``chainpipe group INVENTORY --max-groups K [-o cluster.toml]``: devices grouped by
+    their measured profile, the capacity lost per DC, and the cluster file."""
+    from .grouping import cluster_toml, group_inventory, read_inventory, report_rows
+    from .instances.cluster_file import parse_cluster, tomllib
+
+    refuse_overwrite({"-o/--output": args.output}, [args.inventory])
+    devices, links = read_inventory(args.inventory)
+    if args.link is not None:
+        if links is not None:
+            raise InstanceError([f"--link: {args.inventory} lists its links already"])
+        links = [args.link] * (len({d.dc for d in devices}) - 1)
+    dcs = group_inventory(devices, args.max_groups)
+    name = args.name or Path(args.inventory).stem
+    text = cluster_toml(dcs, links, name=name, dc_latency=args.dc_latency,
+                        source=Path(args.inventory).name)
+    parse_cluster(tomllib.loads(text), str(args.output or "cluster"))  # generate reads it
+    report = report_rows(dcs)
+    lines = [json.dumps(jsonable({"max_groups": args.max_groups, "datacenters": report}),
+                        indent=1)] if args.format == "json" else _group_table(report)
+    if args.output:
+        atomic_write(args.output, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+        lines.append(f"wrote {args.output}: {sum(len(d.groups) for d in dcs)} groups in "
+                     f"{len(dcs)} datacenters (generate --cluster {args.output} ...)")
+        print("\n".join(lines))
+    else:
+        print(text)
+        print("\n".join(lines), file=sys.stderr)
+    return 0
+
+
+def _group_table(report: list[dict]) -> list[str]:
+    rows = [("datacenter", "devices", "nodes", "groups", "measured TFLOP/s", "grouped TFLOP/s",
+             "compute lost", "memory lost")]
+    for r in report:
+        rows.append((r["datacenter"], str(r["devices"]), str(r["nodes"]), str(r["groups"]),
+                     f"{r['measured_flop_per_s'] / 1e12:.6g}",
+                     f"{r['grouped_flop_per_s'] / 1e12:.6g}", f"{100 * r['flop_lost']:.2f}%",
+                     f"{100 * r['memory_lost']:.2f}%"))
+    return _table(rows)
+
+
 def cmd_solvers(args) -> int:
     """``chainpipe solvers``: the installed solvers, one line each."""
     from .solve import available_solvers
@@ -960,6 +1002,49 @@ def _add_simulate(sub) -> None:
     s.set_defaults(func=cmd_simulate)
 
 
+def link_table(text: str) -> dict:
+    """``group --link``: ``bandwidth=100 Gbit/s,distance=40 km`` as a cluster file's link."""
+    out = {}
+    for part in text.split(","):
+        key, eq, value = part.partition("=")
+        key = key.strip()
+        if not eq or key not in ("bandwidth", "latency", "distance") or not value.strip():
+            raise argparse.ArgumentTypeError(
+                f"must be bandwidth=QUANTITY with latency=QUANTITY or distance=QUANTITY, "
+                f"comma-separated, got {reprlib.repr(text)}")
+        out[key] = value.strip()
+    if "bandwidth" not in out:
+        raise argparse.ArgumentTypeError(f"names no bandwidth: {reprlib.repr(text)}")
+    return out
+
+
+def _add_group(sub) -> None:
+    """The ``group`` sub-command."""
+    s = sub.add_parser(
+        "group", help="group measured devices by profile into a cluster file",
+        description="Form at most K device groups per datacenter from an inventory of "
+                    "measured devices (CSV with a header row, or JSON), each group of whole "
+                    "nodes priced by its slowest member, chosen to lose the least compute "
+                    "capacity (an exact DP on the nodes sorted by rate). Prints the capacity "
+                    "lost per datacenter and writes the cluster file that `generate "
+                    "--cluster` reads. Inventory fields: dc, node, type, flop_per_s "
+                    "(sustained), memory_bytes (free), node_bandwidth_bytes_per_s, "
+                    "nic_bandwidth_bytes_per_s.")
+    s.add_argument("inventory", metavar="INVENTORY", help="the devices (.csv or .json)")
+    s.add_argument("--max-groups", type=positive_int, required=True, metavar="K",
+                   help="at most this many groups per datacenter")
+    s.add_argument("-o", "--output", metavar="FILE",
+                   help="write the cluster file there (default: stdout, the report on stderr)")
+    s.add_argument("--link", type=link_table, metavar="SPEC",
+                   help="every chain link, when the inventory lists none: "
+                        "'bandwidth=100 Gbit/s,distance=40 km' (or latency=...)")
+    s.add_argument("--dc-latency", default="5 us", metavar="QUANTITY",
+                   help="latency of each datacenter's own link")
+    s.add_argument("--name", metavar="NAME", help="the cluster's name (default: the file's stem)")
+    s.add_argument("--format", choices=FORMATS, default="table", help="report: %(choices)s")
+    s.set_defaults(func=cmd_group)
+
+
 def _add_solvers(sub) -> None:
     """The ``solvers`` sub-command."""
     s = sub.add_parser("solvers", help="list the installed solvers, one line each")
@@ -986,6 +1071,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_compare(sub)
     _add_plot(sub)
     _add_simulate(sub)
+    _add_group(sub)
     _add_solvers(sub)
     return p
 
