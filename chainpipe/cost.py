@@ -274,6 +274,16 @@ def steady_state(microbatches: int, bottleneck):
         return (microbatches - 1) * bottleneck
 
 
+def assembled_time(fill_drain: float, bottleneck: float, steady: int, sync: float) -> float:
+    """:func:`iteration_time` of scalars with ``steady = M - 1`` given: the same sum in
+    the same order, in plain arithmetic so that the DP's compiled kernel
+    (:mod:`chainpipe.solvers.label_kernel`) compiles this very function.
+    """
+    if steady == 0:  # one microbatch: no steady state, even for an infinite bottleneck
+        return fill_drain + 0.0 + sync
+    return fill_drain + steady * bottleneck + sync
+
+
 def iteration_time(fill_drain, bottleneck, microbatches: int, sync=0.0):
     """``T = fill_drain + (M - 1) * bottleneck + sync``.
 

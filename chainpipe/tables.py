@@ -508,7 +508,12 @@ def fill_curve(group_rates, cap: float) -> tuple[np.ndarray, np.ndarray]:
 def fill_bound(flop: float, x: list, cap: float) -> float:
     """The fill bound of :func:`fill_curve` (breakpoints ``x``, steps of ``cap``) at
     ``flop``; its last value beyond its end, where the bottleneck bound already prunes."""
-    j = bisect.bisect_right(x, flop) - 1
+    return fill_bound_at(flop, x, cap, bisect.bisect_right(x, flop) - 1)
+
+
+def fill_bound_at(flop: float, x, cap: float, j: int) -> float:
+    """:func:`fill_bound` given ``j``, the last breakpoint of ``x`` not above ``flop``
+    (plain arithmetic: the DP's compiled kernel compiles this very function)."""
     if j >= len(x) - 1:
         return cap * (len(x) - 1)
     return cap * (j + (flop - x[j]) / (x[j + 1] - x[j]))

@@ -24,7 +24,6 @@ search repeats with a larger trial. The first trial that succeeds is exact.
 from __future__ import annotations
 
 import math
-from bisect import bisect_right
 
 import numpy as np
 
@@ -38,11 +37,6 @@ from .labels import (
     BOUND_SLACK,
     HYBRID_TRIALS,
     TRIALS,
-    across_usage,
-    killers,
-    pareto3,
-    pareto4,
-    shifted_pareto,
 )
 
 
@@ -84,8 +78,9 @@ def run(instance, *, deadline=None, seed=0, threads=1, log=None, upper_bound=Non
     trials = sorted({lb * (1 + d) if math.isfinite(d) else math.inf for d in steps})
     if upper_bound is not None:
         trials = [u for u in trials if u < upper_bound] + [upper_bound * (1 + 1e-9)]
+    dominated: dict = {}  # the options' dominance, computed once for every trial
     for trial in trials:
-        search = _Search(tables, trial, deadline, capacity)
+        search = _Search(tables, trial, deadline, capacity, dominated)
         try:
             found = search.run()
         except TimeUp:
@@ -138,11 +133,13 @@ class _Search:
     """One bounded run of the DP: finds the optimum if it is below ``upper``."""
 
     def __init__(self, tables: CostTables, upper: float, deadline: Deadline,
-                 capacity: _LayerCapacity | None = None):
+                 capacity: _LayerCapacity | None = None, dominated: dict | None = None):
         self.t = tables
         self.upper = upper
         self.deadline = deadline
         self.capacity = capacity
+        #: per group's options: which are dominated (shared by the trials of a run)
+        self.dominated = {} if dominated is None else dominated
         self.stats = {"labels": 0, "states": 0, "candidate_stages": 0}
 
     def run(self):
@@ -186,22 +183,34 @@ class _Search:
         limit = self.cap * (1 + 1e-12)
         sync_limit = (self.upper - self.sum_lb) * (1 + 1e-12)
         cands: list[list] = []
+        #: per group: its distinct widths (the slots of the capacity floors' rows)
+        self.widths_of: list = [[] for _ in range(t.G)]
         t_max = ncand = 0
         shared: dict = {}  # groups with the same options share their candidates
+        shared_group: dict = {}
         for g in range(t.G):
             self.deadline.check()
             opts = t.options(g)
             if id(opts) in shared:
                 cands.append(shared[id(opts)])
+                self.widths_of[g] = self.widths_of[shared_group[id(opts)]]
                 continue
+            shared_group[id(opts)] = g
             per_end: list = [None] * (L + 1)
             cands.append(per_end)
             shared[id(opts)] = per_end
             if not len(opts.d):
                 continue
             C, N, R, W = opts.compute_time, opts.max_in_flight, opts.sync_time, opts.width
-            ok = (C <= limit) & (N >= need) & (R <= sync_limit)
-            ok &= ~dominated_options(ok, C, N, R, W, self.deadline.check)
+            # an option's dominator is no worse in C, N and R, so it passes every test
+            # the option passes: dominance among the options that fit memory at all holds
+            # for every trial's cap (computed once per run)
+            dominated = self.dominated.get(id(opts))
+            if dominated is None:
+                fits = np.isfinite(C) & (N >= need)
+                dominated = self.dominated[id(opts)] = dominated_options(
+                    fits, C, N, R, W, self.deadline.check)
+            ok = (C <= limit) & (N >= need) & (R <= sync_limit) & ~dominated
             cs, starts, ends = np.nonzero(ok)
             order = np.lexsort((-starts, cs, ends))  # by end, then pair, then start descending
             cs, starts, ends = cs[order], starts[order], ends[order]
@@ -211,52 +220,137 @@ class _Search:
                 t_max = max(t_max, int(below.max()))
             c_all, r_all = C[cs, starts, ends], R[cs, starts, ends]
             w_all = W[cs]
+            widths = np.unique(W)
+            self.widths_of[g] = widths.tolist()
+            table = np.column_stack((starts, c_all, n_all, w_all, r_all, cs,
+                                     np.searchsorted(widths, w_all))).astype(np.float64)
             cuts = np.searchsorted(ends, np.arange(L + 2))
             for b in range(1, L + 1):
-                lo, hi = cuts[b], cuts[b + 1]
-                if lo == hi:
-                    continue
-                rows = list(zip(starts[lo:hi].tolist(), c_all[lo:hi].tolist(),
-                                n_all[lo:hi].tolist(), w_all[lo:hi].tolist(),
-                                r_all[lo:hi].tolist(), cs[lo:hi].tolist()))
-                a_b, w_b = starts[lo:hi], w_all[lo:hi]
-                by_width = None
-                if self.capacity is not None and len(rows) >= _VECTOR_MIN:
-                    # the capacity floors are looked up in numpy for the rows of each width
-                    by_width = []
-                    for wv in np.unique(w_b).tolist():
-                        sel = np.flatnonzero((w_b == wv) & (a_b > 0))
-                        if len(sel):
-                            by_width.append((wv, sel, a_b[sel]))
-                per_end[b] = (a_b, c_all[lo:hi], r_all[lo:hi], w_b, rows, by_width)
+                if cuts[b] < cuts[b + 1]:
+                    per_end[b] = table[cuts[b]:cuts[b + 1]]
             ncand += len(cs)
         self.stats["candidate_stages"] = ncand
         return cands, t_max
 
     def _label_loop(self):
-        """Walk the layers backwards, extending Pareto labels by one stage at a time.
+        """Walk the layers backwards: filter each layer's states, then put every stage
+        option worth trying before each state's labels (the compiled kernels of
+        :mod:`.label_kernel`; the invariants are stated in ``docs/dp.md``).
 
         Returns the states (for back-tracking) and the best complete plan
         ``(T, parent)``, or ``None`` when no plan beats ``upper``.
         """
+        from . import label_kernel  # numba: compiled (or loaded from its cache) on first use
+
         t = self.t
-        L, M, K = t.L, t.M, t.K
-        upper, cands, p_cap = self.upper, self.cands, self.p_cap
+        L, K = t.L, t.K
+        self._prepare_bounds()
         sync = not t.single_device
+        steady = t.M - 1
+        need_at = np.asarray(self.need_at, dtype=np.int64)
+        self.live = self.upper  # lowered by every complete plan found
+        # pending[a][key]: chunks (images, lo, hi, meta) of the images filed into state
+        # key at layer a; metas[meta] = (b, key, g) of the extension that made them
+        pending: list = [dict() for _ in range(L + 1)]
+        self.metas = []
+        empty = (np.zeros(1), np.zeros(1), np.zeros(1, dtype=np.int64), np.zeros(1),
+                 np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64))
+        pending[L][(K, ())] = [(empty, 0, 1, -1)]  # the empty suffix; sentinel DC K
+        states: list = [None] * (L + 1)
+        best = None  # (T, parent) of the best complete plan
+        for b in range(L, 0, -1):
+            layer = states[b] = self._filter_layer(pending[b], sync, steady, label_kernel)
+            pending[b] = None
+            for key, (mx, sm, p, r, _meta, _idx, _pair, kill, lts) in layer.items():
+                self.deadline.check()
+                lows = (float(mx[0]), float(sm.min()), float(r.min()))
+                for g, k0, gl, u, U, Q in self._moves(b, key):
+                    rows = self._survivors(b, g, k0, gl, u, U, Q, lows, label_kernel)
+                    if rows is None:
+                        continue
+                    images, starts, heads, (live, row, lab) = label_kernel.extend(
+                        mx, sm, p, r, lts, kill, rows, U, Q, self.live, steady, self.p_cap,
+                        need_at, BOUND_SLACK, sync)
+                    if row >= 0:
+                        self.live = live
+                        best = (live, (b, key, lab, 0, g, int(rows[row, 5])))
+                    if len(heads):
+                        self._file(pending, images, starts, heads, (b, key, g), k0, u, gl)
+        return states, best
+
+    def _filter_layer(self, chunks: dict, sync: bool, steady: int, kernel) -> dict:
+        """The states of one layer from the images filed into them: per datacenter, the
+        labels :func:`.label_kernel.filter_states` keeps, as arrays per state
+        ``(mx, sm, p, r, meta, label, kill, lts)`` (``meta``, ``label``: the stage that
+        made the label and the label it extended)."""
+        by_dc: dict = {}
+        for key in chunks:
+            by_dc.setdefault(key[0], []).append(key)
+        layer: dict = {}
+        for keys in by_dc.values():
+            cols: list = [[], [], [], [], [], []]
+            metas, sizes, per_state = [], [], []
+            for key in keys:
+                filed = chunks[key]
+                per_state.append(sum(hi - lo for _, lo, hi, _ in filed))
+                for images, lo, hi, meta in filed:
+                    for col, arr in zip(cols, images):
+                        col.append(arr[lo:hi])
+                    metas.append(meta)
+                    sizes.append(hi - lo)
+            mx, sm, p, r, label, pair = (np.concatenate(col) for col in cols)
+            meta = np.repeat(np.asarray(metas, dtype=np.int64), sizes)
+            owner = np.repeat(np.arange(len(keys), dtype=np.int64), per_state)
+            usage = np.array([key[1] for key in keys], dtype=np.int64).reshape(len(keys), -1)
+            keep, starts, kill, lts = kernel.filter_states(mx, sm, p, r, owner, usage, sync,
+                                                           steady)
+            cols = (mx[keep], sm[keep], p[keep], r[keep], meta[keep], label[keep], pair[keep])
+            bounds = starts.tolist()
+            for s, key in enumerate(keys):
+                lo, hi = bounds[s], bounds[s + 1]
+                if lo < hi:
+                    layer[key] = tuple(c[lo:hi] for c in cols) + (kill[lo:hi], lts[lo:hi])
+            self.stats["labels"] += len(keep)
+        self.stats["states"] += len(layer)
+        return layer
+
+    def _file(self, pending, images, starts, heads, stage, k0, u, gl) -> None:
+        """File the images of one extension, grouped by target state, into ``pending``;
+        ``stage = (b, key, g)`` is recorded once in :attr:`metas` (the images carry their
+        pair)."""
+        meta = len(self.metas)
+        self.metas.append(stage)
+        bounds = starts.tolist()
+        for q, (a, w) in enumerate(heads.tolist()):
+            nkey = self.next_key.get((k0, u, gl, w))
+            if nkey is None:
+                nkey = self.next_key[(k0, u, gl, w)] = (k0, u[:gl] + (u[gl] + w,) + u[gl + 1:])
+            filed = pending[a].get(nkey)
+            if filed is None:
+                pending[a][nkey] = [(images, bounds[q], bounds[q + 1], meta)]
+            else:
+                filed.append((images, bounds[q], bounds[q + 1], meta))
+
+    def _prepare_bounds(self) -> None:
+        """What the optimistic completion of a prefix ``[0, a)`` needs, per DC ``k0``
+        that holds its last stage (see :meth:`_survivors`)."""
+        t = self.t
+        K = t.K
         self.K = K
         self.rate_by_dc = [t.rate[t.group_dc <= k].max() for k in range(K)]
-        widest = t.widest
-        flop = t.flop_prefix.tolist()
-        # optimistic completion of a prefix [0, a) on DCs <= k: per k and a, its compute sum
-        # and its largest layer on the widest stage of the fastest devices of DCs <= k
+        self.flop = flop = t.flop_prefix.tolist()
+        self.flop_arr = np.asarray(flop)
+        # per k0 and a: the prefix's compute sum and its largest layer on the widest stage
+        # of the fastest devices of DCs <= k0
         prefix_max = np.concatenate(([0.0], np.maximum.accumulate(np.diff(flop))))
-        prefix_sum_arr = [cost.compute_time(np.asarray(flop), r, widest) for r in self.rate_by_dc]
-        prefix_max_arr = [cost.compute_time(prefix_max, r, widest) for r in self.rate_by_dc]
-        prefix_sum_list = [x.tolist() for x in prefix_sum_arr]
-        prefix_max_list = [x.tolist() for x in prefix_max_arr]
-        flop_arr = np.asarray(flop)
+        self.prefix_sum_arr = [cost.compute_time(self.flop_arr, r, t.widest)
+                               for r in self.rate_by_dc]
+        self.prefix_max_arr = [cost.compute_time(prefix_max, r, t.widest)
+                               for r in self.rate_by_dc]
+        self.prefix_sum_list = [x.tolist() for x in self.prefix_sum_arr]
+        self.prefix_max_list = [x.tolist() for x in self.prefix_max_arr]
         # in-flight count of a new stage placed before p stages (p capped at p_cap)
-        need_at = [t.in_flight(p + 1) for p in range(p_cap + 1)]
+        self.need_at = [t.in_flight(p + 1) for p in range(self.p_cap + 1)]
         self.groups_of = [[] for _ in range(K)]
         for g, k in enumerate(t.group_dc.tolist()):
             self.groups_of[k].append(g)
@@ -264,237 +358,121 @@ class _Search:
         # usage never needs to exceed what L stages of the widest option take
         self.count = usage_caps(t)
         # total rate of the devices of DCs before k: bounds the bottleneck of a prefix
-        capacity_before = _PerDC(lambda k: (t.rate[t.group_dc < k] * t.count[t.group_dc < k])
-                                 .tolist())
+        self.capacity_before = _PerDC(
+            lambda k: (t.rate[t.group_dc < k] * t.count[t.group_dc < k]).tolist())
         # the fill bound of a prefix (see fill_curve) needs a finite cap
-        use_fill = np.isfinite(self.cap) and M > 1
-        fill_cap = self.cap if use_fill else 0.0
-        rate_of = t.rate.tolist()
-        true_count = t.count.tolist()
-        iteration_time = cost.iteration_time
-        next_key: dict = {}
+        self.use_fill = np.isfinite(self.cap) and t.M > 1
+        self.fill_cap = self.cap if self.use_fill else 0.0
+        self.rate_of = t.rate.tolist()
+        self.true_count = t.count.tolist()
+        self.next_key: dict = {}
         # how many FLOP the devices left can hold under a bottleneck (v2: the widths make
         # the spread of rates a weak bound); per k0, the DCs before it at full count
-        capacity = self.capacity if use_fill else None
-        before_groups = _PerDC(lambda k: np.flatnonzero(t.group_dc < k).tolist())
-        curves: dict = {}
-
+        if not self.use_fill:
+            self.capacity = None
+        self.before_groups = _PerDC(lambda k: np.flatnonzero(t.group_dc < k).tolist())
+        self.curves: dict = {}
         # a prefix [0, a) that does not stay inside DC k0 crosses a link at some boundary
         # b' <= a between DCs k1 < k2 <= k0: its bottleneck is at least the least such
         # occupancy and its fill gains at least the least such traversal (per k0 and a)
-        cross_u, cross_q = self._crossing_floors()
-        cap_limit = self.cap * (1 + 1e-12)
+        self.cross_u, self.cross_q = self._crossing_floors()
+        self.cap_limit = self.cap * (1 + 1e-12)
         # what each datacenter's devices hold with every C <= cap (for the crossings a
         # prefix needs: it spans at least as many DCs as the fewest that hold it)
-        dc_hold = None if capacity is None else _PerDC(
-            lambda k: capacity.held(capacity.curve(self.groups_of[k], []), cap_limit))
-
-        def needed_curve(k0, u, gl, w):
-            """Per prefix end ``a``, once a stage of w devices of local group gl is placed
-            on top of usage u: a floor under the prefix's bottleneck (the least under which
-            the devices free on DCs <= k0 hold the FLOP of [0, a), and under which those of
-            DC k0 hold it unless the prefix crosses a link) and what its fill gains when
-            DC k0 cannot hold it under the cap (the crossing). Arrays and lists; 0 at a = 0."""
-            nkey = next_key.get((k0, u, gl, w))
-            if nkey is None:
-                nkey = next_key[(k0, u, gl, w)] = (k0, u[:gl] + (u[gl] + w,) + u[gl + 1:])
-            got = curves.get(nkey)  # it depends on the usage after the stage only
-            if got is None:
-                here = tuple((h, true_count[h] - x) for h, x in zip(self.groups_of[k0], nkey[1]))
-                need, stay, local = capacity.for_prefixes(before_groups(k0), here, flop_arr)
-                need = np.maximum(need, np.minimum(stay, cross_u[k0]))
-                # the fewest DCs whose devices hold [0, a) under the cap, less one: links
-                # crossed at distinct boundaries; at least one if DC k0 cannot hold it
-                held = np.cumsum(sorted(dc_hold.upto(k0) + [capacity.held(local, cap_limit)],
-                                        reverse=True))
-                crossings = np.minimum(np.searchsorted(held, flop_arr / _HOLD_SLACK), k0)
-                crossings = np.maximum(crossings, stay > cap_limit)
-                with np.errstate(invalid="ignore"):  # 0 crossings of no link: 0
-                    gain = np.where(crossings > 0, crossings * cross_q[k0], 0.0)
-                need[0] = gain[0] = 0.0
-                got = curves[nkey] = (need, need.tolist(), gain, gain.tolist())
-            return got
+        capacity = self.capacity
+        self.dc_hold = None if capacity is None else _PerDC(
+            lambda k: capacity.held(capacity.curve(self.groups_of[k], []), self.cap_limit))
         # (k0, usage) -> (rate of the devices free on DCs <= k0, fill curve of the prefix)
-        free_rate: dict = {}
+        self.free_rate: dict = {}
+        # (k0, usage, g) -> the capacity floors per width of g (:meth:`_floors`)
+        self.floor_rows: dict = {}
+        self._inf_row = np.full(t.L + 1, np.inf)
+        self._no_floors = (np.zeros((1, 1)), np.zeros((1, 1)))
 
-        # states[b]: dict (k, u) -> labels (mx, sm, p, r, parent); parent =
-        # (b, key, idx, a, g, pair). p (stages placed, capped at p_cap) is a criterion since
-        # 1F1B memory depends on it; r (largest synchronisation) only under data parallelism.
-        states: list[dict] = [dict() for _ in range(L + 1)]
-        # fronts[a][key]: per bottleneck, the (sum, stages, sync) of the labels in the
-        # bucket states[a][key] so far (until layer a is filtered)
-        fronts: list = [dict() for _ in range(L + 1)]
-        best = None  # (T, parent) of the best complete plan
-        states[L][(K, ())] = [(0.0, 0.0, 0, 0.0, None)]  # the empty suffix; sentinel DC K
-        labels_total = 0
-        check = 0
-        for b in range(L, 0, -1):
-            layer_states = states[b]
-            fronts[b] = None
-            if not layer_states:
-                continue
-            for key in list(layer_states):
-                labels = (pareto4(layer_states[key]) if sync
-                          else pareto3(layer_states[key], p_cap))
-                layer_states[key] = shifted_pareto(labels, M) if sync else labels
-            if len(layer_states) > 1:
-                across_usage(layer_states, sync=sync)
-            labels_total += sum(len(v) for v in layer_states.values())
-            self.stats["states"] += len(layer_states)
-            for key, labels in layer_states.items():
-                check += 1
-                if check % 64 == 0:
-                    self.deadline.check()
-                low_mx = min(lab[0] for lab in labels)
-                low_sm = min(lab[1] for lab in labels)
-                low_r = min(lab[3] for lab in labels)
-                # labels by bottleneck (the filters keep that order); a stage that lifts
-                # the first i to one bottleneck makes the later killers of each redundant
-                # (under parallelism: in version 1 it was measured to save no time)
-                mxs = [lab[0] for lab in labels] if sync else None
-                kill = killers(labels) if sync else None
-                n_labels = len(labels)
-                lts = [iteration_time(lab[1], lab[0], M) for lab in labels]
-                alive_by_prefix: dict = {}
-                for g, k0, gl, u, U, Q in self._moves(b, key):
-                    arrays = cands[g][b]
-                    if arrays is None:
-                        continue
-                    a_arr, c_arr, r_arr, w_arr, rows, by_width = arrays
-                    # devices still free on DCs <= k0 before this stage, weighted by rate
-                    free_here = free_rate.get((k0, u))
-                    if free_here is None:
-                        groups_free = capacity_before(k0) + [
-                            (true_count[h] - x) * rate_of[h]
-                            for h, x in zip(self.groups_of[k0], u)]
-                        curve_x, curve_y = fill_curve(groups_free, fill_cap)
-                        free_here = free_rate[(k0, u)] = (
-                            sum(groups_free), curve_x, curve_y, curve_x.tolist(), fill_cap)
-                    base, curve_x, curve_y, curve_list, step = free_here
-                    # optimistic completion of the prefix [0, a) on DCs <= k0: its sum on
-                    # the widest stage of the fastest devices, its bottleneck at least its
-                    # largest layer so, and its FLOP spread over every device still free;
-                    # first with the state's least label values: no label can do better
-                    free = self.count[g] - u[gl]
-                    low_u = max(U, low_mx)
-                    if len(rows) < _VECTOR_MIN:
-                        survivors = []
-                        pre_sums, pre_maxs = prefix_sum_list[k0], prefix_max_list[k0]
-                        rate_g = rate_of[g]
-                        for row in rows:
-                            a, c, _n, w, r, _ci = row
-                            if w > free:
-                                continue
-                            pm, ps = pre_maxs[a], pre_sums[a]
-                            if a and use_fill:
-                                fill = fill_bound(flop[a], curve_list, step)
-                                if fill > ps:
-                                    ps = fill
-                            if a:
-                                avail = base - w * rate_g
-                                if avail <= 0:
-                                    continue
-                                if flop[a] / avail > pm:
-                                    pm = flop[a] / avail
-                                if capacity is not None:
-                                    floors = needed_curve(k0, u, gl, w)
-                                    if floors[1][a] > pm:
-                                        pm = floors[1][a]
-                                    ps += floors[3][a]
-                            nmx = c if c >= low_u else low_u
-                            rr = r if r >= low_r else low_r
-                            if iteration_time(low_sm + Q + c + ps, nmx if nmx >= pm else pm, M,
-                                              rr) >= upper:
-                                continue
-                            survivors.append((row, pm, ps))
-                    else:
-                        avail = base - w_arr * rate_of[g]
-                        with np.errstate(divide="ignore", invalid="ignore"):
-                            pre_max = np.maximum(prefix_max_arr[k0][a_arr],
-                                                 np.where(a_arr > 0, flop_arr[a_arr] / avail, 0))
-                        pre_sum = prefix_sum_arr[k0][a_arr]
-                        if use_fill:
-                            pre_sum = np.maximum(pre_sum, np.where(
-                                a_arr > 0, np.interp(flop_arr[a_arr], curve_x, curve_y), 0.0))
-                        if capacity is not None:  # the bottleneck the free devices need
-                            for wv, sel, a_sel in by_width:
-                                floors = needed_curve(k0, u, gl, wv)
-                                pre_max[sel] = np.maximum(pre_max[sel], floors[0][a_sel])
-                                pre_sum[sel] += floors[2][a_sel]
-                        nmx = np.maximum(np.maximum(c_arr, low_u), pre_max)
-                        bound = iteration_time(low_sm + Q + c_arr + pre_sum, nmx, M,
-                                               np.maximum(r_arr, low_r))
-                        ok = (w_arr <= free) & ((a_arr == 0) | (avail > 0)) & (bound < upper)
-                        idx = np.flatnonzero(ok)
-                        survivors = list(zip([rows[i] for i in idx.tolist()],
-                                             pre_max[idx].tolist(), pre_sum[idx].tolist()))
-                    for (a, c, n, w, r, ci), pm, ps in survivors:
-                        nkey = next_key.get((k0, u, gl, w))
-                        if nkey is None:
-                            nkey = next_key[(k0, u, gl, w)] = (
-                                k0, u[:gl] + (u[gl] + w,) + u[gl + 1:])
-                        bucket = front = None
-                        pairs = enumerate(labels)
-                        if sync:
-                            i = bisect_right(mxs, c if c >= U else U)
-                            if i > 1:
-                                pairs = alive_by_prefix.get(i)
-                                if pairs is None:
-                                    pairs = alive_by_prefix[i] = [
-                                        (j, labels[j]) for j in range(i) if kill[j] >= i] + list(
-                                        zip(range(i, n_labels), labels[i:]))
-                        # the bound test without assembling T per label: a label with
-                        # mx <= h (the image's floor, the prefix's included) completes in at
-                        # least its sum and sync plus a term common to the row; one above
-                        # it in its own T (lts) plus the row's sum; thresholds widened a
-                        # hair so that rounding never cuts what assembling T would keep
-                        cu = c if c >= U else U
-                        h = cu if cu >= pm else pm
-                        base = c + Q + ps
-                        thr_lo = upper - iteration_time(base, h, M) + upper * BOUND_SLACK
-                        thr_hi = upper - base + upper * BOUND_SLACK
-                        for idx, (mx, sm, p, rs, _) in pairs:
-                            if need_at[p] > n:
-                                continue
-                            nr = rs if rs >= r else r
-                            if mx <= h:
-                                if sm + nr >= thr_lo:
-                                    continue
-                            elif lts[idx] + nr >= thr_hi:
-                                continue
-                            nmx = mx if mx >= cu else cu
-                            nsm = sm + c + Q  # in this order: the sums of every path add alike
-                            if a == 0:
-                                opt = iteration_time(nsm + ps, nmx if nmx >= pm else pm, M, nr)
-                                if opt < upper:
-                                    best = (opt, (b, key, idx, a, g, ci))
-                                    # a complete plan: nothing slower is worth extending now
-                                    upper = opt
-                                continue
-                            np_ = p + 1 if p < p_cap else p_cap
-                            if bucket is None:
-                                bucket = states[a].get(nkey)
-                                if bucket is None:
-                                    bucket = states[a][nkey] = []
-                                    front = fronts[a][nkey] = {}
-                                else:
-                                    front = fronts[a][nkey]
-                            # an image an earlier one of the bucket with the same bottleneck
-                            # dominates is the Pareto filter's to drop: dropped now (most are)
-                            same = front.get(nmx)
-                            if same is None:
-                                front[nmx] = [(nsm, np_, nr)]
-                            else:
-                                for s_, p_, r_ in same:
-                                    if s_ <= nsm and p_ <= np_ and r_ <= nr:
-                                        break
-                                else:
-                                    same.append((nsm, np_, nr))
-                                    bucket.append((nmx, nsm, np_, nr, (b, key, idx, a, g, ci)))
-                                continue
-                            bucket.append((nmx, nsm, np_, nr, (b, key, idx, a, g, ci)))
-        self.stats["labels"] = labels_total
-        return states, best
+    def _needed_curve(self, k0, u, gl, w):
+        """Per prefix end ``a``, once a stage of w devices of local group gl is placed
+        on top of usage u: a floor under the prefix's bottleneck (the least under which
+        the devices free on DCs <= k0 hold the FLOP of [0, a), and under which those of
+        DC k0 hold it unless the prefix crosses a link) and what its fill gains when
+        DC k0 cannot hold it under the cap (the crossing). Arrays and lists; 0 at a = 0."""
+        nkey = self.next_key.get((k0, u, gl, w))
+        if nkey is None:
+            nkey = self.next_key[(k0, u, gl, w)] = (k0, u[:gl] + (u[gl] + w,) + u[gl + 1:])
+        got = self.curves.get(nkey)  # it depends on the usage after the stage only
+        if got is None:
+            capacity, cap_limit, flop_arr = self.capacity, self.cap_limit, self.flop_arr
+            here = tuple((h, self.true_count[h] - x)
+                         for h, x in zip(self.groups_of[k0], nkey[1]))
+            need, stay, local = capacity.for_prefixes(self.before_groups(k0), here, flop_arr)
+            need = np.maximum(need, np.minimum(stay, self.cross_u[k0]))
+            # the fewest DCs whose devices hold [0, a) under the cap, less one: links
+            # crossed at distinct boundaries; at least one if DC k0 cannot hold it
+            held = np.cumsum(sorted(self.dc_hold.upto(k0) + [capacity.held(local, cap_limit)],
+                                    reverse=True))
+            crossings = np.minimum(np.searchsorted(held, flop_arr / _HOLD_SLACK), k0)
+            crossings = np.maximum(crossings, stay > cap_limit)
+            with np.errstate(invalid="ignore"):  # 0 crossings of no link: 0
+                gain = np.where(crossings > 0, crossings * self.cross_q[k0], 0.0)
+            need[0] = gain[0] = 0.0
+            got = self.curves[nkey] = (need, need.tolist(), gain, gain.tolist())
+        return got
+
+    def _free_curve(self, k0, u):
+        """The devices free on DCs <= ``k0`` at usage ``u``: their total rate and the fill
+        curve of a prefix on them (:func:`~chainpipe.tables.fill_curve`)."""
+        got = self.free_rate.get((k0, u))
+        if got is None:
+            groups_free = self.capacity_before(k0) + [
+                (self.true_count[h] - x) * self.rate_of[h]
+                for h, x in zip(self.groups_of[k0], u)]
+            curve_x, curve_y = fill_curve(groups_free, self.fill_cap)
+            got = self.free_rate[(k0, u)] = (sum(groups_free), curve_x, curve_y,
+                                             curve_x.tolist(), self.fill_cap)
+        return got
+
+    def _survivors(self, b, g, k0, gl, u, U, Q, lows, kernel):
+        """The stage options ``[a, b)`` on group ``g`` worth putting before a state whose
+        least label values are ``lows = (mx, sm, r)``: rows of
+        :func:`.label_kernel.extend` (``None`` if none).
+
+        The optimistic completion of the prefix ``[0, a)`` on DCs <= k0: its sum on the
+        widest stage of the fastest devices, its bottleneck at least its largest layer
+        so, and its FLOP spread over every device still free (and held by them, and
+        crossing links when one DC cannot hold it); with the state's least label
+        values no label can do better, so a row failing the bound fails for every label
+        (:func:`.label_kernel.survivors`).
+        """
+        table = self.cands[g][b]
+        if table is None:
+            return None
+        base, curve_x, _y, _list, step = self._free_curve(k0, u)
+        free = self.count[g] - u[gl]
+        floors = self._floors(k0, u, gl, g, free) if self.capacity is not None else None
+        rows = kernel.survivors(
+            table, self.prefix_max_arr[k0], self.prefix_sum_arr[k0], self.flop_arr, curve_x,
+            step, self.use_fill, base, self.rate_of[g],
+            *(floors if floors is not None else self._no_floors), floors is not None, free,
+            (max(U, lows[0]), lows[1], lows[2]), Q, self.t.M - 1, self.live)
+        return rows if len(rows) else None
+
+    def _floors(self, k0, u, gl, g, free):
+        """The capacity floors of :meth:`_needed_curve` for each width of group ``g``
+        (``inf`` rows for widths above ``free``, which no row uses): two arrays
+        ``(widths, L + 1)``, computed once per ``(k0, u, g)``."""
+        key = (k0, u, g)
+        got = self.floor_rows.get(key)
+        if got is None:
+            need, gain = [], []
+            for w in self.widths_of[g]:
+                if w > free:
+                    need.append(self._inf_row)
+                    gain.append(self._inf_row)
+                else:
+                    curve = self._needed_curve(k0, u, gl, w)
+                    need.append(curve[0])
+                    gain.append(curve[2])
+            got = self.floor_rows[key] = (np.array(need), np.array(gain))
+        return got
 
     def _crossing_floors(self):
         """Per DC ``k0`` and prefix end ``a``: the least occupancy and the least traversal
@@ -546,8 +524,22 @@ class _Search:
                 yield g, k0, gl, base, U, Q
 
     def _backtrack(self, states, parent) -> list[tuple[int, int, int, int, int, int]]:
-        """The stages ``(start, end, dc, group in dc, d, t)`` of the plan ending at ``parent``."""
-        return backtrack_stages(self.t, states, parent, 4)
+        """The stages ``(start, end, dc, group in dc, d, t)`` of the plan ending at ``parent``
+        ``(b, key, label, 0, g, pair)``: each label's ``meta`` names the stage that made it
+        (:attr:`metas`) and ``label`` the label of the next state it extended."""
+        t = self.t
+        b, key, idx, a, g, ci = parent
+        stages = []
+        while True:
+            opts = t.options(g)
+            stages.append((a, b, int(t.group_dc[g]), t.groups[g].index, int(opts.d[ci]),
+                           int(opts.t[ci])))
+            labels = states[b][key]
+            meta, idx, ci = int(labels[4][idx]), int(labels[5][idx]), int(labels[6][idx])
+            if meta < 0:
+                return stages
+            a = b
+            b, key, g = self.metas[meta]
 
 
 class _PerDC:
@@ -758,9 +750,6 @@ KNAPSACK_STEPS = 100_000
 #: never cuts a prefix that fits exactly
 _HOLD_SLACK = 1 + 1e-9
 
-#: from this many options of one group and end on, the bound check runs in numpy (measured:
-#: below it the per-call overhead of numpy outweighs the loop it saves)
-_VECTOR_MIN = 24
 
 
 def backtrack_stages(tables: CostTables, states, parent, link: int
