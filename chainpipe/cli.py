@@ -468,6 +468,33 @@ def _group_table(report: list[dict]) -> list[str]:
     return _table(rows)
 
 
+def cmd_replan(args) -> int:
+    """``chainpipe replan INSTANCE PLAN NEW_INSTANCE [--horizon N]``: keep the running plan
+    or move to the new optimum, at a stated cost."""
+    from .replan import format_replan, replan
+
+    refuse_overwrite({"--plan-out": args.plan_out},
+                     [args.instance, args.plan, args.new_instance])
+    inst = read_instance(args.instance, args.strict)
+    new = read_instance(args.new_instance, args.strict)
+    plan = plan_for(args, inst)
+    try:
+        r = replan(inst, plan, new, horizon=args.horizon, solver=args.solver,
+                   time_limit=args.time_limit)
+    except ValueError as exc:
+        raise InstanceError([f"{args.new_instance}: {exc}"]) from None
+    if args.plan_out and r.new_plan is not None:
+        write_plan(r.new_plan, args.plan_out, new)
+    if args.format == "json":
+        print(json.dumps(jsonable(r.to_dict()), indent=1))
+    else:
+        print(format_replan(r))
+    if args.plan_out:
+        print(f"wrote {args.plan_out}" if r.new_plan is not None else
+              f"{args.plan_out}: not written (no new plan)", file=sys.stderr)
+    return 0
+
+
 def cmd_solvers(args) -> int:
     """``chainpipe solvers``: the installed solvers, one line each."""
     from .solve import available_solvers
@@ -1045,6 +1072,34 @@ def _add_group(sub) -> None:
     s.set_defaults(func=cmd_group)
 
 
+def _add_replan(sub) -> None:
+    """The ``replan`` sub-command."""
+    from .replan import DEFAULT_HORIZON
+
+    s = sub.add_parser(
+        "replan", help="keep a running plan on a changed network, or move at a stated cost",
+        description="The new optimum on NEW_INSTANCE (changed links or devices, the same "
+                    "model), the old plan re-evaluated there (or why it no longer runs), the "
+                    "cost of moving (the parameter and optimizer state of every layer whose "
+                    "devices change, over the new instance's links), and the decision: switch "
+                    "when the time saved over the horizon exceeds the move.")
+    s.add_argument("instance", metavar="INSTANCE", help="the instance the plan was made for")
+    s.add_argument("plan", metavar="PLAN", help="the running plan")
+    s.add_argument("new_instance", metavar="NEW_INSTANCE", help="the changed instance")
+    s.add_argument("--horizon", type=positive_int, default=DEFAULT_HORIZON, metavar="N",
+                   help="iterations the saving is counted over")
+    s.add_argument("--solver", default="dp", type=name_of("solver", SOLVERS),
+                   metavar="NAME", help="the solver of the new plan")
+    s.add_argument("--time-limit", type=seconds, metavar="SECONDS",
+                   help="seconds for the new solve (default: none)")
+    s.add_argument("--format", choices=FORMATS, default="table", help="output: %(choices)s")
+    s.add_argument("--plan-out", metavar="FILE", help="also write the new plan there")
+    s.add_argument("--strict", action="store_true",
+                   help="treat the instances' plausibility warnings as errors (exit 2)")
+    _force_argument(s)
+    s.set_defaults(func=cmd_replan)
+
+
 def _add_solvers(sub) -> None:
     """The ``solvers`` sub-command."""
     s = sub.add_parser("solvers", help="list the installed solvers, one line each")
@@ -1072,6 +1127,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_plot(sub)
     _add_simulate(sub)
     _add_group(sub)
+    _add_replan(sub)
     _add_solvers(sub)
     return p
 
