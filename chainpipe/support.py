@@ -14,7 +14,8 @@ from .instance import Training
 
 #: the version-3 features each solver handles, by name; a solver not listed handles
 #: none (exact) or :data:`BASELINE_FEATURES` (a baseline: see :func:`refusal`)
-SUPPORTED: dict[str, frozenset[str]] = {"dp": frozenset({"period", "pipelines"})}
+SUPPORTED: dict[str, frozenset[str]] = {"dp": frozenset({"period", "pipelines"}),
+                                         "cdynp": frozenset({"period", "pipelines"})}
 # the ILPs and CP-SAT: the period rows (docs/formulations.md, docs/cpsat.md) and several
 # pipelines by an outer enumeration around one-pipeline models
 SUPPORTED.update({name: frozenset({"period", "pipelines"})

@@ -16,7 +16,7 @@ from chainpipe.instance import InstanceError, Parallelism, Training
 from chainpipe.io import instance_digest, instance_from_dict, instance_to_dict, load_json, read
 from chainpipe.plan import Pipeline, Plan, Stage
 from chainpipe.solve import SOLVERS, unsupported
-from chainpipe.support import SUPPORTED
+from chainpipe.support import SUPPORTED, refusal
 
 ROOT = Path(__file__).resolve().parents[1]
 VALID = ROOT / "tests" / "data" / "valid"
@@ -174,8 +174,9 @@ def test_every_solver_refuses_several_pipelines():
         assert r.message == (f"{name} does not support contract version 3 yet: several "
                              f"pipelines (training.parallelism.pipelines = [1, 2]; [1] is "
                              f"supported)"), name
-    both = unsupported(inst, "cdynp")
-    assert both.startswith("cdynp does not support contract version 3 yet: objective 'period'")
+    both = refusal(inst.training, "an-exact-solver")  # one that handles neither feature
+    assert both.startswith("an-exact-solver does not support contract version 3 yet: "
+                           "objective 'period'")
     assert both.endswith("; several pipelines (training.parallelism.pipelines = [1, 2]; "
                          "[1] is supported)")
 

@@ -48,13 +48,15 @@ reported lower bound; ``max_entries`` gives no guarantee.
 
 from __future__ import annotations
 
+import math
 import time
 from pathlib import Path
 
-from ...deadline import Deadline
+from ...deadline import Deadline, TimeUp
 from ...instance import Instance
 from ...plan import Plan, evaluate
 from ...result import Outcome, number_option
+from ...support import features, refusal
 from ...tables import CostTables
 from .assemble import plan_of
 from .audit import check_claims
@@ -66,9 +68,10 @@ from .drive import (
     agent_options,
     drive,
     guarantee_factor,
+    is_exact,
 )
 from .public import PublicInstance, split_documents, write_split
-from .runner import MESSAGE_TIMEOUT_S, Run, run_in_process, run_processes
+from .runner import MESSAGE_TIMEOUT_S, AgentFailure, Run, run_in_process, run_processes
 
 __all__ = ["PROBE_BEAM", "PROBE_ENTRIES", "PROBE_FINE_ENTRIES", "PROBE_LAYERS_PER_PART",
            "guarantee_factor", "run", "split_instance"]
@@ -109,6 +112,14 @@ def run(instance: Instance, *, deadline=None, seed=0, threads=1, log=None, epsil
     options = agent_options(epsilon, quantum, digits, max_entries, upper_bound, prefix_bound)
     message_timeout = number_option("cdynp", "message_timeout", message_timeout, strict=True)
     deadline = Deadline.of(deadline)
+    if reason := refusal(instance.training, "cdynp"):
+        return Outcome("error", message=reason)
+    if "period" in features(instance.training) and not is_exact(options):
+        return Outcome("error", message="cdynp: under the period objective only the exact "
+                       "search runs (no epsilon, quantum, digits or max_entries)")
+    if "pipelines" in features(instance.training):
+        return _several_pipelines(instance, options, deadline, processes, message_timeout,
+                                  trace_dir, probe, compare_dp)
     backend = InstanceAgents(instance, processes, message_timeout)
     outcome = drive(backend, options, deadline=deadline, probe=probe, trace_dir=trace_dir)
     if compare_dp and "messages" in outcome.stats:  # the protocol ran to its end
@@ -116,11 +127,74 @@ def run(instance: Instance, *, deadline=None, seed=0, threads=1, log=None, epsil
     return outcome
 
 
+def _several_pipelines(instance: Instance, options: dict, deadline: Deadline, processes: bool,
+                       message_timeout: float, trace_dir, probe, compare_dp) -> Outcome:
+    """The exact search over the allowed pipeline counts (:mod:`.pipelines`): one
+    pipeline over the whole chain by the usual solve, several by range runs."""
+    from .pipelines import RangeRuns, chain_instance, several
+
+    if not is_exact(options) or options["upper_bound"] is not None:
+        return Outcome("error", message="cdynp: with several pipelines only the exact search "
+                       "runs (no epsilon, quantum, digits, max_entries or upper_bound)")
+    t0 = time.perf_counter()
+    K, M = instance.num_datacenters, instance.microbatches
+    allowed = instance.parallelism.pipelines
+    best_T, best_plan, stats = math.inf, None, {"mode": "processes" if processes
+                                                else "in-process", "exact": True}
+    runs = RangeRuns(instance, processes, message_timeout, deadline,
+                     None if trace_dir is None else Path(trace_dir))
+    try:
+        if 1 in allowed:
+            whole = chain_instance(instance, 0, K - 1, M)
+            backend = InstanceAgents(whole, processes, message_timeout)
+            one = drive(backend, options, deadline=deadline, probe=probe,
+                        trace_dir=None if trace_dir is None else Path(trace_dir, "one"))
+            if one.status == "error":
+                return one
+            if one.status not in ("optimal", "infeasible"):
+                raise TimeUp(one.message or "time limit reached")
+            stats["one_pipeline"] = {k: v for k, v in one.stats.items() if k != "agents"}
+            if one.plan is not None:
+                best_plan = Plan(one.plan.stages)
+                best_T = evaluate(instance, best_plan).iteration_time_s
+        counts = [P for P in sorted(allowed) if 2 <= P <= min(M, K)]
+        best_T, found = several(instance, counts, runs, best_T, deadline)
+        best_plan = found or best_plan
+    except TimeUp as exc:
+        message = f"cdynp: {exc}"
+        stats.update(_range_stats(runs, t0))
+        if best_plan is None:
+            return Outcome("no_solution", message=message, stats=stats)
+        return Outcome("feasible", best_plan, message=message, stats=stats)
+    except AgentFailure as exc:
+        return Outcome("error", message=f"cdynp: {exc}",
+                       stats={**_range_stats(runs, t0), "failed_datacenter": exc.datacenter})
+    stats.update(_range_stats(runs, t0))
+    if best_plan is None:
+        return Outcome("infeasible", message=CostTables(instance).infeasibility_reason() or (
+            "no plan of an allowed pipeline count satisfies the memory and device limits "
+            "(exhaustive search)"), stats=stats)
+    stats["objective_s"] = best_T
+    if compare_dp:
+        stats.update(_compare_dp(instance, best_plan, deadline))
+    return Outcome("optimal", best_plan, stats=stats)
+
+
+def _range_stats(runs, t0: float) -> dict:
+    sizes = [m["bytes"] for m in runs.messages]
+    return {"range_runs": runs.runs, "messages": runs.messages, "labels": runs.labels,
+            "message_bytes_total": sum(sizes), "message_bytes_max": max(sizes, default=0),
+            "protocol_s": time.perf_counter() - t0}
+
+
 class InstanceAgents:
     """The agents of a whole instance, in this process or one child process each; the
-    owner checks their plan with the instance itself."""
+    owner checks their plan with the instance itself (``count_sync=False``: a range run
+    under ``sync_cap``, whose points count no synchronisation)."""
 
-    def __init__(self, instance: Instance, processes: bool, message_timeout: float):
+    def __init__(self, instance: Instance, processes: bool, message_timeout: float,
+                 count_sync: bool = True):
+        self.count_sync = count_sync
         self.instance = instance
         self.public = PublicInstance.of(instance)
         self.processes = bool(processes)
@@ -140,7 +214,8 @@ class InstanceAgents:
         plan = plan_of(res.agents) if res.stages else None
         if plan is None:
             return None
-        check_claims(self.public, evaluate(self.instance, plan), res.agents, exact=exact)
+        check_claims(self.public, evaluate(self.instance, plan), res.agents, exact=exact,
+                     count_sync=self.count_sync)
         return plan
 
     def iteration_time(self, plan: Plan) -> float:

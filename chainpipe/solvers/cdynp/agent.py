@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
 import numpy as np
 
@@ -39,6 +39,8 @@ from ...tables import CostTables, fastest_rate
 from ..labels import TRIALS
 from . import protocol
 from .local import END, IN, OWN, LocalDP
+from .period import PeriodDP, dominates, period_time
+from .period import pareto as period_pareto
 from .public import PublicInstance
 from .summary import (
     cap_keep,
@@ -61,6 +63,29 @@ _BOUND_TRIALS = (0.2, 0.5, 1.0, 3.0)
 _WIDE_SIZE = 10_000
 
 
+def _cap_sync(tables: CostTables, cap: float) -> None:
+    """Make ``tables`` offer only the stage options with ``R < cap``, with ``R = 0``.
+
+    An option at or above the cap gets the in-flight limit ``-1`` (it fits nowhere, as an
+    option whose parameters do not fit); the others keep their compute time and memory
+    and count no synchronisation, so the label DP minimises ``T_p`` alone. The instance
+    attribute shadows :meth:`CostTables.options` for this agent's tables only.
+    """
+    plain = tables.options
+    capped: dict[int, object] = {}
+
+    def options(g: int):
+        got = capped.get(g)
+        if got is None:
+            opts = plain(g)
+            over = opts.sync_time >= cap
+            got = capped[g] = replace(opts, max_in_flight=np.where(over, -1, opts.max_in_flight),
+                                      sync_time=np.zeros_like(opts.sync_time))
+        return got
+
+    tables.options = options
+
+
 class DCAgent:
     """One DC's part of the protocol: :meth:`backward`, then :meth:`decide` (DC 1) or
     :meth:`forward`; :meth:`report` is what it tells the job's owner.
@@ -76,6 +101,11 @@ class DCAgent:
     epsilon, quantum, max_entries, digits, upper_bound, prefix_bound
         The solver's options (see :mod:`chainpipe.solvers.cdynp`); ``prefix_bound=False``:
         this DC sends ``null`` in its ``prefix`` message (:meth:`prefix`).
+    sync_cap : float, optional
+        A range search of several pipelines (:mod:`.pipelines`): only stage options with
+        ``R < sync_cap`` are used, and ``R`` counts 0 in every label and point, so that
+        the run finds the least ``T_p`` among plans whose every ``R_s`` is below it
+        (``docs/privacy.md``, "Several pipelines"). ``None``: every option, ``R`` counted.
     deadline : Deadline, optional
         Checked in the DP's loops; :class:`~chainpipe.deadline.TimeUp` names this DC.
     """
@@ -83,7 +113,8 @@ class DCAgent:
     def __init__(self, public: PublicInstance, index: int, datacenter: Datacenter, *,
                  epsilon: float = 0.0, quantum: float = 0.0, max_entries: int = 0,
                  digits: int = 0, upper_bound: float | None = None, prefix_bound: bool = True,
-                 beam: int = 0, grid: int = 0, deadline: Deadline | None = None):
+                 beam: int = 0, grid: int = 0, sync_cap: float | None = None,
+                 deadline: Deadline | None = None):
         if public.datacenter_names[index] != datacenter.name:
             raise ValueError(f"agent {index} holds {datacenter.name!r}, the chain has "
                              f"{public.datacenter_names[index]!r} there")
@@ -111,9 +142,24 @@ class DCAgent:
         self.deadline = deadline if deadline is not None else Deadline(None)
         self.local = Instance(public.name, public.model, public.training, (datacenter,), ())
         self.tables = CostTables(self.local)  # this DC's groups only: private
+        self.sync_cap = None
+        if sync_cap is not None:
+            problem = protocol.option_problem("sync_cap", sync_cap)
+            if problem:
+                raise ValueError(f"sync_cap: {problem}, got {sync_cap!r}")
+            self.sync_cap = float(sync_cap)
+            if not self.tables.single_device:  # one device per stage: every R is 0 already
+                _cap_sync(self.tables, self.sync_cap)
         self.L = public.num_layers
         self.M = public.microbatches
         self.R = public.position_cap
+        #: the ``period`` objective (:mod:`.period`): points carry the period terms and
+        #: the window majorant; no compression, probe or trials (one exact run)
+        self.period = public.period
+        if self.period and (self.epsilon or self.quantum or self.digits or self.max_entries
+                            or beam or grid):
+            raise ValueError("under the period objective only the exact run is implemented "
+                             "(no epsilon, quantum, digits, max_entries, beam or grid)")
         self.bytes = self.tables.boundary_bytes
         self.stats: dict = {}
         caps = np.minimum(self.tables.count, self.L)
@@ -203,6 +249,8 @@ class DCAgent:
         t0 = time.perf_counter()
         entries = incoming["entries"] if incoming is not None else []
         self._incoming = [(e["b"], e["bw"], e["points"]) for e in entries]
+        if self.period:
+            return self._period_backward(t0)
         ub = self.initial_bound  # an upper bound on the optimum: complete plans already known
         for b, _bw, pts in self._incoming:
             if b == 0:
@@ -426,9 +474,110 @@ class DCAgent:
         self._out_b = [e["b"] for e in entries]
         return protocol.summary(self.name, self.public.datacenter_names[self.k - 1], entries)
 
+    # ------------------------------------------------------------------ period objective
+    def _period_T(self, point) -> float:
+        """``T`` of a complete plan from a period point ``[r, x1, x2, total, sync, hull]``."""
+        return period_time(self.M, point[1], point[2], point[3], point[4])
+
+    def _period_backward(self, t0: float) -> dict | None:
+        """The backward step under ``period`` (:mod:`.period`): base labels from the
+        incoming points, one exact run of :class:`.period.PeriodDP` under the best
+        complete plan known, and the summary for DC k-1."""
+        ub = self.initial_bound
+        for b, _bw, pts in self._incoming:
+            if b == 0:
+                ub = min([ub] + [self._period_T(p) for p in pts])
+        self.stats = {"labels": 0, "trials": []}
+        dp = PeriodDP(self.tables, position_cap=self.R, deadline=self.deadline)
+        try:
+            dp.run(self._period_base(), ub)
+        except TimeUp:
+            raise TimeUp(f"time limit reached in {self.name}") from None
+        self.stats["labels"] = dp.stats["labels"]
+        self.stats["trials"].append({"upper_bound": float(ub) if ub < math.inf else None,
+                                     "labels": dp.stats["labels"], "engine": "period"})
+        self._dp = dp
+        best = min((self._period_T(p) for p in dp.points.get(0, ())), default=math.inf)
+        out = None if self.k == 0 else self._period_summary(dp.points, min(ub, best))
+        self.stats["backward_s"] = time.perf_counter() - t0
+        return out
+
+    def _period_base(self) -> dict[int, list]:
+        """Base labels under ``period``: each incoming point joined through its inter-DC
+        boundary, whose traversal ``Q = 2 (latency + U)`` enters the total and every window
+        of the majorant (the latencies added by the DCs that passed the point on, the
+        occupancy part here) and whose occupancy ``U`` lifts the period terms (both
+        phases under GPipe)."""
+        base: dict[int, list] = {self.L: [PeriodDP.end_label()]}
+        gpipe = self.tables.schedule == "gpipe"
+        for i, (b, bw, pts) in enumerate(self._incoming):
+            if b == 0:
+                continue
+            u = float(cost.occupancy(self.bytes[b], bw))
+            q = float(cost.traversal(0.0, u))
+            base.setdefault(b, []).extend(
+                (max(x1, u), max(x2, u) if gpipe else x2, sm + q, s, r,
+                 tuple(h + q for h in hull), (IN, i, j))
+                for j, (r, x1, x2, sm, s, hull) in enumerate(pts))
+        return base
+
+    def _period_summary(self, own_pts: dict, ub: float) -> dict:
+        """The summary under ``period``: own and passed-through points per ``(b, bw)``,
+        the hop's latency part of the traversal added to the total and to every window,
+        cut at ``ub`` (with the least occupancy and traversal of boundary ``b``) and
+        filtered by :func:`.period.dominates` (a point of a wider path dominates one of a
+        narrower path as well)."""
+        prev = self._link_to_prev()
+        hop = float(cost.traversal(prev.latency_s, 0.0))
+        gpipe = self.tables.schedule == "gpipe"
+        groups: dict[tuple, list] = {}  # (b, bw) -> [(x1, x2, sm, sync, r, hull, origin)]
+        for a, pts in own_pts.items():
+            key = (a, prev.bandwidth_bytes_per_s if a > 0 else None)
+            lat = hop if a > 0 else 0.0
+            groups.setdefault(key, []).extend(
+                (x1, x2, sm + lat, s, r, tuple(h + lat for h in hull), ("own", i))
+                for r, x1, x2, sm, s, hull, i in pts)
+        for e, (b, bw, pts) in enumerate(self._incoming):
+            key = (b, min(bw, prev.bandwidth_bytes_per_s)) if b > 0 else (0, None)
+            lat = hop if b > 0 else 0.0
+            groups.setdefault(key, []).extend(
+                (x1, x2, sm + lat, s, r, tuple(h + lat for h in hull), ("in", e, j))
+                for j, (r, x1, x2, sm, s, hull) in enumerate(pts))
+        by_b: dict[int, list] = {}
+        for key in groups:
+            by_b.setdefault(key[0], []).append(key[1])
+        limit = ub * (1 + 1e-12)
+        same_p = not gpipe
+        entries, origins = [], []
+        for b in sorted(by_b):
+            kept: list[tuple] = []
+            for bw in sorted(by_b[b], key=lambda v: -math.inf if v is None else -v):
+                pts = groups[(b, bw)]
+                if ub < math.inf:  # any completion pays at least this boundary
+                    u = float(cost.occupancy(self.bytes[b], bw)) if bw is not None else 0.0
+                    q = float(cost.traversal(0.0, u))
+                    pts = [p for p in pts if period_time(
+                        self.M, max(p[0], u), max(p[1], u) if gpipe else p[1], p[2] + q,
+                        p[3]) <= limit]
+                pts = [p for p in period_pareto(pts, same_p)
+                       if not any(dominates(k, p, same_p) for k in kept)]
+                if not pts:
+                    continue
+                pts.sort(key=lambda p: (p[4], p[0], p[1], p[2], p[3], p[5]))
+                kept.extend(pts)
+                entries.append({"b": int(b), "bw": bw,
+                                "points": [[r, x1, x2, sm, s, list(hull)]
+                                           for x1, x2, sm, s, r, hull, _o in pts]})
+                origins.append([p[6] for p in pts])
+        self._out_origin = origins
+        self._out_b = [e["b"] for e in entries]
+        return protocol.summary(self.name, self.public.datacenter_names[self.k - 1], entries)
+
     # ------------------------------------------------------------------ decision (DC 1)
     def decide(self) -> tuple[dict | None, float]:
         """DC 1 picks the best complete plan; returns its own realise-request and T estimate."""
+        if self.period:
+            return self._period_decide()
         best, choice = math.inf, None
         for _r, bn, sm, s, i in self._dp.points.get(0, ()):
             t = self._T(bn, sm, s)
@@ -438,6 +587,21 @@ class DCAgent:
             if b == 0:
                 for j, (_r, bn, sm, s) in enumerate(pts):
                     t = self._T(bn, sm, s)
+                    if t < best:
+                        best, choice = t, ("in", e, j)
+        self.estimate = best
+        return choice, best
+
+    def _period_decide(self) -> tuple[dict | None, float]:
+        best, choice = math.inf, None
+        for r, x1, x2, sm, s, hull, i in self._dp.points.get(0, ()):
+            t = self._period_T((r, x1, x2, sm, s, hull))
+            if t < best:
+                best, choice = t, ("own", i)
+        for e, (b, _bw, pts) in enumerate(self._incoming):
+            if b == 0:
+                for j, p in enumerate(pts):
+                    t = self._period_T(p)
                     if t < best:
                         best, choice = t, ("in", e, j)
         self.estimate = best

@@ -147,6 +147,8 @@ def drive(backend: Backend, options: dict, *, deadline: Deadline, probe=None,
     try:
         if probe is None:
             probe = not public.training.parallelism.single_device
+        if public.period:  # one exact run (the probe's beam and grid are classic only)
+            probe = False
         if probe and upper_bound is None and public.num_datacenters > 1:
             parts = math.ceil(public.num_layers / PROBE_LAYERS_PER_PART)
             probe_run("probe", {**options, "beam": PROBE_BEAM, "grid": parts,

@@ -66,17 +66,21 @@ RUN_OPTIONS = {
     "upper_bound": (False, 0.0, math.inf, True),
     "beam": (True, 0, 2**31 - 1, False),
     "grid": (True, 0, 2**31 - 1, False),
+    "sync_cap": (False, 0.0, math.inf, True),
 }
 
-_POINT = {
-    "type": "array", "minItems": 4, "maxItems": 4,
-    "prefixItems": [
-        {"type": "integer", "minimum": 0},
-        {"type": "number", "minimum": 0},
-        {"type": "number", "minimum": 0},
-        {"type": "number", "minimum": 0},
-    ],
-}
+_NUMBER = {"type": "number", "minimum": 0}
+_POINT = {"oneOf": [
+    {  # classic: [r, bottleneck_s, total_s, sync_s]
+        "type": "array", "minItems": 4, "maxItems": 4,
+        "prefixItems": [{"type": "integer", "minimum": 0}, _NUMBER, _NUMBER, _NUMBER],
+    },
+    {  # period: [r, period_s, phase2_s, total_s, sync_s, [window majorant, ...]]
+        "type": "array", "minItems": 6, "maxItems": 6,
+        "prefixItems": [{"type": "integer", "minimum": 0}, _NUMBER, _NUMBER, _NUMBER, _NUMBER,
+                        {"type": "array", "items": _NUMBER}],
+    },
+]}
 
 SCHEMA = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
@@ -171,6 +175,10 @@ class Expect:
     bandwidths : frozenset of float
         The bandwidths a summary entry with ``b > 0`` may carry: those of the chain
         paths from the receiver to each DC downstream of it.
+    period : bool
+        The run plans under the ``period`` objective (public: the instance's training):
+        every point has the period shape ``[r, period_s, phase2_s, total_s, sync_s,
+        hull]``, otherwise the classic ``[r, bottleneck_s, total_s, sync_s]``.
     """
 
     sender: str
@@ -178,6 +186,7 @@ class Expect:
     num_layers: int
     position_cap: int
     bandwidths: frozenset = frozenset()
+    period: bool = False
 
 
 def prefix(sender: str, receiver: str, bound: dict | None) -> dict:
@@ -311,6 +320,13 @@ def _check_entry(i: int, e) -> None:
     if not isinstance(pts, list) or not pts:
         raise ProtocolError(f"entries[{i}].points: must be a non-empty list")
     for j, p in enumerate(pts):
+        if isinstance(p, list) and len(p) == 6 and isinstance(p[5], list):
+            if _int(p[0]) and p[0] >= 0 and all(finite_number(v) and v >= 0
+                                                for v in p[1:5] + p[5]):
+                continue
+            raise ProtocolError(f"entries[{i}].points[{j}]: must be [r, period, phase2, "
+                                f"total, sync, hull], an integer, four finite numbers and a "
+                                f"list of finite numbers, all >= 0")
         if not (isinstance(p, list) and len(p) == 4 and _int(p[0]) and p[0] >= 0
                 and all(finite_number(v) and v >= 0 for v in p[1:])):
             raise ProtocolError(f"entries[{i}].points[{j}]: must be [r, bottleneck, total, "
@@ -341,6 +357,14 @@ def _check_context(msg: dict, kind: str, expect: Expect) -> None:
             raise ProtocolError(f"entries[{i}].bw: not the bandwidth of a chain path "
                                 f"from {expect.receiver!r} downstream")
         low, high = min(1, R), min(R, L - b)
+        shape = 6 if expect.period else 4
+        for j, p in enumerate(e["points"]):
+            if len(p) != shape:
+                raise ProtocolError(f"entries[{i}].points[{j}]: a {'period' if expect.period else 'classic'} "
+                                    f"run's points have {shape} values")
+            if shape == 6 and len(p[5]) > min(p[0], L - b):
+                raise ProtocolError(f"entries[{i}].points[{j}]: the hull has more windows "
+                                    f"than the suffix's {p[0]} stage(s)")
         rs = [p[0] for p in e["points"]]
         if min(rs) < low or max(rs) > high:
             j = next(j for j, r in enumerate(rs) if not low <= r <= high)

@@ -99,7 +99,13 @@ class PublicInstance:
             bandwidths.add(bw)
         names = self.datacenter_names
         return protocol.Expect(names[sender], names[receiver], self.num_layers,
-                               self.position_cap, frozenset(bandwidths))
+                               self.position_cap, frozenset(bandwidths), self.period)
+
+    @property
+    def period(self) -> bool:
+        """Whether the run plans under the ``period`` objective (with ``M > 1``: one
+        microbatch has no steady state, and both objectives give the same ``T``)."""
+        return self.training.objective == "period" and self.microbatches > 1
 
 
 # ---------------------------------------------------------------------- documents

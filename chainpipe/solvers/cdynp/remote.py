@@ -280,7 +280,15 @@ def solve_remote(public: dict, agents: dict, ctx, *, time_limit=None, trace_dir=
         raise OptionError(f"cdynp across hosts: unknown option(s) {', '.join(unknown)}")
     message_timeout = number_option("cdynp", "message_timeout", message_timeout, strict=True)
     backend = RemoteAgents(public, agents, ctx, message_timeout)
-    if reason := refusal(backend.public.training, "cdynp"):
+    from ...support import features
+
+    reason = refusal(backend.public.training, "cdynp")
+    if reason is None and "pipelines" in features(backend.public.training):
+        # the range runs (.pipelines) start sessions on sub-chains, which the agents'
+        # servers (serve.py) do not offer yet
+        reason = ("cdynp across hosts does not support contract version 3 yet: "
+                  + features(backend.public.training)["pipelines"])
+    if reason:
         return result_of(InstanceRef(backend.public.name), "cdynp", Outcome("error", message=reason),
                          None, deadline.elapsed()), None
     outcome = drive(backend, agent_options(**options), deadline=deadline, probe=probe,

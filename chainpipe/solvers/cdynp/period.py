@@ -1,0 +1,218 @@
+"""A DC agent's own label DP under the ``period`` objective (contract v3, section 4.3).
+
+The same states as :mod:`.local` (``(x, u)``: suffix ``[x, L)`` covered, ``u`` own
+devices in use per group), with the labels of ``dp``'s version-3 search
+(:mod:`chainpipe.solvers.dp_period`, ``docs/dp.md``, "Version 3"):
+
+``(x1, x2, total, sync, p, hull, ref)``:
+
+- GPipe: ``x1 = max(max f_s, max U_s)`` and ``x2 = max(max b_s, max U_s)`` over the
+  suffix, the two phases apart; ``p`` is 0 (no stash depends on a position);
+- 1F1B: ``x1`` is the period of the suffix (its slowest ``C`` or ``U`` and every loop
+  that closes inside it), ``x2 = 0``, ``p`` the stages placed (kept exactly up to
+  ``M - 1``, past which no stage has a loop or a position-dependent stash), and ``hull``
+  the concave majorant of the window sums ``W_j`` (the first ``j`` stages' ``C`` and the
+  ``Q`` between them) from the suffix's first stage, dropped once ``p >= M - 1``.
+
+A stage prepended at position ``p + 1 < M`` closes the loops ``(C + Q + W_j) / (j + 1)``
+over the suffix: :func:`~chainpipe.solvers.dp_period.new_loops` reads them off the
+majorant exactly, and :func:`~chainpipe.solvers.dp_period.hull_prepend` gives the new
+majorant (both ``dp``'s own functions). So a loop that starts in an upstream DC and ends
+in a downstream one is closed by the DC that holds its first stage, from the majorant the
+summaries carried up; nothing else of the downstream stages is needed.
+
+Base labels (``u = 0``) are the downstream DCs' points with the inter-DC boundary folded
+in: ``total`` and every window grow by the boundary's traversal ``Q`` (the latencies by
+the DCs that passed the point on, the occupancy part by this DC), ``x1`` and ``x2`` are
+lifted to its occupancy ``U``.
+
+Dominance is plain (every component no worse, the majorants compared point by point,
+and under 1F1B the same ``p``: a suffix with fewer stages puts upstream stages at lower
+positions, where more loops count): exact for every completion, coarser than ``dp``'s
+shifted rule. A label whose ``total + (M - 1)(x1 + x2) + sync`` (what any completion
+costs at least) exceeds the bound is dropped.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ... import cost
+from ...deadline import Deadline
+from ..dp_period import hull_prepend, new_loops, phase_options
+from .local import END, OWN
+
+#: relative slack of the bound test: rounding may keep a label, never cut one
+SLACK = 1e-9
+
+
+def period_time(M: int, x1: float, x2: float, total: float, sync: float) -> float:
+    """``T`` of a complete plan from a period label: ``total + (M - 1)(x1 + x2) + sync``
+    (:func:`chainpipe.cost.iteration_time` with the period ``x1 + x2``)."""
+    return float(cost.iteration_time(total, x1 + x2, M, sync))
+
+
+def prepend(label: tuple, stage: tuple, U: float, Q: float, *, M: int, gpipe: bool,
+            p_cap: int) -> tuple:
+    """The label of ``stage`` placed before ``label``'s suffix across a boundary of
+    occupancy ``U`` and traversal ``Q`` (both 0 before a base label, which holds its own).
+
+    ``label``: ``(x1, x2, total, sync, p, hull)``; ``stage``: ``(C, f, b, R)``. Returns the
+    new ``(x1, x2, total, sync, p, hull)``.
+    """
+    x1, x2, total, sync, p, hull = label
+    C, f, b, R = stage
+    if gpipe:
+        nx1 = max(x1, f, U)
+        nx2 = max(x2, b, U)
+        np_, nhull = 0, ()
+    else:
+        nx1 = max(x1, C, U)
+        if p < M - 1 and hull:  # the new stage sits below M: its loops count
+            nx1 = max(nx1, new_loops(hull, C, Q))
+        nx2 = 0.0
+        np_ = min(p + 1, p_cap)
+        nhull = hull_prepend(hull, C, Q) if np_ < M - 1 else ()
+    return nx1, nx2, total + C + Q, max(sync, R), np_, nhull
+
+
+def dominates(a: tuple, b: tuple, same_p: bool) -> bool:
+    """Label ``a`` is at least as good as ``b`` for every completion (the module's rule):
+    ``(x1, x2, total, sync, p, hull, ...)`` each no larger, ``p`` equal under 1F1B, and
+    ``a``'s majorant nowhere above ``b``'s."""
+    if same_p and a[4] != b[4]:
+        return False
+    if a[0] > b[0] or a[1] > b[1] or a[2] > b[2] or a[3] > b[3]:
+        return False
+    ha, hb = a[5], b[5]
+    if len(ha) != len(hb):
+        return False
+    return all(x <= y for x, y in zip(ha, hb))
+
+
+def pareto(labels: list, same_p: bool) -> list:
+    """The labels no other one dominates (one of equal labels kept), by ``total``."""
+    labels = sorted(labels, key=lambda lab: (lab[2], lab[0], lab[1], lab[3]))
+    kept: list = []
+    for lab in labels:
+        if not any(dominates(k, lab, same_p) for k in kept):
+            kept.append(lab)
+    return kept
+
+
+class PeriodDP:
+    """One run of a DC's label DP under ``period`` (module docstring).
+
+    Parameters
+    ----------
+    tables : CostTables
+        The tables of the DC's own one-DC instance.
+    position_cap : int
+        ``R``: stage counts are capped there (``M - 1`` or ``L`` under 1F1B, 0 under GPipe).
+    deadline : Deadline, optional
+
+    After :meth:`run`: :attr:`points` (``x -> [(r, x1, x2, total, sync, hull, index)]``, own
+    labels whose first stage starts at ``x``), :meth:`label`, :attr:`bound_cut` and
+    :attr:`stats`, as :class:`.local.LocalDP` has them.
+    """
+
+    def __init__(self, tables, *, position_cap: int, deadline: Deadline | None = None):
+        self.t = tables
+        self.L, self.M, self.R = tables.L, tables.M, position_cap
+        self.deadline = deadline if deadline is not None else Deadline(None)
+        self.gpipe = tables.schedule == "gpipe"
+        self.u_int = tables.boundary_occupancy[:, 0, 0]
+        self.q_int = tables.boundary_traversal[:, 0, 0]
+        self.stats = {"labels": 0}
+        self.bound_cut = False
+        self.points: dict[int, list] = {}
+        self._store: list[tuple] = []
+
+    def label(self, i: int) -> tuple[int, int, int, tuple]:
+        """Own label ``i``: ``(start, group, pair, ref)`` as :meth:`.local.LocalDP.label`."""
+        return self._store[i]
+
+    def _stages(self, g: int, x: int) -> list[tuple]:
+        """Per pair of group ``g`` and start ``a < x``: ``(a, c, width, C, f, b, R,
+        max in flight)`` of stage ``[a, x)``, where it fits memory at all."""
+        opts = self.t.options(g)
+        f, b = phase_options(self.t, g)
+        out = []
+        least = self.t.in_flight(1)
+        for c in range(len(opts.d)):
+            w = int(opts.width[c])
+            for a in range(x - 1, -1, -1):
+                n = int(opts.max_in_flight[c, a, x])
+                if n < least:
+                    break  # a longer stage holds more: it fits no better
+                out.append((a, c, w, float(opts.compute_time[c, a, x]), float(f[c, a, x]),
+                            float(b[c, a, x]), float(opts.sync_time[c, a, x]), n))
+        return out
+
+    def run(self, base: dict[int, list], ub: float) -> None:
+        """``base[x]``: base labels ``(x1, x2, total, sync, p, hull, ref)`` joining at ``x``
+        (``ref``: ``(IN, e, j)`` or ``(END, 0, 0)``); ``ub``: only labels that could be part
+        of a plan with ``T <= ub`` are kept."""
+        L, G, M = self.L, self.t.G, self.M
+        limit = ub * (1 + SLACK) if ub < math.inf else math.inf
+        zero = (0,) * G
+        count = [int(min(c, L * self.t.widest)) for c in self.t.count]
+        same_p = not self.gpipe
+        need_at = [self.t.in_flight(r + 1) for r in range(self.R + 1)]
+        states: list[dict] = [dict() for _ in range(L + 1)]
+        for x, labels in base.items():
+            states[x][zero] = list(labels)
+        self.points, self._store = {}, []
+        total_labels = 0
+        for x in range(L, -1, -1):
+            self.deadline.check()
+            layer = states[x]
+            if not layer:
+                continue
+            refs: dict[tuple, list] = {}
+            own = []
+            for u in list(layer):
+                labels = pareto(layer[u], same_p)
+                layer[u] = labels
+                total_labels += len(labels)
+                if u == zero:
+                    refs[u] = [lab[6] for lab in labels]
+                    continue
+                lst = []
+                for lab in labels:
+                    i = len(self._store)
+                    self._store.append((x, *lab[6]))
+                    own.append((lab[4], lab[0], lab[1], lab[2], lab[3], lab[5], i))
+                    lst.append((OWN, i, 0))
+                refs[u] = lst
+            if own:
+                self.points[x] = own
+            if x == 0:
+                break
+            stages = [self._stages(g, x) for g in range(G)]
+            for u, labels in layer.items():
+                internal = u != zero
+                U = float(self.u_int[x]) if internal else 0.0
+                Q = float(self.q_int[x]) if internal else 0.0
+                for g in range(G):
+                    free = count[g] - u[g]
+                    for a, c, w, C, f, b, R, n in stages[g]:
+                        if w > free:
+                            continue
+                        nu = u[:g] + (u[g] + w,) + u[g + 1:]
+                        for lab, ref in zip(labels, refs[u]):
+                            if need_at[lab[4]] > n:
+                                continue
+                            new = prepend(lab[:6], (C, f, b, R), U, Q, M=M, gpipe=self.gpipe,
+                                          p_cap=self.R)
+                            if period_time(M, new[0], new[1], new[2], new[3]) > limit:
+                                self.bound_cut = True
+                                continue
+                            states[a].setdefault(nu, []).append((*new, (g, c, ref)))
+            states[x] = None
+        self.stats["labels"] = total_labels
+
+    @staticmethod
+    def end_label() -> tuple:
+        """The base label of the model's end: nothing placed."""
+        return (0.0, 0.0, 0.0, 0.0, 0, (), (END, 0, 0))
