@@ -18,8 +18,8 @@ enumerating the outer choice and solving models of one pipeline inside it
   synchronisations differ; only then a **joint model** (the ``P`` one-pipeline models in
   one model, ``T_max >= T_p``, ``R_max >= R_p``) is solved.
 
-Entries are taken in order of a cheap lower bound (:attr:`CostTables.lower_bound` of the
-blocks); when the cheap bound reaches the incumbent, every remaining entry is proven no
+Entries are taken in order of a cheap lower bound (:func:`capacity_bound` of the blocks);
+when the cheap bound reaches the incumbent, every remaining entry is proven no
 better. The reported bound is the least over entries of what is proven of each (its
 value when solved, its sub-models' bounds, else its cheap bound): ``bound <= optimum
 <= T`` always; ``optimal`` only when it meets ``T``.
@@ -37,11 +37,12 @@ from ..deadline import Deadline, TimeUp
 from ..numeric import OPTIMALITY_RTOL
 from ..plan import Pipeline, Plan, evaluate
 from ..result import Outcome
-from ..tables import CostTables
 
 #: relative slack when comparing a bound with the incumbent (a bound that meets it
 #: within rounding proves the entry no better)
 PRUNE_RTOL = 1e-9
+#: share of the time left that one block's sub-solve may take
+SUB_SHARE = 0.5
 
 
 def several(instance) -> bool:
@@ -79,7 +80,7 @@ class Entry:
     blocks: tuple[tuple[int, int], ...]
     splits: tuple[int, ...]
     cross: float  # R_X / H of the span
-    cheap: float = 0.0  # a cheap lower bound on T of the entry's plans
+    cheap: float = 0.0  # a cheap lower bound on T of the entry's plans (capacity_bound)
     bound: float = 0.0  # what is proven of the entry so far
     done: bool = False
 
@@ -125,6 +126,41 @@ def assemble(instance, entry: Entry, plans: list[Plan]) -> Plan:
     if entry.single:
         return Plan(plans[0].stages)
     return Plan(pipelines=[Pipeline(p.stages, m) for p, m in zip(plans, entry.splits)])
+
+
+def capacity_terms(instance, first: int, last: int) -> tuple[float, float]:
+    """``(fill floor, period floor)`` of one pipeline on DCs ``first..last``.
+
+    With ``F`` the model's FLOP, each stage has ``C_s >= F_s / (w_s r_s)``: the fill
+    ``sum_s C_s >= F / max_g (w_g r_g)`` (``w_g`` the widest stage group ``g`` allows) and
+    the period ``lambda >= max_s C_s >= F / sum_g n_g r_g`` (the stages' devices are
+    distinct). Both hold for any ``M_p``, schedule and objective (``lambda`` is at least
+    ``max C`` under each).
+    """
+    flop = float(sum(ly.flop for ly in instance.layers))
+    par = instance.parallelism
+    widest = max(par.data_parallel) * max(par.tensor_parallel)
+    groups = [g for dc in instance.datacenters[first:last + 1] for g in dc.devices]
+    if not groups:
+        return math.inf, math.inf
+    with np_errstate():
+        fastest = max(min(widest, g.count) * g.flop_per_s for g in groups)
+        total = sum(g.count * g.flop_per_s for g in groups)
+        return (float(cost.compute_time(flop, float(fastest))),
+                float(cost.compute_time(flop, float(total))))
+
+
+def capacity_bound(fill: float, period: float, microbatches: int) -> float:
+    """``fill + (M_p - 1) period`` of :func:`capacity_terms` (a lower bound on ``T_p``)."""
+    value = fill + float(cost.steady_state(microbatches, period))
+    return value if not math.isnan(value) else 0.0
+
+
+def np_errstate():
+    """Overflow to ``inf`` silently (extreme but valid figures)."""
+    import numpy as np
+
+    return np.errstate(over="ignore", invalid="ignore", divide="ignore")
 
 
 @dataclass
@@ -185,13 +221,28 @@ class OuterSearch:
         return T
 
     def cheap(self, first: int, last: int, m: int) -> float:
-        """A cheap lower bound on ``T_p + max R`` of the block (``inf``: nothing fits)."""
-        key = ("cheap", first, last, m)
+        """A cheap lower bound on ``T_p + max R`` of the block with ``m`` microbatches:
+        :func:`capacity_bound`, from two numbers per block (no tables are built)."""
+        key = ("capacity", first, last)
+        if key not in self.subs:
+            self.deadline.check()
+            self.subs[key] = capacity_terms(self.instance, first, last)
+        fill, per = self.subs[key]
+        return capacity_bound(fill, per, m)
+
+    def tables_bound(self, first: int, last: int, m: int) -> float:
+        """:attr:`CostTables.lower_bound` of the block's sub-instance (``inf`` when
+        :meth:`CostTables.infeasibility_reason` finds that nothing fits), once per block
+        and ``m``: stronger than :meth:`cheap`, built only for entries that are reached."""
+        from ..tables import CostTables
+
+        key = ("tables", first, last, m)
         if key not in self.subs:
             self.deadline.check()
             tables = CostTables(sub_instance(self.instance, first, last, m))
             lb = math.inf if tables.infeasibility_reason() else float(tables.lower_bound)
-            self.subs[key] = max(lb, 0.0) if not math.isnan(lb) else 0.0
+            self.subs[key] = max(lb, self.cheap(first, last, m)) if not math.isnan(lb) \
+                else self.cheap(first, last, m)
         return self.subs[key]
 
     def sub(self, first: int, last: int, m: int) -> SubResult:
@@ -199,7 +250,7 @@ class OuterSearch:
         key = (first, last, m)
         if key not in self.subs:
             inst = sub_instance(self.instance, first, last, m)
-            out = self.single(inst, self.deadline)
+            out = self.single(inst, self.slice())
             self.stats["sub_solves"] += 1
             status = out.status.value
             T = math.inf
@@ -217,6 +268,13 @@ class OuterSearch:
                 self.log(f"pipelines: DCs {first}-{last}, M_p = {m}: {status}, "
                          f"T_p + R = {T:.6g} s, bound {res.bound:.6g} s")
         return self.subs[key]
+
+    def slice(self) -> Deadline:
+        """The deadline of one sub-solve: :data:`SUB_SHARE` of what is left (a hard block
+        must not keep the enumeration from every other entry); no limit without one."""
+        if self.deadline.unlimited:
+            return Deadline(None)
+        return Deadline(self.deadline.remaining() * SUB_SHARE)
 
     def run(self) -> Outcome:
         """Every entry, best first; the outcome with its proven bound."""
@@ -241,6 +299,11 @@ class OuterSearch:
 
     def entry(self, e: Entry) -> None:
         """Solve one entry: its blocks alone, then together if their syncs disagree."""
+        e.bound = max(e.bound, max(self.tables_bound(a, b, m)
+                                   for (a, b), m in zip(e.blocks, e.splits)) + e.cross)
+        if e.bound >= self.best_T * (1 - PRUNE_RTOL):
+            e.done = math.isinf(e.bound)
+            return
         subs = [self.sub(a, b, m) for (a, b), m in zip(e.blocks, e.splits)]
         if any(s.infeasible for s in subs):
             e.bound, e.done = math.inf, True
