@@ -394,3 +394,51 @@ def test_range_runs_trace_is_private(tmp_path):
         if checked == 6:
             break
     assert checked == 6
+
+
+def _concave(h) -> bool:
+    """A sequence whose second differences are all <= 0 (to rounding)."""
+    scale = max(map(abs, h), default=1.0) or 1.0
+    return all(h[i - 1] + h[i + 1] - 2 * h[i] <= 1e-9 * scale for i in range(1, len(h) - 1))
+
+
+def test_period_traces_are_private_and_send_majorants_only(tmp_path):
+    """Under ``period``: no private field in any message (the same check as version 2's),
+    every point has the period shape, and every window list is a concave majorant: a
+    window sum that lies below the majorant (a run of stage times) is never sent. On
+    instances whose plans cross DCs, so that majorants with several windows are sent."""
+    checked = windows = 0
+    for seed in range(20):
+        inst = _distinct(_crossing_instance(seed), seed)
+        out = tmp_path / str(seed)
+        res = solve(inst, "cdynp", trace_dir=str(out))
+        assert res.status in ("optimal", "infeasible"), res.message
+        files = sorted(out.rglob("*.json"))
+        for f, msg in zip(files, check_trace_private(inst, files, protocol.SCHEMA)):
+            if msg["kind"] != "summary":
+                continue
+            one = "-m1-" in f.parent.name  # a range run of one microbatch: no period
+            for e in msg["entries"]:
+                for p in e["points"]:
+                    assert len(p) == (4 if one else 6), (f, p)
+                    if not one:
+                        assert _concave(p[5]), p
+                        windows += len(p[5]) >= 3
+        checked += 1
+    assert checked == 20 and windows >= 10, windows
+
+
+def test_the_majorant_hides_a_window_below_it():
+    """A suffix of three stages whose middle window lies below the chord: the point
+    sent carries the chord's value there, not the window sum (the upstream loops need
+    only the majorant, ``docs/privacy.md``)."""
+    from chainpipe.solvers.cdynp.period import PeriodDP, prepend
+
+    lab = PeriodDP.end_label()[:6]
+    C, Q = (1.0, 5.0, 9.0), (0.5, 0.5)  # windows from the first: 1, 6.5, 16 (not concave)
+    for s in (2, 1, 0):
+        lab = prepend(lab, (C[s], C[s], 0.0, 0.0), 0.0, Q[s] if s < 2 else 0.0, M=8,
+                      gpipe=False, p_cap=7)
+    hull = lab[5]
+    assert hull[0] == 1.0 and hull[2] == 16.0  # W_1 and W_3, the vertices
+    assert hull[1] == pytest.approx(8.5) and hull[1] != 1.0 + 0.5 + 5.0  # chord, not W_2

@@ -488,16 +488,34 @@ class DCAgent:
             if b == 0:
                 ub = min([ub] + [self._period_T(p) for p in pts])
         self.stats = {"labels": 0, "trials": []}
-        dp = PeriodDP(self.tables, position_cap=self.R, deadline=self.deadline)
-        try:
-            dp.run(self._period_base(), ub)
-        except TimeUp:
-            raise TimeUp(f"time limit reached in {self.name}") from None
-        self.stats["labels"] = dp.stats["labels"]
-        self.stats["trials"].append({"upper_bound": float(ub) if ub < math.inf else None,
-                                     "labels": dp.stats["labels"], "engine": "period"})
+        base = self._period_base()
+        # trial bounds LB (1 + d) as in _search: a run under U keeps every partial plan of a
+        # plan with T <= U, so the first that finds a complete plan starting here within U
+        # is exact (and so is a run the bound cut nothing of); LB: a plan inside this DC
+        # (the classic bound, below its period) or a suffix joined from downstream (at
+        # least that suffix's own T)
+        lb = float(self.tables.lower_bound)
+        for labels in base.values():
+            for x1, x2, sm, s, _p, _h, _ref in labels:
+                if sm > 0:
+                    lb = min(lb, period_time(self.M, x1, x2, sm, s))
+        schedule = TRIALS if self.k == 0 else _BOUND_TRIALS
+        trials = sorted({lb * (1 + d) for d in schedule
+                         if math.isfinite(d) and lb * (1 + d) < ub}) + [ub]
+        for trial in trials:
+            dp = PeriodDP(self.tables, position_cap=self.R, deadline=self.deadline)
+            try:
+                dp.run(base, trial)
+            except TimeUp:
+                raise TimeUp(f"time limit reached in {self.name}") from None
+            self.stats["labels"] += dp.stats["labels"]
+            self.stats["trials"].append({"upper_bound": float(trial) if trial < math.inf
+                                         else None, "labels": dp.stats["labels"],
+                                         "engine": "period"})
+            best = min((self._period_T(p) for p in dp.points.get(0, ())), default=math.inf)
+            if best <= trial * (1 + 1e-12) or trial >= ub or not dp.bound_cut:
+                break
         self._dp = dp
-        best = min((self._period_T(p) for p in dp.points.get(0, ())), default=math.inf)
         out = None if self.k == 0 else self._period_summary(dp.points, min(ub, best))
         self.stats["backward_s"] = time.perf_counter() - t0
         return out

@@ -191,6 +191,7 @@ class PeriodDP:
                 break
             stages = [self._stages(g, x) for g in range(G)]
             for u, labels in layer.items():
+                self.deadline.check()
                 internal = u != zero
                 U = float(self.u_int[x]) if internal else 0.0
                 Q = float(self.q_int[x]) if internal else 0.0
