@@ -1,8 +1,9 @@
 """Formulation study: the MIP/CP routes to the DP's optimum, and what each strengthening buys.
 
     python benchmarks/formulations.py [--time-limit 30] [--sets small medium hybrid/small
-                                      hybrid/medium] [--solvers ilp-assign ilp-path cpsat]
-                                      [--backends highs cbc] [--variants] [--limit N]
+                                      hybrid/medium v3/small v3/medium] [--solvers ilp-assign
+                                      ilp-path cpsat] [--backends highs cbc] [--variants]
+                                      [--limit N] [--ref-limit 60]
 
 For every instance of the committed sets: the exact DP optimum (the reference), then for
 each solver (and for the ILPs each backend): the LP-relaxation bound and its ratio to the
@@ -15,7 +16,11 @@ take an instance (``cpsat`` before it plans data/tensor parallelism) is an ``err
 
 Writes ``benchmarks/results/formulations.md``, the raw rows as
 ``benchmarks/results/formulations.json``, and Dolan-More performance profiles of the
-CPU time to proof as ``docs/figures/formulations_profile.png``.
+CPU time to proof as ``docs/figures/formulations_profile.png``. When every set is a
+version-3 set (``v3/...``) the results go to ``benchmarks/results/formulations_v3.md``
+(and ``.json``) and no figure is drawn unless ``--figure`` names one; their rows also say
+how many outer entries, one-pipeline sub-solves and joint models the enumeration of
+several pipelines took (*outer*: entries / sub-solves / joint, docs/formulations.md).
 """
 
 from __future__ import annotations
@@ -32,6 +37,9 @@ ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "benchmarks" / "results" / "formulations.md"
 FIGURE = ROOT / "docs" / "figures" / "formulations_profile.png"
 SETS = ("small", "medium", "hybrid/small", "hybrid/medium")
+#: the version-3 sets (``--sets v3/small v3/medium``): written to their own results file
+V3_SETS = ("v3/small", "v3/medium")
+OUT_V3 = ROOT / "benchmarks" / "results" / "formulations_v3.md"
 ILPS = ("ilp-assign", "ilp-path")
 #: path-ILP variants measured with ``--variants``: (label, options)
 VARIANTS = (
@@ -91,6 +99,8 @@ def run_one(inst, solver: str, options: dict, time_limit: float, optimum) -> dic
         "lp": lp, "lp_ratio": (lp / optimum) if (lp is not None and optimum) else None,
         "vars": st.get("variables"), "cons": st.get("constraints"), "nnz": st.get("nonzeros"),
         "arcs": st.get("stage_arcs"), "cpu": cpu, "wall": wall,
+        "outer": (f"{st['entries']}/{st['sub_solves']}/{st['joint_solves']}"
+                  if "entries" in st else None),
         "proof_cpu": cpu if status == "optimal" else None, "agrees": agrees,
         "message": (msg or "")[:160],
     }
@@ -175,9 +185,16 @@ def main(argv=None) -> None:
     ap.add_argument("--variants", action="store_true",
                     help="also the path ILP with each strengthening off (HiGHS)")
     ap.add_argument("--limit", type=int, default=None, help="first N instances of each set")
-    ap.add_argument("--out", type=Path, default=OUT)
-    ap.add_argument("--figure", type=Path, default=FIGURE)
+    ap.add_argument("--ref-limit", type=float, default=60.0,
+                    help="seconds for the DP reference (at least --time-limit)")
+    ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--figure", type=Path, default=None)
     args = ap.parse_args(argv)
+    v3 = all(s.startswith("v3/") for s in args.sets)
+    if args.out is None:
+        args.out = OUT_V3 if v3 else OUT
+    if args.figure is None and not v3:
+        args.figure = FIGURE
 
     from chainpipe.io import read
     from chainpipe.solve import solve
@@ -186,7 +203,8 @@ def main(argv=None) -> None:
     command = (f"python benchmarks/formulations.py --time-limit {args.time_limit:g} --sets "
                f"{' '.join(args.sets)} --solvers {' '.join(args.solvers)} --backends "
                f"{' '.join(args.backends)}" + (" --variants" if args.variants else "")
-               + (f" --limit {args.limit}" if args.limit else ""))
+               + (f" --limit {args.limit}" if args.limit else "")
+               + (f" --ref-limit {args.ref_limit:g}" if args.ref_limit != 60.0 else ""))
     lines = [
         "## MIP and CP formulations: status, bounds, time to proof",
         "",
@@ -197,7 +215,8 @@ def main(argv=None) -> None:
         "*LP/opt* is the LP-relaxation bound over the DP optimum (ILPs); *bound* and *gap* "
         "the solver's proven bound and `(T - bound) / T`; *CPU* the CPU seconds of the run "
         "(CBC's child included), the time to proof when the status is `optimal`; *arcs* "
-        "the path ILP's stage arcs kept. *ok* says whether an `optimal` claim matches the DP "
+        "the path ILP's stage arcs kept; *outer* (several pipelines) the entries solved, "
+        "one-pipeline sub-solves and joint models of the outer enumeration. *ok* says whether an `optimal` claim matches the DP "
         "optimum to 1e-6. The path ILP's default has every strengthening on (`dominance`, "
         "`start`, `prune`); the variant rows switch them off one at a time, *plain* all "
         "three (docs/formulations.md).",
@@ -212,11 +231,11 @@ def main(argv=None) -> None:
             files = files[: args.limit]
         body += [f"### `instances/{set_name}/`", "",
                  "| instance | DP T (s) | solver | backend / variant | status | T (s) | bound (s) "
-                 "| gap | LP/opt | vars | cons | nnz | arcs | CPU (s) | ok |",
-                 "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+                 "| gap | LP/opt | vars | cons | nnz | arcs | outer | CPU (s) | ok |",
+                 "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for f in files:
             inst = read(f)
-            ref = solve(inst, "dp", time_limit=max(args.time_limit, 60.0))
+            ref = solve(inst, "dp", time_limit=max(args.time_limit, args.ref_limit))
             opt = ref.iteration_time if ref.status == "optimal" else None
             for solver, label, options in configs:
                 r = run_one(inst, solver, options, args.time_limit, opt)
@@ -228,14 +247,15 @@ def main(argv=None) -> None:
                     f"| {inst.name} | {_fmt(opt)} | {solver} | {label} | {r['status']} | "
                     f"{_fmt(r['T'])} | {_fmt(r['bound'])} | {_fmt(r['gap'], '.2%')} | "
                     f"{_fmt(r['lp_ratio'], '.3f')} | {r['vars'] or '-'} | {r['cons'] or '-'} | "
-                    f"{r['nnz'] or '-'} | {r['arcs'] or '-'} | {r['cpu']:.2f} | "
+                    f"{r['nnz'] or '-'} | {r['arcs'] or '-'} | {r['outer'] or '-'} | "
+                    f"{r['cpu']:.2f} | "
                     f"{'yes' if r['agrees'] else 'NO'} |")
                 print(body[-1], flush=True)
         body.append("")
     lines += summary(rows, args.sets)
     lines += ["Cells: proven / instances with a DP optimum; geometric mean and largest CPU "
               "seconds to proof over the proven ones; mean LP/opt.", ""]
-    if rows:
+    if rows and args.figure is not None:
         profile(rows, args.figure)
         rel = args.figure.relative_to(ROOT / "docs") if args.figure.is_relative_to(
             ROOT / "docs") else args.figure
