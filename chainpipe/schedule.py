@@ -1,6 +1,8 @@
 """The pipeline schedule of one training iteration, simulated block by block.
 
-:func:`simulate_pipeline` runs a plan's 1F1B or GPipe schedule as an event
+:func:`simulate_pipeline` runs a plan's 1F1B or GPipe schedule (the instance's, or
+as a what-if any of :data:`SCHEDULES`, the zero-bubble ZB-H1 and ZB-H2 included:
+their backward split into ``B`` and a deferred ``W``, :func:`stage_order`) as an event
 simulation on the resources and times of the cost model
 (:func:`chainpipe.plan.evaluate`): one device per stage, which runs one block
 at a time (a microbatch's forward block of the stage's ``f_s`` or backward block
@@ -17,7 +19,9 @@ its own devices with its own ``M_p`` microbatches; when every pipeline has
 synchronised inside its DCs, the gradients are averaged across DCs: one block of
 ``R_X / H`` on a row of each chain link of the pipelines' span. The makespan is
 the end of the last block; its length is the cost model's ``T`` counted block by
-block. ``docs/schedule.md`` explains where and why the two differ.
+block. ``docs/schedule.md`` explains where and why the two differ. Each replay also
+reports every stage's peak memory under its schedule (:func:`stage_memory`) and a lower
+bound on its makespan (:func:`makespan_lower_bound`).
 
 Nothing here draws: :mod:`chainpipe.gantt` draws a :class:`PipelineSchedule`.
 """
