@@ -249,87 +249,74 @@ class _Search:
         steady = t.M - 1
         need_at = np.asarray(self.need_at, dtype=np.int64)
         self.live = self.upper  # lowered by every complete plan found
-        # pending[a][key]: chunks (images, lo, hi, meta) of the images filed into state
-        # key at layer a; metas[meta] = (b, key, g) of the extension that made them
-        pending: list = [dict() for _ in range(L + 1)]
+        # the images filed per layer (label_kernel.extend's pools); metas[meta] =
+        # (b, key, g) of the extension that made them
+        pools = label_kernel.new_pools(L)
         self.metas = []
-        empty = (np.zeros(1), np.zeros(1), np.zeros(1, dtype=np.int64), np.zeros(1),
-                 np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64))
-        pending[L][(K, ())] = [(empty, 0, 1, -1)]  # the empty suffix; sentinel DC K
+        # state keys by id (the images' ``state``), with their usage and datacenter
+        self.key_ids, self.key_list = {}, []
+        self.usage_all = np.zeros((64, max(map(len, self.groups_of))), dtype=np.int64)
+        self.dc_all = np.zeros(64, dtype=np.int64)
+        first = self._key_id((K, ()))  # the empty suffix; sentinel DC K
+        pool_f, pool_i, counts = pools
+        pool_f[L] = np.zeros((1, 3))
+        pool_i[L] = np.array([[0, 0, 0, first, -1]], dtype=np.int64)
+        counts[L] = 1
         states: list = [None] * (L + 1)
         best = None  # (T, parent) of the best complete plan
         for b in range(L, 0, -1):
-            layer = states[b] = self._filter_layer(pending[b], sync, steady, label_kernel)
-            pending[b] = None
+            layer = states[b] = self._filter_layer(b, pools, sync, steady, label_kernel)
             for key, (mx, sm, p, r, _meta, _idx, _pair, kill, lts) in layer.items():
                 self.deadline.check()
                 lows = (float(mx[0]), float(sm.min()), float(r.min()))
                 for g, k0, gl, u, U, Q in self._moves(b, key):
-                    rows = self._survivors(b, g, k0, gl, u, U, Q, lows, label_kernel)
-                    if rows is None:
+                    found = self._survivors(b, g, k0, gl, u, U, Q, lows, label_kernel)
+                    if found is None:
                         continue
-                    images, starts, heads, (live, row, lab) = label_kernel.extend(
-                        mx, sm, p, r, lts, kill, rows, U, Q, self.live, steady, self.p_cap,
-                        need_at, BOUND_SLACK, sync)
+                    rows, targets = found
+                    live, row, lab = label_kernel.extend(
+                        mx, sm, p, r, lts, kill, rows, targets, U, Q, self.live, steady,
+                        self.p_cap, need_at, BOUND_SLACK, sync, len(self.metas), *pools)
+                    self.metas.append((b, key, g))
                     if row >= 0:
                         self.live = live
                         best = (live, (b, key, lab, 0, g, int(rows[row, 5])))
-                    if len(heads):
-                        self._file(pending, images, starts, heads, (b, key, g), k0, u, gl)
         return states, best
 
-    def _filter_layer(self, chunks: dict, sync: bool, steady: int, kernel) -> dict:
-        """The states of one layer from the images filed into them: per datacenter, the
-        labels :func:`.label_kernel.filter_states` keeps, as arrays per state
-        ``(mx, sm, p, r, meta, label, kill, lts)`` (``meta``, ``label``: the stage that
-        made the label and the label it extended)."""
-        by_dc: dict = {}
-        for key in chunks:
-            by_dc.setdefault(key[0], []).append(key)
+    def _key_id(self, key) -> int:
+        """The id of state ``key`` (the images' ``state``), its usage and DC recorded."""
+        got = self.key_ids.get(key)
+        if got is None:
+            got = self.key_ids[key] = len(self.key_list)
+            self.key_list.append(key)
+            if got == len(self.dc_all):
+                self.usage_all = np.concatenate([self.usage_all, np.zeros_like(self.usage_all)])
+                self.dc_all = np.concatenate([self.dc_all, np.zeros_like(self.dc_all)])
+            self.usage_all[got, :len(key[1])] = key[1]
+            self.dc_all[got] = key[0]
+        return got
+
+    def _filter_layer(self, b: int, pools, sync: bool, steady: int, kernel) -> dict:
+        """The states of layer ``b`` from the images filed for it (then released): the
+        labels :func:`.label_kernel.filter_layer` keeps, as arrays per state
+        ``(mx, sm, p, r, meta, label, pair, kill, lts)`` (``meta``, ``label``, ``pair``:
+        the extension that made the label, the label it extended, its stage's pair)."""
+        pool_f, pool_i, counts = pools
+        n = int(counts[b])
+        if not n:
+            return {}
+        ids, starts, cols = kernel.filter_layer(pool_f[b][:n], pool_i[b][:n], self.usage_all,
+                                                self.dc_all, sync, steady)
+        pool_f[b], pool_i[b] = np.empty((0, 3)), np.empty((0, 5), dtype=np.int64)
+        bounds = starts.tolist()
         layer: dict = {}
-        for keys in by_dc.values():
-            cols: list = [[], [], [], [], [], []]
-            metas, sizes, per_state = [], [], []
-            for key in keys:
-                filed = chunks[key]
-                per_state.append(sum(hi - lo for _, lo, hi, _ in filed))
-                for images, lo, hi, meta in filed:
-                    for col, arr in zip(cols, images):
-                        col.append(arr[lo:hi])
-                    metas.append(meta)
-                    sizes.append(hi - lo)
-            mx, sm, p, r, label, pair = (np.concatenate(col) for col in cols)
-            meta = np.repeat(np.asarray(metas, dtype=np.int64), sizes)
-            owner = np.repeat(np.arange(len(keys), dtype=np.int64), per_state)
-            usage = np.array([key[1] for key in keys], dtype=np.int64).reshape(len(keys), -1)
-            keep, starts, kill, lts = kernel.filter_states(mx, sm, p, r, owner, usage, sync,
-                                                           steady)
-            cols = (mx[keep], sm[keep], p[keep], r[keep], meta[keep], label[keep], pair[keep])
-            bounds = starts.tolist()
-            for s, key in enumerate(keys):
-                lo, hi = bounds[s], bounds[s + 1]
-                if lo < hi:
-                    layer[key] = tuple(c[lo:hi] for c in cols) + (kill[lo:hi], lts[lo:hi])
-            self.stats["labels"] += len(keep)
+        for s, i in enumerate(ids.tolist()):
+            lo, hi = bounds[s], bounds[s + 1]
+            if lo < hi:
+                layer[self.key_list[i]] = tuple(c[lo:hi] for c in cols)
+        self.stats["labels"] += bounds[-1]
         self.stats["states"] += len(layer)
         return layer
-
-    def _file(self, pending, images, starts, heads, stage, k0, u, gl) -> None:
-        """File the images of one extension, grouped by target state, into ``pending``;
-        ``stage = (b, key, g)`` is recorded once in :attr:`metas` (the images carry their
-        pair)."""
-        meta = len(self.metas)
-        self.metas.append(stage)
-        bounds = starts.tolist()
-        for q, (a, w) in enumerate(heads.tolist()):
-            nkey = self.next_key.get((k0, u, gl, w))
-            if nkey is None:
-                nkey = self.next_key[(k0, u, gl, w)] = (k0, u[:gl] + (u[gl] + w,) + u[gl + 1:])
-            filed = pending[a].get(nkey)
-            if filed is None:
-                pending[a][nkey] = [(images, bounds[q], bounds[q + 1], meta)]
-            else:
-                filed.append((images, bounds[q], bounds[q + 1], meta))
 
     def _prepare_bounds(self) -> None:
         """What the optimistic completion of a prefix ``[0, a)`` needs, per DC ``k0``
@@ -447,31 +434,41 @@ class _Search:
             return None
         base, curve_x, _y, _list, step = self._free_curve(k0, u)
         free = self.count[g] - u[gl]
-        floors = self._floors(k0, u, gl, g, free) if self.capacity is not None else None
+        need, gain, targets = self._per_width(k0, u, gl, g, free)
         rows = kernel.survivors(
             table, self.prefix_max_arr[k0], self.prefix_sum_arr[k0], self.flop_arr, curve_x,
-            step, self.use_fill, base, self.rate_of[g],
-            *(floors if floors is not None else self._no_floors), floors is not None, free,
-            (max(U, lows[0]), lows[1], lows[2]), Q, self.t.M - 1, self.live)
-        return rows if len(rows) else None
+            step, self.use_fill, base, self.rate_of[g], need, gain, self.capacity is not None,
+            free, (max(U, lows[0]), lows[1], lows[2]), Q, self.t.M - 1, self.live)
+        return (rows, targets) if len(rows) else None
 
-    def _floors(self, k0, u, gl, g, free):
-        """The capacity floors of :meth:`_needed_curve` for each width of group ``g``
-        (``inf`` rows for widths above ``free``, which no row uses): two arrays
-        ``(widths, L + 1)``, computed once per ``(k0, u, g)``."""
+    def _per_width(self, k0, u, gl, g, free):
+        """Per width of group ``g`` (its slot): the capacity floors of
+        :meth:`_needed_curve` (two arrays ``(widths, L + 1)``; ``inf`` rows for widths
+        above ``free``, which no row uses) and the id of the state a stage of that width
+        leads to; computed once per ``(k0, u, g)``."""
         key = (k0, u, g)
         got = self.floor_rows.get(key)
         if got is None:
-            need, gain = [], []
+            need, gain, targets = [], [], []
             for w in self.widths_of[g]:
                 if w > free:
                     need.append(self._inf_row)
                     gain.append(self._inf_row)
-                else:
+                    targets.append(-1)
+                    continue
+                nkey = self.next_key.get((k0, u, gl, w))
+                if nkey is None:
+                    nkey = self.next_key[(k0, u, gl, w)] = (
+                        k0, u[:gl] + (u[gl] + w,) + u[gl + 1:])
+                targets.append(self._key_id(nkey))
+                if self.capacity is not None:
                     curve = self._needed_curve(k0, u, gl, w)
                     need.append(curve[0])
                     gain.append(curve[2])
-            got = self.floor_rows[key] = (np.array(need), np.array(gain))
+            if self.capacity is None:
+                need, gain = self._no_floors
+            got = self.floor_rows[key] = (np.array(need), np.array(gain),
+                                          np.array(targets, dtype=np.int64))
         return got
 
     def _crossing_floors(self):

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 from numba import njit
+from numba.typed import List
 
 from ..cost import assembled_time
 from ..tables import fill_bound_at
@@ -36,13 +37,19 @@ _fill_at = njit(cache=True)(fill_bound_at)
 
 
 @njit(cache=True)
-def _order4(mx, sm, p, r, group):
-    """Indices sorted by ``(group, mx, sm, p, r)`` (stable sorts from the last key)."""
-    order = np.argsort(r, kind="mergesort")
-    order = order[np.argsort(p[order], kind="mergesort")]
-    order = order[np.argsort(sm[order], kind="mergesort")]
-    order = order[np.argsort(mx[order], kind="mergesort")]
-    return order[np.argsort(group[order], kind="mergesort")]
+def _by_state(state, n_states):
+    """Indices grouped by state (a counting sort, stable) and each state's start."""
+    count = np.zeros(n_states + 1, dtype=np.int64)
+    for i in range(len(state)):
+        count[state[i] + 1] += 1
+    for s in range(n_states):
+        count[s + 1] += count[s]
+    starts = count.copy()
+    out = np.empty(len(state), dtype=np.int64)
+    for i in range(len(state)):
+        out[count[state[i]]] = i
+        count[state[i]] += 1
+    return out, starts
 
 
 @njit(cache=True)
@@ -58,23 +65,35 @@ def _shifted_beats(mx, sm, p, r, i, j, steady):
 
 
 @njit(cache=True)
-def _pareto_group(idx, mx, sm, p, r, shifted, steady):
-    """Of ``idx`` (one state's labels sorted by ``(mx, sm, p, r)``): those kept by the
-    plain Pareto filter and, with ``shifted``, by the shifted rule; in order."""
-    n = len(idx)
-    kept = np.empty(n, dtype=np.int64)
+def _pareto_group(idx, mx, sm, p, r, shifted, steady, buf):
+    """Of ``idx`` (one state's labels): those no other dominates (of equal ones the
+    first), by ``(mx, sm)``, then with ``shifted`` those the shifted rule keeps.
+
+    An online skyline: each label is compared with the kept ones (``buf``, scratch);
+    if none dominates it, it drops those it dominates and is kept. No sort is needed
+    and the kept set stays small (the labels of a state are mostly dominated)."""
     k = 0
-    for a in range(n):
+    for a in range(len(idx)):
         i = idx[a]
         dominated = False
         for b in range(k):
-            j = kept[b]  # earlier in the order: no larger bottleneck
-            if sm[j] <= sm[i] and p[j] <= p[i] and r[j] <= r[i]:
+            j = buf[b]
+            if mx[j] <= mx[i] and sm[j] <= sm[i] and p[j] <= p[i] and r[j] <= r[i]:
                 dominated = True
                 break
-        if not dominated:
-            kept[k] = i
-            k += 1
+        if dominated:
+            continue
+        m = 0
+        for b in range(k):
+            j = buf[b]
+            if not (mx[i] <= mx[j] and sm[i] <= sm[j] and p[i] <= p[j] and r[i] <= r[j]):
+                buf[m] = j
+                m += 1
+        buf[m] = i
+        k = m + 1
+    kept = buf[:k].copy()
+    kept = kept[np.argsort(sm[kept])]
+    kept = kept[np.argsort(mx[kept], kind="mergesort")]
     if not shifted or k < 2:
         return kept[:k]
     # shifted rule: i removes j when it dominates j and j does not dominate it back
@@ -99,8 +118,8 @@ def _pareto_group(idx, mx, sm, p, r, shifted, steady):
 
 
 @njit(cache=True)
-def filter_states(mx, sm, p, r, state, usage, shifted, steady):
-    """Filter the labels of the states of one datacenter at one layer.
+def filter_states(mx, sm, p, r, state, usage, dc, shifted, steady):
+    """Filter the labels of the states of one layer.
 
     Parameters
     ----------
@@ -111,7 +130,10 @@ def filter_states(mx, sm, p, r, state, usage, shifted, steady):
     state : numpy.ndarray
         ``(n,)`` int64: the label's state, an index into ``usage``'s rows.
     usage : numpy.ndarray
-        ``(states, groups)`` int64: devices in use per group of the datacenter.
+        ``(states, groups)`` int64: devices in use per group of the state's datacenter
+        (rows padded with zeros to the most groups of any datacenter).
+    dc : numpy.ndarray
+        ``(states,)`` int64: each state's datacenter.
     shifted : bool
         Apply the shifted dominance (data parallelism) after the plain one.
     steady : int
@@ -130,56 +152,20 @@ def filter_states(mx, sm, p, r, state, usage, shifted, steady):
         Per kept label, its ``T`` as a complete plan (``sm + (M - 1) mx``).
     """
     n_states = usage.shape[0]
-    order = _order4(mx, sm, p, r, state)
+    order, bounds = _by_state(state, n_states)
     # within each state: Pareto (and shifted) filter
     within = np.empty(len(order), dtype=np.int64)
+    buf = np.empty(len(order), dtype=np.int64)
     w = 0
-    lo = 0
-    while lo < len(order):
-        hi = lo
-        while hi < len(order) and state[order[hi]] == state[order[lo]]:
-            hi += 1
-        kept = _pareto_group(order[lo:hi], mx, sm, p, r, shifted, steady)
+    for s in range(n_states):
+        kept = _pareto_group(order[bounds[s]:bounds[s + 1]], mx, sm, p, r, shifted, steady,
+                             buf)
         within[w:w + len(kept)] = kept
         w += len(kept)
-        lo = hi
     within = within[:w]
-    # across states: a label of a state with no more devices in use of any group and no
-    # larger criteria dominates (rows by (mx, sm, p, r, devices in all))
-    used = np.zeros(n_states, dtype=np.int64)
-    for s in range(n_states):
-        used[s] = usage[s].sum()
-    alive = np.ones(w, dtype=np.bool_)
-    if n_states > 1 and w > 1:
-        keyed = np.empty(w, dtype=np.int64)
-        for a in range(w):
-            keyed[a] = used[state[within[a]]]
-        o = np.argsort(keyed, kind="mergesort")
-        o = o[np.argsort(r[within[o]], kind="mergesort")]
-        o = o[np.argsort(p[within[o]], kind="mergesort")]
-        o = o[np.argsort(sm[within[o]], kind="mergesort")]
-        o = o[np.argsort(mx[within[o]], kind="mergesort")]
-        kept_rows = np.empty(w, dtype=np.int64)
-        k = 0
-        for a in range(w):
-            i = within[o[a]]
-            si = state[i]
-            for b in range(k):
-                j = within[kept_rows[b]]
-                sj = state[j]
-                if sj == si or sm[j] > sm[i] or p[j] > p[i] or r[j] > r[i]:
-                    continue  # same state: the filter above has decided
-                fewer = True
-                for g in range(usage.shape[1]):
-                    if usage[sj, g] > usage[si, g]:
-                        fewer = False
-                        break
-                if fewer:
-                    alive[o[a]] = False
-                    break
-            if alive[o[a]]:
-                kept_rows[k] = o[a]
-                k += 1
+    # across states of one datacenter: a label of a state with no more devices in use of
+    # any group and no larger criteria dominates (rows by (dc, mx, sm, p, r, devices))
+    alive = _across(within, mx, sm, p, r, state, usage, dc)
     keep = np.empty(w, dtype=np.int64)
     starts = np.zeros(n_states + 1, dtype=np.int64)
     m = 0
@@ -208,6 +194,65 @@ def filter_states(mx, sm, p, r, state, usage, shifted, steady):
                     kill[a] = b - lo
                     break
     return keep, starts, kill, lts
+
+
+@njit(cache=True)
+def filter_layer(F, I, usage_all, dc_all, shifted, steady):
+    """:func:`filter_states` on the images filed for one layer (:func:`extend`'s pools).
+
+    Parameters
+    ----------
+    F, I : numpy.ndarray
+        ``(n, 3)`` float64 ``(mx, sm, r)`` and ``(n, 5)`` int64
+        ``(p, label, pair, state, meta)`` per image; ``state`` a global state id.
+    usage_all, dc_all : numpy.ndarray
+        Per global state id: devices in use per group (padded) and datacenter.
+    shifted : bool
+        Apply the shifted dominance.
+    steady : int
+        ``M - 1``.
+
+    Returns
+    -------
+    ids : numpy.ndarray
+        The global ids of the layer's states with a label kept, in order.
+    starts : numpy.ndarray
+        State ``ids[s]``'s labels are ``starts[s]:starts[s+1]`` of the columns.
+    columns : tuple
+        ``(mx, sm, p, r, meta, label, pair, kill, lts)``: the kept labels, contiguous.
+    """
+    n = F.shape[0]
+    local = np.full(usage_all.shape[0], -1, dtype=np.int64)
+    seen = np.empty(n, dtype=np.int64)
+    owner = np.empty(n, dtype=np.int64)
+    n_states = 0
+    for e in range(n):
+        g = I[e, 3]
+        if local[g] < 0:
+            local[g] = n_states
+            seen[n_states] = g
+            n_states += 1
+        owner[e] = local[g]
+    ids = seen[:n_states].copy()
+    usage = np.empty((n_states, usage_all.shape[1]), dtype=np.int64)
+    dc = np.empty(n_states, dtype=np.int64)
+    for s in range(n_states):
+        usage[s] = usage_all[ids[s]]
+        dc[s] = dc_all[ids[s]]
+    mx = F[:, 0].copy()
+    sm = F[:, 1].copy()
+    r = F[:, 2].copy()
+    p = I[:, 0].copy()
+    keep, starts, kill, lts = filter_states(mx, sm, p, r, owner, usage, dc, shifted, steady)
+    m = len(keep)
+    meta = np.empty(m, dtype=np.int64)
+    label = np.empty(m, dtype=np.int64)
+    pair = np.empty(m, dtype=np.int64)
+    for a in range(m):
+        meta[a] = I[keep[a], 4]
+        label[a] = I[keep[a], 1]
+        pair[a] = I[keep[a], 2]
+    return ids, starts, (mx[keep], sm[keep], p[keep], r[keep], meta, label, pair, kill, lts)
 
 
 @njit(cache=True)
@@ -249,12 +294,12 @@ def survivors(table, pre_max, pre_sum, flop, curve_x, step, use_fill, base, rate
     Returns
     -------
     numpy.ndarray
-        ``(k, 8)`` rows for :func:`extend`: the first six columns of ``table``, then
-        the prefix's optimistic bottleneck ``pm`` and fill ``ps``.
+        ``(k, 9)`` rows for :func:`extend`: the columns of ``table``, then the prefix's
+        optimistic bottleneck ``pm`` and fill ``ps``.
     """
     low_u, low_sm, low_r = lows
     n = table.shape[0]
-    out = np.empty((n, 8))
+    out = np.empty((n, 9))
     k = 0
     for i in range(n):
         w = table[i, 3]
@@ -284,16 +329,67 @@ def survivors(table, pre_max, pre_sum, flop, curve_x, step, use_fill, base, rate
         rr = table[i, 4] if table[i, 4] >= low_r else low_r
         if _time(low_sm + Q + c + ps, nmx if nmx >= pm else pm, steady, rr) >= upper:
             continue
-        out[k, :6] = table[i, :6]
-        out[k, 6] = pm
-        out[k, 7] = ps
+        out[k, :7] = table[i]
+        out[k, 7] = pm
+        out[k, 8] = ps
         k += 1
     return out[:k]
 
 
 @njit(cache=True)
-def extend(mx, sm, p, r, lts, kill, rows, U, Q, upper, steady, p_cap, need_at, slack,
-           use_kill):
+def _across(within, mx, sm, p, r, state, usage, dc):
+    """Which of the labels ``within`` (each kept within its state) no label of another
+    state of the same datacenter dominates: one with no more devices in use of any
+    group and no larger criteria. Rows go by ``(dc, mx, sm, p, r, devices in all)``, so
+    a dominator comes first; a row dominated by an earlier one is dominated by an
+    earlier kept one (transitivity), so only kept rows are compared."""
+    w = len(within)
+    alive = np.ones(w, dtype=np.bool_)
+    if w < 2:
+        return alive
+    used = np.zeros(usage.shape[0], dtype=np.int64)
+    for s in range(usage.shape[0]):
+        used[s] = usage[s].sum()
+    keyed = np.empty(w, dtype=np.int64)
+    home = np.empty(w, dtype=np.int64)
+    for a in range(w):
+        keyed[a] = used[state[within[a]]]
+        home[a] = dc[state[within[a]]]
+    o = np.argsort(keyed, kind="mergesort")
+    o = o[np.argsort(r[within[o]], kind="mergesort")]
+    o = o[np.argsort(p[within[o]], kind="mergesort")]
+    o = o[np.argsort(sm[within[o]], kind="mergesort")]
+    o = o[np.argsort(mx[within[o]], kind="mergesort")]
+    o = o[np.argsort(home[o], kind="mergesort")]
+    kept_rows = np.empty(w, dtype=np.int64)
+    k = 0
+    for a in range(w):
+        if a > 0 and home[o[a]] != home[o[a - 1]]:
+            k = 0  # a new datacenter: its states only compare among themselves
+        i = within[o[a]]
+        si = state[i]
+        for b in range(k):
+            j = within[kept_rows[b]]
+            sj = state[j]
+            if sj == si or sm[j] > sm[i] or p[j] > p[i] or r[j] > r[i]:
+                continue  # same state: the filter within it has decided
+            fewer = True
+            for g in range(usage.shape[1]):
+                if usage[sj, g] > usage[si, g]:
+                    fewer = False
+                    break
+            if fewer:
+                alive[o[a]] = False
+                break
+        if alive[o[a]]:
+            kept_rows[k] = o[a]
+            k += 1
+    return alive
+
+
+@njit(cache=True)
+def extend(mx, sm, p, r, lts, kill, rows, targets, U, Q, upper, steady, p_cap, need_at,
+           slack, use_kill, meta, pool_f, pool_i, counts):
     """Put each stage option of ``rows`` before every label of one state.
 
     Parameters
@@ -303,9 +399,12 @@ def extend(mx, sm, p, r, lts, kill, rows, U, Q, upper, steady, p_cap, need_at, s
     p, kill : numpy.ndarray
         int64: stages placed, and the killers of :func:`filter_states`.
     rows : numpy.ndarray
-        ``(n_rows, 8)`` float64, one stage option per row: start ``a``, ``C``, in-flight
-        limit, width, ``R``, pair, and the optimistic prefix bottleneck ``pm`` and fill
-        ``ps`` of ``[0, a)``.
+        ``(n_rows, 9)`` float64 rows of :func:`survivors`: start ``a``, ``C``, in-flight
+        limit, width, ``R``, pair, width slot, and the optimistic prefix bottleneck
+        ``pm`` and fill ``ps`` of ``[0, a)``.
+    targets : numpy.ndarray
+        int64 per width slot: the state (an id of the caller's) a stage of that width
+        leads to.
     U, Q : float
         Occupancy and traversal of the boundary after the stage (0 if none).
     upper : float
@@ -318,40 +417,31 @@ def extend(mx, sm, p, r, lts, kill, rows, U, Q, upper, steady, p_cap, need_at, s
         Relative widening of the threshold tests (:data:`.labels.BOUND_SLACK`).
     use_kill : bool
         Skip labels whose killer is lifted to the same bottleneck by the stage.
+    meta : int
+        The caller's id of this extension (source state and group), stored per image.
+    pool_f, pool_i, counts : numba.typed.List, numba.typed.List, numpy.ndarray
+        Per layer ``a``: the images filed so far (rows of :func:`filter_layer`'s ``F``
+        and ``I``) and their count; the images are appended there, the arrays grown.
 
     Returns
     -------
-    images : tuple
-        ``(mx, sm, p, r, label, pair)`` arrays of the images kept: ``label`` the index
-        of the label each extends, ``pair`` its stage's pair; grouped by target state.
-    starts : numpy.ndarray
-        Group ``q``'s images are ``starts[q]:starts[q+1]``.
-    heads : numpy.ndarray
-        ``(groups, 2)`` int64: each group's stage start ``a`` and width (its target).
-    best : tuple
+    tuple
         ``(upper, row, label)``: the bound after complete plans (stages at layer 0)
         lowered it, and the best one's row and label (``-1`` if none).
     """
     n = len(mx)
     n_rows = rows.shape[0]
-    cap = max(16, n * 2)
-    o_mx = np.empty(cap)
-    o_sm = np.empty(cap)
-    o_r = np.empty(cap)
-    o_p = np.empty(cap, dtype=np.int64)
-    o_i = np.empty(cap, dtype=np.int64)
-    o_row = np.empty(cap, dtype=np.int64)
     best_row = -1
     best_label = -1
-    m = 0
     for j in range(n_rows):
-        lo = m
         a = int(rows[j, 0])
         c = rows[j, 1]
         in_flight = rows[j, 2]
         rj = rows[j, 4]
-        pm = rows[j, 6]
-        ps = rows[j, 7]
+        pair = int(rows[j, 5])
+        target = targets[int(rows[j, 6])]
+        pm = rows[j, 7]
+        ps = rows[j, 8]
         cu = c if c >= U else U
         h = cu if cu >= pm else pm
         # labels lifted to one bottleneck by the stage: those a later one of them kills
@@ -382,53 +472,34 @@ def extend(mx, sm, p, r, lts, kill, rows, U, Q, upper, steady, p_cap, need_at, s
                     thr_lo = upper - _time(base, h, steady, 0.0) + upper * slack
                     thr_hi = upper - base + upper * slack
                 continue
-            if m == cap:
-                cap *= 2
-                o_mx = _grown(o_mx, cap, m)
-                o_sm = _grown(o_sm, cap, m)
-                o_r = _grown(o_r, cap, m)
-                o_p = _grown(o_p, cap, m)
-                o_i = _grown(o_i, cap, m)
-                o_row = _grown(o_row, cap, m)
-            o_mx[m] = nmx
-            o_sm[m] = nsm
-            o_r[m] = nr
-            o_p[m] = p[i] + 1 if p[i] < p_cap else p_cap
-            o_i[m] = i
-            m += 1
-        o_row[lo:m] = j
-    # one group per target state: rows of the same start and width lead to the same one
-    wide = 1.0
-    for j in range(n_rows):
-        if rows[j, 3] >= wide:
-            wide = rows[j, 3] + 1.0
-    code = np.empty(m)
-    for e in range(m):
-        code[e] = rows[o_row[e], 0] * wide + rows[o_row[e], 3]
-    order = np.argsort(code[:m], kind="mergesort")
-    starts = np.empty(m + 1, dtype=np.int64)
-    n_groups = 0
-    for e in range(m):
-        if e == 0 or code[order[e]] != code[order[e - 1]]:
-            starts[n_groups] = e
-            n_groups += 1
-    starts[n_groups] = m
-    pair = np.empty(m, dtype=np.int64)
-    for e in range(m):
-        pair[e] = int(rows[o_row[order[e]], 5])
-    first = order[starts[:n_groups]]
-    heads = np.empty((n_groups, 2), dtype=np.int64)
-    for q in range(n_groups):
-        heads[q, 0] = int(rows[o_row[first[q]], 0])
-        heads[q, 1] = int(rows[o_row[first[q]], 3])
-    images = (o_mx[:m][order], o_sm[:m][order], o_p[:m][order], o_r[:m][order],
-              o_i[:m][order], pair)
-    return images, starts[:n_groups + 1], heads, (upper, best_row, best_label)
+            e = counts[a]
+            if e == pool_f[a].shape[0]:
+                pool_f[a] = _grown(pool_f[a], max(64, 2 * e), e)
+                pool_i[a] = _grown(pool_i[a], max(64, 2 * e), e)
+            f_row = pool_f[a]
+            i_row = pool_i[a]
+            f_row[e, 0] = nmx
+            f_row[e, 1] = nsm
+            f_row[e, 2] = nr
+            i_row[e, 0] = p[i] + 1 if p[i] < p_cap else p_cap
+            i_row[e, 1] = i
+            i_row[e, 2] = pair
+            i_row[e, 3] = target
+            i_row[e, 4] = meta
+            counts[a] = e + 1
+    return upper, best_row, best_label
 
 
 @njit(cache=True)
 def _grown(arr, cap, m):
-    """``arr``'s first ``m`` entries in a new array of ``cap``."""
-    out = np.empty(cap, dtype=arr.dtype)
+    """``arr``'s first ``m`` rows in a new array of ``cap`` rows."""
+    out = np.empty((cap, arr.shape[1]), dtype=arr.dtype)
     out[:m] = arr[:m]
     return out
+
+
+def new_pools(layers: int):
+    """Empty image pools for :func:`extend`, one per layer ``0..layers``."""
+    pool_f = List([np.empty((0, 3)) for _ in range(layers + 1)])
+    pool_i = List([np.empty((0, 5), dtype=np.int64) for _ in range(layers + 1)])
+    return pool_f, pool_i, np.zeros(layers + 1, dtype=np.int64)
