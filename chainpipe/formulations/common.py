@@ -285,10 +285,17 @@ def undominated(cand: CandidateOptions, check=None) -> np.ndarray:
 def period_mode(tables: CostTables) -> str:
     """How a model writes the period ``lambda`` of its one pipeline (contract 4.3).
 
-    ``"classic"``: ``lambda = max(max C, max U)`` (objective ``classic``, or ``M = 1``
-    where no period is paid); ``"gpipe"``: two phase maxima ``max(max f, max U) +
-    max(max b, max U)``; ``"1f1b"``: ``max(max C, max U)`` and the loop windows of the
-    stages that stash fewer than ``M`` microbatches.
+    Parameters
+    ----------
+    tables : CostTables
+
+    Returns
+    -------
+    str
+        ``"classic"``: ``lambda = max(max C, max U)`` (objective ``classic``, or
+        ``M = 1`` where no period is paid); ``"gpipe"``: two phase maxima
+        ``max(max f, max U) + max(max b, max U)``; ``"1f1b"``: ``max(max C, max U)``
+        and the loop windows of the stages that stash fewer than ``M`` microbatches.
     """
     if tables.instance.training.objective != "period" or tables.M <= 1:
         return "classic"
@@ -296,9 +303,21 @@ def period_mode(tables: CostTables) -> str:
 
 
 def phase_arrays(tables: CostTables, g: int) -> tuple[np.ndarray, np.ndarray]:
-    """``(f, b)`` arrays ``[option, i, j]`` of group ``g``: each stage option's forward
-    and backward time (:func:`chainpipe.cost.phase_time`), ``inf`` where the option's
-    ``C`` is (no such range, or an overflow)."""
+    """Forward and backward times of every stage option of group ``g``.
+
+    Parameters
+    ----------
+    tables : CostTables
+    g : int
+        The group's index in ``tables.groups``.
+
+    Returns
+    -------
+    (numpy.ndarray, numpy.ndarray)
+        ``f`` and ``b`` ``[option, i, j]`` (:func:`chainpipe.cost.phase_time`), ``inf``
+        where the option's ``C`` is (no such range, or an overflow); computed once per
+        group and tables.
+    """
     cache = tables.__dict__.setdefault("_formulation_phases", {})
     if g not in cache:
         opts, grp, sums = tables.options(g), tables.groups[g], tables.sums

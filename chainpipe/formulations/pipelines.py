@@ -46,14 +46,38 @@ SUB_SHARE = 0.5
 
 
 def several(instance) -> bool:
-    """Whether the instance allows a pipeline count other than 1 (needs the enumeration)."""
+    """Whether the instance allows a pipeline count other than 1.
+
+    Parameters
+    ----------
+    instance : Instance
+
+    Returns
+    -------
+    bool
+        ``True`` when ``parallelism.pipelines`` is not ``[1]``: the routes then run the
+        outer enumeration (:class:`OuterSearch`).
+    """
     return tuple(instance.parallelism.pipelines) != (1,)
 
 
 def sub_instance(instance, first: int, last: int, microbatches: int):
     """The instance of one pipeline on DCs ``first..last`` with ``microbatches``.
 
-    The DCs keep their names, so a sub-plan's device names are the full instance's.
+    Parameters
+    ----------
+    instance : Instance
+    first, last : int
+        The block's first and last DC (chain indices, inclusive).
+    microbatches : int
+        ``M_p``.
+
+    Returns
+    -------
+    Instance
+        The block's DCs and the links between them, ``M_p`` microbatches, pipelines
+        ``[1]``, everything else as in ``instance``. The DCs keep their names, so a
+        sub-plan's device names are the full instance's.
     """
     training = instance.training
     par = dataclasses.replace(training.parallelism, pipelines=(1,))
@@ -64,7 +88,20 @@ def sub_instance(instance, first: int, last: int, microbatches: int):
 
 
 def cross_time(instance, first: int, last: int) -> float:
-    """``R_X / H`` of pipelines spanning DCs ``first..last`` (0 for one DC)."""
+    """``R_X / H`` of pipelines spanning DCs ``first..last``.
+
+    Parameters
+    ----------
+    instance : Instance
+    first, last : int
+        The span's outer DCs (inclusive).
+
+    Returns
+    -------
+    float
+        Seconds per iteration (:func:`chainpipe.cost.cross_sync_time` over the chain
+        links of the span, divided by ``pipeline_sync_period``); 0 for one DC.
+    """
     if last <= first:
         return 0.0
     bw, lat = cost.chain_path(instance.links, first, last)
@@ -103,7 +140,19 @@ def _splits(M: int, P: int):
 
 
 def entries(instance) -> list[Entry]:
-    """Every outer choice the instance allows (:class:`Entry`), unsorted."""
+    """Every outer choice the instance allows.
+
+    Parameters
+    ----------
+    instance : Instance
+
+    Returns
+    -------
+    list of Entry
+        One for ``P = 1`` (if allowed: the whole chain, all ``M``), and for each allowed
+        ``2 <= P <= min(M, K)`` every cut of every span into ``P`` blocks times every
+        split of ``M`` into ``P`` parts ``>= 1``; unsorted, bounds not yet set.
+    """
     K, M = len(instance.datacenters), instance.microbatches
     out = []
     for P in sorted(set(instance.parallelism.pipelines)):
@@ -122,14 +171,28 @@ def entries(instance) -> list[Entry]:
 
 
 def assemble(instance, entry: Entry, plans: list[Plan]) -> Plan:
-    """The plan of ``entry`` from its blocks' one-pipeline plans (first form for one)."""
+    """The plan of ``entry`` from its blocks' one-pipeline plans.
+
+    Parameters
+    ----------
+    instance : Instance
+    entry : Entry
+    plans : list of Plan
+        One plan per block, each of its sub-instance (device names are the instance's).
+
+    Returns
+    -------
+    Plan
+        The first form (``{"stages": ...}``) for one pipeline, else the pipelines in
+        chain order with their ``M_p``.
+    """
     if entry.single:
         return Plan(plans[0].stages)
     return Plan(pipelines=[Pipeline(p.stages, m) for p, m in zip(plans, entry.splits)])
 
 
 def capacity_terms(instance, first: int, last: int) -> tuple[float, float]:
-    """``(fill floor, period floor)`` of one pipeline on DCs ``first..last``.
+    """``(fill floor, period floor)`` in seconds of one pipeline on DCs ``first..last``.
 
     With ``F`` the model's FLOP, each stage has ``C_s >= F_s / (w_s r_s)``: the fill
     ``sum_s C_s >= F / max_g (w_g r_g)`` (``w_g`` the widest stage group ``g`` allows) and
@@ -143,7 +206,7 @@ def capacity_terms(instance, first: int, last: int) -> tuple[float, float]:
     groups = [g for dc in instance.datacenters[first:last + 1] for g in dc.devices]
     if not groups:
         return math.inf, math.inf
-    with np_errstate():
+    with _errstate():
         fastest = max(min(widest, g.count) * g.flop_per_s for g in groups)
         total = sum(g.count * g.flop_per_s for g in groups)
         return (float(cost.compute_time(flop, float(fastest))),
@@ -151,12 +214,25 @@ def capacity_terms(instance, first: int, last: int) -> tuple[float, float]:
 
 
 def capacity_bound(fill: float, period: float, microbatches: int) -> float:
-    """``fill + (M_p - 1) period`` of :func:`capacity_terms` (a lower bound on ``T_p``)."""
+    """A lower bound on ``T_p`` (and ``T_p + max R``) of a block.
+
+    Parameters
+    ----------
+    fill, period : float
+        :func:`capacity_terms` of the block.
+    microbatches : int
+        ``M_p``.
+
+    Returns
+    -------
+    float
+        ``fill + (M_p - 1) period`` (0 where the figures give ``nan``).
+    """
     value = fill + float(cost.steady_state(microbatches, period))
     return value if not math.isnan(value) else 0.0
 
 
-def np_errstate():
+def _errstate():
     """Overflow to ``inf`` silently (extreme but valid figures)."""
     import numpy as np
 
