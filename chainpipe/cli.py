@@ -213,7 +213,9 @@ def format_schedules(inst, sims) -> str:
     then the peak memory per device of each stage under each schedule."""
     own = next((s for s in sims if s.schedule == inst.training.schedule), sims[0])
     zb = [s for s in sims if s.schedule.startswith("zb")]
-    shares = (f"; W share {zb[0].weight_share:g} of each backward, M_W / M_B "
+    share = ("each layer's weight_grad_share (0.5 where not given)"
+             if zb and zb[0].weight_share is None else f"{zb[0].weight_share:g}" if zb else "")
+    shares = (f"; W share {share} of each backward, M_W / M_B "
               f"{zb[0].weight_memory_share:.4g}") if zb else ""
     lines = [f"what-if schedules: the same plan, blocks and links, replayed (docs/schedule.md)"
              f"{shares}"]
@@ -791,11 +793,12 @@ def _add_evaluate(sub) -> None:
 
 
 def _what_if_arguments(p) -> None:
-    from .schedule import DEFAULT_WEIGHT_MEMORY_SHARE, DEFAULT_WEIGHT_SHARE
+    from .schedule import DEFAULT_WEIGHT_MEMORY_SHARE
 
-    p.add_argument("--weight-share", type=share, default=DEFAULT_WEIGHT_SHARE, metavar="X",
-                   help="zero-bubble schedules: share of each backward that is the weight "
-                        "gradient W (B = W: two matmuls of the forward's size)")
+    p.add_argument("--weight-share", type=share, metavar="X",
+                   help="zero-bubble schedules: share of every layer's backward FLOP that is "
+                        "the weight gradient W (default: each layer's weight_grad_share, 0.5 "
+                        "where not given: B = W, two matmuls of the forward's size)")
     p.add_argument("--weight-memory-share", type=share, default=DEFAULT_WEIGHT_MEMORY_SHARE,
                    metavar="X",
                    help="zero-bubble schedules: memory a microbatch holds between its B and "

@@ -37,7 +37,6 @@ from .plan import Plan
 from .schedule import (
     CROSS_SYNC,
     DEFAULT_WEIGHT_MEMORY_SHARE,
-    DEFAULT_WEIGHT_SHARE,
     SYNC,
     WEIGHT,
     PipelineRow,
@@ -313,7 +312,7 @@ def draw(sim: PipelineSchedule, ax=None, *, window: int | None = DEFAULT_WINDOW,
 def gantt(instance: Instance, plan: Plan, ax=None, path: str | os.PathLike | None = None, *,
           window: int | None = DEFAULT_WINDOW, links: str = "auto",
           progress: bool | None = None, schedule: str | None = None,
-          weight_share: float = DEFAULT_WEIGHT_SHARE,
+          weight_share: float | None = None,
           weight_memory_share: float = DEFAULT_WEIGHT_MEMORY_SHARE) -> PipelineSchedule:
     """Simulate ``plan`` and draw its pipeline; save the figure to ``path`` if given.
 
@@ -413,7 +412,7 @@ def cli_plot(args) -> int:
     try:
         sim = gantt(inst, plan, path=out, window=window, links=args.links,
                     schedule=getattr(args, "schedule", None),
-                    weight_share=getattr(args, "weight_share", DEFAULT_WEIGHT_SHARE),
+                    weight_share=getattr(args, "weight_share", None),
                     weight_memory_share=getattr(args, "weight_memory_share",
                                                 DEFAULT_WEIGHT_MEMORY_SHARE))
     except InstanceError as exc:  # the plan's violations: name the file they are in

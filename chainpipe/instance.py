@@ -219,6 +219,16 @@ def bool_rule(v: Any) -> str | None:
 
 NONNEG = number_rule(0.0, strict=False)
 POSITIVE = number_rule(0.0, strict=True)
+
+
+def share_rule(v: Any) -> str | None:
+    """A share: a finite number from 0 to 1."""
+    if msg := _overflow(v):
+        return msg
+    ok = _is_number(v) and _is_finite(v) and 0 <= v <= 1
+    return None if ok else f"must be a finite number from 0 to 1, got {_fmt(v)}"
+
+
 COUNT = integer_rule(1, MAX_COUNT, "2**31 - 1")
 
 #: field name -> rule, per record of the format (nested records are handled by io.py)
@@ -256,7 +266,7 @@ PIPELINES_RULE = width_list_rule(COUNT, "integers >= 1")
 #: the fields of version 2 that a file may leave out, per record, with their rules; the
 #: dataclasses give them their defaults (``docs/model.md``)
 OPTIONAL: dict[str, dict[str, Rule]] = {
-    "layer": {"tp_allreduce_bytes": NONNEG},
+    "layer": {"tp_allreduce_bytes": NONNEG, "weight_grad_share": share_rule},
     "training": {"gradient_bytes_per_param": POSITIVE, "optimizer_bytes_per_param": NONNEG,
                  "microbatch_size": COUNT, "objective": choice_rule(OBJECTIVES),
                  "pipeline_sync_period": COUNT},
@@ -341,6 +351,12 @@ class Layer:
         forward and backward together, finite and >= 0. Default (``None``):
         ``4 * output_bytes`` (a Megatron block: two all-reduces of its hidden state
         forward, two backward).
+    weight_grad_share : float, optional
+        The share of ``bwd_flop`` that computes the weight gradient (the ``W`` of a
+        zero-bubble schedule, :mod:`chainpipe.schedule`), 0 to 1. ``None`` (the default,
+        and what a file without it reads as): the schedule's default, 0.5 (every matrix
+        product's backward is one product for the input gradient and one of the same
+        size for the weight gradient). Only the what-if schedules read it.
 
     Raises
     ------
@@ -355,6 +371,7 @@ class Layer:
     activation_bytes: float
     output_bytes: float
     tp_allreduce_bytes: float = None
+    weight_grad_share: float | None = None
 
     def __post_init__(self) -> None:
         _check("layer", self)

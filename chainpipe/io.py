@@ -384,8 +384,8 @@ def instance_to_dict(instance: Instance) -> dict:
     dict
         A ``chainpipe-instance/3`` document with every field explicit (defaults
         written out, ``objective`` too, so an instance read from a ``/1`` or ``/2``
-        file keeps its ``"classic"`` objective; ``node_bandwidth_bytes_per_s`` and
-        ``microbatch_size`` only where given), of plain dicts, lists, str, int and float.
+        file keeps its ``"classic"`` objective; ``node_bandwidth_bytes_per_s``,
+        ``microbatch_size`` and ``weight_grad_share`` only where given), of plain dicts, lists, str, int and float.
 
     Examples
     --------
@@ -407,6 +407,8 @@ def instance_to_dict(instance: Instance) -> dict:
                     "activation_bytes": ly.activation_bytes,
                     "output_bytes": ly.output_bytes,
                     "tp_allreduce_bytes": ly.tp_allreduce_bytes,
+                    **({} if ly.weight_grad_share is None
+                       else {"weight_grad_share": ly.weight_grad_share}),
                 }
                 for ly in instance.layers
             ],

@@ -172,8 +172,9 @@ class PipelineSchedule:
         The objective ``T`` is computed under.
     memory : tuple of StageMemory
         Each stage's peak memory per device under this schedule, pipeline by pipeline.
-    weight_share : float
-        Zero-bubble schedules: the share of each backward block that is ``W``.
+    weight_share : float or None
+        Zero-bubble schedules: the one share of every layer's backward FLOP that is
+        ``W``, or ``None``: each layer's ``weight_grad_share`` (0.5 where not stated).
     weight_memory_share : float
         Zero-bubble schedules: ``M_W / M_B``.
     lower_bound_s : float
@@ -194,7 +195,7 @@ class PipelineSchedule:
     cross_sync_s: float = 0.0
     objective: str = "classic"
     memory: tuple[StageMemory, ...] = ()
-    weight_share: float = DEFAULT_WEIGHT_SHARE
+    weight_share: float | None = None
     weight_memory_share: float = DEFAULT_WEIGHT_MEMORY_SHARE
     lower_bound_s: float = 0.0
 
@@ -362,26 +363,45 @@ def block_durations(stages: list[StageCost]) -> tuple[list[float], list[float]]:
     return [st.forward_time_s for st in stages], [st.backward_time_s for st in stages]
 
 
-def split_backward(backward: list[float], weight_share: float) -> tuple[list[float], list[float]]:
-    """A zero-bubble schedule's ``B`` and ``W`` block lengths from each stage's ``b_s``.
+def weight_blocks(instance: Instance, pipe: PipelineCost,
+                  weight_share: float | None = None) -> tuple[list[float], list[float]]:
+    """A zero-bubble schedule's ``B`` and ``W`` block lengths of each stage of one pipeline.
 
-    ``B_s = (1 - share) b_s`` and ``W_s = b_s - B_s``, so ``f_s + B_s + W_s = C_s`` as in
-    every other schedule: the split moves work, it adds none.
+    ``W_s`` is the cost model's compute time (:func:`chainpipe.cost.compute_time`, on the
+    stage's ``d x t`` devices, no all-reduce) of the weight-gradient FLOP of its layers,
+    ``sum_l share_l x bwd_flop_l``, with ``share_l`` the layer's ``weight_grad_share``
+    (:data:`DEFAULT_WEIGHT_SHARE` where the instance does not state it) or, when
+    ``weight_share`` is given, that share for every layer. ``B_s = b_s - W_s`` keeps the
+    rest of the backward, its tensor-parallel all-reduces included, so ``f_s + B_s + W_s
+    = C_s`` as in every other schedule: the split moves work, it adds none.
 
     Parameters
     ----------
-    backward : sequence of float
-        ``b_s`` per stage (:func:`block_durations`).
-    weight_share : float
-        The share of the backward that is the weight gradient, in ``[0, 1]``.
+    instance : Instance
+    pipe : PipelineCost
+        One pipeline's costs (``evaluate(...).pipelines[p]``).
+    weight_share : float, optional
+        One share for every layer, in ``[0, 1]``, instead of the layers' own.
 
     Returns
     -------
     tuple of (list of float, list of float)
         ``B_s`` and ``W_s`` per stage.
     """
-    inputs = [(1.0 - weight_share) * b for b in backward]
-    return inputs, [b - x for b, x in zip(backward, inputs)]
+    _f, backward = block_durations(pipe.stages)
+    inputs, weights = [], []
+    for st, b in zip(pipe.stages, backward):
+        group = instance.group(instance.locate(st.devices[0]))
+        flop = 0.0
+        for ly in instance.layers[st.start:st.end]:
+            share = weight_share if weight_share is not None else (
+                DEFAULT_WEIGHT_SHARE if ly.weight_grad_share is None else ly.weight_grad_share)
+            flop += share * ly.bwd_flop
+        w = min(float(cost.compute_time(flop, group.flop_per_s, st.data_parallel,
+                                        st.tensor_parallel)), b)
+        weights.append(w)
+        inputs.append(b - w)
+    return inputs, weights
 
 
 def stage_label(s: int, stage, pipeline: int | None = None) -> str:
@@ -412,13 +432,13 @@ class _Pipeline:
     done so far."""
 
     def __init__(self, schedule: str, pipe: PipelineCost, several: bool = False,
-                 weight_share: float = DEFAULT_WEIGHT_SHARE):
+                 instance: Instance | None = None, weight_share: float | None = None):
         S, M = len(pipe.stages), pipe.microbatches
         self.S, self.M = S, M
         self.fwd, self.bwd = block_durations(pipe.stages)
         self.wgt = [0.0] * S
         if schedule in ZERO_BUBBLE:
-            self.bwd, self.wgt = split_backward(self.bwd, weight_share)
+            self.bwd, self.wgt = weight_blocks(instance, pipe, weight_share)
         self.sync = [st.sync_time_s for st in pipe.stages]
         self.U = [b.occupancy_s for b in pipe.boundaries]
         self.lat = [b.latency_s for b in pipe.boundaries]
@@ -560,11 +580,12 @@ def _run_all(sims: list[_Pipeline], total: int, progress: bool | None) -> None:
             sim.run(bar.update)
 
 
-def _check_what_if(schedule: str, weight_share: float, weight_memory_share: float) -> None:
+def _check_what_if(schedule: str, weight_share: float | None,
+                   weight_memory_share: float) -> None:
     problems = []
     if schedule not in SCHEDULES:
         problems.append(f"unknown schedule {schedule!r}: one of {', '.join(SCHEDULES)}")
-    for name, value in (("weight_share", weight_share),
+    for name, value in (("weight_share", 0.0 if weight_share is None else weight_share),
                         ("weight_memory_share", weight_memory_share)):
         if not (isinstance(value, (int, float)) and 0.0 <= value <= 1.0):
             problems.append(f"{name} must be a number in [0, 1], got {value!r}")
@@ -628,12 +649,12 @@ def stash_limits(schedule: str, num_stages: int, M: int) -> list[int]:
     return [min(M, k * (num_stages - s) - (k - 1)) for s in range(num_stages)]
 
 
-def pipeline_lower_bound(pipe: PipelineCost, schedule: str,
-                         weight_share: float = DEFAULT_WEIGHT_SHARE) -> float:
+def pipeline_lower_bound(instance: Instance, pipe: PipelineCost, schedule: str,
+                         weight_share: float | None = None) -> float:
     """A lower bound on one pipeline's simulated makespan under ``schedule``.
 
     With ``B_s`` the backward block (its input-gradient part under a zero-bubble
-    schedule, :func:`split_backward`), ``h_j = U_j + lat_j`` a hop, ``a_s = sum_{j<s}
+    schedule, :func:`weight_blocks`), ``h_j = U_j + lat_j`` a hop, ``a_s = sum_{j<s}
     (f_j + h_j)`` the earliest a forward can start on stage ``s`` and ``tail(s) =
     sum_{j>=s} f_j + sum_{s<=j<S-1} h_j + sum_j B_j + sum_j h_j + W_0 + R_0`` the round
     trip of a microbatch from its forward on ``s`` to stage 0's synchronisation, the
@@ -653,11 +674,13 @@ def pipeline_lower_bound(pipe: PipelineCost, schedule: str,
 
     Parameters
     ----------
+    instance : Instance
     pipe : PipelineCost
         One pipeline's costs (``evaluate(...).pipelines[p]``).
     schedule : {"1f1b", "gpipe", "zb-h1", "zb-h2"}
-    weight_share : float
-        Zero-bubble schedules: the ``W`` share of each backward.
+    weight_share : float, optional
+        Zero-bubble schedules: one ``W`` share for every layer (default: the layers' own,
+        :func:`weight_blocks`).
 
     Returns
     -------
@@ -667,7 +690,7 @@ def pipeline_lower_bound(pipe: PipelineCost, schedule: str,
     f, b = block_durations(pipe.stages)
     w = [0.0] * len(f)
     if schedule in ZERO_BUBBLE:
-        b, w = split_backward(b, weight_share)
+        b, w = weight_blocks(instance, pipe, weight_share)
     S, M = len(f), pipe.microbatches
     hop = [x.occupancy_s + x.latency_s for x in pipe.boundaries]
     R = [st.sync_time_s for st in pipe.stages]
@@ -693,32 +716,33 @@ def pipeline_lower_bound(pipe: PipelineCost, schedule: str,
     return bound
 
 
-def makespan_lower_bound(ev: Evaluation, schedule: str,
-                         weight_share: float = DEFAULT_WEIGHT_SHARE) -> float:
+def makespan_lower_bound(instance: Instance, ev: Evaluation, schedule: str,
+                         weight_share: float | None = None) -> float:
     """A lower bound on the plan's simulated makespan under ``schedule``: the slowest
     pipeline's :func:`pipeline_lower_bound`, then the averaging across DCs ``R_X / H``
     with several pipelines.
 
     Parameters
     ----------
+    instance : Instance
     ev : Evaluation
         ``evaluate(instance, plan)`` of a plan whose stages exist.
     schedule : {"1f1b", "gpipe", "zb-h1", "zb-h2"}
-    weight_share : float
-        Zero-bubble schedules: the ``W`` share of each backward.
+    weight_share : float, optional
+        Zero-bubble schedules: one ``W`` share for every layer (default: the layers' own).
 
     Returns
     -------
     float
         Seconds.
     """
-    ends = [pipeline_lower_bound(p, schedule, weight_share) for p in ev.pipelines]
+    ends = [pipeline_lower_bound(instance, p, schedule, weight_share) for p in ev.pipelines]
     cross = ev.cross_sync_s / ev.cross_sync_period if len(ends) > 1 else 0.0
     return max(ends) + cross
 
 
 def simulate_pipeline(instance: Instance, plan: Plan, *, schedule: str | None = None,
-                      weight_share: float = DEFAULT_WEIGHT_SHARE,
+                      weight_share: float | None = None,
                       weight_memory_share: float = DEFAULT_WEIGHT_MEMORY_SHARE,
                       progress: bool | None = None) -> PipelineSchedule:
     """Simulate one iteration of ``plan`` block by block (see the module doc).
@@ -736,9 +760,10 @@ def simulate_pipeline(instance: Instance, plan: Plan, *, schedule: str | None = 
         Replay this schedule instead of the instance's: a what-if on the same plan, the
         same block times and links (``T`` stays the cost model's, for the instance's
         schedule).
-    weight_share : float
-        Zero-bubble schedules: the share of each stage's backward ``b_s`` that is the
-        weight gradient ``W`` (:data:`DEFAULT_WEIGHT_SHARE`).
+    weight_share : float, optional
+        Zero-bubble schedules: the share of every layer's backward FLOP that is the
+        weight gradient ``W``; default each layer's ``weight_grad_share``, else
+        :data:`DEFAULT_WEIGHT_SHARE` (:func:`weight_blocks`).
     weight_memory_share : float
         Zero-bubble schedules: ``M_W / M_B``, what a microbatch holds between its ``B``
         and its ``W`` as a share of its stash (:data:`DEFAULT_WEIGHT_MEMORY_SHARE`).
@@ -769,7 +794,8 @@ def simulate_pipeline(instance: Instance, plan: Plan, *, schedule: str | None = 
         raise InstanceError(list(ev.violations))
     total = _check_size(plan, ev, 3 if schedule in ZERO_BUBBLE else 2)
     several = plan.num_pipelines > 1
-    sims = [_Pipeline(schedule, pipe, several, weight_share) for pipe in ev.pipelines]
+    sims = [_Pipeline(schedule, pipe, several, instance, weight_share)
+            for pipe in ev.pipelines]
     _run_all(sims, total, progress)
     ends = tuple(sim.makespan for sim in sims)
     cross = _cross_rows(instance, plan, ev, max(ends))
@@ -781,11 +807,11 @@ def simulate_pipeline(instance: Instance, plan: Plan, *, schedule: str | None = 
                             length, ev.objective,
                             stage_memory(instance, ev, schedule, weight_memory_share),
                             weight_share, weight_memory_share,
-                            makespan_lower_bound(ev, schedule, weight_share))
+                            makespan_lower_bound(instance, ev, schedule, weight_share))
 
 
 def simulate_schedules(instance: Instance, plan: Plan, schedules=SCHEDULES, *,
-                       weight_share: float = DEFAULT_WEIGHT_SHARE,
+                       weight_share: float | None = None,
                        weight_memory_share: float = DEFAULT_WEIGHT_MEMORY_SHARE
                        ) -> list[PipelineSchedule]:
     """:func:`simulate_pipeline` of one plan under each of ``schedules`` (what-ifs).
@@ -897,5 +923,5 @@ __all__ = ["CROSS_SYNC", "DEFAULT_WEIGHT_MEMORY_SHARE", "DEFAULT_WEIGHT_SHARE", 
            "SYNC", "WEIGHT", "ZERO_BUBBLE", "Block", "PipelineRow", "PipelineSchedule",
            "StageMemory", "activation_peak", "block_durations", "gpipe_makespan",
            "makespan_lower_bound", "one_f_one_b_cycle", "pipeline_lower_bound",
-           "simulate_pipeline", "simulate_schedules", "split_backward", "stage_label",
-           "stage_memory", "stage_order", "stash_limits"]
+           "simulate_pipeline", "simulate_schedules", "stage_label",
+           "stage_memory", "stage_order", "stash_limits", "weight_blocks"]

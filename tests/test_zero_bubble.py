@@ -4,6 +4,7 @@ and ``plot --schedule`` commands."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import random
@@ -268,3 +269,47 @@ def test_worked_example_all_schedules(capsys):
     sims = simulate_schedules(inst, plan)
     assert [s.schedule for s in sims] == list(SCHEDULES)
     assert all(s.lower_bound_s <= s.makespan_s + 1e-12 for s in sims)
+
+
+# --------------------------------------------------------------------------- the instance field
+def _with_shares(inst: Instance, shares) -> Instance:
+    layers = tuple(dataclasses.replace(ly, weight_grad_share=x)
+                   for ly, x in zip(inst.model.layers, shares))
+    return dataclasses.replace(inst, model=Model(inst.model.name, layers))
+
+
+def test_each_layers_weight_grad_share_sets_its_w_unless_overridden():
+    inst, plan = equal_stages(4, 8, 1.0, 2.0)
+    own = _with_shares(inst, [0.25] * 4)
+    by_field = simulate_pipeline(own, plan, schedule="zb-h1")
+    assert by_field.weight_share is None
+    assert by_field.makespan_s == simulate_pipeline(inst, plan, schedule="zb-h1",
+                                                    weight_share=0.25).makespan_s
+    w = [b.duration for b in by_field.rows[0].blocks if b.op == WEIGHT]
+    assert w == pytest.approx([0.5] * 8)  # 0.25 x 200 FLOP at 100 FLOP/s
+    # without the field: 0.5; a parameter overrides every layer's field
+    assert simulate_pipeline(inst, plan, schedule="zb-h1").makespan_s == \
+        pytest.approx(8 * 3 + 3 * max(1 + 1 - 1, 1, 1))
+    assert simulate_pipeline(own, plan, schedule="zb-h1", weight_share=0.5).makespan_s == \
+        pytest.approx(27.0)
+    mixed = _with_shares(inst, [0.0, 1.0, 0.5, 0.5])
+    sim = simulate_pipeline(mixed, plan, schedule="zb-h2")
+    assert [sum(b.duration for b in r.blocks if b.op == WEIGHT) for r in sim.rows
+            if r.kind == "stage"] == pytest.approx([0.0, 16.0, 8.0, 8.0])
+
+
+def test_weight_grad_share_is_read_written_and_checked(tmp_path, capsys):
+    from chainpipe.io import instance_to_dict, write
+
+    inst, _plan = equal_stages(3, 4, 1.0, 2.0)
+    assert all("weight_grad_share" not in ly for ly in instance_to_dict(inst)["model"]["layers"])
+    own = _with_shares(inst, [0.1, 0.2, 0.3])
+    write(own, tmp_path / "i.json")
+    assert read(tmp_path / "i.json") == own
+    data = json.loads((tmp_path / "i.json").read_text())
+    assert [ly["weight_grad_share"] for ly in data["model"]["layers"]] == [0.1, 0.2, 0.3]
+    data["model"]["layers"][1]["weight_grad_share"] = 1.5
+    (tmp_path / "bad.json").write_text(json.dumps(data))
+    assert main(["validate", str(tmp_path / "bad.json")]) == 2
+    assert "model.layers[1].weight_grad_share: must be a finite number from 0 to 1, got 1.5" \
+        in capsys.readouterr().err
