@@ -162,3 +162,32 @@ def test_the_ilps_and_cpsat_no_longer_refuse_v3():
         solve(inst, "ilp-path", relax=True)
     with pytest.raises(ValueError, match="one pipeline"):
         solve(inst, "cpsat", hint="dp")
+
+
+def _fewer_microbatches(seed: int, objective: str | None = None):
+    """Random instance ``seed`` with ``M`` of 2 or 3 (fewer than three layers' stages may
+    need): stages at positions ``>= M`` stash ``M`` and close no loop."""
+    inst = random_v3_instance(seed)
+    training = dataclasses.replace(inst.training, microbatches=2 + seed % 2,
+                                   objective=objective or inst.training.objective)
+    return dataclasses.replace(inst, training=training)
+
+
+@pytest.mark.parametrize("name, options", [("ilp-path", {}), ("ilp-path", {"backend": "cbc"}),
+                                           ("ilp-assign", {}), ("cpsat", {})])
+def test_fewer_microbatches_than_stages_and_the_highs_presolve_case(name, options):
+    """``M`` of 2 or 3 on 3-layer instances; seed 108 under ``classic`` is the 6-column
+    model HiGHS 1.14's presolve ("parallel rows and columns") called optimal at 6.91 s
+    where 5.26 s is (``chainpipe.solvers.highs.PRESOLVE_RULES_OFF``)."""
+    cases = [_fewer_microbatches(108, "classic")] + [
+        _fewer_microbatches(s) for s in range(40) if random_v3_instance(s).num_layers == 3]
+    for inst in cases:
+        ref = brute_force_v3(inst)
+        T = min(v[0] for v in ref.values())
+        r = solve(inst, name, time_limit=60, **options)
+        if not math.isfinite(T):
+            assert r.status == "infeasible", (name, inst.name, r.status)
+            continue
+        assert r.status == "optimal", (name, inst.name, r.message)
+        assert math.isclose(r.iteration_time, T, rel_tol=1e-6), (name, inst.name, T,
+                                                                  r.iteration_time)

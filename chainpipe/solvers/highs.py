@@ -31,6 +31,16 @@ OVERRUN_S = 0.2
 ABANDON_S = 0.25
 
 
+#: HiGHS presolve rules switched off (``presolve_rule_off`` bits). Bit 13, "Parallel rows
+#: and columns": HiGHS 1.14.0's presolve reduced a 6-column path ILP (flow rows ``x_0 = y``,
+#: ``x_2 = y``; random v3 seed 108 with ``M = 2`` and ``classic``, see
+#: ``tests/test_formulations_v3.py``) to an empty model and called the 2-stage plan
+#: (objective 2764) optimal where the 1-stage plan (2104) is feasible. With this rule off,
+#: or presolve off, it finds 2104; no other single rule does (bit 9, "Doubleton equation",
+#: only when the same model is read from an LP file). An optimal claim must be right.
+PRESOLVE_RULES_OFF = 1 << 13
+
+
 def solve_highs(model, *, relax: bool, deadline: Deadline, seed: int = 0, threads: int = 1,
                 log=None, on_bounds=None) -> MipAnswer:
     """Solve ``model`` (a :class:`~chainpipe.formulations.matrix.LinearModel`) with HiGHS.
@@ -72,7 +82,8 @@ def solve_highs(model, *, relax: bool, deadline: Deadline, seed: int = 0, thread
         h.cbLogging += lambda event: feed(event.message) if listening.is_set() else None
     for key, value in (("random_seed", int(seed)), ("primal_feasibility_tolerance", PRIMAL_TOL),
                        ("mip_rel_gap", 0.0), ("mip_abs_gap", ABS_GAP),
-                       ("threads", max(1, int(threads)))):
+                       ("threads", max(1, int(threads))),
+                       ("presolve_rule_off", PRESOLVE_RULES_OFF)):
         h.setOptionValue(key, value)
     limit = backend_seconds(deadline)
     if limit is not None:
