@@ -420,7 +420,10 @@ class CpsatModel:
         is 1, so the row is ``P_b <= cap_a`` for it, and ``P_b <= s_max`` without one)."""
         a, L, s_max = self.arcs, self.tables.L, self.arcs.s_max
         self.positions = None
-        if not len(a) or ((a.cap >= s_max).all() and self.mode != "1f1b"):
+        # the loops need positions only when a plan may have M stages (else every stage
+        # stashes fewer than M and may close one)
+        loops_need = self.mode == "1f1b" and s_max >= self.tables.M
+        if not len(a) or ((a.cap >= s_max).all() and not loops_need):
             return
         P = self._new_vars(L + 1, s_max)  # P[L] = 0
         self._linear([P[L]], [1], 0, 0)
@@ -499,17 +502,19 @@ class CpsatModel:
         starting at ``b`` has position ``P_b < M``. For a stage arc ``[i, j)``, under
         ``x and tau_i``: ``r_i + C' <= z`` (close) and ``e_j >= r_i + C' - z - 1``
         (carry); for a boundary arc at ``b``, under ``y``: ``r_b >= e_b + Q'``."""
-        if self.mode != "1f1b" or self.bottleneck is None or self.positions is None:
+        if self.mode != "1f1b" or self.bottleneck is None:
             return
         a, L, M, z = self.arcs, self.tables.L, self.tables.M, self.bottleneck
         P = self.positions
         top = int(self.model.proto.variables[z].domain[1])
         q_top = int(self.y_traversal.max(initial=0))
-        tau = self._new_vars(L)
-        for b in range(L):
-            self.check()
-            self._enforced([tau[b]], [P[b]], [1], 0, M - 1)
-            self._enforced([-int(tau[b]) - 1], [P[b]], [1], M, max(M, a.s_max))
+        tau = [None] * L  # None: every stage stashes fewer than M (no plan has M stages)
+        if a.s_max >= M:
+            tau = self._new_vars(L)
+            for b in range(L):
+                self.check()
+                self._enforced([tau[b]], [P[b]], [1], 0, M - 1)
+                self._enforced([-int(tau[b]) - 1], [P[b]], [1], M, max(M, a.s_max))
         r = np.concatenate(([-1], self._new_vars(L - 1, top))) if L > 1 else np.array([-1])
         e = np.concatenate(([-1], self._new_vars(L - 1, top, -(top + q_top + 2)))) \
             if L > 1 else np.array([-1])
@@ -517,7 +522,7 @@ class CpsatModel:
             if n % CHECK_EVERY == 0:
                 self.check()
             i, j, c = int(a.start[n]), int(a.end[n]), int(self.x_cost[n])
-            lits = [self.x_vars[n], tau[i]]
+            lits = [self.x_vars[n]] + ([] if tau[i] is None else [tau[i]])
             if i > 0:
                 self._enforced(lits, [r[i], z], [1, -1], -SAFE_MAGNITUDE, -c)
             if j < L:

@@ -31,6 +31,7 @@ from .common import (
     CandidateOptions,
     Positions,
     candidate_options,
+    max_stages,
     memory_position_classes,
     period_mode,
     phase_arrays,
@@ -106,8 +107,10 @@ class PathFormulation:
         self.scale = time_scale(tables, OBJECTIVE_MAGNITUDE)
         #: how the period is written (:func:`~chainpipe.formulations.common.period_mode`)
         self.mode = period_mode(tables)
-        # the 1F1B loops need every position below M told apart (which stages close one)
-        self.positions = (position_classes(tables) if self.mode == "1f1b"
+        # the 1F1B loops need the positions below M told apart (which stages close one),
+        # unless no plan has M stages: then every stage may close a loop
+        self.all_tail = self.mode == "1f1b" and max_stages(tables) < tables.M
+        self.positions = (position_classes(tables) if self.mode == "1f1b" and not self.all_tail
                           else memory_position_classes(tables))
         self.candidates: CandidateOptions = candidate_options(tables, self.positions, self.check)
         #: T of a known plan: arcs that cannot be in a plan this fast are dropped
@@ -272,8 +275,9 @@ class PathFormulation:
 
     def tail(self, c: int) -> bool:
         """Whether a stage of class ``c`` stashes fewer than ``M`` microbatches (under
-        1F1B: a loop may start at it). Exact: the classes are :func:`position_classes`."""
-        return c < self.tables.M
+        1F1B: a loop may start at it). Exact: the classes are :func:`position_classes`,
+        or every stage stashes fewer (no plan has ``M`` stages, :attr:`all_tail`)."""
+        return self.all_tail or c < self.tables.M
 
     def loop_variables(self, var) -> None:
         """1F1B loops (``docs/formulations.md``, "The period"): the running excess
