@@ -352,11 +352,27 @@ class OuterSearch:
             return Deadline(None)
         return Deadline(self.deadline.remaining() * SUB_SHARE)
 
+    def seed(self) -> None:
+        """A first incumbent of one pipeline (when 1 is an allowed count) from the cheap
+        heuristics of :func:`chainpipe.solvers.incumbent.heuristic_plan` (never the DP):
+        a plan to return if every model runs out of time, and a bound that prunes entries."""
+        if 1 not in self.instance.parallelism.pipelines:
+            return
+        from ..solvers.incumbent import heuristic_plan
+
+        K = len(self.instance.datacenters)
+        plan, _T, name = heuristic_plan(sub_instance(self.instance, 0, K - 1,
+                                                     self.instance.microbatches), self.deadline)
+        if plan is not None:
+            self.offer(Plan(plan.stages))
+            self.stats["seed"] = name
+
     def run(self) -> Outcome:
         """Every entry, best first; the outcome with its proven bound."""
         todo = entries(self.instance)
         message = None
         try:
+            self.seed()
             for e in todo:
                 e.cheap = max(self.cheap(a, b, m) for (a, b), m in zip(e.blocks, e.splits)) \
                     + e.cross
