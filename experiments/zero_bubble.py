@@ -5,7 +5,7 @@ For every instance of the committed sets, and every inter-DC degradation factor 
 ``generate(..., degrade=F)`` does), the plan ``dp`` proves optimal (under ``classic``,
 one pipeline: the search every set solves in seconds) on the degraded network is
 replayed under 1F1B, ZB-H1 and ZB-H2 (:func:`chainpipe.schedule.simulate_schedules`,
-``W`` half of each backward, ``M_W / M_B = 32/34``). Reported: each zero-bubble
+``W`` the compute of half of each layer's backward FLOP, ``M_W / M_B = 32/34``). Reported: each zero-bubble
 schedule's simulated makespan over 1F1B's, the largest peak memory per device over
 1F1B's, and whether the plan still fits its devices' memory.
 
@@ -157,8 +157,9 @@ def main() -> None:
     intro = (f"Sets: {', '.join(sets)} ({len(names)} instances), each at F = "
              f"{', '.join(f'{F:g}' for F in factors)}; the plan is `dp`'s optimum under "
              f"`classic` with one pipeline on the degraded network (time limit {limit:g} s), "
-             f"replayed by `chainpipe.schedule.simulate_schedules` with `W` = half of each "
-             f"backward and `M_W / M_B = 32/34`. Figure: `{NAME}.png`.")
+             f"replayed by `chainpipe.schedule.simulate_schedules` with `W` the compute of "
+             f"each layer's `weight_grad_share` of its backward FLOP (0.5: no set states "
+             f"it) and `M_W / M_B = 32/34`. Figure: `{NAME}.png`.")
     publish(NAME, "Zero-bubble schedules on the optimal plans", fig, intro, sections,
             args.quick, time.perf_counter() - start, {})
 
