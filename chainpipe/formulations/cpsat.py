@@ -502,7 +502,7 @@ class CpsatModel:
         starting at ``b`` has position ``P_b < M``. For a stage arc ``[i, j)``, under
         ``x and tau_i``: ``r_i + C' <= z`` (close) and ``e_j >= r_i + C' - z - 1``
         (carry); for a boundary arc at ``b``, under ``y``: ``r_b >= e_b + Q'``."""
-        if self.mode != "1f1b" or self.bottleneck is None:
+        if self.mode != "1f1b" or self.bottleneck is None or not len(self.arcs):
             return
         a, L, M, z = self.arcs, self.tables.L, self.tables.M, self.bottleneck
         P = self.positions
