@@ -213,10 +213,10 @@ def format_schedules(inst, sims) -> str:
     then the peak memory per device of each stage under each schedule."""
     own = next((s for s in sims if s.schedule == inst.training.schedule), sims[0])
     zb = [s for s in sims if s.schedule.startswith("zb")]
-    share = ("each layer's weight_grad_share (0.5 where not given)"
-             if zb and zb[0].weight_share is None else f"{zb[0].weight_share:g}" if zb else "")
-    shares = (f"; W share {share} of each backward, M_W / M_B "
-              f"{zb[0].weight_memory_share:.4g}") if zb else ""
+    share = ("each layer's weight_grad_share of its backward FLOP (0.5 where not given)"
+             if zb and zb[0].weight_share is None
+             else f"{zb[0].weight_share:g} of each layer's backward FLOP" if zb else "")
+    shares = f"; W = {share}, M_W / M_B {zb[0].weight_memory_share:.4g}" if zb else ""
     lines = [f"what-if schedules: the same plan, blocks and links, replayed (docs/schedule.md)"
              f"{shares}"]
     rows = [("schedule", "makespan s", f"/ {own.schedule}", "lower bound s", "memory")]

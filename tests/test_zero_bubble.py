@@ -239,7 +239,7 @@ def test_evaluate_schedules_all_reports_each_schedule(tmp_path, capsys):
                  "--weight-share", "0.25"]) == 0
     out = capsys.readouterr().out
     assert "zb-h2" in out and "zb-h1" not in out and "does not fit" in out
-    assert "W share 0.25" in out
+    assert "W = 0.25 of each layer's backward FLOP" in out
 
 
 def test_evaluate_schedules_bad_names_exit_2(tmp_path, capsys):
