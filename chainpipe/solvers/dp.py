@@ -56,7 +56,7 @@ def run(instance, *, deadline=None, seed=0, threads=1, log=None, upper_bound=Non
             raise OptionError("dp: upper_bound is not supported under contract version 3 yet")
         from .dp_pipelines import solve as solve_v3
 
-        return solve_v3(instance, deadline, log)
+        return solve_v3(instance, deadline, log, threads)
     tables = CostTables(instance)
     reason = tables.infeasibility_reason()
     if reason:
@@ -78,34 +78,99 @@ def run(instance, *, deadline=None, seed=0, threads=1, log=None, upper_bound=Non
     trials = sorted({lb * (1 + d) if math.isfinite(d) else math.inf for d in steps})
     if upper_bound is not None:
         trials = [u for u in trials if u < upper_bound] + [upper_bound * (1 + 1e-9)]
-    dominated: dict = {}  # the options' dominance, computed once for every trial
-    for trial in trials:
-        search = _Search(tables, trial, deadline, capacity, dominated)
+    try:
+        dominated = _dominance(tables, deadline)  # computed once for every trial
+        found, failed = _walk(lambda trial: _Search(tables, trial, deadline, capacity, dominated),
+                              trials, deadline, threads, stats, log)
+    except TimeUp:
+        failed = [t["upper_bound"] for t in stats["trials"] if t.get("found") is False]
+        return Outcome("no_solution", lower_bound=max([proven] + failed),
+                       message="time limit reached before a plan was proven optimal",
+                       stats=stats)
+    if found is not None:
+        T, stages = found
+        stats["labels"] = sum(t["labels"] for t in stats["trials"])
+        stats["objective_s"] = T  # the search's own T of its plan (tests: equals evaluate)
+        return Outcome("optimal", plan=Plan.from_tuples(instance, stages), lower_bound=None,
+                       stats=stats)
+    proven = max([proven] + failed)
+    if upper_bound is not None:  # only plans below the caller's bound were searched
+        return Outcome("no_solution", lower_bound=min(proven, float(upper_bound)), stats=stats,
+                       message=f"no plan with T below the upper bound {upper_bound:.6g} s")
+    return Outcome("infeasible", lower_bound=None, stats=stats,
+                   message="no plan satisfies the memory limits and device counts")
+
+
+def _walk(make_search, trials, deadline: Deadline, threads: int, stats: dict, log):
+    """Search the trial bounds, lowest first: in this process, or ``threads`` at a time
+    in forked processes (:mod:`.dp_parallel`). Returns the first plan found
+    ``(T, stages)`` (or ``None``) and the bounds proven by failed trials; each trial's
+    counters go to ``stats["trials"]`` (with ``found``) and a line to ``log``. Raises
+    :class:`TimeUp` when the deadline passes first."""
+    failed: list[float] = []
+
+    def ended(trial, found, counters):
+        stats["trials"].append({"upper_bound": trial, "found": found is not None, **counters})
+        if found is None:
+            failed.append(trial)
+        if log is not None:
+            log(f"dp: trial T < {trial:.6g} s: {'plan found' if found else 'no plan, bound proven'}"
+                f" ({counters['labels']} labels, {deadline.elapsed():.2f} s)")
+
+    from . import dp_parallel
+
+    for n, trial in enumerate(trials):
+        if (threads > 1 and len(trials) - n > 1 and dp_parallel.available()
+                and deadline.elapsed() > PARALLEL_AFTER_S):
+            # a large instance (its set-up or a trial took a while): the trials left side
+            # by side in forked processes, the kernels imported here first
+            from . import label_kernel  # noqa: F401
+
+            stats["processes"] = threads
+            try:
+                found, _ = dp_parallel.run_trials(make_search, trials[n:], deadline, threads,
+                                                  ended)
+            except TimeUp:
+                if log is not None:
+                    log("dp: trials stopped by the time limit")
+                raise
+            return found, failed
+        search = make_search(trial)
         try:
             found = search.run()
         except TimeUp:
             stats["trials"].append({"upper_bound": trial, "timed_out": True, **search.stats})
             if log is not None:
                 log(f"dp: trial T < {trial:.6g} s stopped by the time limit")
-            return Outcome("no_solution", lower_bound=proven,
-                           message="time limit reached before a plan was proven optimal",
-                           stats=stats)
-        stats["trials"].append({"upper_bound": trial, **search.stats})
-        if log is not None:
-            log(f"dp: trial T < {trial:.6g} s: {'plan found' if found else 'no plan, bound proven'}"
-                f" ({search.stats['labels']} labels, {deadline.elapsed():.2f} s)")
+            raise
+        ended(trial, found, search.stats)
         if found is not None:
-            T, stages = found
-            stats["labels"] = sum(t["labels"] for t in stats["trials"])
-            stats["objective_s"] = T  # the search's own T of its plan (tests: equals evaluate)
-            return Outcome("optimal", plan=Plan.from_tuples(instance, stages), lower_bound=None,
-                           stats=stats)
-        proven = max(proven, trial)
-    if upper_bound is not None:  # only plans below the caller's bound were searched
-        return Outcome("no_solution", lower_bound=min(proven, float(upper_bound)), stats=stats,
-                       message=f"no plan with T below the upper bound {upper_bound:.6g} s")
-    return Outcome("infeasible", lower_bound=None, stats=stats,
-                   message="no plan satisfies the memory limits and device counts")
+            return found, failed
+    return None, failed
+
+
+#: with ``threads > 1``, the trials left go to forked processes once the run has taken
+#: this long (measured: the set-up of a 256-GPU instance takes 0.5 s, of a 64-GPU one
+#: 0.02 s; a child costs tens of milliseconds, not worth it on small instances)
+PARALLEL_AFTER_S = 0.25
+
+
+def _dominance(tables: CostTables, deadline: Deadline) -> dict:
+    """Per group's options (by ``id``): which are dominated among those that fit memory
+    at the last position at all (:func:`~chainpipe.tables.dominated_options`). An
+    option's dominator is no worse in ``C``, ``N`` and ``R``, so it passes every test of
+    a trial the option passes: the dominance holds under every trial's cap."""
+    need = tables.in_flight(1)
+    out: dict = {}
+    for g in range(tables.G):
+        opts = tables.options(g)
+        if id(opts) in out or not len(opts.d):
+            continue
+        deadline.check()
+        C, N = opts.compute_time, opts.max_in_flight
+        out[id(opts)] = dominated_options(np.isfinite(C) & (N >= need), C, N, opts.sync_time,
+                                          opts.width, deadline.check)
+    return out
 
 
 def _first_bound(tables: CostTables, deadline: Deadline):
@@ -133,13 +198,14 @@ class _Search:
     """One bounded run of the DP: finds the optimum if it is below ``upper``."""
 
     def __init__(self, tables: CostTables, upper: float, deadline: Deadline,
-                 capacity: _LayerCapacity | None = None, dominated: dict | None = None):
+                 capacity: _LayerCapacity | None, dominated: dict):
         self.t = tables
         self.upper = upper
         self.deadline = deadline
         self.capacity = capacity
-        #: per group's options: which are dominated (shared by the trials of a run)
-        self.dominated = {} if dominated is None else dominated
+        #: per group's options: which are dominated (:func:`_dominance`, shared by the
+        #: trials of a run)
+        self.dominated = dominated
         self.stats = {"labels": 0, "states": 0, "candidate_stages": 0}
 
     def run(self):
@@ -202,15 +268,7 @@ class _Search:
             if not len(opts.d):
                 continue
             C, N, R, W = opts.compute_time, opts.max_in_flight, opts.sync_time, opts.width
-            # an option's dominator is no worse in C, N and R, so it passes every test
-            # the option passes: dominance among the options that fit memory at all holds
-            # for every trial's cap (computed once per run)
-            dominated = self.dominated.get(id(opts))
-            if dominated is None:
-                fits = np.isfinite(C) & (N >= need)
-                dominated = self.dominated[id(opts)] = dominated_options(
-                    fits, C, N, R, W, self.deadline.check)
-            ok = (C <= limit) & (N >= need) & (R <= sync_limit) & ~dominated
+            ok = (C <= limit) & (N >= need) & (R <= sync_limit) & ~self.dominated[id(opts)]
             cs, starts, ends = np.nonzero(ok)
             order = np.lexsort((-starts, cs, ends))  # by end, then pair, then start descending
             cs, starts, ends = cs[order], starts[order], ends[order]

@@ -43,7 +43,7 @@ TAU_RTOL = 1e-10
 STEPS = (0.01, 0.03, 0.06, 0.1, 0.15, 0.2, 0.3, 0.45, 0.6, 0.8, 1.0, 1.5, 2.0)
 
 
-def solve(instance, deadline: Deadline, log=None) -> Outcome:
+def solve(instance, deadline: Deadline, log=None, threads: int = 1) -> Outcome:
     """The proven optimum of a version-3 instance over every allowed pipeline count."""
     tables = CostTables(instance)
     pipelines = instance.parallelism.pipelines
@@ -53,7 +53,7 @@ def solve(instance, deadline: Deadline, log=None) -> Outcome:
         if any(P > 1 for P in pipelines):
             _seed(instance, deadline, best)
         if 1 in pipelines:
-            _one_pipeline(instance, tables, deadline, best, log, capacity)
+            _one_pipeline(instance, tables, deadline, best, log, capacity, threads)
         many = [P for P in sorted(pipelines) if 2 <= P <= min(instance.microbatches, tables.K)]
         if many:
             _Several(instance, tables, deadline, best, log, capacity).run(many)
@@ -156,11 +156,12 @@ def classic_instance(instance):
         training, objective="classic", parallelism=par))
 
 
-def _one_pipeline(instance, tables, deadline, best: _Best, log, capacity) -> None:
-    """Offer the best plan of one pipeline to ``best``."""
+def _one_pipeline(instance, tables, deadline, best: _Best, log, capacity, threads=1) -> None:
+    """Offer the best plan of one pipeline to ``best`` (``threads``: the version-2
+    searches' processes, :mod:`.dp_parallel`)."""
     from .dp import run as dp_run
 
-    ref = dp_run(classic_instance(instance), deadline=deadline)
+    ref = dp_run(classic_instance(instance), deadline=deadline, threads=threads)
     if ref.status.value == "no_solution":
         raise TimeUp()
     if ref.plan is None:  # infeasible for one pipeline, whatever the objective
@@ -173,7 +174,7 @@ def _one_pipeline(instance, tables, deadline, best: _Best, log, capacity) -> Non
     for k in range(tables.K if tables.K > 1 else 0):  # no MAN round trip: often a better bound
         alone = dataclasses.replace(classic_instance(instance), links=(),
                                     datacenters=(instance.datacenters[k],))
-        got = dp_run(alone, deadline=deadline)
+        got = dp_run(alone, deadline=deadline, threads=threads)
         if got.plan is not None:  # device names are the full instance's too
             best.offer(instance, got.plan)
     T_e = min(T_e, best.T)

@@ -1,0 +1,127 @@
+"""``dp`` on several cores: the trial bounds of one run searched at once (``threads``).
+
+Every trial of :func:`chainpipe.solvers.dp.run` is an independent search: "is there a
+plan with ``T`` below ``U``?". A trial that finds one finds the optimum (it keeps the
+best plan below its bound, and the optimum is below it), and one that finds none
+proves ``U`` a lower bound, so that every trial below ``U`` would fail too. So the
+trials can run side by side in any order: the run ends at the first that succeeds,
+and a failed one stops every running trial below it. With ``n`` processes the
+ladder is walked ``n`` rungs at a time, lowest first.
+
+The searches run in forked processes (they share the built tables without copying
+them, and the compiled kernels, which hold the GIL only between their calls, need
+processes to run in parallel). Each child is killed when the run's process dies
+(:func:`chainpipe.lifeline.die_with_parent`) and on every way out of
+:func:`run_trials`; only ``(T, stages)`` and the search's counters come back.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+from multiprocessing.connection import wait
+
+from ..deadline import Deadline, TimeUp
+from ..lifeline import die_with_parent
+
+
+def available() -> bool:
+    """Whether forked processes can run the trials (POSIX with ``fork``)."""
+    return "fork" in mp.get_all_start_methods()
+
+
+def run_trials(make_search, trials: list[float], deadline: Deadline, processes: int,
+               on_result=None):
+    """Search ``trials`` (ascending bounds) in up to ``processes`` forked processes.
+
+    Parameters
+    ----------
+    make_search : callable
+        ``make_search(trial)`` returns a search whose ``run()`` gives ``(T, stages)`` or
+        ``None`` and whose ``stats`` is a dict; called in the child.
+    trials : list of float
+        The bounds, ascending.
+    deadline : Deadline
+        Bounds the whole run; the children check it themselves too.
+    processes : int
+        How many trials run at once.
+    on_result : callable, optional
+        ``on_result(trial, found, stats)`` for each trial that ends (``found`` as the
+        search's ``run()``); in the order they end.
+
+    Returns
+    -------
+    tuple
+        ``(found, proven)``: the first plan found as ``(T, stages)`` (``None`` if no
+        trial found one) and the largest bound a failed trial proved (``None`` if none).
+
+    Raises
+    ------
+    TimeUp
+        The deadline passed before a trial found a plan.
+    """
+    ctx = mp.get_context("fork")
+    parent = os.getpid()
+    waiting = sorted(trials)
+    running: dict = {}  # connection -> (process, trial)
+    proven = None
+    try:
+        while waiting or running:
+            while waiting and len(running) < processes:
+                trial = waiting.pop(0)
+                receive, send = ctx.Pipe(duplex=False)
+                child = ctx.Process(target=_child, args=(make_search, trial, send, parent),
+                                    daemon=True)
+                child.start()
+                send.close()
+                running[receive] = (child, trial)
+            ready = wait(list(running), timeout=None if deadline.unlimited
+                         else max(deadline.remaining(), 0.0) + 0.5)
+            if not ready:
+                raise TimeUp()
+            for conn in ready:
+                child, trial = running.pop(conn)
+                try:
+                    kind, found, stats = conn.recv()
+                except EOFError:  # the child died without a word (killed, out of memory)
+                    kind, found, stats = "error", None, {}
+                conn.close()
+                child.join()
+                if kind == "timeout":
+                    raise TimeUp()
+                if kind == "error":
+                    raise RuntimeError(f"dp: the search of trial T < {trial:.6g} s failed "
+                                       f"in its process ({stats.get('error', 'no word')})")
+                if on_result is not None:
+                    on_result(trial, found, stats)
+                if found is not None:
+                    return found, proven
+                proven = trial if proven is None else max(proven, trial)
+                for other in [c for c, (_, t) in running.items() if t <= trial]:
+                    _stop(*running.pop(other))  # below a proven bound: it would fail
+                waiting = [t for t in waiting if t > trial]
+        return None, proven
+    finally:
+        for child, _ in running.values():
+            _stop(child)
+
+
+def _stop(child, *_trial) -> None:
+    """Kill a trial's process and reap it."""
+    child.kill()
+    child.join()
+
+
+def _child(make_search, trial: float, send, parent: int) -> None:
+    """One trial in a forked process: its outcome sent as ``(kind, found, stats)``."""
+    die_with_parent(parent)
+    search = make_search(trial)
+    try:
+        found = search.run()
+        send.send(("done", found, dict(search.stats)))
+    except TimeUp:
+        send.send(("timeout", None, dict(search.stats)))
+    except Exception as exc:  # reported by the parent, which raises
+        send.send(("error", None, {"error": f"{type(exc).__name__}: {exc}"}))
+    finally:
+        send.close()

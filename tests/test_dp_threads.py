@@ -1,0 +1,94 @@
+"""``dp`` with ``threads > 1``: the trial bounds searched in forked processes
+(:mod:`chainpipe.solvers.dp_parallel`) give the optimum the sequential walk gives,
+stop at the time limit with a valid bound, and leave no process behind."""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+from chainpipe import evaluate
+from chainpipe.instances import generate
+from chainpipe.solve import solve
+from chainpipe.solvers import dp_parallel
+from helpers import brute_force_hybrid, random_hybrid_instance
+
+pytestmark = pytest.mark.skipif(not dp_parallel.available(), reason="needs fork")
+
+
+def _children_alive() -> list:
+    me = psutil.Process(os.getpid())
+    return [c for c in me.children(recursive=True)
+            if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_two_processes_equal_brute_force(seed):
+    inst = random_hybrid_instance(7000 + seed)
+    T, stages = brute_force_hybrid(inst)
+    res = solve(inst, "dp", time_limit=60, threads=2)
+    if stages is None:
+        assert res.status == "infeasible"
+        return
+    assert res.status == "optimal", res.message
+    assert math.isclose(res.iteration_time, T, rel_tol=1e-9, abs_tol=1e-12)
+    assert evaluate(inst, res.plan).feasible
+    assert not _children_alive()
+
+
+def test_trials_run_side_by_side_and_match_one_process(monkeypatch):
+    from chainpipe.solvers import dp
+
+    monkeypatch.setattr(dp, "PARALLEL_AFTER_S", 0.0)  # side by side from the second trial
+    inst = generate("hybrid", seed=1)
+    one = solve(inst, "dp", time_limit=120, threads=1)
+    two = solve(inst, "dp", time_limit=120, threads=2)
+    assert one.status == two.status == "optimal"
+    assert two.iteration_time == one.iteration_time
+    assert two.stats["processes"] == 2
+    # every failed trial is below the optimum, the one that found it above
+    for trial in two.stats["trials"]:
+        assert trial["found"] == (trial["upper_bound"] > two.iteration_time)
+    assert not _children_alive()
+
+
+def test_time_limit_gives_a_valid_bound_and_no_process_left():
+    inst = generate("hybrid-large", seed=2)
+    start = time.monotonic()
+    res = solve(inst, "dp", time_limit=1.5, threads=2)
+    assert time.monotonic() - start < 1.5 + 3.0
+    assert res.status in ("no_solution", "optimal")
+    if res.status == "no_solution":
+        assert res.lower_bound is None or res.lower_bound <= 143.84459146865225 * (1 + 1e-9)
+    assert not _children_alive()
+
+
+def test_children_die_with_the_command(tmp_path):
+    """A ``solve --threads 2`` killed by SIGKILL leaves no trial process running."""
+    src = tmp_path / "inst.json"
+    proc = subprocess.run([sys.executable, "-m", "chainpipe", "generate", "--preset",
+                           "hybrid-large", "--seed", "2", "--objective", "classic", "-o",
+                           str(src)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    cmd = subprocess.Popen([sys.executable, "-m", "chainpipe", "solve", str(src), "--solver",
+                            "dp", "--threads", "2", "--time-limit", "60"],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    parent = psutil.Process(cmd.pid)
+    children: list = []
+    for _ in range(1200):  # until the trials run (set-up takes seconds on a loaded machine)
+        children = parent.children(recursive=True)
+        if len(children) >= 2 or cmd.poll() is not None:
+            break
+        time.sleep(0.05)
+    assert children, "no trial process started"
+    cmd.kill()
+    cmd.wait()
+    _, alive = psutil.wait_procs(children, timeout=5)
+    assert not [p for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
