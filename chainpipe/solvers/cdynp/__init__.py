@@ -48,6 +48,7 @@ reported lower bound; ``max_entries`` gives no guarantee.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from pathlib import Path
@@ -120,11 +121,79 @@ def run(instance: Instance, *, deadline=None, seed=0, threads=1, log=None, epsil
     if "pipelines" in features(instance.training):
         return _several_pipelines(instance, options, deadline, processes, message_timeout,
                                   trace_dir, probe, compare_dp)
-    backend = InstanceAgents(instance, processes, message_timeout)
-    outcome = drive(backend, options, deadline=deadline, probe=probe, trace_dir=trace_dir)
+    outcome = solve_chain(instance, options, deadline, processes, message_timeout,
+                          trace_dir=trace_dir, probe=probe)
     if compare_dp and "messages" in outcome.stats:  # the protocol ran to its end
         outcome.stats.update(_compare_dp(instance, outcome.plan, deadline))
     return outcome
+
+
+def solve_chain(instance: Instance, options: dict, deadline: Deadline, processes: bool,
+                message_timeout: float, *, trace_dir=None, probe=None,
+                count_sync: bool = True) -> Outcome:
+    """One pipeline over the whole chain of ``instance``, by the agents.
+
+    Under ``classic`` (or ``M = 1``) one :func:`.drive.drive`. Under ``period`` as ``dp``
+    does it (``docs/dp.md``, "One pipeline, the answer"): the classic solve first (the
+    same agents on the same chain, under ``classic``: the version-2 protocol with its
+    probe and compression), whose optimum ``T_c`` is a lower bound (no period is below the
+    classic one) and whose plan's ``T`` under ``period``, ``T_e``, an upper bound; when
+    they meet, that plan is optimal, otherwise the period run (:mod:`.period`) searches
+    below ``T_e`` given as its ``upper_bound`` (public), which keeps it exact and bounds
+    every DC's labels. Messages of the two runs go to ``trace_dir/classic`` and
+    ``trace_dir/period``.
+
+    Parameters
+    ----------
+    instance : Instance
+        The chain (one pipeline).
+    options : dict
+        The agents' options (:func:`.drive.agent_options`, ``sync_cap`` besides).
+    deadline : Deadline
+    processes : bool
+    message_timeout : float
+    trace_dir : path, optional
+    probe : bool, optional
+        As for :func:`run` (the classic solve's).
+    count_sync : bool, default True
+        ``False`` under ``sync_cap``: the runs minimise ``T_p`` (points count no ``R``).
+
+    Returns
+    -------
+    Outcome
+    """
+    backend = InstanceAgents(instance, processes, message_timeout, count_sync=count_sync)
+    if not backend.public.period:
+        return drive(backend, options, deadline=deadline, probe=probe, trace_dir=trace_dir)
+    classic = dataclasses.replace(instance, training=dataclasses.replace(
+        instance.training, objective="classic"))
+    first = drive(InstanceAgents(classic, processes, message_timeout, count_sync=count_sync),
+                  options, deadline=deadline, probe=probe,
+                  trace_dir=None if trace_dir is None else Path(trace_dir, "classic"))
+    if first.status != "optimal":  # infeasible under both (same memory rules), or failed
+        return first
+
+    def time_of(inst) -> float:
+        ev = evaluate(inst, first.plan)
+        return ev.iteration_time_s if count_sync else ev.pipelines[0].time_s
+
+    T_c, T_e = time_of(classic), time_of(instance)
+    stats = {"classic": {k: v for k, v in first.stats.items() if k not in ("agents",)},
+             "classic_s": T_c, "classic_plan_s": T_e}
+    if T_e <= T_c * (1 + 1e-12):
+        return Outcome("optimal", first.plan, stats={**first.stats, **stats})
+    user = options.get("upper_bound")
+    bound = T_e * (1 + 1e-9) if user is None else min(float(user), T_e * (1 + 1e-9))
+    out = drive(backend, {**options, "upper_bound": bound}, deadline=deadline, probe=False,
+                trace_dir=None if trace_dir is None else Path(trace_dir, "period"))
+    out.stats.update(stats)
+    out.stats["messages"] = first.stats.get("messages", []) + out.stats.get("messages", [])
+    out.stats["agents"] = first.stats.get("agents", []) + out.stats.get("agents", [])
+    if out.status == "no_solution" and user is None and out.plan is None:
+        # the search below T_e (1 + 1e-9) was exhaustive and found nothing: the classic
+        # plan, at T_e, is optimal (never expected: it is itself below the bound)
+        return Outcome("optimal", first.plan, stats=out.stats)
+    return out
 
 
 def _several_pipelines(instance: Instance, options: dict, deadline: Deadline, processes: bool,
@@ -146,9 +215,9 @@ def _several_pipelines(instance: Instance, options: dict, deadline: Deadline, pr
     try:
         if 1 in allowed:
             whole = chain_instance(instance, 0, K - 1, M)
-            backend = InstanceAgents(whole, processes, message_timeout)
-            one = drive(backend, options, deadline=deadline, probe=probe,
-                        trace_dir=None if trace_dir is None else Path(trace_dir, "one"))
+            one = solve_chain(whole, options, deadline, processes, message_timeout,
+                              trace_dir=None if trace_dir is None else Path(trace_dir, "one"),
+                              probe=probe)
             if one.status == "error":
                 return one
             if one.status not in ("optimal", "infeasible"):

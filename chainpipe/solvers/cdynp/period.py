@@ -39,7 +39,9 @@ import math
 
 from ... import cost
 from ...deadline import Deadline
-from ..dp_period import hull_prepend, new_loops, phase_options
+from ..dp_period import Rule, hull_prepend, new_loops, phase_options
+from ..dp_period import across_usage as dp_across_usage
+from ..dp_period import pareto as dp_pareto
 from .local import END, OWN
 
 #: relative slack of the bound test: rounding may keep a label, never cut one
@@ -149,15 +151,18 @@ class PeriodDP:
                             float(b[c, a, x]), float(opts.sync_time[c, a, x]), n))
         return out
 
-    def run(self, base: dict[int, list], ub: float) -> None:
+    def run(self, base: dict[int, list], ub: float, prefix=None) -> None:
         """``base[x]``: base labels ``(x1, x2, total, sync, p, hull, ref)`` joining at ``x``
         (``ref``: ``(IN, e, j)`` or ``(END, 0, 0)``); ``ub``: only labels that could be part
-        of a plan with ``T <= ub`` are kept."""
+        of a plan with ``T <= ub`` are kept; ``prefix``: ``(pre_sum, pre_max)`` lists, an
+        optimistic fill and slowest stage of the prefix ``[0, a)`` before a label whose
+        first stage starts at ``a`` (as :class:`.local.LocalDP` takes them; the period is
+        at least every stage's ``C``, so ``max(x1 + x2, pre_max)`` bounds it), or ``None``."""
+        pre_sum, pre_max = prefix if prefix is not None else (None, None)
         L, G, M = self.L, self.t.G, self.M
         limit = ub * (1 + SLACK) if ub < math.inf else math.inf
         zero = (0,) * G
         count = [int(min(c, L * self.t.widest)) for c in self.t.count]
-        same_p = not self.gpipe
         need_at = [self.t.in_flight(r + 1) for r in range(self.R + 1)]
         states: list[dict] = [dict() for _ in range(L + 1)]
         for x, labels in base.items():
@@ -171,9 +176,16 @@ class PeriodDP:
                 continue
             refs: dict[tuple, list] = {}
             own = []
-            for u in list(layer):
-                labels = pareto(layer[u], same_p)
+            # dp's filters (docs/dp.md, "Dominance"): at layer x at most x stages are still
+            # to come upstream, so a label with p < M - x leaves every one below M
+            rule = Rule(p_free=M - x, steady=M - 1, upper=ub)
+            keyed = {(0, u): dp_pareto(labels, rule) for u, labels in layer.items()}
+            if len(keyed) > 1:
+                dp_across_usage(keyed, rule, dict.fromkeys(keyed, -math.inf))
+            for (_dc, u), labels in keyed.items():
                 layer[u] = labels
+            for u in list(layer):
+                labels = layer[u]
                 total_labels += len(labels)
                 if u == zero:
                     refs[u] = [lab[6] for lab in labels]
@@ -206,7 +218,12 @@ class PeriodDP:
                                 continue
                             new = prepend(lab[:6], (C, f, b, R), U, Q, M=M, gpipe=self.gpipe,
                                           p_cap=self.R)
-                            if period_time(M, new[0], new[1], new[2], new[3]) > limit:
+                            if pre_sum is None:
+                                low = period_time(M, new[0], new[1], new[2], new[3])
+                            else:
+                                low = period_time(M, max(new[0] + new[1], pre_max[a]), 0.0,
+                                                  new[2] + pre_sum[a], new[3])
+                            if low > limit:
                                 self.bound_cut = True
                                 continue
                             states[a].setdefault(nu, []).append((*new, (g, c, ref)))

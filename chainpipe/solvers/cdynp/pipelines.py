@@ -87,77 +87,102 @@ class RangeRuns:
                  deadline: Deadline, trace_dir=None):
         self.instance, self.processes, self.timeout = instance, processes, message_timeout
         self.deadline, self.trace_dir = deadline, trace_dir
-        #: (i, j, m) -> [(theta, RangePlan or None)] of the runs made
-        self.known: dict[tuple[int, int, int], list] = {}
+        #: (i, j) -> [(m, theta, bound, RangePlan or None)] of the runs made
+        self.known: dict[tuple[int, int], list] = {}
         self.runs = 0
         self.messages: list[dict] = []
         self.labels = 0
 
-    def least(self, i: int, j: int, m: int, theta: float) -> RangePlan | None:
+    def least(self, i: int, j: int, m: int, theta: float,
+              bound: float = math.inf) -> RangePlan | None:
         """The plan of least ``T_p`` on DCs ``i..j`` with ``M_p = m`` and every ``R_s <
-        theta`` (``None``: none exists). A run at ``theta'`` answers every ``theta <=
-        theta'`` whose plan has ``max R < theta`` (the least ``T_p`` cannot fall as
-        ``theta`` does), and one that found nothing every ``theta <= theta'``."""
-        for th, got in self.known.get((i, j, m), ()):
-            if th >= theta and (got is None or got.sync < theta):
-                return got
-        got = self._run(i, j, m, theta)
-        self.known.setdefault((i, j, m), []).append((theta, got))
+        theta``, if that ``T_p`` is at most ``bound``; ``None``: no such plan.
+
+        What a run proved is reused (``g`` does not decrease as ``m`` grows or ``theta``
+        falls, ``docs/dp.md``, "Several pipelines", item 2): a run at ``(m, theta')``
+        that found a plan with ``max R < theta <= theta'`` found ``g`` at ``theta``; one
+        that found nothing at ``(m0, theta', bound')`` answers every ``m >= m0``,
+        ``theta <= theta'`` and ``bound <= bound'``."""
+        for m0, th, bd, got in self.known.get((i, j), ()):
+            if got is None and m0 <= m and th >= theta and bd >= bound:
+                return None
+            if got is not None and m0 == m and th >= theta and got.sync < theta:
+                return got if got.time <= bound else None
+        got = self._run(i, j, m, theta, bound)
+        self.known.setdefault((i, j), []).append((m, theta, bound, got))
         return got
 
-    def _run(self, i: int, j: int, m: int, theta: float) -> RangePlan | None:
-        from . import InstanceAgents
+    def _run(self, i: int, j: int, m: int, theta: float, bound: float) -> RangePlan | None:
+        from ...deadline import TimeUp
+        from . import solve_chain
+        from .runner import AgentFailure
 
         sub = chain_instance(self.instance, i, j, m)
-        backend = InstanceAgents(sub, self.processes, self.timeout, count_sync=False)
         # theta = inf as the largest float (a message carries no infinity): every R is below
-        options = {**agent_options(), "sync_cap": min(theta, sys.float_info.max)}
-        trace = None
+        options = {**agent_options(upper_bound=None if math.isinf(bound) else bound),
+                   "sync_cap": min(theta, sys.float_info.max)}
         name = f"range-{i}-{j}-m{m}-{self.runs:03d}"
-        if self.trace_dir is not None:
-            trace = Path(self.trace_dir, name)
+        trace = None if self.trace_dir is None else Path(self.trace_dir, name)
         self.runs += 1
-        res = backend.one_run(options, trace, self.deadline)
-        self.messages += [{**msg, "file": f"{name}/{msg['file']}"} for msg in res.messages]
-        self.labels += sum(a.get("labels", 0) for a in res.agents)
-        plan = backend.assemble(res, True)
-        if plan is None:
+        out = solve_chain(sub, options, self.deadline, self.processes, self.timeout,
+                          trace_dir=trace, probe=False, count_sync=False)
+        self.messages += [{**msg, "file": f"{name}/{msg['file']}"}
+                          for msg in out.stats.get("messages", [])]
+        self.labels += sum(a.get("labels", 0) for a in out.stats.get("agents", []))
+        if out.status == "error":
+            raise AgentFailure((out.message or "").removeprefix("cdynp: "),
+                               out.stats.get("failed_datacenter"))
+        if out.status == "no_solution":
+            if out.lower_bound is not None:  # the exact search found nothing below bound
+                return None
+            raise TimeUp(out.message or "time limit reached")
+        if out.plan is None:
             return None
-        ev = evaluate(sub, plan)
-        return RangePlan(float(ev.pipelines[0].time_s), float(ev.sync_s), plan.stages)
+        ev = evaluate(sub, out.plan)
+        return RangePlan(float(ev.pipelines[0].time_s), float(ev.sync_s), out.plan.stages)
 
 
 def split_microbatches(times, M: int, P: int):
     """The least ``max_p g_p(m_p)`` over ``m_1 + ... + m_P = M``, ``m_p >= 1``.
 
+    Each ``g_p`` is non-decreasing in ``m`` (``docs/dp.md``, "Several pipelines", item 2),
+    so the greedy split is optimal: every range starts with one microbatch, and each of
+    the other ``M - P`` goes to a range whose next value ``g_p(m_p + 1)`` is least. (Its
+    maximum is the least ``tau`` with ``sum_p max{m : g_p(m) <= tau} >= M``: any split
+    whose maximum is ``tau`` has ``m_p <= max{m : g_p(m) <= tau}``.) ``g_p`` is asked at
+    most ``M + P`` times in all.
+
     Parameters
     ----------
     times : callable
         ``times(p, m)``: ``T_p`` of range ``p`` with ``m`` microbatches, ``inf`` where no
-        plan exists; non-decreasing in ``m`` (``docs/dp.md``, "Several pipelines",
-        item 2), which lets each range stop at its first ``inf``.
+        plan exists (or none below the caller's bound).
     M, P : int
 
     Returns
     -------
     tuple or None
-        ``(tau, [m_1, ..., m_P])``, or ``None`` when no split has a plan on every range.
+        ``(tau, [m_1, ..., m_P])``, or ``None`` when no split has a finite maximum.
     """
-    # best[n]: (least max over the ranges so far taking n microbatches, their split)
-    best: dict[int, tuple[float, list]] = {0: (0.0, [])}
-    for p in range(P):
-        nxt: dict[int, tuple[float, list]] = {}
-        most = M - (P - 1 - p)  # every later range takes at least one
-        for n, (tau, ms) in best.items():
-            for m in range(1, most - n + 1):
-                t = times(p, m)
-                if math.isinf(t):
-                    break  # a larger m is no better (and no more feasible)
-                cand = (max(tau, t), ms + [m])
-                if n + m not in nxt or cand[0] < nxt[n + m][0]:
-                    nxt[n + m] = cand
-        best = nxt
-    return best.get(M)
+    import heapq
+
+    if M < P:
+        return None
+    ms = [1] * P
+    first = [times(p, 1) for p in range(P)]
+    if any(math.isinf(t) for t in first):
+        return None
+    tau = max(first)
+    heap = [(times(p, 2), p) for p in range(P)] if M > P else []
+    heapq.heapify(heap)
+    for _ in range(M - P):
+        t, p = heapq.heappop(heap)
+        if math.isinf(t):
+            return None
+        ms[p] += 1
+        tau = max(tau, t)
+        heapq.heappush(heap, (times(p, ms[p] + 1) if sum(ms) < M else math.inf, p))
+    return tau, ms
 
 
 def partitions(i0: int, j0: int, P: int):
@@ -202,7 +227,11 @@ def several(instance: Instance, counts, runs: RangeRuns, best_T: float, deadline
                 theta = math.inf
                 while True:
                     deadline.check()
-                    got = _least_max(instance, runs, P, i0, j0, theta, M)
+                    # a plan of this span beats best_T only if every T_p < best_T - R_X / H
+                    bound = (best_T - rx) * (1 + 1e-9)
+                    if bound <= 0:
+                        break
+                    got = _least_max(instance, runs, P, i0, j0, theta, M, bound)
                     if got is None:
                         break
                     tau, chosen = got
@@ -219,16 +248,20 @@ def several(instance: Instance, counts, runs: RangeRuns, best_T: float, deadline
     return best_T, found
 
 
-def _least_max(instance, runs: RangeRuns, P: int, i0: int, j0: int, theta: float, M: int):
+def _least_max(instance, runs: RangeRuns, P: int, i0: int, j0: int, theta: float, M: int,
+               bound: float = math.inf):
     """The least ``max_p T_p`` of ``P`` pipelines on consecutive ranges splitting
-    ``i0..j0``, every ``R_s < theta``, and the chosen ``(RangePlan, M_p)`` per range."""
+    ``i0..j0``, every ``R_s < theta`` and every ``T_p <= bound`` (each range run searches
+    only below it), and the chosen ``(RangePlan, M_p)`` per range."""
     best = None
     for ranges in partitions(i0, j0, P):
-        def times(p, m, ranges=ranges):
-            got = runs.least(*ranges[p], m, theta)
+        def times(p, m, ranges=ranges, bound=bound):
+            got = runs.least(*ranges[p], m, theta, bound)
             return math.inf if got is None else got.time
 
         split = split_microbatches(times, M, P)
         if split is not None and (best is None or split[0] < best[0]):
-            best = (split[0], [(runs.least(*r, m, theta), m) for r, m in zip(ranges, split[1])])
+            best = (split[0], [(runs.least(*r, m, theta, bound), m)
+                               for r, m in zip(ranges, split[1])])
+            bound = min(bound, split[0] * (1 + 1e-9))  # later partitions must beat it
     return best
