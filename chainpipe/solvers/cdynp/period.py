@@ -26,11 +26,15 @@ in: ``total`` and every window grow by the boundary's traversal ``Q`` (the laten
 the DCs that passed the point on, the occupancy part by this DC), ``x1`` and ``x2`` are
 lifted to its occupancy ``U``.
 
-Dominance is plain (every component no worse, the majorants compared point by point,
-and under 1F1B the same ``p``: a suffix with fewer stages puts upstream stages at lower
-positions, where more loops count): exact for every completion, coarser than ``dp``'s
-shifted rule. A label whose ``total + (M - 1)(x1 + x2) + sync`` (what any completion
-costs at least) exceeds the bound is dropped.
+The labels of a state are filtered by ``dp``'s own rule (:func:`~chainpipe.solvers.
+dp_period.pareto` and :func:`~chainpipe.solvers.dp_period.across_usage`: the shifted
+dominance with the majorants, ``docs/dp.md``, "Dominance"; at layer ``x`` at most ``x``
+stages are still to come upstream, wherever they run, so ``p_free = M - x``). The points
+of a summary are compared by :func:`dominates` (every component no worse, the majorants
+point by point, the same ``p`` under 1F1B: a suffix with fewer stages puts upstream
+stages at lower positions, where more loops count). A label whose ``total + (M - 1)(x1 +
+x2) + sync``, with the optimistic cost of the prefix before it, exceeds the bound is
+dropped.
 """
 
 from __future__ import annotations
