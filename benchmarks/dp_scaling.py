@@ -9,6 +9,8 @@ core. Writes ``benchmarks/results/dp_scaling.md``.
                                                # writes results/dp_scaling_v3.md
     python benchmarks/dp_scaling.py --scale    # thousands of GPUs (30 minutes, loaded 2 cores):
                                                # writes results/dp_scaling_scale.md
+    python benchmarks/dp_scaling.py --kernel   # the compiled kernel: compile, cache load,
+                                               # warm runs, two processes: results/dp_kernel.md
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from queue import Empty
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "benchmarks" / "results" / "dp_scaling.md"
 OUT_V3 = ROOT / "benchmarks" / "results" / "dp_scaling_v3.md"
+OUT_KERNEL = ROOT / "benchmarks" / "results" / "dp_kernel.md"
 #: the issue's targets under contract v3 (1F1B period, several pipelines), CPU seconds
 TARGETS_V3 = {"hybrid": 2.0, "hybrid-large": 20.0}
 #: the issue's targets for the hybrid sets: seconds per proven optimum, one core
@@ -518,14 +521,95 @@ def scale_main(quick: bool) -> int:
     return 0
 
 
+def _kernel_job(job, queue):
+    """In a fresh process: one instance solved ``repeat`` times (the first loads or
+    compiles the kernels), each run's wall and CPU seconds."""
+    import chainpipe as cp
+    from chainpipe.instances import generate
+
+    source, threads, repeat = job
+    inst = cp.read(source) if isinstance(source, str) else generate(**source)
+    runs = []
+    for _ in range(repeat):
+        t0, c0 = time.perf_counter(), time.process_time()
+        res = cp.solve(inst, "dp", time_limit=600, threads=threads)
+        runs.append((time.perf_counter() - t0, time.process_time() - c0, res.status,
+                     res.iteration_time))
+    queue.put({"name": inst.name, "runs": runs})
+
+
+def _kernel_run(job, env: dict | None = None) -> dict:
+    """:func:`_kernel_job` in a spawned process (with ``env`` set in it)."""
+    saved = {k: os.environ.get(k) for k in (env or {})}
+    os.environ.update(env or {})
+    try:
+        ctx = mp.get_context("spawn")
+        q = ctx.Queue()
+        p = ctx.Process(target=_kernel_job, args=(job, q))
+        p.start()
+        row = q.get()
+        p.join()
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    return row
+
+
+def kernel_main(quick: bool) -> int:
+    """The ``--kernel`` measurements: write :data:`OUT_KERNEL`."""
+    import tempfile
+
+    medium = sorted(p for p in (ROOT / "instances" / "hybrid" / "medium").glob("*.json")
+                    if p.name != "manifest.json")
+    first = str(medium[0])
+    with tempfile.TemporaryDirectory() as empty:
+        cold = _kernel_run((first, 1, 2), {"NUMBA_CACHE_DIR": empty})
+    lines = ["## The compiled kernel: compilation, cache, warm runs, two processes", "",
+             f"Machine: {os.cpu_count()} cores, Python {platform.python_version()}, load "
+             f"average {os.getloadavg()[0]:.1f} at the start. Produced by "
+             "`python benchmarks/dp_scaling.py --kernel`. Wall seconds unless said.", "",
+             f"- **Compilation** (an empty numba cache, `{Path(first).name}`): first solve "
+             f"{cold['runs'][0][0]:.1f} s, the same solve again {cold['runs'][1][0]:.3f} s: "
+             f"compiling the kernels costs about {cold['runs'][0][0] - cold['runs'][1][0]:.1f} s,"
+             " once per machine (cached on disk beside the module).", "",
+             "| instance | fresh process, cached kernels (s) | warm, same process (s) |"
+             " CPU warm (s) | T (s) |", "|---|---|---|---|---|"]
+    for path in medium[:1] if quick else medium:
+        row = _kernel_run((str(path), 1, 2))
+        (w0, _c0, _s0, _t0), (w1, c1, s1, t1) = row["runs"]
+        lines.append(f"| `{row['name']}` | {w0:.3f} | {w1:.3f} | {c1:.3f} | "
+                     f"{_num(t1, '.6g')} ({s1}) |")
+    lines += ["", "Two processes (`--threads 2`: the trial bounds side by side, "
+              "`chainpipe/solvers/dp_parallel.py`), fresh process, cached kernels:", "",
+              "| instance | 1 process (s) | 2 processes (s) | speed-up | T (s) |",
+              "|---|---|---|---|---|"]
+    seeds = (1,) if quick else (1, 2, 3)
+    for seed in seeds:
+        spec = dict(preset="hybrid-large", seed=seed)
+        one = _kernel_run((spec, 1, 1))["runs"][0]
+        two = _kernel_run((spec, 2, 1))
+        w2 = two["runs"][0]
+        lines.append(f"| `{two['name']}` | {one[0]:.2f} | {w2[0]:.2f} | {one[0] / w2[0]:.2f}x |"
+                     f" {_num(w2[3], '.6g')} ({w2[2]}) |")
+    write_results(OUT_KERNEL, lines)
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--v3", action="store_true", help="contract v3 instances only")
     ap.add_argument("--scale", action="store_true",
                     help="thousands of GPUs only: writes results/dp_scaling_scale.md")
+    ap.add_argument("--kernel", action="store_true",
+                    help="the compiled kernel's costs and two processes: results/dp_kernel.md")
     args = ap.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    if args.kernel:
+        return kernel_main(args.quick)
     if args.v3:
         return v3_main((0,) if args.quick else (0, 1, 2), 60.0, 120.0)
     if args.scale:

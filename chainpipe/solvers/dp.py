@@ -307,23 +307,21 @@ class _Search:
         steady = t.M - 1
         need_at = np.asarray(self.need_at, dtype=np.int64)
         self.live = self.upper  # lowered by every complete plan found
-        # the images filed per layer (label_kernel.extend's pools); metas[meta] =
+        # the images filed per layer (label_kernel.extend's arena); metas[meta] =
         # (b, key, g) of the extension that made them
-        pools = label_kernel.new_pools(L)
+        self.arena = label_kernel.new_arena(L)
         self.metas = []
         # state keys by id (the images' ``state``), with their usage and datacenter
         self.key_ids, self.key_list = {}, []
         self.usage_all = np.zeros((64, max(map(len, self.groups_of))), dtype=np.int64)
         self.dc_all = np.zeros(64, dtype=np.int64)
         first = self._key_id((K, ()))  # the empty suffix; sentinel DC K
-        pool_f, pool_i, counts = pools
-        pool_f[L] = np.zeros((1, 3))
-        pool_i[L] = np.array([[0, 0, 0, first, -1]], dtype=np.int64)
-        counts[L] = 1
+        grown = label_kernel.seed(L, first, *self.arena)
+        self.arena = (*grown, *self.arena[4:])
         states: list = [None] * (L + 1)
         best = None  # (T, parent) of the best complete plan
         for b in range(L, 0, -1):
-            layer = states[b] = self._filter_layer(b, pools, sync, steady, label_kernel)
+            layer = states[b] = self._filter_layer(b, sync, steady, label_kernel)
             for key, (mx, sm, p, r, _meta, _idx, _pair, kill, lts) in layer.items():
                 self.deadline.check()
                 lows = (float(mx[0]), float(sm.min()), float(r.min()))
@@ -332,9 +330,10 @@ class _Search:
                     if found is None:
                         continue
                     rows, targets = found
-                    live, row, lab = label_kernel.extend(
+                    live, row, lab, *grown = label_kernel.extend(
                         mx, sm, p, r, lts, kill, rows, targets, U, Q, self.live, steady,
-                        self.p_cap, need_at, BOUND_SLACK, sync, len(self.metas), *pools)
+                        self.p_cap, need_at, BOUND_SLACK, sync, len(self.metas), *self.arena)
+                    self.arena = (*grown, *self.arena[4:])
                     self.metas.append((b, key, g))
                     if row >= 0:
                         self.live = live
@@ -354,18 +353,15 @@ class _Search:
             self.dc_all[got] = key[0]
         return got
 
-    def _filter_layer(self, b: int, pools, sync: bool, steady: int, kernel) -> dict:
+    def _filter_layer(self, b: int, sync: bool, steady: int, kernel) -> dict:
         """The states of layer ``b`` from the images filed for it (then released): the
         labels :func:`.label_kernel.filter_layer` keeps, as arrays per state
         ``(mx, sm, p, r, meta, label, pair, kill, lts)`` (``meta``, ``label``, ``pair``:
         the extension that made the label, the label it extended, its stage's pair)."""
-        pool_f, pool_i, counts = pools
-        n = int(counts[b])
-        if not n:
+        F, I = kernel.take_layer(b, *self.arena)
+        if not len(F):
             return {}
-        ids, starts, cols = kernel.filter_layer(pool_f[b][:n], pool_i[b][:n], self.usage_all,
-                                                self.dc_all, sync, steady)
-        pool_f[b], pool_i[b] = np.empty((0, 3)), np.empty((0, 5), dtype=np.int64)
+        ids, starts, cols = kernel.filter_layer(F, I, self.usage_all, self.dc_all, sync, steady)
         bounds = starts.tolist()
         layer: dict = {}
         for s, i in enumerate(ids.tolist()):
