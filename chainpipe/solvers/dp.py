@@ -123,9 +123,10 @@ def _walk(make_search, trials, deadline: Deadline, threads: int, stats: dict, lo
         if (threads > 1 and len(trials) - n > 1 and dp_parallel.available()
                 and deadline.elapsed() > PARALLEL_AFTER_S):
             # a large instance (its set-up or a trial took a while): the trials left side
-            # by side in forked processes, the kernels imported here first
-            from . import label_kernel  # noqa: F401
+            # by side in forked processes, the kernels loaded here first
+            from . import label_kernel
 
+            label_kernel.warm()
             stats["processes"] = threads
             try:
                 found, _ = dp_parallel.run_trials(make_search, trials[n:], deadline, threads,

@@ -581,3 +581,22 @@ def new_arena(layers: int, blocks: int = 64) -> tuple:
             np.full(blocks, -1, dtype=np.int64), np.zeros(blocks, dtype=np.int64),
             np.full(layers + 1, -1, dtype=np.int64), np.full(layers + 1, -1, dtype=np.int64),
             np.array([-1, 0], dtype=np.int64))
+
+
+def warm() -> None:
+    """Load every kernel in this process (from numba's disk cache, or compile it), with
+    the argument types :mod:`.dp` passes: forked children then share the loaded code
+    instead of each loading it (:mod:`.dp_parallel`)."""
+    i64 = np.int64
+    arena = new_arena(1, blocks=1)
+    arena = (*seed(1, 0, *arena), *arena[4:])
+    F, I = take_layer(1, *arena)
+    _ids, _starts, cols = filter_layer(F, I, np.zeros((1, 1), dtype=i64),
+                                       np.zeros(1, dtype=i64), True, 1)
+    mx, sm, p, r, _meta, _label, _pair, kill, lts = cols
+    zero = np.zeros(2)
+    rows = survivors(np.zeros((1, 7)), zero, zero, zero, zero, 0.0, True, 1.0, 1.0,
+                     np.zeros((1, 2)), np.zeros((1, 2)), True, 1, (0.0, 0.0, 0.0), 0.0, 1,
+                     np.inf)
+    extend(mx, sm, p, r, lts, kill, rows, np.zeros(1, dtype=i64), 0.0, 0.0, np.inf, 1, 1,
+           np.zeros(2, dtype=i64), 0.0, True, 0, *arena)
