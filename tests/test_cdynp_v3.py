@@ -444,3 +444,19 @@ def test_the_majorant_hides_a_window_below_it():
     hull = lab[5]
     assert hull[0] == 1.0 and hull[2] == 16.0  # W_1 and W_3, the vertices
     assert hull[1] == pytest.approx(8.5) and hull[1] != 1.0 + 0.5 + 5.0  # chord, not W_2
+
+
+def test_across_hosts_several_pipelines_are_refused_with_one_line():
+    """The owner across hosts refuses several pipelines before contacting an agent (the
+    range runs start sessions on sub-chains, which the agents' servers do not offer)."""
+    from chainpipe.solvers.cdynp.public import split_documents
+    from chainpipe.solvers.cdynp.remote import solve_remote
+
+    inst = read(VALID / "worked_example_v3_pipelines.json")
+    public, _private = split_documents(inst)
+    agents = {dc.name: "127.0.0.1:9" for dc in inst.datacenters}  # never contacted
+    result, ev = solve_remote(public, agents, None)
+    assert result.status == "error" and ev is None
+    assert result.message == ("cdynp across hosts does not support contract version 3 yet: "
+                              "several pipelines (training.parallelism.pipelines = [1, 2]; "
+                              "[1] is supported)")
