@@ -34,7 +34,6 @@ from ..result import OptionError, Outcome, number_option
 from ..support import features
 from ..tables import CostTables, dominated_options, fill_bound, fill_curve
 from .labels import (
-    BOUND_SLACK,
     HYBRID_TRIALS,
     TRIALS,
 )
@@ -306,7 +305,9 @@ class _Search:
         self._prepare_bounds()
         sync = not t.single_device
         steady = t.M - 1
-        need_at = np.asarray(self.need_at, dtype=np.int64)
+        # the search's constants as advance takes them: M - 1, the stage cap, the killers
+        # (under data parallelism), the in-flight counts by position
+        consts = np.array([steady, self.p_cap, int(sync)] + list(self.need_at), dtype=np.int64)
         self.live = self.upper  # lowered by every complete plan found
         # the images filed per layer (label_kernel.extend's arena); metas[meta] =
         # (b, key, g) of the extension that made them
@@ -317,28 +318,29 @@ class _Search:
         self.usage_all = np.zeros((64, max(map(len, self.groups_of))), dtype=np.int64)
         self.dc_all = np.zeros(64, dtype=np.int64)
         first = self._key_id((K, ()))  # the empty suffix; sentinel DC K
-        grown = label_kernel.seed(L, first, *self.arena)
-        self.arena = (*grown, *self.arena[4:])
+        label_kernel.seed(L, first, *self.arena)
         states: list = [None] * (L + 1)
         best = None  # (T, parent) of the best complete plan
         for b in range(L, 0, -1):
             layer = states[b] = self._filter_layer(b, sync, steady, label_kernel)
-            for key, (mx, sm, p, r, _meta, _idx, _pair, kill, lts) in layer.items():
+            for key, (X, _parents) in layer.items():
                 self.deadline.check()
-                lows = (float(mx[0]), float(sm.min()), float(r.min()))
                 for g, k0, gl, u, U, Q in self._moves(b, key):
-                    found = self._survivors(b, g, k0, gl, u, U, Q, lows, label_kernel)
-                    if found is None:
+                    table = self.cands[g][b]
+                    if table is None:
                         continue
-                    rows, targets = found
-                    live, row, lab, *grown = label_kernel.extend(
-                        mx, sm, p, r, lts, kill, rows, targets, U, Q, self.live, steady,
-                        self.p_cap, need_at, BOUND_SLACK, sync, len(self.metas), *self.arena)
-                    self.arena = (*grown, *self.arena[4:])
+                    bounds = self._prefix_bounds(k0, u, gl, g)
+                    while True:
+                        live, pair, lab, short = label_kernel.advance(
+                            X, table, *bounds, U, Q, self.live, len(self.metas), consts,
+                            *self.arena)
+                        if not short:
+                            break
+                        self.arena = label_kernel.grown(self.arena, short)
                     self.metas.append((b, key, g))
-                    if row >= 0:
+                    if pair >= 0:
                         self.live = live
-                        best = (live, (b, key, lab, 0, g, int(rows[row, 5])))
+                        best = (live, (b, key, lab, 0, g, pair))
         return states, best
 
     def _key_id(self, key) -> int:
@@ -356,19 +358,20 @@ class _Search:
 
     def _filter_layer(self, b: int, sync: bool, steady: int, kernel) -> dict:
         """The states of layer ``b`` from the images filed for it (then released): the
-        labels :func:`.label_kernel.filter_layer` keeps, as arrays per state
-        ``(mx, sm, p, r, meta, label, pair, kill, lts)`` (``meta``, ``label``, ``pair``:
-        the extension that made the label, the label it extended, its stage's pair)."""
+        labels :func:`.label_kernel.filter_layer` keeps, per state its rows of ``labels``
+        and ``parents`` (``meta``, ``label``, ``pair``: the extension that made the
+        label, the label it extended, its stage's pair)."""
         F, I = kernel.take_layer(b, *self.arena)
         if not len(F):
             return {}
-        ids, starts, cols = kernel.filter_layer(F, I, self.usage_all, self.dc_all, sync, steady)
+        ids, starts, labels, parents = kernel.filter_layer(F, I, self.usage_all, self.dc_all,
+                                                           sync, steady)
         bounds = starts.tolist()
         layer: dict = {}
         for s, i in enumerate(ids.tolist()):
             lo, hi = bounds[s], bounds[s + 1]
             if lo < hi:
-                layer[self.key_list[i]] = tuple(c[lo:hi] for c in cols)
+                layer[self.key_list[i]] = (labels[lo:hi], parents[lo:hi])
         self.stats["labels"] += bounds[-1]
         self.stats["states"] += len(layer)
         return layer
@@ -426,8 +429,13 @@ class _Search:
             lambda k: capacity.held(capacity.curve(self.groups_of[k], []), self.cap_limit))
         # (k0, usage) -> (rate of the devices free on DCs <= k0, fill curve of the prefix)
         self.free_rate: dict = {}
-        # (k0, usage, g) -> the capacity floors per width of g (:meth:`_floors`)
-        self.floor_rows: dict = {}
+        # (k0, usage, g) -> the arguments of a move's bounds (_prefix_bounds), and per k0
+        # the prefix figures they take
+        self.bound_args: dict = {}
+        self.prefix_rows: dict = {}
+        # (b, k) -> the boundaries a stage before a state of DC k may cross (_boundaries)
+        self.reach: dict = {}
+        self.unused = [(0,) * len(groups) for groups in self.groups_of]
         self._inf_row = np.full(t.L + 1, np.inf)
         self._no_floors = (np.zeros((1, 1)), np.zeros((1, 1)))
 
@@ -472,59 +480,51 @@ class _Search:
                                              curve_x.tolist(), self.fill_cap)
         return got
 
-    def _survivors(self, b, g, k0, gl, u, U, Q, lows, kernel):
-        """The stage options ``[a, b)`` on group ``g`` worth putting before a state whose
-        least label values are ``lows = (mx, sm, r)``: rows of
-        :func:`.label_kernel.extend` (``None`` if none).
-
-        The optimistic completion of the prefix ``[0, a)`` on DCs <= k0: its sum on the
-        widest stage of the fastest devices, its bottleneck at least its largest layer
-        so, and its FLOP spread over every device still free (and held by them, and
-        crossing links when one DC cannot hold it); with the state's least label
-        values no label can do better, so a row failing the bound fails for every label
-        (:func:`.label_kernel.survivors`).
-        """
-        table = self.cands[g][b]
-        if table is None:
-            return None
-        base, curve_x, _y, _list, step = self._free_curve(k0, u)
-        free = self.count[g] - u[gl]
-        need, gain, targets = self._per_width(k0, u, gl, g, free)
-        rows = kernel.survivors(
-            table, self.prefix_max_arr[k0], self.prefix_sum_arr[k0], self.flop_arr, curve_x,
-            step, self.use_fill, base, self.rate_of[g], need, gain, self.capacity is not None,
-            free, (max(U, lows[0]), lows[1], lows[2]), Q, self.t.M - 1, self.live)
-        return (rows, targets) if len(rows) else None
+    def _prefix_bounds(self, k0, u, gl, g) -> tuple:
+        """What :func:`.label_kernel.survivors` needs of a move on group ``g`` of DC
+        ``k0`` at usage ``u``, from ``targets`` to ``free``: the optimistic completion of
+        the prefix ``[0, a)`` on DCs <= k0 (its sum on the widest stage of the fastest
+        devices, its bottleneck at least its largest layer so, its FLOP spread over every
+        device still free, held by them, and crossing links when one DC cannot hold it),
+        and the state each width leads to. Once per ``(k0, u, g)``."""
+        key = (k0, u, g)
+        got = self.bound_args.get(key)
+        if got is None:
+            base, curve_x, _y, _list, step = self._free_curve(k0, u)
+            free = self.count[g] - u[gl]
+            need, gain, targets = self._per_width(k0, u, gl, g, free)
+            prefix = self.prefix_rows.get(k0)
+            if prefix is None:
+                prefix = self.prefix_rows[k0] = np.vstack(
+                    (self.prefix_max_arr[k0], self.prefix_sum_arr[k0], self.flop_arr))
+            move = np.array([step, bool(self.use_fill), base, self.rate_of[g],
+                             self.capacity is not None, free], dtype=np.float64)
+            got = self.bound_args[key] = (targets, prefix, curve_x, need, gain, move)
+        return got
 
     def _per_width(self, k0, u, gl, g, free):
         """Per width of group ``g`` (its slot): the capacity floors of
         :meth:`_needed_curve` (two arrays ``(widths, L + 1)``; ``inf`` rows for widths
         above ``free``, which no row uses) and the id of the state a stage of that width
-        leads to; computed once per ``(k0, u, g)``."""
-        key = (k0, u, g)
-        got = self.floor_rows.get(key)
-        if got is None:
-            need, gain, targets = [], [], []
-            for w in self.widths_of[g]:
-                if w > free:
-                    need.append(self._inf_row)
-                    gain.append(self._inf_row)
-                    targets.append(-1)
-                    continue
-                nkey = self.next_key.get((k0, u, gl, w))
-                if nkey is None:
-                    nkey = self.next_key[(k0, u, gl, w)] = (
-                        k0, u[:gl] + (u[gl] + w,) + u[gl + 1:])
-                targets.append(self._key_id(nkey))
-                if self.capacity is not None:
-                    curve = self._needed_curve(k0, u, gl, w)
-                    need.append(curve[0])
-                    gain.append(curve[2])
-            if self.capacity is None:
-                need, gain = self._no_floors
-            got = self.floor_rows[key] = (np.array(need), np.array(gain),
-                                          np.array(targets, dtype=np.int64))
-        return got
+        leads to."""
+        need, gain, targets = [], [], []
+        for w in self.widths_of[g]:
+            if w > free:
+                need.append(self._inf_row)
+                gain.append(self._inf_row)
+                targets.append(-1)
+                continue
+            nkey = self.next_key.get((k0, u, gl, w))
+            if nkey is None:
+                nkey = self.next_key[(k0, u, gl, w)] = (k0, u[:gl] + (u[gl] + w,) + u[gl + 1:])
+            targets.append(self._key_id(nkey))
+            if self.capacity is not None:
+                curve = self._needed_curve(k0, u, gl, w)
+                need.append(curve[0])
+                gain.append(curve[2])
+        if self.capacity is None:
+            need, gain = self._no_floors
+        return np.array(need), np.array(gain), np.array(targets, dtype=np.int64)
 
     def _crossing_floors(self):
         """Per DC ``k0`` and prefix end ``a``: the least occupancy and the least traversal
@@ -557,23 +557,32 @@ class _Search:
         from ``k0`` to ``k`` (none when nothing is placed yet).
         """
         k, u = key
-        first = k == self.K  # nothing placed yet
-        t = self.t
-        for k0 in range(0 if first else self._first_reachable(b, k), self.K if first else k + 1):
-            self.deadline.check()
-            if first:
-                U = Q = 0.0
-            else:
-                U = t.occupancy(b, k0, k)
-                if self.cap * (1 + 1e-12) < U:
-                    continue
-                Q = t.traversal(b, k0, k)
-            base = u if k0 == k else (0,) * len(self.groups_of[k0])
+        for k0, U, Q in self._boundaries(b, k):
+            base = u if k0 == k else self.unused[k0]
             for g in self.groups_of[k0]:
                 gl = self.local[g]
                 if base[gl] >= self.count[g]:
                     continue
                 yield g, k0, gl, base, U, Q
+
+    def _boundaries(self, b: int, k: int) -> list:
+        """The DCs ``k0 <= k`` the stage before a state of DC ``k`` at layer ``b`` may use,
+        with the boundary's occupancy and traversal ``(k0, U, Q)`` (``U`` within the cap);
+        every DC with no boundary when nothing is placed yet. Once per ``(b, k)``."""
+        got = self.reach.get((b, k))
+        if got is None:
+            self.deadline.check()
+            t, limit = self.t, self.cap * (1 + 1e-12)
+            if k == self.K:  # nothing placed yet
+                got = [(k0, 0.0, 0.0) for k0 in range(self.K)]
+            else:
+                got = []
+                for k0 in range(self._first_reachable(b, k), k + 1):
+                    U = float(t.occupancy(b, k0, k))
+                    if not limit < U:
+                        got.append((k0, U, float(t.traversal(b, k0, k))))
+            self.reach[(b, k)] = got
+        return got
 
     def _backtrack(self, states, parent) -> list[tuple[int, int, int, int, int, int]]:
         """The stages ``(start, end, dc, group in dc, d, t)`` of the plan ending at ``parent``
@@ -586,8 +595,7 @@ class _Search:
             opts = t.options(g)
             stages.append((a, b, int(t.group_dc[g]), t.groups[g].index, int(opts.d[ci]),
                            int(opts.t[ci])))
-            labels = states[b][key]
-            meta, idx, ci = int(labels[4][idx]), int(labels[5][idx]), int(labels[6][idx])
+            meta, idx, ci = states[b][key][1][idx].tolist()
             if meta < 0:
                 return stages
             a = b

@@ -30,6 +30,7 @@ from numba import njit
 
 from ..cost import assembled_time
 from ..tables import fill_bound_at
+from .labels import BOUND_SLACK as SLACK
 
 _time = njit(cache=True)(assembled_time)
 _fill_at = njit(cache=True)(fill_bound_at)
@@ -216,9 +217,13 @@ def filter_layer(F, I, usage_all, dc_all, shifted, steady):
     ids : numpy.ndarray
         The global ids of the layer's states with a label kept, in order.
     starts : numpy.ndarray
-        State ``ids[s]``'s labels are ``starts[s]:starts[s+1]`` of the columns.
-    columns : tuple
-        ``(mx, sm, p, r, meta, label, pair, kill, lts)``: the kept labels, contiguous.
+        State ``ids[s]``'s labels are rows ``starts[s]:starts[s+1]``.
+    labels : numpy.ndarray
+        ``(m, 6)`` float64, a row per kept label: ``mx, sm, p, r``, its ``T`` as a
+        complete plan and its killer (the rows :func:`advance` takes).
+    parents : numpy.ndarray
+        ``(m, 3)`` int64: ``meta, label, pair`` (the extension that made it, the label
+        it extended, its stage's pair).
     """
     n = F.shape[0]
     local = np.full(usage_all.shape[0], -1, dtype=np.int64)
@@ -244,14 +249,20 @@ def filter_layer(F, I, usage_all, dc_all, shifted, steady):
     p = I[:, 0].copy()
     keep, starts, kill, lts = filter_states(mx, sm, p, r, owner, usage, dc, shifted, steady)
     m = len(keep)
-    meta = np.empty(m, dtype=np.int64)
-    label = np.empty(m, dtype=np.int64)
-    pair = np.empty(m, dtype=np.int64)
+    labels = np.empty((m, 6))
+    parents = np.empty((m, 3), dtype=np.int64)
     for a in range(m):
-        meta[a] = I[keep[a], 4]
-        label[a] = I[keep[a], 1]
-        pair[a] = I[keep[a], 2]
-    return ids, starts, (mx[keep], sm[keep], p[keep], r[keep], meta, label, pair, kill, lts)
+        e = keep[a]
+        labels[a, 0] = mx[e]
+        labels[a, 1] = sm[e]
+        labels[a, 2] = p[e]
+        labels[a, 3] = r[e]
+        labels[a, 4] = lts[a]
+        labels[a, 5] = kill[a]
+        parents[a, 0] = I[e, 4]
+        parents[a, 1] = I[e, 1]
+        parents[a, 2] = I[e, 2]
+    return ids, starts, labels, parents
 
 
 @njit(cache=True)
@@ -387,16 +398,14 @@ def _across(within, mx, sm, p, r, state, usage, dc):
 
 
 @njit(cache=True)
-def extend(mx, sm, p, r, lts, kill, rows, targets, U, Q, upper, steady, p_cap, need_at,
-           slack, use_kill, meta, af, ai, nxt, fill, head, tail, free):
+def extend(X, rows, targets, U, Q, upper, steady, p_cap, need_at, slack, use_kill, meta,
+           af, ai, blocks, links):
     """Put each stage option of ``rows`` before every label of one state.
 
     Parameters
     ----------
-    mx, sm, r, lts : numpy.ndarray
-        The state's labels (sorted by bottleneck) and their assembled ``T``.
-    p, kill : numpy.ndarray
-        int64: stages placed, and the killers of :func:`filter_states`.
+    X : numpy.ndarray
+        The state's labels, rows of :func:`filter_layer` (by bottleneck).
     rows : numpy.ndarray
         ``(n_rows, 9)`` float64 rows of :func:`survivors`: start ``a``, ``C``, in-flight
         limit, width, ``R``, pair, width slot, and the optimistic prefix bottleneck
@@ -418,18 +427,20 @@ def extend(mx, sm, p, r, lts, kill, rows, targets, U, Q, upper, steady, p_cap, n
         Skip labels whose killer is lifted to the same bottleneck by the stage.
     meta : int
         The caller's id of this extension (source state and group), stored per image.
-    af, ai, nxt, fill, head, tail, free : numpy.ndarray
-        The image arena of :func:`new_arena`: the images are appended to their layer's
-        blocks (``af``, ``ai``, ``nxt`` and ``fill`` are returned, grown if need be).
+    af, ai, blocks, links : numpy.ndarray
+        The image arena of :func:`new_arena`, with room for every image (the caller
+        checks): the images are appended to their layer's blocks.
 
     Returns
     -------
     tuple
-        ``(upper, row, label, af, ai, nxt, fill)``: the bound after complete plans
-        (stages at layer 0) lowered it, the best one's row and label (``-1`` if none),
-        and the arena's arrays.
+        ``(upper, row, label)``: the bound after complete plans (stages at layer 0)
+        lowered it, and the best one's row and label (``-1`` if none).
     """
-    n = len(mx)
+    mx = X[:, 0]
+    sm = X[:, 1]
+    r = X[:, 3]
+    n = X.shape[0]
     n_rows = rows.shape[0]
     best_row = -1
     best_label = -1
@@ -446,20 +457,21 @@ def extend(mx, sm, p, r, lts, kill, rows, targets, U, Q, upper, steady, p_cap, n
         h = cu if cu >= pm else pm
         # labels lifted to one bottleneck by the stage: those a later one of them kills
         # need no extension (labels.killers)
-        lift = np.searchsorted(mx, cu, side="right") if use_kill else 0
+        lift = _count_at_most(mx, cu) if use_kill else 0
         base = c + Q + ps
         thr_lo = upper - _time(base, h, steady, 0.0) + upper * slack
         thr_hi = upper - base + upper * slack
         for i in range(n):
-            if i < lift and kill[i] < lift:
+            if i < lift and X[i, 5] < lift:
                 continue
-            if need_at[p[i]] > in_flight:
+            p_i = int(X[i, 2])
+            if need_at[p_i] > in_flight:
                 continue
             nr = r[i] if r[i] >= rj else rj
             if mx[i] <= h:
                 if sm[i] + nr >= thr_lo:
                     continue
-            elif lts[i] + nr >= thr_hi:
+            elif X[i, 4] + nr >= thr_hi:
                 continue
             nmx = mx[i] if mx[i] >= cu else cu
             nsm = sm[i] + c + Q  # in this order: the sums of every path add alike
@@ -472,16 +484,80 @@ def extend(mx, sm, p, r, lts, kill, rows, targets, U, Q, upper, steady, p_cap, n
                     thr_lo = upper - _time(base, h, steady, 0.0) + upper * slack
                     thr_hi = upper - base + upper * slack
                 continue
-            e, af, ai, nxt, fill = _slot(a, af, ai, nxt, fill, head, tail, free)
+            e = _slot(a, blocks, links)
             af[e, 0] = nmx
             af[e, 1] = nsm
             af[e, 2] = nr
-            ai[e, 0] = p[i] + 1 if p[i] < p_cap else p_cap
+            ai[e, 0] = p_i + 1 if p_i < p_cap else p_cap
             ai[e, 1] = i
             ai[e, 2] = pair
             ai[e, 3] = target
             ai[e, 4] = meta
-    return upper, best_row, best_label, af, ai, nxt, fill
+    return upper, best_row, best_label
+
+
+@njit(cache=True)
+def _count_at_most(x, v):
+    """How many entries of the sorted ``x`` are at most ``v`` (a bisection)."""
+    lo, hi = 0, len(x)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if x[mid] <= v:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+@njit(cache=True)
+def advance(X, table, targets, prefix, curve_x, floors_need, floors_gain, move, U, Q, upper,
+            meta, consts, af, ai, blocks, links):
+    """One move from Python: :func:`survivors` of ``table`` before a state's labels
+    ``X``, then :func:`extend` with them (few arguments, scalar results: a call costs
+    microseconds, and a large run makes millions).
+
+    Parameters
+    ----------
+    X : numpy.ndarray
+        The state's labels (rows of :func:`filter_layer`).
+    table, targets, curve_x, floors_need, floors_gain : numpy.ndarray
+        As :func:`survivors` and :func:`extend` take them.
+    prefix : numpy.ndarray
+        ``(3, L + 1)``: :func:`survivors`' ``pre_max``, ``pre_sum`` and ``flop``.
+    move : numpy.ndarray
+        ``step, use_fill, base, rate_g, use_floors, free`` of :func:`survivors`.
+    U, Q, upper : float
+        The boundary's occupancy and traversal, and the live bound.
+    meta : int
+        The extension's id.
+    consts : numpy.ndarray
+        int64 ``steady, p_cap, use_kill`` then ``need_at``.
+    af, ai, blocks, links : numpy.ndarray
+        The arena (:func:`new_arena`).
+
+    Returns
+    -------
+    tuple
+        ``(upper, pair, label, short)``: the bound, the best complete plan's pair and
+        label (``-1`` if none), and ``short``: 0, or the blocks the arena lacks for this
+        move's images (nothing was done: grow it, :func:`grown`, and call again).
+    """
+    steady = consts[0]
+    lows = (X[0, 0] if X[0, 0] >= U else U, X[:, 1].min(), X[:, 3].min())
+    rows = survivors(table, prefix[0], prefix[1], prefix[2], curve_x, move[0], move[1] > 0,
+                     move[2], move[3], floors_need, floors_gain, move[4] > 0, move[5], lows,
+                     Q, steady, upper)
+    if rows.shape[0] == 0:
+        return upper, -1, -1, 0
+    size = links.shape[0] - 3
+    room = links[size + 2] + blocks.shape[0] - links[size + 1]
+    need = (rows.shape[0] * X.shape[0]) // BLOCK + rows.shape[0] + 1
+    if need > room:
+        return upper, -1, -1, need - room
+    upper, row, label = extend(X, rows, targets, U, Q, upper, steady, consts[1], consts[3:],
+                               SLACK, consts[2] > 0, meta, af, ai, blocks, links)
+    pair = int(rows[row, 5]) if row >= 0 else -1
+    return upper, pair, label, 0
 
 
 #: images per block of the arena (:func:`new_arena`)
@@ -489,98 +565,98 @@ BLOCK = 256
 
 
 @njit(cache=True)
-def _slot(a, af, ai, nxt, fill, head, tail, free):
-    """The arena row of a new image of layer ``a`` (a new block when its last is full:
-    from the free list, else a new one, the arena grown if need be); returns it with
-    the arena's arrays."""
-    blk = tail[a]
-    if blk < 0 or fill[blk] == BLOCK:
-        if free[0] >= 0:
-            nb = free[0]
-            free[0] = nxt[nb]
+def _slot(a, blocks, links):
+    """The arena row of a new image of layer ``a``: the next in its last block, or the
+    first of a new block (from the free list, else never used); the caller has made
+    sure there is room."""
+    size = links.shape[0] - 3
+    layers = size // 2
+    blk = links[layers + a]
+    if blk < 0 or blocks[blk, 1] == BLOCK:
+        if links[size] >= 0:
+            nb = links[size]
+            links[size] = blocks[nb, 0]
+            links[size + 2] -= 1
         else:
-            if free[1] == len(nxt):
-                af, ai, nxt, fill = _grown_arena(af, ai, nxt, fill)
-            nb = free[1]
-            free[1] += 1
-        nxt[nb] = -1
-        fill[nb] = 0
+            nb = links[size + 1]
+            links[size + 1] += 1
+        blocks[nb, 0] = -1
+        blocks[nb, 1] = 0
         if blk < 0:
-            head[a] = nb
+            links[a] = nb
         else:
-            nxt[blk] = nb
-        tail[a] = nb
+            blocks[blk, 0] = nb
+        links[layers + a] = nb
         blk = nb
-    e = blk * BLOCK + fill[blk]
-    fill[blk] += 1
-    return e, af, ai, nxt, fill
+    e = blk * BLOCK + blocks[blk, 1]
+    blocks[blk, 1] += 1
+    return e
 
 
 @njit(cache=True)
-def seed(a, state, af, ai, nxt, fill, head, tail, free):
-    """File the empty plan's label (all zero, no parent) in ``state`` at layer ``a``;
-    returns the arena's arrays."""
-    e, af, ai, nxt, fill = _slot(a, af, ai, nxt, fill, head, tail, free)
+def seed(a, state, af, ai, blocks, links):
+    """File the empty plan's label (all zero, no parent) in ``state`` at layer ``a``."""
+    e = _slot(a, blocks, links)
     af[e] = 0.0
     ai[e] = 0
     ai[e, 3] = state
     ai[e, 4] = -1
-    return af, ai, nxt, fill
 
 
 @njit(cache=True)
-def _grown_arena(af, ai, nxt, fill):
-    """The arena's arrays with twice the blocks, the used ones copied."""
-    n = len(nxt)
-    af2 = np.empty((2 * n * BLOCK, 3))
-    ai2 = np.empty((2 * n * BLOCK, 5), dtype=np.int64)
-    nxt2 = np.empty(2 * n, dtype=np.int64)
-    fill2 = np.zeros(2 * n, dtype=np.int64)
-    af2[:n * BLOCK] = af
-    ai2[:n * BLOCK] = ai
-    nxt2[:n] = nxt
-    fill2[:n] = fill
-    return af2, ai2, nxt2, fill2
-
-
-@njit(cache=True)
-def take_layer(b, af, ai, nxt, fill, head, tail, free):
+def take_layer(b, af, ai, blocks, links):
     """The images of layer ``b`` as contiguous ``(F, I)`` arrays; its blocks freed."""
+    size = links.shape[0] - 3
+    layers = size // 2
     n = 0
-    blk = head[b]
+    blk = links[b]
     while blk >= 0:
-        n += fill[blk]
-        blk = nxt[blk]
+        n += blocks[blk, 1]
+        blk = blocks[blk, 0]
     F = np.empty((n, 3))
     I = np.empty((n, 5), dtype=np.int64)
     e = 0
-    blk = head[b]
+    blk = links[b]
     while blk >= 0:
-        k = fill[blk]
+        k = blocks[blk, 1]
         F[e:e + k] = af[blk * BLOCK:blk * BLOCK + k]
         I[e:e + k] = ai[blk * BLOCK:blk * BLOCK + k]
         e += k
-        after = nxt[blk]
-        nxt[blk] = free[0]
-        free[0] = blk
+        after = blocks[blk, 0]
+        blocks[blk, 0] = links[size]
+        links[size] = blk
+        links[size + 2] += 1
         blk = after
-    head[b] = -1
-    tail[b] = -1
+    links[b] = -1
+    links[layers + b] = -1
     return F, I
 
 
 def new_arena(layers: int, blocks: int = 64) -> tuple:
-    """An empty image arena for :func:`extend`: blocks of :data:`BLOCK` images, a chain
-    of blocks per layer ``0..layers`` (``head``, ``tail``), and a free list.
-
-    Plain arrays: ``(af, ai, nxt, fill, head, tail, free)``, ``free = [first free
-    block, blocks ever used]``. (A numba typed list of arrays per layer was measured
-    first: its methods compile in every process, 1.8 s.)
-    """
+    """An empty image arena: blocks of :data:`BLOCK` images, a chain of blocks per layer
+    ``0..layers``, a free list. Plain arrays ``(af, ai, blocks, links)``: the images'
+    floats and ints, per block ``(next, fill)``, and ``links = [head per layer, tail per
+    layer, first free block, blocks ever used, blocks in the free list]``. (A numba typed
+    list of arrays per layer was measured first: its methods compile in every process,
+    1.8 s.)"""
+    links = np.full(2 * (layers + 1) + 3, -1, dtype=np.int64)
+    links[-2:] = 0
     return (np.empty((blocks * BLOCK, 3)), np.empty((blocks * BLOCK, 5), dtype=np.int64),
-            np.full(blocks, -1, dtype=np.int64), np.zeros(blocks, dtype=np.int64),
-            np.full(layers + 1, -1, dtype=np.int64), np.full(layers + 1, -1, dtype=np.int64),
-            np.array([-1, 0], dtype=np.int64))
+            np.zeros((blocks, 2), dtype=np.int64), links)
+
+
+def grown(arena: tuple, short: int) -> tuple:
+    """The arena with at least ``short`` more blocks (doubled until so), the used copied."""
+    af, ai, blocks, links = arena
+    n = len(blocks)
+    size = n
+    while size - n < short:
+        size *= 2
+    af2 = np.empty((size * BLOCK, 3))
+    ai2 = np.empty((size * BLOCK, 5), dtype=np.int64)
+    blocks2 = np.zeros((size, 2), dtype=np.int64)
+    af2[:n * BLOCK], ai2[:n * BLOCK], blocks2[:n] = af, ai, blocks
+    return af2, ai2, blocks2, links
 
 
 def warm() -> None:
@@ -589,14 +665,10 @@ def warm() -> None:
     instead of each loading it (:mod:`.dp_parallel`)."""
     i64 = np.int64
     arena = new_arena(1, blocks=1)
-    arena = (*seed(1, 0, *arena), *arena[4:])
+    seed(1, 0, *arena)
     F, I = take_layer(1, *arena)
-    _ids, _starts, cols = filter_layer(F, I, np.zeros((1, 1), dtype=i64),
-                                       np.zeros(1, dtype=i64), True, 1)
-    mx, sm, p, r, _meta, _label, _pair, kill, lts = cols
-    zero = np.zeros(2)
-    rows = survivors(np.zeros((1, 7)), zero, zero, zero, zero, 0.0, True, 1.0, 1.0,
-                     np.zeros((1, 2)), np.zeros((1, 2)), True, 1, (0.0, 0.0, 0.0), 0.0, 1,
-                     np.inf)
-    extend(mx, sm, p, r, lts, kill, rows, np.zeros(1, dtype=i64), 0.0, 0.0, np.inf, 1, 1,
-           np.zeros(2, dtype=i64), 0.0, True, 0, *arena)
+    _ids, _starts, labels, _parents = filter_layer(F, I, np.zeros((1, 1), dtype=i64),
+                                                   np.zeros(1, dtype=i64), True, 1)
+    advance(labels, np.zeros((1, 7)), np.zeros(1, dtype=i64), np.zeros((3, 2)), np.zeros(2),
+            np.zeros((1, 2)), np.zeros((1, 2)), np.zeros(6), 0.0, 0.0, np.inf, 0,
+            np.array([1, 1, 1, 0, 0], dtype=i64), *arena)
