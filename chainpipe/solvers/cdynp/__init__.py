@@ -184,7 +184,9 @@ def solve_chain(instance: Instance, options: dict, deadline: Deadline, processes
         return Outcome("optimal", first.plan, stats={**first.stats, **stats})
     user = options.get("upper_bound")
     bound = T_e * (1 + 1e-9) if user is None else min(float(user), T_e * (1 + 1e-9))
-    out = drive(backend, {**options, "upper_bound": bound}, deadline=deadline, probe=False,
+    # T_c (a hair below, for rounding) is public too: the agents' trials start there
+    out = drive(backend, {**options, "upper_bound": bound, "lower_bound": T_c * (1 - 1e-9)},
+                deadline=deadline, probe=False,
                 trace_dir=None if trace_dir is None else Path(trace_dir, "period"))
     out.stats.update(stats)
     out.stats["messages"] = first.stats.get("messages", []) + out.stats.get("messages", [])

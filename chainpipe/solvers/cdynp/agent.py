@@ -111,6 +111,10 @@ class DCAgent:
         ``R < sync_cap`` are used, and ``R`` counts 0 in every label and point, so that
         the run finds the least ``T_p`` among plans whose every ``R_s`` is below it
         (``docs/privacy.md``, "Several pipelines"). ``None``: every option, ``R`` counted.
+    lower_bound : float, optional
+        A proven lower bound on the optimum (public: the classic optimum of the same
+        chain, under ``period``); the period run's trials start there
+        (:meth:`_period_backward`), since none below it can find a plan.
     deadline : Deadline, optional
         Checked in the DP's loops; :class:`~chainpipe.deadline.TimeUp` names this DC.
     """
@@ -119,7 +123,7 @@ class DCAgent:
                  epsilon: float = 0.0, quantum: float = 0.0, max_entries: int = 0,
                  digits: int = 0, upper_bound: float | None = None, prefix_bound: bool = True,
                  beam: int = 0, grid: int = 0, sync_cap: float | None = None,
-                 deadline: Deadline | None = None):
+                 lower_bound: float | None = None, deadline: Deadline | None = None):
         if public.datacenter_names[index] != datacenter.name:
             raise ValueError(f"agent {index} holds {datacenter.name!r}, the chain has "
                              f"{public.datacenter_names[index]!r} there")
@@ -147,6 +151,12 @@ class DCAgent:
         self.deadline = deadline if deadline is not None else Deadline(None)
         self.local = Instance(public.name, public.model, public.training, (datacenter,), ())
         self.tables = CostTables(self.local)  # this DC's groups only: private
+        self.floor = 0.0
+        if lower_bound is not None:
+            problem = protocol.option_problem("lower_bound", lower_bound)
+            if problem:
+                raise ValueError(f"lower_bound: {problem}, got {lower_bound!r}")
+            self.floor = float(lower_bound)
         self.sync_cap = None
         if sync_cap is not None:
             problem = protocol.option_problem("sync_cap", sync_cap)
@@ -504,6 +514,7 @@ class DCAgent:
             for x1, x2, sm, s, _p, _h, _ref in labels:
                 if sm > 0:
                     lb = min(lb, period_time(self.M, x1, x2, sm, s))
+        lb = max(lb, self.floor)  # no plan at all lies below the public lower bound
         # a dense geometric ladder (a run's labels grow steeply with how far its bound
         # lies above what it can reach, and runs below it are cheap: v3-medium-01's DC 3
         # kept 36,087 labels under a bound of 37 s after trials to 2.8 s, the optimum 11 s)

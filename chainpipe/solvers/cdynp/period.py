@@ -139,20 +139,24 @@ class PeriodDP:
         return self._store[i]
 
     def _stages(self, g: int, x: int) -> list[tuple]:
-        """Per pair of group ``g`` and start ``a < x``: ``(a, c, width, C, f, b, R,
-        max in flight)`` of stage ``[a, x)``, where it fits memory at all."""
+        """Per pair ``c`` of group ``g``: ``(c, width, run)`` with ``run`` the ``(a, C, f,
+        b, R, max in flight)`` of stage ``[a, x)``, ``a`` descending, while it fits memory
+        at all. Along a run the stage grows: ``C``, ``f``, ``b`` and ``R`` do not fall and
+        the in-flight limit does not rise."""
         opts = self.t.options(g)
         f, b = phase_options(self.t, g)
         out = []
         least = self.t.in_flight(1)
         for c in range(len(opts.d)):
-            w = int(opts.width[c])
+            run = []
             for a in range(x - 1, -1, -1):
                 n = int(opts.max_in_flight[c, a, x])
                 if n < least:
                     break  # a longer stage holds more: it fits no better
-                out.append((a, c, w, float(opts.compute_time[c, a, x]), float(f[c, a, x]),
+                run.append((a, float(opts.compute_time[c, a, x]), float(f[c, a, x]),
                             float(b[c, a, x]), float(opts.sync_time[c, a, x]), n))
+            if run:
+                out.append((c, int(opts.width[c]), run))
         return out
 
     def run(self, base: dict[int, list], ub: float, prefix=None) -> None:
@@ -213,24 +217,42 @@ class PeriodDP:
                 Q = float(self.q_int[x]) if internal else 0.0
                 for g in range(G):
                     free = count[g] - u[g]
-                    for a, c, w, C, f, b, R, n in stages[g]:
+                    for c, w, run in stages[g]:
                         if w > free:
                             continue
                         nu = u[:g] + (u[g] + w,) + u[g + 1:]
                         for lab, ref in zip(labels, refs[u]):
-                            if need_at[lab[4]] > n:
-                                continue
-                            new = prepend(lab[:6], (C, f, b, R), U, Q, M=M, gpipe=self.gpipe,
-                                          p_cap=self.R)
-                            if pre_sum is None:
-                                low = period_time(M, new[0], new[1], new[2], new[3])
-                            else:
-                                low = period_time(M, max(new[0] + new[1], pre_max[a]), 0.0,
-                                                  new[2] + pre_sum[a], new[3])
-                            if low > limit:
-                                self.bound_cut = True
-                                continue
-                            states[a].setdefault(nu, []).append((*new, (g, c, ref)))
+                            x1, x2, total, sync, p = lab[:5]
+                            need = need_at[p]
+                            for a, C, f, b, R, n in run:
+                                if need > n:
+                                    break  # a longer stage stashes no more
+                                # what the stage costs before its loops: a lower bound that
+                                # only grows along the run, then with the prefix's
+                                if self.gpipe:
+                                    per = max(x1, f, U) + max(x2, b, U)
+                                else:
+                                    per = max(x1, C, U)
+                                fill, syn = total + C + Q, max(sync, R)
+                                if period_time(M, per, 0.0, fill, syn) > limit:
+                                    self.bound_cut = True
+                                    break
+                                if pre_sum is not None and period_time(
+                                        M, max(per, pre_max[a]), 0.0, fill + pre_sum[a],
+                                        syn) > limit:
+                                    self.bound_cut = True
+                                    continue
+                                new = prepend(lab[:6], (C, f, b, R), U, Q, M=M,
+                                              gpipe=self.gpipe, p_cap=self.R)
+                                if pre_sum is None:
+                                    low = period_time(M, new[0], new[1], new[2], new[3])
+                                else:
+                                    low = period_time(M, max(new[0] + new[1], pre_max[a]),
+                                                      0.0, new[2] + pre_sum[a], new[3])
+                                if low > limit:
+                                    self.bound_cut = True
+                                    continue
+                                states[a].setdefault(nu, []).append((*new, (g, c, ref)))
             states[x] = None
         self.stats["labels"] = total_labels
 

@@ -67,6 +67,7 @@ RUN_OPTIONS = {
     "beam": (True, 0, 2**31 - 1, False),
     "grid": (True, 0, 2**31 - 1, False),
     "sync_cap": (False, 0.0, math.inf, True),
+    "lower_bound": (False, 0.0, math.inf, False),
 }
 
 _NUMBER = {"type": "number", "minimum": 0}
