@@ -383,7 +383,7 @@ class _Search:
         K = t.K
         self.K = K
         self.rate_by_dc = [t.rate[t.group_dc <= k].max() for k in range(K)]
-        self.flop = flop = t.flop_prefix.tolist()
+        flop = t.flop_prefix.tolist()
         self.flop_arr = np.asarray(flop)
         # per k0 and a: the prefix's compute sum and its largest layer on the widest stage
         # of the fastest devices of DCs <= k0
@@ -392,8 +392,6 @@ class _Search:
                                for r in self.rate_by_dc]
         self.prefix_max_arr = [cost.compute_time(prefix_max, r, t.widest)
                                for r in self.rate_by_dc]
-        self.prefix_sum_list = [x.tolist() for x in self.prefix_sum_arr]
-        self.prefix_max_list = [x.tolist() for x in self.prefix_max_arr]
         # in-flight count of a new stage placed before p stages (p capped at p_cap)
         self.need_at = [t.in_flight(p + 1) for p in range(self.p_cap + 1)]
         self.groups_of = [[] for _ in range(K)]
@@ -468,16 +466,16 @@ class _Search:
         return got
 
     def _free_curve(self, k0, u):
-        """The devices free on DCs <= ``k0`` at usage ``u``: their total rate and the fill
-        curve of a prefix on them (:func:`~chainpipe.tables.fill_curve`)."""
+        """The devices free on DCs <= ``k0`` at usage ``u``: their total rate and the
+        breakpoints of the fill curve of a prefix on them, in steps of the cap
+        (:func:`~chainpipe.tables.fill_curve`)."""
         got = self.free_rate.get((k0, u))
         if got is None:
             groups_free = self.capacity_before(k0) + [
                 (self.true_count[h] - x) * self.rate_of[h]
                 for h, x in zip(self.groups_of[k0], u)]
-            curve_x, curve_y = fill_curve(groups_free, self.fill_cap)
-            got = self.free_rate[(k0, u)] = (sum(groups_free), curve_x, curve_y,
-                                             curve_x.tolist(), self.fill_cap)
+            curve_x, _ = fill_curve(groups_free, self.fill_cap)
+            got = self.free_rate[(k0, u)] = (sum(groups_free), curve_x)
         return got
 
     def _prefix_bounds(self, k0, u, gl, g) -> tuple:
@@ -490,14 +488,14 @@ class _Search:
         key = (k0, u, g)
         got = self.bound_args.get(key)
         if got is None:
-            base, curve_x, _y, _list, step = self._free_curve(k0, u)
+            base, curve_x = self._free_curve(k0, u)
             free = self.count[g] - u[gl]
             need, gain, targets = self._per_width(k0, u, gl, g, free)
             prefix = self.prefix_rows.get(k0)
             if prefix is None:
                 prefix = self.prefix_rows[k0] = np.vstack(
                     (self.prefix_max_arr[k0], self.prefix_sum_arr[k0], self.flop_arr))
-            move = np.array([step, bool(self.use_fill), base, self.rate_of[g],
+            move = np.array([self.fill_cap, bool(self.use_fill), base, self.rate_of[g],
                              self.capacity is not None, free], dtype=np.float64)
             got = self.bound_args[key] = (targets, prefix, curve_x, need, gain, move)
         return got
