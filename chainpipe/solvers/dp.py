@@ -24,6 +24,7 @@ search repeats with a larger trial. The first trial that succeeds is exact.
 from __future__ import annotations
 
 import math
+import time
 
 import numpy as np
 
@@ -209,7 +210,15 @@ class _Search:
         self.stats = {"labels": 0, "states": 0, "candidate_stages": 0}
 
     def run(self):
-        """The best complete plan below ``upper`` as ``(T, stages)``, or ``None``."""
+        """The best complete plan below ``upper`` as ``(T, stages)``, or ``None``; the CPU
+        seconds it took in ``stats["cpu_s"]``."""
+        start = time.process_time()
+        try:
+            return self._run()
+        finally:
+            self.stats["cpu_s"] = time.process_time() - start
+
+    def _run(self):
         t = self.t
         self.sum_lb = self._sum_lower_bound()
         self.cap = np.inf if t.M == 1 else (self.upper - self.sum_lb) / (t.M - 1)
