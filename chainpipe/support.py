@@ -1,9 +1,11 @@
 """Which features of contract version 3 a solver handles: the one refusal rule.
 
-Only ``dp`` plans under version 3 so far (the ``period`` objective and several
-pipelines, proven in ``docs/dp.md``, "Version 3"; ``docs/model.md``, "What a solver
-reports"). Rather than prove the optimum of another problem, every other exact solver
-refuses an instance that needs a feature it lacks, with one line naming it. The solve facade
+Every exact route plans under version 3 (the ``period`` objective and several
+pipelines): ``dp`` (``docs/dp.md``, "Version 3"), ``cdynp`` (``docs/privacy.md``), the
+ILPs and CP-SAT (``docs/formulations.md``, ``docs/cpsat.md``); ``docs/model.md``, "What
+a solver reports". A solver registered without a feature refuses an instance that needs
+it, with one line naming it, rather than prove the optimum of another problem (CDynP's
+owner across hosts refuses several pipelines so). The solve facade
 (:func:`chainpipe.solve.unsupported`) and the CDynP owner across hosts ask
 :func:`refusal`; nothing else decides it.
 """
@@ -14,12 +16,11 @@ from .instance import Training
 
 #: the version-3 features each solver handles, by name; a solver not listed handles
 #: none (exact) or :data:`BASELINE_FEATURES` (a baseline: see :func:`refusal`)
-SUPPORTED: dict[str, frozenset[str]] = {"dp": frozenset({"period", "pipelines"}),
-                                         "cdynp": frozenset({"period", "pipelines"})}
-# the ILPs and CP-SAT: the period rows (docs/formulations.md, docs/cpsat.md) and several
-# pipelines by an outer enumeration around one-pipeline models
-SUPPORTED.update({name: frozenset({"period", "pipelines"})
-                  for name in ("ilp-assign", "ilp-path", "cpsat")})
+#: (the ILPs and CP-SAT plan several pipelines by an outer enumeration around
+#: one-pipeline models: docs/formulations.md, docs/cpsat.md)
+SUPPORTED: dict[str, frozenset[str]] = {
+    name: frozenset({"period", "pipelines"})
+    for name in ("dp", "cdynp", "ilp-assign", "ilp-path", "cpsat")}
 
 
 def features(training: Training) -> dict[str, str]:
