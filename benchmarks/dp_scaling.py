@@ -141,13 +141,24 @@ def with_types_per_dc(types: int, seed: int = 0):
     return dataclasses.replace(base, name=f"{base.name}-{types}types", datacenters=tuple(dcs))
 
 
-def measure(job) -> dict:
-    ctx = mp.get_context("spawn")
-    q = ctx.Queue()
-    p = ctx.Process(target=_measure, args=(job, q))
-    p.start()
-    row = q.get()
-    p.join()
+def measure(job, target=None, env: dict | None = None) -> dict:
+    """``target(job, queue)`` (default :func:`_measure`) in a spawned process, with ``env``
+    set in its environment: the row it puts."""
+    saved = {k: os.environ.get(k) for k in (env or {})}
+    os.environ.update(env or {})
+    try:
+        ctx = mp.get_context("spawn")
+        q = ctx.Queue()
+        p = ctx.Process(target=target or _measure, args=(job, q))
+        p.start()
+        row = q.get()
+        p.join()
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
     return row
 
 
@@ -538,26 +549,6 @@ def _kernel_job(job, queue):
     queue.put({"name": inst.name, "runs": runs})
 
 
-def _kernel_run(job, env: dict | None = None) -> dict:
-    """:func:`_kernel_job` in a spawned process (with ``env`` set in it)."""
-    saved = {k: os.environ.get(k) for k in (env or {})}
-    os.environ.update(env or {})
-    try:
-        ctx = mp.get_context("spawn")
-        q = ctx.Queue()
-        p = ctx.Process(target=_kernel_job, args=(job, q))
-        p.start()
-        row = q.get()
-        p.join()
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-    return row
-
-
 def kernel_main(quick: bool) -> int:
     """The ``--kernel`` measurements: write :data:`OUT_KERNEL`."""
     import tempfile
@@ -566,7 +557,7 @@ def kernel_main(quick: bool) -> int:
                     if p.name != "manifest.json")
     first = str(medium[0])
     with tempfile.TemporaryDirectory() as empty:
-        cold = _kernel_run((first, 1, 2), {"NUMBA_CACHE_DIR": empty})
+        cold = measure((first, 1, 2), _kernel_job, {"NUMBA_CACHE_DIR": empty})
     lines = ["## The compiled kernel: compilation, cache, warm runs, two processes", "",
              f"Machine: {os.cpu_count()} cores, Python {platform.python_version()}, load "
              f"average {os.getloadavg()[0]:.1f} at the start. Produced by "
@@ -578,7 +569,7 @@ def kernel_main(quick: bool) -> int:
              "| instance | fresh process, cached kernels (s) | warm, same process (s) |"
              " CPU warm (s) | T (s) |", "|---|---|---|---|---|"]
     for path in medium[:1] if quick else medium:
-        row = _kernel_run((str(path), 1, 2))
+        row = measure((str(path), 1, 2), _kernel_job)
         (w0, _c0, _s0, _t0), (w1, c1, s1, t1) = row["runs"]
         lines.append(f"| `{row['name']}` | {w0:.3f} | {w1:.3f} | {c1:.3f} | "
                      f"{_num(t1, '.6g')} ({s1}) |")
@@ -589,8 +580,8 @@ def kernel_main(quick: bool) -> int:
     seeds = (1,) if quick else (1, 2, 3)
     for seed in seeds:
         spec = dict(preset="hybrid-large", seed=seed)
-        one = _kernel_run((spec, 1, 1))["runs"][0]
-        two = _kernel_run((spec, 2, 1))
+        one = measure((spec, 1, 1), _kernel_job)["runs"][0]
+        two = measure((spec, 2, 1), _kernel_job)
         w2 = two["runs"][0]
         lines.append(f"| `{two['name']}` | {one[0]:.2f} | {w2[0]:.2f} | {one[0] / w2[0]:.2f}x |"
                      f" {_num(w2[3], '.6g')} ({w2[2]}) |")
