@@ -14,6 +14,11 @@ option is a layer range on a group with a pair ``(d, t)``; options of one
 range and group dominated by another pair (no more devices, no larger ``C`` or
 ``R``, no smaller in-flight limit) are dropped first.
 
+The work per label (the filters, the bound per label, the extension) is compiled
+(:mod:`.label_kernel`, numba); this module enumerates states and stage options and
+back-tracks. With ``threads > 1`` the trials below run side by side
+(:mod:`.dp_parallel`).
+
 Bounding makes it fast: a trial upper bound ``U`` on the optimum restricts
 stages to those with ``C <= (U - sum lower bound) / (M - 1)``, boundaries the
 same way, and prunes labels whose optimistic completion reaches ``U``. If no

@@ -1,5 +1,6 @@
-"""Pareto filters over DP labels and the trial schedule, shared by ``dp`` and the
-CDynP agents.
+"""Pareto filters over DP labels (the CDynP agents' label loop) and the trial schedule
+(``dp`` and the agents). ``dp``'s compiled kernel (:mod:`.label_kernel`) applies the same
+dominance rules to its labels as arrays.
 
 A label is a tuple ``(bottleneck, total, stages placed, ...)``; smaller is better
 in each of the three. Under data parallelism ``dp`` adds a fourth criterion,
