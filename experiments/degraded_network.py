@@ -10,17 +10,26 @@ relative to the exact optimum of the undegraded network:
 - fixed plan: the method's plan for the undegraded network, kept and evaluated
   on the degraded one (what happens when the network degrades under a plan).
 
+A last table asks, per degradation level, whether to keep ``dp``'s running plan or
+move to the new optimum (:func:`chainpipe.replan.replan`, horizon
+``DEFAULT_HORIZON`` iterations): the time re-planning saves per iteration, the
+move's cost in seconds (the parameter state of every layer that changes devices)
+and the iterations the move takes to pay back.
+
     python experiments/degraded_network.py [--quick]
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
+import statistics
 import time
 
 import chainpipe as cp
 from chainpipe.instance import Link
 from chainpipe.instances import generate
+from chainpipe.replan import DEFAULT_HORIZON, replan
 from common import (
     METHODS,
     STYLE,
@@ -63,6 +72,8 @@ def main() -> None:
     cases = [(model, seed) for model in models for seed in seeds]
     # replanned[(axis, F, model, seed, m)], fixed[...] in seconds; None: no plan
     replanned, fixed, reference = {}, {}, {}
+    # moves[(axis, F, model, seed)]: chainpipe.replan.replan of dp's undegraded plan
+    moves = {}
     for model, seed in cases:
         base = generate("metro", seed, model=model, datacenters=4, gpus_per_dc=gpus)
         original = {m: run(base, m, limit) for m in methods}
@@ -79,6 +90,10 @@ def main() -> None:
                     plan = original[m].plan
                     fixed[(axis, F, model, seed, m)] = (
                         None if plan is None else cp.evaluate(inst, plan).iteration_time_s)
+                if F != 1.0 and original["dp"].plan is not None:
+                    moves[(axis, F, model, seed)] = replan(
+                        base, original["dp"].plan, inst, horizon=DEFAULT_HORIZON,
+                        time_limit=limit)
                 print(f"  {axis} F={F:g}: " + ", ".join(
                     f"{m} {fmt(replanned[(axis, F, model, seed, m)])}"
                     f"/{fmt(fixed[(axis, F, model, seed, m)])}" for m in methods), flush=True)
@@ -98,6 +113,40 @@ def main() -> None:
             f"## Inter-DC {axis}\n\nRe-planned / fixed original plan, geometric mean over "
             f"{len(cases)} instances of T / T\\*(undegraded network).\n\n"
             + table(["method"] + [f"F = {F:g}" for F in factors], rows))
+
+    def move_row(axis, F):
+        rs = [moves[(axis, F, mo, s)] for mo, s in cases if (axis, F, mo, s) in moves]
+        gains = [r.old_on_new_s - r.new_time_s for r in rs
+                 if r.new_time_s is not None and math.isfinite(r.old_on_new_s)]
+        movers = [r for r in rs if r.move_bytes > 0 and math.isfinite(r.move_s)]
+        paybacks = [r.move_s / (r.old_on_new_s - r.new_time_s) for r in movers
+                    if r.new_time_s is not None and r.old_on_new_s - r.new_time_s > 1e-12]
+        switch = sum(r.decision == "switch" for r in rs)
+        return [f"{F:g}", f"{switch} / {len(rs)}", len(movers),
+                fmt(statistics.mean(gains) if gains else None, 4),
+                fmt(max(gains) if gains else None, 4),
+                fmt(statistics.median([r.move_s for r in movers]) if movers else None, 1),
+                fmt(statistics.median(paybacks) if paybacks else None, 0)]
+
+    move_factors = [F for F in factors if F != 1.0]
+    sections.append(
+        "## Keep the running plan or move (`chainpipe.replan`)\n\n"
+        f"`dp`'s plan for the undegraded network is running when the network degrades; "
+        f"`replan` re-solves with `dp` and prices the move: every layer whose new stage "
+        f"runs on other devices receives its parameter state (`bytes_per_param` per "
+        f"parameter) over the degraded network, all transfers at once. It switches when "
+        f"{DEFAULT_HORIZON} iterations of saving exceed the move. Per degradation level, "
+        f"over {len(cases)} instances: how many switch, how many plans change at all "
+        f"(move > 0 bytes), the time saved per iteration (T kept - T re-planned, mean and "
+        f"max), the median move in seconds over the plans that change, and the median "
+        f"iterations to pay it back (move / saving per iteration) over those that save.\n\n"
+        + "\n\n".join(
+            f"### Inter-DC {axis}\n\n" + table(
+                ["F", f"switch at {DEFAULT_HORIZON} it.", "plans that change",
+                 "saved s/iter (mean)", "saved s/iter (max)", "move s (median)",
+                 "iterations to pay back (median)"],
+                [move_row(axis, F) for F in move_factors])
+            for axis in AXES))
 
     plt = pyplot()
     fig, axes = plt.subplots(1, len(AXES), figsize=(13, 4.3), sharey=True)
