@@ -3,19 +3,22 @@ stage in numba (``docs/dp.md``, "The compiled kernel").
 
 A *label* of a state is four numbers: bottleneck ``mx``, fill ``sm`` (sum of
 ``C_s + Q_s``), stages placed ``p`` (capped) and synchronisation ``r``; a state's
-labels are parallel arrays sorted by ``(mx, sm, p, r)``. The Python layer
-(:mod:`.dp`) enumerates states and the stage options worth trying before each; the
-two kernels here do the work per label:
+labels are the rows of one ``(n, 6)`` array (with each label's ``T`` as a complete
+plan and its killer), sorted by ``(mx, sm)``. The Python layer (:mod:`.dp`)
+enumerates states and the moves before each (a group of a datacenter, the boundary
+crossed); the kernels do the work per label:
 
-- :func:`filter_states` keeps, per state of one datacenter, the labels no other label
-  of the state dominates (plain Pareto, then the shifted rule of
-  :func:`chainpipe.solvers.labels.shifted_pareto` under data parallelism) and drops
-  those a label of another state of the datacenter with no more devices in use
-  dominates (:func:`chainpipe.solvers.labels.across_usage`); it also returns per label
-  its assembled ``T`` and its *killer* (:func:`chainpipe.solvers.labels.killers`).
-- :func:`extend` puts one stage option (a *survivor* of the Python layer's optimistic
-  bound) before every label of a state, keeps the images whose optimistic completion
-  stays below the trial bound, and records complete plans (stage starting at layer 0).
+- :func:`take_layer` and :func:`filter_layer`: the images filed for a layer (labels
+  made by a stage before a label of a later layer, kept in an arena of blocks:
+  :func:`new_arena`) filtered per state: the plain Pareto rule (an online skyline), the
+  shifted rule of :func:`chainpipe.solvers.labels.shifted_pareto` under data
+  parallelism, the rule across states of one datacenter
+  (:func:`chainpipe.solvers.labels.across_usage`), and per label its assembled ``T``
+  and its *killer* (:func:`chainpipe.solvers.labels.killers`);
+- :func:`advance`, one call per move: :func:`survivors` (the stage options whose
+  optimistic completion, with the state's least label values, stays below the bound),
+  then :func:`extend` (each survivor before every label: the bound per label, complete
+  plans recorded, the images filed in the arena).
 
 Both are exact: they apply the same dominance rules and bounds, proven in
 ``docs/dp.md``, as the Python filters of :mod:`.labels` (which the CDynP agents use).
@@ -142,7 +145,7 @@ def filter_states(mx, sm, p, r, state, usage, dc, shifted, steady):
     Returns
     -------
     keep : numpy.ndarray
-        int64 indices of the kept labels, by ``(state, mx, sm, p, r)``.
+        int64 indices of the kept labels, by ``(state, mx, sm)``.
     starts : numpy.ndarray
         ``(states + 1,)`` int64: state ``s``'s labels are ``keep[starts[s]:starts[s+1]]``.
     kill : numpy.ndarray
@@ -198,7 +201,7 @@ def filter_states(mx, sm, p, r, state, usage, dc, shifted, steady):
 
 @njit(cache=True)
 def filter_layer(F, I, usage_all, dc_all, shifted, steady):
-    """:func:`filter_states` on the images filed for one layer (:func:`extend`'s pools).
+    """:func:`filter_states` on the images filed for one layer (:func:`take_layer`).
 
     Parameters
     ----------
