@@ -166,12 +166,11 @@ class PeriodDP:
         optimistic fill and slowest stage of the prefix ``[0, a)`` before a label whose
         first stage starts at ``a`` (as :class:`.local.LocalDP` takes them; the period is
         at least every stage's ``C``, so ``max(x1 + x2, pre_max)`` bounds it), or ``None``."""
-        pre_sum, pre_max = prefix if prefix is not None else (None, None)
-        L, G, M = self.L, self.t.G, self.M
+        L, G = self.L, self.t.G
         limit = ub * (1 + SLACK) if ub < math.inf else math.inf
         zero = (0,) * G
-        count = [int(min(c, L * self.t.widest)) for c in self.t.count]
-        need_at = [self.t.in_flight(r + 1) for r in range(self.R + 1)]
+        self._count = [int(min(c, L * self.t.widest)) for c in self.t.count]
+        self._need_at = [self.t.in_flight(r + 1) for r in range(self.R + 1)]
         states: list[dict] = [dict() for _ in range(L + 1)]
         for x, labels in base.items():
             states[x][zero] = list(labels)
@@ -182,79 +181,92 @@ class PeriodDP:
             layer = states[x]
             if not layer:
                 continue
-            refs: dict[tuple, list] = {}
-            own = []
-            # dp's filters (docs/dp.md, "Dominance"): at layer x at most x stages are still
-            # to come upstream, so a label with p < M - x leaves every one below M
-            rule = Rule(p_free=M - x, steady=M - 1, upper=ub)
-            keyed = {(0, u): dp_pareto(labels, rule) for u, labels in layer.items()}
-            if len(keyed) > 1:
-                dp_across_usage(keyed, rule, dict.fromkeys(keyed, -math.inf))
-            for (_dc, u), labels in keyed.items():
-                layer[u] = labels
-            for u in list(layer):
-                labels = layer[u]
-                total_labels += len(labels)
-                if u == zero:
-                    refs[u] = [lab[6] for lab in labels]
-                    continue
-                lst = []
-                for lab in labels:
-                    i = len(self._store)
-                    self._store.append((x, *lab[6]))
-                    own.append((lab[4], lab[0], lab[1], lab[2], lab[3], lab[5], i))
-                    lst.append((OWN, i, 0))
-                refs[u] = lst
-            if own:
-                self.points[x] = own
+            refs = self._finish_layer(x, layer, ub, zero)
+            total_labels += sum(len(labels) for labels in layer.values())
             if x == 0:
                 break
-            stages = [self._stages(g, x) for g in range(G)]
-            for u, labels in layer.items():
-                self.deadline.check()
-                internal = u != zero
-                U = float(self.u_int[x]) if internal else 0.0
-                Q = float(self.q_int[x]) if internal else 0.0
-                for g in range(G):
-                    free = count[g] - u[g]
-                    for c, w, run in stages[g]:
-                        if w > free:
-                            continue
-                        nu = u[:g] + (u[g] + w,) + u[g + 1:]
-                        for lab, ref in zip(labels, refs[u]):
-                            x1, x2, total, sync, p = lab[:5]
-                            need = need_at[p]
-                            for a, C, f, b, R, n in run:
-                                if need > n:
-                                    break  # a longer stage stashes no more
-                                # what the stage costs before its loops: a lower bound that
-                                # only grows along the run, then with the prefix's
-                                if self.gpipe:
-                                    per = max(x1, f, U) + max(x2, b, U)
-                                else:
-                                    per = max(x1, C, U)
-                                fill, syn = total + C + Q, max(sync, R)
-                                if period_time(M, per, 0.0, fill, syn) > limit:
-                                    self.bound_cut = True
-                                    break
-                                if pre_sum is not None and period_time(
-                                        M, max(per, pre_max[a]), 0.0, fill + pre_sum[a],
-                                        syn) > limit:
-                                    self.bound_cut = True
-                                    continue
-                                new = prepend(lab[:6], (C, f, b, R), U, Q, M=M,
-                                              gpipe=self.gpipe, p_cap=self.R)
-                                if pre_sum is None:
-                                    low = period_time(M, new[0], new[1], new[2], new[3])
-                                else:
-                                    low = period_time(M, max(new[0] + new[1], pre_max[a]),
-                                                      0.0, new[2] + pre_sum[a], new[3])
-                                if low > limit:
-                                    self.bound_cut = True
-                                    continue
-                                states[a].setdefault(nu, []).append((*new, (g, c, ref)))
+            self._extend_layer(x, layer, refs, states, limit, zero, prefix)
             states[x] = None
         self.stats["labels"] = total_labels
+
+    def _finish_layer(self, x: int, layer: dict, ub: float, zero: tuple) -> dict:
+        """Filter layer ``x``'s labels in place with dp's rules (docs/dp.md, "Dominance":
+        at layer x at most x stages are still to come upstream, so a label with
+        ``p < M - x`` leaves every one below M), store the own ones as points, and
+        return per usage the references their images will carry."""
+        rule = Rule(p_free=self.M - x, steady=self.M - 1, upper=ub)
+        keyed = {(0, u): dp_pareto(labels, rule) for u, labels in layer.items()}
+        if len(keyed) > 1:
+            dp_across_usage(keyed, rule, dict.fromkeys(keyed, -math.inf))
+        for (_dc, u), labels in keyed.items():
+            layer[u] = labels
+        refs: dict[tuple, list] = {}
+        own = []
+        for u in list(layer):
+            labels = layer[u]
+            if u == zero:
+                refs[u] = [lab[6] for lab in labels]
+                continue
+            lst = []
+            for lab in labels:
+                i = len(self._store)
+                self._store.append((x, *lab[6]))
+                own.append((lab[4], lab[0], lab[1], lab[2], lab[3], lab[5], i))
+                lst.append((OWN, i, 0))
+            refs[u] = lst
+        if own:
+            self.points[x] = own
+        return refs
+
+    def _extend_layer(self, x, layer, refs, states, limit, zero, prefix) -> None:
+        """Prepend every candidate stage ``[a, x)`` to the labels of ``layer``, adding the
+        images whose bound stays within ``limit`` to ``states[a]``."""
+        pre_sum, pre_max = prefix if prefix is not None else (None, None)
+        M, count, need_at = self.M, self._count, self._need_at
+        stages = [self._stages(g, x) for g in range(self.t.G)]
+        for u, labels in layer.items():
+            self.deadline.check()
+            internal = u != zero
+            U = float(self.u_int[x]) if internal else 0.0
+            Q = float(self.q_int[x]) if internal else 0.0
+            for g in range(self.t.G):
+                free = count[g] - u[g]
+                for c, w, run in stages[g]:
+                    if w > free:
+                        continue
+                    nu = u[:g] + (u[g] + w,) + u[g + 1:]
+                    for lab, ref in zip(labels, refs[u]):
+                        x1, x2, total, sync, p = lab[:5]
+                        need = need_at[p]
+                        for a, C, f, b, R, n in run:
+                            if need > n:
+                                break  # a longer stage stashes no more
+                            # what the stage costs before its loops: a lower bound that
+                            # only grows along the run, then with the prefix's
+                            if self.gpipe:
+                                per = max(x1, f, U) + max(x2, b, U)
+                            else:
+                                per = max(x1, C, U)
+                            fill, syn = total + C + Q, max(sync, R)
+                            if period_time(M, per, 0.0, fill, syn) > limit:
+                                self.bound_cut = True
+                                break
+                            if pre_sum is not None and period_time(
+                                    M, max(per, pre_max[a]), 0.0, fill + pre_sum[a],
+                                    syn) > limit:
+                                self.bound_cut = True
+                                continue
+                            new = prepend(lab[:6], (C, f, b, R), U, Q, M=M,
+                                          gpipe=self.gpipe, p_cap=self.R)
+                            if pre_sum is None:
+                                low = period_time(M, new[0], new[1], new[2], new[3])
+                            else:
+                                low = period_time(M, max(new[0] + new[1], pre_max[a]),
+                                                  0.0, new[2] + pre_sum[a], new[3])
+                            if low > limit:
+                                self.bound_cut = True
+                                continue
+                            states[a].setdefault(nu, []).append((*new, (g, c, ref)))
 
     @staticmethod
     def end_label() -> tuple:
