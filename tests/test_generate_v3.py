@@ -6,6 +6,7 @@ older sets and every caller written before version 3 keep their meaning and opti
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -151,11 +152,17 @@ def test_python_default_is_still_the_version_2_problem():
     assert inst.training.microbatch_size == 8
 
 
-def test_version_3_changes_only_the_training_knobs():
+def test_version_3_changes_only_the_training_knobs_and_adds_the_shares():
     v2, v3 = generate("hybrid", 1), generate("hybrid", 1, version=3)
     assert v3.datacenters == v2.datacenters and v3.links == v2.links
-    assert v3.layers == v2.layers and v3.name == v2.name
-    assert versioned(v2) == v3
+    assert v3.name == v2.name
+    # the layers gain their weight-gradient share from the model's shape, nothing else
+    assert all(ly.weight_grad_share is None for ly in v2.layers)
+    assert all(ly.weight_grad_share is not None for ly in v3.layers)
+    unshared = tuple(dataclasses.replace(ly, weight_grad_share=None) for ly in v3.layers)
+    assert unshared == v2.layers
+    model = dataclasses.replace(v3.model, layers=unshared)
+    assert versioned(v2) == dataclasses.replace(v3, model=model)
     assert v3.training.objective == "period" and v3.parallelism.pipelines == (1, 2, 4)
 
 

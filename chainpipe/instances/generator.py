@@ -18,8 +18,12 @@ API, keeps the problem every caller written before version 3 meant (objective
 ``classic``, one pipeline); 3, the default of ``chainpipe generate``, states the
 schedule's own period as the objective, the pipeline counts a plan may run
 (:func:`default_pipelines` unless given) and the iterations between two
-averagings across pipelines (:func:`versioned`). Nothing else differs: a
-version-3 instance has the devices, links and layers of its version-2 twin.
+averagings across pipelines (:func:`versioned`), and its layers state their
+``weight_grad_share``, derived from the model's shape
+(:attr:`~chainpipe.instances.models.Figures.weight_grad_share`: the weight products'
+forward FLOP over the backward's, read only by the zero-bubble what-ifs). Nothing
+else differs: a version-3 instance has the devices and links of its version-2 twin,
+and its layers with the share added.
 """
 
 from __future__ import annotations
@@ -306,7 +310,8 @@ def generate(
     version : {2, 3}, default 2
         The contract version of the problem: 2 is objective ``classic`` with one
         pipeline (what this function always returned; ``objective``, ``pipelines``
-        and ``sync_period`` are then refused), 3 takes the three below
+        and ``sync_period`` are then refused), 3 takes the three below and gives
+        every layer its ``weight_grad_share`` derived from the model's shape
         (``chainpipe generate`` writes version 3).
     objective : {"period", "classic"}, optional
         Version 3: ``training.objective``, default ``"period"``.
@@ -340,7 +345,8 @@ def generate(
 
     shape, blocks = _shape(spec, seed, model, seq_len, blocks)
     layers = model_layers(shape, blocks=blocks, granularity=spec.granularity,
-                          tensor_parallel=v2, microbatch_size=microbatch_size)
+                          tensor_parallel=v2, microbatch_size=microbatch_size,
+                          weight_shares=version == 3)
     k = datacenters or _rng(preset, seed, "datacenters").choice(spec.datacenters)
     dcs = _datacenters(spec, seed, k, gpus_per_dc, v2)
     links = _metro_links(spec, seed, k, degrade)

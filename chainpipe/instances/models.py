@@ -24,6 +24,16 @@ and their sources are in ``docs/instances.md``.
   ``p s b (4 h + 2 q + 2 d_kv + 3 f)`` bytes.
 - Backward FLOP is twice forward; a boundary carries the hidden state,
   ``p b s h`` bytes.
+- The weight-gradient share of the backward (``weight_grad_share``, the ``W`` of a
+  zero-bubble schedule): a product by a weight matrix has a backward of two products of
+  its forward's size, one for the input gradient (``B``) and one for the weight
+  gradient (``W``); the attention products ``Q K^T`` and ``x V`` have no weight, and
+  both their backward products are input gradients. So ``W`` is the weight products'
+  forward FLOP and the share is ``W / bwd_flop``: ``3 h / (6 h + s)`` for a GPT block
+  (``24 h^2`` of weight products per token against ``4 s h`` of attention),
+  ``h / (2 h + s)`` for its attention half, ``1/2`` for an MLP and for the LM head,
+  ``1`` for the embedding (its input is token ids: its whole backward is the gradient
+  of its table). :attr:`Figures.weight_grad_share` gives it per piece.
 - The embedding and the LM head are layers of their own.
 - Tensor parallelism (Megatron, Shoeybi et al. 2019), in all-reduce payloads
   per microbatch, forward and backward together (:func:`tp_allreduce_bytes`):
@@ -156,11 +166,27 @@ def model_shape(name: str) -> ModelShape:
 # --------------------------------------------------------------------------- figures
 @dataclass(frozen=True)
 class Figures:
-    """Forward FLOP, parameters and stashed activation bytes of one piece of a block."""
+    """Forward FLOP, parameters and stashed activation bytes of one piece of a block.
+
+    ``weight_grad_flop`` is the part of the backward (``2 x fwd_flop``) that computes
+    the weight gradient: the forward FLOP of the products by a weight matrix (the
+    embedding's: its whole backward).
+    """
 
     fwd_flop: int
     params: int
     activation_bytes: int
+    weight_grad_flop: int = 0
+
+    @property
+    def bwd_flop(self) -> int:
+        """Backward FLOP: twice forward (input gradient plus weight gradient)."""
+        return 2 * self.fwd_flop
+
+    @property
+    def weight_grad_share(self) -> float:
+        """``weight_grad_flop / bwd_flop``, in ``[0, 1]`` (0 for a piece without FLOP)."""
+        return self.weight_grad_flop / self.bwd_flop if self.fwd_flop else 0.0
 
 
 def attention_figures(m: ModelShape, b: int) -> Figures:
@@ -175,6 +201,7 @@ def attention_figures(m: ModelShape, b: int) -> Figures:
             # projection's input (5 values of h), the dropout mask (1 byte), the norm's input:
             # 13 s b h at 16 bits
             activation_bytes=(6 * p + 1) * s * b * h,
+            weight_grad_flop=8 * b * s * h * h,  # QKV and output projections
         )
     # Q and O: h x q; K and V: h x d_kv (GQA); RMSNorm weight h; biases on Q, K, V (Qwen2)
     q, kv = m.q_dim, m.kv_dim
@@ -183,6 +210,7 @@ def attention_figures(m: ModelShape, b: int) -> Figures:
         params=2 * h * q + 2 * h * kv + h + ((q + 2 * kv) if m.qkv_bias else 0),
         # inputs kept for backward: norm input, QKV input, Q, K, V, O input
         activation_bytes=p * s * b * (2 * h + 2 * q + 2 * kv),
+        weight_grad_flop=2 * b * s * (2 * h * q + 2 * h * kv),  # Q, K, V and O projections
     )
 
 
@@ -196,6 +224,7 @@ def mlp_figures(m: ModelShape, b: int) -> Figures:
             # Korthikanti et al.: the MLP's input, the GELU's input and output (f wide), the
             # dropout mask (1 byte), the norm's input: 21 s b h at 16 bits with f = 4 h
             activation_bytes=s * b * (2 * p * h + 2 * p * f + h),
+            weight_grad_flop=2 * b * s * 2 * h * f,  # every product has a weight
         )
     # SwiGLU: gate and up h x f, down f x h; RMSNorm weight h
     return Figures(
@@ -203,6 +232,7 @@ def mlp_figures(m: ModelShape, b: int) -> Figures:
         params=3 * h * f + h,
         # norm input, gate/up input, gate output, up output, down input
         activation_bytes=p * s * b * (2 * h + 3 * f),
+        weight_grad_flop=2 * b * s * 3 * h * f,  # every product has a weight
     )
 
 
@@ -210,16 +240,21 @@ def block_figures(m: ModelShape, b: int = 1) -> Figures:
     """A whole block: its attention and MLP halves added."""
     a, p = attention_figures(m, b), mlp_figures(m, b)
     return Figures(a.fwd_flop + p.fwd_flop, a.params + p.params,
-                   a.activation_bytes + p.activation_bytes)
+                   a.activation_bytes + p.activation_bytes,
+                   a.weight_grad_flop + p.weight_grad_flop)
 
 
 def embedding_figures(m: ModelShape, b: int = 1) -> Figures:
     """Token embedding (and GPT's learned positions): a gather, no matmul.
 
-    Counted as one add per output element; it stashes only the token ids.
+    Counted as one add per output element; it stashes only the token ids. Its input is
+    token ids, so its whole backward (the gradient of its table, scattered and summed)
+    is weight gradient: share 1.
     """
     params = (m.vocab + m.position_rows) * m.hidden
-    return Figures(fwd_flop=b * m.seq * m.hidden, params=params, activation_bytes=TOKEN * b * m.seq)
+    fwd = b * m.seq * m.hidden
+    return Figures(fwd_flop=fwd, params=params, activation_bytes=TOKEN * b * m.seq,
+                   weight_grad_flop=2 * fwd)
 
 
 def head_figures(m: ModelShape, b: int = 1) -> Figures:
@@ -236,6 +271,7 @@ def head_figures(m: ModelShape, b: int = 1) -> Figures:
         fwd_flop=2 * b * s * h * v,
         params=v * h + norm,
         activation_bytes=m.element_bytes * s * b * h + FLOAT * s * b * v,
+        weight_grad_flop=2 * b * s * h * v,  # the logits' product has a weight: share 1/2
     )
 
 
@@ -270,28 +306,49 @@ def tp_allreduce_bytes(m: ModelShape, piece: str, b: int = 1) -> int:
     return ALLREDUCES[piece] * hidden + extra
 
 
-def _layer(name: str, f: Figures, output_bytes: float, tp_bytes: float | None = None) -> Layer:
+def _layer(name: str, f: Figures, output_bytes: float, tp_bytes: float | None = None,
+           weight_share: bool = False) -> Layer:
     return Layer(
         name=name,
         fwd_flop=float(f.fwd_flop),
-        bwd_flop=float(2 * f.fwd_flop),
+        bwd_flop=float(f.bwd_flop),
         params=int(f.params),
         activation_bytes=float(f.activation_bytes),
         output_bytes=float(output_bytes),
         tp_allreduce_bytes=None if tp_bytes is None else float(tp_bytes),
+        weight_grad_share=f.weight_grad_share if weight_share else None,
     )
 
 
 def model_layers(
     m: ModelShape, *, microbatch_size: int = 1, blocks: int | None = None,
-    granularity: str = "block", tensor_parallel: bool = False,
+    granularity: str = "block", tensor_parallel: bool = False, weight_shares: bool = True,
 ) -> tuple[Layer, ...]:
     """The layers of ``m`` in execution order: embedding, blocks, head.
 
-    ``blocks`` keeps only the first ``blocks`` transformer blocks (a slice of
-    the model with its true per-layer figures, for small instances). With
-    ``tensor_parallel`` every layer carries its :func:`tp_allreduce_bytes`;
-    without, the field keeps the format's default (a version-1 layer).
+    Parameters
+    ----------
+    m : ModelShape
+        The model's shape and workload.
+    microbatch_size : int, default 1
+        Sequences per microbatch ``b``: every figure scales with it (the shares do not).
+    blocks : int, optional
+        Keep only the first ``blocks`` transformer blocks (a slice of the model with
+        its true per-layer figures, for small instances); default all.
+    granularity : {"block", "sublayer"}, default "block"
+        One layer per block, or two (attention, MLP).
+    tensor_parallel : bool, default False
+        Every layer carries its :func:`tp_allreduce_bytes`; without, the field keeps
+        the format's default (a version-1 layer).
+    weight_shares : bool, default True
+        Every layer carries its ``weight_grad_share`` derived from the shape
+        (:attr:`Figures.weight_grad_share`); without, the field is left out (the
+        what-if schedules then take their default, 0.5): what a version-2 instance of
+        the generator holds.
+
+    Returns
+    -------
+    tuple of Layer
     """
     if granularity not in GRANULARITIES:
         raise ValueError(f"unknown granularity {granularity!r}; known: {', '.join(GRANULARITIES)}")
@@ -301,17 +358,18 @@ def model_layers(
     b = microbatch_size
     hidden_bytes = m.element_bytes * b * m.seq * m.hidden
 
-    def tp(piece: str) -> int | None:
-        return tp_allreduce_bytes(m, piece, b) if tensor_parallel else None
+    def layer(name: str, f: Figures, output_bytes: float, piece: str) -> Layer:
+        tp = tp_allreduce_bytes(m, piece, b) if tensor_parallel else None
+        return _layer(name, f, output_bytes, tp, weight_shares)
 
-    layers = [_layer("embedding", embedding_figures(m, b), hidden_bytes, tp("embedding"))]
+    layers = [layer("embedding", embedding_figures(m, b), hidden_bytes, "embedding")]
     for i in range(n):
         if granularity == "block":
-            layers.append(_layer(f"block{i}", block_figures(m, b), hidden_bytes, tp("block")))
+            layers.append(layer(f"block{i}", block_figures(m, b), hidden_bytes, "block"))
         else:
-            layers.append(_layer(f"block{i}.attn", attention_figures(m, b), hidden_bytes,
-                                 tp("attention")))
-            layers.append(_layer(f"block{i}.mlp", mlp_figures(m, b), hidden_bytes, tp("mlp")))
+            layers.append(layer(f"block{i}.attn", attention_figures(m, b), hidden_bytes,
+                                "attention"))
+            layers.append(layer(f"block{i}.mlp", mlp_figures(m, b), hidden_bytes, "mlp"))
     # the head's output is the loss (one fp32 per microbatch); it never crosses a boundary
-    layers.append(_layer("head", head_figures(m, b), FLOAT, tp("head")))
+    layers.append(layer("head", head_figures(m, b), FLOAT, "head"))
     return tuple(layers)
