@@ -25,7 +25,6 @@ each plan found (the label dominance keeps, for every completion, a label as goo
 
 from __future__ import annotations
 
-from bisect import bisect_right
 from dataclasses import dataclass
 
 import numpy as np
@@ -33,7 +32,7 @@ import numpy as np
 from .. import cost
 from ..deadline import Deadline
 from ..tables import CostTables, dominated_options, fill_bound, fill_curve
-from .dp import backtrack_stages
+from . import period_kernel as kernel
 
 #: relative slack of every bound test: rounding may keep a label, never cut one
 SLACK = 1e-9
@@ -274,10 +273,11 @@ def across_usage(layer: dict, rule: Rule, floors: dict) -> None:
 
 
 def candidate_rows(tables: CostTables, g: int, need: int, phases: bool, deadline: Deadline):
-    """Per end ``b``: ``(C values, rows)`` of the options of group ``g`` on ``[a, b)``
-    that hold ``need`` microbatches, by increasing ``C``, rows ``(a, C, f, b, n, w, R,
-    pair)`` (``f, b``: GPipe's phases when ``phases``, else ``C``), ``None`` for an end
-    with none; and the distinct in-flight limits ``n`` of the rows, sorted. Options
+    """Per end ``b``: the options of group ``g`` on ``[a, b)`` that hold ``need``
+    microbatches, by increasing ``C``, as rows ``[a, C, f, b, n, w, R, pair]`` of a float
+    array (``f, b``: GPipe's phases when ``phases``, else ``C``), ``None`` for an end with
+    none; the distinct in-flight limits ``n`` of the rows and their distinct widths ``w``,
+    sorted. Options
     dominated by another pair of the same range (no more devices, no larger ``C`` or
     ``R``, no fewer in flight, and with ``phases`` no larger ``f`` or ``b``: GPipe's two
     phases may rank pairs apart) are dropped: a search's caps on ``C`` and ``R`` keep a
@@ -287,9 +287,10 @@ def candidate_rows(tables: CostTables, g: int, need: int, phases: bool, deadline
     cache = tables.__dict__.setdefault("_candidate_rows", {})
     key = (id(opts), need, phases)
     if key in cache:
-        return cache[key][:2]
+        return cache[key][:3]
     per_end: list = [None] * (tables.L + 1)
     limits = np.zeros(0, dtype=np.int64)
+    widths = np.zeros(0)
     if len(opts.d):
         C, N, R, W = opts.compute_time, opts.max_in_flight, opts.sync_time, opts.width
         F, B = phase_options(tables, g) if phases else (C, C)
@@ -299,17 +300,17 @@ def candidate_rows(tables: CostTables, g: int, need: int, phases: bool, deadline
         order = np.lexsort((C[cs, starts, ends], ends))
         cs, starts, ends = cs[order], starts[order], ends[order]
         cuts = np.searchsorted(ends, np.arange(tables.L + 2))
-        cols = [starts, C[cs, starts, ends], F[cs, starts, ends], B[cs, starts, ends],
-                N[cs, starts, ends], W[cs], R[cs, starts, ends], cs]
-        limits = np.unique(cols[4])
-        cols = [x.tolist() for x in cols]
+        rows = np.column_stack([starts, C[cs, starts, ends], F[cs, starts, ends],
+                                B[cs, starts, ends], N[cs, starts, ends], W[cs],
+                                R[cs, starts, ends], cs]).astype(float)
+        limits = np.unique(N[cs, starts, ends])
+        widths = np.unique(W[cs]).astype(float)
         for b in range(1, tables.L + 1):
             lo, hi = int(cuts[b]), int(cuts[b + 1])
             if lo < hi:
-                rows = list(zip(*(x[lo:hi] for x in cols)))
-                per_end[b] = ([r[1] for r in rows], rows)
-    cache[key] = (per_end, limits, opts)  # opts kept alive: its id stays unique
-    return per_end, limits
+                per_end[b] = np.ascontiguousarray(rows[lo:hi])
+    cache[key] = (per_end, limits, widths, opts)  # opts kept alive: its id stays unique
+    return per_end, limits, widths
 
 
 class PipelineSearch:
@@ -383,6 +384,8 @@ class PipelineSearch:
         (``T_p = fill + (M_p - 1) period``)."""
         self._bounds()
         self.cands = [self._candidates(g) for g in range(self.t.G)]
+        self.widths = [candidate_rows(self.t, g, self._need, self.gpipe_period,
+                                      self.deadline)[2] for g in range(self.t.G)]
         return self._loop()
 
     def _bounds(self) -> None:
@@ -409,14 +412,16 @@ class PipelineSearch:
         largest = np.concatenate(([0.0], np.maximum.accumulate(np.diff(flop))))
         rates = [float(t.rate[(t.group_dc <= k) & self.usable].max()) if k >= lowest
                  else float(t.rate.max()) for k in range(t.K)]  # (no stage before lowest)
-        self.pre_sum = [cost.compute_time(flop, r, t.widest).tolist() for r in rates]
-        self.pre_max = [cost.compute_time(largest, r, t.widest).tolist() for r in rates]
+        self.pre_sum = [np.asarray(cost.compute_time(flop, r, t.widest), dtype=float)
+                        for r in rates]
+        self.pre_max = [np.asarray(cost.compute_time(largest, r, t.widest), dtype=float)
+                        for r in rates]
         self.groups_of = [np.flatnonzero(t.group_dc == k).tolist() for k in range(t.K)]
         self.local = [t.groups[g].index for g in range(t.G)]
 
     def _candidates(self, g: int) -> list:
-        """Per end ``b``: ``(C values, rows)`` of group ``g``'s options on ``[a, b)`` by
-        increasing ``C`` (:func:`candidate_rows`); none for a group outside the range."""
+        """Per end ``b``: group ``g``'s options on ``[a, b)`` by increasing ``C``
+        (:func:`candidate_rows`); none for a group outside the range."""
         if not self.usable[g]:
             return [None] * (self.t.L + 1)
         return candidate_rows(self.t, g, self._need, self.gpipe_period, self.deadline)[0]
@@ -443,66 +448,98 @@ class PipelineSearch:
                 if base[gl] < int(t.count[g]):
                     yield g, k0, gl, base, U, Q
 
-    def _extend(self, lab: tuple, row: tuple, U: float, Q: float, bound=None) -> tuple | None:
-        """The label of ``lab``'s suffix with the stage ``row`` prepended (without its
-        parent), or ``None`` when the stage breaks memory at its position or, with
-        ``bound = (pre, top, M_p - 1, upper, tau)``, when the label's least completion
-        (fill ``pre``, period at least ``top``) reaches ``upper`` (with ``max R``) or passes
-        ``tau``: tested before the majorant is built, the costly part."""
-        x1, x2, sm, r, p, hull, _ = lab
-        _a, c, f, bk, n, _w, rr, _ci = row
-        p_cap = self.p_cap
-        if self.need_at[p] > n:
-            return None
-        if self.gpipe_period:
-            nx1, nx2 = max(x1, f, U), max(x2, bk, U)
-        else:
-            nx1, nx2 = max(x1, c, U), 0.0
-            if self.loops and (p < p_cap or self.all_loops):  # below M_p: its loops count
-                nx1 = max(nx1, new_loops(hull, c, Q))
-        nsm, nr = sm + c + Q, max(r, rr)
-        if bound is not None:
-            pre, top, M1, upper, tau = bound
-            per = nx1 + nx2
-            least = nsm + pre + M1 * (per if per >= top else top)
-            if least + nr >= upper or least > tau:
-                return None
-        np_ = p + 1 if p < p_cap else p_cap
-        nhull = (hull_prepend(hull, c, Q) if self.loops and (np_ < p_cap or self.all_loops)
-                 else ())
-        return (nx1, nx2, nsm, nr, np_, nhull)
-
-    def time_of(self, lab: tuple) -> float:
+    def time_of(self, x1: float, x2: float, fill: float) -> float:
         """``T_p`` of a complete label."""
-        return lab[2] + cost.steady_state(self.m, lab[0] + lab[1])
+        return fill + cost.steady_state(self.m, x1 + x2)
 
     def _loop(self) -> dict[int, list]:
         """Walk the layers backwards; return the complete plans kept per first DC."""
         t = self.t
-        L = t.L
-        states: list[dict] = [dict() for _ in range(L + 1)]
-        states[L][(t.K, ())] = [(0.0, 0.0, 0.0, 0.0, 0, (), None)]
-        self.states = states
-        done: dict[int, list] = {}
-        for b in range(L, 0, -1):
-            layer = states[b]
-            # at most b stages come before: with p + b < M_p every one sits below M_p (its
-            # loops count, whatever p); without loops p only matters to memory
-            rule = Rule(self.m - b if self.loops and not self.all_loops else np.inf,
-                        self.m - 1, self.upper, self.tau)
-            floors = {key: self._state_floor(b, key) for key in layer}
-            for key in list(layer):
-                layer[key] = pareto(layer[key], rule, floors[key])
-            across_usage(layer, rule, floors)
-            self.stats["states"] += len(layer)
-            self.stats["labels"] += sum(len(v) for v in layer.values())
-            for key, labels in layer.items():
+        self.mode = (kernel.PHASES if self.gpipe_period else
+                     kernel.LOOPS if self.loops else kernel.PLAIN)
+        width = max(1, t.L if self.all_loops else self.p_cap) if self.loops else 1
+        self.kept, self.pend = _Kept(width), _Pending(t.L)
+        self.ids: dict = {}
+        self.keys: list = []
+        self.targets: dict = {}
+        self.done: dict[int, list] = {}
+        self.need = np.asarray(self.need_at, dtype=float)
+        root = self._kid((t.K, ()))
+        self.kept.add(np.zeros((1, 5)), np.full((1, width), -np.inf), np.zeros(1, np.int64),
+                      np.full((1, 3), -1, np.int64), t.L)
+        segments = [(root, 0, 1)]
+        for b in range(t.L, 0, -1):
+            if b < t.L:
+                segments = self._filter(b)
+            self.stats["states"] += len(segments)
+            self.stats["labels"] += sum(s1 - s0 for _, s0, s1 in segments)
+            for kid, s0, s1 in segments:
                 self.deadline.check()
-                if not labels:  # all dominated across states
-                    continue
+                key = self.keys[kid]
                 for g, k0, gl, base, U, Q in self._moves(b, key):
-                    self._expand(b, key, labels, g, k0, gl, base, U, Q, done)
-        return {k: v for k, v in done.items() if v}
+                    self._expand(b, s0, s1, g, k0, gl, base, U, Q)
+        return {k: v for k, v in self.done.items() if v}
+
+    def _kid(self, key: tuple) -> int:
+        """The number of state ``key`` (the same in every layer)."""
+        got = self.ids.get(key)
+        if got is None:
+            got = self.ids[key] = len(self.keys)
+            self.keys.append(key)
+        return got
+
+    def _filter(self, b: int) -> list[tuple[int, int, int]]:
+        """The labels filed for layer ``b``, filtered per state (the Pareto rule, then the
+        rule across states of one DC) and kept: ``(state, first, end)`` per state, ranges
+        of the kept store."""
+        pend, kept = self.pend, self.kept
+        ids = kernel.gather(pend.head, b, pend.PI, -1)
+        if not len(ids):
+            return []
+        PF, PI = pend.PF[ids], pend.PI[ids]
+        order = np.lexsort((PI[:, 0], PF[:, 0], PF[:, 3], PF[:, 2], PF[:, 0] + PF[:, 1],
+                            PI[:, 4]))
+        ids, kids = ids[order], PI[order, 4]
+        S, H, HL = kernel.build(ids, pend.PF, pend.PI, kept.H, kept.HL, kept.H.shape[1],
+                                self.mode, self.all_loops, self.p_cap)
+        starts = np.concatenate(([0], np.flatnonzero(np.diff(kids)) + 1, [len(ids)]))
+        seg_kids = kids[starts[:-1]].tolist()
+        floors = np.array([self._state_floor(b, self.keys[k]) for k in seg_kids])
+        # at most b stages come before: with p + b < M_p every one sits below M_p (its
+        # loops count, whatever p); without loops p only matters to memory
+        p_free = float(self.m - b) if self.loops and not self.all_loops else np.inf
+        bounds = (p_free, self.m - 1, self.upper * (1 + SLACK), self.tau * (1 + SLACK))
+        alive = kernel.pareto(S, H, HL, starts, floors, *bounds)
+        order, ptr, rivals = self._rivals(seg_kids)
+        if len(rivals):
+            kernel.across(S, H, HL, alive, starts, floors, order, ptr, rivals, *bounds)
+        keep = np.flatnonzero(alive)
+        counts = np.add.reduceat(alive.astype(np.int64), starts[:-1]) if len(keep) else np.zeros(len(seg_kids))
+        src = ids[keep]
+        first = kept.add(S[keep], H[keep], HL[keep], pend.PI[src][:, 1:4], b)
+        ends = first + np.cumsum(counts)
+        return [(k, int(e - c), int(e)) for k, c, e in zip(seg_kids, counts.tolist(),
+                                                         ends.tolist()) if c]
+
+    def _rivals(self, seg_kids: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The states (segments) in the order :func:`.period_kernel.across` tests them, per
+        DC by devices used, and per state its rivals: the earlier ones of its DC using no
+        more devices of any group (CSR: ``ptr``, ``rivals``)."""
+        keys = [self.keys[k] for k in seg_kids]
+        by_dc: dict = {}
+        for s, key in enumerate(keys):
+            by_dc.setdefault(key[0], []).append(s)
+        order, ptr, rivals = [], [0], []
+        for segs in by_dc.values():
+            segs.sort(key=lambda s: sum(keys[s][1]))
+            for i, s in enumerate(segs):
+                u = keys[s][1]
+                order.append(s)
+                rivals += [r for r in segs[:i] if keys[r][1] != u
+                           and all(x <= y for x, y in zip(keys[r][1], u))]
+                ptr.append(len(rivals))
+        return (np.array(order, dtype=np.int64), np.array(ptr, dtype=np.int64),
+                np.array(rivals, dtype=np.int64))
 
     def _state_floor(self, b: int, key: tuple) -> float:
         """A floor under the period of every completion of state ``key`` at layer ``b``:
@@ -512,7 +549,7 @@ class PipelineSearch:
             return -np.inf
         return float(self._prefix_floors(k, usage)[1][b])
 
-    def _prefix_floors(self, k0: int, usage: tuple) -> tuple[list, list]:
+    def _prefix_floors(self, k0: int, usage: tuple) -> tuple[np.ndarray, np.ndarray]:
         """Per prefix end ``a``: floors under the fill and the period of ``[0, a)`` placed
         on DCs ``<= k0`` with ``usage`` taken on DC ``k0``. Fill: the FLOP on the fastest
         widest stage, or the fill bound of the free devices at the period cap
@@ -530,93 +567,138 @@ class PipelineSearch:
                 rates += [float(t.rate[h] * (t.count[h] - x))
                           for h, x in zip(self.groups_of[k0], usage)]
                 x, y = fill_curve(rates, self.cap)
-                fill = np.maximum(np.asarray(fill), np.interp(t.flop_prefix, x, y)).tolist()
+                fill = np.maximum(fill, np.interp(t.flop_prefix, x, y))
             if self.capacity is not None:
                 before = [h for h in range(t.G) if t.group_dc[h] < k0 and self.usable[h]]
                 here = tuple((h, int(t.count[h]) - x) for h, x in zip(self.groups_of[k0], usage))
                 need = self.capacity.for_prefixes(before, here, t.flop_prefix)[0]
-                top = np.maximum(np.asarray(top), need).tolist()
+                top = np.maximum(top, need)
                 top[0] = 0.0
-            got = self._floors[key] = (fill, top)
+            got = self._floors[key] = (np.asarray(fill, dtype=float),
+                                       np.asarray(top, dtype=float))
         return got
 
-    def _expand(self, b, key, labels, g, k0, gl, base, U, Q, done) -> None:
-        """Prepend every candidate stage ``[a, b)`` of group ``g`` to the labels of a state.
-
-        A bound is tested first with the state's least label values, then per label with
-        the period's floor ``max(x1 + x2, C, U)`` before loops and majorant are computed."""
-        got = self.cands[g][b]
+    def _targets(self, k0: int, base: tuple, g: int, gl: int):
+        """Per width of group ``g``'s options: the state after a stage of that width
+        (from usage ``base`` on DC ``k0``) and its prefix floors (fill, period) by
+        prefix end; widths past the free devices get none (the kernel skips them)."""
+        key = (k0, base, g)
+        got = self.targets.get(key)
         if got is None:
+            t = self.t
+            widths = self.widths[g]
+            free = int(t.count[g]) - base[gl]
+            kids = np.full(len(widths), -1, dtype=np.int64)
+            F, T = np.zeros((len(widths), t.L + 1)), np.zeros((len(widths), t.L + 1))
+            for x, w in enumerate(widths.tolist()):
+                if w <= free:
+                    usage = base[:gl] + (base[gl] + int(w),) + base[gl + 1:]
+                    kids[x] = self._kid((k0, usage))
+                    F[x], T[x] = self._prefix_floors(k0, usage)
+            got = self.targets[key] = (widths, kids, F, T)
+        return got
+
+    def _expand(self, b, s0, s1, g, k0, gl, base, U, Q) -> None:
+        """Prepend every candidate stage ``[a, b)`` of group ``g`` to the kept labels
+        ``s0..s1`` of a state (:func:`.period_kernel.expand`: the bound with the state's
+        least label values, then per label with the period's floor ``max(x1 + x2, C, U)``
+        before the loops), then keep the complete plans made."""
+        rows = self.cands[g][b]
+        if rows is None:
             return
-        cs, rows = got
-        free = int(self.t.count[g]) - base[gl]
-        M1 = self.m - 1
-        upper, tau = self.upper * (1 + SLACK), self.tau * (1 + SLACK)
-        pers = [lab[0] + lab[1] for lab in labels]
-        low_per, low_sm, low_r = min(pers), min(lab[2] for lab in labels), \
-            min(lab[3] for lab in labels)
+        widths, kids, F, T = self._targets(k0, base, g, gl)
         sync_lim = min(self.sync_cap * (1 + SLACK), np.nextafter(self.theta, -np.inf))
-        by_width: dict = {}  # the state after the stage and its prefix floors, per width
-        for row in rows[:bisect_right(cs, self.cap * (1 + SLACK))]:
-            a, c, _f, _b, _n, w, rr, _ci = row
-            if w > free or rr > sync_lim:
-                continue
-            after = by_width.get(w)
-            if after is None:
-                nkey = (k0, base[:gl] + (base[gl] + w,) + base[gl + 1:])
-                after = by_width[w] = (nkey,) + self._prefix_floors(k0, nkey[1])
-            nkey, fills, tops = after
-            pre = fills[a] if a else 0.0
-            top = tops[a]
-            floor = c if c >= U else U
-            if top > floor:
-                floor = top
-            least = low_sm + c + Q + pre + M1 * (low_per if low_per >= floor else floor)
-            if least + (low_r if low_r >= rr else rr) >= upper or least > tau:
-                continue
-            self._prepend(labels, pers, row, (b, key, g, nkey, U, Q, pre, top, floor), done)
+        fs = np.array([U, Q, int(self.t.count[g]) - base[gl], sync_lim, self.cap * (1 + SLACK),
+                       self.m - 1, self.upper * (1 + SLACK), self.tau * (1 + SLACK)])
+        complete = self.first_dc is None or k0 == self.first_dc
+        ints = np.array([g, self.p_cap, self.mode, self.all_loops, complete], dtype=np.int64)
+        pend, kept = self.pend, self.kept
+        since, start = int(pend.head[0]), 0
+        while True:
+            pend.n, start = kernel.expand(kept.S, kept.H, kept.HL, s0, s1, rows, widths, kids,
+                                          F, T, self.need, fs, ints, pend.PF, pend.PI,
+                                          pend.head, pend.n, start)
+            if start < 0:
+                break
+            pend.grow()
+        if pend.head[0] != since:
+            for e in kernel.gather(pend.head, 0, pend.PI, since).tolist():
+                self._complete(k0, e)
 
-    def _prepend(self, labels, pers, row, at, done) -> None:
-        """The labels of a state that the bounds let through, with the stage ``row``
-        prepended (``at``: the state, the next one, the boundary and the prefix floors)."""
-        b, key, g, nkey, U, Q, pre, top, floor = at
-        a, c, rr = row[0], row[1], row[6]
-        M1 = self.m - 1
-        upper, tau = self.upper * (1 + SLACK), self.tau * (1 + SLACK)
-        fixed = c + Q + pre
-        bound = (pre, top, M1, upper, tau)
-        for idx, lab in enumerate(labels):
-            per = pers[idx]
-            least = lab[2] + fixed + M1 * (per if per >= floor else floor)
-            r = lab[3]
-            if least + (r if r >= rr else rr) >= upper or least > tau:
-                continue
-            new = self._extend(lab, row, U, Q, bound)
-            if new is None:
-                continue
-            parent = (b, key, idx, a, g, row[7])
-            if a == 0:
-                if self.first_dc is None or nkey[0] == self.first_dc:
-                    self._complete(done, nkey[0], new, parent)
-            else:
-                self.states[a].setdefault(nkey, []).append(new + (parent,))
-
-    def _complete(self, done: dict, k0: int, new: tuple, parent: tuple) -> None:
-        """Keep a complete plan (first DC ``k0``) if no kept one is as good in both terms."""
-        T = self.time_of(new)
-        value = T + new[3]
+    def _complete(self, k0: int, e: int) -> None:
+        """Keep the complete plan of pending entry ``e`` (first DC ``k0``) if no kept one
+        is as good in both terms."""
+        x1, x2, sm, r = self.pend.PF[e, :4].tolist()
+        T = self.time_of(x1, x2, sm)
+        value = T + r
         if value >= self.upper or T > self.tau * (1 + SLACK):
             return
-        kept = done.setdefault(k0, [])
-        if any(x[0] <= T and x[1] <= new[3] for x in kept):
+        kept = self.done.setdefault(k0, [])
+        if any(x[0] <= T and x[1] <= r for x in kept):
             return
-        kept[:] = [x for x in kept if not (T <= x[0] and new[3] <= x[1])] + [
-            (T, new[3], parent, new[2], new[0] + new[1])]
+        kept[:] = [x for x in kept if not (T <= x[0] and r <= x[1])] + [
+            (T, r, e, sm, x1 + x2)]
         if self.tighten == "sum":
             self.upper = value
         else:
             self.tau = T
 
-    def backtrack(self, parent) -> list[tuple[int, int, int, int, int, int]]:
-        """The stages ``(start, end, dc, group in dc, d, t)`` of the plan ending at ``parent``."""
-        return backtrack_stages(self.t, self.states, parent, 6)
+    def backtrack(self, parent: int) -> list[tuple[int, int, int, int, int, int]]:
+        """The stages ``(start, end, dc, group in dc, d, t)`` of the plan completed by
+        pending entry ``parent``."""
+        t, kept = self.t, self.kept
+
+        def stage(a, b, g, ci):
+            opts = t.options(g)
+            return (a, b, int(t.group_dc[g]), t.groups[g].index, int(opts.d[ci]),
+                    int(opts.t[ci]))
+
+        i, g, ci = self.pend.PI[parent, 1:4].tolist()
+        stages = [stage(0, int(kept.lay[i]), g, ci)]
+        while kept.par[i, 0] >= 0:
+            j, g, ci = kept.par[i].tolist()
+            stages.append(stage(int(kept.lay[i]), int(kept.lay[j]), g, ci))
+            i = j
+        return stages
+
+
+class _Kept:
+    """The kept labels of a search: rows ``[x1, x2, sum, R, p]``, majorants (``H``, their
+    lengths ``HL``), parents ``[kept label, group, pair]`` and layers, grown by doubling."""
+
+    def __init__(self, width: int):
+        self.n = 0
+        self.S, self.H = np.zeros((64, 5)), np.full((64, width), -np.inf)
+        self.HL = np.zeros(64, dtype=np.int64)
+        self.par, self.lay = np.zeros((64, 3), dtype=np.int64), np.zeros(64, dtype=np.int64)
+
+    def add(self, S, H, HL, par, layer: int) -> int:
+        """Append labels of ``layer``; return the index of the first."""
+        first, k = self.n, len(S)
+        if first + k > len(self.S):
+            size = max(2 * len(self.S), first + k)
+            for name in ("S", "H", "HL", "par", "lay"):
+                old = getattr(self, name)
+                new = np.empty((size,) + old.shape[1:], dtype=old.dtype)
+                new[:first] = old[:first]
+                setattr(self, name, new)
+        self.S[first:first + k], self.H[first:first + k] = S, H
+        self.HL[first:first + k], self.par[first:first + k] = HL, par
+        self.lay[first:first + k] = layer
+        self.n += k
+        return first
+
+
+class _Pending:
+    """The labels made and not yet filtered: ``PF = [x1, x2, sum, R, c, Q]``, ``PI = [p,
+    parent, group, pair, state, next]``, a list per layer from ``head`` (newest first)."""
+
+    def __init__(self, layers: int):
+        self.n = 0
+        self.PF, self.PI = np.zeros((1024, 6)), np.zeros((1024, 6), dtype=np.int64)
+        self.head = np.full(layers + 1, -1, dtype=np.int64)
+
+    def grow(self) -> None:
+        """Double the room."""
+        self.PF = np.concatenate([self.PF, np.zeros_like(self.PF)])
+        self.PI = np.concatenate([self.PI, np.zeros_like(self.PI)])

@@ -1,0 +1,302 @@
+"""The compiled core of the version-3 pipeline search (:mod:`.dp_period`; ``docs/dp.md``,
+"Version 3", "The compiled kernel").
+
+A label of the search is five numbers ``x1, x2, sum, R, p`` (a row of ``S``) and, under
+the 1F1B ``period``, the concave majorant of its window sums (a row of ``H``, its length
+in ``HL``). Labels live in two stores:
+
+- **pending**: what :func:`expand` makes, a stage prepended to a kept label, filed per
+  layer in a linked list (``head[a]``, each entry's ``next``) as ``PF = [x1, x2, sum, R,
+  c, Q]`` and ``PI = [p, parent, group, pair, state, next]``: the majorant is not stored,
+  it follows from the parent's with ``c`` and ``Q`` (:func:`build`);
+- **kept**: the labels of a layer no other one dominates (:func:`pareto` within a state,
+  :func:`across` between states of one datacenter), with their majorants.
+
+The rules are those of :mod:`.dp_period`'s Python functions (:func:`.dp_period.pareto`,
+:func:`.dp_period.hull_prepend`, :func:`.dp_period.new_loops`), written once here for
+arrays; the Python ones call these. Compiled on first use and cached on disk.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+#: a fall of the slopes past which the majorant scans stop (rounding never stops one)
+FALL = 1 - 1e-9
+
+#: ``mode`` of :func:`expand` and :func:`build`: no loops (classic, or 1F1B without the
+#: period), the 1F1B period with its loops, GPipe's two phases
+PLAIN, LOOPS, PHASES = 0, 1, 2
+
+
+@njit(cache=True)
+def new_loops(H, i, n, c, q):
+    """The slowest loop a stage of time ``c`` and traversal ``q`` closes over the suffix
+    whose majorant is ``H[i, :n]``: ``max_j (c + q + H[i, j]) / (j + 2)`` (unimodal: the
+    scan stops at its first fall)."""
+    best, cq = 0.0, c + q
+    for j in range(n):
+        loop = (cq + H[i, j]) / (j + 2)
+        if loop >= best:
+            best = loop
+        elif loop < best * FALL:
+            break
+    return best
+
+
+@njit(cache=True)
+def hull_prepend(H, i, n, c, q, out, o):
+    """Write into ``out[o]`` the majorant of ``H[i, :n]`` with a stage of time ``c`` and
+    traversal ``q`` prepended (the chord from ``(1, c)`` to the point of largest slope,
+    then the shifted old majorant); return its length, ``n + 1``."""
+    best, j_star, cq = -np.inf, 0, c + q
+    for j in range(n):
+        slope = (cq + H[i, j] - c) / (j + 1)
+        if slope >= best:
+            best, j_star = slope, j + 1
+        elif slope < best * FALL:
+            break
+    if j_star == 0:
+        out[o, 0] = c
+        return 1
+    for k in range(j_star):
+        out[o, k] = c + k * best
+    for k in range(j_star - 1, n):
+        out[o, k + 1] = cq + H[i, k]
+    return n + 1
+
+
+@njit(cache=True)
+def expand(S, H, HL, s0, s1, rows, widths, kids, F, T, need_at, fs, ints, PF, PI, head,
+           n, start):
+    """Prepend the candidate stages ``rows`` (one group, one end ``b``, by increasing ``C``:
+    ``[a, C, f, b, n, w, R, pair]``) to the kept labels ``s0..s1`` of one state, filing each
+    new label the bounds let through in the pending store.
+
+    ``fs = [U, Q, free, sync_lim, cap_lim, M_p - 1, upper, tau]`` (``upper``, ``tau`` with
+    their slack), ``ints = [group, p_cap, mode, all_loops, complete]``; per width of the
+    rows, the next state (``kids``) and its prefix floors of fill and period (``F``, ``T``,
+    by prefix end). Returns ``(n, resume)``: the pending count, and ``-1`` when done or the
+    ``row * (s1 - s0) + label`` to resume from once the store has grown."""
+    U, Q, free, sync_lim, cap_lim, M1, upper, tau = (fs[0], fs[1], fs[2], fs[3], fs[4],
+                                                    fs[5], fs[6], fs[7])
+    g, p_cap, mode, all_loops, complete = ints[0], ints[1], ints[2], ints[3], ints[4]
+    nlab = s1 - s0
+    if nlab <= 0:
+        return n, -1
+    low_per, low_sm, low_r = np.inf, np.inf, np.inf
+    for i in range(s0, s1):
+        low_per = min(low_per, S[i, 0] + S[i, 1])
+        low_sm = min(low_sm, S[i, 2])
+        low_r = min(low_r, S[i, 3])
+    cap = PF.shape[0]
+    for j in range(start // nlab, rows.shape[0]):
+        c = rows[j, 1]
+        if c > cap_lim:
+            break
+        w, rr = rows[j, 5], rows[j, 6]
+        if w > free or rr > sync_lim:
+            continue
+        a = int(rows[j, 0])
+        if a == 0 and not complete:
+            continue
+        wi = 0
+        while widths[wi] != w:
+            wi += 1
+        pre = F[wi, a] if a > 0 else 0.0
+        top = T[wi, a]
+        floor = max(c, U)
+        if top > floor:
+            floor = top
+        least = low_sm + c + Q + pre + M1 * max(low_per, floor)
+        if least + max(low_r, rr) >= upper or least > tau:
+            continue
+        fixed = c + Q + pre
+        f, bk, mem = rows[j, 2], rows[j, 3], rows[j, 4]
+        first = s0 + (start % nlab if j == start // nlab else 0)
+        for i in range(first, s1):
+            x1, x2, sm, r = S[i, 0], S[i, 1], S[i, 2], S[i, 3]
+            least = sm + fixed + M1 * max(x1 + x2, floor)
+            if least + max(r, rr) >= upper or least > tau:
+                continue
+            p = int(S[i, 4])
+            if need_at[p] > mem:
+                continue
+            if mode == PHASES:
+                nx1, nx2 = max(max(x1, f), U), max(max(x2, bk), U)
+            else:
+                nx1, nx2 = max(max(x1, c), U), 0.0
+                if mode == LOOPS and (p < p_cap or all_loops):
+                    nx1 = max(nx1, new_loops(H, i, HL[i], c, Q))
+            nsm, nr = sm + c + Q, max(r, rr)
+            least = nsm + pre + M1 * max(nx1 + nx2, top)
+            if least + nr >= upper or least > tau:
+                continue
+            if n >= cap:
+                return n, j * nlab + (i - s0)
+            PF[n, 0], PF[n, 1], PF[n, 2], PF[n, 3], PF[n, 4], PF[n, 5] = nx1, nx2, nsm, nr, c, Q
+            PI[n, 0] = p + 1 if p < p_cap else p_cap
+            PI[n, 1], PI[n, 2], PI[n, 3], PI[n, 4] = i, g, int(rows[j, 7]), kids[wi]
+            PI[n, 5] = head[a]
+            head[a] = n
+            n += 1
+    return n, -1
+
+
+@njit(cache=True)
+def gather(head, a, PI, since):
+    """The pending entries of layer ``a`` filed after entry ``since`` (``-1``: all), in
+    the order they were filed."""
+    count, e = 0, head[a]
+    while e > since:
+        count += 1
+        e = PI[e, 5]
+    out = np.empty(count, dtype=np.int64)
+    e = head[a]
+    for k in range(count - 1, -1, -1):
+        out[k] = e
+        e = PI[e, 5]
+    return out
+
+
+@njit(cache=True)
+def build(ids, PF, PI, H, HL, width, mode, all_loops, p_cap):
+    """The labels of pending entries ``ids``: ``S`` rows and majorants (the parent's with
+    the stage prepended where loops still count, else none)."""
+    n = len(ids)
+    S = np.empty((n, 5))
+    Hx = np.full((n, width), -np.inf)
+    HLx = np.zeros(n, dtype=np.int64)
+    for k in range(n):
+        e = ids[k]
+        S[k, 0], S[k, 1], S[k, 2], S[k, 3] = PF[e, 0], PF[e, 1], PF[e, 2], PF[e, 3]
+        p = PI[e, 0]
+        S[k, 4] = p
+        if mode == LOOPS and (p < p_cap or all_loops):
+            src = PI[e, 1]
+            HLx[k] = hull_prepend(H, src, HL[src], PF[e, 4], PF[e, 5], Hx, k)
+    return S, Hx, HLx
+
+
+@njit(cache=True)
+def _reach(S, b, floor, upper, tau, steady):
+    """``lambda0`` (a floor under the completed period) and ``X_max`` (the most fill a
+    completion within the bounds has) of label ``b``: :meth:`.dp_period.Rule.reach`."""
+    lam = max(S[b, 0], floor)
+    room = min(upper - S[b, 3], tau) - S[b, 2] - steady * lam
+    if np.isnan(room):
+        room = np.inf
+    return lam, room
+
+
+@njit(cache=True)
+def _before(H, HL, b, lam, out):
+    """``out[i] = max_{j <= i} (H[b, j] - lam j)`` over ``b``'s windows, the last carried
+    on (``-inf`` for an empty majorant)."""
+    best = -np.inf
+    for i in range(len(out)):
+        if i < HL[b]:
+            v = H[b, i] - lam * i
+            if v > best:
+                best = v
+        out[i] = best
+
+
+@njit(cache=True)
+def dominates(S, H, HL, a, b, lam, room, before, p_free, steady):
+    """Whether label ``a`` is no worse than ``b`` for every completion that matters
+    (``docs/dp.md``, "Version 3"): the scalar part (``p``, fill, the two phase maxima and
+    ``R``), then the loops through ``a``'s majorant against ``b``'s (``lam``, ``room``,
+    ``before``: :func:`_reach`, :func:`_before` of ``b``)."""
+    pa, pb = S[a, 4], S[b, 4]
+    if pa > pb or (pa != pb and pb >= p_free):
+        return False
+    s1 = max(S[a, 0] - S[b, 0], 0.0)
+    extra = S[a, 2] + steady * (s1 + max(S[a, 1] - S[b, 1], 0.0)) + max(S[a, 3] - S[b, 3], 0.0)
+    if not extra <= S[b, 2]:
+        return False
+    allow = s1 + (S[b, 2] - extra) / steady if steady else np.inf
+    for i in range(HL[a]):
+        slack = allow * (i + 2.0)
+        by_window = H[a, i] - lam * i - before[i] - slack
+        by_room = H[a, i] + room - lam * (i + 2.0) - slack
+        if by_window > 0 and by_room > 0:
+            return False
+    return True
+
+
+@njit(cache=True)
+def pareto(S, H, HL, starts, floors, p_free, steady, upper, tau):
+    """Per segment ``starts[s]..starts[s + 1]`` (one state's labels, sorted), which labels
+    no kept earlier one of the segment dominates (``upper``, ``tau`` with their slack)."""
+    n, width = S.shape[0], H.shape[1]
+    alive = np.zeros(n, dtype=np.bool_)
+    kept = np.empty(n, dtype=np.int64)
+    before = np.empty(max(width, 1))
+    for s in range(len(starts) - 1):
+        nk = 0
+        for b in range(starts[s], starts[s + 1]):
+            lam, room = _reach(S, b, floors[s], upper, tau, steady)
+            _before(H, HL, b, lam, before)
+            beaten = False
+            for k in range(nk):
+                if dominates(S, H, HL, kept[k], b, lam, room, before, p_free, steady):
+                    beaten = True
+                    break
+            if not beaten:
+                alive[b] = True
+                kept[nk] = b
+                nk += 1
+    return alive
+
+
+@njit(cache=True)
+def across(S, H, HL, alive, starts, floors, order, rival_ptr, rivals, p_free, steady, upper,
+           tau):
+    """Drop, in ``alive``, the labels of each state (in ``order``) that a live label of one
+    of its ``rivals`` (states of the same datacenter using no more devices of any group,
+    earlier in ``order``) dominates."""
+    width = H.shape[1]
+    before = np.empty(max(width, 1))
+    for x in range(len(order)):
+        s = order[x]
+        if rival_ptr[x] == rival_ptr[x + 1]:
+            continue
+        for b in range(starts[s], starts[s + 1]):
+            if not alive[b]:
+                continue
+            lam, room = _reach(S, b, floors[s], upper, tau, steady)
+            _before(H, HL, b, lam, before)
+            for y in range(rival_ptr[x], rival_ptr[x + 1]):
+                r = rivals[y]
+                for a in range(starts[r], starts[r + 1]):
+                    if alive[a] and dominates(S, H, HL, a, b, lam, room, before, p_free,
+                                              steady):
+                        alive[b] = False
+                        break
+                if not alive[b]:
+                    break
+    return alive
+
+
+def warm() -> None:
+    """Load (or compile) every kernel once, e.g. before forking."""
+    S = np.zeros((1, 5))
+    H = np.zeros((1, 1))
+    HL = np.zeros(1, dtype=np.int64)
+    PF, PI = np.zeros((1, 6)), np.zeros((1, 6), dtype=np.int64)
+    head = np.full(2, -1, dtype=np.int64)
+    rows = np.zeros((0, 8))
+    expand(S, H, HL, 0, 1, rows, np.zeros(1), np.zeros(1, dtype=np.int64), np.zeros((1, 2)),
+           np.zeros((1, 2)), np.zeros(1), np.zeros(8), np.zeros(5, dtype=np.int64), PF, PI,
+           head, 0, 0)
+    ids = gather(head, 0, PI, -1)
+    Sx, Hx, HLx = build(ids, PF, PI, H, HL, 1, LOOPS, False, 1)
+    starts = np.zeros(1, dtype=np.int64)
+    alive = pareto(Sx, Hx, HLx, starts, np.zeros(0), np.inf, 1, np.inf, np.inf)
+    across(Sx, Hx, HLx, alive, starts, np.zeros(0), np.zeros(0, dtype=np.int64),
+           np.zeros(1, dtype=np.int64), np.zeros(0, dtype=np.int64), np.inf, 1, np.inf,
+           np.inf)
+    new_loops(H, 0, 1, 0.0, 0.0)
+    hull_prepend(H, 0, 1, 0.0, 0.0, np.zeros((1, 2)), 0)
