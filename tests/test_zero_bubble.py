@@ -313,3 +313,128 @@ def test_weight_grad_share_is_read_written_and_checked(tmp_path, capsys):
     assert main(["validate", str(tmp_path / "bad.json")]) == 2
     assert "model.layers[1].weight_grad_share: must be a finite number from 0 to 1, got 1.5" \
         in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- derived shares
+def _products(m, piece: str, b: int) -> list[tuple[int, bool]]:
+    """Every matrix product of one piece of ``m``, counted from its dimensions alone:
+    ``(forward FLOP, has a weight)``, ``2 x rows x inner x columns`` each."""
+    n, h, s, f = b * m.seq, m.hidden, m.seq, m.ffn_size
+    heads = m.heads
+    if m.family == "llama":  # heads of head_dim (or h / heads); K, V of kv_heads heads
+        d = m.head_dim or h // heads
+        q, kv = d * heads, d * (m.kv_heads or heads)
+    else:  # GPT: Q, K, V of width h split over the heads (GPT-3 1.3B's 2048 / 24 is no integer)
+        d, q, kv = h / heads, h, h
+    if piece == "head":
+        return [(2 * n * h * m.vocab, True)]
+    if piece == "attention":
+        projections = ([(2 * n * h * q, True), (2 * n * h * kv, True), (2 * n * h * kv, True),
+                        (2 * n * q * h, True)])
+        # per sequence and head: scores (s x d)(d x s), then (s x s)(s x d)
+        attention = [(round(b * heads * 2 * s * d * s), False),
+                     (round(b * heads * 2 * s * s * d), False)]
+        return projections + attention
+    if m.family == "llama":  # SwiGLU: gate, up, down
+        return [(2 * n * h * f, True), (2 * n * h * f, True), (2 * n * f * h, True)]
+    return [(2 * n * h * f, True), (2 * n * f * h, True)]
+
+
+def _split_backward(products) -> tuple[int, int]:
+    """``(B, W)``: a product by a weight has an input gradient and a weight gradient of its
+    forward's size; one of two activations has two input gradients."""
+    B = sum(fwd if weighted else 2 * fwd for fwd, weighted in products)
+    W = sum(fwd for fwd, weighted in products if weighted)
+    return B, W
+
+
+@pytest.mark.parametrize("model, seq", [("gpt3-1.3b", None), ("gpt3-125m", 8192),
+                                        ("llama2-70b", None), ("llama2-7b", 1024)])
+@pytest.mark.parametrize("granularity", ["block", "sublayer"])
+def test_derived_share_is_w_over_b_plus_w_of_an_independent_flop_count(model, seq, granularity):
+    from chainpipe.instances import generate
+    from chainpipe.instances.models import model_layers, model_shape
+
+    shape = model_shape(model)
+    if seq is not None:
+        shape = dataclasses.replace(shape, seq=seq)
+    b = 2
+    layers = model_layers(shape, microbatch_size=b, blocks=2, granularity=granularity)
+    pieces = {"block0": ("attention", "mlp"), "block0.attn": ("attention",),
+              "block0.mlp": ("mlp",), "head": ("head",)}
+    checked = 0
+    for ly in layers:
+        if ly.name not in pieces:
+            continue
+        B, W = _split_backward([p for piece in pieces[ly.name] for p in _products(shape, piece, b)])
+        assert ly.bwd_flop == B + W  # the split is of the layer's own backward
+        assert ly.weight_grad_share == pytest.approx(W / (B + W), rel=1e-12)
+        assert 0 < ly.weight_grad_share < 1
+        checked += 1
+    assert checked == (2 if granularity == "block" else 3)
+    # the closed forms of docs/schedule.md
+    h, s = shape.hidden, shape.seq
+    if shape.family == "gpt" and granularity == "block":
+        assert layers[1].weight_grad_share == pytest.approx(3 * h / (6 * h + s), rel=1e-12)
+    if shape.family == "gpt" and granularity == "sublayer":
+        assert layers[1].weight_grad_share == pytest.approx(h / (2 * h + s), rel=1e-12)
+        assert layers[2].weight_grad_share == 0.5
+    assert layers[-1].weight_grad_share == 0.5  # the LM head: one product by a weight
+    # the embedding's input is token ids: its whole backward is its table's gradient
+    assert layers[0].weight_grad_share == 1.0
+    # the share does not depend on the microbatch size; the generator writes it (v3 only)
+    assert [ly.weight_grad_share for ly in model_layers(shape, blocks=2,
+                                                        granularity=granularity)] == \
+        [ly.weight_grad_share for ly in layers]
+    v3 = generate("tiny", 0, model=shape, blocks=2, granularity=granularity, version=3)
+    assert [ly.weight_grad_share for ly in v3.layers] == \
+        [ly.weight_grad_share for ly in layers]
+
+
+def test_generated_version_3_files_carry_the_share_and_version_2_ones_do_not(tmp_path):
+    from chainpipe.instances import generate
+    from chainpipe.io import instance_to_dict
+
+    out = tmp_path / "g.json"
+    assert main(["generate", "--preset", "metro", "--seed", "2", "-o", str(out)]) == 0
+    layers = json.loads(out.read_text())["model"]["layers"]
+    assert all(0 < ly["weight_grad_share"] <= 1 for ly in layers)
+    assert layers[0]["weight_grad_share"] == 1.0 and layers[-1]["weight_grad_share"] == 0.5
+    assert read(out).layers == generate("metro", 2, version=3).layers
+    for preset in ("tiny", "metro", "hybrid"):
+        assert all("weight_grad_share" not in ly
+                   for ly in instance_to_dict(generate(preset, 2))["model"]["layers"])
+
+
+def test_committed_v3_sets_carry_the_share_and_older_sets_do_not():
+    from chainpipe.instances.sets import ROOT, SETS
+
+    for set_name, entries in SETS.items():
+        for e in entries:
+            text = (ROOT / set_name / f"{e.stem}.json").read_text(encoding="utf-8")
+            doc = json.loads(text)
+            if e.version == 3:
+                assert doc["format"] == "chainpipe-instance/3"
+                shares = [ly["weight_grad_share"] for ly in doc["model"]["layers"]]
+                assert shares == [ly.weight_grad_share for ly in e.instance().layers]
+                assert shares[0] == 1.0 and all(0 < x < 1 for x in shares[1:])
+            else:
+                assert doc["format"] in ("chainpipe-instance/1", "chainpipe-instance/2")
+                assert "weight_grad_share" not in text, e.stem
+
+
+def test_derived_shares_shorten_w_against_the_default_on_a_v3_plan():
+    """A GPT-style or Llama block at s = 4096 spends more than half its backward on
+    input gradients (the attention products have no weight), so W is below 0.5."""
+    from chainpipe.instances.sets import ROOT
+    from chainpipe.schedule import weight_blocks
+
+    inst = read(ROOT / "v3" / "small" / "v3-small-05-gpipe.json")
+    plan = Plan.from_tuples(inst, [(0, inst.num_layers, 0, 0)])
+    pipe = evaluate(inst, plan).pipelines[0]
+    (b_own,), (w_own,) = weight_blocks(inst, pipe)
+    (b_half,), (w_half,) = weight_blocks(inst, pipe, weight_share=0.5)
+    assert b_own + w_own == pytest.approx(b_half + w_half)
+    flop = sum(ly.weight_grad_share * ly.bwd_flop for ly in inst.layers)
+    assert w_own / w_half == pytest.approx(flop / (0.5 * sum(ly.bwd_flop for ly in inst.layers)))
+    assert w_own < w_half
