@@ -54,9 +54,12 @@ WEIGHT = "W"
 SCHEDULES = ("1f1b", "gpipe", "zb-h1", "zb-h2")
 #: the zero-bubble schedules (Qi et al., ICLR 2024), whose backward is split into ``B`` and ``W``
 ZERO_BUBBLE = ("zb-h1", "zb-h2")
-#: default share of a layer's backward time that is the weight gradient ``W``: a matmul's
-#: backward is two matmuls of its forward's size, one for the input gradient and one for
-#: the weight gradient, so ``B = W`` (the paper's ``T_B = T_W``), attention scores aside
+#: default share of a layer's backward time that is the weight gradient ``W``, for a layer
+#: whose file states no ``weight_grad_share``: a matmul's backward is two matmuls of its
+#: forward's size, one for the input gradient and one for the weight gradient, so ``B = W``
+#: (the paper's ``T_B = T_W``), attention scores aside. The generator writes each layer's
+#: own share, derived from the model's shape, into version-3 instances
+#: (:attr:`chainpipe.instances.models.Figures.weight_grad_share`, ``docs/schedule.md``)
 DEFAULT_WEIGHT_SHARE = 0.5
 #: default memory a microbatch holds between its ``B`` and its ``W``, as a share of what it
 #: stashes between ``F`` and ``B``: ``M_W / M_B = 32 sbh / sb(34h + 5as)`` (the paper's

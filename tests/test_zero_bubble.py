@@ -401,6 +401,11 @@ def test_generated_version_3_files_carry_the_share_and_version_2_ones_do_not(tmp
     assert all(0 < ly["weight_grad_share"] <= 1 for ly in layers)
     assert layers[0]["weight_grad_share"] == 1.0 and layers[-1]["weight_grad_share"] == 0.5
     assert read(out).layers == generate("metro", 2, version=3).layers
+    cluster = Path(__file__).resolve().parents[1] / "examples" / "metro-cluster.toml"
+    assert main(["generate", "--cluster", str(cluster), "--model", "llama2-7b",
+                 "-o", str(tmp_path / "c.json")]) == 0
+    shares = [ly.weight_grad_share for ly in read(tmp_path / "c.json").layers]
+    assert shares[0] == 1.0 and shares[1] == pytest.approx(0.428889, abs=1e-6)
     for preset in ("tiny", "metro", "hybrid"):
         assert all("weight_grad_share" not in ly
                    for ly in instance_to_dict(generate(preset, 2))["model"]["layers"])
