@@ -19,7 +19,7 @@ import pytest
 from chainpipe.io import read
 from chainpipe.plan import evaluate
 from chainpipe.solve import solve
-from chainpipe.solvers.cdynp import agent, protocol
+from chainpipe.solvers.cdynp import agent, guarantee_factor, protocol
 from chainpipe.solvers.cdynp.pipelines import partitions, split_microbatches
 from chainpipe.support import refusal
 from helpers import brute_force_v3, check_trace_private, random_v3_instance
@@ -259,16 +259,119 @@ def test_sync_cap_is_validated_and_drops_options():
 
 # ------------------------------------------------------------------ refusals, decoder, audit
 def test_refusals():
-    """cdynp takes both version-3 features; compression is refused with one line under
-    ``period`` and with several pipelines (only the exact search is implemented there)."""
+    """cdynp takes both version-3 features, compressed too; with several pipelines the
+    option upper_bound is refused with one line (the owner's search sets each range
+    run's own bound)."""
     inst = read(VALID / "worked_example_v3_pipelines.json")
     assert refusal(inst.training, "cdynp") is None
-    r = solve(inst, "cdynp", digits=3)
-    assert r.status == "error" and "only the exact search" in r.message
-    r = solve(read(VALID / "worked_example_v3_1f1b.json"), "cdynp", epsilon=0.1)
-    assert r.status == "error" and "only the exact search" in r.message
-    r = solve(_with(inst, objective="classic"), "cdynp", epsilon=0.1)
-    assert r.status == "error" and "only the exact search" in r.message
+    r = solve(inst, "cdynp", upper_bound=1e6)
+    assert r.status == "error" and "option upper_bound is not supported" in r.message
+    for case, opts in ((inst, {"digits": 3}),
+                       (read(VALID / "worked_example_v3_1f1b.json"), {"epsilon": 0.1}),
+                       (_with(inst, objective="classic"), {"epsilon": 0.1})):
+        r = solve(case, "cdynp", **opts)
+        assert r.status == "feasible" and r.lower_bound <= r.iteration_time, r.message
+
+
+# ------------------------------------------------------------------ compression
+_REFERENCE: dict = {}
+
+
+def _reference(seed: int):
+    """``(instance, dp's result)`` of random v3 instance ``seed``, computed once."""
+    if seed not in _REFERENCE:
+        inst = random_v3_instance(seed)
+        _REFERENCE[seed] = (inst, solve(inst, "dp"))
+    return _REFERENCE[seed]
+
+
+@pytest.mark.parametrize("opts", [{"digits": 1}, {"epsilon": 0.3}, {"quantum": 0.2}])
+def test_compressed_within_the_guarantee_on_random_v3_instances(opts):
+    """Compression under ``period`` and with several pipelines: the plan is a real one,
+    its ``T`` within the guarantee factor of dp's optimum (the realised gap measured),
+    and the reported lower bound below the optimum. Coarse options, so that compression
+    drops and rounds enough to show a gap."""
+    gaps, several, period = [], 0, 0
+    for seed in range(50):
+        inst, ref = _reference(seed)
+        res = solve(inst, "cdynp", **opts)
+        if ref.status != "optimal":
+            assert res.status == ref.status, (seed, res.status, res.message)
+            continue
+        assert res.status == "feasible", (seed, res.status, res.message)
+        factor = guarantee_factor(inst.num_datacenters, **opts)
+        T, opt = res.iteration_time, ref.iteration_time
+        assert opt * (1 - RTOL) <= T <= factor * opt * (1 + RTOL), (seed, T, opt, factor)
+        assert res.lower_bound <= opt * (1 + RTOL), (seed, res.lower_bound, opt)
+        ev = evaluate(inst, res.plan)
+        assert ev.feasible and _same(ev.iteration_time_s, T), seed
+        gaps.append(T / opt - 1)
+        several += len(res.plan.pipelines) > 1
+        period += inst.training.objective == "period" and inst.microbatches > 1
+    assert len(gaps) >= 30 and several >= 5 and period >= 20, (len(gaps), several, period)
+
+
+def test_compression_shows_a_gap_within_the_guarantee_on_larger_chains():
+    """Random version-2 chains of up to 4 DCs and 8 layers made version 3 (``period``,
+    one or two pipelines): coarse compression loses something on some (a realised gap
+    above 0), never more than the guarantee."""
+    from helpers import random_hybrid_instance
+
+    gaps = []
+    for seed in range(12):
+        base = random_hybrid_instance(seed, max_layers=8, max_dcs=4)
+        tr = base.training
+        inst = dataclasses.replace(base, training=dataclasses.replace(
+            tr, objective="period", parallelism=dataclasses.replace(
+                tr.parallelism, pipelines=(1, 2) if seed % 2 else (1,))))
+        ref = solve(inst, "dp")
+        if ref.status != "optimal":
+            continue
+        for opts in ({"digits": 1}, {"quantum": 0.2}):
+            res = solve(inst, "cdynp", **opts)
+            factor = guarantee_factor(inst.num_datacenters, **opts)
+            assert res.status == "feasible", (seed, opts, res.message)
+            T, opt = res.iteration_time, ref.iteration_time
+            assert opt * (1 - RTOL) <= T <= factor * opt * (1 + RTOL), (seed, opts, T, opt)
+            assert res.lower_bound <= opt * (1 + RTOL)
+            gaps.append(T / opt - 1)
+    assert len(gaps) >= 16 and max(gaps) > 0, gaps
+
+
+def test_max_entries_under_v3_gives_real_plans_without_a_bound():
+    for seed in range(20):
+        inst, ref = _reference(seed)
+        res = solve(inst, "cdynp", max_entries=1)
+        if ref.status == "optimal" and res.plan is not None:
+            assert res.status == "feasible" and res.lower_bound is None
+            assert res.iteration_time >= ref.iteration_time * (1 - RTOL)
+            assert evaluate(inst, res.plan).feasible
+
+
+def test_exact_is_untouched_by_the_compression_code():
+    """Exact mode: dp's optimum, status optimal, no rounding of any window."""
+    for seed in range(20):
+        inst, ref = _reference(seed)
+        res = solve(inst, "cdynp")
+        _check_equal(inst, res, ref, seed)
+
+
+def test_concave_majorant():
+    from chainpipe.solvers.cdynp.period import concave_majorant
+
+    assert concave_majorant(()) == ()
+    assert concave_majorant((3.0,)) == (3.0,)
+    assert concave_majorant((1.0, 5.0, 6.0, 9.0)) == (1.0, 5.0, 7.0, 9.0)  # the dent filled
+    got = concave_majorant((2.0, 3.0, 3.5, 3.75))  # concave already: unchanged
+    assert got == (2.0, 3.0, 3.5, 3.75)
+    import random
+
+    rng = random.Random(5)
+    for _ in range(200):
+        vals = [rng.uniform(0, 10) for _ in range(rng.randint(1, 8))]
+        h = concave_majorant(vals)
+        assert all(a >= b for a, b in zip(h, vals))
+        assert all(h[i] - h[i - 1] >= h[i + 1] - h[i] - 1e-9 for i in range(1, len(h) - 1))
 
 
 def _period_summary_bytes():
@@ -444,19 +547,3 @@ def test_the_majorant_hides_a_window_below_it():
     hull = lab[5]
     assert hull[0] == 1.0 and hull[2] == 16.0  # W_1 and W_3, the vertices
     assert hull[1] == pytest.approx(8.5) and hull[1] != 1.0 + 0.5 + 5.0  # chord, not W_2
-
-
-def test_across_hosts_several_pipelines_are_refused_with_one_line():
-    """The owner across hosts refuses several pipelines before contacting an agent (the
-    range runs start sessions on sub-chains, which the agents' servers do not offer)."""
-    from chainpipe.solvers.cdynp.public import split_documents
-    from chainpipe.solvers.cdynp.remote import solve_remote
-
-    inst = read(VALID / "worked_example_v3_pipelines.json")
-    public, _private = split_documents(inst)
-    agents = {dc.name: "127.0.0.1:9" for dc in inst.datacenters}  # never contacted
-    result, ev = solve_remote(public, agents, None)
-    assert result.status == "error" and ev is None
-    assert result.message == ("cdynp across hosts does not support contract version 3 yet: "
-                              "several pipelines (training.parallelism.pipelines = [1, 2]; "
-                              "[1] is supported)")

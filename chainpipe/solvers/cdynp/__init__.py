@@ -53,7 +53,7 @@ import math
 import time
 from pathlib import Path
 
-from ...deadline import Deadline, TimeUp
+from ...deadline import Deadline
 from ...instance import Instance
 from ...plan import Plan, evaluate
 from ...result import Outcome, number_option
@@ -72,7 +72,7 @@ from .drive import (
     is_exact,
 )
 from .public import PublicInstance, split_documents, write_split
-from .runner import MESSAGE_TIMEOUT_S, AgentFailure, Run, run_in_process, run_processes
+from .runner import MESSAGE_TIMEOUT_S, Run, run_in_process, run_processes
 
 __all__ = ["PROBE_BEAM", "PROBE_ENTRIES", "PROBE_FINE_ENTRIES", "PROBE_LAYERS_PER_PART",
            "guarantee_factor", "run", "split_instance"]
@@ -115,23 +115,23 @@ def run(instance: Instance, *, deadline=None, seed=0, threads=1, log=None, epsil
     deadline = Deadline.of(deadline)
     if reason := refusal(instance.training, "cdynp"):
         return Outcome("error", message=reason)
-    if "period" in features(instance.training) and not is_exact(options):
-        return Outcome("error", message="cdynp: under the period objective only the exact "
-                       "search runs (no epsilon, quantum, digits or max_entries)")
+    owner = LocalOwner(instance, processes, message_timeout)
     if "pipelines" in features(instance.training):
-        return _several_pipelines(instance, options, deadline, processes, message_timeout,
-                                  trace_dir, probe, compare_dp)
-    outcome = solve_chain(instance, options, deadline, processes, message_timeout,
-                          trace_dir=trace_dir, probe=probe)
+        from .pipelines import solve_several
+
+        outcome = solve_several(owner, options, deadline, trace_dir, probe)
+        if compare_dp and "range_runs" in outcome.stats and outcome.plan is not None:
+            outcome.stats.update(_compare_dp(instance, outcome.plan, deadline))
+        return outcome
+    outcome = solve_chain(owner.whole(), options, deadline, trace_dir=trace_dir, probe=probe)
     if compare_dp and "messages" in outcome.stats:  # the protocol ran to its end
         outcome.stats.update(_compare_dp(instance, outcome.plan, deadline))
     return outcome
 
 
-def solve_chain(instance: Instance, options: dict, deadline: Deadline, processes: bool,
-                message_timeout: float, *, trace_dir=None, probe=None,
-                count_sync: bool = True) -> Outcome:
-    """One pipeline over the whole chain of ``instance``, by the agents.
+def solve_chain(backend, options: dict, deadline: Deadline, *, trace_dir=None,
+                probe=None) -> Outcome:
+    """One pipeline over the chain of ``backend``, by its agents.
 
     Under ``classic`` (or ``M = 1``) one :func:`.drive.drive`. Under ``period`` as ``dp``
     does it (``docs/dp.md``, "One pipeline, the answer"): the classic solve first (the
@@ -141,56 +141,63 @@ def solve_chain(instance: Instance, options: dict, deadline: Deadline, processes
     they meet, that plan is optimal, otherwise the period run (:mod:`.period`) searches
     below ``T_e`` given as its ``upper_bound`` (public), which keeps it exact and bounds
     every DC's labels. Messages of the two runs go to ``trace_dir/classic`` and
-    ``trace_dir/period``.
+    ``trace_dir/period``. With compression (:func:`_compressed_period`) the lower bound
+    is the classic run's proven one, and the answer the better of the two runs' plans.
 
     Parameters
     ----------
-    instance : Instance
-        The chain (one pipeline).
+    backend : Backend
+        The chain's agents (:class:`InstanceAgents`, or
+        :class:`.remote.RemoteAgents` across hosts); its ``count_sync`` is ``False``
+        under ``sync_cap`` (a range run: points count no ``R`` and ``T_p`` is minimised).
     options : dict
         The agents' options (:func:`.drive.agent_options`, ``sync_cap`` besides).
     deadline : Deadline
-    processes : bool
-    message_timeout : float
     trace_dir : path, optional
     probe : bool, optional
         As for :func:`run` (the classic solve's).
-    count_sync : bool, default True
-        ``False`` under ``sync_cap``: the runs minimise ``T_p`` (points count no ``R``).
 
     Returns
     -------
     Outcome
     """
-    backend = InstanceAgents(instance, processes, message_timeout, count_sync=count_sync)
     if not backend.public.period:
         return drive(backend, options, deadline=deadline, probe=probe, trace_dir=trace_dir)
-    classic = dataclasses.replace(instance, training=dataclasses.replace(
-        instance.training, objective="classic"))
-    first = drive(InstanceAgents(classic, processes, message_timeout, count_sync=count_sync),
-                  options, deadline=deadline, probe=probe,
+    classic = backend.with_objective("classic")
+    first = drive(classic, options, deadline=deadline, probe=probe,
                   trace_dir=None if trace_dir is None else Path(trace_dir, "classic"))
-    if first.status != "optimal":  # infeasible under both (same memory rules), or failed
+    exact = is_exact(options)
+    if first.status not in ("optimal", "feasible"):  # infeasible under both, or failed
         return first
 
-    def time_of(inst) -> float:
-        ev = evaluate(inst, first.plan)
-        return ev.iteration_time_s if count_sync else ev.pipelines[0].time_s
+    def time_of(agents) -> float:
+        ev = agents.evaluation(first.plan)
+        return ev.iteration_time_s if backend.count_sync else ev.pipelines[0].time_s
 
-    T_c, T_e = time_of(classic), time_of(instance)
+    T_c, T_e = time_of(classic), time_of(backend)
+    low = T_c if exact else first.lower_bound  # no period is below the classic optimum
     stats = {"classic": {k: v for k, v in first.stats.items() if k not in ("agents",)},
              "classic_s": T_c, "classic_plan_s": T_e}
-    if T_e <= T_c * (1 + 1e-12):
-        return Outcome("optimal", first.plan, stats={**first.stats, **stats})
+    if low is not None and T_e <= low * (1 + 1e-12):
+        return Outcome(first.status, first.plan, lower_bound=None if exact else T_e,
+                       stats={**first.stats, **stats})
     user = options.get("upper_bound")
     bound = T_e * (1 + 1e-9) if user is None else min(float(user), T_e * (1 + 1e-9))
-    # T_c (a hair below, for rounding) is public too: the agents' trials start there
-    out = drive(backend, {**options, "upper_bound": bound, "lower_bound": T_c * (1 - 1e-9)},
-                deadline=deadline, probe=False,
+    # the lower bound (a hair below, for rounding) is public too: the agents' trials start there
+    period_options = {**options, "upper_bound": bound}
+    if low is not None:
+        period_options["lower_bound"] = low * (1 - 1e-9)
+    out = drive(backend, period_options, deadline=deadline, probe=False,
                 trace_dir=None if trace_dir is None else Path(trace_dir, "period"))
     out.stats.update(stats)
     out.stats["messages"] = first.stats.get("messages", []) + out.stats.get("messages", [])
     out.stats["agents"] = first.stats.get("agents", []) + out.stats.get("agents", [])
+    if "message_bytes_max" in out.stats:  # of both runs' messages
+        sizes = [m["bytes"] for m in out.stats["messages"]]
+        out.stats["message_bytes_total"] = sum(sizes)
+        out.stats["message_bytes_max"] = max(sizes, default=0)
+    if not exact:
+        return _compressed_period(backend, first, out, T_e, low, options)
     if out.status == "no_solution" and user is None and out.plan is None:
         # the search below T_e (1 + 1e-9) was exhaustive and found nothing: the classic
         # plan, at T_e, is optimal (never expected: it is itself below the bound)
@@ -198,64 +205,29 @@ def solve_chain(instance: Instance, options: dict, deadline: Deadline, processes
     return out
 
 
-def _several_pipelines(instance: Instance, options: dict, deadline: Deadline, processes: bool,
-                       message_timeout: float, trace_dir, probe, compare_dp) -> Outcome:
-    """The exact search over the allowed pipeline counts (:mod:`.pipelines`): one
-    pipeline over the whole chain by the usual solve, several by range runs."""
-    from .pipelines import RangeRuns, chain_instance, several
-
-    if not is_exact(options) or options["upper_bound"] is not None:
-        return Outcome("error", message="cdynp: with several pipelines only the exact search "
-                       "runs (no epsilon, quantum, digits, max_entries or upper_bound)")
-    t0 = time.perf_counter()
-    K, M = instance.num_datacenters, instance.microbatches
-    allowed = instance.parallelism.pipelines
-    best_T, best_plan, stats = math.inf, None, {"mode": "processes" if processes
-                                                else "in-process", "exact": True}
-    runs = RangeRuns(instance, processes, message_timeout, deadline,
-                     None if trace_dir is None else Path(trace_dir))
-    try:
-        if 1 in allowed:
-            whole = chain_instance(instance, 0, K - 1, M)
-            one = solve_chain(whole, options, deadline, processes, message_timeout,
-                              trace_dir=None if trace_dir is None else Path(trace_dir, "one"),
-                              probe=probe)
-            if one.status == "error":
-                return one
-            if one.status not in ("optimal", "infeasible"):
-                raise TimeUp(one.message or "time limit reached")
-            stats["one_pipeline"] = {k: v for k, v in one.stats.items() if k != "agents"}
-            if one.plan is not None:
-                best_plan = Plan(one.plan.stages)
-                best_T = evaluate(instance, best_plan).iteration_time_s
-        counts = [P for P in sorted(allowed) if 2 <= P <= min(M, K)]
-        best_T, found = several(instance, counts, runs, best_T, deadline)
-        best_plan = found or best_plan
-    except TimeUp as exc:
-        message = f"cdynp: {exc}"
-        stats.update(_range_stats(runs, t0))
-        if best_plan is None:
-            return Outcome("no_solution", message=message, stats=stats)
-        return Outcome("feasible", best_plan, message=message, stats=stats)
-    except AgentFailure as exc:
-        return Outcome("error", message=f"cdynp: {exc}",
-                       stats={**_range_stats(runs, t0), "failed_datacenter": exc.datacenter})
-    stats.update(_range_stats(runs, t0))
-    if best_plan is None:
-        return Outcome("infeasible", message=CostTables(instance).infeasibility_reason() or (
-            "no plan of an allowed pipeline count satisfies the memory and device limits "
-            "(exhaustive search)"), stats=stats)
-    stats["objective_s"] = best_T
-    if compare_dp:
-        stats.update(_compare_dp(instance, best_plan, deadline))
-    return Outcome("optimal", best_plan, stats=stats)
-
-
-def _range_stats(runs, t0: float) -> dict:
-    sizes = [m["bytes"] for m in runs.messages]
-    return {"range_runs": runs.runs, "messages": runs.messages, "labels": runs.labels,
-            "message_bytes_total": sum(sizes), "message_bytes_max": max(sizes, default=0),
-            "protocol_s": time.perf_counter() - t0}
+def _compressed_period(backend, first: Outcome, out: Outcome, T_e: float, low, options) -> Outcome:
+    """The answer of a compressed period solve: the better of the classic run's plan (at
+    ``T_e`` under ``period``) and the compressed period run's, if it found one below
+    ``T_e``. The optimum's chain of kept points in the period run either reached DC 1 (its
+    estimate is then at most the guarantee factor ``F`` times the optimum) or was cut by
+    the bound ``T_e`` (then ``T_e`` is below ``F`` times it), so ``min(estimate, T_e) / F``
+    is a lower bound, as is the classic run's."""
+    if out.status not in ("feasible", "optimal", "no_solution") or "messages" not in out.stats:
+        return out  # an error or the time limit
+    plan, T = first.plan, T_e
+    if out.plan is not None:
+        ev = backend.evaluation(out.plan)
+        T2 = ev.iteration_time_s if backend.count_sync else ev.pipelines[0].time_s
+        if T2 < T:
+            plan, T = out.plan, T2
+    bound = None
+    if not options["max_entries"]:
+        factor = guarantee_factor(backend.public.num_datacenters, options["epsilon"],
+                                  options["quantum"], options["digits"])
+        estimate = out.stats.get("estimate_s")
+        bound = min(T_e, math.inf if estimate is None else estimate) / factor
+        bound = max(bound, low) if low is not None else bound
+    return Outcome("feasible", plan, lower_bound=bound, stats=out.stats)
 
 
 class InstanceAgents:
@@ -271,6 +243,12 @@ class InstanceAgents:
         self.processes = bool(processes)
         self.mode = "processes" if self.processes else "in-process"
         self.message_timeout = message_timeout
+
+    def with_objective(self, objective: str) -> InstanceAgents:
+        """The same agents on the same chain under ``objective``."""
+        inst = dataclasses.replace(self.instance, training=dataclasses.replace(
+            self.instance.training, objective=objective))
+        return InstanceAgents(inst, self.processes, self.message_timeout, self.count_sync)
 
     def one_run(self, options: dict, trace_dir, deadline: Deadline) -> Run:
         if self.processes:
@@ -289,12 +267,56 @@ class InstanceAgents:
                      count_sync=self.count_sync)
         return plan
 
+    def evaluation(self, plan: Plan):
+        """The plan's :class:`~chainpipe.plan.Evaluation` on this chain."""
+        return evaluate(self.instance, plan)
+
     def iteration_time(self, plan: Plan) -> float:
         return evaluate(self.instance, plan).iteration_time_s
 
     def infeasibility_reason(self) -> str:
         return CostTables(self.instance).infeasibility_reason() or (
             "no plan satisfies the memory and device limits (exhaustive chain DP)")
+
+
+class LocalOwner:
+    """The job's owner with the whole instance at hand: its agents run in this process or
+    in one child process each (:class:`InstanceAgents`), and it evaluates plans itself.
+
+    Parameters
+    ----------
+    instance : Instance
+    processes : bool
+    message_timeout : float
+    """
+
+    def __init__(self, instance: Instance, processes: bool, message_timeout: float):
+        self.instance, self.processes = instance, bool(processes)
+        self.message_timeout = message_timeout
+        self.public = PublicInstance.of(instance)
+        self.mode = "processes" if self.processes else "in-process"
+
+    def whole(self) -> InstanceAgents:
+        """The agents of the whole chain, on the instance as it is."""
+        return InstanceAgents(self.instance, self.processes, self.message_timeout)
+
+    def chain(self, first: int, last: int, microbatches: int,
+              count_sync: bool = True) -> InstanceAgents:
+        """The agents of DCs ``first..last`` planning one pipeline of ``microbatches``."""
+        from .pipelines import chain_instance
+
+        return InstanceAgents(chain_instance(self.instance, first, last, microbatches),
+                              self.processes, self.message_timeout, count_sync)
+
+    def evaluation(self, plan: Plan, pipelines=None):
+        """The plan's evaluation on the whole instance (``pipelines``, each pipeline's cost
+        from its range run, are not needed here: the owner holds the instance)."""
+        return evaluate(self.instance, plan)
+
+    def infeasibility_reason(self) -> str:
+        return CostTables(self.instance).infeasibility_reason() or (
+            "no plan of an allowed pipeline count satisfies the memory and device limits "
+            "(exhaustive search)")
 
 
 def _compare_dp(instance: Instance, plan: Plan | None, deadline: Deadline) -> dict:

@@ -39,7 +39,9 @@ from ...tables import CostTables, fastest_rate
 from ..labels import TRIALS
 from . import protocol
 from .local import END, IN, OWN, LocalDP
-from .period import PeriodDP, dominates, period_time
+from .period import PeriodDP, concave_majorant, dominates, period_time
+from .period import cap_keep as period_cap_keep
+from .period import epsilon_keep as period_epsilon_keep
 from .period import pareto as period_pareto
 from .public import PublicInstance
 from .summary import (
@@ -169,12 +171,11 @@ class DCAgent:
         self.M = public.microbatches
         self.R = public.position_cap
         #: the ``period`` objective (:mod:`.period`): points carry the period terms and
-        #: the window majorant; no compression, probe or trials (one exact run)
+        #: the window majorant; compression as under ``classic`` (:meth:`_period_compress`),
+        #: no probe (no beam or grid)
         self.period = public.period
-        if self.period and (self.epsilon or self.quantum or self.digits or self.max_entries
-                            or beam or grid):
-            raise ValueError("under the period objective only the exact run is implemented "
-                             "(no epsilon, quantum, digits, max_entries, beam or grid)")
+        if self.period and (beam or grid):
+            raise ValueError("under the period objective no probe runs (no beam or grid)")
         self.bytes = self.tables.boundary_bytes
         self.stats: dict = {}
         caps = np.minimum(self.tables.count, self.L)
@@ -547,6 +548,9 @@ class DCAgent:
         phases under GPipe)."""
         base: dict[int, list] = {self.L: [PeriodDP.end_label()]}
         gpipe = self.tables.schedule == "gpipe"
+        # rounded windows may leave a dent: loops are read off the majorant, at or above
+        # them (period.concave_majorant); an exact run's majorants are taken as they are
+        rounded = self.quantum > 0 or self.digits > 0
         for i, (b, bw, pts) in enumerate(self._incoming):
             if b == 0:
                 continue
@@ -554,7 +558,8 @@ class DCAgent:
             q = float(cost.traversal(0.0, u))
             base.setdefault(b, []).extend(
                 (max(x1, u), max(x2, u) if gpipe else x2, sm + q, s, r,
-                 tuple(h + q for h in hull), (IN, i, j))
+                 tuple(h + q for h in (concave_majorant(hull) if rounded else hull)),
+                 (IN, i, j))
                 for j, (r, x1, x2, sm, s, hull) in enumerate(pts))
         return base
 
@@ -596,8 +601,7 @@ class DCAgent:
                     pts = [p for p in pts if period_time(
                         self.M, max(p[0], u), max(p[1], u) if gpipe else p[1], p[2] + q,
                         p[3]) <= limit]
-                pts = [p for p in period_pareto(pts, same_p)
-                       if not any(dominates(k, p, same_p) for k in kept)]
+                pts = self._period_compress(pts, same_p, kept, b, bw)
                 if not pts:
                     continue
                 pts.sort(key=lambda p: (p[4], p[0], p[1], p[2], p[3], p[5]))
@@ -609,6 +613,33 @@ class DCAgent:
         self._out_origin = origins
         self._out_b = [e["b"] for e in entries]
         return protocol.summary(self.name, self.public.datacenter_names[self.k - 1], entries)
+
+    def _period_compress(self, pts: list, same_p: bool, kept: list, b: int, bw) -> list:
+        """One summary entry's points under ``period``: rounded up (``quantum``,
+        ``digits``: every value and every window, each over-estimated by at most the
+        factor), filtered by dominance (:func:`.period.dominates`, against the ``kept``
+        points of wider paths too), then by epsilon-dominance
+        (:func:`.period.epsilon_keep`) and the ``max_entries`` cap
+        (:func:`.period.cap_keep`, no guarantee), as :meth:`_summary` does under
+        ``classic``."""
+        if self.quantum > 0 or self.digits > 0:
+            def up(v: float) -> float:
+                return round_digits(round_up(v, self.quantum), self.digits)
+
+            pts = [(up(x1), up(x2), up(sm), up(s), r, tuple(up(h) for h in hull), o)
+                   for x1, x2, sm, s, r, hull, o in pts]
+        pts = [p for p in period_pareto(pts, same_p)
+               if not any(dominates(k, p, same_p) for k in kept)]
+        if self.epsilon > 0:
+            pts = [pts[i] for i in period_epsilon_keep(pts, self.epsilon, same_p)]
+        if self.max_entries:
+            flop = self.tables.flop_prefix  # public: the model's
+            u = float(cost.occupancy(self.bytes[b], bw)) if bw is not None else 0.0
+            rest = float(flop[-1] - flop[b])
+            scale = float(flop[-1]) / rest if rest > 0 else 1.0
+            pts = [pts[i] for i in period_cap_keep(pts, self.M, self.max_entries, scale, u,
+                                                   not same_p)]
+        return pts
 
     # ------------------------------------------------------------------ decision (DC 1)
     def decide(self) -> tuple[dict | None, float]:

@@ -5,9 +5,10 @@ Each agent reports its stages in the plan file's shape and what they cost
 each stage, the boundaries between its own consecutive stages). An owner that
 holds only the public part of the instance (a run across hosts) computes the
 chain boundaries from the public links and combines everything with
-:func:`chainpipe.plan.combine`, the same function :func:`chainpipe.plan.evaluate`
-ends with, into the same ``T``. A report is data from another host: every field
-is checked, and one that does not fit names its DC.
+:func:`chainpipe.plan.pipeline_cost` and :func:`chainpipe.plan.assemble`, the
+functions :func:`chainpipe.plan.evaluate` ends with, into the same ``T`` (under either
+objective, GPipe's period from the phase times each agent reports). A report is data
+from another host: every field is checked, and one that does not fit names its DC.
 """
 
 from __future__ import annotations
@@ -16,11 +17,20 @@ import math
 
 from ... import cost
 from ...instance import InstanceError
-from ...plan import BoundaryCost, Evaluation, Plan, StageCost, boundary_cost, combine
+from ...plan import (
+    BoundaryCost,
+    Evaluation,
+    Plan,
+    StageCost,
+    assemble,
+    boundary_cost,
+    pipeline_cost,
+)
 from .public import PublicInstance
 from .runner import AgentFailure
 
-_STAGE_NUMBERS = ("compute_time_s", "memory_bytes", "memory_limit_bytes", "sync_time_s")
+_STAGE_NUMBERS = ("compute_time_s", "memory_bytes", "memory_limit_bytes", "sync_time_s",
+                  "forward_time_s", "backward_time_s")
 _BOUNDARY_NUMBERS = ("bytes", "bandwidth_bytes_per_s", "latency_s", "occupancy_s",
                      "traversal_s")
 
@@ -47,7 +57,8 @@ def plan_of(reports: list[dict]) -> Plan | None:
 
 def evaluation_of(public: PublicInstance, plan: Plan, reports: list[dict]) -> Evaluation:
     """The :class:`Evaluation` of ``plan`` from the agents' reported costs and the public
-    chain links; the rules the owner can check itself are checked too.
+    chain links, under the public objective and schedule (GPipe's period from the phase
+    times the agents report); the rules the owner can check itself are checked too.
 
     Raises
     ------
@@ -69,7 +80,8 @@ def evaluation_of(public: PublicInstance, plan: Plan, reports: list[dict]) -> Ev
                                          st.data_parallel, st.tensor_parallel,
                                          *(c[f] for f in ("compute_time_s", "in_flight",
                                                           "memory_bytes", "memory_limit_bytes",
-                                                          "sync_time_s"))))
+                                                          "sync_time_s", "forward_time_s",
+                                                          "backward_time_s"))))
             dc_of.append(k)
     bounds: list[BoundaryCost] = []
     for s in range(len(stage_costs) - 1):
@@ -84,7 +96,9 @@ def evaluation_of(public: PublicInstance, plan: Plan, reports: list[dict]) -> Ev
             bounds.append(boundary_cost(public.model, s, last, tuple(names[lo:hi + 1]),
                                         *cost.chain_path(public.links, lo, hi)))
     violations = _public_rules(public, plan, stage_costs, reports)
-    return combine(stage_costs, bounds, public.microbatches, violations)
+    tr = public.training
+    return assemble([pipeline_cost(0, public.microbatches, stage_costs, bounds, tr.objective,
+                                   tr.schedule)], violations, objective=tr.objective)
 
 
 def _costs(report: dict, n: int) -> dict:

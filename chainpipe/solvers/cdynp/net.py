@@ -5,9 +5,15 @@ carries frames of :mod:`.wire` (a 4-byte length, then the bytes). The first
 frame is a JSON header saying what the connection is for:
 
 * ``{"net": NET, "kind": "run", "run": ID, "public_sha256": H, "agents": {...},
-  "options": {...}, "time_limit_s": S or null, "trace": bool}``: the owner asks an
-  agent to take part in run ``ID`` of the public instance whose digest is ``H``
-  (:func:`public_digest`), its neighbours at the addresses of ``agents``. The agent
+  "options": {...}, "time_limit_s": S or null, "trace": bool, "chain": C}`` (``chain``
+  may be left out, meaning ``null``): the owner
+  asks an agent to take part in run ``ID`` of the public instance whose digest is ``H``
+  (:func:`public_digest`), its neighbours at the addresses of ``agents``. ``C`` is
+  ``null`` (the instance as it is) or ``{"first": i, "last": j, "microbatches": m,
+  "objective": "classic" | "period"}``: a range run, the DCs ``i..j`` planning one
+  pipeline of ``m`` microbatches (:meth:`.public.PublicInstance.chain`; the owner's
+  public decisions of several pipelines, or the classic solve that bounds a period
+  run), whose agents alone take part. The agent
   answers ``{"event": "accepted"}`` or ``{"refused": REASON}``, then sends its
   events (``work``, ``wait``, ``beat``, ``done``, ``failed``) on the same connection;
 * ``{"net": NET, "kind": "prefix" | "summary" | "assemble", "run": ID}``: a
@@ -94,15 +100,16 @@ def check_header(h, num_layers: int | None = None) -> dict:
         raise protocol.ProtocolError(f"header: expected an object with net = {NET!r}")
     kind = h.get("kind")
     keys = {"run": {"net", "kind", "run", "public_sha256", "agents", "options",
-                    "time_limit_s", "trace"},
+                    "time_limit_s", "trace", "chain"},
             "prefix": {"net", "kind", "run"},
             "summary": {"net", "kind", "run"},
             "assemble": {"net", "kind", "run"}}.get(kind if isinstance(kind, str) else "")
     if keys is None:
         raise protocol.ProtocolError(
             "header.kind: must be 'run', 'prefix', 'summary' or 'assemble'")
-    if set(h) != keys:
-        raise protocol.ProtocolError(f"header: expected exactly the fields {sorted(keys)}")
+    if set(h) != keys and not (kind == "run" and set(h) == keys - {"chain"}):
+        raise protocol.ProtocolError(f"header: expected exactly the fields {sorted(keys)}"
+                                     + (" (chain may be left out)" if kind == "run" else ""))
     if not isinstance(h["run"], str) or not _RUN_ID.fullmatch(h["run"]):
         raise protocol.ProtocolError("header.run: must be 32 lowercase hex digits")
     if kind != "run":
@@ -123,7 +130,27 @@ def check_header(h, num_layers: int | None = None) -> dict:
         raise protocol.ProtocolError("header.time_limit_s: must be a number >= 0 or null")
     if not isinstance(h["trace"], bool):
         raise protocol.ProtocolError("header.trace: must be true or false")
+    h.setdefault("chain", None)
+    _check_chain(h["chain"])
     return h
+
+
+def _check_chain(chain) -> None:
+    """A run header's ``chain``: ``null`` or a range of DCs, a microbatch count and an
+    objective (whether the agent's chain has that range is the agent's check)."""
+    if chain is None:
+        return
+    keys = {"first", "last", "microbatches", "objective"}
+    if not isinstance(chain, dict) or set(chain) != keys:
+        raise protocol.ProtocolError(f"header.chain: must be null or exactly {sorted(keys)}")
+    if not all(isinstance(chain[k], int) and not isinstance(chain[k], bool)
+               for k in ("first", "last", "microbatches")):
+        raise protocol.ProtocolError("header.chain: first, last, microbatches: integers")
+    if not 0 <= chain["first"] <= chain["last"] or chain["microbatches"] < 1:
+        raise protocol.ProtocolError("header.chain: must have 0 <= first <= last and "
+                                     "microbatches >= 1")
+    if chain["objective"] not in ("classic", "period"):
+        raise protocol.ProtocolError("header.chain.objective: must be 'classic' or 'period'")
 
 
 def _check_options(opts, num_layers: int | None) -> None:

@@ -272,3 +272,78 @@ class PeriodDP:
     def end_label() -> tuple:
         """The base label of the model's end: nothing placed."""
         return (0.0, 0.0, 0.0, 0.0, 0, (), (END, 0, 0))
+
+
+def concave_majorant(values) -> tuple:
+    """The least concave sequence at or above ``values`` (window ``j`` at ``x = j + 1``):
+    the upper hull of the points, read at every window. A compressed run's summaries
+    round every window sum up on its own, which may leave a dent; the receiver reads
+    loops off the majorant (:func:`~chainpipe.solvers.dp_period.new_loops` and
+    :func:`~chainpipe.solvers.dp_period.hull_prepend` assume a concave sequence), which is
+    still at or above the true one and, the true one being concave, within the rounding's
+    factor of it."""
+    vals = [float(v) for v in values]
+    hull: list[int] = []  # indices of the upper hull's vertices
+    for i, v in enumerate(vals):
+        while len(hull) >= 2:
+            a, b = hull[-2], hull[-1]
+            # b lies on or below the chord from a to i: not a vertex
+            if (vals[b] - vals[a]) * (i - a) <= (v - vals[a]) * (b - a):
+                hull.pop()
+            else:
+                break
+        hull.append(i)
+    out = list(vals)
+    for a, b in zip(hull, hull[1:]):
+        for i in range(a + 1, b):
+            out[i] = max(vals[i], vals[a] + (vals[b] - vals[a]) * (i - a) / (b - a))
+    return tuple(out)
+
+
+def _within(a: tuple, b: tuple, f: float, same_p: bool) -> bool:
+    """Point ``a`` costs at most ``f`` times ``b`` for every completion: each of ``(x1,
+    x2, total, sync)`` and every window at most ``f`` times ``b``'s, the same ``p`` under
+    1F1B (points ``(x1, x2, total, sync, p, hull, ...)``)."""
+    if same_p and a[4] != b[4]:
+        return False
+    if len(a[5]) != len(b[5]):
+        return False
+    return (a[0] <= f * b[0] and a[1] <= f * b[1] and a[2] <= f * b[2] and a[3] <= f * b[3]
+            and all(x <= f * y for x, y in zip(a[5], b[5])))
+
+
+def epsilon_keep(points: list, eps: float, same_p: bool) -> list[int]:
+    """Indices (ascending) of the points kept by epsilon-dominance under ``period``: every
+    dropped point is within ``1 + eps`` of a kept one (:func:`_within`). Prepending a
+    stage and ``T`` are monotone and positively homogeneous in a point's values (maxima,
+    sums, loops over window sums, the majorant), so every completion through the kept
+    point costs at most ``1 + eps`` times the same completion through the dropped one."""
+    if eps <= 0:
+        return list(range(len(points)))
+    f = 1.0 + eps
+    kept: list = []
+    out = []
+    for i in sorted(range(len(points)), key=lambda i: (points[i][2], points[i][0])):
+        if not any(_within(k, points[i], f, same_p) for k in kept):
+            kept.append(points[i])
+            out.append(i)
+    out.sort()
+    return out
+
+
+def cap_keep(points: list, M: int, max_entries: int, scale: float, occupancy: float,
+             gpipe: bool) -> list[int]:
+    """Indices (ascending) of the ``max_entries`` points with the least estimated ``T`` of
+    a whole plan (as :func:`.summary.cap_keep`: the boundary paid, the total scaled by
+    the model's FLOP over the suffix's); no guarantee."""
+    if max_entries <= 0 or len(points) <= max_entries:
+        return list(range(len(points)))
+    u = occupancy
+    q = float(cost.traversal(0.0, u))
+
+    def estimate(p) -> float:
+        return period_time(M, max(p[0], u), max(p[1], u) if gpipe else p[1],
+                           (p[2] + q) * scale, p[3])
+
+    order = sorted(range(len(points)), key=lambda i: estimate(points[i]))
+    return sorted(order[:max_entries])

@@ -40,30 +40,32 @@ from pathlib import Path
 from ... import cost
 from ...deadline import Deadline
 from ...instance import Instance
-from ...plan import Pipeline, Plan, Stage, evaluate
-from .drive import agent_options
+from ...plan import Pipeline, Plan, Stage
+from .drive import guarantee_factor, is_exact
+from .public import range_training
 
 
 def chain_instance(instance: Instance, i: int, j: int, microbatches: int) -> Instance:
     """The range ``i..j`` of ``instance``'s chain as an instance of one pipeline of
     ``microbatches`` (the instance's objective): what the range's agents plan (each gets
-    only its own DC record of it, as for the whole chain)."""
-    tr = instance.training
-    training = dataclasses.replace(
-        tr, microbatches=int(microbatches), pipeline_sync_period=1,
-        parallelism=dataclasses.replace(tr.parallelism, pipelines=(1,)))
-    return dataclasses.replace(instance, training=training,
+    only its own DC record of it, as for the whole chain; across hosts each builds the
+    same public part itself, :meth:`.public.PublicInstance.chain`)."""
+    return dataclasses.replace(instance, training=range_training(instance.training,
+                                                                 microbatches),
                                datacenters=tuple(instance.datacenters[i:j + 1]),
                                links=tuple(instance.links[i:j]))
 
 
 @dataclasses.dataclass(frozen=True)
 class RangePlan:
-    """What a range run gave the owner: ``T_p``, the plan's ``max R_s``, its stages."""
+    """What a range run gave the owner: ``T_p``, the plan's ``max R_s``, its stages and
+    the pipeline's cost (:class:`chainpipe.plan.PipelineCost`, for an owner that holds
+    only the public part)."""
 
     time: float
     sync: float
     stages: tuple[Stage, ...]
+    cost: object = None
 
 
 class RangeRuns:
@@ -71,21 +73,20 @@ class RangeRuns:
 
     Parameters
     ----------
-    instance : Instance
-        The whole instance (the owner simulates every agent with its own DC record, in
-        this process or in one child process each, as for one pipeline).
-    processes : bool
-        One OS process per agent and run.
-    message_timeout : float
-        As for :func:`chainpipe.solvers.cdynp.run`.
+    owner : LocalOwner or RemoteOwner
+        Whose agents run (:meth:`chain` gives a range's, in this process, in child
+        processes or on their hosts over TLS).
+    options : dict
+        The agents' options (:func:`.drive.agent_options`): exact, or compressed (then a
+        run's ``T_p`` is at most the guarantee factor times ``g``, and a run that finds
+        nothing below its bound proves ``g`` above the bound over that factor).
     deadline : Deadline
     trace_dir : path, optional
         Each run's messages go to ``trace_dir/range-<i>-<j>-m<m>-<n>/``.
     """
 
-    def __init__(self, instance: Instance, processes: bool, message_timeout: float,
-                 deadline: Deadline, trace_dir=None):
-        self.instance, self.processes, self.timeout = instance, processes, message_timeout
+    def __init__(self, owner, options: dict, deadline: Deadline, trace_dir=None):
+        self.owner, self.options = owner, options
         self.deadline, self.trace_dir = deadline, trace_dir
         #: (i, j) -> [(m, theta, bound, RangePlan or None)] of the runs made
         self.known: dict[tuple[int, int], list] = {}
@@ -117,15 +118,14 @@ class RangeRuns:
         from . import solve_chain
         from .runner import AgentFailure
 
-        sub = chain_instance(self.instance, i, j, m)
+        backend = self.owner.chain(i, j, m, count_sync=False)
         # theta = inf as the largest float (a message carries no infinity): every R is below
-        options = {**agent_options(upper_bound=None if math.isinf(bound) else bound),
+        options = {**self.options, "upper_bound": None if math.isinf(bound) else bound,
                    "sync_cap": min(theta, sys.float_info.max)}
         name = f"range-{i}-{j}-m{m}-{self.runs:03d}"
         trace = None if self.trace_dir is None else Path(self.trace_dir, name)
         self.runs += 1
-        out = solve_chain(sub, options, self.deadline, self.processes, self.timeout,
-                          trace_dir=trace, probe=False, count_sync=False)
+        out = solve_chain(backend, options, self.deadline, trace_dir=trace, probe=False)
         self.messages += [{**msg, "file": f"{name}/{msg['file']}"}
                           for msg in out.stats.get("messages", [])]
         self.labels += sum(a.get("labels", 0) for a in out.stats.get("agents", []))
@@ -133,13 +133,16 @@ class RangeRuns:
             raise AgentFailure((out.message or "").removeprefix("cdynp: "),
                                out.stats.get("failed_datacenter"))
         if out.status == "no_solution":
-            if out.lower_bound is not None:  # the exact search found nothing below bound
+            # the search found nothing below bound: exhaustive (exact, with its bound), or
+            # compressed to its guarantee; a run the time limit ended never got that far
+            if out.lower_bound is not None or "messages" in out.stats:
                 return None
             raise TimeUp(out.message or "time limit reached")
         if out.plan is None:
             return None
-        ev = evaluate(sub, out.plan)
-        return RangePlan(float(ev.pipelines[0].time_s), float(ev.sync_s), out.plan.stages)
+        ev = backend.evaluation(out.plan)
+        return RangePlan(float(ev.pipelines[0].time_s), float(ev.sync_s), out.plan.stages,
+                         ev.pipelines[0])
 
 
 def split_microbatches(times, M: int, P: int):
@@ -196,12 +199,13 @@ def partitions(i0: int, j0: int, P: int):
             yield [(i0, cut), *rest]
 
 
-def several(instance: Instance, counts, runs: RangeRuns, best_T: float, deadline: Deadline):
+def several(instance, counts, runs: RangeRuns, best_T: float, deadline: Deadline):
     """The best plan of ``P >= 2`` pipelines, ``P`` in ``counts``, that beats ``best_T``.
 
     Parameters
     ----------
-    instance : Instance
+    instance : Instance or PublicInstance
+        Its public part is all that is read.
     counts : iterable of int
         Pipeline counts, each at most ``min(M, K)``.
     runs : RangeRuns
@@ -216,7 +220,7 @@ def several(instance: Instance, counts, runs: RangeRuns, best_T: float, deadline
     """
     K, M = instance.num_datacenters, instance.microbatches
     H = instance.training.pipeline_sync_period
-    total_params = float(sum(ly.params for ly in instance.layers))
+    total_params = float(sum(ly.params for ly in instance.model.layers))
     gamma = instance.training.gradient_bytes_per_param
     found = None
     for P in counts:
@@ -238,7 +242,8 @@ def several(instance: Instance, counts, runs: RangeRuns, best_T: float, deadline
                     if tau + rx >= best_T:  # every plan left in the sweep: T >= tau + R_X / H
                         break
                     plan = Plan(pipelines=[Pipeline(rp.stages, m) for rp, m in chosen])
-                    T = evaluate(instance, plan).iteration_time_s
+                    T = runs.owner.evaluation(plan, [rp.cost for rp, _m in chosen]
+                                              ).iteration_time_s
                     if T < best_T:
                         best_T, found = T, plan
                     rho = max(rp.sync for rp, _m in chosen)
@@ -265,3 +270,100 @@ def _least_max(instance, runs: RangeRuns, P: int, i0: int, j0: int, theta: float
                                for r, m in zip(ranges, split[1])])
             bound = min(bound, split[0] * (1 + 1e-9))  # later partitions must beat it
     return best
+
+
+def solve_several(owner, options: dict, deadline: Deadline, trace_dir=None, probe=None):
+    """The owner's search over the allowed pipeline counts: one pipeline over the whole
+    chain by the usual solve (:func:`chainpipe.solvers.cdynp.solve_chain`), several by
+    range runs (:func:`several`).
+
+    Exact, or compressed (``epsilon``, ``quantum``, ``digits``): every range run then
+    keeps the guarantee factor ``F`` of the whole chain's ``K - 1`` hops (a range has
+    fewer), and so does the search (``docs/privacy.md``, "Compression under version 3"):
+    the greedy split of ``M`` over values within ``F`` of ``g`` is within ``F`` of the
+    least maximum, a range run that finds nothing below its bound proves ``g`` above the
+    bound over ``F``, and the sweep over ``theta`` stops only where no plan left can be
+    ``F`` times better. The answer is ``feasible`` with the lower bound ``T / F``
+    (``max_entries``: no bound).
+
+    Parameters
+    ----------
+    owner : LocalOwner or RemoteOwner
+        Whose agents run, and how the owner evaluates a plan.
+    options : dict
+        The agents' options (:func:`.drive.agent_options`); ``upper_bound`` is refused.
+    deadline : Deadline
+    trace_dir : path, optional
+        The one-pipeline solve's messages under ``one/``, each range run's under its name.
+    probe : bool, optional
+        The one-pipeline solve's probe (:func:`chainpipe.solvers.cdynp.run`).
+
+    Returns
+    -------
+    Outcome
+    """
+    import time
+
+    from ...deadline import TimeUp
+    from ...result import Outcome
+    from . import solve_chain
+    from .runner import AgentFailure
+
+    if options["upper_bound"] is not None:
+        return Outcome("error", message="cdynp: with several pipelines option upper_bound "
+                       "is not supported")
+    exact = is_exact(options)
+    t0 = time.perf_counter()
+    public = owner.public
+    K, M = public.num_datacenters, public.microbatches
+    allowed = public.training.parallelism.pipelines
+    best_T, best_plan = math.inf, None
+    stats = {"mode": owner.mode, "exact": exact}
+    runs = RangeRuns(owner, options, deadline, None if trace_dir is None else Path(trace_dir))
+    try:
+        if 1 in allowed:
+            whole = owner.chain(0, K - 1, M)
+            one = solve_chain(whole, options, deadline, probe=probe,
+                              trace_dir=None if trace_dir is None else Path(trace_dir, "one"))
+            if one.status == "error":
+                return one
+            if one.status not in ("optimal", "feasible", "infeasible"):
+                raise TimeUp(one.message or "time limit reached")
+            stats["one_pipeline"] = {k: v for k, v in one.stats.items() if k != "agents"}
+            if one.plan is not None:
+                best_plan = Plan(one.plan.stages)
+                best_T = owner.evaluation(best_plan, [whole.evaluation(one.plan).pipelines[0]]
+                                          ).iteration_time_s
+        counts = [P for P in sorted(allowed) if 2 <= P <= min(M, K)]
+        best_T, found = several(public, counts, runs, best_T, deadline)
+        best_plan = found or best_plan
+    except TimeUp as exc:
+        stats.update(_range_stats(runs, t0))
+        if best_plan is None:
+            return Outcome("no_solution", message=f"cdynp: {exc}", stats=stats)
+        return Outcome("feasible", best_plan, message=f"cdynp: {exc}", stats=stats)
+    except AgentFailure as exc:
+        return Outcome("error", message=f"cdynp: {exc}",
+                       stats={**_range_stats(runs, t0), "failed_datacenter": exc.datacenter})
+    stats.update(_range_stats(runs, t0))
+    if best_plan is None:
+        if not exact and options["max_entries"]:
+            return Outcome("no_solution", message="cdynp: no plan survived the max_entries "
+                           "cap", stats=stats)
+        return Outcome("infeasible", message=owner.infeasibility_reason(), stats=stats)
+    stats["objective_s"] = best_T
+    if exact:
+        return Outcome("optimal", best_plan, stats=stats)
+    factor = guarantee_factor(K, options["epsilon"], options["quantum"], options["digits"])
+    stats["guarantee_factor"] = None if options["max_entries"] else factor
+    return Outcome("feasible", best_plan, stats=stats,
+                   lower_bound=None if options["max_entries"] else best_T / factor)
+
+
+def _range_stats(runs: RangeRuns, t0: float) -> dict:
+    import time
+
+    sizes = [m["bytes"] for m in runs.messages]
+    return {"range_runs": runs.runs, "messages": runs.messages, "labels": runs.labels,
+            "message_bytes_total": sum(sizes), "message_bytes_max": max(sizes, default=0),
+            "protocol_s": time.perf_counter() - t0}

@@ -17,7 +17,7 @@ document gets one line per problem, with the file and the JSON path).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
 
@@ -101,11 +101,31 @@ class PublicInstance:
         return protocol.Expect(names[sender], names[receiver], self.num_layers,
                                self.position_cap, frozenset(bandwidths), self.period)
 
+    def chain(self, first: int, last: int, microbatches: int,
+              objective: str | None = None) -> PublicInstance:
+        """The range ``first..last`` of the chain as one pipeline of ``microbatches``
+        (:func:`range_training`): what the range's agents plan in a range run of several
+        pipelines (``docs/privacy.md``, "Several pipelines"), all of it public."""
+        return PublicInstance(self.name, self.model,
+                              range_training(self.training, microbatches, objective),
+                              self.datacenter_names[first:last + 1],
+                              self.links[first:last])
+
     @property
     def period(self) -> bool:
         """Whether the run plans under the ``period`` objective (with ``M > 1``: one
         microbatch has no steady state, and both objectives give the same ``T``)."""
         return self.training.objective == "period" and self.microbatches > 1
+
+
+def range_training(training: Training, microbatches: int,
+                   objective: str | None = None) -> Training:
+    """``training`` for one pipeline of ``microbatches`` on a range of the chain: the
+    pipeline list ``[1]``, no cross-pipeline synchronisation period, and ``objective``
+    (``None``: the same; ``"classic"`` for the classic solve that bounds a period run)."""
+    return replace(training, microbatches=int(microbatches), pipeline_sync_period=1,
+                   objective=training.objective if objective is None else objective,
+                   parallelism=replace(training.parallelism, pipelines=(1,)))
 
 
 # ---------------------------------------------------------------------- documents

@@ -17,6 +17,7 @@ should be working) ends the solve with one line naming the DC and its address.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import queue
 import re
@@ -25,6 +26,7 @@ import socket
 import threading
 from pathlib import Path
 
+from ... import cost
 from ...deadline import Deadline
 from ...io import atomic_write
 from ...plan import Evaluation, Plan
@@ -51,18 +53,51 @@ class RemoteAgents:
         The owner's TLS client context (:func:`.tls.context`).
     message_timeout : float
         Seconds an agent may stay silent while it should be working.
+    chain : tuple, optional
+        ``(first, last, microbatches, objective)``: the runs are range runs of the DCs
+        ``first..last`` planning one pipeline of ``microbatches`` (``objective`` ``None``:
+        the instance's), sent to the agents in each run's header
+        (:meth:`.public.PublicInstance.chain`); ``None``: the whole instance as it is.
+    count_sync : bool, default True
+        ``False`` for a range run under ``sync_cap`` (its points count no ``R``).
+    reports : dict, optional
+        Where the agents' reports of each assembled plan are kept, shared with the
+        backends of the same chain under another objective (:meth:`with_objective`).
     """
 
     mode = "tls"
 
-    def __init__(self, public: dict, agents: dict, ctx, message_timeout=MESSAGE_TIMEOUT_S):
+    def __init__(self, public: dict, agents: dict, ctx, message_timeout=MESSAGE_TIMEOUT_S,
+                 *, chain: tuple | None = None, count_sync: bool = True,
+                 reports: dict | None = None):
         self.document = public
-        self.public = read_public(public)
+        whole = read_public(public)
+        self.chain = chain
+        self.public = whole if chain is None else whole.chain(*chain)
         self.digest = net.public_digest(public)
+        self.all_agents = dict(agents)
         self.agents = {name: agents[name] for name in self.public.datacenter_names}
         self.ctx = ctx
         self.message_timeout = float(message_timeout)
-        self._evaluations: dict[Plan, Evaluation] = {}
+        self.count_sync = count_sync
+        self._reports = {} if reports is None else reports
+
+    def with_objective(self, objective: str) -> RemoteAgents:
+        """The same agents on the same chain under ``objective`` (the classic solve that
+        bounds a period run); plans assembled by either are evaluated by both."""
+        first, last, m = (0, self.public.num_datacenters - 1, self.public.microbatches) \
+            if self.chain is None else self.chain[:3]
+        return RemoteAgents(self.document, self.all_agents, self.ctx, self.message_timeout,
+                            chain=(first, last, m, objective), count_sync=self.count_sync,
+                            reports=self._reports)
+
+    def _header_chain(self) -> dict | None:
+        if self.chain is None:
+            return None
+        first, last, m, objective = self.chain
+        return {"first": first, "last": last, "microbatches": m,
+                "objective": self.public.training.objective if objective is None
+                else objective}
 
     # ------------------------------------------------------------------ one run
     def one_run(self, options: dict, trace_dir, deadline: Deadline) -> Run:
@@ -76,7 +111,7 @@ class RemoteAgents:
                       "public_sha256": self.digest, "agents": self.agents,
                       "options": {k: v for k, v in options.items() if v is not None},
                       "time_limit_s": None if deadline.unlimited else deadline.remaining(),
-                      "trace": trace_dir is not None}
+                      "trace": trace_dir is not None, "chain": self._header_chain()}
             # downstream first: every DC knows the run before DC 1 sends the first message
             for k in reversed(range(len(socks))):
                 self._start(names[k], where[k], socks[k], header)
@@ -160,6 +195,12 @@ class RemoteAgents:
         return watch.run(next_events, lambda k: "its connection closed mid-run")
 
     # ------------------------------------------------------------------ the plan
+    def _key(self, plan: Plan) -> tuple:
+        """A plan's key among the kept reports: the same stages of another range or
+        microbatch count cost differently."""
+        first, last, m = (None, None, None) if self.chain is None else self.chain[:3]
+        return first, last, m, plan
+
     def assemble(self, res: Run, exact: bool) -> Plan | None:
         plan = plan_of(res.agents) if res.stages else None
         if plan is None:
@@ -168,13 +209,16 @@ class RemoteAgents:
         if evaluation.violations:
             raise AgentFailure(f"the agents' plan breaks a rule: {evaluation.violations[0]}",
                                None)
-        check_claims(self.public, evaluation, res.agents, exact=exact)
-        self._evaluations[plan] = evaluation
+        check_claims(self.public, evaluation, res.agents, exact=exact,
+                     count_sync=self.count_sync)
+        self._reports[self._key(plan)] = res.agents
         return plan
 
     def evaluation(self, plan: Plan) -> Evaluation:
-        """The evaluation of a plan :meth:`assemble` returned."""
-        return self._evaluations[plan]
+        """The evaluation, on this chain and under its objective, of a plan that
+        :meth:`assemble` (of this backend or of its sibling under another objective)
+        returned, from the costs its agents reported."""
+        return evaluation_of(self.public, plan, self._reports[self._key(plan)])
 
     def iteration_time(self, plan: Plan) -> float:
         return self.evaluation(plan).iteration_time_s
@@ -182,6 +226,68 @@ class RemoteAgents:
     def infeasibility_reason(self) -> str:
         return ("no plan satisfies the memory and device limits of the DCs (exhaustive "
                 "CDynP; each DC's own reasons stay private)")
+
+
+class RemoteOwner:
+    """The job's owner across hosts (:func:`.pipelines.solve_several`'s owner): range
+    runs on the agents of a range (:meth:`chain`), plans evaluated from what the agents
+    reported of their costs and the public links.
+
+    Parameters
+    ----------
+    public, agents, ctx, message_timeout
+        As for :class:`RemoteAgents`.
+    """
+
+    mode = "tls"
+
+    def __init__(self, public: dict, agents: dict, ctx, message_timeout=MESSAGE_TIMEOUT_S):
+        self.document, self.agents, self.ctx = public, agents, ctx
+        self.message_timeout = message_timeout
+        self.public = read_public(public)
+        self._reports: dict = {}
+        self._evaluations: dict[Plan, Evaluation] = {}
+
+    def chain(self, first: int, last: int, microbatches: int,
+              count_sync: bool = True) -> RemoteAgents:
+        """The agents of DCs ``first..last`` planning one pipeline of ``microbatches``."""
+        return RemoteAgents(self.document, self.agents, self.ctx, self.message_timeout,
+                            chain=(first, last, microbatches, None), count_sync=count_sync,
+                            reports=self._reports)
+
+    def evaluation(self, plan: Plan, pipelines=None) -> Evaluation:
+        """The evaluation of ``plan`` from its pipelines' costs (``pipelines``, each from its
+        range run, in plan order; ``None``: a plan evaluated before), as
+        :func:`chainpipe.plan.evaluate` ends: ``T = max_p T_p + max R_s + R_X / H``, ``R_X``
+        over the public chain links of the plan's span."""
+        if pipelines is None:
+            return self._evaluations[plan]
+        from ...plan import assemble
+
+        names = list(self.public.datacenter_names)
+        pipes = [dataclasses.replace(
+            pc, index=p, stages=tuple(dataclasses.replace(c, pipeline=p) for c in pc.stages),
+            boundaries=tuple(dataclasses.replace(b, pipeline=p) for b in pc.boundaries))
+            for p, pc in enumerate(pipelines)]
+        cross_s, cross = 0.0, "none"
+        if len(pipes) > 1:
+            lo = names.index(pipes[0].stages[0].datacenter)
+            hi = names.index(pipes[-1].stages[-1].datacenter)
+            bandwidth, latency = cost.chain_path(self.public.links, lo, hi)
+            tr = self.public.training
+            total = float(sum(ly.params for ly in self.public.model.layers))
+            cross_s = float(cost.cross_sync_time(total, tr.gradient_bytes_per_param,
+                                                 bandwidth, latency))
+            cross = (f"{len(pipes)} pipelines over {names[lo]}..{names[hi]} "
+                     f"({bandwidth:.4g} B/s, {latency:.4g} s)")
+        tr = self.public.training
+        ev = assemble(pipes, (), cross_s, cross, tr.pipeline_sync_period, tr.objective)
+        self._evaluations[plan] = ev
+        return ev
+
+    def infeasibility_reason(self) -> str:
+        return ("no plan of an allowed pipeline count satisfies the memory and device limits "
+                "of the DCs (exhaustive CDynP; each DC's own reasons stay private)")
 
 
 def _close_all(socks: list, readers: list[threading.Thread]) -> None:
@@ -270,8 +376,10 @@ def solve_remote(public: dict, agents: dict, ctx, *, time_limit=None, trace_dir=
         whole instance, and its plan's evaluation from the agents' reported costs.
     """
     from ...result import InstanceRef, OptionError, Outcome, number_option, result_of
-    from ...support import refusal
-    from .drive import agent_options, drive
+    from ...support import features, refusal
+    from . import solve_chain
+    from .drive import agent_options
+    from .pipelines import solve_several
 
     deadline = Deadline(time_limit)
     unknown = sorted(set(options) - {"epsilon", "quantum", "digits", "max_entries",
@@ -279,23 +387,22 @@ def solve_remote(public: dict, agents: dict, ctx, *, time_limit=None, trace_dir=
     if unknown:
         raise OptionError(f"cdynp across hosts: unknown option(s) {', '.join(unknown)}")
     message_timeout = number_option("cdynp", "message_timeout", message_timeout, strict=True)
-    backend = RemoteAgents(public, agents, ctx, message_timeout)
-    from ...support import features
-
-    reason = refusal(backend.public.training, "cdynp")
-    if reason is None and "pipelines" in features(backend.public.training):
-        # the range runs (.pipelines) start sessions on sub-chains, which the agents'
-        # servers (serve.py) do not offer yet
-        reason = ("cdynp across hosts does not support contract version 3 yet: "
-                  + features(backend.public.training)["pipelines"])
-    if reason:
-        return result_of(InstanceRef(backend.public.name), "cdynp", Outcome("error", message=reason),
-                         None, deadline.elapsed()), None
-    outcome = drive(backend, agent_options(**options), deadline=deadline, probe=probe,
-                    trace_dir=trace_dir)
-    ev = backend.evaluation(outcome.plan) if outcome.plan is not None else None
-    return result_of(InstanceRef(backend.public.name), "cdynp", outcome, ev,
-                     deadline.elapsed()), ev
+    owner = RemoteOwner(public, agents, ctx, message_timeout)
+    name = InstanceRef(owner.public.name)
+    if reason := refusal(owner.public.training, "cdynp"):
+        return result_of(name, "cdynp", Outcome("error", message=reason), None,
+                         deadline.elapsed()), None
+    opts = agent_options(**options)
+    if "pipelines" in features(owner.public.training):
+        # the owner's search over counts, ranges and splits of M: range runs on the
+        # agents of each range (each run's header names its chain), as in process
+        outcome = solve_several(owner, opts, deadline, trace_dir, probe)
+        ev = owner.evaluation(outcome.plan) if outcome.plan is not None else None
+    else:
+        backend = RemoteAgents(public, agents, ctx, message_timeout)
+        outcome = solve_chain(backend, opts, deadline, trace_dir=trace_dir, probe=probe)
+        ev = backend.evaluation(outcome.plan) if outcome.plan is not None else None
+    return result_of(name, "cdynp", outcome, ev, deadline.elapsed()), ev
 
 
 def read_agents(doc, names, path="AGENTS") -> dict:

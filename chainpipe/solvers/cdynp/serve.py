@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from ...deadline import Deadline
 from . import net, protocol, wire
 from .drive import agent_options
-from .public import read_view
+from .public import PublicInstance, read_view
 from .session import BEAT_S, Cancelled, PeerGone, run_agent
 from .tls import OWNER, party_of
 from .watch import GRACE_S
@@ -70,6 +70,8 @@ class _Run:
     id: str
     agents: dict
     deadline_at: float | None
+    view: PublicInstance | None = None  # the run's chain (None: the whole, as in the file)
+    first: int = 0  # the index of the run's first DC in the whole chain
     inbox: dict = field(default_factory=lambda: {"next": queue.Queue(), "prev": queue.Queue()})
     received: set = field(default_factory=set)  # the kinds delivered so far
     summary_sent: bool = False
@@ -279,13 +281,17 @@ class AgentServer:
                 problem = f"a second {kind} for run {run.id[:8]}.. (a replay)"
             elif kind == "assemble" and not run.summary_sent:
                 problem = "an assemble before this agent sent its summary (out of order)"
+            elif not 0 <= j - run.first < (run.view or self.public).num_datacenters:
+                problem = (f"a {kind} for run {run.id[:8]}.. from {party!r}, which is not in "
+                           f"that run's chain")
             else:
                 run.received.add(kind)
         if problem:
             return self._refuse(conn, who, problem)
         try:
             data = wire.recv(conn, protocol.MAX_MESSAGE_BYTES)
-            protocol.decode(data, kind, self.public.expect(j, self.k))
+            view = run.view or self.public
+            protocol.decode(data, kind, view.expect(j - run.first, self.k - run.first))
         except (protocol.ProtocolError, TimeoutError) as exc:
             reason = str(exc) or "no message within the time allowed"
             run.inbox[side].put(protocol.ProtocolError(reason, allowed))
@@ -300,20 +306,31 @@ class AgentServer:
                                            "(its digest differs from this agent's public file)")
         if header["trace"] and not self.allow_trace:
             return self._refuse(conn, who, "this agent takes no traced runs (--no-trace)")
-        if sorted(header["agents"]) != sorted(self.names):
-            return self._refuse(conn, who, f"agents: must name exactly the DCs {self.names}")
+        view, first = self.public, 0
+        if header["chain"] is not None:
+            problem = self._chain_problem(header["chain"])
+            if problem:
+                return self._refuse(conn, who, f"chain: {problem}")
+            c = header["chain"]
+            view, first = self.public.chain(c["first"], c["last"], c["microbatches"],
+                                            c["objective"]), c["first"]
+        if sorted(header["agents"]) != sorted(view.datacenter_names):
+            return self._refuse(conn, who, f"agents: must name exactly the DCs "
+                                           f"{list(view.datacenter_names)}")
         try:
             opts = header["options"]
             options = {**agent_options(**{k: opts.get(k) for k in
                                           ("epsilon", "quantum", "digits", "max_entries",
                                            "upper_bound", "prefix_bound")}),
-                       **{k: int(opts[k]) for k in ("beam", "grid") if opts.get(k)}}
+                       **{k: int(opts[k]) for k in ("beam", "grid") if opts.get(k)},
+                       **{k: float(opts[k]) for k in ("sync_cap", "lower_bound")
+                          if opts.get(k) is not None}}
         except (ValueError, TypeError) as exc:
             return self._refuse(conn, who, f"options: {exc}")
         options["prefix_bound"] = options["prefix_bound"] and self.share_prefix
         t = header["time_limit_s"]
         run = _Run(header["run"], dict(header["agents"]),
-                   None if t is None else time.monotonic() + float(t))
+                   None if t is None else time.monotonic() + float(t), view, first)
         with self.lock:
             if run.id in self.runs:
                 return self._refuse(conn, who, f"run {run.id[:8]}.. is already under way")
@@ -336,8 +353,8 @@ class AgentServer:
             tell({"event": "accepted"})
             setup = {"options": options, "deadline_at": run.deadline_at, "trace_dir": None,
                      "trace_return": header["trace"]}
-            event = run_agent(self.public, self.k, self.dc, setup, _TLSLinks(self, run, tell),
-                              tell, run.cancel)
+            event = run_agent(view, self.k - first, self.dc, setup,
+                              _TLSLinks(self, run, tell), tell, run.cancel)
             tell(event)
             self.log(f"run {run.id[:8]}.. {event['event']}"
                      + (f": {event.get('error')}" if event["event"] == "failed" else ""))
@@ -348,6 +365,27 @@ class AgentServer:
             watcher.join()
             with self.lock:
                 self.runs.pop(run.id, None)
+
+
+    def _chain_problem(self, chain: dict) -> str | None:
+        """Why this agent takes no range run of ``chain`` (a header's, checked by
+        :func:`.net.check_header`), or ``None``: the range must be of this chain and hold
+        this DC, its microbatches at most the instance's, its objective the instance's or
+        ``classic`` (the bound of a period run); a range other than the whole chain with
+        all its microbatches only where the instance allows several pipelines."""
+        K, M = len(self.names), self.public.microbatches
+        tr = self.public.training
+        if chain["last"] >= K or not chain["first"] <= self.k <= chain["last"]:
+            return (f"DCs {chain['first']}..{chain['last']} of a chain of {K} do not hold "
+                    f"this DC ({self.k})")
+        if chain["microbatches"] > M:
+            return f"{chain['microbatches']} microbatches, the instance has {M}"
+        if chain["objective"] not in (tr.objective, "classic"):
+            return f"objective {chain['objective']!r}: the instance's is {tr.objective!r}"
+        whole = (chain["first"], chain["last"], chain["microbatches"]) == (0, K - 1, M)
+        if not whole and max(tr.parallelism.pipelines) < 2:
+            return "a range run, but the instance allows one pipeline only"
+        return None
 
 
 class _TLSLinks:
