@@ -5,9 +5,14 @@ For every instance of the committed sets, and every inter-DC degradation factor 
 ``generate(..., degrade=F)`` does), the plan ``dp`` proves optimal (under ``classic``,
 one pipeline: the search every set solves in seconds) on the degraded network is
 replayed under 1F1B, ZB-H1 and ZB-H2 (:func:`chainpipe.schedule.simulate_schedules`,
-``W`` the compute of half of each layer's backward FLOP, ``M_W / M_B = 32/34``). Reported: each zero-bubble
-schedule's simulated makespan over 1F1B's, the largest peak memory per device over
-1F1B's, and whether the plan still fits its devices' memory.
+``M_W / M_B = 32/34``) twice: with ``W`` the compute of each layer's share of its
+backward FLOP as the file states it (these sets state none: the simulator's default,
+0.5), and with the shares the generator derives from the model's shape and writes into
+a version-3 instance (:attr:`chainpipe.instances.models.Figures.weight_grad_share`,
+taken from ``generate(preset, seed, version=3, **overrides)`` of the set's manifest
+entry). Reported: each zero-bubble schedule's simulated makespan over 1F1B's, the
+largest peak memory per device over 1F1B's, and whether the plan still fits its
+devices' memory.
 
     python experiments/zero_bubble.py [--quick]
 """
@@ -18,9 +23,11 @@ import dataclasses
 import time
 
 import chainpipe as cp
-from chainpipe.instance import Link
+from chainpipe.instance import Link, Model
+from chainpipe.instances import generate
+from chainpipe.instances.sets import ROOT, SETS
 from chainpipe.schedule import simulate_schedules
-from common import HERE, fmt, geomean, parse, publish, pyplot, table
+from common import fmt, geomean, parse, publish, pyplot, table
 
 NAME = "zero_bubble"
 SETS_QUICK = ("small", "hybrid/small")
@@ -28,6 +35,28 @@ SETS_FULL = ("small", "medium", "large", "hybrid/small", "hybrid/medium", "hybri
 SCHEDULES = ("1f1b", "zb-h1", "zb-h2")
 #: instance -> dp's status where it returned no plan (infeasible, or the time limit)
 NO_PLAN: dict[str, str] = {}
+#: the two sources of each layer's weight-gradient share: the file's (the default 0.5
+#: where it states none) and the generator's, derived from the model's shape
+SHARES = ("file", "derived")
+
+
+def derived_shares(inst, entry):
+    """``inst`` with every layer's ``weight_grad_share`` as the generator derives it for
+    the set's ``entry`` (its version-3 twin's layers: same model, same layer names)."""
+    twin = generate(entry.preset, entry.seed, version=3, **entry.overrides).layers
+    if [ly.name for ly in twin] != [ly.name for ly in inst.layers]:
+        raise RuntimeError(f"{inst.name}: the generator's layers are not the file's")
+    layers = tuple(dataclasses.replace(ly, weight_grad_share=t.weight_grad_share)
+                   for ly, t in zip(inst.layers, twin))
+    return dataclasses.replace(inst, model=Model(inst.model.name, layers))
+
+
+def backward_share(inst, plan) -> float:
+    """The plan's weight-gradient FLOP over its backward FLOP (shares as the file states
+    them, 0.5 where it states none)."""
+    w = sum((0.5 if ly.weight_grad_share is None else ly.weight_grad_share) * ly.bwd_flop
+            for ly in inst.layers)
+    return w / sum(ly.bwd_flop for ly in inst.layers)
 
 
 def degrade(inst, factor: float):
@@ -47,26 +76,45 @@ def one_pipeline_classic(inst):
         training, objective="classic", parallelism=parallelism))
 
 
-def measure(inst, limit: float) -> dict | None:
-    """The optimum's replays under :data:`SCHEDULES`, or ``None`` without a plan."""
+def replays(inst, plan, prefix: str = "") -> dict:
+    """The plan's replays under :data:`SCHEDULES`: speed-ups, memory, fit, bound ratios
+    (keys after ``prefix``)."""
+    sims = {s.schedule: s for s in simulate_schedules(inst, plan, SCHEDULES)}
+    base = sims["1f1b"]
+    peak = max(m.memory_bytes for m in base.memory)
+    row = {}
+    for name in SCHEDULES[1:]:
+        sim = sims[name]
+        row[f"{prefix}{name}_speedup"] = base.makespan_s / sim.makespan_s
+        row[f"{prefix}{name}_memory"] = max(m.memory_bytes for m in sim.memory) / peak
+        row[f"{prefix}{name}_fits"] = sim.fits
+    for name, sim in sims.items():  # how far the replay is above the period-style bound
+        row[f"{prefix}{name}_over_bound"] = sim.makespan_s / sim.lower_bound_s
+    return row
+
+
+def measure(inst, derived, limit: float) -> dict | None:
+    """The optimum's replays under :data:`SCHEDULES` with the file's shares and with the
+    ``derived`` instance's (keys ``derived_...``), or ``None`` without a plan."""
     res = cp.solve(one_pipeline_classic(inst), "dp", time_limit=limit)
     if res.plan is None:
         NO_PLAN[inst.name] = str(res.status)
         return None
-    sims = {s.schedule: s for s in simulate_schedules(inst, res.plan, SCHEDULES)}
-    base = sims["1f1b"]
-    peak = max(m.memory_bytes for m in base.memory)
-    row = {"stages": res.plan.num_stages, "M": inst.microbatches, "1f1b": base.makespan_s,
+    base = simulate_schedules(inst, res.plan, ("1f1b",))[0]
+    row = {"status": str(res.status), "stages": res.plan.num_stages, "M": inst.microbatches,
+           "1f1b": base.makespan_s,
            "T": base.iteration_time_s, "fits_1f1b": base.fits,
-           "inter_dc": sum(1 for r in base.rows if r.kind == "link" and r.inter_dc)}
-    for name in SCHEDULES[1:]:
-        sim = sims[name]
-        row[f"{name}_speedup"] = base.makespan_s / sim.makespan_s
-        row[f"{name}_memory"] = max(m.memory_bytes for m in sim.memory) / peak
-        row[f"{name}_fits"] = sim.fits
-    for name, sim in sims.items():  # how far the replay is above the period-style bound
-        row[f"{name}_over_bound"] = sim.makespan_s / sim.lower_bound_s
+           "inter_dc": sum(1 for r in base.rows if r.kind == "link" and r.inter_dc),
+           "share": backward_share(inst, res.plan),
+           "derived_share": backward_share(derived, res.plan)}
+    row.update(replays(inst, res.plan))
+    row.update(replays(derived, res.plan, "derived_"))
     return row
+
+
+def _cell(row: dict, key: str) -> str:
+    """A speed-up, with ``(!)`` when the plan does not fit under that schedule."""
+    return f"{row[key]:.3f}" + ("" if row[key.replace("speedup", "fits")] else " (!)")
 
 
 def main() -> None:
@@ -75,77 +123,105 @@ def main() -> None:
     factors = (1.0, 0.1) if args.quick else (1.0, 0.5, 0.25, 0.1)
     limit = args.time_limit or 120.0
     start = time.perf_counter()
-    files = [p for s in sets for p in sorted((HERE.parent / "instances" / s).glob("*.json"))
-             if p.name != "manifest.json"]
+    entries = [(s, e) for s in sets for e in sorted(SETS[s], key=lambda e: e.stem)]
     rows = {}  # (instance, F) -> measure
-    for path in files:
-        base = cp.read(path)
+    for set_name, entry in entries:
+        base = cp.read(ROOT / set_name / f"{entry.stem}.json")
+        derived = derived_shares(base, entry)
         for F in factors:
-            rows[(base.name, F)] = measure(degrade(base, F), limit)
+            rows[(base.name, F)] = measure(degrade(base, F), degrade(derived, F), limit)
             r = rows[(base.name, F)]
             print(f"{base.name} F={F:g}: " + (f"no plan ({NO_PLAN[degrade(base, F).name]})"
                                                if r is None else
                   f"S={r['stages']} M={r['M']} 1f1b {r['1f1b']:.4g} s, zb-h1 x"
-                  f"{r['zb-h1_speedup']:.3f}, zb-h2 x{r['zb-h2_speedup']:.3f}"), flush=True)
+                  f"{r['zb-h1_speedup']:.3f} (derived x{r['derived_zb-h1_speedup']:.3f}), "
+                  f"zb-h2 x{r['zb-h2_speedup']:.3f} (derived x"
+                  f"{r['derived_zb-h2_speedup']:.3f})"), flush=True)
     names = list(dict.fromkeys(name for name, _ in rows))
 
-    def summary(F, key):
-        return geomean([rows[(n, F)][key] for n in names if rows[(n, F)] is not None])
+    def got(F):
+        return [rows[(n, F)] for n in names if rows[(n, F)] is not None]
 
-    def share(F, key):
-        vals = [rows[(n, F)][key] for n in names if rows[(n, F)] is not None]
+    def summary(F, key):
+        return geomean([r[key] for r in got(F)])
+
+    def count(F, key):
+        vals = [r[key] for r in got(F)]
         return f"{sum(vals)}/{len(vals)}"
 
-    head = ["F", "plans", "ZB-H1 / 1F1B speed-up", "max", "ZB-H2 / 1F1B speed-up", "max",
-            "ZB-H1 memory", "ZB-H2 memory", "fit 1F1B", "fit ZB-H1", "fit ZB-H2"]
-    srows = []
-    for F in factors:
-        got = [rows[(n, F)] for n in names if rows[(n, F)] is not None]
-        srows.append([f"{F:g}", len(got), fmt(summary(F, "zb-h1_speedup")),
-                      fmt(max((r["zb-h1_speedup"] for r in got), default=None)),
-                      fmt(summary(F, "zb-h2_speedup")),
-                      fmt(max((r["zb-h2_speedup"] for r in got), default=None)),
-                      fmt(summary(F, "zb-h1_memory")), fmt(summary(F, "zb-h2_memory")),
-                      share(F, "fits_1f1b"), share(F, "zb-h1_fits"), share(F, "zb-h2_fits")])
+    head = ["F", "plans", "W / backward", "ZB-H1 / 1F1B speed-up", "max",
+            "ZB-H2 / 1F1B speed-up", "max", "ZB-H1 memory", "ZB-H2 memory", "fit 1F1B",
+            "fit ZB-H1", "fit ZB-H2"]
+
+    def summary_table(prefix: str) -> str:
+        srows = []
+        for F in factors:
+            rs = got(F)
+            srows.append([f"{F:g}", len(rs), fmt(summary(F, f"{prefix}share")),
+                          fmt(summary(F, f"{prefix}zb-h1_speedup")),
+                          fmt(max((r[f"{prefix}zb-h1_speedup"] for r in rs), default=None)),
+                          fmt(summary(F, f"{prefix}zb-h2_speedup")),
+                          fmt(max((r[f"{prefix}zb-h2_speedup"] for r in rs), default=None)),
+                          fmt(summary(F, f"{prefix}zb-h1_memory")),
+                          fmt(summary(F, f"{prefix}zb-h2_memory")),
+                          count(F, "fits_1f1b"), count(F, f"{prefix}zb-h1_fits"),
+                          count(F, f"{prefix}zb-h2_fits")])
+        return table(head, srows)
+
     brows = []
     for F in factors:
-        got = [rows[(n, F)] for n in names if rows[(n, F)] is not None]
-        brows.append([f"{F:g}"] + [f"{fmt(summary(F, f'{k}_over_bound'), 4)} / "
-                                   f"{fmt(max(r[f'{k}_over_bound'] for r in got), 4)}"
-                                   for k in SCHEDULES])
+        for label, prefix in (("file (0.5)", ""), ("derived", "derived_")):
+            brows.append([f"{F:g}", label] + [
+                f"{fmt(summary(F, f'{prefix}{k}_over_bound'), 4)} / "
+                f"{fmt(max(r[f'{prefix}{k}_over_bound'] for r in got(F)), 4)}"
+                for k in SCHEDULES])
     bound = ("## The replay against its lower bound\n\nSimulated makespan over "
              "`chainpipe.schedule.makespan_lower_bound` (devices, links, the stash limits' "
              "loops; the candidate for a closed form), geometric mean / max.\n\n"
-             + table(["F"] + list(SCHEDULES), brows))
-    sections = [bound, "## Summary\n\nGeometric means over the instances with a plan; speed-up = "
-                "1F1B's simulated makespan / the zero-bubble schedule's; memory = the largest "
-                "peak memory per device of any stage over 1F1B's.\n\n" + table(head, srows)]
+             + table(["F", "shares"] + list(SCHEDULES), brows))
+    intro_summary = ("Geometric means over the instances with a plan; W / backward = the "
+                     "plan's weight-gradient FLOP over its backward FLOP; speed-up = 1F1B's "
+                     "simulated makespan / the zero-bubble schedule's; memory = the largest "
+                     "peak memory per device of any stage over 1F1B's.")
+    sections = [
+        "## Summary, with the shares the generator derives from the model's shape\n\n"
+        + intro_summary + "\n\n" + summary_table("derived_"),
+        "## Summary, with the files' shares (none stated: 0.5 for every layer)\n\n"
+        + summary_table(""),
+        bound,
+    ]
     detail = []
     for n in names:
         for F in factors:
             r = rows[(n, F)]
             if r is None:
                 why = NO_PLAN.get(n if F == 1.0 else f"{n}-F{F:g}", "")
-                detail.append([n, f"{F:g}", "--", "--", "--", f"no plan ({why})", "--", "--",
-                               "--"])
+                detail.append([n, f"{F:g}", "--", "--", "--", f"no plan ({why})"]
+                              + ["--"] * 7)
                 continue
-            detail.append([n, f"{F:g}", r["stages"], r["M"], r["inter_dc"], f"{r['1f1b']:.4g}",
-                           f"{r['zb-h1_speedup']:.3f}" + ("" if r["zb-h1_fits"] else " (!)"),
-                           f"{r['zb-h2_speedup']:.3f}" + ("" if r["zb-h2_fits"] else " (!)"),
-                           f"{r['zb-h2_memory']:.3f}"])
-    sections = [sections[1], sections[0]]
+            stages = r["stages"] if r["status"] == "optimal" else f"{r['stages']} ({r['status']})"
+            detail.append([n, f"{F:g}", stages, r["M"], r["inter_dc"], f"{r['1f1b']:.4g}",
+                           _cell(r, "zb-h1_speedup"), _cell(r, "zb-h2_speedup"),
+                           f"{r['zb-h2_memory']:.3f}", f"{r['derived_share']:.3f}",
+                           _cell(r, "derived_zb-h1_speedup"), _cell(r, "derived_zb-h2_speedup"),
+                           f"{r['derived_zb-h2_memory']:.3f}"])
     sections.append("## Per instance\n\n(!): the plan does not fit its devices' memory under "
-                    "that schedule.\n\n" + table(
+                    "that schedule; a status after the stages: dp's plan when it stopped at "
+                    "the time limit, not proven optimal. 0.5: every layer's share 0.5 (the "
+                    "files state none); "
+                    "derived: the generator's shares, whose FLOP-weighted mean over the "
+                    "plan's layers is `W / bwd`.\n\n" + table(
                         ["instance", "F", "stages", "M", "inter-DC links", "1F1B makespan s",
-                         "ZB-H1 speed-up", "ZB-H2 speed-up", "ZB-H2 memory / 1F1B"], detail))
+                         "ZB-H1 (0.5)", "ZB-H2 (0.5)", "ZB-H2 memory (0.5)", "W / bwd",
+                         "ZB-H1 (derived)", "ZB-H2 (derived)", "ZB-H2 memory (derived)"],
+                        detail))
 
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4))
     for key, label, marker in (("zb-h1_speedup", "ZB-H1", "o"), ("zb-h2_speedup", "ZB-H2", "s")):
-        ax.plot(factors, [summary(F, key) for F in factors], marker=marker, label=f"{label} "
-                "(geometric mean)")
-        ax.plot(factors, [max((rows[(n, F)][key] for n in names if rows[(n, F)]), default=1)
-                          for F in factors], marker=marker, ls=":", label=f"{label} (max)")
+        for prefix, what, ls in (("", "0.5", ":"), ("derived_", "derived", "-")):
+            ax.plot(factors, [summary(F, prefix + key) for F in factors], marker=marker, ls=ls,
+                    label=f"{label}, shares {what} (geometric mean)")
     ax.set_xscale("log")
     ax.invert_xaxis()
     ax.set_xticks(list(factors))
@@ -154,12 +230,18 @@ def main() -> None:
     ax.set_ylabel("1F1B makespan / zero-bubble makespan")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
+    unproven = [f"{n} at F = {F:g}" for (n, F), r in rows.items()
+                if r is not None and r["status"] != "optimal"]
     intro = (f"Sets: {', '.join(sets)} ({len(names)} instances), each at F = "
              f"{', '.join(f'{F:g}' for F in factors)}; the plan is `dp`'s optimum under "
              f"`classic` with one pipeline on the degraded network (time limit {limit:g} s), "
              f"replayed by `chainpipe.schedule.simulate_schedules` with `W` the compute of "
-             f"each layer's `weight_grad_share` of its backward FLOP (0.5: no set states "
-             f"it) and `M_W / M_B = 32/34`. Figure: `{NAME}.png`.")
+             f"each layer's share of its backward FLOP and `M_W / M_B = 32/34`, twice: with "
+             f"the files' shares (no set of these states one: 0.5, the simulator's default) "
+             f"and with the shares the generator derives from the model's shape "
+             f"(`Figures.weight_grad_share`, what it writes into a version-3 instance). "
+             f"Plans not proven optimal within the limit (replayed all the same): "
+             f"{', '.join(unproven) or 'none'}. Figure: `{NAME}.png`.")
     publish(NAME, "Zero-bubble schedules on the optimal plans", fig, intro, sections,
             args.quick, time.perf_counter() - start, {})
 
