@@ -458,7 +458,8 @@ class PipelineSearch:
         self.mode = (kernel.PHASES if self.gpipe_period else
                      kernel.LOOPS if self.loops else kernel.PLAIN)
         width = max(1, t.L if self.all_loops else self.p_cap) if self.loops else 1
-        self.kept, self.pend = _Kept(width), _Pending(t.L)
+        self.kept, self.pend = _Kept(width), _Pending.reused(t)
+        self.generation = self.pend.generation
         self.ids: dict = {}
         self.keys: list = []
         self.targets: dict = {}
@@ -497,8 +498,7 @@ class PipelineSearch:
         if not len(ids):
             return []
         PF, PI = pend.PF[ids], pend.PI[ids]
-        order = np.lexsort((PI[:, 0], PF[:, 0], PF[:, 3], PF[:, 2], PF[:, 0] + PF[:, 1],
-                            PI[:, 4]))
+        order = np.lexsort((PF[:, 2], PF[:, 0] + PF[:, 1], PI[:, 4]))
         ids, kids = ids[order], PI[order, 4]
         S, H, HL = kernel.build(ids, pend.PF, pend.PI, kept.H, kept.HL, kept.H.shape[1],
                                 self.mode, self.all_loops, self.p_cap)
@@ -647,6 +647,8 @@ class PipelineSearch:
         """The stages ``(start, end, dc, group in dc, d, t)`` of the plan completed by
         pending entry ``parent``."""
         t, kept = self.t, self.kept
+        if self.pend.generation != self.generation:
+            raise RuntimeError("backtrack after another search of the same instance began")
 
         def stage(a, b, g, ci):
             opts = t.options(g)
@@ -694,9 +696,21 @@ class _Pending:
     parent, group, pair, state, next]``, a list per layer from ``head`` (newest first)."""
 
     def __init__(self, layers: int):
-        self.n = 0
-        self.PF, self.PI = np.zeros((1024, 6)), np.zeros((1024, 6), dtype=np.int64)
+        self.n = self.generation = 0
+        self.PF, self.PI = np.zeros((1 << 14, 6)), np.zeros((1 << 14, 6), dtype=np.int64)
         self.head = np.full(layers + 1, -1, dtype=np.int64)
+
+    @classmethod
+    def reused(cls, tables: CostTables) -> _Pending:
+        """The store of the instance's last search, emptied (the searches of one solve
+        run one after another; its arrays keep the room they grew to)."""
+        got = tables.__dict__.get("_period_pending")
+        if got is None:
+            got = tables.__dict__["_period_pending"] = cls(tables.L)
+        got.n = 0
+        got.head[:] = -1
+        got.generation += 1
+        return got
 
     def grow(self) -> None:
         """Double the room."""

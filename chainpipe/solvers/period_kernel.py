@@ -229,10 +229,16 @@ def dominates(S, H, HL, a, b, lam, room, before, p_free, steady):
 @njit(cache=True)
 def pareto(S, H, HL, starts, floors, p_free, steady, upper, tau):
     """Per segment ``starts[s]..starts[s + 1]`` (one state's labels, sorted), which labels
-    no kept earlier one of the segment dominates (``upper``, ``tau`` with their slack)."""
+    no kept earlier one of the segment dominates (``upper``, ``tau`` with their slack).
+
+    A dominator has no larger fill (every other term of the rule is a non-negative
+    excess), so the kept labels are scanned from the newest back only while the least
+    fill of those left (a running minimum) is no larger than the candidate's: labels
+    sorted by period come with falling fills, so the scan is short."""
     n, width = S.shape[0], H.shape[1]
     alive = np.zeros(n, dtype=np.bool_)
     kept = np.empty(n, dtype=np.int64)
+    least = np.empty(n)
     before = np.empty(max(width, 1))
     for s in range(len(starts) - 1):
         nk = 0
@@ -240,15 +246,28 @@ def pareto(S, H, HL, starts, floors, p_free, steady, upper, tau):
             lam, room = _reach(S, b, floors[s], upper, tau, steady)
             _before(H, HL, b, lam, before)
             beaten = False
-            for k in range(nk):
+            for k in range(nk - 1, -1, -1):
+                if least[k] > S[b, 2]:
+                    break
                 if dominates(S, H, HL, kept[k], b, lam, room, before, p_free, steady):
                     beaten = True
                     break
             if not beaten:
                 alive[b] = True
                 kept[nk] = b
+                least[nk] = S[b, 2] if nk == 0 or S[b, 2] < least[nk - 1] else least[nk - 1]
                 nk += 1
     return alive
+
+
+@njit(cache=True)
+def _running_least(S, alive, lo, hi, least):
+    """``least[i]``: the least fill of the live labels ``lo..i`` (``inf`` if none)."""
+    m = np.inf
+    for i in range(lo, hi):
+        if alive[i] and S[i, 2] < m:
+            m = S[i, 2]
+        least[i] = m
 
 
 @njit(cache=True)
@@ -256,27 +275,30 @@ def across(S, H, HL, alive, starts, floors, order, rival_ptr, rivals, p_free, st
            tau):
     """Drop, in ``alive``, the labels of each state (in ``order``) that a live label of one
     of its ``rivals`` (states of the same datacenter using no more devices of any group,
-    earlier in ``order``) dominates."""
+    earlier in ``order``) dominates; each rival's labels are scanned from the last back
+    while their least fill is no larger than the candidate's (as in :func:`pareto`)."""
     width = H.shape[1]
     before = np.empty(max(width, 1))
+    least = np.empty(S.shape[0])
     for x in range(len(order)):
         s = order[x]
-        if rival_ptr[x] == rival_ptr[x + 1]:
-            continue
         for b in range(starts[s], starts[s + 1]):
-            if not alive[b]:
+            if rival_ptr[x] == rival_ptr[x + 1] or not alive[b]:
                 continue
             lam, room = _reach(S, b, floors[s], upper, tau, steady)
             _before(H, HL, b, lam, before)
             for y in range(rival_ptr[x], rival_ptr[x + 1]):
                 r = rivals[y]
-                for a in range(starts[r], starts[r + 1]):
+                for a in range(starts[r + 1] - 1, starts[r] - 1, -1):
+                    if least[a] > S[b, 2]:
+                        break
                     if alive[a] and dominates(S, H, HL, a, b, lam, room, before, p_free,
                                               steady):
                         alive[b] = False
                         break
                 if not alive[b]:
                     break
+        _running_least(S, alive, starts[s], starts[s + 1], least)
     return alive
 
 
