@@ -17,6 +17,10 @@ deadline, seed, threads, log, **options) -> Outcome``. Options:
   cheap heuristics (:mod:`chainpipe.solvers.incumbent`, never the DP);
 - ``prune`` (``ilp-path`` only, default on): drop the stage and boundary arcs no plan as
   fast as that heuristic plan can use;
+- ``device_states`` (``ilp-path`` only, default off): the arc-flow network of
+  :mod:`chainpipe.formulations.ilp_flow`, whose nodes carry the devices used in the
+  current datacenter (contract version 2 and the classic period; no ``write_model``,
+  no MIP start, ``bottleneck`` and ``dominance`` do not apply);
 - ``write_model``: a file to write the built MIP to, as CPLEX LP (``.lp``) or MPS
   (``.mps``) by its suffix, with PuLP's named variables, atomically (before the solve, so
   it is there even when the solve runs out of time); another solver (Gurobi, SCIP,
@@ -53,7 +57,13 @@ from pathlib import Path
 import numpy as np
 
 from ..deadline import Deadline, TimeUp
-from ..formulations.common import OBJECTIVE_MAGNITUDE, CoefficientOverflow, safe_bound
+from ..formulations.common import (
+    OBJECTIVE_MAGNITUDE,
+    CoefficientOverflow,
+    period_mode,
+    safe_bound,
+)
+from ..formulations.ilp_flow import ModelTooLarge
 from ..formulations.pipelines import OuterSearch, merge_models, several
 from ..instance import Instance
 from ..io import atomic_write
@@ -99,6 +109,7 @@ class _Options:
     dominance: bool = True
     start: bool = True
     prune: bool = True
+    device_states: bool = False
 
 
 def _options(name: str, options: dict) -> _Options:
@@ -109,15 +120,21 @@ def _options(name: str, options: dict) -> _Options:
     bottleneck = options.pop("bottleneck", "auto")
     write_model = _model_path(name, options.pop("write_model", None))
     switches = {key: _flag(options.pop(key, True)) for key in PATH_SWITCHES}
+    states = _flag(options.pop("device_states", False))
     if backend not in BACKENDS:
         raise OptionError(f"{name}: unknown backend {backend!r}; use one of {', '.join(BACKENDS)}")
     if name == "ilp-assign" and bottleneck != "auto":
         raise OptionError(f"{name}: option 'bottleneck' applies to ilp-path only")
     if name == "ilp-assign" and not all(switches.values()):
         raise OptionError(f"{name}: options {', '.join(PATH_SWITCHES)} apply to ilp-path only")
+    if name == "ilp-assign" and states:
+        raise OptionError(f"{name}: option 'device_states' applies to ilp-path only")
+    if states and write_model is not None:
+        raise OptionError(f"{name}: option 'write_model' is not offered with device_states")
     if options:
         raise OptionError(f"{name}: unknown option(s) {', '.join(sorted(options))}")
-    return _Options(backend, relax, msg, bottleneck, write_model, **switches)
+    return _Options(backend, relax, msg, bottleneck, write_model, **switches,
+                    device_states=states)
 
 
 def _model_path(name: str, value) -> Path | None:
@@ -154,11 +171,16 @@ def _run(name: str, instance: Instance, deadline: Deadline, seed, threads, log, 
     opts = _options(name, options)
     if log is None and opts.msg:
         log = stderr_log
+    if several(instance) and opts.device_states:
+        raise OptionError(f"{name}: option 'device_states' takes instances of one pipeline")
     if several(instance):
         return _run_pipelines(name, instance, deadline, seed, threads, log, options, opts)
     stats = {"formulation": name, "backend": opts.backend, "relax": opts.relax,
              "threads": threads, "seed": seed}
     tables = CostTables(instance)
+    if opts.device_states and period_mode(tables) != "classic":
+        raise OptionError(f"{name}: option 'device_states' models the classic period only "
+                          f"(this instance's is {period_mode(tables)!r})")
     reason = tables.infeasibility_reason()
     if reason is not None:
         return Outcome("infeasible", message=reason, stats=stats)
@@ -197,6 +219,10 @@ def _run(name: str, instance: Instance, deadline: Deadline, seed, threads, log, 
     except CoefficientOverflow as exc:
         stats["build_time_s"] = deadline.elapsed() - t0
         return _out_of_range(name, stats, str(exc))
+    except ModelTooLarge as exc:
+        stats["build_time_s"] = deadline.elapsed() - t0
+        return Outcome("error", stats=stats, message=f"{name}: {exc}; run it without "
+                       "device_states")
     stats["build_time_s"] = deadline.elapsed() - t0
     stats.update(model.stats())
     problem = model.out_of_range(MAX_COEFFICIENT)
@@ -301,6 +327,12 @@ def _formulation(name: str, tables: CostTables, opts: _Options, deadline: Deadli
     from ..formulations.ilp_path import PathFormulation
 
     upper = incumbent[1] if (incumbent is not None and opts.prune) else None
+    if opts.device_states:
+        from ..formulations.ilp_flow import FlowFormulation
+
+        form = FlowFormulation(tables, check=deadline.check, upper_bound=upper)
+        stats.update(form.network_stats)
+        return form if form.n_arcs else None
     form = PathFormulation(tables, bottleneck=opts.bottleneck, check=deadline.check,
                            dominance=opts.dominance, upper_bound=upper)
     stats.update(form.network_stats)
@@ -399,4 +431,4 @@ def _outcome(form, answer, opts: _Options, stats: dict, incumbent=None) -> Outco
 
 #: the options of each formulation, for ``chainpipe.solve.solver_options``
 run_assign.options = ("backend", "relax", "msg")
-run_path.options = ("backend", "relax", "msg", "bottleneck") + PATH_SWITCHES
+run_path.options = ("backend", "relax", "msg", "bottleneck", "device_states") + PATH_SWITCHES

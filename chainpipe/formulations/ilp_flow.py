@@ -1,0 +1,407 @@
+"""The arc-flow path ILP: the path network with the devices used in each node.
+
+``ilp-path -O device_states=true``. The nodes of the path network of
+:mod:`chainpipe.formulations.cpsat` (``N(b, k)``: a stage on datacenter ``k`` starts at
+layer ``b``; ``E(b, k)``: one ends there) are split by a *device state* ``u``: how many
+devices of each group of datacenter ``k`` the stages of ``k`` placed so far use. A stage
+arc ``(g, o, [i, j))`` of width ``w`` is copied once per state ``u`` with ``u_g + w <=
+count_g``, from ``N(i, k, u)`` to ``E(j, k, u + w e_g)``; a boundary arc keeps the state
+inside one datacenter and resets it to zero when the path moves on. Every path of this
+network respects the device counts by construction, so the LP relaxation is a mixture of
+paths that each fit the devices -- the arc-flow idea of Valerio de Carvalho's bin-packing
+model -- where the compact models (a knapsack row per group) let the LP mix paths that
+each use a group several times over. ``docs/formulations.md`` ("Device states") has the
+model, its exactness argument and the measurements.
+
+The stage options (undominated, pruned with the heuristic plan's time) and boundary arcs
+are those of the CP-SAT model (:func:`chainpipe.formulations.cpsat.stage_arcs`), with
+exact float coefficients divided by :func:`~chainpipe.formulations.common.time_scale`.
+Contract version 2 and the ``classic`` period only (``period_mode``); the model is built
+straight into arrays (no PuLP).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..cost import iteration_time, steady_state
+from ..plan import Plan
+from ..tables import CostTables
+from .common import OBJECTIVE_MAGNITUDE, period_mode, time_scale
+from .cpsat import UB_RTOL, FloorBound, StageArcs, stage_arcs
+from .matrix import LinearModel, no_check
+
+#: the model is refused (``ModelTooLarge``) above this many stage columns
+MAX_COLUMNS = 2_000_000
+
+
+class ModelTooLarge(ValueError):
+    """The device-state network would exceed :data:`MAX_COLUMNS` columns."""
+
+
+@dataclass
+class ArrayModel(LinearModel):
+    """A :class:`LinearModel` built as arrays: a solution goes to ``sink`` (no PuLP)."""
+
+    sink: object = None
+
+    def assign(self, values) -> None:
+        """Hand a solution (one value per column) to the formulation."""
+        self.sink(np.asarray(values, dtype=float))
+
+
+def reachable_usage(widths, count: int) -> np.ndarray:
+    """Every device count in ``[0, count]`` that is a sum of ``widths`` (with repeats).
+
+    Parameters
+    ----------
+    widths : iterable of int
+        The widths ``d t`` of a group's stage options.
+    count : int
+        The group's device count.
+
+    Returns
+    -------
+    numpy.ndarray
+        The reachable usages, ascending (0 always).
+    """
+    ok = np.zeros(count + 1, dtype=bool)
+    ok[0] = True
+    ws = sorted({int(w) for w in widths if 0 < int(w) <= count})
+    for u in range(1, count + 1):
+        ok[u] = any(ok[u - w] for w in ws if w <= u)
+    return np.nonzero(ok)[0]
+
+
+def boundary_arcs(tables: CostTables, arcs: StageArcs, upper_bound: float | None,
+                  floor_bound=None, check=no_check) -> np.ndarray:
+    """Boundary arcs ``(b, k1, k2, Q, U)`` between stage arcs, as the CP-SAT model keeps them.
+
+    An arc at layer ``b`` joins a stage of ``k1`` ending at ``b`` to one of ``k2 >= k1``
+    starting there. With ``upper_bound`` an arc whose ``Q + (M - 1) U`` (or the floor
+    bound at ``U``) exceeds it is dropped: no plan that fast crosses it.
+    """
+    t, M = tables, tables.M
+    dc = t.group_dc[arcs.group]
+    ends = np.zeros((t.L + 1, t.K), dtype=bool)
+    starts = np.zeros((t.L + 1, t.K), dtype=bool)
+    ends[arcs.end, dc] = True
+    starts[arcs.start, dc] = True
+    limit = math.inf if upper_bound is None else upper_bound * (1 + UB_RTOL)
+    rows = []
+    for b in range(1, t.L):
+        for k1 in np.nonzero(ends[b])[0].tolist():
+            check()
+            k2 = (np.nonzero(starts[b, k1:])[0] + k1).tolist()
+            u = np.array([t.occupancy(b, k1, k) for k in k2])
+            q = np.array([t.traversal(b, k1, k) for k in k2])
+            with np.errstate(invalid="ignore", over="ignore"):
+                keep = np.isfinite(u) & np.isfinite(q)
+                floor = floor_bound(u) if floor_bound is not None else 0.0
+                keep &= np.maximum(iteration_time(q, u, M), floor) <= limit
+            rows += [(b, k1, k2[n], q[n], u[n]) for n in np.flatnonzero(keep).tolist()]
+    return np.array(rows, dtype=float).reshape(-1, 5)
+
+
+class FlowFormulation:
+    """Builder and decoder of the arc-flow (device-state) path ILP for one instance.
+
+    Parameters
+    ----------
+    tables : CostTables
+        The instance's cost tables (contract version 2, ``classic`` period).
+    check : callable, optional
+        Called now and then while building (``Deadline.check``: raises to stop).
+    upper_bound : float, optional
+        ``T`` of a known plan: stage and boundary arcs no plan that fast uses are dropped.
+    max_columns : int
+        Refuse (:class:`ModelTooLarge`) a network with more stage columns.
+    """
+
+    name = "ilp-path"
+
+    def __init__(self, tables: CostTables, check=None, upper_bound: float | None = None,
+                 max_columns: int = MAX_COLUMNS):
+        if period_mode(tables) != "classic":
+            raise ValueError("device states model the classic period only")
+        self.tables, self.check = tables, check or no_check
+        self.scale = time_scale(tables, OBJECTIVE_MAGNITUDE)
+        self.upper_bound = upper_bound
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            floor = None
+            if upper_bound is not None:
+                floor = FloorBound(tables, stage_arcs(tables, upper_bound, self.check).compute,
+                                   self.check)
+            self.arcs = stage_arcs(tables, upper_bound, self.check, floor)
+            self.boundary = boundary_arcs(tables, self.arcs, upper_bound, floor, self.check)
+        self._states()
+        self._columns(max_columns)
+        self.n_arcs = len(self.col_arc)
+        self.problem = None  # no PuLP model: ``write_model`` is not offered
+        self.values = None
+
+    # ------------------------------------------------------------------ network
+    def _states(self) -> None:
+        """Device states per datacenter: tuples of reachable usages of its groups."""
+        t, a = self.tables, self.arcs
+        self.dc_groups = [np.nonzero(t.group_dc == k)[0].tolist() for k in range(t.K)]
+        self.state_key: dict = {}
+        self.states: list = []
+        for k, groups in enumerate(self.dc_groups):
+            usage = [reachable_usage(a.width[a.group == g].tolist(), int(t.count[g])).tolist()
+                     for g in groups]
+            for u in itertools.product(*usage):
+                self.state_key[(k, u)] = len(self.states)
+                self.states.append((k, u))
+        self.zero = {k: self.state_key[(k, tuple(0 for _ in g))]
+                     for k, g in enumerate(self.dc_groups)}
+
+    def _node(self, kind: int, layer: int, state: int) -> int:
+        """Node id: ``kind`` 0 is ``N`` (a stage starts), 1 is ``E`` (one ends)."""
+        return (kind * (self.tables.L + 1) + layer) * len(self.states) + state
+
+    def _columns(self, max_columns: int) -> None:
+        """Stage columns (arc, state) and boundary columns (boundary arc, state)."""
+        t, a = self.tables, self.arcs
+        arc, tail, head = [], [], []
+        per_dc = {k: [s for s, (kk, _u) in enumerate(self.states) if kk == k]
+                  for k in range(t.K)}
+        for n in range(len(a)):
+            if n % 2000 == 0:
+                self.check()
+            g, w, i, j = int(a.group[n]), int(a.width[n]), int(a.start[n]), int(a.end[n])
+            k = int(t.group_dc[g])
+            pos, count = self.dc_groups[k].index(g), int(t.count[g])
+            froms = [self.zero[k]] if i == 0 else per_dc[k]
+            for s in froms:
+                u = self.states[s][1]
+                if u[pos] + w > count:
+                    continue
+                v = list(u)
+                v[pos] += w
+                to = self.state_key.get((k, tuple(v)))
+                if to is None:
+                    continue
+                arc.append(n)
+                tail.append(self._node(0, i, s))
+                head.append(self._node(1, j, to))
+            if len(arc) > max_columns:
+                raise ModelTooLarge(f"the device-state network has more than {max_columns} "
+                                    "stage columns")
+        self.col_arc = np.asarray(arc, dtype=np.int64)
+        self.col_tail = np.asarray(tail, dtype=np.int64)
+        self.col_head = np.asarray(head, dtype=np.int64)
+        self._boundary_columns(per_dc)
+
+    def _boundary_columns(self, per_dc: dict) -> None:
+        """A boundary column per boundary arc and state whose both ends meet stage columns."""
+        heads, tails = set(self.col_head.tolist()), set(self.col_tail.tolist())
+        arc, tail, head = [], [], []
+        for n, (b, k1, k2, _q, _u) in enumerate(self.boundary.tolist()):
+            b, k1, k2 = int(b), int(k1), int(k2)
+            for s in per_dc[k1]:
+                src = self._node(1, b, s)
+                dst = self._node(0, b, s if k1 == k2 else self.zero[k2])
+                if src in heads and dst in tails:
+                    arc.append(n)
+                    tail.append(src)
+                    head.append(dst)
+        self.bcol_arc = np.asarray(arc, dtype=np.int64)
+        self.bcol_tail = np.asarray(tail, dtype=np.int64)
+        self.bcol_head = np.asarray(head, dtype=np.int64)
+        self._on_paths()
+
+    def _on_paths(self) -> None:
+        """Keep only the columns on some source-to-sink path (exact: a plan is such a
+        path). Repeated until no column loses its tail's inflow or its head's outflow."""
+        nx = len(self.col_arc)
+        tails = np.concatenate([self.col_tail, self.bcol_tail])
+        heads = np.concatenate([self.col_head, self.bcol_head])
+        per_layer, L = len(self.states), self.tables.L
+        source = tails // per_layer == 0  # N(0, ., .)
+        sink = heads // per_layer == 2 * L + 1  # E(L, ., .)
+        alive = np.ones(len(tails), dtype=bool)
+        while True:
+            self.check()
+            fed = source | np.isin(tails, heads[alive])
+            drained = sink | np.isin(heads, tails[alive])
+            keep = alive & fed & drained
+            if keep.sum() == alive.sum():
+                break
+            alive = keep
+        sx, sy = alive[:nx], alive[nx:]
+        self.col_arc, self.col_tail, self.col_head = (
+            self.col_arc[sx], self.col_tail[sx], self.col_head[sx])
+        self.bcol_arc, self.bcol_tail, self.bcol_head = (
+            self.bcol_arc[sy], self.bcol_tail[sy], self.bcol_head[sy])
+
+    @property
+    def network_stats(self) -> dict:
+        """Model size: stage options, their state copies, boundary columns, states."""
+        return {"network": "device states", "stage_arcs": int(len(self.arcs)),
+                "stage_arcs_total": int(self.arcs.total),
+                "stage_columns": int(len(self.col_arc)),
+                "boundary_arcs": int(len(self.boundary)),
+                "boundary_columns": int(len(self.bcol_arc)),
+                "device_states": int(len(self.states))}
+
+    # ------------------------------------------------------------------ model
+    def build(self) -> ArrayModel:
+        """The model as arrays (minimise ``T / scale``); also kept as :attr:`model`."""
+        rows = _Rows()
+        nx, ny, na = len(self.col_arc), len(self.bcol_arc), len(self.arcs)
+        self.ix, self.iy, self.iX = 0, nx, nx + ny  # column blocks
+        self.iB, self.iS, self.iP = nx + ny + na, nx + ny + na + 1, nx + ny + na + 2
+        ncols = self.iP + self.tables.L + 1
+        self._flow_rows(rows)
+        self._arc_rows(rows)
+        self._max_rows(rows)
+        self._position_rows(rows)
+        cost, lower, upper, integer = self._column_data(ncols)
+        self.model = rows.model(cost, lower, upper, integer, self._take)
+        return self.model
+
+    def matrix(self) -> ArrayModel:
+        """The built model (:meth:`build` first)."""
+        return self.model
+
+    def _flow_rows(self, rows) -> None:
+        """One unit leaves the sources ``N(0, k, 0)``; conservation at every other node."""
+        L = self.tables.L
+        cols = np.concatenate([np.arange(len(self.col_arc)),
+                               self.iy + np.arange(len(self.bcol_arc))])
+        tails = np.concatenate([self.col_tail, self.bcol_tail])
+        heads = np.concatenate([self.col_head, self.bcol_head])
+        start = self.arcs.start[self.col_arc] == 0
+        rows.add(np.nonzero(start)[0], np.ones(int(start.sum())), 1.0, 1.0)
+        nodes = np.concatenate([tails, heads])
+        sign = np.concatenate([np.ones(len(tails)), -np.ones(len(heads))])
+        both = np.concatenate([cols, cols])
+        order = np.argsort(nodes, kind="stable")
+        nodes, sign, both = nodes[order], sign[order], both[order]
+        cut = np.flatnonzero(np.diff(nodes)) + 1
+        for n, (lo, hi) in enumerate(zip(np.r_[0, cut], np.r_[cut, len(nodes)])):
+            if n % 2000 == 0:
+                self.check()
+            kind, layer = divmod(int(nodes[lo]) // len(self.states), L + 1)
+            if (kind == 0 and layer == 0) or (kind == 1 and layer == L):
+                continue  # sources and sinks
+            rows.add(both[lo:hi], sign[lo:hi], 0.0, 0.0)
+
+    def _arc_rows(self, rows) -> None:
+        """``X_a = sum_u x_{a,u}`` and every layer in exactly one stage (redundant)."""
+        a = self.arcs
+        order = np.argsort(self.col_arc, kind="stable")
+        arcs = self.col_arc[order]
+        cut = np.flatnonzero(np.diff(arcs)) + 1
+        for lo, hi in zip(np.r_[0, cut], np.r_[cut, len(arcs)]):
+            if lo == hi:
+                continue
+            n = int(arcs[lo])
+            rows.add(np.r_[self.iX + n, order[lo:hi]], np.r_[1.0, -np.ones(hi - lo)], 0.0, 0.0)
+        for layer in range(self.tables.L):
+            self.check()
+            sel = np.nonzero((a.start <= layer) & (a.end > layer))[0]
+            rows.add(self.iX + sel, np.ones(len(sel)), 1.0, 1.0)
+
+    def _max_rows(self, rows) -> None:
+        """``B >= C`` and ``S >= R`` of the stage covering each layer, ``B >= U`` of each
+        boundary (one arc of each sum is 1)."""
+        a, t = self.arcs, self.tables
+        self.has_B = t.M > 1
+        self.has_S = bool((a.sync > 0).any())
+        for layer in range(t.L):
+            self.check()
+            sel = np.nonzero((a.start <= layer) & (a.end > layer))[0]
+            if self.has_B:
+                rows.add(np.r_[self.iB, self.iX + sel], np.r_[1.0, -a.compute[sel] / self.scale],
+                         0.0, np.inf)
+            used = sel[a.sync[sel] > 0]
+            if self.has_S and len(used):
+                rows.add(np.r_[self.iS, self.iX + used], np.r_[1.0, -a.sync[used] / self.scale],
+                         0.0, np.inf)
+        if not self.has_B or not len(self.bcol_arc):
+            return
+        layer = self.boundary[self.bcol_arc, 0].astype(np.int64)
+        occ = self.boundary[self.bcol_arc, 4] / self.scale
+        for b in np.unique(layer).tolist():
+            sel = np.nonzero((layer == b) & (occ > 0))[0]
+            if len(sel):
+                rows.add(np.r_[self.iB, self.iy + sel], np.r_[1.0, -occ[sel]], 0.0, np.inf)
+
+    def _position_rows(self, rows) -> None:
+        """1F1B memory: ``P_b`` stages start at ``b`` or later; an option holding ``n < M``
+        needs ``P_b <= n`` (``P_b + sum (s_max - cap) X <= s_max``), as in CP-SAT."""
+        a, L = self.arcs, self.tables.L
+        s_max = a.s_max
+        rows.add([self.iP + L], [1.0], 0.0, 0.0)
+        for b in range(L):
+            sel = np.nonzero(a.start == b)[0]
+            rows.add(np.r_[self.iP + b, self.iP + b + 1, self.iX + sel],
+                     np.r_[1.0, -1.0, -np.ones(len(sel))], 0.0, 0.0)
+            tight = sel[a.cap[sel] < s_max]
+            if len(tight):
+                rows.add(np.r_[self.iP + b, self.iX + tight],
+                         np.r_[1.0, (s_max - a.cap[tight]).astype(float)], -np.inf, float(s_max))
+
+    def _column_data(self, ncols: int):
+        """Objective, bounds and integrality of every column."""
+        a, M = self.arcs, self.tables.M
+        cost = np.zeros(ncols)
+        cost[self.iX:self.iX + len(a)] = a.compute / self.scale
+        cost[self.iy:self.iX] = self.boundary[self.bcol_arc, 3] / self.scale
+        cost[self.iB] = float(steady_state(M, 1)) if self.has_B else 0.0
+        cost[self.iS] = 1.0 if self.has_S else 0.0
+        lower = np.zeros(ncols)
+        upper = np.ones(ncols)
+        dead = np.ones(len(a), dtype=bool)
+        dead[self.col_arc] = False
+        upper[self.iX:self.iX + len(a)][dead] = 0.0  # an arc without a column is not used
+        upper[self.iB] = upper[self.iS] = np.inf
+        upper[self.iP:] = float(a.s_max)
+        integer = np.zeros(ncols, dtype=bool)
+        integer[:self.iy] = True
+        return cost, lower, upper, integer
+
+    # ------------------------------------------------------------------ read back
+    def _take(self, values: np.ndarray) -> None:
+        self.values = values
+
+    def decode(self) -> Plan:
+        """The plan of the stage columns at 1 (values rounded at 0.5)."""
+        t, a = self.tables, self.arcs
+        chosen = self.col_arc[self.values[:len(self.col_arc)] > 0.5]
+        chosen = chosen[np.argsort(a.start[chosen])]
+        return Plan.from_tuples(t.instance, [
+            (int(a.start[n]), int(a.end[n]), t.groups[int(a.group[n])].dc,
+             t.groups[int(a.group[n])].index, int(a.d[n]), int(a.t[n])) for n in chosen])
+
+    def start(self, plan: Plan) -> np.ndarray | None:
+        """Not offered: HiGHS gets no MIP start from this model (``None``)."""
+        return None
+
+
+class _Rows:
+    """Sparse rows collected as arrays, turned into an :class:`ArrayModel`."""
+
+    def __init__(self):
+        self.index, self.value, self.lower, self.upper = [], [], [], []
+
+    def add(self, index, value, lower: float, upper: float) -> None:
+        self.index.append(np.asarray(index, dtype=np.int64))
+        self.value.append(np.asarray(value, dtype=float))
+        self.lower.append(lower)
+        self.upper.append(upper)
+
+    def model(self, cost, lower, upper, integer, sink) -> ArrayModel:
+        starts = np.r_[0, np.cumsum([len(i) for i in self.index])].astype(np.int32)
+        index = np.concatenate(self.index).astype(np.int32) if self.index else \
+            np.zeros(0, np.int32)
+        value = np.concatenate(self.value) if self.value else np.zeros(0)
+        return ArrayModel(cost, lower, upper, integer, np.array(self.lower, float),
+                          np.array(self.upper, float), starts, index, value, 0.0, [],
+                          sink=sink)

@@ -1,0 +1,140 @@
+"""The arc-flow path ILP (``ilp-path -O device_states=true``,
+:mod:`chainpipe.formulations.ilp_flow`): the brute-force optimum with both backends,
+agreement with the DP on ``instances/hybrid/small``, time-limited brackets, LP bounds
+below the optimum, and its option errors."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+
+import pytest
+
+from chainpipe import read
+from chainpipe.formulations.common import period_mode
+from chainpipe.formulations.ilp_flow import FlowFormulation, ModelTooLarge, reachable_usage
+from chainpipe.formulations.pipelines import several
+from chainpipe.plan import evaluate
+from chainpipe.result import OptionError
+from chainpipe.solve import solve
+from chainpipe.tables import CostTables
+from helpers import brute_force_hybrid, check_bracket, random_hybrid_instance
+
+RTOL = 1e-6
+ROOT = Path(__file__).resolve().parent.parent
+HYBRID_SMALL = sorted((ROOT / "instances" / "hybrid" / "small").glob("hybrid-small-*.json"))
+FLOW = {"device_states": True}
+
+
+def _close(a: float, b: float) -> bool:
+    return abs(a - b) <= RTOL * max(abs(a), abs(b)) + 1e-12
+
+
+@pytest.mark.parametrize("seed", range(64))
+def test_device_states_prove_the_hybrid_brute_force_optimum_with_both_backends(seed):
+    inst = random_hybrid_instance(seed)
+    best, _ = brute_force_hybrid(inst)
+    for backend in ("highs", "cbc"):
+        r = solve(inst, "ilp-path", backend=backend, **FLOW)
+        where = f"{backend} seed {seed}"
+        if math.isinf(best):
+            assert r.status == "infeasible" and r.plan is None, (where, r.status)
+            continue
+        assert r.status == "optimal", (where, r.status, r.message)
+        assert _close(r.iteration_time, best), (where, r.iteration_time, best)
+        assert r.iteration_time == evaluate(inst, r.plan).iteration_time_s, where
+        assert r.lower_bound is not None and r.lower_bound <= best * (1 + 1e-9), where
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_device_states_without_pruning_prove_the_optimum(seed):
+    """No heuristic plan (``prune`` and ``start`` off): every arc stays."""
+    inst = random_hybrid_instance(100 + seed)
+    best, _ = brute_force_hybrid(inst)
+    r = solve(inst, "ilp-path", prune=False, start=False, **FLOW)
+    if math.isinf(best):
+        assert r.status == "infeasible", (seed, r.status)
+        return
+    assert r.status == "optimal" and _close(r.iteration_time, best), (seed, r.status)
+
+
+@pytest.mark.parametrize("path", HYBRID_SMALL, ids=lambda p: p.stem)
+def test_device_states_match_the_dp_on_hybrid_small(path):
+    inst = read(path)
+    ref = solve(inst, "dp")
+    r = solve(inst, "ilp-path", time_limit=60, **FLOW)
+    assert r.status == "optimal", (path.stem, r.status, r.message)
+    assert _close(r.iteration_time, ref.iteration_time), path.stem
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_time_limited_device_state_runs_sandwich_the_dp_optimum(seed):
+    inst = random_hybrid_instance(700 + seed, max_layers=14, max_dcs=3)
+    ref = solve(inst, "dp")
+    for backend in ("highs", "cbc"):
+        r = solve(inst, "ilp-path", backend=backend, time_limit=0.3, **FLOW)
+        check_bracket(ref, r, f"{backend} seed {seed}", RTOL)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_device_state_lp_bound_is_below_the_optimum(seed):
+    inst = random_hybrid_instance(300 + seed)
+    best, _ = brute_force_hybrid(inst)
+    r = solve(inst, "ilp-path", relax=True, **FLOW)
+    if math.isinf(best):
+        assert r.status in ("infeasible", "no_solution")
+        return
+    assert r.status == "no_solution" and 0 <= r.lower_bound <= best * (1 + 1e-9), seed
+
+
+def test_reachable_usage_is_the_sums_of_widths():
+    assert reachable_usage([2, 4], 9).tolist() == [0, 2, 4, 6, 8]
+    assert reachable_usage([3, 4], 8).tolist() == [0, 3, 4, 6, 7, 8]
+    assert reachable_usage([], 4).tolist() == [0]
+    assert reachable_usage([16], 8).tolist() == [0]
+
+
+def test_every_state_copy_fits_the_group():
+    """A stage column never takes a group past its count, and states start at zero."""
+    form = FlowFormulation(CostTables(read(HYBRID_SMALL[-1])))
+    assert len(set(form.col_arc.tolist())) < len(form.col_arc)  # some arcs have copies
+    a, t = form.arcs, form.tables
+    S = len(form.states)
+    for n, tail, head in zip(form.col_arc, form.col_tail, form.col_head):
+        k = int(t.group_dc[a.group[n]])
+        pos = form.dc_groups[k].index(int(a.group[n]))
+        (k1, u), (k2, v) = form.states[tail % S], form.states[head % S]
+        assert k1 == k2 == k and v[pos] == u[pos] + a.width[n] <= t.count[a.group[n]]
+        assert sum(v) - sum(u) == a.width[n]
+        if a.start[n] == 0:
+            assert not any(u)
+
+
+def test_too_large_a_network_is_refused():
+    tables = CostTables(read(HYBRID_SMALL[0]))
+    n = len(FlowFormulation(tables).col_arc)
+    assert n >= 2
+    with pytest.raises(ModelTooLarge):
+        FlowFormulation(tables, max_columns=n - 1)
+
+
+def test_device_states_option_errors(tmp_path):
+    inst = random_hybrid_instance(3)
+    with pytest.raises(OptionError, match="device_states"):
+        solve(inst, "ilp-assign", **FLOW)
+    with pytest.raises(OptionError, match="write_model"):
+        solve(inst, "ilp-path", write_model=str(tmp_path / "m.lp"), **FLOW)
+
+
+def test_device_states_refuse_several_pipelines_and_a_non_classic_period():
+    inst = read(ROOT / "instances" / "v3" / "small" / "v3-small-01-period.json")
+    assert several(inst)
+    with pytest.raises(OptionError, match="one pipeline"):
+        solve(inst, "ilp-path", **FLOW)
+    one = dataclasses.replace(inst, training=dataclasses.replace(
+        inst.training, parallelism=dataclasses.replace(inst.training.parallelism,
+                                                       pipelines=(1,))))
+    assert not several(one) and period_mode(CostTables(one)) != "classic"
+    with pytest.raises(OptionError, match="classic period"):
+        solve(one, "ilp-path", **FLOW)
