@@ -261,6 +261,19 @@ def pareto(S, H, HL, starts, floors, p_free, steady, upper, tau):
 
 
 @njit(cache=True)
+def _period_cut(S, lo, hi, top):
+    """The end of the labels ``lo..hi`` (sorted by period ``x1 + x2``) with period at
+    most ``top`` (a bisection)."""
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if S[mid, 0] + S[mid, 1] <= top:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+@njit(cache=True)
 def _running_least(S, alive, lo, hi, least):
     """``least[i]``: the least fill of the live labels ``lo..i`` (``inf`` if none)."""
     m = np.inf
@@ -275,8 +288,10 @@ def across(S, H, HL, alive, starts, floors, order, rival_ptr, rivals, p_free, st
            tau):
     """Drop, in ``alive``, the labels of each state (in ``order``) that a live label of one
     of its ``rivals`` (states of the same datacenter using no more devices of any group,
-    earlier in ``order``) dominates; each rival's labels are scanned from the last back
-    while their least fill is no larger than the candidate's (as in :func:`pareto`)."""
+    earlier in ``order``) dominates. A dominator ``a`` of ``b`` has ``sum_a + steady
+    (per_a - per_b) <= sum_b`` (``per = x1 + x2``; every other term is a non-negative
+    excess): each rival's labels (sorted by period) are scanned from the last with a
+    period under that cut back, while their least fill is no larger than ``b``'s."""
     width = H.shape[1]
     before = np.empty(max(width, 1))
     least = np.empty(S.shape[0])
@@ -289,7 +304,13 @@ def across(S, H, HL, alive, starts, floors, order, rival_ptr, rivals, p_free, st
             _before(H, HL, b, lam, before)
             for y in range(rival_ptr[x], rival_ptr[x + 1]):
                 r = rivals[y]
-                for a in range(starts[r + 1] - 1, starts[r] - 1, -1):
+                lo, hi = starts[r], starts[r + 1]
+                if hi == lo or least[hi - 1] > S[b, 2]:
+                    continue
+                if steady > 0:  # a dominator's period is below per_b + (sm_b - sm_a) / steady
+                    hi = _period_cut(S, lo, hi, S[b, 0] + S[b, 1]
+                                     + (S[b, 2] - least[hi - 1]) / steady)
+                for a in range(hi - 1, lo - 1, -1):
                     if least[a] > S[b, 2]:
                         break
                     if alive[a] and dominates(S, H, HL, a, b, lam, room, before, p_free,
