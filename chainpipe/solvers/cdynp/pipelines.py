@@ -312,10 +312,12 @@ def solve_several(owner, options: dict, deadline: Deadline, trace_dir=None, prob
     if options["upper_bound"] is not None:
         return Outcome("error", message="cdynp: with several pipelines option upper_bound "
                        "is not supported")
-    exact = is_exact(options)
     t0 = time.perf_counter()
     public = owner.public
     K, M = public.num_datacenters, public.microbatches
+    if K == 1:  # no summary is sent: nothing to compress
+        options = {**options, "epsilon": 0.0, "quantum": 0.0, "digits": 0, "max_entries": 0}
+    exact = is_exact(options)
     allowed = public.training.parallelism.pipelines
     best_T, best_plan = math.inf, None
     stats = {"mode": owner.mode, "exact": exact}
@@ -330,6 +332,8 @@ def solve_several(owner, options: dict, deadline: Deadline, trace_dir=None, prob
             if one.status not in ("optimal", "feasible", "infeasible"):
                 raise TimeUp(one.message or "time limit reached")
             stats["one_pipeline"] = {k: v for k, v in one.stats.items() if k != "agents"}
+            runs.messages += [{**m, "file": f"one/{m['file']}"}
+                              for m in one.stats.get("messages", [])]
             if one.plan is not None:
                 best_plan = Plan(one.plan.stages)
                 best_T = owner.evaluation(best_plan, [whole.evaluation(one.plan).pipelines[0]]
@@ -339,9 +343,10 @@ def solve_several(owner, options: dict, deadline: Deadline, trace_dir=None, prob
         best_plan = found or best_plan
     except TimeUp as exc:
         stats.update(_range_stats(runs, t0))
+        message = "cdynp: " + (str(exc).removeprefix("cdynp: ") or "time limit reached")
         if best_plan is None:
-            return Outcome("no_solution", message=f"cdynp: {exc}", stats=stats)
-        return Outcome("feasible", best_plan, message=f"cdynp: {exc}", stats=stats)
+            return Outcome("no_solution", message=message, stats=stats)
+        return Outcome("feasible", best_plan, message=message, stats=stats)
     except AgentFailure as exc:
         return Outcome("error", message=f"cdynp: {exc}",
                        stats={**_range_stats(runs, t0), "failed_datacenter": exc.datacenter})
