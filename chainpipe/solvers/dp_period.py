@@ -66,37 +66,24 @@ def hull_prepend(hull: tuple, c: float, q: float) -> tuple:
     majorant follows the chord to the point of largest slope from ``(1, c)``, then the
     shifted old majorant. The slope from a point left of a concave sequence rises, then
     falls (its derivative's numerator ``f'(x)(x - 1) - f(x) + c`` decreases), so the scan
-    stops at its first fall."""
-    best, j_star, cq = -np.inf, 0, c + q
-    for j, h in enumerate(hull):
-        slope = (cq + h - c) / (j + 1)
-        if slope >= best:
-            best, j_star = slope, j + 1
-        elif slope < best * _FALL:  # a fall, not a rounding hair
-            break
-    if j_star == 0:
-        return (c,)
-    return tuple(c + i * best for i in range(j_star)) + tuple(cq + h for h in hull[j_star - 1:])
+    stops at its first fall. (A tuple front end of
+    :func:`.period_kernel.hull_prepend`, the one written rule.)"""
+    n = len(hull)
+    H = np.array([hull], dtype=float) if n else np.zeros((1, 1))
+    out = np.empty((1, n + 1))
+    m = kernel.hull_prepend(H, 0, n, float(c), float(q), out, 0)
+    return tuple(out[0, :m].tolist())
 
 
 def new_loops(hull: tuple, c: float, q: float) -> float:
     """The slowest loop a stage of time ``c`` and traversal ``q`` closes over the suffix
     whose window sums have majorant ``hull``: ``max_j (c + q + hull_j) / (j + 2)``, the
     largest slope from the origin to a concave sequence (unimodal, as in
-    :func:`hull_prepend`: the scan stops at its first fall)."""
-    best, cq = 0.0, c + q
-    for j, h in enumerate(hull):
-        loop = (cq + h) / (j + 2)
-        if loop >= best:
-            best = loop
-        elif loop < best * _FALL:
-            break
-    return best
-
-
-#: a fall of the slopes past which :func:`hull_prepend` and :func:`new_loops` stop: the
-#: majorants are concave up to rounding, which must never stop a scan early
-_FALL = 1 - 1e-9
+    :func:`hull_prepend`: the scan stops at its first fall; a tuple front end of
+    :func:`.period_kernel.new_loops`)."""
+    n = len(hull)
+    H = np.array([hull], dtype=float) if n else np.zeros((1, 1))
+    return float(kernel.new_loops(H, 0, n, float(c), float(q)))
 
 
 @dataclass(frozen=True)
@@ -119,157 +106,88 @@ class Rule:
     upper: float = np.inf
     tau: float = np.inf
 
-    def reach(self, cands: np.ndarray, floor: float) -> tuple[np.ndarray, np.ndarray]:
-        """Per candidate (rows of :func:`_scalars`, of a state whose completions have a
-        period of at least ``floor``): ``lambda0``, a floor under its completed period,
-        and ``X_max``, above which the fill of a completion leaves it out of the bounds."""
-        lam = np.maximum(cands[:, 0], floor)
-        with np.errstate(invalid="ignore"):
-            room = (np.minimum(self.upper * (1 + SLACK) - cands[:, 3], self.tau * (1 + SLACK))
-                    - cands[:, 2] - self.steady * lam)
-        return lam, np.where(np.isnan(room), np.inf, room)
+    def bounds(self) -> tuple[float, int, float, float]:
+        """The rule's arguments of :func:`.period_kernel.pareto` and ``across`` (the
+        bounds with their slack)."""
+        return (float(self.p_free), int(self.steady), float(self.upper) * (1 + SLACK),
+                float(self.tau) * (1 + SLACK))
 
 
-def _scalars(labels: list) -> np.ndarray:
-    """``[n, 5]``: ``x1, x2, sum, R, p`` of each label."""
-    return np.array([lab[:5] for lab in labels], dtype=float).reshape(-1, 5)
-
-
-def _beaten(rivals: np.ndarray, cands: np.ndarray, rule: Rule):
-    """``[n_cands, n_rivals]``: whether rival ``a`` can dominate candidate ``b`` (be no
-    worse for every completion that matters, ``docs/dp.md``) by the scalar part of the
-    rule, ``p_a <= p_b`` (equal unless ``p_b < p_free``) and ``sum_a + steady (s1 + s2) +
-    (R_a - R_b)^+ <= sum_b`` with ``s1 = (x1_a - x1_b)^+``, ``s2 = (x2_a - x2_b)^+``; and
-    the ``allow`` that leaves the loops through ``a``'s suffix (:func:`_survivors`; ``inf``
-    for ``steady = 0``: no period counts)."""
-    steady = rule.steady
-    a, b = rivals[None, :, :], cands[:, None, :]
-    s1 = np.maximum(a[..., 0] - b[..., 0], 0.0)
-    extra = (a[..., 2] + steady * (s1 + np.maximum(a[..., 1] - b[..., 1], 0.0))
-             + np.maximum(a[..., 3] - b[..., 3], 0.0))
-    ok = (extra <= b[..., 2]) & (a[..., 4] <= b[..., 4])
-    ok &= (a[..., 4] == b[..., 4]) | (b[..., 4] < rule.p_free)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        allow = s1 + (b[..., 2] - extra) / steady if steady else np.full(ok.shape, np.inf)
-    return ok, allow
-
-
-def _hulls(labels: list, pad: float = -np.inf) -> np.ndarray:
-    """``[n, width]``: the majorants of ``labels``, padded with ``pad``."""
-    width = max((len(lab[5]) for lab in labels), default=0)
-    out = np.full((len(labels), width), pad)
+def _arrays(labels: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``S`` (``x1, x2, sum, R, p`` per label), the majorants padded with ``-inf`` and
+    their lengths, of label tuples ``(x1, x2, sum, R, p, hull, ...)``."""
+    S = np.array([lab[:5] for lab in labels], dtype=float).reshape(-1, 5)
+    HL = np.array([len(lab[5]) for lab in labels], dtype=np.int64)
+    H = np.full((len(labels), max(1, int(HL.max(initial=0)))), -np.inf)
     for i, lab in enumerate(labels):
-        out[i, :len(lab[5])] = lab[5]
-    return out
+        H[i, :len(lab[5])] = lab[5]
+    return S, H, HL
 
 
-def _best_before(hulls: np.ndarray, lam: np.ndarray, width: int) -> np.ndarray:
-    """``[n, width]``: per candidate ``b`` and window ``i``, ``max_{j <= i} (hb_j - lam_b
-    j)`` over ``b``'s windows (``-inf`` padding), the last carried on."""
-    steps = np.arange(hulls.shape[1], dtype=float)
-    with np.errstate(invalid="ignore"):
-        best = np.maximum.accumulate(hulls - lam[:, None] * steps, axis=1)
-    if best.shape[1] < width:
-        edge = best[:, -1:] if best.shape[1] else np.full((len(best), 1), -np.inf)
-        best = np.concatenate([best, np.repeat(edge, width - best.shape[1], axis=1)], axis=1)
-    return best[:, :width]
-
-
-def _survivors(ok: np.ndarray, allow: np.ndarray, rivals: np.ndarray, cands: np.ndarray,
-               lam: np.ndarray, room: np.ndarray) -> np.ndarray:
-    """Which candidates (rows of ``ok``) no rival dominates, the loops tested for the pairs
-    the scalar test lets through, in numpy over those pairs at once.
-
-    A later stage and ``k - 1`` before it, of time ``X``, close a loop over rival ``a``'s
-    first ``i + 1`` stages: ``(X + ha_i) / (k + i + 1)``. Candidate ``b``'s completion has
-    a period ``lambda >= lam_b`` and ``X + hb_j <= lambda (k + j + 1)`` for every ``j`` (a
-    majorant's loops are the window sums'); the loop through ``a`` is then at most
-    ``lambda + allow`` if, for some ``j <= i``, ``ha_i - hb_j <= lam_b (i - j) + allow (i +
-    2)``, or if ``X_max + ha_i <= (lam_b + allow)(i + 2)`` with ``X <= X_max = room_b``
-    (a completion with more fill is out of the bounds). Majorants are padded with
-    ``-inf``: a rival's padding never fails."""
-    alive = np.ones(ok.shape[0], dtype=bool)
-    ci, ri = np.nonzero(ok)
-    if not len(ci):
-        return alive
-    width = rivals.shape[1]
-    before = _best_before(cands, lam, width)
-    steps = np.arange(width, dtype=float)
-    beaten = np.empty(len(ci), dtype=bool)
-    for lo in range(0, len(ci), _PAIRS):
-        c, r = ci[lo:lo + _PAIRS], ri[lo:lo + _PAIRS]
-        slack = allow[c, r, None] * (steps + 2.0)
-        with np.errstate(invalid="ignore"):
-            by_window = rivals[r] - lam[c, None] * steps - before[c] - slack
-            by_room = rivals[r] + room[c, None] - lam[c, None] * (steps + 2.0) - slack
-            beaten[lo:lo + _PAIRS] = ~(np.minimum(by_window, by_room) > 0).any(axis=1)
-    alive[ci[beaten]] = False
-    return alive
-
-
-#: pairs per chunk of :func:`_survivors` (a chunk is ``_PAIRS x`` the majorants' width)
-_PAIRS = 1 << 16
-
-
-def _drop_beaten(cands: list, rivals: list, rule: Rule, floor: float) -> list:
-    """``cands`` (of a state with period floor ``floor``) without those a label of
-    ``rivals`` dominates (:func:`_beaten`, :func:`_survivors`), by blocks in numpy."""
-    if not cands or not rivals:
-        return cands
-    A, B = _scalars(rivals), _scalars(cands)
-    HA, HB = _hulls(rivals), _hulls(cands)
-    lam, room = rule.reach(B, floor)
-    keep = []
-    for lo in range(0, len(cands), _BLOCK):
-        hi = lo + _BLOCK
-        ok, allow = _beaten(A, B[lo:hi], rule)
-        alive = _survivors(ok, allow, HA, HB[lo:hi], lam[lo:hi], room[lo:hi])
-        keep += [cands[lo + i] for i in np.flatnonzero(alive).tolist()]
-    return keep
-
-
-def _first_of_equals(labels: list, rule: Rule, floor: float) -> list:
-    """The labels (in order) that no earlier one dominates. A block is tested against the
-    labels kept before it and against its own earlier labels, kept or not: the relation
-    (every completion that matters is as good) is transitive, so a dropped label's
-    dominator is dominated by a kept one."""
-    kept: list = []
-    for lo in range(0, len(labels), _BLOCK):
-        block = _drop_beaten(labels[lo:lo + _BLOCK], kept, rule, floor)
-        X = _scalars(block)
-        ok, allow = _beaten(X, X, rule)
-        ok &= np.arange(len(block))[None, :] < np.arange(len(block))[:, None]
-        H = _hulls(block)
-        lam, room = rule.reach(X, floor)
-        alive = _survivors(ok, allow, H, H, lam, room)
-        kept += [block[i] for i in np.flatnonzero(alive).tolist()]
-    return kept
-
-
-#: candidates per block of the numpy dominance test (a block is ``_BLOCK x rivals``)
-_BLOCK = 256
+def _by_period(lab: tuple) -> tuple:
+    """The order of a state's labels: period, fill, ``R``, ``x1``, ``p``."""
+    return (lab[0] + lab[1], lab[2], lab[3], lab[0], lab[4])
 
 
 def pareto(labels: list, rule: Rule, floor: float = -np.inf) -> list:
-    """The labels no earlier one in sorted order dominates (:func:`_first_of_equals`)."""
-    labels.sort(key=lambda x: (x[0] + x[1], x[2], x[3], x[0], x[4]))
-    return _first_of_equals(labels, rule, floor)
+    """The labels (of a state whose completions have a period of at least ``floor``),
+    sorted by period, that no kept earlier one dominates (``docs/dp.md``, "Version 3":
+    the dominance relation is transitive, so a dropped label's dominator is dominated by
+    a kept one); label tuples ``(x1, x2, sum, R, p, hull, ...)``, by
+    :func:`.period_kernel.pareto`."""
+    if not labels:
+        return labels
+    labels.sort(key=_by_period)
+    S, H, HL = _arrays(labels)
+    alive = kernel.pareto(S, H, HL, np.array([0, len(labels)], dtype=np.int64),
+                          np.array([floor], dtype=float), *rule.bounds())
+    return [lab for lab, ok in zip(labels, alive.tolist()) if ok]
+
+
+def rivals(keys: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For states ``keys`` (``(dc, usage)``), the order in which
+    :func:`.period_kernel.across` tests them (per DC by devices used) and per state its
+    rivals: the earlier ones of its DC using no more devices of any group (CSR: ``ptr``
+    and ``rivals``, indices into ``keys``)."""
+    by_dc: dict = {}
+    for s, key in enumerate(keys):
+        by_dc.setdefault(key[0], []).append(s)
+    order, ptr, out = [], [0], []
+    for segs in by_dc.values():
+        segs.sort(key=lambda s: sum(keys[s][1]))
+        for i, s in enumerate(segs):
+            u = keys[s][1]
+            order.append(s)
+            out += [r for r in segs[:i] if keys[r][1] != u
+                    and all(x <= y for x, y in zip(keys[r][1], u))]
+            ptr.append(len(out))
+    return (np.array(order, dtype=np.int64), np.array(ptr, dtype=np.int64),
+            np.array(out, dtype=np.int64))
 
 
 def across_usage(layer: dict, rule: Rule, floors: dict) -> None:
     """Drop, in place, labels dominated by a label of another state of the same DC that
     uses no more devices of any group: every completion of the one stays open to the other
-    (``floors``: per state, a floor under its completions' period)."""
-    by_dc: dict = {}
-    for key in layer:
-        by_dc.setdefault(key[0], []).append(key)
-    for keys in by_dc.values():
-        keys.sort(key=lambda k: sum(k[1]))
-        for i, key in enumerate(keys):
-            rivals = [lab for k in keys[:i]
-                      if k[1] != key[1] and all(x <= y for x, y in zip(k[1], key[1]))
-                      for lab in layer[k]]
-            layer[key] = _drop_beaten(layer[key], rivals, rule, floors[key])
+    (``floors``: per state, a floor under its completions' period); by
+    :func:`.period_kernel.across`, each state's labels sorted by period."""
+    keys = [k for k in layer if layer[k]]
+    if len(keys) < 2:
+        return
+    flat = []
+    starts = [0]
+    for k in keys:
+        layer[k].sort(key=_by_period)
+        flat += layer[k]
+        starts.append(len(flat))
+    S, H, HL = _arrays(flat)
+    alive = np.ones(len(flat), dtype=np.bool_)
+    order, ptr, rv = rivals(keys)
+    kernel.across(S, H, HL, alive, np.array(starts, dtype=np.int64),
+                  np.array([floors[k] for k in keys], dtype=float), order, ptr, rv,
+                  *rule.bounds())
+    for x, k in enumerate(keys):
+        layer[k] = [lab for lab, ok in zip(layer[k], alive[starts[x]:starts[x + 1]].tolist())
+                    if ok]
 
 
 def candidate_rows(tables: CostTables, g: int, need: int, phases: bool, deadline: Deadline):
@@ -508,11 +426,11 @@ class PipelineSearch:
         # at most b stages come before: with p + b < M_p every one sits below M_p (its
         # loops count, whatever p); without loops p only matters to memory
         p_free = float(self.m - b) if self.loops and not self.all_loops else np.inf
-        bounds = (p_free, self.m - 1, self.upper * (1 + SLACK), self.tau * (1 + SLACK))
+        bounds = Rule(p_free, self.m - 1, self.upper, self.tau).bounds()
         alive = kernel.pareto(S, H, HL, starts, floors, *bounds)
-        order, ptr, rivals = self._rivals(seg_kids)
-        if len(rivals):
-            kernel.across(S, H, HL, alive, starts, floors, order, ptr, rivals, *bounds)
+        order, ptr, rv = rivals([self.keys[k] for k in seg_kids])
+        if len(rv):
+            kernel.across(S, H, HL, alive, starts, floors, order, ptr, rv, *bounds)
         keep = np.flatnonzero(alive)
         counts = np.add.reduceat(alive.astype(np.int64), starts[:-1]) if len(keep) else np.zeros(len(seg_kids))
         src = ids[keep]
@@ -520,26 +438,6 @@ class PipelineSearch:
         ends = first + np.cumsum(counts)
         return [(k, int(e - c), int(e)) for k, c, e in zip(seg_kids, counts.tolist(),
                                                          ends.tolist()) if c]
-
-    def _rivals(self, seg_kids: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """The states (segments) in the order :func:`.period_kernel.across` tests them, per
-        DC by devices used, and per state its rivals: the earlier ones of its DC using no
-        more devices of any group (CSR: ``ptr``, ``rivals``)."""
-        keys = [self.keys[k] for k in seg_kids]
-        by_dc: dict = {}
-        for s, key in enumerate(keys):
-            by_dc.setdefault(key[0], []).append(s)
-        order, ptr, rivals = [], [0], []
-        for segs in by_dc.values():
-            segs.sort(key=lambda s: sum(keys[s][1]))
-            for i, s in enumerate(segs):
-                u = keys[s][1]
-                order.append(s)
-                rivals += [r for r in segs[:i] if keys[r][1] != u
-                           and all(x <= y for x, y in zip(keys[r][1], u))]
-                ptr.append(len(rivals))
-        return (np.array(order, dtype=np.int64), np.array(ptr, dtype=np.int64),
-                np.array(rivals, dtype=np.int64))
 
     def _state_floor(self, b: int, key: tuple) -> float:
         """A floor under the period of every completion of state ``key`` at layer ``b``:
