@@ -61,11 +61,15 @@ def _cpu() -> float:
     return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 
 
-def configurations(solvers, backends, variants: bool) -> list[tuple[str, str, dict]]:
+def configurations(solvers, backends, variants: bool, device_states: bool = False
+                   ) -> list[tuple[str, str, dict]]:
     """``(solver, label, options)`` of every run per instance."""
     out = []
     for solver in solvers:
-        if solver in ILPS:
+        if solver == "ilp-path" and device_states:
+            out += [(solver, f"{backend}, device states",
+                     {"backend": backend, "device_states": True}) for backend in backends]
+        elif solver in ILPS:
             out += [(solver, backend, {"backend": backend}) for backend in backends]
             if solver == "ilp-path" and variants:
                 out += [(solver, f"highs, {label}", {"backend": "highs", **opts})
@@ -184,6 +188,10 @@ def main(argv=None) -> None:
     ap.add_argument("--backends", nargs="+", default=["highs", "cbc"])
     ap.add_argument("--variants", action="store_true",
                     help="also the path ILP with each strengthening off (HiGHS)")
+    ap.add_argument("--device-states", action="store_true",
+                    help="the path ILP as its arc-flow model (-O device_states=true) "
+                         "instead of the default one")
+    ap.add_argument("--no-figure", action="store_true", help="draw no profile figure")
     ap.add_argument("--limit", type=int, default=None, help="first N instances of each set")
     ap.add_argument("--ref-limit", type=float, default=60.0,
                     help="seconds for the DP reference (at least --time-limit)")
@@ -193,16 +201,20 @@ def main(argv=None) -> None:
     v3 = all(s.startswith("v3/") for s in args.sets)
     if args.out is None:
         args.out = OUT_V3 if v3 else OUT
-    if args.figure is None and not v3:
+    args.out = args.out.resolve()
+    if args.figure is None and not v3 and not args.no_figure:
         args.figure = FIGURE
 
     from chainpipe.io import read
     from chainpipe.solve import solve
 
-    configs = configurations(args.solvers, args.backends, args.variants)
+    configs = configurations(args.solvers, args.backends, args.variants, args.device_states)
     command = (f"python benchmarks/formulations.py --time-limit {args.time_limit:g} --sets "
                f"{' '.join(args.sets)} --solvers {' '.join(args.solvers)} --backends "
                f"{' '.join(args.backends)}" + (" --variants" if args.variants else "")
+               + (" --device-states" if args.device_states else "")
+               + (f" --out {args.out.relative_to(ROOT)}" if args.out.is_relative_to(ROOT)
+                  and args.out not in (OUT, OUT_V3) else "")
                + (f" --limit {args.limit}" if args.limit else "")
                + (f" --ref-limit {args.ref_limit:g}" if args.ref_limit != 60.0 else ""))
     lines = [
@@ -214,7 +226,8 @@ def main(argv=None) -> None:
         "",
         "*LP/opt* is the LP-relaxation bound over the DP optimum (ILPs); *bound* and *gap* "
         "the solver's proven bound and `(T - bound) / T`; *CPU* the CPU seconds of the run "
-        "(CBC's child included), the time to proof when the status is `optimal`; *arcs* "
+        "(CBC's child included), the time to proof when the status is `optimal`; *wall* its "
+        "wall-clock seconds; *arcs* "
         "the path ILP's stage arcs kept; *outer* (several pipelines) the entries solved, "
         "one-pipeline sub-solves and joint models of the outer enumeration. *ok* says whether an `optimal` claim matches the DP "
         "optimum to 1e-6. The path ILP's default has every strengthening on (`dominance`, "
@@ -231,8 +244,8 @@ def main(argv=None) -> None:
             files = files[: args.limit]
         body += [f"### `instances/{set_name}/`", "",
                  "| instance | DP T (s) | solver | backend / variant | status | T (s) | bound (s) "
-                 "| gap | LP/opt | vars | cons | nnz | arcs | outer | CPU (s) | ok |",
-                 "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+                 "| gap | LP/opt | vars | cons | nnz | arcs | outer | CPU (s) | wall (s) | ok |",
+                 "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for f in files:
             inst = read(f)
             ref = solve(inst, "dp", time_limit=max(args.time_limit, args.ref_limit))
@@ -248,7 +261,7 @@ def main(argv=None) -> None:
                     f"{_fmt(r['T'])} | {_fmt(r['bound'])} | {_fmt(r['gap'], '.2%')} | "
                     f"{_fmt(r['lp_ratio'], '.3f')} | {r['vars'] or '-'} | {r['cons'] or '-'} | "
                     f"{r['nnz'] or '-'} | {r['arcs'] or '-'} | {r['outer'] or '-'} | "
-                    f"{r['cpu']:.2f} | "
+                    f"{r['cpu']:.2f} | {r['wall']:.1f} | "
                     f"{'yes' if r['agrees'] else 'NO'} |")
                 print(body[-1], flush=True)
         body.append("")

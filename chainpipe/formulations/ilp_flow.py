@@ -22,6 +22,7 @@ straight into arrays (no PuLP).
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from dataclasses import dataclass
@@ -37,6 +38,9 @@ from .matrix import LinearModel, no_check
 
 #: the model is refused (``ModelTooLarge``) above this many stage columns
 MAX_COLUMNS = 2_000_000
+#: a proven bottleneck floor is lowered by this relative margin before it bounds ``B``
+#: (the backends' feasibility tolerance is 1e-9 on objectives of about 1e3)
+BOUND_SLACK = 1e-7
 
 
 class ModelTooLarge(ValueError):
@@ -332,6 +336,14 @@ class FlowFormulation:
             sel = np.nonzero((layer == b) & (occ > 0))[0]
             if len(sel):
                 rows.add(np.r_[self.iB, self.iy + sel], np.r_[1.0, -occ[sel]], 0.0, np.inf)
+        # chain link j joins DCs j and j+1: a plan crosses it at most once (DCs never
+        # decrease), so the U of the boundaries over it, summed over all layers, is <= B
+        k1 = self.boundary[self.bcol_arc, 1].astype(np.int64)
+        k2 = self.boundary[self.bcol_arc, 2].astype(np.int64)
+        for j in range(self.tables.K - 1):
+            sel = np.nonzero((k1 <= j) & (k2 > j) & (occ > 0))[0]
+            if len(sel):
+                rows.add(np.r_[self.iB, self.iy + sel], np.r_[1.0, -occ[sel]], 0.0, np.inf)
 
     def _position_rows(self, rows) -> None:
         """1F1B memory: ``P_b`` stages start at ``b`` or later; an option holding ``n < M``
@@ -366,6 +378,34 @@ class FlowFormulation:
         integer = np.zeros(ncols, dtype=bool)
         integer[:self.iy] = True
         return cost, lower, upper, integer
+
+    # ------------------------------------------------------------------ bottleneck first
+    def bottleneck_values(self) -> np.ndarray:
+        """Every value a plan's bottleneck can take (seconds, ascending): the ``C`` of the
+        stage options with a column and the ``U`` of the boundary columns."""
+        used = np.unique(self.col_arc)
+        occ = self.boundary[self.bcol_arc, 4] if self.has_B else np.zeros(0)
+        return np.unique(np.r_[self.arcs.compute[used], occ])
+
+    def capped_model(self, cap: float) -> ArrayModel:
+        """The built model, objective 0, without the columns whose ``C`` or ``U`` exceeds
+        ``cap`` (seconds): its plans are those with a bottleneck of at most ``cap``."""
+        a = self.arcs
+        upper = self.model.col_upper.copy()
+        over = a.compute > cap
+        upper[:self.iy][over[self.col_arc]] = 0.0
+        upper[self.iX:self.iX + len(a)][over] = 0.0
+        upper[self.iy:self.iX][self.boundary[self.bcol_arc, 4] > cap] = 0.0
+        return dataclasses.replace(self.model, cost=np.zeros_like(self.model.cost),
+                                   col_upper=upper, start=None)
+
+    def floor_bottleneck(self, floor: float) -> float:
+        """``B >= floor`` (seconds) in the main model; returns the scaled floor set."""
+        scaled = floor / self.scale * (1.0 - BOUND_SLACK)
+        if scaled > self.model.col_lower[self.iB]:
+            self.model.col_lower = self.model.col_lower.copy()
+            self.model.col_lower[self.iB] = scaled
+        return float(self.model.col_lower[self.iB])
 
     # ------------------------------------------------------------------ read back
     def _take(self, values: np.ndarray) -> None:

@@ -81,6 +81,10 @@ MAX_COEFFICIENT = 1e15
 
 #: model file formats ``write_model`` writes, by suffix
 MODEL_SUFFIXES = (".lp", ".mps")
+#: ``device_states``: seconds per LP probe of the bottleneck floor, and the share of the
+#: time left all probes may take
+PROBE_S = 2.0
+PROBE_SHARE = 0.25
 #: the strengthenings of the path ILP, each an on/off option (all on by default)
 PATH_SWITCHES = ("dominance", "start", "prune")
 
@@ -240,6 +244,8 @@ def _run(name: str, instance: Instance, deadline: Deadline, seed, threads, log, 
 
     t1 = deadline.elapsed()
     try:
+        if opts.device_states and not opts.relax and form.has_B:
+            _bottleneck_first(form, model, opts, deadline, seed, threads, log, stats)
         answer = _backend(opts.backend)(model, relax=opts.relax, deadline=deadline, seed=seed,
                                         threads=threads, log=log,
                                         on_bounds=_progress_in_seconds(form.scale))
@@ -255,6 +261,48 @@ def _run(name: str, instance: Instance, deadline: Deadline, seed, threads, log, 
     if answer.values is not None:
         model.assign(answer.values)
     return _outcome(form, answer, opts, stats, incumbent)
+
+
+def _bottleneck_first(form, model, opts: _Options, deadline: Deadline, seed, threads, log,
+                      stats: dict) -> None:
+    """``device_states``, before the MIP: a floor on the bottleneck ``B`` from LP probes.
+
+    Every plan's bottleneck is one of ``form.bottleneck_values()``. The LP relaxation of
+    the model without the columns above a cap ``v`` (``form.capped_model``) holds every
+    plan with bottleneck ``<= v``; when the backend proves it infeasible, no plan has
+    one, and caps below ``v`` need no probe. Galloping up from the least value, then
+    bisecting, finds the largest such ``v`` among the probes; ``B >= `` the next value.
+    A probe gets at most :data:`PROBE_S` seconds and the whole phase :data:`PROBE_SHARE`
+    of the time left; a probe not proven infeasible counts as feasible (the floor only
+    rests on proofs).
+    """
+    t0 = deadline.elapsed()
+    values = form.bottleneck_values()
+    budget = None if deadline.unlimited else Deadline(deadline.remaining() * PROBE_SHARE)
+    probes = []
+
+    def infeasible(k: int) -> bool:
+        left = PROBE_S if budget is None else min(PROBE_S, budget.remaining())
+        if left <= 0.01:
+            return False
+        answer = _backend(opts.backend)(form.capped_model(float(values[k])), relax=True,
+                                        deadline=Deadline(left), seed=seed, threads=threads,
+                                        log=log)
+        probes.append(answer.status)
+        return answer.status == "infeasible"
+
+    bad, good, step = -1, len(values), 1
+    while bad + step < good and infeasible(bad + step):
+        bad, step = bad + step, step * 2
+    good = min(good, bad + step)
+    while good - bad > 1:
+        mid = (bad + good) // 2
+        bad, good = (mid, good) if infeasible(mid) else (bad, mid)
+    phase = {"probes": len(probes), "time_s": deadline.elapsed() - t0, "floor_s": None}
+    if 0 <= bad < len(values) - 1:
+        form.floor_bottleneck(float(values[bad + 1]))
+        phase["floor_s"] = float(values[bad + 1])
+    stats["bottleneck_phase"] = phase
 
 
 def _run_pipelines(name: str, instance: Instance, deadline: Deadline, seed, threads, log,
