@@ -90,6 +90,22 @@ def compressed_row(path, inst, ref, dp_s, res, cd_s) -> str:
             f"{sum(b > TARGET_BYTES for b in sizes)} | {(res.message or '')[:60]} |")
 
 
+def dp_table(path: Path) -> dict:
+    """dp's ``(result, CPU seconds)`` per instance from the exact table of ``path`` (its
+    status, ``T`` and CPU time, as that run measured them)."""
+    from types import SimpleNamespace
+
+    out = {}
+    text = path.read_text() if path.exists() else ""
+    for line in text.split("\n## ")[0].splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 17 and cells[0] != "instance" and not cells[0].startswith("-"):
+            T = None if cells[7] == "-" else float(cells[7])
+            out[cells[0]] = (SimpleNamespace(status=cells[6], iteration_time=T),
+                             float(cells[8]))
+    return out
+
+
 def write_section(path: Path, heading: str, lines: list[str]) -> None:
     """Put ``lines`` under ``## heading`` in ``path``, replacing a section of that heading
     and keeping the rest of the file."""
@@ -106,6 +122,9 @@ def main() -> None:
     ap.add_argument("--time-limit", type=float, default=240.0)
     ap.add_argument("--dp-limit", type=float, default=None,
                     help="dp's time limit (default: --time-limit)")
+    ap.add_argument("--dp-from-table", action="store_true",
+                    help="take dp's status and T from the exact table of --out instead of "
+                         "running dp (where it has the instance)")
     ap.add_argument("--options", nargs="*", default=[],
                     help="cdynp's compression options, KEY=VALUE")
     ap.add_argument("--out", default=str(OUT / "cdynp_v3.md"))
@@ -117,7 +136,8 @@ def main() -> None:
         for path in sorted(p for p in (ROOT / "instances" / name).glob("*.json")
                            if p.name != "manifest.json"):
             inst = read(path)
-            ref, dp_s = timed(inst, "dp", args.dp_limit or args.time_limit)
+            known = dp_table(Path(args.out)).get(path.stem) if args.dp_from_table else None
+            ref, dp_s = known or timed(inst, "dp", args.dp_limit or args.time_limit)
             res, cd_s = timed(inst, "cdynp", args.time_limit, **options)
             row = (compressed_row if options else exact_row)(path, inst, ref, dp_s, res, cd_s)
             print(row, flush=True)
@@ -127,10 +147,14 @@ def main() -> None:
         write_section(Path(args.out), heading, [
             "",
             f"`benchmarks/cdynp_v3.py --sets {' '.join(args.sets)} --time-limit "
-            f"{args.time_limit:g} --dp-limit {args.dp_limit or args.time_limit:g} --options "
-            f"{' '.join(args.options)}`; {platform.machine()}, {os.cpu_count()} cores shared "
-            "with other work (CPU seconds, one thread). `gap`: cdynp's T over dp's, minus "
-            "1; `factor`: the proven bound on T / optimum (`none` with max_entries); "
+            f"{args.time_limit:g} "
+            + ("--dp-from-table" if args.dp_from_table else
+               f"--dp-limit {args.dp_limit or args.time_limit:g}")
+            + f" --options {' '.join(args.options)}`; {platform.machine()}, "
+            f"{os.cpu_count()} cores shared "
+            "with other work (CPU seconds, one thread; with --dp-from-table dp's status, T "
+            "and CPU seconds are those of the exact table above). `gap`: cdynp's T over "
+            "dp's, minus 1; `factor`: the proven bound on T / optimum (`none` with max_entries); "
             "`msgs`: DC-to-DC messages of every run made (probes, classic and period runs, "
             "range runs); `> 16 KiB`: how many exceed the issue's target; a solve the time "
             "limit ended reports the messages of the runs it completed.",

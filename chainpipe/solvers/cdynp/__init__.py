@@ -172,6 +172,9 @@ def solve_chain(backend, options: dict, deadline: Deadline, *, trace_dir=None,
     first = drive(classic, {**options, "max_entries": 0}, deadline=deadline, probe=probe,
                   trace_dir=None if trace_dir is None else Path(trace_dir, "classic"))
     exact = is_exact(options)
+    # messages named as the trace files are: under classic/ and period/
+    first.stats["messages"] = [{**m, "file": f"classic/{m['file']}"}
+                               for m in first.stats.get("messages", [])]
     if first.status not in ("optimal", "feasible"):  # infeasible under both, or failed
         return first
 
@@ -195,7 +198,8 @@ def solve_chain(backend, options: dict, deadline: Deadline, *, trace_dir=None,
     out = drive(backend, period_options, deadline=deadline, probe=False,
                 trace_dir=None if trace_dir is None else Path(trace_dir, "period"))
     out.stats.update(stats)
-    out.stats["messages"] = first.stats.get("messages", []) + out.stats.get("messages", [])
+    out.stats["messages"] = first.stats["messages"] + [
+        {**m, "file": f"period/{m['file']}"} for m in out.stats.get("messages", [])]
     out.stats["agents"] = first.stats.get("agents", []) + out.stats.get("agents", [])
     if "message_bytes_max" in out.stats:  # of both runs' messages
         sizes = [m["bytes"] for m in out.stats["messages"]]

@@ -335,15 +335,21 @@ def cap_keep(points: list, M: int, max_entries: int, scale: float, occupancy: fl
              gpipe: bool) -> list[int]:
     """Indices (ascending) of the ``max_entries`` points with the least estimated ``T`` of
     a whole plan (as :func:`.summary.cap_keep`: the boundary paid, the total scaled by
-    the model's FLOP over the suffix's); no guarantee."""
+    the model's FLOP over the suffix's), the period lifted to the loops that a stage as
+    slow as the suffix's period would close over its windows (measured on
+    ``v3-medium-03`` with one pipeline, ``digits=3``, 8 points per entry: 1.9% above the
+    optimum, against 2.3% by the suffix's own period; ranking each stage count's best
+    first was no better); no guarantee."""
     if max_entries <= 0 or len(points) <= max_entries:
         return list(range(len(points)))
     u = occupancy
     q = float(cost.traversal(0.0, u))
 
     def estimate(p) -> float:
-        return period_time(M, max(p[0], u), max(p[1], u) if gpipe else p[1],
-                           (p[2] + q) * scale, p[3])
+        x1 = max(p[0], u)
+        if p[5]:  # the loops a stage like its slowest closes over the suffix's windows
+            x1 = max(x1, new_loops(tuple(h + q for h in p[5]), x1, 0.0))
+        return period_time(M, x1, max(p[1], u) if gpipe else p[1], (p[2] + q) * scale, p[3])
 
     order = sorted(range(len(points)), key=lambda i: estimate(points[i]))
     return sorted(order[:max_entries])
