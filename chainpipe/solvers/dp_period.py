@@ -412,32 +412,26 @@ class PipelineSearch:
         rule across states of one DC) and kept: ``(state, first, end)`` per state, ranges
         of the kept store."""
         pend, kept = self.pend, self.kept
-        ids = kernel.gather(pend.head, b, pend.PI, -1)
+        ids, S, H, HL, starts, states = kernel.collect(
+            pend.head, b, pend.PF, pend.PI, kept.H, kept.HL, kept.H.shape[1], self.mode,
+            self.all_loops, self.p_cap)
         if not len(ids):
             return []
-        PF, PI = pend.PF[ids], pend.PI[ids]
-        order = np.lexsort((PF[:, 2], PF[:, 0] + PF[:, 1], PI[:, 4]))
-        ids, kids = ids[order], PI[order, 4]
-        S, H, HL = kernel.build(ids, pend.PF, pend.PI, kept.H, kept.HL, kept.H.shape[1],
-                                self.mode, self.all_loops, self.p_cap)
-        starts = np.concatenate(([0], np.flatnonzero(np.diff(kids)) + 1, [len(ids)]))
-        seg_kids = kids[starts[:-1]].tolist()
-        floors = np.array([self._state_floor(b, self.keys[k]) for k in seg_kids])
+        states = states.tolist()
+        floors = np.array([self._state_floor(b, self.keys[k]) for k in states])
         # at most b stages come before: with p + b < M_p every one sits below M_p (its
         # loops count, whatever p); without loops p only matters to memory
         p_free = float(self.m - b) if self.loops and not self.all_loops else np.inf
         bounds = Rule(p_free, self.m - 1, self.upper, self.tau).bounds()
         alive = kernel.pareto(S, H, HL, starts, floors, *bounds)
-        order, ptr, rv = rivals([self.keys[k] for k in seg_kids])
-        if len(rv):
-            kernel.across(S, H, HL, alive, starts, floors, order, ptr, rv, *bounds)
-        keep = np.flatnonzero(alive)
-        counts = np.add.reduceat(alive.astype(np.int64), starts[:-1]) if len(keep) else np.zeros(len(seg_kids))
-        src = ids[keep]
-        first = kept.add(S[keep], H[keep], HL[keep], pend.PI[src][:, 1:4], b)
-        ends = first + np.cumsum(counts)
-        return [(k, int(e - c), int(e)) for k, c, e in zip(seg_kids, counts.tolist(),
-                                                         ends.tolist()) if c]
+        if len(states) > 1:
+            order, ptr, rv = rivals([self.keys[k] for k in states])
+            if len(rv):
+                kernel.across(S, H, HL, alive, starts, floors, order, ptr, rv, *bounds)
+        S, H, HL, par, counts = kernel.survivors(ids, pend.PI, S, H, HL, alive, starts)
+        first = kept.add(S, H, HL, par, b)
+        ends = (first + np.cumsum(counts)).tolist()
+        return [(k, e - c, e) for k, c, e in zip(states, counts.tolist(), ends) if c]
 
     def _state_floor(self, b: int, key: tuple) -> float:
         """A floor under the period of every completion of state ``key`` at layer ``b``:

@@ -73,7 +73,8 @@ class RangeTimes:
             tables, deadline, upper, holds, log)
         self.one_f_one_b = tables.schedule == "1f1b"
         self.found: dict[tuple[int, int], list[Found]] = {}
-        self.proven: dict[tuple[int, int], list[tuple[int, float, float]]] = {}
+        #: per range, ``(m0, theta, floor, lambda0 at m0)`` of what each search proved
+        self.proven: dict[tuple[int, int], list[tuple[int, float, float, float]]] = {}
         self.floors: dict[tuple, float] = {}
         self.static: dict[tuple[int, int, int], float] = {}
         self.searches = 0
@@ -123,9 +124,9 @@ class RangeTimes:
         if lo is None:
             lo = self.static[i, j, m] = float(
                 self.t.pipeline_bound(i, j, m, self._period_floor(i, j, m)))
-        for m0, th, v in self.proven.get((i, j), ()):
+        for m0, th, v, lam in self.proven.get((i, j), ()):
             if m0 <= m and th >= theta:
-                lo = max(lo, v + (m - m0) * self._period_floor(i, j, m0) if m > m0 else v)
+                lo = max(lo, v + (m - m0) * lam if m > m0 else v)
         return lo
 
     def _period_floor(self, i, j, m) -> float:
@@ -152,10 +153,11 @@ class RangeTimes:
             self.log(f"dp: a pipeline on DCs {i}..{j}, M_p = {m}, T_p <= {tau:.6g}: "
                      f"{'found' if done else 'none'} ({search.stats['labels']} labels)")
         if not done:
-            self.proven.setdefault((i, j), []).append((m, theta, tau))
+            self.proven.setdefault((i, j), []).append(
+                (m, theta, tau, self._period_floor(i, j, m)))
             return None
         T, R, parent, fill, period = min(done, key=lambda x: x[0])
         stages = tuple(search.backtrack(parent))
         self.found.setdefault((i, j), []).append(Found(m, fill, period, R, stages))
-        self.proven.setdefault((i, j), []).append((m, theta, T))
+        self.proven.setdefault((i, j), []).append((m, theta, T, self._period_floor(i, j, m)))
         return T, R, list(stages)

@@ -180,6 +180,59 @@ def build(ids, PF, PI, H, HL, width, mode, all_loops, p_cap):
 
 
 @njit(cache=True)
+def collect(head, a, PF, PI, H, HL, width, mode, all_loops, p_cap):
+    """The pending labels of layer ``a`` sorted by ``(state, x1 + x2, fill)``, built
+    (:func:`build`): ``(ids, S, H, HL, starts, states)``, state ``states[s]``'s labels
+    being rows ``starts[s]..starts[s + 1]``."""
+    ids = gather(head, a, PI, -1)
+    n = len(ids)
+    key = np.empty(n)
+    for k in range(n):
+        key[k] = PF[ids[k], 2]
+    o = np.argsort(key, kind="mergesort")
+    for k in range(n):
+        key[k] = PF[ids[o[k]], 0] + PF[ids[o[k]], 1]
+    o = o[np.argsort(key, kind="mergesort")]
+    for k in range(n):
+        key[k] = PI[ids[o[k]], 4]
+    o = o[np.argsort(key, kind="mergesort")]
+    ids = ids[o]
+    S, Hx, HLx = build(ids, PF, PI, H, HL, width, mode, all_loops, p_cap)
+    starts = np.empty(n + 1, dtype=np.int64)
+    states = np.empty(n, dtype=np.int64)
+    m = 0
+    for k in range(n):
+        if k == 0 or PI[ids[k], 4] != PI[ids[k - 1], 4]:
+            starts[m] = k
+            states[m] = PI[ids[k], 4]
+            m += 1
+    starts[m] = n
+    return ids, S, Hx, HLx, starts[:m + 1], states[:m]
+
+
+@njit(cache=True)
+def survivors(ids, PI, S, H, HL, alive, starts):
+    """The live labels' rows, majorants and parents ``[kept label, group, pair]``, and
+    how many each state keeps."""
+    n = 0
+    for k in range(len(alive)):
+        if alive[k]:
+            n += 1
+    S2, H2 = np.empty((n, 5)), np.empty((n, H.shape[1]))
+    HL2, par = np.empty(n, dtype=np.int64), np.empty((n, 3), dtype=np.int64)
+    counts = np.zeros(len(starts) - 1, dtype=np.int64)
+    m = 0
+    for s in range(len(starts) - 1):
+        for k in range(starts[s], starts[s + 1]):
+            if alive[k]:
+                S2[m], H2[m], HL2[m] = S[k], H[k], HL[k]
+                par[m, 0], par[m, 1], par[m, 2] = PI[ids[k], 1], PI[ids[k], 2], PI[ids[k], 3]
+                counts[s] += 1
+                m += 1
+    return S2, H2, HL2, par, counts
+
+
+@njit(cache=True)
 def _reach(S, b, floor, upper, tau, steady):
     """``lambda0`` (a floor under the completed period) and ``X_max`` (the most fill a
     completion within the bounds has) of label ``b``: :meth:`.dp_period.Rule.reach`."""
@@ -334,12 +387,12 @@ def warm() -> None:
     expand(S, H, HL, 0, 1, rows, np.zeros(1), np.zeros(1, dtype=np.int64), np.zeros((1, 2)),
            np.zeros((1, 2)), np.zeros(1), np.zeros(8), np.zeros(5, dtype=np.int64), PF, PI,
            head, 0, 0)
-    ids = gather(head, 0, PI, -1)
-    Sx, Hx, HLx = build(ids, PF, PI, H, HL, 1, LOOPS, False, 1)
-    starts = np.zeros(1, dtype=np.int64)
+    ids, Sx, Hx, HLx, starts, _ = collect(head, 0, PF, PI, H, HL, 1, LOOPS, False, 1)
     alive = pareto(Sx, Hx, HLx, starts, np.zeros(0), np.inf, 1, np.inf, np.inf)
     across(Sx, Hx, HLx, alive, starts, np.zeros(0), np.zeros(0, dtype=np.int64),
            np.zeros(1, dtype=np.int64), np.zeros(0, dtype=np.int64), np.inf, 1, np.inf,
            np.inf)
+    survivors(ids, PI, Sx, Hx, HLx, alive, starts)
+    gather(head, 0, PI, -1)
     new_loops(H, 0, 1, 0.0, 0.0)
     hull_prepend(H, 0, 1, 0.0, 0.0, np.zeros((1, 2)), 0)
