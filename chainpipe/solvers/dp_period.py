@@ -344,27 +344,38 @@ class PipelineSearch:
             return [None] * (self.t.L + 1)
         return candidate_rows(self.t, g, self._need, self.gpipe_period, self.deadline)[0]
 
-    def _moves(self, b: int, key: tuple):
-        """``(g, k0, local index, usage before, U, Q)`` for the stage before state ``key``."""
+    def _moves(self, b: int, key: tuple) -> list:
+        """``(g, k0, local index, usage before, U, Q)`` for the stage before state ``key``
+        (those whose boundary occupancy ``U`` passes the period cap), from a list made
+        once per instance, layer, state and DC range (:meth:`_all_moves`)."""
+        lim = self.cap * (1 + SLACK)
+        return [mv for mv in self._all_moves(b, key) if mv[4] <= lim]
+
+    def _all_moves(self, b: int, key: tuple) -> list:
+        """Every move before state ``key`` at layer ``b`` within the search's DCs."""
         t = self.t
+        lowest = self.first_dc or 0
+        cache = t.__dict__.setdefault("_period_moves", {})
+        ck = (b, key, lowest, self.last_dc)
+        got = cache.get(ck)
+        if got is not None:
+            return got
         k, u = key
         first = k == t.K
-        lowest = self.first_dc or 0
         dcs = ([self.last_dc] if self.last_dc is not None else range(lowest, t.K)) if first \
             else range(lowest, k + 1)
+        got = []
         for k0 in dcs:
-            if first:
-                U = Q = 0.0
-            else:
-                U = float(t.occupancy(b, k0, k))
-                if U > self.cap * (1 + SLACK):
-                    continue
-                Q = float(t.traversal(b, k0, k))
+            U = Q = 0.0
+            if not first:
+                U, Q = float(t.occupancy(b, k0, k)), float(t.traversal(b, k0, k))
             base = u if (not first and k0 == k) else (0,) * len(self.groups_of[k0])
             for g in self.groups_of[k0]:
                 gl = self.local[g]
                 if base[gl] < int(t.count[g]):
-                    yield g, k0, gl, base, U, Q
+                    got.append((g, k0, gl, base, U, Q))
+        cache[ck] = got
+        return got
 
     def time_of(self, x1: float, x2: float, fill: float) -> float:
         """``T_p`` of a complete label."""
