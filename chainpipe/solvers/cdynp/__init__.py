@@ -43,7 +43,9 @@ Options (``solve(inst, "cdynp", **options)`` or ``--option KEY=VALUE``):
 
 With ``epsilon``, ``quantum`` and ``digits`` only, the plan's time is at most
 ``((1+epsilon)(1+quantum)(1+10^(1-digits)))^(K-1)`` times the optimum, and that factor gives the
-reported lower bound; ``max_entries`` gives no guarantee.
+reported lower bound; ``max_entries`` gives no guarantee. The same holds under contract
+version 3, under ``period`` and with several pipelines (``docs/privacy.md``, "Compression
+under version 3"); ``upper_bound`` is refused with several pipelines.
 """
 
 from __future__ import annotations

@@ -13,7 +13,8 @@ plans as a chain of its own. With ``T = max_p T_p + max_{p,s} R_s + R_X / H``:
   and every ``R_s < theta``. One CDynP run over the agents of DCs ``i..j`` answers it
   (:class:`RangeRuns`): the chain is the range's, ``M = m``, and every agent uses only
   the options with ``R < theta`` and counts ``R`` as 0 (agent option ``sync_cap``), so the
-  run's optimum is ``g`` exactly (the run is the version-2 protocol, exact);
+  run's optimum is ``g`` exactly (the run is the usual solve of one chain,
+  :func:`chainpipe.solvers.cdynp.solve_chain`, under either objective);
 - per count ``P`` and span ``[i0, j0]``, a sweep over ``theta`` (``docs/dp.md``, "Several
   pipelines", item 3): with ``theta = inf``, then ``theta`` = the last solution's own
   ``max R`` (strictly below), the least ``tau = max_p T_p`` over the splits of the span
@@ -24,10 +25,15 @@ plans as a chain of its own. With ``T = max_p T_p + max_{p,s} R_s + R_X / H``:
 
 A range of the split may hold DCs its pipeline does not use: the plan's real span (and
 so its ``R_X``) is then narrower, and the span that is exactly the plan's is searched
-too; every candidate's ``T`` is :func:`chainpipe.plan.evaluate`'s.
+too; every candidate's ``T`` is :func:`chainpipe.plan.evaluate`'s (across hosts, the
+same combination of the pipelines' costs the agents reported:
+:meth:`.remote.RemoteOwner.evaluation`).
 
-Only the ``classic`` objective (``chainpipe.support``): a range's run is the version-2
-protocol, whose points carry ``max(C, U)`` as the period.
+The owner is a :class:`chainpipe.solvers.cdynp.LocalOwner` (the agents in this process
+or in child processes) or a :class:`.remote.RemoteOwner` (each agent on its host, each
+range run's header naming its chain); the search is the same. With compression the
+range runs are compressed and the search keeps the guarantee factor
+(:func:`solve_several`).
 """
 
 from __future__ import annotations

@@ -5,9 +5,16 @@ and the main run, as in :func:`chainpipe.solvers.cdynp.run`) it connects to
 every DC's agent at the address the AGENTS file gives, over TLS with its own
 certificate, checks that the certificate names that DC, asks each to take part
 (downstream first, so that every agent knows the run before the first message,
-DC 1's ``prefix``, can reach it) and then watches their events (:class:`.watch.Watch`) until every report is
-in. The plan is assembled from what each agent reports of its own stages, and
+DC 1's ``prefix``, can reach it) and then watches their events
+(:class:`.watch.Watch`) until every report is in. The plan is assembled from what each agent reports of its own stages, and
 its ``T`` from what they cost (:mod:`.assemble`).
+
+Under contract version 3 the owner runs what the in-process owner runs
+(:func:`chainpipe.solvers.cdynp.solve_chain`, :func:`.pipelines.solve_several`): the
+classic solve that bounds a period run, and with several pipelines one range run per
+range, ``M_p`` and synchronisation limit, each on that range's agents only, its header
+naming the chain (:class:`RemoteOwner`); the plans' costs come from the agents'
+reports, combined as :func:`chainpipe.plan.evaluate` combines them.
 
 An agent that cannot be reached (after :data:`.net.CONNECT_S` seconds of
 retries), refuses, dies (its connection closes) or stays silent (past the time

@@ -7,11 +7,14 @@ certificate the agreed CA signed, and what it may ask depends on the party it
 names (:mod:`.tls`):
 
 * a ``run`` only from the owner (:data:`.tls.OWNER`), for the same public
-  instance (its digest must match) and a fresh run id;
+  instance (its digest must match) and a fresh run id; a range run's ``chain``
+  (several pipelines, or the classic solve that bounds a period run) must hold
+  this DC and be one the instance allows (:meth:`AgentServer._chain_problem`), and
+  the run then plans that chain (:meth:`.public.PublicInstance.chain`);
 * a ``summary`` only from the downstream neighbour, a ``prefix`` and an
   ``assemble`` only from the upstream one, each for a run this agent takes part
-  in, once, and in the protocol's order (the ``prefix`` first, an
-  ``assemble`` after this agent sent its summary).
+  in and from a DC of that run's chain, once, and in the protocol's order (the
+  ``prefix`` first, an ``assemble`` after this agent sent its summary).
 
 Anything else is refused with a logged line and the agent goes on serving; a
 run's header is checked whole first, every option against its range
