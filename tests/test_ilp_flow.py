@@ -138,3 +138,22 @@ def test_device_states_refuse_several_pipelines_and_a_non_classic_period():
     assert not several(one) and period_mode(CostTables(one)) != "classic"
     with pytest.raises(OptionError, match="classic period"):
         solve(one, "ilp-path", **FLOW)
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_probed_floors_are_below_the_optimal_plans_maxima(seed):
+    """The LP-probe floors on ``B`` and ``S`` never exceed the bottleneck and the
+    synchronisation of the DP's optimal plan (every plan in the network has maxima at
+    least the floors, and an optimal one survives the pruning)."""
+    inst = random_hybrid_instance(500 + seed, max_layers=8)
+    ref = solve(inst, "dp")
+    r = solve(inst, "ilp-path", **FLOW)
+    if ref.status != "optimal":
+        assert r.status in ("infeasible", "no_solution"), (seed, r.status)
+        return
+    assert r.status == "optimal" and _close(r.iteration_time, ref.iteration_time), seed
+    ev = evaluate(inst, ref.plan)
+    floors = r.stats.get("floor_phase", {})
+    for which, value in (("B", ev.bottleneck_s), ("S", ev.sync_s)):
+        floor = floors.get(which, {}).get("floor_s")
+        assert floor is None or floor <= value * (1 + 1e-9), (seed, which, floor, value)

@@ -52,6 +52,11 @@ class ArrayModel(LinearModel):
     """A :class:`LinearModel` built as arrays: a solution goes to ``sink`` (no PuLP)."""
 
     sink: object = None
+    #: HiGHS options of this model (:func:`chainpipe.solvers.highs.solve_highs` sets them):
+    #: no restarts -- on ``hybrid/medium`` the restarts after each reduced-cost fixing
+    #: took longer than the branching they saved (``docs/formulations.md``)
+    highs_options: dict = dataclasses.field(default_factory=lambda: {
+        "mip_allow_restart": False})
 
     def assign(self, values) -> None:
         """Hand a solution (one value per column) to the formulation."""
@@ -380,32 +385,48 @@ class FlowFormulation:
         return cost, lower, upper, integer
 
     # ------------------------------------------------------------------ bottleneck first
-    def bottleneck_values(self) -> np.ndarray:
-        """Every value a plan's bottleneck can take (seconds, ascending): the ``C`` of the
-        stage options with a column and the ``U`` of the boundary columns."""
-        used = np.unique(self.col_arc)
-        occ = self.boundary[self.bcol_arc, 4] if self.has_B else np.zeros(0)
-        return np.unique(np.r_[self.arcs.compute[used], occ])
+    def maxima(self) -> list[str]:
+        """The maxima of the objective a floor can be probed for: ``"B"`` (bottleneck,
+        when ``M > 1``) and ``"S"`` (synchronisation, when some option has ``R > 0``)."""
+        return [k for k, on in (("B", self.has_B), ("S", self.has_S)) if on]
 
-    def capped_model(self, cap: float) -> ArrayModel:
-        """The built model, objective 0, without the columns whose ``C`` or ``U`` exceeds
-        ``cap`` (seconds): its plans are those with a bottleneck of at most ``cap``."""
+    def _over(self, which: str, cap: float):
+        """Stage options and boundary columns whose ``C``/``U`` (``"B"``) or ``R``
+        (``"S"``) exceeds ``cap``."""
+        a = self.arcs
+        if which == "B":
+            return a.compute > cap, self.boundary[self.bcol_arc, 4] > cap
+        return a.sync > cap, np.zeros(len(self.bcol_arc), dtype=bool)
+
+    def max_values(self, which: str) -> np.ndarray:
+        """Every value the maximum ``which`` can take in a plan (seconds, ascending): the
+        ``C`` (``R``) of the options with a column and, for ``B``, the ``U`` of the
+        boundary columns."""
+        used = np.unique(self.col_arc)
+        if which == "B":
+            return np.unique(np.r_[self.arcs.compute[used], self.boundary[self.bcol_arc, 4]])
+        return np.unique(self.arcs.sync[used])
+
+    def capped_model(self, which: str, cap: float) -> ArrayModel:
+        """The built model, objective 0, without the columns above ``cap`` (seconds) for
+        the maximum ``which``: its plans are those whose ``B`` (``S``) is at most ``cap``."""
         a = self.arcs
         upper = self.model.col_upper.copy()
-        over = a.compute > cap
+        over, over_y = self._over(which, cap)
         upper[:self.iy][over[self.col_arc]] = 0.0
         upper[self.iX:self.iX + len(a)][over] = 0.0
-        upper[self.iy:self.iX][self.boundary[self.bcol_arc, 4] > cap] = 0.0
+        upper[self.iy:self.iX][over_y] = 0.0
         return dataclasses.replace(self.model, cost=np.zeros_like(self.model.cost),
                                    col_upper=upper, start=None)
 
-    def floor_bottleneck(self, floor: float) -> float:
-        """``B >= floor`` (seconds) in the main model; returns the scaled floor set."""
+    def floor_max(self, which: str, floor: float) -> float:
+        """``B >= floor`` (or ``S``; seconds) in the main model; the scaled floor set."""
+        col = self.iB if which == "B" else self.iS
         scaled = floor / self.scale * (1.0 - BOUND_SLACK)
-        if scaled > self.model.col_lower[self.iB]:
+        if scaled > self.model.col_lower[col]:
             self.model.col_lower = self.model.col_lower.copy()
-            self.model.col_lower[self.iB] = scaled
-        return float(self.model.col_lower[self.iB])
+            self.model.col_lower[col] = scaled
+        return float(self.model.col_lower[col])
 
     # ------------------------------------------------------------------ read back
     def _take(self, values: np.ndarray) -> None:

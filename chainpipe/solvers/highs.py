@@ -85,6 +85,8 @@ def solve_highs(model, *, relax: bool, deadline: Deadline, seed: int = 0, thread
                        ("threads", max(1, int(threads))),
                        ("presolve_rule_off", PRESOLVE_RULES_OFF)):
         h.setOptionValue(key, value)
+    for key, value in getattr(model, "highs_options", {}).items():  # the model's own
+        h.setOptionValue(key, value)
     limit = backend_seconds(deadline)
     if limit is not None:
         h.setOptionValue("time_limit", float(limit))

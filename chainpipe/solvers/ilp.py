@@ -244,8 +244,8 @@ def _run(name: str, instance: Instance, deadline: Deadline, seed, threads, log, 
 
     t1 = deadline.elapsed()
     try:
-        if opts.device_states and not opts.relax and form.has_B:
-            _bottleneck_first(form, model, opts, deadline, seed, threads, log, stats)
+        if opts.device_states and not opts.relax:
+            _floors_first(form, opts, deadline, seed, threads, log, stats)
         answer = _backend(opts.backend)(model, relax=opts.relax, deadline=deadline, seed=seed,
                                         threads=threads, log=log,
                                         on_bounds=_progress_in_seconds(form.scale))
@@ -263,31 +263,45 @@ def _run(name: str, instance: Instance, deadline: Deadline, seed, threads, log, 
     return _outcome(form, answer, opts, stats, incumbent)
 
 
-def _bottleneck_first(form, model, opts: _Options, deadline: Deadline, seed, threads, log,
-                      stats: dict) -> None:
-    """``device_states``, before the MIP: a floor on the bottleneck ``B`` from LP probes.
-
-    Every plan's bottleneck is one of ``form.bottleneck_values()``. The LP relaxation of
-    the model without the columns above a cap ``v`` (``form.capped_model``) holds every
-    plan with bottleneck ``<= v``; when the backend proves it infeasible, no plan has
-    one, and caps below ``v`` need no probe. Galloping up from the least value, then
-    bisecting, finds the largest such ``v`` among the probes; ``B >= `` the next value.
-    A probe gets at most :data:`PROBE_S` seconds and the whole phase :data:`PROBE_SHARE`
-    of the time left; a probe not proven infeasible counts as feasible (the floor only
-    rests on proofs).
-    """
-    t0 = deadline.elapsed()
-    values = form.bottleneck_values()
+def _floors_first(form, opts: _Options, deadline: Deadline, seed, threads, log,
+                  stats: dict) -> None:
+    """``device_states``, before the MIP: floors on the bottleneck ``B`` and the
+    synchronisation ``S`` from LP probes (:func:`_probe_floor`), together at most
+    :data:`PROBE_SHARE` of the time left."""
     budget = None if deadline.unlimited else Deadline(deadline.remaining() * PROBE_SHARE)
+    phase = {}
+    for which in form.maxima():
+        t0 = deadline.elapsed()
+        floor, probes = _probe_floor(form, which, opts, budget, seed, threads, log)
+        if floor is not None:
+            form.floor_max(which, floor)
+        phase[which] = {"probes": probes, "time_s": deadline.elapsed() - t0, "floor_s": floor}
+    stats["floor_phase"] = phase
+
+
+def _probe_floor(form, which: str, opts: _Options, budget: Deadline | None, seed, threads,
+                 log) -> tuple[float | None, int]:
+    """A proven floor on the maximum ``which`` (``"B"`` or ``"S"``) and the probes made.
+
+    Every plan's ``B`` (``S``) is one of ``form.max_values(which)``. The LP relaxation of
+    the model without the columns above a cap ``v`` (``form.capped_model``) holds every
+    plan whose maximum is ``<= v``; when the backend proves it infeasible no plan has one,
+    nor one below ``v`` (a restriction of an infeasible LP is infeasible). Galloping up
+    from the least value, then bisecting, finds the largest such probed ``v``; the floor
+    is the next value. A probe gets at most :data:`PROBE_S` seconds (and what is left of
+    ``budget``); a probe not proven infeasible counts as feasible: the floor rests on
+    proofs only.
+    """
+    values = form.max_values(which)
     probes = []
 
     def infeasible(k: int) -> bool:
         left = PROBE_S if budget is None else min(PROBE_S, budget.remaining())
         if left <= 0.01:
             return False
-        answer = _backend(opts.backend)(form.capped_model(float(values[k])), relax=True,
-                                        deadline=Deadline(left), seed=seed, threads=threads,
-                                        log=log)
+        answer = _backend(opts.backend)(form.capped_model(which, float(values[k])),
+                                        relax=True, deadline=Deadline(left), seed=seed,
+                                        threads=threads, log=log)
         probes.append(answer.status)
         return answer.status == "infeasible"
 
@@ -298,11 +312,8 @@ def _bottleneck_first(form, model, opts: _Options, deadline: Deadline, seed, thr
     while good - bad > 1:
         mid = (bad + good) // 2
         bad, good = (mid, good) if infeasible(mid) else (bad, mid)
-    phase = {"probes": len(probes), "time_s": deadline.elapsed() - t0, "floor_s": None}
-    if 0 <= bad < len(values) - 1:
-        form.floor_bottleneck(float(values[bad + 1]))
-        phase["floor_s"] = float(values[bad + 1])
-    stats["bottleneck_phase"] = phase
+    floor = float(values[bad + 1]) if 0 <= bad < len(values) - 1 else None
+    return floor, len(probes)
 
 
 def _run_pipelines(name: str, instance: Instance, deadline: Deadline, seed, threads, log,
