@@ -312,7 +312,6 @@ def solve_several(owner, options: dict, deadline: Deadline, trace_dir=None, prob
 
     from ...deadline import TimeUp
     from ...result import Outcome
-    from . import solve_chain
     from .runner import AgentFailure
 
     if options["upper_bound"] is not None:
@@ -330,20 +329,11 @@ def solve_several(owner, options: dict, deadline: Deadline, trace_dir=None, prob
     runs = RangeRuns(owner, options, deadline, None if trace_dir is None else Path(trace_dir))
     try:
         if 1 in allowed:
-            whole = owner.chain(0, K - 1, M)
-            one = solve_chain(whole, options, deadline, probe=probe,
-                              trace_dir=None if trace_dir is None else Path(trace_dir, "one"))
+            one = _one_pipeline(owner, options, deadline, trace_dir, probe, runs, stats)
             if one.status == "error":
                 return one
-            if one.status not in ("optimal", "feasible", "infeasible"):
-                raise TimeUp(one.message or "time limit reached")
-            stats["one_pipeline"] = {k: v for k, v in one.stats.items() if k != "agents"}
-            runs.messages += [{**m, "file": f"one/{m['file']}"}
-                              for m in one.stats.get("messages", [])]
             if one.plan is not None:
-                best_plan = Plan(one.plan.stages)
-                best_T = owner.evaluation(best_plan, [whole.evaluation(one.plan).pipelines[0]]
-                                          ).iteration_time_s
+                best_plan, best_T = one.plan, one.stats["objective_s"]
         counts = [P for P in sorted(allowed) if 2 <= P <= min(M, K)]
         best_T, found = several(public, counts, runs, best_T, deadline)
         best_plan = found or best_plan
@@ -369,6 +359,37 @@ def solve_several(owner, options: dict, deadline: Deadline, trace_dir=None, prob
     stats["guarantee_factor"] = None if options["max_entries"] else factor
     return Outcome("feasible", best_plan, stats=stats,
                    lower_bound=None if options["max_entries"] else best_T / factor)
+
+
+def _one_pipeline(owner, options: dict, deadline: Deadline, trace_dir, probe,
+                  runs: RangeRuns, stats: dict):
+    """The usual solve of one pipeline over the whole chain (its messages counted with the
+    range runs', under ``one/``); its plan in the several-pipeline plan's form, with its
+    ``T`` as ``stats["objective_s"]``.
+
+    Raises
+    ------
+    TimeUp
+        The time limit ended it.
+    """
+    from ...deadline import TimeUp
+    from . import solve_chain
+
+    K, M = owner.public.num_datacenters, owner.public.microbatches
+    whole = owner.chain(0, K - 1, M)
+    one = solve_chain(whole, options, deadline, probe=probe,
+                      trace_dir=None if trace_dir is None else Path(trace_dir, "one"))
+    if one.status == "error":
+        return one
+    if one.status not in ("optimal", "feasible", "infeasible"):
+        raise TimeUp(one.message or "time limit reached")
+    stats["one_pipeline"] = {k: v for k, v in one.stats.items() if k != "agents"}
+    runs.messages += [{**m, "file": f"one/{m['file']}"} for m in one.stats.get("messages", [])]
+    if one.plan is not None:
+        plan = Plan(one.plan.stages)
+        T = owner.evaluation(plan, [whole.evaluation(one.plan).pipelines[0]]).iteration_time_s
+        one = dataclasses.replace(one, plan=plan, stats={**one.stats, "objective_s": T})
+    return one
 
 
 def _range_stats(runs: RangeRuns, t0: float) -> dict:
