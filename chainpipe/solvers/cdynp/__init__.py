@@ -144,9 +144,9 @@ def solve_chain(backend, options: dict, deadline: Deadline, *, trace_dir=None,
     below ``T_e`` given as its ``upper_bound`` (public), which keeps it exact and bounds
     every DC's labels. Messages of the two runs go to ``trace_dir/classic`` and
     ``trace_dir/period``. With compression (:func:`_compressed_period`) the lower bound
-    is the classic run's proven one (that run without the ``max_entries`` cap, which
-    proves none), and the answer the better of the two runs' plans. A chain of one DC
-    sends no summary: its solve is exact whatever the options.
+    is the classic run's proven one (none under the ``max_entries`` cap, whose messages
+    stay capped in the classic run too), and the answer the better of the two runs'
+    plans. A chain of one DC sends no summary: its solve is exact whatever the options.
 
     Parameters
     ----------
@@ -170,8 +170,7 @@ def solve_chain(backend, options: dict, deadline: Deadline, *, trace_dir=None,
     if not backend.public.period:
         return drive(backend, options, deadline=deadline, probe=probe, trace_dir=trace_dir)
     classic = backend.with_objective("classic")
-    # the classic solve must give a proven lower bound: without the max_entries cap
-    first = drive(classic, {**options, "max_entries": 0}, deadline=deadline, probe=probe,
+    first = drive(classic, options, deadline=deadline, probe=probe,
                   trace_dir=None if trace_dir is None else Path(trace_dir, "classic"))
     exact = is_exact(options)
     # messages named as the trace files are: under classic/ and period/
