@@ -9,7 +9,8 @@ on ``v3-small-02-two-pipelines`` (two pipelines win; objective ``period``), exac
 compressed, and on ``v3-small-03`` (range runs whose period runs search below the classic
 plan). A range run is refused when its chain does not hold the agent, is not of
 the instance, or is a range of an instance that allows one pipeline only; a message from
-a DC outside a run's chain is refused; refusals leave the agents serving.
+a DC outside a run's chain is refused; refusals leave the agents serving; a forged
+summary is named by the owner's audit.
 """
 
 from __future__ import annotations
@@ -199,3 +200,18 @@ def test_a_one_pipeline_instance_takes_no_range_run(tmp_path):
     finally:
         stop.set()
         thread.join(timeout=5)
+
+
+def test_a_forged_summary_in_a_range_run_is_named(tmp_path):
+    """dc3 halves every cost of the summaries it sends (the classic runs' points): the
+    owner's audit of the first range run whose plan relies on one names dc3, in one
+    line, and the solve ends with status error."""
+    cluster = Cluster(TWO, tmp_path / "split", faults={"dc3": "forge:dc3"})
+    try:
+        proc, _ = cluster.solve(timeout=180)
+        assert proc.returncode == 1, proc.stderr
+        line = proc.stderr.strip().splitlines()
+        assert len(line) == 1 and "DC 'dc3' sent a forged summary" in line[0], proc.stderr
+        assert cluster.alive()
+    finally:
+        cluster.stop()
