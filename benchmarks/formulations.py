@@ -11,7 +11,10 @@ optimum (ILPs), the model size, the run's status, iteration time, proven bound a
 and the CPU time to proof (this process's CPU plus its children's: CBC runs as a child;
 wall-clock times on the shared machine are noisy). With ``--variants`` the path ILP is
 also run with each strengthening switched off alone (``dominance``, ``start``,
-``prune``) and with all three off (the plain model), HiGHS only. A solver that cannot
+``prune``) and with all three off (the plain model), HiGHS only. With
+``--device-states`` the path ILP runs as its arc-flow model (``-O device_states=true``,
+``docs/formulations.md``) instead of the default one; ``--no-figure`` skips the profiles
+(for a run written to its own ``--out`` file, e.g. ``formulations_flow.md``). A solver that cannot
 take an instance (``cpsat`` before it plans data/tensor parallelism) is an ``error`` row.
 
 Writes ``benchmarks/results/formulations.md``, the raw rows as
@@ -213,6 +216,7 @@ def main(argv=None) -> None:
                f"{' '.join(args.sets)} --solvers {' '.join(args.solvers)} --backends "
                f"{' '.join(args.backends)}" + (" --variants" if args.variants else "")
                + (" --device-states" if args.device_states else "")
+               + (" --no-figure" if args.no_figure else "")
                + (f" --out {args.out.relative_to(ROOT)}" if args.out.is_relative_to(ROOT)
                   and args.out not in (OUT, OUT_V3) else "")
                + (f" --limit {args.limit}" if args.limit else "")
