@@ -36,6 +36,9 @@ from . import period_kernel as kernel
 
 #: relative slack of every bound test: rounding may keep a label, never cut one
 SLACK = 1e-9
+#: labels of a layer whose majorants are made at once (whole states; the survivors'
+#: are kept): bounds the memory of a layer's filter to ``CHUNK x`` the majorants' width
+CHUNK = 1 << 16
 
 
 def phase_options(tables: CostTables, g: int) -> tuple[np.ndarray, np.ndarray]:
@@ -423,9 +426,7 @@ class PipelineSearch:
         rule across states of one DC) and kept: ``(state, first, end)`` per state, ranges
         of the kept store."""
         pend, kept = self.pend, self.kept
-        ids, S, H, HL, starts, states = kernel.collect(
-            pend.head, b, pend.PF, pend.PI, kept.H, kept.HL, kept.H.shape[1], self.mode,
-            self.all_loops, self.p_cap)
+        ids, S, starts, states = kernel.collect(pend.head, b, pend.PF, pend.PI)
         if not len(ids):
             return []
         states = states.tolist()
@@ -434,12 +435,19 @@ class PipelineSearch:
         # loops count, whatever p); without loops p only matters to memory
         p_free = float(self.m - b) if self.loops and not self.all_loops else np.inf
         bounds = Rule(p_free, self.m - 1, self.upper, self.tau).bounds()
-        alive = kernel.pareto(S, H, HL, starts, floors, *bounds)
+        alive, H, HL = kernel.layer_pareto(
+            ids, S, starts, floors, pend.PF, pend.PI, kept.H, kept.HL, kept.H.shape[1],
+            self.mode, self.all_loops, self.p_cap, *bounds, CHUNK)
+        counts = np.add.reduceat(alive.astype(np.int64), starts[:-1])
+        ids, S = ids[alive], S[alive]
+        starts = np.concatenate(([0], np.cumsum(counts)))
+        alive = np.ones(len(ids), dtype=np.bool_)
         if len(states) > 1:
             order, ptr, rv = rivals([self.keys[k] for k in states])
             if len(rv):
                 kernel.across(S, H, HL, alive, starts, floors, order, ptr, rv, *bounds)
         S, H, HL, par, counts = kernel.survivors(ids, pend.PI, S, H, HL, alive, starts)
+        kernel.release(pend.head, b, pend.PI)
         first = kept.add(S, H, HL, par, b)
         ends = (first + np.cumsum(counts)).tolist()
         return [(k, e - c, e) for k, c, e in zip(states, counts.tolist(), ends) if c]
@@ -596,12 +604,13 @@ class _Kept:
 
 class _Pending:
     """The labels made and not yet filtered: ``PF = [x1, x2, sum, R, c, Q]``, ``PI = [p,
-    parent, group, pair, state, next]``, a list per layer from ``head`` (newest first)."""
+    parent, group, pair, state, next]``, a list per layer from ``head`` (newest first);
+    a filtered layer's entries are released for reuse (the list ``head[-1]``)."""
 
     def __init__(self, layers: int):
         self.n = self.generation = 0
         self.PF, self.PI = np.zeros((1 << 14, 6)), np.zeros((1 << 14, 6), dtype=np.int64)
-        self.head = np.full(layers + 1, -1, dtype=np.int64)
+        self.head = np.full(layers + 2, -1, dtype=np.int64)  # the last: released entries
 
     @classmethod
     def reused(cls, tables: CostTables) -> _Pending:

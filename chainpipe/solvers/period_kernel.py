@@ -8,7 +8,7 @@ in ``HL``). Labels live in two stores:
 - **pending**: what :func:`expand` makes, a stage prepended to a kept label, filed per
   layer in a linked list (``head[a]``, each entry's ``next``) as ``PF = [x1, x2, sum, R,
   c, Q]`` and ``PI = [p, parent, group, pair, state, next]``: the majorant is not stored,
-  it follows from the parent's with ``c`` and ``Q`` (:func:`build`);
+  it follows from the parent's with ``c`` and ``Q`` (:func:`hulls`);
 - **kept**: the labels of a layer no other one dominates (:func:`pareto` within a state,
   :func:`across` between states of one datacenter), with their majorants.
 
@@ -25,7 +25,7 @@ from numba import njit
 #: a fall of the slopes past which the majorant scans stop (rounding never stops one)
 FALL = 1 - 1e-9
 
-#: ``mode`` of :func:`expand` and :func:`build`: no loops (classic, or 1F1B without the
+#: ``mode`` of :func:`expand` and :func:`hulls`: no loops (classic, or 1F1B without the
 #: period), the 1F1B period with its loops, GPipe's two phases
 PLAIN, LOOPS, PHASES = 0, 1, 2
 
@@ -77,7 +77,8 @@ def expand(S, H, HL, s0, s1, rows, widths, kids, F, T, need_at, fs, ints, PF, PI
     ``fs = [U, Q, free, sync_lim, cap_lim, M_p - 1, upper, tau]`` (``upper``, ``tau`` with
     their slack), ``ints = [group, p_cap, mode, all_loops, complete]``; per width of the
     rows, the next state (``kids``) and its prefix floors of fill and period (``F``, ``T``,
-    by prefix end). Returns ``(n, resume)``: the pending count, and ``-1`` when done or the
+    by prefix end). A new label takes a released entry (the list ``head[-1]``) or entry
+    ``n``. Returns ``(n, resume)``: the entries used so far, and ``-1`` when done or the
     ``row * (s1 - s0) + label`` to resume from once the store has grown."""
     U, Q, free, sync_lim, cap_lim, M1, upper, tau = (fs[0], fs[1], fs[2], fs[3], fs[4],
                                                     fs[5], fs[6], fs[7])
@@ -90,7 +91,7 @@ def expand(S, H, HL, s0, s1, rows, widths, kids, F, T, need_at, fs, ints, PF, PI
         low_per = min(low_per, S[i, 0] + S[i, 1])
         low_sm = min(low_sm, S[i, 2])
         low_r = min(low_r, S[i, 3])
-    cap = PF.shape[0]
+    cap, released = PF.shape[0], len(head) - 1
     for j in range(start // nlab, rows.shape[0]):
         c = rows[j, 1]
         if c > cap_lim:
@@ -133,14 +134,20 @@ def expand(S, H, HL, s0, s1, rows, widths, kids, F, T, need_at, fs, ints, PF, PI
             least = nsm + pre + M1 * max(nx1 + nx2, top)
             if least + nr >= upper or least > tau:
                 continue
-            if n >= cap:
+            slot = head[released]
+            if slot >= 0:  # a released entry
+                head[released] = PI[slot, 5]
+            elif n < cap:
+                slot = n
+                n += 1
+            else:
                 return n, j * nlab + (i - s0)
-            PF[n, 0], PF[n, 1], PF[n, 2], PF[n, 3], PF[n, 4], PF[n, 5] = nx1, nx2, nsm, nr, c, Q
-            PI[n, 0] = p + 1 if p < p_cap else p_cap
-            PI[n, 1], PI[n, 2], PI[n, 3], PI[n, 4] = i, g, int(rows[j, 7]), kids[wi]
-            PI[n, 5] = head[a]
-            head[a] = n
-            n += 1
+            PF[slot, 0], PF[slot, 1], PF[slot, 2] = nx1, nx2, nsm
+            PF[slot, 3], PF[slot, 4], PF[slot, 5] = nr, c, Q
+            PI[slot, 0] = p + 1 if p < p_cap else p_cap
+            PI[slot, 1], PI[slot, 2], PI[slot, 3], PI[slot, 4] = i, g, int(rows[j, 7]), kids[wi]
+            PI[slot, 5] = head[a]
+            head[a] = slot
     return n, -1
 
 
@@ -149,7 +156,7 @@ def gather(head, a, PI, since):
     """The pending entries of layer ``a`` filed after entry ``since`` (``-1``: all), in
     the order they were filed."""
     count, e = 0, head[a]
-    while e > since:
+    while e != since:
         count += 1
         e = PI[e, 5]
     out = np.empty(count, dtype=np.int64)
@@ -161,29 +168,39 @@ def gather(head, a, PI, since):
 
 
 @njit(cache=True)
-def build(ids, PF, PI, H, HL, width, mode, all_loops, p_cap):
-    """The labels of pending entries ``ids``: ``S`` rows and majorants (the parent's with
-    the stage prepended where loops still count, else none)."""
+def release(head, a, PI):
+    """Hand the pending entries of layer ``a`` (filtered, their survivors kept) to the
+    free list ``head[-1]``, whose entries :func:`expand` fills before new ones."""
+    e = head[a]
+    if e < 0:
+        return
+    while PI[e, 5] >= 0:
+        e = PI[e, 5]
+    PI[e, 5] = head[len(head) - 1]
+    head[len(head) - 1] = head[a]
+    head[a] = -1
+
+
+@njit(cache=True)
+def hulls(ids, PF, PI, H, HL, width, mode, all_loops, p_cap):
+    """The majorants of pending entries ``ids`` (their parents' with the stage
+    prepended, where loops still count; else none), padded with ``-inf``."""
     n = len(ids)
-    S = np.empty((n, 5))
     Hx = np.full((n, width), -np.inf)
     HLx = np.zeros(n, dtype=np.int64)
     for k in range(n):
         e = ids[k]
-        S[k, 0], S[k, 1], S[k, 2], S[k, 3] = PF[e, 0], PF[e, 1], PF[e, 2], PF[e, 3]
-        p = PI[e, 0]
-        S[k, 4] = p
-        if mode == LOOPS and (p < p_cap or all_loops):
+        if mode == LOOPS and (PI[e, 0] < p_cap or all_loops):
             src = PI[e, 1]
             HLx[k] = hull_prepend(H, src, HL[src], PF[e, 4], PF[e, 5], Hx, k)
-    return S, Hx, HLx
+    return Hx, HLx
 
 
 @njit(cache=True)
-def collect(head, a, PF, PI, H, HL, width, mode, all_loops, p_cap):
-    """The pending labels of layer ``a`` sorted by ``(state, x1 + x2, fill)``, built
-    (:func:`build`): ``(ids, S, H, HL, starts, states)``, state ``states[s]``'s labels
-    being rows ``starts[s]..starts[s + 1]``."""
+def collect(head, a, PF, PI):
+    """The pending labels of layer ``a`` sorted by ``(state, x1 + x2, fill)``: ``(ids, S,
+    starts, states)``, ``S`` their rows ``[x1, x2, sum, R, p]``, state ``states[s]``'s
+    labels being rows ``starts[s]..starts[s + 1]``."""
     ids = gather(head, a, PI, -1)
     n = len(ids)
     key = np.empty(n)
@@ -197,17 +214,53 @@ def collect(head, a, PF, PI, H, HL, width, mode, all_loops, p_cap):
         key[k] = PI[ids[o[k]], 4]
     o = o[np.argsort(key, kind="mergesort")]
     ids = ids[o]
-    S, Hx, HLx = build(ids, PF, PI, H, HL, width, mode, all_loops, p_cap)
+    S = np.empty((n, 5))
     starts = np.empty(n + 1, dtype=np.int64)
     states = np.empty(n, dtype=np.int64)
     m = 0
     for k in range(n):
-        if k == 0 or PI[ids[k], 4] != PI[ids[k - 1], 4]:
+        e = ids[k]
+        S[k, 0], S[k, 1], S[k, 2], S[k, 3], S[k, 4] = PF[e, 0], PF[e, 1], PF[e, 2], PF[e, 3], PI[e, 0]
+        if k == 0 or PI[e, 4] != PI[ids[k - 1], 4]:
             starts[m] = k
-            states[m] = PI[ids[k], 4]
+            states[m] = PI[e, 4]
             m += 1
     starts[m] = n
-    return ids, S, Hx, HLx, starts[:m + 1], states[:m]
+    return ids, S, starts[:m + 1], states[:m]
+
+
+@njit(cache=True)
+def layer_pareto(ids, S, starts, floors, PF, PI, H, HL, width, mode, all_loops, p_cap,
+                 p_free, steady, upper, tau, chunk):
+    """:func:`pareto` over the states of one layer, by chunks of whole states of about
+    ``chunk`` labels: the majorants (:func:`hulls`) are made a chunk at a time and kept
+    for the survivors only. Returns ``alive`` and the survivors' majorants, in order."""
+    n, nseg = len(ids), len(starts) - 1
+    alive = np.zeros(n, dtype=np.bool_)
+    Ho = np.empty((max(16, n // 8), width))
+    HLo = np.empty(len(Ho), dtype=np.int64)
+    m, seg = 0, 0
+    while seg < nseg:
+        end = seg + 1
+        while end < nseg and starts[end + 1] - starts[seg] <= chunk:
+            end += 1
+        lo, hi = starts[seg], starts[end]
+        Hc, HLc = hulls(ids[lo:hi], PF, PI, H, HL, width, mode, all_loops, p_cap)
+        got = pareto(S[lo:hi], Hc, HLc, starts[seg:end + 1] - lo, floors[seg:end], p_free,
+                     steady, upper, tau)
+        for k in range(hi - lo):
+            if got[k]:
+                alive[lo + k] = True
+                if m == len(Ho):
+                    Ho2 = np.empty((2 * m, width))
+                    Ho2[:m] = Ho
+                    HL2 = np.empty(2 * m, dtype=np.int64)
+                    HL2[:m] = HLo
+                    Ho, HLo = Ho2, HL2
+                Ho[m], HLo[m] = Hc[k], HLc[k]
+                m += 1
+        seg = end
+    return alive, Ho[:m], HLo[:m]
 
 
 @njit(cache=True)
@@ -382,17 +435,20 @@ def warm() -> None:
     H = np.zeros((1, 1))
     HL = np.zeros(1, dtype=np.int64)
     PF, PI = np.zeros((1, 6)), np.zeros((1, 6), dtype=np.int64)
-    head = np.full(2, -1, dtype=np.int64)
+    head = np.full(3, -1, dtype=np.int64)
     rows = np.zeros((0, 8))
     expand(S, H, HL, 0, 1, rows, np.zeros(1), np.zeros(1, dtype=np.int64), np.zeros((1, 2)),
            np.zeros((1, 2)), np.zeros(1), np.zeros(8), np.zeros(5, dtype=np.int64), PF, PI,
            head, 0, 0)
-    ids, Sx, Hx, HLx, starts, _ = collect(head, 0, PF, PI, H, HL, 1, LOOPS, False, 1)
+    ids, Sx, starts, _ = collect(head, 0, PF, PI)
+    Hx, HLx = hulls(ids, PF, PI, H, HL, 1, LOOPS, False, 1)
+    layer_pareto(ids, Sx, starts, np.zeros(0), PF, PI, H, HL, 1, LOOPS, False, 1, np.inf, 1,
+                 np.inf, np.inf, 1)
     alive = pareto(Sx, Hx, HLx, starts, np.zeros(0), np.inf, 1, np.inf, np.inf)
     across(Sx, Hx, HLx, alive, starts, np.zeros(0), np.zeros(0, dtype=np.int64),
            np.zeros(1, dtype=np.int64), np.zeros(0, dtype=np.int64), np.inf, 1, np.inf,
            np.inf)
     survivors(ids, PI, Sx, Hx, HLx, alive, starts)
-    gather(head, 0, PI, -1)
+    release(head, 0, PI)
     new_loops(H, 0, 1, 0.0, 0.0)
     hull_prepend(H, 0, 1, 0.0, 0.0, np.zeros((1, 2)), 0)
