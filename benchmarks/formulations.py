@@ -183,7 +183,8 @@ def summary(rows: list[dict], sets) -> list[str]:
     return lines + [""]
 
 
-def main(argv=None) -> None:
+def _parser() -> argparse.ArgumentParser:
+    """The command line."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--time-limit", type=float, default=30.0, help="seconds per run")
     ap.add_argument("--sets", nargs="+", default=list(SETS))
@@ -200,7 +201,24 @@ def main(argv=None) -> None:
                     help="seconds for the DP reference (at least --time-limit)")
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--figure", type=Path, default=None)
-    args = ap.parse_args(argv)
+    return ap
+
+
+def _command(args) -> str:
+    """The command line that reproduces this run."""
+    return (f"python benchmarks/formulations.py --time-limit {args.time_limit:g} --sets "
+            f"{' '.join(args.sets)} --solvers {' '.join(args.solvers)} --backends "
+            f"{' '.join(args.backends)}" + (" --variants" if args.variants else "")
+            + (" --device-states" if args.device_states else "")
+            + (" --no-figure" if args.no_figure else "")
+            + (f" --out {args.out.relative_to(ROOT)}" if args.out.is_relative_to(ROOT)
+               and args.out not in (OUT, OUT_V3) else "")
+            + (f" --limit {args.limit}" if args.limit else "")
+            + (f" --ref-limit {args.ref_limit:g}" if args.ref_limit != 60.0 else ""))
+
+
+def main(argv=None) -> None:
+    args = _parser().parse_args(argv)
     v3 = all(s.startswith("v3/") for s in args.sets)
     if args.out is None:
         args.out = OUT_V3 if v3 else OUT
@@ -212,15 +230,7 @@ def main(argv=None) -> None:
     from chainpipe.solve import solve
 
     configs = configurations(args.solvers, args.backends, args.variants, args.device_states)
-    command = (f"python benchmarks/formulations.py --time-limit {args.time_limit:g} --sets "
-               f"{' '.join(args.sets)} --solvers {' '.join(args.solvers)} --backends "
-               f"{' '.join(args.backends)}" + (" --variants" if args.variants else "")
-               + (" --device-states" if args.device_states else "")
-               + (" --no-figure" if args.no_figure else "")
-               + (f" --out {args.out.relative_to(ROOT)}" if args.out.is_relative_to(ROOT)
-                  and args.out not in (OUT, OUT_V3) else "")
-               + (f" --limit {args.limit}" if args.limit else "")
-               + (f" --ref-limit {args.ref_limit:g}" if args.ref_limit != 60.0 else ""))
+    command = _command(args)
     lines = [
         "## MIP and CP formulations: status, bounds, time to proof",
         "",

@@ -175,29 +175,19 @@ def _run(name: str, instance: Instance, deadline: Deadline, seed, threads, log, 
     opts = _options(name, options)
     if log is None and opts.msg:
         log = stderr_log
-    if several(instance) and opts.device_states:
-        raise OptionError(f"{name}: option 'device_states' takes instances of one pipeline")
     if several(instance):
+        _refuse_device_states(name, opts, "takes instances of one pipeline")
         return _run_pipelines(name, instance, deadline, seed, threads, log, options, opts)
     stats = {"formulation": name, "backend": opts.backend, "relax": opts.relax,
              "threads": threads, "seed": seed}
     tables = CostTables(instance)
-    if opts.device_states and period_mode(tables) != "classic":
-        raise OptionError(f"{name}: option 'device_states' models the classic period only "
-                          f"(this instance's is {period_mode(tables)!r})")
+    if period_mode(tables) != "classic":
+        _refuse_device_states(name, opts, "models the classic period only (this "
+                              f"instance's is {period_mode(tables)!r})")
     reason = tables.infeasibility_reason()
     if reason is not None:
         return Outcome("infeasible", message=reason, stats=stats)
-    incumbent = None
-    if name == "ilp-path" and (opts.start or opts.prune):
-        t0 = deadline.elapsed()
-        incumbent = heuristic_plan(instance, deadline)
-        stats["heuristic_time_s"] = deadline.elapsed() - t0
-        if incumbent[0] is None:
-            incumbent = None
-        else:
-            stats["heuristic"], stats["heuristic_T_s"] = incumbent[2], incumbent[1]
-            report(incumbent[1], None)
+    incumbent = _incumbent(name, instance, opts, deadline, stats)
     t0 = deadline.elapsed()
     try:
         # coefficients that overflow become inf and are refused below, never a warning
@@ -225,8 +215,7 @@ def _run(name: str, instance: Instance, deadline: Deadline, seed, threads, log, 
         return _out_of_range(name, stats, str(exc))
     except ModelTooLarge as exc:
         stats["build_time_s"] = deadline.elapsed() - t0
-        return Outcome("error", stats=stats, message=f"{name}: {exc}; run it without "
-                       "device_states")
+        return Outcome("error", stats=stats, message=f"{name}: {exc}; run without it")
     stats["build_time_s"] = deadline.elapsed() - t0
     stats.update(model.stats())
     problem = model.out_of_range(MAX_COEFFICIENT)
@@ -261,6 +250,28 @@ def _run(name: str, instance: Instance, deadline: Deadline, seed, threads, log, 
     if answer.values is not None:
         model.assign(answer.values)
     return _outcome(form, answer, opts, stats, incumbent)
+
+
+def _incumbent(name: str, instance: Instance, opts: _Options, deadline: Deadline,
+               stats: dict):
+    """The path ILP's heuristic plan ``(plan, T, source)`` when ``start`` or ``prune`` is
+    on (:func:`~chainpipe.solvers.incumbent.heuristic_plan`), else ``None``."""
+    if name != "ilp-path" or not (opts.start or opts.prune):
+        return None
+    t0 = deadline.elapsed()
+    incumbent = heuristic_plan(instance, deadline)
+    stats["heuristic_time_s"] = deadline.elapsed() - t0
+    if incumbent[0] is None:
+        return None
+    stats["heuristic"], stats["heuristic_T_s"] = incumbent[2], incumbent[1]
+    report(incumbent[1], None)
+    return incumbent
+
+
+def _refuse_device_states(name: str, opts: _Options, why: str) -> None:
+    """Raise an :class:`OptionError` saying why, when ``device_states`` was asked."""
+    if opts.device_states:
+        raise OptionError(f"{name}: option 'device_states' {why}")
 
 
 def _floors_first(form, opts: _Options, deadline: Deadline, seed, threads, log,
