@@ -270,12 +270,20 @@ def test_refusals():
                        (read(VALID / "worked_example_v3_1f1b.json"), {"epsilon": 0.1}),
                        (_with(inst, objective="classic"), {"epsilon": 0.1})):
         r = solve(case, "cdynp", **opts)
-        # one DC sends no summary: nothing to compress, the solve is exact
-        status = "optimal" if case.num_datacenters == 1 else "feasible"
-        assert r.status == status and r.lower_bound <= r.iteration_time, r.message
+        assert r.status == _compressed_status(case) and r.lower_bound <= r.iteration_time, \
+            r.message
 
 
 # ------------------------------------------------------------------ compression
+def _compressed_status(inst) -> str:
+    """A compressed solve's status: ``feasible``, but ``optimal`` on one DC under version
+    3 (no summary is sent, so nothing is compressed; a version-2 solve keeps
+    ``feasible``, as it always had)."""
+    v3 = inst.training.objective == "period" and inst.microbatches > 1 \
+        or inst.parallelism.pipelines != (1,)
+    return "optimal" if inst.num_datacenters == 1 and v3 else "feasible"
+
+
 _REFERENCE: dict = {}
 
 
@@ -300,8 +308,7 @@ def test_compressed_within_the_guarantee_on_random_v3_instances(opts):
         if ref.status != "optimal":
             assert res.status == ref.status, (seed, res.status, res.message)
             continue
-        assert res.status == ("optimal" if inst.num_datacenters == 1 else "feasible"), (
-            seed, res.status, res.message)
+        assert res.status == _compressed_status(inst), (seed, res.status, res.message)
         factor = guarantee_factor(inst.num_datacenters, **opts)
         T, opt = res.iteration_time, ref.iteration_time
         assert opt * (1 - RTOL) <= T <= factor * opt * (1 + RTOL), (seed, T, opt, factor)
@@ -333,8 +340,7 @@ def test_compression_shows_a_gap_within_the_guarantee_on_larger_chains():
         for opts in ({"digits": 1}, {"quantum": 0.2}):
             res = solve(inst, "cdynp", **opts)
             factor = guarantee_factor(inst.num_datacenters, **opts)
-            assert res.status == ("optimal" if inst.num_datacenters == 1 else "feasible"), (
-                seed, opts, res.message)
+            assert res.status == _compressed_status(inst), (seed, opts, res.message)
             T, opt = res.iteration_time, ref.iteration_time
             assert opt * (1 - RTOL) <= T <= factor * opt * (1 + RTOL), (seed, opts, T, opt)
             assert res.lower_bound <= opt * (1 + RTOL)

@@ -146,7 +146,8 @@ def solve_chain(backend, options: dict, deadline: Deadline, *, trace_dir=None,
     ``trace_dir/period``. With compression (:func:`_compressed_period`) the lower bound
     is the classic run's proven one (none under the ``max_entries`` cap, whose messages
     stay capped in the classic run too), and the answer the better of the two runs'
-    plans. A chain of one DC sends no summary: its solve is exact whatever the options.
+    plans. A chain of one DC sends no summary: under ``period`` and in a range run its
+    solve is exact whatever the options.
 
     Parameters
     ----------
@@ -165,7 +166,10 @@ def solve_chain(backend, options: dict, deadline: Deadline, *, trace_dir=None,
     -------
     Outcome
     """
-    if backend.public.num_datacenters == 1:  # no summary is sent: nothing to compress
+    if backend.public.num_datacenters == 1 and (backend.public.period
+                                                  or not backend.count_sync):
+        # no summary is sent: nothing to compress (a period solve or a range run; a
+        # version-2 solve keeps its status feasible, as it always had)
         options = {**options, "epsilon": 0.0, "quantum": 0.0, "digits": 0, "max_entries": 0}
     if not backend.public.period:
         return drive(backend, options, deadline=deadline, probe=probe, trace_dir=trace_dir)
