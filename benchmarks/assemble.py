@@ -21,6 +21,10 @@ ORDER = [
      "python benchmarks/formulations.py --sets v3/small"),
     ("benchmarks/results/formulations_v3_medium.md",
      "python benchmarks/formulations.py --sets v3/medium"),
+    ("benchmarks/results/formulations_flow.md",
+     "python benchmarks/formulations.py --time-limit 60 --sets hybrid/medium --solvers "
+     "ilp-path --backends highs --device-states --no-figure --out "
+     "benchmarks/results/formulations_flow.md"),
     ("benchmarks/results/cpsat.md", "python benchmarks/cpsat.py"),
     ("benchmarks/results/limits.md", "python benchmarks/limits.py"),
     ("benchmarks/results/cdynp_speed.md", "python benchmarks/cdynp_speed.py"),
