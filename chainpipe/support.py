@@ -4,9 +4,8 @@ Every exact route plans under version 3 (the ``period`` objective and several
 pipelines): ``dp`` (``docs/dp.md``, "Version 3"), ``cdynp`` (``docs/privacy.md``), the
 ILPs and CP-SAT (``docs/formulations.md``, ``docs/cpsat.md``); ``docs/model.md``, "What
 a solver reports". A solver registered without a feature refuses an instance that needs
-it, with one line naming it, rather than prove the optimum of another problem (CDynP's
-owner across hosts refuses several pipelines so). The solve facade
-(:func:`chainpipe.solve.unsupported`) and the CDynP owner across hosts ask
+it, with one line naming it, rather than prove the optimum of another problem. The solve
+facade (:func:`chainpipe.solve.unsupported`) and the CDynP owner across hosts ask
 :func:`refusal`; nothing else decides it.
 """
 

@@ -32,13 +32,26 @@ import numpy as np
 from .. import cost
 from ..deadline import Deadline
 from ..tables import CostTables, dominated_options, fill_bound, fill_curve
-from . import period_kernel as kernel
 
 #: relative slack of every bound test: rounding may keep a label, never cut one
 SLACK = 1e-9
 #: labels of a layer whose majorants are made at once (whole states; the survivors'
 #: are kept): bounds the memory of a layer's filter to ``CHUNK x`` the majorants' width
 CHUNK = 1 << 16
+
+
+class _LazyKernel:
+    """:mod:`.period_kernel`, imported (with numba) on first use: a CDynP agent of a
+    ``classic`` run imports this module and never needs it."""
+
+    def __getattr__(self, name: str):
+        from . import period_kernel
+
+        globals()["kernel"] = period_kernel
+        return getattr(period_kernel, name)
+
+
+kernel = _LazyKernel()
 
 
 def phase_options(tables: CostTables, g: int) -> tuple[np.ndarray, np.ndarray]:
