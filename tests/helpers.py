@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import random
+from pathlib import Path
 
 from chainpipe import Datacenter, DeviceGroup, Instance, Layer, Link, Model, Plan, Training
 from chainpipe.numeric import MEMORY_RTOL
@@ -518,3 +519,12 @@ def plan_of_spec(inst: Instance, spec) -> Plan:
 
     return Plan(pipelines=[Pipeline(Plan.from_tuples(inst, stages).stages, m)
                            for m, stages in spec])
+
+
+def assert_same_trace_files(local: Path, remote: Path) -> None:
+    """The two runs wrote the same trace files, byte for byte (one run in process, one
+    across hosts)."""
+    files = sorted(p.relative_to(local) for p in local.rglob("*.json"))
+    assert files and files == sorted(p.relative_to(remote) for p in remote.rglob("*.json"))
+    for f in files:
+        assert (remote / f).read_bytes() == (local / f).read_bytes(), f

@@ -28,7 +28,7 @@ import chainpipe as cp
 from chainpipe.solvers.cdynp import net, tls
 from chainpipe.solvers.cdynp.session import FAULT_ENV
 from chainpipe.solvers.cdynp.watch import GRACE_S
-from helpers import random_hybrid_instance
+from helpers import assert_same_trace_files, random_hybrid_instance
 
 ROOT = Path(__file__).resolve().parents[1]
 THREE = ROOT / "instances" / "hybrid" / "small" / "hybrid-small-04-three-dc.json"
@@ -142,11 +142,7 @@ def _same_as_in_process(cluster: Cluster, instance_path: Path, tmp: Path, *optio
     assert a["iteration_time_s"] == b["iteration_time_s"]  # exactly: the same cost model
     assert a["lower_bound_s"] == b["lower_bound_s"]
     assert a["stats"]["mode"] == "tls"
-    files = sorted(p.relative_to(tmp / "local") for p in (tmp / "local").rglob("*.json"))
-    assert files and files == sorted(p.relative_to(tmp / "remote")
-                                     for p in (tmp / "remote").rglob("*.json"))
-    for f in files:
-        assert (tmp / "remote" / f).read_bytes() == (tmp / "local" / f).read_bytes(), f
+    assert_same_trace_files(tmp / "local", tmp / "remote")
     return a
 
 

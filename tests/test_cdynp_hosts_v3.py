@@ -23,6 +23,7 @@ import pytest
 from test_cdynp_hosts import Cluster, _ask, _cli, _frame
 
 from chainpipe.solvers.cdynp import net, tls
+from helpers import assert_same_trace_files
 
 ROOT = Path(__file__).resolve().parents[1]
 TWO = ROOT / "instances" / "v3" / "small" / "v3-small-02-two-pipelines.json"
@@ -51,11 +52,7 @@ def _same_as_in_process(cluster: Cluster, instance_path: Path, tmp: Path, *optio
     assert a["lower_bound_s"] == b["lower_bound_s"]
     assert a["stats"]["mode"] == "tls" and b["stats"]["mode"] == "in-process"
     assert a["stats"]["range_runs"] == b["stats"]["range_runs"] > 0
-    files = sorted(p.relative_to(tmp / "local") for p in (tmp / "local").rglob("*.json"))
-    assert files and files == sorted(p.relative_to(tmp / "remote")
-                                     for p in (tmp / "remote").rglob("*.json"))
-    for f in files:
-        assert (tmp / "remote" / f).read_bytes() == (tmp / "local" / f).read_bytes(), f
+    assert_same_trace_files(tmp / "local", tmp / "remote")
     return a
 
 
