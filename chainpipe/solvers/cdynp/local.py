@@ -248,21 +248,16 @@ class LocalDP(DCRun):
         cuts what assembling ``T`` would keep. An image that an earlier one of its bucket
         with the same bottleneck dominates is left out (the Pareto filter would drop it).
         """
-        M, R, t = self.M, self.R, self.t
+        M, t = self.M, self.t
         count = self._count
-        need_at = self._need_at
         iteration_time = cost.iteration_time
         zero, cands = self._zero, self._cands
         limit = self._limit + self._limit * BOUND_SLACK
-        pre_sum, pre_max = self._prefix
         u_x, q_x = float(self.u_int[x]), float(self.q_int[x])
-        fronts = self._fronts
         spread = self._spread
         if spread is not None:
-            s_flop, s_up, s_caps = spread
-        # per candidate run of stages (and FLOP/s a prefix may use, with spread): (a, C,
-        # max in flight, R, h, T-term with h, C + prefix sum, M C as T-term alone)
-        terms: dict = {}
+            _, s_up, s_caps = spread
+        terms: dict = {}  # per candidate run (and FLOP/s with spread): _run_terms
         for key, labels in layer.items():
             u = key[1]
             if spread is not None:  # FLOP/s of the devices upstream and of own free ones
@@ -286,68 +281,90 @@ class LocalDP(DCRun):
                     if w > free:
                         continue
                     if spread is None:
-                        rkey = (g, c)
+                        rkey, avail = (g, c), 0.0
                     else:  # the new label's own stages take w more devices of g
                         r_, n_, m_ = s_caps[g]
                         avail = s_free - own_free[g] + r_ * min(n_ - u[g] - w, m_)
                         rkey = (g, c, avail)
                     run = terms.get(rkey)
                     if run is None:
-                        run = terms[rkey] = []
-                        for a, ca, n, ra in stages:
-                            pm = pre_max[a]
-                            if spread is not None and s_flop[a] > 0:
-                                f = s_flop[a] / avail if avail > 0 else math.inf
-                                pm = f if f > pm else pm
-                            h = ca if ca >= pm else pm
-                            run.append((a, ca, n, ra, h, iteration_time(ca + pre_sum[a], h, M),
-                                        ca + pre_sum[a], iteration_time(ca, ca, M)))
+                        run = terms[rkey] = self._run_terms(stages, avail)
                     nkey = (0, u[:g] + (u[g] + w,) + u[g + 1:])
-                    buckets: dict[int, tuple] = {}
-                    for i, (_bn, sm, r, s, _) in enumerate(labels):
-                        need = need_at[r]
-                        nr = r + 1 if r < R else R
-                        ref = (rl[i], g, c)  # (parent ref, group, pair) until finalised
-                        fi = flat[i]
-                        if U >= fi:
-                            continue  # every image is dominated by its killer's
-                        smq, bu, lt = lifted[i]
-                        # along the stages C and R grow and memory shrinks: stop at the
-                        # first that fails either, or whose C flattens this label
-                        for a, ca, n, ra, h, th, cpre, tc in run:
-                            if need > n or ca >= fi:
-                                break
-                            ns = s if s >= ra else ra
-                            # over the bound with the prefix: skip (the prefix cost is not
-                            # monotone in a), and stop if over it without (later stages
-                            # cost more)
-                            if (smq + th if bu <= h else lt + cpre) + ns > limit:
-                                self.bound_cut = True
-                                if (lt + ca if ca <= bu else smq + tc) + ns > limit:
-                                    break
-                                continue
-                            nbn = bu if bu >= ca else ca
-                            nsm = sm + ca + Q
-                            got = buckets.get(a)
-                            if got is None:
-                                bucket = states[a].get(nkey)
-                                if bucket is None:
-                                    bucket = states[a][nkey] = []
-                                    front = fronts[a][nkey] = {}
-                                else:
-                                    front = fronts[a][nkey]
-                                buckets[a] = (bucket, front)
-                            else:
-                                bucket, front = got
-                            same = front.get(nbn)
-                            if same is None:
-                                front[nbn] = [(nsm, nr, ns)]
-                            else:
-                                for s_, r_, y_ in same:
-                                    if s_ <= nsm and r_ <= nr and y_ <= ns:
-                                        break
-                                else:
-                                    same.append((nsm, nr, ns))
-                                    bucket.append((nbn, nsm, nr, ns, ref))
-                                continue
-                            bucket.append((nbn, nsm, nr, ns, ref))
+                    self._prepend_run(labels, (rl, flat, lifted), run, (g, c, nkey, U, Q, limit),
+                                      states)
+
+    def _run_terms(self, stages: list, avail: float) -> list:
+        """Per stage ``(a, C, max in flight, R)`` of a candidate run: ``(a, C, max in flight,
+        R, h, T-term with h, C + prefix sum, M C as T-term alone)``, with ``h`` the larger
+        of ``C`` and the prefix's bottleneck (raised, with spread, by the prefix's FLOP on
+        the ``avail`` FLOP/s it may use)."""
+        M, iteration_time = self.M, cost.iteration_time
+        pre_sum, pre_max = self._prefix
+        s_flop = None if self._spread is None else self._spread[0]
+        run = []
+        for a, ca, n, ra in stages:
+            pm = pre_max[a]
+            if s_flop is not None and s_flop[a] > 0:
+                f = s_flop[a] / avail if avail > 0 else math.inf
+                pm = f if f > pm else pm
+            h = ca if ca >= pm else pm
+            run.append((a, ca, n, ra, h, iteration_time(ca + pre_sum[a], h, M),
+                        ca + pre_sum[a], iteration_time(ca, ca, M)))
+        return run
+
+    def _prepend_run(self, labels: list, per_label: tuple, run: list, move: tuple,
+                     states: list) -> None:
+        """Prepend the stages of one candidate ``run`` to every label of a state (the loop
+        of :meth:`_extend`; ``per_label``: parent refs, killers' bottlenecks and lifted
+        terms; ``move``: group, pair, next state, boundary occupancy and traversal, bound)."""
+        rl, flat, lifted = per_label
+        g, c, nkey, U, Q, limit = move
+        need_at, R, fronts = self._need_at, self.R, self._fronts
+        buckets: dict[int, tuple] = {}
+        for i, (_bn, sm, r, s, _) in enumerate(labels):
+            need = need_at[r]
+            nr = r + 1 if r < R else R
+            ref = (rl[i], g, c)  # (parent ref, group, pair) until finalised
+            fi = flat[i]
+            if U >= fi:
+                continue  # every image is dominated by its killer's
+            smq, bu, lt = lifted[i]
+            # along the stages C and R grow and memory shrinks: stop at the
+            # first that fails either, or whose C flattens this label
+            for a, ca, n, ra, h, th, cpre, tc in run:
+                if need > n or ca >= fi:
+                    break
+                ns = s if s >= ra else ra
+                # over the bound with the prefix: skip (the prefix cost is not
+                # monotone in a), and stop if over it without (later stages
+                # cost more)
+                if (smq + th if bu <= h else lt + cpre) + ns > limit:
+                    self.bound_cut = True
+                    if (lt + ca if ca <= bu else smq + tc) + ns > limit:
+                        break
+                    continue
+                nbn = bu if bu >= ca else ca
+                nsm = sm + ca + Q
+                got = buckets.get(a)
+                if got is None:
+                    bucket = states[a].get(nkey)
+                    if bucket is None:
+                        bucket = states[a][nkey] = []
+                        front = fronts[a][nkey] = {}
+                    else:
+                        front = fronts[a][nkey]
+                    buckets[a] = (bucket, front)
+                else:
+                    bucket, front = got
+                same = front.get(nbn)
+                if same is None:
+                    front[nbn] = [(nsm, nr, ns)]
+                else:
+                    for s_, r_, y_ in same:
+                        if s_ <= nsm and r_ <= nr and y_ <= ns:
+                            break
+                    else:
+                        same.append((nsm, nr, ns))
+                        bucket.append((nbn, nsm, nr, ns, ref))
+                    continue
+                bucket.append((nbn, nsm, nr, ns, ref))
