@@ -148,3 +148,24 @@ def test_support_lifts_dp_only():
     inst = read(DATA / "worked_example_v3_pipelines.json")
     assert refusal(inst.training, "dp") is None
     assert refusal(inst.training, "cpsat") is None
+
+
+def test_a_search_backtracks_its_own_plans_only():
+    """The pending store is shared by one instance's searches: a plan is read back before
+    the next search of the instance begins, and a late read is refused, not misread."""
+    from chainpipe.deadline import Deadline
+    from chainpipe.solvers.dp_period import PipelineSearch
+    from chainpipe.tables import CostTables
+
+    inst = read(Path(__file__).parents[1] / "instances" / "v3" / "small"
+                / "v3-small-01-period.json")
+    tables = CostTables(inst)
+    first = PipelineSearch(tables, inst.microbatches, None, math.inf, Deadline(60), "sum")
+    done = first.run()
+    entry = min((x for v in done.values() for x in v), key=lambda x: x[0] + x[1])
+    stages = first.backtrack(entry[2])
+    assert stages and stages[0][0] == 0 and stages[-1][1] == inst.num_layers
+    assert all(a[1] == b[0] for a, b in zip(stages, stages[1:]))
+    PipelineSearch(tables, inst.microbatches, None, math.inf, Deadline(60), "sum").run()
+    with pytest.raises(RuntimeError, match="another search"):
+        first.backtrack(entry[2])
