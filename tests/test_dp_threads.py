@@ -22,14 +22,24 @@ from helpers import brute_force_hybrid, random_hybrid_instance
 pytestmark = pytest.mark.skipif(not dp_parallel.available(), reason="needs fork")
 
 
-def _children_alive() -> list:
+@pytest.fixture
+def left_behind():
+    """A callable listing the processes started under this test (children of this one,
+    recursively) still alive. Those alive before it are not counted: another test of the
+    same worker may keep processes of its own (a clean-clone run once had a python
+    child of the worker sleeping through every test of this file)."""
     me = psutil.Process(os.getpid())
-    return [c for c in me.children(recursive=True)
-            if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]
+    before = {c.pid for c in me.children(recursive=True)}
+
+    def alive() -> list:
+        return [c for c in me.children(recursive=True) if c.pid not in before
+                and c.is_running() and c.status() != psutil.STATUS_ZOMBIE]
+
+    return alive
 
 
 @pytest.mark.parametrize("seed", range(12))
-def test_two_processes_equal_brute_force(seed):
+def test_two_processes_equal_brute_force(seed, left_behind):
     inst = random_hybrid_instance(7000 + seed)
     T, stages = brute_force_hybrid(inst)
     res = solve(inst, "dp", time_limit=60, threads=2)
@@ -39,10 +49,10 @@ def test_two_processes_equal_brute_force(seed):
     assert res.status == "optimal", res.message
     assert math.isclose(res.iteration_time, T, rel_tol=1e-9, abs_tol=1e-12)
     assert evaluate(inst, res.plan).feasible
-    assert not _children_alive()
+    assert not left_behind()
 
 
-def test_trials_run_side_by_side_and_match_one_process(monkeypatch):
+def test_trials_run_side_by_side_and_match_one_process(monkeypatch, left_behind):
     from chainpipe.solvers import dp
 
     monkeypatch.setattr(dp, "PARALLEL_AFTER_S", 0.0)  # side by side from the second trial
@@ -55,10 +65,10 @@ def test_trials_run_side_by_side_and_match_one_process(monkeypatch):
     # every failed trial is below the optimum, the one that found it above
     for trial in two.stats["trials"]:
         assert trial["found"] == (trial["upper_bound"] > two.iteration_time)
-    assert not _children_alive()
+    assert not left_behind()
 
 
-def test_time_limit_gives_a_valid_bound_and_no_process_left():
+def test_time_limit_gives_a_valid_bound_and_no_process_left(left_behind):
     inst = generate("hybrid-large", seed=2)
     start = time.monotonic()
     res = solve(inst, "dp", time_limit=1.5, threads=2)
@@ -66,7 +76,7 @@ def test_time_limit_gives_a_valid_bound_and_no_process_left():
     assert res.status in ("no_solution", "optimal")
     if res.status == "no_solution":
         assert res.lower_bound is None or res.lower_bound <= 143.84459146865225 * (1 + 1e-9)
-    assert not _children_alive()
+    assert not left_behind()
 
 
 def test_children_die_with_the_command(tmp_path):
