@@ -335,23 +335,25 @@ class _Search:
         label_kernel.seed(L, first, *self.arena)
         states: list = [None] * (L + 1)
         best = None  # (T, parent) of the best complete plan
+        advance, metas, cands = label_kernel.advance, self.metas, self.cands
+        prefix_bounds, check = self._prefix_bounds, self.deadline.check
         for b in range(L, 0, -1):
             layer = states[b] = self._filter_layer(b, sync, steady, label_kernel)
+            arena = self.arena
             for key, (X, _parents) in layer.items():
-                self.deadline.check()
+                check()
                 for g, k0, gl, u, U, Q in self._moves(b, key):
-                    table = self.cands[g][b]
+                    table = cands[g][b]
                     if table is None:
                         continue
-                    bounds = self._prefix_bounds(k0, u, gl, g)
+                    bounds = prefix_bounds(k0, u, gl, g)
                     while True:
-                        live, pair, lab, short = label_kernel.advance(
-                            X, table, *bounds, U, Q, self.live, len(self.metas), consts,
-                            *self.arena)
+                        live, pair, lab, short = advance(X, table, *bounds, U, Q, self.live,
+                                                         len(metas), consts, *arena)
                         if not short:
                             break
-                        self.arena = label_kernel.grown(self.arena, short)
-                    self.metas.append((b, key, g))
+                        arena = self.arena = label_kernel.grown(arena, short)
+                    metas.append((b, key, g))
                     if pair >= 0:
                         self.live = live
                         best = (live, (b, key, lab, 0, g, pair))
