@@ -528,3 +528,8 @@ def assert_same_trace_files(local: Path, remote: Path) -> None:
     assert files and files == sorted(p.relative_to(remote) for p in remote.rglob("*.json"))
     for f in files:
         assert (remote / f).read_bytes() == (local / f).read_bytes(), f
+
+
+def close(a: float, b: float, rtol: float = 1e-6) -> bool:
+    """Whether ``a`` and ``b`` agree to ``rtol`` (relative, with an absolute hair)."""
+    return abs(a - b) <= rtol * max(abs(a), abs(b)) + 1e-12

@@ -19,16 +19,12 @@ from chainpipe.plan import evaluate
 from chainpipe.result import OptionError
 from chainpipe.solve import solve
 from chainpipe.tables import CostTables
-from helpers import brute_force_hybrid, check_bracket, random_hybrid_instance
+from helpers import brute_force_hybrid, check_bracket, close, random_hybrid_instance
 
 RTOL = 1e-6
 ROOT = Path(__file__).resolve().parent.parent
 HYBRID_SMALL = sorted((ROOT / "instances" / "hybrid" / "small").glob("hybrid-small-*.json"))
 FLOW = {"device_states": True}
-
-
-def _close(a: float, b: float) -> bool:
-    return abs(a - b) <= RTOL * max(abs(a), abs(b)) + 1e-12
 
 
 @pytest.mark.parametrize("seed", range(64))
@@ -42,7 +38,7 @@ def test_device_states_prove_the_hybrid_brute_force_optimum_with_both_backends(s
             assert r.status == "infeasible" and r.plan is None, (where, r.status)
             continue
         assert r.status == "optimal", (where, r.status, r.message)
-        assert _close(r.iteration_time, best), (where, r.iteration_time, best)
+        assert close(r.iteration_time, best), (where, r.iteration_time, best)
         assert r.iteration_time == evaluate(inst, r.plan).iteration_time_s, where
         assert r.lower_bound is not None and r.lower_bound <= best * (1 + 1e-9), where
 
@@ -56,7 +52,7 @@ def test_device_states_without_pruning_prove_the_optimum(seed):
     if math.isinf(best):
         assert r.status == "infeasible", (seed, r.status)
         return
-    assert r.status == "optimal" and _close(r.iteration_time, best), (seed, r.status)
+    assert r.status == "optimal" and close(r.iteration_time, best), (seed, r.status)
 
 
 @pytest.mark.parametrize("path", HYBRID_SMALL, ids=lambda p: p.stem)
@@ -65,7 +61,7 @@ def test_device_states_match_the_dp_on_hybrid_small(path):
     ref = solve(inst, "dp")
     r = solve(inst, "ilp-path", time_limit=60, **FLOW)
     assert r.status == "optimal", (path.stem, r.status, r.message)
-    assert _close(r.iteration_time, ref.iteration_time), path.stem
+    assert close(r.iteration_time, ref.iteration_time), path.stem
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -151,7 +147,7 @@ def test_probed_floors_are_below_the_optimal_plans_maxima(seed):
     if ref.status != "optimal":
         assert r.status in ("infeasible", "no_solution"), (seed, r.status)
         return
-    assert r.status == "optimal" and _close(r.iteration_time, ref.iteration_time), seed
+    assert r.status == "optimal" and close(r.iteration_time, ref.iteration_time), seed
     ev = evaluate(inst, ref.plan)
     floors = r.stats.get("floor_phase", {})
     for which, value in (("B", ev.bottleneck_s), ("S", ev.sync_s)):

@@ -26,17 +26,19 @@ from chainpipe.formulations.common import (
 from chainpipe.plan import evaluate
 from chainpipe.solve import solve
 from chainpipe.tables import CostTables
-from helpers import brute_force_hybrid, check_bracket, random_hybrid_instance, without_warnings
+from helpers import (
+    brute_force_hybrid,
+    check_bracket,
+    close,
+    random_hybrid_instance,
+    without_warnings,
+)
 
 COMBOS = [(s, b) for s in ("ilp-assign", "ilp-path") for b in ("highs", "cbc")]
 RTOL = 1e-6
 ROOT = Path(__file__).resolve().parent.parent
 HYBRID_SMALL = sorted((ROOT / "instances" / "hybrid" / "small").glob("hybrid-small-*.json"))
 V2 = Path(__file__).resolve().parent / "data" / "valid" / "worked_example_v2.json"
-
-
-def _close(a: float, b: float) -> bool:
-    return abs(a - b) <= RTOL * max(abs(a), abs(b)) + 1e-12
 
 
 @pytest.mark.parametrize("seed", range(64))
@@ -50,7 +52,7 @@ def test_both_formulations_both_backends_prove_the_hybrid_brute_force_optimum(se
             assert r.status == "infeasible" and r.plan is None and r.message, (where, r.status)
             continue
         assert r.status == "optimal", (where, r.status, r.message)
-        assert _close(r.iteration_time, best), (where, r.iteration_time, best)
+        assert close(r.iteration_time, best), (where, r.iteration_time, best)
         # the reported time is the evaluator's, on the plan with its widths and degrees
         assert r.iteration_time == evaluate(inst, r.plan).iteration_time_s, where
         assert r.lower_bound is not None and r.lower_bound <= best * (1 + 1e-9), where
@@ -77,7 +79,7 @@ def test_cbc_reads_its_status_from_the_solution_file_when_the_log_is_lost(monkey
     r = solve(inst, solver, backend="cbc")
     assert any(line.startswith("Result - Optimal") for line in kept["lines"])
     assert r.status == "optimal", (r.status, r.message)
-    assert _close(r.iteration_time, best)
+    assert close(r.iteration_time, best)
     assert r.lower_bound is not None and r.lower_bound <= best * (1 + 1e-9)
     # a run stopped on time is never read as optimal, with or without its log
     head = "Stopped on time - objective value 4689.77777778\n"
@@ -116,7 +118,7 @@ def test_committed_hybrid_small_instances_match_the_dp(path):
     for solver, backend in COMBOS:
         r = solve(inst, solver, backend=backend, time_limit=60)
         assert r.status == "optimal", (path.stem, solver, backend, r.status, r.message)
-        assert _close(r.iteration_time, ref.iteration_time), (path.stem, solver, backend)
+        assert close(r.iteration_time, ref.iteration_time), (path.stem, solver, backend)
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -146,7 +148,7 @@ def test_hybrid_lp_relaxation_bound_is_below_the_optimum(seed):
 def test_worked_example_v2_two_stages_of_width_two(solver):
     """Section 7 of the contract: two stages of ``d = 2`` on the four devices, T = 16."""
     r = solve(read(V2), solver)
-    assert r.status == "optimal" and _close(r.iteration_time, 16.0)
+    assert r.status == "optimal" and close(r.iteration_time, 16.0)
     assert [(st.data_parallel, st.tensor_parallel) for st in r.plan.stages] == [(2, 1), (2, 1)]
 
 
@@ -229,7 +231,7 @@ def test_path_strengthenings_each_off_still_prove_the_optimum(seed):
         if math.isinf(best):
             assert r.status == "infeasible", options
         else:
-            assert r.status == "optimal" and _close(r.iteration_time, best), (options, r.status)
+            assert r.status == "optimal" and close(r.iteration_time, best), (options, r.status)
 
 
 def test_pruning_and_start_on_a_medium_instance():
@@ -237,7 +239,7 @@ def test_pruning_and_start_on_a_medium_instance():
     inst = read(ROOT / "instances" / "medium" / "medium-01-metro.json")
     ref = solve(inst, "dp")
     r = solve(inst, "ilp-path", time_limit=60)
-    assert r.status == "optimal" and _close(r.iteration_time, ref.iteration_time)
+    assert r.status == "optimal" and close(r.iteration_time, ref.iteration_time)
     st = r.stats
     assert st["mip_start"] is True and st["heuristic"] and st["heuristic_T_s"] >= ref.iteration_time
     assert st["stage_arcs_over_bound"] > 0 and st["stage_arcs"] < st["stage_arcs_after_filter"]

@@ -427,28 +427,3 @@ def across(S, H, HL, alive, starts, floors, order, rival_ptr, rivals, p_free, st
                     break
         _running_least(S, alive, starts[s], starts[s + 1], least)
     return alive
-
-
-def warm() -> None:
-    """Load (or compile) every kernel once, e.g. before forking."""
-    S = np.zeros((1, 5))
-    H = np.zeros((1, 1))
-    HL = np.zeros(1, dtype=np.int64)
-    PF, PI = np.zeros((1, 6)), np.zeros((1, 6), dtype=np.int64)
-    head = np.full(3, -1, dtype=np.int64)
-    rows = np.zeros((0, 8))
-    expand(S, H, HL, 0, 1, rows, np.zeros(1), np.zeros(1, dtype=np.int64), np.zeros((1, 2)),
-           np.zeros((1, 2)), np.zeros(1), np.zeros(8), np.zeros(5, dtype=np.int64), PF, PI,
-           head, 0, 0)
-    ids, Sx, starts, _ = collect(head, 0, PF, PI)
-    Hx, HLx = hulls(ids, PF, PI, H, HL, 1, LOOPS, False, 1)
-    layer_pareto(ids, Sx, starts, np.zeros(0), PF, PI, H, HL, 1, LOOPS, False, 1, np.inf, 1,
-                 np.inf, np.inf, 1)
-    alive = pareto(Sx, Hx, HLx, starts, np.zeros(0), np.inf, 1, np.inf, np.inf)
-    across(Sx, Hx, HLx, alive, starts, np.zeros(0), np.zeros(0, dtype=np.int64),
-           np.zeros(1, dtype=np.int64), np.zeros(0, dtype=np.int64), np.inf, 1, np.inf,
-           np.inf)
-    survivors(ids, PI, Sx, Hx, HLx, alive, starts)
-    release(head, 0, PI)
-    new_loops(H, 0, 1, 0.0, 0.0)
-    hull_prepend(H, 0, 1, 0.0, 0.0, np.zeros((1, 2)), 0)
