@@ -156,8 +156,10 @@ class RangeTimes:
             self.proven.setdefault((i, j), []).append(
                 (m, theta, tau, self._period_floor(i, j, m)))
             return None
+        found = self.found.setdefault((i, j), [])
+        for T_x, R_x, parent_x, fill_x, period_x in done:  # every plan kept: upper bounds
+            found.append(Found(m, fill_x, period_x, R_x, tuple(search.backtrack(parent_x))))
         T, R, parent, fill, period = min(done, key=lambda x: x[0])
         stages = tuple(search.backtrack(parent))
-        self.found.setdefault((i, j), []).append(Found(m, fill, period, R, stages))
         self.proven.setdefault((i, j), []).append((m, theta, T, self._period_floor(i, j, m)))
         return T, R, list(stages)
