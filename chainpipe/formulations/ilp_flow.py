@@ -149,6 +149,9 @@ class FlowFormulation:
             self.boundary = boundary_arcs(tables, self.arcs, upper_bound, floor, self.check)
         self._states()
         self._columns(max_columns)
+        self.floor_B = self.floor_S = 0.0
+        self.pruned_by_paths = 0
+        self._path_bounds()
         self.n_arcs = len(self.col_arc)
         self.problem = None  # no PuLP model: ``write_model`` is not offered
         self.values = None
@@ -248,6 +251,89 @@ class FlowFormulation:
         self.bcol_arc, self.bcol_tail, self.bcol_head = (
             self.bcol_arc[sy], self.bcol_tail[sy], self.bcol_head[sy])
 
+    # ------------------------------------------------------------------ path bounds
+    def _topo(self, nodes: np.ndarray) -> np.ndarray:
+        """A topological key of ``nodes``: by layer, ``E`` before ``N`` at one layer
+        (stage columns go ``N(i) -> E(j)``, ``j > i``; boundary ones ``E(b) -> N(b)``)."""
+        kind, layer = np.divmod(nodes // len(self.states), self.tables.L + 1)
+        return 2 * layer + (kind == 0)
+
+    def _column_terms(self):
+        """Every column's ``(tail, head, fill, B value, S value)`` in seconds: a stage
+        column adds ``C`` to the fill and drain and bounds ``B`` by ``C`` and ``S`` by
+        ``R``; a boundary column adds ``Q`` and bounds ``B`` by ``U``."""
+        a, b = self.arcs, self.boundary[self.bcol_arc]
+        tails = np.concatenate([self.col_tail, self.bcol_tail])
+        heads = np.concatenate([self.col_head, self.bcol_head])
+        fill = np.concatenate([a.compute[self.col_arc], b[:, 3]])
+        bval = np.concatenate([a.compute[self.col_arc], b[:, 4]])
+        sval = np.concatenate([a.sync[self.col_arc], np.zeros(len(b))])
+        return tails, heads, fill, bval, sval
+
+    def _sweep(self, tails, heads, weight, forward: bool, bottleneck: bool) -> np.ndarray:
+        """Least path sum (``bottleneck``: least path maximum) of ``weight`` from the
+        sources to every node (``forward``) or from every node to the sinks, over the
+        DAG in topological order; ``inf`` where no path is."""
+        n_nodes = 2 * (self.tables.L + 1) * len(self.states)
+        per_layer, L = len(self.states), self.tables.L
+        out = np.full(n_nodes, np.inf)
+        if forward:
+            src, dst, ends = tails, heads, np.arange(per_layer)  # N(0, ., .)
+        else:
+            src, dst = heads, tails
+            ends = (2 * L + 1) * per_layer + np.arange(per_layer)  # E(L, ., .)
+        out[ends] = 0.0
+        key = self._topo(src)
+        order = np.argsort(key if forward else -key, kind="stable")
+        key = key[order]
+        cut = np.flatnonzero(np.diff(key)) + 1
+        for lo, hi in zip(np.r_[0, cut], np.r_[cut, len(key)]):
+            sel = order[lo:hi]
+            base = out[src[sel]]
+            value = np.maximum(base, weight[sel]) if bottleneck else base + weight[sel]
+            np.minimum.at(out, dst[sel], value)
+        return out
+
+    def _path_bounds(self) -> None:
+        """Floors on ``B`` and ``S`` and pruning by whole-path bounds.
+
+        Every plan is a source-to-sink path, so its ``B`` (``S``) is at least the least
+        path maximum of the columns' ``C``/``U`` (``R``) -- a bottleneck shortest path,
+        which ignores only the memory rows: :attr:`floor_B` and :attr:`floor_S`. With an
+        upper bound, a column is dropped when every path through it has ``T`` above it:
+        the least fill and drain to its tail, its own, the least from its head, plus
+        ``(M - 1) max(floor_B, ...)`` and ``max(floor_S, ...)`` of the least path maxima
+        through it. Repeated until nothing is dropped.
+        """
+        M = self.tables.M
+        limit = math.inf if self.upper_bound is None else self.upper_bound * (1 + UB_RTOL)
+        while True:
+            self.check()
+            tails, heads, fill, bval, sval = self._column_terms()
+            if not len(tails):
+                return
+            f_B, b_B = (self._sweep(tails, heads, bval, d, True) for d in (True, False))
+            f_S, b_S = (self._sweep(tails, heads, sval, d, True) for d in (True, False))
+            self.floor_B = float(b_B[:len(self.states)].min()) if M > 1 else 0.0
+            self.floor_S = float(b_S[:len(self.states)].min())
+            if not math.isfinite(limit):
+                return
+            f_F, b_F = (self._sweep(tails, heads, fill, d, False) for d in (True, False))
+            with np.errstate(invalid="ignore"):
+                B = np.maximum.reduce([f_B[tails], bval, b_B[heads]])
+                S = np.maximum.reduce([f_S[tails], sval, b_S[heads]])
+                lower = f_F[tails] + fill + b_F[heads] + S + (steady_state(M, B) if M > 1 else 0)
+            keep = lower <= limit
+            if keep.all():
+                return
+            self.pruned_by_paths += int((~keep).sum())
+            nx = len(self.col_arc)
+            sx, sy = keep[:nx], keep[nx:]
+            self.col_arc, self.col_tail, self.col_head = (
+                self.col_arc[sx], self.col_tail[sx], self.col_head[sx])
+            self.bcol_arc, self.bcol_tail, self.bcol_head = (
+                self.bcol_arc[sy], self.bcol_tail[sy], self.bcol_head[sy])
+
     @property
     def network_stats(self) -> dict:
         """Model size: stage options, their state copies, boundary columns, states."""
@@ -256,7 +342,9 @@ class FlowFormulation:
                 "stage_columns": int(len(self.col_arc)),
                 "boundary_arcs": int(len(self.boundary)),
                 "boundary_columns": int(len(self.bcol_arc)),
-                "device_states": int(len(self.states))}
+                "device_states": int(len(self.states)),
+                "path_pruned_columns": int(self.pruned_by_paths),
+                "path_floor_B_s": self.floor_B, "path_floor_S_s": self.floor_S}
 
     # ------------------------------------------------------------------ model
     def build(self) -> ArrayModel:
@@ -379,6 +467,10 @@ class FlowFormulation:
         dead[self.col_arc] = False
         upper[self.iX:self.iX + len(a)][dead] = 0.0  # an arc without a column is not used
         upper[self.iB] = upper[self.iS] = np.inf
+        for col, floor, on in ((self.iB, self.floor_B, self.has_B), (self.iS, self.floor_S,
+                                                                     self.has_S)):
+            if on and math.isfinite(floor):  # the path floors (:meth:`_path_bounds`)
+                lower[col] = floor / self.scale * (1.0 - BOUND_SLACK)
         upper[self.iP:] = float(a.s_max)
         integer = np.zeros(ncols, dtype=bool)
         integer[:self.iy] = True
