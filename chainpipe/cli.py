@@ -85,17 +85,29 @@ seed = argument_type(int, lambda v: 0 <= v < 2**31, "an integer in [0, 2^31)")
 share = argument_type(float, lambda v: 0.0 <= v <= 1.0, "a number in [0, 1]")
 
 
+def simulated_schedule(text: str) -> str:
+    """``plot --schedule``: one simulated schedule, ``interleaved:V`` included."""
+    from .schedule import INTERLEAVED, SCHEDULES as SIMULATED, parse_schedule
+
+    name = text.strip()
+    try:
+        parse_schedule(name)
+    except ValueError as exc:
+        if name.startswith(INTERLEAVED + ":"):
+            raise argparse.ArgumentTypeError(str(exc)) from None
+        raise argparse.ArgumentTypeError(
+            unknown_name("schedule", name, (*SIMULATED, "interleaved:V"))) from None
+    return name
+
+
 def schedule_list(text: str) -> tuple[str, ...]:
-    """``evaluate --schedules``: ``all`` or names of simulated schedules, comma-separated."""
+    """``evaluate --schedules``: ``all`` (the four plain schedules) or names of simulated
+    schedules, comma-separated (``interleaved:V`` included)."""
     from .schedule import SCHEDULES as SIMULATED
 
     if text == "all":
         return SIMULATED
-    names = tuple(x.strip() for x in text.split(","))
-    for name in names:
-        if name not in SIMULATED:
-            raise argparse.ArgumentTypeError(unknown_name("schedule", name, SIMULATED))
-    return tuple(dict.fromkeys(names))
+    return tuple(dict.fromkeys(simulated_schedule(x) for x in text.split(",")))
 
 
 #: ``generate --degrade``
@@ -211,6 +223,11 @@ def format_schedules(inst, sims) -> str:
     """``evaluate --schedules``: each simulated schedule's makespan (and against the
     instance's own schedule), its lower bound and whether every stage's peak memory fits;
     then the peak memory per device of each stage under each schedule."""
+    skipped = [s for s in sims if not hasattr(s, "makespan_s")]
+    sims = [s for s in sims if hasattr(s, "makespan_s")]
+    if not sims:
+        return "\n".join(f"what-if schedules: {s.schedule} inapplicable: {s.reason}"
+                         for s in skipped)
     own = next((s for s in sims if s.schedule == inst.training.schedule), sims[0])
     zb = [s for s in sims if s.schedule.startswith("zb")]
     share = ("each layer's weight_grad_share of its backward FLOP (0.5 where not given)"
@@ -228,6 +245,7 @@ def format_schedules(inst, sims) -> str:
                      f"{sim.makespan_s / own.makespan_s:.4f}" if own.makespan_s > 0 else "-",
                      f"{sim.lower_bound_s:.6g}",
                      "fits" if not over else f"does not fit on {names}"))
+    rows += [(s.schedule, "-", "-", "-", f"inapplicable: {s.reason}") for s in skipped]
     lines += _table(rows)
     unit = "GiB" if max(m.memory_limit_bytes for m in sims[0].memory) >= 2**20 else ""
     head = ("stage", f"limit {unit}".strip()) + tuple(f"{s.schedule} {unit}".strip()
@@ -785,8 +803,10 @@ def _add_evaluate(sub) -> None:
                    help="treat the instance's plausibility warnings as errors (exit 2)")
     s.add_argument("--schedules", type=schedule_list, metavar="LIST|all",
                    help="also replay the plan under these schedules (1f1b, gpipe, zb-h1, "
-                        "zb-h2, comma-separated, or all): each one's simulated makespan, "
-                        "lower bound and peak memory per stage, and whether the plan fits")
+                        "zb-h2, interleaved:V with V virtual stages per device, "
+                        "comma-separated, or all: the first four): each one's simulated "
+                        "makespan, lower bound and peak memory per stage, and whether the "
+                        "plan fits")
     _what_if_arguments(s)
     _force_argument(s)
     s.set_defaults(func=cmd_evaluate)
@@ -996,10 +1016,9 @@ def _add_plot(sub) -> None:
     s.add_argument("--links", choices=["auto", "all", "inter", "none"], default="auto",
                    help="link rows: all, inter-DC only, none, or auto (all up to 16 stages, "
                         "inter-DC beyond; default: %(default)s)")
-    s.add_argument("--schedule", type=name_of("schedule", ("1f1b", "gpipe", "zb-h1", "zb-h2")),
-                   metavar="NAME",
+    s.add_argument("--schedule", type=simulated_schedule, metavar="NAME",
                    help="replay this schedule instead of the instance's: 1f1b, gpipe, zb-h1, "
-                        "zb-h2 (a what-if; T stays the cost model's)")
+                        "zb-h2 or interleaved:V (a what-if; T stays the cost model's)")
     _what_if_arguments(s)
     _force_argument(s)
     s.set_defaults(func=cmd_plot)

@@ -39,6 +39,7 @@ from .schedule import (
     DEFAULT_WEIGHT_MEMORY_SHARE,
     SYNC,
     WEIGHT,
+    InapplicableSchedule,
     PipelineRow,
     PipelineSchedule,
     simulate_pipeline,
@@ -417,6 +418,8 @@ def cli_plot(args) -> int:
                                                 DEFAULT_WEIGHT_MEMORY_SHARE))
     except InstanceError as exc:  # the plan's violations: name the file they are in
         raise InstanceError([f"{args.plan}: {p}" for p in exc.problems]) from None
+    except InapplicableSchedule as exc:  # interleaved:V on a plan it does not fit
+        raise InstanceError([f"{args.plan}: {exc}"]) from None
     written = [str(out)]
     if data is not None:
         if data.suffix.lower() == ".csv":

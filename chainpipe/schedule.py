@@ -28,6 +28,7 @@ Nothing here draws: :mod:`chainpipe.gantt` draws a :class:`PipelineSchedule`.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import math
 from collections.abc import Callable
@@ -54,6 +55,12 @@ WEIGHT = "W"
 SCHEDULES = ("1f1b", "gpipe", "zb-h1", "zb-h2")
 #: the zero-bubble schedules (Qi et al., ICLR 2024), whose backward is split into ``B`` and ``W``
 ZERO_BUBBLE = ("zb-h1", "zb-h2")
+#: interleaved 1F1B (Narayanan et al., SC 2021; Megatron-LM), a what-if named
+#: ``interleaved:V`` with ``V`` virtual stages per device (:func:`parse_schedule`); not in
+#: :data:`SCHEDULES` (``all``): it re-cuts the plan's layers (:func:`interleaved_layout`)
+INTERLEAVED = "interleaved"
+#: the most virtual stages per device ``interleaved:V`` accepts
+MAX_VIRTUAL = 64
 #: default share of a layer's backward time that is the weight gradient ``W``, for a layer
 #: whose file states no ``weight_grad_share``: a matmul's backward is two matmuls of its
 #: forward's size, one for the input gradient and one for the weight gradient, so ``B = W``
@@ -83,12 +90,17 @@ class Block:
     microbatch : int
         0-based microbatch index within its pipeline; -1 for a synchronisation block
         (every microbatch's gradients at once).
+    chunk : int
+        Interleaved 1F1B: on a stage row the model chunk ``k`` (virtual stage ``k S + s``),
+        on a link row the virtual boundary ``c`` the transfer crosses (between virtual
+        stages ``c`` and ``c + 1``); 0 otherwise.
     """
 
     start: float
     duration: float
     op: str
     microbatch: int
+    chunk: int = 0
 
     @property
     def end(self) -> float:
@@ -223,7 +235,9 @@ class PipelineSchedule:
         return self.iteration_time_s / self.makespan_s if self.makespan_s > 0 else math.nan
 
     def to_dict(self) -> dict:
-        """The schedule as JSON-ready data (``chainpipe plot --data FILE.json``)."""
+        """The schedule as JSON-ready data (``chainpipe plot --data FILE.json``); each block
+        of an interleaved schedule also gives its ``chunk``."""
+        chunked = is_interleaved(self.schedule)
         return {
             "instance": self.instance, "schedule": self.schedule, "objective": self.objective,
             "microbatches": self.microbatches, "iteration_time_s": self.iteration_time_s,
@@ -239,7 +253,9 @@ class PipelineSchedule:
             "rows": [{"label": r.label, "kind": r.kind, "inter_dc": r.inter_dc,
                       "pipeline": r.pipeline,
                       "blocks": [{"start": b.start, "duration": b.duration, "op": b.op,
-                                  "microbatch": b.microbatch} for b in r.blocks]}
+                                  "microbatch": b.microbatch,
+                                  **({"chunk": b.chunk} if chunked else {})}
+                                 for b in r.blocks]}
                      for r in self.rows],
         }
 
@@ -586,8 +602,10 @@ def _run_all(sims: list[_Pipeline], total: int, progress: bool | None) -> None:
 def _check_what_if(schedule: str, weight_share: float | None,
                    weight_memory_share: float) -> None:
     problems = []
-    if schedule not in SCHEDULES:
-        problems.append(f"unknown schedule {schedule!r}: one of {', '.join(SCHEDULES)}")
+    try:
+        parse_schedule(schedule)
+    except ValueError as exc:
+        problems.append(str(exc))
     for name, value in (("weight_share", 0.0 if weight_share is None else weight_share),
                         ("weight_memory_share", weight_memory_share)):
         if not (isinstance(value, (int, float)) and 0.0 <= value <= 1.0):
@@ -622,6 +640,10 @@ def stage_memory(instance: Instance, ev: Evaluation, schedule: str,
     tuple of StageMemory
         Pipeline by pipeline, stage by stage.
     """
+    if is_interleaved(schedule):
+        v = parse_schedule(schedule)[1]
+        return tuple(m for pipe in ev.pipelines for m in
+                     interleaved_memory(instance, pipe, _virtual_pipeline(instance, pipe, v)))
     sums = cost.LayerSums(instance)
     out = []
     for pipe in ev.pipelines:
@@ -739,7 +761,12 @@ def makespan_lower_bound(instance: Instance, ev: Evaluation, schedule: str,
     float
         Seconds.
     """
-    ends = [pipeline_lower_bound(instance, p, schedule, weight_share) for p in ev.pipelines]
+    if is_interleaved(schedule):
+        v = parse_schedule(schedule)[1]
+        ends = [interleaved_lower_bound(_virtual_pipeline(instance, p, v)) for p in ev.pipelines]
+    else:
+        ends = [pipeline_lower_bound(instance, p, schedule, weight_share)
+                for p in ev.pipelines]
     cross = ev.cross_sync_s / ev.cross_sync_period if len(ends) > 1 else 0.0
     return max(ends) + cross
 
@@ -759,10 +786,12 @@ def simulate_pipeline(instance: Instance, plan: Plan, *, schedule: str | None = 
         A plan of one or several pipelines whose stages name real devices and layer
         ranges (it may break a rule such as a memory limit: the schedule is simulated
         anyway and marked infeasible).
-    schedule : {"1f1b", "gpipe", "zb-h1", "zb-h2"}, optional
+    schedule : {"1f1b", "gpipe", "zb-h1", "zb-h2"} or "interleaved:V", optional
         Replay this schedule instead of the instance's: a what-if on the same plan, the
         same block times and links (``T`` stays the cost model's, for the instance's
-        schedule).
+        schedule). ``interleaved:V`` re-cuts the plan's layers into ``V`` chunks per
+        stage (:func:`interleaved_layout`) and raises :class:`InapplicableSchedule` when
+        it does not apply.
     weight_share : float, optional
         Zero-bubble schedules: the share of every layer's backward FLOP that is the
         weight gradient ``W``; default each layer's ``weight_grad_share``, else
@@ -795,6 +824,9 @@ def simulate_pipeline(instance: Instance, plan: Plan, *, schedule: str | None = 
     ev = evaluate(instance, plan)
     if not math.isfinite(ev.iteration_time_s):
         raise InstanceError(list(ev.violations))
+    if is_interleaved(schedule):
+        return _simulate_interleaved(instance, plan, ev, schedule, parse_schedule(schedule)[1],
+                                     progress)
     total = _check_size(plan, ev, 3 if schedule in ZERO_BUBBLE else 2)
     several = plan.num_pipelines > 1
     sims = [_Pipeline(schedule, pipe, several, instance, weight_share)
@@ -829,12 +861,34 @@ def simulate_schedules(instance: Instance, plan: Plan, schedules=SCHEDULES, *,
 
     Returns
     -------
-    list of PipelineSchedule
-        In the order of ``schedules``.
+    list of PipelineSchedule or Inapplicable
+        In the order of ``schedules``; an :class:`Inapplicable` (with its reason) where a
+        what-if does not apply to the plan (``interleaved:V`` on a stage of fewer than
+        ``V`` layers, or microbatches not a multiple of the stages).
     """
-    return [simulate_pipeline(instance, plan, schedule=name, weight_share=weight_share,
-                              weight_memory_share=weight_memory_share, progress=False)
-            for name in schedules]
+    out = []
+    for name in schedules:
+        try:
+            out.append(simulate_pipeline(instance, plan, schedule=name,
+                                         weight_share=weight_share,
+                                         weight_memory_share=weight_memory_share,
+                                         progress=False))
+        except InapplicableSchedule as exc:
+            out.append(Inapplicable(name, str(exc)))
+    return out
+
+
+@dataclass(frozen=True)
+class Inapplicable:
+    """A what-if schedule that does not apply to a plan, and why (one line)."""
+
+    schedule: str
+    reason: str
+
+    def summary(self) -> dict:
+        """``evaluate --schedules --format json``'s entry: the name, ``applicable: false``
+        and the reason."""
+        return {"schedule": self.schedule, "applicable": False, "reason": self.reason}
 
 
 # --------------------------------------------------------------------------- closed forms
@@ -922,7 +976,431 @@ def one_f_one_b_cycle(ev: Evaluation, microbatches: int) -> float:
                               [b.traversal_s for b in ev.boundaries], microbatches)
 
 
-__all__ = ["CROSS_SYNC", "DEFAULT_WEIGHT_MEMORY_SHARE", "DEFAULT_WEIGHT_SHARE", "SCHEDULES",
+# --------------------------------------------------------------------------- interleaved 1F1B
+class InapplicableSchedule(ValueError):
+    """A what-if schedule that does not apply to this plan (one line saying why), such as
+    ``interleaved:V`` on a stage of fewer than ``V`` layers."""
+
+
+def parse_schedule(name: str) -> tuple[str, int]:
+    """``(base, v)`` of a simulated schedule's name.
+
+    Parameters
+    ----------
+    name : str
+        One of :data:`SCHEDULES`, or ``interleaved:V`` (interleaved 1F1B with ``V`` virtual
+        stages per device, ``2 <= V <=`` :data:`MAX_VIRTUAL`).
+
+    Returns
+    -------
+    tuple of (str, int)
+        ``(name, 1)`` for the four plain schedules, ``("interleaved", V)`` otherwise.
+
+    Raises
+    ------
+    ValueError
+        One line naming the problem: an unknown name, or a ``V`` that is not an integer in
+        range.
+    """
+    if name in SCHEDULES:
+        return name, 1
+    base, sep, count = str(name).partition(":")
+    if base == INTERLEAVED and sep:
+        if count.isdigit() and 2 <= int(count) <= MAX_VIRTUAL:
+            return INTERLEAVED, int(count)
+        raise ValueError(f"schedule {name!r}: interleaved:V needs an integer V from 2 to "
+                         f"{MAX_VIRTUAL} (virtual stages per device)")
+    raise ValueError(f"unknown schedule {name!r}: one of {', '.join(SCHEDULES)} or "
+                     f"interleaved:V (V from 2 to {MAX_VIRTUAL})")
+
+
+def is_interleaved(schedule: str) -> bool:
+    """Whether ``schedule`` names interleaved 1F1B (``interleaved:V``)."""
+    return str(schedule).startswith(INTERLEAVED + ":")
+
+
+@dataclass(frozen=True)
+class VirtualStage:
+    """One model chunk of the interleaved what-if: virtual stage ``index = chunk S + stage``
+    holds layers ``[start, end)`` and runs on the devices of the plan's stage ``stage``."""
+
+    index: int
+    stage: int
+    chunk: int
+    start: int
+    end: int
+
+
+def interleaved_layout(sizes: list[int], v: int) -> list[VirtualStage]:
+    """The model re-cut into ``v S`` chunks, dealt round-robin over the plan's ``S`` stages.
+
+    Megatron-LM's interleaved layout: virtual stage ``c = k S + s`` (chunk ``k`` of stage
+    ``s``) holds the ``c``-th run of consecutive layers, so stage ``s`` holds chunks
+    ``s, S + s, ..., (v - 1) S + s`` of the model. Stage ``s`` keeps the plan's count
+    ``n_s`` of layers, split into ``v`` chunks as evenly as possible by count (the first
+    ``n_s mod v`` chunks one layer more); a plan with contiguous stages is therefore re-cut:
+    its devices hold other layers than the plan's (same count).
+
+    Parameters
+    ----------
+    sizes : list of int
+        ``n_s``, the plan's layers per stage, in pipeline order.
+    v : int
+        Virtual stages per device.
+
+    Returns
+    -------
+    list of VirtualStage
+        In model order (``index`` 0 to ``v S - 1``).
+
+    Raises
+    ------
+    InapplicableSchedule
+        If a stage holds fewer than ``v`` layers.
+    """
+    S = len(sizes)
+    for s, n in enumerate(sizes):
+        if n < v:
+            raise InapplicableSchedule(
+                f"interleaved:{v} needs at least {v} layers per stage; stage {s} holds {n}")
+    out, start = [], 0
+    for c in range(v * S):
+        k, s = divmod(c, S)
+        size = sizes[s] // v + (1 if k < sizes[s] % v else 0)
+        out.append(VirtualStage(c, s, k, start, start + size))
+        start += size
+    return out
+
+
+def interleaved_order(num_stages: int, s: int, M: int, v: int) -> list[tuple[str, int, int]]:
+    """The order in which stage ``s`` runs its blocks under interleaved 1F1B (Megatron-LM).
+
+    ``v M`` microbatch-chunks each way. The ``k``-th forward is microbatch
+    ``(k // (S v)) S + k mod S`` on chunk ``(k mod S v) // S`` (``S`` microbatches through
+    chunk 0, then the same ``S`` through chunk 1, ...); the ``k``-th backward the same
+    microbatch on chunk ``v - 1 - (k mod S v) // S``. Stage ``s`` runs
+    ``min(2 (S - s - 1) + (v - 1) S, v M)`` warm-up forwards, then one forward and one
+    backward alternately, then the remaining backwards. ``M`` must be a multiple of ``S``.
+
+    Returns
+    -------
+    list of (str, int, int)
+        ``(op, microbatch, chunk)`` with ``op`` ``"F"`` or ``"B"``, each once.
+    """
+    S, total = num_stages, v * M
+
+    def ident(k: int, backward: bool) -> tuple[int, int]:
+        group, within = divmod(k, S * v)
+        chunk = within // S
+        return group * S + within % S, (v - 1 - chunk) if backward else chunk
+
+    warm = min(2 * (S - s - 1) + (v - 1) * S, total)
+    order = [("F", *ident(k, False)) for k in range(warm)]
+    for i in range(total - warm):
+        order += [("F", *ident(warm + i, False)), ("B", *ident(i, True))]
+    return order + [("B", *ident(k, True)) for k in range(total - warm, total)]
+
+
+def interleaved_peak_formula(num_stages: int, s: int, M: int, v: int) -> float:
+    """Megatron's count of stage ``s``'s peak stash under interleaved 1F1B, in units of a
+    whole stage's stash per microbatch (``v`` equal chunks): ``(w + 1) / v`` microbatch-chunks
+    with ``w = 2 (S - s - 1) + (v - 1) S`` the warm-up, ``M`` when ``w >= v M``. On stage 0
+    that is ``S + (S - 1) / v``: Korthikanti et al. (2022), ``(1 + (p - 1) / (p v))`` times
+    1F1B's ``p`` microbatches."""
+    warm = 2 * (num_stages - s - 1) + (v - 1) * num_stages
+    return float(M) if warm >= v * M else (warm + 1) / v
+
+
+@dataclass
+class _VirtualPipeline:
+    """One pipeline's data for the interleaved replay: per virtual stage its device, block
+    times and stash; per virtual boundary its occupancy, latency and link resources."""
+
+    v: int
+    M: int
+    S: int
+    stages: list[VirtualStage]
+    fwd: list[float]
+    bwd: list[float]
+    activation: list[float]
+    U: list[float]
+    lat: list[float]
+    keys: list[dict]  # per boundary c -> c + 1: {"F": resources, "B": resources}
+    sync: list[float]
+    params: list[float]
+
+
+def _link_keys(instance: Instance, dcs: list[int], s: int, t: int) -> dict:
+    """The resources a transfer from stage ``s`` to ``t`` occupies: each chain link of the
+    path in its direction, or (inside one DC) the ordered pair of stages."""
+    a, b = dcs[s], dcs[t]
+    if a == b:
+        return {"F": (("internal", a, s, t),), "B": (("internal", a, t, s),)}
+    up = b > a
+    span = range(min(a, b), max(a, b))
+    return {"F": tuple(("chain", k, up) for k in span),
+            "B": tuple(("chain", k, not up) for k in span)}
+
+
+def _virtual_pipeline(instance: Instance, pipe: PipelineCost, v: int) -> _VirtualPipeline:
+    """The interleaved what-if's re-cut of one pipeline (:func:`interleaved_layout`) priced by
+    the cost model: each chunk's ``f`` and ``b`` on its stage's ``d x t`` devices
+    (:meth:`chainpipe.cost.LayerSums.option_phase_times`), each virtual boundary's last
+    layer's output over the path between the two stages' DCs (:func:`chainpipe.cost.path`),
+    the wrap from the last stage back to the first included."""
+    S, M = len(pipe.stages), pipe.microbatches
+    if S < 2:
+        raise InapplicableSchedule(f"interleaved:{v} needs at least 2 stages; the pipeline "
+                                   f"has {S}")
+    if M % S:
+        raise InapplicableSchedule(f"interleaved:{v} needs the microbatches a multiple of the "
+                                   f"stages (Megatron's order); {M} microbatches over {S} "
+                                   f"stages")
+    layout = interleaved_layout([st.end - st.start for st in pipe.stages], v)
+    sums = cost.LayerSums(instance)
+    refs = [instance.locate(st.devices[0]) for st in pipe.stages]
+    fwd, bwd, act = [], [], []
+    for vs in layout:
+        st, ref = pipe.stages[vs.stage], refs[vs.stage]
+        option = cost.StageOption(vs.start, vs.end, ref.dc, ref.group, st.data_parallel,
+                                  st.tensor_parallel)
+        f, b = sums.option_phase_times(option)
+        fwd.append(f)
+        bwd.append(b)
+        act.append(float(sums.activation[vs.end] - sums.activation[vs.start]))
+    dcs = [r.dc for r in refs]
+    U, lat, keys = [], [], []
+    for vs in layout[:-1]:
+        s, t = vs.stage, (vs.stage + 1) % S
+        bandwidth, latency = cost.path(instance, min(dcs[s], dcs[t]), max(dcs[s], dcs[t]))
+        U.append(float(cost.occupancy(instance.layers[vs.end - 1].output_bytes, bandwidth)))
+        lat.append(float(latency))
+        keys.append(_link_keys(instance, dcs, s, t))
+    params = [0.0] * S
+    for vs in layout:
+        params[vs.stage] += float(sums.params[vs.end] - sums.params[vs.start])
+    training = instance.training
+    sync = []
+    for s, st in enumerate(pipe.stages):
+        link = instance.datacenters[dcs[s]].link
+        sync.append(float(cost.sync_time(params[s], st.data_parallel, st.tensor_parallel,
+                                         training.gradient_bytes_per_param,
+                                         link.bandwidth_bytes_per_s, link.latency_s)))
+    return _VirtualPipeline(v, M, S, layout, fwd, bwd, act, U, lat, keys, sync, params)
+
+
+class _Interleaved:
+    """The event simulation of one pipeline under interleaved 1F1B: ``v S`` virtual stages
+    on ``S`` devices, each device running :func:`interleaved_order`; a transfer between
+    virtual stages books every resource of its path (:func:`_link_keys`) for its occupancy,
+    at the earliest time from its production at which all are free (a link serves its
+    transfers as early as it can, without delaying any already booked)."""
+
+    def __init__(self, vp: _VirtualPipeline, pipe: PipelineCost, instance: Instance,
+                 several: bool = False):
+        self.vp, self.S = vp, vp.S
+        V, M = len(vp.stages), vp.M
+        self.orders = [interleaved_order(vp.S, s, M, vp.v) for s in range(vp.S)]
+        self.blocks = sum(len(order) for order in self.orders)
+        self.pos = [0] * vp.S
+        self.device_free = [0.0] * vp.S
+        self.f_done = [[False] * M for _ in range(V)]
+        self.arrive_f = [[math.nan] * M for _ in range(V)]
+        self.arrive_b = [[math.nan] * M for _ in range(V)]
+        self.f_end_last = [math.nan] * M
+        self.busy: dict = {}  # resource -> (starts, ends), sorted, disjoint
+        self.stage_rows, self.link_rows = _interleaved_rows(instance, pipe, vp, several)
+
+    def ready(self, op: str, m: int, c: int) -> float | None:
+        """When block ``(op, m)`` of virtual stage ``c`` has its input, or ``None``."""
+        if op == "F":
+            t = 0.0 if c == 0 else self.arrive_f[c][m]
+        elif not self.f_done[c][m]:
+            return None
+        else:
+            t = self.f_end_last[m] if c == len(self.vp.stages) - 1 else self.arrive_b[c][m]
+        return None if math.isnan(t) else t
+
+    def run_block(self, s: int, op: str, m: int, k: int, ready: float) -> None:
+        """Run the block on stage ``s``'s device, then send its output on."""
+        c = k * self.S + s
+        dur = (self.vp.fwd if op == "F" else self.vp.bwd)[c]
+        start = max(self.device_free[s], ready)
+        self.device_free[s] = end = start + dur
+        self.stage_rows[s].blocks.append(Block(start, dur, op, m, k))
+        if op == "F":
+            self.f_done[c][m] = True
+            if c == len(self.vp.stages) - 1:
+                self.f_end_last[m] = end
+            else:
+                self.arrive_f[c + 1][m] = self.send(c, "F", m, end)
+        elif c > 0:
+            self.arrive_b[c - 1][m] = self.send(c - 1, "B", m, end)
+
+    def send(self, boundary: int, op: str, m: int, produced: float) -> float:
+        """Book a transfer over virtual boundary ``boundary`` in direction ``op``; its
+        arrival."""
+        keys, U = self.vp.keys[boundary][op], self.vp.U[boundary]
+        start = produced
+        moved = True
+        while moved and U > 0:
+            moved = False
+            for key in keys:
+                starts, ends = self.busy.setdefault(key, ([], []))
+                i = bisect.bisect_right(ends, start)
+                if i < len(starts) and starts[i] < start + U:
+                    start, moved = ends[i], True
+        for key in keys if U > 0 else ():
+            starts, ends = self.busy[key]
+            i = bisect.bisect_left(starts, start)
+            starts.insert(i, start)
+            ends.insert(i, start + U)
+        for key in keys:
+            self.link_rows[_row_key(key)].blocks.append(Block(start, U, op, m, boundary))
+        return start + U + self.vp.lat[boundary]
+
+    def run(self, progress: Callable[[int], None] | None = None) -> None:
+        """Sweep the devices, each running its order as far as its inputs allow, until done."""
+        remaining = self.blocks
+        while remaining:
+            progressed = 0
+            for s in range(self.S):
+                order = self.orders[s]
+                while self.pos[s] < len(order):
+                    op, m, k = order[self.pos[s]]
+                    ready = self.ready(op, m, k * self.S + s)
+                    if ready is None:
+                        break
+                    self.run_block(s, op, m, k, ready)
+                    self.pos[s] += 1
+                    progressed += 1
+            if not progressed:
+                raise RuntimeError("interleaved pipeline simulation deadlocked")
+            remaining -= progressed
+            if progress is not None:
+                progress(progressed)
+        for s, r in enumerate(self.vp.sync):
+            if r > 0:
+                self.stage_rows[s].blocks.append(Block(self.device_free[s], r, SYNC, -1))
+                self.device_free[s] += r
+
+    @property
+    def makespan(self) -> float:
+        """The end of the pipeline's last block, synchronisation included."""
+        return max(self.device_free, default=0.0)
+
+    def rows(self) -> list[PipelineRow]:
+        return self.stage_rows + list(self.link_rows.values())
+
+
+def _row_key(key: tuple) -> tuple:
+    """The chart row of a link resource: one per chain link, or per pair of stages inside a
+    DC, both directions on it (as the plain schedules' link rows)."""
+    if key[0] == "chain":
+        return ("chain", key[1])
+    return ("internal", key[1], min(key[2], key[3]), max(key[2], key[3]))
+
+
+def _interleaved_rows(instance: Instance, pipe: PipelineCost, vp: _VirtualPipeline,
+                      several: bool) -> tuple[list[PipelineRow], dict]:
+    """Stage rows (labelled with their chunks' layers) and one row per link resource."""
+    p = pipe.index
+    prefix = f"p{p} " if several else ""
+    stage_rows = []
+    for s, st in enumerate(pipe.stages):
+        width = "" if st.data_parallel == st.tensor_parallel == 1 else \
+            f" {st.data_parallel}x{st.tensor_parallel}"
+        chunks = " ".join(f"[{x.start},{x.end})" for x in vp.stages if x.stage == s)
+        stage_rows.append(PipelineRow(f"{prefix}s{s} {devices_label(st.devices)}{width} "
+                                      f"{chunks}", "stage", pipeline=p))
+    names = [dc.name for dc in instance.datacenters]
+    links: dict = {}
+    for boundary in vp.keys:
+        for key in boundary["F"]:
+            row = _row_key(key)
+            if row in links:
+                continue
+            label = (f"{prefix}link {names[row[1]]}-{names[row[1] + 1]}" if row[0] == "chain"
+                     else f"{prefix}link {names[row[1]]} internal (s{row[2]}<->s{row[3]})")
+            links[row] = PipelineRow(label, "link", row[0] == "chain", pipeline=p)
+    return stage_rows, dict(sorted(links.items(), key=lambda kv: (kv[0][0] == "chain",
+                                                                  kv[0][1:])))
+
+
+def interleaved_memory(instance: Instance, pipe: PipelineCost, vp: _VirtualPipeline
+                       ) -> list[StageMemory]:
+    """Each stage's peak memory per device under interleaved 1F1B.
+
+    Stage ``s`` holds the parameter state of all its chunks and, at each moment, the stash
+    of every microbatch-chunk between its ``F`` and its ``B`` (each chunk its own layers'
+    activation bytes, as the memory rule counts them per layer); the peak over the order is
+    priced by :func:`chainpipe.cost.memory_need`. ``peak_in_flight`` is that peak over the
+    stage's whole stash per microbatch (all its chunks): with equal chunks Megatron's
+    :func:`interleaved_peak_formula`.
+    """
+    training, out = instance.training, []
+    for s, st in enumerate(pipe.stages):
+        held = peak = count = peak_count = 0.0
+        for op, _m, k in interleaved_order(vp.S, s, vp.M, vp.v):
+            a = vp.activation[k * vp.S + s]
+            sign = 1.0 if op == "F" else -1.0
+            held, count = held + sign * a, count + sign
+            peak, peak_count = max(peak, held), max(peak_count, count)
+        whole = sum(vp.activation[k * vp.S + s] for k in range(vp.v))
+        units = peak / whole if whole > 0 else peak_count / vp.v
+        need = float(cost.memory_need(vp.params[s], peak, 1, training.bytes_per_param,
+                                      st.data_parallel, st.tensor_parallel,
+                                      training.sharded_bytes_per_param))
+        limit = instance.group(instance.locate(st.devices[0])).memory_bytes
+        out.append(StageMemory(pipe.index, s, units, need, limit,
+                               bool(cost.memory_fits(need, limit))))
+    return out
+
+
+def interleaved_lower_bound(vp: _VirtualPipeline) -> float:
+    """A lower bound on one pipeline's interleaved replay: the larger of every device's work
+    from its first possible forward, ``a_s + M sum_k (f + b) + R_s`` with ``a_s`` the first
+    microbatch's forward path through virtual stages ``0..s-1`` (the device's first block is
+    chunk 0 of microbatch 0), and the first microbatch's round trip through all ``v S``
+    virtual stages and their hops, then stage 0's ``R_0``."""
+    V = len(vp.stages)
+    hop = [u + lat for u, lat in zip(vp.U, vp.lat)]
+    arrive = [0.0]
+    for c in range(V - 1):
+        arrive.append(arrive[-1] + vp.fwd[c] + hop[c])
+    bound = sum(vp.fwd) + sum(vp.bwd) + 2 * sum(hop) + vp.sync[0]
+    for s in range(vp.S):
+        work = sum(vp.fwd[c] + vp.bwd[c] for c in range(s, V, vp.S))
+        bound = max(bound, arrive[s] + vp.M * work + vp.sync[s])
+    return bound
+
+
+def _simulate_interleaved(instance: Instance, plan: Plan, ev: Evaluation, schedule: str,
+                          v: int, progress: bool | None) -> PipelineSchedule:
+    """:func:`simulate_pipeline` of ``interleaved:V``: re-cut, replay, memory and bound."""
+    vps = [_virtual_pipeline(instance, pipe, v) for pipe in ev.pipelines]
+    total = _check_size(plan, ev, 2 * v)
+    several = plan.num_pipelines > 1
+    sims = [_Interleaved(vp, pipe, instance, several) for vp, pipe in zip(vps, ev.pipelines)]
+    _run_all(sims, total, progress)
+    ends = tuple(sim.makespan for sim in sims)
+    length = ev.cross_sync_s / ev.cross_sync_period if several else 0.0
+    rows = [row for sim in sims for row in sim.rows()] + \
+        _cross_rows(instance, plan, ev, max(ends))
+    memory = tuple(m for vp, pipe in zip(vps, ev.pipelines)
+                   for m in interleaved_memory(instance, pipe, vp))
+    bound = max(interleaved_lower_bound(vp) for vp in vps) + length
+    return PipelineSchedule(instance.name, schedule, instance.microbatches,
+                            ev.iteration_time_s, max(ends) + length, ev.feasible, rows,
+                            max(max(vp.sync) for vp in vps), ends, tuple(p.microbatches for p in ev.pipelines),
+                            length, ev.objective, memory, None, DEFAULT_WEIGHT_MEMORY_SHARE,
+                            bound)
+
+
+__all__ = ["CROSS_SYNC", "DEFAULT_WEIGHT_MEMORY_SHARE", "DEFAULT_WEIGHT_SHARE", "INTERLEAVED",
+           "MAX_VIRTUAL", "SCHEDULES", "Inapplicable", "InapplicableSchedule", "VirtualStage",
+           "interleaved_layout", "interleaved_lower_bound", "interleaved_memory",
+           "interleaved_order", "interleaved_peak_formula", "is_interleaved", "parse_schedule",
            "SYNC", "WEIGHT", "ZERO_BUBBLE", "Block", "PipelineRow", "PipelineSchedule",
            "StageMemory", "activation_peak", "block_durations", "gpipe_makespan",
            "makespan_lower_bound", "one_f_one_b_cycle", "pipeline_lower_bound",
