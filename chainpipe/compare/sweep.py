@@ -24,12 +24,13 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from ..dask_cluster import DaskMissing, check_scheduler, require_dask
 from ..instance import Instance, InstanceError
 from ..io import instance_digest, instance_to_dict, read, write_json
 from ..names import unknown_name
 from ..paths import instance_files, refuse_overwrite
 from ..strict_json import quote
-from .executors import DaskMissing, check_scheduler, execute, require_dask
+from .executors import execute
 from .report import terminal_summary, write_report
 from .runner import base_record, stop_all
 

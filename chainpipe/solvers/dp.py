@@ -46,22 +46,40 @@ from .labels import (
 
 
 def run(instance, *, deadline=None, seed=0, threads=1, log=None, upper_bound=None,
-        **options) -> Outcome:
+        scheduler=None, **options) -> Outcome:
     """Solve ``instance`` to proven optimality (or report what was proven by the limit).
 
-    ``log``, if given, is called with one line per trial bound.
+    ``log``, if given, is called with one line per trial bound. ``threads > 1`` runs the
+    trials side by side in forked processes (:mod:`.dp_parallel`); ``scheduler`` (a Dask
+    scheduler's address, cluster or client) runs them as tasks of that cluster instead
+    (:mod:`.dp_dask`), from the first trial on.
     """
     if options:
         raise OptionError(f"dp: unknown option(s) {', '.join(sorted(options))}")
     if upper_bound is not None:
         upper_bound = number_option("dp", "upper_bound", upper_bound, strict=True)
     deadline = Deadline.of(deadline)
+    if scheduler is None:
+        return solve_checked(instance, deadline, threads, log, upper_bound)
+    from . import dp_dask
+
+    dp_dask.check(scheduler)
+    try:
+        return solve_checked(instance, deadline, threads, log, upper_bound, scheduler)
+    except dp_dask.Unreachable as exc:
+        return Outcome("error", lower_bound=None, message=str(exc))
+
+
+def solve_checked(instance, deadline: Deadline, threads=1, log=None, upper_bound=None,
+           scheduler=None) -> Outcome:
+    """:func:`run` with its options checked (version 3 goes to :mod:`.dp_pipelines`,
+    which calls this for its version-2 searches)."""
     if features(instance.training):  # version 3: the period objective, several pipelines
         if upper_bound is not None:
             raise OptionError("dp: upper_bound is not supported under contract version 3 yet")
         from .dp_pipelines import solve as solve_v3
 
-        return solve_v3(instance, deadline, log, threads)
+        return solve_v3(instance, deadline, log, threads, scheduler)
     tables = CostTables(instance)
     reason = tables.infeasibility_reason()
     if reason:
@@ -85,8 +103,9 @@ def run(instance, *, deadline=None, seed=0, threads=1, log=None, upper_bound=Non
         trials = [u for u in trials if u < upper_bound] + [upper_bound * (1 + 1e-9)]
     try:
         dominated = _dominance(tables, deadline)  # computed once for every trial
+        remote = None if scheduler is None else _on_cluster(instance, deadline, scheduler)
         found, failed = _walk(lambda trial: _Search(tables, trial, deadline, capacity, dominated),
-                              trials, deadline, threads, stats, log)
+                              trials, deadline, threads, stats, log, remote)
     except TimeUp:
         failed = [t["upper_bound"] for t in stats["trials"] if t.get("found") is False]
         return Outcome("no_solution", lower_bound=max([proven] + failed),
@@ -106,12 +125,32 @@ def run(instance, *, deadline=None, seed=0, threads=1, log=None, upper_bound=Non
                    message="no plan satisfies the memory limits and device counts")
 
 
-def _walk(make_search, trials, deadline: Deadline, threads: int, stats: dict, log):
-    """Search the trial bounds, lowest first: in this process, or ``threads`` at a time
-    in forked processes (:mod:`.dp_parallel`). Returns the first plan found
-    ``(T, stages)`` (or ``None``) and the bounds proven by failed trials; each trial's
-    counters go to ``stats["trials"]`` (with ``found``) and a line to ``log``. Raises
-    :class:`TimeUp` when the deadline passes first."""
+def trial_search(instance, trial: float, deadline: Deadline) -> _Search:
+    """The search of one trial bound of ``instance``, its set-up made here (tables, first
+    bound, dominance): what a Dask worker runs (:mod:`.dp_dask`)."""
+    tables = CostTables(instance)
+    _, capacity = _first_bound(tables, deadline)
+    return _Search(tables, trial, deadline, capacity, _dominance(tables, deadline))
+
+
+def _on_cluster(instance, deadline: Deadline, scheduler):
+    """``remote(trials, ended)`` of :func:`_walk`: the trials as tasks of a cluster."""
+    from . import dp_dask
+
+    def remote(trials, ended):
+        return dp_dask.run_trials(instance, trials, deadline, scheduler, ended)
+
+    return remote
+
+
+def _walk(make_search, trials, deadline: Deadline, threads: int, stats: dict, log,
+          remote=None):
+    """Search the trial bounds, lowest first: in this process, ``threads`` at a time
+    in forked processes (:mod:`.dp_parallel`), or every one by ``remote(trials, ended)``
+    (a cluster, :mod:`.dp_dask`). Returns the first plan found ``(T, stages)`` (or
+    ``None``) and the bounds proven by failed trials; each trial's counters go to
+    ``stats["trials"]`` (with ``found``) and a line to ``log``. Raises :class:`TimeUp`
+    when the deadline passes first."""
     failed: list[float] = []
 
     def ended(trial, found, counters):
@@ -124,6 +163,15 @@ def _walk(make_search, trials, deadline: Deadline, threads: int, stats: dict, lo
 
     from . import dp_parallel
 
+    if remote is not None and trials:
+        stats["cluster"] = True
+        try:
+            found, _ = remote(trials, ended)
+        except TimeUp:
+            if log is not None:
+                log("dp: trials stopped by the time limit")
+            raise
+        return found, failed
     for n, trial in enumerate(trials):
         if (threads > 1 and len(trials) - n > 1 and dp_parallel.available()
                 and deadline.elapsed() > PARALLEL_AFTER_S):

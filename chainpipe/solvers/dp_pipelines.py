@@ -43,8 +43,11 @@ TAU_RTOL = 1e-10
 STEPS = (0.01, 0.03, 0.06, 0.1, 0.15, 0.2, 0.3, 0.45, 0.6, 0.8, 1.0, 1.5, 2.0)
 
 
-def solve(instance, deadline: Deadline, log=None, threads: int = 1) -> Outcome:
-    """The proven optimum of a version-3 instance over every allowed pipeline count."""
+def solve(instance, deadline: Deadline, log=None, threads: int = 1,
+          scheduler=None) -> Outcome:
+    """The proven optimum of a version-3 instance over every allowed pipeline count
+    (``threads``, ``scheduler``: the version-2 searches' processes or Dask cluster,
+    :func:`chainpipe.solvers.dp.run`)."""
     tables = CostTables(instance)
     pipelines = instance.parallelism.pipelines
     best = _Best()
@@ -53,7 +56,7 @@ def solve(instance, deadline: Deadline, log=None, threads: int = 1) -> Outcome:
         if any(P > 1 for P in pipelines):
             _seed(instance, deadline, best)
         if 1 in pipelines:
-            _one_pipeline(instance, tables, deadline, best, log, capacity, threads)
+            _one_pipeline(instance, tables, deadline, best, log, capacity, threads, scheduler)
         many = [P for P in sorted(pipelines) if 2 <= P <= min(instance.microbatches, tables.K)]
         if many:
             _Several(instance, tables, deadline, best, log, capacity).run(many)
@@ -156,12 +159,13 @@ def classic_instance(instance):
         training, objective="classic", parallelism=par))
 
 
-def _one_pipeline(instance, tables, deadline, best: _Best, log, capacity, threads=1) -> None:
-    """Offer the best plan of one pipeline to ``best`` (``threads``: the version-2
-    searches' processes, :mod:`.dp_parallel`)."""
-    from .dp import run as dp_run
+def _one_pipeline(instance, tables, deadline, best: _Best, log, capacity, threads=1,
+                  scheduler=None) -> None:
+    """Offer the best plan of one pipeline to ``best`` (``threads``, ``scheduler``: the
+    version-2 searches' processes or cluster, :mod:`.dp_parallel`, :mod:`.dp_dask`)."""
+    from .dp import solve_checked as dp_run
 
-    ref = dp_run(classic_instance(instance), deadline=deadline, threads=threads)
+    ref = dp_run(classic_instance(instance), deadline, threads, scheduler=scheduler)
     if ref.status.value == "no_solution":
         raise TimeUp()
     if ref.plan is None:  # infeasible for one pipeline, whatever the objective
@@ -174,7 +178,7 @@ def _one_pipeline(instance, tables, deadline, best: _Best, log, capacity, thread
     for k in range(tables.K if tables.K > 1 else 0):  # no MAN round trip: often a better bound
         alone = dataclasses.replace(classic_instance(instance), links=(),
                                     datacenters=(instance.datacenters[k],))
-        got = dp_run(alone, deadline=deadline, threads=threads)
+        got = dp_run(alone, deadline, threads)
         if got.plan is not None:  # device names are the full instance's too
             best.offer(instance, got.plan)
     T_e = min(T_e, best.T)

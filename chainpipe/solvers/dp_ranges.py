@@ -157,7 +157,7 @@ class RangeTimes:
                 (m, theta, tau, self._period_floor(i, j, m)))
             return None
         found = self.found.setdefault((i, j), [])
-        for T_x, R_x, parent_x, fill_x, period_x in done:  # every plan kept: upper bounds
+        for _, R_x, parent_x, fill_x, period_x in done:  # every plan kept: upper bounds
             found.append(Found(m, fill_x, period_x, R_x, tuple(search.backtrack(parent_x))))
         T, R, parent, fill, period = min(done, key=lambda x: x[0])
         stages = tuple(search.backtrack(parent))

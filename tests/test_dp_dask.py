@@ -1,0 +1,157 @@
+"""``dp -O scheduler=ADDRESS``: the trial bounds searched as tasks of a Dask cluster
+(:mod:`chainpipe.solvers.dp_dask`) give the optimum the sequential walk gives, stop every
+task they no longer need, keep to the time limit, and refuse what they cannot use."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from chainpipe import evaluate
+from chainpipe.instances import generate
+from chainpipe.io import read
+from chainpipe.result import OptionError
+from chainpipe.solve import solve
+from helpers import brute_force_hybrid, random_hybrid_instance
+
+distributed = pytest.importorskip("distributed")
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """A cluster of one worker with two threads, in this process, over TCP (so that a
+    command in a child process can reach it too)."""
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=2, processes=False,
+                                  protocol="tcp", dashboard_address=None) as c:
+        # one client for the module's looks at the cluster, open throughout: the worker
+        # lives in this process and takes the process's client as its own
+        with distributed.Client(c, timeout="10s") as client:
+            c.looker = client
+            yield c
+
+
+def _ours_running(cluster) -> list:
+    """The keys of this module's trial tasks the cluster still processes."""
+    return [k for keys in cluster.looker.processing().values() for k in keys
+            if str(k).startswith("chainpipe-dp-")]
+
+
+def _idle_soon(cluster, within: float = 3.0) -> list:
+    """Wait up to ``within`` seconds for no trial task to be running; what is left."""
+    end = time.monotonic() + within
+    while True:
+        left = _ours_running(cluster)
+        if not left or time.monotonic() > end:
+            return left
+        time.sleep(0.1)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_cluster_equals_brute_force(seed, cluster):
+    inst = random_hybrid_instance(7100 + seed)
+    T, stages = brute_force_hybrid(inst)
+    res = solve(inst, "dp", time_limit=60, scheduler=cluster.scheduler_address)
+    if stages is None:
+        assert res.status == "infeasible"
+        return
+    assert res.status == "optimal", res.message
+    assert math.isclose(res.iteration_time, T, rel_tol=1e-9, abs_tol=1e-12)
+    assert evaluate(inst, res.plan).feasible
+
+
+@pytest.mark.parametrize("path", ["instances/hybrid/medium/hybrid-medium-01.json",
+                                  "instances/hybrid/medium/hybrid-medium-04-degraded.json",
+                                  "instances/v3/small/v3-small-02-two-pipelines.json"])
+def test_cluster_equals_one_process(path, cluster):
+    inst = read(ROOT / path)
+    here = solve(inst, "dp", time_limit=120)
+    there = solve(inst, "dp", time_limit=120, scheduler=cluster.scheduler_address)
+    assert here.status == there.status == "optimal"
+    assert math.isclose(here.iteration_time, there.iteration_time, rel_tol=1e-12)
+    assert not _idle_soon(cluster)
+
+
+def test_every_trial_runs_as_a_task_and_none_outlives_the_run(cluster):
+    inst = generate("hybrid", seed=1)
+    lines = []
+    res = solve(inst, "dp", time_limit=120, scheduler=cluster.scheduler_address,
+                log=lines.append)
+    assert res.status == "optimal"
+    assert res.stats["cluster"] is True
+    trials = res.stats["trials"]
+    assert trials and trials[-1]["found"] and all(not t["found"] for t in trials[:-1])
+    assert len(lines) == len(trials)
+    assert not _idle_soon(cluster)
+    one = solve(inst, "dp", time_limit=120)
+    assert math.isclose(one.iteration_time, res.iteration_time, rel_tol=1e-12)
+
+
+def test_time_limit_covers_the_tasks(cluster):
+    inst = read(ROOT / "instances/hybrid/large/hybrid-large-01.json")
+    start = time.monotonic()
+    res = solve(inst, "dp", time_limit=1.0, scheduler=cluster.scheduler_address)
+    took = time.monotonic() - start
+    assert res.status in ("no_solution", "feasible", "optimal")
+    assert took < 1.0 + 1.5, took
+    # every task of the run sees its stop event (or its own limit) within a poll
+    assert not _idle_soon(cluster, within=2.0)
+
+
+def test_bad_address_is_refused_before_anything_runs():
+    inst = read(ROOT / "instances/hybrid/medium/hybrid-medium-01.json")
+    with pytest.raises(OptionError, match="-O scheduler: expected an address"):
+        solve(inst, "dp", scheduler="tcp://no host:99")
+
+
+def test_unreachable_scheduler_is_an_error_within_the_limit():
+    inst = read(ROOT / "instances/hybrid/medium/hybrid-medium-01.json")
+    start = time.monotonic()
+    res = solve(inst, "dp", time_limit=1.0, scheduler="tcp://127.0.0.1:9")
+    assert time.monotonic() - start < 1.0 + 1.5
+    assert res.status == "error"
+    assert "no Dask scheduler answered at tcp://127.0.0.1:9" in res.message
+
+
+def test_command_line(cluster, tmp_path):
+    path = ROOT / "instances/hybrid/medium/hybrid-medium-02-man100.json"
+    run = subprocess.run(
+        [sys.executable, "-m", "chainpipe", "solve", str(path), "--solver", "dp", "-q",
+         "--format", "json", "-O", f"scheduler={cluster.scheduler_address}"],
+        capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    got = json.loads(run.stdout)
+    here = solve(read(path), "dp", time_limit=120)
+    assert got["status"] == "optimal"
+    assert math.isclose(got["iteration_time_s"], here.iteration_time, rel_tol=1e-12)
+    bad = subprocess.run(
+        [sys.executable, "-m", "chainpipe", "solve", str(path), "--solver", "dp", "-q",
+         "-O", "scheduler=tcp://127.0.0.1:99999"], capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2
+    assert bad.stderr.strip().count("\n") == 0 and "-O scheduler" in bad.stderr
+    assert "Traceback" not in bad.stderr
+
+
+def test_a_running_trial_stops_at_its_event(cluster):
+    """A task has no time limit here; only its stop event ends it (within a poll)."""
+    from chainpipe.solvers import dp_dask
+
+    inst = read(ROOT / "instances/hybrid/large/hybrid-large-01.json")
+    client = cluster.looker
+    name = "chainpipe-dp-test-stop"
+    fut = client.submit(dp_dask.trial_task, inst, math.inf, None, name, pure=False,
+                        key="chainpipe-dp-test-task")
+    time.sleep(1.0)
+    assert not fut.done()  # the unbounded trial of a 256-GPU chain is far from done
+    start = time.monotonic()
+    distributed.Event(name, client=client).set()
+    kind, found, _ = fut.result(timeout=30)
+    assert (kind, found) == ("timeout", None)
+    assert time.monotonic() - start < dp_dask.POLL_S + 1.0
