@@ -183,3 +183,29 @@ def test_path_bounds_prune_and_prove_hybrid_medium_04():
     assert close(r.iteration_time, 1.2277779367288644)
     assert r.stats["path_pruned_columns"] > r.stats["stage_columns"]
     assert r.stats["path_floor_B_s"] <= evaluate(inst, r.plan).bottleneck_s * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_the_mip_start_is_a_feasible_point_no_slower_than_the_heuristic_plan(seed):
+    """:meth:`FlowFormulation.start` maps the heuristic plan onto the columns: every row
+    and column bound holds, and its objective is at most the plan's ``T``."""
+    import numpy as np
+    import scipy.sparse as sp
+
+    from chainpipe.solvers.incumbent import heuristic_plan
+
+    inst = random_hybrid_instance(1200 + seed, max_layers=8)
+    plan, T, _src = heuristic_plan(inst)
+    if plan is None:
+        return
+    form = FlowFormulation(CostTables(inst), upper_bound=T)
+    m = form.build()
+    v = form.start(plan)
+    assert v is not None, seed
+    A = sp.csr_matrix((m.value, m.index, m.starts), shape=(m.num_rows, m.num_cols))
+    act = A @ v
+    tol = 1e-9 * max(1.0, float(np.abs(act).max()))
+    assert (act >= m.row_lower - tol).all() and (act <= m.row_upper + tol).all(), seed
+    assert (v >= m.col_lower - tol).all() and (v <= m.col_upper + tol).all(), seed
+    assert float(m.cost @ v) * form.scale <= T * (1 + 1e-9), seed
+    assert solve(inst, "ilp-path", **FLOW).stats["mip_start"] is True, seed

@@ -16,6 +16,9 @@ model, its exactness argument and the measurements.
 The stage options (undominated, pruned with the heuristic plan's time) and boundary arcs
 are those of the CP-SAT model (:func:`chainpipe.formulations.cpsat.stage_arcs`), with
 exact float coefficients divided by :func:`~chainpipe.formulations.common.time_scale`.
+Whole-path bounds (:meth:`FlowFormulation._path_bounds`) then floor ``B`` and ``S`` by
+bottleneck shortest paths and drop every column no path faster than the heuristic plan
+uses; :meth:`FlowFormulation.start` maps that plan onto the columns as a MIP start.
 Contract version 2 and the ``classic`` period only (``period_mode``); the model is built
 straight into arrays (no PuLP).
 """
@@ -534,8 +537,86 @@ class FlowFormulation:
              t.groups[int(a.group[n])].index, int(a.d[n]), int(a.t[n])) for n in chosen])
 
     def start(self, plan: Plan) -> np.ndarray | None:
-        """Not offered: HiGHS gets no MIP start from this model (``None``)."""
+        """Column values of ``plan`` in this model (a MIP start), or ``None`` when some
+        stage or boundary has no column here.
+
+        A stage whose option was dropped (dominated) takes a kept option of the same
+        group and layers with no more devices, no larger ``C`` nor ``R`` and a position
+        cap at least its own: the start is then a plan at least as fast. The device states
+        are walked with the widths taken.
+        """
+        t, a = self.tables, self.arcs
+        group_of = {(t.instance.datacenters[g.dc].name, g.type): n
+                    for n, g in enumerate(t.groups)}
+        cols = {(int(n), int(u)): c for c, (n, u) in enumerate(zip(self.col_arc,
+                                                                   self.col_tail))}
+        bcols = {(int(n), int(u)): c for c, (n, u) in enumerate(zip(self.bcol_arc,
+                                                                    self.bcol_tail))}
+        barc = {(int(b), int(k1), int(k2)): n
+                for n, (b, k1, k2, _q, _u) in enumerate(self.boundary.tolist())}
+        x, y, chosen = [], [], []
+        node, k_prev = None, None
+        stages = plan.stages
+        for s, st in enumerate(stages):
+            dc_name, dev_type, _i = st.devices[0].split("/")
+            g = group_of[(dc_name, dev_type)]
+            k = int(t.group_dc[g])
+            if node is not None:  # the boundary column into this stage
+                n = barc.get((st.start, k_prev, k))
+                c = None if n is None else bcols.get((n, node))
+                if c is None:
+                    return None
+                y.append(c)
+                node = self._node(
+                    0, st.start, node % len(self.states) if k == k_prev else self.zero[k])
+            else:
+                node = self._node(0, 0, self.zero[k])
+            c = self._start_column(g, st, len(stages) - s, node, cols)
+            if c is None:
+                return None
+            x.append(c)
+            chosen.append(int(self.col_arc[c]))
+            node, k_prev = int(self.col_head[c]), k
+        return self._start_values(x, y, chosen)
+
+    def _start_column(self, g: int, st, position: int, node: int, cols: dict):
+        """The stage column of ``st`` (group ``g``) leaving ``node``: its own option or
+        one that dominates it (:meth:`start`), fastest first; ``None`` if there is none."""
+        a, t = self.arcs, self.tables
+        opts = t.options(g)
+        o = next((o for o in range(len(opts.d))
+                  if (opts.d[o], opts.t[o]) == (st.data_parallel, st.tensor_parallel)), None)
+        if o is None:
+            return None
+        C, R = opts.compute_time[o, st.start, st.end], opts.sync_time[o, st.start, st.end]
+        fit = np.nonzero((a.group == g) & (a.start == st.start) & (a.end == st.end)
+                         & (a.width <= st.data_parallel * st.tensor_parallel)
+                         & (a.compute <= C) & (a.sync <= R)
+                         & ((a.cap >= position) | (a.cap >= a.s_max)))[0]
+        for n in sorted(fit.tolist(), key=lambda n: (a.compute[n], a.sync[n])):
+            c = cols.get((n, node))
+            if c is not None:
+                return c
         return None
+
+    def _start_values(self, x: list, y: list, chosen: list) -> np.ndarray:
+        """The start's column vector: stage and boundary columns, ``X``, the maxima and
+        the position counts ``P_b``."""
+        a, m = self.arcs, self.model
+        values = np.zeros(m.num_cols)
+        values[x] = 1.0
+        values[self.iy + np.asarray(y, dtype=np.int64)] = 1.0
+        values[self.iX + np.asarray(chosen, dtype=np.int64)] = 1.0
+        if self.has_B:
+            occ = self.boundary[self.bcol_arc[y], 4] if y else np.zeros(0)
+            values[self.iB] = max(max(a.compute[chosen]), max(occ, default=0.0)) / self.scale
+            values[self.iB] = max(values[self.iB], m.col_lower[self.iB])
+        if self.has_S:
+            values[self.iS] = max(max(a.sync[chosen]) / self.scale, m.col_lower[self.iS])
+        starts = a.start[chosen]
+        for b in range(self.tables.L + 1):
+            values[self.iP + b] = float((starts >= b).sum())
+        return values
 
 
 class _Rows:

@@ -19,8 +19,9 @@ deadline, seed, threads, log, **options) -> Outcome``. Options:
   fast as that heuristic plan can use;
 - ``device_states`` (``ilp-path`` only, default off): the arc-flow network of
   :mod:`chainpipe.formulations.ilp_flow`, whose nodes carry the devices used in the
-  current datacenter (contract version 2 and the classic period; no ``write_model``,
-  no MIP start, ``bottleneck`` and ``dominance`` do not apply);
+  current datacenter, pruned by whole-path bounds from the heuristic plan (contract
+  version 2 and the classic period; no ``write_model``; ``start`` maps the heuristic
+  plan onto the network's columns; ``bottleneck`` and ``dominance`` do not apply);
 - ``write_model``: a file to write the built MIP to, as CPLEX LP (``.lp``) or MPS
   (``.mps``) by its suffix, with PuLP's named variables, atomically (before the solve, so
   it is there even when the solve runs out of time); another solver (Gurobi, SCIP,
