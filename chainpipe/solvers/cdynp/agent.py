@@ -39,7 +39,7 @@ from ...tables import CostTables, fastest_rate
 from ..labels import TRIALS
 from . import protocol
 from .local import END, IN, OWN, LocalDP
-from .period import PeriodDP, concave_majorant, dominates, period_time
+from .period import PeriodDP, concave_majorant, dominates, frontier_lines, period_time
 from .period import cap_keep as period_cap_keep
 from .period import epsilon_keep as period_epsilon_keep
 from .period import pareto as period_pareto
@@ -117,6 +117,16 @@ class DCAgent:
         A proven lower bound on the optimum (public: the classic optimum of the same
         chain, under ``period``); the period run's trials start there
         (:meth:`_period_backward`), since none below it can find a plan.
+    frontier : int, optional
+        A frontier run (``period`` only, exact): ``m_hi >= M``. The labels keep ``M``'s
+        positions, stashes and loops, every dominance test weighs the period ``m_hi - 1``
+        times, and a label is cut only when its cost lies above the bound at both ``M``
+        (``upper_bound``) and ``m_hi`` (``frontier_bound``); DC 1 then reports the lower
+        envelope of its complete plans' lines ``T(m) = fill + (m - 1) period`` over ``[M,
+        m_hi]`` (:func:`.period.frontier_lines`, ``docs/privacy.md``, "T_p as a function
+        of M_p"). 0: an ordinary run.
+    frontier_bound : float, optional
+        The bound at ``m_hi`` of a frontier run (default: ``upper_bound``).
     deadline : Deadline, optional
         Checked in the DP's loops; :class:`~chainpipe.deadline.TimeUp` names this DC.
     """
@@ -125,7 +135,8 @@ class DCAgent:
                  epsilon: float = 0.0, quantum: float = 0.0, max_entries: int = 0,
                  digits: int = 0, upper_bound: float | None = None, prefix_bound: bool = True,
                  beam: int = 0, grid: int = 0, sync_cap: float | None = None,
-                 lower_bound: float | None = None, deadline: Deadline | None = None):
+                 lower_bound: float | None = None, frontier: int = 0,
+                 frontier_bound: float | None = None, deadline: Deadline | None = None):
         if public.datacenter_names[index] != datacenter.name:
             raise ValueError(f"agent {index} holds {datacenter.name!r}, the chain has "
                              f"{public.datacenter_names[index]!r} there")
@@ -176,6 +187,7 @@ class DCAgent:
         self.period = public.period
         if self.period and (beam or grid):
             raise ValueError("under the period objective no probe runs (no beam or grid)")
+        self.frontier = self._frontier_option(frontier, frontier_bound)
         self.bytes = self.tables.boundary_bytes
         self.stats: dict = {}
         caps = np.minimum(self.tables.count, self.L)
@@ -192,6 +204,30 @@ class DCAgent:
         #: what own stages and the boundaries between them cost (plan.evaluate_part): the
         #: owner, who runs the plan, combines them into T when it holds no private data
         self.costs: dict = {"stages": [], "boundaries": [], "violations": []}
+
+    def _frontier_option(self, frontier, frontier_bound) -> tuple[int, float] | None:
+        """``(m_hi, bound at m_hi)`` of a frontier run, ``None`` for an ordinary one.
+
+        Raises
+        ------
+        ValueError
+            Out of range, under ``classic``, compressed or with a probe."""
+        problem = protocol.option_problem("frontier", frontier or 0)
+        if problem:
+            raise ValueError(f"frontier: {problem}, got {frontier!r}")
+        if not frontier:
+            return None
+        if not self.period or frontier < self.M:
+            raise ValueError("frontier: a frontier run is a period run with m_hi >= M")
+        if self.epsilon or self.quantum or self.digits or self.max_entries or self.beam:
+            raise ValueError("frontier: a frontier run is exact")
+        hi = self.initial_bound
+        if frontier_bound is not None:
+            problem = protocol.option_problem("frontier_bound", frontier_bound)
+            if problem:
+                raise ValueError(f"frontier_bound: {problem}, got {frontier_bound!r}")
+            hi = float(frontier_bound)
+        return int(frontier), hi
 
     # ------------------------------------------------------------------ helpers
     def _link_to_prev(self):
@@ -501,7 +537,7 @@ class DCAgent:
         complete plan known, and the summary for DC k-1."""
         ub = self.initial_bound
         for b, _bw, pts in self._incoming:
-            if b == 0:
+            if b == 0 and self.frontier is None:  # a plan's T at M bounds nothing at m_hi
                 ub = min([ub] + [self._period_T(p) for p in pts])
         self.stats = {"labels": 0, "trials": []}
         base = self._period_base()
@@ -521,9 +557,12 @@ class DCAgent:
         # kept 36,087 labels under a bound of 37 s after trials to 2.8 s, the optimum 11 s)
         trials = sorted({lb * _PERIOD_STEP ** n for n in range(_PERIOD_TRIALS)
                          if lb * _PERIOD_STEP ** n < ub}) + [ub]
+        if self.frontier is not None:  # a plan found at M ends nothing at m_hi: one run
+            trials = [ub]
         prefix = self._prefix_bound() if self.k == 0 else self._upstream_prefix()
         for trial in trials:
-            dp = PeriodDP(self.tables, position_cap=self.R, deadline=self.deadline)
+            dp = PeriodDP(self.tables, position_cap=self.R, deadline=self.deadline,
+                          frontier=self.frontier)
             try:
                 dp.run(base, trial, prefix)
             except TimeUp:
@@ -536,7 +575,8 @@ class DCAgent:
             if best <= trial * (1 + 1e-12) or trial >= ub or not dp.bound_cut:
                 break
         self._dp = dp
-        out = None if self.k == 0 else self._period_summary(dp.points, min(ub, best))
+        cut = min(ub, best) if self.frontier is None else ub
+        out = None if self.k == 0 else self._period_summary(dp.points, cut)
         self.stats["backward_s"] = time.perf_counter() - t0
         return out
 
@@ -598,9 +638,9 @@ class DCAgent:
                 if ub < math.inf:  # any completion pays at least this boundary
                     u = float(cost.occupancy(self.bytes[b], bw)) if bw is not None else 0.0
                     q = float(cost.traversal(0.0, u))
-                    pts = [p for p in pts if period_time(
-                        self.M, max(p[0], u), max(p[1], u) if gpipe else p[1], p[2] + q,
-                        p[3]) <= limit]
+                    pts = [p for p in pts if not self._beyond(
+                        max(p[0], u), max(p[1], u) if gpipe else p[1], p[2] + q, p[3],
+                        limit)]
                 pts = self._period_compress(pts, same_p, kept, b, bw)
                 if not pts:
                     continue
@@ -613,6 +653,16 @@ class DCAgent:
         self._out_origin = origins
         self._out_b = [e["b"] for e in entries]
         return protocol.summary(self.name, self.public.datacenter_names[self.k - 1], entries)
+
+    def _beyond(self, x1: float, x2: float, total: float, sync: float, limit: float) -> bool:
+        """Whether a point of these terms (its least completion) lies above the bound: at
+        ``M``, and in a frontier run at ``m_hi`` too (:meth:`.period.PeriodDP._over`)."""
+        if period_time(self.M, x1, x2, total, sync) <= limit:
+            return False
+        if self.frontier is None:
+            return True
+        m_hi, hi = self.frontier
+        return period_time(m_hi, x1, x2, total, sync) > hi * (1 + 1e-12)
 
     def _period_compress(self, pts: list, same_p: bool, kept: list, b: int, bw) -> list:
         """One summary entry's points under ``period``: rounded up (``quantum``,
@@ -673,7 +723,22 @@ class DCAgent:
                     if t < best:
                         best, choice = t, ("in", e, j)
         self.estimate = best
+        if self.frontier is not None:
+            self.stats["frontier"] = self._frontier_report()
         return choice, best
+
+    def _frontier_report(self) -> dict:
+        """DC 1's report of a frontier run: the lines of its complete plans that are least
+        at some ``M_p`` of ``[M, m_hi]``, among all and among the settled ones
+        (:func:`.period.frontier_lines`)."""
+        gpipe = self.tables.schedule == "gpipe"
+        complete = [(r, x1, x2, sm, s) for r, x1, x2, sm, s, _h, _i in
+                    self._dp.points.get(0, ())]
+        complete += [tuple(p[:5]) for b, _bw, pts in self._incoming if b == 0 for p in pts]
+        lines = [(sm + s, x1 + x2, not gpipe and r < self.M - 1)
+                 for r, x1, x2, sm, s in complete]
+        return {"first": self.M, "last": self.frontier[0],
+                "lines": frontier_lines(lines, self.M, self.frontier[0])}
 
     # ------------------------------------------------------------------ forward pass
     def realise_origin(self, origin) -> dict | None:

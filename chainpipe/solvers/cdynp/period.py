@@ -122,9 +122,16 @@ class PeriodDP:
     :attr:`stats`, as :class:`.local.LocalDP` has them.
     """
 
-    def __init__(self, tables, *, position_cap: int, deadline: Deadline | None = None):
+    def __init__(self, tables, *, position_cap: int, deadline: Deadline | None = None,
+                 frontier: tuple[int, float] | None = None):
         self.t = tables
         self.L, self.M, self.R = tables.L, tables.M, position_cap
+        #: a frontier run (:func:`frontier_lines`): ``(m_hi, bound at m_hi)``; the labels
+        #: keep ``M``'s positions, stashes and loops, every dominance test weighs the period
+        #: ``m_hi - 1`` times (valid for every ``M_p`` in ``[M, m_hi]``) and a label is cut
+        #: only when its cost lies above the bound at both ``M`` and ``m_hi``
+        self.frontier = frontier
+        self.steady = self.M - 1 if frontier is None else int(frontier[0]) - 1
         self.deadline = deadline if deadline is not None else Deadline(None)
         self.gpipe = tables.schedule == "gpipe"
         self.u_int = tables.boundary_occupancy[:, 0, 0]
@@ -168,6 +175,9 @@ class PeriodDP:
         at least every stage's ``C``, so ``max(x1 + x2, pre_max)`` bounds it), or ``None``."""
         L, G = self.L, self.t.G
         limit = ub * (1 + SLACK) if ub < math.inf else math.inf
+        if self.frontier is not None:
+            hi = self.frontier[1]
+            self._hi = (self.frontier[0], hi * (1 + SLACK) if hi < math.inf else math.inf)
         zero = (0,) * G
         self._count = [int(min(c, L * self.t.widest)) for c in self.t.count]
         self._need_at = [self.t.in_flight(r + 1) for r in range(self.R + 1)]
@@ -194,7 +204,10 @@ class PeriodDP:
         at layer x at most x stages are still to come upstream, so a label with
         ``p < M - x`` leaves every one below M), store the own ones as points, and
         return per usage the references their images will carry."""
-        rule = Rule(p_free=self.M - x, steady=self.M - 1, upper=ub)
+        # a frontier run weighs the period for the interval's top and keeps the bound out
+        # of the rule (its room is valid at one weight only, docs/privacy.md)
+        rule = Rule(p_free=self.M - x, steady=self.steady,
+                    upper=ub if self.frontier is None else math.inf)
         keyed = {(0, u): dp_pareto(labels, rule) for u, labels in layer.items()}
         if len(keyed) > 1:
             dp_across_usage(keyed, rule, dict.fromkeys(keyed, -math.inf))
@@ -248,25 +261,38 @@ class PeriodDP:
                             else:
                                 per = max(x1, C, U)
                             fill, syn = total + C + Q, max(sync, R)
-                            if period_time(M, per, 0.0, fill, syn) > limit:
+                            if self._over(M, per, 0.0, fill, syn, limit):
                                 self.bound_cut = True
                                 break
-                            if pre_sum is not None and period_time(
-                                    M, max(per, pre_max[a]), 0.0, fill + pre_sum[a],
-                                    syn) > limit:
+                            if pre_sum is not None and self._over(
+                                    M, max(per, pre_max[a]), 0.0, fill + pre_sum[a], syn,
+                                    limit):
                                 self.bound_cut = True
                                 continue
                             new = prepend(lab[:6], (C, f, b, R), U, Q, M=M,
                                           gpipe=self.gpipe, p_cap=self.R)
                             if pre_sum is None:
-                                low = period_time(M, new[0], new[1], new[2], new[3])
+                                out = self._over(M, new[0], new[1], new[2], new[3], limit)
                             else:
-                                low = period_time(M, max(new[0] + new[1], pre_max[a]),
-                                                  0.0, new[2] + pre_sum[a], new[3])
-                            if low > limit:
+                                out = self._over(M, max(new[0] + new[1], pre_max[a]), 0.0,
+                                                 new[2] + pre_sum[a], new[3], limit)
+                            if out:
                                 self.bound_cut = True
                                 continue
                             states[a].setdefault(nu, []).append((*new, (g, c, ref)))
+
+    def _over(self, M: int, x1: float, x2: float, total: float, sync: float,
+              limit: float) -> bool:
+        """Whether a label of these (optimistic) terms cannot be part of a plan within the
+        bound: ``T`` above ``limit`` at ``M``, and in a frontier run above the bound at
+        the interval's top too (``T`` is linear in ``M_p`` for fixed terms, so above both
+        ends is above the whole interval)."""
+        if period_time(M, x1, x2, total, sync) <= limit:
+            return False
+        if self.frontier is None:
+            return True
+        m_hi, limit_hi = self._hi
+        return period_time(m_hi, x1, x2, total, sync) > limit_hi
 
     @staticmethod
     def end_label() -> tuple:
@@ -353,3 +379,55 @@ def cap_keep(points: list, M: int, max_entries: int, scale: float, occupancy: fl
 
     order = sorted(range(len(points)), key=lambda i: estimate(points[i]))
     return sorted(order[:max_entries])
+
+
+def frontier_lines(lines: list, m_lo: int, m_hi: int) -> list[list]:
+    """The lines a frontier run's DC 1 reports: of complete plans' ``(fill, period,
+    settled)``, each ``T(m) = fill + (m - 1) period``, those least at some ``m`` of
+    ``[m_lo, m_hi]`` among all lines, and those least among the settled ones (a
+    *settled* line is a 1F1B plan of at most ``m_lo - 2`` stages: every stash and loop is
+    then the same at every ``m >= m_lo``, so its line is its exact ``T_p``; any other
+    line is only a lower bound above ``m_lo``). Returned as ``[fill, period, settled]``
+    lists sorted by fill, ties of the two kinds kept once (settled wins).
+
+    Parameters
+    ----------
+    lines : list of tuple
+        ``(fill, period, settled)``.
+    m_lo, m_hi : int
+        The interval of ``M_p``.
+
+    Returns
+    -------
+    list of list
+    """
+    def least(cands: list) -> set:
+        # a line no other is below in both fill and period can be least somewhere
+        cands = sorted(cands, key=lambda ln: (ln[1], ln[0], not ln[2]))
+        front, low = [], math.inf
+        for ln in cands:
+            if ln[0] < low:
+                front.append(ln)
+                low = ln[0]
+        out = set()
+        for m in range(m_lo, m_hi + 1):
+            if front:
+                out.add(min(front, key=lambda ln: (ln[0] + (m - 1) * ln[1], not ln[2])))
+        return out
+
+    kept = least(lines) | least([ln for ln in lines if ln[2]])
+    return [[float(f), float(p), bool(s)] for f, p, s in sorted(kept)]
+
+
+def frontier_value(lines: list, m: int) -> tuple[float, float]:
+    """``(least of every line, least of the settled lines)`` at ``M_p = m`` (``inf`` for
+    none) from :func:`frontier_lines`'s ``[fill, period, settled]``: the first is a lower
+    bound on ``T_p(m)`` (every plan's cost at ``m`` is at least its line), the second the
+    exact ``T_p`` of a real plan."""
+    every = settled = math.inf
+    for fill, per, ok in lines:
+        t = fill + (m - 1) * per
+        every = min(every, t)
+        if ok:
+            settled = min(settled, t)
+    return every, settled

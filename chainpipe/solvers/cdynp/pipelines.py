@@ -48,6 +48,7 @@ from ...deadline import Deadline
 from ...instance import Instance
 from ...plan import Pipeline, Plan, Stage
 from .drive import guarantee_factor, is_exact
+from .period import frontier_value
 from .public import range_training
 
 
@@ -91,14 +92,28 @@ class RangeRuns:
         Each run's messages go to ``trace_dir/range-<i>-<j>-m<m>-<n>/``.
     """
 
+    #: ``M_p`` from which values come from frontier runs (:meth:`time`): blocks
+    #: ``[2^k, 2^(k+1) - 1]`` with ``2^k`` at least this; below it one run per ``M_p``
+    #: (a frontier run's lines settle only plans of at most ``2^k - 2`` stages)
+    frontier_from = 8
+
     def __init__(self, owner, options: dict, deadline: Deadline, trace_dir=None):
         self.owner, self.options = owner, options
         self.deadline, self.trace_dir = deadline, trace_dir
         #: (i, j) -> [(m, theta, bound, RangePlan or None)] of the runs made
         self.known: dict[tuple[int, int], list] = {}
+        #: (i, j, first, last) -> [(theta, bound, lines or None)] of the frontier runs
+        self.frontiers: dict[tuple, list] = {}
         self.runs = 0
+        self.frontier_runs = 0
+        #: values :meth:`time` took from a frontier run's settled lines, and those it
+        #: could not settle (answered by a run at that ``M_p``)
+        self.settled = self.unsettled = 0
         self.messages: list[dict] = []
         self.labels = 0
+        public = owner.public
+        self.use_frontier = (is_exact(options) and public.period
+                             and public.training.schedule == "1f1b")
 
     def least(self, i: int, j: int, m: int, theta: float,
               bound: float = math.inf) -> RangePlan | None:
@@ -118,6 +133,85 @@ class RangeRuns:
         got = self._run(i, j, m, theta, bound)
         self.known.setdefault((i, j), []).append((m, theta, bound, got))
         return got
+
+    def time(self, i: int, j: int, m: int, theta: float, bound: float = math.inf) -> float:
+        """``g(i, j, m, theta)`` if at most ``bound``, else ``inf``: from the frontier run
+        of ``m``'s block where its settled lines settle it (``docs/privacy.md``, "T_p as a
+        function of M_p"), else by :meth:`least` (one run at ``m``, remembered)."""
+        for m0, th, bd, got in self.known.get((i, j), ()):
+            if got is None and m0 <= m and th >= theta and bd >= bound:
+                return math.inf
+            if got is not None and m0 == m and th >= theta and got.sync < theta:
+                return got.time if got.time <= bound else math.inf
+        block = self._block(m)
+        lines = None if block is None else self._frontier(i, j, theta, bound, *block)
+        if lines is not None:
+            every, settled = frontier_value(lines, m)
+            if every > bound * (1 + 1e-9):  # every plan's T_p(m) is at least its line
+                self.settled += 1
+                return math.inf
+            if settled <= every * (1 + 1e-12):  # a real plan's T_p(m) meets the floor
+                self.settled += 1
+                return settled if settled <= bound else math.inf
+            self.unsettled += 1
+        got = self.least(i, j, m, theta, bound)
+        return math.inf if got is None else got.time
+
+    def _block(self, m: int) -> tuple[int, int] | None:
+        """``(m_lo, m_hi)``: the block of ``m`` a frontier run covers, or ``None``."""
+        if not self.use_frontier or m < self.frontier_from:
+            return None
+        lo = 1 << (m.bit_length() - 1)
+        hi = min(2 * lo - 1, self.owner.public.microbatches)
+        return (lo, hi) if lo < hi else None
+
+    def _frontier(self, i: int, j: int, theta: float, bound: float, lo: int, hi: int):
+        """The lines of the frontier run of DCs ``i..j`` over ``M_p`` in ``[lo, hi]`` under
+        ``theta`` (remembered; ``None``: no bound to run it under).
+
+        The run's bound is the line of the plan found at ``hi`` (``g`` at ``hi``, by
+        :meth:`least`), ``A + (m - 1) lambda``: that plan runs every ``m <= hi`` within it
+        (no more stashed, a subset of its loops), so no plan above the line at both ends
+        is least anywhere in the block; with none at ``hi`` below ``bound``, ``bound``."""
+        for th, bd, lines in self.frontiers.get((i, j, lo, hi), ()):
+            if th == theta and bd >= bound:
+                return lines
+        top = self.least(i, j, hi, theta, bound)
+        if top is not None:
+            A, lam = float(top.cost.fill_drain_s), float(top.cost.period_s)
+            b_lo, b_hi = A + (lo - 1) * lam, A + (hi - 1) * lam
+        elif math.isinf(bound):
+            return None
+        else:
+            b_lo = b_hi = bound
+        lines = self._frontier_run(i, j, theta, lo, hi, b_lo * (1 + 1e-9), b_hi * (1 + 1e-9))
+        self.frontiers.setdefault((i, j, lo, hi), []).append((theta, bound, lines))
+        return lines
+
+    def _frontier_run(self, i, j, theta, lo, hi, b_lo, b_hi) -> list:
+        """One frontier run (agent option ``frontier``): DC ``i``'s reported lines."""
+        from ...deadline import TimeUp
+        from .drive import drive
+        from .runner import AgentFailure
+
+        backend = self.owner.chain(i, j, lo, count_sync=False)
+        options = {**self.options, "upper_bound": b_lo, "frontier": hi,
+                   "frontier_bound": b_hi, "sync_cap": min(theta, sys.float_info.max)}
+        name = f"frontier-{i}-{j}-m{lo}-{hi}-{self.runs:03d}"
+        trace = None if self.trace_dir is None else Path(self.trace_dir, name)
+        self.runs += 1
+        self.frontier_runs += 1
+        out = drive(backend, options, deadline=self.deadline, probe=False, trace_dir=trace)
+        self.messages += [{**msg, "file": f"{name}/{msg['file']}"}
+                          for msg in out.stats.get("messages", [])]
+        agents = out.stats.get("agents", [])
+        self.labels += sum(a.get("labels", 0) for a in agents)
+        if out.status == "error":
+            raise AgentFailure((out.message or "").removeprefix("cdynp: "),
+                               out.stats.get("failed_datacenter"))
+        if "messages" not in out.stats:  # the time limit ended it
+            raise TimeUp(out.message or "time limit reached")
+        return agents[0].get("frontier", {}).get("lines", []) if agents else []
 
     def _run(self, i: int, j: int, m: int, theta: float, bound: float) -> RangePlan | None:
         from ...deadline import TimeUp
@@ -267,12 +361,14 @@ def _least_max(instance, runs: RangeRuns, P: int, i0: int, j0: int, theta: float
     best = None
     for ranges in partitions(i0, j0, P):
         def times(p, m, ranges=ranges, bound=bound):
-            got = runs.least(*ranges[p], m, theta, bound)
-            return math.inf if got is None else got.time
+            return runs.time(*ranges[p], m, theta, bound)
 
         split = split_microbatches(times, M, P)
         if split is not None and (best is None or split[0] < best[0]):
-            best = (split[0], [(runs.least(*r, m, theta, bound), m)
+            # the plans of the split (a value from a frontier run's lines has its plan
+            # from a run at that M_p, the same g up to rounding)
+            best = (split[0], [(runs.least(*r, m, theta, bound * (1 + 1e-9))
+                                or runs.least(*r, m, theta), m)
                                for r, m in zip(ranges, split[1])])
             bound = min(bound, split[0] * (1 + 1e-9))  # later partitions must beat it
     return best
@@ -396,6 +492,8 @@ def _range_stats(runs: RangeRuns, t0: float) -> dict:
     import time
 
     sizes = [m["bytes"] for m in runs.messages]
-    return {"range_runs": runs.runs, "messages": runs.messages, "labels": runs.labels,
+    return {"range_runs": runs.runs, "frontier_runs": runs.frontier_runs,
+            "frontier_settled": runs.settled, "frontier_unsettled": runs.unsettled,
+            "messages": runs.messages, "labels": runs.labels,
             "message_bytes_total": sum(sizes), "message_bytes_max": max(sizes, default=0),
             "protocol_s": time.perf_counter() - t0}

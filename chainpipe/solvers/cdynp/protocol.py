@@ -68,6 +68,8 @@ RUN_OPTIONS = {
     "grid": (True, 0, 2**31 - 1, False),
     "sync_cap": (False, 0.0, math.inf, True),
     "lower_bound": (False, 0.0, math.inf, False),
+    "frontier": (True, 0, 2**31 - 1, False),
+    "frontier_bound": (False, 0.0, math.inf, True),
 }
 
 _NUMBER = {"type": "number", "minimum": 0}

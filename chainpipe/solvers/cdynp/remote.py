@@ -328,6 +328,8 @@ def _check_report(name: str, where: str, report) -> None:
     if est is not None and not (isinstance(est, (int, float)) and not isinstance(est, bool)
                                 and math.isfinite(est) and est >= 0):
         raise bad("estimate: not a finite number >= 0")
+    if "frontier" in report and not _frontier_ok(report["frontier"]):
+        raise bad("frontier: not a frontier run's lines")
     sent = report.get("sent")
     if not isinstance(sent, list) or len(sent) > 3:
         raise bad("sent: not a list of at most three messages")
@@ -338,6 +340,22 @@ def _check_report(name: str, where: str, report) -> None:
                 and (m.get("text") is None or (isinstance(m["text"], str)
                                                and len(m["text"]) == m["bytes"]))):
             raise bad("sent: a message record that is not one")
+
+
+def _frontier_ok(got) -> bool:
+    """A frontier run's report (:meth:`.agent.DCAgent._frontier_report`): ``first <=
+    last`` microbatch counts and at most two lines per count, each ``[fill, period,
+    settled]`` with finite values ``>= 0``."""
+    from .protocol import finite_number
+
+    if not (isinstance(got, dict) and set(got) == {"first", "last", "lines"}):
+        return False
+    lo, hi, lines = got["first"], got["last"], got["lines"]
+    if not (isinstance(lo, int) and isinstance(hi, int) and 1 <= lo <= hi < 2**31
+            and isinstance(lines, list) and len(lines) <= 2 * (hi - lo + 1)):
+        return False
+    return all(isinstance(ln, list) and len(ln) == 3 and isinstance(ln[2], bool)
+               and all(finite_number(v) and v >= 0 for v in ln[:2]) for ln in lines)
 
 
 def _write_trace(trace_dir, reports: list[dict]) -> None:

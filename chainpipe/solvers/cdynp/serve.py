@@ -325,8 +325,10 @@ class AgentServer:
             options = {**agent_options(**{k: opts.get(k) for k in
                                           ("epsilon", "quantum", "digits", "max_entries",
                                            "upper_bound", "prefix_bound")}),
-                       **{k: int(opts[k]) for k in ("beam", "grid") if opts.get(k)},
-                       **{k: float(opts[k]) for k in ("sync_cap", "lower_bound")
+                       **{k: int(opts[k]) for k in ("beam", "grid", "frontier")
+                          if opts.get(k)},
+                       **{k: float(opts[k]) for k in ("sync_cap", "lower_bound",
+                                                      "frontier_bound")
                           if opts.get(k) is not None}}
         except (ValueError, TypeError) as exc:
             return self._refuse(conn, who, f"options: {exc}")
