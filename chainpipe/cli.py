@@ -37,7 +37,7 @@ from .io import (
 )
 from .names import unknown_name
 from .numeric import jsonable
-from .online.catalogue import POLICY_LINES
+from .online.catalogue import EXTRA_POLICY_LINES, POLICY_LINES
 from .online.presets import PRESETS as SCENARIOS
 from .paths import MANIFEST, instance_files, refuse_overwrite, same_file
 from .plan import evaluate, idle_devices
@@ -1035,8 +1035,9 @@ def _add_simulate(sub) -> None:
                    help="a built-in scenario instead of a file: one of "
                         f"{', '.join(SCENARIOS)}; 'list' prints them with a line each")
     s.add_argument("--policies", metavar="A,B,C",
-                   help="comma-separated policies (default: all): "
-                        + "; ".join(f"{k}: {v}" for k, v in POLICY_LINES.items()))
+                   help="comma-separated policies (default: all but the last): "
+                        + "; ".join(f"{k}: {v}" for k, v in
+                                    {**POLICY_LINES, **EXTRA_POLICY_LINES}.items()))
     s.add_argument("--seed", type=seed, default=None, metavar="N",
                    help="random seed of the job stream and the background traffic "
                         "(default: the scenario's)")

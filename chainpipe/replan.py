@@ -190,7 +190,7 @@ def move_cost(old_instance: Instance, old_plan: Plan, new_instance: Instance,
 
 def replan(instance: Instance, plan: Plan, new_instance: Instance, *,
            horizon: int = DEFAULT_HORIZON, solver: str = "dp",
-           time_limit: float | None = None) -> Replan:
+           time_limit: float | None = None, result=None) -> Replan:
     """Keep ``plan`` or move to the new optimum of ``new_instance`` (see the module doc).
 
     Parameters
@@ -205,6 +205,9 @@ def replan(instance: Instance, plan: Plan, new_instance: Instance, *,
         The solver of the new plan (``dp``: the exact optimum).
     time_limit : float, optional
         Seconds for that solve.
+    result : Result, optional
+        ``solver``'s result on ``new_instance`` if already solved (the online policies'
+        cached solves, :meth:`chainpipe.online.offers.Planner.solve`): not solved again.
 
     Returns
     -------
@@ -226,7 +229,7 @@ def replan(instance: Instance, plan: Plan, new_instance: Instance, *,
     old = evaluate(instance, plan)
     on_new = evaluate(new_instance, plan)
     old_on_new = on_new.iteration_time_s if on_new.feasible else math.inf
-    res = solve(new_instance, solver, time_limit=time_limit)
+    res = solve(new_instance, solver, time_limit=time_limit) if result is None else result
     out = Replan(old.iteration_time_s, old_on_new, tuple(on_new.violations), str(res.status),
                  res.iteration_time, res.plan, solver, horizon)
     if res.plan is None:

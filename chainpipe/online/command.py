@@ -10,7 +10,7 @@ from tqdm import tqdm
 from ..instance import InstanceError
 from ..names import unknown_name
 from ..paths import foreign_entries, inside, refuse_overwrite
-from .catalogue import POLICIES
+from .catalogue import ALL_POLICIES, POLICIES
 from .jobs import job_stream
 from .network import Network
 from .offers import Planner
@@ -55,8 +55,8 @@ def parse_policies(text: str | None) -> list[str]:
     if text is None:
         return list(POLICIES)
     names = [p.strip() for p in text.split(",") if p.strip()]
-    problems = [f"--policies: {unknown_name('policy', n, POLICIES)}"
-                for n in names if n not in POLICIES]
+    problems = [f"--policies: {unknown_name('policy', n, ALL_POLICIES)}"
+                for n in names if n not in ALL_POLICIES]
     if not names:
         problems.append("--policies: give at least one policy name")
     if problems:

@@ -12,6 +12,7 @@ cost model's (:func:`chainpipe.plan.evaluate`, through ``solve``).
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections import Counter
 from collections.abc import Mapping
@@ -157,13 +158,30 @@ class Planner:
             pending = []
             built.append(Datacenter(dc, tuple(groups), self.network.intra[dc]))
             names.append(dc)
-        links = tuple(
-            Link(min(wavelengths[s] for s in spans) * self.network.wavelength_bytes_per_s,
-                 sum(self.network.latency_s(s) for s in spans))
-            for spans in spans_of)
         inst = Instance("offer", model_of(job.model),
-                        training_of(self.planning, job.microbatches), tuple(built), links)
+                        training_of(self.planning, job.microbatches), tuple(built),
+                        self.links(spans_of, wavelengths, state))
         return Offer(inst, tuple(names), tuple(spans_of), dict(wavelengths))
+
+    def links(self, spans_of, wavelengths: Mapping[Edge, int], state: ResourceState
+              ) -> tuple[Link, ...]:
+        """The instance links over ``spans_of`` with ``wavelengths`` per span: the smallest
+        ``wavelengths x rate x bandwidth factor`` and the summed ``delay x latency factor``
+        (the factors of the links' events now, :meth:`ResourceState.factors`)."""
+        rate = self.network.wavelength_bytes_per_s
+        return tuple(
+            Link(min(wavelengths[s] * rate * state.factors(s)[0] for s in spans),
+                 sum(self.network.latency_s(s) * state.factors(s)[1] for s in spans))
+            for spans in spans_of)
+
+    def reprice(self, offer: Offer, state: ResourceState) -> Offer:
+        """``offer`` on the links as they are now: the same devices and wavelengths, each
+        link's bandwidth and latency under the events so far (what a running job sees)."""
+        links = self.links(offer.link_spans, offer.wavelengths, state)
+        if links == offer.instance.links:
+            return offer
+        return Offer(dataclasses.replace(offer.instance, links=links), offer.chain,
+                     offer.link_spans, offer.wavelengths)
 
     # ------------------------------------------------------------------ solving
     def solve(self, offer: Offer, solver: str = "dp"):
@@ -185,4 +203,4 @@ class Planner:
                   note: str = "") -> Placement:
         """The placement of ``plan`` on ``offer``: what it holds, its time ``T``."""
         devices, spans = offer.held(plan)
-        return Placement(job, offer.chain, offer.instance, plan, T, devices, spans, note)
+        return Placement(job, offer.chain, offer.instance, plan, T, devices, spans, note, offer)

@@ -17,11 +17,16 @@ it returns. Every plan a policy returns is timed by the one cost model
   free devices and the wavelengths free now (up to the job's allowance); the
   best plan is placed and its wavelengths reserved.
 - ``cba`` (:mod:`.cba`) and ``gmc-mdp`` (:mod:`.gmc_mdp`).
+- ``chain-dp-replan``: ``chain-dp``'s placements; when a link event changes a running
+  job's links it keeps, re-plans or moves the job, whichever leaves the least time
+  (:mod:`.adapt`, through :func:`chainpipe.replan.replan`). Every other policy keeps its
+  running plans on the changed links. Not among the default policies of ``simulate``.
 """
 
 from __future__ import annotations
 
-from .catalogue import POLICIES
+from .adapt import Adaptation, counts, decide, keep, kept
+from .catalogue import ALL_POLICIES, POLICIES
 from .jobs import JobRequest
 from .offers import Planner
 from .state import Placement, ResourceState
@@ -43,6 +48,8 @@ class Policy:
         self.k = planner.planning.k_paths
         #: why the last attempt for a job found nothing, by job id
         self.reasons: dict[int, str] = {}
+        #: what it did with running jobs when their links changed, in order
+        self.adaptations: list[Adaptation] = []
 
     def place(self, waiting: list[JobRequest], state: ResourceState,
               now: float) -> list[Placement]:
@@ -73,8 +80,34 @@ class Policy:
         """Called at every background step (after the traffic changed); default: nothing."""
 
     def report(self) -> dict:
-        """Extra figures of the policy for the summary (forecast errors); default none."""
-        return {}
+        """Extra figures of the policy for the summary (forecast errors); default none, or
+        the counts of its decisions on running jobs when a link event touched one."""
+        return counts(self.adaptations) if self.adaptations else {}
+
+    def adapt(self, p: Placement, state: ResourceState, left: float,
+              now: float) -> Placement:
+        """A running job's placement after a link it crosses changed (:mod:`.adapt`).
+
+        Parameters
+        ----------
+        p : Placement
+            The job's placement until now (allocated on ``state``).
+        state : ResourceState
+            The resources, the links' events included.
+        left : float
+            Iterations the job still has to run.
+        now : float
+
+        Returns
+        -------
+        Placement
+            From now on: ``p`` re-priced on the changed links (kept, the default), or a new
+            plan on its resources or elsewhere (``note`` says which; the simulator moves
+            the job, pausing it for the move of its parameter state).
+        """
+        now_p = kept(self.planner, p, state)
+        self.adaptations.append(keep(p, now_p, left, now))
+        return now_p
 
     def plan_job(self, job: JobRequest, state: ResourceState) -> Placement | None:
         """One job's placement on ``state``, or ``None``. A policy overrides this (the
@@ -179,11 +212,25 @@ class ChainDP(Policy):
         return self.best_dp(job, state, chains)
 
 
+class ChainDPReplan(ChainDP):
+    """``chain-dp``'s placements; a running job whose link changed is kept, re-planned on
+    its own resources or moved, whichever leaves the least time (:func:`.adapt.decide`)."""
+
+    name = "chain-dp-replan"
+
+    def adapt(self, p, state, left, now):
+        adaptation, q = decide(self, p, state, left, now)
+        self.adaptations.append(adaptation)
+        return q
+
+
 def policy_classes() -> dict[str, type[Policy]]:
-    """Every policy class by name, in the order summaries list them."""
+    """Every policy class by name, in the order summaries list them (the default ones, then
+    ``chain-dp-replan``)."""
     from .cba import CBA
     from .gmc_mdp import GmcMdp
 
-    classes = {c.name: c for c in (FirstFit, CommUnaware, ChainDP, CBA, GmcMdp)}
-    return {name: classes[name] for name in POLICIES}
+    classes = {c.name: c for c in (FirstFit, CommUnaware, ChainDP, CBA, GmcMdp,
+                                   ChainDPReplan)}
+    return {name: classes[name] for name in ALL_POLICIES}
 

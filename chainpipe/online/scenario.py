@@ -56,6 +56,8 @@ MAX_MICROBATCHES = 65_536
 #: the most iterations of a job (a large pretraining run takes about a million)
 MAX_ITERATIONS = 10_000_000
 JOB_COUNT = integer_rule(1, MAX_JOBS, "the bound of a job stream")
+#: ``events[].latency``: a detour lengthens the propagation delay, at most 1000 times
+MAX_LATENCY_FACTOR = 1000.0
 WAVELENGTHS = integer_rule(1, MAX_WAVELENGTHS, "a fibre carries at most a few hundred")
 MICROBATCHES = integer_rule(1, MAX_MICROBATCHES, "2**16")
 ITERATIONS = integer_rule(1, MAX_ITERATIONS, "10 times a large pretraining run")
@@ -72,6 +74,13 @@ def at_most(rule, maximum: float, why: str):
 
 
 KM = at_most(POSITIVE, MAX_KM, "the Earth's circumference")
+
+
+#: ``events[].bandwidth``: a share of the link's nominal rate per wavelength
+BANDWIDTH_FACTOR = at_most(POSITIVE, 1.0, "a share of the nominal rate")
+#: ``events[].latency``: a multiple of the link's nominal delay
+LATENCY_FACTOR = at_most(number_rule(1.0, strict=False), MAX_LATENCY_FACTOR,
+                         "a detour of at most 1000 times the fibre")
 
 
 def fraction_rule(v: Any) -> str | None:
@@ -127,6 +136,19 @@ class Background:
     change_s: float = 900.0
     correlation: float = 0.8
     trace: tuple[tuple[tuple[tuple[str, str], float], ...], ...] | None = None
+
+
+@dataclass(frozen=True)
+class LinkEvent:
+    """A change of one fibre link under the jobs (``events``): from ``at_s`` on, the span
+    ``between`` carries each wavelength at ``bandwidth`` times its rate (a lower-order
+    modulation, an impairment) and with ``latency`` times its propagation delay (a detour);
+    both relative to the nominal link, so ``1, 1`` restores it."""
+
+    at_s: float
+    between: tuple[str, str]
+    bandwidth: float = 1.0
+    latency: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -186,6 +208,7 @@ class Scenario:
     jobs: JobSpec
     planning: Planning
     seed: int = 0
+    events: tuple[LinkEvent, ...] = ()
 
     def with_jobs(self, count: int | None) -> Scenario:
         """The scenario with ``count`` job requests (``None``: unchanged); a trace is cut.
@@ -212,7 +235,7 @@ class Scenario:
 
 # --------------------------------------------------------------------------- parsing
 _TOP = ("format", "name", "network")
-_TOP_OPTIONAL = ("description", "seed", "background", "jobs", "planning")
+_TOP_OPTIONAL = ("description", "seed", "background", "jobs", "planning", "events")
 
 
 def _field(c: Problems, data: dict, path: str, key: str, rule, default=None):
@@ -383,6 +406,36 @@ def _background(c: Problems, top: dict, spans: set) -> Background:
     )
 
 
+def _events(c: Problems, top: dict, spans: set, horizon: float) -> tuple[LinkEvent, ...]:
+    """``events``: link changes ``{"at_s", "between", "bandwidth", "latency"}``, sorted by
+    time (equal times in file order)."""
+    if "events" not in top:
+        return ()
+    if isinstance(top["events"], list) and len(top["events"]) > MAX_STEPS:
+        c.add("events", f"must hold at most {MAX_STEPS} events (the bound of a simulation), "
+                        f"got {len(top['events'])}")
+        return ()
+    out = []
+    for i, e in enumerate(c.items(top, "events", "")):
+        p = f"events[{i}]"
+        e = c.obj_optional(e, p, ("at_s", "between"), ("bandwidth", "latency"))
+        if e is None:
+            continue
+        at = _field(c, e, p, "at_s", at_most(NONNEG, horizon, "the horizon of a simulation"))
+        bandwidth = _field(c, e, p, "bandwidth", BANDWIDTH_FACTOR, 1.0)
+        latency = _field(c, e, p, "latency", LATENCY_FACTOR, 1.0)
+        ends = e.get("between")
+        if not (isinstance(ends, list) and len(ends) == 2
+                and all(isinstance(x, str) for x in ends)):
+            c.add(f"{p}.between", "must be an array of two datacenter names")
+        elif frozenset(ends) not in spans:
+            c.add(f"{p}.between", f"no link of network.links joins {ends[0]!r} and {ends[1]!r}")
+        elif at is not None:
+            out.append(LinkEvent(float(at), tuple(sorted(ends)), float(bandwidth),
+                                 float(latency)))
+    return tuple(sorted(out, key=lambda ev: ev.at_s))
+
+
 def _iterations(v: Any) -> str | None:
     if not (isinstance(v, list) and len(v) == 2):
         return "must be [min, max], two integers >= 1"
@@ -528,11 +581,13 @@ def scenario_from_dict(data: Any) -> Scenario:
                                  f"background steps of background.change_s), "
                                  f"got {jobs.patience_s:g}")
     planning = _planning(c, top)
+    events = _events(c, top, {frozenset((ln.a, ln.b)) for ln in links},
+                     MAX_STEPS * background.change_s)
     if c.problems:
         raise InstanceError(c.problems)
     assert named
     return Scenario(top["name"], description, wl_gbit, tuple(dcs), tuple(links), background,
-                    jobs, planning, seed)
+                    jobs, planning, seed, events)
 
 
 def read_scenario(path) -> Scenario:
@@ -544,5 +599,6 @@ def read_scenario(path) -> Scenario:
         raise InstanceError([f"{path}: {p}" for p in exc.problems]) from None
 
 
-__all__ = ["FORMAT", "MAX_JOBS", "MAX_STEPS", "Background", "DatacenterSpec", "GpuSpec", "JobSpec", "LinkSpec",
+__all__ = ["FORMAT", "MAX_JOBS", "MAX_STEPS", "Background", "DatacenterSpec", "GpuSpec", "JobSpec",
+           "LinkEvent", "LinkSpec",
            "Planning", "Scenario", "TraceJob", "read_scenario", "scenario_from_dict"]

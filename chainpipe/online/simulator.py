@@ -2,9 +2,13 @@
 
 Events: job arrivals (the stream of :func:`~.jobs.job_stream`), job finishes
 (``iterations x T`` after the start), background steps (every
-``background.change_s``), and patience running out. After each arrival,
-finish and background step the policy is asked to place the waiting jobs; a
-job still waiting when its patience runs out is blocked. Equal times are
+``background.change_s``), patience running out, and the scenario's link events
+(``events``). After each arrival, finish, background step and link event the
+policy is asked to place the waiting jobs; a job still waiting when its
+patience runs out is blocked. A link event first asks the policy about every
+running job whose reserved spans include the link (:meth:`Policy.adapt`): the
+job goes on at the new ``T`` of its plan, or pauses for a move and goes on at
+its new plan's; its finish moves accordingly. Equal times are
 handled in the order simpy schedules them, which depends only on the scenario
 and the seed: the same inputs give the same records.
 """
@@ -18,7 +22,7 @@ import simpy
 
 from ..instance import InstanceError
 from .jobs import JobRequest, horizon_s, horizon_text, job_stream
-from .network import Network
+from .network import Network, edge
 from .offers import Planner
 from .policies import Policy
 from .scenario import Scenario
@@ -35,6 +39,10 @@ class JobRecord:
     start_s: float | None = None
     placement: Placement | None = None
     reason: str = ""
+    #: when it finished (``start + iterations x T`` unless a link event changed its pace)
+    end_s: float | None = None
+    #: its placement at the end (``placement`` unless a link event changed it)
+    final: Placement | None = None
 
     @property
     def wait_s(self) -> float:
@@ -117,14 +125,14 @@ def simulate(scenario: Scenario, policy: Policy, seed: int, *, network: Network 
     waiting: list[JobRequest] = []
     run = Run(policy.name, list(records.values()), total_gpus=network.total_gpus())
     solves_before, solve_cpu_before = policy.planner.solves, policy.planner.solve_cpu_s
-    running = {"n": 0}
+    running: dict[int, _Running] = {}
     done = env.event()
     total_wl = sum(network.wavelengths.values())
 
     resolved = on_resolved or (lambda: None)
 
     def check_done() -> None:
-        if (not done.triggered and not waiting and running["n"] == 0
+        if (not done.triggered and not waiting and not running
                 and all(r.status != "waiting" for r in records.values())):
             done.succeed()
 
@@ -139,16 +147,23 @@ def simulate(scenario: Scenario, policy: Policy, seed: int, *, network: Network 
             _check_horizon(scenario, p, env.now)
             waiting.remove(p.job)
             _accept(run, records[p.job.id], p, state, env.now)
-            running["n"] += 1
-            env.process(finish(p))
+            job = running[p.job.id] = _Running(p, float(p.job.iterations), env.now)
+            job.process = env.process(finish(job))
             resolved()
         if placed:
             sample()
 
-    def finish(p: Placement):
-        yield env.timeout(p.duration_s)
-        state.release(p)
-        running["n"] -= 1
+    def finish(job: _Running):
+        while True:
+            try:
+                yield env.timeout(job.remaining_s(env.now))
+                break
+            except simpy.Interrupt:  # a link event changed its pace: wait again
+                continue
+        state.release(job.placement)
+        del running[job.placement.job.id]
+        records[job.placement.job.id].end_s = env.now
+        records[job.placement.job.id].final = job.placement
         sample()
         schedule()
         check_done()
@@ -178,13 +193,65 @@ def simulate(scenario: Scenario, policy: Policy, seed: int, *, network: Network 
             schedule()
             yield env.timeout(scenario.background.change_s)
 
+    def link_events():
+        for ev in scenario.events:
+            yield env.timeout(max(0.0, ev.at_s - env.now))
+            span = edge(*ev.between)
+            state.impair(span, ev.bandwidth, ev.latency)
+            for jid in sorted(running):
+                if span in running[jid].placement.wavelengths:
+                    _adapt(policy, state, running[jid], env.now)
+            sample()
+            schedule()
+
     env.process(arrivals())
     env.process(background())
+    env.process(link_events())
     try:
         env.run(until=done)
     except PastHorizon as exc:
         raise InstanceError([str(exc)]) from None
     return _close(run, policy, state, env.now, solves_before, solve_cpu_before)
+
+
+@dataclass
+class _Running:
+    """A running job: its placement now, the iterations left at ``since`` and when they
+    resume (after a move's pause)."""
+
+    placement: Placement
+    left: float
+    since: float
+    process: object = None
+
+    def left_at(self, now: float) -> float:
+        """Iterations still to run at ``now`` (none progress before ``since``)."""
+        done = max(0.0, now - self.since) / self.placement.iteration_time_s
+        return max(0.0, self.left - done)
+
+    def remaining_s(self, now: float) -> float:
+        """Seconds from ``now`` to its finish."""
+        return max(0.0, self.since - now) + self.left_at(now) * self.placement.iteration_time_s
+
+
+def _adapt(policy: Policy, state: ResourceState, job: _Running, now: float) -> None:
+    """Ask ``policy`` about a running job whose link changed; move it if told to, then wake
+    its finish process to wait for the new finish."""
+    left = job.left_at(now)
+    if now < job.since:  # still moving: its pause goes on
+        left = job.left
+    old = job.placement
+    new = policy.adapt(old, state, left, now)
+    if not math.isfinite(new.iteration_time_s) or new.iteration_time_s <= 0:
+        raise RuntimeError(f"{policy.name}: job {old.job.id} has no finite iteration time "
+                           f"after a link event")
+    pause = policy.adaptations[-1].move_s if policy.adaptations else 0.0
+    if new.devices != old.devices or new.wavelengths != old.wavelengths:
+        state.release(old)
+        state.allocate(new)
+    job.placement, job.left = new, left
+    job.since = max(job.since, now) + pause if now < job.since else now + pause
+    job.process.interrupt()
 
 
 def _check_waiting(scenario: Scenario, now: float, waiting: int) -> None:

@@ -38,6 +38,10 @@ class Placement:
         ``{(dc, gpu type): count}`` held.
     wavelengths : dict
         ``{span: count}`` reserved.
+    note : str
+    offer : Offer, optional
+        The offer it was planned on (its spans and wavelengths: what a change of the links
+        re-prices, :meth:`chainpipe.online.offers.Planner.reprice`).
     """
 
     job: object
@@ -48,6 +52,7 @@ class Placement:
     devices: Mapping[tuple[str, str], int]
     wavelengths: Mapping[Edge, int]
     note: str = ""
+    offer: object = None
 
     @property
     def datacenters(self) -> tuple[str, ...]:
@@ -77,6 +82,9 @@ class ResourceState:
     free: dict[tuple[str, str], int] = field(default_factory=dict)
     reserved: dict[Edge, int] = field(default_factory=dict)
     background: dict[Edge, int] = field(default_factory=dict)
+    #: ``{span: (bandwidth factor, latency factor)}`` of the links an event changed
+    #: (scenario ``events``); a span not in it is nominal
+    impairment: dict[Edge, tuple[float, float]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.total = {(dc, g.type): g.count for dc, groups in self.network.groups.items()
@@ -104,6 +112,19 @@ class ResourceState:
     def span_load(self, span: Edge) -> float:
         """Fraction of a span's wavelengths in use, by jobs and background."""
         return (self.reserved[span] + self.background[span]) / self.network.wavelengths[span]
+
+    def factors(self, span: Edge) -> tuple[float, float]:
+        """``(bandwidth, latency)`` factors of ``span`` now: ``(1, 1)`` when nominal."""
+        return self.impairment.get(span, (1.0, 1.0))
+
+    def copy(self) -> ResourceState:
+        """An independent copy of what is free, reserved and impaired (the network shared): a
+        policy's trial state."""
+        other = ResourceState.__new__(ResourceState)
+        other.network, other.total = self.network, self.total
+        other.free, other.reserved = dict(self.free), dict(self.reserved)
+        other.background, other.impairment = dict(self.background), dict(self.impairment)
+        return other
 
     def idle(self) -> bool:
         """Whether nothing is held: every GPU free, no wavelength reserved."""
@@ -134,6 +155,14 @@ class ResourceState:
             if self.reserved[s] < w:
                 raise OverAllocation(f"job {p.job.id}: releases wavelengths it does not hold")
             self.reserved[s] -= w
+
+    def impair(self, span: Edge, bandwidth: float, latency: float) -> None:
+        """From now on ``span`` runs at ``bandwidth`` times its rate per wavelength and
+        ``latency`` times its delay (``1, 1``: nominal again)."""
+        if bandwidth == latency == 1.0:
+            self.impairment.pop(span, None)
+        else:
+            self.impairment[span] = (bandwidth, latency)
 
     def set_background(self, targets: Mapping[Edge, int]) -> None:
         """Background lightpaths per span: the target, capped by what jobs leave free."""
