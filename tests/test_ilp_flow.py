@@ -5,16 +5,13 @@ below the optimum, and its option errors."""
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from pathlib import Path
 
 import pytest
 
 from chainpipe import read
-from chainpipe.formulations.common import period_mode
 from chainpipe.formulations.ilp_flow import FlowFormulation, ModelTooLarge, reachable_usage
-from chainpipe.formulations.pipelines import several
 from chainpipe.plan import evaluate
 from chainpipe.result import OptionError
 from chainpipe.solve import solve
@@ -121,19 +118,6 @@ def test_device_states_option_errors(tmp_path):
         solve(inst, "ilp-assign", **FLOW)
     with pytest.raises(OptionError, match="write_model"):
         solve(inst, "ilp-path", write_model=str(tmp_path / "m.lp"), **FLOW)
-
-
-def test_device_states_refuse_several_pipelines_and_a_non_classic_period():
-    inst = read(ROOT / "instances" / "v3" / "small" / "v3-small-01-period.json")
-    assert several(inst)
-    with pytest.raises(OptionError, match="one pipeline"):
-        solve(inst, "ilp-path", **FLOW)
-    one = dataclasses.replace(inst, training=dataclasses.replace(
-        inst.training, parallelism=dataclasses.replace(inst.training.parallelism,
-                                                       pipelines=(1,))))
-    assert not several(one) and period_mode(CostTables(one)) != "classic"
-    with pytest.raises(OptionError, match="classic period"):
-        solve(one, "ilp-path", **FLOW)
 
 
 @pytest.mark.parametrize("seed", range(24))

@@ -35,7 +35,7 @@ import numpy as np
 from ..cost import iteration_time, steady_state
 from ..plan import Plan
 from ..tables import CostTables
-from .common import OBJECTIVE_MAGNITUDE, period_mode, time_scale
+from .common import OBJECTIVE_MAGNITUDE, period_mode, phase_arrays, time_scale
 from .cpsat import UB_RTOL, FloorBound, StageArcs, stage_arcs
 from .matrix import LinearModel, no_check
 
@@ -138,9 +138,9 @@ class FlowFormulation:
 
     def __init__(self, tables: CostTables, check=None, upper_bound: float | None = None,
                  max_columns: int = MAX_COLUMNS):
-        if period_mode(tables) != "classic":
-            raise ValueError("device states model the classic period only")
         self.tables, self.check = tables, check or no_check
+        #: how the period is written (:func:`~chainpipe.formulations.common.period_mode`)
+        self.mode = period_mode(tables)
         self.scale = time_scale(tables, OBJECTIVE_MAGNITUDE)
         self.upper_bound = upper_bound
         with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
@@ -150,9 +150,10 @@ class FlowFormulation:
                                    self.check)
             self.arcs = stage_arcs(tables, upper_bound, self.check, floor)
             self.boundary = boundary_arcs(tables, self.arcs, upper_bound, floor, self.check)
+        self._phases()
         self._states()
         self._columns(max_columns)
-        self.floor_B = self.floor_S = 0.0
+        self.floor_B = self.floor_B2 = self.floor_S = 0.0
         self.pruned_by_paths = 0
         self._path_bounds()
         self.n_arcs = len(self.col_arc)
@@ -160,6 +161,20 @@ class FlowFormulation:
         self.values = None
 
     # ------------------------------------------------------------------ network
+    def _phases(self) -> None:
+        """GPipe's period: each stage option's forward and backward times ``f``, ``b``
+        (the two phase maxima); other modes: ``C`` for the one maximum ``B``."""
+        a = self.arcs
+        self.stage_B, self.stage_B2 = a.compute, None
+        if self.mode != "gpipe" or not len(a):
+            return
+        self.stage_B, self.stage_B2 = np.zeros(len(a)), np.zeros(len(a))
+        for g in np.unique(a.group).tolist():
+            sel = np.nonzero(a.group == g)[0]
+            f, b = phase_arrays(self.tables, g)
+            at = (a.option[sel], a.start[sel], a.end[sel])
+            self.stage_B[sel], self.stage_B2[sel] = f[at], b[at]
+
     def _states(self) -> None:
         """Device states per datacenter: tuples of reachable usages of its groups."""
         t, a = self.tables, self.arcs
@@ -262,16 +277,23 @@ class FlowFormulation:
         return 2 * layer + (kind == 0)
 
     def _column_terms(self):
-        """Every column's ``(tail, head, fill, B value, S value)`` in seconds: a stage
-        column adds ``C`` to the fill and drain and bounds ``B`` by ``C`` and ``S`` by
-        ``R``; a boundary column adds ``Q`` and bounds ``B`` by ``U``."""
+        """Every column's ``(tail, head, fill, maxima)`` in seconds: a stage column adds
+        ``C`` to the fill and drain, a boundary column ``Q``; ``maxima`` is one
+        ``(name, weight, values)`` per maximum of the objective: ``B`` (``C`` of a stage
+        -- ``f`` under GPipe's period -- and ``U`` of a boundary), GPipe's ``B2`` (``b``
+        and ``U``), each weighted ``M - 1``, and ``S`` (``R`` of a stage), weighted 1.
+        The 1F1B loops are left out: the bounds hold for a relaxation."""
         a, b = self.arcs, self.boundary[self.bcol_arc]
         tails = np.concatenate([self.col_tail, self.bcol_tail])
         heads = np.concatenate([self.col_head, self.bcol_head])
         fill = np.concatenate([a.compute[self.col_arc], b[:, 3]])
-        bval = np.concatenate([a.compute[self.col_arc], b[:, 4]])
-        sval = np.concatenate([a.sync[self.col_arc], np.zeros(len(b))])
-        return tails, heads, fill, bval, sval
+        steady = float(steady_state(self.tables.M, 1))
+        maxima = [("B", steady, np.concatenate([self.stage_B[self.col_arc], b[:, 4]]))]
+        if self.stage_B2 is not None:
+            maxima.append(("B2", steady, np.concatenate([self.stage_B2[self.col_arc],
+                                                         b[:, 4]])))
+        maxima.append(("S", 1.0, np.concatenate([a.sync[self.col_arc], np.zeros(len(b))])))
+        return tails, heads, fill, maxima
 
     def _sweep(self, tails, heads, weight, forward: bool, bottleneck: bool) -> np.ndarray:
         """Least path sum (``bottleneck``: least path maximum) of ``weight`` from the
@@ -308,24 +330,24 @@ class FlowFormulation:
         ``(M - 1) max(floor_B, ...)`` and ``max(floor_S, ...)`` of the least path maxima
         through it. Repeated until nothing is dropped.
         """
-        M = self.tables.M
         limit = math.inf if self.upper_bound is None else self.upper_bound * (1 + UB_RTOL)
         while True:
             self.check()
-            tails, heads, fill, bval, sval = self._column_terms()
+            tails, heads, fill, maxima = self._column_terms()
             if not len(tails):
                 return
-            f_B, b_B = (self._sweep(tails, heads, bval, d, True) for d in (True, False))
-            f_S, b_S = (self._sweep(tails, heads, sval, d, True) for d in (True, False))
-            self.floor_B = float(b_B[:len(self.states)].min()) if M > 1 else 0.0
-            self.floor_S = float(b_S[:len(self.states)].min())
+            lower = np.zeros(len(tails))
+            for name, weight, value in maxima:
+                fwd, bwd = (self._sweep(tails, heads, value, d, True) for d in (True, False))
+                floor = float(bwd[:len(self.states)].min()) if weight > 0 else 0.0
+                setattr(self, f"floor_{name}", floor if math.isfinite(floor) else 0.0)
+                if weight > 0:
+                    with np.errstate(invalid="ignore"):
+                        lower += weight * np.maximum.reduce([fwd[tails], value, bwd[heads]])
             if not math.isfinite(limit):
                 return
             f_F, b_F = (self._sweep(tails, heads, fill, d, False) for d in (True, False))
-            with np.errstate(invalid="ignore"):
-                B = np.maximum.reduce([f_B[tails], bval, b_B[heads]])
-                S = np.maximum.reduce([f_S[tails], sval, b_S[heads]])
-                lower = f_F[tails] + fill + b_F[heads] + S + (steady_state(M, B) if M > 1 else 0)
+            lower += f_F[tails] + fill + b_F[heads]
             keep = lower <= limit
             if keep.all():
                 return
@@ -351,17 +373,24 @@ class FlowFormulation:
 
     # ------------------------------------------------------------------ model
     def build(self) -> ArrayModel:
-        """The model as arrays (minimise ``T / scale``); also kept as :attr:`model`."""
+        """The model as arrays (minimise ``T / scale``); also kept as :attr:`model`.
+
+        Columns: the stage columns, the boundary columns, ``X`` per stage option, ``B``,
+        ``S``, ``P_0..P_L``, then GPipe's ``B2`` and the 1F1B loops' ``w_b`` and node
+        potentials (:meth:`_loop_rows`) when the mode has them.
+        """
         rows = _Rows()
         nx, ny, na = len(self.col_arc), len(self.bcol_arc), len(self.arcs)
         self.ix, self.iy, self.iX = 0, nx, nx + ny  # column blocks
         self.iB, self.iS, self.iP = nx + ny + na, nx + ny + na + 1, nx + ny + na + 2
-        ncols = self.iP + self.tables.L + 1
+        self.extra = _Extra(self.iP + self.tables.L + 1)
+        self.iB2 = self.extra.add(0.0, np.inf) if self.stage_B2 is not None else None
         self._flow_rows(rows)
         self._arc_rows(rows)
         self._max_rows(rows)
         self._position_rows(rows)
-        cost, lower, upper, integer = self._column_data(ncols)
+        self._loop_rows(rows)
+        cost, lower, upper, integer = self._column_data(self.extra.n)
         self.model = rows.model(cost, lower, upper, integer, self._take)
         return self.model
 
@@ -408,17 +437,26 @@ class FlowFormulation:
             sel = np.nonzero((a.start <= layer) & (a.end > layer))[0]
             rows.add(self.iX + sel, np.ones(len(sel)), 1.0, 1.0)
 
+    def _phase_columns(self) -> list:
+        """``(column, stage values)`` of each maximum of the period: ``B`` with ``C``
+        (GPipe: ``f``) and GPipe's ``B2`` with ``b``; a boundary's ``U`` bounds each."""
+        out = [(self.iB, self.stage_B)]
+        if self.iB2 is not None:
+            out.append((self.iB2, self.stage_B2))
+        return out
+
     def _max_rows(self, rows) -> None:
-        """``B >= C`` and ``S >= R`` of the stage covering each layer, ``B >= U`` of each
-        boundary (one arc of each sum is 1)."""
+        """``B >= C`` (each phase maximum ``>=`` its ``f`` or ``b``) and ``S >= R`` of the
+        stage covering each layer, ``B >= U`` of each boundary (one arc of each sum is 1)."""
         a, t = self.arcs, self.tables
         self.has_B = t.M > 1
         self.has_S = bool((a.sync > 0).any())
+        phases = self._phase_columns() if self.has_B else []
         for layer in range(t.L):
             self.check()
             sel = np.nonzero((a.start <= layer) & (a.end > layer))[0]
-            if self.has_B:
-                rows.add(np.r_[self.iB, self.iX + sel], np.r_[1.0, -a.compute[sel] / self.scale],
+            for col, value in phases:
+                rows.add(np.r_[col, self.iX + sel], np.r_[1.0, -value[sel] / self.scale],
                          0.0, np.inf)
             used = sel[a.sync[sel] > 0]
             if self.has_S and len(used):
@@ -428,18 +466,75 @@ class FlowFormulation:
             return
         layer = self.boundary[self.bcol_arc, 0].astype(np.int64)
         occ = self.boundary[self.bcol_arc, 4] / self.scale
-        for b in np.unique(layer).tolist():
-            sel = np.nonzero((layer == b) & (occ > 0))[0]
-            if len(sel):
-                rows.add(np.r_[self.iB, self.iy + sel], np.r_[1.0, -occ[sel]], 0.0, np.inf)
         # chain link j joins DCs j and j+1: a plan crosses it at most once (DCs never
         # decrease), so the U of the boundaries over it, summed over all layers, is <= B
         k1 = self.boundary[self.bcol_arc, 1].astype(np.int64)
         k2 = self.boundary[self.bcol_arc, 2].astype(np.int64)
-        for j in range(self.tables.K - 1):
-            sel = np.nonzero((k1 <= j) & (k2 > j) & (occ > 0))[0]
-            if len(sel):
-                rows.add(np.r_[self.iB, self.iy + sel], np.r_[1.0, -occ[sel]], 0.0, np.inf)
+        groups = [(layer == b) & (occ > 0) for b in np.unique(layer).tolist()]
+        groups += [(k1 <= j) & (k2 > j) & (occ > 0) for j in range(self.tables.K - 1)]
+        for mask in groups:
+            sel = np.nonzero(mask)[0]
+            for col, _value in phases:
+                if len(sel):
+                    rows.add(np.r_[col, self.iy + sel], np.r_[1.0, -occ[sel]], 0.0, np.inf)
+
+    def _loop_rows(self, rows) -> None:
+        """1F1B's period: every loop ``W(s, t) <= (t - s + 1) lambda`` of stages stashing
+        fewer than ``M`` (``B`` is ``lambda``), by node potentials along the path, as the
+        plain path ILP writes them (``docs/formulations.md``, "The period"):
+
+        - ``r_u in [0, Lambda]`` at each ``N`` node, ``s_w in [-Lambda, 0]`` at each ``E``
+          node; ``Lambda`` is the largest ``C`` plus the largest ``Q`` (no period is above);
+        - close: ``r_u + sum_{c leaves u} C_c x_c <= B + Lambda w_b``;
+        - carry, stage column ``c`` from ``u`` to ``w``: ``s_w >= r_u + C_c - B -
+          (C_c + 2 Lambda) (1 - x_c + w_b)``;
+        - cross, boundary column from ``w`` to ``v``: ``r_v >= s_w + Q y``;
+        - ``w_b = 1`` iff ``P_b >= M`` (the stage starting at ``b`` stashes ``M``: no loop
+          starts there): ``M w_b <= P_b <= M - 1 + s_max w_b``. When no plan has ``M``
+          stages, ``w`` is 0 and left out.
+
+        On the chosen path ``r_u`` is the largest excess ``sum (C - lambda) + sum Q`` of a
+        window of tail stages ending at the boundary before ``u``'s stage, clipped at 0;
+        off the path every row is slack."""
+        if self.mode != "1f1b" or not self.tables.M > 1 or not len(self.col_arc):
+            return
+        a, L, M = self.arcs, self.tables.L, self.tables.M
+        C = a.compute[self.col_arc] / self.scale
+        Q = self.boundary[self.bcol_arc, 3] / self.scale
+        lam = float(C.max(initial=0.0) + Q.max(initial=0.0))
+        self.loop_cap = lam
+        s_max = int(a.s_max)
+        w = None
+        if s_max >= M:
+            w = np.array([self.extra.add(0.0, 1.0, integer=True) for _ in range(L + 1)])
+            for b in range(L):
+                rows.add([self.iP + b, int(w[b])], [1.0, -float(s_max)], -np.inf, M - 1.0)
+                rows.add([self.iP + b, int(w[b])], [1.0, -float(M)], 0.0, np.inf)
+        r = {u: self.extra.add(0.0, lam) for u in np.unique(self.col_tail).tolist()}
+        sv = {v: self.extra.add(-lam, 0.0) for v in np.unique(self.col_head).tolist()}
+        start = a.start[self.col_arc]
+        for u in r:
+            self.check()
+            sel = np.nonzero(self.col_tail == u)[0]
+            layer = int(start[sel[0]])
+            idx, val = np.r_[r[u], sel, self.iB], np.r_[1.0, C[sel], -1.0]
+            if w is not None:
+                idx, val = np.r_[idx, w[layer]], np.r_[val, -lam]
+            rows.add(idx, val, -np.inf, 0.0)
+        end = a.end[self.col_arc]
+        for c in range(len(self.col_arc)):
+            if end[c] == L:
+                continue
+            big = C[c] + 2.0 * lam
+            idx = [sv[int(self.col_head[c])], r[int(self.col_tail[c])], self.iB, c]
+            val = [1.0, -1.0, 1.0, -big]
+            if w is not None:
+                idx, val = idx + [int(w[start[c]])], val + [big]
+            rows.add(idx, val, C[c] - big, np.inf)
+        for n in range(len(self.bcol_arc)):
+            v, u = int(self.bcol_head[n]), int(self.bcol_tail[n])
+            if v in r and u in sv:
+                rows.add([r[v], sv[u], self.iy + n], [1.0, -1.0, -Q[n]], 0.0, np.inf)
 
     def _position_rows(self, rows) -> None:
         """1F1B memory: ``P_b`` stages start at ``b`` or later; an option holding ``n < M``
@@ -462,7 +557,6 @@ class FlowFormulation:
         cost = np.zeros(ncols)
         cost[self.iX:self.iX + len(a)] = a.compute / self.scale
         cost[self.iy:self.iX] = self.boundary[self.bcol_arc, 3] / self.scale
-        cost[self.iB] = float(steady_state(M, 1)) if self.has_B else 0.0
         cost[self.iS] = 1.0 if self.has_S else 0.0
         lower = np.zeros(ncols)
         upper = np.ones(ncols)
@@ -470,37 +564,48 @@ class FlowFormulation:
         dead[self.col_arc] = False
         upper[self.iX:self.iX + len(a)][dead] = 0.0  # an arc without a column is not used
         upper[self.iB] = upper[self.iS] = np.inf
-        for col, floor, on in ((self.iB, self.floor_B, self.has_B), (self.iS, self.floor_S,
-                                                                     self.has_S)):
-            if on and math.isfinite(floor):  # the path floors (:meth:`_path_bounds`)
-                lower[col] = floor / self.scale * (1.0 - BOUND_SLACK)
-        upper[self.iP:] = float(a.s_max)
+        upper[self.iP:self.iP + self.tables.L + 1] = float(a.s_max)
         integer = np.zeros(ncols, dtype=bool)
         integer[:self.iy] = True
+        self.extra.fill(cost, lower, upper, integer)
+        floors = [(self.iS, self.floor_S, self.has_S)]
+        for col, floor in zip([c for c, _v in self._phase_columns()],
+                              (self.floor_B, self.floor_B2)):
+            cost[col] = float(steady_state(M, 1)) if self.has_B else 0.0
+            floors.append((col, floor, self.has_B))
+        for col, floor, on in floors:
+            if on and math.isfinite(floor):  # the path floors (:meth:`_path_bounds`)
+                lower[col] = floor / self.scale * (1.0 - BOUND_SLACK)
         return cost, lower, upper, integer
 
     # ------------------------------------------------------------------ bottleneck first
     def maxima(self) -> list[str]:
         """The maxima of the objective a floor can be probed for: ``"B"`` (bottleneck,
-        when ``M > 1``) and ``"S"`` (synchronisation, when some option has ``R > 0``)."""
-        return [k for k, on in (("B", self.has_B), ("S", self.has_S)) if on]
+        when ``M > 1``; GPipe's forward phase), ``"B2"`` (GPipe's backward phase) and
+        ``"S"`` (synchronisation, when some option has ``R > 0``)."""
+        return [k for k, on in (("B", self.has_B), ("B2", self.has_B and self.iB2 is not None),
+                                ("S", self.has_S)) if on]
+
+    def _stage_values(self, which: str) -> np.ndarray:
+        """The stage options' values of the maximum ``which``."""
+        return {"B": self.stage_B, "B2": self.stage_B2, "S": self.arcs.sync}[which]
 
     def _over(self, which: str, cap: float):
-        """Stage options and boundary columns whose ``C``/``U`` (``"B"``) or ``R``
-        (``"S"``) exceeds ``cap``."""
-        a = self.arcs
-        if which == "B":
-            return a.compute > cap, self.boundary[self.bcol_arc, 4] > cap
-        return a.sync > cap, np.zeros(len(self.bcol_arc), dtype=bool)
+        """Stage options and boundary columns whose value of the maximum ``which`` (``C``,
+        ``f`` or ``b`` and ``U``; ``R`` for ``"S"``) exceeds ``cap``."""
+        over_y = self.boundary[self.bcol_arc, 4] > cap if which != "S" else \
+            np.zeros(len(self.bcol_arc), dtype=bool)
+        return self._stage_values(which) > cap, over_y
 
     def max_values(self, which: str) -> np.ndarray:
         """Every value the maximum ``which`` can take in a plan (seconds, ascending): the
-        ``C`` (``R``) of the options with a column and, for ``B``, the ``U`` of the
+        stage values of the options with a column and, but for ``S``, the ``U`` of the
         boundary columns."""
         used = np.unique(self.col_arc)
-        if which == "B":
-            return np.unique(np.r_[self.arcs.compute[used], self.boundary[self.bcol_arc, 4]])
-        return np.unique(self.arcs.sync[used])
+        stage = self._stage_values(which)[used]
+        if which != "S":
+            return np.unique(np.r_[stage, self.boundary[self.bcol_arc, 4]])
+        return np.unique(stage)
 
     def capped_model(self, which: str, cap: float) -> ArrayModel:
         """The built model, objective 0, without the columns above ``cap`` (seconds) for
@@ -515,8 +620,9 @@ class FlowFormulation:
                                    col_upper=upper, start=None)
 
     def floor_max(self, which: str, floor: float) -> float:
-        """``B >= floor`` (or ``S``; seconds) in the main model; the scaled floor set."""
-        col = self.iB if which == "B" else self.iS
+        """``B >= floor`` (or ``B2``, ``S``; seconds) in the main model; the scaled floor
+        set."""
+        col = {"B": self.iB, "B2": self.iB2, "S": self.iS}[which]
         scaled = floor / self.scale * (1.0 - BOUND_SLACK)
         if scaled > self.model.col_lower[col]:
             self.model.col_lower = self.model.col_lower.copy()
@@ -538,14 +644,17 @@ class FlowFormulation:
 
     def start(self, plan: Plan) -> np.ndarray | None:
         """Column values of ``plan`` in this model (a MIP start), or ``None`` when some
-        stage or boundary has no column here.
+        stage or boundary has no column here, or under 1F1B's period (the loop potentials
+        are not filled in).
 
         A stage whose option was dropped (dominated) takes a kept option of the same
         group and layers with no more devices, no larger ``C`` nor ``R`` and a position
         cap at least its own: the start is then a plan at least as fast. The device states
         are walked with the widths taken.
         """
-        t, a = self.tables, self.arcs
+        t = self.tables
+        if self.mode == "1f1b":  # the loop potentials are not filled in: no start
+            return None
         group_of = {(t.instance.datacenters[g.dc].name, g.type): n
                     for n, g in enumerate(t.groups)}
         cols = {(int(n), int(u)): c for c, (n, u) in enumerate(zip(self.col_arc,
@@ -609,14 +718,34 @@ class FlowFormulation:
         values[self.iX + np.asarray(chosen, dtype=np.int64)] = 1.0
         if self.has_B:
             occ = self.boundary[self.bcol_arc[y], 4] if y else np.zeros(0)
-            values[self.iB] = max(max(a.compute[chosen]), max(occ, default=0.0)) / self.scale
-            values[self.iB] = max(values[self.iB], m.col_lower[self.iB])
+            for col, value in self._phase_columns():
+                values[col] = max(max(value[chosen]), max(occ, default=0.0)) / self.scale
+                values[col] = max(values[col], m.col_lower[col])
         if self.has_S:
             values[self.iS] = max(max(a.sync[chosen]) / self.scale, m.col_lower[self.iS])
         starts = a.start[chosen]
         for b in range(self.tables.L + 1):
             values[self.iP + b] = float((starts >= b).sum())
         return values
+
+
+class _Extra:
+    """Columns appended after the fixed blocks: bounds, integrality, cost 0."""
+
+    def __init__(self, first: int):
+        self.n, self.cols = first, []
+
+    def add(self, lower: float, upper: float, integer: bool = False) -> int:
+        """A new column's index."""
+        self.cols.append((lower, upper, integer))
+        self.n += 1
+        return self.n - 1
+
+    def fill(self, cost, lower, upper, integer) -> None:
+        """Write the appended columns' bounds and integrality into the arrays."""
+        first = self.n - len(self.cols)
+        for n, (lo, up, whole) in enumerate(self.cols):
+            lower[first + n], upper[first + n], integer[first + n] = lo, up, whole
 
 
 class _Rows:

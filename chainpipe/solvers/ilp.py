@@ -19,9 +19,11 @@ deadline, seed, threads, log, **options) -> Outcome``. Options:
   fast as that heuristic plan can use;
 - ``device_states`` (``ilp-path`` only, default off): the arc-flow network of
   :mod:`chainpipe.formulations.ilp_flow`, whose nodes carry the devices used in the
-  current datacenter, pruned by whole-path bounds from the heuristic plan (contract
-  version 2 and the classic period; no ``write_model``; ``start`` maps the heuristic
-  plan onto the network's columns; ``bottleneck`` and ``dominance`` do not apply);
+  current datacenter, pruned by whole-path bounds from the heuristic plan; every
+  period (classic, GPipe's two phases, 1F1B's loops by node potentials) and, through
+  the outer enumeration below, several pipelines; no ``write_model``; ``start`` maps
+  the heuristic plan onto the network's columns (not under 1F1B's period);
+  ``bottleneck`` and ``dominance`` do not apply;
 - ``write_model``: a file to write the built MIP to, as CPLEX LP (``.lp``) or MPS
   (``.mps``) by its suffix, with PuLP's named variables, atomically (before the solve, so
   it is there even when the solve runs out of time); another solver (Gurobi, SCIP,
@@ -61,7 +63,6 @@ from ..deadline import Deadline, TimeUp
 from ..formulations.common import (
     OBJECTIVE_MAGNITUDE,
     CoefficientOverflow,
-    period_mode,
     safe_bound,
 )
 from ..formulations.ilp_flow import ModelTooLarge
@@ -177,14 +178,10 @@ def _run(name: str, instance: Instance, deadline: Deadline, seed, threads, log, 
     if log is None and opts.msg:
         log = stderr_log
     if several(instance):
-        _refuse_device_states(name, opts, "takes instances of one pipeline")
         return _run_pipelines(name, instance, deadline, seed, threads, log, options, opts)
     stats = {"formulation": name, "backend": opts.backend, "relax": opts.relax,
              "threads": threads, "seed": seed}
     tables = CostTables(instance)
-    if period_mode(tables) != "classic":
-        _refuse_device_states(name, opts, "models the classic period only (this "
-                              f"instance's is {period_mode(tables)!r})")
     reason = tables.infeasibility_reason()
     if reason is not None:
         return Outcome("infeasible", message=reason, stats=stats)
@@ -267,12 +264,6 @@ def _incumbent(name: str, instance: Instance, opts: _Options, deadline: Deadline
     stats["heuristic"], stats["heuristic_T_s"] = incumbent[2], incumbent[1]
     report(incumbent[1], None)
     return incumbent
-
-
-def _refuse_device_states(name: str, opts: _Options, why: str) -> None:
-    """Raise an :class:`OptionError` saying why, when ``device_states`` was asked."""
-    if opts.device_states:
-        raise OptionError(f"{name}: option 'device_states' {why}")
 
 
 def _floors_first(form, opts: _Options, deadline: Deadline, seed, threads, log,
@@ -365,8 +356,7 @@ def _joint(name: str, subs: list, upper: float, deadline: Deadline, opts: _Optio
             form.scale = scale
             form.build()
             model = form.matrix()
-            column = {id(v): n for n, v in enumerate(model.variables)}
-            syncs.append(None if form.R is None else column[id(form.R)])
+            syncs.append(_sync_column(form, model))
             forms.append(form)
             models.append(model)
     merged, offsets = merge_models(models, syncs)
@@ -384,6 +374,14 @@ def _joint(name: str, subs: list, upper: float, deadline: Deadline, opts: _Optio
         model.assign(answer.values[off:off + model.num_cols])
         plans.append(form.decode())
     return plans, bound
+
+
+def _sync_column(form, model) -> int | None:
+    """The column of a one-pipeline model's synchronisation maximum (``None``: none)."""
+    if hasattr(form, "iS"):  # the arc-flow model's columns are indices already
+        return form.iS if form.has_S else None
+    column = {id(v): n for n, v in enumerate(model.variables)}
+    return None if form.R is None else column[id(form.R)]
 
 
 def _formulation(name: str, tables: CostTables, opts: _Options, deadline: Deadline, stats: dict,

@@ -1,0 +1,79 @@
+"""The arc-flow path ILP (``ilp-path -O device_states=true``) under contract version 3:
+the ``period`` objective (1F1B loops by node potentials, GPipe's two phase maxima) and
+several pipelines (the outer enumeration around its one-pipeline models), against the
+brute-force enumerator of ``tests/helpers.py`` on 64 random instances with both backends,
+against ``dp`` on ``instances/v3/small``, and time-limited brackets."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from pathlib import Path
+
+import pytest
+
+from chainpipe import evaluate
+from chainpipe.io import read
+from chainpipe.solve import solve
+from helpers import brute_force_v3, check_bracket, random_v3_instance
+
+ROOT = Path(__file__).resolve().parents[1]
+SMALL = sorted((ROOT / "instances" / "v3" / "small").glob("v3-small-*.json"))
+FLOW = {"device_states": True}
+
+
+@functools.cache
+def _reference(seed: int):
+    """``(instance, optimum)`` by enumeration."""
+    inst = random_v3_instance(seed)
+    return inst, min(v[0] for v in brute_force_v3(inst).values())
+
+
+@pytest.mark.parametrize("seed", range(64))
+def test_device_states_prove_the_v3_brute_force_optimum(seed):
+    inst, T = _reference(seed)
+    backend = ("highs", "cbc")[seed % 2]
+    r = solve(inst, "ilp-path", time_limit=60, backend=backend, **FLOW)
+    where = (seed, backend)
+    if not math.isfinite(T):
+        assert r.status == "infeasible", (where, r.status, r.message)
+        return
+    assert r.status == "optimal", (where, r.status, r.message)
+    assert math.isclose(r.iteration_time, T, rel_tol=1e-6, abs_tol=1e-12), (where, T)
+    ev = evaluate(inst, r.plan)
+    assert ev.feasible and r.iteration_time == ev.iteration_time_s, where
+    assert r.lower_bound <= T * (1 + 1e-9), where
+
+
+@pytest.mark.parametrize("seed", [s for s in range(64) if s % 8 == 0])
+def test_one_pipeline_v3_runs_with_the_other_backend(seed):
+    """The one-pipeline models (the period alone) with the backend the seed did not get."""
+    inst, _T = _reference(seed)
+    one = dataclasses.replace(inst, training=dataclasses.replace(
+        inst.training, parallelism=dataclasses.replace(inst.parallelism, pipelines=(1,))))
+    ref = brute_force_v3(one).get(1, (math.inf,))[0]
+    backend = ("cbc", "highs")[seed % 2]
+    r = solve(one, "ilp-path", time_limit=60, backend=backend, **FLOW)
+    if not math.isfinite(ref):
+        assert r.status == "infeasible", (seed, r.status)
+        return
+    assert r.status == "optimal", (seed, r.status, r.message)
+    assert math.isclose(r.iteration_time, ref, rel_tol=1e-6, abs_tol=1e-12), (seed, ref)
+
+
+@pytest.mark.parametrize("path", SMALL, ids=lambda p: p.stem)
+def test_device_states_match_the_dp_on_v3_small(path):
+    inst = read(path)
+    ref = solve(inst, "dp")
+    r = solve(inst, "ilp-path", time_limit=60, **FLOW)
+    assert r.status == "optimal", (path.stem, r.status, r.message)
+    assert math.isclose(r.iteration_time, ref.iteration_time, rel_tol=1e-6), path.stem
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_time_limited_v3_device_state_runs_sandwich_the_optimum(seed):
+    inst = read(SMALL[seed])
+    ref = solve(inst, "dp")
+    r = solve(inst, "ilp-path", time_limit=0.3, **FLOW)
+    check_bracket(ref, r, f"seed {seed}", 1e-6)
