@@ -87,7 +87,8 @@ share = argument_type(float, lambda v: 0.0 <= v <= 1.0, "a number in [0, 1]")
 
 def simulated_schedule(text: str) -> str:
     """``plot --schedule``: one simulated schedule, ``interleaved:V`` included."""
-    from .schedule import INTERLEAVED, SCHEDULES as SIMULATED, parse_schedule
+    from .schedule import INTERLEAVED, parse_schedule
+    from .schedule import SCHEDULES as SIMULATED
 
     name = text.strip()
     try:

@@ -26,7 +26,7 @@ it returns. Every plan a policy returns is timed by the one cost model
 from __future__ import annotations
 
 from .adapt import Adaptation, counts, decide, keep, kept
-from .catalogue import ALL_POLICIES, POLICIES
+from .catalogue import ALL_POLICIES, POLICIES  # noqa: F401 (POLICIES: re-exported)
 from .jobs import JobRequest
 from .offers import Planner
 from .state import Placement, ResourceState

@@ -118,100 +118,113 @@ def simulate(scenario: Scenario, policy: Policy, seed: int, *, network: Network 
     """
     network = network or policy.planner.network
     jobs = job_stream(scenario, seed) if jobs is None else jobs
-    env = simpy.Environment()
-    state = ResourceState(network)
-    traffic = BackgroundTraffic(network, scenario.background, seed)
-    records = {j.id: JobRecord(j) for j in jobs}
-    waiting: list[JobRequest] = []
-    run = Run(policy.name, list(records.values()), total_gpus=network.total_gpus())
-    solves_before, solve_cpu_before = policy.planner.solves, policy.planner.solve_cpu_s
-    running: dict[int, _Running] = {}
-    done = env.event()
-    total_wl = sum(network.wavelengths.values())
+    sim = _Simulation(scenario, policy, seed, network, jobs, on_resolved or (lambda: None))
+    for process in (sim.arrivals(), sim.background(), sim.link_events()):
+        sim.env.process(process)
+    try:
+        sim.env.run(until=sim.done)
+    except PastHorizon as exc:
+        raise InstanceError([str(exc)]) from None
+    return _close(sim.run, policy, sim.state, sim.env.now, sim.solves_before,
+                  sim.solve_cpu_before)
 
-    resolved = on_resolved or (lambda: None)
 
-    def check_done() -> None:
-        if (not done.triggered and not waiting and not running
-                and all(r.status != "waiting" for r in records.values())):
-            done.succeed()
+class _Simulation:
+    """The state of one :func:`simulate` run and its simpy processes (module doc)."""
 
-    def sample() -> None:
-        run.samples.append(_sample(env.now, network, state, total_wl))
+    def __init__(self, scenario: Scenario, policy: Policy, seed: int, network: Network,
+                 jobs: list[JobRequest], resolved):
+        self.scenario, self.policy, self.network, self.jobs = scenario, policy, network, jobs
+        self.resolved = resolved
+        self.env = simpy.Environment()
+        self.state = ResourceState(network)
+        self.traffic = BackgroundTraffic(network, scenario.background, seed)
+        self.records = {j.id: JobRecord(j) for j in jobs}
+        self.waiting: list[JobRequest] = []
+        self.run = Run(policy.name, list(self.records.values()), total_gpus=network.total_gpus())
+        self.solves_before = policy.planner.solves
+        self.solve_cpu_before = policy.planner.solve_cpu_s
+        self.running: dict[int, _Running] = {}
+        self.done = self.env.event()
+        self.total_wl = sum(network.wavelengths.values())
 
-    def schedule() -> None:
-        if not waiting:
+    def check_done(self) -> None:
+        if (not self.done.triggered and not self.waiting and not self.running
+                and all(r.status != "waiting" for r in self.records.values())):
+            self.done.succeed()
+
+    def sample(self) -> None:
+        self.run.samples.append(_sample(self.env.now, self.network, self.state, self.total_wl))
+
+    def schedule(self) -> None:
+        """Ask the policy to place the waiting jobs; start each one placed."""
+        if not self.waiting:
             return
-        placed = policy.place(list(waiting), state, env.now)
+        now = self.env.now
+        placed = self.policy.place(list(self.waiting), self.state, now)
         for p in placed:
-            _check_horizon(scenario, p, env.now)
-            waiting.remove(p.job)
-            _accept(run, records[p.job.id], p, state, env.now)
-            job = running[p.job.id] = _Running(p, float(p.job.iterations), env.now)
-            job.process = env.process(finish(job))
-            resolved()
+            _check_horizon(self.scenario, p, now)
+            self.waiting.remove(p.job)
+            _accept(self.run, self.records[p.job.id], p, self.state, now)
+            job = self.running[p.job.id] = _Running(p, float(p.job.iterations), now)
+            job.process = self.env.process(self.finish(job))
+            self.resolved()
         if placed:
-            sample()
+            self.sample()
 
-    def finish(job: _Running):
+    def finish(self, job: _Running):
         while True:
             try:
-                yield env.timeout(job.remaining_s(env.now))
+                yield self.env.timeout(job.remaining_s(self.env.now))
                 break
             except simpy.Interrupt:  # a link event changed its pace: wait again
                 continue
-        state.release(job.placement)
-        del running[job.placement.job.id]
-        records[job.placement.job.id].end_s = env.now
-        records[job.placement.job.id].final = job.placement
-        sample()
-        schedule()
-        check_done()
+        self.state.release(job.placement)
+        del self.running[job.placement.job.id]
+        record = self.records[job.placement.job.id]
+        record.end_s, record.final = self.env.now, job.placement
+        self.sample()
+        self.schedule()
+        self.check_done()
 
-    def expire(job: JobRequest):
-        yield env.timeout(job.patience_s)
-        if job in waiting:
-            waiting.remove(job)
-            records[job.id].block(policy.reasons.get(job.id, "not placed within its patience"))
-            resolved()
-            check_done()
+    def expire(self, job: JobRequest):
+        yield self.env.timeout(job.patience_s)
+        if job in self.waiting:
+            self.waiting.remove(job)
+            self.records[job.id].block(self.policy.reasons.get(
+                job.id, "not placed within its patience"))
+            self.resolved()
+            self.check_done()
 
-    def arrivals():
-        for job in jobs:
-            yield env.timeout(max(0.0, job.arrival_s - env.now))
-            waiting.append(job)
-            env.process(expire(job))
-            schedule()
-        check_done()
+    def arrivals(self):
+        for job in self.jobs:
+            yield self.env.timeout(max(0.0, job.arrival_s - self.env.now))
+            self.waiting.append(job)
+            self.env.process(self.expire(job))
+            self.schedule()
+        self.check_done()
 
-    def background():
+    def background(self):
         while True:
-            _check_waiting(scenario, env.now, len(waiting))
-            state.set_background(traffic.step())
-            policy.observe(env.now, state)
-            sample()
-            schedule()
-            yield env.timeout(scenario.background.change_s)
+            _check_waiting(self.scenario, self.env.now, len(self.waiting))
+            self.state.set_background(self.traffic.step())
+            self.policy.observe(self.env.now, self.state)
+            self.sample()
+            self.schedule()
+            yield self.env.timeout(self.scenario.background.change_s)
 
-    def link_events():
-        for ev in scenario.events:
-            yield env.timeout(max(0.0, ev.at_s - env.now))
+    def link_events(self):
+        """Each scenario event in turn: the span changes, then every running job crossing it
+        is adapted (:func:`_adapt`), then the waiting jobs are placed."""
+        for ev in self.scenario.events:
+            yield self.env.timeout(max(0.0, ev.at_s - self.env.now))
             span = edge(*ev.between)
-            state.impair(span, ev.bandwidth, ev.latency)
-            for jid in sorted(running):
-                if span in running[jid].placement.wavelengths:
-                    _adapt(policy, state, running[jid], env.now)
-            sample()
-            schedule()
-
-    env.process(arrivals())
-    env.process(background())
-    env.process(link_events())
-    try:
-        env.run(until=done)
-    except PastHorizon as exc:
-        raise InstanceError([str(exc)]) from None
-    return _close(run, policy, state, env.now, solves_before, solve_cpu_before)
+            self.state.impair(span, ev.bandwidth, ev.latency)
+            for jid in sorted(self.running):
+                if span in self.running[jid].placement.wavelengths:
+                    _adapt(self.policy, self.state, self.running[jid], self.env.now)
+            self.sample()
+            self.schedule()
 
 
 @dataclass
