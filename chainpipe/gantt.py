@@ -204,6 +204,8 @@ def _draw_row(ax, row: PipelineRow, y: float, window: int | None, x_end: float,
         groups.setdefault((b.op, full), []).append((b.start, b.duration))
         width_px = b.duration * px_per_s
         text = {SYNC: "sync", CROSS_SYNC: "R_X / H"}.get(b.op, str(b.microbatch))
+        if b.chunk and row.kind == "stage":  # interleaved 1F1B: 3, 3', 3'' per chunk
+            text += "'" * b.chunk if b.chunk <= 3 else f"^{b.chunk}"
         if row.kind != "link" and full and width_px >= 7 * len(text) + 3 and row_px >= 10:
             labels.append((b.start + b.duration / 2, text))
     for (op, full), bars in groups.items():

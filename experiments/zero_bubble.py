@@ -14,12 +14,18 @@ entry). Reported: each zero-bubble schedule's simulated makespan over 1F1B's, th
 largest peak memory per device over 1F1B's, and whether the plan still fits its
 devices' memory.
 
-    python experiments/zero_bubble.py [--quick]
+``--interleaved`` runs only the interleaved 1F1B what-if instead
+(``results/zero_bubble_interleaved.md``): the same optimal plans (F = 1 and 0.1) replayed
+under ``interleaved:2`` and ``interleaved:4`` on a copy with ``M`` rounded up to a multiple
+of the plan's stages, against 1F1B and ZB-H1 at that ``M``.
+
+    python experiments/zero_bubble.py [--quick] [--interleaved]
 """
 
 from __future__ import annotations
 
 import dataclasses
+import sys
 import time
 
 import chainpipe as cp
@@ -246,5 +252,96 @@ def main() -> None:
             args.quick, time.perf_counter() - start, {})
 
 
+# --------------------------------------------------------------------------- interleaved 1F1B
+INTERLEAVED_NAME = "zero_bubble_interleaved"
+#: the schedules of the interleaved section; speed-ups are over the first
+INTERLEAVED_SCHEDULES = ("1f1b", "interleaved:2", "interleaved:4", "zb-h1")
+
+
+def interleaved_row(inst, limit: float) -> dict | None:
+    """The optimum of ``inst`` (as :func:`measure`) replayed under
+    :data:`INTERLEAVED_SCHEDULES` on a copy with ``M`` rounded up to a multiple of the
+    plan's stages (Megatron's order needs it; 1F1B at the same ``M``): speed-ups over 1F1B,
+    the largest peak memory per device over 1F1B's, fit, or the reason it does not apply."""
+    res = cp.solve(one_pipeline_classic(inst), "dp", time_limit=limit)
+    if res.plan is None:
+        return None
+    S = res.plan.num_stages
+    M = -(-inst.microbatches // S) * S
+    copy = dataclasses.replace(inst, training=dataclasses.replace(inst.training,
+                                                                  microbatches=M))
+    sims = simulate_schedules(copy, res.plan, INTERLEAVED_SCHEDULES)
+    base = sims[0]
+    peak = max(m.memory_bytes for m in base.memory)
+    row = {"S": S, "M": inst.microbatches, "M'": M,
+           "layers": min(st.end - st.start for st in res.plan.stages)}
+    for sim in sims[1:]:
+        if not hasattr(sim, "makespan_s"):
+            row[sim.schedule] = None
+            row[f"{sim.schedule} why"] = sim.reason
+            continue
+        row[sim.schedule] = base.makespan_s / sim.makespan_s
+        row[f"{sim.schedule} memory"] = max(m.memory_bytes for m in sim.memory) / peak
+        row[f"{sim.schedule} fits"] = sim.fits
+    return row
+
+
+def interleaved_main(quick: bool) -> None:
+    """The interleaved section alone: writes ``results/zero_bubble_interleaved.md``."""
+    from common import RESULTS, machine
+
+    sets = SETS_QUICK if quick else SETS_FULL
+    factors = (1.0, 0.1)
+    start = time.perf_counter()
+    rows = {}
+    for set_name in sets:
+        for entry in sorted(SETS[set_name], key=lambda e: e.stem):
+            base = cp.read(ROOT / set_name / f"{entry.stem}.json")
+            for F in factors:
+                rows[(base.name, F)] = r = interleaved_row(degrade(base, F), 120.0)
+                print(f"{base.name} F={F:g}: {r}", flush=True)
+    out = []
+    for F in factors:
+        for name in INTERLEAVED_SCHEDULES[1:]:
+            got = [r for (n, f), r in rows.items() if f == F and r is not None]
+            ok = [r for r in got if r[name] is not None]
+            out.append([f"{F:g}", name, f"{len(ok)} / {len(got)}",
+                        fmt(geomean([r[name] for r in ok])),
+                        fmt(min((r[name] for r in ok), default=None)),
+                        fmt(max((r[name] for r in ok), default=None)),
+                        fmt(geomean([r[f"{name} memory"] for r in ok])),
+                        sum(1 for r in ok if r[f"{name} fits"])])
+    detail = [[n, f"{F:g}", r["S"], r["M"], r["M'"], r["layers"]]
+              + [("-" if r[k] is None else f"{r[k]:.3f}" + ("" if r[f"{k} fits"] else " (!)"))
+                 for k in INTERLEAVED_SCHEDULES[1:]]
+              for (n, F), r in rows.items() if r is not None]
+    text = "\n".join([
+        "# Interleaved 1F1B on the optimal plans", "",
+        f"Machine: {machine()}. Run: `python experiments/zero_bubble.py --interleaved"
+        f"{' --quick' if quick else ''}`, {time.perf_counter() - start:.0f} s in all.", "",
+        f"Sets: {', '.join(sets)}, each at F = 1 and 0.1 (MAN bandwidth x F, latency / F); "
+        f"the plan is `dp`'s optimum under `classic` with one pipeline (as in "
+        f"`zero_bubble.md`), replayed on a copy of the instance with `M` rounded up to a "
+        f"multiple of the plan's stages `S` (Megatron's interleaved order needs it; 1F1B and "
+        f"ZB-H1 at the same `M'`) under `interleaved:2`, `interleaved:4` (the plan re-cut into "
+        f"`V` chunks per stage, docs/schedule.md) and ZB-H1 with the files' shares. "
+        f"Applicable: plans whose every stage holds at least `V` layers. Speed-up = 1F1B's "
+        f"makespan over the schedule's (geometric mean, min, max); memory = the largest peak "
+        f"memory per device over 1F1B's (geometric mean); fits = plans whose every stage fits "
+        f"under that schedule.", "",
+        table(["F", "schedule", "applicable", "speed-up", "min", "max", "memory", "fits"], out),
+        "", "## Per plan", "",
+        "(!): does not fit its devices' memory; -: not applicable (a stage of fewer than "
+        "`V` layers).", "",
+        table(["instance", "F", "S", "M", "M'", "fewest layers in a stage"]
+              + list(INTERLEAVED_SCHEDULES[1:]), detail), ""])
+    path = RESULTS / f"{INTERLEAVED_NAME}.md"
+    path.write_text(text, encoding="utf-8")
+    print(f"wrote {path}")
+
+
 if __name__ == "__main__":
-    main()
+    if "--interleaved" in sys.argv:  # the interleaved section alone (its own results file)
+        interleaved_main("--quick" in sys.argv)
+    else:
+        main()
