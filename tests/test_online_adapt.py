@@ -188,3 +188,19 @@ def test_replan_reuses_a_given_result():
     b = replan(old.instance, old.plan, new.instance)
     assert dataclasses.asdict(a)["new_plan"] == dataclasses.asdict(b)["new_plan"]
     assert (a.decision, a.move_s) == (b.decision, b.move_s)
+
+
+@pytest.mark.parametrize("policy", ["first-fit", "comm-unaware", "chain-dp", "cba", "gmc-mdp"])
+def test_every_default_policy_keeps_its_plans_at_their_new_time(policy):
+    """A link event under every default policy: each job it touches keeps its plan, timed by
+    the one cost model on the re-priced links; devices and wavelengths are conserved (the
+    run ends idle)."""
+    events = [(600.0, "a", "b", 0.05, 10), (900.0, "b", "c", 0.2, 2)]
+    res, pol = run(scenario(TWO, events), policy)
+    assert pol.adaptations and all(a.decision == "keep" for a in pol.adaptations)
+    for r in res.records:
+        if r.status == "accepted":
+            assert r.final.plan == r.placement.plan
+            assert r.final.iteration_time_s == evaluate(r.final.instance, r.final.plan
+                                                        ).iteration_time_s
+    assert res.extra["keep_count"] == len(pol.adaptations)

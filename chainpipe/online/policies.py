@@ -80,8 +80,13 @@ class Policy:
         """Called at every background step (after the traffic changed); default: nothing."""
 
     def report(self) -> dict:
-        """Extra figures of the policy for the summary (forecast errors); default none, or
-        the counts of its decisions on running jobs when a link event touched one."""
+        """Extra figures of the policy for the summary (forecast errors); default none. The
+        simulator adds the counts of its decisions on running jobs when a link event touched
+        one (:meth:`adaptation_report`)."""
+        return {}
+
+    def adaptation_report(self) -> dict:
+        """:func:`.adapt.counts` of its decisions at link events; none without any."""
         return counts(self.adaptations) if self.adaptations else {}
 
     def adapt(self, p: Placement, state: ResourceState, left: float,

@@ -295,7 +295,7 @@ def _close(run: Run, policy: Policy, state: ResourceState, end_s: float, solves_
     run.end_s = end_s
     if not state.idle():
         raise RuntimeError(f"{policy.name}: resources still held after every job finished")
-    run.extra = policy.report()
+    run.extra = {**policy.report(), **policy.adaptation_report()}
     run.solver_calls = policy.planner.solves - solves_before
     run.solve_cpu_s = policy.planner.solve_cpu_s - solve_cpu_before
     return run
