@@ -204,3 +204,35 @@ def test_every_default_policy_keeps_its_plans_at_their_new_time(policy):
             assert r.final.iteration_time_s == evaluate(r.final.instance, r.final.plan
                                                         ).iteration_time_s
     assert res.extra["keep_count"] == len(pol.adaptations)
+
+
+def test_simulate_command_runs_the_adapting_policy_and_reports_the_events(tmp_path, capsys):
+    import json
+
+    from chainpipe.cli import main
+
+    data = {"format": FORMAT, "name": "events",
+            "network": {"datacenters": [{"name": n, "gpus": [{"type": "A100-80GB", "count": 8}]}
+                                        for n in "abc"],
+                        "links": [{"between": ["a", "b"], "km": 20, "wavelengths": 4},
+                                  {"between": ["b", "c"], "km": 20, "wavelengths": 4}]},
+            "background": {"load": 0.0, "swing": 0.0, "change_s": 3600},
+            "jobs": {"patience_s": 0, "max_wavelengths": 2,
+                     "trace": [{"arrival_s": 0, "model": "gpt3-2.7b", "microbatches": 16,
+                                "iterations": 40000, "gpus": 12}]},
+            "events": [{"at_s": 600, "between": ["a", "b"], "bandwidth": 0.005,
+                        "latency": 100}]}
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps(data))
+    out = tmp_path / "out"
+    assert main(["simulate", str(path), "--policies", "chain-dp,chain-dp-replan", "--out",
+                 str(out), "-q"]) == 0
+    summary = (out / "summary.md").read_text()
+    assert "## Link events" in summary
+    assert "| chain-dp | 1 | 1 | 0 | 0 | 0.000 | 0.0 |" in summary
+    assert "| chain-dp-replan | 1 | 0 | 0 | 1 |" in summary
+    data["events"][0]["bandwidth"] = 0
+    path.write_text(json.dumps(data))
+    assert main(["simulate", str(path), "--out", str(tmp_path / "o2"), "-q"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"{path}: events[0].bandwidth: must be a finite number > 0, got 0"]

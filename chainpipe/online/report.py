@@ -158,6 +158,7 @@ def summary_markdown(runs: list[Run], scenario, seed: int) -> str:
               "the time-average share of GPUs held over the arrival window; span load the "
               "mean share of wavelengths in use (jobs and background). Solver calls are the "
               "planning solves a policy caused that no earlier policy of the run had cached."]
+    lines += adaptation_lines(runs, scenario)
     for run in runs:
         fc = run.extra.get("forecast")
         if not fc:
@@ -171,6 +172,29 @@ def summary_markdown(runs: list[Run], scenario, seed: int) -> str:
         if verdict := forecast_verdict(fc, run.policy):
             lines += ["", verdict]
     return "\n".join(lines) + "\n"
+
+
+def adaptation_lines(runs: list[Run], scenario) -> list[str]:
+    """``summary.md``'s section on the scenario's link events: per policy, what it did with
+    the running jobs they touched (:mod:`.adapt`); none without events."""
+    if not getattr(scenario, "events", ()):
+        return []
+    lines = ["", "## Link events", "",
+             f"{len(scenario.events)} link event(s). Per policy, the running jobs an event "
+             "touched and what the policy did: keep the plan (at its new T), re-plan on the "
+             "job's own devices, or move it (`chain-dp-replan` only); the time those decisions "
+             "saved against keeping, net of the moves; the moves' seconds. T above is each "
+             "job's at its placement.", "",
+             "| policy | touched | keep | re-plan | move | saved (h) | moves (s) |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
+    for run in runs:
+        e = run.extra
+        n = sum(e.get(k, 0) for k in ("keep_count", "replan_count", "move_count"))
+        lines.append(f"| {run.policy} | {n} | {e.get('keep_count', 0)} | "
+                     f"{e.get('replan_count', 0)} | {e.get('move_count', 0)} | "
+                     f"{e.get('adapt_gain_s', 0.0) / 3600:.3f} | "
+                     f"{e.get('adapt_move_s', 0.0):.1f} |")
+    return lines
 
 
 #: what each forecast method of :class:`~chainpipe.online.forecast.LoadForecaster` is, for a reader
