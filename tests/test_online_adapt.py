@@ -22,10 +22,10 @@ from chainpipe.solve import solve
 LINE = (("a", 8), ("b", 8), ("c", 8))
 
 
-def scenario(jobs, events=(), *, dcs=LINE, max_chain=3):
+def scenario(jobs, events=(), *, dcs=LINE, max_chain=3, devices=()):
     """A100-80GB DCs ``a - b - c`` on 20 km spans of 4 wavelengths, a job trace
     ``(arrival, model, M, iterations, gpus)``, no background traffic, link ``events``
-    ``(at_s, a, b, bandwidth, latency)``."""
+    ``(at_s, a, b, bandwidth, latency)`` and device events ``(at_s, dc, speed)``."""
     names = [n for n, _ in dcs]
     return scenario_from_dict({
         "format": FORMAT, "name": "events",
@@ -40,7 +40,9 @@ def scenario(jobs, events=(), *, dcs=LINE, max_chain=3):
                             "gpus": g} for t, m, M, it, g in jobs]},
         "planning": {"max_chain": max_chain},
         "events": [{"at_s": t, "between": [a, b], "bandwidth": bw, "latency": lat}
-                   for t, a, b, bw, lat in events],
+                   for t, a, b, bw, lat in events]
+        + [{"at_s": t, "datacenter": dc, "gpu": "A100-80GB", "speed": x}
+           for t, dc, x in devices],
     })
 
 
@@ -236,3 +238,43 @@ def test_simulate_command_runs_the_adapting_policy_and_reports_the_events(tmp_pa
     assert main(["simulate", str(path), "--out", str(tmp_path / "o2"), "-q"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"{path}: events[0].bandwidth: must be a finite number > 0, got 0"]
+
+
+# --------------------------------------------------------------------------- device events
+def test_device_events_are_read_and_bad_ones_named():
+    sc = scenario(BIG, [(900, "b", "c", 0.5, 1)], devices=[(600, "a", 0.3)])
+    assert [type(e).__name__ for e in sc.events] == ["DeviceEvent", "LinkEvent"]
+    assert (sc.events[0].datacenter, sc.events[0].gpu, sc.events[0].speed) == \
+        ("a", "A100-80GB", 0.3)
+    with pytest.raises(InstanceError) as exc:
+        scenario(BIG, devices=[(600, "z", 0.3), (700, "a", 0)])
+    assert exc.value.problems == [
+        "events[0]: datacenter 'z' has no GPUs of type 'A100-80GB' in network.datacenters",
+        "events[1].speed: must be a finite number > 0, got 0"]
+
+
+def test_a_slowed_dc_slows_a_kept_job_and_the_adapting_policy_moves_off_it():
+    """``a``'s GPUs at 30% of their rate: ``chain-dp`` keeps the plan at its new ``T`` (the
+    cost model's on the re-priced groups); ``chain-dp-replan`` moves the job to ``b + c``,
+    ending earlier by exactly its gain."""
+    devices = [(600.0, "a", 0.3)]
+    kept, kpol = run(scenario(BIG, devices=devices), "chain-dp")
+    moved, mpol = run(scenario(BIG, devices=devices), "chain-dp-replan")
+    (k,), (m,) = kpol.adaptations, mpol.adaptations
+    job = kept.records[0]
+    assert k.decision == "keep" and k.kept_s > 2 * k.before_s
+    assert k.kept_s == evaluate(job.final.instance, job.placement.plan).iteration_time_s
+    assert {g.flop_per_s for dc in job.final.instance.datacenters if dc.name == "a"
+            for g in dc.devices} == {0.3 * g.flop_per_s for dc in job.placement.instance
+                                     .datacenters if dc.name == "a" for g in dc.devices}
+    assert job.end_s == pytest.approx(600.0 + k.left * k.kept_s)
+    assert m.decision == "move" and moved.records[0].final.datacenters == ("b", "c")
+    assert kept.records[0].end_s - moved.records[0].end_s == pytest.approx(m.gain_s, rel=1e-9)
+
+
+def test_a_device_event_elsewhere_touches_no_job():
+    res, pol = run(scenario(TWO[:1], dcs=LINE[:2] + (("c", 8),), max_chain=2,
+                            devices=[(600.0, "c", 0.3)]), "chain-dp")
+    assert "c" not in res.records[0].placement.datacenters and pol.adaptations == []
+    assert res.records[0].end_s == pytest.approx(
+        20000 * res.records[0].placement.iteration_time_s)

@@ -1,9 +1,12 @@
-"""Running jobs when a link changes under them (scenario ``events``): keep, re-plan or move.
+"""Running jobs when the network changes under them (scenario ``events``): keep, re-plan or
+move.
 
-When an event changes a fibre link (``docs/online.md``, "Link events"), every running job
-whose reserved spans include it is asked about: its offer is re-priced on the links as
-they are now (:meth:`~.offers.Planner.reprice`: the same devices and wavelengths) and
-the running plan re-evaluated there (``T_kept``). A policy then decides
+When an event changes a fibre link or a DC's GPUs of one type (``docs/online.md``, "Link
+events", "Device events"), every running job whose reserved spans or devices it touches is
+asked about: its offer is re-priced on the network as it is now
+(:meth:`~.offers.Planner.reprice`: the same devices and wavelengths, the links' and the
+groups' rates of now) and the running plan re-evaluated there (``T_kept``). A policy then
+decides
 (:meth:`~.policies.Policy.adapt`):
 
 - **keep**: the running plan goes on at ``T_kept`` (every policy but ``chain-dp-replan``

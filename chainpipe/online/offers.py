@@ -89,6 +89,15 @@ def split_budget(budget: int, free: list[int]) -> list[int]:
     return give
 
 
+def device_group(dc: str, gpu_type: str, count: int, state: ResourceState):
+    """``count`` GPUs of ``gpu_type`` in ``dc`` as an instance's group, at the rate the events
+    leave them (:meth:`ResourceState.speed` times the catalogue's)."""
+    group = GPUS[gpu_type].group(count, nodes=True)
+    speed = state.speed(dc, gpu_type)
+    return group if speed == 1.0 else dataclasses.replace(group,
+                                                          flop_per_s=group.flop_per_s * speed)
+
+
 class Planner:
     """Builds offers and solves them, with a cache shared by every policy of a run.
 
@@ -151,7 +160,7 @@ class Planner:
             for g in templates:
                 n = min(left, state.free[(dc, g.type)])
                 if n > 0:
-                    groups.append(GPUS[g.type].group(n, nodes=True))
+                    groups.append(device_group(dc, g.type, n, state))
                     left -= n
             if built:
                 spans_of.append(tuple(pending))
@@ -175,13 +184,17 @@ class Planner:
             for spans in spans_of)
 
     def reprice(self, offer: Offer, state: ResourceState) -> Offer:
-        """``offer`` on the links as they are now: the same devices and wavelengths, each
-        link's bandwidth and latency under the events so far (what a running job sees)."""
+        """``offer`` on the network as it is now: the same devices and wavelengths, each
+        link's bandwidth and latency and each group's rate under the events so far (what a
+        running job sees)."""
         links = self.links(offer.link_spans, offer.wavelengths, state)
-        if links == offer.instance.links:
+        dcs = tuple(dataclasses.replace(dc, devices=tuple(
+            device_group(dc.name, g.type, g.count, state) for g in dc.devices))
+            for dc in offer.instance.datacenters)
+        if links == offer.instance.links and dcs == offer.instance.datacenters:
             return offer
-        return Offer(dataclasses.replace(offer.instance, links=links), offer.chain,
-                     offer.link_spans, offer.wavelengths)
+        return Offer(dataclasses.replace(offer.instance, links=links, datacenters=dcs),
+                     offer.chain, offer.link_spans, offer.wavelengths)
 
     # ------------------------------------------------------------------ solving
     def solve(self, offer: Offer, solver: str = "dp"):

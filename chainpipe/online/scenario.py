@@ -152,6 +152,18 @@ class LinkEvent:
 
 
 @dataclass(frozen=True)
+class DeviceEvent:
+    """A change of one DC's GPUs of one type under the jobs (``events``): from ``at_s`` on,
+    they sustain ``speed`` times their catalogue rate (throttling, a co-tenant, a failed
+    fan); relative to the catalogue, so 1 restores them."""
+
+    at_s: float
+    datacenter: str
+    gpu: str
+    speed: float = 1.0
+
+
+@dataclass(frozen=True)
 class TraceJob:
     """One job request of a trace."""
 
@@ -208,7 +220,7 @@ class Scenario:
     jobs: JobSpec
     planning: Planning
     seed: int = 0
-    events: tuple[LinkEvent, ...] = ()
+    events: tuple[LinkEvent | DeviceEvent, ...] = ()
 
     def with_jobs(self, count: int | None) -> Scenario:
         """The scenario with ``count`` job requests (``None``: unchanged); a trace is cut.
@@ -406,9 +418,11 @@ def _background(c: Problems, top: dict, spans: set) -> Background:
     )
 
 
-def _events(c: Problems, top: dict, spans: set, horizon: float) -> tuple[LinkEvent, ...]:
-    """``events``: link changes ``{"at_s", "between", "bandwidth", "latency"}``, sorted by
-    time (equal times in file order)."""
+def _events(c: Problems, top: dict, spans: set, horizon: float,
+            groups: set) -> tuple[LinkEvent | DeviceEvent, ...]:
+    """``events``: link changes ``{"at_s", "between", "bandwidth", "latency"}`` and device
+    changes ``{"at_s", "datacenter", "gpu", "speed"}``, sorted by time (equal times in file
+    order)."""
     if "events" not in top:
         return ()
     if isinstance(top["events"], list) and len(top["events"]) > MAX_STEPS:
@@ -418,6 +432,9 @@ def _events(c: Problems, top: dict, spans: set, horizon: float) -> tuple[LinkEve
     out = []
     for i, e in enumerate(c.items(top, "events", "")):
         p = f"events[{i}]"
+        if isinstance(e, dict) and "datacenter" in e:
+            out += _device_event(c, e, p, horizon, groups)
+            continue
         e = c.obj_optional(e, p, ("at_s", "between"), ("bandwidth", "latency"))
         if e is None:
             continue
@@ -434,6 +451,23 @@ def _events(c: Problems, top: dict, spans: set, horizon: float) -> tuple[LinkEve
             out.append(LinkEvent(float(at), tuple(sorted(ends)), float(bandwidth),
                                  float(latency)))
     return tuple(sorted(out, key=lambda ev: ev.at_s))
+
+
+def _device_event(c: Problems, e: dict, p: str, horizon: float, groups: set) -> list:
+    """One ``{"at_s", "datacenter", "gpu", "speed"}`` event (a list of it, or none)."""
+    e = c.obj_optional(e, p, ("at_s", "datacenter", "gpu"), ("speed",))
+    if e is None:
+        return []
+    at = _field(c, e, p, "at_s", at_most(NONNEG, horizon, "the horizon of a simulation"))
+    speed = _field(c, e, p, "speed", BANDWIDTH_FACTOR, 1.0)
+    dc, gpu_type = e.get("datacenter"), e.get("gpu")
+    if not (isinstance(dc, str) and isinstance(gpu_type, str)):
+        c.add(p, "datacenter and gpu must be strings")
+    elif (dc, gpu_type) not in groups:
+        c.add(p, f"datacenter {dc!r} has no GPUs of type {gpu_type!r} in network.datacenters")
+    elif at is not None:
+        return [DeviceEvent(float(at), dc, gpu_type, float(speed))]
+    return []
 
 
 def _iterations(v: Any) -> str | None:
@@ -582,7 +616,8 @@ def scenario_from_dict(data: Any) -> Scenario:
                                  f"got {jobs.patience_s:g}")
     planning = _planning(c, top)
     events = _events(c, top, {frozenset((ln.a, ln.b)) for ln in links},
-                     MAX_STEPS * background.change_s)
+                     MAX_STEPS * background.change_s,
+                     {(d.name, g.type) for d in dcs for g in d.gpus})
     if c.problems:
         raise InstanceError(c.problems)
     assert named
@@ -600,5 +635,5 @@ def read_scenario(path) -> Scenario:
 
 
 __all__ = ["FORMAT", "MAX_JOBS", "MAX_STEPS", "Background", "DatacenterSpec", "GpuSpec", "JobSpec",
-           "LinkEvent", "LinkSpec",
+           "DeviceEvent", "LinkEvent", "LinkSpec",
            "Planning", "Scenario", "TraceJob", "read_scenario", "scenario_from_dict"]

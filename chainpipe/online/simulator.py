@@ -25,7 +25,7 @@ from .jobs import JobRequest, horizon_s, horizon_text, job_stream
 from .network import Network, edge
 from .offers import Planner
 from .policies import Policy
-from .scenario import Scenario
+from .scenario import DeviceEvent, Scenario
 from .state import Placement, ResourceState
 from .traffic import BackgroundTraffic
 
@@ -218,11 +218,18 @@ class _Simulation:
         is adapted (:func:`_adapt`), then the waiting jobs are placed."""
         for ev in self.scenario.events:
             yield self.env.timeout(max(0.0, ev.at_s - self.env.now))
-            span = edge(*ev.between)
-            self.state.impair(span, ev.bandwidth, ev.latency)
-            for jid in sorted(self.running):
-                if span in self.running[jid].placement.wavelengths:
-                    _adapt(self.policy, self.state, self.running[jid], self.env.now)
+            if isinstance(ev, DeviceEvent):
+                key = (ev.datacenter, ev.gpu)
+                self.state.slow(*key, ev.speed)
+                touched = [j for j in sorted(self.running)
+                           if key in self.running[j].placement.devices]
+            else:
+                span = edge(*ev.between)
+                self.state.impair(span, ev.bandwidth, ev.latency)
+                touched = [j for j in sorted(self.running)
+                           if span in self.running[j].placement.wavelengths]
+            for jid in touched:
+                _adapt(self.policy, self.state, self.running[jid], self.env.now)
             self.sample()
             self.schedule()
 

@@ -85,6 +85,9 @@ class ResourceState:
     #: ``{span: (bandwidth factor, latency factor)}`` of the links an event changed
     #: (scenario ``events``); a span not in it is nominal
     impairment: dict[Edge, tuple[float, float]] = field(default_factory=dict)
+    #: ``{(dc, gpu type): speed}`` of the GPUs an event slowed (scenario ``events``); a
+    #: group not in it runs at its catalogue rate
+    slowdown: dict[tuple[str, str], float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.total = {(dc, g.type): g.count for dc, groups in self.network.groups.items()
@@ -124,6 +127,7 @@ class ResourceState:
         other.network, other.total = self.network, self.total
         other.free, other.reserved = dict(self.free), dict(self.reserved)
         other.background, other.impairment = dict(self.background), dict(self.impairment)
+        other.slowdown = dict(self.slowdown)
         return other
 
     def idle(self) -> bool:
@@ -163,6 +167,18 @@ class ResourceState:
             self.impairment.pop(span, None)
         else:
             self.impairment[span] = (bandwidth, latency)
+
+    def speed(self, dc: str, gpu_type: str) -> float:
+        """The share of its catalogue rate ``dc``'s GPUs of ``gpu_type`` sustain now."""
+        return self.slowdown.get((dc, gpu_type), 1.0)
+
+    def slow(self, dc: str, gpu_type: str, speed: float) -> None:
+        """From now on ``dc``'s GPUs of ``gpu_type`` run at ``speed`` times their catalogue
+        rate (1: nominal again)."""
+        if speed == 1.0:
+            self.slowdown.pop((dc, gpu_type), None)
+        else:
+            self.slowdown[(dc, gpu_type)] = speed
 
     def set_background(self, targets: Mapping[Edge, int]) -> None:
         """Background lightpaths per span: the target, capped by what jobs leave free."""
