@@ -17,8 +17,8 @@ POLICY_LINES = {
 POLICIES = tuple(POLICY_LINES)
 #: policies run only when named (``simulate --policies``), with their lines
 EXTRA_POLICY_LINES = {
-    "chain-dp-replan": "chain-dp, then on a link event keep, re-plan or move each running "
-                       "job it touches (chainpipe.replan)",
+    "chain-dp-replan": "chain-dp, then on a link or device event keep, re-plan or move each "
+                       "running job it touches (chainpipe.replan)",
 }
 #: every policy name ``--policies`` accepts
 ALL_POLICIES = POLICIES + tuple(EXTRA_POLICY_LINES)

@@ -17,10 +17,11 @@ it returns. Every plan a policy returns is timed by the one cost model
   free devices and the wavelengths free now (up to the job's allowance); the
   best plan is placed and its wavelengths reserved.
 - ``cba`` (:mod:`.cba`) and ``gmc-mdp`` (:mod:`.gmc_mdp`).
-- ``chain-dp-replan``: ``chain-dp``'s placements; when a link event changes a running
-  job's links it keeps, re-plans or moves the job, whichever leaves the least time
-  (:mod:`.adapt`, through :func:`chainpipe.replan.replan`). Every other policy keeps its
-  running plans on the changed links. Not among the default policies of ``simulate``.
+- ``chain-dp-replan``: ``chain-dp``'s placements; when a link or device event changes a
+  running job's links or GPUs it keeps, re-plans or moves the job, whichever leaves the
+  least time (:mod:`.adapt`, through :func:`chainpipe.replan.replan`). Every other policy
+  keeps its running plans on the changed network. Not among the default policies of
+  ``simulate``.
 """
 
 from __future__ import annotations
@@ -81,12 +82,12 @@ class Policy:
 
     def report(self) -> dict:
         """Extra figures of the policy for the summary (forecast errors); default none. The
-        simulator adds the counts of its decisions on running jobs when a link event touched
+        simulator adds the counts of its decisions on running jobs when a link or device event touched
         one (:meth:`adaptation_report`)."""
         return {}
 
     def adaptation_report(self) -> dict:
-        """:func:`.adapt.counts` of its decisions at link events; none without any."""
+        """:func:`.adapt.counts` of its decisions at link and device events; none without any."""
         return counts(self.adaptations) if self.adaptations else {}
 
     def adapt(self, p: Placement, state: ResourceState, left: float,

@@ -2,13 +2,13 @@
 
 Events: job arrivals (the stream of :func:`~.jobs.job_stream`), job finishes
 (``iterations x T`` after the start), background steps (every
-``background.change_s``), patience running out, and the scenario's link events
-(``events``). After each arrival, finish, background step and link event the
-policy is asked to place the waiting jobs; a job still waiting when its
-patience runs out is blocked. A link event first asks the policy about every
-running job whose reserved spans include the link (:meth:`Policy.adapt`): the
-job goes on at the new ``T`` of its plan, or pauses for a move and goes on at
-its new plan's; its finish moves accordingly. Equal times are
+``background.change_s``), patience running out, and the scenario's link and
+device events (``events``). After each arrival, finish, background step and event
+the policy is asked to place the waiting jobs; a job still waiting when its
+patience runs out is blocked. An event first asks the policy about every
+running job whose reserved spans include the link, or which holds the GPUs
+(:meth:`Policy.adapt`): the job goes on at the new ``T`` of its plan, or pauses
+for a move and goes on at its new plan's; its finish moves accordingly. Equal times are
 handled in the order simpy schedules them, which depends only on the scenario
 and the seed: the same inputs give the same records.
 """
@@ -39,9 +39,9 @@ class JobRecord:
     start_s: float | None = None
     placement: Placement | None = None
     reason: str = ""
-    #: when it finished (``start + iterations x T`` unless a link event changed its pace)
+    #: when it finished (``start + iterations x T`` unless an event changed its pace)
     end_s: float | None = None
-    #: its placement at the end (``placement`` unless a link event changed it)
+    #: its placement at the end (``placement`` unless an event changed it)
     final: Placement | None = None
 
     @property
@@ -177,7 +177,7 @@ class _Simulation:
             try:
                 yield self.env.timeout(job.remaining_s(self.env.now))
                 break
-            except simpy.Interrupt:  # a link event changed its pace: wait again
+            except simpy.Interrupt:  # an event changed its pace: wait again
                 continue
         self.state.release(job.placement)
         del self.running[job.placement.job.id]
