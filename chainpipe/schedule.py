@@ -2,7 +2,9 @@
 
 :func:`simulate_pipeline` runs a plan's 1F1B or GPipe schedule (the instance's, or
 as a what-if any of :data:`SCHEDULES`, the zero-bubble ZB-H1 and ZB-H2 included:
-their backward split into ``B`` and a deferred ``W``, :func:`stage_order`) as an event
+their backward split into ``B`` and a deferred ``W``, :func:`stage_order`; or
+interleaved 1F1B, ``interleaved:V``, on the plan re-cut into ``V`` chunks per stage,
+:func:`interleaved_layout`, :func:`interleaved_order`) as an event
 simulation on the resources and times of the cost model
 (:func:`chainpipe.plan.evaluate`): one device per stage, which runs one block
 at a time (a microbatch's forward block of the stage's ``f_s`` or backward block
