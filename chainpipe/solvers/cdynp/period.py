@@ -41,6 +41,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from ... import cost
 from ...deadline import Deadline
 from ..dp_period import Rule, hull_prepend, new_loops, phase_options
@@ -181,6 +183,8 @@ class PeriodDP:
         zero = (0,) * G
         self._count = [int(min(c, L * self.t.widest)) for c in self.t.count]
         self._need_at = [self.t.in_flight(r + 1) for r in range(self.R + 1)]
+        self._need_arr = np.array(self._need_at, dtype=float)
+        self._no_pre = np.zeros(1)
         states: list[dict] = [dict() for _ in range(L + 1)]
         for x, labels in base.items():
             states[x][zero] = list(labels)
@@ -233,53 +237,43 @@ class PeriodDP:
 
     def _extend_layer(self, x, layer, refs, states, limit, zero, prefix) -> None:
         """Prepend every candidate stage ``[a, x)`` to the labels of ``layer``, adding the
-        images whose bound stays within ``limit`` to ``states[a]``."""
-        pre_sum, pre_max = prefix if prefix is not None else (None, None)
-        M, count, need_at = self.M, self._count, self._need_at
-        stages = [self._stages(g, x) for g in range(self.t.G)]
+        images whose bound stays within ``limit`` to ``states[a]`` (the loop over labels
+        and stages compiled: :func:`.period_fast.extend`)."""
+        from .period_fast import extend
+
+        pre_sum, pre_max = prefix if prefix is not None else (self._no_pre, self._no_pre)
+        count = self._count
+        groups = [_runs(self._stages(g, x)) for g in range(self.t.G)]
+        hi_m, hi_lim = self._hi if self.frontier is not None else (self.M, math.inf)
+        ints = np.array([self.M, self.R, self.gpipe, self.frontier is not None, hi_m,
+                         prefix is not None], dtype=np.int64)
         for u, labels in layer.items():
             self.deadline.check()
             internal = u != zero
-            U = float(self.u_int[x]) if internal else 0.0
-            Q = float(self.q_int[x]) if internal else 0.0
-            for g in range(self.t.G):
-                free = count[g] - u[g]
-                for c, w, run in stages[g]:
-                    if w > free:
-                        continue
+            fs = np.array([float(self.u_int[x]) if internal else 0.0,
+                           float(self.q_int[x]) if internal else 0.0, limit, hi_lim])
+            S, H, HL = _label_arrays(labels)
+            ref_u = refs[u]
+            for g, (pairs, widths, runs, ptr) in enumerate(groups):
+                use = widths <= count[g] - u[g]
+                size = len(labels) * int((ptr[1:] - ptr[:-1])[use].sum())
+                if not size:
+                    continue
+                out_S, out_H = np.empty((size, 5)), np.empty(size * (H.shape[1] + 1))
+                out_HL, src = np.empty(size + 1, dtype=np.int64), np.empty((size, 3), np.int64)
+                k, cut = extend(S, H, HL, runs, ptr, use, self._need_arr, fs, ints, pre_sum,
+                                pre_max, out_S, out_H, out_HL, src)
+                self.bound_cut |= bool(cut)
+                if not k:
+                    continue
+                flat, at = out_H[:out_HL[k]].tolist(), out_HL[:k + 1].tolist()
+                for (x1, x2, total, sync, p), o, o2, (q, lab, r) in zip(
+                        out_S[:k].tolist(), at, at[1:], src[:k].tolist()):
+                    w = int(widths[q])
                     nu = u[:g] + (u[g] + w,) + u[g + 1:]
-                    for lab, ref in zip(labels, refs[u]):
-                        x1, x2, total, sync, p = lab[:5]
-                        need = need_at[p]
-                        for a, C, f, b, R, n in run:
-                            if need > n:
-                                break  # a longer stage stashes no more
-                            # what the stage costs before its loops: a lower bound that
-                            # only grows along the run, then with the prefix's
-                            if self.gpipe:
-                                per = max(x1, f, U) + max(x2, b, U)
-                            else:
-                                per = max(x1, C, U)
-                            fill, syn = total + C + Q, max(sync, R)
-                            if self._over(M, per, 0.0, fill, syn, limit):
-                                self.bound_cut = True
-                                break
-                            if pre_sum is not None and self._over(
-                                    M, max(per, pre_max[a]), 0.0, fill + pre_sum[a], syn,
-                                    limit):
-                                self.bound_cut = True
-                                continue
-                            new = prepend(lab[:6], (C, f, b, R), U, Q, M=M,
-                                          gpipe=self.gpipe, p_cap=self.R)
-                            if pre_sum is None:
-                                out = self._over(M, new[0], new[1], new[2], new[3], limit)
-                            else:
-                                out = self._over(M, max(new[0] + new[1], pre_max[a]), 0.0,
-                                                 new[2] + pre_sum[a], new[3], limit)
-                            if out:
-                                self.bound_cut = True
-                                continue
-                            states[a].setdefault(nu, []).append((*new, (g, c, ref)))
+                    states[int(runs[ptr[q] + r, 0])].setdefault(nu, []).append(
+                        (x1, x2, total, sync, int(p), tuple(flat[o:o2]),
+                         (g, int(pairs[q]), ref_u[lab])))
 
     def _over(self, M: int, x1: float, x2: float, total: float, sync: float,
               limit: float) -> bool:
@@ -298,6 +292,30 @@ class PeriodDP:
     def end_label() -> tuple:
         """The base label of the model's end: nothing placed."""
         return (0.0, 0.0, 0.0, 0.0, 0, (), (END, 0, 0))
+
+
+def _runs(stages: list) -> tuple:
+    """A group's runs (:meth:`PeriodDP._stages`) as arrays: pairs, widths, the rows ``a, C,
+    f, b, R, n`` of every run one after another and where each starts (``ptr``)."""
+    pairs = np.array([c for c, _w, _run in stages], dtype=np.int64)
+    widths = np.array([w for _c, w, _run in stages], dtype=np.int64)
+    rows = [row for _c, _w, run in stages for row in run]
+    runs = np.array(rows, dtype=float).reshape(-1, 6)
+    ptr = np.zeros(len(stages) + 1, dtype=np.int64)
+    ptr[1:] = np.cumsum([len(run) for _c, _w, run in stages])
+    return pairs, widths, runs, ptr
+
+
+def _label_arrays(labels: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``S`` (``x1, x2, total, sync, p`` per label), the majorants padded with 0 and their
+    lengths, of label tuples ``(x1, x2, total, sync, p, hull, ...)``."""
+    S = np.array([lab[:5] for lab in labels], dtype=float).reshape(-1, 5)
+    HL = np.array([len(lab[5]) for lab in labels], dtype=np.int64)
+    H = np.zeros((len(labels), max(1, int(HL.max(initial=0)))))
+    for i, lab in enumerate(labels):
+        if lab[5]:
+            H[i, :len(lab[5])] = lab[5]
+    return S, H, HL
 
 
 def concave_majorant(values) -> tuple:

@@ -1,0 +1,114 @@
+"""The inner loop of a DC's period DP, compiled (:meth:`.period.PeriodDP._extend_layer`).
+
+One call prepends a run of candidate stages ``[a, x)`` (one group, one pair, ``a``
+descending, so ``C``, ``f``, ``b`` and ``R`` never fall along it) to every label of one
+state, with exactly the tests and the arithmetic of the module :mod:`.period` states: the
+stash test, the bound before the stage's loops (which ends the run: it only grows along
+it), the bound with the prefix's optimistic terms, then the new label by
+:func:`~chainpipe.solvers.period_kernel.new_loops` and
+:func:`~chainpipe.solvers.period_kernel.hull_prepend` (``dp``'s compiled rules) and the
+bound on it. ``T = total + (M - 1)(x1 + x2) + sync`` as
+:func:`chainpipe.cost.iteration_time` computes it (same operations, same order).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from ..period_kernel import hull_prepend, new_loops
+
+
+@njit(cache=True)
+def _over(x1, x2, total, sync, w, limit, w_hi, limit_hi, frontier):
+    """``T`` above ``limit`` at weight ``w`` (``M - 1``), and in a frontier run above
+    ``limit_hi`` at ``w_hi`` too."""
+    if total + w * (x1 + x2) + sync <= limit:
+        return False
+    if not frontier:
+        return True
+    return total + w_hi * (x1 + x2) + sync > limit_hi
+
+
+@njit(cache=True)
+def extend(S, H, HL, runs, ptr, use, need_at, fs, ints, pre_sum, pre_max, out_S, out_H,
+           out_HL, out_src):
+    """Prepend the stages of every run ``q`` with ``use[q]`` (rows ``ptr[q]:ptr[q + 1]``
+    of ``runs``) to the labels ``S`` (rows ``x1, x2, total, sync, p``; majorants ``H[l,
+    :HL[l]]``) and write the images within the bound to ``out_*``, run by run, label by
+    label.
+
+    ``runs`` rows: ``a, C, f, b, R, n`` (``n`` the most microbatches the stage holds);
+    ``fs = [U, Q, limit, limit_hi]``; ``ints = [M, p_cap, gpipe, frontier, m_hi, prefix]``;
+    ``out_src[k] = (run, label, row)`` of image ``k``, its majorant ``out_H[out_HL[k]:
+    out_HL[k + 1]]``. Returns ``(images, cut)``,
+    ``cut``: whether the bound dropped any image.
+    """
+    k, cut = 0, False
+    tmp = np.empty((1, H.shape[1] + 1))
+    out_HL[0] = 0
+    for q in range(len(use)):
+        if use[q]:
+            k, c = _extend_run(S, H, HL, runs[ptr[q]:ptr[q + 1]], q, need_at, fs, ints,
+                               pre_sum, pre_max, out_S, out_H, out_HL, out_src, k, tmp)
+            cut = cut or c
+    return k, cut
+
+
+@njit(cache=True)
+def _extend_run(S, H, HL, run, q, need_at, fs, ints, pre_sum, pre_max, out_S, out_H,
+                out_HL, out_src, k, tmp):
+    """:func:`extend` for one run ``q``, images from ``out_*[k]`` on (``tmp``: a row for
+    :func:`~chainpipe.solvers.period_kernel.hull_prepend`)."""
+    U, Q, limit, limit_hi = fs[0], fs[1], fs[2], fs[3]
+    M, p_cap, gpipe, frontier, m_hi, prefix = (ints[0], ints[1], ints[2] != 0,
+                                               ints[3] != 0, ints[4], ints[5] != 0)
+    w, w_hi = float(M - 1), float(m_hi - 1)
+    cut = False
+    for lab in range(S.shape[0]):
+        x1, x2, total, sync = S[lab, 0], S[lab, 1], S[lab, 2], S[lab, 3]
+        p = int(S[lab, 4])
+        need = need_at[p]
+        for r in range(run.shape[0]):
+            a = int(run[r, 0])
+            C, f, b, R, n = run[r, 1], run[r, 2], run[r, 3], run[r, 4], run[r, 5]
+            if need > n:
+                break  # a longer stage stashes no more
+            if gpipe:
+                per = max(x1, f, U) + max(x2, b, U)
+            else:
+                per = max(x1, C, U)
+            fill, syn = total + C + Q, max(sync, R)
+            if _over(per, 0.0, fill, syn, w, limit, w_hi, limit_hi, frontier):
+                cut = True
+                break
+            if prefix and _over(max(per, pre_max[a]), 0.0, fill + pre_sum[a], syn, w,
+                                limit, w_hi, limit_hi, frontier):
+                cut = True
+                continue
+            n_h = 0
+            if gpipe:
+                nx1, nx2, np_ = max(x1, f, U), max(x2, b, U), 0
+            else:
+                nx1, nx2 = max(x1, C, U), 0.0
+                if p < M - 1 and HL[lab] > 0:
+                    nx1 = max(nx1, new_loops(H, lab, HL[lab], C, Q))
+                np_ = min(p + 1, p_cap)
+                if np_ < M - 1:
+                    n_h = hull_prepend(H, lab, HL[lab], C, Q, tmp, 0)
+            if prefix:
+                out = _over(max(nx1 + nx2, pre_max[a]), 0.0, fill + pre_sum[a], syn, w,
+                            limit, w_hi, limit_hi, frontier)
+            else:
+                out = _over(nx1, nx2, fill, syn, w, limit, w_hi, limit_hi, frontier)
+            if out:
+                cut = True
+                continue
+            out_S[k, 0], out_S[k, 1], out_S[k, 2], out_S[k, 3] = nx1, nx2, fill, syn
+            out_S[k, 4] = np_
+            o = out_HL[k]
+            out_H[o:o + n_h] = tmp[0, :n_h]
+            out_HL[k + 1] = o + n_h
+            out_src[k, 0], out_src[k, 1], out_src[k, 2] = q, lab, r
+            k += 1
+    return k, cut
