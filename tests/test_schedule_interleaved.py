@@ -278,3 +278,57 @@ def test_plot_draws_interleaved_and_refuses_an_inapplicable_one(files, tmp_path,
                  "--schedule", "interleaved:3"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "at least 3 layers per stage" in err[0]
+
+
+# --------------------------------------------------------------------------- against Megatron-Core
+def _megatron_functions() -> dict:
+    """``get_schedule_table`` and ``get_pp_rank_microbatches`` from the installed
+    Megatron-Core's ``pipeline_parallel/schedules.py`` (its module imports PyTorch, so the
+    two pure functions are taken from its source)."""
+    import ast
+    import importlib.util
+    import typing
+    from pathlib import Path
+
+    spec = importlib.util.find_spec("megatron")
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip("megatron-core is not installed")
+    path = Path(list(spec.submodule_search_locations)[0]) / "core" / "pipeline_parallel" / \
+        "schedules.py"
+    if not path.exists():
+        pytest.skip("megatron-core has no pipeline_parallel/schedules.py")
+    tree = ast.parse(path.read_text())
+    wanted = [n for n in tree.body if isinstance(n, ast.FunctionDef)
+              and n.name in ("get_schedule_table", "get_pp_rank_microbatches")]
+    namespace = {"Optional": typing.Optional, "P2PCommunicator": object,
+                 "parallel_state": None}
+    exec(compile(ast.Module(wanted, []), str(path), "exec"), namespace)  # noqa: S102
+    return namespace
+
+
+def test_orders_are_megatron_cores_own():
+    """Megatron-Core's schedule table (``microbatch_group_size_per_vp_stage = S``) and its
+    warm-up count give every rank's order of forwards and backwards, one forward then one
+    backward in the steady state: exactly :func:`interleaved_order`."""
+    mc = _megatron_functions()
+
+    class Group:
+        def __init__(self, size, rank):
+            self.size, self.rank = (lambda: size), (lambda: rank)
+
+    class Communicator:
+        def __init__(self, size, rank, v):
+            self.pp_group, self.virtual_pipeline_model_parallel_size = Group(size, rank), v
+
+    for S, v, M in [(2, 2, 2), (2, 2, 6), (4, 2, 8), (3, 3, 6), (4, 4, 4), (5, 2, 15)]:
+        table = mc["get_schedule_table"](M, v, S)
+        for s in range(S):
+            _total, _all, warm, rest = mc["get_pp_rank_microbatches"](
+                M, v, S, p2p_communicator=Communicator(S, s, v))
+            fwd = [("F", m, k) for m, k in table]
+            bwd = [("B", m, v - 1 - k) for m, k in table]
+            expected = fwd[:warm]
+            for i in range(rest):
+                expected += [fwd[warm + i], bwd[i]]
+            expected += bwd[rest:]
+            assert interleaved_order(S, s, M, v) == expected, (S, v, M, s)
