@@ -93,7 +93,7 @@ class Adaptation:
 
 
 def kept(planner, p: Placement, state: ResourceState) -> Placement:
-    """``p`` on the links as they are now: its offer re-priced, its plan re-evaluated."""
+    """``p`` on the network as it is now: its offer re-priced, its plan re-evaluated."""
     offer = planner.reprice(p.offer, state)
     if offer is p.offer:
         return p
@@ -126,11 +126,21 @@ def replan_in_place(policy, p: Placement, now_p: Placement, left: float):
 
 def covering_path(network, dcs: set[str]) -> tuple[str, ...] | None:
     """The shortest simple fibre path (by km, then names) through every DC of ``dcs``,
-    ending at two of them; ``None`` if no simple path joins them all."""
+    ending at two of them; ``None`` if no simple path joins them all (remembered per
+    network and set)."""
     import networkx as nx
 
     if len(dcs) == 1:
         return tuple(dcs)
+    cache = network.__dict__.setdefault("_covering_paths", {})
+    key = frozenset(dcs)
+    if key not in cache:
+        cache[key] = _covering_path(nx, network, dcs)
+    return cache[key]
+
+
+def _covering_path(nx, network, dcs: set[str]) -> tuple[str, ...] | None:
+    """:func:`covering_path`, searched."""
     best, best_key = None, None
     ends = sorted(dcs)
     for i, a in enumerate(ends):
