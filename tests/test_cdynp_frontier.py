@@ -179,3 +179,39 @@ def test_a_frontier_report_is_checked_across_hosts():
                 {"first": 8, "last": 15, "lines": [], "x": 1}]:
         assert not _frontier_ok(bad), bad
 
+
+
+def test_frontier_runs_across_hosts_equal_in_process(monkeypatch, tmp_path):
+    """The owner in this process with its agents on their own TLS servers (``chainpipe
+    agent serve`` processes): with frontier runs (blocks from 2 on, so that ``M = 8``
+    of ``v3-small-02`` uses them), the same plan, ``T`` and byte-identical traces as in
+    process, and frontier runs were made."""
+    import json
+    from pathlib import Path
+
+    from test_cdynp_hosts import Cluster
+
+    from chainpipe.io import read
+    from chainpipe.solvers.cdynp import tls
+    from chainpipe.solvers.cdynp.remote import solve_remote
+    from helpers import assert_same_trace_files
+
+    path = Path(__file__).resolve().parents[1] / "instances/v3/small/v3-small-02-two-pipelines.json"
+    monkeypatch.setattr(RangeRuns, "frontier_from", 2)
+    cluster = Cluster(path, tmp_path / "split")
+    try:
+        c = cluster.dir / "certs"
+        ctx = tls.context("client", c / "ca.pem", c / "owner.pem", c / "owner.key")
+        remote, _ev = solve_remote(json.loads(cluster.public.read_text()),
+                                   json.loads(cluster.agents.read_text()), ctx,
+                                   time_limit=120, trace_dir=tmp_path / "remote")
+        local = solve(read(path), "cdynp", trace_dir=tmp_path / "local")
+        assert remote.status == local.status == "optimal"
+        assert remote.iteration_time == local.iteration_time
+        assert remote.plan.to_dict() == local.plan.to_dict()
+        assert remote.stats["frontier_runs"] == local.stats["frontier_runs"] > 0
+        assert remote.stats["frontier_settled"] == local.stats["frontier_settled"] > 0
+        assert_same_trace_files(tmp_path / "local", tmp_path / "remote")
+        assert any(p.name.startswith("frontier-") for p in (tmp_path / "remote").iterdir())
+    finally:
+        cluster.stop()
