@@ -12,6 +12,16 @@ learns a bound on the prefix: what the prefix pass buys). Writes
 
     .venv/bin/python benchmarks/cdynp_speed.py      # medium (9 runs), large (3), hybrid (3, 1)
     .venv/bin/python benchmarks/cdynp_speed.py --sets hybrid/medium --repeat 5
+
+With ``--v3`` the contract-v3 sets instead (default ``v3/small v3/medium``), each solve
+under ``--time-limit`` (default 200 s), one run each on ``v3/medium`` (``--repeat`` on
+``v3/small``, default 3), beside the owner's range runs: how many, how many were
+frontier runs (``docs/privacy.md``, "T_p as a function of M_p"), how many values the
+frontier runs settled and how many they left to a run at that ``M_p``; with
+``--no-frontier`` also one solve with one range run per ``M_p`` (as before the frontier
+runs). Writes ``benchmarks/results/cdynp_speed_v3.md``.
+
+    .venv/bin/python benchmarks/cdynp_speed.py --v3 --no-frontier --sets v3/small
 """
 
 from __future__ import annotations
@@ -48,7 +58,16 @@ def main() -> None:
     ap.add_argument("--sets", nargs="+",
                     default=["medium", "large", "hybrid/medium", "hybrid/large"])
     ap.add_argument("--repeat", type=int, default=None, help="runs per solver (default: 9 medium, 3 large)")
+    ap.add_argument("--v3", action="store_true", help="the contract-v3 sets (see above)")
+    ap.add_argument("--time-limit", type=float, default=200.0, help="with --v3: per solve")
+    ap.add_argument("--no-frontier", action="store_true",
+                    help="with --v3: also one solve without frontier runs")
     args = ap.parse_args()
+    if args.v3:
+        from cdynp_speed_v3 import main_v3
+
+        main_v3(args, OUT)
+        return
     rows = []
     for name in args.sets:
         files = sorted(p for p in (ROOT / "instances" / name).glob("*.json")

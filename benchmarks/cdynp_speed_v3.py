@@ -1,0 +1,140 @@
+"""``cdynp_speed.py --v3``: exact CDynP against dp on the contract-v3 sets.
+
+Imported by :mod:`cdynp_speed` (run that script); writes
+``benchmarks/results/cdynp_speed_v3.md``.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import time
+from pathlib import Path
+
+from chainpipe.io import read
+from chainpipe.solve import solve
+from chainpipe.solvers.cdynp.pipelines import RangeRuns
+
+ROOT = Path(__file__).resolve().parents[1]
+#: the issue's target: exact cdynp within this factor of dp's time
+TARGET = 3.0
+
+
+def _timed(inst, solver: str, limit: float, repeat: int):
+    """The least CPU time of ``repeat`` solves and the last result."""
+    best, res = float("inf"), None
+    for _ in range(repeat):
+        t0 = time.process_time()
+        res = solve(inst, solver, time_limit=limit)
+        best = min(best, time.process_time() - t0)
+    return res, best
+
+
+def _no_frontier(inst, limit: float):
+    """One cdynp solve with one range run per ``M_p`` (no frontier runs)."""
+    keep = RangeRuns.frontier_from
+    RangeRuns.frontier_from = 2**62
+    try:
+        return _timed(inst, "cdynp", limit, 1)
+    finally:
+        RangeRuns.frontier_from = keep
+
+
+def _row(name: str, path: Path, args) -> dict:
+    inst = read(path)
+    repeat = 1 if not name.endswith("small") else (args.repeat or 3)
+    ref, dp_s = _timed(inst, "dp", args.time_limit, repeat)
+    res, cd_s = _timed(inst, "cdynp", args.time_limit, repeat)
+    st = res.stats
+    tr = inst.training
+    row = {"set": name, "instance": path.stem, "K": inst.num_datacenters, "L": inst.num_layers,
+           "M": tr.microbatches, "schedule": tr.schedule,
+           "pipelines": list(tr.parallelism.pipelines), "repeat": repeat,
+           "dp": ref.status, "dp_T": ref.iteration_time, "dp_s": dp_s,
+           "cdynp": res.status, "cdynp_T": res.iteration_time, "cdynp_s": cd_s,
+           "range_runs": st.get("range_runs"), "frontier_runs": st.get("frontier_runs"),
+           "settled": st.get("frontier_settled"), "unsettled": st.get("frontier_unsettled"),
+           "labels": st.get("labels"), "max_msg": st.get("message_bytes_max"),
+           "message": res.message}
+    if args.no_frontier:
+        off, off_s = _no_frontier(inst, args.time_limit)
+        row.update(off=off.status, off_T=off.iteration_time, off_s=off_s,
+                   off_runs=off.stats.get("range_runs"))
+    return row
+
+
+def main_v3(args, out: Path) -> None:
+    """Every instance of the v3 sets, then the results file."""
+    sets = args.sets if args.sets != ["medium", "large", "hybrid/medium", "hybrid/large"] \
+        else ["v3/small", "v3/medium"]
+    rows = []
+    for name in sets:
+        for path in sorted(p for p in (ROOT / "instances" / name).glob("*.json")
+                           if p.name != "manifest.json"):
+            rows.append(_row(name, path, args))
+            r = rows[-1]
+            print(f"{r['instance']}: dp {r['dp']} {r['dp_s']:.1f}s cdynp {r['cdynp']} "
+                  f"{r['cdynp_s']:.1f}s runs {r['range_runs']} frontier {r['frontier_runs']}"
+                  + (f" without frontier {r['off']} {r['off_s']:.1f}s {r['off_runs']} runs"
+                     if "off" in r else ""), flush=True)
+    write_v3(rows, args, out)
+
+
+def _same(a, b) -> bool:
+    return a is not None and b is not None and abs(a - b) <= 1e-9 * abs(b)
+
+
+def _ratio(r: dict) -> str:
+    if r["dp"] == "optimal" and r["cdynp"] == "optimal":
+        return f"{r['cdynp_s'] / r['dp_s']:.1f}x"
+    return "-"
+
+
+def write_v3(rows: list[dict], args, out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    cpu = platform.processor() or platform.machine()
+    off = any("off" in r for r in rows)
+    lines = [
+        "# CDynP (exact) against dp on the contract-v3 sets: search time",
+        "",
+        (f"Machine: {os.cpu_count()} cores ({cpu}), shared with other work; Python "
+         f"{platform.python_version()}. Run: `benchmarks/cdynp_speed.py --v3 --sets "
+         f"{' '.join(dict.fromkeys(r['set'] for r in rows))} --time-limit "
+         f"{args.time_limit:g}{' --no-frontier' if off else ''}` on "
+         f"{time.strftime('%Y-%m-%d')}."),
+        "",
+        ("CPU seconds (`time.process_time`, one thread; the least of `runs` solves on "
+         "`v3/small`, one on the others), each solve under the time limit. `ratio`: cdynp "
+         "over dp where both proved the optimum (the issue's target: within "
+         f"{TARGET:g}x). `range runs`: the owner's CDynP runs over sub-chains (several "
+         "pipelines), of which `frontier` were frontier runs; `settled`: values of "
+         "`T_p(M_p)` the frontier runs' lines gave, `unsettled`: those they left to a run "
+         "at that `M_p` (`docs/privacy.md`, \"T_p as a function of M_p\")."
+         + (" `no frontier`: one solve with one range run per `M_p`, as before them."
+            if off else "")),
+        "",
+        "| instance | K | L | M | schedule | pipelines | runs | dp | dp T (s) | dp CPU (s) | "
+        "cdynp | cdynp T (s) | cdynp CPU (s) | ratio | same T | range runs | frontier | "
+        "settled | unsettled | max msg (B) |" + (" no frontier | its CPU (s) | its range runs |"
+                                                 if off else ""),
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+        + ("---|---|---|" if off else ""),
+    ]
+    for r in rows:
+        line = (f"| {r['instance']} | {r['K']} | {r['L']} | {r['M']} | {r['schedule']} | "
+                f"{r['pipelines']} | {r['repeat']} | {r['dp']} | {r['dp_T']} | "
+                f"{r['dp_s']:.1f} | {r['cdynp']} | {r['cdynp_T']} | {r['cdynp_s']:.1f} | "
+                f"{_ratio(r)} | {'yes' if _same(r['cdynp_T'], r['dp_T']) else 'no'} | "
+                f"{r['range_runs']} | {r['frontier_runs']} | {r['settled']} | "
+                f"{r['unsettled']} | {r['max_msg']} |")
+        if off:
+            line += (f" {r['off']} | {r['off_s']:.1f} | {r['off_runs']} |" if "off" in r
+                     else " - | - | - |")
+        lines.append(line)
+    met = [r for r in rows if _ratio(r) != "-"]
+    within = sum(r["cdynp_s"] <= TARGET * r["dp_s"] for r in met)
+    lines += ["", f"Both proved the optimum on {len(met)} of {len(rows)}; cdynp within "
+                  f"{TARGET:g}x of dp on {within} of them. Where cdynp did not prove it, the "
+                  "time limit ended its search (its status and T say how far it got)."]
+    (out / "cdynp_speed_v3.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    print(f"wrote {out / 'cdynp_speed_v3.md'}")
