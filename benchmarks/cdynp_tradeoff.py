@@ -8,6 +8,12 @@ proven worst-case factor where one exists. Writes
 
     .venv/bin/python benchmarks/cdynp_tradeoff.py              # medium, large, hybrid/*
     .venv/bin/python benchmarks/cdynp_tradeoff.py --quick      # first instance per set, few settings
+
+``--v3``: the contract-v3 sets (default ``v3/small`` with every setting; ``v3/medium``
+with :data:`V3_MEDIUM_GRID` only, each solve under ``--time-limit``), into
+``cdynp_tradeoff_v3.md`` and ``.png``.
+
+    .venv/bin/python benchmarks/cdynp_tradeoff.py --v3 --sets v3/small v3/medium --time-limit 120
 """
 
 from __future__ import annotations
@@ -43,6 +49,8 @@ QUICK = [{}, {"digits": 4}, {"max_entries": 1, "digits": 4}]
 #: and exact
 LARGE_GRID = [{}, {"epsilon": 0.01, "digits": 4}, {"max_entries": 4, "digits": 4},
               {"max_entries": 2, "digits": 3}, {"max_entries": 1, "digits": 4}]
+#: v3/medium: exact solves take minutes (docs/benchmarks.md), so the capped settings only
+V3_MEDIUM_GRID = [{"max_entries": 1, "digits": 4}, {"max_entries": 4, "digits": 3}]
 #: the issue's target on hybrid/large: every message below this, at a gap below 1%
 TARGET_BYTES = 16 * 1024
 
@@ -57,10 +65,14 @@ def main() -> None:
                     default=["medium", "large", "hybrid/medium", "hybrid/large"])
     ap.add_argument("--quick", action="store_true", help="first instance of each set, 3 settings")
     ap.add_argument("--time-limit", type=float, default=600.0)
+    ap.add_argument("--v3", action="store_true", help="the v3 sets (see above)")
     args = ap.parse_args()
+    if args.v3 and args.sets == ["medium", "large", "hybrid/medium", "hybrid/large"]:
+        args.sets = ["v3/small"]
     rows = []
     for name in args.sets:
-        grid = QUICK if args.quick else LARGE_GRID if name == "hybrid/large" else GRID
+        grid = QUICK if args.quick else LARGE_GRID if name == "hybrid/large" else \
+            V3_MEDIUM_GRID if name == "v3/medium" else GRID
         files = sorted(p for p in (ROOT / "instances" / name).glob("*.json")
                        if p.name != "manifest.json")
         if args.quick:
@@ -93,10 +105,12 @@ def write(rows: list[dict], args) -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     cpu = platform.processor() or platform.machine()
     lines = [
-        "# CDynP: gap against message size",
+        "# CDynP: gap against message size" + (" (contract v3)" if args.v3 else ""),
         "",
         (f"Machine: {os.cpu_count()} cores ({cpu}), shared; Python {platform.python_version()}. "
-         f"Run: `benchmarks/cdynp_tradeoff.py{' --quick' if args.quick else ''}` on "
+         f"Run: `benchmarks/cdynp_tradeoff.py{' --quick' if args.quick else ''}"
+         + (f" --v3 --sets {' '.join(args.sets)} --time-limit {args.time_limit:g}"
+            if args.v3 else "") + "` on "
          f"{time.strftime('%Y-%m-%d')}."),
         "",
         ("`gap` = (T_cdynp - T_dp) / T_dp with both times from `evaluate`; `bound` = the proven "
@@ -123,7 +137,8 @@ def write(rows: list[dict], args) -> None:
         lines += ["", (f"Target on `hybrid/large` (every message under {TARGET_BYTES} bytes at a "
                        f"gap under 1%, on all {n} instances): "
                        + (f"met by {', '.join(f'`{s}`' for s in ok)}." if ok else "not met."))]
-    (OUT / "cdynp_tradeoff.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    stem = "cdynp_tradeoff_v3" if args.v3 else "cdynp_tradeoff"
+    (OUT / f"{stem}.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
 
     import matplotlib
 
@@ -148,8 +163,8 @@ def write(rows: list[dict], args) -> None:
     axes[1].legend(fontsize=7, loc="upper right")
     fig.suptitle("CDynP compression: gap against message size")
     fig.tight_layout()
-    fig.savefig(OUT / "cdynp_tradeoff.png", dpi=120)
-    print(f"wrote {OUT / 'cdynp_tradeoff.md'} and .png")
+    fig.savefig(OUT / f"{stem}.png", dpi=120)
+    print(f"wrote {OUT / stem}.md and .png")
 
 
 if __name__ == "__main__":
