@@ -37,10 +37,11 @@ def _same(a: float, b: float) -> bool:
     return abs(a - b) <= RTOL * max(abs(a), abs(b), 1e-300)
 
 
-def _period_1f1b(inst) -> bool:
+def _period_several(inst) -> bool:
+    """``period`` (either schedule), two DCs or more, several pipelines allowed."""
     tr = inst.training
-    return (tr.objective == "period" and tr.schedule == "1f1b"
-            and inst.num_datacenters >= 2 and max(tr.parallelism.pipelines) >= 2)
+    return (tr.objective == "period" and inst.num_datacenters >= 2
+            and max(tr.parallelism.pipelines) >= 2)
 
 
 def _longer(seed: int):
@@ -82,19 +83,20 @@ def _compare_ranges(inst, frontier_from: int) -> tuple[int, int]:
 
 
 def test_frontier_values_equal_runs_per_microbatch_count():
-    """On the 1F1B ``period`` instances with several pipelines among 160 random small v3
-    ones (blocks from 2 on), every value the owner asks equals a run at that ``M_p``;
-    the frontier runs settle most of them and some not (answered by a run)."""
+    """On the ``period`` instances with several pipelines among 160 random small v3 ones
+    (both schedules; blocks from 2 on), every value the owner asks equals a run at that
+    ``M_p``; the frontier runs settle most of them (a settled line, or the line of the plan
+    at the block's top, meets the least line) and some not (answered by a run)."""
     settled = unsettled = count = 0
     for seed in range(160):
         inst = random_v3_instance(seed)
-        if not _period_1f1b(inst):
+        if not _period_several(inst):
             continue
         count += 1
         s, u = _compare_ranges(inst, 2)
         settled, unsettled = settled + s, unsettled + u
     assert count >= 40
-    assert settled > 1000 and unsettled > 100, (settled, unsettled)
+    assert settled > 2000 and unsettled > 30, (settled, unsettled)
 
 
 def test_frontier_values_on_longer_chains():
@@ -102,7 +104,7 @@ def test_frontier_values_on_longer_chains():
     settled = count = 0
     for seed in range(60):
         inst = _longer(seed)
-        if not _period_1f1b(inst):
+        if not _period_several(inst):
             continue
         count += 1
         settled += _compare_ranges(inst, RangeRuns.frontier_from)[0]
@@ -118,7 +120,7 @@ def test_solves_with_frontier_runs_equal_dp(monkeypatch, longer):
     used = 0
     for seed in range(70 if not longer else 24):
         inst = _longer(seed) if longer else random_v3_instance(seed)
-        if not _period_1f1b(inst):
+        if not _period_several(inst):
             continue
         monkeypatch.setattr(RangeRuns, "frontier_from", 8 if longer else 2)
         res = solve(inst, "cdynp")
@@ -150,7 +152,7 @@ def test_frontier_lines_and_values():
 def test_agents_refuse_a_frontier_run_they_cannot_make():
     """Under ``classic``, compressed, below the run's ``M``, or out of range."""
     inst = next(random_v3_instance(s) for s in range(100)
-                if _period_1f1b(random_v3_instance(s)))
+                if _period_several(random_v3_instance(s)))
     public = PublicInstance.of(inst)
     dc = inst.datacenters[0]
     M = inst.training.microbatches

@@ -112,8 +112,7 @@ class RangeRuns:
         self.messages: list[dict] = []
         self.labels = 0
         public = owner.public
-        self.use_frontier = (is_exact(options) and public.period
-                             and public.training.schedule == "1f1b")
+        self.use_frontier = is_exact(options) and public.period
 
     def least(self, i: int, j: int, m: int, theta: float,
               bound: float = math.inf) -> RangePlan | None:
@@ -136,17 +135,22 @@ class RangeRuns:
 
     def time(self, i: int, j: int, m: int, theta: float, bound: float = math.inf) -> float:
         """``g(i, j, m, theta)`` if at most ``bound``, else ``inf``: from the frontier run
-        of ``m``'s block where its settled lines settle it (``docs/privacy.md``, "T_p as a
-        function of M_p"), else by :meth:`least` (one run at ``m``, remembered)."""
+        of ``m``'s block where a real plan's ``T_p(m)`` (a settled line's, or the line of
+        the plan found at the block's top) meets the least line (``docs/privacy.md``,
+        "T_p as a function of M_p"), else by :meth:`least` (one run at ``m``,
+        remembered)."""
         for m0, th, bd, got in self.known.get((i, j), ()):
             if got is None and m0 <= m and th >= theta and bd >= bound:
                 return math.inf
             if got is not None and m0 == m and th >= theta and got.sync < theta:
                 return got.time if got.time <= bound else math.inf
         block = self._block(m)
-        lines = None if block is None else self._frontier(i, j, theta, bound, *block)
-        if lines is not None:
+        got = None if block is None else self._frontier(i, j, theta, bound, *block)
+        if got is not None:
+            lines, upper = got
             every, settled = frontier_value(lines, m)
+            if upper is not None:  # the plan found at the block's top runs m within it
+                settled = min(settled, upper[0] + (m - 1) * upper[1])
             if every > bound * (1 + 1e-9):  # every plan's T_p(m) is at least its line
                 self.settled += 1
                 return math.inf
@@ -167,26 +171,29 @@ class RangeRuns:
 
     def _frontier(self, i: int, j: int, theta: float, bound: float, lo: int, hi: int):
         """The lines of the frontier run of DCs ``i..j`` over ``M_p`` in ``[lo, hi]`` under
-        ``theta`` (remembered; ``None``: no bound to run it under).
+        ``theta`` and the line ``(A, lambda)`` of the plan found at ``hi`` (``None``: none
+        below ``bound``), remembered; ``None``: no bound to run it under.
 
         The run's bound is the line of the plan found at ``hi`` (``g`` at ``hi``, by
         :meth:`least`), ``A + (m - 1) lambda``: that plan runs every ``m <= hi`` within it
         (no more stashed, a subset of its loops), so no plan above the line at both ends
         is least anywhere in the block; with none at ``hi`` below ``bound``, ``bound``."""
-        for th, bd, lines in self.frontiers.get((i, j, lo, hi), ()):
+        for th, bd, got in self.frontiers.get((i, j, lo, hi), ()):
             if th == theta and bd >= bound:
-                return lines
+                return got
         top = self.least(i, j, hi, theta, bound)
+        upper = None
         if top is not None:
             A, lam = float(top.cost.fill_drain_s), float(top.cost.period_s)
             b_lo, b_hi = A + (lo - 1) * lam, A + (hi - 1) * lam
+            upper = (A, lam)
         elif math.isinf(bound):
             return None
         else:
             b_lo = b_hi = bound
         lines = self._frontier_run(i, j, theta, lo, hi, b_lo * (1 + 1e-9), b_hi * (1 + 1e-9))
-        self.frontiers.setdefault((i, j, lo, hi), []).append((theta, bound, lines))
-        return lines
+        self.frontiers.setdefault((i, j, lo, hi), []).append((theta, bound, (lines, upper)))
+        return lines, upper
 
     def _frontier_run(self, i, j, theta, lo, hi, b_lo, b_hi) -> list:
         """One frontier run (agent option ``frontier``): DC ``i``'s reported lines."""
