@@ -19,7 +19,8 @@ under ``--time-limit`` (default 200 s), one run each on ``v3/medium`` (``--repea
 frontier runs (``docs/privacy.md``, "T_p as a function of M_p"), how many values the
 frontier runs settled and how many they left to a run at that ``M_p``; with
 ``--no-frontier`` also one solve with one range run per ``M_p`` (as before the frontier
-runs). Writes ``benchmarks/results/cdynp_speed_v3.md``.
+runs); with ``--curves`` also ``T_p(M_p)`` of a few DC ranges for every ``M_p``, by
+frontier runs and by one run per ``M_p``. Writes ``benchmarks/results/cdynp_speed_v3.md``.
 
     .venv/bin/python benchmarks/cdynp_speed.py --v3 --no-frontier --sets v3/small
 """
@@ -62,6 +63,8 @@ def main() -> None:
     ap.add_argument("--time-limit", type=float, default=200.0, help="with --v3: per solve")
     ap.add_argument("--no-frontier", action="store_true",
                     help="with --v3: also one solve without frontier runs")
+    ap.add_argument("--curves", action="store_true",
+                    help="with --v3: T_p(M_p) of a few ranges with and without frontier runs")
     args = ap.parse_args()
     if args.v3:
         from cdynp_speed_v3 import main_v3

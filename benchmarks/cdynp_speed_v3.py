@@ -40,6 +40,57 @@ def _no_frontier(inst, limit: float):
         RangeRuns.frontier_from = keep
 
 
+#: ``--curves``: ranges whose ``T_p(M_p)`` for every ``M_p`` up to ``top`` is measured
+#: with and without frontier runs: ``(instance, first DC, last DC, top)``
+CURVES = [("v3/medium/v3-medium-01", 0, 1, 33), ("v3/medium/v3-medium-01", 2, 3, 33),
+          ("v3/medium/v3-medium-03-slow-sync8", 0, 1, 33),
+          ("v3/medium/v3-medium-04-gpipe", 0, 1, 33)]
+
+
+def curve(name: str, i: int, j: int, top: int) -> dict:
+    """CPU seconds and runs for ``T_p(M_p)``, ``M_p = 1..top``, of DCs ``i..j`` (no bound,
+    ``theta = inf``): by :meth:`RangeRuns.time` with frontier runs, then one run per
+    ``M_p``; the values must be equal."""
+    import math
+
+    from chainpipe.deadline import Deadline
+    from chainpipe.solvers.cdynp import LocalOwner
+    from chainpipe.solvers.cdynp.drive import agent_options
+
+    inst = read(ROOT / "instances" / f"{name}.json")
+    owner = LocalOwner(inst, False, 60)
+    RangeRuns(owner, agent_options(), Deadline(None)).least(i, j, 2, math.inf)  # warm
+    row = {"instance": Path(name).name, "range": f"{i}..{j}", "top": top}
+    values = {}
+    for mode in ("frontier", "per"):
+        runs = RangeRuns(owner, agent_options(), Deadline(None))
+        runs.use_frontier = mode == "frontier"
+        t0 = time.process_time()
+        values[mode] = [runs.time(i, j, m, math.inf) for m in range(1, top + 1)]
+        row[mode] = (time.process_time() - t0, runs.runs, runs.frontier_runs, runs.settled,
+                     runs.unsettled)
+    row["equal"] = all(math.isclose(a, b, rel_tol=1e-9) or a == b
+                       for a, b in zip(values["frontier"], values["per"]))
+    return row
+
+
+def _curve_lines(curves: list[dict]) -> list[str]:
+    lines = ["", "## T_p as a function of M_p: one range, every M_p", "",
+             ("`--curves`: `T_p(M_p)` of one DC range for `M_p = 1..top` (`theta = inf`, no "
+              "bound), by frontier runs (`RangeRuns.time`: runs at `M_p < 8`, then per block "
+              "`[2^k, 2^(k+1) - 1]` the run at its top and one frontier run) against one run per "
+              "`M_p`; CPU seconds of one thread; `equal`: every value the same (1e-9)."), "",
+             "| instance | DCs | M_p | frontier CPU (s) | runs | of them frontier | settled | "
+             "left to a run | per M_p CPU (s) | runs | speed-up | equal |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for c in curves:
+        f, p = c["frontier"], c["per"]
+        lines.append(f"| {c['instance']} | {c['range']} | 1..{c['top']} | {f[0]:.1f} | {f[1]} | "
+                     f"{f[2]} | {f[3]} | {f[4]} | {p[0]:.1f} | {p[1]} | {p[0] / f[0]:.1f}x | "
+                     f"{'yes' if c['equal'] else 'NO'} |")
+    return lines
+
+
 def _row(name: str, path: Path, args) -> dict:
     inst = read(path)
     repeat = 1 if not name.endswith("small") else (args.repeat or 3)
@@ -77,7 +128,11 @@ def main_v3(args, out: Path) -> None:
                   f"{r['cdynp_s']:.1f}s runs {r['range_runs']} frontier {r['frontier_runs']}"
                   + (f" without frontier {r['off']} {r['off_s']:.1f}s {r['off_runs']} runs"
                      if "off" in r else ""), flush=True)
-    write_v3(rows, args, out)
+    curves = []
+    for spec in (CURVES if args.curves else ()):
+        curves.append(curve(*spec))
+        print(curves[-1], flush=True)
+    write_v3(rows, args, out, curves)
 
 
 def _same(a, b) -> bool:
@@ -90,7 +145,7 @@ def _ratio(r: dict) -> str:
     return "-"
 
 
-def write_v3(rows: list[dict], args, out: Path) -> None:
+def write_v3(rows: list[dict], args, out: Path, curves: list[dict]) -> None:
     out.mkdir(parents=True, exist_ok=True)
     cpu = platform.processor() or platform.machine()
     off = any("off" in r for r in rows)
@@ -100,7 +155,8 @@ def write_v3(rows: list[dict], args, out: Path) -> None:
         (f"Machine: {os.cpu_count()} cores ({cpu}), shared with other work; Python "
          f"{platform.python_version()}. Run: `benchmarks/cdynp_speed.py --v3 --sets "
          f"{' '.join(dict.fromkeys(r['set'] for r in rows))} --time-limit "
-         f"{args.time_limit:g}{' --no-frontier' if off else ''}` on "
+         f"{args.time_limit:g}{' --no-frontier' if off else ''}"
+         f"{' --curves' if curves else ''}` on "
          f"{time.strftime('%Y-%m-%d')}."),
         "",
         ("CPU seconds (`time.process_time`, one thread; the least of `runs` solves on "
@@ -136,5 +192,7 @@ def write_v3(rows: list[dict], args, out: Path) -> None:
     lines += ["", f"Both proved the optimum on {len(met)} of {len(rows)}; cdynp within "
                   f"{TARGET:g}x of dp on {within} of them. Where cdynp did not prove it, the "
                   "time limit ended its search (its status and T say how far it got)."]
+    if curves:
+        lines += _curve_lines(curves)
     (out / "cdynp_speed_v3.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
     print(f"wrote {out / 'cdynp_speed_v3.md'}")
