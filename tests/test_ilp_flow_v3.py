@@ -77,3 +77,32 @@ def test_time_limited_v3_device_state_runs_sandwich_the_optimum(seed):
     ref = solve(inst, "dp")
     r = solve(inst, "ilp-path", time_limit=0.3, **FLOW)
     check_bracket(ref, r, f"seed {seed}", 1e-6)
+
+
+def test_a_bound_proven_with_fewer_microbatches_prunes_entries():
+    """``OuterSearch.grown``: a block's bound at ``M_p`` holds for every larger ``M_p``
+    (``T_p`` never falls as microbatches are added), so entries are pruned without their
+    sub-solves, and the run still proves the optimum."""
+    inst = read(SMALL[1])
+    ref = solve(inst, "dp")
+    r = solve(inst, "ilp-path", time_limit=60, **FLOW)
+    assert r.status == "optimal" and r.stats["pruned_by_growth"] >= 1, r.stats
+    assert math.isclose(r.iteration_time, ref.iteration_time, rel_tol=1e-6)
+
+
+@pytest.mark.parametrize("seed", range(0, 64, 4))
+def test_a_blocks_optimum_never_falls_as_microbatches_grow(seed):
+    """The fact :meth:`OuterSearch.grown` rests on, by brute force: the least ``T_p +
+    max R`` of one block is non-decreasing in ``M_p``."""
+    from chainpipe.formulations.pipelines import sub_instance
+
+    inst, _T = _reference(seed)
+    K, M = len(inst.datacenters), inst.microbatches
+    for first in range(K):
+        for last in range(first, K):
+            values = []
+            for m in range(1, M + 1):
+                sub = sub_instance(inst, first, last, m)
+                values.append(brute_force_v3(sub).get(1, (math.inf,))[0])
+            assert all(a <= b * (1 + 1e-12) for a, b in zip(values, values[1:])), \
+                (seed, first, last, values)

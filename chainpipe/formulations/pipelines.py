@@ -282,7 +282,17 @@ class OuterSearch:
     best_T: float = math.inf
     best_plan: Plan | None = None
     stats: dict = field(default_factory=lambda: {"entries": 0, "sub_solves": 0,
-                                                 "joint_solves": 0, "pruned": 0})
+                                                 "joint_solves": 0, "pruned": 0,
+                                                 "pruned_by_growth": 0})
+    #: per block ``(first, last)``: the ``(M_p, proven bound)`` of its sub-solves
+    proven: dict = field(default_factory=dict)
+
+    def grown(self, first: int, last: int, m: int) -> float:
+        """The largest bound proven of the block with ``m0 <= m`` microbatches: a bound
+        with ``m`` too, since the least ``T_p + max R`` of a block never falls as ``M_p``
+        grows (``docs/formulations.md``, "Several pipelines"); 0 when none is known."""
+        return max((b for m0, b in self.proven.get((first, last), ()) if m0 <= m),
+                   default=0.0)
 
     def offer(self, plan: Plan | None) -> float:
         """Keep ``plan`` if :func:`evaluate` finds it feasible and faster; its ``T``."""
@@ -340,6 +350,7 @@ class OuterSearch:
                 res = SubResult(out.plan, T, max(float(lb), self.cheap(first, last, m)),
                                 status == "optimal")
             self.subs[key] = res
+            self.proven.setdefault((first, last), []).append((m, res.bound))
             if self.log is not None:
                 self.log(f"pipelines: DCs {first}-{last}, M_p = {m}: {status}, "
                          f"T_p + R = {T:.6g} s, bound {res.bound:.6g} s")
@@ -382,6 +393,11 @@ class OuterSearch:
                 self.deadline.check()
                 if e.cheap >= self.best_T * (1 - PRUNE_RTOL):
                     self.stats["pruned"] += 1
+                    continue
+                e.bound = max(e.bound, max(self.grown(a, b, m) for (a, b), m
+                                           in zip(e.blocks, e.splits)) + e.cross)
+                if e.bound >= self.best_T * (1 - PRUNE_RTOL):
+                    self.stats["pruned_by_growth"] += 1
                     continue
                 self.stats["entries"] += 1
                 self.entry(e)
