@@ -384,6 +384,7 @@ class FlowFormulation:
         self.ix, self.iy, self.iX = 0, nx, nx + ny  # column blocks
         self.iB, self.iS, self.iP = nx + ny + na, nx + ny + na + 1, nx + ny + na + 2
         self.extra = _Extra(self.iP + self.tables.L + 1)
+        self.B_cap = None
         self.iB2 = self.extra.add(0.0, np.inf) if self.stage_B2 is not None else None
         self._flow_rows(rows)
         self._arc_rows(rows)
@@ -483,11 +484,12 @@ class FlowFormulation:
         fewer than ``M`` (``B`` is ``lambda``), by node potentials along the path, as the
         plain path ILP writes them (``docs/formulations.md``, "The period"):
 
-        - ``r_u in [0, Lambda]`` at each ``N`` node, ``s_w in [-Lambda, 0]`` at each ``E``
-          node; ``Lambda`` is the largest ``C`` plus the largest ``Q`` (no period is above);
-        - close: ``r_u + sum_{c leaves u} C_c x_c <= B + Lambda w_b``;
+        - ``r_u in [0, Q_top]`` at each ``N`` node (``Q_top`` the largest ``Q``),
+          ``s_w in [-Lambda, 0]`` at each ``E`` node, ``B <= Lambda``
+          (:meth:`_period_cap`);
+        - close: ``r_u + sum_{c leaves u} C_c x_c <= B + (Q_top + C_top) w_b``;
         - carry, stage column ``c`` from ``u`` to ``w``: ``s_w >= r_u + C_c - B -
-          (C_c + 2 Lambda) (1 - x_c + w_b)``;
+          (C_c + Q_top + Lambda) (1 - x_c + w_b)``;
         - cross, boundary column from ``w`` to ``v``: ``r_v >= s_w + Q y``;
         - ``w_b = 1`` iff ``P_b >= M`` (the stage starting at ``b`` stashes ``M``: no loop
           starts there): ``M w_b <= P_b <= M - 1 + s_max w_b``. When no plan has ``M``
@@ -501,7 +503,8 @@ class FlowFormulation:
         a, L, M = self.arcs, self.tables.L, self.tables.M
         C = a.compute[self.col_arc] / self.scale
         Q = self.boundary[self.bcol_arc, 3] / self.scale
-        lam = float(C.max(initial=0.0) + Q.max(initial=0.0))
+        q_top = float(Q.max(initial=0.0))
+        lam = self._period_cap(float(C.max(initial=0.0)) + q_top)
         self.loop_cap = lam
         s_max = int(a.s_max)
         w = None
@@ -510,8 +513,9 @@ class FlowFormulation:
             for b in range(L):
                 rows.add([self.iP + b, int(w[b])], [1.0, -float(s_max)], -np.inf, M - 1.0)
                 rows.add([self.iP + b, int(w[b])], [1.0, -float(M)], 0.0, np.inf)
-        r = {u: self.extra.add(0.0, lam) for u in np.unique(self.col_tail).tolist()}
+        r = {u: self.extra.add(0.0, q_top) for u in np.unique(self.col_tail).tolist()}
         sv = {v: self.extra.add(-lam, 0.0) for v in np.unique(self.col_head).tolist()}
+        shut = q_top + float(C.max(initial=0.0))  # a close row's slack when w_b = 1
         start = a.start[self.col_arc]
         for u in r:
             self.check()
@@ -519,13 +523,13 @@ class FlowFormulation:
             layer = int(start[sel[0]])
             idx, val = np.r_[r[u], sel, self.iB], np.r_[1.0, C[sel], -1.0]
             if w is not None:
-                idx, val = np.r_[idx, w[layer]], np.r_[val, -lam]
+                idx, val = np.r_[idx, w[layer]], np.r_[val, -shut]
             rows.add(idx, val, -np.inf, 0.0)
         end = a.end[self.col_arc]
         for c in range(len(self.col_arc)):
             if end[c] == L:
                 continue
-            big = C[c] + 2.0 * lam
+            big = C[c] + q_top + lam
             idx = [sv[int(self.col_head[c])], r[int(self.col_tail[c])], self.iB, c]
             val = [1.0, -1.0, 1.0, -big]
             if w is not None:
@@ -551,6 +555,20 @@ class FlowFormulation:
                 rows.add(np.r_[self.iP + b, self.iX + tight],
                          np.r_[1.0, (s_max - a.cap[tight]).astype(float)], -np.inf, float(s_max))
 
+    def _period_cap(self, top: float) -> float:
+        """A cap on the period ``B`` (scaled) of every plan the model must keep: ``top``
+        (the largest ``C`` plus the largest ``Q``: no loop's average is above) and, with an
+        upper bound ``T_u``, ``(T_u - floor_S) / (M - 1)`` (a plan no slower than ``T_u``
+        pays ``(M - 1) lambda`` of it); never below ``B``'s floor. Set as ``B``'s upper
+        bound, it bounds the loop potentials (:meth:`_loop_rows`)."""
+        cap = top
+        if self.upper_bound is not None and self.tables.M > 1:
+            room = (self.upper_bound * (1 + UB_RTOL) - self.floor_S) / (self.tables.M - 1)
+            cap = min(cap, room / self.scale)
+        cap = max(cap, self.floor_B / self.scale)
+        self.B_cap = cap
+        return cap
+
     def _column_data(self, ncols: int):
         """Objective, bounds and integrality of every column."""
         a, M = self.arcs, self.tables.M
@@ -564,6 +582,8 @@ class FlowFormulation:
         dead[self.col_arc] = False
         upper[self.iX:self.iX + len(a)][dead] = 0.0  # an arc without a column is not used
         upper[self.iB] = upper[self.iS] = np.inf
+        if self.B_cap is not None:  # 1F1B's loops: the period's cap
+            upper[self.iB] = self.B_cap
         upper[self.iP:self.iP + self.tables.L + 1] = float(a.s_max)
         integer = np.zeros(ncols, dtype=bool)
         integer[:self.iy] = True
