@@ -23,6 +23,12 @@ plans as a chain of its own. With ``T = max_p T_p + max_{p,s} R_s + R_X / H``:
   ``max R`` in ``[rho', theta)`` has ``T >= tau + rho' + R_X / H``. The sweep stops when
   ``tau + R_X / H`` cannot beat the best plan known, or no plan is left.
 
+In exact mode under ``period`` the owner takes ``g(i, j, m, theta)`` for ``m >= 8`` from
+*frontier runs* (:meth:`RangeRuns.time`), one per block ``[2^k, 2^(k+1) - 1]`` of ``M_p``:
+the range's first DC reports the lines ``A + (m - 1) lambda`` of its complete plans, and
+a value is taken from them where a real plan's ``T_p(m)`` meets the least line, else from
+a run at ``m`` (``docs/privacy.md``, "T_p as a function of M_p", with the proof).
+
 A range of the split may hold DCs its pipeline does not use: the plan's real span (and
 so its ``R_X``) is then narrower, and the span that is exactly the plan's is searched
 too; every candidate's ``T`` is :func:`chainpipe.plan.evaluate`'s (across hosts, the
