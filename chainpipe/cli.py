@@ -558,7 +558,21 @@ def cmd_agent(args) -> int:
 def cmd_compare(args) -> int:
     from .compare import cli_compare
 
+    args.solver_options = per_solver_options(args.option)
     return cli_compare(args)
+
+
+def per_solver_options(pairs: list[str] | None) -> dict:
+    """``compare -O SOLVER.KEY=VALUE`` pairs as ``{solver: {key: value}}`` (values as
+    :func:`solver_options` reads them)."""
+    out: dict = {}
+    for pair in pairs or []:
+        name, eq, text = pair.partition("=")
+        solver, dot, key = name.partition(".")
+        if not (eq and dot and solver and key):
+            raise InstanceError([f"--option: expected SOLVER.KEY=VALUE, got {quote(pair)}"])
+        out.setdefault(solver, {}).update(solver_options([f"{key}={text}"]))
+    return out
 
 
 def cmd_plot(args) -> int:
@@ -995,6 +1009,10 @@ def _add_compare(sub) -> None:
     s.add_argument("--jobs", type=positive_int, default=1, metavar="N",
                    help="runs at once on this machine (at most 1024)")
     s.add_argument("--scheduler", metavar="ADDRESS", help="Dask scheduler, e.g. tcp://host:8786")
+    s.add_argument("--option", "-O", action="append", metavar="SOLVER.KEY=VALUE",
+                   help="an option of one solver's runs, e.g. -O dp.scheduler=tcp://host:8786 "
+                        "(dp's trial bounds as tasks of that Dask cluster) or "
+                        "-O ilp-path.backend=cbc (repeatable)")
     s.add_argument("--skip-invalid", action="store_true",
                    help="run the valid instances and list the invalid files (default: refuse all)")
     s.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,

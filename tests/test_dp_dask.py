@@ -155,3 +155,34 @@ def test_a_running_trial_stops_at_its_event(cluster):
     kind, found, _ = fut.result(timeout=30)
     assert (kind, found) == ("timeout", None)
     assert time.monotonic() - start < dp_dask.POLL_S + 1.0
+
+
+def test_compare_hands_dp_trials_to_the_cluster(cluster, tmp_path):
+    """``compare -O dp.scheduler=ADDRESS``: each dp run's trials go to the cluster (the
+    runs themselves still run here); the results equal a plain sweep's."""
+    from chainpipe.compare import run_sweep
+
+    paths = [str(ROOT / "instances/hybrid/medium/hybrid-medium-01.json"),
+             str(ROOT / "instances/hybrid/medium/hybrid-medium-03-man400.json")]
+    there = run_sweep(paths, ["dp"], 60, tmp_path / "there", progress=False, figures=False,
+                      solver_options={"dp": {"scheduler": cluster.scheduler_address}})
+    here = run_sweep(paths, ["dp"], 60, tmp_path / "here", progress=False, figures=False)
+    assert [r["status"] for r in there] == ["optimal", "optimal"]
+    assert [r["iteration_time_s"] for r in there] == [r["iteration_time_s"] for r in here]
+    assert all(r["options"] == {"scheduler": cluster.scheduler_address} for r in there)
+
+
+@pytest.mark.parametrize("option, message", [
+    ("scheduler=tcp://h:1", "expected SOLVER.KEY=VALUE"),
+    ("cpsat.workers=2", "cpsat is not among the sweep's solvers"),
+    ("dp.nonsense=1", "-O dp.nonsense:"),
+])
+def test_compare_options_are_checked_before_anything_runs(option, message, tmp_path):
+    path = ROOT / "instances/hybrid/medium/hybrid-medium-01.json"
+    run = subprocess.run(
+        [sys.executable, "-m", "chainpipe", "compare", str(path), "--solvers", "dp",
+         "--out", str(tmp_path / "out"), "-O", option], capture_output=True, text=True,
+        timeout=120)
+    assert run.returncode == 2
+    assert message in run.stderr and "Traceback" not in run.stderr
+    assert not (tmp_path / "out").exists()

@@ -349,6 +349,7 @@ def plan_runs(instances, solvers, time_limit: float, seeds: int = 1, threads: in
     infos = resolve_solvers(solvers)
     _check_run_count(len(instances), len(infos), seeds)
     solver_options = solver_options or {}
+    _check_solver_options(solver_options, infos)
     specs = []
     for path, inst in instances:
         data = instance_to_dict(inst)
@@ -366,6 +367,28 @@ def plan_runs(instances, solvers, time_limit: float, seeds: int = 1, threads: in
                                        opts),
                 })
     return specs
+
+
+def _check_solver_options(solver_options: dict, infos) -> None:
+    """Refuse options of a solver the sweep does not run, or that it does not take: one
+    line per problem, ``-O SOLVER.KEY: ...``."""
+    from ..result import OptionError
+    from ..solve import check_options
+
+    names = [info.name for info in infos]
+    problems = []
+    for solver, opts in solver_options.items():
+        if solver not in names:
+            problems += [f"-O {solver}.{key}: {solver} is not among the sweep's solvers "
+                         f"({', '.join(names)})" for key in opts]
+            continue
+        for key in opts:
+            try:
+                check_options(solver, {key: opts[key]})
+            except OptionError as exc:
+                problems.append(f"-O {solver}.{key}: {exc}")
+    if problems:
+        raise InstanceError(problems)
 
 
 def _check_numbers(time_limit, seeds, threads, jobs) -> None:
@@ -610,6 +633,7 @@ def cli_compare(args) -> int:
         records = run_sweep(args.inputs, args.solvers, args.time_limit, args.out,
                             seeds=args.seeds, threads=args.threads, jobs=args.jobs,
                             scheduler=args.scheduler,
+                            solver_options=getattr(args, "solver_options", None),
                             skip_invalid=getattr(args, "skip_invalid", False),
                             progress=getattr(args, "progress", None))
     except DaskMissing as exc:
