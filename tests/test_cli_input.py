@@ -290,7 +290,7 @@ def test_solve_with_bad_instance_or_unknown_solver_exit_2(capsys):
 
 
 @pytest.mark.parametrize("solver, option, message", [
-    ("dp", "colour=1", "--option: unknown option 'colour' for dp; known: upper_bound"),
+    ("dp", "colour=1", "--option: unknown option 'colour' for dp; known: upper_bound, scheduler"),
     ("uniform", "colour=1", "--option: unknown option 'colour' for uniform; known: (none)"),
     ("cpsat", "max_round=2", "--option: unknown option 'max_round' for cpsat; did you mean "
                              "'max_rounds'? known: log_search_progress, hint, max_rounds, "
