@@ -598,7 +598,7 @@ def kernel_main(quick: bool) -> int:
     from distributed import LocalCluster
 
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                      dashboard_address=None) as cluster:
+                      dashboard_address=":0") as cluster:
         address = cluster.scheduler_address
         measure(((str(medium[0])), 1, 1, address), _kernel_job)  # the workers load kernels
         for seed in seeds:

@@ -30,7 +30,7 @@ def cluster():
     """A cluster of one worker with two threads, in this process, over TCP (so that a
     command in a child process can reach it too)."""
     with distributed.LocalCluster(n_workers=1, threads_per_worker=2, processes=False,
-                                  protocol="tcp", dashboard_address=None) as c:
+                                  protocol="tcp", dashboard_address=":0") as c:
         # one client for the module's looks at the cluster, open throughout: the worker
         # lives in this process and takes the process's client as its own
         with distributed.Client(c, timeout="10s") as client:

@@ -37,6 +37,7 @@ import uuid
 from ..deadline import Deadline, TimeUp
 from ..instance import InstanceError
 from ..result import OptionError
+from .dp_parallel import settle
 
 #: how often (seconds of wall time at most) a task asks whether its trial was stopped
 POLL_S = 0.2
@@ -188,14 +189,7 @@ def _walk(client, instance, trials, deadline: Deadline, on_result):
                     continue  # stopped below a proven bound while this batch was read
                 trial = live.pop(fut)
                 kind, found, stats = _result(fut)
-                if kind == "timeout":
-                    raise TimeUp()
-                if kind == "error":
-                    raise RuntimeError(f"dp: the search of trial T < {trial:.6g} s failed on "
-                                       f"the cluster ({stats.get('error', 'no word')})")
-                if on_result is not None:
-                    on_result(trial, found, stats)
-                if found is not None:
+                if settle(trial, kind, found, stats, "on the cluster", on_result):
                     return found, proven
                 proven = trial if proven is None else max(proven, trial)
                 for other in [f for f, t in live.items() if t <= trial]:

@@ -87,14 +87,7 @@ def run_trials(make_search, trials: list[float], deadline: Deadline, processes: 
                     kind, found, stats = "error", None, {}
                 conn.close()
                 child.join()
-                if kind == "timeout":
-                    raise TimeUp()
-                if kind == "error":
-                    raise RuntimeError(f"dp: the search of trial T < {trial:.6g} s failed "
-                                       f"in its process ({stats.get('error', 'no word')})")
-                if on_result is not None:
-                    on_result(trial, found, stats)
-                if found is not None:
+                if settle(trial, kind, found, stats, "in its process", on_result):
                     return found, proven
                 proven = trial if proven is None else max(proven, trial)
                 for other in [c for c, (_, t) in running.items() if t <= trial]:
@@ -104,6 +97,21 @@ def run_trials(make_search, trials: list[float], deadline: Deadline, processes: 
     finally:
         for child, _ in running.values():
             _stop(child)
+
+
+def settle(trial: float, kind: str, found, stats: dict, where: str, on_result) -> bool:
+    """What one ended trial says (``kind`` ``done``, ``timeout`` or ``error``, as its
+    process or task sent it): raise :class:`TimeUp` or ``RuntimeError`` (naming
+    ``where`` it ran), else report it to ``on_result`` and return whether it found a
+    plan. Shared by the forked processes and the Dask tasks (:mod:`.dp_dask`)."""
+    if kind == "timeout":
+        raise TimeUp()
+    if kind == "error":
+        raise RuntimeError(f"dp: the search of trial T < {trial:.6g} s failed {where} "
+                           f"({stats.get('error', 'no word')})")
+    if on_result is not None:
+        on_result(trial, found, stats)
+    return found is not None
 
 
 def _stop(child, *_trial) -> None:
