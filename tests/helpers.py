@@ -9,6 +9,7 @@ assignment of device groups, and computes T straight from the contract
 from __future__ import annotations
 
 import itertools
+import math
 import random
 from pathlib import Path
 
@@ -533,3 +534,17 @@ def assert_same_trace_files(local: Path, remote: Path) -> None:
 def close(a: float, b: float, rtol: float = 1e-6) -> bool:
     """Whether ``a`` and ``b`` agree to ``rtol`` (relative, with an absolute hair)."""
     return abs(a - b) <= rtol * max(abs(a), abs(b)) + 1e-12
+
+
+def check_hybrid_optimum(inst: Instance, res) -> None:
+    """``res`` (a solve of ``inst``) is the brute-force optimum, or ``infeasible`` when
+    there is none; its plan is feasible."""
+    from chainpipe import evaluate
+
+    T, stages = brute_force_hybrid(inst)
+    if stages is None:
+        assert res.status == "infeasible"
+        return
+    assert res.status == "optimal", res.message
+    assert math.isclose(res.iteration_time, T, rel_tol=1e-9, abs_tol=1e-12)
+    assert evaluate(inst, res.plan).feasible

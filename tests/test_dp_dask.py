@@ -13,12 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from chainpipe import evaluate
 from chainpipe.instances import generate
 from chainpipe.io import read
 from chainpipe.result import OptionError
 from chainpipe.solve import solve
-from helpers import brute_force_hybrid, random_hybrid_instance
+from helpers import check_hybrid_optimum, random_hybrid_instance
 
 distributed = pytest.importorskip("distributed")
 
@@ -57,14 +56,8 @@ def _idle_soon(cluster, within: float = 3.0) -> list:
 @pytest.mark.parametrize("seed", range(8))
 def test_cluster_equals_brute_force(seed, cluster):
     inst = random_hybrid_instance(7100 + seed)
-    T, stages = brute_force_hybrid(inst)
-    res = solve(inst, "dp", time_limit=60, scheduler=cluster.scheduler_address)
-    if stages is None:
-        assert res.status == "infeasible"
-        return
-    assert res.status == "optimal", res.message
-    assert math.isclose(res.iteration_time, T, rel_tol=1e-9, abs_tol=1e-12)
-    assert evaluate(inst, res.plan).feasible
+    check_hybrid_optimum(inst, solve(inst, "dp", time_limit=60,
+                                     scheduler=cluster.scheduler_address))
 
 
 @pytest.mark.parametrize("path", ["instances/hybrid/medium/hybrid-medium-01.json",

@@ -4,7 +4,6 @@ stop at the time limit with a valid bound, and leave no process behind."""
 
 from __future__ import annotations
 
-import math
 import os
 import subprocess
 import sys
@@ -13,11 +12,10 @@ import time
 import psutil
 import pytest
 
-from chainpipe import evaluate
 from chainpipe.instances import generate
 from chainpipe.solve import solve
 from chainpipe.solvers import dp_parallel
-from helpers import brute_force_hybrid, random_hybrid_instance
+from helpers import check_hybrid_optimum, random_hybrid_instance
 
 pytestmark = pytest.mark.skipif(not dp_parallel.available(), reason="needs fork")
 
@@ -41,14 +39,7 @@ def left_behind():
 @pytest.mark.parametrize("seed", range(12))
 def test_two_processes_equal_brute_force(seed, left_behind):
     inst = random_hybrid_instance(7000 + seed)
-    T, stages = brute_force_hybrid(inst)
-    res = solve(inst, "dp", time_limit=60, threads=2)
-    if stages is None:
-        assert res.status == "infeasible"
-        return
-    assert res.status == "optimal", res.message
-    assert math.isclose(res.iteration_time, T, rel_tol=1e-9, abs_tol=1e-12)
-    assert evaluate(inst, res.plan).feasible
+    check_hybrid_optimum(inst, solve(inst, "dp", time_limit=60, threads=2))
     assert not left_behind()
 
 
