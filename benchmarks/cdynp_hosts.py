@@ -144,7 +144,8 @@ def main() -> None:
                      remote["solve_time_s"], wall, "yes" if same else "NO"))
         print(rows[-1], flush=True)
     lines = [
-        "# CDynP across hosts (loopback TLS) against in-process",
+        "# CDynP across hosts (loopback TLS) against in-process"
+        + (" (contract v3)" if args.v3 else ""),
         "",
         f"Machine: {platform.machine()}, {os.cpu_count()} cores (shared with other work: "
         f"wall times vary by up to 50%), Python {platform.python_version()}; "
