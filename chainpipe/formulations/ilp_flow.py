@@ -19,8 +19,10 @@ exact float coefficients divided by :func:`~chainpipe.formulations.common.time_s
 Whole-path bounds (:meth:`FlowFormulation._path_bounds`) then floor ``B`` and ``S`` by
 bottleneck shortest paths and drop every column no path faster than the heuristic plan
 uses; :meth:`FlowFormulation.start` maps that plan onto the columns as a MIP start.
-Contract version 2 and the ``classic`` period only (``period_mode``); the model is built
-straight into arrays (no PuLP).
+Every period (``period_mode``): classic, GPipe's two phase maxima, 1F1B's loops by node
+potentials (:meth:`FlowFormulation._loop_rows`); several pipelines are the outer
+enumeration of :mod:`chainpipe.formulations.pipelines`. The model is built straight into
+arrays (no PuLP).
 """
 
 from __future__ import annotations
@@ -125,7 +127,7 @@ class FlowFormulation:
     Parameters
     ----------
     tables : CostTables
-        The instance's cost tables (contract version 2, ``classic`` period).
+        The instance's cost tables (one pipeline, any period).
     check : callable, optional
         Called now and then while building (``Deadline.check``: raises to stop).
     upper_bound : float, optional
