@@ -25,6 +25,13 @@ ORDER = [
      "python benchmarks/formulations.py --time-limit 60 --sets hybrid/medium --solvers "
      "ilp-path --backends highs --device-states --no-figure --out "
      "benchmarks/results/formulations_flow.md"),
+    ("benchmarks/results/formulations_flow_v3.md",
+     "python benchmarks/formulations.py --time-limit 120 --sets v3/small v3/medium --solvers "
+     "ilp-path --backends highs --device-states --no-figure --out "
+     "benchmarks/results/formulations_flow_v3.md"),
+    ("benchmarks/results/cpsat_v3_medium.md",
+     "python benchmarks/formulations.py --time-limit 120 --sets v3/medium --solvers cpsat "
+     "--backends highs cbc --no-figure --out benchmarks/results/cpsat_v3_medium.md"),
     ("benchmarks/results/cpsat.md", "python benchmarks/cpsat.py"),
     ("benchmarks/results/limits.md", "python benchmarks/limits.py"),
     ("benchmarks/results/cdynp_speed.md", "python benchmarks/cdynp_speed.py"),
@@ -38,12 +45,16 @@ ORDER = [
     ("experiments/results/one_to_four_dcs.md", "python experiments/one_to_four_dcs.py"),
     ("experiments/results/larger_tasks.md", "python experiments/larger_tasks.py"),
     ("experiments/results/degraded_network.md", "python experiments/degraded_network.py"),
+    ("experiments/results/degraded_network_online.md",
+     "python experiments/degraded_network.py --online"),
     ("experiments/results/search_vs_size.md", "python experiments/search_vs_size.py"),
     ("experiments/results/hybrid.md", "python experiments/hybrid.py"),
     ("experiments/results/classic_cost.md", "python experiments/classic_cost.py"),
     ("experiments/results/pipeline_or_replicate.md",
      "python experiments/pipeline_or_replicate.py"),
     ("experiments/results/zero_bubble.md", "python experiments/zero_bubble.py"),
+    ("experiments/results/zero_bubble_interleaved.md",
+     "python experiments/zero_bubble.py --interleaved"),
     ("experiments/results/grouping.md", "python experiments/grouping.py"),
     ("benchmarks/results/online.md", "python benchmarks/online.py"),
     ("experiments/results/online.md", "python experiments/online.py"),
