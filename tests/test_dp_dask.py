@@ -179,3 +179,29 @@ def test_compare_options_are_checked_before_anything_runs(option, message, tmp_p
     assert run.returncode == 2
     assert message in run.stderr and "Traceback" not in run.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_a_shared_setup_checks_the_running_tasks_deadline():
+    """A worker keeps one instance's set-up for the run's trials; its option capacity
+    calls the deadline check it was built with, which must be the running task's own,
+    not the first task's (stopped by then, it would stop every later trial)."""
+    from chainpipe.deadline import Deadline, TimeUp
+    from chainpipe.solvers import dp_dask
+
+    inst = read(ROOT / "instances/hybrid/medium/hybrid-medium-01.json")
+    setup = dp_dask._setup(inst, Deadline(None))
+    capacity = setup[1]
+    assert capacity is not None
+    assert dp_dask._setup(inst, Deadline(0.0)) is setup  # the same instance: kept
+    with pytest.raises(TimeUp):
+        capacity.check()
+    assert dp_dask._setup(inst, Deadline(None)) is setup
+    capacity.check()  # the running task's deadline has time left
+
+
+def test_two_runs_of_one_instance_on_one_cluster(cluster):
+    inst = generate("hybrid", seed=2)
+    first = solve(inst, "dp", time_limit=120, scheduler=cluster.scheduler_address)
+    again = solve(inst, "dp", time_limit=120, scheduler=cluster.scheduler_address)
+    assert first.status == again.status == "optimal"
+    assert first.iteration_time == again.iteration_time

@@ -125,12 +125,18 @@ def solve_checked(instance, deadline: Deadline, threads=1, log=None, upper_bound
                    message="no plan satisfies the memory limits and device counts")
 
 
-def trial_search(instance, trial: float, deadline: Deadline) -> _Search:
-    """The search of one trial bound of ``instance``, its set-up made here (tables, first
-    bound, dominance): what a Dask worker runs (:mod:`.dp_dask`)."""
+def trial_setup(instance, deadline: Deadline) -> tuple:
+    """What every trial search of ``instance`` shares: ``(tables, capacity, dominance)``
+    (what a Dask worker builds once per instance, :mod:`.dp_dask`)."""
     tables = CostTables(instance)
     _, capacity = _first_bound(tables, deadline)
-    return _Search(tables, trial, deadline, capacity, _dominance(tables, deadline))
+    return tables, capacity, _dominance(tables, deadline)
+
+
+def trial_search(setup: tuple, trial: float, deadline: Deadline) -> _Search:
+    """The search of one trial bound, from :func:`trial_setup`'s ``setup``."""
+    tables, capacity, dominated = setup
+    return _Search(tables, trial, deadline, capacity, dominated)
 
 
 def _on_cluster(instance, deadline: Deadline, scheduler):

@@ -12,9 +12,10 @@ so a run can use the cores of several machines. The rules are the same:
 - the run ends at the first trial that finds a plan; a trial that finds none stops
   every trial below it (they would fail too), and every trial still running is stopped
   on every way out;
-- a task gets only the instance (a worker builds its own tables: the set-up of a
-  256-GPU instance takes about 0.5 s, once per task) and returns ``(T, stages)`` and
-  its counters, never the tables.
+- a task gets only the instance (a worker builds the tables, first bound and option
+  dominance once per instance and keeps the last instance's for the run's next trials:
+  the set-up of a 256-GPU chain takes seconds) and returns ``(T, stages)`` and its
+  counters, never the tables.
 
 **Stopping.** A task that has not started is cancelled. A running one cannot be
 interrupted by Dask, so each trial has a ``distributed.Event``; the task's deadline
@@ -31,6 +32,7 @@ should not share a cluster.
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 
@@ -103,13 +105,45 @@ def trial_task(instance, trial: float, ends_at: float | None, stop: str):
     deadline = _Stoppable(seconds, Event(stop, client=get_client()))  # the worker's client
     stats: dict = {}
     try:
-        search = trial_search(instance, trial, deadline)
+        search = trial_search(_setup(instance, deadline), trial, deadline)
         found = search.run()
         return "done", found, dict(search.stats)
     except TimeUp:
         return "timeout", None, stats
     except Exception as exc:  # reported by the caller, which raises
         return "error", None, {"error": f"{type(exc).__name__}: {exc}"}
+
+
+#: the worker's set-up of the last instance it searched: ``(digest, setup)``
+_LAST: list = []
+#: the deadline of the task a worker thread runs
+_CURRENT = threading.local()
+
+
+class _ThreadsDeadline:
+    """The deadline a shared set-up checks (its option capacity keeps the check it was
+    built with and calls it in later searches): the running thread's task's own."""
+
+    @staticmethod
+    def check() -> None:
+        _CURRENT.deadline.check()
+
+
+def _setup(instance, deadline: Deadline) -> tuple:
+    """:func:`.dp.trial_setup` of ``instance``, made once per worker process and instance
+    (the trials of a run share it; only the last instance's is kept). Tasks running side
+    by side in one worker may both build it; the searches only read it, and every check
+    of a deadline it makes is the running task's (:class:`_ThreadsDeadline`)."""
+    from ..io import instance_digest
+    from .dp import trial_setup
+
+    _CURRENT.deadline = deadline
+    key = instance_digest(instance)
+    if _LAST and _LAST[0][0] == key:
+        return _LAST[0][1]
+    setup = trial_setup(instance, _ThreadsDeadline())
+    _LAST[:] = [(key, setup)]
+    return setup
 
 
 def run_trials(instance, trials: list[float], deadline: Deadline, scheduler,
