@@ -448,7 +448,48 @@ def _rows(pipe: PipelineCost, several: bool) -> tuple[list[PipelineRow], list[Pi
     return stage_rows, link_rows
 
 
-class _Pipeline:
+class _Sweep:
+    """What the event simulations of one pipeline share (:class:`_Pipeline`,
+    :class:`_Interleaved`): the sweep over the devices' orders, each run as far as its
+    inputs allow, until every block is placed; then each stage's synchronisation. A
+    subclass sets ``S``, ``orders``, ``blocks``, ``pos``, ``device_free``, ``sync`` and
+    ``stage_rows`` and defines :meth:`advance`."""
+
+    def advance(self, s: int, entry: tuple) -> bool:
+        """Run device ``s``'s next block ``entry`` if its inputs are there; whether it ran."""
+        raise NotImplementedError
+
+    def run(self, progress: Callable[[int], None] | None = None) -> None:
+        """Sweep the devices, each running its order as far as its inputs allow, until done."""
+        remaining = self.blocks
+        while remaining:
+            progressed = 0
+            for s in range(self.S):
+                order = self.orders[s]
+                while self.pos[s] < len(order) and self.advance(s, order[self.pos[s]]):
+                    self.pos[s] += 1
+                    progressed += 1
+            if not progressed:  # cannot happen for the orders of stage_order, interleaved_order
+                raise RuntimeError("pipeline simulation deadlocked")
+            remaining -= progressed
+            if progress is not None:
+                progress(progressed)
+        self.synchronise()
+
+    def synchronise(self) -> None:
+        """Each stage's gradient synchronisation, from the end of its last backward."""
+        for s, r in enumerate(self.sync):
+            if r > 0:
+                self.stage_rows[s].blocks.append(Block(self.device_free[s], r, SYNC, -1))
+                self.device_free[s] += r
+
+    @property
+    def makespan(self) -> float:
+        """The end of the pipeline's last block, synchronisation included."""
+        return max(self.device_free, default=0.0)
+
+
+class _Pipeline(_Sweep):
     """The state of the event simulation of one pipeline: what each device and link has
     done so far."""
 
@@ -515,39 +556,13 @@ class _Pipeline:
         self.link_rows[boundary].blocks.append(Block(start, self.U[boundary], op, m))
         return start + self.U[boundary] + self.lat[boundary]
 
-    def run(self, progress: Callable[[int], None] | None = None) -> None:
-        """Sweep the stages, each running its order as far as its inputs allow, until done."""
-        remaining = self.blocks
-        while remaining:
-            progressed = 0
-            for s in range(self.S):
-                order = self.orders[s]
-                while self.pos[s] < len(order):
-                    op, m = order[self.pos[s]]
-                    ready = self.ready(s, op, m)
-                    if ready is None:
-                        break
-                    self.run_block(s, op, m, ready)
-                    self.pos[s] += 1
-                    progressed += 1
-            if not progressed:  # cannot happen for the schedules of stage_order
-                raise RuntimeError("pipeline simulation deadlocked")
-            remaining -= progressed
-            if progress is not None:
-                progress(progressed)
-        self.synchronise()
-
-    def synchronise(self) -> None:
-        """Each stage's gradient synchronisation, from the end of its last backward."""
-        for s, r in enumerate(self.sync):
-            if r > 0:
-                self.stage_rows[s].blocks.append(Block(self.device_free[s], r, SYNC, -1))
-                self.device_free[s] += r
-
-    @property
-    def makespan(self) -> float:
-        """The end of the pipeline's last block, synchronisation included."""
-        return max(self.device_free, default=0.0)
+    def advance(self, s: int, entry: tuple) -> bool:
+        op, m = entry
+        ready = self.ready(s, op, m)
+        if ready is None:
+            return False
+        self.run_block(s, op, m, ready)
+        return True
 
     def rows(self) -> list[PipelineRow]:
         out = []
@@ -1191,7 +1206,7 @@ def _virtual_pipeline(instance: Instance, pipe: PipelineCost, v: int) -> _Virtua
     return _VirtualPipeline(v, M, S, layout, fwd, bwd, act, U, lat, keys, sync, params)
 
 
-class _Interleaved:
+class _Interleaved(_Sweep):
     """The event simulation of one pipeline under interleaved 1F1B: ``v S`` virtual stages
     on ``S`` devices, each device running :func:`interleaved_order`; a transfer between
     virtual stages books every resource of its path (:func:`_link_keys`) for its occupancy,
@@ -1200,7 +1215,7 @@ class _Interleaved:
 
     def __init__(self, vp: _VirtualPipeline, pipe: PipelineCost, instance: Instance,
                  several: bool = False):
-        self.vp, self.S = vp, vp.S
+        self.vp, self.S, self.sync = vp, vp.S, vp.sync
         V, M = len(vp.stages), vp.M
         self.orders = [interleaved_order(vp.S, s, M, vp.v) for s in range(vp.S)]
         self.blocks = sum(len(order) for order in self.orders)
@@ -1261,35 +1276,13 @@ class _Interleaved:
             self.link_rows[_row_key(key)].blocks.append(Block(start, U, op, m, boundary))
         return start + U + self.vp.lat[boundary]
 
-    def run(self, progress: Callable[[int], None] | None = None) -> None:
-        """Sweep the devices, each running its order as far as its inputs allow, until done."""
-        remaining = self.blocks
-        while remaining:
-            progressed = 0
-            for s in range(self.S):
-                order = self.orders[s]
-                while self.pos[s] < len(order):
-                    op, m, k = order[self.pos[s]]
-                    ready = self.ready(op, m, k * self.S + s)
-                    if ready is None:
-                        break
-                    self.run_block(s, op, m, k, ready)
-                    self.pos[s] += 1
-                    progressed += 1
-            if not progressed:
-                raise RuntimeError("interleaved pipeline simulation deadlocked")
-            remaining -= progressed
-            if progress is not None:
-                progress(progressed)
-        for s, r in enumerate(self.vp.sync):
-            if r > 0:
-                self.stage_rows[s].blocks.append(Block(self.device_free[s], r, SYNC, -1))
-                self.device_free[s] += r
-
-    @property
-    def makespan(self) -> float:
-        """The end of the pipeline's last block, synchronisation included."""
-        return max(self.device_free, default=0.0)
+    def advance(self, s: int, entry: tuple) -> bool:
+        op, m, k = entry
+        ready = self.ready(op, m, k * self.S + s)
+        if ready is None:
+            return False
+        self.run_block(s, op, m, k, ready)
+        return True
 
     def rows(self) -> list[PipelineRow]:
         return self.stage_rows + list(self.link_rows.values())
