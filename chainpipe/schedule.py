@@ -30,6 +30,7 @@ Nothing here draws: :mod:`chainpipe.gantt` draws a :class:`PipelineSchedule`.
 
 from __future__ import annotations
 
+import abc
 import bisect
 import dataclasses
 import math
@@ -448,16 +449,16 @@ def _rows(pipe: PipelineCost, several: bool) -> tuple[list[PipelineRow], list[Pi
     return stage_rows, link_rows
 
 
-class _Sweep:
+class _Sweep(abc.ABC):
     """What the event simulations of one pipeline share (:class:`_Pipeline`,
     :class:`_Interleaved`): the sweep over the devices' orders, each run as far as its
     inputs allow, until every block is placed; then each stage's synchronisation. A
     subclass sets ``S``, ``orders``, ``blocks``, ``pos``, ``device_free``, ``sync`` and
     ``stage_rows`` and defines :meth:`advance`."""
 
+    @abc.abstractmethod
     def advance(self, s: int, entry: tuple) -> bool:
         """Run device ``s``'s next block ``entry`` if its inputs are there; whether it ran."""
-        raise NotImplementedError
 
     def run(self, progress: Callable[[int], None] | None = None) -> None:
         """Sweep the devices, each running its order as far as its inputs allow, until done."""
