@@ -120,19 +120,27 @@ def test_device_states_option_errors(tmp_path):
         solve(inst, "ilp-path", write_model=str(tmp_path / "m.lp"), **FLOW)
 
 
+def _flow_and_dp(inst):
+    """The arc-flow run of ``inst`` checked against ``dp`` (the same optimum, or no plan
+    either), and the evaluation of ``dp``'s optimal plan (``None`` without one)."""
+    ref = solve(inst, "dp")
+    r = solve(inst, "ilp-path", **FLOW)
+    if ref.status != "optimal":
+        assert r.status in ("infeasible", "no_solution"), r.status
+        return r, None
+    assert r.status == "optimal" and close(r.iteration_time, ref.iteration_time)
+    return r, evaluate(inst, ref.plan)
+
+
 @pytest.mark.parametrize("seed", range(24))
 def test_probed_floors_are_below_the_optimal_plans_maxima(seed):
     """The LP-probe floors on ``B`` and ``S`` never exceed the bottleneck and the
     synchronisation of the DP's optimal plan (every plan in the network has maxima at
     least the floors, and an optimal one survives the pruning)."""
     inst = random_hybrid_instance(500 + seed, max_layers=8)
-    ref = solve(inst, "dp")
-    r = solve(inst, "ilp-path", **FLOW)
-    if ref.status != "optimal":
-        assert r.status in ("infeasible", "no_solution"), (seed, r.status)
+    r, ev = _flow_and_dp(inst)
+    if ev is None:
         return
-    assert r.status == "optimal" and close(r.iteration_time, ref.iteration_time), seed
-    ev = evaluate(inst, ref.plan)
     floors = r.stats.get("floor_phase", {})
     for which, value in (("B", ev.bottleneck_s), ("S", ev.sync_s)):
         floor = floors.get(which, {}).get("floor_s")
@@ -145,13 +153,9 @@ def test_path_floors_are_below_the_optimal_plans_maxima(seed):
     (:meth:`FlowFormulation._path_bounds`) never exceed the maxima of an optimal plan, and
     pruning by whole-path bounds keeps an optimal plan (the run proves the optimum)."""
     inst = random_hybrid_instance(900 + seed, max_layers=8)
-    ref = solve(inst, "dp")
-    r = solve(inst, "ilp-path", **FLOW)
-    if ref.status != "optimal":
-        assert r.status in ("infeasible", "no_solution"), (seed, r.status)
+    r, ev = _flow_and_dp(inst)
+    if ev is None:
         return
-    assert r.status == "optimal" and close(r.iteration_time, ref.iteration_time), seed
-    ev = evaluate(inst, ref.plan)
     for key, value in (("path_floor_B_s", ev.bottleneck_s if inst.training.microbatches > 1
                         else 0.0), ("path_floor_S_s", ev.sync_s)):
         assert r.stats[key] <= value * (1 + 1e-9), (seed, key, r.stats[key], value)
