@@ -241,7 +241,8 @@ class PeriodDP:
         and stages compiled: :func:`.period_fast.extend`)."""
         from .period_fast import extend
 
-        pre_sum, pre_max = prefix if prefix is not None else (self._no_pre, self._no_pre)
+        pre_sum, pre_max = (self._no_pre, self._no_pre) if prefix is None else (
+            np.asarray(v, dtype=float) for v in prefix)  # arrays: numba reflects no lists
         count = self._count
         groups = [_runs(self._stages(g, x)) for g in range(self.t.G)]
         hi_m, hi_lim = self._hi if self.frontier is not None else (self.M, math.inf)
