@@ -250,6 +250,20 @@ _TOP = ("format", "name", "network")
 _TOP_OPTIONAL = ("description", "seed", "background", "jobs", "planning", "events")
 
 
+def _span(c: Problems, data: dict, path: str, spans) -> tuple | None:
+    """The link ``data["between"]`` names (two datacenter names joined by one of
+    ``spans``), sorted; ``None`` with the problem added to ``c``."""
+    ends = data.get("between")
+    if not (isinstance(ends, list) and len(ends) == 2
+            and all(isinstance(x, str) for x in ends)):
+        c.add(f"{path}.between", "must be an array of two datacenter names")
+    elif frozenset(ends) not in spans:
+        c.add(f"{path}.between", f"no link of network.links joins {ends[0]!r} and {ends[1]!r}")
+    else:
+        return tuple(sorted(ends))
+    return None
+
+
 def _field(c: Problems, data: dict, path: str, key: str, rule, default=None):
     """``data[key]`` if it passes ``rule`` (else noted, and ``default``); ``default`` if absent."""
     if key not in data:
@@ -387,15 +401,10 @@ def _background_trace(c: Problems, d: dict, spans: set) -> tuple | None:
             e = c.obj(e, q, ("between", "load"))
             if e is None:
                 continue
-            ends = e.get("between")
             load = _field(c, e, q, "load", fraction_rule)
-            if not (isinstance(ends, list) and len(ends) == 2
-                    and all(isinstance(x, str) for x in ends)):
-                c.add(f"{q}.between", "must be an array of two datacenter names")
-            elif frozenset(ends) not in spans:
-                c.add(f"{q}.between", f"no link of network.links joins {ends[0]!r} and {ends[1]!r}")
-            elif load is not None:
-                entries.append((tuple(sorted(ends)), float(load)))
+            span = _span(c, e, q, spans)
+            if span is not None and load is not None:
+                entries.append((span, float(load)))
         steps.append(tuple(entries))
     return tuple(steps)
 
@@ -441,14 +450,9 @@ def _events(c: Problems, top: dict, spans: set, horizon: float,
         at = _field(c, e, p, "at_s", at_most(NONNEG, horizon, "the horizon of a simulation"))
         bandwidth = _field(c, e, p, "bandwidth", BANDWIDTH_FACTOR, 1.0)
         latency = _field(c, e, p, "latency", LATENCY_FACTOR, 1.0)
-        ends = e.get("between")
-        if not (isinstance(ends, list) and len(ends) == 2
-                and all(isinstance(x, str) for x in ends)):
-            c.add(f"{p}.between", "must be an array of two datacenter names")
-        elif frozenset(ends) not in spans:
-            c.add(f"{p}.between", f"no link of network.links joins {ends[0]!r} and {ends[1]!r}")
-        elif at is not None:
-            out.append(LinkEvent(float(at), tuple(sorted(ends)), float(bandwidth),
+        span = _span(c, e, p, spans)
+        if span is not None and at is not None:
+            out.append(LinkEvent(float(at), span, float(bandwidth),
                                  float(latency)))
     return tuple(sorted(out, key=lambda ev: ev.at_s))
 
