@@ -158,3 +158,38 @@ def test_an_upper_bound_below_the_optimum_is_no_solution_not_infeasible():
     res = cp.solve(inst, "dp", upper_bound=0.9 * T)
     assert res.status == "no_solution" and res.plan is None
     assert 0 < res.lower_bound <= 0.9 * T
+
+
+def test_feasibility_search_agrees_with_brute_force_v1():
+    """``dp.feasible`` on version-1 instances (a third memory-tight): a plan exists exactly
+    when the enumeration finds one."""
+    from chainpipe.deadline import Deadline
+    from chainpipe.solvers import dp
+    from chainpipe.tables import CostTables
+
+    seen = set()
+    for s in range(120):
+        inst = random_instance(20_000 + s, max_layers=5, max_dcs=4, max_types=3, max_count=2,
+                               microbatches=[1, 2, 5, 64][s % 4],
+                               schedule=["1f1b", "gpipe"][s % 2])
+        _, plan = brute_force(inst)
+        got = dp.feasible(CostTables(inst), Deadline.of(60))
+        assert got == (plan is not None), (s, inst.name)
+        seen.add(got)
+    assert seen == {True, False}
+
+
+def test_an_instance_with_no_plan_is_proven_by_the_feasibility_check(monkeypatch):
+    """Once the run has taken ``FEASIBILITY_AFTER_S``, an instance with no plan ends after
+    the check instead of its remaining trials, with or without a caller's bound."""
+    from chainpipe.solvers import dp
+
+    monkeypatch.setattr(dp, "FEASIBILITY_AFTER_S", -1.0)
+    inst = next(i for i in (random_instance(s) for s in range(200))
+                if brute_force(i)[1] is None and cp.solve(i, "dp").stats.get("trials"))
+    res = cp.solve(inst, "dp")
+    assert res.status == "infeasible" and res.message
+    assert res.stats["feasibility"]["feasible"] is False
+    assert len(res.stats["trials"]) == 1
+    bounded = cp.solve(inst, "dp", upper_bound=1.0)
+    assert bounded.status == "no_solution" and bounded.lower_bound == pytest.approx(1.0)

@@ -166,3 +166,33 @@ def test_flop_capacity_never_exceeds_what_an_optimal_plan_needs():
         assert needed <= worst * (1 + 1e-9), (inst.name, needed, worst)
         checked += 1
     assert checked >= 60
+
+
+def test_feasibility_search_agrees_with_brute_force():
+    """``dp.feasible`` (every cost zero, one move per earlier datacenter from the state
+    of least ``p``) says a plan exists exactly when the enumeration finds one."""
+    from chainpipe.deadline import Deadline
+    from chainpipe.solvers import dp
+
+    seen = set()
+    for seed in range(120):
+        inst = random_hybrid_instance(seed, max_layers=5)
+        T, stages = brute_force_hybrid(inst)
+        got = dp.feasible(CostTables(inst), Deadline.of(60))
+        assert got == (stages is not None), (seed, inst.name)
+        seen.add(got)
+    assert seen == {True, False}
+
+
+@pytest.mark.parametrize("block", range(2))
+def test_dp_with_the_feasibility_check_after_every_first_trial(block, monkeypatch):
+    """The check asked after the first failed trial: the same optima, and ``infeasible``
+    where the enumeration finds nothing."""
+    from chainpipe.solvers import dp
+
+    monkeypatch.setattr(dp, "FEASIBILITY_AFTER_S", -1.0)
+    asked = 0
+    for seed in range(400 + block * 40, 400 + (block + 1) * 40):
+        res = _check(random_hybrid_instance(seed, max_layers=5))
+        asked += res is not None and "feasibility" in res.stats
+    assert asked > 0

@@ -93,3 +93,18 @@ def test_children_die_with_the_command(tmp_path):
     cmd.wait()
     _, alive = psutil.wait_procs(children, timeout=5)
     assert not [p for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+
+
+def test_an_instance_with_no_plan_ends_at_the_feasibility_check(monkeypatch, left_behind):
+    """Beside the forked trials the parent runs the feasibility check: an instance with no
+    plan is ``infeasible`` without waiting for the trials, and none is left running."""
+    from chainpipe.solvers import dp
+    from helpers import brute_force_hybrid
+
+    monkeypatch.setattr(dp, "PARALLEL_AFTER_S", -1.0)  # side by side from the first trial
+    inst = next(i for i in (random_hybrid_instance(s, max_layers=5) for s in range(100))
+                if brute_force_hybrid(i)[1] is None and dp.run(i).stats.get("trials"))
+    res = solve(inst, "dp", time_limit=60, threads=2)
+    assert res.status == "infeasible" and res.message
+    assert res.stats["feasibility"]["feasible"] is False
+    assert not left_behind()

@@ -104,8 +104,9 @@ def solve_checked(instance, deadline: Deadline, threads=1, log=None, upper_bound
     try:
         dominated = _dominance(tables, deadline)  # computed once for every trial
         remote = None if scheduler is None else _on_cluster(instance, deadline, scheduler)
+        check = _FeasibilityCheck(tables, deadline, dominated, stats)
         found, failed = _walk(lambda trial: _Search(tables, trial, deadline, capacity, dominated),
-                              trials, deadline, threads, stats, log, remote)
+                              trials, deadline, threads, stats, log, remote, check)
     except TimeUp:
         failed = [t["upper_bound"] for t in stats["trials"] if t.get("found") is False]
         return Outcome("no_solution", lower_bound=max([proven] + failed),
@@ -150,13 +151,17 @@ def _on_cluster(instance, deadline: Deadline, scheduler):
 
 
 def _walk(make_search, trials, deadline: Deadline, threads: int, stats: dict, log,
-          remote=None):
+          remote=None, check=None):
     """Search the trial bounds, lowest first: in this process, ``threads`` at a time
     in forked processes (:mod:`.dp_parallel`), or every one by ``remote(trials, ended)``
     (a cluster, :mod:`.dp_dask`). Returns the first plan found ``(T, stages)`` (or
     ``None``) and the bounds proven by failed trials; each trial's counters go to
     ``stats["trials"]`` (with ``found``) and a line to ``log``. Raises :class:`TimeUp`
-    when the deadline passes first."""
+    when the deadline passes first.
+
+    ``check`` (a :class:`_FeasibilityCheck`) is asked once the failed trials have taken
+    :data:`FEASIBILITY_AFTER_S` of CPU (in this process between trials), or beside the
+    forked ones: when it proves that no plan exists, every trial left is proven too."""
     failed: list[float] = []
 
     def ended(trial, found, counters):
@@ -189,11 +194,13 @@ def _walk(make_search, trials, deadline: Deadline, threads: int, stats: dict, lo
             stats["processes"] = threads
             try:
                 found, _ = dp_parallel.run_trials(make_search, trials[n:], deadline, threads,
-                                                  ended)
+                                                  ended, check)
             except TimeUp:
                 if log is not None:
                     log("dp: trials stopped by the time limit")
                 raise
+            if found is None and check is not None and check.none:
+                failed.extend(trials[n:])  # no plan at all: below no bound either
             return found, failed
         search = make_search(trial)
         try:
@@ -206,6 +213,10 @@ def _walk(make_search, trials, deadline: Deadline, threads: int, stats: dict, lo
         ended(trial, found, search.stats)
         if found is not None:
             return found, failed
+        spent = sum(t.get("cpu_s", 0.0) for t in stats["trials"])
+        if check is not None and spent > FEASIBILITY_AFTER_S and check():
+            failed.extend(trials[n + 1:])  # no plan at all: below no bound either
+            return None, failed
     return None, failed
 
 
@@ -213,6 +224,34 @@ def _walk(make_search, trials, deadline: Deadline, threads: int, stats: dict, lo
 #: this long (measured: the set-up of a 256-GPU instance takes 0.5 s, of a 64-GPU one
 #: 0.02 s; a child costs tens of milliseconds, not worth it on small instances)
 PARALLEL_AFTER_S = 0.25
+
+
+#: the feasibility check (:class:`_FeasibilityCheck`) runs once the failed trials have
+#: taken this many CPU seconds: it costs 0.1 to 0.5 s on 256 to 1,536 GPUs, which an
+#: instance whose trials end sooner should not pay (measured: 0.15 s of the 2.6 s of
+#: hybrid-large seed 1), and it saves every trial of an instance with no plan
+FEASIBILITY_AFTER_S = 3.0
+
+
+class _FeasibilityCheck:
+    """Called with no argument: ``True`` when it proves that the instance has no plan
+    (:func:`feasible`; asked once, later calls say ``False``). Its CPU time and answer
+    go to ``stats["feasibility"]``."""
+
+    def __init__(self, tables: CostTables, deadline: Deadline, dominated: dict, stats: dict):
+        self.args = (tables, deadline, dominated)
+        self.stats = stats
+        #: whether it proved that no plan exists
+        self.none = False
+
+    def __call__(self) -> bool:
+        if "feasibility" in self.stats:
+            return False
+        start = time.process_time()
+        ok = feasible(*self.args)
+        self.stats["feasibility"] = {"feasible": ok, "cpu_s": time.process_time() - start}
+        self.none = not ok
+        return self.none
 
 
 def _dominance(tables: CostTables, deadline: Deadline) -> dict:
@@ -668,6 +707,84 @@ class _Search:
                 return stages
             a = b
             b, key, g = self.metas[meta]
+
+
+class _Feasible(_Search):
+    """Whether any plan exists at all (``docs/dp.md``, "Why it is exact", item 9): the
+    search of :class:`_Search` with every cost set to zero and no bound.
+
+    Every label of a state is then ``(0, 0, p, 0)``: the filters keep its least ``p``
+    per state, and across the states of a datacenter those no state with fewer devices
+    in use and no larger ``p`` dominates. A stage into a datacenter ``k0`` before the
+    state's own starts on fresh devices, so its images do not depend on the state but
+    on its ``p``; of the states of a layer in datacenters after ``k0`` only one with the
+    least ``p`` makes them (memory only tightens with ``p``). The first complete plan
+    lowers the live bound to 0, which ends the search.
+    """
+
+    def __init__(self, tables: CostTables, deadline: Deadline, dominated: dict):
+        super().__init__(tables, math.inf, deadline, None, dominated)
+        self._free_reach: dict = {}
+        self._fresh: list = []
+
+    def _candidate_stages(self):
+        """:meth:`_Search._candidate_stages` at no cost: ``C`` and ``R`` zero (the
+        options whose ``C`` is not finite dropped)."""
+        cands, t_max = super()._candidate_stages()
+        free: dict = {}
+        out = []
+        for per_end in cands:
+            if id(per_end) not in free:
+                rows = []
+                for table in per_end:
+                    if table is not None:
+                        table = table[np.isfinite(table[:, 1])].copy()
+                        table[:, 1] = table[:, 4] = 0.0
+                    rows.append(table if table is not None and len(table) else None)
+                free[id(per_end)] = rows
+            out.append(free[id(per_end)])
+        return out, t_max
+
+    def _boundaries(self, b: int, k: int) -> list:
+        """:meth:`_Search._boundaries` with every boundary free."""
+        got = self._free_reach.get((b, k))
+        if got is None:
+            got = self._free_reach[(b, k)] = [(k0, 0.0, 0.0)
+                                              for k0, _, _ in super()._boundaries(b, k)]
+        return got
+
+    def _filter_layer(self, b: int, sync: bool, steady: int, kernel) -> dict:
+        """:meth:`_Search._filter_layer`, and per ``k0`` the state of least ``p`` among
+        those of the layer in a datacenter after ``k0`` (the one that moves into it)."""
+        layer = super()._filter_layer(b, sync, steady, kernel)
+        least: dict = {}
+        for key, (X, _) in layer.items():
+            got = least.get(key[0])
+            if got is None or X[0, 2] < got[0]:
+                least[key[0]] = (X[0, 2], key)
+        self._fresh = [None] * (self.K + 2)
+        for k in range(self.K, -1, -1):
+            got = least.get(k)
+            after = self._fresh[k + 1]
+            self._fresh[k] = got if after is None or (got is not None and got[0] < after[0]) \
+                else after
+        return layer
+
+    def _moves(self, b: int, key):
+        """:meth:`_Search._moves`, a move into an earlier datacenter ``k0`` only from the
+        state that :meth:`_filter_layer` chose for it."""
+        for move in super()._moves(b, key):
+            k0 = move[1]
+            if k0 == key[0] or self._fresh[k0 + 1][1] == key:
+                yield move
+
+
+def feasible(tables: CostTables, deadline: Deadline, dominated: dict | None = None) -> bool:
+    """Whether ``tables``' instance has any plan (memory and device counts), whatever its
+    time: :class:`_Feasible`. Raises :class:`TimeUp` when the deadline passes."""
+    if dominated is None:
+        dominated = _dominance(tables, deadline)
+    return _Feasible(tables, deadline, dominated).run() is not None
 
 
 class _PerDC:

@@ -31,7 +31,7 @@ def available() -> bool:
 
 
 def run_trials(make_search, trials: list[float], deadline: Deadline, processes: int,
-               on_result=None):
+               on_result=None, check=None):
     """Search ``trials`` (ascending bounds) in up to ``processes`` forked processes.
 
     Parameters
@@ -48,6 +48,9 @@ def run_trials(make_search, trials: list[float], deadline: Deadline, processes: 
     on_result : callable, optional
         ``on_result(trial, found, stats)`` for each trial that ends (``found`` as the
         search's ``run()``); in the order they end.
+    check : callable, optional
+        Called once in this process while the first trials run: ``True`` proves that no
+        trial can find a plan (the instance has none), which ends the run.
 
     Returns
     -------
@@ -75,6 +78,10 @@ def run_trials(make_search, trials: list[float], deadline: Deadline, processes: 
                 child.start()
                 send.close()
                 running[receive] = (child, trial)
+            if check is not None:
+                if check():
+                    return None, proven
+                check = None
             ready = wait(list(running), timeout=None if deadline.unlimited
                          else max(deadline.remaining(), 0.0) + 0.5)
             if not ready:
