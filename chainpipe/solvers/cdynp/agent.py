@@ -560,9 +560,10 @@ class DCAgent:
         if self.frontier is not None:  # a plan found at M ends nothing at m_hi: one run
             trials = [ub]
         prefix = self._prefix_bound() if self.k == 0 else self._upstream_prefix()
+        floors = self._floors()
         for trial in trials:
             dp = PeriodDP(self.tables, position_cap=self.R, deadline=self.deadline,
-                          frontier=self.frontier)
+                          frontier=self.frontier, floors=floors)
             try:
                 dp.run(base, trial, prefix)
             except TimeUp:
@@ -579,6 +580,17 @@ class DCAgent:
         out = None if self.k == 0 else self._period_summary(dp.points, cut)
         self.stats["backward_s"] = time.perf_counter() - t0
         return out
+
+    def _floors(self):
+        """The floors under a prefix's period from own free devices and the upstream
+        FLOP/s (:class:`.floors.Floors`), or ``None``: the knapsack too large, or DC
+        ``1..k-1``'s FLOP/s unknown (an upstream DC kept its prefix bound to itself)."""
+        from .floors import Floors
+
+        up = 0.0 if self.k == 0 else self._upstream_flops
+        if up is None or not Floors.affordable(self.tables):
+            return None
+        return Floors(self.tables, up, self.deadline.check)
 
     def _period_base(self) -> dict[int, list]:
         """Base labels under ``period``: each incoming point joined through its inter-DC

@@ -125,8 +125,12 @@ class PeriodDP:
     """
 
     def __init__(self, tables, *, position_cap: int, deadline: Deadline | None = None,
-                 frontier: tuple[int, float] | None = None):
+                 frontier: tuple[int, float] | None = None, floors=None):
         self.t = tables
+        #: :class:`.floors.Floors` or ``None``: per own usage, a floor under the period of
+        #: the prefix before a label (what the own free devices and the upstream FLOP/s
+        #: hold), raising the prefix's slowest stage in the bound test
+        self.floors = floors
         self.L, self.M, self.R = tables.L, tables.M, position_cap
         #: a frontier run (:func:`frontier_lines`): ``(m_hi, bound at m_hi)``; the labels
         #: keep ``M``'s positions, stashes and loops, every dominance test weighs the period
@@ -260,10 +264,11 @@ class PeriodDP:
                 size = len(labels) * int((ptr[1:] - ptr[:-1])[use].sum())
                 if not size:
                     continue
+                rows = self._prefix_rows(u, g, widths, use, pre_max)
                 out_S, out_H = np.empty((size, 5)), np.empty(size * (H.shape[1] + 1))
                 out_HL, src = np.empty(size + 1, dtype=np.int64), np.empty((size, 3), np.int64)
                 k, cut = extend(S, H, HL, runs, ptr, use, self._need_arr, fs, ints, pre_sum,
-                                pre_max, out_S, out_H, out_HL, src)
+                                rows, out_S, out_H, out_HL, src)
                 self.bound_cut |= bool(cut)
                 if not k:
                     continue
@@ -275,6 +280,22 @@ class PeriodDP:
                     states[int(runs[ptr[q] + r, 0])].setdefault(nu, []).append(
                         (x1, x2, total, sync, int(p), tuple(flat[o:o2]),
                          (g, int(pairs[q]), ref_u[lab])))
+
+    def _prefix_rows(self, u: tuple, g: int, widths: np.ndarray, use: np.ndarray,
+                     pre_max: np.ndarray) -> np.ndarray:
+        """Per run of group ``g`` (one width each): the prefix's slowest-stage floor by
+        prefix end, raised by :attr:`floors` for the usage the new label has (``u`` with
+        the run's width more of ``g``)."""
+        if len(pre_max) < 2:  # no prefix bound: never read
+            return np.zeros((len(widths), 1))
+        if self.floors is None:
+            return np.tile(pre_max, (len(widths), 1))
+        rows = np.empty((len(widths), len(pre_max)))
+        for q, w in enumerate(widths.tolist()):
+            if use[q]:
+                nu = u[:g] + (u[g] + w,) + u[g + 1:]
+                rows[q] = np.maximum(pre_max, self.floors.period(nu))
+        return rows
 
     def _over(self, M: int, x1: float, x2: float, total: float, sync: float,
               limit: float) -> bool:

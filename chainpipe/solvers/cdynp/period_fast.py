@@ -39,6 +39,8 @@ def extend(S, H, HL, runs, ptr, use, need_at, fs, ints, pre_sum, pre_max, out_S,
     label.
 
     ``runs`` rows: ``a, C, f, b, R, n`` (``n`` the most microbatches the stage holds);
+    ``pre_max[q, a]``: the prefix's optimistic slowest stage before a stage of run ``q``
+    starting at ``a`` (per run: its width leaves other devices free upstream);
     ``fs = [U, Q, limit, limit_hi]``; ``ints = [M, p_cap, gpipe, frontier, m_hi, prefix]``;
     ``out_src[k] = (run, label, row)`` of image ``k``, its majorant ``out_H[out_HL[k]:
     out_HL[k + 1]]``. Returns ``(images, cut)``,
@@ -50,7 +52,7 @@ def extend(S, H, HL, runs, ptr, use, need_at, fs, ints, pre_sum, pre_max, out_S,
     for q in range(len(use)):
         if use[q]:
             k, c = _extend_run(S, H, HL, runs[ptr[q]:ptr[q + 1]], q, need_at, fs, ints,
-                               pre_sum, pre_max, out_S, out_H, out_HL, out_src, k, tmp)
+                               pre_sum, pre_max[q], out_S, out_H, out_HL, out_src, k, tmp)
             cut = cut or c
     return k, cut
 

@@ -1,0 +1,95 @@
+"""A DC's floor under the period of a plan's prefix, from what its own devices hold.
+
+``dp`` bounds the period of every completion of a state by the least bottleneck ``B``
+under which the devices still free hold the prefix's FLOP (``dp._LayerCapacity``: per
+group, an unbounded knapsack of the most FLOP one stage with ``C <= B`` holds and that
+fits memory at the least stash; ``docs/dp.md``, "Bounds"). A CDynP agent knows only its
+own devices, so it bounds the prefix ``[0, a)`` before a label of usage ``u`` by
+
+- its own free devices' knapsack (``count - u`` per group, the same tables ``dp`` uses,
+  built on the DC's own one-DC instance), plus
+- ``A B`` for the devices of DCs ``1..k-1``: ``A`` is the prefix pass's bound on their
+  FLOP/s (``docs/privacy.md``, "The prefix pass"), and stages on devices of ``r`` FLOP/s
+  in all with every ``C <= B`` hold at most ``r B`` FLOP (``C`` is at least a stage's
+  FLOP over its devices' rate; tensor-parallel all-reduces only add).
+
+The floor is the least ``B`` at which the two together hold ``FLOP[0, a)``; at DC 1 of a
+chain (``A = 0``) it is ``dp``'s own floor for a prefix on that DC. Nothing of it is sent:
+it only prunes the DC's own labels (a label whose prefix cannot run within the bound).
+
+This module is the agents' one entry to ``dp``'s knapsack (:class:`Floors`), so a change
+there has one place to follow here.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...tables import CostTables
+
+
+class Floors:
+    """Floors under the period of the prefix ``[0, a)`` per own usage (module docstring).
+
+    Parameters
+    ----------
+    tables : CostTables
+        The DC's own one-DC tables (after any ``sync_cap``: options it may not use hold
+        nothing).
+    upstream : float
+        ``A``: a bound on the FLOP/s of DCs ``1..k-1``'s devices (0 at DC 1).
+    check : callable, optional
+        The deadline's check.
+    """
+
+    def __init__(self, tables: CostTables, upstream: float, check=None):
+        from ..dp import _HOLD_SLACK, _LayerCapacity, usage_caps
+
+        self.t, self.up = tables, float(upstream)
+        self.count = usage_caps(tables)
+        self.capacity = _LayerCapacity(tables, self.count, check)
+        self.flop = np.asarray(tables.flop_prefix, dtype=float) / _HOLD_SLACK
+        self._memo: dict[tuple, np.ndarray] = {}
+
+    @staticmethod
+    def affordable(tables: CostTables) -> bool:
+        """Whether ``dp``'s knapsack tables stay within its size limit for this DC."""
+        from ..dp import _LayerCapacity
+
+        return bool(tables.M > 1 and _LayerCapacity.affordable(tables))
+
+    def period(self, usage: tuple) -> np.ndarray:
+        """Per prefix end ``a``: the floor under every ``C`` of a prefix ``[0, a)`` that
+        runs upstream and on the own devices ``usage`` leaves free (0 at ``a = 0``,
+        ``inf`` where they cannot hold it)."""
+        got = self._memo.get(usage)
+        if got is None:
+            here = [(g, int(self.t.count[g]) - int(x)) for g, x in enumerate(usage)]
+            points, values = self.capacity.curve([], here)
+            got = self._memo[usage] = least_bottleneck(points, values, self.up, self.flop)
+        return got
+
+
+def least_bottleneck(points: np.ndarray, values: np.ndarray, rate: float,
+                     flop: np.ndarray) -> np.ndarray:
+    """The least ``B`` with ``held(B) + rate B >= flop`` per value of ``flop``.
+
+    ``held`` is a step function: ``values[i]`` from ``points[i]`` on (0 before the first
+    point), non-decreasing. On the step ``[points[i], points[i + 1])`` the least ``B`` is
+    ``max(points[i], (flop - values[i]) / rate)`` if below the next point; before the first
+    point it is ``flop / rate``. ``flop[0]`` (an empty prefix) gets 0.
+    """
+    flop = np.asarray(flop, dtype=float)
+    starts = np.concatenate(([0.0], np.asarray(points, dtype=float)))
+    held = np.concatenate(([0.0], np.asarray(values, dtype=float)))
+    ends = np.concatenate((starts[1:], [np.inf]))
+    need = flop[:, None] - held[None, :]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        lin = np.where(need <= 0, 0.0, need / rate if rate > 0 else np.inf)
+    cand = np.maximum(starts[None, :], lin)
+    cand = np.where(cand < ends[None, :], cand, np.inf)
+    # held(B) = held[i] exactly on [starts[i], ends[i]): a candidate at ends[i] belongs to
+    # the next step, whose own candidate is at most it
+    out = cand.min(axis=1)
+    out[flop <= 0] = 0.0
+    return out

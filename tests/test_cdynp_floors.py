@@ -1,0 +1,99 @@
+"""A CDynP agent's floors under a prefix's period (:mod:`chainpipe.solvers.cdynp.floors`).
+
+Each DC bounds the period of the prefix before a label by what its own free devices hold
+(``dp``'s knapsack on its own tables) plus ``A B`` for the devices upstream (``A``: the
+prefix pass's FLOP/s bound). Checked here: the least bottleneck of a step function plus a
+line against a brute force; at DC 1 (``A = 0``) the floor is ``dp``'s own; exact solves
+still equal ``dp`` on random 5- and 6-layer v3 chains; and the floors prune (a range run
+of ``v3-medium-01`` keeps a few hundred labels, not thousands).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+from test_cdynp_frontier import _longer
+
+from chainpipe.deadline import Deadline
+from chainpipe.io import read
+from chainpipe.solve import solve
+from chainpipe.solvers.cdynp import LocalOwner
+from chainpipe.solvers.cdynp.agent import DCAgent
+from chainpipe.solvers.cdynp.drive import agent_options
+from chainpipe.solvers.cdynp.floors import Floors, least_bottleneck
+from chainpipe.solvers.cdynp.pipelines import RangeRuns
+from chainpipe.solvers.cdynp.public import PublicInstance
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _brute(points, values, rate, F) -> float:
+    """The least ``B`` among the candidates (every step's start and every step's line
+    crossing) at which the step function plus ``rate B`` reaches ``F``."""
+    if F <= 0:
+        return 0.0
+
+    def held(B):
+        i = int(np.searchsorted(points, B, side="right")) - 1
+        return float(values[i]) if i >= 0 else 0.0
+
+    cands = list(points) + [0.0]
+    if rate > 0:
+        cands += [max(0.0, (F - v) / rate) for v in [0.0, *values]]
+    ok = [B for B in cands if held(B) + rate * B >= F * (1 - 1e-12)]
+    return min(ok, default=math.inf)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_least_bottleneck_equals_brute_force(seed):
+    rng = random.Random(seed)
+    n = rng.randint(0, 6)
+    points = np.sort(np.array([rng.uniform(0.1, 10) for _ in range(n)]))
+    values = np.cumsum([rng.uniform(0, 5) for _ in range(n)])
+    rate = rng.choice([0.0, 0.0, rng.uniform(0.1, 3)])
+    flop = np.array([0.0] + [rng.uniform(0, 20) for _ in range(8)])
+    got = least_bottleneck(points, values, rate, flop)
+    for F, b in zip(flop, got):
+        want = _brute(points, values, rate, F)
+        assert (math.isinf(b) and math.isinf(want)) or b == pytest.approx(want, rel=1e-9)
+
+
+def test_first_dc_floor_is_dps():
+    from chainpipe.solvers.dp import _HOLD_SLACK, _LayerCapacity, usage_caps
+
+    inst = read(ROOT / "instances/v3/medium/v3-medium-01.json")
+    pub = PublicInstance.of(inst)
+    agent = DCAgent(pub, 0, inst.datacenters[0])
+    t = agent.tables
+    floors = Floors(t, 0.0)
+    cap = _LayerCapacity(t, usage_caps(t))
+    for used in (0, 2, 8):
+        usage = (used,) + (0,) * (t.G - 1)
+        here = [(g, int(t.count[g]) - x) for g, x in enumerate(usage)]
+        want = cap.needed(cap.curve([], here), t.flop_prefix)
+        got = floors.period(usage)
+        assert np.allclose(got[1:], want[1:], rtol=1e-12) or np.array_equal(got[1:], want[1:])
+        assert got[0] == 0.0 and _HOLD_SLACK > 1
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_exact_equals_dp_on_longer_chains(seed):
+    inst = _longer(seed)
+    want = solve(inst, "dp")
+    got = solve(inst, "cdynp")
+    assert got.status == want.status
+    if want.plan is not None:
+        assert got.iteration_time == pytest.approx(want.iteration_time, rel=1e-9)
+
+
+def test_floors_prune_a_range_run():
+    inst = read(ROOT / "instances/v3/medium/v3-medium-01.json")
+    runs = RangeRuns(LocalOwner(inst, False, 60), agent_options(), Deadline(None))
+    g = 9.708592152127837  # dp's least T_p of DCs 0..1 with M_p = 31
+    got = runs.least(0, 1, 31, math.inf, g * (1 + 1e-4))
+    assert got is not None and got.time == pytest.approx(g, rel=1e-9)
+    assert runs.labels < 1000  # 8,000 before the floors
