@@ -191,7 +191,10 @@ class FloorBound:
         self.grid, self.values = v, np.where(np.isfinite(h), h, 0.0)
 
     def __call__(self, values) -> np.ndarray:
-        k = np.searchsorted(self.grid, np.asarray(values, dtype=float), side="right") - 1
+        values = np.asarray(values, dtype=float)
+        if not len(self.grid):  # no arc below the upper bound: no floor
+            return np.zeros(values.shape)
+        k = np.searchsorted(self.grid, values, side="right") - 1
         return np.where(k >= 0, self.values[np.maximum(k, 0)], 0.0)
 
 

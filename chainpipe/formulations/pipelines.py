@@ -43,6 +43,10 @@ from ..result import Outcome
 PRUNE_RTOL = 1e-9
 #: share of the time left that one block's sub-solve may take
 SUB_SHARE = 0.5
+#: at most this many partitions of the chain are seeded with heuristic plans
+SEED_PARTITIONS = 64
+#: a block and ``M_p`` is solved at most this many times (again only with a higher cutoff)
+MAX_SOLVES = 2
 
 
 def several(instance) -> bool:
@@ -239,6 +243,25 @@ def _errstate():
     return np.errstate(over="ignore", invalid="ignore", divide="ignore")
 
 
+def rate_split(instance, blocks) -> tuple[int, ...]:
+    """``M`` split over ``blocks`` in proportion to their devices' FLOP rates (largest
+    remainders; every share at least 1, ``len(blocks) <= M``): a seed's guess, no bound
+    rests on it."""
+    M = instance.microbatches
+    rates = [sum(g.count * g.flop_per_s for dc in instance.datacenters[a:b + 1]
+                 for g in dc.devices) for a, b in blocks]
+    total = sum(rates)
+    if not (total > 0 and math.isfinite(total)):
+        rates, total = [1.0] * len(blocks), float(len(blocks))
+    free = M - len(blocks)
+    exact = [free * r / total for r in rates]
+    share = [int(math.floor(x)) for x in exact]
+    order = sorted(range(len(blocks)), key=lambda i: share[i] - exact[i])
+    for i in order[:free - sum(share)]:
+        share[i] += 1
+    return tuple(1 + x for x in share)
+
+
 @dataclass
 class SubResult:
     """A block's one-pipeline solve: its plan, ``T_p + max R`` and proven bound."""
@@ -248,6 +271,7 @@ class SubResult:
     bound: float
     optimal: bool
     infeasible: bool = False
+    cutoff: float | None = None  # the cutoff it was solved with
 
 
 @dataclass
@@ -261,8 +285,10 @@ class OuterSearch:
     deadline : Deadline
         Covers every sub-solve and joint solve.
     single : callable
-        ``single(sub_instance, deadline) -> Outcome``: the route's own solve of one
-        pipeline (its proof and bound its own).
+        ``single(sub_instance, deadline, cutoff) -> Outcome``: the route's own solve of
+        one pipeline (its proof and bound its own); ``cutoff`` (``None`` or seconds) is
+        what the enumeration needs to know: a plan faster than it, or a proof that there
+        is none (a bound at least the cutoff). A route may ignore it.
     joint : callable
         ``joint(entry, sub_instances, upper, deadline) -> (plans or None, bound)``: the
         route's model of the entry's ``P`` pipelines together, minimising
@@ -286,6 +312,8 @@ class OuterSearch:
                                                  "pruned_by_growth": 0})
     #: per block ``(first, last)``: the ``(M_p, proven bound)`` of its sub-solves
     proven: dict = field(default_factory=dict)
+    #: per block and ``M_p``: how many times it was solved
+    solves: dict = field(default_factory=dict)
 
     def grown(self, first: int, last: int, m: int) -> float:
         """The largest bound proven of the block with ``m0 <= m`` microbatches: a bound
@@ -331,30 +359,46 @@ class OuterSearch:
                 else self.cheap(first, last, m)
         return self.subs[key]
 
-    def sub(self, first: int, last: int, m: int) -> SubResult:
-        """The block's one-pipeline solve, once per block and ``M_p``."""
+    def sub(self, first: int, last: int, m: int, cutoff: float | None = None) -> SubResult:
+        """The block's one-pipeline solve, once per block and ``M_p``; again (at most
+        :data:`MAX_SOLVES` solves in all) when an entry needs more than the last solve
+        proved (its bound is below ``cutoff``, with a time slice or an incumbent that may
+        now be better)."""
         key = (first, last, m)
-        if key not in self.subs:
-            inst = sub_instance(self.instance, first, last, m)
-            out = self.single(inst, self.slice())
-            self.stats["sub_solves"] += 1
-            status = out.status.value
-            T = math.inf
-            if out.plan is not None:
-                ev = evaluate(inst, out.plan)
-                T = float(ev.iteration_time_s) if ev.feasible else math.inf
-            if status == "infeasible":
-                res = SubResult(None, math.inf, math.inf, True, True)
-            else:
-                lb = out.lower_bound if out.lower_bound is not None else self.cheap(first, last, m)
-                res = SubResult(out.plan, T, max(float(lb), self.cheap(first, last, m)),
-                                status == "optimal")
-            self.subs[key] = res
-            self.proven.setdefault((first, last), []).append((m, res.bound))
-            if self.log is not None:
-                self.log(f"pipelines: DCs {first}-{last}, M_p = {m}: {status}, "
-                         f"T_p + R = {T:.6g} s, bound {res.bound:.6g} s")
-        return self.subs[key]
+        old = self.subs.get(key)
+        if old is not None and (old.optimal or old.infeasible or cutoff is None
+                                or old.bound >= cutoff * (1 - PRUNE_RTOL)
+                                or self.solves.get(key, 0) >= MAX_SOLVES):
+            return old
+        inst = sub_instance(self.instance, first, last, m)
+        if cutoff is not None and not math.isfinite(cutoff):
+            cutoff = None
+        out = self.single(inst, self.slice(), cutoff)
+        self.stats["sub_solves"] += 1
+        self.solves[key] = self.solves.get(key, 0) + 1
+        status = out.status.value
+        T = math.inf
+        if out.plan is not None:
+            ev = evaluate(inst, out.plan)
+            T = float(ev.iteration_time_s) if ev.feasible else math.inf
+        if status == "infeasible":
+            res = SubResult(None, math.inf, math.inf, True, True)
+        else:
+            lb = out.lower_bound if out.lower_bound is not None else self.cheap(first, last, m)
+            res = SubResult(out.plan, T, max(float(lb), self.cheap(first, last, m)),
+                            status == "optimal", cutoff=cutoff)
+        if old is not None:  # keep the better plan and the higher bound of the two solves
+            if old.T < res.T:
+                res.plan, res.T = old.plan, old.T
+            res.bound = max(res.bound, old.bound)
+            res.optimal = res.optimal or res.T <= res.bound * (1 + OPTIMALITY_RTOL)
+        self.subs[key] = res
+        self.proven.setdefault((first, last), []).append((m, res.bound))
+        if self.log is not None:
+            self.log(f"pipelines: DCs {first}-{last}, M_p = {m}: {status}, "
+                     f"T_p + R = {T:.6g} s, bound {res.bound:.6g} s"
+                     + (f" (cutoff {cutoff:.6g} s)" if cutoff is not None else ""))
+        return res
 
     def slice(self) -> Deadline:
         """The deadline of one sub-solve: :data:`SUB_SHARE` of what is left (a hard block
@@ -364,19 +408,38 @@ class OuterSearch:
         return Deadline(self.deadline.remaining() * SUB_SHARE)
 
     def seed(self) -> None:
-        """A first incumbent of one pipeline (when 1 is an allowed count) from the cheap
-        heuristics of :func:`chainpipe.solvers.incumbent.heuristic_plan` (never the DP):
-        a plan to return if every model runs out of time, and a bound that prunes entries."""
-        if 1 not in self.instance.parallelism.pipelines:
-            return
+        """First incumbents from the cheap heuristics of
+        :func:`chainpipe.solvers.incumbent.heuristic_plan` (never the DP): one pipeline
+        (when 1 is an allowed count), and for every other allowed count ``P`` each cut of
+        the whole chain into ``P`` blocks (at most :data:`SEED_PARTITIONS` cuts in all)
+        with ``M`` split by the blocks' FLOP rates (:func:`rate_split`). A plan to return
+        if every model runs out of time, and a bound that prunes entries."""
         from ..solvers.incumbent import heuristic_plan
 
-        K = len(self.instance.datacenters)
-        plan, _T, name = heuristic_plan(sub_instance(self.instance, 0, K - 1,
-                                                     self.instance.microbatches), self.deadline)
-        if plan is not None:
-            self.offer(Plan(plan.stages))
-            self.stats["seed"] = name
+        K, M = len(self.instance.datacenters), self.instance.microbatches
+        counts = sorted(set(self.instance.parallelism.pipelines))
+        if 1 in counts:
+            plan, _T, name = heuristic_plan(sub_instance(self.instance, 0, K - 1, M),
+                                            self.deadline)
+            if plan is not None:
+                self.offer(Plan(plan.stages))
+                self.stats["seed"] = name
+        cuts = [blocks for P in counts if 2 <= P <= min(M, K)
+                for blocks in _partitions(0, K - 1, P)]
+        for blocks in cuts[:SEED_PARTITIONS]:
+            split = rate_split(self.instance, blocks)
+            plans = []
+            for (a, b), m in zip(blocks, split):
+                plan, _T, _name = heuristic_plan(sub_instance(self.instance, a, b, m),
+                                                 self.deadline)
+                if plan is None:
+                    break
+                plans.append(plan)
+            else:
+                before = self.best_T
+                self.offer(assemble(self.instance, Entry(blocks, split, 0.0), plans))
+                if self.best_T < before:
+                    self.stats["seed"] = f"{len(blocks)} pipelines, heuristic"
 
     def run(self) -> Outcome:
         """Every entry, best first; the outcome with its proven bound."""
@@ -412,7 +475,13 @@ class OuterSearch:
         if e.bound >= self.best_T * (1 - PRUNE_RTOL):
             e.done = math.isinf(e.bound)
             return
-        subs = [self.sub(a, b, m) for (a, b), m in zip(e.blocks, e.splits)]
+        need = self.best_T - e.cross  # a block proven at least this prunes the entry
+        subs = []
+        for (a, b), m in zip(e.blocks, e.splits):
+            subs.append(self.sub(a, b, m, need))
+            if subs[-1].bound + e.cross >= self.best_T * (1 - PRUNE_RTOL):
+                e.bound = max(e.bound, subs[-1].bound + e.cross)
+                return  # pruned by this block: the others need no solve
         if any(s.infeasible for s in subs):
             e.bound, e.done = math.inf, True
             return

@@ -109,7 +109,7 @@ def _pipelines(instance, deadline: Deadline, seed: int, threads: int, log, max_r
                features: frozenset) -> Outcome:
     """Several pipelines: :class:`~chainpipe.formulations.pipelines.OuterSearch` around
     one-pipeline CP-SAT solves and joint models (:func:`_joint`)."""
-    def single(sub, dl):
+    def single(sub, dl, cutoff=None):  # the cutoff is not used (yet)
         return run(sub, deadline=dl, seed=seed, threads=threads, log=log,
                    max_rounds=max_rounds, features=sorted(features))
 

@@ -24,6 +24,10 @@ deadline, seed, threads, log, **options) -> Outcome``. Options:
   the outer enumeration below, several pipelines; no ``write_model``; ``start`` maps
   the heuristic plan onto the network's columns (not under 1F1B's period);
   ``bottleneck`` and ``dominance`` do not apply;
+- ``cutoff`` (``ilp-path`` only, seconds): what the caller needs to know is a plan
+  faster than this or a proof that there is none; the network is pruned with it as the
+  upper bound (below the heuristic plan's time), and the reported bound is at most it
+  (the outer enumeration of several pipelines passes ``incumbent - R_X / H``);
 - ``write_model``: a file to write the built MIP to, as CPLEX LP (``.lp``) or MPS
   (``.mps``) by its suffix, with PuLP's named variables, atomically (before the solve, so
   it is there even when the solve runs out of time); another solver (Gurobi, SCIP,
@@ -69,6 +73,7 @@ from ..formulations.ilp_flow import ModelTooLarge
 from ..formulations.pipelines import OuterSearch, merge_models, several
 from ..instance import Instance
 from ..io import atomic_write
+from ..numeric import OPTIMALITY_RTOL
 from ..plan import evaluate
 from ..progress import report
 from ..result import OptionError, Outcome
@@ -116,6 +121,7 @@ class _Options:
     start: bool = True
     prune: bool = True
     device_states: bool = False
+    cutoff: float | None = None
 
 
 def _options(name: str, options: dict) -> _Options:
@@ -127,6 +133,10 @@ def _options(name: str, options: dict) -> _Options:
     write_model = _model_path(name, options.pop("write_model", None))
     switches = {key: _flag(options.pop(key, True)) for key in PATH_SWITCHES}
     states = _flag(options.pop("device_states", False))
+    cutoff = options.pop("cutoff", None)
+    cutoff = None if cutoff is None else float(cutoff)
+    if cutoff is not None and (name != "ilp-path" or relax or math.isnan(cutoff)):
+        raise OptionError(f"{name}: option 'cutoff' applies to the ilp-path MIP only")
     if backend not in BACKENDS:
         raise OptionError(f"{name}: unknown backend {backend!r}; use one of {', '.join(BACKENDS)}")
     if name == "ilp-assign" and bottleneck != "auto":
@@ -140,7 +150,7 @@ def _options(name: str, options: dict) -> _Options:
     if options:
         raise OptionError(f"{name}: unknown option(s) {', '.join(sorted(options))}")
     return _Options(backend, relax, msg, bottleneck, write_model, **switches,
-                    device_states=states)
+                    device_states=states, cutoff=cutoff)
 
 
 def _model_path(name: str, value) -> Path | None:
@@ -179,6 +189,46 @@ def _run(name: str, instance: Instance, deadline: Deadline, seed, threads, log, 
         log = stderr_log
     if several(instance):
         return _run_pipelines(name, instance, deadline, seed, threads, log, options, opts)
+    out = _run_one(name, instance, deadline, seed, threads, log, opts)
+    return out if opts.cutoff is None else _cut(instance, out, opts.cutoff)
+
+
+def _cut(instance: Instance, out: Outcome, cutoff: float) -> Outcome:
+    """The outcome of a run with a ``cutoff``: the model held every plan no slower than
+    it (and maybe others), so its bound holds for those plans alone. The optimum is then
+    at least ``min(bound, cutoff)``; a model without a plan proves it at least
+    ``cutoff``; ``optimal`` stands only for a plan no slower than the cutoff."""
+    T = math.inf
+    if out.plan is not None:
+        T = float(evaluate(instance, out.plan).iteration_time_s)
+    status = out.status.value
+    if not out.stats.get("cutoff_applied") or status == "error" or (
+            status == "optimal" and T <= cutoff * (1 + OPTIMALITY_RTOL)):
+        return out
+    stats = dict(out.stats, cutoff_s=cutoff)
+    if status in ("infeasible", "optimal"):
+        bound = cutoff  # no plan up to the cutoff (or the best one above it)
+    else:
+        bound = 0.0 if out.lower_bound is None else min(out.lower_bound, cutoff)
+    bound = min(bound, T)
+    if out.plan is None:
+        return Outcome("no_solution", lower_bound=bound or None, stats=stats, message=(
+            f"no plan faster than the cutoff ({cutoff:.6g} s)"
+            if bound >= cutoff else out.message))
+    status = "optimal" if T - bound <= OPTIMALITY_RTOL * T else "feasible"
+    return Outcome(status, plan=out.plan, lower_bound=bound, stats=stats,
+                   message=out.message)
+
+
+def _cut_bound(opts: _Options, stats: dict) -> float | None:
+    """The bound an empty or infeasible pruned model proves: the cutoff when it pruned
+    the model (no plan is as fast), else nothing (the heuristic plan's arcs stay)."""
+    return opts.cutoff if stats.get("cutoff_applied") else None
+
+
+def _run_one(name: str, instance: Instance, deadline: Deadline, seed, threads, log,
+             opts: _Options) -> Outcome:
+    """One pipeline: the formulation built, pruned, solved and read back."""
     stats = {"formulation": name, "backend": opts.backend, "relax": opts.relax,
              "threads": threads, "seed": seed}
     tables = CostTables(instance)
@@ -193,8 +243,9 @@ def _run(name: str, instance: Instance, deadline: Deadline, seed, threads, log, 
             form = _formulation(name, tables, opts, deadline, stats, incumbent)
             if form is None:
                 stats["build_time_s"] = deadline.elapsed() - t0
-                if incumbent is not None:  # cannot happen: the heuristic plan's arcs stay
-                    return _fallback(tables, None, stats, "the pruned network is empty",
+                if incumbent is not None:  # only under a cutoff: the heuristic plan's arcs stay
+                    return _fallback(tables, _cut_bound(opts, stats), stats,
+                                     "the pruned network is empty",
                                      incumbent)
                 return Outcome("infeasible", stats=stats, message=(
                     "no chain of stages satisfies memory and device counts "
@@ -328,8 +379,10 @@ def _run_pipelines(name: str, instance: Instance, deadline: Deadline, seed, thre
                           "one pipeline ('pipelines': [1]); this one allows "
                           f"{list(instance.parallelism.pipelines)}")
 
-    def single(sub, dl):
-        return _run(name, sub, dl, seed, threads, log, options)
+    def single(sub, dl, cutoff=None):
+        sub_options = options if cutoff is None or name != "ilp-path" else \
+            dict(options, cutoff=cutoff)
+        return _run(name, sub, dl, seed, threads, log, sub_options)
 
     def joint(entry, subs, upper, dl):
         return _joint(name, subs, upper, dl, opts, seed, threads, log)
@@ -396,6 +449,9 @@ def _formulation(name: str, tables: CostTables, opts: _Options, deadline: Deadli
     from ..formulations.ilp_path import PathFormulation
 
     upper = incumbent[1] if (incumbent is not None and opts.prune) else None
+    if opts.cutoff is not None and (upper is None or opts.cutoff < upper):
+        upper = opts.cutoff
+        stats["cutoff_applied"] = True
     if opts.device_states:
         from ..formulations.ilp_flow import FlowFormulation
 
@@ -476,8 +532,9 @@ def _outcome(form, answer, opts: _Options, stats: dict, incumbent=None) -> Outco
         return Outcome("no_solution", lower_bound=bound, stats=stats,
                        message="LP relaxation only (relax=True)")
     if answer.status == "infeasible":
-        if incumbent is not None:  # cannot happen: the heuristic plan's arcs stay
-            return _fallback(form.tables, None, stats, f"{opts.backend} found the pruned "
+        if incumbent is not None:  # only under a cutoff: the heuristic plan's arcs stay
+            return _fallback(form.tables, _cut_bound(opts, stats), stats,
+                             f"{opts.backend} found the pruned "
                              "model infeasible", incumbent)
         return Outcome("infeasible", stats=stats, message=(
             f"{opts.backend} proved that no plan satisfies memory, device counts and chain "
@@ -500,4 +557,5 @@ def _outcome(form, answer, opts: _Options, stats: dict, incumbent=None) -> Outco
 
 #: the options of each formulation, for ``chainpipe.solve.solver_options``
 run_assign.options = ("backend", "relax", "msg")
-run_path.options = ("backend", "relax", "msg", "bottleneck", "device_states") + PATH_SWITCHES
+run_path.options = ("backend", "relax", "msg", "bottleneck", "device_states",
+                    "cutoff") + PATH_SWITCHES
