@@ -18,7 +18,13 @@ from operator import itemgetter
 import numpy as np
 
 #: trial upper bounds ``LB * (1 + d)``: each failed trial proves the optimum is above it
+#: (the CDynP agents' ladder)
 TRIALS = (0.02, 0.1, 0.35, 1.0, 3.0, math.inf)
+#: ``dp``'s in version 1, whose first bound sees the layers' granularity (``dp._first_bound``)
+#: and sits nearer the optimum: a step at 1.6 (measured on ``large/``: 0.23, 0.70, 0.28 s
+#: before both, 0.72, 0.55, 0.72 s with the higher bound alone, 0.21, 0.62, 0.18 s with
+#: the step; GPT-3 175B at L = 194: 5.45, 2.97, 3.10 s)
+DP_TRIALS = (0.02, 0.1, 0.35, 0.6, 1.0, 3.0, math.inf)
 #: the same under data or tensor parallelism, where the cheap lower bound sits further
 #: below the optimum and a trial far above it costs many labels: finer steps (measured on
 #: a 256-GPU instance 34% above its bound: the last trial at +1% to +4% of the optimum
