@@ -96,17 +96,24 @@ def _pareto_group(idx, mx, sm, p, r, shifted, steady, buf):
     """Of ``idx`` (one state's labels): those no other dominates (of equal ones the
     first), by ``(mx, sm)``, then with ``shifted`` those the shifted rule keeps.
 
-    An online skyline: each label is compared with the kept ones (``buf``, scratch);
+    An online skyline: each label is compared with the kept ones (``buf``, scratch),
+    the one that dominated the last dropped label first (it often dominates the next);
     if none dominates it, it drops those it dominates and is kept. No sort is needed
     and the kept set stays small (the labels of a state are mostly dominated)."""
     k = 0
+    last = 0
     for a in range(len(idx)):
         i = idx[a]
+        if last < k:
+            j = buf[last]
+            if mx[j] <= mx[i] and sm[j] <= sm[i] and p[j] <= p[i] and r[j] <= r[i]:
+                continue
         dominated = False
         for b in range(k):
             j = buf[b]
             if mx[j] <= mx[i] and sm[j] <= sm[i] and p[j] <= p[i] and r[j] <= r[i]:
                 dominated = True
+                last = b
                 break
         if dominated:
             continue
@@ -124,16 +131,22 @@ def _pareto_group(idx, mx, sm, p, r, shifted, steady, buf):
     if not shifted or k < 2:
         return kept[:k]
     # shifted rule: i removes j when it dominates j and j does not dominate it back
-    # unless i is listed first (the relation is transitive; docs/dp.md)
+    # unless i is listed first (the relation is transitive; docs/dp.md). A label that
+    # dominates j has no larger sm (the shift and the sync term are >= 0), so only
+    # those are tried, by sm
     out = np.empty(k, dtype=np.int64)
+    by_sm = np.argsort(sm[kept], kind="mergesort")
     m = 0
     for b in range(k):
         j = kept[b]
         removed = False
-        for a in range(k):
+        for c in range(k):
+            a = by_sm[c]
+            i = kept[a]
+            if sm[i] > sm[j]:
+                break
             if a == b:
                 continue
-            i = kept[a]
             if _shifted_beats(mx, sm, p, r, i, j, steady) and (
                     a < b or not _shifted_beats(mx, sm, p, r, j, i, steady)):
                 removed = True
