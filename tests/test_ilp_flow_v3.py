@@ -106,3 +106,40 @@ def test_a_blocks_optimum_never_falls_as_microbatches_grow(seed):
                 values.append(brute_force_v3(sub).get(1, (math.inf,))[0])
             assert all(a <= b * (1 + 1e-12) for a, b in zip(values, values[1:])), \
                 (seed, first, last, values)
+
+
+@pytest.mark.parametrize("states", [False, True])
+def test_a_cutoff_proves_no_plan_faster_or_finds_the_optimum(states):
+    """``-O cutoff=c`` (what the outer enumeration passes its sub-solves): below the
+    optimum the answer is a proof that nothing is faster than ``c`` (bound ``c``, never
+    ``optimal``); far below it the pruned network is empty and says the same; above it,
+    the optimum itself."""
+    from chainpipe.formulations.pipelines import sub_instance
+
+    inst = read(SMALL[2])
+    one = sub_instance(inst, 0, len(inst.datacenters) - 1, inst.microbatches)
+    T = solve(one, "dp").iteration_time
+    for cutoff in (0.999 * T, 0.5 * T):
+        r = solve(one, "ilp-path", time_limit=60, cutoff=cutoff, device_states=states)
+        assert r.status != "optimal" and math.isclose(r.lower_bound, cutoff, rel_tol=1e-9), \
+            (cutoff, r.status, r.lower_bound)
+        assert r.plan is None or r.iteration_time >= T * (1 - 1e-9)
+    r = solve(one, "ilp-path", time_limit=60, cutoff=1.01 * T, device_states=states)
+    assert r.status == "optimal" and math.isclose(r.iteration_time, T, rel_tol=1e-6)
+
+
+def test_seeds_split_the_microbatches_by_flop_rate():
+    """The seeds' split of ``M`` over blocks (no bound rests on it): every share at least
+    1, the shares add up to ``M``, a faster block never gets fewer."""
+    from chainpipe.formulations.pipelines import _partitions, rate_split
+
+    inst, _T = _reference(3)
+    K = len(inst.datacenters)
+    rates = [sum(g.count * g.flop_per_s for g in dc.devices) for dc in inst.datacenters]
+    for P in range(1, min(K, inst.microbatches) + 1):
+        for blocks in _partitions(0, K - 1, P):
+            split = rate_split(inst, blocks)
+            assert sum(split) == inst.microbatches and min(split) >= 1, (blocks, split)
+            r = [sum(rates[a:b + 1]) for a, b in blocks]
+            assert all(split[i] >= split[j] for i in range(P) for j in range(P)
+                       if r[i] > r[j]), (blocks, split, r)
