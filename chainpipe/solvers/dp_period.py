@@ -115,18 +115,22 @@ class Rule:
         ``M_p - 1``.
     upper, tau : float
         Only completions with ``T_p + max R < upper`` and ``T_p <= tau`` matter.
+    shift : bool
+        Measure a dominator's period above the floor under the other's completed period
+        rather than above its own (valid for one period, not for GPipe's two phases).
     """
 
     p_free: float
     steady: int
     upper: float = np.inf
     tau: float = np.inf
+    shift: bool = False
 
-    def bounds(self) -> tuple[float, int, float, float]:
+    def bounds(self) -> tuple[float, int, float, float, bool]:
         """The rule's arguments of :func:`.period_kernel.pareto` and ``across`` (the
         bounds with their slack)."""
         return (float(self.p_free), int(self.steady), float(self.upper) * (1 + SLACK),
-                float(self.tau) * (1 + SLACK))
+                float(self.tau) * (1 + SLACK), bool(self.shift))
 
 
 def _arrays(labels: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -447,7 +451,10 @@ class PipelineSearch:
         # at most b stages come before: with p + b < M_p every one sits below M_p (its
         # loops count, whatever p); without loops p only matters to memory
         p_free = float(self.m - b) if self.loops and not self.all_loops else np.inf
-        bounds = Rule(p_free, self.m - 1, self.upper, self.tau).bounds()
+        bounds = Rule(p_free, self.m - 1, self.upper, self.tau,
+                      shift=not self.gpipe_period).bounds()
+        if not self.gpipe_period:  # each state's labels by period raised to its floor, fill
+            kernel.by_raised_period(ids, S, starts, floors)
         alive, H, HL = kernel.layer_pareto(
             ids, S, starts, floors, pend.PF, pend.PI, kept.H, kept.HL, kept.H.shape[1],
             self.mode, self.all_loops, self.p_cap, *bounds, CHUNK)

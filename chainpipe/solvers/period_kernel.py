@@ -230,8 +230,31 @@ def collect(head, a, PF, PI):
 
 
 @njit(cache=True)
+def by_raised_period(ids, S, starts, floors):
+    """Sort, in place, each state's labels (``ids`` and their rows ``S``,
+    ``starts[s]..starts[s + 1]``, sorted by period then fill) by their period raised to
+    the state's floor ``floors[s]``, then fill: under the shifted rule
+    (:func:`dominates`) a label whose period is below the floor can dominate one of a
+    lower period, so the filter meets it first. States with no label below their floor
+    keep their order."""
+    for s in range(len(starts) - 1):
+        lo, hi = starts[s], starts[s + 1]
+        if hi - lo < 2 or S[lo, 0] + S[lo, 1] >= floors[s]:
+            continue
+        key = np.empty(hi - lo)
+        for k in range(lo, hi):
+            key[k - lo] = S[k, 2]
+        o = np.argsort(key, kind="mergesort")
+        for k in range(hi - lo):
+            key[k] = max(S[lo + o[k], 0] + S[lo + o[k], 1], floors[s])
+        o = o[np.argsort(key, kind="mergesort")] + lo
+        ids[lo:hi] = ids[o]
+        S[lo:hi] = S[o]
+
+
+@njit(cache=True)
 def layer_pareto(ids, S, starts, floors, PF, PI, H, HL, width, mode, all_loops, p_cap,
-                 p_free, steady, upper, tau, chunk):
+                 p_free, steady, upper, tau, shift, chunk):
     """:func:`pareto` over the states of one layer, by chunks of whole states of about
     ``chunk`` labels: the majorants (:func:`hulls`) are made a chunk at a time and kept
     for the survivors only. Returns ``alive`` and the survivors' majorants, in order."""
@@ -247,7 +270,7 @@ def layer_pareto(ids, S, starts, floors, PF, PI, H, HL, width, mode, all_loops, 
         lo, hi = starts[seg], starts[end]
         Hc, HLc = hulls(ids[lo:hi], PF, PI, H, HL, width, mode, all_loops, p_cap)
         got = pareto(S[lo:hi], Hc, HLc, starts[seg:end + 1] - lo, floors[seg:end], p_free,
-                     steady, upper, tau)
+                     steady, upper, tau, shift)
         for k in range(hi - lo):
             if got[k]:
                 alive[lo + k] = True
@@ -310,15 +333,17 @@ def _before(H, HL, b, lam, out):
 
 
 @njit(cache=True)
-def dominates(S, H, HL, a, b, lam, room, before, p_free, steady):
+def dominates(S, H, HL, a, b, lam, room, before, p_free, steady, shift):
     """Whether label ``a`` is no worse than ``b`` for every completion that matters
     (``docs/dp.md``, "Version 3"): the scalar part (``p``, fill, the two phase maxima and
     ``R``), then the loops through ``a``'s majorant against ``b``'s (``lam``, ``room``,
-    ``before``: :func:`_reach`, :func:`_before` of ``b``)."""
+    ``before``: :func:`_reach`, :func:`_before` of ``b``). With ``shift`` (one period,
+    not GPipe's two phases) ``a``'s period is measured above ``lam``, the floor under
+    ``b``'s completed period, not above ``b``'s own."""
     pa, pb = S[a, 4], S[b, 4]
     if pa > pb or (pa != pb and pb >= p_free):
         return False
-    s1 = max(S[a, 0] - S[b, 0], 0.0)
+    s1 = max(S[a, 0] - (lam if shift else S[b, 0]), 0.0)
     extra = S[a, 2] + steady * (s1 + max(S[a, 1] - S[b, 1], 0.0)) + max(S[a, 3] - S[b, 3], 0.0)
     if not extra <= S[b, 2]:
         return False
@@ -333,7 +358,7 @@ def dominates(S, H, HL, a, b, lam, room, before, p_free, steady):
 
 
 @njit(cache=True)
-def pareto(S, H, HL, starts, floors, p_free, steady, upper, tau):
+def pareto(S, H, HL, starts, floors, p_free, steady, upper, tau, shift):
     """Per segment ``starts[s]..starts[s + 1]`` (one state's labels, sorted), which labels
     no kept earlier one of the segment dominates (``upper``, ``tau`` with their slack).
 
@@ -355,7 +380,7 @@ def pareto(S, H, HL, starts, floors, p_free, steady, upper, tau):
             for k in range(nk - 1, -1, -1):
                 if least[k] > S[b, 2]:
                     break
-                if dominates(S, H, HL, kept[k], b, lam, room, before, p_free, steady):
+                if dominates(S, H, HL, kept[k], b, lam, room, before, p_free, steady, shift):
                     beaten = True
                     break
             if not beaten:
@@ -367,12 +392,12 @@ def pareto(S, H, HL, starts, floors, p_free, steady, upper, tau):
 
 
 @njit(cache=True)
-def _period_cut(S, lo, hi, top):
-    """The end of the labels ``lo..hi`` (sorted by period ``x1 + x2``) with period at
-    most ``top`` (a bisection)."""
+def _period_cut(S, lo, hi, top, floor):
+    """The end of the labels ``lo..hi`` (sorted by period ``x1 + x2`` raised to ``floor``)
+    with that period at most ``top`` (a bisection)."""
     while lo < hi:
         mid = (lo + hi) // 2
-        if S[mid, 0] + S[mid, 1] <= top:
+        if max(S[mid, 0] + S[mid, 1], floor) <= top:
             lo = mid + 1
         else:
             hi = mid
@@ -391,7 +416,7 @@ def _running_least(S, alive, lo, hi, least):
 
 @njit(cache=True)
 def across(S, H, HL, alive, starts, floors, order, rival_ptr, rivals, p_free, steady, upper,
-           tau):
+           tau, shift):
     """Drop, in ``alive``, the labels of each state (in ``order``) that a live label of one
     of its ``rivals`` (states of the same datacenter using no more devices of any group,
     earlier in ``order``) dominates. A dominator ``a`` of ``b`` has ``sum_a + steady
@@ -414,13 +439,14 @@ def across(S, H, HL, alive, starts, floors, order, rival_ptr, rivals, p_free, st
                 if hi == lo or least[hi - 1] > S[b, 2]:
                     continue
                 if steady > 0:  # a dominator's period is below per_b + (sm_b - sm_a) / steady
-                    hi = _period_cut(S, lo, hi, S[b, 0] + S[b, 1]
-                                     + (S[b, 2] - least[hi - 1]) / steady)
+                    per = lam if shift else S[b, 0] + S[b, 1]  # (per_b raised to the floor)
+                    hi = _period_cut(S, lo, hi, per + (S[b, 2] - least[hi - 1]) / steady,
+                                     floors[r] if shift else -np.inf)
                 for a in range(hi - 1, lo - 1, -1):
                     if least[a] > S[b, 2]:
                         break
                     if alive[a] and dominates(S, H, HL, a, b, lam, room, before, p_free,
-                                              steady):
+                                              steady, shift):
                         alive[b] = False
                         break
                 if not alive[b]:
