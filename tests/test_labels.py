@@ -106,3 +106,39 @@ def test_killers_is_the_first_later_dominator(n, seed):
     labs = sorted((float(rng.randint(1, 5)), float(rng.randint(1, 8)), rng.randint(0, 3),
                    float(rng.randint(0, 3))) for _ in range(n))
     assert labels.killers(labs) == _killers_by_pairs(labs)
+
+
+def _shifted_by_pairs(mx, sm, p, r, steady) -> list[int]:
+    """The shifted rule's survivors of labels ``0..n-1`` listed in that order, every pair
+    tried: ``i`` removes ``j`` when it beats it and is listed first or not beaten back."""
+    def beats(i, j):
+        shift = steady * (mx[i] - mx[j]) if steady > 0 and mx[i] > mx[j] else 0.0
+        return p[i] <= p[j] and sm[i] + shift + max(r[i] - r[j], 0.0) <= sm[j]
+
+    n = len(mx)
+    return [j for j in range(n) if not any(
+        i != j and beats(i, j) and (i < j or not beats(j, i)) for i in range(n))]
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_kernel_shifted_rule_keeps_what_every_pair_keeps(seed):
+    """``label_kernel._pareto_group`` with the shifted rule (tried only against labels of
+    no larger fill) keeps exactly what the pairwise rule keeps of its Pareto labels in
+    their order, ties and labels beating each other back included."""
+    import numpy as np
+
+    from chainpipe.solvers import label_kernel
+
+    rng = random.Random(seed)
+    n = rng.randint(1, 60)
+    mx = np.array([float(rng.randint(1, 5)) for _ in range(n)])
+    sm = np.array([float(rng.randint(1, 8)) for _ in range(n)])
+    p = np.array([rng.randint(0, 2) for _ in range(n)], dtype=np.int64)
+    r = np.array([float(rng.choice([0, 0, 1, 2])) for _ in range(n)])
+    idx = np.arange(n, dtype=np.int64)
+    buf = np.empty(n, dtype=np.int64)
+    for steady in (0, 1, 3):
+        plain = label_kernel._pareto_group(idx, mx, sm, p, r, False, steady, buf)
+        got = label_kernel._pareto_group(idx, mx, sm, p, r, True, steady, buf)
+        keep = _shifted_by_pairs(mx[plain], sm[plain], p[plain], r[plain], steady)
+        assert got.tolist() == plain[keep].tolist(), (seed, steady)
