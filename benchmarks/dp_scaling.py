@@ -419,6 +419,10 @@ def scale_table(rows: list[dict], title: str, main: bool = False) -> list[str]:
     return out + [""]
 
 
+#: the statuses of a run that answered: its optimum, or a proof that there is no plan
+SETTLED = ("optimal", "infeasible")
+
+
 def _proven(rows: list[dict]) -> list[dict]:
     return [r for r in rows if r.get("status") == "optimal" and r.get("cpu") is not None]
 
@@ -443,9 +447,13 @@ def growth_line(title: str, key: str, rows: list[dict]) -> str:
     x0, x1 = ok[0][key], ok[-1][key]
     slope = (math.log(ok[-1]["cpu"] / ok[0]["cpu"]) / math.log(x1 / x0)
              if x1 != x0 and ok[0]["cpu"] > 0 else float("nan"))
-    late = [str(r.get(key, r["name"])) for r in rows if r not in ok]
+    late = [str(r.get(key, r["name"])) for r in rows if r not in ok
+            and r.get("status") != "infeasible"]
+    none = [f"{r.get(key, r['name'])} ({_num(r.get('cpu'), '.2f')} s)" for r in rows
+            if r.get("status") == "infeasible"]
     return (f"- {what} ({x0} to {x1}): CPU {cpus} s, about x^{slope:.1f} from the first to "
             f"the last proven point; {mem}"
+            + (f"; proven to have no plan at {', '.join(none)}" if none else "")
             + (f"; not proven within the limit at {', '.join(late)}." if late else "."))
 
 
@@ -461,7 +469,7 @@ def target_lines(rows: list[dict]) -> list[str]:
         if not mine:
             continue
         target = mine[0]["target"]
-        met = sum(r["status"] == "optimal" and r["cpu"] < target for r in mine)
+        met = sum(r["status"] in SETTLED and r["cpu"] < target for r in mine)
         cpus = ", ".join(f"{_num(r.get('cpu'), '.2f')} s ({r['status']})" for r in mine)
         out.append(f"- {what}: {cpus} of CPU; target under {target:g} s: "
                    f"{'met' if met == len(mine) else f'not met ({met} of {len(mine)})'}.")
@@ -486,7 +494,7 @@ def scale_summary(main_rows: list[dict], sweeps: list[tuple[str, str, list[dict]
                   loads: tuple[float, float]) -> list[str]:
     """The paragraph above the tables: targets, misses and growth, every number computed."""
     open_rows = [r for rows in [main_rows] + [s[2] for s in sweeps] for r in rows
-                 if r.get("status") != "optimal"]
+                 if r.get("status") not in SETTLED]
     seen, misses = set(), []
     for r in open_rows:
         if r["name"] not in seen:
@@ -507,14 +515,16 @@ def scale_summary(main_rows: list[dict], sweeps: list[tuple[str, str, list[dict]
         f"The machine is shared with other jobs (load average {loads[0]:.1f} at the start, "
         f"{loads[1]:.1f} at the end, on {os.cpu_count()} cores): CPU time is the "
         "figure to read, wall-clock time is inflated by the load.", "",
-        "Issue 31's targets (CPU seconds, one core):", "", *target_lines(main_rows), ""]
+        "Issue 31's targets (CPU seconds, one core; a proof that no plan exists is an "
+        "answer too):", "", *target_lines(main_rows), ""]
     if line := before_line(main_rows):
         lines += [line, ""]
     lines += ["How time and memory grow (the sweeps below):", "",
               *(growth_line(t, k, rows) for t, k, rows in sweeps), ""]
     lines += [("Not proven within the limit (a wall-clock limit: on the loaded machine a "
                "run stopped by it had used less CPU): " + "; ".join(misses) + ".") if misses
-              else "Every run proved its optimum within the limit.", ""]
+              else "Every run proved its optimum, or that there is no plan, within the "
+              "limit.", ""]
     return lines
 
 
