@@ -139,10 +139,13 @@ class FlowFormulation:
     name = "ilp-path"
 
     def __init__(self, tables: CostTables, check=None, upper_bound: float | None = None,
-                 max_columns: int = MAX_COLUMNS):
+                 max_columns: int = MAX_COLUMNS, exits: bool = True):
         self.tables, self.check = tables, check or no_check
         #: how the period is written (:func:`~chainpipe.formulations.common.period_mode`)
         self.mode = period_mode(tables)
+        #: 1F1B, every stage in the tail: a datacenter's last stage has its own copies
+        #: (heads ``X``), for the loop rows around each change of datacenter (:meth:`_exit_rows`)
+        self.exits = bool(exits and self.mode == "1f1b" and tables.M > 1 and tables.K > 1)
         self.scale = time_scale(tables, OBJECTIVE_MAGNITUDE)
         self.upper_bound = upper_bound
         with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
@@ -193,7 +196,8 @@ class FlowFormulation:
                      for k, g in enumerate(self.dc_groups)}
 
     def _node(self, kind: int, layer: int, state: int) -> int:
-        """Node id: ``kind`` 0 is ``N`` (a stage starts), 1 is ``E`` (one ends)."""
+        """Node id: ``kind`` 0 is ``N`` (a stage starts), 1 is ``E`` (one ends), 2 is
+        ``X`` (the last stage of a datacenter ends; only with :attr:`exits`)."""
         return (kind * (self.tables.L + 1) + layer) * len(self.states) + state
 
     def _columns(self, max_columns: int) -> None:
@@ -221,6 +225,10 @@ class FlowFormulation:
                 arc.append(n)
                 tail.append(self._node(0, i, s))
                 head.append(self._node(1, j, to))
+                if self.exits and j < t.L and k < t.K - 1:  # the last stage of DC k
+                    arc.append(n)
+                    tail.append(self._node(0, i, s))
+                    head.append(self._node(2, j, to))
             if len(arc) > max_columns:
                 raise ModelTooLarge(f"the device-state network has more than {max_columns} "
                                     "stage columns")
@@ -236,7 +244,7 @@ class FlowFormulation:
         for n, (b, k1, k2, _q, _u) in enumerate(self.boundary.tolist()):
             b, k1, k2 = int(b), int(k1), int(k2)
             for s in per_dc[k1]:
-                src = self._node(1, b, s)
+                src = self._node(2 if (self.exits and k2 > k1) else 1, b, s)
                 dst = self._node(0, b, s if k1 == k2 else self.zero[k2])
                 if src in heads and dst in tails:
                     arc.append(n)
@@ -301,7 +309,7 @@ class FlowFormulation:
         """Least path sum (``bottleneck``: least path maximum) of ``weight`` from the
         sources to every node (``forward``) or from every node to the sinks, over the
         DAG in topological order; ``inf`` where no path is."""
-        n_nodes = 2 * (self.tables.L + 1) * len(self.states)
+        n_nodes = 3 * (self.tables.L + 1) * len(self.states)
         per_layer, L = len(self.states), self.tables.L
         out = np.full(n_nodes, np.inf)
         if forward:
@@ -393,6 +401,7 @@ class FlowFormulation:
         self._max_rows(rows)
         self._position_rows(rows)
         self._loop_rows(rows)
+        self._exit_rows(rows)
         cost, lower, upper, integer = self._column_data(self.extra.n)
         self.model = rows.model(cost, lower, upper, integer, self._take)
         return self.model
@@ -541,6 +550,55 @@ class FlowFormulation:
             v, u = int(self.bcol_head[n]), int(self.bcol_tail[n])
             if v in r and u in sv:
                 rows.add([r[v], sv[u], self.iy + n], [1.0, -1.0, -Q[n]], 0.0, np.inf)
+
+    def _exit_rows(self, rows) -> None:
+        """1F1B's loop of the two stages around each change of datacenter, summed over
+        the layers (a plan leaves a datacenter once and enters one once). Per pair ``k1 <
+        k2``:
+
+            sum_{c into X(., k1, .)} C_c x_c + sum_{y: k1 -> k2} Q_y y
+                + sum_{c leaves N(b, k2, 0), b > 0} C_c x_c <= 2 B + (2 C_top + Q_top) z,
+
+        ``z = 1`` when the plan has ``M`` stages or more (``P_0 <= M - 1 + (s_max - M +
+        1) z``; left out when no plan has). The first sum is the ``C`` of ``k1``'s last
+        stage if the plan leaves ``k1`` (the copies into ``X`` are the only ones a
+        boundary to a later datacenter leaves from), the last the ``C`` of ``k2``'s first
+        stage if it enters ``k2`` (state 0 at ``b > 0`` is reached only from an earlier
+        datacenter). When the plan goes from ``k1`` straight to ``k2`` the left side is
+        the loop ``C_s + Q_s + C_{s+1} <= 2 lambda`` of two tail stages; otherwise it is at
+        most two ``C``s, each ``<= B``."""
+        if not self.exits or not len(self.col_arc):
+            return
+        t, a, L = self.tables, self.arcs, self.tables.L
+        nst = len(self.states)
+        C = a.compute[self.col_arc] / self.scale
+        Q = self.boundary[self.bcol_arc, 3] / self.scale
+        kind, layer = np.divmod(self.col_tail // nst, L + 1)
+        tail_state = self.col_tail % nst
+        hkind = self.col_head // nst // (L + 1)
+        head_dc = np.array([k for k, _u in self.states])[self.col_head % nst]
+        k1s = self.boundary[self.bcol_arc, 1].astype(np.int64)
+        k2s = self.boundary[self.bcol_arc, 2].astype(np.int64)
+        z = None
+        if int(a.s_max) >= t.M:
+            z = self.extra.add(0.0, 1.0, integer=True)
+            rows.add([self.iP, z], [1.0, -float(a.s_max - t.M + 1)], -np.inf, t.M - 1.0)
+        big = 2.0 * float(C.max(initial=0.0)) + float(Q.max(initial=0.0))
+        self.exit_rows = 0
+        for k1 in range(t.K - 1):
+            out = np.nonzero((hkind == 2) & (head_dc == k1))[0]
+            for k2 in range(k1 + 1, t.K):
+                self.check()
+                cross = np.nonzero((k1s == k1) & (k2s == k2))[0]
+                if not len(cross):
+                    continue
+                first = np.nonzero((layer > 0) & (tail_state == self.zero[k2]))[0]
+                idx = np.r_[out, self.iy + cross, first, self.iB]
+                val = np.r_[C[out], Q[cross], C[first], -2.0]
+                if z is not None:
+                    idx, val = np.r_[idx, z], np.r_[val, -big]
+                rows.add(idx, val, -np.inf, 0.0)
+                self.exit_rows += 1
 
     def _position_rows(self, rows) -> None:
         """1F1B memory: ``P_b`` stages start at ``b`` or later; an option holding ``n < M``
