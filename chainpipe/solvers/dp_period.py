@@ -411,6 +411,8 @@ class PipelineSearch:
         self.generation = self.pend.generation
         self.ids: dict = {}
         self.keys: list = []
+        self.floor_tab = np.empty((64, t.L + 1))
+        self.rival_sets: dict = {}
         self.targets: dict = {}
         self.done: dict[int, list] = {}
         self.need = np.asarray(self.need_at, dtype=float)
@@ -421,6 +423,8 @@ class PipelineSearch:
         for b in range(t.L, 0, -1):
             if b < t.L:
                 segments = self._filter(b)
+                if not segments and self.pend.head[:b].max() < 0:
+                    break  # nothing kept here and nothing filed before: no plan to come
             self.stats["states"] += len(segments)
             self.stats["labels"] += sum(s1 - s0 for _, s0, s1 in segments)
             for kid, s0, s1 in segments:
@@ -431,11 +435,30 @@ class PipelineSearch:
         return {k: v for k, v in self.done.items() if v}
 
     def _kid(self, key: tuple) -> int:
-        """The number of state ``key`` (the same in every layer)."""
+        """The number of state ``key`` (the same in every layer). Its row of
+        ``floor_tab`` holds, per layer ``b``, a floor under the period of every completion
+        of the state there (the prefix ``[0, b)`` is still to place on DCs up to
+        ``key``'s: :meth:`_prefix_floors`; none for the root)."""
         got = self.ids.get(key)
         if got is None:
             got = self.ids[key] = len(self.keys)
             self.keys.append(key)
+            if got == len(self.floor_tab):
+                grown = np.empty((2 * got, self.t.L + 1))
+                grown[:got] = self.floor_tab
+                self.floor_tab = grown
+            row = self.floor_tab[got]
+            row[:] = -np.inf
+            if key[0] != self.t.K:
+                row[1:] = self._prefix_floors(*key)[1][1:]
+        return got
+
+    def _rivals(self, states: tuple):
+        """:func:`rivals` of the states ``states`` (numbers), kept per search: the same
+        sets of states recur from layer to layer."""
+        got = self.rival_sets.get(states)
+        if got is None:
+            got = self.rival_sets[states] = rivals([self.keys[k] for k in states])
         return got
 
     def _filter(self, b: int) -> list[tuple[int, int, int]]:
@@ -443,42 +466,28 @@ class PipelineSearch:
         rule across states of one DC) and kept: ``(state, first, end)`` per state, ranges
         of the kept store."""
         pend, kept = self.pend, self.kept
-        ids, S, starts, states = kernel.collect(pend.head, b, pend.PF, pend.PI)
-        if not len(ids):
+        if pend.head[b] < 0:
             return []
-        states = states.tolist()
-        floors = np.array([self._state_floor(b, self.keys[k]) for k in states])
         # at most b stages come before: with p + b < M_p every one sits below M_p (its
         # loops count, whatever p); without loops p only matters to memory
         p_free = float(self.m - b) if self.loops and not self.all_loops else np.inf
         bounds = Rule(p_free, self.m - 1, self.upper, self.tau,
                       shift=not self.gpipe_period).bounds()
-        if not self.gpipe_period:  # each state's labels by period raised to its floor, fill
-            kernel.by_raised_period(ids, S, starts, floors)
-        alive, H, HL = kernel.layer_pareto(
-            ids, S, starts, floors, pend.PF, pend.PI, kept.H, kept.HL, kept.H.shape[1],
-            self.mode, self.all_loops, self.p_cap, *bounds, CHUNK)
-        counts = np.add.reduceat(alive.astype(np.int64), starts[:-1])
-        ids, S = ids[alive], S[alive]
-        starts = np.concatenate(([0], np.cumsum(counts)))
+        # each state's labels by period raised to its floor (with shift), Pareto within it
+        ids, S, starts, states, floors, H, HL = kernel.filter_layer(
+            pend.head, b, pend.PF, pend.PI, self.floor_tab, kept.H, kept.HL,
+            kept.H.shape[1], self.mode, self.all_loops, self.p_cap, *bounds, CHUNK)
         alive = np.ones(len(ids), dtype=np.bool_)
+        states = states.tolist()
         if len(states) > 1:
-            order, ptr, rv = rivals([self.keys[k] for k in states])
+            order, ptr, rv = self._rivals(tuple(states))
             if len(rv):
                 kernel.across(S, H, HL, alive, starts, floors, order, ptr, rv, *bounds)
-        S, H, HL, par, counts = kernel.survivors(ids, pend.PI, S, H, HL, alive, starts)
-        kernel.release(pend.head, b, pend.PI)
+        S, H, HL, par, counts = kernel.keep_layer(ids, pend.PI, S, H, HL, alive, starts,
+                                                  pend.head, b)
         first = kept.add(S, H, HL, par, b)
         ends = (first + np.cumsum(counts)).tolist()
         return [(k, e - c, e) for k, c, e in zip(states, counts.tolist(), ends) if c]
-
-    def _state_floor(self, b: int, key: tuple) -> float:
-        """A floor under the period of every completion of state ``key`` at layer ``b``:
-        the prefix ``[0, b)`` is still to place on DCs up to ``key``'s."""
-        k, usage = key
-        if k == self.t.K or b == 0:
-            return -np.inf
-        return float(self._prefix_floors(k, usage)[1][b])
 
     def _prefix_floors(self, k0: int, usage: tuple) -> tuple[np.ndarray, np.ndarray]:
         """Per prefix end ``a``: floors under the fill and the period of ``[0, a)`` placed

@@ -287,6 +287,44 @@ def layer_pareto(ids, S, starts, floors, PF, PI, H, HL, width, mode, all_loops, 
 
 
 @njit(cache=True)
+def filter_layer(head, b, PF, PI, floor_tab, H, HL, width, mode, all_loops, p_cap, p_free,
+                 steady, upper, tau, shift, chunk):
+    """The pending labels of layer ``b`` (:func:`collect`) that the Pareto rule keeps
+    within each state (:func:`layer_pareto`; with ``shift`` each state's labels first by
+    :func:`by_raised_period`), with each state's floor from ``floor_tab[state, b]``:
+    ``(ids, S, starts, states, floors, H, HL)`` of the survivors, ``starts`` their
+    states' ranges (states left with none keep an empty one)."""
+    ids, S, starts, states = collect(head, b, PF, PI)
+    floors = np.empty(len(states))
+    for s in range(len(states)):
+        floors[s] = floor_tab[states[s], b]
+    if len(ids) == 0:
+        return ids, S, starts, states, floors, H[:0], HL[:0]
+    if shift:
+        by_raised_period(ids, S, starts, floors)
+    alive, Hn, HLn = layer_pareto(ids, S, starts, floors, PF, PI, H, HL, width, mode,
+                                  all_loops, p_cap, p_free, steady, upper, tau, shift, chunk)
+    m = 0
+    for s in range(len(states)):
+        lo, hi = starts[s], starts[s + 1]
+        starts[s] = m
+        for k in range(lo, hi):
+            if alive[k]:
+                ids[m], S[m] = ids[k], S[k]
+                m += 1
+    starts[len(states)] = m
+    return ids[:m], S[:m], starts, states, floors, Hn, HLn
+
+
+@njit(cache=True)
+def keep_layer(ids, PI, S, H, HL, alive, starts, head, b):
+    """:func:`survivors`, then the layer's pending entries released (:func:`release`)."""
+    got = survivors(ids, PI, S, H, HL, alive, starts)
+    release(head, b, PI)
+    return got
+
+
+@njit(cache=True)
 def survivors(ids, PI, S, H, HL, alive, starts):
     """The live labels' rows, majorants and parents ``[kept label, group, pair]``, and
     how many each state keeps."""
