@@ -97,3 +97,14 @@ def test_floors_prune_a_range_run():
     got = runs.least(0, 1, 31, math.inf, g * (1 + 1e-4))
     assert got is not None and got.time == pytest.approx(g, rel=1e-9)
     assert runs.labels < 1000  # 8,000 before the floors
+
+
+def test_own_tables_kept_per_record_and_cap():
+    from chainpipe.solvers.cdynp.agent import own_tables
+
+    inst = read(ROOT / "instances/v3/medium/v3-medium-01.json")
+    agent = DCAgent(PublicInstance.of(inst), 2, inst.datacenters[2], sync_cap=1e9)
+    assert own_tables(agent.local, 1e9) is agent.tables
+    assert own_tables(agent.local, 2e9) is not agent.tables
+    other = DCAgent(PublicInstance.of(inst), 3, inst.datacenters[3], sync_cap=1e9)
+    assert other.tables is not agent.tables

@@ -26,7 +26,9 @@ with the passed-through downstream points into the summary for DC ``k-1``.
 from __future__ import annotations
 
 import math
+import threading
 import time
+from collections import OrderedDict
 from dataclasses import asdict, replace
 
 import numpy as np
@@ -68,6 +70,36 @@ _PERIOD_TRIALS = 40
 #: at most 6,642 and runs 1.3-5x faster with :class:`LocalDP`; large/ has 27,450 and
 #: more and runs 2.5-9x faster with :class:`WideDP`)
 _WIDE_SIZE = 10_000
+
+
+#: a DC's own tables of its last runs (:func:`own_tables`), most recent last
+_TABLES: OrderedDict = OrderedDict()
+#: how many :data:`_TABLES` keeps (each a few MB on ``v3/medium``)
+TABLES_KEPT = 32
+_TABLES_LOCK = threading.Lock()
+
+
+def own_tables(local: Instance, sync_cap: float | None) -> CostTables:
+    """The tables of a DC's own one-DC instance ``local`` (under ``sync_cap``:
+    :func:`_cap_sync`), the same object for the same instance and cap while it is among
+    the :data:`TABLES_KEPT` last asked in this process. The owner's range runs ask the same
+    DC again and again with the same ``M_p`` and ``theta`` (every range it belongs to), and
+    the tables keep what the DPs derive from them (options, candidate stages) between
+    runs. Only this DC's own data is in them (each entry is keyed by its own record)."""
+    key = (local, sync_cap)
+    with _TABLES_LOCK:  # an agent server runs its sessions in threads
+        got = _TABLES.get(key)
+        if got is not None:
+            _TABLES.move_to_end(key)
+            return got
+    got = CostTables(local)
+    if sync_cap is not None and not got.single_device:  # one device per stage: R is 0
+        _cap_sync(got, sync_cap)
+    with _TABLES_LOCK:
+        _TABLES[key] = got
+        while len(_TABLES) > TABLES_KEPT:
+            _TABLES.popitem(last=False)
+    return got
 
 
 def _cap_sync(tables: CostTables, cap: float) -> None:
@@ -163,21 +195,19 @@ class DCAgent:
         self.grid = ({round(i * L / grid) for i in range(int(grid) + 1)} if grid else None)
         self.deadline = deadline if deadline is not None else Deadline(None)
         self.local = Instance(public.name, public.model, public.training, (datacenter,), ())
-        self.tables = CostTables(self.local)  # this DC's groups only: private
-        self.floor = 0.0
-        if lower_bound is not None:
-            problem = protocol.option_problem("lower_bound", lower_bound)
-            if problem:
-                raise ValueError(f"lower_bound: {problem}, got {lower_bound!r}")
-            self.floor = float(lower_bound)
         self.sync_cap = None
         if sync_cap is not None:
             problem = protocol.option_problem("sync_cap", sync_cap)
             if problem:
                 raise ValueError(f"sync_cap: {problem}, got {sync_cap!r}")
             self.sync_cap = float(sync_cap)
-            if not self.tables.single_device:  # one device per stage: every R is 0 already
-                _cap_sync(self.tables, self.sync_cap)
+        self.tables = own_tables(self.local, self.sync_cap)  # this DC's groups only: private
+        self.floor = 0.0
+        if lower_bound is not None:
+            problem = protocol.option_problem("lower_bound", lower_bound)
+            if problem:
+                raise ValueError(f"lower_bound: {problem}, got {lower_bound!r}")
+            self.floor = float(lower_bound)
         self.L = public.num_layers
         self.M = public.microbatches
         self.R = public.position_cap
@@ -590,7 +620,12 @@ class DCAgent:
         up = 0.0 if self.k == 0 else self._upstream_flops
         if up is None or not Floors.affordable(self.tables):
             return None
-        return Floors(self.tables, up, self.deadline.check)
+        # kept with the tables, per upstream bound (built in milliseconds: no deadline
+        # check, which a later run's deadline would not be)
+        kept = self.tables.__dict__.setdefault("_cdynp_floors", {})
+        if up not in kept:
+            kept[up] = Floors(self.tables, up)
+        return kept[up]
 
     def _period_base(self) -> dict[int, list]:
         """Base labels under ``period``: each incoming point joined through its inter-DC

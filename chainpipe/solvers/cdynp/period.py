@@ -46,8 +46,6 @@ import numpy as np
 from ... import cost
 from ...deadline import Deadline
 from ..dp_period import Rule, hull_prepend, new_loops, phase_options
-from ..dp_period import across_usage as dp_across_usage
-from ..dp_period import pareto as dp_pareto
 from .local import END, OWN
 
 #: relative slack of the bound test: rounding may keep a label, never cut one
@@ -178,7 +176,11 @@ class PeriodDP:
         of a plan with ``T <= ub`` are kept; ``prefix``: ``(pre_sum, pre_max)`` lists, an
         optimistic fill and slowest stage of the prefix ``[0, a)`` before a label whose
         first stage starts at ``a`` (as :class:`.local.LocalDP` takes them; the period is
-        at least every stage's ``C``, so ``max(x1 + x2, pre_max)`` bounds it), or ``None``."""
+        at least every stage's ``C``, so ``max(x1 + x2, pre_max)`` bounds it), or ``None``.
+
+        Labels stay arrays from the base to the points (:class:`_Labels`: rows ``x1, x2,
+        total, sync, p``, majorants padded with ``-inf``, and per label its stage and
+        parent ``g, pair, kind, i, j``); only the labels kept as own points become tuples."""
         L, G = self.L, self.t.G
         limit = ub * (1 + SLACK) if ub < math.inf else math.inf
         if self.frontier is not None:
@@ -191,15 +193,15 @@ class PeriodDP:
         self._no_pre = np.zeros(1)
         states: list[dict] = [dict() for _ in range(L + 1)]
         for x, labels in base.items():
-            states[x][zero] = list(labels)
+            states[x][zero] = [_Labels.of_base(labels)]
         self.points, self._store = {}, []
         total_labels = 0
         for x in range(L, -1, -1):
             self.deadline.check()
-            layer = states[x]
-            if not layer:
+            if not states[x]:
                 continue
-            refs = self._finish_layer(x, layer, ub, zero)
+            layer = {u: _Labels.joined(chunks) for u, chunks in states[x].items()}
+            refs = self._finish_layer(x, layer, ub, zero, prefix)
             total_labels += sum(len(labels) for labels in layer.values())
             if x == 0:
                 break
@@ -207,37 +209,51 @@ class PeriodDP:
             states[x] = None
         self.stats["labels"] = total_labels
 
-    def _finish_layer(self, x: int, layer: dict, ub: float, zero: tuple) -> dict:
+    def _finish_layer(self, x: int, layer: dict, ub: float, zero: tuple, prefix) -> dict:
         """Filter layer ``x``'s labels in place with dp's rules (docs/dp.md, "Dominance":
         at layer x at most x stages are still to come upstream, so a label with
-        ``p < M - x`` leaves every one below M), store the own ones as points, and
-        return per usage the references their images will carry."""
+        ``p < M - x`` leaves every one below M; each state's floor under its completions'
+        period, :meth:`_state_floor`), store the own ones as points, and return per usage
+        the references ``(kind, i, j)`` their images will carry."""
         # a frontier run weighs the period for the interval's top and keeps the bound out
         # of the rule (its room is valid at one weight only, docs/privacy.md)
         rule = Rule(p_free=self.M - x, steady=self.steady,
                     upper=ub if self.frontier is None else math.inf)
-        keyed = {(0, u): dp_pareto(labels, rule) for u, labels in layer.items()}
-        if len(keyed) > 1:
-            dp_across_usage(keyed, rule, dict.fromkeys(keyed, -math.inf))
-        for (_dc, u), labels in keyed.items():
-            layer[u] = labels
-        refs: dict[tuple, list] = {}
+        keys = [u for u in layer if len(layer[u])]
+        floors = np.array([self._state_floor(x, u, prefix) for u in keys], dtype=float)
+        for u in keys:
+            layer[u] = layer[u].sorted()
+        alive = _filter(keys, [layer[u] for u in keys], floors, rule)
+        refs: dict[tuple, np.ndarray] = {}
         own = []
-        for u in list(layer):
-            labels = layer[u]
+        for u, ok in zip(keys, alive):
+            labels = layer[u] = layer[u].take(ok)
             if u == zero:
-                refs[u] = [lab[6] for lab in labels]
+                refs[u] = labels.ref[:, 2:5]
                 continue
-            lst = []
-            for lab in labels:
-                i = len(self._store)
-                self._store.append((x, *lab[6]))
-                own.append((lab[4], lab[0], lab[1], lab[2], lab[3], lab[5], i))
-                lst.append((OWN, i, 0))
-            refs[u] = lst
+            first = len(self._store)
+            hulls = labels.hull_tuples()
+            for n, (row, ref) in enumerate(zip(labels.S.tolist(), labels.ref.tolist())):
+                self._store.append((x, ref[0], ref[1], (ref[2], ref[3], ref[4])))
+                own.append((int(row[4]), row[0], row[1], row[2], row[3], hulls[n], first + n))
+            refs[u] = np.column_stack([np.full(len(labels), OWN, dtype=np.int64),
+                                       np.arange(first, first + len(labels), dtype=np.int64),
+                                       np.zeros(len(labels), dtype=np.int64)])
         if own:
             self.points[x] = own
         return refs
+
+    def _state_floor(self, x: int, u: tuple, prefix) -> float:
+        """A floor under the period of every completion of a label at layer ``x`` with
+        own usage ``u``: the prefix ``[0, x)``'s slowest stage (its optimistic bound, and
+        what the devices left free hold, :attr:`floors`); ``-inf`` at ``x = 0`` or with
+        no prefix bound."""
+        if x == 0 or prefix is None:
+            return -math.inf
+        got = float(prefix[1][x])
+        if self.floors is not None:
+            got = max(got, float(self.floors.period(u)[x]))
+        return got
 
     def _extend_layer(self, x, layer, refs, states, limit, zero, prefix) -> None:
         """Prepend every candidate stage ``[a, x)`` to the labels of ``layer``, adding the
@@ -248,17 +264,18 @@ class PeriodDP:
         pre_sum, pre_max = (self._no_pre, self._no_pre) if prefix is None else (
             np.asarray(v, dtype=float) for v in prefix)  # arrays: numba reflects no lists
         count = self._count
-        groups = [_runs(self._stages(g, x)) for g in range(self.t.G)]
+        groups = [self._group_runs(g, x) for g in range(self.t.G)]
         hi_m, hi_lim = self._hi if self.frontier is not None else (self.M, math.inf)
         ints = np.array([self.M, self.R, self.gpipe, self.frontier is not None, hi_m,
                          prefix is not None], dtype=np.int64)
         for u, labels in layer.items():
             self.deadline.check()
+            if not len(labels):
+                continue
             internal = u != zero
             fs = np.array([float(self.u_int[x]) if internal else 0.0,
                            float(self.q_int[x]) if internal else 0.0, limit, hi_lim])
-            S, H, HL = _label_arrays(labels)
-            ref_u = refs[u]
+            S, H, HL = labels.S, labels.H, labels.HL
             for g, (pairs, widths, runs, ptr) in enumerate(groups):
                 use = widths <= count[g] - u[g]
                 size = len(labels) * int((ptr[1:] - ptr[:-1])[use].sum())
@@ -270,16 +287,18 @@ class PeriodDP:
                 k, cut = extend(S, H, HL, runs, ptr, use, self._need_arr, fs, ints, pre_sum,
                                 rows, out_S, out_H, out_HL, src)
                 self.bound_cut |= bool(cut)
-                if not k:
-                    continue
-                flat, at = out_H[:out_HL[k]].tolist(), out_HL[:k + 1].tolist()
-                for (x1, x2, total, sync, p), o, o2, (q, lab, r) in zip(
-                        out_S[:k].tolist(), at, at[1:], src[:k].tolist()):
-                    w = int(widths[q])
-                    nu = u[:g] + (u[g] + w,) + u[g + 1:]
-                    states[int(runs[ptr[q] + r, 0])].setdefault(nu, []).append(
-                        (x1, x2, total, sync, int(p), tuple(flat[o:o2]),
-                         (g, int(pairs[q]), ref_u[lab])))
+                if k:
+                    _file_images(states, u, g, (pairs, widths, runs, ptr), refs[u],
+                                 (out_S[:k], out_H, out_HL[:k + 1], src[:k]))
+
+    def _group_runs(self, g: int, x: int) -> tuple:
+        """:func:`_runs` of :meth:`_stages`, made once per tables, group and end (every
+        trial of a DC's run asks the same ones)."""
+        cache = self.t.__dict__.setdefault("_cdynp_period_runs", {})
+        got = cache.get((g, x))
+        if got is None:
+            got = cache[g, x] = _runs(self._stages(g, x))
+        return got
 
     def _prefix_rows(self, u: tuple, g: int, widths: np.ndarray, use: np.ndarray,
                      pre_max: np.ndarray) -> np.ndarray:
@@ -316,6 +335,107 @@ class PeriodDP:
         return (0.0, 0.0, 0.0, 0.0, 0, (), (END, 0, 0))
 
 
+class _Labels:
+    """Labels of one state as arrays: ``S`` rows ``x1, x2, total, sync, p``, majorants
+    ``H`` (padded with ``-inf``) of lengths ``HL``, and ``ref`` rows ``g, pair, kind, i,
+    j``: the label's first stage (``-1`` for a base label) and where the plan goes on."""
+
+    __slots__ = ("S", "H", "HL", "ref")
+
+    def __init__(self, S, H, HL, ref):
+        self.S, self.H, self.HL, self.ref = S, H, HL, ref
+
+    def __len__(self) -> int:
+        return len(self.S)
+
+    @classmethod
+    def of_base(cls, labels: list) -> _Labels:
+        """Base label tuples ``(x1, x2, total, sync, p, hull, (kind, e, j))``."""
+        S = np.array([lab[:5] for lab in labels], dtype=float).reshape(-1, 5)
+        HL = np.array([len(lab[5]) for lab in labels], dtype=np.int64)
+        H = np.full((len(labels), max(1, int(HL.max(initial=0)))), -np.inf)
+        for i, lab in enumerate(labels):
+            H[i, :len(lab[5])] = lab[5]
+        ref = np.array([(-1, -1, *lab[6]) for lab in labels], dtype=np.int64).reshape(-1, 5)
+        return cls(S, H, HL, ref)
+
+    @classmethod
+    def joined(cls, chunks: list) -> _Labels:
+        """The chunks in order, as one."""
+        if len(chunks) == 1:
+            return chunks[0]
+        width = max(c.H.shape[1] for c in chunks)
+        H = np.full((sum(len(c) for c in chunks), width), -np.inf)
+        at = 0
+        for c in chunks:
+            H[at:at + len(c), :c.H.shape[1]] = c.H
+            at += len(c)
+        return cls(np.concatenate([c.S for c in chunks]), H,
+                   np.concatenate([c.HL for c in chunks]),
+                   np.concatenate([c.ref for c in chunks]))
+
+    def take(self, rows) -> _Labels:
+        """The labels ``rows`` (indices or a mask), in that order."""
+        return _Labels(self.S[rows], self.H[rows], self.HL[rows], self.ref[rows])
+
+    def sorted(self) -> _Labels:
+        """In ``dp``'s order of a state's labels (period, fill, ``R``, ``x1``, ``p``; ties
+        in the order filed: :func:`~chainpipe.solvers.dp_period.pareto`'s sort)."""
+        S = self.S
+        return self.take(np.lexsort((S[:, 4], S[:, 0], S[:, 3], S[:, 2], S[:, 0] + S[:, 1])))
+
+    def hull_tuples(self) -> list[tuple]:
+        """Each label's majorant as a tuple."""
+        rows = self.H.tolist()
+        return [tuple(row[:n]) for row, n in zip(rows, self.HL.tolist())]
+
+
+def _filter(keys: list, labels: list, floors: np.ndarray, rule: Rule) -> list:
+    """Per state (sorted :class:`_Labels`), which labels ``dp``'s rule keeps: within the
+    state (:func:`~chainpipe.solvers.period_kernel.pareto`), then against the states of
+    no more devices (``across``), as :func:`~chainpipe.solvers.dp_period.pareto` and
+    :func:`~chainpipe.solvers.dp_period.across_usage` call them on label tuples."""
+    from ..dp_period import kernel, rivals
+
+    if not keys:
+        return []
+    every = _Labels.joined(labels)
+    starts = np.concatenate(([0], np.cumsum([len(x) for x in labels]))).astype(np.int64)
+    alive = kernel.pareto(every.S, every.H, every.HL, starts, floors, *rule.bounds())
+    if len(keys) > 1:
+        order, ptr, rv = rivals([(0, u) for u in keys])
+        if len(rv):
+            kernel.across(every.S, every.H, every.HL, alive, starts, floors, order, ptr, rv,
+                          *rule.bounds())
+    return [alive[starts[i]:starts[i + 1]] for i in range(len(keys))]
+
+
+def _file_images(states: list, u: tuple, g: int, group: tuple, refs: np.ndarray,
+                 out: tuple) -> None:
+    """File the images :func:`.period_fast.extend` made (``out``: rows, flat majorants,
+    their offsets, sources ``(run, label, row)``) in ``states[a][u']`` as :class:`_Labels`
+    chunks, ``a`` the new stage's start and ``u'`` the usage with its width."""
+    pairs, widths, runs, ptr = group
+    out_S, out_H, at, src = out
+    k = len(out_S)
+    lengths = np.diff(at)
+    H = np.full((k, max(1, int(lengths.max(initial=0)))), -np.inf)
+    if at[-1]:
+        rows = np.repeat(np.arange(k), lengths)
+        H[rows, np.arange(at[-1]) - np.repeat(at[:-1], lengths)] = out_H[:at[-1]]
+    q, lab = src[:, 0], src[:, 1]
+    starts = runs[ptr[q] + src[:, 2], 0].astype(np.int64)
+    ref = np.column_stack([np.full(k, g, dtype=np.int64), pairs[q], refs[lab]])
+    key = starts * (len(widths) + 1) + q
+    order = np.argsort(key, kind="stable")
+    cuts = np.flatnonzero(np.diff(key[order])) + 1
+    for part in np.split(order, cuts):
+        a, qq = int(starts[part[0]]), int(q[part[0]])
+        nu = u[:g] + (u[g] + int(widths[qq]),) + u[g + 1:]
+        states[a].setdefault(nu, []).append(
+            _Labels(out_S[part], H[part], lengths[part], ref[part]))
+
+
 def _runs(stages: list) -> tuple:
     """A group's runs (:meth:`PeriodDP._stages`) as arrays: pairs, widths, the rows ``a, C,
     f, b, R, n`` of every run one after another and where each starts (``ptr``)."""
@@ -326,18 +446,6 @@ def _runs(stages: list) -> tuple:
     ptr = np.zeros(len(stages) + 1, dtype=np.int64)
     ptr[1:] = np.cumsum([len(run) for _c, _w, run in stages])
     return pairs, widths, runs, ptr
-
-
-def _label_arrays(labels: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``S`` (``x1, x2, total, sync, p`` per label), the majorants padded with 0 and their
-    lengths, of label tuples ``(x1, x2, total, sync, p, hull, ...)``."""
-    S = np.array([lab[:5] for lab in labels], dtype=float).reshape(-1, 5)
-    HL = np.array([len(lab[5]) for lab in labels], dtype=np.int64)
-    H = np.zeros((len(labels), max(1, int(HL.max(initial=0)))))
-    for i, lab in enumerate(labels):
-        if lab[5]:
-            H[i, :len(lab[5])] = lab[5]
-    return S, H, HL
 
 
 def concave_majorant(values) -> tuple:
