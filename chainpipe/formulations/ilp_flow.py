@@ -36,11 +36,14 @@ import numpy as np
 
 from ..cost import iteration_time, steady_state
 from ..plan import Plan
+from ..solvers.highs import PRESOLVE_RULES_OFF
 from ..tables import CostTables
 from .common import OBJECTIVE_MAGNITUDE, period_mode, phase_arrays, time_scale
 from .cpsat import UB_RTOL, FloorBound, StageArcs, stage_arcs
 from .matrix import LinearModel, no_check
 
+#: HiGHS's presolve rule "probing" (bit 15 of ``presolve_rule_off``)
+PROBING = 1 << 15
 #: the model is refused (``ModelTooLarge``) above this many stage columns
 MAX_COLUMNS = 2_000_000
 #: a proven bottleneck floor is lowered by this relative margin before it bounds ``B``
@@ -59,9 +62,11 @@ class ArrayModel(LinearModel):
     sink: object = None
     #: HiGHS options of this model (:func:`chainpipe.solvers.highs.solve_highs` sets them):
     #: no restarts -- on ``hybrid/medium`` the restarts after each reduced-cost fixing
-    #: took longer than the branching they saved (``docs/formulations.md``)
+    #: took longer than the branching they saved -- and no probing in presolve (besides
+    #: the rule every model has off): on ``v3-medium-03``'s one-pipeline entry probing
+    #: alone used a 60 s limit (``docs/formulations.md``)
     highs_options: dict = dataclasses.field(default_factory=lambda: {
-        "mip_allow_restart": False})
+        "mip_allow_restart": False, "presolve_rule_off": PRESOLVE_RULES_OFF | PROBING})
 
     def assign(self, values) -> None:
         """Hand a solution (one value per column) to the formulation."""

@@ -220,6 +220,16 @@ def _cut(instance: Instance, out: Outcome, cutoff: float) -> Outcome:
                    message=out.message)
 
 
+def _objective_bound(model, form, opts: _Options, stats: dict) -> None:
+    """Under a cutoff that pruned the model, HiGHS is told it as its ``objective_bound``
+    (scaled, a relative 1e-7 above): nodes whose bound reaches it are pruned from the
+    start, as an incumbent that fast would; if none is below it, HiGHS ends infeasible,
+    which :func:`_cut` reads as no plan faster than the cutoff."""
+    if stats.get("cutoff_applied") and opts.backend == "highs" and not model.offset:
+        bound = opts.cutoff / form.scale * (1 + 1e-7)
+        model.highs_options = dict(getattr(model, "highs_options", {}), objective_bound=bound)
+
+
 def _cut_bound(opts: _Options, stats: dict) -> float | None:
     """The bound an empty or infeasible pruned model proves: the cutoff when it pruned
     the model (no plan is as fast), else nothing (the heuristic plan's arcs stay)."""
@@ -255,6 +265,7 @@ def _run_one(name: str, instance: Instance, deadline: Deadline, seed, threads, l
             if incumbent is not None and opts.start:
                 model.start = form.start(incumbent[0])
                 stats["mip_start"] = model.start is not None
+            _objective_bound(model, form, opts, stats)
         deadline.check()
     except TimeUp:
         stats["build_time_s"] = deadline.elapsed() - t0
@@ -415,10 +426,13 @@ def _joint(name: str, subs: list, upper: float, deadline: Deadline, opts: _Optio
     merged, offsets = merge_models(models, syncs)
     if merged.out_of_range(MAX_COEFFICIENT) is not None:
         return None, 0.0
+    if opts.backend == "highs":  # the blocks' own HiGHS options; nothing above ``upper``
+        merged.highs_options = dict(getattr(models[0], "highs_options", {}),
+                                    objective_bound=upper / scale * (1 + 1e-7))
     answer = _backend(opts.backend)(merged, relax=False, deadline=deadline, seed=seed,
                                     threads=threads, log=log)
     if answer.status == "infeasible":
-        return None, upper if opts.prune or name == "ilp-assign" else math.inf
+        return None, upper  # none below upper (an infeasible model is no better)
     bound = max(0.0, safe_bound(answer.bound, scale) or 0.0)
     if answer.values is None:
         return None, bound
