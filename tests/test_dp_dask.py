@@ -205,3 +205,17 @@ def test_two_runs_of_one_instance_on_one_cluster(cluster):
     again = solve(inst, "dp", time_limit=120, scheduler=cluster.scheduler_address)
     assert first.status == again.status == "optimal"
     assert first.iteration_time == again.iteration_time
+
+
+def test_an_instance_with_no_plan_ends_at_the_feasibility_check(cluster):
+    """While the cluster runs the trials, this process asks whether any plan exists: an
+    instance with none is ``infeasible`` without waiting for the tasks, none left."""
+    from chainpipe.solvers import dp
+    from helpers import brute_force_hybrid
+
+    inst = next(i for i in (random_hybrid_instance(s, max_layers=5) for s in range(100))
+                if brute_force_hybrid(i)[1] is None and dp.run(i).stats.get("trials"))
+    res = solve(inst, "dp", time_limit=60, scheduler=cluster.scheduler_address)
+    assert res.status == "infeasible" and res.message
+    assert res.stats["feasibility"]["feasible"] is False
+    assert not _idle_soon(cluster)

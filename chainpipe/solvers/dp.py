@@ -141,11 +141,11 @@ def trial_search(setup: tuple, trial: float, deadline: Deadline) -> _Search:
 
 
 def _on_cluster(instance, deadline: Deadline, scheduler):
-    """``remote(trials, ended)`` of :func:`_walk`: the trials as tasks of a cluster."""
+    """``remote(trials, ended, check)`` of :func:`_walk`: the trials as tasks of a cluster."""
     from . import dp_dask
 
-    def remote(trials, ended):
-        return dp_dask.run_trials(instance, trials, deadline, scheduler, ended)
+    def remote(trials, ended, check=None):
+        return dp_dask.run_trials(instance, trials, deadline, scheduler, ended, check)
 
     return remote
 
@@ -153,7 +153,7 @@ def _on_cluster(instance, deadline: Deadline, scheduler):
 def _walk(make_search, trials, deadline: Deadline, threads: int, stats: dict, log,
           remote=None, check=None):
     """Search the trial bounds, lowest first: in this process, ``threads`` at a time
-    in forked processes (:mod:`.dp_parallel`), or every one by ``remote(trials, ended)``
+    in forked processes (:mod:`.dp_parallel`), or every one by ``remote(trials, ended, check)``
     (a cluster, :mod:`.dp_dask`). Returns the first plan found ``(T, stages)`` (or
     ``None``) and the bounds proven by failed trials; each trial's counters go to
     ``stats["trials"]`` (with ``found``) and a line to ``log``. Raises :class:`TimeUp`
@@ -161,7 +161,8 @@ def _walk(make_search, trials, deadline: Deadline, threads: int, stats: dict, lo
 
     ``check`` (a :class:`_FeasibilityCheck`) is asked once the failed trials have taken
     :data:`FEASIBILITY_AFTER_S` of CPU (in this process between trials), or beside the
-    forked ones: when it proves that no plan exists, every trial left is proven too."""
+    forked ones or the cluster's tasks: when it proves that no plan exists, every trial
+    left is proven too."""
     failed: list[float] = []
 
     def ended(trial, found, counters):
@@ -177,11 +178,13 @@ def _walk(make_search, trials, deadline: Deadline, threads: int, stats: dict, lo
     if remote is not None and trials:
         stats["cluster"] = True
         try:
-            found, _ = remote(trials, ended)
+            found, _ = remote(trials, ended, check)
         except TimeUp:
             if log is not None:
                 log("dp: trials stopped by the time limit")
             raise
+        if found is None and check is not None and check.none:
+            failed.extend(trials)  # no plan at all: below no bound either
         return found, failed
     for n, trial in enumerate(trials):
         if (threads > 1 and len(trials) - n > 1 and dp_parallel.available()
@@ -793,8 +796,27 @@ class _Feasible(_Search):
 
 
 def feasible(tables: CostTables, deadline: Deadline, dominated: dict | None = None) -> bool:
-    """Whether ``tables``' instance has any plan (memory and device counts), whatever its
-    time: :class:`_Feasible`. Raises :class:`TimeUp` when the deadline passes."""
+    """Whether an instance has any plan (memory and device counts), whatever its time.
+
+    Parameters
+    ----------
+    tables : CostTables
+        The instance's tables (version 1 or 2, one pipeline).
+    deadline : Deadline
+        Checked as the search goes.
+    dominated : dict, optional
+        The run's option dominance (:func:`_dominance`), computed if not given.
+
+    Returns
+    -------
+    bool
+        ``True`` when a plan exists (the search of :class:`_Feasible` found one).
+
+    Raises
+    ------
+    TimeUp
+        The deadline passed first.
+    """
     if dominated is None:
         dominated = _dominance(tables, deadline)
     return _Feasible(tables, deadline, dominated).run() is not None

@@ -147,7 +147,7 @@ def _setup(instance, deadline: Deadline) -> tuple:
 
 
 def run_trials(instance, trials: list[float], deadline: Deadline, scheduler,
-               on_result=None):
+               on_result=None, check=None):
     """Search ``trials`` (ascending bounds) as tasks of the cluster at ``scheduler``.
 
     Parameters
@@ -161,6 +161,9 @@ def run_trials(instance, trials: list[float], deadline: Deadline, scheduler,
         The scheduler's address, a cluster or a ``distributed.Client``.
     on_result : callable, optional
         ``on_result(trial, found, stats)`` for each trial that ends, in that order.
+    check : callable, optional
+        Called once in this process once the trials are submitted: ``True`` proves that
+        no trial can find a plan (the instance has none), which ends the run.
 
     Returns
     -------
@@ -184,15 +187,15 @@ def run_trials(instance, trials: list[float], deadline: Deadline, scheduler,
         raise Unreachable(f"dp: -O scheduler: no Dask scheduler answered at {scheduler} "
                           f"within {limit:g} s ({why})") from None
     try:
-        return _walk(client, instance, sorted(trials), deadline, on_result)
+        return _walk(client, instance, sorted(trials), deadline, on_result, check)
     finally:
         if own:
             client.close()
 
 
-def _walk(client, instance, trials, deadline: Deadline, on_result):
+def _walk(client, instance, trials, deadline: Deadline, on_result, check=None):
     """Submit the trials, take their results as they end (the lowest first of those
-    that end together), stop what is not needed."""
+    that end together), stop what is not needed; ``check`` as :func:`run_trials`."""
     from distributed import Event, wait
 
     run = uuid.uuid4().hex
@@ -212,6 +215,8 @@ def _walk(client, instance, trials, deadline: Deadline, on_result):
 
     proven = None
     try:
+        if check is not None and check():
+            return None, proven
         while live:
             left = None if deadline.unlimited else deadline.remaining() + 0.5
             try:
