@@ -85,7 +85,19 @@ def own_tables(local: Instance, sync_cap: float | None) -> CostTables:
     the :data:`TABLES_KEPT` last asked in this process. The owner's range runs ask the same
     DC again and again with the same ``M_p`` and ``theta`` (every range it belongs to), and
     the tables keep what the DPs derive from them (options, candidate stages) between
-    runs. Only this DC's own data is in them (each entry is keyed by its own record)."""
+    runs. Only this DC's own data is in them (each entry is keyed by its own record).
+
+    Parameters
+    ----------
+    local : Instance
+        The DC's one-DC instance (public model and training, its own record).
+    sync_cap : float or None
+        The run's ``sync_cap`` (``None``: every option).
+
+    Returns
+    -------
+    CostTables
+    """
     key = (local, sync_cap)
     with _TABLES_LOCK:  # an agent server runs its sessions in threads
         got = _TABLES.get(key)

@@ -77,7 +77,22 @@ def least_bottleneck(points: np.ndarray, values: np.ndarray, rate: float,
     ``held`` is a step function: ``values[i]`` from ``points[i]`` on (0 before the first
     point), non-decreasing. On the step ``[points[i], points[i + 1])`` the least ``B`` is
     ``max(points[i], (flop - values[i]) / rate)`` if below the next point; before the first
-    point it is ``flop / rate``. ``flop[0]`` (an empty prefix) gets 0.
+    point it is ``flop / rate``. A ``flop`` of 0 or less (an empty prefix) gets 0.
+
+    Parameters
+    ----------
+    points, values : numpy.ndarray
+        The step function (``dp._LayerCapacity.curve``): breakpoints, ascending, and the
+        FLOP held from each on.
+    rate : float
+        FLOP/s of the devices counted as a line (0: none).
+    flop : numpy.ndarray
+        The FLOP to hold, per prefix.
+
+    Returns
+    -------
+    numpy.ndarray
+        The least bottleneck per value of ``flop`` (``inf`` where none holds it).
     """
     flop = np.asarray(flop, dtype=float)
     starts = np.concatenate(([0.0], np.asarray(points, dtype=float)))
