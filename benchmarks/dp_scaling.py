@@ -40,6 +40,9 @@ TARGETS = {"hybrid/medium": 1.0, "hybrid/large": 10.0}
 def _measure(job, queue):
     kind, arg = job
     import chainpipe as cp
+    from chainpipe import numba_start
+
+    numba_start.own_process()  # what the command line pays
     from chainpipe.instances import generate
 
     limit = 600

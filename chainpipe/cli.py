@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from . import __version__
+from . import __version__, numba_start
 from .instance import OBJECTIVES, SCHEDULES, InstanceError
 from .instances import PRESETS
 from .instances.generator import SWITCH
@@ -1196,6 +1196,7 @@ def _one_line(text: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Run one ``chainpipe`` command; returns its exit status (see the module docstring)."""
+    numba_start.own_process()
     try:
         try:
             args = build_parser().parse_args(argv)

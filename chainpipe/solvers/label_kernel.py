@@ -28,36 +28,15 @@ module, or ``NUMBA_CACHE_DIR``).
 
 from __future__ import annotations
 
-import sys
-
 import numpy as np
 from numba import njit
 
+from .. import numba_start
 from ..cost import assembled_time
 from ..tables import fill_bound_at
 from .labels import BOUND_SLACK as SLACK
 
-
-def _numba_without(module: str, hidden: str) -> None:
-    """Import numba's ``module`` with ``hidden`` (a package it only probes) made
-    unimportable meanwhile, unless either is loaded already.
-
-    A fresh process paid 0.8 s before its first kernel ran; 0.18 s of it was
-    ``numba.np.arraymath`` importing ``scipy.linalg`` to see whether ``np.dot`` and
-    ``np.linalg`` can be compiled, and 0.08 s ``numba.core.typing.cffi_utils``
-    importing ``cffi`` to type cffi functions. No kernel of the package uses either;
-    in a process that imported them before, nothing is hidden."""
-    if module in sys.modules or hidden in sys.modules:
-        return
-    sys.modules[hidden] = None  # an import of it raises ImportError meanwhile
-    try:
-        __import__(module)
-    finally:
-        del sys.modules[hidden]
-
-
-_numba_without("numba.np.arraymath", "scipy.linalg")
-_numba_without("numba.core.typing.cffi_utils", "cffi")
+numba_start.prepare()
 
 _time = njit(cache=True)(assembled_time)
 _fill_at = njit(cache=True)(fill_bound_at)

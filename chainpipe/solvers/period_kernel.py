@@ -22,6 +22,10 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from .. import numba_start
+
+numba_start.prepare()
+
 #: a fall of the slopes past which the majorant scans stop (rounding never stops one)
 FALL = 1 - 1e-9
 
