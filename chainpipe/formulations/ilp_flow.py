@@ -20,7 +20,9 @@ Whole-path bounds (:meth:`FlowFormulation._path_bounds`) then floor ``B`` and ``
 bottleneck shortest paths and drop every column no path faster than the heuristic plan
 uses; :meth:`FlowFormulation.start` maps that plan onto the columns as a MIP start.
 Every period (``period_mode``): classic, GPipe's two phase maxima, 1F1B's loops by node
-potentials (:meth:`FlowFormulation._loop_rows`); several pipelines are the outer
+potentials (:meth:`FlowFormulation._loop_rows`) and, with a datacenter's last stage
+copied, the two-stage loops around each change of datacenter
+(:meth:`FlowFormulation._exit_rows`); several pipelines are the outer
 enumeration of :mod:`chainpipe.formulations.pipelines`. The model is built straight into
 arrays (no PuLP).
 """
