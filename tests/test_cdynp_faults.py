@@ -22,8 +22,9 @@ from chainpipe.solvers.cdynp.session import FAULT_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
 INSTANCE = ROOT / "instances" / "small" / "small-08-three-dc.json"  # dc1, dc2, dc3
-#: what starting the interpreter and the agents may take on a loaded machine
-STARTUP_S = 6.0
+#: what starting the interpreter and the agents may take on a loaded machine (6 s failed
+#: now and then at load 6-7 on 2 cores; at load 1.5 the slowest case takes 2.4 s of it)
+STARTUP_S = 10.0
 
 
 def _env(tmp_path: Path, fault: str | None) -> dict:
