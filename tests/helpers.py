@@ -548,3 +548,14 @@ def check_hybrid_optimum(inst: Instance, res) -> None:
     assert res.status == "optimal", res.message
     assert math.isclose(res.iteration_time, T, rel_tol=1e-9, abs_tol=1e-12)
     assert evaluate(inst, res.plan).feasible
+
+
+def check_cdynp_equals_dp(inst: Instance, rtol: float = 1e-9) -> None:
+    """``cdynp`` in process reaches ``dp``'s status and time (relative ``rtol``)."""
+    from chainpipe.solve import solve
+
+    want, got = solve(inst, "dp"), solve(inst, "cdynp")
+    assert got.status == want.status, (got.status, want.status)
+    if want.iteration_time is not None:
+        a, b = got.iteration_time, want.iteration_time
+        assert abs(a - b) <= rtol * max(abs(a), abs(b), 1e-300), (a, b)

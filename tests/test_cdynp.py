@@ -22,7 +22,13 @@ from chainpipe.solvers.cdynp.summary import (
     round_digits,
     round_down,
 )
-from helpers import brute_force, check_trace_private, private_strings, random_instance
+from helpers import (
+    brute_force,
+    check_cdynp_equals_dp,
+    check_trace_private,
+    private_strings,
+    random_instance,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = sorted(p for p in (ROOT / "instances" / "small").glob("*.json")
@@ -100,12 +106,7 @@ def test_exact_on_four_datacenters_and_scarce_devices():
 @pytest.mark.skipif(not SMALL, reason="instances/small not generated")
 @pytest.mark.parametrize("path", SMALL, ids=lambda p: p.stem)
 def test_exact_equals_dp_on_small_set(path):
-    inst = read(path)
-    ref = solve(inst, "dp")
-    res = solve(inst, "cdynp")
-    assert res.status == ref.status
-    if ref.iteration_time is not None:
-        assert _same(res.iteration_time, ref.iteration_time)
+    check_cdynp_equals_dp(read(path), RTOL)
 
 
 def test_worked_example():

@@ -20,13 +20,13 @@ from test_cdynp_frontier import _longer
 
 from chainpipe.deadline import Deadline
 from chainpipe.io import read
-from chainpipe.solve import solve
 from chainpipe.solvers.cdynp import LocalOwner
 from chainpipe.solvers.cdynp.agent import DCAgent
 from chainpipe.solvers.cdynp.drive import agent_options
 from chainpipe.solvers.cdynp.floors import Floors, least_bottleneck
 from chainpipe.solvers.cdynp.pipelines import RangeRuns
 from chainpipe.solvers.cdynp.public import PublicInstance
+from helpers import check_cdynp_equals_dp
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -82,12 +82,7 @@ def test_first_dc_floor_is_dps():
 
 @pytest.mark.parametrize("seed", range(30))
 def test_exact_equals_dp_on_longer_chains(seed):
-    inst = _longer(seed)
-    want = solve(inst, "dp")
-    got = solve(inst, "cdynp")
-    assert got.status == want.status
-    if want.plan is not None:
-        assert got.iteration_time == pytest.approx(want.iteration_time, rel=1e-9)
+    check_cdynp_equals_dp(_longer(seed))
 
 
 def test_floors_prune_a_range_run():
