@@ -12,6 +12,7 @@ import math
 from pathlib import Path
 
 import pytest
+from test_ilp_flow import check_flow_proves_dp_optimum
 
 from chainpipe import evaluate
 from chainpipe.io import read
@@ -64,11 +65,7 @@ def test_one_pipeline_v3_runs_with_the_other_backend(seed):
 
 @pytest.mark.parametrize("path", SMALL, ids=lambda p: p.stem)
 def test_device_states_match_the_dp_on_v3_small(path):
-    inst = read(path)
-    ref = solve(inst, "dp")
-    r = solve(inst, "ilp-path", time_limit=60, **FLOW)
-    assert r.status == "optimal", (path.stem, r.status, r.message)
-    assert math.isclose(r.iteration_time, ref.iteration_time, rel_tol=1e-6), path.stem
+    check_flow_proves_dp_optimum(path)
 
 
 @pytest.mark.parametrize("seed", range(4))
