@@ -63,21 +63,21 @@ def test_least_bottleneck_equals_brute_force(seed):
 
 
 def test_first_dc_floor_is_dps():
-    from chainpipe.solvers.dp import _HOLD_SLACK, _LayerCapacity, usage_caps
+    from chainpipe.solvers.dp import HOLD_SLACK, LayerCapacity, usage_caps
 
     inst = read(ROOT / "instances/v3/medium/v3-medium-01.json")
     pub = PublicInstance.of(inst)
     agent = DCAgent(pub, 0, inst.datacenters[0])
     t = agent.tables
     floors = Floors(t, 0.0)
-    cap = _LayerCapacity(t, usage_caps(t))
+    cap = LayerCapacity(t, usage_caps(t))
     for used in (0, 2, 8):
         usage = (used,) + (0,) * (t.G - 1)
         here = [(g, int(t.count[g]) - x) for g, x in enumerate(usage)]
         want = cap.needed(cap.curve([], here), t.flop_prefix)
         got = floors.period(usage)
         assert np.allclose(got[1:], want[1:], rtol=1e-12) or np.array_equal(got[1:], want[1:])
-        assert got[0] == 0.0 and _HOLD_SLACK > 1
+        assert got[0] == 0.0 and HOLD_SLACK > 1
 
 
 @pytest.mark.parametrize("seed", range(30))

@@ -146,10 +146,10 @@ def test_shifted_pareto_numpy_and_python_paths_agree():
 
 
 def test_flop_capacity_never_exceeds_what_an_optimal_plan_needs():
-    """The granularity bound of the DP (``_LayerCapacity``): the devices an optimal plan
+    """The granularity bound of the DP (``LayerCapacity``): the devices an optimal plan
     uses hold its FLOP under its own largest compute time, so the bottleneck the bound
     asks for is never above that."""
-    from chainpipe.solvers.dp import _LayerCapacity, usage_caps
+    from chainpipe.solvers.dp import LayerCapacity, usage_caps
 
     checked = 0
     for seed in range(150):
@@ -158,7 +158,7 @@ def test_flop_capacity_never_exceeds_what_an_optimal_plan_needs():
         if stages is None or inst.parallelism.single_device:
             continue
         tables = CostTables(inst)
-        capacity = _LayerCapacity(tables, usage_caps(tables))
+        capacity = LayerCapacity(tables, usage_caps(tables))
         ev = evaluate(inst, Plan.from_tuples(inst, stages))
         worst = max(st.compute_time_s for st in ev.stages)
         total = float(tables.flop_prefix[-1])

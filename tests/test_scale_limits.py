@@ -143,10 +143,10 @@ def test_20000_widths_keep_the_limit(solver):
 
 
 def test_dp_capacity_tables_do_not_grow_with_the_count():
-    from chainpipe.solvers.dp import KNAPSACK_CELLS, _LayerCapacity, usage_caps
+    from chainpipe.solvers.dp import KNAPSACK_CELLS, LayerCapacity, usage_caps
 
     t = CostTables(small_with({"count": 2**24}, [1, 2**24]))
-    cap = _LayerCapacity(t, usage_caps(t))
+    cap = LayerCapacity(t, usage_caps(t))
     assert max(a[1].size for a in cap.arrays) <= KNAPSACK_CELLS
     # beyond its table the bound still holds every FLOP the free devices can hold
     free = np.array([2**24])

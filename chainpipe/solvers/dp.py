@@ -276,7 +276,7 @@ def _dominance(tables: CostTables, deadline: Deadline) -> dict:
 
 
 def _first_bound(tables: CostTables, deadline: Deadline):
-    """The lower bound the trials start from and the :class:`_LayerCapacity` they share
+    """The lower bound the trials start from and the :class:`LayerCapacity` they share
     (``None`` in version 1 or for one microbatch); ``inf`` when the devices cannot hold
     the model under any bottleneck. Raises :class:`TimeUp` when the deadline passes.
 
@@ -284,11 +284,11 @@ def _first_bound(tables: CostTables, deadline: Deadline):
     11.82 s, so that its trial at four times the bound finds the optimum, 46.12 s, and
     the unbounded trial is not needed), but the trials do not use it: its per-prefix
     bounds were measured to cut 1 % of the labels there and to cost more than that."""
-    if tables.M == 1 or not _LayerCapacity.affordable(tables):
+    if tables.M == 1 or not LayerCapacity.affordable(tables):
         return tables.lower_bound, None
-    # what the free devices can hold under a bottleneck (see _LayerCapacity): built
+    # what the free devices can hold under a bottleneck (see LayerCapacity): built
     # once, used by every trial, and a floor under the bottleneck of the lower bound
-    capacity = _LayerCapacity(tables, usage_caps(tables), deadline.check)
+    capacity = LayerCapacity(tables, usage_caps(tables), deadline.check)
     shared = None if tables.single_device else capacity  # version 1: the bound only
     total = float(tables.flop_prefix[-1])
     across = float(capacity.needed(capacity.curve(list(range(tables.G)), []), total))
@@ -306,7 +306,7 @@ class _Search:
     """One bounded run of the DP: finds the optimum if it is below ``upper``."""
 
     def __init__(self, tables: CostTables, upper: float, deadline: Deadline,
-                 capacity: _LayerCapacity | None, dominated: dict):
+                 capacity: LayerCapacity | None, dominated: dict):
         self.t = tables
         self.upper = upper
         self.deadline = deadline
@@ -503,7 +503,7 @@ class _Search:
         self.rate_by_dc = [t.rate[t.group_dc <= k].max() for k in range(K)]
         flop = t.flop_prefix.tolist()
         self.flop_arr = np.asarray(flop)
-        self.flop_slack = self.flop_arr / _HOLD_SLACK
+        self.flop_slack = self.flop_arr / HOLD_SLACK
         # per k0 and a: the prefix's compute sum and its largest layer on the widest stage
         # of the fastest devices of DCs <= k0
         prefix_max = np.concatenate(([0.0], np.maximum.accumulate(np.diff(flop))))
@@ -845,7 +845,7 @@ def usage_caps(tables: CostTables) -> list[int]:
     return [int(min(c, tables.L * tables.widest)) for c in tables.count]
 
 
-class _LayerCapacity:
+class LayerCapacity:
     """How many FLOP free devices can hold with every stage's ``C <= B``: a bound that
     sees the layers' granularity, which the spread of rates does not.
 
@@ -857,6 +857,20 @@ class _LayerCapacity:
     breakpoint of ``B``. A prefix of ``F`` FLOP fits under ``B`` only if the free
     devices hold ``F``. (Counting layers instead of FLOP was tried: a cheap embedding
     layer lets every device hold "a layer" and the bound says nothing.)
+
+    Used by the version-2 search, the version-3 searches (``dp_pipelines.Holds``) and
+    the CDynP agents' floors (``cdynp/floors.py``).
+
+    Parameters
+    ----------
+    tables : CostTables
+    count : list of int
+        Per group, the most devices a plan may use (:func:`usage_caps`).
+    check : callable, optional
+        Called between groups and knapsack rows (a deadline's check).
+    need : int, optional
+        The stash a stage's options must hold (default: the least any stage stashes,
+        the last stage's count).
     """
 
     def __init__(self, tables: CostTables, count: list[int], check=None,
@@ -973,7 +987,7 @@ class _LayerCapacity:
         """The least bottleneck under which a curve of :meth:`curve` holds ``flop``
         (arrays or scalars); ``inf`` where it never does."""
         points, values = curve
-        i = np.searchsorted(values, np.asarray(flop) / _HOLD_SLACK, side="left")
+        i = np.searchsorted(values, np.asarray(flop) / HOLD_SLACK, side="left")
         return np.where(i < len(points), points[np.minimum(i, len(points) - 1)]
                         if len(points) else np.inf, np.inf)
 
@@ -1019,7 +1033,7 @@ def _most_held(tables: CostTables, opts, need: int) -> tuple[np.ndarray, np.ndar
 
 
 def _knapsack(fmax: np.ndarray, widths: list[int], n_max: int, layers: int, check):
-    """The unbounded knapsack of :class:`_LayerCapacity` per breakpoint, for ``n`` free
+    """The unbounded knapsack of :class:`LayerCapacity` per breakpoint, for ``n`` free
     devices up to ``n0 <= n_max`` (``n0`` keeps the table and its work within
     :data:`KNAPSACK_CELLS` and :data:`KNAPSACK_STEPS`, whatever the count or the widths' values), with the LP ratio
     (best FLOP per device) and ``L`` times the most one stage holds for ``n > n0``.
@@ -1053,7 +1067,7 @@ KNAPSACK_STEPS = 100_000
 
 #: the FLOP capacity is compared with a relative slack, so that rounding in its sums
 #: never cuts a prefix that fits exactly
-_HOLD_SLACK = 1 + 1e-9
+HOLD_SLACK = 1 + 1e-9
 
 
 

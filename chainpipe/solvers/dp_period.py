@@ -495,7 +495,7 @@ class PipelineSearch:
         widest stage, or the fill bound of the free devices at the period cap
         (``tables.fill_curve``). Period (at least every ``C``): the largest layer on the
         fastest widest stage, or the least bottleneck under which the free devices hold
-        the prefix's FLOP (``dp._LayerCapacity``, when given)."""
+        the prefix's FLOP (``dp.LayerCapacity``, when given)."""
         key = (k0, usage)
         got = self._floors.get(key)
         if got is None:

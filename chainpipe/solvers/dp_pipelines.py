@@ -75,15 +75,15 @@ def solve(instance, deadline: Deadline, log=None, threads: int = 1,
 def _capacity(tables: CostTables, deadline: Deadline):
     """What free devices hold under a bottleneck, shared by every search of the instance
     (:class:`Holds`); ``None`` where the version-2 search does without it."""
-    from .dp import _LayerCapacity
+    from .dp import LayerCapacity
 
-    if tables.single_device or tables.M == 1 or not _LayerCapacity.affordable(tables):
+    if tables.single_device or tables.M == 1 or not LayerCapacity.affordable(tables):
         return None
     return Holds(tables, deadline)
 
 
 class Holds:
-    """``dp._LayerCapacity`` valid for a pipeline of ``M_p`` microbatches.
+    """``dp.LayerCapacity`` valid for a pipeline of ``M_p`` microbatches.
 
     The knapsack counts the options that fit memory with the least stash of a stage:
     1 under 1F1B whatever ``M_p``, but ``M_p`` under GPipe, where the one built for the
@@ -92,11 +92,11 @@ class Holds:
     """
 
     def __init__(self, tables: CostTables, deadline: Deadline):
-        from .dp import _LayerCapacity, usage_caps
+        from .dp import LayerCapacity, usage_caps
 
         self.t, self.deadline = tables, deadline
         self.count = usage_caps(tables)
-        self.full = _LayerCapacity(tables, self.count, deadline.check)
+        self.full = LayerCapacity(tables, self.count, deadline.check)
         self.any_stash = None
 
     def for_pipeline(self, microbatches: int):
@@ -104,9 +104,9 @@ class Holds:
         if self.t.schedule == "1f1b" or microbatches == self.t.M:
             return self.full
         if self.any_stash is None:
-            from .dp import _LayerCapacity
+            from .dp import LayerCapacity
 
-            self.any_stash = _LayerCapacity(self.t, self.count, self.deadline.check, need=1)
+            self.any_stash = LayerCapacity(self.t, self.count, self.deadline.check, need=1)
         return self.any_stash
 
 

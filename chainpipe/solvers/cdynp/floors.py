@@ -1,7 +1,7 @@
 """A DC's floor under the period of a plan's prefix, from what its own devices hold.
 
 ``dp`` bounds the period of every completion of a state by the least bottleneck ``B``
-under which the devices still free hold the prefix's FLOP (``dp._LayerCapacity``: per
+under which the devices still free hold the prefix's FLOP (``dp.LayerCapacity``: per
 group, an unbounded knapsack of the most FLOP one stage with ``C <= B`` holds and that
 fits memory at the least stash; ``docs/dp.md``, "Bounds"). A CDynP agent knows only its
 own devices, so it bounds the prefix ``[0, a)`` before a label of usage ``u`` by
@@ -43,20 +43,20 @@ class Floors:
     """
 
     def __init__(self, tables: CostTables, upstream: float, check=None):
-        from ..dp import _HOLD_SLACK, _LayerCapacity, usage_caps
+        from ..dp import HOLD_SLACK, LayerCapacity, usage_caps
 
         self.t, self.up = tables, float(upstream)
         self.count = usage_caps(tables)
-        self.capacity = _LayerCapacity(tables, self.count, check)
-        self.flop = np.asarray(tables.flop_prefix, dtype=float) / _HOLD_SLACK
+        self.capacity = LayerCapacity(tables, self.count, check)
+        self.flop = np.asarray(tables.flop_prefix, dtype=float) / HOLD_SLACK
         self._memo: dict[tuple, np.ndarray] = {}
 
     @staticmethod
     def affordable(tables: CostTables) -> bool:
         """Whether ``dp``'s knapsack tables stay within its size limit for this DC."""
-        from ..dp import _LayerCapacity
+        from ..dp import LayerCapacity
 
-        return bool(tables.M > 1 and _LayerCapacity.affordable(tables))
+        return bool(tables.M > 1 and LayerCapacity.affordable(tables))
 
     def period(self, usage: tuple) -> np.ndarray:
         """Per prefix end ``a``: the floor under every ``C`` of a prefix ``[0, a)`` that
@@ -82,7 +82,7 @@ def least_bottleneck(points: np.ndarray, values: np.ndarray, rate: float,
     Parameters
     ----------
     points, values : numpy.ndarray
-        The step function (``dp._LayerCapacity.curve``): breakpoints, ascending, and the
+        The step function (``dp.LayerCapacity.curve``): breakpoints, ascending, and the
         FLOP held from each on.
     rate : float
         FLOP/s of the devices counted as a line (0: none).
