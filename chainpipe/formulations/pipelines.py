@@ -451,7 +451,9 @@ class OuterSearch:
                 e.cheap = max(self.cheap(a, b, m) for (a, b), m in zip(e.blocks, e.splits)) \
                     + e.cross
                 e.bound = e.cheap
-            todo.sort(key=lambda e: (max(b - a for a, b in e.blocks), e.cheap, len(e.blocks)))
+            # by cheap bound (largest block first was slower and reported weaker bounds:
+            # docs/formulations.md, "Order")
+            todo.sort(key=lambda e: (e.cheap, len(e.blocks)))
             for e in todo:
                 self.deadline.check()
                 if e.cheap >= self.best_T * (1 - PRUNE_RTOL):
