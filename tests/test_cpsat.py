@@ -380,3 +380,24 @@ def test_write_model_says_when_no_model_was_built(tmp_path):
     assert r.status in ("no_solution", "feasible")
     assert r.message.endswith(f"no model was built, '{path}' not written")
     assert not path.exists()
+
+
+def test_a_cutoff_proves_no_plan_faster_or_finds_the_optimum():
+    """``cutoff`` (what the outer enumeration passes its sub-solves): below the optimum
+    the answer proves nothing is faster than the cutoff (a bound at least the cutoff, never
+    ``optimal``, the plan no faster than the optimum); above it, the optimum itself."""
+    from chainpipe.formulations.pipelines import sub_instance
+    from chainpipe.io import read
+
+    root = Path(__file__).resolve().parents[1]
+    inst = read(sorted((root / "instances" / "v3" / "small").glob("v3-small-*.json"))[2])
+    one = sub_instance(inst, 0, len(inst.datacenters) - 1, inst.microbatches)
+    T = solve(one, "dp").iteration_time
+    for cutoff in (0.999 * T, 0.5 * T):
+        r = solve(one, "cpsat", time_limit=60, cutoff=cutoff)
+        # at least the cutoff (the tables' own bound may be higher), at most the optimum
+        assert r.status != "optimal" and cutoff * (1 - 1e-9) <= r.lower_bound <= T, \
+            (cutoff, r.status, r.lower_bound)
+        assert r.plan is None or r.iteration_time >= T * (1 - 1e-9)
+    r = solve(one, "cpsat", time_limit=60, cutoff=1.01 * T)
+    assert r.status == "optimal" and math.isclose(r.iteration_time, T, rel_tol=1e-6)

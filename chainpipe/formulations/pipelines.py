@@ -47,6 +47,9 @@ SUB_SHARE = 0.5
 SEED_PARTITIONS = 64
 #: a block and ``M_p`` is solved at most this many times (again only with a higher cutoff)
 MAX_SOLVES = 2
+#: share of the time limit for a first pass over the entries whose blocks are single DCs
+#: (each block one DC: small, fast sub-models, and a good incumbent for the cutoffs)
+LOCAL_SHARE = 0.4
 
 
 def several(instance) -> bool:
@@ -124,6 +127,7 @@ class Entry:
     cheap: float = 0.0  # a cheap lower bound on T of the entry's plans (capacity_bound)
     bound: float = 0.0  # what is proven of the entry so far
     done: bool = False
+    visited: bool = False  # solved or pruned by :meth:`OuterSearch.visit`
 
     @property
     def single(self) -> bool:
@@ -314,6 +318,8 @@ class OuterSearch:
     proven: dict = field(default_factory=dict)
     #: per block and ``M_p``: how many times it was solved
     solves: dict = field(default_factory=dict)
+    #: the deadline of the current pass (:meth:`visit`): joint models stop there
+    until: Deadline | None = None
 
     def grown(self, first: int, last: int, m: int) -> float:
         """The largest bound proven of the block with ``m0 <= m`` microbatches: a bound
@@ -452,23 +458,54 @@ class OuterSearch:
                     + e.cross
                 e.bound = e.cheap
             # by cheap bound (largest block first was slower and reported weaker bounds:
-            # docs/formulations.md, "Order")
+            # docs/formulations.md, "Order"), the entries of single-DC blocks first
             todo.sort(key=lambda e: (e.cheap, len(e.blocks)))
-            for e in todo:
-                self.deadline.check()
-                if e.cheap >= self.best_T * (1 - PRUNE_RTOL):
-                    self.stats["pruned"] += 1
-                    continue
-                e.bound = max(e.bound, max(self.grown(a, b, m) for (a, b), m
-                                           in zip(e.blocks, e.splits)) + e.cross)
-                if e.bound >= self.best_T * (1 - PRUNE_RTOL):
-                    self.stats["pruned_by_growth"] += 1
-                    continue
-                self.stats["entries"] += 1
-                self.entry(e)
+            local = [e for e in todo if all(a == b for a, b in e.blocks)]
+            if LOCAL_SHARE > 0 and local and len(local) < len(todo):
+                self.visit(local, self.phase(LOCAL_SHARE))
+                self.stats["local_phase_s"] = self.deadline.elapsed()
+            self.visit(todo, self.deadline)
         except TimeUp:
             message = f"time limit ({self.deadline.limit:g} s) reached in the enumeration"
         return self.outcome(todo, message)
+
+    def phase(self, share: float) -> Deadline:
+        """A deadline for one phase: ``share`` of the time left (none without a limit)."""
+        if self.deadline.unlimited:
+            return Deadline(None)
+        return Deadline(self.deadline.remaining() * share)
+
+    def visit(self, todo: list[Entry], until: Deadline) -> None:
+        """Solve or prune each entry of ``todo`` not yet visited, in order, until the
+        deadline ``until`` (its end stops this pass only)."""
+        for e in todo:
+            if until.expired():
+                self.deadline.check()
+                return
+            self.deadline.check()
+            if e.visited:
+                continue
+            if e.cheap >= self.best_T * (1 - PRUNE_RTOL):
+                self.stats["pruned"] += 1
+                e.visited = True
+                continue
+            e.bound = max(e.bound, max(self.grown(a, b, m) for (a, b), m
+                                       in zip(e.blocks, e.splits)) + e.cross)
+            if e.bound >= self.best_T * (1 - PRUNE_RTOL):
+                self.stats["pruned_by_growth"] += 1
+                e.visited = True
+                continue
+            self.stats["entries"] += 1
+            self.until = until
+            try:
+                self.entry(e)
+            except TimeUp:
+                if until is self.deadline or self.deadline.expired():
+                    raise
+                return  # the pass's own end: the entry is taken again in the next pass
+            # an entry the phase's end cut short (its joint model) is taken again later
+            e.visited = until is self.deadline or e.done or \
+                e.bound >= self.best_T * (1 - PRUNE_RTOL)
 
     def entry(self, e: Entry) -> None:
         """Solve one entry: its blocks alone, then together if their syncs disagree."""
@@ -499,7 +536,7 @@ class OuterSearch:
         insts = [sub_instance(self.instance, a, b, m) for (a, b), m in zip(e.blocks, e.splits)]
         self.stats["joint_solves"] += 1
         upper = self.best_T - e.cross
-        plans, bound = self.joint(e, insts, upper, self.deadline)
+        plans, bound = self.joint(e, insts, upper, self.until or self.deadline)
         if plans is not None:
             self.offer(assemble(self.instance, e, plans))
         e.bound = max(e.bound, bound + e.cross)

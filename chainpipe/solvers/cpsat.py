@@ -62,10 +62,20 @@ from .mip import backend_seconds
 
 
 def run(instance, *, deadline=None, seed=0, threads=1, log=None, log_search_progress=False,
-        hint=None, max_rounds=3, write_model=None, features=None, **options) -> Outcome:
-    """Solve ``instance`` with CP-SAT; see the module docstring for the guarantees."""
+        hint=None, max_rounds=3, write_model=None, features=None, cutoff=None,
+        **options) -> Outcome:
+    """Solve ``instance`` with CP-SAT; see the module docstring for the guarantees.
+
+    ``cutoff`` (seconds, one pipeline): what the caller needs to know is a plan faster
+    than it or a proof that there is none; the model then holds only the plans no slower
+    than ``min(cutoff, T_h)`` (``T_h`` the heuristic plan's), and its bound holds for
+    those alone, so the bound reported is at most ``cutoff`` unless the plan found is
+    proven (``docs/cpsat.md``, "Cutoffs").
+    """
     if options:
         raise OptionError(f"cpsat: unknown option(s) {', '.join(sorted(options))}")
+    if cutoff is not None:
+        cutoff = number_option("cpsat", "cutoff", cutoff, minimum=0.0)
     max_rounds = number_option("cpsat", "max_rounds", max_rounds, minimum=1, integer=True)
     if hint is not None and hint != "dp" and not isinstance(hint, Plan):
         raise OptionError(f"option 'hint' of cpsat: must be 'dp' or a Plan, got {hint!r:.40}")
@@ -86,6 +96,7 @@ def run(instance, *, deadline=None, seed=0, threads=1, log=None, log_search_prog
     if reason:
         return Outcome("infeasible", message=reason + _not_written(model_file))
     search = _Search(tables, deadline, int(seed), int(threads), log, model_file, features)
+    search.cutoff = cutoff
     try:
         search.set_scale(hint)
         if search.prune and not math.isfinite(search.upper):
@@ -109,9 +120,9 @@ def _pipelines(instance, deadline: Deadline, seed: int, threads: int, log, max_r
                features: frozenset) -> Outcome:
     """Several pipelines: :class:`~chainpipe.formulations.pipelines.OuterSearch` around
     one-pipeline CP-SAT solves and joint models (:func:`_joint`)."""
-    def single(sub, dl, cutoff=None):  # the cutoff is not used (yet)
+    def single(sub, dl, cutoff=None):
         return run(sub, deadline=dl, seed=seed, threads=threads, log=log,
-                   max_rounds=max_rounds, features=sorted(features))
+                   max_rounds=max_rounds, features=sorted(features), cutoff=cutoff)
 
     def joint(entry, subs, upper, dl):
         return _joint(subs, upper, dl, seed, threads, log, features)
@@ -276,6 +287,8 @@ class _Search:
         self.scale_plan, self.scale_T, self.ub_source = None, math.inf, None
         self.hint_plan = None
         self.note = None
+        #: ``run``'s ``cutoff``; :attr:`cut` once it pruned the model below the scale plan
+        self.cutoff, self.cut = None, False
         self.record()
 
     # ------------------------------------------------------------------ bookkeeping
@@ -296,6 +309,8 @@ class _Search:
         self.record()
 
     def raise_bound(self, bound: float) -> None:
+        if self.cut:  # the model holds the plans up to the cutoff only
+            bound = min(bound, self.cutoff)
         with self.lock:
             if bound > self.bound:
                 self.bound = bound
@@ -316,6 +331,9 @@ class _Search:
             self.ub_source = "coefficient range"
         else:
             self.upper, self.prune = self.scale_T, True
+        if self.cutoff is not None and self.cutoff < self.upper:
+            self.upper, self.prune, self.cut = self.cutoff, True, True
+            self.stats["cutoff_s"] = self.cutoff
         self.stats["upper_bound_source"] = self.ub_source
         self.stats["scaling_plan_time_s"] = None if self.scale_plan is None else self.scale_T
         if self.scale_plan is not None:
@@ -357,7 +375,7 @@ class _Search:
         if rnd == 0 and self.hint_plan is not None:
             hinted = built.hint(self.hint_plan)
             self.stats["hint"]["accepted"] = hinted
-        elif rnd == 0 and self.prune and "heuristic_hint" in self.features:
+        elif rnd == 0 and self.prune and not self.cut and "heuristic_hint" in self.features:
             hinted = built.hint(self.scale_plan)
         elif rnd > 0 and self.best_plan is not None:
             hinted = built.hint(self.best_plan)  # refinement round: start from the incumbent
@@ -393,6 +411,10 @@ class _Search:
         if name == "MODEL_INVALID":
             raise _Stop(Outcome("error", stats=self.stats,
                                 message="CP-SAT rejected the model: " + solver.solution_info()))
+        if name == "INFEASIBLE" and self.cut:  # no plan up to the cutoff
+            self.raise_bound(self.cutoff)
+            self.note = f"no plan faster than the cutoff ({self.cutoff:.6g} s)"
+            return False
         if name == "INFEASIBLE":
             if self.prune:  # the scaling plan is a path of the model: this cannot be
                 raise _Stop(Outcome("error", stats=self.stats, message=(
