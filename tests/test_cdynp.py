@@ -507,3 +507,24 @@ def test_split_files_of_a_v2_instance_run_the_protocol(tmp_path):
     assert _same(evaluate(inst, plan).iteration_time_s, 16.0)
 
 
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_cached_candidates_equal_direct(seed):
+    """A DC's candidate runs under a bound, cut from the unbounded ones it keeps, equal
+    those computed from the options under that bound (and the bound cuts the same)."""
+    from chainpipe.solvers.cdynp.local import LocalDP
+    from chainpipe.tables import CostTables
+
+    inst = random_instance(seed, max_layers=6, max_dcs=1)
+    rng = random.Random(seed)
+    tables = CostTables(inst)
+    full = LocalDP(tables, position_cap=3)._direct_candidates(math.inf)
+    alone = [t for per_g in full for per in per_g for _w, _c, lst in per
+             for _a, C, _n, R in lst for t in (tables.M * C + R,)]
+    ubs = [rng.choice(alone) * rng.uniform(0.7, 1.3) for _ in range(6)] if alone else [1.0]
+    for ub in [math.inf, *ubs]:
+        cached, direct = (LocalDP(tables, position_cap=3) for _ in range(2))
+        for grid in (None, {0, 2, 3, tables.L}):
+            assert cached._candidates(ub, grid) == direct._direct_candidates(ub, grid)
+        assert cached.bound_cut == direct.bound_cut

@@ -113,9 +113,13 @@ def test_frontier_values_on_longer_chains():
 
 @pytest.mark.parametrize("longer", [False, True])
 def test_solves_with_frontier_runs_equal_dp(monkeypatch, longer):
-    """Whole solves with several pipelines, the frontier runs on (blocks from 2 on for the
-    small instances), against ``dp``: same status and ``T``."""
+    """Whole solves with several pipelines by the sweep (``pipelines.QUESTIONS`` off), the
+    frontier runs on (blocks from 2 on for the small instances), against ``dp``: same
+    status and ``T``."""
     from chainpipe.plan import evaluate
+    from chainpipe.solvers.cdynp import pipelines
+
+    monkeypatch.setattr(pipelines, "QUESTIONS", False)
 
     used = 0
     for seed in range(70 if not longer else 24):
@@ -186,20 +190,21 @@ def test_a_frontier_report_is_checked_across_hosts():
 def test_frontier_runs_across_hosts_equal_in_process(monkeypatch, tmp_path):
     """The owner in this process with its agents on their own TLS servers (``chainpipe
     agent serve`` processes): with frontier runs (blocks from 2 on, so that ``M = 8``
-    of ``v3-small-02`` uses them), the same plan, ``T`` and byte-identical traces as in
-    process, and frontier runs were made."""
+    of ``v3-small-02`` uses them, and the owner's sweep, ``pipelines.QUESTIONS`` off), the
+    same plan, ``T`` and byte-identical traces as in process, and frontier runs were made."""
     import json
     from pathlib import Path
 
     from test_cdynp_hosts import Cluster
 
     from chainpipe.io import read
-    from chainpipe.solvers.cdynp import tls
+    from chainpipe.solvers.cdynp import pipelines, tls
     from chainpipe.solvers.cdynp.remote import solve_remote
     from helpers import assert_same_trace_files
 
     path = Path(__file__).resolve().parents[1] / "instances/v3/small/v3-small-02-two-pipelines.json"
     monkeypatch.setattr(RangeRuns, "frontier_from", 2)
+    monkeypatch.setattr(pipelines, "QUESTIONS", False)
     cluster = Cluster(path, tmp_path / "split")
     try:
         c = cluster.dir / "certs"

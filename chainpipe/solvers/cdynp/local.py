@@ -25,6 +25,7 @@ devices), cannot beat the upper bound ``ub``.
 
 from __future__ import annotations
 
+import bisect
 import math
 
 import numpy as np
@@ -107,13 +108,60 @@ class LocalDP(DCRun):
         ``(devices, c, stages)`` with ``stages`` the ``(a, C, max in flight, R)`` of
         ``[a, x)``, ``a`` descending, while :meth:`option_fits` holds (a run of starts;
         options another pair of the same range dominates are left out of it). With
-        ``grid`` (a set of layer boundaries), only stages that start and end on it."""
+        ``grid`` (a set of layer boundaries), only stages that start and end on it.
+
+        The runs without a bound are built once per tables and grid
+        (:meth:`_unbounded`, kept on the tables, which the agent keeps across runs) and
+        cut here at the first start whose stage alone, or a shorter one's, exceeds
+        ``ub``: exactly the runs :meth:`option_fits` gives under ``ub`` (a pair dominated
+        among the options within ``ub`` is dominated among all, and its dominator has
+        no larger ``M C + R``, so it is within ``ub`` too), and :attr:`bound_cut` as
+        :meth:`option_fits` sets it."""
+        full, worst = self._unbounded(grid)
+        if ub == math.inf:
+            return [[[(w, c, lst) for w, c, lst, _ in per] for per in per_end]
+                    for per_end in full]
+        limit = ub * (1 + 1e-9)
+        self.bound_cut |= any(t > limit for t in worst)
+        out = []
+        for per_end in full:
+            rows = []
+            for per in per_end:
+                row = []
+                for w, c, lst, tops in per:
+                    k = bisect.bisect_right(tops, limit)
+                    if k:
+                        row.append((w, c, lst if k == len(lst) else lst[:k]))
+                rows.append(row)
+            out.append(rows)
+        return out
+
+    def _unbounded(self, grid) -> tuple[list, list[float]]:
+        """The candidate runs without a bound (:meth:`_direct_candidates`), each with, per
+        stage, the largest ``M C + R`` of a stage alone from ``x - 1`` down to its start
+        (skipped starts included), and per group the largest ``M C + R`` of an option that
+        fits memory: built once per tables and grid."""
+        cache = self.t.__dict__.setdefault("_cdynp_candidates", {})
+        key = None if grid is None else frozenset(grid)
+        got = cache.get(key)
+        if got is None:
+            got = cache[key] = self._direct_candidates(math.inf, grid, tops=True)
+        return got
+
+    def _direct_candidates(self, ub: float, grid=None, tops: bool = False):
+        """:meth:`_candidates` computed from the options (``tops``: as :meth:`_unbounded`
+        keeps them, ``(runs with tops, worst per group)``)."""
         t, L = self.t, self.L
         on = [grid is None or x in grid for x in range(L + 1)]
-        out = []
+        out, worst = [], []
         for g in range(t.G):
             opts = t.options(g)
             ok = self.option_fits(g, ub)
+            with np.errstate(invalid="ignore"):  # inf * 0 where M = 1: not a stage
+                alone = cost.iteration_time(opts.compute_time, opts.compute_time, self.M,
+                                            opts.sync_time)
+            alone = np.where(np.isnan(alone), math.inf, alone)
+            worst.append(float(alone[ok].max()) if ok.any() else -math.inf)
             dominated = dominated_options(ok, opts.compute_time, opts.max_in_flight,
                                           opts.sync_time, opts.width, self.deadline.check)
             per_end: list = [[] for _ in range(L + 1)]
@@ -122,21 +170,24 @@ class LocalDP(DCRun):
                 C = opts.compute_time[c].T.tolist()  # [x][a]
                 N = opts.max_in_flight[c].T.tolist()
                 R = opts.sync_time[c].T.tolist()
+                T = alone[c].T.tolist()
                 okc, domc = ok[c].T, dominated[c].T
                 for x in range(1, L + 1):
                     if not on[x]:
                         continue
-                    row, skip, cx, nx, rx = okc[x], domc[x], C[x], N[x], R[x]
-                    lst = []
+                    row, skip, cx, nx, rx, tx = okc[x], domc[x], C[x], N[x], R[x], T[x]
+                    lst, top, high = [], [], -math.inf
                     for a in range(x - 1, -1, -1):
                         if not row[a]:
                             break
+                        high = tx[a] if tx[a] > high else high
                         if on[a] and not skip[a]:
                             lst.append((a, cx[a], nx[a], rx[a]))
+                            top.append(high)
                     if lst:
-                        per_end[x].append((w, c, lst))
+                        per_end[x].append((w, c, lst, top) if tops else (w, c, lst))
             out.append(per_end)
-        return out
+        return (out, worst) if tops else out
 
     def label(self, i: int) -> tuple[int, int, int, tuple]:
         """Own label ``i`` (an index in :attr:`points`): ``(start, group, pair, ref)``, its

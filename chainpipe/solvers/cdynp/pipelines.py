@@ -58,6 +58,11 @@ from .period import frontier_value
 from .public import range_training
 
 
+#: exact mode: the owner's search asks ``dp``'s questions (:mod:`.questions`); ``False``:
+#: the sweep of :func:`several` (split of ``M`` per partition, frontier runs)
+QUESTIONS = True
+
+
 def chain_instance(instance: Instance, i: int, j: int, microbatches: int) -> Instance:
     """The range ``i..j`` of ``instance``'s chain as an instance of one pipeline of
     ``microbatches`` (the instance's objective): what the range's agents plan (each gets
@@ -444,8 +449,13 @@ def solve_several(owner, options: dict, deadline: Deadline, trace_dir=None, prob
             if one.plan is not None:
                 best_plan, best_T = one.plan, one.stats["objective_s"]
         counts = [P for P in sorted(allowed) if 2 <= P <= min(M, K)]
-        best_T, found = several(public, counts, runs, best_T, deadline)
-        best_plan = found or best_plan
+        if exact and QUESTIONS:
+            from .questions import several as by_questions
+
+            best_T, best_plan = by_questions(public, counts, runs, best_T, best_plan)
+        else:
+            best_T, found = several(public, counts, runs, best_T, deadline)
+            best_plan = found or best_plan
     except TimeUp as exc:
         stats.update(_range_stats(runs, t0))
         message = "cdynp: " + (str(exc).removeprefix("cdynp: ") or "time limit reached")

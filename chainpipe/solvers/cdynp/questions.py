@@ -1,0 +1,166 @@
+"""The owner's search of several pipelines asked as ``dp`` asks it: "is ``g(i, j, m,
+theta) <= tau``?", each question a bounded CDynP range run.
+
+``dp``'s search (:mod:`chainpipe.solvers.dp_pipelines`, ``docs/dp.md``, "Version 3",
+several pipelines) needs of the ranges only :meth:`RangeTimes.at_most
+<chainpipe.solvers.dp_ranges.RangeTimes.at_most>`: a plan on DCs ``i..j`` with ``M_p = m``,
+every ``R_s < theta`` and ``T_p <= tau``, or a proof that none exists. Its sweep over
+``theta``, its bisection on ``tau`` and its capacities per range (the most ``M_p`` a range
+runs within ``tau``) are reused here as they are (imported, not copied); only the answers
+change hands:
+
+- :class:`OwnerRangeTimes` answers each question the range's memory (plans found, floors
+  proven) leaves open by one range run (:meth:`.pipelines.RangeRuns.least`) under the
+  public ``upper_bound`` ``tau``: a run that finds a plan finds ``g`` itself (exact, its
+  least ``T_p``), one that finds nothing proves ``g > tau`` (exhaustive below its bound).
+  A bounded run costs the agents far less than an unbounded one (measured on
+  ``v3-medium-01``: 0.01 to 0.04 s against 0.12 to 0.4 s), and most questions are asked
+  just above or below ``g``. The owner has no static floor (it would need the DCs' devices),
+  so the first question of a range is asked at ``tau`` itself; later ones start from the
+  floors the range's earlier runs proved, as ``dp``'s do;
+- :class:`OwnerSearch` is ``dp``'s search with the owner's incumbent: a split it offers
+  is planned for real at each range's ``M_p`` (a value ``at_most`` took from a plan found at
+  another ``M_p`` is an upper bound for it, ``docs/dp.md``; the run at ``M_p``, bounded by
+  it and by the plan's ``max R``, gives the plan and its costs, which an owner across hosts
+  needs to evaluate the plan) and evaluated by the owner (:meth:`evaluation` of
+  :class:`~chainpipe.solvers.cdynp.LocalOwner` or :class:`.remote.RemoteOwner`).
+
+What is sent is what range runs send (``docs/privacy.md``, "Several pipelines"): the
+questions' bounds are public, as every range run's ``upper_bound`` is.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import types
+
+from ... import cost
+from ...plan import Pipeline, Plan
+from ..dp_pipelines import _Several
+from ..dp_ranges import Found, RangeTimes
+
+
+class OwnerRangeTimes(RangeTimes):
+    """:class:`~chainpipe.solvers.dp_ranges.RangeTimes` answered by CDynP range runs.
+
+    Parameters
+    ----------
+    runs : RangeRuns
+        The owner's range runs (exact options); each question is one
+        :meth:`~.pipelines.RangeRuns.least` at ``(m, theta)`` under the bound ``tau``.
+    """
+
+    def __init__(self, runs):
+        public = runs.owner.public
+        super().__init__(types.SimpleNamespace(schedule=public.training.schedule),
+                         runs.deadline, math.inf)
+        self.runs = runs
+
+    def at_most(self, i: int, j: int, m: int, tau: float, theta: float):
+        """As :meth:`RangeTimes.at_most`; with no floor proven for the range yet (the owner
+        has no static one), the question is asked at ``tau`` itself: a run under ``tau``
+        finds ``g`` (a plan) or proves it above ``tau``.
+
+        Returns
+        -------
+        tuple or None
+            ``(T_p, max R, stages)`` or ``None``.
+        """
+        if theta <= 0.0:  # no R_s is below 0 (the sweep's last step past a plan of R = 0)
+            return None
+        known = self._best_known(i, j, m, theta)
+        if known is not None and known[0] <= tau:
+            return known
+        if self._floor(i, j, m, theta) > tau:
+            return None
+        got = self._search(i, j, m, tau, theta)
+        return got if got is not None and got[0] <= tau else None
+
+    def _floor(self, i, j, m, theta) -> float:
+        """The floors the range's runs proved (no static floor: 0)."""
+        self.static.setdefault((i, j, m), 0.0)
+        return super()._floor(i, j, m, theta)
+
+    def _search(self, i, j, m, tau, theta):
+        """One range run under ``tau`` (``inf``: unbounded); records what it proves."""
+        got = self.runs.least(i, j, m, theta, tau * (1 + 1e-9))
+        self.searches += 1
+        if got is None:
+            self.proven.setdefault((i, j), []).append((m, theta, tau, 0.0))
+            return None
+        found = Found(m, float(got.cost.fill_drain_s), float(got.cost.period_s), got.sync,
+                      tuple(got.stages))
+        self.found.setdefault((i, j), []).append(found)
+        self.proven.setdefault((i, j), []).append((m, theta, got.time, 0.0))
+        return got.time, got.sync, list(got.stages)
+
+
+class OwnerBest:
+    """The owner's incumbent: ``T`` (the owner's evaluation), the plan, searches made."""
+
+    def __init__(self, T: float = math.inf, plan: Plan | None = None):
+        self.T, self.plan, self.searches = T, plan, 0
+
+
+class OwnerSearch(_Several):
+    """``dp``'s search of several pipelines (:class:`chainpipe.solvers.dp_pipelines._Several`)
+    with CDynP range runs as its ranges and the owner's incumbent.
+
+    Parameters
+    ----------
+    runs : RangeRuns
+        The owner's range runs (exact options).
+    best : OwnerBest
+        The incumbent (the best plan of one pipeline, or none); improved in place.
+    """
+
+    def __init__(self, runs, best: OwnerBest):
+        # not _Several.__init__: it builds the ranges from the instance's cost tables,
+        # which the owner does not have
+        public = runs.owner.public
+        self.inst, self.t, self.deadline, self.best, self.log = (
+            public, None, runs.deadline, best, None)
+        self.runs = runs
+        self.M, self.K = public.microbatches, public.num_datacenters
+        self.H = public.training.pipeline_sync_period
+        total = float(sum(ly.params for ly in public.model.layers))
+        gamma = public.training.gradient_bytes_per_param
+        self.cross = {}
+        for i in range(self.K):
+            for j in range(i + 1, self.K):
+                bw, lat = cost.chain_path(public.links, i, j)
+                self.cross[i, j] = float(cost.cross_sync_time(total, gamma, bw, lat)) / self.H
+        self.upper = math.inf
+        self.ranges = OwnerRangeTimes(runs)
+
+    def offer(self, chosen) -> None:
+        """Plan each chosen range at its ``M_p`` (a run bounded by the entry's ``T_p`` and
+        ``max R``: the entry's own stages qualify) and offer the plan to the incumbent."""
+        pipes, costs = [], []
+        for i, j, m, (T_p, R, _stages) in chosen:
+            theta = min(math.nextafter(R, math.inf), sys.float_info.max)
+            rp = self.runs.least(i, j, m, theta, T_p * (1 + 1e-9))
+            if rp is None:  # never expected: the entry's stages run m within both
+                raise AssertionError(f"cdynp: range {i}..{j} at M_p = {m} lost its plan")
+            pipes.append(Pipeline(rp.stages, m))
+            costs.append(rp.cost)
+        plan = Plan(pipelines=pipes)
+        T = float(self.runs.owner.evaluation(plan, costs).iteration_time_s)
+        if T < self.best.T:
+            self.best.T, self.best.plan = T, plan
+
+
+def several(public, counts, runs, best_T: float, best_plan):
+    """The best plan of ``P >= 2`` pipelines, ``P`` in ``counts``, below ``best_T``, by
+    :class:`OwnerSearch` (exact range runs only).
+
+    Returns
+    -------
+    tuple
+        ``(T, plan)``: the best known (``best_T``, ``best_plan`` if nothing beat them).
+    """
+    best = OwnerBest(best_T, best_plan)
+    search = OwnerSearch(runs, best)
+    search.run(list(counts))
+    return best.T, best.plan
