@@ -315,6 +315,9 @@ class _Search:
         #: trials of a run)
         self.dominated = dominated
         self.stats = {"labels": 0, "states": 0, "candidate_stages": 0}
+        #: moves into an earlier datacenter once per datacenter, from the front of its
+        #: states' labels (:meth:`_crossings`); per state in :class:`_Feasible`
+        self.merge_crossings = True
 
     def run(self):
         """The best complete plan below ``upper`` as ``(T, stages)``, or ``None``; the CPU
@@ -436,30 +439,71 @@ class _Search:
         first = self._key_id((K, ()))  # the empty suffix; sentinel DC K
         label_kernel.seed(L, first, *self.arena)
         states: list = [None] * (L + 1)
-        best = None  # (T, parent) of the best complete plan
-        advance, metas, cands = label_kernel.advance, self.metas, self.cands
-        prefix_bounds, check = self._prefix_bounds, self.deadline.check
+        self.best = None  # (T, parent) of the best complete plan
+        self.kernel, self.consts = label_kernel, consts
         for b in range(L, 0, -1):
             layer = states[b] = self._filter_layer(b, sync, steady, label_kernel)
-            arena = self.arena
-            for key, (X, _parents) in layer.items():
-                check()
-                for g, k0, gl, u, U, Q in self._moves(b, key):
-                    table = cands[g][b]
-                    if table is None:
-                        continue
-                    bounds = prefix_bounds(k0, u, gl, g)
-                    while True:
-                        live, pair, lab, short = advance(X, table, *bounds, U, Q, self.live,
-                                                         len(metas), consts, *arena)
-                        if not short:
-                            break
-                        arena = self.arena = label_kernel.grown(arena, short)
-                    metas.append((b, key, g))
-                    if pair >= 0:
-                        self.live = live
-                        best = (live, (b, key, lab, 0, g, pair))
-        return states, best
+            merge = self.merge_crossings
+            for key, (X, _parents) in list(layer.items()):
+                self.deadline.check()
+                for move in self._moves(b, key):
+                    if not merge or move[1] == key[0] or key[0] == K:
+                        self._advance(b, key, X, move)
+            if merge:
+                for key, X, moves in self._crossings(b, layer, sync, steady):
+                    self.deadline.check()
+                    for move in moves:
+                        self._advance(b, key, X, move)
+        return states, self.best
+
+    def _advance(self, b: int, key, X, move) -> None:
+        """One move before the labels ``X`` of state ``key`` at layer ``b``:
+        :func:`.label_kernel.advance` (the arena grown when it lacks room), the
+        extension recorded in :attr:`metas`, a complete plan found kept in :attr:`best`."""
+        g, k0, gl, u, U, Q = move
+        table = self.cands[g][b]
+        if table is None:
+            return
+        bounds = self._prefix_bounds(k0, u, gl, g)
+        arena = self.arena
+        while True:
+            live, pair, lab, short = self.kernel.advance(X, table, *bounds, U, Q, self.live,
+                                                         len(self.metas), self.consts, *arena)
+            if not short:
+                break
+            arena = self.arena = self.kernel.grown(arena, short)
+        self.metas.append((b, key, g))
+        if pair >= 0:
+            self.live = live
+            self.best = (live, (b, key, lab, 0, g, pair))
+
+    def _crossings(self, b: int, layer: dict, sync: bool, steady: int):
+        """The moves into an earlier datacenter from the states of layer ``b``, once per
+        datacenter ``k``: such a stage starts on fresh devices and every completion
+        after it lies on the datacenters before ``k``, so neither depends on the state's
+        devices in use, and the labels of ``k``'s states that another of them dominates
+        need not move (``docs/dp.md``, "The compiled kernel"). Yields ``(key, X, moves)``:
+        a key that indexes the labels ``X`` in ``layer`` (a state's own, or
+        ``("union", k)`` for the front of several, added to ``layer`` with their
+        parents) and the moves."""
+        by_dc: dict = {}
+        for key in layer:
+            if key[0] < self.K:
+                by_dc.setdefault(key[0], []).append(key)
+        for k, keys in by_dc.items():
+            moves = [(g, k0, self.local[g], self.unused[k0], U, Q)
+                     for k0, U, Q in self._boundaries(b, k) if k0 != k
+                     for g in self.groups_of[k0]]
+            if not moves:
+                continue
+            if len(keys) == 1:
+                yield keys[0], layer[keys[0]][0], moves
+                continue
+            rows, kept = self.kernel.union_front(np.vstack([layer[q][0] for q in keys]),
+                                                 sync, steady)
+            parents = np.vstack([layer[q][1] for q in keys])[kept]
+            layer[("union", k)] = (rows, parents)
+            yield ("union", k), rows, moves
 
     def _key_id(self, key) -> int:
         """The id of state ``key`` (the images' ``state``), its usage and DC recorded."""
@@ -740,6 +784,7 @@ class _Feasible(_Search):
 
     def __init__(self, tables: CostTables, deadline: Deadline, dominated: dict):
         super().__init__(tables, math.inf, deadline, None, dominated)
+        self.merge_crossings = False  # its own choice of the state that moves (_moves)
         self._free_reach: dict = {}
         self._fresh: list = []
 

@@ -216,6 +216,56 @@ def filter_states(mx, sm, p, r, state, usage, dc, shifted, steady):
 
 
 @njit(cache=True)
+def union_front(X, shifted, steady):
+    """The labels of several states of one datacenter and layer that no other of them
+    dominates (the rules within one state: plain, then ``shifted``), as rows of
+    :func:`filter_layer` with their killers within this list: what a stage into an
+    earlier datacenter needs of them (its image and every completion after it do not
+    depend on the state's devices in use, ``docs/dp.md``).
+
+    Parameters
+    ----------
+    X : numpy.ndarray
+        ``(n, 6)`` rows of :func:`filter_layer` (the states' labels one after another).
+    shifted : bool
+        Apply the shifted dominance after the plain one.
+    steady : int
+        ``M - 1``.
+
+    Returns
+    -------
+    rows : numpy.ndarray
+        ``(m, 6)``: the kept rows by ``(mx, sm)``, column 5 their killer in this list.
+    kept : numpy.ndarray
+        int64: the row of ``X`` each came from.
+    """
+    n = X.shape[0]
+    mx = X[:, 0].copy()
+    sm = X[:, 1].copy()
+    r = X[:, 3].copy()
+    p = np.empty(n, dtype=np.int64)
+    for i in range(n):
+        p[i] = int(X[i, 2])
+    kept = _pareto_group(np.arange(n), mx, sm, p, r, shifted, steady,
+                         np.empty(n, dtype=np.int64))
+    m = len(kept)
+    rows = np.empty((m, 6))
+    for a in range(m):
+        j = kept[a]
+        rows[a, :5] = X[j, :5]
+        rows[a, 5] = m
+        if not shifted:
+            continue
+        for b in range(a + 1, m):  # its killer, as filter_states finds it
+            i = kept[b]
+            extra = r[i] - r[j] if r[i] > r[j] else 0.0
+            if p[i] <= p[j] and sm[i] + extra <= sm[j]:
+                rows[a, 5] = b
+                break
+    return rows, kept
+
+
+@njit(cache=True)
 def filter_layer(F, I, usage_all, dc_all, shifted, steady):
     """:func:`filter_states` on the images filed for one layer (:func:`take_layer`).
 
@@ -688,6 +738,7 @@ def warm() -> None:
     F, I = take_layer(1, *arena)
     _ids, _starts, labels, _parents = filter_layer(F, I, np.zeros((1, 1), dtype=i64),
                                                    np.zeros(1, dtype=i64), True, 1)
+    union_front(labels, True, 1)
     advance(labels, np.zeros((1, 7)), np.zeros(1, dtype=i64), np.zeros((3, 2)), np.zeros(2),
             np.zeros((1, 2)), np.zeros((1, 2)), np.zeros(6), 0.0, 0.0, np.inf, 0,
             np.array([1, 1, 1, 0, 0], dtype=i64), *arena)
