@@ -32,6 +32,7 @@ import numpy as np
 from .. import cost
 from ..deadline import Deadline
 from ..tables import CostTables, dominated_options, fill_bound, fill_curve
+from .prefix_curve import PrefixCurve
 
 #: relative slack of every bound test: rounding may keep a label, never cut one
 SLACK = 1e-9
@@ -412,6 +413,7 @@ class PipelineSearch:
         self.ids: dict = {}
         self.keys: list = []
         self.floor_tab = np.empty((64, t.L + 1))
+        self._start_curve()
         self.rival_sets: dict = {}
         self.targets: dict = {}
         self.done: dict[int, list] = {}
@@ -444,14 +446,43 @@ class PipelineSearch:
             got = self.ids[key] = len(self.keys)
             self.keys.append(key)
             if got == len(self.floor_tab):
-                grown = np.empty((2 * got, self.t.L + 1))
-                grown[:got] = self.floor_tab
-                self.floor_tab = grown
+                self.floor_tab = _grown(self.floor_tab)
+                self.curve = tuple(_grown(x) for x in self.curve[:2]) + self.curve[2:]
             row = self.floor_tab[got]
             row[:] = -np.inf
             if key[0] != self.t.K:
                 row[1:] = self._prefix_floors(*key)[1][1:]
+                if len(self.curve[2]):
+                    self.curve[0][got], self.curve[1][got] = self._curve_rows(*key)
         return got
+
+    def _start_curve(self) -> None:
+        """The prefix curve of the search's DC range (:mod:`.prefix_curve`; its windows
+        capped too where every stage's loops count) when the period is capped: its grid of
+        caps and, per state (made by :meth:`_kid`), the floors
+        :func:`.period_kernel.curve_floor` reads."""
+        t, grid = self.t, np.empty(0)
+        if self.m > 1 and np.isfinite(self.cap) and self.cap > 0:
+            lowest = self.first_dc or 0
+            highest = t.K - 1 if self.last_dc is None else self.last_dc
+            self.prefix_curve = PrefixCurve.of(t, lowest, highest, self.first_dc is not None,
+                                               self.all_loops)
+            grid = self.prefix_curve.grid(self.cap * (1 + SLACK))
+        J = len(grid)
+        self.curve = (np.empty((64, t.L + 1, J)), np.empty((64, t.L + 1, J)), grid)
+
+    def _curve_rows(self, k0: int, usage: tuple) -> tuple[np.ndarray, np.ndarray]:
+        """State ``(k0, usage)``'s rows of the curve: per prefix end and cap ``i``, the
+        least fill ``CF`` of the prefix under cap ``i`` and ``CS[i]``, the least of ``CF[i']
+        + (M_p - 1) grid[i' - 1]`` over ``i' >= i``."""
+        grid = self.curve[2]
+        v = self.prefix_curve.room(k0, usage)
+        CF = np.stack([self.prefix_curve.walk(lam)[:, k0, v] for lam in grid], axis=1)
+        CF[0] = 0.0
+        term = CF + (self.m - 1) * np.concatenate(([0.0], grid[:-1]))
+        term[:, 0] = np.inf  # (read from i0 + 1 on: the first cap's term is CF[i0] + M1 x)
+        CS = np.minimum.accumulate(term[:, ::-1], axis=1)[:, ::-1]
+        return CF, CS
 
     def _rivals(self, states: tuple):
         """:func:`rivals` of the states ``states`` (numbers), kept per search: the same
@@ -514,6 +545,15 @@ class PipelineSearch:
                 need = self.capacity.for_prefixes(before, here, t.flop_prefix)[0]
                 top = np.maximum(top, need)
                 top[0] = 0.0
+            if len(self.curve[2]):  # the largest cap under which the prefix cannot fit
+                grid = self.curve[2]
+                v = self.prefix_curve.room(k0, usage)
+                fits = np.stack([np.isfinite(self.prefix_curve.walk(lam)[:, k0, v])
+                                 for lam in grid], axis=1)
+                first = np.where(fits.any(axis=1), fits.argmax(axis=1), len(grid))
+                below = np.concatenate(([-np.inf], grid))[first]
+                top = np.maximum(top, below)
+                top[0] = 0.0
             got = self._floors[key] = (np.asarray(fill, dtype=float),
                                        np.asarray(top, dtype=float))
         return got
@@ -557,7 +597,7 @@ class PipelineSearch:
         while True:
             pend.n, start = kernel.expand(kept.S, kept.H, kept.HL, s0, s1, rows, widths, kids,
                                           F, T, self.need, fs, ints, pend.PF, pend.PI,
-                                          pend.head, pend.n, start)
+                                          pend.head, pend.n, start, self.curve)
             if start < 0:
                 break
             pend.grow()
@@ -657,3 +697,10 @@ class _Pending:
         """Double the room."""
         self.PF = np.concatenate([self.PF, np.zeros_like(self.PF)])
         self.PI = np.concatenate([self.PI, np.zeros_like(self.PI)])
+
+
+def _grown(a: np.ndarray) -> np.ndarray:
+    """``a`` with twice its rows (the new ones unset)."""
+    out = np.empty((2 * len(a),) + a.shape[1:])
+    out[:len(a)] = a
+    return out

@@ -24,12 +24,15 @@ from __future__ import annotations
 import dataclasses
 import math
 
+import numpy as np
+
 from .. import cost
 from ..deadline import Deadline, TimeUp
 from ..plan import Pipeline, Plan, evaluate
 from ..result import Outcome
 from ..tables import CostTables
 from .dp_period import PipelineSearch
+from .prefix_curve import PrefixCurve
 from .dp_ranges import RangeTimes
 
 #: relative width at which the bisection on ``max T_p`` stops (the contract's optimum is
@@ -40,7 +43,8 @@ TAU_RTOL = 1e-10
 #: bound lies above the optimum, and failed trials below it are cheap, so the ladder is
 #: dense (``hybrid`` seed 4: the last trial kept 40,448 labels with steps 0.01, 0.03, 0.1,
 #: 0.3, and 12,214 with these; ``docs/dp.md``)
-STEPS = (0.01, 0.03, 0.06, 0.1, 0.15, 0.2, 0.3, 0.45, 0.6, 0.8, 1.0, 1.5, 2.0)
+STEPS = (0.005, 0.01, 0.02, 0.03, 0.045, 0.06, 0.08, 0.1, 0.15, 0.2, 0.3, 0.45, 0.6, 0.8, 1.0,
+         1.5, 2.0)
 
 
 def solve(instance, deadline: Deadline, log=None, threads: int = 1,
@@ -182,7 +186,8 @@ def _one_pipeline(instance, tables, deadline, best: _Best, log, capacity, thread
         if got.plan is not None:  # device names are the full instance's too
             best.offer(instance, got.plan)
     T_e = min(T_e, best.T)
-    trials = sorted({T_c * (1 + d) for d in STEPS if T_c * (1 + d) < T_e} | {T_e * (1 + 1e-9)})
+    low = max(T_c, _curve_floor(tables, T_e))
+    trials = sorted({low * (1 + d) for d in STEPS if low * (1 + d) < T_e} | {T_e * (1 + 1e-9)})
     for trial in trials:
         search = PipelineSearch(tables, tables.M, None, trial, deadline, "sum", capacity)
         done = search.run()
@@ -194,6 +199,20 @@ def _one_pipeline(instance, tables, deadline, best: _Best, log, capacity, thread
             entry = min((x for v in done.values() for x in v), key=lambda x: x[0] + x[1])
             best.offer(instance, Plan.from_tuples(instance, search.backtrack(entry[2])))
             return
+
+
+def _curve_floor(tables: CostTables, upper: float) -> float:
+    """A floor under ``T_p`` of every plan of one pipeline below ``upper``
+    (:meth:`.prefix_curve.PrefixCurve.least_time` over the whole chain); 0 where the
+    period is not capped."""
+    M = tables.M
+    if M <= 1 or not np.isfinite(upper):
+        return 0.0
+    training = tables.instance.training
+    windows = training.objective == "period" and tables.schedule == "1f1b" and M > tables.L
+    curve = PrefixCurve.of(tables, 0, tables.K - 1, False, windows)
+    got = curve.least_time(M, upper / (M - 1), tables.K - 1)
+    return got if np.isfinite(got) else 0.0
 
 
 class _Several:

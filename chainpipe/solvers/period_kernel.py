@@ -72,8 +72,35 @@ def hull_prepend(H, i, n, c, q, out, o):
 
 
 @njit(cache=True)
+def curve_floor(curve, kid, a, pre, x, M1):
+    """A floor under what the prefix ``[0, a)`` of state ``kid`` adds to ``T_p`` (its fill
+    and the steady part) when the period is at least ``x``: ``pre + M1 x`` (``pre``: the
+    fill bound of the free devices), or better the prefix curve's
+    (:mod:`.prefix_curve`): with ``i0`` the first cap of ``grid`` at or above ``x``, a
+    period in ``(grid[i - 1], grid[i]]`` costs at least ``CF[i] + M1 max(x, grid[i - 1])``,
+    so the least of ``CF[i0] + M1 x`` and ``CS[i0 + 1]`` (``CS[i] = min over i' >= i of
+    CF[i'] + M1 grid[i' - 1]``)."""
+    CF, CS, grid = curve
+    plain = pre + M1 * x
+    J = len(grid)
+    if J == 0 or a == 0 or x > grid[J - 1]:
+        return plain
+    lo, hi = 0, J - 1
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if grid[mid] >= x:
+            hi = mid
+        else:
+            lo = mid + 1
+    got = CF[kid, a, lo] + M1 * x
+    if lo + 1 < J and CS[kid, a, lo + 1] < got:
+        got = CS[kid, a, lo + 1]
+    return max(plain, got)
+
+
+@njit(cache=True)
 def expand(S, H, HL, s0, s1, rows, widths, kids, F, T, need_at, fs, ints, PF, PI, head,
-           n, start):
+           n, start, curve):
     """Prepend the candidate stages ``rows`` (one group, one end ``b``, by increasing ``C``:
     ``[a, C, f, b, n, w, R, pair]``) to the kept labels ``s0..s1`` of one state, filing each
     new label the bounds let through in the pending store.
@@ -81,8 +108,9 @@ def expand(S, H, HL, s0, s1, rows, widths, kids, F, T, need_at, fs, ints, PF, PI
     ``fs = [U, Q, free, sync_lim, cap_lim, M_p - 1, upper, tau]`` (``upper``, ``tau`` with
     their slack), ``ints = [group, p_cap, mode, all_loops, complete]``; per width of the
     rows, the next state (``kids``) and its prefix floors of fill and period (``F``, ``T``,
-    by prefix end). A new label takes a released entry (the list ``head[-1]``) or entry
-    ``n``. Returns ``(n, resume)``: the entries used so far, and ``-1`` when done or the
+    by prefix end), and ``curve = (CF, CS, grid)`` the prefix curve's floors per state
+    (:func:`curve_floor`; a grid of length 0 where there is none). A new label takes a
+    released entry (the list ``head[-1]``) or entry ``n``. Returns ``(n, resume)``: the entries used so far, and ``-1`` when done or the
     ``row * (s1 - s0) + label`` to resume from once the store has grown."""
     U, Q, free, sync_lim, cap_lim, M1, upper, tau = (fs[0], fs[1], fs[2], fs[3], fs[4],
                                                     fs[5], fs[6], fs[7])
@@ -114,15 +142,16 @@ def expand(S, H, HL, s0, s1, rows, widths, kids, F, T, need_at, fs, ints, PF, PI
         floor = max(c, U)
         if top > floor:
             floor = top
-        least = low_sm + c + Q + pre + M1 * max(low_per, floor)
+        kid = kids[wi]
+        least = low_sm + c + Q + curve_floor(curve, kid, a, pre, max(low_per, floor), M1)
         if least + max(low_r, rr) >= upper or least > tau:
             continue
-        fixed = c + Q + pre
+        fixed = c + Q
         f, bk, mem = rows[j, 2], rows[j, 3], rows[j, 4]
         first = s0 + (start % nlab if j == start // nlab else 0)
         for i in range(first, s1):
             x1, x2, sm, r = S[i, 0], S[i, 1], S[i, 2], S[i, 3]
-            least = sm + fixed + M1 * max(x1 + x2, floor)
+            least = sm + fixed + curve_floor(curve, kid, a, pre, max(x1 + x2, floor), M1)
             if least + max(r, rr) >= upper or least > tau:
                 continue
             p = int(S[i, 4])
@@ -135,7 +164,7 @@ def expand(S, H, HL, s0, s1, rows, widths, kids, F, T, need_at, fs, ints, PF, PI
                 if mode == LOOPS and (p < p_cap or all_loops):
                     nx1 = max(nx1, new_loops(H, i, HL[i], c, Q))
             nsm, nr = sm + c + Q, max(r, rr)
-            least = nsm + pre + M1 * max(nx1 + nx2, top)
+            least = nsm + curve_floor(curve, kid, a, pre, max(nx1 + nx2, top), M1)
             if least + nr >= upper or least > tau:
                 continue
             slot = head[released]
@@ -149,7 +178,7 @@ def expand(S, H, HL, s0, s1, rows, widths, kids, F, T, need_at, fs, ints, PF, PI
             PF[slot, 0], PF[slot, 1], PF[slot, 2] = nx1, nx2, nsm
             PF[slot, 3], PF[slot, 4], PF[slot, 5] = nr, c, Q
             PI[slot, 0] = p + 1 if p < p_cap else p_cap
-            PI[slot, 1], PI[slot, 2], PI[slot, 3], PI[slot, 4] = i, g, int(rows[j, 7]), kids[wi]
+            PI[slot, 1], PI[slot, 2], PI[slot, 3], PI[slot, 4] = i, g, int(rows[j, 7]), kid
             PI[slot, 5] = head[a]
             head[a] = slot
     return n, -1

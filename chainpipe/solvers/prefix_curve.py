@@ -1,0 +1,295 @@
+"""Floors under what the prefix still to place adds to a pipeline of the 1F1B ``period``,
+for the version-3 search (:mod:`.dp_period`; ``docs/dp.md``, "Version 3", "The prefix
+curve").
+
+The search walks the layers backwards: at a state ``(k0, usage)`` and layer ``a`` the
+prefix ``[0, a)`` is still to place on DCs up to ``k0``, with ``usage`` devices of DC ``k0``
+already taken. For a period cap ``lam``, every stage of a plan whose period is at most
+``lam`` has ``C <= lam``, every boundary ``U <= lam`` and every window of stages a sum at
+most ``lam`` per stage (when every stage's loops count: ``M_p`` above the layers). A
+*forward* walk over ``(a, DC, usage on it)`` finds the least fill (compute and the
+traversals between the prefix's own stages) of a prefix that meets those rules, with the
+running excess of its windows (``h' = max(c - lam, h + q + c - lam)``, kept ``<= 0``)
+rounded down to one of :data:`BUCKETS` steps per state: a relaxation (a lower ``h`` only
+lets more through), so the least fill it finds is a floor, and a prefix it cannot place
+proves the period above ``lam``. Memory is relaxed to the least stash of any stage.
+
+Done on a grid of caps ``lam_0 < lam_1 < ...`` (from the least cap at which the whole
+model fits, by bisection), these give, per state and prefix end, ``F_i``: a plan whose
+period ``P`` lies in ``(lam_{i-1}, lam_i]`` adds a fill of at least ``F_i`` and a steady
+part ``(M_p - 1) P >= (M_p - 1) max(x, lam_{i-1})`` for any floor ``x`` of ``P``; the
+search takes the least over ``i`` (:func:`.period_kernel.curve_floor`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from .. import numba_start
+
+numba_start.prepare()
+
+#: steps of the windows' running excess kept per state and cap (``-lam .. 0``)
+BUCKETS = 16
+#: relative width at which the bisection for the least cap stops
+LEAST_RTOL = 1e-3
+#: the grid of caps above the least one (relative steps)
+GRID = (0.0, 0.002, 0.004, 0.007, 0.01, 0.015, 0.02, 0.03, 0.04, 0.055, 0.07, 0.09, 0.12,
+        0.15, 0.2, 0.25, 0.32, 0.4, 0.5, 0.65, 0.8, 1.0)
+#: the most caps of a grid (past :data:`GRID`, each 1.5 times the last)
+MOST = 40
+#: the forward walk's relative slack on every test (rounding only keeps prefixes)
+SLACK = 1e-9
+
+
+@njit(cache=True)
+def _file(F, b, k, v, h, f, lam, nb):
+    """Keep fill ``f`` at state ``(b, k, v)`` in the bucket of excess ``h``."""
+    x = (h + lam) / lam * nb
+    q = 0 if x < 0 else min(int(x), nb - 1)
+    if f < F[b, k, v, q]:
+        F[b, k, v, q] = f
+
+
+@njit(cache=True)
+def _stages(F, a, k2, v0, h0s, f0s, free_gi, gi, g, C, ok, widths, npairs, stride, Q, lam,
+            nb, first):
+    """File every stage of group ``g`` (local ``gi``) starting at layer ``a`` on DC ``k2``
+    after prefixes of excess buckets ``h0s`` and fills ``f0s`` (usage ``v0``)."""
+    L1 = C.shape[3]
+    tol = lam * SLACK
+    for c in range(npairs[g]):
+        w = widths[g, c]
+        if w > free_gi:
+            continue
+        v2 = v0 + w * stride
+        for b in range(a + 1, L1):
+            cc = C[g, c, a, b]
+            if cc > lam + tol:
+                break
+            if not ok[g, c, a, b]:
+                continue
+            if first:
+                _file(F, b, k2, v2, cc - lam, cc, lam, nb)
+                continue
+            for q in range(nb):
+                f0 = f0s[q]
+                if f0 == np.inf:
+                    continue
+                h2 = max(cc - lam, h0s[q] + Q + cc - lam)
+                if h2 > tol:
+                    break
+                _file(F, b, k2, v2, h2, f0 + Q + cc, lam, nb)
+
+
+@njit(cache=True)
+def forward(lam, lo_dc, hi_dc, first_fixed, radix, stride, nV, dc_groups, ngr, C, ok,
+            widths, npairs, U, Q, nb, windows):
+    """The least fill per ``(prefix end, DC of its last stage, usage there, excess
+    bucket)`` under cap ``lam`` (module docstring); ``inf`` where no prefix fits. Without
+    ``windows`` (``nb = 1``) only ``C`` and ``U`` are capped."""
+    L1, K = C.shape[3], radix.shape[0]
+    F = np.full((L1, K, nV, nb), np.inf)
+    edges = np.full(nb, -np.inf)  # no windows: one bucket, every excess lets through
+    if windows:
+        for q in range(nb):
+            edges[q] = -lam + lam * q / nb
+    agg = np.empty(nb)
+    none = np.full(nb, np.inf)
+    for a in range(L1 - 1):
+        for k in range(lo_dc, hi_dc + 1):
+            if a == 0:
+                if first_fixed and k != lo_dc:
+                    continue
+                for gi in range(ngr[k]):
+                    _stages(F, 0, k, 0, edges, none, radix[k, gi] - 1, gi, dc_groups[k, gi],
+                            C, ok, widths, npairs, stride[k, gi], 0.0, lam, nb, True)
+                continue
+            agg[:] = np.inf
+            for v in range(nV):
+                for q in range(nb):
+                    agg[q] = min(agg[q], F[a, k, v, q])
+            if agg.min() == np.inf:
+                continue
+            for k2 in range(k + 1, hi_dc + 1):  # a later DC: its usage starts afresh
+                if U[a, k, k2] > lam * (1 + SLACK):
+                    continue
+                for gi in range(ngr[k2]):
+                    _stages(F, a, k2, 0, edges, agg, radix[k2, gi] - 1, gi, dc_groups[k2, gi],
+                            C, ok, widths, npairs, stride[k2, gi], Q[a, k, k2], lam, nb, False)
+            if U[a, k, k] > lam * (1 + SLACK):
+                continue
+            for v in range(nV):  # the same DC: per usage
+                row = F[a, k, v]
+                if row.min() == np.inf:
+                    continue
+                for gi in range(ngr[k]):
+                    used = (v // stride[k, gi]) % radix[k, gi]
+                    _stages(F, a, k, v, edges, row.copy(), radix[k, gi] - 1 - used, gi,
+                            dc_groups[k, gi], C, ok, widths, npairs, stride[k, gi],
+                            Q[a, k, k], lam, nb, False)
+    return F
+
+
+class PrefixCurve:
+    """The forward walks of one search's DC range, kept on its tables (they depend on
+    neither ``M_p``, the memory being relaxed, nor the search's bounds).
+
+    Parameters
+    ----------
+    tables : CostTables
+    first_dc, last_dc : int
+        The DCs the pipeline's first and last stage lie in (``first_fixed``: the first
+        stage must lie in ``first_dc``; else anywhere from it).
+    first_fixed : bool
+    windows : bool
+        Whether every stage's loops count (``M_p`` above the layers, 1F1B ``period``): the
+        windows are then capped too.
+    """
+
+    def __init__(self, tables, first_dc: int, last_dc: int, first_fixed: bool,
+                 windows: bool):
+        self.t, self.lo, self.hi, self.fixed = tables, first_dc, last_dc, first_fixed
+        self.windows = windows
+        self._arrays = _arrays(tables)
+        self.walks: dict[float, np.ndarray] = {}
+        self.least, self.tried = None, 0.0
+
+    @staticmethod
+    def of(tables, first_dc: int, last_dc: int, first_fixed: bool,
+           windows: bool) -> PrefixCurve:
+        """The curve of a range, made once per tables."""
+        cache = tables.__dict__.setdefault("_prefix_curves", {})
+        key = (first_dc, last_dc, first_fixed, windows)
+        got = cache.get(key)
+        if got is None:
+            got = cache[key] = PrefixCurve(tables, first_dc, last_dc, first_fixed, windows)
+        return got
+
+    def walk(self, lam: float) -> np.ndarray:
+        """Per ``(prefix end, DC k0, usage v)``: the least fill of a prefix on DCs up to
+        ``k0`` using at most ``v`` (each group) on ``k0``, under cap ``lam``."""
+        got = self.walks.get(lam)
+        if got is None:
+            radix, stride, nV, dc_groups, ngr, C, ok, widths, npairs, U, Q = self._arrays
+            F = forward(lam, self.lo, self.hi, self.fixed, radix, stride, nV, dc_groups, ngr,
+                        C, ok, widths, npairs, U, Q, BUCKETS if self.windows else 1,
+                        self.windows).min(axis=3)
+            got = self.walks[lam] = _at_most(F, radix)
+        return got
+
+    def fits(self, lam: float) -> bool:
+        """Whether the whole model fits the relaxed rules under cap ``lam``."""
+        return bool(np.isfinite(self.walk(lam)[-1, self.hi]).any())
+
+    def grid(self, cap: float) -> np.ndarray:
+        """Caps from the least one that fits up to the first at or above ``cap``; empty
+        when nothing fits under ``cap``."""
+        if self.least is None and cap > self.tried:
+            self.tried = cap
+            self.least = self._least(cap)
+        if self.least is None or self.least > cap:
+            return np.empty(0)
+        out = []
+        for step in GRID:
+            out.append(self.least * (1 + step))
+            if out[-1] >= cap:
+                break
+        while out[-1] < cap and len(out) < MOST:  # beyond the grid: steps of half
+            out.append(out[-1] * 1.5)
+        return np.asarray(out)
+
+    def least_time(self, m: int, cap: float, last_dc: int) -> float:
+        """A floor under ``T_p`` (fill and steady part, without ``max R``) of every plan of
+        ``m`` microbatches whose period is at most ``cap`` and whose last stage lies in a DC
+        up to ``last_dc``: the least over the grid of ``F_i + (m - 1) lam_{i - 1}``, ``F_i``
+        the least fill of the whole model under cap ``lam_i``; ``inf`` if none fits."""
+        grid = self.grid(cap)
+        if not len(grid):
+            return np.inf
+        best = (m - 1) * grid[-1] if grid[-1] < cap else np.inf  # periods past the grid
+        for i in range(1, len(grid)):
+            if (m - 1) * grid[i - 1] >= best:  # every fill is at least 0
+                break
+            fill = self.walk(grid[i])[-1, last_dc].min()
+            best = min(best, fill + (m - 1) * grid[i - 1])
+        return float(best)
+
+    def room(self, k0: int, usage: tuple) -> int:
+        """The index of the devices left on DC ``k0`` after ``usage`` (its groups' order)."""
+        radix, stride = self._arrays[0], self._arrays[1]
+        return int(sum((int(radix[k0, i]) - 1 - u) * int(stride[k0, i])
+                       for i, u in enumerate(usage)))
+
+    def _least(self, cap: float):
+        """The largest cap found not to fit (to :data:`LEAST_RTOL`: the grid starts there),
+        searched below ``cap``; ``None`` if the model does not fit under ``cap``."""
+        if not self.fits(cap):
+            return None
+        lo, hi = 0.0, cap
+        while hi - lo > LEAST_RTOL * hi:
+            mid = 0.5 * (lo + hi)
+            if self.fits(mid):
+                hi = mid
+            else:
+                lo = mid
+        self.walks = {}
+        return lo
+
+
+def _at_most(F: np.ndarray, radix: np.ndarray) -> np.ndarray:
+    """``F[a, k, v]`` turned into the least over every DC before ``k`` and every usage
+    ``<= v`` (per group) on ``k``."""
+    L1, K, nV = F.shape
+    out = np.empty_like(F)
+    before = np.full(L1, np.inf)
+    for k in range(K):
+        dims = [int(r) for r in radix[k] if r > 1][::-1] or [1]
+        n = int(np.prod(dims))
+        part = F[:, k, :n].reshape([L1] + dims)
+        for ax in range(1, len(dims) + 1):
+            part = np.minimum.accumulate(part, axis=ax)
+        here = np.minimum(part.reshape(L1, n), before[:, None])
+        out[:, k, :n] = here
+        out[:, k, n:] = np.inf
+        before = np.minimum(before, F[:, k, :].min(axis=1))
+    return out
+
+
+def _arrays(tables):
+    """The dense inputs of :func:`forward`, once per tables."""
+    t = tables
+    got = t.__dict__.get("_prefix_curve_arrays")
+    if got is not None:
+        return got
+    L, K, G = t.L, t.K, t.G
+    groups_of = [np.flatnonzero(t.group_dc == k).tolist() for k in range(K)]
+    width = max(len(x) for x in groups_of)
+    radix, stride = np.ones((K, width), np.int64), np.zeros((K, width), np.int64)
+    dc_groups, ngr, nV = np.zeros((K, width), np.int64), np.zeros(K, np.int64), 1
+    for k in range(K):
+        s, ngr[k] = 1, len(groups_of[k])
+        for gi, g in enumerate(groups_of[k]):
+            radix[k, gi], stride[k, gi], dc_groups[k, gi] = int(t.count[g]) + 1, s, g
+            s *= int(radix[k, gi])
+        nV = max(nV, s)
+    P = max(len(t.options(g).width) for g in range(G))
+    C = np.full((G, P, L + 1, L + 1), np.inf)
+    ok = np.zeros((G, P, L + 1, L + 1), np.bool_)
+    widths, npairs = np.full((G, P), 1 << 40, np.int64), np.zeros(G, np.int64)
+    least_stash = 1  # the least any stage of any pipeline stashes
+    for g in range(G):
+        o = t.options(g)
+        n = len(o.width)
+        npairs[g], widths[g, :n] = n, o.width
+        C[g, :n] = o.compute_time  # grows with the range's end: the walk stops at the cap
+        ok[g, :n] = o.max_in_flight >= least_stash
+    U, Q = np.zeros((L + 1, K, K)), np.zeros((L + 1, K, K))
+    for a in range(1, L):
+        for k1 in range(K):
+            for k2 in range(k1, K):
+                U[a, k1, k2], Q[a, k1, k2] = t.occupancy(a, k1, k2), t.traversal(a, k1, k2)
+    got = t.__dict__["_prefix_curve_arrays"] = (radix, stride, nV, dc_groups, ngr, C, ok,
+                                                widths, npairs, U, Q)
+    return got

@@ -1,0 +1,84 @@
+"""The prefix curve (``chainpipe/solvers/prefix_curve.py``) against every placement of
+small random v3 instances: its fills and periods are floors, never above what a real
+prefix costs."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from chainpipe.solvers.prefix_curve import PrefixCurve
+from chainpipe.tables import CostTables
+from helpers import _path, _v3_configurations, contract_pipeline, random_v3_instance
+
+
+def _prefix_fill(inst, stages) -> float:
+    """The fill of ``stages`` from the contract: their compute and the traversals between
+    them (not the one after the last)."""
+    classic = dataclasses.replace(inst, training=dataclasses.replace(
+        inst.training, objective="classic"))
+    total = 0.0
+    for q, (a, e, k, g, d, t) in enumerate(stages):
+        total += contract_pipeline(classic, 1, [(a, e, k, g, d, t)])[0]  # C of the stage
+        if q + 1 < len(stages):
+            bw, lat = _path(inst, k, stages[q + 1][2])
+            total += 2 * (lat + inst.layers[e - 1].output_bytes / bw)
+    return total
+
+
+def _period(inst, stages) -> float | None:
+    """The period of a placement with the instance's ``M`` (``None``: memory breaks)."""
+    got = contract_pipeline(inst, inst.microbatches, stages)
+    if got is None:
+        return None
+    T_p = got[0]
+    fill = _prefix_fill(inst, stages)
+    return (T_p - fill) / (inst.microbatches - 1)
+
+
+@pytest.mark.parametrize("seed", range(48))
+def test_the_curve_never_exceeds_a_real_prefix(seed):
+    """For every placement, every split into prefix and suffix and every cap of the grid at
+    or above the placement's period: the walk's fill at the suffix's state is at most the
+    prefix's own fill; and :meth:`least_time` is at most the placement's ``T_p``."""
+    inst = random_v3_instance(seed)
+    tables = CostTables(inst)
+    M, L = inst.microbatches, inst.num_layers
+    if M < 2 or inst.training.objective != "period":
+        pytest.skip("no period to cap")
+    windows = inst.training.schedule == "1f1b" and M > L
+    plans = []
+    for stages in _v3_configurations(inst):
+        lam = _period(inst, stages)
+        if lam is not None:
+            plans.append((stages, lam, contract_pipeline(inst, M, stages)[0]))
+    if not plans:
+        pytest.skip("no placement fits")
+    curve = PrefixCurve.of(tables, 0, tables.K - 1, False, windows)
+    top = max(lam for _, lam, _ in plans) * 1.5
+    grid = curve.grid(top)
+    assert len(grid) and grid[-1] >= top
+    checked = 0
+    for stages, lam, T_p in plans:
+        assert curve.least_time(M, top, tables.K - 1) <= T_p * (1 + 1e-9) + 1e-12
+        for s in range(1, len(stages)):
+            k0 = stages[s][2]
+            groups = np.flatnonzero(tables.group_dc == k0)
+            usage = [0] * len(groups)
+            for a, e, k, g, d, t in stages[s:]:
+                if k == k0:
+                    usage[g] += d * t
+            v = curve.room(k0, tuple(usage))
+            fill = _prefix_fill(inst, stages[:s])
+            for cap in grid[grid >= lam * (1 + 1e-12)]:
+                got = curve.walk(cap)[stages[s][0], k0, v]
+                assert got <= fill * (1 + 1e-9) + 1e-12, (stages, s, cap, got, fill)
+                checked += 1
+    # a cap under which the relaxed walk places nothing is below every placement's period
+    least = min(lam for _, lam, _ in plans)
+    for cap in grid:
+        if not curve.fits(float(cap)):
+            assert cap < least * (1 + 1e-9)
+    assert checked or all(len(st) == 1 for st, _, _ in plans)
