@@ -301,6 +301,9 @@ class OuterSearch:
         there is none).
     log : callable, optional
         One line per step.
+    local_share : float, optional
+        Share of the time limit for a first pass over the entries whose blocks are single
+        DCs (:data:`LOCAL_SHARE`; 0 takes every entry by cheap bound from the start).
     """
 
     instance: object
@@ -320,6 +323,8 @@ class OuterSearch:
     solves: dict = field(default_factory=dict)
     #: the deadline of the current pass (:meth:`visit`): joint models stop there
     until: Deadline | None = None
+    #: share of the time limit for the first pass over single-DC entries (0: none)
+    local_share: float = LOCAL_SHARE
 
     def grown(self, first: int, last: int, m: int) -> float:
         """The largest bound proven of the block with ``m0 <= m`` microbatches: a bound
@@ -461,8 +466,8 @@ class OuterSearch:
             # docs/formulations.md, "Order"), the entries of single-DC blocks first
             todo.sort(key=lambda e: (e.cheap, len(e.blocks)))
             local = [e for e in todo if all(a == b for a, b in e.blocks)]
-            if LOCAL_SHARE > 0 and local and len(local) < len(todo):
-                self.visit(local, self.phase(LOCAL_SHARE))
+            if self.local_share > 0 and local and len(local) < len(todo):
+                self.visit(local, self.phase(self.local_share))
                 self.stats["local_phase_s"] = self.deadline.elapsed()
             self.visit(todo, self.deadline)
         except TimeUp:
@@ -544,8 +549,20 @@ class OuterSearch:
             self.log(f"pipelines: joint model of {len(e.blocks)} pipelines {e.blocks} "
                      f"{e.splits}: bound {e.bound:.6g} s, incumbent {self.best_T:.6g} s")
 
+    def settle(self, e: Entry) -> float:
+        """What is proven of ``e`` at the end: its bound, raised for an entry never reached
+        by what its blocks' proven bounds give by growth in ``M_p`` (:meth:`grown`) and
+        by the blocks' tables bounds built for other entries."""
+        if e.visited or e.done:
+            return e.bound
+        known = [self.subs.get(("tables", a, b, m), 0.0) for (a, b), m
+                 in zip(e.blocks, e.splits)]
+        grown = [self.grown(a, b, m) for (a, b), m in zip(e.blocks, e.splits)]
+        return max(e.bound, max(known + grown) + e.cross)
+
     def outcome(self, todo: list[Entry], message: str | None) -> Outcome:
-        bound = min((e.bound for e in todo), default=math.inf)
+        """The answer: the incumbent and the least of what is proven of each entry."""
+        bound = min((self.settle(e) for e in todo), default=math.inf)
         stats = dict(self.stats, outer_entries=len(todo))
         if self.best_plan is None:
             if math.isinf(bound) and message is None:
