@@ -71,6 +71,35 @@ def _shifted_beats(mx, sm, p, r, i, j, steady):
 
 
 @njit(cache=True)
+def _first_dominator(f0, f1, f2, f3, k, x0, x1, x2, x3):
+    """The first of the ``k`` labels ``(f0, f1, f2, f3)`` no larger than ``(x0, x1, x2,
+    x3)`` in every criterion, else -1: blocks of 32 tested without a branch per label."""
+    for b0 in range(0, k, 32):
+        b1 = min(b0 + 32, k)
+        c = 0
+        for b in range(b0, b1):
+            c += (f0[b] <= x0) & (f1[b] <= x1) & (f2[b] <= x2) & (f3[b] <= x3)
+        if c:
+            for b in range(b0, b1):
+                if f0[b] <= x0 and f1[b] <= x1 and f2[b] <= x2 and f3[b] <= x3:
+                    return b
+    return -1
+
+
+@njit(cache=True)
+def _any_below(f1, f2, f3, lo, hi, x1, x2, x3):
+    """Whether one of the labels ``lo..hi`` of ``(f1, f2, f3)`` is no larger than ``(x1,
+    x2, x3)`` in each (in blocks of 32 without a branch per label)."""
+    for b0 in range(lo, hi, 32):
+        c = 0
+        for b in range(b0, min(b0 + 32, hi)):
+            c += (f1[b] <= x1) & (f2[b] <= x2) & (f3[b] <= x3)
+        if c:
+            return True
+    return False
+
+
+@njit(cache=True)
 def _pareto_group(idx, mx, sm, p, r, shifted, steady, buf):
     """Of ``idx`` (one state's labels): those no other dominates (of equal ones the
     first), by ``(mx, sm)``, then with ``shifted`` those the shifted rule keeps.
@@ -79,30 +108,30 @@ def _pareto_group(idx, mx, sm, p, r, shifted, steady, buf):
     the one that dominated the last dropped label first (it often dominates the next);
     if none dominates it, it drops those it dominates and is kept. No sort is needed
     and the kept set stays small (the labels of a state are mostly dominated)."""
+    n = len(idx)
+    # the kept labels' criteria side by side: the search for a dominator runs in blocks
+    # without a branch per label (which the compiler vectorises)
+    f0 = np.empty(n)
+    f1 = np.empty(n)
+    f2 = np.empty(n)
+    f3 = np.empty(n)
     k = 0
     last = 0
-    for a in range(len(idx)):
+    for a in range(n):
         i = idx[a]
-        if last < k:
-            j = buf[last]
-            if mx[j] <= mx[i] and sm[j] <= sm[i] and p[j] <= p[i] and r[j] <= r[i]:
-                continue
-        dominated = False
-        for b in range(k):
-            j = buf[b]
-            if mx[j] <= mx[i] and sm[j] <= sm[i] and p[j] <= p[i] and r[j] <= r[i]:
-                dominated = True
-                last = b
-                break
-        if dominated:
+        x0, x1, x2, x3 = mx[i], sm[i], float(p[i]), r[i]
+        if last < k and f0[last] <= x0 and f1[last] <= x1 and f2[last] <= x2 and f3[last] <= x3:
+            continue
+        hit = _first_dominator(f0, f1, f2, f3, k, x0, x1, x2, x3)
+        if hit >= 0:
+            last = hit
             continue
         m = 0
         for b in range(k):
-            j = buf[b]
-            if not (mx[i] <= mx[j] and sm[i] <= sm[j] and p[i] <= p[j] and r[i] <= r[j]):
-                buf[m] = j
+            if not (x0 <= f0[b] and x1 <= f1[b] and x2 <= f2[b] and x3 <= f3[b]):
+                buf[m], f0[m], f1[m], f2[m], f3[m] = buf[b], f0[b], f1[b], f2[b], f3[b]
                 m += 1
-        buf[m] = i
+        buf[m], f0[m], f1[m], f2[m], f3[m] = i, x0, x1, x2, x3
         k = m + 1
     kept = buf[:k].copy()
     kept = kept[np.argsort(sm[kept])]
@@ -416,12 +445,55 @@ def survivors(table, pre_max, pre_sum, flop, curve_x, step, use_fill, base, rate
 
 
 @njit(cache=True)
+def _dominating_states(within, state, usage, dc):
+    """For :func:`_across`: each state's first slot among the rows ``within``
+    (``start``, by state), and per state the other states of its datacenter with rows
+    and no more devices in use of any group (``doms[dstart[s]:dstart[s + 1]]``)."""
+    n_states = usage.shape[0]
+    start = np.zeros(n_states + 1, dtype=np.int64)
+    for a in range(len(within)):
+        start[state[within[a]] + 1] += 1
+    present = np.empty(n_states, dtype=np.int64)
+    n_present = 0
+    for s in range(n_states):
+        if start[s + 1] > 0:
+            present[n_present] = s
+            n_present += 1
+        start[s + 1] += start[s]
+    dstart = np.zeros(n_states + 1, dtype=np.int64)
+    doms = np.empty(16, dtype=np.int64)
+    nd = 0
+    for s in range(n_states):
+        dstart[s] = nd
+        if start[s + 1] == start[s]:
+            continue
+        for c in range(n_present):
+            t = present[c]
+            if t == s or dc[t] != dc[s]:
+                continue
+            fewer = True
+            for g in range(usage.shape[1]):
+                if usage[t, g] > usage[s, g]:
+                    fewer = False
+                    break
+            if fewer:
+                if nd == len(doms):
+                    doms = np.concatenate((doms, np.empty(nd, dtype=np.int64)))
+                doms[nd] = t
+                nd += 1
+    dstart[n_states] = nd
+    return start, doms[:nd], dstart
+
+
+@njit(cache=True)
 def _across(within, mx, sm, p, r, state, usage, dc):
     """Which of the labels ``within`` (each kept within its state) no label of another
     state of the same datacenter dominates: one with no more devices in use of any
-    group and no larger criteria. Rows go by ``(dc, mx, sm, p, r, devices in all)``, so
-    a dominator comes first; a row dominated by an earlier one is dominated by an
-    earlier kept one (transitivity), so only kept rows are compared."""
+    group and no larger criteria. Rows go by ``(mx, sm, p, r, devices in all)``, so a
+    dominator comes first; a row dominated by an earlier one is dominated by an earlier
+    kept one (transitivity), so only kept rows are compared, and only those of the
+    states that may dominate the row's (:func:`_dominating_states`; their least fill
+    first)."""
     w = len(within)
     alive = np.ones(w, dtype=np.bool_)
     if w < 2:
@@ -430,39 +502,41 @@ def _across(within, mx, sm, p, r, state, usage, dc):
     for s in range(usage.shape[0]):
         used[s] = usage[s].sum()
     keyed = np.empty(w, dtype=np.int64)
-    home = np.empty(w, dtype=np.int64)
     for a in range(w):
         keyed[a] = used[state[within[a]]]
-        home[a] = dc[state[within[a]]]
     o = np.argsort(keyed, kind="mergesort")
     o = o[np.argsort(r[within[o]], kind="mergesort")]
     o = o[np.argsort(p[within[o]], kind="mergesort")]
     o = o[np.argsort(sm[within[o]], kind="mergesort")]
     o = o[np.argsort(mx[within[o]], kind="mergesort")]
-    o = o[np.argsort(home[o], kind="mergesort")]
-    kept_rows = np.empty(w, dtype=np.int64)
-    k = 0
+    # per state: the states of its datacenter with no more devices in use of any group
+    # (those whose labels may dominate its own), and its rows kept so far side by side
+    start, doms, dstart = _dominating_states(within, state, usage, dc)
+    ksm = np.empty(w)
+    kp = np.empty(w)
+    kr = np.empty(w)
+    kn = np.zeros(len(start) - 1, dtype=np.int64)
+    least = np.full(len(start) - 1, np.inf)
     for a in range(w):
-        if a > 0 and home[o[a]] != home[o[a - 1]]:
-            k = 0  # a new datacenter: its states only compare among themselves
         i = within[o[a]]
         si = state[i]
-        for b in range(k):
-            j = within[kept_rows[b]]
-            sj = state[j]
-            if sj == si or sm[j] > sm[i] or p[j] > p[i] or r[j] > r[i]:
-                continue  # same state: the filter within it has decided
-            fewer = True
-            for g in range(usage.shape[1]):
-                if usage[sj, g] > usage[si, g]:
-                    fewer = False
-                    break
-            if fewer:
-                alive[o[a]] = False
+        x1, x2, x3 = sm[i], float(p[i]), r[i]
+        dead = False
+        for d in range(dstart[si], dstart[si + 1]):
+            sj = doms[d]
+            if least[sj] > x1:
+                continue
+            if _any_below(ksm, kp, kr, start[sj], start[sj] + kn[sj], x1, x2, x3):
+                dead = True
                 break
-        if alive[o[a]]:
-            kept_rows[k] = o[a]
-            k += 1
+        if dead:
+            alive[o[a]] = False
+            continue
+        q = start[si] + kn[si]
+        ksm[q], kp[q], kr[q] = x1, x2, x3
+        kn[si] += 1
+        if x1 < least[si]:
+            least[si] = x1
     return alive
 
 
