@@ -476,9 +476,7 @@ class PipelineSearch:
         least fill ``CF`` of the prefix under cap ``i`` and ``CS[i]``, the least of ``CF[i']
         + (M_p - 1) grid[i' - 1]`` over ``i' >= i``."""
         grid = self.curve[2]
-        v = self.prefix_curve.room(k0, usage)
-        CF = np.stack([self.prefix_curve.walk(lam)[:, k0, v] for lam in grid], axis=1)
-        CF[0] = 0.0
+        CF = self.prefix_curve.rows(k0, usage, len(grid))[0]
         term = CF + (self.m - 1) * np.concatenate(([0.0], grid[:-1]))
         term[:, 0] = np.inf  # (read from i0 + 1 on: the first cap's term is CF[i0] + M1 x)
         CS = np.minimum.accumulate(term[:, ::-1], axis=1)[:, ::-1]
@@ -546,14 +544,7 @@ class PipelineSearch:
                 top = np.maximum(top, need)
                 top[0] = 0.0
             if len(self.curve[2]):  # the largest cap under which the prefix cannot fit
-                grid = self.curve[2]
-                v = self.prefix_curve.room(k0, usage)
-                fits = np.stack([np.isfinite(self.prefix_curve.walk(lam)[:, k0, v])
-                                 for lam in grid], axis=1)
-                first = np.where(fits.any(axis=1), fits.argmax(axis=1), len(grid))
-                below = np.concatenate(([-np.inf], grid))[first]
-                top = np.maximum(top, below)
-                top[0] = 0.0
+                top = np.maximum(top, self.prefix_curve.rows(k0, usage, len(self.curve[2]))[1])
             got = self._floors[key] = (np.asarray(fill, dtype=float),
                                        np.asarray(top, dtype=float))
         return got

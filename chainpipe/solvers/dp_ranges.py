@@ -26,6 +26,7 @@ import numpy as np
 from ..deadline import Deadline
 from ..tables import CostTables
 from .dp_period import PipelineSearch
+from .prefix_curve import PrefixCurve
 
 #: relative steps of the trial targets above the best proven floor (then the target): a
 #: search's labels grow steeply with how far its target lies above ``g`` (measured: 2 000
@@ -122,12 +123,26 @@ class RangeTimes:
         plan's period on the range."""
         lo = self.static.get((i, j, m))
         if lo is None:
-            lo = self.static[i, j, m] = float(
-                self.t.pipeline_bound(i, j, m, self._period_floor(i, j, m)))
+            lo = self.static[i, j, m] = max(float(
+                self.t.pipeline_bound(i, j, m, self._period_floor(i, j, m))),
+                self._curve_floor(i, j, m))
         for m0, th, v, lam in self.proven.get((i, j), ()):
             if m0 <= m and th >= theta:
                 lo = max(lo, v + (m - m0) * lam if m > m0 else v)
         return lo
+
+    def _curve_floor(self, i, j, m) -> float:
+        """The prefix curve's floor under ``T_p`` on DCs ``i..j`` with ``m`` microbatches
+        (:meth:`.prefix_curve.PrefixCurve.least_time`; periods below ``upper / (m - 1)``,
+        as every plan the searches look for has)."""
+        if m <= 1 or not np.isfinite(self.upper):
+            return 0.0
+        t = self.t
+        training = t.instance.training
+        windows = training.objective == "period" and t.schedule == "1f1b" and m > t.L
+        curve = PrefixCurve.of(t, i, j, True, windows)
+        got = curve.least_time(m, self.upper / (m - 1), j)
+        return min(got, self.upper)
 
     def _period_floor(self, i, j, m) -> float:
         """The least bottleneck under which the devices of DCs ``i..j`` hold the model

@@ -154,6 +154,7 @@ class PrefixCurve:
         self.windows = windows
         self._arrays = _arrays(tables)
         self.walks: dict[float, np.ndarray] = {}
+        self._rows: dict[tuple, tuple] = {}
         self.least, self.tried = None, 0.0
 
     @staticmethod
@@ -191,21 +192,17 @@ class PrefixCurve:
             self.least = self._least(cap)
         if self.least is None or self.least > cap:
             return np.empty(0)
-        out = []
-        for step in GRID:
-            out.append(self.least * (1 + step))
-            if out[-1] >= cap:
-                break
-        while out[-1] < cap and len(out) < MOST:  # beyond the grid: steps of half
-            out.append(out[-1] * 1.5)
-        return np.asarray(out)
+        J = 1
+        while J < MOST and self.grid_of(J)[-1] < cap:  # past GRID: steps of half
+            J += 1
+        return self.grid_of(J)
 
     def least_time(self, m: int, cap: float, last_dc: int) -> float:
         """A floor under ``T_p`` (fill and steady part, without ``max R``) of every plan of
         ``m`` microbatches whose period is at most ``cap`` and whose last stage lies in a DC
         up to ``last_dc``: the least over the grid of ``F_i + (m - 1) lam_{i - 1}``, ``F_i``
         the least fill of the whole model under cap ``lam_i``; ``inf`` if none fits."""
-        grid = self.grid(cap)
+        grid = self.grid(cap)[:len(GRID)]  # (past GRID the walks grow dear, the gain small)
         if not len(grid):
             return np.inf
         best = (m - 1) * grid[-1] if grid[-1] < cap else np.inf  # periods past the grid
@@ -216,6 +213,31 @@ class PrefixCurve:
             best = min(best, fill + (m - 1) * grid[i - 1])
         return float(best)
 
+    def rows(self, k0: int, usage: tuple, J: int) -> tuple[np.ndarray, np.ndarray]:
+        """State ``(k0, usage)`` on the first ``J`` caps of the grid: per prefix end and
+        cap the least fill (``[a, i]``, 0 for the empty prefix), and per prefix end the
+        largest cap under which the prefix cannot fit (``-inf``: none); kept per state."""
+        key = (k0, usage, J)
+        got = self._rows.get(key)
+        if got is None:
+            grid = self.grid_of(J)
+            v = self.room(k0, usage)
+            CF = np.stack([self.walk(lam)[:, k0, v] for lam in grid], axis=1)
+            CF[0] = 0.0
+            fits = np.isfinite(CF)
+            first = np.where(fits.any(axis=1), fits.argmax(axis=1), J)
+            below = np.concatenate(([-np.inf], grid))[first]
+            below[0] = 0.0
+            got = self._rows[key] = (CF, below)
+        return got
+
+    def grid_of(self, J: int) -> np.ndarray:
+        """The first ``J`` caps of the grid (:meth:`grid` has made them)."""
+        out = [self.least * (1 + step) for step in GRID[:J]]
+        while len(out) < J:
+            out.append(out[-1] * 1.5)
+        return np.asarray(out)
+
     def room(self, k0: int, usage: tuple) -> int:
         """The index of the devices left on DC ``k0`` after ``usage`` (its groups' order)."""
         radix, stride = self._arrays[0], self._arrays[1]
@@ -224,10 +246,17 @@ class PrefixCurve:
 
     def _least(self, cap: float):
         """The largest cap found not to fit (to :data:`LEAST_RTOL`: the grid starts there),
-        searched below ``cap``; ``None`` if the model does not fit under ``cap``."""
-        if not self.fits(cap):
-            return None
-        lo, hi = 0.0, cap
+        searched below ``cap`` upwards from the slowest layer's least ``C`` (walks under
+        large caps are dear); ``None`` if the model does not fit under ``cap``."""
+        lo = self._layer_floor() * (1 - LEAST_RTOL)
+        hi = lo
+        while True:
+            hi = min(hi * 1.25, cap)
+            if self.fits(hi):
+                break
+            if hi >= cap:
+                return None
+            lo = hi
         while hi - lo > LEAST_RTOL * hi:
             mid = 0.5 * (lo + hi)
             if self.fits(mid):
@@ -236,6 +265,17 @@ class PrefixCurve:
                 lo = mid
         self.walks = {}
         return lo
+
+    def _layer_floor(self) -> float:
+        """The largest over the layers of the least ``C`` any option of the range's groups
+        has on that layer alone: no plan's period is below it."""
+        radix, stride, nV, dc_groups, ngr, C, ok = self._arrays[:7]
+        groups = [int(dc_groups[k, i]) for k in range(self.lo, self.hi + 1)
+                  for i in range(int(ngr[k]))]
+        L = C.shape[3] - 1
+        one = C[groups][:, :, np.arange(L), np.arange(L) + 1]  # [group, pair, layer]
+        one = np.where(ok[groups][:, :, np.arange(L), np.arange(L) + 1], one, np.inf)
+        return float(max(one.min(axis=(0, 1)).max(), 1e-300))
 
 
 def _at_most(F: np.ndarray, radix: np.ndarray) -> np.ndarray:
