@@ -140,7 +140,8 @@ class LocalDP(DCRun):
         """The candidate runs without a bound (:meth:`_direct_candidates`), each with, per
         stage, the largest ``M C + R`` of a stage alone from ``x - 1`` down to its start
         (skipped starts included), and per group the largest ``M C + R`` of an option that
-        fits memory: built once per tables and grid."""
+        fits memory: built once per tables and grid. (Not shared across ``M``: the
+        in-flight limits are capped at ``M``, and with them which pairs dominate.)"""
         cache = self.t.__dict__.setdefault("_cdynp_candidates", {})
         key = None if grid is None else frozenset(grid)
         got = cache.get(key)
@@ -150,12 +151,17 @@ class LocalDP(DCRun):
 
     def _direct_candidates(self, ub: float, grid=None, tops: bool = False):
         """:meth:`_candidates` computed from the options (``tops``: as :meth:`_unbounded`
-        keeps them, ``(runs with tops, worst per group)``)."""
-        t, L = self.t, self.L
-        on = [grid is None or x in grid for x in range(L + 1)]
+        keeps them, ``(runs with tops, worst per group)``), per group with arrays
+        ``[pair, x, a]``: a run ends after the largest ``a < x`` that fails
+        :meth:`option_fits`."""
+        L = self.L
+        pos = np.arange(L + 1)
+        on = np.array([grid is None or x in grid for x in range(L + 1)])
+        before = pos[None, None, :] < pos[None, :, None]  # [., x, a]: a < x
         out, worst = [], []
-        for g in range(t.G):
-            opts = t.options(g)
+        for g in range(self.t.G):
+            self.deadline.check()
+            opts = self.t.options(g)
             ok = self.option_fits(g, ub)
             with np.errstate(invalid="ignore"):  # inf * 0 where M = 1: not a stage
                 alone = cost.iteration_time(opts.compute_time, opts.compute_time, self.M,
@@ -164,28 +170,28 @@ class LocalDP(DCRun):
             worst.append(float(alone[ok].max()) if ok.any() else -math.inf)
             dominated = dominated_options(ok, opts.compute_time, opts.max_in_flight,
                                           opts.sync_time, opts.width, self.deadline.check)
+            okT = ok.transpose(0, 2, 1)
+            stop = np.where(~okT & before, pos, -1).max(axis=2)  # [c, x]: the break
+            keep = (before & (pos[None, None, :] > stop[:, :, None]) & on[None, :, None]
+                    & on[None, None, :] & ~dominated.transpose(0, 2, 1))
+            # a descending within (c, x): the a axis flipped
+            ci, xi, ri = np.nonzero(keep[:, :, ::-1])
+            ai = L - ri
+            stages = list(zip(ai.tolist(), opts.compute_time[ci, ai, xi].tolist(),
+                              opts.max_in_flight[ci, ai, xi].tolist(),
+                              opts.sync_time[ci, ai, xi].tolist()))
+            if tops:  # the largest M C + R from x - 1 down to a, skipped starts included
+                high = np.where(before, alone.transpose(0, 2, 1), -math.inf)
+                top = np.maximum.accumulate(high[:, :, ::-1], axis=2)[ci, xi, ri].tolist()
             per_end: list = [[] for _ in range(L + 1)]
-            for c, w in enumerate(opts.width.tolist()):
-                self.deadline.check()
-                C = opts.compute_time[c].T.tolist()  # [x][a]
-                N = opts.max_in_flight[c].T.tolist()
-                R = opts.sync_time[c].T.tolist()
-                T = alone[c].T.tolist()
-                okc, domc = ok[c].T, dominated[c].T
-                for x in range(1, L + 1):
-                    if not on[x]:
-                        continue
-                    row, skip, cx, nx, rx, tx = okc[x], domc[x], C[x], N[x], R[x], T[x]
-                    lst, top, high = [], [], -math.inf
-                    for a in range(x - 1, -1, -1):
-                        if not row[a]:
-                            break
-                        high = tx[a] if tx[a] > high else high
-                        if on[a] and not skip[a]:
-                            lst.append((a, cx[a], nx[a], rx[a]))
-                            top.append(high)
-                    if lst:
-                        per_end[x].append((w, c, lst, top) if tops else (w, c, lst))
+            widths = opts.width.tolist()
+            key = ci * (L + 1) + xi
+            cuts = [0, *(np.flatnonzero(np.diff(key)) + 1).tolist(), len(key)]
+            for s, e in zip(cuts[:-1], cuts[1:]):
+                if e > s:
+                    c, x = int(ci[s]), int(xi[s])
+                    per_end[x].append((widths[c], c, stages[s:e], top[s:e]) if tops
+                                      else (widths[c], c, stages[s:e]))
             out.append(per_end)
         return (out, worst) if tops else out
 

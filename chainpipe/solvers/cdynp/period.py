@@ -153,22 +153,45 @@ class PeriodDP:
         """Per pair ``c`` of group ``g``: ``(c, width, run)`` with ``run`` the ``(a, C, f,
         b, R, max in flight)`` of stage ``[a, x)``, ``a`` descending, while it fits memory
         at all. Along a run the stage grows: ``C``, ``f``, ``b`` and ``R`` do not fall and
-        the in-flight limit does not rise."""
+        the in-flight limit does not rise. Built once per group of the tables
+        (:meth:`_shared`; the agent keeps its tables across runs); the callers only read
+        it."""
+        cache = self._shared("stages")
+        got = cache.get(g)
+        if got is None:
+            got = cache[g] = self._group_stages(g)
+        return got[x]
+
+    def _shared(self, name: str) -> dict:
+        """A cache of what depends on the tables alone, kept on them."""
+        return self.t.__dict__.setdefault(f"_cdynp_period_{name}", {})
+
+    def _group_stages(self, g: int) -> list[list[tuple]]:
+        """:meth:`_stages` of group ``g`` for every ``x`` (index ``x``), with arrays ``[pair,
+        x, a]``: a run ends after the largest ``a < x`` whose in-flight limit is below the
+        least need (a longer stage holds more: it fits no better)."""
+        self.deadline.check()
         opts = self.t.options(g)
         f, b = phase_options(self.t, g)
-        out = []
-        least = self.t.in_flight(1)
-        for c in range(len(opts.d)):
-            run = []
-            for a in range(x - 1, -1, -1):
-                n = int(opts.max_in_flight[c, a, x])
-                if n < least:
-                    break  # a longer stage holds more: it fits no better
-                run.append((a, float(opts.compute_time[c, a, x]), float(f[c, a, x]),
-                            float(b[c, a, x]), float(opts.sync_time[c, a, x]), n))
-            if run:
-                out.append((c, int(opts.width[c]), run))
-        return out
+        L = self.L
+        pos = np.arange(L + 1)
+        before = pos[None, None, :] < pos[None, :, None]  # [., x, a]: a < x
+        N = opts.max_in_flight.transpose(0, 2, 1)
+        stop = np.where((N < self.t.in_flight(1)) & before, pos, -1).max(axis=2)
+        keep = before & (pos[None, None, :] > stop[:, :, None])
+        ci, xi, ri = np.nonzero(keep[:, :, ::-1])  # a descending within (c, x)
+        ai = L - ri
+        rows = list(zip(ai.tolist(), *(v[ci, ai, xi].astype(float).tolist() for v in (
+            opts.compute_time, f, b, opts.sync_time)), opts.max_in_flight[ci, ai, xi].tolist()))
+        widths = opts.width.tolist()
+        per_x: list[list[tuple]] = [[] for _ in range(L + 1)]
+        key = ci * (L + 1) + xi
+        cuts = [0, *(np.flatnonzero(np.diff(key)) + 1).tolist(), len(key)]
+        for lo, hi in zip(cuts[:-1], cuts[1:]):
+            if hi > lo:
+                c = int(ci[lo])
+                per_x[int(xi[lo])].append((c, int(widths[c]), rows[lo:hi]))
+        return per_x
 
     def run(self, base: dict[int, list], ub: float, prefix=None) -> None:
         """``base[x]``: base labels ``(x1, x2, total, sync, p, hull, ref)`` joining at ``x``
@@ -292,9 +315,9 @@ class PeriodDP:
                                  (out_S[:k], out_H, out_HL[:k + 1], src[:k]))
 
     def _group_runs(self, g: int, x: int) -> tuple:
-        """:func:`_runs` of :meth:`_stages`, made once per tables, group and end (every
-        trial of a DC's run asks the same ones)."""
-        cache = self.t.__dict__.setdefault("_cdynp_period_runs", {})
+        """:func:`_runs` of :meth:`_stages`, made once per tables (:meth:`_shared`), group
+        and end (every trial of a DC's run asks the same ones)."""
+        cache = self._shared("runs")
         got = cache.get((g, x))
         if got is None:
             got = cache[g, x] = _runs(self._stages(g, x))
