@@ -229,6 +229,11 @@ def _walk(make_search, trials, deadline: Deadline, threads: int, stats: dict, lo
 PARALLEL_AFTER_S = 0.25
 
 
+#: blocks of a search's image arena at its start (:func:`.label_kernel.new_arena`; 256
+#: images each)
+ARENA_BLOCKS = 4096
+
+
 #: the feasibility check (:class:`_FeasibilityCheck`) runs once the failed trials have
 #: taken this many CPU seconds: it costs 0.1 to 0.5 s on 256 to 1,536 GPUs, which an
 #: instance whose trials end sooner should not pay (measured: 0.15 s of the 2.6 s of
@@ -430,7 +435,9 @@ class _Search:
         self.live = self.upper  # lowered by every complete plan found
         # the images filed per layer (label_kernel.extend's arena); metas[meta] =
         # (b, key, g) of the extension that made them
-        self.arena = label_kernel.new_arena(L)
+        # room for a million images from the start: untouched pages cost nothing, and
+        # growing copies what is filed (hybrid-large seed 1: 9 copies, 0.1 s)
+        self.arena = label_kernel.new_arena(L, blocks=ARENA_BLOCKS)
         self.metas = []
         # state keys by id (the images' ``state``), with their usage and datacenter
         self.key_ids, self.key_list = {}, []
