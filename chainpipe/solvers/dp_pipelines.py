@@ -239,13 +239,17 @@ class _Several:
         (:class:`~chainpipe.solvers.dp_ranges.RangeTimes`)."""
         return self.ranges.at_most(i, j, m, tau, theta)
 
-    def capacity(self, i: int, j: int, tau: float, theta: float, top: int) -> int:
+    def capacity(self, i: int, j: int, tau: float, theta: float, top: int,
+                 floors: bool = False) -> int:
         """The largest ``m <= top`` whose best ``T_p`` on ``[i, j]`` is at most ``tau``
-        (0 if none): ``T_p`` grows with ``m``, so a bisection finds it."""
+        (0 if none): ``T_p`` grows with ``m``, so a bisection finds it. With ``floors``,
+        the largest whose floor is (:meth:`RangeTimes.may_meet`: no search, at least the
+        exact one)."""
         lo, hi = 0, top
         while lo < hi:
             mid = (lo + hi + 1) // 2
-            if self.entry(i, j, mid, tau, theta) is not None:
+            if (self.ranges.may_meet(i, j, mid, tau, theta) if floors else
+                    self.entry(i, j, mid, tau, theta) is not None):
                 lo = mid
             else:
                 hi = mid - 1
@@ -323,16 +327,31 @@ class _Several:
 
     def reach(self, P, i0, j0, tau, theta):
         """Ranges and a split with every ``T_p <= tau`` and ``max R < theta``: ``(max
-        T_p, chosen)`` or ``None``. A DP over the span keeps, per count ``q`` and last
-        DC ``k``, the most microbatches ``q`` ranges from ``i0`` to ``k`` can take."""
+        T_p, chosen)`` or ``None``. A DP over the span (:meth:`_most`) with each range's
+        most microbatches by its floors alone first (no search: more than it can take,
+        so if even those fall short of ``M`` the target is out of reach), then exactly."""
         top = self.M - (P - 1)
+        if self._most(P, i0, j0, lambda i, k: self.capacity(i, k, tau, theta, top, True)) \
+                is None:
+            return None
         known: dict = {}
 
-        def cap(i, k):  # asked only of ranges a split can use: the q-th of P starts at
-            if (i, k) not in known:  # i0 + q - 1 or later and leaves P - q DCs after it
+        def cap(i, k):
+            if (i, k) not in known:
                 known[i, k] = self.capacity(i, k, tau, theta, top)
             return known[i, k]
 
+        ranges = self._most(P, i0, j0, cap)
+        if ranges is None:
+            return None
+        return self.split(ranges, [known[r] for r in ranges], tau, theta)
+
+    def _most(self, P, i0, j0, cap):
+        """The ranges of ``P`` pipelines over the span that take the most microbatches
+        with ``cap(i, k)`` each, if they take ``M`` or more (else ``None``): per count
+        ``q`` and last DC ``k``, the most ``q`` ranges from ``i0`` to ``k`` can take; ``cap``
+        is asked only of ranges a split can use (the ``q``-th of ``P`` starts at ``i0 + q -
+        1`` or later and leaves ``P - q`` DCs after it)."""
         most = {(1, k): (cap(i0, k), None) for k in range(i0, j0 - P + 2) if cap(i0, k) > 0}
         for q in range(2, P + 1):
             for k in ([j0] if q == P else range(i0 + q - 1, j0 - P + q + 1)):
@@ -353,7 +372,7 @@ class _Several:
                 k = back[0]
             q -= 1
         ranges.reverse()
-        return self.split(ranges, [known[r] for r in ranges], tau, theta)
+        return ranges
 
     def split(self, ranges, caps, tau, theta):
         """Microbatches per range, each at most its cap (at ``tau``) and at least 1, adding

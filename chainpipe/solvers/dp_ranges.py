@@ -105,6 +105,13 @@ class RangeTimes:
                 return got if got[0] <= tau else None
         return None
 
+    def may_meet(self, i: int, j: int, m: int, tau: float, theta: float) -> bool:
+        """Whether ``g(i, j, m, theta) <= tau`` is still possible by what is known (a plan
+        found within it, else the floor not above it), without searching; it does not grow
+        with ``m`` (nor the floors shrink)."""
+        known = self._best_known(i, j, m, theta)
+        return (known is not None and known[0] <= tau) or self._floor(i, j, m, theta) <= tau
+
     def _best_known(self, i, j, m, theta):
         """The least upper bound the plans found give at ``(m, theta)``."""
         best = None
