@@ -138,12 +138,26 @@ def _pareto_group(idx, mx, sm, p, r, shifted, steady, buf):
     kept = kept[np.argsort(mx[kept], kind="mergesort")]
     if not shifted or k < 2:
         return kept[:k]
+    return _shifted_rule(kept, mx, sm, p, r, steady)
+
+
+@njit(cache=True)
+def _shifted_rule(kept, mx, sm, p, r, steady):
+    """Of a state's labels ``kept`` (no one dominating another, by ``(mx, sm)``), those
+    the shifted rule keeps (:func:`chainpipe.solvers.labels.shifted_pareto`)."""
+    k = len(kept)
     # shifted rule: i removes j when it dominates j and j does not dominate it back
-    # unless i is listed first (the relation is transitive; docs/dp.md). A label that
-    # dominates j has no larger sm (the shift and the sync term are >= 0), so only
-    # those are tried, by sm
-    out = np.empty(k, dtype=np.int64)
+    # unless i is listed first (the relation is transitive; docs/dp.md). A label listed
+    # before j (no larger mx) that dominates it has no larger sm; one listed after (no
+    # smaller mx) has no larger sm + (M - 1) mx (the shift and the sync term are >= 0):
+    # only those are tried, by sm and by that sum (with a hair of slack for rounding;
+    # the rule itself decides)
+    lt = np.empty(k)
+    for b in range(k):
+        lt[b] = sm[kept[b]] + steady * mx[kept[b]]
     by_sm = np.argsort(sm[kept], kind="mergesort")
+    by_lt = np.argsort(lt, kind="mergesort")
+    out = np.empty(k, dtype=np.int64)
     m = 0
     for b in range(k):
         j = kept[b]
@@ -153,12 +167,22 @@ def _pareto_group(idx, mx, sm, p, r, shifted, steady, buf):
             i = kept[a]
             if sm[i] > sm[j]:
                 break
-            if a == b:
-                continue
-            if _shifted_beats(mx, sm, p, r, i, j, steady) and (
-                    a < b or not _shifted_beats(mx, sm, p, r, j, i, steady)):
+            if a < b and _shifted_beats(mx, sm, p, r, i, j, steady):
                 removed = True
                 break
+        if not removed:
+            cut = lt[b] + 1e-9 * abs(lt[b])
+            for c in range(k):
+                a = by_lt[c]
+                if lt[a] > cut:
+                    break
+                if a <= b:
+                    continue
+                i = kept[a]
+                if _shifted_beats(mx, sm, p, r, i, j, steady) and not _shifted_beats(
+                        mx, sm, p, r, j, i, steady):
+                    removed = True
+                    break
         if not removed:
             out[m] = j
             m += 1
