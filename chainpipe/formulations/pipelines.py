@@ -18,11 +18,13 @@ enumerating the outer choice and solving models of one pipeline inside it
   synchronisations differ; only then a **joint model** (the ``P`` one-pipeline models in
   one model, ``T_max >= T_p``, ``R_max >= R_p``) is solved.
 
-Entries are taken in order of a cheap lower bound (:func:`capacity_bound` of the blocks);
-when the cheap bound reaches the incumbent, every remaining entry is proven no
-better. The reported bound is the least over entries of what is proven of each (its
-value when solved, its sub-models' bounds, else its cheap bound): ``bound <= optimum
-<= T`` always; ``optimal`` only when it meets ``T``.
+Entries are taken in order of a cheap lower bound (:func:`capacity_bound` of the blocks),
+those whose blocks are single DCs first for a share of the limit
+(:attr:`OuterSearch.local_share`); an entry whose cheap bound reaches the incumbent is
+proven no better. The reported bound is the least over entries of what is proven of each
+(its value when solved, its sub-models' bounds, else its cheap bound raised by what its
+blocks are proven elsewhere, :meth:`OuterSearch.settle`): ``bound <= optimum <= T``
+always; ``optimal`` only when it meets ``T``.
 """
 
 from __future__ import annotations

@@ -19,7 +19,9 @@ Options: ``log_search_progress`` (bool), ``hint`` (``None``, ``"dp"`` or a
 :class:`~chainpipe.plan.Plan`; off by default, recorded in the statistics when used),
 ``max_rounds`` (int, default 3), ``features`` (the strengthenings, :data:`ALL_FEATURES`;
 default :data:`FEATURES`), ``write_model`` (a ``.pbtxt``/``.txt`` file for the first
-round's model as protobuf text, ``.pb`` for binary; written atomically).
+round's model as protobuf text, ``.pb`` for binary; written atomically), ``cutoff``
+(seconds: only plans no slower are modelled; the bound is then at most it unless the
+tables' bound is higher, :func:`run`).
 
 The scaling plan is the best of two cheap heuristics (:func:`heuristic_plan`), never the
 DP's: the solve proves on its own.
@@ -69,8 +71,8 @@ def run(instance, *, deadline=None, seed=0, threads=1, log=None, log_search_prog
     ``cutoff`` (seconds, one pipeline): what the caller needs to know is a plan faster
     than it or a proof that there is none; the model then holds only the plans no slower
     than ``min(cutoff, T_h)`` (``T_h`` the heuristic plan's), and its bound holds for
-    those alone, so the bound reported is at most ``cutoff`` unless the plan found is
-    proven (``docs/cpsat.md``, "Cutoffs").
+    those alone: the bound reported is ``min(model bound, cutoff)`` or the tables' own
+    bound, whichever is higher (``docs/cpsat.md``, "Cutoffs").
     """
     if options:
         raise OptionError(f"cpsat: unknown option(s) {', '.join(sorted(options))}")
