@@ -565,3 +565,34 @@ def test_the_majorant_hides_a_window_below_it():
     hull = lab[5]
     assert hull[0] == 1.0 and hull[2] == 16.0  # W_1 and W_3, the vertices
     assert hull[1] == pytest.approx(8.5) and hull[1] != 1.0 + 0.5 + 5.0  # chord, not W_2
+
+
+def test_a_range_holds_the_plans_of_the_ranges_inside_it():
+    """What the owner's questions (:mod:`chainpipe.solvers.cdynp.questions`) rest on
+    across ranges: ``g`` of a DC range is at most ``g`` of any range inside it (a range
+    run's pipeline may leave DCs at either end unused), so a plan found inside a range
+    bounds it from above and a floor proven on a range bounds the ranges inside it."""
+    from chainpipe.deadline import Deadline
+    from chainpipe.solvers.cdynp import LocalOwner
+    from chainpipe.solvers.cdynp.drive import agent_options
+    from chainpipe.solvers.cdynp.pipelines import RangeRuns
+
+    checked = 0
+    for seed in range(16):
+        inst = random_v3_instance(seed)
+        K = inst.num_datacenters
+        if K < 2:
+            continue
+        runs = RangeRuns(LocalOwner(inst, False, 60), agent_options(), Deadline(None))
+        for m in (1, 2):
+            g = {}
+            for i in range(K):
+                for j in range(i, K):
+                    got = runs.least(i, j, m, math.inf)
+                    g[i, j] = math.inf if got is None else got.time
+            for (i, j), inner in g.items():
+                for (a, b), outer in g.items():
+                    if a <= i and j <= b:
+                        assert outer <= inner * (1 + 1e-9), (seed, m, (a, b), (i, j))
+                        checked += 1
+    assert checked > 50

@@ -16,8 +16,11 @@ change hands:
   A bounded run costs the agents far less than an unbounded one (measured on
   ``v3-medium-01``: 0.01 to 0.04 s against 0.12 to 0.4 s), and most questions are asked
   just above or below ``g``. The owner has no static floor (it would need the DCs' devices),
-  so the first question of a range is asked at ``tau`` itself; later ones start from the
-  floors the range's earlier runs proved, as ``dp``'s do;
+  so a question is asked at ``tau`` itself (no ladder of targets below it); what runs
+  proved answers questions without a run, as in ``dp``, and across ranges too: a plan on
+  a range is a plan of every range holding it (its pipeline leaves the other DCs
+  unused), so a plan found inside ``i..j`` bounds ``g(i, j)`` from above, and a floor
+  proven on a range holding ``i..j`` bounds it from below;
 - :class:`OwnerSearch` is ``dp``'s search with the owner's incumbent: a split it offers
   is planned for real at each range's ``M_p`` (a value ``at_most`` took from a plan found at
   another ``M_p`` is an upper bound for it, ``docs/dp.md``; the run at ``M_p``, bounded by
@@ -77,10 +80,28 @@ class OwnerRangeTimes(RangeTimes):
         got = self._search(i, j, m, tau, theta)
         return got if got is not None and got[0] <= tau else None
 
+    def _best_known(self, i, j, m, theta):
+        """The least upper bound the plans found on DCs ``i..j`` or any range inside it
+        give at ``(m, theta)``: a plan of a range inside ``i..j`` is a plan of ``i..j`` (its
+        pipeline leaves the other DCs unused), with the same ``T_p`` and ``max R``."""
+        best = None
+        for a in range(i, j + 1):
+            for b in range(a, j + 1):
+                got = super()._best_known(a, b, m, theta)
+                if got is not None and (best is None or got[0] < best[0]):
+                    best = got
+        return best
+
     def _floor(self, i, j, m, theta) -> float:
-        """The floors the range's runs proved (no static floor: 0)."""
-        self.static.setdefault((i, j, m), 0.0)
-        return super()._floor(i, j, m, theta)
+        """The best floor the runs proved on DCs ``i..j`` or on any range holding it (no
+        static floor): ``g`` of a range is at most ``g`` of a range inside it (the plans
+        of the inner range are plans of the outer one)."""
+        lo = 0.0
+        for a in range(i + 1):
+            for b in range(j, self.runs.owner.public.num_datacenters):
+                self.static.setdefault((a, b, m), 0.0)
+                lo = max(lo, super()._floor(a, b, m, theta))
+        return lo
 
     def _search(self, i, j, m, tau, theta):
         """One range run under ``tau`` (``inf``: unbounded); records what it proves."""
