@@ -61,9 +61,20 @@ class OwnerRangeTimes(RangeTimes):
         self.runs = runs
 
     def at_most(self, i: int, j: int, m: int, tau: float, theta: float):
-        """As :meth:`RangeTimes.at_most`; with no floor proven for the range yet (the owner
-        has no static one), the question is asked at ``tau`` itself: a run under ``tau``
-        finds ``g`` (a plan) or proves it above ``tau``.
+        """As :meth:`RangeTimes.at_most`, without its ladder: what the runs proved answers
+        the question if it can (a known plan within ``tau``, a floor above it), else one
+        run under ``tau`` finds ``g`` (a plan) or proves it above ``tau``.
+
+        Parameters
+        ----------
+        i, j : int
+            The range's first and last DC.
+        m : int
+            ``M_p``.
+        tau : float
+            The target of ``T_p``.
+        theta : float
+            Every ``R_s`` below it.
 
         Returns
         -------
