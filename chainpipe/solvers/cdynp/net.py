@@ -233,8 +233,12 @@ def _handshake(host: str, port: int, ctx: ssl.SSLContext) -> ssl.SSLSocket:
 def keep_alive(sock: socket.socket) -> None:
     """Find out within about half a minute that the host at the other end has gone
     silent (TCP keepalive probes, and a bound on unacknowledged data where the platform
-    has one): a run must not wait for a vanished party for the system's 15 minutes."""
-    options = [(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)]
+    has one): a run must not wait for a vanished party for the system's 15 minutes. And
+    no Nagle delay: every frame leaves in one write (:func:`.wire.send`), and a frame
+    sent right after another (a header, then a message, then events) must not wait for
+    the peer's delayed acknowledgement of the first."""
+    options = [(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1),
+               (socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)]
     for name, value in (("TCP_KEEPIDLE", 10), ("TCP_KEEPINTVL", 5), ("TCP_KEEPCNT", 3),
                         ("TCP_USER_TIMEOUT", 30_000)):
         if hasattr(socket, name):
