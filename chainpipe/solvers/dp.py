@@ -417,7 +417,8 @@ class _Search:
     def _label_loop(self):
         """Walk the layers backwards: filter each layer's states, then put every stage
         option worth trying before each state's labels (the compiled kernels of
-        :mod:`.label_kernel`; the invariants are stated in ``docs/dp.md``).
+        :mod:`.label_kernel`; the invariants are stated in ``docs/dp.md``), those into an
+        earlier datacenter once per datacenter (:meth:`_crossings`).
 
         Returns the states (for back-tracking) and the best complete plan
         ``(T, parent)``, or ``None`` when no plan beats ``upper``.

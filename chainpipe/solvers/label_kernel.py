@@ -15,6 +15,10 @@ crossed); the kernels do the work per label:
   parallelism, the rule across states of one datacenter
   (:func:`chainpipe.solvers.labels.across_usage`), and per label its assembled ``T``
   and its *killer* (:func:`chainpipe.solvers.labels.killers`);
+- :func:`union_front`: the labels of a datacenter's states at one layer that no other
+  of them dominates, which the moves into an earlier datacenter extend once for all of
+  those states (such a move and every completion after it do not depend on the state's
+  devices in use);
 - :func:`advance`, one call per move: :func:`survivors` (the stage options whose
   optimistic completion, with the state's least label values, stays below the bound),
   then :func:`extend` (each survivor before every label: the bound per label, complete
