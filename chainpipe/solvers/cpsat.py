@@ -19,9 +19,8 @@ Options: ``log_search_progress`` (bool), ``hint`` (``None``, ``"dp"`` or a
 :class:`~chainpipe.plan.Plan`; off by default, recorded in the statistics when used),
 ``max_rounds`` (int, default 3), ``features`` (the strengthenings, :data:`ALL_FEATURES`;
 default :data:`FEATURES`), ``write_model`` (a ``.pbtxt``/``.txt`` file for the first
-round's model as protobuf text, ``.pb`` for binary; written atomically), ``cutoff``
-(seconds: only plans no slower are modelled; the bound is then at most it unless the
-tables' bound is higher, :func:`run`).
+round's model as protobuf text, ``.pb`` for binary; written atomically). The outer
+enumeration also passes its sub-solves a ``cutoff`` (:func:`run`).
 
 The scaling plan is the best of two cheap heuristics (:func:`heuristic_plan`), never the
 DP's: the solve proves on its own.
@@ -64,16 +63,17 @@ from .mip import backend_seconds
 
 
 def run(instance, *, deadline=None, seed=0, threads=1, log=None, log_search_progress=False,
-        hint=None, max_rounds=3, write_model=None, features=None, cutoff=None,
-        **options) -> Outcome:
+        hint=None, max_rounds=3, write_model=None, features=None, **options) -> Outcome:
     """Solve ``instance`` with CP-SAT; see the module docstring for the guarantees.
 
-    ``cutoff`` (seconds, one pipeline): what the caller needs to know is a plan faster
+    ``cutoff`` (a keyword the outer enumeration passes, not a command-line option;
+    seconds, one pipeline): what the caller needs to know is a plan faster
     than it or a proof that there is none; the model then holds only the plans no slower
     than ``min(cutoff, T_h)`` (``T_h`` the heuristic plan's), and its bound holds for
     those alone: the bound reported is ``min(model bound, cutoff)`` or the tables' own
     bound, whichever is higher (``docs/cpsat.md``, "Cutoffs").
     """
+    cutoff = options.pop("cutoff", None)
     if options:
         raise OptionError(f"cpsat: unknown option(s) {', '.join(sorted(options))}")
     if cutoff is not None:
