@@ -32,7 +32,7 @@ import numpy as np
 from .. import cost
 from ..deadline import Deadline
 from ..tables import CostTables, dominated_options, fill_bound, fill_curve
-from .prefix_curve import PrefixCurve
+from .prefix_curve import GRID, PrefixCurve
 
 #: relative slack of every bound test: rounding may keep a label, never cut one
 SLACK = 1e-9
@@ -465,9 +465,12 @@ class PipelineSearch:
         if self.m > 1 and np.isfinite(self.cap) and self.cap > 0:
             lowest = self.first_dc or 0
             highest = t.K - 1 if self.last_dc is None else self.last_dc
+            # windows capped only for one pipeline over the chain: a range's walks, C and U
+            # capped only, then serve its searches at every M_p (and its floors, dp_ranges)
+            windows = self.all_loops and self.first_dc is None
             self.prefix_curve = PrefixCurve.of(t, lowest, highest, self.first_dc is not None,
-                                               self.all_loops)
-            grid = self.prefix_curve.grid(self.cap * (1 + SLACK))
+                                               windows)
+            grid = self.prefix_curve.grid(self.cap * (1 + SLACK))[:len(GRID)]
         J = len(grid)
         self.curve = (np.empty((64, t.L + 1, J)), np.empty((64, t.L + 1, J)), grid)
 

@@ -153,6 +153,11 @@ class PrefixCurve:
         self.t, self.lo, self.hi, self.fixed = tables, first_dc, last_dc, first_fixed
         self.windows = windows
         self._arrays = _arrays(tables)
+        radix, stride, nV, dc_groups, ngr, C, ok, widths, npairs, U, Q = self._arrays
+        own = slice(first_dc, last_dc + 1)  # the walk sees the range's DCs only, from 0
+        local = [np.ascontiguousarray(x[own]) for x in (radix, stride, dc_groups, ngr)]
+        local += [np.ascontiguousarray(x[:, own, own]) for x in (U, Q)]
+        self._local = local
         self.walks: dict[float, np.ndarray] = {}
         self._rows: dict[tuple, tuple] = {}
         self.least, self.tried = None, 0.0
@@ -170,19 +175,22 @@ class PrefixCurve:
 
     def walk(self, lam: float) -> np.ndarray:
         """Per ``(prefix end, DC k0, usage v)``: the least fill of a prefix on DCs up to
-        ``k0`` using at most ``v`` (each group) on ``k0``, under cap ``lam``."""
+        ``k0`` using at most ``v`` (each group) on ``k0``, under cap ``lam`` (``k0`` counted
+        from the range's first DC)."""
         got = self.walks.get(lam)
         if got is None:
-            radix, stride, nV, dc_groups, ngr, C, ok, widths, npairs, U, Q = self._arrays
-            F = forward(lam, self.lo, self.hi, self.fixed, radix, stride, nV, dc_groups, ngr,
-                        C, ok, widths, npairs, U, Q, BUCKETS if self.windows else 1,
+            nV, C, ok, widths, npairs = (self._arrays[2], *self._arrays[5:9])
+            radix, stride, dc_groups, ngr, U, Q = self._local
+            nV = int(np.prod(radix, axis=1).max())
+            F = forward(lam, 0, self.hi - self.lo, self.fixed, radix, stride, nV, dc_groups,
+                        ngr, C, ok, widths, npairs, U, Q, BUCKETS if self.windows else 1,
                         self.windows).min(axis=3)
             got = self.walks[lam] = _at_most(F, radix)
         return got
 
     def fits(self, lam: float) -> bool:
         """Whether the whole model fits the relaxed rules under cap ``lam``."""
-        return bool(np.isfinite(self.walk(lam)[-1, self.hi]).any())
+        return bool(np.isfinite(self.walk(lam)[-1, self.hi - self.lo]).any())
 
     def grid(self, cap: float) -> np.ndarray:
         """Caps from the least one that fits up to the first at or above ``cap``; empty
@@ -209,7 +217,7 @@ class PrefixCurve:
         for i in range(1, len(grid)):
             if (m - 1) * grid[i - 1] >= best:  # every fill is at least 0
                 break
-            fill = self.walk(grid[i])[-1, last_dc].min()
+            fill = self.walk(grid[i])[-1, last_dc - self.lo].min()
             best = min(best, fill + (m - 1) * grid[i - 1])
         return float(best)
 
@@ -222,7 +230,7 @@ class PrefixCurve:
         if got is None:
             grid = self.grid_of(J)
             v = self.room(k0, usage)
-            CF = np.stack([self.walk(lam)[:, k0, v] for lam in grid], axis=1)
+            CF = np.stack([self.walk(lam)[:, k0 - self.lo, v] for lam in grid], axis=1)
             CF[0] = 0.0
             fits = np.isfinite(CF)
             first = np.where(fits.any(axis=1), fits.argmax(axis=1), J)
