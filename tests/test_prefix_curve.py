@@ -67,7 +67,7 @@ def test_the_curve_never_exceeds_a_real_prefix(seed):
             k0 = stages[s][2]
             groups = np.flatnonzero(tables.group_dc == k0)
             usage = [0] * len(groups)
-            for a, e, k, g, d, t in stages[s:]:
+            for _a, _e, k, g, d, t in stages[s:]:
                 if k == k0:
                     usage[g] += d * t
             v = curve.room(k0, tuple(usage))

@@ -32,8 +32,8 @@ from ..plan import Pipeline, Plan, evaluate
 from ..result import Outcome
 from ..tables import CostTables
 from .dp_period import PipelineSearch
-from .prefix_curve import PrefixCurve
 from .dp_ranges import RangeTimes
+from .prefix_curve import PrefixCurve
 
 #: relative width at which the bisection on ``max T_p`` stops (the contract's optimum is
 #: within a relative 1e-6)
@@ -215,6 +215,20 @@ def _curve_floor(tables: CostTables, upper: float) -> float:
     return got if np.isfinite(got) else 0.0
 
 
+def cross_syncs(instance) -> dict[tuple[int, int], float]:
+    """``R_X / H`` per outer span ``(i, j)``, ``i < j``, of an instance (or of the public
+    part the CDynP owner holds: links, layers and training are all it reads)."""
+    K, H = len(instance.links) + 1, instance.training.pipeline_sync_period
+    total = float(sum(ly.params for ly in instance.model.layers))
+    gamma = instance.training.gradient_bytes_per_param
+    out = {}
+    for i in range(K):
+        for j in range(i + 1, K):
+            bw, lat = cost.chain_path(instance.links, i, j)
+            out[i, j] = float(cost.cross_sync_time(total, gamma, bw, lat)) / H
+    return out
+
+
 class _Several:
     """The optimum over plans of ``P >= 2`` pipelines (``docs/dp.md``, "Version 3")."""
 
@@ -222,13 +236,7 @@ class _Several:
         self.inst, self.t, self.deadline, self.best, self.log = instance, tables, deadline, best, log
         self.M, self.K = instance.microbatches, tables.K
         self.H = instance.training.pipeline_sync_period
-        total = float(sum(ly.params for ly in instance.layers))
-        gamma = instance.training.gradient_bytes_per_param
-        self.cross = {}
-        for i in range(self.K):
-            for j in range(i + 1, self.K):
-                bw, lat = cost.chain_path(instance.links, i, j)
-                self.cross[i, j] = float(cost.cross_sync_time(total, gamma, bw, lat)) / self.H
+        self.cross = cross_syncs(instance)
         # one bound for every pipeline search, fixed before the first: T_p + max R below it
         self.upper = best.T - min(self.cross.values())
         self.ranges = RangeTimes(tables, deadline, self.upper, capacity, log)

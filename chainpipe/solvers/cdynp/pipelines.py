@@ -57,7 +57,6 @@ from .drive import guarantee_factor, is_exact
 from .period import frontier_value
 from .public import range_training
 
-
 #: exact mode: the owner's search asks ``dp``'s questions (:mod:`.questions`); ``False``:
 #: the sweep of :func:`several` (split of ``M`` per partition, frontier runs)
 QUESTIONS = True

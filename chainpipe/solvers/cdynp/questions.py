@@ -38,9 +38,8 @@ import math
 import sys
 import types
 
-from ... import cost
 from ...plan import Pipeline, Plan
-from ..dp_pipelines import _Several
+from ..dp_pipelines import _Several, cross_syncs
 from ..dp_ranges import Found, RangeTimes
 
 
@@ -156,13 +155,7 @@ class OwnerSearch(_Several):
         self.runs = runs
         self.M, self.K = public.microbatches, public.num_datacenters
         self.H = public.training.pipeline_sync_period
-        total = float(sum(ly.params for ly in public.model.layers))
-        gamma = public.training.gradient_bytes_per_param
-        self.cross = {}
-        for i in range(self.K):
-            for j in range(i + 1, self.K):
-                bw, lat = cost.chain_path(public.links, i, j)
-                self.cross[i, j] = float(cost.cross_sync_time(total, gamma, bw, lat)) / self.H
+        self.cross = cross_syncs(public)
         self.upper = math.inf
         self.ranges = OwnerRangeTimes(runs)
 
