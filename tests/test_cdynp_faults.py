@@ -60,7 +60,9 @@ def test_a_killed_agent_is_named_without_a_time_limit(tmp_path, fault, dc):
 
 @pytest.mark.parametrize("fault,dc", [("hang:dc3", "dc3"), ("hang:dc2@forward", "dc2")])
 def test_a_hung_agent_is_named_by_the_time_limit(tmp_path, fault, dc):
-    limit = 2.0
+    # above a fresh agent's start on a loaded machine (2.2 s seen at load 4-5): a limit
+    # that ends before every healthy agent has started names no hung one
+    limit = 5.0
     proc, elapsed = _solve(tmp_path, fault, "--time-limit", str(limit))
     res = json.loads(proc.stdout)
     assert res["status"] == "error", res
@@ -69,11 +71,11 @@ def test_a_hung_agent_is_named_by_the_time_limit(tmp_path, fault, dc):
 
 
 def test_a_hung_agent_is_named_after_the_message_timeout_without_a_limit(tmp_path):
-    proc, elapsed = _solve(tmp_path, "hang:dc2", "-O", "message_timeout=2")
+    proc, elapsed = _solve(tmp_path, "hang:dc2", "-O", "message_timeout=5")
     res = json.loads(proc.stdout)
     assert res["status"] == "error", res
-    assert res["message"].startswith("cdynp: the agent of DC 'dc2' sent nothing for 2 s")
-    assert elapsed < 2 + STARTUP_S
+    assert res["message"].startswith("cdynp: the agent of DC 'dc2' sent nothing for 5 s")
+    assert elapsed < 5 + STARTUP_S
 
 
 def test_a_forged_summary_is_named(tmp_path):
