@@ -265,24 +265,24 @@ FINDINGS: dict[str, dict] = {
         'one_pipeline': {'status': 'optimal', 'iteration_time_s': 1.19485, 'pipelines': 1, 'stages': [6]},
         'classic': {'status': 'optimal', 'iteration_time_s': 1.19485, 'plan_under_objective_s': 1.19485},
         'period_changes_optimum': False, 'several_pipelines_win': False},
-    # v3-large-01: 129.7 s (dp, --time-limit 120)
+    # v3-large-01: 32.3 s (dp, --time-limit 120)
     'v3-large-01': {
-        'optimum': {'status': 'feasible', 'iteration_time_s': 9.49534, 'lower_bound_s': None, 'pipelines': 1, 'stages': [18]},
-        'one_pipeline': {'status': 'feasible', 'iteration_time_s': 9.49534, 'lower_bound_s': None, 'pipelines': 1, 'stages': [18]},
+        'optimum': {'status': 'optimal', 'iteration_time_s': 6.86797, 'pipelines': 1, 'stages': [22]},
+        'one_pipeline': {'status': 'optimal', 'iteration_time_s': 6.86797, 'pipelines': 1, 'stages': [22]},
         'classic': {'status': 'optimal', 'iteration_time_s': 5.51097, 'plan_under_objective_s': 9.49534},
-        'period_changes_optimum': None, 'several_pipelines_win': None},
-    # v3-large-02-long-seq: 248.9 s (dp, --time-limit 120)
+        'period_changes_optimum': True, 'several_pipelines_win': False},
+    # v3-large-02-long-seq: 64.1 s (dp, --time-limit 120)
     'v3-large-02-long-seq': {
-        'optimum': {'status': 'feasible', 'iteration_time_s': 18.9526, 'lower_bound_s': None, 'pipelines': 8, 'stages': [2, 3, 3, 3, 3, 2, 3, 3], 'microbatches': [12, 17, 13, 16, 29, 12, 13, 16]},
-        'one_pipeline': {'status': 'feasible', 'iteration_time_s': 28.7654, 'lower_bound_s': None, 'pipelines': 1, 'stages': [16]},
+        'optimum': {'status': 'optimal', 'iteration_time_s': 17.5163, 'pipelines': 8, 'stages': [2, 3, 2, 3, 2, 2, 2, 3], 'microbatches': [11, 16, 12, 16, 33, 12, 12, 16]},
+        'one_pipeline': {'status': 'optimal', 'iteration_time_s': 21.4673, 'pipelines': 1, 'stages': [18]},
         'classic': {'status': 'optimal', 'iteration_time_s': 16.4457, 'plan_under_objective_s': 28.7654},
-        'period_changes_optimum': None, 'several_pipelines_win': None},
-    # v3-large-03-slow-sync8: 274.9 s (dp, --time-limit 120)
+        'period_changes_optimum': True, 'several_pipelines_win': True},
+    # v3-large-03-slow-sync8: 162.7 s (dp, --time-limit 120)
     'v3-large-03-slow-sync8': {
-        'optimum': {'status': 'feasible', 'iteration_time_s': 16.721, 'lower_bound_s': None, 'pipelines': 8, 'stages': [3, 3, 3, 3, 3, 2, 3, 3], 'microbatches': [11, 17, 13, 16, 30, 12, 13, 16]},
-        'one_pipeline': {'status': 'feasible', 'iteration_time_s': 31.3075, 'lower_bound_s': None, 'pipelines': 1, 'stages': [13]},
+        'optimum': {'status': 'feasible', 'iteration_time_s': 15.2849, 'lower_bound_s': None, 'pipelines': 8, 'stages': [2, 3, 2, 2, 2, 2, 2, 2], 'microbatches': [11, 17, 12, 15, 33, 12, 12, 16]},
+        'one_pipeline': {'status': 'optimal', 'iteration_time_s': 22.0696, 'pipelines': 1, 'stages': [16]},
         'classic': {'status': 'optimal', 'iteration_time_s': 17.8851, 'plan_under_objective_s': 31.3075},
-        'period_changes_optimum': None, 'several_pipelines_win': None},
+        'period_changes_optimum': True, 'several_pipelines_win': True},
 }
 
 
