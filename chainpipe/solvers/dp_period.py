@@ -32,7 +32,7 @@ import numpy as np
 from .. import cost
 from ..deadline import Deadline
 from ..tables import CostTables, dominated_options, fill_bound, fill_curve
-from .prefix_curve import GRID, PrefixCurve
+from .prefix_curve import PrefixCurve
 
 #: relative slack of every bound test: rounding may keep a label, never cut one
 SLACK = 1e-9
@@ -470,7 +470,7 @@ class PipelineSearch:
             windows = self.all_loops and self.first_dc is None
             self.prefix_curve = PrefixCurve.of(t, lowest, highest, self.first_dc is not None,
                                                windows)
-            grid = self.prefix_curve.grid(self.cap * (1 + SLACK))[:len(GRID)]
+            grid = self.prefix_curve.grid(self.cap * (1 + SLACK))[:self.prefix_curve.steps]
         J = len(grid)
         self.curve = (np.empty((64, t.L + 1, J)), np.empty((64, t.L + 1, J)), grid)
 

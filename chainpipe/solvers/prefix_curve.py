@@ -37,6 +37,10 @@ LEAST_RTOL = 1e-3
 #: the grid of caps above the least one (relative steps)
 GRID = (0.0, 0.002, 0.004, 0.007, 0.01, 0.015, 0.02, 0.03, 0.04, 0.055, 0.07, 0.09, 0.12,
         0.15, 0.2, 0.25, 0.32, 0.4, 0.5, 0.65, 0.8, 1.0)
+#: the grid and the bisection's width where the windows are not capped (a range's walks):
+#: its floors weigh the fill more than the period, and coarser caps halve its walks
+COARSE_GRID = (0.0, 0.004, 0.01, 0.02, 0.04, 0.07, 0.12, 0.2, 0.32, 0.5, 0.8, 1.0)
+COARSE_RTOL = 4e-3
 #: the most caps of a grid (past :data:`GRID`, each 1.5 times the last)
 MOST = 40
 #: the forward walk's relative slack on every test (rounding only keeps prefixes)
@@ -152,6 +156,8 @@ class PrefixCurve:
                  windows: bool):
         self.t, self.lo, self.hi, self.fixed = tables, first_dc, last_dc, first_fixed
         self.windows = windows
+        #: how many caps of the grid the floors use (twice the least cap)
+        self.steps = len(GRID if windows else COARSE_GRID)
         self._arrays = _arrays(tables)
         radix, stride, nV, dc_groups, ngr, C, ok, widths, npairs, U, Q = self._arrays
         own = slice(first_dc, last_dc + 1)  # the walk sees the range's DCs only, from 0
@@ -210,7 +216,7 @@ class PrefixCurve:
         ``m`` microbatches whose period is at most ``cap`` and whose last stage lies in a DC
         up to ``last_dc``: the least over the grid of ``F_i + (m - 1) lam_{i - 1}``, ``F_i``
         the least fill of the whole model under cap ``lam_i``; ``inf`` if none fits."""
-        grid = self.grid(cap)[:len(GRID)]  # (past GRID the walks grow dear, the gain small)
+        grid = self.grid(cap)[:self.steps]  # (past them the walks grow dear, the gain small)
         if not len(grid):
             return np.inf
         best = (m - 1) * grid[-1] if grid[-1] < cap else np.inf  # periods past the grid
@@ -241,7 +247,8 @@ class PrefixCurve:
 
     def grid_of(self, J: int) -> np.ndarray:
         """The first ``J`` caps of the grid (:meth:`grid` has made them)."""
-        out = [self.least * (1 + step) for step in GRID[:J]]
+        steps = GRID if self.windows else COARSE_GRID
+        out = [self.least * (1 + step) for step in steps[:J]]
         while len(out) < J:
             out.append(out[-1] * 1.5)
         return np.asarray(out)
@@ -256,7 +263,8 @@ class PrefixCurve:
         """The largest cap found not to fit (to :data:`LEAST_RTOL`: the grid starts there),
         searched below ``cap`` upwards from the slowest layer's least ``C`` (walks under
         large caps are dear); ``None`` if the model does not fit under ``cap``."""
-        lo = self._layer_floor() * (1 - LEAST_RTOL)
+        rtol = LEAST_RTOL if self.windows else COARSE_RTOL
+        lo = self._layer_floor() * (1 - rtol)
         hi = lo
         while True:
             hi = min(hi * 1.25, cap)
@@ -265,7 +273,7 @@ class PrefixCurve:
             if hi >= cap:
                 return None
             lo = hi
-        while hi - lo > LEAST_RTOL * hi:
+        while hi - lo > rtol * hi:
             mid = 0.5 * (lo + hi)
             if self.fits(mid):
                 hi = mid
