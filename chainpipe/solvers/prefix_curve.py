@@ -159,7 +159,7 @@ class PrefixCurve:
         #: how many caps of the grid the floors use (twice the least cap)
         self.steps = len(GRID if windows else COARSE_GRID)
         self._arrays = _arrays(tables)
-        radix, stride, nV, dc_groups, ngr, C, ok, widths, npairs, U, Q = self._arrays
+        radix, stride, _, dc_groups, ngr, *_, U, Q = self._arrays
         own = slice(first_dc, last_dc + 1)  # the walk sees the range's DCs only, from 0
         local = [np.ascontiguousarray(x[own]) for x in (radix, stride, dc_groups, ngr)]
         local += [np.ascontiguousarray(x[:, own, own]) for x in (U, Q)]
@@ -185,7 +185,7 @@ class PrefixCurve:
         from the range's first DC)."""
         got = self.walks.get(lam)
         if got is None:
-            nV, C, ok, widths, npairs = (self._arrays[2], *self._arrays[5:9])
+            C, ok, widths, npairs = self._arrays[5:9]
             radix, stride, dc_groups, ngr, U, Q = self._local
             nV = int(np.prod(radix, axis=1).max())
             F = forward(lam, 0, self.hi - self.lo, self.fixed, radix, stride, nV, dc_groups,
@@ -260,9 +260,10 @@ class PrefixCurve:
                        for i, u in enumerate(usage)))
 
     def _least(self, cap: float):
-        """The largest cap found not to fit (to :data:`LEAST_RTOL`: the grid starts there),
-        searched below ``cap`` upwards from the slowest layer's least ``C`` (walks under
-        large caps are dear); ``None`` if the model does not fit under ``cap``."""
+        """The largest cap found not to fit (to :data:`LEAST_RTOL`, or :data:`COARSE_RTOL`
+        without the windows: the grid starts there), searched below ``cap`` upwards from
+        the slowest layer's least ``C`` (walks under large caps are dear); ``None`` if the
+        model does not fit under ``cap``."""
         rtol = LEAST_RTOL if self.windows else COARSE_RTOL
         lo = self._layer_floor() * (1 - rtol)
         hi = lo
