@@ -463,13 +463,7 @@ class PipelineSearch:
         :func:`.period_kernel.curve_floor` reads."""
         t, grid = self.t, np.empty(0)
         if self.m > 1 and np.isfinite(self.cap) and self.cap > 0:
-            lowest = self.first_dc or 0
-            highest = t.K - 1 if self.last_dc is None else self.last_dc
-            # windows capped only for one pipeline over the chain: a range's walks, C and U
-            # capped only, then serve its searches at every M_p (and its floors, dp_ranges)
-            windows = self.all_loops and self.first_dc is None
-            self.prefix_curve = PrefixCurve.of(t, lowest, highest, self.first_dc is not None,
-                                               windows)
+            self.prefix_curve = search_curve(t, self.m, self.first_dc, self.last_dc)
             grid = self.prefix_curve.grid(self.cap * (1 + SLACK))[:self.prefix_curve.steps]
         J = len(grid)
         self.curve = (np.empty((64, t.L + 1, J)), np.empty((64, t.L + 1, J)), grid)
@@ -698,3 +692,16 @@ def _grown(a: np.ndarray) -> np.ndarray:
     out = np.empty((2 * len(a),) + a.shape[1:])
     out[:len(a)] = a
     return out
+
+
+def search_curve(tables: CostTables, m: int, first_dc: int | None,
+                 last_dc: int | None) -> PrefixCurve:
+    """The prefix curve a search of ``m`` microbatches on DCs ``first_dc..last_dc``
+    (``None``: from the first, to the last) uses. Its windows are capped only for one
+    pipeline over the chain where every loop counts: a range's walks, ``C`` and ``U``
+    capped only, then serve its searches at every ``M_p`` (and its floors, ``dp_ranges``)."""
+    training = tables.instance.training
+    every_loop = (training.objective == "period" and tables.schedule == "1f1b"
+                  and m > tables.L)
+    return PrefixCurve.of(tables, first_dc or 0, tables.K - 1 if last_dc is None else last_dc,
+                          first_dc is not None, every_loop and first_dc is None)

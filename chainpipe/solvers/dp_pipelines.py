@@ -31,9 +31,8 @@ from ..deadline import Deadline, TimeUp
 from ..plan import Pipeline, Plan, evaluate
 from ..result import Outcome
 from ..tables import CostTables
-from .dp_period import PipelineSearch
+from .dp_period import PipelineSearch, search_curve
 from .dp_ranges import RangeTimes
-from .prefix_curve import PrefixCurve
 
 #: relative width at which the bisection on ``max T_p`` stops (the contract's optimum is
 #: within a relative 1e-6)
@@ -208,9 +207,7 @@ def _curve_floor(tables: CostTables, upper: float) -> float:
     M = tables.M
     if M <= 1 or not np.isfinite(upper):
         return 0.0
-    training = tables.instance.training
-    windows = training.objective == "period" and tables.schedule == "1f1b" and M > tables.L
-    curve = PrefixCurve.of(tables, 0, tables.K - 1, False, windows)
+    curve = search_curve(tables, M, None, None)
     got = curve.least_time(M, upper / (M - 1), tables.K - 1)
     return got if np.isfinite(got) else 0.0
 
