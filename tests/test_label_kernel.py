@@ -83,3 +83,53 @@ def test_union_front_matches_the_rules():
                 later = [b for b in range(a + 1, len(rows)) if rows[b, 2] <= rows[a, 2]
                          and rows[b, 1] + max(rows[b, 3] - rows[a, 3], 0.0) <= rows[a, 1]]
                 assert kill == (later[0] if shifted and later else len(rows))
+
+
+def _stage_figures(tables, stages):
+    """Per stage ``(start, end, dc, group in dc, d, t)``: its flattened group and ``C``."""
+    out = []
+    for a, b, k, gi, d, t in stages:
+        g = next(h for h, grp in enumerate(tables.groups) if grp.dc == k and grp.index == gi)
+        opts = tables.options(g)
+        c = next(c for c in range(len(opts.d)) if opts.d[c] == d and opts.t[c] == t)
+        out.append((g, int(opts.width[c]), float(opts.compute_time[c, a, b])))
+    return out
+
+
+def test_chain_floors_stay_below_the_brute_force_optimum():
+    """The floors by position (``dp.ChainCapacity``) against optimal plans: the whole
+    chain's floor is at most the optimum's bottleneck, and the floor of each prefix of
+    the optimum (the DCs before its stage's and the devices that stage and the later
+    ones leave free there, its stages at the positions after) at most that prefix's
+    largest ``C``."""
+    from chainpipe.solvers import dp
+    from chainpipe.tables import CostTables
+    from helpers import brute_force_hybrid, random_hybrid_instance
+
+    checked = 0
+    for seed in range(400):
+        inst = random_hybrid_instance(seed, max_layers=5)
+        tables = CostTables(inst)
+        if tables.schedule == "gpipe" or tables.M < 2 or tables.infeasibility_reason():
+            continue
+        T, stages = brute_force_hybrid(inst)
+        if stages is None:
+            continue
+        figures = _stage_figures(tables, stages)
+        chain = dp.ChainCapacity(tables, dp.usage_caps(tables), lambda: None)
+        bottleneck = max(c for _, _, c in figures)
+        total = float(tables.flop_prefix[-1])
+        assert chain.bottleneck(1e-3 * bottleneck, total) <= bottleneck * (1 + 1e-12)
+        chain.set_grid(np.geomspace(1e-3 * bottleneck, 10 * bottleneck, 120))
+        for j in range(1, len(stages)):  # stage j, with p = S - j - 1 stages after it
+            k0, a = stages[j][2], stages[j][0]
+            used = {g: 0 for g in range(tables.G) if tables.groups[g].dc == k0}
+            for (g, w, _), st in zip(figures[j:], stages[j:]):
+                if st[2] == k0:
+                    used[g] += w
+            free = [(g, int(tables.count[g]) - n) for g, n in used.items()]
+            q = len(stages) - j  # the prefix's positions: p + 2 and on (0-based p + 1)
+            floor = chain.prefix_floors(k0, free, q, tables.flop_prefix[a:a + 1])[0]
+            assert floor <= max(c for _, _, c in figures[:j]) * (1 + 1e-12), (seed, j)
+        checked += 1
+    assert checked >= 40

@@ -304,6 +304,14 @@ def _first_bound(tables: CostTables, deadline: Deadline):
         deadline.check()
         alone.append(float(capacity.needed(capacity.curve(
             [g for g in np.flatnonzero(tables.group_dc == k).tolist()], []), total)))
+    if shared is not None and ChainCapacity.useful(tables):
+        # stages by position along the chain: a floor for every plan, alone or across
+        chain = shared.chain = ChainCapacity(tables, capacity.count, deadline.check)
+        floor = chain.bottleneck(across, total)
+        alone = [max(b, floor) for b in alone]
+        across = max(across, floor)
+        if floor > 0:
+            chain.set_grid(np.geomspace(CHAIN_LOW * floor, CHAIN_HIGH * floor, CHAIN_POINTS))
     return max(tables.lower_bound, tables.bound_with_floors(alone, across)), shared
 
 
@@ -323,6 +331,7 @@ class _Search:
         #: moves into an earlier datacenter once per datacenter, from the front of its
         #: states' labels (:meth:`_crossings`); per state in :class:`_Feasible`
         self.merge_crossings = True
+        self.chain = None  # the floors by position, set by _prepare_bounds
 
     def run(self):
         """The best complete plan below ``upper`` as ``(T, stages)``, or ``None``; the CPU
@@ -454,25 +463,33 @@ class _Search:
             merge = self.merge_crossings
             for key, (X, _parents) in list(layer.items()):
                 self.deadline.check()
+                placed = self._placed(X)
                 for move in self._moves(b, key):
                     if not merge or move[1] == key[0] or key[0] == K:
-                        self._advance(b, key, X, move)
+                        self._advance(b, key, X, move, placed)
             if merge:
                 for key, X, moves in self._crossings(b, layer, sync, steady):
                     self.deadline.check()
+                    placed = self._placed(X)
                     for move in moves:
-                        self._advance(b, key, X, move)
+                        self._advance(b, key, X, move, placed)
         return states, self.best
 
-    def _advance(self, b: int, key, X, move) -> None:
-        """One move before the labels ``X`` of state ``key`` at layer ``b``:
-        :func:`.label_kernel.advance` (the arena grown when it lacks room), the
-        extension recorded in :attr:`metas`, a complete plan found kept in :attr:`best`."""
+    def _placed(self, X) -> int:
+        """The fewest stages placed of the labels ``X`` (what the chain floors of their
+        prefixes read, :class:`ChainCapacity`); 0 when the search has none."""
+        return 0 if self.chain is None else int(X[:, 2].min())
+
+    def _advance(self, b: int, key, X, move, placed: int = 0) -> None:
+        """One move before the labels ``X`` of state ``key`` at layer ``b``, the fewest
+        stages placed of which is ``placed``: :func:`.label_kernel.advance` (the arena
+        grown when it lacks room), the extension recorded in :attr:`metas`, a complete
+        plan found kept in :attr:`best`."""
         g, k0, gl, u, U, Q = move
         table = self.cands[g][b]
         if table is None:
             return
-        bounds = self._prefix_bounds(k0, u, gl, g)
+        bounds = self._prefix_bounds(k0, u, gl, g, placed)
         arena = self.arena
         while True:
             live, pair, lab, short = self.kernel.advance(X, table, *bounds, U, Q, self.live,
@@ -584,6 +601,9 @@ class _Search:
         # the spread of rates a weak bound); per k0, the DCs before it at full count
         if not self.use_fill:
             self.capacity = None
+        chain = None if self.capacity is None else self.capacity.chain
+        #: the floors by position (:class:`ChainCapacity`), when the run built them
+        self.chain = chain if chain is not None and len(chain.grid) else None
         self.before_groups = _PerDC(lambda k: np.flatnonzero(t.group_dc < k).tolist())
         self.curves: dict = {}
         # a prefix [0, a) that does not stay inside DC k0 crosses a link at some boundary
@@ -642,6 +662,20 @@ class _Search:
             got = self.curves[nkey] = (need, gain)
         return got
 
+    def _chain_floor(self, nkey, placed: int) -> np.ndarray:
+        """Per prefix end ``a``: the chain floor (:class:`ChainCapacity`) under the
+        bottleneck of ``[0, a)`` once the state ``nkey`` holds ``placed + 1`` stages (the
+        prefix's at position ``placed + 2`` or later); shared by a run's trials."""
+        chain = self.chain
+        key = (nkey, min(placed + 1, len(chain.needs) - 1))
+        got = chain.floors.get(key)
+        if got is None:
+            k0, used = nkey
+            free = [(h, self.true_count[h] - x) for h, x in zip(self.groups_of[k0], used)]
+            got = chain.floors[key] = chain.prefix_floors(k0, free, key[1], self.flop_arr)
+            got[0] = 0.0
+        return got
+
     def _free_curve(self, k0, u):
         """The devices free on DCs <= ``k0`` at usage ``u``: their total rate and the
         breakpoints of the fill curve of a prefix on them, in steps of the cap
@@ -655,19 +689,21 @@ class _Search:
             got = self.free_rate[(k0, u)] = (sum(groups_free), curve_x)
         return got
 
-    def _prefix_bounds(self, k0, u, gl, g) -> tuple:
+    def _prefix_bounds(self, k0, u, gl, g, placed: int = 0) -> tuple:
         """What :func:`.label_kernel.survivors` needs of a move on group ``g`` of DC
         ``k0`` at usage ``u``, from ``targets`` to ``free``: the optimistic completion of
         the prefix ``[0, a)`` on DCs <= k0 (its sum on the widest stage of the fastest
         devices, its bottleneck at least its largest layer so, its FLOP spread over every
         device still free, held by them, and crossing links when one DC cannot hold it),
         and the state each width leads to. Once per ``(k0, u, g)``."""
-        key = (k0, u, g)
+        if self.chain is not None:  # positions count up to the chain's last
+            placed = min(placed, len(self.chain.needs))
+        key = (k0, u, g, placed)
         got = self.bound_args.get(key)
         if got is None:
             base, curve_x = self._free_curve(k0, u)
             free = self.count[g] - u[gl]
-            need, gain, targets = self._per_width(k0, u, gl, g, free)
+            need, gain, targets = self._per_width(k0, u, gl, g, free, placed)
             prefix = self.prefix_rows.get(k0)
             if prefix is None:
                 prefix = self.prefix_rows[k0] = np.vstack(
@@ -677,7 +713,7 @@ class _Search:
             got = self.bound_args[key] = (targets, prefix, curve_x, need, gain, move)
         return got
 
-    def _per_width(self, k0, u, gl, g, free):
+    def _per_width(self, k0, u, gl, g, free, placed: int = 0):
         """Per width of group ``g`` (its slot): the capacity floors of
         :meth:`_needed_curve` (two arrays ``(widths, L + 1)``; ``inf`` rows for widths
         above ``free``, which no row uses) and the id of the state a stage of that width
@@ -695,7 +731,8 @@ class _Search:
             targets.append(self._key_id(nkey))
             if self.capacity is not None:
                 curve = self._needed_curve(k0, u, gl, w)
-                need.append(curve[0])
+                need.append(curve[0] if self.chain is None else
+                            np.maximum(curve[0], self._chain_floor(nkey, placed)))
                 gain.append(curve[1])
         if self.capacity is None:
             need, gain = self._no_floors
@@ -953,6 +990,8 @@ class LayerCapacity:
         self.count = count
         #: the deadline's check, called in the loops over groups
         self.check = check
+        #: the floors by position (:class:`ChainCapacity`) a version-2 search adds, if any
+        self.chain: ChainCapacity | None = None
 
     @staticmethod
     def affordable(tables: CostTables) -> bool:
@@ -1063,6 +1102,145 @@ class LayerCapacity:
                 values += n * self.group_many(g, np.full(len(points), self.count[g]), points)
             self._before[key] = (points, values)
         return self._before[key]
+
+
+class ChainCapacity:
+    """What the devices of a chain's first DCs hold under a bottleneck ``B``, seeing that
+    a stage's memory depends on its position (``docs/dp.md``, "The chain floor").
+
+    Under 1F1B a stage at position ``q`` (1 = the last stage) stashes ``min(M, q)``
+    microbatches, and a pipeline visits the DCs in chain order, so the stages of a DC
+    sit at later positions than those of every DC after it: a prefix of the chain that
+    comes before ``p`` stages holds at most what its stages hold at positions ``p + 1``
+    and on. Per group the most its devices hold with ``s`` stages, the ``j``-th of them
+    at position ``q + j`` or later (:func:`.label_kernel.position_knapsack`), then per DC
+    from the last one placed (:func:`.label_kernel.chain_held`): a floor under the
+    bottleneck of the whole chain (``hybrid-large`` seed 2: 0.62 with
+    :class:`LayerCapacity`, 0.95 with this; its optimum's is 1.02) and of a label's
+    prefix, by the label's stage count.
+
+    Floors are read on a grid of bottlenecks (the largest point under which the devices
+    do not hold the FLOP); positions are counted up to :data:`CHAIN_POSITIONS` (a later
+    position counts as that one: its stash is no smaller).
+
+    Parameters
+    ----------
+    tables : CostTables
+    count : list of int
+        Per group, the most devices a plan may use (:func:`usage_caps`).
+    check : callable
+        Called between groups (a deadline's check).
+    """
+
+    def __init__(self, tables: CostTables, count: list[int], check):
+        from . import label_kernel
+
+        self.kernel = label_kernel
+        self.t, self.count, self.check = tables, count, check
+        need = tables.in_flight(1)
+        kinds: dict = {}
+        self.kind_of = np.zeros(tables.G, dtype=np.int64)
+        self.kinds: list = []  # per kind: sorted ranges, widths, count
+        below = 0  # the largest in-flight limit below M (where positions stop mattering)
+        for g in range(tables.G):
+            check()
+            opts = tables.options(g)
+            # what C and N read (not the DC's link, which only R reads)
+            key = (tables._options_key(g)[:5], count[g])
+            if key not in kinds:
+                kinds[key] = len(self.kinds)
+                ranges = label_kernel.sorted_ranges(opts.compute_time, opts.max_in_flight,
+                                                    tables.stage_flop, need)
+                n = ranges[2][ranges[2] < tables.M]
+                below = max(below, int(n.max(initial=0)))
+                self.kinds.append((ranges, opts.width.astype(np.int64), int(count[g])))
+            self.kind_of[g] = kinds[key]
+        positions = min(tables.M, below + 1, tables.L, CHAIN_POSITIONS)
+        self.needs = np.array([tables.in_flight(q + 1) for q in range(positions)],
+                              dtype=np.int64)
+        self.grid = np.zeros(0)
+        #: a run's prefix floors, per (state key, position) (``dp._Search._chain_floor``)
+        self.floors: dict = {}
+        self.free: list = []
+        self.held = np.zeros((tables.K + 1, positions, 0))
+
+    @staticmethod
+    def useful(tables: CostTables) -> bool:
+        """Whether positions matter (1F1B, more than one microbatch) and the tables stay
+        within :data:`CHAIN_CELLS` at :data:`CHAIN_POINTS` bottlenecks."""
+        if tables.schedule == "gpipe" or tables.M < 2 or tables.single_device:
+            return False
+        positions = min(tables.M, tables.L, CHAIN_POSITIONS)
+        cells = sum(len(tables.pairs(g)) * c * positions * positions
+                    for g, c in zip(range(tables.G), usage_caps(tables)))
+        return cells * CHAIN_POINTS <= CHAIN_CELLS
+
+    def _tables(self, grid: np.ndarray) -> tuple[list, np.ndarray]:
+        """Per kind the knapsack tables of :func:`.label_kernel.position_knapsack` on
+        ``grid``: the ``free`` ones, and the chain's :func:`.label_kernel.chain_held`."""
+        nq = len(self.needs)
+        S = max(1, nq - 1)
+        full = np.empty((len(self.kinds), nq, len(grid), S + 1))
+        free = []
+        for i, (ranges, widths, count) in enumerate(self.kinds):
+            self.check()
+            A = self.kernel.held_on_grid(*ranges, self.needs, grid)
+            full[i], f = self.kernel.position_knapsack(A, widths, count, S)
+            free.append(f)
+        held = self.kernel.chain_held(full, self.kind_of, self.t.group_dc, self.t.K)
+        return free, held
+
+    def bottleneck(self, low: float, flop: float) -> float:
+        """A floor under the bottleneck of any plan of ``flop`` FLOP: bisection on grids
+        of :data:`CHAIN_BISECT` points from ``low`` (a floor already known) up; ``inf``
+        when no bottleneck up to ``low`` times :data:`CHAIN_SPAN` ** 4 holds it (the
+        search proves the rest)."""
+        target = flop / HOLD_SLACK
+        lo, hi = low, low * CHAIN_SPAN ** 4
+        for _ in range(3):
+            grid = np.geomspace(lo, hi, CHAIN_BISECT) if lo > 0 else np.linspace(0, hi,
+                                                                                 CHAIN_BISECT)
+            _, held = self._tables(grid)
+            j = int(np.searchsorted(held[-1, 0], target, side="left"))
+            if j == 0:
+                return lo
+            if j == len(grid):
+                return grid[-1]
+            lo, hi = grid[j - 1], grid[j]
+        return lo
+
+    def set_grid(self, grid: np.ndarray) -> None:
+        """Compute the tables the prefix floors read (:meth:`prefix_floors`) on ``grid``."""
+        self.grid = grid
+        self.free, self.held = self._tables(grid)
+
+    def prefix_floors(self, k0: int, free: list[tuple[int, int]], q: int,
+                      flop: np.ndarray) -> np.ndarray:
+        """Per prefix FLOP in ``flop``: a floor under the bottleneck of a prefix held by
+        the DCs before ``k0`` and the free devices ``(group, free)`` of ``k0``, with its
+        stages at position ``q`` (0-based) or later; 0 where the grid's first point
+        holds it."""
+        q = min(q, len(self.needs) - 1)
+        hold = self.held[k0, q].copy()
+        for g, n in free:
+            table = self.free[self.kind_of[g]]
+            hold += table[q, :, min(max(n, 0), table.shape[2] - 1)]
+        j = np.searchsorted(hold, flop / HOLD_SLACK, side="left")
+        return np.where(j > 0, self.grid[np.maximum(j - 1, 0)], 0.0)
+
+
+#: positions the chain floor tells apart (:class:`ChainCapacity`)
+CHAIN_POSITIONS = 32
+#: bottlenecks of the prefix floors' grid (:class:`ChainCapacity`), geometric from
+#: :data:`CHAIN_LOW` to :data:`CHAIN_HIGH` times the chain's floor
+CHAIN_POINTS = 64
+CHAIN_LOW = 0.7
+CHAIN_HIGH = 1.6
+#: points per round of the chain floor's bisection, and the span of its first grid
+CHAIN_BISECT = 16
+CHAIN_SPAN = 1.5
+#: cells (pairs x devices x positions^2 x grid points) the chain floor may work through
+CHAIN_CELLS = 400_000_000
 
 
 def _most_held(tables: CostTables, opts, need: int) -> tuple[np.ndarray, np.ndarray]:

@@ -844,3 +844,148 @@ def warm() -> None:
     advance(labels, np.zeros((1, 7)), np.zeros(1, dtype=i64), np.zeros((3, 2)), np.zeros(2),
             np.zeros((1, 2)), np.zeros((1, 2)), np.zeros(6), 0.0, 0.0, np.inf, 0,
             np.array([1, 1, 1, 0, 0], dtype=i64), *arena)
+
+
+@njit(cache=True)
+def sorted_ranges(C, N, flop, need):
+    """A group's stage options by ``C``, for :func:`held_on_grid`: per pair ``c``, the
+    first ``count[c]`` entries of the rows of ``cc`` (``C``), ``ff`` (FLOP) and ``nn``
+    (in-flight limit) are its layer ranges with a finite ``C`` that fit ``need``
+    microbatches, by ``C``."""
+    P, L1 = C.shape[0], C.shape[1]
+    m_all = L1 * (L1 - 1) // 2
+    cc = np.empty((P, m_all))
+    ff = np.empty((P, m_all))
+    nn = np.empty((P, m_all), dtype=np.int64)
+    count = np.zeros(P, dtype=np.int64)
+    tc = np.empty(m_all)
+    tf = np.empty(m_all)
+    tn = np.empty(m_all, dtype=np.int64)
+    for c in range(P):
+        m = 0
+        for i in range(L1):
+            for j in range(i + 1, L1):
+                if np.isfinite(C[c, i, j]) and N[c, i, j] >= need:
+                    tc[m], tf[m], tn[m] = C[c, i, j], flop[i, j], N[c, i, j]
+                    m += 1
+        order = np.argsort(tc[:m], kind="mergesort")
+        for r in range(m):
+            cc[c, r], ff[c, r], nn[c, r] = tc[order[r]], tf[order[r]], tn[order[r]]
+        count[c] = m
+    return cc, ff, nn, count
+
+
+@njit(cache=True)
+def held_on_grid(cc, ff, nn, count, needs, grid):
+    """``out[q, i, c]``: the most FLOP one stage with pair ``c`` holds with ``C <=
+    grid[i]`` and an in-flight limit of at least ``needs[q]`` (0 if none), from the
+    ranges of :func:`sorted_ranges` (``needs`` and ``grid`` ascending)."""
+    P = cc.shape[0]
+    nq, ng = len(needs), len(grid)
+    out = np.zeros((nq, ng, P))
+    best = np.zeros(nq)
+    for c in range(P):
+        best[:] = 0.0
+        g = 0
+        for r in range(count[c]):
+            while g < ng and grid[g] < cc[c, r]:
+                out[:, g, c] = best
+                g += 1
+            if g == ng:
+                break
+            for q in range(nq):
+                if nn[c, r] < needs[q]:
+                    break
+                if ff[c, r] > best[q]:
+                    best[q] = ff[c, r]
+        while g < ng:
+            out[:, g, c] = best
+            g += 1
+    return out
+
+
+@njit(cache=True)
+def position_knapsack(A, widths, count, S):
+    """What a group's devices hold by position (``docs/dp.md``, "The chain floor").
+
+    ``A[q, i, c]`` is the most one stage with pair ``c`` holds at position ``q`` (0-based,
+    the last position standing for every later one) under the ``i``-th bottleneck. The
+    ``j``-th stage of the group (from the end of the pipeline) sits at a position at least
+    ``q + j`` when the group's first stage may sit at ``q``: the knapsack gives each stage
+    the position of its rank.
+
+    Returns
+    -------
+    full : numpy.ndarray
+        ``[q, i, s]``: the most FLOP ``count`` devices hold with exactly ``s`` stages
+        (``s = S``: ``S`` or more), ``-inf`` where no choice has ``s`` stages.
+    free : numpy.ndarray
+        ``[q, i, n]``: the most FLOP ``n`` devices hold, with any number of stages.
+    """
+    nq, ng, P = A.shape
+    full = np.empty((nq, ng, S + 1))
+    free = np.empty((nq, ng, count + 1))
+    best = np.empty((count + 1, S + 1))
+    for q in range(nq):
+        for i in range(ng):
+            best[:, :] = -np.inf
+            best[0, 0] = 0.0
+            for n in range(1, count + 1):
+                best[n, :] = best[n - 1, :]
+                for c in range(P):
+                    w = widths[c]
+                    if w > n:
+                        continue
+                    for s in range(S + 1):
+                        v = best[n - w, s]
+                        if v == -np.inf:
+                            continue
+                        val = v + A[min(q + s, nq - 1), i, c]
+                        t = min(s + 1, S)
+                        if val > best[n, t]:
+                            best[n, t] = val
+            full[q, i, :] = best[count, :]
+            for n in range(count + 1):
+                free[q, i, n] = best[n].max()
+    return full, free
+
+
+@njit(cache=True)
+def chain_held(full, kind_of, group_dc, K):
+    """``F[k, q, i]``: the most FLOP the devices of DCs ``0..k-1`` hold under the ``i``-th
+    bottleneck when their stages sit at position ``q`` (0-based) or later, from each
+    group's :func:`position_knapsack` table ``full[kind_of[g]]``: a DC's stages come
+    before those of every later DC in the pipeline, so at later positions (the last
+    position standing for every later one)."""
+    nq, ng, S1 = full.shape[1], full.shape[2], full.shape[3]
+    F = np.zeros((K + 1, nq, ng))
+    V = np.empty(S1)
+    W = np.empty(S1)
+    for k in range(K):
+        for q in range(nq):
+            for i in range(ng):
+                V[:] = -np.inf
+                V[0] = 0.0
+                for g in range(len(group_dc)):
+                    if group_dc[g] != k:
+                        continue
+                    W[:] = -np.inf
+                    for s1 in range(S1):
+                        if V[s1] == -np.inf:
+                            continue
+                        for s2 in range(S1):
+                            x = full[kind_of[g], q, i, s2]
+                            if x == -np.inf:
+                                continue
+                            t = min(s1 + s2, S1 - 1)
+                            if V[s1] + x > W[t]:
+                                W[t] = V[s1] + x
+                    V[:] = W
+                best = -np.inf
+                for s in range(S1):
+                    if V[s] != -np.inf:
+                        val = V[s] + F[k, min(q + s, nq - 1), i]
+                        if val > best:
+                            best = val
+                F[k + 1, q, i] = best
+    return F
