@@ -477,10 +477,11 @@ class _Search:
 
     def _placed(self, X) -> int:
         """The fewest stages placed of the labels ``X`` (what the chain floors of their
-        prefixes read, :class:`ChainCapacity`); 0 when the search has none."""
-        return 0 if self.chain is None else int(X[:, 2].min())
+        prefixes read, :class:`ChainCapacity`; counted up to where positions stop
+        mattering to them), -1 when the search has none."""
+        return -1 if self.chain is None else min(int(X[:, 2].min()), self.chain_placed)
 
-    def _advance(self, b: int, key, X, move, placed: int = 0) -> None:
+    def _advance(self, b: int, key, X, move, placed: int = -1) -> None:
         """One move before the labels ``X`` of state ``key`` at layer ``b``, the fewest
         stages placed of which is ``placed``: :func:`.label_kernel.advance` (the arena
         grown when it lacks room), the extension recorded in :attr:`metas`, a complete
@@ -602,8 +603,10 @@ class _Search:
         if not self.use_fill:
             self.capacity = None
         chain = None if self.capacity is None else self.capacity.chain
-        #: the floors by position (:class:`ChainCapacity`), when the run built them
+        #: the floors by position (:class:`ChainCapacity`), when the run built them, and
+        #: the stages placed past which they are the same
         self.chain = chain if chain is not None and len(chain.grid) else None
+        self.chain_placed = 0 if self.chain is None else max(0, self.chain.held.shape[1] - 2)
         self.before_groups = _PerDC(lambda k: np.flatnonzero(t.group_dc < k).tolist())
         self.curves: dict = {}
         # a prefix [0, a) that does not stay inside DC k0 crosses a link at some boundary
@@ -614,6 +617,7 @@ class _Search:
         # what each datacenter's devices hold with every C <= cap (for the crossings a
         # prefix needs: it spans at least as many DCs as the fewest that hold it)
         capacity = self.capacity
+        self.held_before: dict = {}  # per k0: dc_hold of the DCs before it, an array
         self.dc_hold = None if capacity is None else _PerDC(
             lambda k: capacity.held(capacity.curve(self.groups_of[k], []), self.cap_limit))
         # (k0, usage) -> (rate of the devices free on DCs <= k0, fill curve of the prefix)
@@ -644,30 +648,50 @@ class _Search:
             if floors is None:
                 here = tuple((h, self.true_count[h] - x)
                              for h, x in zip(self.groups_of[k0], nkey[1]))
-                need, stay, local = capacity.for_prefixes(self.before_groups(k0), here,
-                                                          self.flop_arr)
+                if self.chain is None:
+                    need, stay, local = capacity.for_prefixes(self.before_groups(k0), here,
+                                                              self.flop_arr)
+                else:  # the chain floors (_chain_rows) see the DCs before, by position
+                    local = capacity.curve([], list(here))
+                    stay = capacity.needed(local, self.flop_arr)
+                    need = np.zeros(len(stay))
                 need = np.maximum(need, np.minimum(stay, self.cross_u[k0]))
                 need[0] = 0.0
                 floors = capacity.floors[nkey] = (need, stay, local)
             need, stay, local = floors
             # the fewest DCs whose devices hold [0, a) under the cap, less one: links
             # crossed at distinct boundaries; at least one if DC k0 cannot hold it
-            held = np.cumsum(sorted(self.dc_hold.upto(k0) + [capacity.held(local, cap_limit)],
-                                    reverse=True))
-            crossings = np.minimum(np.searchsorted(held, self.flop_slack), k0)
-            crossings = np.maximum(crossings, stay > cap_limit)
-            with np.errstate(invalid="ignore"):  # 0 crossings of no link: 0
-                gain = np.where(crossings > 0, crossings * self.cross_q[k0], 0.0)
-            gain[0] = 0.0
+            before = self.held_before.get(k0)
+            if before is None:
+                before = self.held_before[k0] = np.array(self.dc_hold.upto(k0), dtype=float)
+            gain = self.kernel.crossing_gain(before, capacity.held(local, cap_limit),
+                                             self.flop_slack, k0, stay, cap_limit,
+                                             self.cross_q[k0])
             got = self.curves[nkey] = (need, gain)
         return got
 
-    def _chain_floor(self, nkey, placed: int) -> np.ndarray:
-        """Per prefix end ``a``: the chain floor (:class:`ChainCapacity`) under the
-        bottleneck of ``[0, a)`` once the state ``nkey`` holds ``placed + 1`` stages (the
-        prefix's at position ``placed + 2`` or later); shared by a run's trials."""
+    def _chain_rows(self, k0, u, gl, g, placed: int) -> np.ndarray:
+        """:meth:`_chain_floor` per width of group ``g`` (its slot; ``inf`` rows for
+        widths above the free devices, which no row uses), from usage ``u`` of DC ``k0``;
+        shared by a run's trials."""
         chain = self.chain
-        key = (nkey, min(placed + 1, len(chain.needs) - 1))
+        q = min(placed + 1, chain.held.shape[1] - 1)
+        key = (k0, u, g, q)
+        got = chain.rows.get(key)
+        if got is None:
+            free = self.count[g] - u[gl]
+            got = chain.rows[key] = np.array([
+                self._inf_row if w > free else
+                self._chain_floor((k0, u[:gl] + (u[gl] + w,) + u[gl + 1:]), q)
+                for w in self.widths_of[g]])
+        return got
+
+    def _chain_floor(self, nkey, q: int) -> np.ndarray:
+        """Per prefix end ``a``: the chain floor (:class:`ChainCapacity`) under the
+        bottleneck of ``[0, a)`` once the state ``nkey`` is reached, the prefix's stages
+        at position ``q`` (0-based) or later; shared by a run's trials."""
+        chain = self.chain
+        key = (nkey, q)
         got = chain.floors.get(key)
         if got is None:
             k0, used = nkey
@@ -689,21 +713,23 @@ class _Search:
             got = self.free_rate[(k0, u)] = (sum(groups_free), curve_x)
         return got
 
-    def _prefix_bounds(self, k0, u, gl, g, placed: int = 0) -> tuple:
+    def _prefix_bounds(self, k0, u, gl, g, placed: int = -1) -> tuple:
         """What :func:`.label_kernel.survivors` needs of a move on group ``g`` of DC
         ``k0`` at usage ``u``, from ``targets`` to ``free``: the optimistic completion of
         the prefix ``[0, a)`` on DCs <= k0 (its sum on the widest stage of the fastest
         devices, its bottleneck at least its largest layer so, its FLOP spread over every
         device still free, held by them, and crossing links when one DC cannot hold it),
         and the state each width leads to. Once per ``(k0, u, g)``."""
-        if self.chain is not None:  # positions count up to the chain's last
-            placed = min(placed, len(self.chain.needs))
         key = (k0, u, g, placed)
         got = self.bound_args.get(key)
-        if got is None:
+        if got is None and placed >= 0:  # with the chain floors of the fewest stages placed
+            targets, prefix, curve_x, need, gain, move = self._prefix_bounds(k0, u, gl, g, -1)
+            got = self.bound_args[key] = (targets, prefix, curve_x, np.maximum(
+                need, self._chain_rows(k0, u, gl, g, placed)), gain, move)
+        elif got is None:
             base, curve_x = self._free_curve(k0, u)
             free = self.count[g] - u[gl]
-            need, gain, targets = self._per_width(k0, u, gl, g, free, placed)
+            need, gain, targets = self._per_width(k0, u, gl, g, free)
             prefix = self.prefix_rows.get(k0)
             if prefix is None:
                 prefix = self.prefix_rows[k0] = np.vstack(
@@ -713,7 +739,7 @@ class _Search:
             got = self.bound_args[key] = (targets, prefix, curve_x, need, gain, move)
         return got
 
-    def _per_width(self, k0, u, gl, g, free, placed: int = 0):
+    def _per_width(self, k0, u, gl, g, free):
         """Per width of group ``g`` (its slot): the capacity floors of
         :meth:`_needed_curve` (two arrays ``(widths, L + 1)``; ``inf`` rows for widths
         above ``free``, which no row uses) and the id of the state a stage of that width
@@ -731,8 +757,7 @@ class _Search:
             targets.append(self._key_id(nkey))
             if self.capacity is not None:
                 curve = self._needed_curve(k0, u, gl, w)
-                need.append(curve[0] if self.chain is None else
-                            np.maximum(curve[0], self._chain_floor(nkey, placed)))
+                need.append(curve[0])
                 gain.append(curve[1])
         if self.capacity is None:
             need, gain = self._no_floors
@@ -1159,8 +1184,10 @@ class ChainCapacity:
         self.needs = np.array([tables.in_flight(q + 1) for q in range(positions)],
                               dtype=np.int64)
         self.grid = np.zeros(0)
-        #: a run's prefix floors, per (state key, position) (``dp._Search._chain_floor``)
+        #: a run's prefix floors, per (state key, position) (``dp._Search._chain_floor``),
+        #: and stacked per width of a move's group (``dp._Search._chain_rows``)
         self.floors: dict = {}
+        self.rows: dict = {}
         self.free: list = []
         self.held = np.zeros((tables.K + 1, positions, 0))
 
@@ -1177,15 +1204,20 @@ class ChainCapacity:
 
     def _tables(self, grid: np.ndarray) -> tuple[list, np.ndarray]:
         """Per kind the knapsack tables of :func:`.label_kernel.position_knapsack` on
-        ``grid``: the ``free`` ones, and the chain's :func:`.label_kernel.chain_held`."""
-        nq = len(self.needs)
+        ``grid``: the ``free`` ones, and the chain's :func:`.label_kernel.chain_held`.
+        Positions past the last at which a stage holds less than at the one before, on
+        every kind and point of ``grid``, are one position (the tables are the same)."""
+        held_one = [self.kernel.held_on_grid(*ranges, self.needs, grid)
+                    for ranges, _, _ in self.kinds]
+        nq = 1 + max((int(np.flatnonzero((A[1:] != A[:-1]).any(axis=(1, 2))).max(initial=-1))
+                      + 1 for A in held_one), default=0)
         S = max(1, nq - 1)
         full = np.empty((len(self.kinds), nq, len(grid), S + 1))
         free = []
-        for i, (ranges, widths, count) in enumerate(self.kinds):
+        for i, (A, (_, widths, count)) in enumerate(zip(held_one, self.kinds)):
             self.check()
-            A = self.kernel.held_on_grid(*ranges, self.needs, grid)
-            full[i], f = self.kernel.position_knapsack(A, widths, count, S)
+            full[i], f = self.kernel.position_knapsack(np.ascontiguousarray(A[:nq]), widths,
+                                                       count, S)
             free.append(f)
         held = self.kernel.chain_held(full, self.kind_of, self.t.group_dc, self.t.K)
         return free, held
@@ -1220,7 +1252,7 @@ class ChainCapacity:
         the DCs before ``k0`` and the free devices ``(group, free)`` of ``k0``, with its
         stages at position ``q`` (0-based) or later; 0 where the grid's first point
         holds it."""
-        q = min(q, len(self.needs) - 1)
+        q = min(q, self.held.shape[1] - 1)
         hold = self.held[k0, q].copy()
         for g, n in free:
             table = self.free[self.kind_of[g]]

@@ -989,3 +989,25 @@ def chain_held(full, kind_of, group_dc, K):
                             best = val
                 F[k + 1, q, i] = best
     return F
+
+
+@njit(cache=True)
+def crossing_gain(before, local, flop, k0, stay, cap, cross_q):
+    """Per prefix end ``a``: what the fill of ``[0, a)`` gains from the links it must
+    cross (``dp._Search._needed_curve``): the fewest DCs whose devices hold its FLOP
+    under the cap (each DC's most, ``before`` for those before ``k0``, ``local`` for the
+    devices free on ``k0``), less one and at most ``k0``, at least one where ``k0``'s free
+    devices cannot hold it (``stay > cap``), times the least traversal ``cross_q[a]``; 0 at
+    ``a = 0`` and for no crossing."""
+    held = np.empty(len(before) + 1)
+    held[:len(before)] = before
+    held[len(before)] = local
+    held = np.cumsum(np.sort(held)[::-1])
+    gain = np.zeros(len(flop))
+    for a in range(1, len(flop)):
+        c = min(np.searchsorted(held, flop[a]), k0)
+        if c == 0 and stay[a] > cap:
+            c = 1
+        if c > 0:
+            gain[a] = c * cross_q[a]
+    return gain
