@@ -651,10 +651,10 @@ class _Search:
                 if self.chain is None:
                     need, stay, local = capacity.for_prefixes(self.before_groups(k0), here,
                                                               self.flop_arr)
-                else:  # the chain floors (_chain_rows) see the DCs before, by position
-                    local = capacity.curve([], list(here))
-                    stay = capacity.needed(local, self.flop_arr)
-                    need = np.zeros(len(stay))
+                else:  # the chain floors (_chain_rows) see the DCs before, by position;
+                    # the prefix's stages sit at position 2 or later (0-based 1)
+                    stay = self.chain.prefix_floors(k0, here, 1, self.flop_arr, before=False)
+                    need, local = np.zeros(len(stay)), here
                 need = np.maximum(need, np.minimum(stay, self.cross_u[k0]))
                 need[0] = 0.0
                 floors = capacity.floors[nkey] = (need, stay, local)
@@ -664,9 +664,10 @@ class _Search:
             before = self.held_before.get(k0)
             if before is None:
                 before = self.held_before[k0] = np.array(self.dc_hold.upto(k0), dtype=float)
-            gain = self.kernel.crossing_gain(before, capacity.held(local, cap_limit),
-                                             self.flop_slack, k0, stay, cap_limit,
-                                             self.cross_q[k0])
+            here = capacity.held(local, cap_limit) if self.chain is None else \
+                self.chain.held_here(local, 1, cap_limit)
+            gain = self.kernel.crossing_gain(before, here, self.flop_slack, k0, stay,
+                                             cap_limit, self.cross_q[k0])
             got = self.curves[nkey] = (need, gain)
         return got
 
@@ -1246,19 +1247,34 @@ class ChainCapacity:
         self.grid = grid
         self.free, self.held = self._tables(grid)
 
-    def prefix_floors(self, k0: int, free: list[tuple[int, int]], q: int,
-                      flop: np.ndarray) -> np.ndarray:
+    def prefix_floors(self, k0: int, free, q: int, flop: np.ndarray,
+                      before: bool = True) -> np.ndarray:
         """Per prefix FLOP in ``flop``: a floor under the bottleneck of a prefix held by
-        the DCs before ``k0`` and the free devices ``(group, free)`` of ``k0``, with its
-        stages at position ``q`` (0-based) or later; 0 where the grid's first point
-        holds it."""
+        the DCs before ``k0`` (unless not ``before``) and the free devices ``(group,
+        free)`` of ``k0``, with its stages at position ``q`` (0-based) or later; 0 where
+        the grid's first point holds it."""
+        hold = self._here(free, q)
+        if before:
+            hold += self.held[k0, min(q, self.held.shape[1] - 1)]
+        j = np.searchsorted(hold, flop / HOLD_SLACK, side="left")
+        return np.where(j > 0, self.grid[np.maximum(j - 1, 0)], 0.0)
+
+    def held_here(self, free, q: int, bottleneck: float) -> float:
+        """At most what the free devices ``(group, free)`` hold under ``bottleneck``,
+        their stages at position ``q`` or later: their most at the first point of the
+        grid not below it (``inf`` past the grid)."""
+        j = int(np.searchsorted(self.grid, bottleneck, side="left"))
+        return float(self._here(free, q)[j]) if j < len(self.grid) else np.inf
+
+    def _here(self, free, q: int) -> np.ndarray:
+        """What the free devices ``(group, free)`` hold per point of the grid, their
+        stages at position ``q`` (0-based) or later."""
         q = min(q, self.held.shape[1] - 1)
-        hold = self.held[k0, q].copy()
+        hold = np.zeros(len(self.grid))
         for g, n in free:
             table = self.free[self.kind_of[g]]
             hold += table[q, :, min(max(n, 0), table.shape[2] - 1)]
-        j = np.searchsorted(hold, flop / HOLD_SLACK, side="left")
-        return np.where(j > 0, self.grid[np.maximum(j - 1, 0)], 0.0)
+        return hold
 
 
 #: positions the chain floor tells apart (:class:`ChainCapacity`)
