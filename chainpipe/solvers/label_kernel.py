@@ -926,6 +926,7 @@ def position_knapsack(A, widths, count, S):
     full = np.empty((nq, ng, S + 1))
     free = np.empty((nq, ng, count + 1))
     best = np.empty((count + 1, S + 1))
+    least = widths.min() if P else 1
     for q in range(nq):
         for i in range(ng):
             best[:, :] = -np.inf
@@ -936,7 +937,8 @@ def position_knapsack(A, widths, count, S):
                     w = widths[c]
                     if w > n:
                         continue
-                    for s in range(S + 1):
+                    # n - w devices hold at most (n - w) // least stages
+                    for s in range(min(S, (n - w) // least) + 1):
                         v = best[n - w, s]
                         if v == -np.inf:
                             continue
