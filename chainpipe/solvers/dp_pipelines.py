@@ -244,17 +244,25 @@ class _Several:
         (:class:`~chainpipe.solvers.dp_ranges.RangeTimes`)."""
         return self.ranges.at_most(i, j, m, tau, theta)
 
-    def capacity(self, i: int, j: int, tau: float, theta: float, top: int,
-                 floors: bool = False) -> int:
-        """The largest ``m <= top`` whose best ``T_p`` on ``[i, j]`` is at most ``tau``
-        (0 if none): ``T_p`` grows with ``m``, so a bisection finds it. With ``floors``,
-        the largest whose floor is (:meth:`RangeTimes.may_meet`: no search, at least the
-        exact one)."""
+    def capacity(self, i: int, j: int, tau: float, theta: float, top: int) -> int:
+        """The largest ``m <= top`` whose floor on ``[i, j]`` is at most ``tau``
+        (:meth:`RangeTimes.may_meet`: no search; at least the largest ``m`` whose best
+        ``T_p`` is, 0 if none): neither grows with ``m``, so a bisection finds it."""
         lo, hi = 0, top
         while lo < hi:
             mid = (lo + hi + 1) // 2
-            if (self.ranges.may_meet(i, j, mid, tau, theta) if floors else
-                    self.entry(i, j, mid, tau, theta) is not None):
+            if self.ranges.may_meet(i, j, mid, tau, theta):
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+    def _known_cap(self, i: int, j: int, tau: float, theta: float, lo: int, hi: int) -> int:
+        """The largest ``m`` in ``[lo, hi]`` a plan already found meets ``tau`` with
+        (``lo`` if none; what the plans found give does not fall with ``m``)."""
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if self.ranges.meets(i, j, mid, tau, theta):
                 lo = mid
             else:
                 hi = mid - 1
@@ -332,24 +340,50 @@ class _Several:
 
     def reach(self, P, i0, j0, tau, theta):
         """Ranges and a split with every ``T_p <= tau`` and ``max R < theta``: ``(max
-        T_p, chosen)`` or ``None``. A DP over the span (:meth:`_most`) with each range's
-        most microbatches by its floors alone first (no search: more than it can take,
-        so if even those fall short of ``M`` the target is out of reach), then exactly."""
+        T_p, chosen)`` or ``None``.
+
+        Each range's most microbatches at ``tau`` lies between what the plans found give
+        (``lower``) and what its floors allow (``upper``, no search). A DP over the span
+        (:meth:`_most`) picks the ranges the ``upper`` values let take the most: if even
+        they fall short of ``M``, the target is out of reach; if their ``lower`` values
+        reach ``M``, those plans are the answer; else one search narrows one of them
+        (:meth:`_probe`) and the DP runs again. Each search raises a ``lower`` or drops an
+        ``upper``, so this ends, and no range is pinned down further than the answer
+        needs (``v3-large-02``: most ranges' ``upper`` only had to fall a few
+        microbatches, which searches past a range's answer prove cheaply)."""
         top = self.M - (P - 1)
-        if self._most(P, i0, j0, lambda i, k: self.capacity(i, k, tau, theta, top, True)) \
-                is None:
-            return None
-        known: dict = {}
+        upper: dict = {}
 
         def cap(i, k):
-            if (i, k) not in known:
-                known[i, k] = self.capacity(i, k, tau, theta, top)
-            return known[i, k]
+            if (i, k) not in upper:
+                upper[i, k] = self.capacity(i, k, tau, theta, top)
+            return upper[i, k]
 
-        ranges = self._most(P, i0, j0, cap)
-        if ranges is None:
-            return None
-        return self.split(ranges, [known[r] for r in ranges], tau, theta)
+        while True:
+            ranges = self._most(P, i0, j0, cap)
+            if ranges is None:
+                return None
+            ups = [upper[r] for r in ranges]
+            lows = [self._known_cap(*r, tau, theta, 0, u) for r, u in zip(ranges, ups)]
+            if min(lows) >= 1 and sum(lows) >= self.M:
+                return self.split(ranges, lows, tau, theta)
+            r = self._probe(ranges, lows, ups, tau, theta)
+            del upper[r]
+
+    def _probe(self, ranges, lows, ups, tau, theta):
+        """Search one range of ``ranges`` (the widest gap between its ``lows`` and ``ups``
+        entry; the shorter range on a tie) at one ``M_p``: just low enough that "none"
+        brings the ranges' total below ``M`` (a search past a range's answer is cheap),
+        but not below the middle of the gap (a bisection's worst case). No trials above
+        ``tau`` (:meth:`RangeTimes.at_most`): near a long range's time they were the
+        dearest searches of all (``v3-large-03``: 9.8 s for one that found nothing).
+        Returns the range searched."""
+        drop = sum(ups) - self.M + 1
+        k = max(range(len(ranges)), key=lambda q: (ups[q] - lows[q],
+                                                   ranges[q][0] - ranges[q][1]))
+        m = max(ups[k] - drop + 1, (lows[k] + ups[k] + 1) // 2, lows[k] + 1)
+        self.ranges.at_most(*ranges[k], m, tau, theta, above=False)
+        return ranges[k]
 
     def _most(self, P, i0, j0, cap):
         """The ranges of ``P`` pipelines over the span that take the most microbatches

@@ -80,24 +80,26 @@ class RangeTimes:
         self.static: dict[tuple[int, int, int], float] = {}
         self.searches = 0
 
-    def at_most(self, i: int, j: int, m: int, tau: float, theta: float):
+    def at_most(self, i: int, j: int, m: int, tau: float, theta: float, above: bool = True):
         """``(T_p, max R, stages)`` of a plan on DCs ``i..j`` with ``m`` microbatches, every
         ``R < theta`` and ``T_p <= tau`` (the least ``T_p`` when a search had to find it),
         or ``None`` when no such plan exists.
 
         A search at ``tau`` that finds nothing is followed by a few above it (to a known
-        plan's ``T_p`` at most): the bisections ask the same range again at targets a hair
-        higher, which ``g`` itself, once found, answers without searching."""
+        plan's ``T_p`` at most) unless ``above`` is false: the bisections ask the same
+        range again at targets a hair higher, which ``g`` itself, once found, answers
+        without searching."""
         known = self._best_known(i, j, m, theta)
         if known is not None and known[0] <= tau:
             return known
         lo = self._floor(i, j, m, theta)
-        if lo > tau:
+        if lo > tau or lo == np.inf:
             return None
         ceiling = np.inf if known is None else known[0]
         trials = [x for x in (lo * (1 + d) for d in LADDER) if x < min(tau, ceiling)] + [tau]
-        trials += [x for x in (tau * (1 + d) for d in ABOVE) if x < ceiling]
-        if known is not None:
+        if above:
+            trials += [x for x in (tau * (1 + d) for d in ABOVE) if x < ceiling]
+        if above and known is not None:
             trials.append(ceiling)
         for trial in trials:
             got = self._search(i, j, m, trial, theta)
@@ -110,7 +112,16 @@ class RangeTimes:
         found within it, else the floor not above it), without searching; it does not grow
         with ``m`` (nor the floors shrink)."""
         known = self._best_known(i, j, m, theta)
-        return (known is not None and known[0] <= tau) or self._floor(i, j, m, theta) <= tau
+        if known is not None and known[0] <= tau:
+            return True
+        floor = self._floor(i, j, m, theta)
+        return floor <= tau and floor < np.inf  # an infinite floor: no plan at all
+
+    def meets(self, i: int, j: int, m: int, tau: float, theta: float) -> bool:
+        """Whether a plan already found shows ``g(i, j, m, theta) <= tau`` (no search;
+        it does not grow with ``m``)."""
+        known = self._best_known(i, j, m, theta)
+        return known is not None and known[0] <= tau
 
     def _best_known(self, i, j, m, theta):
         """The least upper bound the plans found give at ``(m, theta)``."""
@@ -172,9 +183,9 @@ class RangeTimes:
         if self.log is not None:
             self.log(f"dp: a pipeline on DCs {i}..{j}, M_p = {m}, T_p <= {tau:.6g}: "
                      f"{'found' if done else 'none'} ({search.stats['labels']} labels)")
-        if not done:
+        if not done:  # no plan within tau (and a rounding hair above): g > tau
             self.proven.setdefault((i, j), []).append(
-                (m, theta, tau, self._period_floor(i, j, m)))
+                (m, theta, float(np.nextafter(tau, np.inf)), self._period_floor(i, j, m)))
             return None
         found = self.found.setdefault((i, j), [])
         for _, R_x, parent_x, fill_x, period_x in done:  # every plan kept: upper bounds
