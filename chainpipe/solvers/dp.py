@@ -653,8 +653,9 @@ class _Search:
                                                               self.flop_arr)
                 else:  # the chain floors (_chain_rows) see the DCs before, by position;
                     # the prefix's stages sit at position 2 or later (0-based 1)
-                    stay = self.chain.prefix_floors(k0, here, 1, self.flop_arr, before=False)
-                    need, local = np.zeros(len(stay)), here
+                    stay, local = self.chain.prefix_floors(k0, here, 1, self.flop_arr,
+                                                           before=False)
+                    need = np.zeros(len(stay))
                 need = np.maximum(need, np.minimum(stay, self.cross_u[k0]))
                 need[0] = 0.0
                 floors = capacity.floors[nkey] = (need, stay, local)
@@ -665,7 +666,7 @@ class _Search:
             if before is None:
                 before = self.held_before[k0] = np.array(self.dc_hold.upto(k0), dtype=float)
             here = capacity.held(local, cap_limit) if self.chain is None else \
-                self.chain.held_here(local, 1, cap_limit)
+                self.chain.held_under(local, cap_limit)
             gain = self.kernel.crossing_gain(before, here, self.flop_slack, k0, stay,
                                              cap_limit, self.cross_q[k0])
             got = self.curves[nkey] = (need, gain)
@@ -697,7 +698,7 @@ class _Search:
         if got is None:
             k0, used = nkey
             free = [(h, self.true_count[h] - x) for h, x in zip(self.groups_of[k0], used)]
-            got = chain.floors[key] = chain.prefix_floors(k0, free, key[1], self.flop_arr)
+            got = chain.floors[key] = chain.prefix_floors(k0, free, key[1], self.flop_arr)[0]
             got[0] = 0.0
         return got
 
@@ -1245,36 +1246,33 @@ class ChainCapacity:
     def set_grid(self, grid: np.ndarray) -> None:
         """Compute the tables the prefix floors read (:meth:`prefix_floors`) on ``grid``."""
         self.grid = grid
-        self.free, self.held = self._tables(grid)
+        free, self.held = self._tables(grid)
+        # the kinds' free tables side by side (padded to the most devices), for the kernel
+        most = max(f.shape[2] for f in free)
+        self.free = np.zeros(free[0].shape[:2] + (most,) + (len(free),))
+        for i, f in enumerate(free):
+            self.free[:, :, :f.shape[2], i] = f
+            self.free[:, :, f.shape[2]:, i] = f[:, :, -1:]
 
     def prefix_floors(self, k0: int, free, q: int, flop: np.ndarray,
-                      before: bool = True) -> np.ndarray:
+                      before: bool = True) -> tuple[np.ndarray, np.ndarray]:
         """Per prefix FLOP in ``flop``: a floor under the bottleneck of a prefix held by
         the DCs before ``k0`` (unless not ``before``) and the free devices ``(group,
         free)`` of ``k0``, with its stages at position ``q`` (0-based) or later; 0 where
-        the grid's first point holds it."""
-        hold = self._here(free, q)
-        if before:
-            hold += self.held[k0, min(q, self.held.shape[1] - 1)]
-        j = np.searchsorted(hold, flop / HOLD_SLACK, side="left")
-        return np.where(j > 0, self.grid[np.maximum(j - 1, 0)], 0.0)
+        the grid's first point holds it (:func:`.label_kernel.chain_floor`). Also what
+        they hold per point of the grid."""
+        kinds = np.array([self.kind_of[g] for g, _ in free], dtype=np.int64)
+        counts = np.array([n for _, n in free], dtype=np.int64)
+        return self.kernel.chain_floor(self.held[k0], self.free, kinds, counts,
+                                       min(q, self.held.shape[1] - 1), flop / HOLD_SLACK,
+                                       self.grid, before)
 
-    def held_here(self, free, q: int, bottleneck: float) -> float:
-        """At most what the free devices ``(group, free)`` hold under ``bottleneck``,
-        their stages at position ``q`` or later: their most at the first point of the
-        grid not below it (``inf`` past the grid)."""
+    def held_under(self, hold: np.ndarray, bottleneck: float) -> float:
+        """At most what devices holding ``hold`` per point of the grid (of
+        :meth:`prefix_floors`) hold under ``bottleneck``: their most at the first point
+        not below it (``inf`` past the grid)."""
         j = int(np.searchsorted(self.grid, bottleneck, side="left"))
-        return float(self._here(free, q)[j]) if j < len(self.grid) else np.inf
-
-    def _here(self, free, q: int) -> np.ndarray:
-        """What the free devices ``(group, free)`` hold per point of the grid, their
-        stages at position ``q`` (0-based) or later."""
-        q = min(q, self.held.shape[1] - 1)
-        hold = np.zeros(len(self.grid))
-        for g, n in free:
-            table = self.free[self.kind_of[g]]
-            hold += table[q, :, min(max(n, 0), table.shape[2] - 1)]
-        return hold
+        return float(hold[j]) if j < len(self.grid) else np.inf
 
 
 #: positions the chain floor tells apart (:class:`ChainCapacity`)

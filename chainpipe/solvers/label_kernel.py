@@ -1013,3 +1013,28 @@ def crossing_gain(before, local, flop, k0, stay, cap, cross_q):
         if c > 0:
             gain[a] = c * cross_q[a]
     return gain
+
+
+@njit(cache=True)
+def chain_floor(held, free, kinds, counts, q, flop, grid, before):
+    """Per prefix FLOP in ``flop`` (slack applied): the largest point of ``grid`` under
+    which the devices cannot hold it, 0 if none (``dp.ChainCapacity.prefix_floors``);
+    and what they hold per point. The devices: with ``before``, the DCs before (their
+    :func:`chain_held` row ``held[q]``), and per group of the DC ``counts`` free devices
+    of kind ``kinds`` (``free[q, point, n, kind]``, :func:`position_knapsack`'s), their
+    stages at position ``q`` or later."""
+    ng = len(grid)
+    hold = np.zeros(ng)
+    for g in range(len(kinds)):
+        n = min(max(counts[g], 0), free.shape[2] - 1)
+        for i in range(ng):
+            hold[i] += free[q, i, n, kinds[g]]
+    if before:
+        for i in range(ng):
+            hold[i] += held[q, i]
+    out = np.zeros(len(flop))
+    for a in range(len(flop)):
+        j = np.searchsorted(hold, flop[a])
+        if j > 0:
+            out[a] = grid[j - 1]
+    return out, hold
