@@ -844,6 +844,14 @@ def warm() -> None:
     advance(labels, np.zeros((1, 7)), np.zeros(1, dtype=i64), np.zeros((3, 2)), np.zeros(2),
             np.zeros((1, 2)), np.zeros((1, 2)), np.zeros(6), 0.0, 0.0, np.inf, 0,
             np.array([1, 1, 1, 0, 0], dtype=i64), *arena)
+    # the chain floors' (dp.ChainCapacity): the tables, a prefix's floor, the crossings
+    ranges = sorted_ranges(np.ones((1, 2, 2)), np.ones((1, 2, 2), dtype=i64), np.ones((2, 2)), 1)
+    A = held_on_grid(*ranges, np.ones(1, dtype=i64), np.ones(1))
+    full, free = position_knapsack(A, np.ones(1, dtype=i64), 1, 1)
+    held = chain_held(full[None], np.zeros(1, dtype=i64), np.zeros(1, dtype=i64), 1)
+    chain_floor(held[0], np.ascontiguousarray(free[:, :, :, None]), np.zeros(1, dtype=i64),
+                np.ones(1, dtype=i64), 0, np.ones(2), np.ones(1), True)
+    crossing_gain(np.zeros(1), 0.0, np.zeros(2), 1, np.zeros(2), 1.0, np.zeros(2))
 
 
 @njit(cache=True)
