@@ -140,3 +140,61 @@ def test_seeds_split_the_microbatches_by_flop_rate():
             r = [sum(rates[a:b + 1]) for a, b in blocks]
             assert all(split[i] >= split[j] for i in range(P) for j in range(P)
                        if r[i] > r[j]), (blocks, split, r)
+
+
+def _one_pipeline(inst):
+    return dataclasses.replace(inst, training=dataclasses.replace(
+        inst.training, parallelism=dataclasses.replace(inst.parallelism, pipelines=(1,))))
+
+
+@pytest.mark.parametrize("seed", [s for s in range(64) if s % 2 == 0])
+def test_flow_weighted_loop_rows_are_exact_and_their_lp_a_bound(seed):
+    """The flow-weighted 1F1B loop rows (``FlowFormulation.build(flow_loops=True)``, the
+    LP-first bound): the MIP with them proves the brute-force optimum (they cut off no
+    plan, and with the potentials the model stays exact), and their LP relaxation is at
+    most that optimum, with the optimum as the model's upper bound (which sets the
+    per-column period caps)."""
+    from chainpipe.deadline import Deadline
+    from chainpipe.formulations.ilp_flow import FlowFormulation
+    from chainpipe.solvers.highs import solve_highs
+    from chainpipe.tables import CostTables
+
+    inst, _T = _reference(seed)
+    one = _one_pipeline(inst)
+    ref = brute_force_v3(one).get(1, (math.inf,))[0]
+    if not math.isfinite(ref):
+        return
+    for exits in (True, False):
+        form = FlowFormulation(CostTables(one), upper_bound=ref * (1 + 1e-9), exits=exits)
+        if not form.n_arcs:
+            continue
+        model = form.build(flow_loops=True)
+        lp = solve_highs(model, relax=True, deadline=Deadline(30))
+        assert lp.bound * form.scale <= ref * (1 + 1e-7), (seed, exits, lp.bound, ref)
+        mip = solve_highs(model, relax=False, deadline=Deadline(30))
+        assert mip.status == "optimal", (seed, exits, mip.text)
+        model.assign(mip.values)
+        T = evaluate(one, form.decode()).iteration_time_s
+        assert math.isclose(T, ref, rel_tol=1e-6), (seed, exits, T, ref)
+
+
+@pytest.mark.parametrize("seed", [s for s in range(64) if s % 4 == 1])
+def test_the_loop_lp_first_keeps_answers_right(seed, monkeypatch):
+    """``_loop_lp_first`` switched on for every 1F1B model (it runs on models of 3
+    datacenters and 2000 columns or more): the one-pipeline optimum still proven; under a
+    cutoff below it, the bound is the cutoff and the status never ``optimal``."""
+    from chainpipe.solvers import ilp
+
+    monkeypatch.setattr(ilp, "LOOP_LP_DCS", 1)
+    monkeypatch.setattr(ilp, "LOOP_LP_COLUMNS", 0)
+    inst, _T = _reference(seed)
+    one = _one_pipeline(inst)
+    ref = brute_force_v3(one).get(1, (math.inf,))[0]
+    if not math.isfinite(ref):
+        return
+    r = solve(one, "ilp-path", time_limit=60, **FLOW)
+    assert r.status == "optimal" and math.isclose(r.iteration_time, ref, rel_tol=1e-6), \
+        (seed, r.status, r.iteration_time, ref, r.stats.get("loop_lp"))
+    r = solve(one, "ilp-path", time_limit=60, cutoff=0.99 * ref, **FLOW)
+    assert r.status != "optimal" and r.lower_bound <= 0.99 * ref * (1 + 1e-9), (seed, r.status)
+    assert r.plan is None or r.iteration_time >= ref * (1 - 1e-9)

@@ -148,6 +148,8 @@ class FlowFormulation:
     def __init__(self, tables: CostTables, check=None, upper_bound: float | None = None,
                  max_columns: int = MAX_COLUMNS, exits: bool = True):
         self.tables, self.check = tables, check or no_check
+        #: whether :meth:`build` adds the flow-weighted loop rows (:meth:`_flow_loop_rows`)
+        self.flow_loops = False
         #: how the period is written (:func:`~chainpipe.formulations.common.period_mode`)
         self.mode = period_mode(tables)
         #: 1F1B, every stage in the tail: a datacenter's last stage has its own copies
@@ -168,6 +170,8 @@ class FlowFormulation:
         self.floor_B = self.floor_B2 = self.floor_S = 0.0
         self.pruned_by_paths = 0
         self._path_bounds()
+        self.few_stages = False
+        self._cap_stages()
         self.n_arcs = len(self.col_arc)
         self.problem = None  # no PuLP model: ``write_model`` is not offered
         self.values = None
@@ -376,6 +380,52 @@ class FlowFormulation:
             self.bcol_arc, self.bcol_tail, self.bcol_head = (
                 self.bcol_arc[sy], self.bcol_tail[sy], self.bcol_head[sy])
 
+    def least_fill_by_stages(self, k_top: int) -> np.ndarray:
+        """Least fill and drain (``sum C + sum Q``, seconds) of a source-to-sink path
+        with ``k`` stages, ``k = 0..k_top`` (``k_top`` standing for ``k_top`` or more);
+        ``inf`` where no path has that many. A sweep over the network in topological
+        order with the stage count as a second index."""
+        tails, heads, fill, _maxima = self._column_terms()
+        nx, per_layer = len(self.col_arc), len(self.states)
+        out = np.full((3 * (self.tables.L + 1) * per_layer, k_top + 1), np.inf)
+        out[np.arange(per_layer), 0] = 0.0  # N(0, ., .)
+        step = np.r_[np.ones(nx, dtype=np.int64), np.zeros(len(tails) - nx, dtype=np.int64)]
+        key = self._topo(tails)
+        order = np.argsort(key, kind="stable")
+        key = key[order]
+        cut = np.flatnonzero(np.diff(key)) + 1
+        shifted = np.minimum(np.arange(k_top + 1) + 1, k_top)
+        for lo, hi in zip(np.r_[0, cut], np.r_[cut, len(key)]):
+            sel = order[lo:hi]
+            base = out[tails[sel]] + fill[sel][:, None]
+            moved = np.full(base.shape, np.inf)
+            stage = step[sel] == 1
+            if stage.any():  # a stage column adds one stage (k_top stays k_top)
+                np.minimum.at(moved, (np.nonzero(stage)[0][:, None], shifted[None, :]),
+                              base[stage])
+            moved[~stage] = base[~stage]
+            np.minimum.at(out, heads[sel], moved)
+        sinks = (2 * self.tables.L + 1) * per_layer + np.arange(per_layer)  # E(L, ., .)
+        return out[sinks].min(axis=0)
+
+    def _cap_stages(self) -> None:
+        """Under 1F1B's period with an upper bound ``T_u``: when every path of ``M``
+        stages or more has ``fill + (M - 1) floor_B + floor_S > T_u`` (:meth:`least_fill_by_stages`),
+        no plan the model keeps has ``M`` stages, so ``s_max`` is lowered to ``M - 1``
+        (every stage then stashes fewer than ``M``: the loop rows need no switch ``w_b``
+        or ``z``, and the flow-weighted rows no ``m``; :attr:`few_stages`)."""
+        t, a = self.tables, self.arcs
+        if self.mode != "1f1b" or self.upper_bound is None or t.M < 2 \
+                or int(a.s_max) < t.M or not len(self.col_arc):
+            return
+        self.check()
+        least = float(self.least_fill_by_stages(t.M)[t.M])
+        floor = least + steady_state(t.M, 1) * self.floor_B + self.floor_S
+        if floor > self.upper_bound * (1 + UB_RTOL):
+            s_max = t.M - 1
+            self.arcs = dataclasses.replace(a, s_max=s_max, cap=np.minimum(a.cap, s_max))
+            self.few_stages = True
+
     @property
     def network_stats(self) -> dict:
         """Model size: stage options, their state copies, boundary columns, states."""
@@ -389,13 +439,16 @@ class FlowFormulation:
                 "path_floor_B_s": self.floor_B, "path_floor_S_s": self.floor_S}
 
     # ------------------------------------------------------------------ model
-    def build(self) -> ArrayModel:
+    def build(self, flow_loops: bool = False) -> ArrayModel:
         """The model as arrays (minimise ``T / scale``); also kept as :attr:`model`.
 
         Columns: the stage columns, the boundary columns, ``X`` per stage option, ``B``,
         ``S``, ``P_0..P_L``, then GPipe's ``B2`` and the 1F1B loops' ``w_b`` and node
-        potentials (:meth:`_loop_rows`) when the mode has them.
+        potentials (:meth:`_loop_rows`) when the mode has them; with ``flow_loops`` also
+        the flow-weighted loop rows (:meth:`_flow_loop_rows`: a much stronger LP, slow
+        for the dual simplex). May be called again (each call builds afresh).
         """
+        self.flow_loops = bool(flow_loops)
         rows = _Rows()
         nx, ny, na = len(self.col_arc), len(self.bcol_arc), len(self.arcs)
         self.ix, self.iy, self.iX = 0, nx, nx + ny  # column blocks
@@ -408,6 +461,7 @@ class FlowFormulation:
         self._max_rows(rows)
         self._position_rows(rows)
         self._loop_rows(rows)
+        self._flow_loop_rows(rows)
         self._exit_rows(rows)
         cost, lower, upper, integer = self._column_data(self.extra.n)
         self.model = rows.model(cost, lower, upper, integer, self._take)
@@ -558,6 +612,116 @@ class FlowFormulation:
             if v in r and u in sv:
                 rows.add([r[v], sv[u], self.iy + n], [1.0, -1.0, -Q[n]], 0.0, np.inf)
 
+    def _column_caps(self, lam: float) -> np.ndarray:
+        """Per stage column, a cap on the period of every plan through it no slower than
+        the upper bound: ``(T_u - floor_S - fill) / (M - 1)`` with ``fill`` the least fill
+        and drain of a path through the column; ``lam`` (scaled) when there is no bound."""
+        nx = len(self.col_arc)
+        if self.upper_bound is None:
+            return np.full(nx, lam)
+        tails, heads, fill, _maxima = self._column_terms()
+        f_F, b_F = (self._sweep(tails, heads, fill, d, False) for d in (True, False))
+        through = (f_F[tails] + fill + b_F[heads])[:nx]
+        room = self.upper_bound * (1 + UB_RTOL) - self.floor_S - through
+        caps = room / (self.tables.M - 1) / self.scale
+        return np.clip(caps, self.floor_B / self.scale, lam)
+
+    def flow_loops_apply(self) -> bool:
+        """Whether the period has 1F1B's loops, so :meth:`_flow_loop_rows` has rows."""
+        return self.mode == "1f1b" and self.tables.M > 1 and len(self.col_arc) > 0
+
+    def _flow_loop_rows(self, rows) -> None:
+        """1F1B's loops written flow-weighted, without big-M (:attr:`flow_loops`; the
+        LP-first bound of ``ilp-path -O device_states=true``, ``docs/formulations.md``).
+
+        Per stage column ``c``: ``z_c = B x_c`` (``sum_{c covers l} z_c = B`` for every
+        layer ``l``, ``0 <= z_c <= Lambda_c x_c``: the convex hull of the product, as
+        exactly one column covers a layer) and ``p_c in [0, Q_top]``, the excess carried into the stage times ``x_c``; close: ``p_c + C_c x_c - z_c <=
+        0``. Per boundary column ``y``: ``sigma_y in [-Lambda y, 0]``, the excess after the
+        stage before it times ``y``, and ``e_y in [0, Q_top]``, that excess plus ``Q``
+        clipped at 0 (times ``y``). Per ``E``/``X`` node ``w``: ``sum_{y leaves w} sigma_y >= sum_{c
+        enters w} (p_c + C_c x_c - z_c)``; per ``N`` node ``v``: ``sum_{c leaves v} p_c
+        >= sum_{y enters v} e_y``; per boundary ``e_y >= sigma_y + Q_y y - Q_top m``, with
+        ``m`` a binary that is 1 only when the plan has ``M`` stages or more (``M m <=
+        P_0 <= M - 1 + (s_max - M + 1) m``; left out when no plan has): then stages at
+        positions ``>= M`` close no loop and the rows are off. ``Lambda_c``
+        (:meth:`_column_caps`) caps the period of the plans through ``c``.
+        """
+        if not self.flow_loops or not self.flow_loops_apply():
+            return
+        a, t = self.arcs, self.tables
+        nx, ny = len(self.col_arc), len(self.bcol_arc)
+        C = a.compute[self.col_arc] / self.scale
+        Q = self.boundary[self.bcol_arc, 3] / self.scale
+        q_top, lam = float(Q.max(initial=0.0)), self.B_cap
+        caps = self._column_caps(lam)
+        z, p = (np.array([self.extra.add(0.0, up) for _ in range(nx)], dtype=np.int64)
+                for up in (lam, q_top))
+        sg = np.array([self.extra.add(-lam, 0.0) for _ in range(ny)], dtype=np.int64)
+        e = np.array([self.extra.add(0.0, q_top) for _ in range(ny)], dtype=np.int64)
+        self.flow_columns = (z, p, sg, e)
+        many = None
+        if int(a.s_max) >= t.M:
+            many = self.extra.add(0.0, 1.0, integer=True)
+            rows.add([self.iP, many], [1.0, -float(a.s_max - t.M + 1)], -np.inf, t.M - 1.0)
+            rows.add([self.iP, many], [1.0, -float(t.M)], 0.0, np.inf)
+        self._z_flow_rows(rows, z, lam)
+        for c in range(nx):
+            rows.add([z[c], c], [1.0, -caps[c]], -np.inf, 0.0)
+            rows.add([p[c], c, z[c]], [1.0, C[c], -1.0], -np.inf, 0.0)
+        for n in range(ny):
+            rows.add([sg[n], self.iy + n], [1.0, lam], 0.0, np.inf)
+            idx, val = [e[n], sg[n], self.iy + n], [1.0, -1.0, -Q[n]]
+            if many is not None:
+                idx, val = idx + [many], val + [q_top]
+            rows.add(idx, val, 0.0, np.inf)
+        self._flow_node_rows(rows, C)
+
+    def _z_flow_rows(self, rows, z: np.ndarray, lam: float) -> None:
+        """``z = B x`` as a flow of value ``B`` on the path's columns (a boundary column
+        ``y`` gets ``z_y in [0, Lambda y]``): conservation at every node but the sources
+        and sinks, ``B`` out of the sources. Every stage column covering a layer is on one
+        cut of the network, so the ``z`` of those columns add up to ``B``: the convex hull
+        of ``z_c = B x_c`` per layer, in sparse rows (a row per layer would hold every
+        column over it, which made the interior point method's factorisations dense)."""
+        ny, L, nst = len(self.bcol_arc), self.tables.L, len(self.states)
+        zy = np.array([self.extra.add(0.0, lam) for _ in range(ny)], dtype=np.int64)
+        for n in range(ny):
+            rows.add([zy[n], self.iy + n], [1.0, -lam], -np.inf, 0.0)
+        first = np.nonzero(self.arcs.start[self.col_arc] == 0)[0]
+        rows.add(np.r_[z[first], self.iB], np.r_[np.ones(len(first)), -1.0], 0.0, 0.0)
+        cols = np.r_[z, zy]
+        tails = np.r_[self.col_tail, self.bcol_tail]
+        heads = np.r_[self.col_head, self.bcol_head]
+        nodes = np.r_[tails, heads]
+        sign = np.r_[np.ones(len(tails)), -np.ones(len(heads))]
+        both = np.r_[cols, cols]
+        order = np.argsort(nodes, kind="stable")
+        nodes, sign, both = nodes[order], sign[order], both[order]
+        cut = np.flatnonzero(np.diff(nodes)) + 1
+        for lo, hi in zip(np.r_[0, cut], np.r_[cut, len(nodes)]):
+            kind, layer = divmod(int(nodes[lo]) // nst, L + 1)
+            if (kind == 0 and layer == 0) or (kind == 1 and layer == L):
+                continue  # sources and sinks
+            rows.add(both[lo:hi], sign[lo:hi], 0.0, 0.0)
+
+    def _flow_node_rows(self, rows, C: np.ndarray) -> None:
+        """The node rows of :meth:`_flow_loop_rows`: the excess after a stage goes on
+        along the boundary columns leaving its head, the excess after a boundary into the
+        stage columns leaving its head."""
+        z, p, sg, e = self.flow_columns
+        for w in np.unique(self.bcol_tail).tolist():
+            self.check()
+            into, out = np.nonzero(self.col_head == w)[0], np.nonzero(self.bcol_tail == w)[0]
+            rows.add(np.r_[sg[out], p[into], into, z[into]],
+                     np.r_[np.ones(len(out)), -np.ones(len(into)), -C[into],
+                           np.ones(len(into))], 0.0, np.inf)
+        for v in np.unique(self.bcol_head).tolist():
+            self.check()
+            out, into = np.nonzero(self.col_tail == v)[0], np.nonzero(self.bcol_head == v)[0]
+            rows.add(np.r_[p[out], e[into]], np.r_[np.ones(len(out)), -np.ones(len(into))],
+                     0.0, np.inf)
+
     def _exit_rows(self, rows) -> None:
         """1F1B's loop of the two stages around each change of datacenter, summed over
         the layers (a plan leaves a datacenter once and enters one once). Per pair ``k1 <
@@ -590,6 +754,7 @@ class FlowFormulation:
         if int(a.s_max) >= t.M:
             z = self.extra.add(0.0, 1.0, integer=True)
             rows.add([self.iP, z], [1.0, -float(a.s_max - t.M + 1)], -np.inf, t.M - 1.0)
+            rows.add([self.iP, z], [1.0, -float(t.M)], 0.0, np.inf)  # z = 1 only then
         big = 2.0 * float(C.max(initial=0.0)) + float(Q.max(initial=0.0))
         self.exit_rows = 0
         for k1 in range(t.K - 1):

@@ -153,3 +153,93 @@ def _answer(h, relax: bool) -> MipAnswer:
 
 def _values(h):
     return np.asarray(h.getSolution().col_value, dtype=float)
+
+
+def lagrangian_bound(model, row_dual) -> float:
+    """A lower bound on ``model``'s LP optimum from any row multipliers ``row_dual``.
+
+    For every ``y``, ``cost @ x = (cost - A' y) @ x + y @ (A x)``; each term is bounded
+    below over the column and row bounds. ``y_i`` is first projected onto the sign its
+    row allows (0 where the needed row bound is infinite), so the bound holds whatever
+    the accuracy of ``y`` (an interior point method's duals without crossover); it is
+    ``-inf`` only if some column with a negative (positive) reduced cost has no upper
+    (lower) bound.
+
+    Parameters
+    ----------
+    model : LinearModel
+    row_dual : array_like
+        One multiplier per row.
+
+    Returns
+    -------
+    float
+        The bound, including ``model.offset``.
+    """
+    y = np.asarray(row_dual, dtype=float).copy()
+    y[~np.isfinite(model.row_lower)] = np.minimum(y[~np.isfinite(model.row_lower)], 0.0)
+    y[~np.isfinite(model.row_upper)] = np.maximum(y[~np.isfinite(model.row_upper)], 0.0)
+    rows = np.repeat(np.arange(model.num_rows), np.diff(model.starts))
+    aty = np.zeros(model.num_cols)
+    np.add.at(aty, model.index, model.value * y[rows])
+    d = model.cost - aty
+    with np.errstate(invalid="ignore"):
+        cols = np.where(d > 0, d * model.col_lower, np.where(d < 0, d * model.col_upper, 0.0))
+        rws = np.where(y > 0, y * model.row_lower, np.where(y < 0, y * model.row_upper, 0.0))
+    total = float(cols.sum() + rws.sum()) + float(model.offset)
+    return total if not math.isnan(total) else -math.inf
+
+
+def solve_lp_bound(model, *, deadline: Deadline, seed: int = 0, threads: int = 1,
+                   log=None, tolerance: float = 1e-6) -> tuple[float | None, str]:
+    """A proven lower bound on ``model``'s LP relaxation by HiGHS's interior point method
+    without crossover (:func:`lagrangian_bound` of its duals), or ``None`` when the method
+    did not end; and HiGHS's model status text. ``tolerance`` is the method's optimality
+    tolerance: a looser one stops earlier with a bound a little lower.
+
+    Parameters
+    ----------
+    model : LinearModel
+    deadline : Deadline
+    seed, threads : int
+    log : callable, optional
+    tolerance : float
+
+    Returns
+    -------
+    tuple
+        ``(bound or None, status text)``; ``inf`` when HiGHS proves the LP infeasible.
+    """
+    import highspy
+
+    h = highspy.Highs()
+    h.setOptionValue("output_flag", log is not None)
+    h.setOptionValue("log_to_console", False)
+    if log is not None:
+        feed = line_logger(log)
+        h.cbLogging += lambda event: feed(event.message)
+    for key, value in (("random_seed", int(seed)), ("threads", max(1, int(threads))),
+                       ("presolve_rule_off", PRESOLVE_RULES_OFF), ("solver", "ipm"),
+                       ("run_crossover", "off"), ("ipm_optimality_tolerance", tolerance)):
+        h.setOptionValue(key, value)
+    for key, value in getattr(model, "highs_options", {}).items():
+        if key not in ("solver", "objective_bound", "mip_allow_restart"):
+            h.setOptionValue(key, value)
+    limit = backend_seconds(deadline)
+    if limit is not None:
+        h.setOptionValue("time_limit", float(limit))
+    pass_model(h, model, True)
+    try:
+        _run(h, deadline)
+    except Abandoned:
+        return None, "abandoned"
+    S = highspy.HighsModelStatus
+    ms = h.getModelStatus()
+    text = h.modelStatusToString(ms)
+    if ms == S.kInfeasible:
+        return math.inf, text
+    sol = h.getSolution()
+    if ms not in (S.kOptimal, S.kUnknown) or not sol.dual_valid:
+        return None, text
+    bound = lagrangian_bound(model, sol.row_dual)
+    return (bound if math.isfinite(bound) else None), text

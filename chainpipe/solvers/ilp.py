@@ -57,6 +57,7 @@ floating-point tolerances, and clamped to ``[0, T]``.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -78,6 +79,7 @@ from ..plan import evaluate
 from ..progress import report
 from ..result import OptionError, Outcome
 from ..tables import CostTables
+from .highs import solve_lp_bound
 from .incumbent import heuristic_plan
 from .logs import stderr_log
 
@@ -92,6 +94,15 @@ MODEL_SUFFIXES = (".lp", ".mps")
 #: time left all probes may take
 PROBE_S = 2.0
 PROBE_SHARE = 0.25
+#: the flow-weighted loop LP (:func:`_loop_lp_first`) is solved for 1F1B models over this
+#: many datacenters or more, with at least :data:`LOOP_LP_COLUMNS` stage columns, in at
+#: most :data:`LOOP_LP_SHARE` of the time left
+LOOP_LP_DCS = 3
+LOOP_LP_COLUMNS = 2000
+LOOP_LP_SHARE = 0.8
+#: the interior point method's optimality tolerance for the loop LP (no crossover; the
+#: bound is the Lagrangian one of its duals, valid at any tolerance)
+LOOP_LP_TOLERANCE = 1e-6
 #: the strengthenings of the path ILP, each an on/off option (all on by default)
 PATH_SWITCHES = ("dominance", "start", "prune")
 
@@ -260,6 +271,10 @@ def _run_one(name: str, instance: Instance, deadline: Deadline, seed, threads, l
                 return Outcome("infeasible", stats=stats, message=(
                     "no chain of stages satisfies memory and device counts "
                     "(every candidate stage arc was pre-filtered)"))
+            loop_lp = _loop_lp_first(tables, form, opts, deadline, seed, threads, log, stats)
+            if loop_lp is not None and loop_lp >= form.upper_bound:
+                stats["build_time_s"] = deadline.elapsed() - t0
+                return _lp_settles(tables, form, opts, stats, incumbent)
             form.build()
             model = form.matrix()
             if incumbent is not None and opts.start:
@@ -309,7 +324,74 @@ def _run_one(name: str, instance: Instance, deadline: Deadline, seed, threads, l
     stats["solver_status"] = answer.text
     if answer.values is not None:
         model.assign(answer.values)
-    return _outcome(form, answer, opts, stats, incumbent)
+    return _raised(_outcome(form, answer, opts, stats, incumbent),
+                   stats.get("loop_lp_bound_s"), instance)
+
+
+def _loop_lp_first(tables: CostTables, form, opts: _Options, deadline: Deadline, seed,
+                   threads, log, stats: dict) -> float | None:
+    """``device_states`` under 1F1B's period, HiGHS, a model over :data:`LOOP_LP_DCS`
+    datacenters or more with :data:`LOOP_LP_COLUMNS` stage columns and an upper bound:
+    the LP relaxation of the model with the flow-weighted loop rows
+    (:meth:`~chainpipe.formulations.ilp_flow.FlowFormulation._flow_loop_rows`; the
+    network without the exit copies, which the rows make redundant), solved by HiGHS's
+    interior point method (the dual simplex stalls on it), in at most
+    :data:`LOOP_LP_SHARE` of the time left. Its value (seconds) bounds every plan the
+    model holds, i.e. every plan no slower than ``form.upper_bound``; ``None`` when not
+    solved. The MIP itself runs on the model without these rows."""
+    if not (opts.device_states and opts.backend == "highs" and not opts.relax
+            and form.upper_bound is not None and tables.K >= LOOP_LP_DCS
+            and form.n_arcs >= LOOP_LP_COLUMNS and form.flow_loops_apply()):
+        return None
+    from ..formulations.ilp_flow import FlowFormulation
+
+    t0 = deadline.elapsed()
+    lean = FlowFormulation(tables, check=deadline.check, upper_bound=form.upper_bound,
+                           exits=False)
+    if not lean.n_arcs:
+        return None
+    model = lean.build(flow_loops=True)
+    budget = Deadline(None if deadline.unlimited else deadline.remaining() * LOOP_LP_SHARE)
+    scaled, text = solve_lp_bound(model, deadline=budget, seed=seed, threads=threads,
+                                  log=log, tolerance=LOOP_LP_TOLERANCE)
+    bound = None
+    if scaled is not None:
+        bound = math.inf if math.isinf(scaled) else \
+            max(0.0, safe_bound(scaled, lean.scale) or 0.0)
+    stats["loop_lp"] = {"time_s": deadline.elapsed() - t0, "bound_s": bound,
+                        "stage_columns": int(lean.n_arcs), "status": text}
+    if bound is not None and math.isfinite(bound):
+        stats["loop_lp_bound_s"] = bound
+    return bound
+
+
+def _lp_settles(tables: CostTables, form, opts: _Options, stats: dict, incumbent) -> Outcome:
+    """The loop LP reached the model's upper bound: no plan is faster than it. Under a
+    cutoff that is the answer (:func:`_run` reads it); else the upper bound is the
+    heuristic plan's ``T``, which is then optimal."""
+    if stats.get("cutoff_applied") or incumbent is None:
+        return _fallback(tables, _cut_bound(opts, stats), stats,
+                         "the flow-weighted loop LP proves no plan faster than the cutoff",
+                         incumbent)
+    plan, T, source = incumbent
+    stats["plan_source"] = source
+    return Outcome("optimal", plan=plan, lower_bound=float(T), stats=stats,
+                   message="the flow-weighted loop LP proves the heuristic plan optimal")
+
+
+def _raised(out: Outcome, bound: float | None, instance) -> Outcome:
+    """``out`` with its lower bound raised to ``bound`` (a proven one, the loop LP's) and
+    clamped to the plan's ``T``; ``optimal`` when it then meets ``T``."""
+    if bound is None or out.status.value not in ("feasible", "optimal", "no_solution"):
+        return out
+    if out.lower_bound is not None and out.lower_bound >= bound:
+        return out
+    if out.plan is None:
+        return dataclasses.replace(out, lower_bound=bound)
+    T = float(evaluate(instance, out.plan).iteration_time_s)
+    bound = min(bound, T)
+    status = "optimal" if T - bound <= OPTIMALITY_RTOL * T else out.status.value
+    return dataclasses.replace(out, status=status, lower_bound=bound)
 
 
 def _incumbent(name: str, instance: Instance, opts: _Options, deadline: Deadline,
@@ -332,7 +414,12 @@ def _floors_first(form, opts: _Options, deadline: Deadline, seed, threads, log,
                   stats: dict) -> None:
     """``device_states``, before the MIP: floors on the bottleneck ``B`` and the
     synchronisation ``S`` from LP probes (:func:`_probe_floor`), together at most
-    :data:`PROBE_SHARE` of the time left."""
+    :data:`PROBE_SHARE` of the time left. Not under a cutoff (the outer enumeration's
+    sub-solves): there the probes took half of a single-DC sub-solve's time
+    (``v3-medium-02``'s DC 1 with 17 microbatches: 3.31 CPU s with them, 1.58 without,
+    both proven) and did not speed up the larger ones."""
+    if opts.cutoff is not None:
+        return
     budget = None if deadline.unlimited else Deadline(deadline.remaining() * PROBE_SHARE)
     phase = {}
     for which in form.maxima():
