@@ -171,6 +171,8 @@ class FlowFormulation:
         self.pruned_by_paths = 0
         self._path_bounds()
         self.few_stages = False
+        self.loop_pruned = 0
+        self._loop_prune()
         self._cap_stages()
         self.n_arcs = len(self.col_arc)
         self.problem = None  # no PuLP model: ``write_model`` is not offered
@@ -380,33 +382,82 @@ class FlowFormulation:
             self.bcol_arc, self.bcol_tail, self.bcol_head = (
                 self.bcol_arc[sy], self.bcol_tail[sy], self.bcol_head[sy])
 
-    def least_fill_by_stages(self, k_top: int) -> np.ndarray:
-        """Least fill and drain (``sum C + sum Q``, seconds) of a source-to-sink path
-        with ``k`` stages, ``k = 0..k_top`` (``k_top`` standing for ``k_top`` or more);
-        ``inf`` where no path has that many. A sweep over the network in topological
-        order with the stage count as a second index."""
+    def _count_sweep(self, k_top: int, forward: bool) -> np.ndarray:
+        """Least fill and drain (``sum C + sum Q``, seconds) from the sources to every node
+        (``forward``), or from every node to the sinks, by the number of stages ``k =
+        0..k_top`` on the way (``k_top`` standing for ``k_top`` or more): ``out[node,
+        k]``, ``inf`` where no such path is. A sweep in topological order with the stage
+        count as a second index."""
         tails, heads, fill, _maxima = self._column_terms()
-        nx, per_layer = len(self.col_arc), len(self.states)
-        out = np.full((3 * (self.tables.L + 1) * per_layer, k_top + 1), np.inf)
-        out[np.arange(per_layer), 0] = 0.0  # N(0, ., .)
-        step = np.r_[np.ones(nx, dtype=np.int64), np.zeros(len(tails) - nx, dtype=np.int64)]
-        key = self._topo(tails)
-        order = np.argsort(key, kind="stable")
+        nx, per_layer, L = len(self.col_arc), len(self.states), self.tables.L
+        out = np.full((3 * (L + 1) * per_layer, k_top + 1), np.inf)
+        if forward:
+            src, dst, ends = tails, heads, np.arange(per_layer)  # N(0, ., .)
+        else:
+            src, dst = heads, tails
+            ends = (2 * L + 1) * per_layer + np.arange(per_layer)  # E(L, ., .)
+        out[ends, 0] = 0.0
+        key = self._topo(src)
+        order = np.argsort(key if forward else -key, kind="stable")
         key = key[order]
         cut = np.flatnonzero(np.diff(key)) + 1
-        shifted = np.minimum(np.arange(k_top + 1) + 1, k_top)
+        stage = np.r_[np.ones(nx, dtype=bool), np.zeros(len(tails) - nx, dtype=bool)]
+        up = np.minimum(np.arange(k_top + 1) + 1, k_top)
         for lo, hi in zip(np.r_[0, cut], np.r_[cut, len(key)]):
             sel = order[lo:hi]
-            base = out[tails[sel]] + fill[sel][:, None]
-            moved = np.full(base.shape, np.inf)
-            stage = step[sel] == 1
-            if stage.any():  # a stage column adds one stage (k_top stays k_top)
-                np.minimum.at(moved, (np.nonzero(stage)[0][:, None], shifted[None, :]),
-                              base[stage])
-            moved[~stage] = base[~stage]
-            np.minimum.at(out, heads[sel], moved)
-        sinks = (2 * self.tables.L + 1) * per_layer + np.arange(per_layer)  # E(L, ., .)
+            base = out[src[sel]] + fill[sel][:, None]
+            moved = base.copy()
+            st = stage[sel]
+            if st.any():  # a stage column adds one stage (k_top stays k_top)
+                moved[st] = np.inf
+                rows = np.nonzero(st)[0]
+                np.minimum.at(moved, (rows[:, None], up[None, :]), base[st])
+            np.minimum.at(out, dst[sel], moved)
+        return out
+
+    def least_fill_by_stages(self, k_top: int) -> np.ndarray:
+        """Least fill and drain of a source-to-sink path with ``k = 0..k_top`` stages
+        (``k_top``: that many or more), seconds; ``inf`` where no path has that many."""
+        out = self._count_sweep(k_top, True)
+        sinks = (2 * self.tables.L + 1) * len(self.states) + np.arange(len(self.states))
         return out[sinks].min(axis=0)
+
+    def _loop_prune(self) -> None:
+        """Under 1F1B's period with an upper bound ``T_u``, drop the stage columns no plan
+        no slower than ``T_u`` uses, by the loop over all stages: a plan of ``k < M``
+        stages has every stage in the tail, so ``lambda >= W(1, k) / k = fill / k`` and
+        ``T >= fill (1 + (M - 1) / k) + floor_S``; with ``k >= M`` stages, ``T >= fill +
+        (M - 1) floor_B + floor_S``. Per column, the least fill of a path through it with
+        ``k`` stages (:meth:`_count_sweep` both ways) gives the least such ``T`` over
+        ``k``; the column goes when that is above ``T_u``."""
+        t = self.tables
+        if self.mode != "1f1b" or self.upper_bound is None or t.M < 2 \
+                or not len(self.col_arc):
+            return
+        self.check()
+        k_top = int(min(self.arcs.s_max, t.M))
+        fwd, bwd = self._count_sweep(k_top, True), self._count_sweep(k_top, False)
+        nx = len(self.col_arc)
+        C = self.arcs.compute[self.col_arc]
+        f, b = fwd[self.col_tail], bwd[self.col_head]  # (nx, k_top + 1) each
+        ks = np.arange(k_top + 1)
+        least = np.full((nx, k_top + 1), np.inf)  # least fill through c with k stages
+        for k1 in range(k_top + 1):
+            k = np.minimum(k1 + 1 + ks, k_top)
+            np.minimum.at(least, (np.arange(nx)[:, None], k[None, :]),
+                          f[:, k1][:, None] + C[:, None] + b)
+        steady = float(steady_state(t.M, 1))
+        per = np.maximum(self.floor_B, least / np.maximum(ks, 1)[None, :])
+        per[:, ks >= t.M] = self.floor_B
+        with np.errstate(invalid="ignore"):
+            low = np.nanmin(np.where(np.isfinite(least), least + steady * per, np.inf), axis=1)
+        keep = low + self.floor_S <= self.upper_bound * (1 + UB_RTOL)
+        self.loop_pruned = int((~keep).sum())
+        if keep.all():
+            return
+        self.col_arc, self.col_tail, self.col_head = (
+            self.col_arc[keep], self.col_tail[keep], self.col_head[keep])
+        self._on_paths()
 
     def _cap_stages(self) -> None:
         """Under 1F1B's period with an upper bound ``T_u``: when every path of ``M``
