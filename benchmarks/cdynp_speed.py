@@ -15,14 +15,14 @@ learns a bound on the prefix: what the prefix pass buys). Writes
 
 With ``--v3`` the contract-v3 sets instead (default ``v3/small v3/medium``), each solve
 under ``--time-limit`` (default 200 s), one run each on ``v3/medium`` (``--repeat`` on
-``v3/small``, default 3), beside the owner's range runs: how many, how many were
-frontier runs (``docs/privacy.md``, "T_p as a function of M_p"), how many values the
-frontier runs settled and how many they left to a run at that ``M_p``; with
-``--no-frontier`` also one solve with one range run per ``M_p`` (as before the frontier
-runs); with ``--curves`` also ``T_p(M_p)`` of a few DC ranges for every ``M_p``, by
-frontier runs and by one run per ``M_p``. Writes ``benchmarks/results/cdynp_speed_v3.md``.
+``v3/small``, default 3), beside the owner's range runs: how many, and how many of
+them were ranges of one DC answered by ``dp``'s own search (``chainpipe/solvers/cdynp/
+alone.py``); with ``--without-alone`` also one solve with every range run by the agents'
+label DPs (as before ``alone.py``); with ``--curves`` also ``T_p(M_p)`` of a few DC
+ranges for every ``M_p``, by frontier runs and by one run per ``M_p``. Writes
+``benchmarks/results/cdynp_speed_v3.md``.
 
-    .venv/bin/python benchmarks/cdynp_speed.py --v3 --no-frontier --sets v3/small
+    .venv/bin/python benchmarks/cdynp_speed.py --v3 --without-alone --sets v3/medium
 """
 
 from __future__ import annotations
@@ -61,8 +61,8 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=None, help="runs per solver (default: 9 medium, 3 large)")
     ap.add_argument("--v3", action="store_true", help="the contract-v3 sets (see above)")
     ap.add_argument("--time-limit", type=float, default=200.0, help="with --v3: per solve")
-    ap.add_argument("--no-frontier", action="store_true",
-                    help="with --v3: also one solve without frontier runs")
+    ap.add_argument("--without-alone", action="store_true",
+                    help="with --v3: also one solve without dp's search for one-DC ranges")
     ap.add_argument("--curves", action="store_true",
                     help="with --v3: T_p(M_p) of a few ranges with and without frontier runs")
     args = ap.parse_args()

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from chainpipe.io import read
 from chainpipe.solve import solve
+from chainpipe.solvers.cdynp import alone
 from chainpipe.solvers.cdynp.pipelines import RangeRuns
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -30,14 +31,15 @@ def _timed(inst, solver: str, limit: float, repeat: int):
     return res, best
 
 
-def _no_frontier(inst, limit: float):
-    """One cdynp solve with one range run per ``M_p`` (no frontier runs)."""
-    keep = RangeRuns.frontier_from
-    RangeRuns.frontier_from = 2**62
+def _without_alone(inst, limit: float):
+    """One cdynp solve with every one-DC range run by the agent's label DP
+    (``alone.ENABLED`` off: as before ``chainpipe/solvers/cdynp/alone.py``)."""
+    keep = alone.ENABLED
+    alone.ENABLED = False
     try:
         return _timed(inst, "cdynp", limit, 1)
     finally:
-        RangeRuns.frontier_from = keep
+        alone.ENABLED = keep
 
 
 #: ``--curves``: ranges whose ``T_p(M_p)`` for every ``M_p`` up to ``top`` is measured
@@ -103,12 +105,11 @@ def _row(name: str, path: Path, args) -> dict:
            "pipelines": list(tr.parallelism.pipelines), "repeat": repeat,
            "dp": ref.status, "dp_T": ref.iteration_time, "dp_s": dp_s,
            "cdynp": res.status, "cdynp_T": res.iteration_time, "cdynp_s": cd_s,
-           "range_runs": st.get("range_runs"), "frontier_runs": st.get("frontier_runs"),
-           "settled": st.get("frontier_settled"), "unsettled": st.get("frontier_unsettled"),
+           "range_runs": st.get("range_runs"), "one_dc": st.get("one_dc_runs"),
            "labels": st.get("labels"), "max_msg": st.get("message_bytes_max"),
            "message": res.message}
-    if args.no_frontier:
-        off, off_s = _no_frontier(inst, args.time_limit)
+    if args.without_alone:
+        off, off_s = _without_alone(inst, args.time_limit)
         row.update(off=off.status, off_T=off.iteration_time, off_s=off_s,
                    off_runs=off.stats.get("range_runs"))
     return row
@@ -125,8 +126,8 @@ def main_v3(args, out: Path) -> None:
             rows.append(_row(name, path, args))
             r = rows[-1]
             print(f"{r['instance']}: dp {r['dp']} {r['dp_s']:.1f}s cdynp {r['cdynp']} "
-                  f"{r['cdynp_s']:.1f}s runs {r['range_runs']} frontier {r['frontier_runs']}"
-                  + (f" without frontier {r['off']} {r['off_s']:.1f}s {r['off_runs']} runs"
+                  f"{r['cdynp_s']:.1f}s runs {r['range_runs']} one-DC {r['one_dc']}"
+                  + (f" without alone {r['off']} {r['off_s']:.1f}s {r['off_runs']} runs"
                      if "off" in r else ""), flush=True)
     curves = []
     for spec in (CURVES if args.curves else ()):
@@ -155,7 +156,7 @@ def write_v3(rows: list[dict], args, out: Path, curves: list[dict]) -> None:
         (f"Machine: {os.cpu_count()} cores ({cpu}), shared with other work; Python "
          f"{platform.python_version()}. Run: `benchmarks/cdynp_speed.py --v3 --sets "
          f"{' '.join(dict.fromkeys(r['set'] for r in rows))} --time-limit "
-         f"{args.time_limit:g}{' --no-frontier' if off else ''}"
+         f"{args.time_limit:g}{' --without-alone' if off else ''}"
          f"{' --curves' if curves else ''}` on "
          f"{time.strftime('%Y-%m-%d')}."),
         "",
@@ -163,17 +164,16 @@ def write_v3(rows: list[dict], args, out: Path, curves: list[dict]) -> None:
          "`v3/small`, one on the others), each solve under the time limit. `ratio`: cdynp "
          "over dp where both proved the optimum (the issue's target: within "
          f"{TARGET:g}x). `range runs`: the owner's CDynP runs over sub-chains (several "
-         "pipelines), of which `frontier` were frontier runs; `settled`: values of "
-         "`T_p(M_p)` the frontier runs' lines gave, `unsettled`: those they left to a run "
-         "at that `M_p` (`docs/privacy.md`, \"T_p as a function of M_p\")."
-         + (" `no frontier`: one solve with one range run per `M_p`, as before them."
-            if off else "")),
+         "pipelines), of which `one DC` were ranges of one DC, answered by `dp`'s own "
+         "search on that DC's tables (`chainpipe/solvers/cdynp/alone.py`, `docs/privacy.md`, "
+         "\"A range of one DC\")."
+         + (" `without alone`: one solve with every range run by the agents' label DPs "
+            "(`alone.ENABLED` off), as before it." if off else "")),
         "",
         "| instance | K | L | M | schedule | pipelines | runs | dp | dp T (s) | dp CPU (s) | "
-        "cdynp | cdynp T (s) | cdynp CPU (s) | ratio | same T | range runs | frontier | "
-        "settled | unsettled | max msg (B) |" + (" no frontier | its CPU (s) | its range runs |"
-                                                 if off else ""),
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+        "cdynp | cdynp T (s) | cdynp CPU (s) | ratio | same T | range runs | one DC | "
+        "max msg (B) |" + (" without alone | its CPU (s) | its range runs |" if off else ""),
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
         + ("---|---|---|" if off else ""),
     ]
     for r in rows:
@@ -181,8 +181,7 @@ def write_v3(rows: list[dict], args, out: Path, curves: list[dict]) -> None:
                 f"{r['pipelines']} | {r['repeat']} | {r['dp']} | {r['dp_T']} | "
                 f"{r['dp_s']:.1f} | {r['cdynp']} | {r['cdynp_T']} | {r['cdynp_s']:.1f} | "
                 f"{_ratio(r)} | {'yes' if _same(r['cdynp_T'], r['dp_T']) else 'no'} | "
-                f"{r['range_runs']} | {r['frontier_runs']} | {r['settled']} | "
-                f"{r['unsettled']} | {r['max_msg']} |")
+                f"{r['range_runs']} | {r['one_dc']} | {r['max_msg']} |")
         if off:
             line += (f" {r['off']} | {r['off_s']:.1f} | {r['off_runs']} |" if "off" in r
                      else " - | - | - |")

@@ -61,6 +61,7 @@ from ...plan import Plan, evaluate
 from ...result import Outcome, number_option
 from ...support import features, refusal
 from ...tables import CostTables
+from . import alone
 from .assemble import plan_of
 from .audit import check_claims
 from .drive import (
@@ -173,6 +174,15 @@ def solve_chain(backend, options: dict, deadline: Deadline, *, trace_dir=None,
         options = {**options, "epsilon": 0.0, "quantum": 0.0, "digits": 0, "max_entries": 0}
     if not backend.public.period:
         return drive(backend, options, deadline=deadline, probe=probe, trace_dir=trace_dir)
+    if not backend.count_sync and alone.usable(backend.public, options.get("sync_cap"),
+                                               None, not is_exact(options)):
+        # a range run of one DC: its agent answers by dp's search (.alone), which needs
+        # no classic bound
+        out = drive(backend, options, deadline=deadline, probe=False,
+                    trace_dir=None if trace_dir is None else Path(trace_dir, "period"))
+        out.stats["messages"] = [{**m, "file": f"period/{m['file']}"}
+                                 for m in out.stats.get("messages", [])]
+        return out
     classic = backend.with_objective("classic")
     first = drive(classic, options, deadline=deadline, probe=probe,
                   trace_dir=None if trace_dir is None else Path(trace_dir, "classic"))

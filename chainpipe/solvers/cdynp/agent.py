@@ -39,9 +39,9 @@ from ...instance import Datacenter, Instance
 from ...plan import Stage, evaluate_part, pack_devices
 from ...tables import CostTables, fastest_rate
 from ..labels import TRIALS
-from . import protocol
+from . import alone, protocol
 from .local import END, IN, OWN, LocalDP
-from .period import PeriodDP, concave_majorant, dominates, frontier_lines, period_time
+from .period import PeriodDP, concave_majorant, frontier_lines, period_time
 from .period import cap_keep as period_cap_keep
 from .period import epsilon_keep as period_epsilon_keep
 from .period import pareto as period_pareto
@@ -106,6 +106,12 @@ def own_tables(local: Instance, sync_cap: float | None) -> CostTables:
             return got
     got = CostTables(local)
     if sync_cap is not None and not got.single_device:  # one device per stage: R is 0
+        # the options of every cap are the uncapped tables' (cost.py's arrays, built once
+        # per instance), and so are the period DP's candidate runs, cut at the cap
+        # (:meth:`.period.PeriodDP._group_runs`)
+        base = own_tables(local, None)
+        got.__dict__["_options"] = base.__dict__.setdefault("_options", {})
+        got.__dict__["_cdynp_base"] = (base, float(sync_cap))
         _cap_sync(got, sync_cap)
     with _TABLES_LOCK:
         _TABLES[key] = got
@@ -576,7 +582,11 @@ class DCAgent:
     def _period_backward(self, t0: float) -> dict | None:
         """The backward step under ``period`` (:mod:`.period`): base labels from the
         incoming points, one exact run of :class:`.period.PeriodDP` under the best
-        complete plan known, and the summary for DC k-1."""
+        complete plan known, and the summary for DC k-1. A range run of one DC is
+        answered by ``dp``'s own search instead (:meth:`_alone_backward`)."""
+        compressed = bool(self.epsilon or self.quantum or self.digits or self.max_entries)
+        if alone.usable(self.public, self.sync_cap, self.frontier, compressed):
+            return self._alone_backward(t0)
         ub = self.initial_bound
         for b, _bw, pts in self._incoming:
             if b == 0 and self.frontier is None:  # a plan's T at M bounds nothing at m_hi
@@ -622,6 +632,20 @@ class DCAgent:
         out = None if self.k == 0 else self._period_summary(dp.points, cut)
         self.stats["backward_s"] = time.perf_counter() - t0
         return out
+
+    def _alone_backward(self, t0: float) -> None:
+        """A range run of one DC (:mod:`.alone`): the plan of least ``T_p`` under the run's
+        ``sync_cap`` within its ``upper_bound``, by ``dp``'s range search on this DC's
+        own tables (every option: the search takes the cap itself); no summary."""
+        dp = alone.AloneDP(own_tables(self.local, None), self.tables.options, self.deadline)
+        try:
+            dp.run(self.initial_bound, self.sync_cap)
+        except TimeUp:
+            raise TimeUp(f"time limit reached in {self.name}") from None
+        self.stats = {"labels": 0, "trials": [], "engine": "dp",
+                      "searches": dp.stats["searches"]}
+        self._dp = dp
+        self.stats["backward_s"] = time.perf_counter() - t0
 
     def _floors(self):
         """The floors under a prefix's period from own free devices and the upstream
@@ -737,8 +761,7 @@ class DCAgent:
 
             pts = [(up(x1), up(x2), up(sm), up(s), r, tuple(up(h) for h in hull), o)
                    for x1, x2, sm, s, r, hull, o in pts]
-        pts = [p for p in period_pareto(pts, same_p)
-               if not any(dominates(k, p, same_p) for k in kept)]
+        pts = period_pareto(pts, same_p, kept)
         if self.epsilon > 0:
             pts = [pts[i] for i in period_epsilon_keep(pts, self.epsilon, same_p)]
         if self.max_entries:

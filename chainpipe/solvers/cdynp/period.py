@@ -96,14 +96,23 @@ def dominates(a: tuple, b: tuple, same_p: bool) -> bool:
     return all(x <= y for x, y in zip(ha, hb))
 
 
-def pareto(labels: list, same_p: bool) -> list:
-    """The labels no other one dominates (one of equal labels kept), by ``total``."""
+def pareto(labels: list, same_p: bool, prior: tuple | list = ()) -> list:
+    """The labels no other one dominates (one of equal labels kept), by ``total``, and none
+    of the ``prior`` points (already kept) dominates (compiled:
+    :func:`.period_fast.keep_points`)."""
+    from .period_fast import keep_points
+
     labels = sorted(labels, key=lambda lab: (lab[2], lab[0], lab[1], lab[3]))
-    kept: list = []
-    for lab in labels:
-        if not any(dominates(k, lab, same_p) for k in kept):
-            kept.append(lab)
-    return kept
+    if not labels:
+        return labels
+    rows = list(prior) + labels
+    S = np.array([lab[:5] for lab in rows], dtype=float).reshape(-1, 5)
+    HL = np.array([len(lab[5]) for lab in rows], dtype=np.int64)
+    H = np.full((len(rows), max(1, int(HL.max()))), -np.inf)
+    for i, lab in enumerate(rows):
+        H[i, :len(lab[5])] = lab[5]
+    alive = keep_points(S, H, HL, len(prior), bool(same_p)).tolist()
+    return [lab for lab, ok in zip(labels, alive[len(prior):]) if ok]
 
 
 class PeriodDP:
@@ -316,11 +325,19 @@ class PeriodDP:
 
     def _group_runs(self, g: int, x: int) -> tuple:
         """:func:`_runs` of :meth:`_stages`, made once per tables (:meth:`_shared`), group
-        and end (every trial of a DC's run asks the same ones)."""
+        and end (every trial of a DC's run asks the same ones). Tables under a
+        ``sync_cap`` (:func:`.agent.own_tables`: ``_cdynp_base`` names the uncapped ones
+        and the cap) take the uncapped tables' runs cut at the cap (:func:`_cut_runs`)."""
         cache = self._shared("runs")
         got = cache.get((g, x))
         if got is None:
-            got = cache[g, x] = _runs(self._stages(g, x))
+            base = self.t.__dict__.get("_cdynp_base")
+            if base is None:
+                got = _runs(self._stages(g, x))
+            else:
+                whole = PeriodDP(base[0], position_cap=self.R, deadline=self.deadline)
+                got = _cut_runs(whole._group_runs(g, x), base[1])
+            cache[g, x] = got
         return got
 
     def _prefix_rows(self, u: tuple, g: int, widths: np.ndarray, use: np.ndarray,
@@ -469,6 +486,28 @@ def _runs(stages: list) -> tuple:
     ptr = np.zeros(len(stages) + 1, dtype=np.int64)
     ptr[1:] = np.cumsum([len(run) for _c, _w, run in stages])
     return pairs, widths, runs, ptr
+
+
+def _cut_runs(group: tuple, cap: float) -> tuple:
+    """A group's runs (:func:`_runs`) under a ``sync_cap``: as the capped tables give them
+    (an option with ``R >= cap`` fits nowhere, the others count ``R`` as 0). Along a run
+    the stage grows and ``R`` does not fall, so the capped run is the uncapped one up to
+    its first stage with ``R >= cap``; runs left empty are dropped."""
+    pairs, widths, runs, ptr = group
+    n = len(runs)
+    which = np.repeat(np.arange(len(pairs)), np.diff(ptr))  # each row's run
+    idx = np.arange(n)
+    bad = np.where(runs[:, 4] >= cap, idx, n)
+    first = np.full(len(pairs), n)
+    np.minimum.at(first, which, bad)
+    keep = idx < first[which]
+    counts = np.bincount(which[keep], minlength=len(pairs))
+    live = counts > 0
+    out = runs[keep].copy()
+    out[:, 4] = 0.0
+    new_ptr = np.zeros(int(live.sum()) + 1, dtype=np.int64)
+    new_ptr[1:] = np.cumsum(counts[live])
+    return pairs[live], widths[live], out, new_ptr
 
 
 def concave_majorant(values) -> tuple:

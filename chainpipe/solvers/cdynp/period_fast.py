@@ -114,3 +114,47 @@ def _extend_run(S, H, HL, run, q, need_at, fs, ints, pre_sum, pre_max, out_S, ou
             out_src[k, 0], out_src[k, 1], out_src[k, 2] = q, lab, r
             k += 1
     return k, cut
+
+
+@njit(cache=True)
+def _point_dominates(S, H, HL, a, b, same_p):
+    """:func:`.period.dominates` on rows ``a`` and ``b`` of ``S`` (``x1, x2, total, sync,
+    p``) and their majorants ``H[., :HL[.]]``."""
+    if same_p and S[a, 4] != S[b, 4]:
+        return False
+    for c in range(4):
+        if S[a, c] > S[b, c]:
+            return False
+    if HL[a] != HL[b]:
+        return False
+    for i in range(HL[a]):
+        if H[a, i] > H[b, i]:
+            return False
+    return True
+
+
+@njit(cache=True)
+def keep_points(S, H, HL, prior, same_p):
+    """Which rows from ``prior`` on no earlier kept row dominates (:func:`_point_dominates`),
+    rows ``0..prior - 1`` (points already kept) counting as kept: :func:`.period.pareto`
+    of the rows from ``prior`` on (given in its order), then those no prior row dominates.
+    (A row dominated by a prior row is not kept, and neither is one it alone would
+    dominate: the prior row dominates that one too, the rule being transitive.)"""
+    n = S.shape[0]
+    alive = np.zeros(n, dtype=np.bool_)
+    kept = np.empty(n, dtype=np.int64)
+    nk = 0
+    for i in range(prior):
+        kept[nk] = i
+        nk += 1
+    for b in range(prior, n):
+        beaten = False
+        for t in range(nk):
+            if _point_dominates(S, H, HL, kept[t], b, same_p):
+                beaten = True
+                break
+        if not beaten:
+            alive[b] = True
+            kept[nk] = b
+            nk += 1
+    return alive

@@ -121,6 +121,8 @@ class RangeRuns:
         self.settled = self.unsettled = 0
         self.messages: list[dict] = []
         self.labels = 0
+        #: range runs of one DC its agent answered by ``dp``'s search (:mod:`.alone`)
+        self.one_dc = 0
         public = owner.public
         self.use_frontier = is_exact(options) and public.period
 
@@ -246,6 +248,7 @@ class RangeRuns:
         self.messages += [{**msg, "file": f"{name}/{msg['file']}"}
                           for msg in out.stats.get("messages", [])]
         self.labels += sum(a.get("labels", 0) for a in out.stats.get("agents", []))
+        self.one_dc += any(a.get("engine") == "dp" for a in out.stats.get("agents", []))
         if out.status == "error":
             raise AgentFailure((out.message or "").removeprefix("cdynp: "),
                                out.stats.get("failed_datacenter"))
@@ -514,7 +517,8 @@ def _range_stats(runs: RangeRuns, t0: float) -> dict:
     import time
 
     sizes = [m["bytes"] for m in runs.messages]
-    return {"range_runs": runs.runs, "frontier_runs": runs.frontier_runs,
+    return {"range_runs": runs.runs, "one_dc_runs": runs.one_dc,
+            "frontier_runs": runs.frontier_runs,
             "frontier_settled": runs.settled, "frontier_unsettled": runs.unsettled,
             "messages": runs.messages, "labels": runs.labels,
             "message_bytes_total": sum(sizes), "message_bytes_max": max(sizes, default=0),

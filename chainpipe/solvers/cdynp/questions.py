@@ -59,7 +59,8 @@ class OwnerRangeTimes(RangeTimes):
                          runs.deadline, math.inf)
         self.runs = runs
 
-    def at_most(self, i: int, j: int, m: int, tau: float, theta: float):
+    def at_most(self, i: int, j: int, m: int, tau: float, theta: float,
+                above: bool = True):
         """As :meth:`RangeTimes.at_most`, without its ladder: what the runs proved answers
         the question if it can (a known plan within ``tau``, a floor above it), else one
         run under ``tau`` finds ``g`` (a plan) or proves it above ``tau``.
@@ -74,6 +75,9 @@ class OwnerRangeTimes(RangeTimes):
             The target of ``T_p``.
         theta : float
             Every ``R_s`` below it.
+        above : bool, default True
+            ``dp``'s trials above ``tau`` after a failed one; a run never searches above
+            ``tau``, so it is accepted and not read.
 
         Returns
         -------
@@ -114,11 +118,14 @@ class OwnerRangeTimes(RangeTimes):
         return lo
 
     def _search(self, i, j, m, tau, theta):
-        """One range run under ``tau`` (``inf``: unbounded); records what it proves."""
-        got = self.runs.least(i, j, m, theta, tau * (1 + 1e-9))
+        """One range run under ``tau`` (``inf``: unbounded); records what it proves (a run
+        that finds nothing proves ``g`` above its bound, a hair above ``tau``: a floor
+        above the question's target, which ``dp``'s search may ask again)."""
+        bound = tau * (1 + 1e-9)
+        got = self.runs.least(i, j, m, theta, bound)
         self.searches += 1
         if got is None:
-            self.proven.setdefault((i, j), []).append((m, theta, tau, 0.0))
+            self.proven.setdefault((i, j), []).append((m, theta, bound, 0.0))
             return None
         found = Found(m, float(got.cost.fill_drain_s), float(got.cost.period_s), got.sync,
                       tuple(got.stages))

@@ -1,0 +1,136 @@
+"""A range of one DC: its agent plans the pipeline alone, by ``dp``'s own search.
+
+The owner's search of several pipelines (:mod:`.questions`) asks many range runs over
+one DC only (a span of ``P`` pipelines on ``P`` DCs has nothing else). Such a run sends
+no summary: the DC is the whole chain, knows every device the plan may use, and its
+answer (the plan of least ``T_p`` with ``M_p = m`` and every ``R_s`` below the run's
+``sync_cap``, if within the run's ``upper_bound``, else none) is all that leaves it. So
+the DC may compute that answer any exact way; :class:`AloneDP` answers it with ``dp``'s
+range search (:class:`LeastTimes`, :class:`chainpipe.solvers.dp_ranges.RangeTimes`) on
+the DC's own one-DC tables: ``dp``'s compiled search, static floors and trial targets,
+instead of the agent's label DP (:mod:`.period`) and the classic solve before it. Nothing more is sent than
+before: the plan's stages and costs in the report, or "none".
+
+The DC keeps what its searches proved (plans found, floors) with its tables (the
+agent's :func:`~.agent.own_tables`, per ``M_p``), as ``dp`` keeps it for a range, and
+answers later questions of the owner from it where it can: private memory, which only
+makes the same answers come sooner.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+
+from ...deadline import Deadline
+from ..dp_pipelines import _capacity
+from ..dp_ranges import ABOVE, LADDER, RangeTimes
+from .local import END, OWN
+
+#: ``False``: every range run of one DC runs the agent's own label DP as before (the tests
+#: compare the two; the benchmarks measure the difference)
+ENABLED = True
+_LOCK = threading.Lock()
+
+
+class LeastTimes(RangeTimes):
+    """:class:`~chainpipe.solvers.dp_ranges.RangeTimes` of one DC asked for ``g`` itself.
+
+    ``dp``'s question "is ``g <= tau``?" may be answered by any plan found within ``tau``;
+    a range run answers with the plan of least ``T_p`` (the owner takes its ``T_p`` as
+    ``g``, a floor included). So a plan the memory holds answers only when it is proven
+    least (its ``T_p`` meets the proven floor at ``(m, theta)``); otherwise the same
+    trials as :meth:`~chainpipe.solvers.dp_ranges.RangeTimes.at_most` run, the first
+    that finds a plan finding ``g`` (a search's target drops to each plan it finds).
+    """
+
+    def least(self, m: int, tau: float, theta: float):
+        """``(T_p, max R, stages)`` of the plan of least ``T_p`` on the DC with ``m``
+        microbatches and every ``R < theta``, if ``T_p <= tau``; else ``None``."""
+        known = self._best_known(0, 0, m, theta)
+        lo = self._floor(0, 0, m, theta)
+        if known is not None and known[0] <= lo * (1 + 1e-12):
+            return known if known[0] <= tau else None
+        if lo > tau or lo == math.inf:  # an infinite floor: no plan at all
+            return None
+        ceiling = math.inf if known is None else known[0]
+        trials = [x for x in (lo * (1 + d) for d in LADDER) if x < min(tau, ceiling)]
+        if known is None or tau < ceiling:  # tau itself (inf: an unbounded search)
+            trials += [tau] + [x for x in (tau * (1 + d) for d in ABOVE) if x < ceiling]
+        if known is not None:
+            trials.append(ceiling)
+        for trial in trials:
+            got = self._search(0, 0, m, trial, theta)
+            if got is not None:  # g itself (a search keeps plans a rounding hair above)
+                return got if got[0] <= tau else None
+        return None
+
+
+def usable(public, sync_cap, frontier, compressed: bool) -> bool:
+    """Whether a run is a range run of one DC that :class:`AloneDP` answers: one DC,
+    ``period``, under ``sync_cap`` (``T_p`` minimised, no ``R`` counted), exact, not a
+    frontier run."""
+    return (ENABLED and public.num_datacenters == 1 and public.period
+            and sync_cap is not None and frontier is None and not compressed)
+
+
+class AloneDP:
+    """The answer of a one-DC range run, shaped as :class:`.period.PeriodDP`'s result
+    (:attr:`points` at ``x = 0``, :meth:`label`, :attr:`bound_cut`, :attr:`stats`) so
+    that the agent decides and realises it as any other.
+
+    Parameters
+    ----------
+    tables : CostTables
+        The DC's own one-DC tables with every option (no ``sync_cap`` applied: ``dp``'s
+        question takes the limit itself, so one memory serves every limit).
+    options_of : callable
+        ``options_of(g)``: the options of group ``g`` the agent realises stages with.
+    deadline : Deadline
+    """
+
+    def __init__(self, tables, options_of, deadline: Deadline):
+        self.t, self.options_of, self.deadline = tables, options_of, deadline
+        self.points: dict[int, list] = {}
+        self.bound_cut = True
+        self.stats = {"labels": 0, "searches": 0}
+        self._store: list[tuple] = []
+
+    def _times(self) -> tuple[LeastTimes, threading.Lock]:
+        """The DC's :class:`RangeTimes` kept with its tables, and the lock that keeps two
+        sessions of an agent server from searching the same tables at once."""
+        with _LOCK:
+            kept = self.t.__dict__.get("_cdynp_alone")
+            if kept is None:
+                # the knapsack of what free devices hold, built without a deadline (in
+                # milliseconds; a later run's deadline would not be the one it kept)
+                holds = _capacity(self.t, Deadline(None))
+                kept = self.t.__dict__["_cdynp_alone"] = (
+                    LeastTimes(self.t, Deadline(None), math.inf, holds), threading.Lock())
+        return kept
+
+    def run(self, ub: float, sync_cap: float) -> None:
+        """The least ``T_p`` of a plan with every ``R_s < sync_cap`` and ``T_p <= ub``
+        (``inf``: no bound), kept as the one point at ``x = 0``; none if there is none."""
+        times, lock = self._times()
+        with lock:
+            times.deadline = self.deadline
+            before = times.searches
+            got = times.least(self.t.M, ub, sync_cap)
+            self.stats["searches"] = times.searches - before
+        if got is None:
+            return
+        T, _R, stages = got
+        for n, (a, _b, _dc, g, d, t) in enumerate(stages):
+            opts = self.options_of(g)
+            pair = next(c for c in range(len(opts.d)) if opts.d[c] == d and opts.t[c] == t)
+            ref = (OWN, n + 1, 0) if n + 1 < len(stages) else (END, 0, 0)
+            self._store.append((int(a), int(g), int(pair), ref))
+        # the point's terms: T_p as its total, no period or R apart (it never leaves the
+        # DC; only its T is read, by the decision)
+        self.points[0] = [(len(stages), 0.0, 0.0, float(T), 0.0, (), 0)]
+
+    def label(self, i: int) -> tuple[int, int, int, tuple]:
+        """Stage ``i`` of the plan: ``(start, group, pair, ref)`` as
+        :meth:`.local.LocalDP.label`."""
+        return self._store[i]

@@ -1,0 +1,95 @@
+"""A range run of one DC answered by ``dp``'s own search (``chainpipe/solvers/cdynp/
+alone.py``): the same ``g`` as the agent's label DP, whatever the questions' order."""
+
+from __future__ import annotations
+
+import math
+import random
+from pathlib import Path
+
+from chainpipe.deadline import Deadline
+from chainpipe.solvers.cdynp import LocalOwner, alone
+from chainpipe.solvers.cdynp.drive import agent_options
+from chainpipe.solvers.cdynp.pipelines import RangeRuns
+from helpers import random_v3_instance
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _answers(inst, questions, enabled: bool) -> list:
+    """``T_p`` (``None``: no plan) of each question ``(k, m, theta, bound)``, a fresh owner
+    asking them in order, with or without :mod:`.alone`."""
+    keep = alone.ENABLED
+    alone.ENABLED = enabled
+    try:
+        runs = RangeRuns(LocalOwner(inst, False, 60), agent_options(), Deadline(None))
+        out = []
+        for k, m, theta, bound in questions:
+            got = runs._run(k, k, m, theta, bound)  # every question a run (no owner memory)
+            out.append(None if got is None else (got.time, got.sync < theta))
+        return out
+    finally:
+        alone.ENABLED = keep
+
+
+def _questions(inst, rng: random.Random) -> list:
+    """Questions as the owner's search asks them: the same DC and ``M_p`` again at other
+    bounds and lower limits on ``R``, and the first one unbounded."""
+    out = []
+    for k in range(inst.num_datacenters):
+        for m in sorted({1, 2, inst.microbatches}):
+            out.append((k, m, math.inf, math.inf))
+            for _ in range(4):
+                out.append((k, m, rng.choice([math.inf, 1e-3, 0.05, 0.5, 2.0, 10.0]),
+                            rng.choice([math.inf, 0.5, 2.0, 5.0, 20.0, 80.0])))
+    return out
+
+
+def test_one_dc_range_runs_equal_the_label_dp():
+    """On random v3 instances (``period`` ones), per DC, ``M_p`` and question: the plan
+    found by ``dp``'s search has the least ``T_p`` the agent's own DP finds (1e-9), both
+    find none alike, and every plan keeps its ``R`` below the limit."""
+    checked = 0
+    for seed in range(100, 180):  # v3-123: g far above the static floor (an unbounded trial)
+        inst = random_v3_instance(seed)
+        if inst.training.objective != "period" or inst.microbatches < 2:
+            continue
+        qs = _questions(inst, random.Random(seed))
+        new, old = _answers(inst, qs, True), _answers(inst, qs, False)
+        for q, a, b in zip(qs, new, old):
+            assert (a is None) == (b is None), (seed, q, a, b)
+            if a is not None:
+                assert math.isclose(a[0], b[0], rel_tol=1e-9), (seed, q, a, b)
+                assert a[1] and b[1], (seed, q)
+                checked += 1
+    assert checked >= 100, checked
+
+
+def test_capped_tables_cut_the_uncapped_runs():
+    """Tables under a ``sync_cap`` share the uncapped tables' options, and the period DP's
+    candidate runs cut from the uncapped ones (``period._cut_runs``) are the runs the
+    capped options give directly, for every group, end and cap."""
+    import numpy as np
+
+    from chainpipe.io import read
+    from chainpipe.solvers.cdynp.agent import DCAgent, own_tables
+    from chainpipe.solvers.cdynp.period import PeriodDP, _runs
+    from chainpipe.solvers.cdynp.public import PublicInstance
+
+    inst = read(ROOT / "instances/v3/medium/v3-medium-03-slow-sync8.json")
+    public = PublicInstance.of(inst)
+    compared = 0
+    for k in (0, 3):
+        for cap in (1e-3, 0.05, 0.2, 1.0):
+            agent = DCAgent(public, k, inst.datacenters[k], sync_cap=cap)
+            base = own_tables(agent.local, None)
+            assert agent.tables.__dict__["_options"] is base.__dict__["_options"]
+            dp = PeriodDP(agent.tables, position_cap=agent.R)
+            for g in range(agent.tables.G):
+                for x in range(1, agent.L + 1):
+                    want = _runs(dp._stages(g, x))
+                    got = dp._group_runs(g, x)
+                    for a, b in zip(got, want):
+                        assert np.array_equal(a, b), (k, cap, g, x)
+                    compared += len(want[2])
+    assert compared > 1000, compared
