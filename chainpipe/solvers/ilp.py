@@ -382,7 +382,7 @@ def _lp_settles(tables: CostTables, form, opts: _Options, stats: dict, incumbent
 def _raised(out: Outcome, bound: float | None, instance) -> Outcome:
     """``out`` with its lower bound raised to ``bound`` (a proven one, the loop LP's) and
     clamped to the plan's ``T``; ``optimal`` when it then meets ``T``."""
-    if bound is None or out.status.value not in ("feasible", "optimal", "no_solution"):
+    if not bound or out.status.value not in ("feasible", "optimal", "no_solution"):
         return out
     if out.lower_bound is not None and out.lower_bound >= bound:
         return out
