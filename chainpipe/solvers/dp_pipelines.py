@@ -101,6 +101,26 @@ class Holds:
         self.count = usage_caps(tables)
         self.full = LayerCapacity(tables, self.count, deadline.check)
         self.any_stash = None
+        self.chain = self._chain(tables, deadline)
+
+    def _chain(self, tables: CostTables, deadline: Deadline):
+        """The floors by position along the chain (``dp.ChainCapacity``) with stashes of
+        ``min(M, q)``: valid for a pipeline of all ``M`` microbatches only (fewer stash
+        less, so their stages hold more); ``None`` where they do not apply."""
+        from .dp import CHAIN_HIGH, CHAIN_LOW, CHAIN_POINTS, ChainCapacity
+
+        if not ChainCapacity.useful(tables):
+            return None
+        chain = ChainCapacity(tables, self.count, deadline.check)
+        total = float(tables.flop_prefix[-1])
+        low = float(self.full.needed(self.full.curve(list(range(tables.G)), []), total))
+        if not np.isfinite(low):
+            return None
+        floor = chain.bottleneck(low, total)
+        if floor <= 0:
+            return None
+        chain.set_grid(np.geomspace(CHAIN_LOW * floor, CHAIN_HIGH * floor, CHAIN_POINTS))
+        return chain
 
     def for_pipeline(self, microbatches: int):
         """The capacity valid for a pipeline of ``microbatches``."""
