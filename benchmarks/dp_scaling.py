@@ -710,7 +710,7 @@ def main() -> int:
     if args.kernel:
         return kernel_main(args.quick)
     if args.v3:
-        return v3_main((0,) if args.quick else (0, 1, 2), 60.0, 120.0)
+        return v3_main((0,) if args.quick else (0, 1, 2, 3, 4), 60.0, 120.0)
     if args.scale:
         return scale_main(args.quick)
 
