@@ -109,7 +109,11 @@ class OwnerRangeTimes(RangeTimes):
     def _floor(self, i, j, m, theta) -> float:
         """The best floor the runs proved on DCs ``i..j`` or on any range holding it (no
         static floor): ``g`` of a range is at most ``g`` of a range inside it (the plans
-        of the inner range are plans of the outer one)."""
+        of the inner range are plans of the outer one). ``inf`` at ``theta <= 0``: no
+        ``R_s`` is below 0, so no plan (``dp``'s reach then drops the range instead of
+        asking it again)."""
+        if theta <= 0.0:
+            return math.inf
         lo = 0.0
         for a in range(i + 1):
             for b in range(j, self.runs.owner.public.num_datacenters):
