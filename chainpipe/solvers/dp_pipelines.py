@@ -373,6 +373,7 @@ class _Several:
         microbatches, which searches past a range's answer prove cheaply)."""
         top = self.M - (P - 1)
         upper: dict = {}
+        lower: dict = {}  # what each probe proved, whatever rounding the floors see
 
         def cap(i, k):
             if (i, k) not in upper:
@@ -384,14 +385,18 @@ class _Several:
             if ranges is None:
                 return None
             ups = [upper[r] for r in ranges]
-            lows = [self._known_cap(*r, tau, theta, 0, u) for r, u in zip(ranges, ups)]
+            lows = [max(lower.get(r, 0), self._known_cap(*r, tau, theta, 0, u))
+                    for r, u in zip(ranges, ups)]
             if min(lows) >= 1 and sum(lows) >= self.M:
                 return self.split(ranges, lows, tau, theta)
-            r = self._probe(ranges, lows, ups, tau, theta)
-            del upper[r]
+            r, m, got = self._probe(ranges, lows, ups, tau, theta)
+            if got is None:  # g(m) > tau: the range takes fewer
+                upper[r] = min(upper[r], m - 1, self.capacity(*r, tau, theta, top))
+            else:
+                lower[r] = m
 
     def _probe(self, ranges, lows, ups, tau, theta):
-        """Search one range of ``ranges`` at one ``M_p`` and return it.
+        """Search one range of ``ranges`` at one ``M_p``: ``(range, M_p, entry or None)``.
 
         The range is the one of fewest DCs whose ``lows`` and ``ups`` entries differ (the
         wider gap on a tie): its searches are the cheapest (``v3-large-03``: 63 s with
@@ -404,8 +409,7 @@ class _Several:
         k = max((q for q in range(len(ranges)) if ups[q] > lows[q]),
                 key=lambda q: (ranges[q][0] - ranges[q][1], ups[q] - lows[q]))
         m = max(ups[k] - drop + 1, (lows[k] + ups[k] + 1) // 2, lows[k] + 1)
-        self.ranges.at_most(*ranges[k], m, tau, theta, above=False)
-        return ranges[k]
+        return ranges[k], m, self.ranges.at_most(*ranges[k], m, tau, theta, above=False)
 
     def _most(self, P, i0, j0, cap):
         """The ranges of ``P`` pipelines over the span that take the most microbatches
