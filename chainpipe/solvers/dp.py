@@ -307,11 +307,9 @@ def _first_bound(tables: CostTables, deadline: Deadline):
     if shared is not None and ChainCapacity.useful(tables):
         # stages by position along the chain: a floor for every plan, alone or across
         chain = shared.chain = ChainCapacity(tables, capacity.count, deadline.check)
-        floor = chain.bottleneck(across, total)
+        floor = chain.floored(across, total)
         alone = [max(b, floor) for b in alone]
         across = max(across, floor)
-        if floor > 0:
-            chain.set_grid(np.geomspace(CHAIN_LOW * floor, CHAIN_HIGH * floor, CHAIN_POINTS))
     return max(tables.lower_bound, tables.bound_with_floors(alone, across)), shared
 
 
@@ -1242,6 +1240,15 @@ class ChainCapacity:
                 return grid[-1]
             lo, hi = grid[j - 1], grid[j]
         return lo
+
+    def floored(self, low: float, flop: float) -> float:
+        """:meth:`bottleneck`, with the prefix floors' grid set around it where it is
+        above 0 (:data:`CHAIN_POINTS` from :data:`CHAIN_LOW` to :data:`CHAIN_HIGH` times
+        it; else no grid, and no prefix floors)."""
+        floor = self.bottleneck(low, flop)
+        if floor > 0:
+            self.set_grid(np.geomspace(CHAIN_LOW * floor, CHAIN_HIGH * floor, CHAIN_POINTS))
+        return floor
 
     def set_grid(self, grid: np.ndarray) -> None:
         """Compute the tables the prefix floors read (:meth:`prefix_floors`) on ``grid``."""

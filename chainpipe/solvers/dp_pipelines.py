@@ -107,19 +107,15 @@ class Holds:
         """The floors by position along the chain (``dp.ChainCapacity``) with stashes of
         ``min(M, q)``: valid for a pipeline of all ``M`` microbatches only (fewer stash
         less, so their stages hold more); ``None`` where they do not apply."""
-        from .dp import CHAIN_HIGH, CHAIN_LOW, CHAIN_POINTS, ChainCapacity
+        from .dp import ChainCapacity
 
         if not ChainCapacity.useful(tables):
             return None
         chain = ChainCapacity(tables, self.count, deadline.check)
         total = float(tables.flop_prefix[-1])
         low = float(self.full.needed(self.full.curve(list(range(tables.G)), []), total))
-        if not np.isfinite(low):
+        if not np.isfinite(low) or chain.floored(low, total) <= 0:
             return None
-        floor = chain.bottleneck(low, total)
-        if floor <= 0:
-            return None
-        chain.set_grid(np.geomspace(CHAIN_LOW * floor, CHAIN_HIGH * floor, CHAIN_POINTS))
         return chain
 
     def for_pipeline(self, microbatches: int):
