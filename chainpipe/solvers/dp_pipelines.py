@@ -55,14 +55,14 @@ def solve(instance, deadline: Deadline, log=None, threads: int = 1,
     pipelines = instance.parallelism.pipelines
     best = _Best()
     try:
-        capacity = _capacity(tables, deadline)
+        capacity = shared_holds(tables, deadline)
         if any(P > 1 for P in pipelines):
             _seed(instance, deadline, best)
         if 1 in pipelines:
             _one_pipeline(instance, tables, deadline, best, log, capacity, threads, scheduler)
         many = [P for P in sorted(pipelines) if 2 <= P <= min(instance.microbatches, tables.K)]
         if many:
-            _Several(instance, tables, deadline, best, log, capacity).run(many)
+            SeveralPipelines(instance, tables, deadline, best, log, capacity).run(many)
     except TimeUp:
         if best.plan is None:
             return Outcome("no_solution", lower_bound=None,
@@ -75,7 +75,7 @@ def solve(instance, deadline: Deadline, log=None, threads: int = 1,
                    stats={"objective_s": best.T, "searches": best.searches})
 
 
-def _capacity(tables: CostTables, deadline: Deadline):
+def shared_holds(tables: CostTables, deadline: Deadline):
     """What free devices hold under a bottleneck, shared by every search of the instance
     (:class:`Holds`); ``None`` where the version-2 search does without it."""
     from .dp import LayerCapacity
@@ -242,7 +242,7 @@ def cross_syncs(instance) -> dict[tuple[int, int], float]:
     return out
 
 
-class _Several:
+class SeveralPipelines:
     """The optimum over plans of ``P >= 2`` pipelines (``docs/dp.md``, "Version 3")."""
 
     def __init__(self, instance, tables, deadline, best: _Best, log, capacity):

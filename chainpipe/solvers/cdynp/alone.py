@@ -23,7 +23,7 @@ import math
 import threading
 
 from ...deadline import Deadline
-from ..dp_pipelines import _capacity
+from ..dp_pipelines import shared_holds
 from ..dp_ranges import ABOVE, LADDER, RangeTimes
 from .local import END, OWN
 
@@ -104,7 +104,7 @@ class AloneDP:
             if kept is None:
                 # the knapsack of what free devices hold, built without a deadline (in
                 # milliseconds; a later run's deadline would not be the one it kept)
-                holds = _capacity(self.t, Deadline(None))
+                holds = shared_holds(self.t, Deadline(None))
                 kept = self.t.__dict__["_cdynp_alone"] = (
                     LeastTimes(self.t, Deadline(None), math.inf, holds), threading.Lock())
         return kept

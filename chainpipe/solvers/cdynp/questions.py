@@ -39,7 +39,7 @@ import sys
 import types
 
 from ...plan import Pipeline, Plan
-from ..dp_pipelines import _Several, cross_syncs
+from ..dp_pipelines import SeveralPipelines, cross_syncs
 from ..dp_ranges import Found, RangeTimes
 
 
@@ -145,8 +145,9 @@ class OwnerBest:
         self.T, self.plan, self.searches = T, plan, 0
 
 
-class OwnerSearch(_Several):
-    """``dp``'s search of several pipelines (:class:`chainpipe.solvers.dp_pipelines._Several`)
+class OwnerSearch(SeveralPipelines):
+    """``dp``'s search of several pipelines
+    (:class:`chainpipe.solvers.dp_pipelines.SeveralPipelines`)
     with CDynP range runs as its ranges and the owner's incumbent.
 
     Parameters
@@ -158,7 +159,7 @@ class OwnerSearch(_Several):
     """
 
     def __init__(self, runs, best: OwnerBest):
-        # not _Several.__init__: it builds the ranges from the instance's cost tables,
+        # not SeveralPipelines.__init__: it builds the ranges from the instance's cost tables,
         # which the owner does not have
         public = runs.owner.public
         self.inst, self.t, self.deadline, self.best, self.log = (
