@@ -25,7 +25,11 @@ crossed); the kernels do the work per label:
   plans recorded, the images filed in the arena).
 
 Both are exact: they apply the same dominance rules and bounds, proven in
-``docs/dp.md``, as the Python filters of :mod:`.labels` (which the CDynP agents use).
+``docs/dp.md``, as the Python filters of :mod:`.labels` (their definitions, which the
+tests check the kernels against). The CDynP agents' label DP
+(:class:`chainpipe.solvers.cdynp.local.LocalDP`) runs on the same filters
+(:func:`local_layer`, which also orders each state's labels as :mod:`.labels` does)
+with extensions of its own bound tests (:func:`local_terms`, :func:`local_prepend`).
 Compiled on first use and cached on disk (``cache=True``: numba's cache beside this
 module, or ``NUMBA_CACHE_DIR``).
 """
@@ -228,6 +232,32 @@ def filter_states(mx, sm, p, r, state, usage, dc, shifted, steady):
         Per kept label, its ``T`` as a complete plan (``sm + (M - 1) mx``).
     """
     n_states = usage.shape[0]
+    keep, starts = _kept(mx, sm, p, r, state, usage, dc, shifted, steady)
+    m = len(keep)
+    kill = np.empty(m, dtype=np.int64)
+    lts = np.empty(m, dtype=np.float64)
+    for s in range(n_states):
+        lo, hi = starts[s], starts[s + 1]
+        for a in range(lo, hi):
+            j = keep[a]
+            lts[a] = _time(sm[j], mx[j], steady, 0.0)
+            kill[a] = hi - lo
+            if not shifted:
+                continue
+            for b in range(a + 1, hi):
+                i = keep[b]
+                extra = r[i] - r[j] if r[i] > r[j] else 0.0
+                if p[i] <= p[j] and sm[i] + extra <= sm[j]:
+                    kill[a] = b - lo
+                    break
+    return keep, starts, kill, lts
+
+
+@njit(cache=True)
+def _kept(mx, sm, p, r, state, usage, dc, shifted, steady):
+    """:func:`filter_states`' kept labels ``keep`` (by ``(state, mx, sm)``) and each
+    state's first position in it, ``starts``."""
+    n_states = usage.shape[0]
     order, bounds = _by_state(state, n_states)
     # within each state: Pareto (and shifted) filter
     within = np.empty(len(order), dtype=np.int64)
@@ -253,23 +283,7 @@ def filter_states(mx, sm, p, r, state, usage, dc, shifted, steady):
     keep = keep[:m]
     for s in range(n_states):
         starts[s + 1] += starts[s]
-    kill = np.empty(m, dtype=np.int64)
-    lts = np.empty(m, dtype=np.float64)
-    for s in range(n_states):
-        lo, hi = starts[s], starts[s + 1]
-        for a in range(lo, hi):
-            j = keep[a]
-            lts[a] = _time(sm[j], mx[j], steady, 0.0)
-            kill[a] = hi - lo
-            if not shifted:
-                continue
-            for b in range(a + 1, hi):
-                i = keep[b]
-                extra = r[i] - r[j] if r[i] > r[j] else 0.0
-                if p[i] <= p[j] and sm[i] + extra <= sm[j]:
-                    kill[a] = b - lo
-                    break
-    return keep, starts, kill, lts
+    return keep, starts
 
 
 @njit(cache=True)
@@ -1046,3 +1060,183 @@ def chain_floor(held, free, kinds, counts, q, flop, grid, before):
         if j > 0:
             out[a] = grid[j - 1]
     return out, hold
+
+
+# ----------------------------------------------------------------- the CDynP agents' DP
+# (:class:`chainpipe.solvers.cdynp.local.LocalDP`): its labels filtered by the same
+# rules (:func:`_kept`), in the order of :mod:`.labels`' filters, and its stages put
+# before them by its own bound tests (the images filed in an arena of :func:`new_arena`)
+
+
+@njit(cache=True)
+def _lex_less(mx, sm, p, r, i, j):
+    """Whether label ``i`` comes before ``j`` in the order ``(mx, sm, p, r)``."""
+    if mx[i] != mx[j]:
+        return mx[i] < mx[j]
+    if sm[i] != sm[j]:
+        return sm[i] < sm[j]
+    if p[i] != p[j]:
+        return p[i] < p[j]
+    return r[i] < r[j]
+
+
+@njit(cache=True)
+def local_layer(F, I, usage_all, shifted, steady, across):
+    """The labels of one layer of a DC agent's DP filtered as
+    :meth:`chainpipe.solvers.cdynp.local.LocalDP` filters them: per state the Pareto set
+    in ``(mx, sm, p, r)`` (of equal labels the first), under ``shifted`` then the shifted
+    rule, and with ``across`` the rule across states (one datacenter); each state's labels
+    by ``(mx, sm, p, r)`` (as :func:`chainpipe.solvers.labels.pareto4` orders them), with
+    their killers (:func:`chainpipe.solvers.labels.killers`).
+
+    Parameters
+    ----------
+    F, I : numpy.ndarray
+        ``(n, 3)`` float64 ``(mx, sm, r)`` and ``(n, 5)`` int64 ``(p, label, pair, state,
+        meta)`` per label, in the order they were made; ``state`` a global state id.
+    usage_all : numpy.ndarray
+        ``(states, groups)`` int64: devices in use per group, per global state id.
+    shifted : bool
+        Apply the shifted dominance after the plain one.
+    steady : int
+        ``M - 1``.
+    across : bool
+        Apply the rule across states.
+
+    Returns
+    -------
+    ids : numpy.ndarray
+        The global ids of the states with a label kept, in the order of their first label.
+    starts : numpy.ndarray
+        State ``ids[s]``'s labels are rows ``starts[s]:starts[s+1]``.
+    X : numpy.ndarray
+        ``(m, 4)`` float64 rows ``mx, sm, p, r`` of the kept labels.
+    parents : numpy.ndarray
+        ``(m, 3)`` int64 ``meta, label, pair`` of each.
+    kill : numpy.ndarray
+        int64 per kept label: the position in its state's rows of its killer, else the
+        state's label count.
+    """
+    n = F.shape[0]
+    local = np.full(usage_all.shape[0], -1, dtype=np.int64)
+    seen = np.empty(n, dtype=np.int64)
+    owner = np.empty(n, dtype=np.int64)
+    n_states = 0
+    for e in range(n):
+        g = I[e, 3]
+        if local[g] < 0:
+            local[g] = n_states
+            seen[n_states] = g
+            n_states += 1
+        owner[e] = local[g]
+    ids = seen[:n_states].copy()
+    usage = np.empty((n_states, usage_all.shape[1]), dtype=np.int64)
+    for s in range(n_states):
+        usage[s] = usage_all[ids[s]]
+    dc = np.zeros(n_states, dtype=np.int64) if across else np.arange(n_states)
+    mx, sm, r, p = F[:, 0].copy(), F[:, 1].copy(), F[:, 2].copy(), I[:, 0].copy()
+    keep, starts = _kept(mx, sm, p, r, owner, usage, dc, shifted, steady)
+    m = len(keep)
+    X = np.empty((m, 4))
+    parents = np.empty((m, 3), dtype=np.int64)
+    kill = np.empty(m, dtype=np.int64)
+    for s in range(n_states):
+        lo, hi = starts[s], starts[s + 1]
+        for a in range(lo + 1, hi):  # nearly sorted already (by mx, sm): insertion sort
+            j = keep[a]
+            b = a
+            while b > lo and _lex_less(mx, sm, p, r, j, keep[b - 1]):
+                keep[b] = keep[b - 1]
+                b -= 1
+            keep[b] = j
+        for a in range(lo, hi):
+            j = keep[a]
+            X[a, 0], X[a, 1], X[a, 2], X[a, 3] = mx[j], sm[j], p[j], r[j]
+            parents[a, 0], parents[a, 1], parents[a, 2] = I[j, 4], I[j, 1], I[j, 2]
+            kill[a] = hi - lo
+            for b in range(a + 1, hi):
+                i = keep[b]
+                extra = r[i] - r[j] if r[i] > r[j] else 0.0
+                if p[i] <= p[j] and sm[i] + extra <= sm[j]:
+                    kill[a] = b - lo
+                    break
+    return ids, starts, X, parents, kill
+
+
+@njit(cache=True)
+def local_terms(stages, pre_sum, pre_max, flop, avail, steady):
+    """Per stage ``(a, C, max in flight, R)`` of a DC agent's candidate run: ``(a, C, max
+    in flight, R, h, T-term with h, C + prefix sum, M C as T-term alone)``, ``h`` the
+    larger of ``C`` and the prefix's bottleneck ``pre_max[a]``, raised (``flop`` not
+    empty) to ``flop[a] / avail``
+    (:meth:`chainpipe.solvers.cdynp.local.LocalDP._extend`)."""
+    k = stages.shape[0]
+    out = np.empty((k, 8))
+    for t in range(k):
+        a = int(stages[t, 0])
+        ca = stages[t, 1]
+        pm = pre_max[a]
+        if len(flop) and flop[a] > 0:
+            f = flop[a] / avail if avail > 0 else np.inf
+            pm = f if f > pm else pm
+        h = ca if ca >= pm else pm
+        out[t, :4] = stages[t]
+        out[t, 4] = h
+        out[t, 5] = _time(ca + pre_sum[a], h, steady, 0.0)
+        out[t, 6] = ca + pre_sum[a]
+        out[t, 7] = _time(ca, ca, steady, 0.0)
+    return out
+
+
+@njit(cache=True)
+def local_prepend(X, kill, run, U, Q, limit, pair, target, meta, p_cap, need_at, steady,
+                  af, ai, blocks, links):
+    """Put the stages of one candidate run (rows of :func:`local_terms`, ``a``
+    descending) before every label of a state (rows of :func:`local_layer`), filing the
+    images ``(mx, sm, r)``, ``(p, label, pair, target, meta)`` in the arena, by the bound
+    tests of :meth:`chainpipe.solvers.cdynp.local.LocalDP._extend` (``U``, ``Q``: the
+    boundary after the stage; ``limit``: the widened bound).
+
+    Returns
+    -------
+    tuple
+        ``(cut, short)``: whether the bound cut an image, and 0 or the blocks the arena
+        lacks (nothing was done: grow it, :func:`grown`, and call again).
+    """
+    n, k = X.shape[0], run.shape[0]
+    size = links.shape[0] - 3
+    room = links[size + 2] + blocks.shape[0] - links[size + 1]
+    need = (n * k) // BLOCK + k + 1
+    if need > room:
+        return False, need - room
+    cut = False
+    for i in range(n):
+        fi = X[kill[i], 0] if kill[i] < n else np.inf
+        if U >= fi:
+            continue  # every image is dominated by its killer's
+        bn, sm, p_i, s = X[i, 0], X[i, 1], int(X[i, 2]), X[i, 3]
+        need_i = need_at[p_i]
+        nr = p_i + 1 if p_i < p_cap else p_cap
+        bu = bn if bn >= U else U
+        smq = sm + Q
+        lt = _time(smq, bu, steady, 0.0)
+        for t in range(k):
+            ca, ra = run[t, 1], run[t, 3]
+            # along the run C and R grow and memory shrinks: stop at the first stage that
+            # fails either, or whose C flattens this label
+            if need_i > run[t, 2] or ca >= fi:
+                break
+            ns = s if s >= ra else ra
+            # over the bound with the prefix: skip (not monotone in a); over it without:
+            # stop (later stages cost more)
+            if (smq + run[t, 5] if bu <= run[t, 4] else lt + run[t, 6]) + ns > limit:
+                cut = True
+                if (lt + ca if ca <= bu else smq + run[t, 7]) + ns > limit:
+                    break
+                continue
+            e = _slot(int(run[t, 0]), blocks, links)
+            af[e, 0] = bu if bu >= ca else ca
+            af[e, 1] = sm + ca + Q
+            af[e, 2] = ns
+            ai[e, 0], ai[e, 1], ai[e, 2], ai[e, 3], ai[e, 4] = nr, i, pair, target, meta
+    return cut, 0

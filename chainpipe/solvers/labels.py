@@ -1,6 +1,9 @@
-"""Pareto filters over DP labels (the CDynP agents' label loop) and the trial schedule
-(``dp`` and the agents). ``dp``'s compiled kernel (:mod:`.label_kernel`) applies the same
-dominance rules to its labels as arrays.
+"""Pareto filters over DP labels and the trial schedule (``dp`` and the CDynP agents).
+The label loops of ``dp`` and of the CDynP agents (:class:`.cdynp.local.LocalDP`) run on
+the compiled kernel (:mod:`.label_kernel`), which applies these dominance rules to labels
+as arrays: the filters here are their definitions, which the tests check the kernel
+against (``tests/test_label_kernel.py``, ``tests/test_local_kernel.py``); the CDynP
+summaries use :func:`shifted_pareto` and :func:`dominated_by_earlier` themselves.
 
 A label is a tuple ``(bottleneck, total, stages placed, ...)``; smaller is better
 in each of the three. Under data parallelism ``dp`` adds a fourth criterion,

@@ -16,8 +16,10 @@ inter-DC boundary already folded in; a base label is never extended by an
 internal boundary.
 
 This is the label loop of :mod:`chainpipe.solvers.dp` restricted to one DC and
-seeded with base labels; it shares its Pareto filters (:mod:`..labels`),
-the shifted dominance of ``T`` included under data or tensor parallelism. A
+seeded with base labels; it runs on the same compiled kernel
+(:mod:`chainpipe.solvers.label_kernel`: its Pareto filters, defined in :mod:`..labels`,
+the shifted dominance of ``T`` included under data or tensor parallelism), with labels
+as arrays; the agent's data stay in its own process, as before. A
 label is dropped when its own cost, plus an optional optimistic cost of the
 prefix ``[0, a)`` (only DC 1 has one: the prefix must then run on its own
 devices), cannot beat the upper bound ``ub``.
@@ -33,14 +35,8 @@ import numpy as np
 from ... import cost
 from ...deadline import Deadline
 from ...tables import dominated_options
-from ..labels import (
-    BOUND_SLACK,
-    across_usage,
-    killers,
-    pareto3,
-    pareto4,
-    shifted_pareto,
-)
+from .. import label_kernel as kernel
+from ..labels import BOUND_SLACK
 
 #: where a label's plan continues, ``(kind, i, j)``: ``OWN``: own label ``i``; ``IN``:
 #: point ``j`` of incoming entry ``i``; ``END``: the model ends after the label's stage
@@ -103,10 +99,11 @@ class LocalDP(DCRun):
     """The label loop, one label at a time (the DCs of ``medium/``, DC 1 always, and
     every DC under data or tensor parallelism)."""
 
-    def _candidates(self, ub: float, grid=None) -> list[list[list[tuple]]]:
+    def _candidates(self, ub: float, grid=None, arrays: bool = False
+                    ) -> list[list[list[tuple]]]:
         """``[g][x]``: per pair ``c`` of group ``g`` not dominated by another,
         ``(devices, c, stages)`` with ``stages`` the ``(a, C, max in flight, R)`` of
-        ``[a, x)``, ``a`` descending, while :meth:`option_fits` holds (a run of starts;
+        ``[a, x)`` (with ``arrays``: as the rows of a float array), ``a`` descending, while :meth:`option_fits` holds (a run of starts;
         options another pair of the same range dominates are left out of it). With
         ``grid`` (a set of layer boundaries), only stages that start and end on it.
 
@@ -118,8 +115,9 @@ class LocalDP(DCRun):
         no larger ``M C + R``, so it is within ``ub`` too), and :attr:`bound_cut` as
         :meth:`option_fits` sets it."""
         full, worst = self._unbounded(grid)
+        at = 4 if arrays else 2
         if ub == math.inf:
-            return [[[(w, c, lst) for w, c, lst, _ in per] for per in per_end]
+            return [[[(run[0], run[1], run[at]) for run in per] for per in per_end]
                     for per_end in full]
         limit = ub * (1 + 1e-9)
         self.bound_cut |= any(t > limit for t in worst)
@@ -128,10 +126,11 @@ class LocalDP(DCRun):
             rows = []
             for per in per_end:
                 row = []
-                for w, c, lst, tops in per:
-                    k = bisect.bisect_right(tops, limit)
+                for run in per:
+                    k = bisect.bisect_right(run[3], limit)
                     if k:
-                        row.append((w, c, lst if k == len(lst) else lst[:k]))
+                        got = run[at]
+                        row.append((run[0], run[1], got if k == len(got) else got[:k]))
                 rows.append(row)
             out.append(rows)
         return out
@@ -142,7 +141,7 @@ class LocalDP(DCRun):
         (skipped starts included), and per group the largest ``M C + R`` of an option that
         fits memory: built once per tables and grid. (Not shared across ``M``: the
         in-flight limits are capped at ``M``, and with them which pairs dominate.)"""
-        cache = self.t.__dict__.setdefault("_cdynp_candidates", {})
+        cache = self.t.__dict__.setdefault("_cdynp_runs", {})
         key = None if grid is None else frozenset(grid)
         got = cache.get(key)
         if got is None:
@@ -151,7 +150,7 @@ class LocalDP(DCRun):
 
     def _direct_candidates(self, ub: float, grid=None, tops: bool = False):
         """:meth:`_candidates` computed from the options (``tops``: as :meth:`_unbounded`
-        keeps them, ``(runs with tops, worst per group)``), per group with arrays
+        keeps them, ``(runs with tops and stage arrays, worst per group)``), per group with arrays
         ``[pair, x, a]``: a run ends after the largest ``a < x`` that fails
         :meth:`option_fits`."""
         L = self.L
@@ -180,7 +179,9 @@ class LocalDP(DCRun):
             stages = list(zip(ai.tolist(), opts.compute_time[ci, ai, xi].tolist(),
                               opts.max_in_flight[ci, ai, xi].tolist(),
                               opts.sync_time[ci, ai, xi].tolist()))
-            if tops:  # the largest M C + R from x - 1 down to a, skipped starts included
+            if tops:  # the largest M C + R from x - 1 down to a, skipped starts included;
+                # the stages also as the rows of an array (the kernel's)
+                rows = np.array(stages, dtype=float).reshape(-1, 4)
                 high = np.where(before, alone.transpose(0, 2, 1), -math.inf)
                 top = np.maximum.accumulate(high[:, :, ::-1], axis=2)[ci, xi, ri].tolist()
             per_end: list = [[] for _ in range(L + 1)]
@@ -190,8 +191,8 @@ class LocalDP(DCRun):
             for s, e in zip(cuts[:-1], cuts[1:]):
                 if e > s:
                     c, x = int(ci[s]), int(xi[s])
-                    per_end[x].append((widths[c], c, stages[s:e], top[s:e]) if tops
-                                      else (widths[c], c, stages[s:e]))
+                    per_end[x].append((widths[c], c, stages[s:e], top[s:e], rows[s:e])
+                                      if tops else (widths[c], c, stages[s:e]))
             out.append(per_end)
         return (out, worst) if tops else out
 
@@ -201,7 +202,8 @@ class LocalDP(DCRun):
         :meth:`~chainpipe.tables.CostTables.options`, and ``ref`` where the plan
         continues: own label ``(OWN, j, 0)`` (``end`` is its start), incoming entry and
         point ``(IN, e, p)`` or ``(END, 0, 0)`` (``end = L``)."""
-        return self._store[i]
+        row = self._store[i]
+        return row[0], row[1], row[2], (row[3], row[4], row[5])
 
     def run(self, base: dict[int, list[tuple]], ub: float, prefix=None, beam: int = 0,
             grid=None, spread=None) -> None:
@@ -222,79 +224,126 @@ class LocalDP(DCRun):
 
         Walks the layers from the end: at each ``x`` the labels of ``[x, L)`` are
         filtered (:meth:`_filter`), numbered (:meth:`_finalise`) and extended by one
-        stage ending at ``x`` (:meth:`_extend`).
+        stage ending at ``x`` (:meth:`_extend`). The labels are arrays and the work per
+        label is :mod:`chainpipe.solvers.label_kernel`'s (``local_layer``,
+        ``local_terms``, ``local_prepend``): the images of a layer's stages wait in an
+        arena of blocks until their layer is filtered.
         """
         L, G = self.L, self.t.G
-        self._cands = self._candidates(ub, grid)
+        self._cands = self._candidates(ub, grid, arrays=True)
         self._limit = ub * (1 + 1e-12) if ub < math.inf else math.inf
         self._beam = int(beam)
-        self._prefix = prefix if prefix is not None else ([0.0] * (L + 1), [0.0] * (L + 1))
+        self._base = base
+        pre = prefix if prefix is not None else ([0.0] * (L + 1), [0.0] * (L + 1))
+        self._pre = (np.asarray(pre[0], dtype=float), np.asarray(pre[1], dtype=float),
+                     np.zeros(0) if spread is None else np.asarray(spread[0], dtype=float))
         self._spread = spread
         self._zero = (0,) * G
         self._count = [int(min(c, L * self.t.widest)) for c in self.t.count]
         # in-flight count of a new stage placed before r stages
-        self._need_at = [self.t.in_flight(r + 1) for r in range(self.R + 1)]
-        self._store: list[tuple[int, int, int, tuple]] = []  # (start, group, pair, parent)
-        states: list[dict] = [dict() for _ in range(L + 1)]
-        # per layer and state: per bottleneck, (sum, stages, sync) of the labels so far
-        self._fronts: list = [dict() for _ in range(L + 1)]
-        for x, labels in base.items():
-            states[x][(0, self._zero)] = list(labels)
+        self._need_at = np.array([self.t.in_flight(r + 1) for r in range(self.R + 1)],
+                                 dtype=np.int64)
+        self._sid = {self._zero: 0}  # state (devices in use) -> global id; 0: base labels
+        self._usage = [self._zero]
+        # per extension (meta): the store index of its source state's first label, or
+        # -1 - x for the base labels at x; and its group
+        self._meta_off: list[int] = []
+        self._meta_g: list[int] = []
+        self._base_refs: dict[int, np.ndarray] = {}  # x -> refs of its kept base labels
+        self._arena = kernel.new_arena(L, blocks=64)
+        self._stored = 0
+        chunks: list[np.ndarray] = []  # the store, a (k, 6) block per layer
         self.points = {}
         labels_total = 0
         for x in range(L, -1, -1):
             self.deadline.check()
-            layer = states[x]
-            if not layer:
+            layer = self._filter(x, base.get(x, ()))
+            if layer is None:
                 continue
-            labels_total += self._filter(layer)
-            refs = self._finalise(x, layer)
+            labels_total += len(layer[2])
+            chunk = self._finalise(x, layer)
+            if chunk is not None:
+                chunks.append(chunk)
             if x > 0:
-                self._extend(x, layer, refs, states)
-            states[x] = self._fronts[x] = None  # finalised labels live on in the store only
+                self._extend(x, layer)
+        self._store = (np.concatenate(chunks) if chunks else np.zeros((0, 6), dtype=np.int64)
+                       ).tolist()
+        self._arena = self._base = None
         self.stats["labels"] = labels_total
 
-    def _filter(self, layer: dict) -> int:
-        """Keep each state's Pareto labels (shifted dominance under parallelism), and drop
-        labels dominated across usage states. Returns how many labels are left."""
-        for key in list(layer):
-            if self.sync:
-                labels = shifted_pareto(pareto4(layer[key]), self.M)
+    def _filter(self, x: int, base_x) -> tuple | None:
+        """The labels of layer ``x`` (its base labels, then the images filed for it) kept
+        by the Pareto filters (shifted dominance under parallelism; per state at most
+        :attr:`_beam` with a beam) and across usage states, as
+        :func:`~chainpipe.solvers.label_kernel.local_layer` returns them (``None``: no
+        label)."""
+        F, I = kernel.take_layer(x, *self._arena)
+        if base_x:
+            bf = np.array([(lab[0], lab[1], lab[3]) for lab in base_x], dtype=float)
+            bi = np.zeros((len(base_x), 5), dtype=np.int64)
+            bi[:, 0] = [lab[2] for lab in base_x]
+            bi[:, 1] = np.arange(len(base_x))
+            bi[:, 2], bi[:, 4] = -1, -1 - x
+            F, I = np.concatenate((bf, F)), np.concatenate((bi, I))
+        if not len(F):
+            return None
+        usage = np.array(self._usage, dtype=np.int64)
+        steady = self.M - 1
+        if not self._beam:
+            return kernel.local_layer(F, I, usage, self.sync, steady, True)
+        ids, starts, X, parents, _kill = kernel.local_layer(F, I, usage, self.sync, steady,
+                                                            False)
+        rows = []
+        for s in range(len(ids)):
+            lo, hi = int(starts[s]), int(starts[s + 1])
+            if hi - lo > self._beam:  # the least T estimates, ties in label order
+                est = cost.iteration_time(X[lo:hi, 1], X[lo:hi, 0], self.M, X[lo:hi, 3])
+                rows.extend(sorted(lo + np.argsort(est, kind="stable")[:self._beam]))
             else:
-                labels = pareto3(layer[key], self.R)
-            if self._beam and len(labels) > self._beam:
-                labels = sorted(labels, key=lambda lab: cost.iteration_time(
-                    lab[1], lab[0], self.M, lab[3]))[:self._beam]
-                labels.sort(key=lambda lab: lab[:4])  # by bottleneck again, for killers
-            layer[key] = labels
-        if len(layer) > 1:
-            across_usage(layer, sync=self.sync)
-        return sum(len(v) for v in layer.values())
+                rows.extend(range(lo, hi))
+        rows = np.array(rows, dtype=np.int64)
+        state = np.repeat(ids, np.diff(starts))[rows]
+        I2 = np.stack([X[rows, 2].astype(np.int64), parents[rows, 1], parents[rows, 2],
+                       state, parents[rows, 0]], axis=1)
+        return kernel.local_layer(np.ascontiguousarray(X[rows][:, [0, 1, 3]]), I2, usage,
+                                  self.sync, steady, True)
 
-    def _finalise(self, x: int, layer: dict) -> dict:
-        """Give own labels store indices and list them in :attr:`points`; returns, per
-        state, each label's reference as its parents will hold it."""
-        store, zero = self._store, self._zero
-        refs: dict[tuple, list] = {}
-        own = []
-        for key, labels in layer.items():
-            if key[1] == zero:
-                refs[key] = [lab[4] for lab in labels]  # base labels: their own reference
-                continue
-            lst = []
-            for bn, sm, r, s, (parent, g, c) in labels:
-                i = len(store)
-                store.append((x, g, c, parent))
-                own.append((r, bn, sm, s, i))
-                lst.append((OWN, i, 0))
-            refs[key] = lst
-        if own:
-            self.points[x] = own
-        return refs
+    def _finalise(self, x: int, layer: tuple) -> np.ndarray | None:
+        """Give own labels store indices and list them in :attr:`points`; keep the base
+        labels' references. Returns the store rows ``(start, group, pair, kind, j, p)``
+        of the own labels (``None`` if none)."""
+        ids, starts, X, parents, _kill = layer
+        lo = 0
+        if ids[0] == 0:  # the base labels (state 0, listed first): their own references
+            lo = int(starts[1])
+            refs = np.array([lab[4] for lab in self._base[x]], dtype=np.int64)
+            self._base_refs[x] = refs[parents[:lo, 1]]
+        self._layer_off = self._stored - lo  # store index of row lo + i is _layer_off + lo + i
+        m = len(X) - lo
+        if not m:
+            return None
+        meta = parents[lo:, 0]
+        off = np.array(self._meta_off, dtype=np.int64)[meta]
+        label = parents[lo:, 1]
+        rows = np.empty((m, 6), dtype=np.int64)
+        rows[:, 0] = x
+        rows[:, 1] = np.array(self._meta_g, dtype=np.int64)[meta]
+        rows[:, 2] = parents[lo:, 2]
+        own = off >= 0
+        rows[own, 3], rows[own, 4], rows[own, 5] = OWN, off[own] + label[own], 0
+        for src in np.unique(off[~own]).tolist():  # parents among base labels at x = -1 - src
+            at = off == src
+            rows[at, 3:] = self._base_refs[-1 - src][label[at]]
+        index = np.arange(self._stored, self._stored + m)
+        self._stored += m
+        self.points[x] = list(zip(X[lo:, 2].astype(np.int64).tolist(), X[lo:, 0].tolist(),
+                                  X[lo:, 1].tolist(), X[lo:, 3].tolist(), index.tolist()))
+        return rows
 
-    def _extend(self, x: int, layer: dict, refs: dict, states: list) -> None:
-        """Prepend every candidate stage ``[a, x)`` to the labels of ``layer`` (labels at
-        ``x``), adding the new labels to ``states[a]``.
+    def _extend(self, x: int, layer: tuple) -> None:
+        """Prepend every candidate stage ``[a, x)`` to the labels of each state of
+        ``layer`` (labels at ``x``), filing the images for layer ``a``
+        (:func:`~chainpipe.solvers.label_kernel.local_prepend`).
 
         The bound is tested without assembling ``T`` per label and stage: with ``bU`` the
         label's bottleneck lifted to the boundary's occupancy, ``h`` the larger of the
@@ -302,38 +351,31 @@ class LocalDP(DCRun):
         the stage alone (``bU <= h``) or the label's sum and bottleneck plus the stage's
         and prefix's sums (``bU > h``); the same without the prefix for the test that
         stops the run of stages. The limits are widened a hair, so that rounding never
-        cuts what assembling ``T`` would keep. An image that an earlier one of its bucket
-        with the same bottleneck dominates is left out (the Pareto filter would drop it).
+        cuts what assembling ``T`` would keep. A label whose killer a stage lifts to the
+        same bottleneck is not extended (:func:`~chainpipe.solvers.labels.killers`).
         """
-        M, t = self.M, self.t
-        count = self._count
-        iteration_time = cost.iteration_time
-        zero, cands = self._zero, self._cands
+        ids, starts, X, _parents, kill = layer
+        count, cands, zero = self._count, self._cands, self._zero
         limit = self._limit + self._limit * BOUND_SLACK
         u_x, q_x = float(self.u_int[x]), float(self.q_int[x])
         spread = self._spread
         if spread is not None:
             _, s_up, s_caps = spread
-        terms: dict = {}  # per candidate run (and FLOP/s with spread): _run_terms
-        for key, labels in layer.items():
-            u = key[1]
+        terms: dict = {}  # per candidate run (and FLOP/s with spread): local_terms
+        for s, sid in enumerate(ids.tolist()):
+            u = self._usage[sid]
+            lo, hi = int(starts[s]), int(starts[s + 1])
+            if lo == hi:
+                continue  # every label of the state dominated across states
             if spread is not None:  # FLOP/s of the devices upstream and of own free ones
                 own_free = [r_ * min(n_ - ug, m_) for (r_, n_, m_), ug in zip(s_caps, u)]
                 s_free = s_up + sum(own_free)
             internal = u != zero
             U = u_x if internal else 0.0
             Q = q_x if internal else 0.0
-            rl = refs[key]
-            # a stage whose max(C, U) reaches the bottleneck of a label's killer lifts both
-            # to one bottleneck, and the killer's image then dominates (labels.killers)
-            n_labels = len(labels)
-            flat = [labels[k][0] if k < n_labels else math.inf for k in killers(labels)]
-            lifted = []  # per label: (sum + Q, bU, T-term of sum + Q and bU)
-            for bn, sm, _r, _s, _ in labels:
-                bu = bn if bn >= U else U
-                lifted.append((sm + Q, bu, iteration_time(sm + Q, bu, M)))
-            for g in range(t.G):
+            for g in range(self.t.G):
                 free = count[g] - u[g]
+                meta = -1
                 for w, c, stages in cands[g][x]:
                     if w > free:
                         continue
@@ -345,83 +387,35 @@ class LocalDP(DCRun):
                         rkey = (g, c, avail)
                     run = terms.get(rkey)
                     if run is None:
-                        run = terms[rkey] = self._run_terms(stages, avail)
-                    nkey = (0, u[:g] + (u[g] + w,) + u[g + 1:])
-                    self._prepend_run(labels, (rl, flat, lifted), run, (g, c, nkey, U, Q, limit),
-                                      states)
+                        run = terms[rkey] = kernel.local_terms(stages, *self._pre, avail,
+                                                               self.M - 1)
+                    if meta < 0:  # this state's extensions on g: where their parents are
+                        meta = len(self._meta_off)
+                        self._meta_off.append(self._layer_off + lo if sid else -1 - x)
+                        self._meta_g.append(g)
+                    self._prepend(X[lo:hi], kill[lo:hi], run,
+                                  (U, Q, limit, c, self._state(u, g, w), meta))
 
-    def _run_terms(self, stages: list, avail: float) -> list:
-        """Per stage ``(a, C, max in flight, R)`` of a candidate run: ``(a, C, max in flight,
-        R, h, T-term with h, C + prefix sum, M C as T-term alone)``, with ``h`` the larger
-        of ``C`` and the prefix's bottleneck (raised, with spread, by the prefix's FLOP on
-        the ``avail`` FLOP/s it may use)."""
-        M, iteration_time = self.M, cost.iteration_time
-        pre_sum, pre_max = self._prefix
-        s_flop = None if self._spread is None else self._spread[0]
-        run = []
-        for a, ca, n, ra in stages:
-            pm = pre_max[a]
-            if s_flop is not None and s_flop[a] > 0:
-                f = s_flop[a] / avail if avail > 0 else math.inf
-                pm = f if f > pm else pm
-            h = ca if ca >= pm else pm
-            run.append((a, ca, n, ra, h, iteration_time(ca + pre_sum[a], h, M),
-                        ca + pre_sum[a], iteration_time(ca, ca, M)))
-        return run
+    def _state(self, u: tuple, g: int, w: int) -> int:
+        """The global id of the state ``u`` with ``w`` more devices of ``g`` in use."""
+        nu = u[:g] + (u[g] + w,) + u[g + 1:]
+        sid = self._sid.get(nu)
+        if sid is None:
+            sid = self._sid[nu] = len(self._usage)
+            self._usage.append(nu)
+        return sid
 
-    def _prepend_run(self, labels: list, per_label: tuple, run: list, move: tuple,
-                     states: list) -> None:
-        """Prepend the stages of one candidate ``run`` to every label of a state (the loop
-        of :meth:`_extend`; ``per_label``: parent refs, killers' bottlenecks and lifted
-        terms; ``move``: group, pair, next state, boundary occupancy and traversal, bound)."""
-        rl, flat, lifted = per_label
-        g, c, nkey, U, Q, limit = move
-        need_at, R, fronts = self._need_at, self.R, self._fronts
-        buckets: dict[int, tuple] = {}
-        for i, (_bn, sm, r, s, _) in enumerate(labels):
-            need = need_at[r]
-            nr = r + 1 if r < R else R
-            ref = (rl[i], g, c)  # (parent ref, group, pair) until finalised
-            fi = flat[i]
-            if U >= fi:
-                continue  # every image is dominated by its killer's
-            smq, bu, lt = lifted[i]
-            # along the stages C and R grow and memory shrinks: stop at the
-            # first that fails either, or whose C flattens this label
-            for a, ca, n, ra, h, th, cpre, tc in run:
-                if need > n or ca >= fi:
-                    break
-                ns = s if s >= ra else ra
-                # over the bound with the prefix: skip (the prefix cost is not
-                # monotone in a), and stop if over it without (later stages
-                # cost more)
-                if (smq + th if bu <= h else lt + cpre) + ns > limit:
-                    self.bound_cut = True
-                    if (lt + ca if ca <= bu else smq + tc) + ns > limit:
-                        break
-                    continue
-                nbn = bu if bu >= ca else ca
-                nsm = sm + ca + Q
-                got = buckets.get(a)
-                if got is None:
-                    bucket = states[a].get(nkey)
-                    if bucket is None:
-                        bucket = states[a][nkey] = []
-                        front = fronts[a][nkey] = {}
-                    else:
-                        front = fronts[a][nkey]
-                    buckets[a] = (bucket, front)
-                else:
-                    bucket, front = got
-                same = front.get(nbn)
-                if same is None:
-                    front[nbn] = [(nsm, nr, ns)]
-                else:
-                    for s_, r_, y_ in same:
-                        if s_ <= nsm and r_ <= nr and y_ <= ns:
-                            break
-                    else:
-                        same.append((nsm, nr, ns))
-                        bucket.append((nbn, nsm, nr, ns, ref))
-                    continue
-                bucket.append((nbn, nsm, nr, ns, ref))
+    def _prepend(self, X: np.ndarray, kill: np.ndarray, run: np.ndarray, move: tuple) -> None:
+        """:func:`~chainpipe.solvers.label_kernel.local_prepend` of one run before one
+        state's labels (``move``: ``U, Q, limit, pair, target, meta``), the arena grown
+        when it lacks room."""
+        U, Q, limit, c, target, meta = move
+        while True:
+            cut, short = kernel.local_prepend(X, kill, run, U, Q, limit, c, target, meta,
+                                              self.R, self._need_at, self.M - 1,
+                                              *self._arena)
+            if not short:
+                break
+            self._arena = kernel.grown(self._arena, short)
+        if cut:
+            self.bound_cut = True
