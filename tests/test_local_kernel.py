@@ -90,22 +90,29 @@ def test_kernel_runs_equal_the_listed_runs(seed):
                   for per in per_g] for per_g in lists]
 
 
-def test_local_prepend_grows_the_arena_and_files_every_image():
+def test_local_extend_grows_the_arena_and_files_every_image():
     """An arena of one block lacks room: the kernel asks for more and does nothing; after
-    :func:`label_kernel.grown` every image (no bound) is filed for its start."""
+    :func:`label_kernel.grown` every image (no bound) of the runs that fit is filed for
+    its start, with its run's pair, target state and its group's extension id."""
     X = np.array([[1.0, 2.0, 0.0, 0.0], [2.0, 1.0, 0.0, 0.0]])
     kill = np.array([2, 2])
-    stages = np.array([[3.0, 0.5, 9.0, 0.0], [1.0, 0.7, 9.0, 0.0]])
-    run = label_kernel.local_terms(stages, np.zeros(5), np.zeros(5), np.zeros(0), 0.0, 3)
+    stages = np.array([[3.0, 0.5, 9.0, 0.0], [1.0, 0.7, 9.0, 0.0], [2.0, 0.1, 9.0, 0.0]])
+    runs = np.array([[0, 1, 4, 2], [1, 1, 5, 3]])  # the second run's target: skipped
+    targets, metas = np.array([7, -1]), np.array([3, 4])
+    move = np.array([0.0, 0.0, math.inf, 3, 3, 0.0])
+    pre = np.zeros((3, 5))
     arena = label_kernel.new_arena(4, blocks=1)
-    args = (0.0, 0.0, math.inf, 1, 0, 0, 3, np.array([1, 2, 3, 4]), 3)
-    cut, short = label_kernel.local_prepend(X, kill, run, *args, *arena)
+    args = (np.array([0, 0]), runs, stages, targets, metas, move, np.array([1, 2, 3, 4]), pre,
+            np.zeros((0, 3)))
+    cut, short = label_kernel.local_extend(X, kill, *args, *arena)
     assert short > 0 and not cut
     arena = label_kernel.grown(arena, short)
-    cut, short = label_kernel.local_prepend(X, kill, run, *args, *arena)
+    cut, short = label_kernel.local_extend(X, kill, *args, *arena)
     assert (cut, short) == (False, 0)
+    assert not len(label_kernel.take_layer(2, *arena)[0])
     for a in (3, 1):
         F, I = label_kernel.take_layer(a, *arena)
         assert sorted(I[:, 1].tolist()) == [0, 1]
+        assert (I[:, 2] == 4).all() and (I[:, 3] == 7).all() and (I[:, 4] == 3).all()
         c = 0.5 if a == 3 else 0.7
         assert sorted(F[:, 1].tolist()) == sorted([2.0 + c, 1.0 + c])

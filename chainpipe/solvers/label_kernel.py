@@ -1189,13 +1189,39 @@ def local_terms(stages, pre_sum, pre_max, flop, avail, steady):
 
 
 @njit(cache=True)
-def local_prepend(X, kill, run, U, Q, limit, pair, target, meta, p_cap, need_at, steady,
-                  af, ai, blocks, links):
-    """Put the stages of one candidate run (rows of :func:`local_terms`, ``a``
-    descending) before every label of a state (rows of :func:`local_layer`), filing the
-    images ``(mx, sm, r)``, ``(p, label, pair, target, meta)`` in the arena, by the bound
-    tests of :meth:`chainpipe.solvers.cdynp.local.LocalDP._extend` (``U``, ``Q``: the
-    boundary after the stage; ``limit``: the widened bound).
+def local_extend(X, kill, u, runs, stages, targets, metas, move, need_at, pre, caps, af, ai,
+                 blocks, links):
+    """Put every candidate run before the labels of one state of a DC agent's DP
+    (:meth:`chainpipe.solvers.cdynp.local.LocalDP._extend`): per run its terms
+    (:func:`local_terms`, the prefix's bottleneck raised by the devices the state leaves
+    free when ``caps`` has rows), then :func:`_prepend`.
+
+    Parameters
+    ----------
+    X, kill : numpy.ndarray
+        The state's labels and killers (:func:`local_layer`).
+    u : numpy.ndarray
+        int64 ``(G,)``: the state's devices in use per group.
+    runs : numpy.ndarray
+        int64 ``(n, 4)``: per run its group, width, pair and end row in ``stages`` (it
+        starts where the previous run ends).
+    stages : numpy.ndarray
+        float64 ``(k, 4)`` rows ``(a, C, max in flight, R)`` of the runs, one after another.
+    targets : numpy.ndarray
+        int64 per run: the state its images go to, ``-1`` to skip the run.
+    metas : numpy.ndarray
+        int64 per group: the extension id stored with its images.
+    move : numpy.ndarray
+        float64 ``U, Q, limit`` (the boundary after the stage, the widened bound), then
+        ``M - 1``, the stage cap and ``A`` (the upstream FLOP/s of ``spread``).
+    need_at : numpy.ndarray
+        int64: the in-flight count a stage needs before ``p`` stages.
+    pre : numpy.ndarray
+        ``(3, L + 1)``: the prefix's sum and bottleneck terms, and its FLOP.
+    caps : numpy.ndarray
+        ``(G, 3)`` float64 ``(rate, count, most)`` per group, or no rows (no spread).
+    af, ai, blocks, links : numpy.ndarray
+        The arena (:func:`new_arena`).
 
     Returns
     -------
@@ -1203,12 +1229,58 @@ def local_prepend(X, kill, run, U, Q, limit, pair, target, meta, p_cap, need_at,
         ``(cut, short)``: whether the bound cut an image, and 0 or the blocks the arena
         lacks (nothing was done: grow it, :func:`grown`, and call again).
     """
-    n, k = X.shape[0], run.shape[0]
+    n = X.shape[0]
     size = links.shape[0] - 3
     room = links[size + 2] + blocks.shape[0] - links[size + 1]
-    need = (n * k) // BLOCK + k + 1
+    need = 0
+    lo = 0
+    for q in range(runs.shape[0]):
+        if targets[q] >= 0:
+            k = runs[q, 3] - lo
+            need += (n * k) // BLOCK + k + 1
+        lo = runs[q, 3]
     if need > room:
         return False, need - room
+    G = len(u)
+    spread = caps.shape[0] > 0
+    own_free = np.zeros(G)
+    s_free = 0.0
+    if spread:  # FLOP/s of the devices upstream and of own free ones
+        acc = 0.0
+        for g in range(G):
+            own_free[g] = caps[g, 0] * min(caps[g, 1] - u[g], caps[g, 2])
+            acc += own_free[g]
+        s_free = move[5] + acc
+    flop = pre[2] if spread else pre[2, :0]
+    steady, p_cap = int(move[3]), int(move[4])
+    cut = False
+    lo = 0
+    for q in range(runs.shape[0]):
+        g, w, hi = runs[q, 0], runs[q, 1], runs[q, 3]
+        if targets[q] >= 0:
+            avail = 0.0
+            if spread:  # the new label's own stages take w more devices of g
+                avail = s_free - own_free[g] + caps[g, 0] * min(caps[g, 1] - u[g] - w,
+                                                                caps[g, 2])
+            run = local_terms(stages[lo:hi], pre[0], pre[1], flop, avail, steady)
+            if _prepend(X, kill, run, move[0], move[1], move[2], runs[q, 2], targets[q],
+                        metas[g], p_cap, need_at, steady, af, ai, blocks, links):
+                cut = True
+        lo = hi
+    return cut, 0
+
+
+@njit(cache=True)
+def _prepend(X, kill, run, U, Q, limit, pair, target, meta, p_cap, need_at, steady, af, ai,
+             blocks, links):
+    """Put the stages of one candidate run (rows of :func:`local_terms`, ``a``
+    descending) before every label of a state (rows of :func:`local_layer`), filing the
+    images ``(mx, sm, r)``, ``(p, label, pair, target, meta)`` in the arena (the caller
+    made room), by the bound tests of
+    :meth:`chainpipe.solvers.cdynp.local.LocalDP._extend` (``U``, ``Q``: the boundary
+    after the stage; ``limit``: the widened bound). Returns whether the bound cut an
+    image."""
+    n, k = X.shape[0], run.shape[0]
     cut = False
     for i in range(n):
         fi = X[kill[i], 0] if kill[i] < n else np.inf
@@ -1239,4 +1311,4 @@ def local_prepend(X, kill, run, U, Q, limit, pair, target, meta, p_cap, need_at,
             af[e, 1] = sm + ca + Q
             af[e, 2] = ns
             ai[e, 0], ai[e, 1], ai[e, 2], ai[e, 3], ai[e, 4] = nr, i, pair, target, meta
-    return cut, 0
+    return cut

@@ -226,7 +226,7 @@ class LocalDP(DCRun):
         filtered (:meth:`_filter`), numbered (:meth:`_finalise`) and extended by one
         stage ending at ``x`` (:meth:`_extend`). The labels are arrays and the work per
         label is :mod:`chainpipe.solvers.label_kernel`'s (``local_layer``,
-        ``local_terms``, ``local_prepend``): the images of a layer's stages wait in an
+        ``local_extend``): the images of a layer's stages wait in an
         arena of blocks until their layer is filtered.
         """
         L, G = self.L, self.t.G
@@ -235,8 +235,8 @@ class LocalDP(DCRun):
         self._beam = int(beam)
         self._base = base
         pre = prefix if prefix is not None else ([0.0] * (L + 1), [0.0] * (L + 1))
-        self._pre = (np.asarray(pre[0], dtype=float), np.asarray(pre[1], dtype=float),
-                     np.zeros(0) if spread is None else np.asarray(spread[0], dtype=float))
+        self._pre = np.array([pre[0], pre[1], [0.0] * (L + 1) if spread is None else
+                              spread[0]], dtype=float)
         self._spread = spread
         self._zero = (0,) * G
         self._count = [int(min(c, L * self.t.widest)) for c in self.t.count]
@@ -343,7 +343,7 @@ class LocalDP(DCRun):
     def _extend(self, x: int, layer: tuple) -> None:
         """Prepend every candidate stage ``[a, x)`` to the labels of each state of
         ``layer`` (labels at ``x``), filing the images for layer ``a``
-        (:func:`~chainpipe.solvers.label_kernel.local_prepend`).
+        (:func:`~chainpipe.solvers.label_kernel.local_extend`, one call per state).
 
         The bound is tested without assembling ``T`` per label and stage: with ``bU`` the
         label's bottleneck lifted to the boundary's occupancy, ``h`` the larger of the
@@ -355,46 +355,59 @@ class LocalDP(DCRun):
         same bottleneck is not extended (:func:`~chainpipe.solvers.labels.killers`).
         """
         ids, starts, X, _parents, kill = layer
-        count, cands, zero = self._count, self._cands, self._zero
-        limit = self._limit + self._limit * BOUND_SLACK
+        runs, stages, gws = self._runs_at(x)
+        if not len(runs):
+            return
+        gw_of = runs[:, 4]
+        runs = np.ascontiguousarray(runs[:, :4])
         u_x, q_x = float(self.u_int[x]), float(self.q_int[x])
-        spread = self._spread
-        if spread is not None:
-            _, s_up, s_caps = spread
-        terms: dict = {}  # per candidate run (and FLOP/s with spread): local_terms
+        limit = self._limit + self._limit * BOUND_SLACK
+        move = np.array([0.0, 0.0, limit, self.M - 1, self.R, 0.0])
+        caps = np.zeros((0, 3))
+        if self._spread is not None:
+            move[5] = self._spread[1]
+            caps = np.array(self._spread[2], dtype=float).reshape(-1, 3)
         for s, sid in enumerate(ids.tolist()):
-            u = self._usage[sid]
             lo, hi = int(starts[s]), int(starts[s + 1])
             if lo == hi:
                 continue  # every label of the state dominated across states
-            if spread is not None:  # FLOP/s of the devices upstream and of own free ones
-                own_free = [r_ * min(n_ - ug, m_) for (r_, n_, m_), ug in zip(s_caps, u)]
-                s_free = s_up + sum(own_free)
-            internal = u != zero
-            U = u_x if internal else 0.0
-            Q = q_x if internal else 0.0
-            for g in range(self.t.G):
-                free = count[g] - u[g]
-                meta = -1
-                for w, c, stages in cands[g][x]:
-                    if w > free:
-                        continue
-                    if spread is None:
-                        rkey, avail = (g, c), 0.0
-                    else:  # the new label's own stages take w more devices of g
-                        r_, n_, m_ = s_caps[g]
-                        avail = s_free - own_free[g] + r_ * min(n_ - u[g] - w, m_)
-                        rkey = (g, c, avail)
-                    run = terms.get(rkey)
-                    if run is None:
-                        run = terms[rkey] = kernel.local_terms(stages, *self._pre, avail,
-                                                               self.M - 1)
-                    if meta < 0:  # this state's extensions on g: where their parents are
-                        meta = len(self._meta_off)
-                        self._meta_off.append(self._layer_off + lo if sid else -1 - x)
-                        self._meta_g.append(g)
-                    self._prepend(X[lo:hi], kill[lo:hi], run,
-                                  (U, Q, limit, c, self._state(u, g, w), meta))
+            u = self._usage[sid]
+            # per (group, width) of the runs: the state its images go to, if they fit
+            to = [self._state(u, g, w) if w <= self._count[g] - u[g] else -1 for g, w in gws]
+            metas = np.full(self.t.G, -1, dtype=np.int64)
+            for (g, _w), t in zip(gws, to):
+                if t >= 0 and metas[g] < 0:  # this state's extensions on g
+                    metas[g] = len(self._meta_off)
+                    self._meta_off.append(self._layer_off + lo if sid else -1 - x)
+                    self._meta_g.append(g)
+            internal = u != self._zero
+            move[0] = u_x if internal else 0.0
+            move[1] = q_x if internal else 0.0
+            targets = np.array(to, dtype=np.int64)[gw_of]
+            while True:
+                cut, short = kernel.local_extend(
+                    X[lo:hi], kill[lo:hi], np.array(u, dtype=np.int64), runs, stages, targets,
+                    metas, move, self._need_at, self._pre, caps, *self._arena)
+                if not short:
+                    break
+                self._arena = kernel.grown(self._arena, short)
+            if cut:
+                self.bound_cut = True
+
+    def _runs_at(self, x: int) -> tuple:
+        """The candidate runs ending at ``x``, as :func:`~chainpipe.solvers.label_kernel.
+        local_extend` takes them: ``runs`` (per run: group, width, pair, end row in
+        ``stages``, and its ``(group, width)``'s index in ``gws``), ``stages`` and ``gws``,
+        the distinct ``(group, width)`` pairs."""
+        runs, parts, gws = [], [], {}
+        end = 0
+        for g in range(self.t.G):
+            for w, c, arr in self._cands[g][x]:
+                end += len(arr)
+                runs.append((g, w, c, end, gws.setdefault((g, w), len(gws))))
+                parts.append(arr)
+        return (np.array(runs, dtype=np.int64).reshape(-1, 5),
+                np.concatenate(parts) if parts else np.zeros((0, 4)), list(gws))
 
     def _state(self, u: tuple, g: int, w: int) -> int:
         """The global id of the state ``u`` with ``w`` more devices of ``g`` in use."""
@@ -404,18 +417,3 @@ class LocalDP(DCRun):
             sid = self._sid[nu] = len(self._usage)
             self._usage.append(nu)
         return sid
-
-    def _prepend(self, X: np.ndarray, kill: np.ndarray, run: np.ndarray, move: tuple) -> None:
-        """:func:`~chainpipe.solvers.label_kernel.local_prepend` of one run before one
-        state's labels (``move``: ``U, Q, limit, pair, target, meta``), the arena grown
-        when it lacks room."""
-        U, Q, limit, c, target, meta = move
-        while True:
-            cut, short = kernel.local_prepend(X, kill, run, U, Q, limit, c, target, meta,
-                                              self.R, self._need_at, self.M - 1,
-                                              *self._arena)
-            if not short:
-                break
-            self._arena = kernel.grown(self._arena, short)
-        if cut:
-            self.bound_cut = True
