@@ -415,6 +415,8 @@ class PipelineSearch:
         self.ids: dict = {}
         self.keys: list = []
         self.floor_tab = np.empty((64, t.L + 1))
+        nq = 0 if self.chain is None else int(self.chain.held.shape[1])
+        self.chain_tab = np.empty((64, nq, t.L + 1))
         self._start_curve()
         self.rival_sets: dict = {}
         self.targets: dict = {}
@@ -450,10 +452,14 @@ class PipelineSearch:
             if got == len(self.floor_tab):
                 self.floor_tab = _grown(self.floor_tab)
                 self.curve = tuple(_grown(x) for x in self.curve[:2]) + self.curve[2:]
+                self.chain_tab = _grown(self.chain_tab)
             row = self.floor_tab[got]
             row[:] = -np.inf
+            self.chain_tab[got] = 0.0
             if key[0] != self.t.K:
                 row[1:] = self._prefix_floors(*key)[1][1:]
+                if self.chain_tab.shape[1]:
+                    self.chain_tab[got] = self._chain_rows(*key)
                 if len(self.curve[2]):
                     self.curve[0][got], self.curve[1][got] = self._curve_rows(*key)
         return got
@@ -554,6 +560,19 @@ class PipelineSearch:
                                        np.asarray(top, dtype=float))
         return got
 
+    def _chain_rows(self, k0: int, usage: tuple) -> np.ndarray:
+        """Per position ``q`` and prefix end ``a``: the chain's floor under the period of
+        ``[0, a)`` placed on DCs ``<= k0`` with ``usage`` taken on ``k0``, its stages at
+        (0-based) position ``q`` or later (``dp.ChainCapacity``; one pipeline of all
+        ``M``). :func:`.period_kernel.expand` reads it per label at
+        :func:`.period_kernel.label_position`."""
+        t = self.t
+        here = [(h, int(t.count[h]) - x) for h, x in zip(self.groups_of[k0], usage)]
+        out = np.stack([self.chain.prefix_floors(k0, here, q, t.flop_prefix)[0]
+                        for q in range(self.chain.held.shape[1])])
+        out[:, 0] = 0.0
+        return out
+
     def _targets(self, k0: int, base: tuple, g: int, gl: int):
         """Per width of group ``g``'s options: the state after a stage of that width
         (from usage ``base`` on DC ``k0``) and its prefix floors (fill, period) by
@@ -592,7 +611,7 @@ class PipelineSearch:
         since, start = int(pend.head[0]), 0
         while True:
             pend.n, start = kernel.expand(kept.S, kept.H, kept.HL, s0, s1, rows, widths, kids,
-                                          F, T, self.need, fs, ints, pend.PF, pend.PI,
+                                          F, T, self.chain_tab, self.need, fs, ints, pend.PF, pend.PI,
                                           pend.head, pend.n, start, self.curve)
             if start < 0:
                 break

@@ -99,8 +99,17 @@ def curve_floor(curve, kid, a, pre, x, M1):
 
 
 @njit(cache=True)
-def expand(S, H, HL, s0, s1, rows, widths, kids, F, T, need_at, fs, ints, PF, PI, head,
-           n, start, curve):
+def label_position(p, nq):
+    """Where the chain floors of :func:`expand` are read for a label of ``p`` stages with
+    a stage prepended: the prefix comes before those ``p + 1`` stages, so its own sit at
+    (0-based) position ``p + 1`` or later (the last of the ``nq`` positions told apart
+    stands for every later one)."""
+    return min(p + 1, nq - 1)
+
+
+@njit(cache=True)
+def expand(S, H, HL, s0, s1, rows, widths, kids, F, T, CT, need_at, fs, ints, PF, PI,
+           head, n, start, curve):
     """Prepend the candidate stages ``rows`` (one group, one end ``b``, by increasing ``C``:
     ``[a, C, f, b, n, w, R, pair]``) to the kept labels ``s0..s1`` of one state, filing each
     new label the bounds let through in the pending store.
@@ -108,10 +117,14 @@ def expand(S, H, HL, s0, s1, rows, widths, kids, F, T, need_at, fs, ints, PF, PI
     ``fs = [U, Q, free, sync_lim, cap_lim, M_p - 1, upper, tau]`` (``upper``, ``tau`` with
     their slack), ``ints = [group, p_cap, mode, all_loops, complete]``; per width of the
     rows, the next state (``kids``) and its prefix floors of fill and period (``F``, ``T``,
-    by prefix end), and ``curve = (CF, CS, grid)`` the prefix curve's floors per state
-    (:func:`curve_floor`; a grid of length 0 where there is none). A new label takes a
-    released entry (the list ``head[-1]``) or entry ``n``. Returns ``(n, resume)``: the entries used so far, and ``-1`` when done or the
-    ``row * (s1 - s0) + label`` to resume from once the store has grown."""
+    by prefix end), ``CT[state, q, a]`` the period's floor of prefix ``[0, a)`` of a state
+    with its stages at (0-based) position ``q`` or later (read per label at
+    :func:`label_position`; ``CT.shape[1] == 0``: none), and ``curve = (CF, CS, grid)``
+    the prefix curve's floors per state (:func:`curve_floor`; a grid of length 0 where
+    there is none). A new label takes a
+    released entry (the list ``head[-1]``) or entry ``n``. Returns ``(n, resume)``: the
+    entries used so far, and ``-1`` when done or the ``row * (s1 - s0) + label`` to resume
+    from once the store has grown."""
     U, Q, free, sync_lim, cap_lim, M1, upper, tau = (fs[0], fs[1], fs[2], fs[3], fs[4],
                                                     fs[5], fs[6], fs[7])
     g, p_cap, mode, all_loops, complete = ints[0], ints[1], ints[2], ints[3], ints[4]
@@ -123,7 +136,7 @@ def expand(S, H, HL, s0, s1, rows, widths, kids, F, T, need_at, fs, ints, PF, PI
         low_per = min(low_per, S[i, 0] + S[i, 1])
         low_sm = min(low_sm, S[i, 2])
         low_r = min(low_r, S[i, 3])
-    cap, released = PF.shape[0], len(head) - 1
+    cap, released, nq = PF.shape[0], len(head) - 1, CT.shape[1]
     for j in range(start // nlab, rows.shape[0]):
         c = rows[j, 1]
         if c > cap_lim:
@@ -151,11 +164,15 @@ def expand(S, H, HL, s0, s1, rows, widths, kids, F, T, need_at, fs, ints, PF, PI
         first = s0 + (start % nlab if j == start // nlab else 0)
         for i in range(first, s1):
             x1, x2, sm, r = S[i, 0], S[i, 1], S[i, 2], S[i, 3]
-            least = sm + fixed + curve_floor(curve, kid, a, pre, max(x1 + x2, floor), M1)
-            if least + max(r, rr) >= upper or least > tau:
-                continue
             p = int(S[i, 4])
             if need_at[p] > mem:
+                continue
+            lab_floor, lab_top = floor, top
+            if nq > 0:  # the prefix's stages sit at positions p + 1 and on
+                held = CT[kid, label_position(p, nq), a]
+                lab_floor, lab_top = max(lab_floor, held), max(lab_top, held)
+            least = sm + fixed + curve_floor(curve, kid, a, pre, max(x1 + x2, lab_floor), M1)
+            if least + max(r, rr) >= upper or least > tau:
                 continue
             if mode == PHASES:
                 nx1, nx2 = max(max(x1, f), U), max(max(x2, bk), U)
@@ -164,7 +181,7 @@ def expand(S, H, HL, s0, s1, rows, widths, kids, F, T, need_at, fs, ints, PF, PI
                 if mode == LOOPS and (p < p_cap or all_loops):
                     nx1 = max(nx1, new_loops(H, i, HL[i], c, Q))
             nsm, nr = sm + c + Q, max(r, rr)
-            least = nsm + curve_floor(curve, kid, a, pre, max(nx1 + nx2, top), M1)
+            least = nsm + curve_floor(curve, kid, a, pre, max(nx1 + nx2, lab_top), M1)
             if least + nr >= upper or least > tau:
                 continue
             slot = head[released]
