@@ -158,27 +158,18 @@ class PeriodDP:
         """Own label ``i``: ``(start, group, pair, ref)`` as :meth:`.local.LocalDP.label`."""
         return self._store[i]
 
-    def _stages(self, g: int, x: int) -> list[tuple]:
-        """Per pair ``c`` of group ``g``: ``(c, width, run)`` with ``run`` the ``(a, C, f,
-        b, R, max in flight)`` of stage ``[a, x)``, ``a`` descending, while it fits memory
-        at all. Along a run the stage grows: ``C``, ``f``, ``b`` and ``R`` do not fall and
-        the in-flight limit does not rise. Built once per group of the tables
-        (:meth:`_shared`; the agent keeps its tables across runs); the callers only read
-        it."""
-        cache = self._shared("stages")
-        got = cache.get(g)
-        if got is None:
-            got = cache[g] = self._group_stages(g)
-        return got[x]
-
     def _shared(self, name: str) -> dict:
         """A cache of what depends on the tables alone, kept on them."""
         return self.t.__dict__.setdefault(f"_cdynp_period_{name}", {})
 
-    def _group_stages(self, g: int) -> list[list[tuple]]:
-        """:meth:`_stages` of group ``g`` for every ``x`` (index ``x``), with arrays ``[pair,
-        x, a]``: a run ends after the largest ``a < x`` whose in-flight limit is below the
-        least need (a longer stage holds more: it fits no better)."""
+    def _group_stages(self, g: int) -> list[tuple]:
+        """Per ``x``, group ``g``'s candidate stages ``[a, x)`` as arrays ``(pairs, widths,
+        runs, ptr)``: per pair ``c`` (ascending) a run of rows ``(a, C, f, b, R, max in flight)``, ``a``
+        descending, while it fits memory at all. Along a run the stage grows: ``C``, ``f``,
+        ``b`` and ``R`` do not fall and the in-flight limit does not rise. A run ends
+        after the largest ``a < x`` whose in-flight limit is below the least need (a
+        longer stage holds more: it fits no better). The runs' rows follow one another
+        in ``runs``, run ``q`` from ``ptr[q]``."""
         self.deadline.check()
         opts = self.t.options(g)
         f, b = phase_options(self.t, g)
@@ -190,16 +181,21 @@ class PeriodDP:
         keep = before & (pos[None, None, :] > stop[:, :, None])
         ci, xi, ri = np.nonzero(keep[:, :, ::-1])  # a descending within (c, x)
         ai = L - ri
-        rows = list(zip(ai.tolist(), *(v[ci, ai, xi].astype(float).tolist() for v in (
-            opts.compute_time, f, b, opts.sync_time)), opts.max_in_flight[ci, ai, xi].tolist()))
-        widths = opts.width.tolist()
-        per_x: list[list[tuple]] = [[] for _ in range(L + 1)]
-        key = ci * (L + 1) + xi
-        cuts = [0, *(np.flatnonzero(np.diff(key)) + 1).tolist(), len(key)]
-        for lo, hi in zip(cuts[:-1], cuts[1:]):
-            if hi > lo:
-                c = int(ci[lo])
-                per_x[int(xi[lo])].append((c, int(widths[c]), rows[lo:hi]))
+        order = np.argsort(xi * (len(opts.width) + 1) + ci, kind="stable")  # by (x, c)
+        ci, xi, ai = ci[order], xi[order], ai[order]
+        rows = np.column_stack([ai.astype(float), *(v[ci, ai, xi].astype(float) for v in (
+            opts.compute_time, f, b, opts.sync_time, opts.max_in_flight))]).reshape(-1, 6)
+        widths = np.asarray(opts.width, dtype=np.int64)
+        at = np.searchsorted(xi, pos, side="left").tolist() + [len(xi)]
+        per_x = []
+        for x in range(L + 1):
+            lo, hi = at[x], at[x + 1]
+            c = ci[lo:hi]
+            cuts = np.flatnonzero(np.diff(c)) + 1 if hi > lo else np.zeros(0, np.int64)
+            firsts = np.concatenate(([0], cuts)) if hi > lo else cuts
+            pairs = c[firsts].astype(np.int64)
+            ptr = np.concatenate((firsts, [hi - lo])).astype(np.int64)
+            per_x.append((pairs, widths[pairs], rows[lo:hi], ptr))
         return per_x
 
     def run(self, base: dict[int, list], ub: float, prefix=None) -> None:
@@ -223,6 +219,10 @@ class PeriodDP:
         self._need_at = [self.t.in_flight(r + 1) for r in range(self.R + 1)]
         self._need_arr = np.array(self._need_at, dtype=float)
         self._no_pre = np.zeros(1)
+        self._rows: dict = {}  # _prefix_rows by usage, group and widths (this run's prefix)
+        #: a usage as one integer: sum of u[g] * stride[g] (its images' states, _file)
+        self._stride = np.cumprod([1] + [c + 1 for c in self._count[:-1]]).astype(np.int64)
+        self._usages: dict = {}
         states: list[dict] = [dict() for _ in range(L + 1)]
         for x, labels in base.items():
             states[x][zero] = [_Labels.of_base(labels)]
@@ -298,6 +298,7 @@ class PeriodDP:
         count = self._count
         groups = [self._group_runs(g, x) for g in range(self.t.G)]
         hi_m, hi_lim = self._hi if self.frontier is not None else (self.M, math.inf)
+        made: list = []  # this layer's images, block by block (_images)
         ints = np.array([self.M, self.R, self.gpipe, self.frontier is not None, hi_m,
                          prefix is not None], dtype=np.int64)
         for u, labels in layer.items():
@@ -320,11 +321,45 @@ class PeriodDP:
                                 rows, out_S, out_H, out_HL, src)
                 self.bound_cut |= bool(cut)
                 if k:
-                    _file_images(states, u, g, (pairs, widths, runs, ptr), refs[u],
-                                 (out_S[:k], out_H, out_HL[:k + 1], src[:k]))
+                    made.append(_images(self._code(u) + widths * self._stride[g],
+                                        (pairs, widths, runs, ptr), g, refs[u],
+                                        (out_S[:k], out_H, out_HL[:k + 1], src[:k])))
+        if made:
+            self._file(states, made)
+
+    def _code(self, u: tuple) -> int:
+        """The usage ``u`` as one integer (mixed radix, :attr:`_stride`)."""
+        return sum(n * s for n, s in zip(u, self._stride))
+
+    def _file(self, states: list, made: list) -> None:
+        """File one layer's images (:func:`_images` blocks, in the order made) in
+        ``states[a][u']`` as one :class:`_Labels` chunk per state, ``a`` the new stage's
+        start and ``u'`` the usage with its width: within a state in the order made."""
+        S, lengths, flat, ref, starts, code = (np.concatenate(c) for c in zip(*made))
+        k = len(S)
+        H = np.full((k, max(1, int(lengths.max(initial=0)))), -np.inf)
+        if len(flat):
+            rows = np.repeat(np.arange(k), lengths)
+            first = np.cumsum(lengths) - lengths
+            H[rows, np.arange(len(flat)) - np.repeat(first, lengths)] = flat
+        key = starts * int(self._stride[-1] * (self._count[-1] + 1)) + code
+        order = np.argsort(key, kind="stable")
+        cuts = np.flatnonzero(np.diff(key[order])) + 1
+        heads = order[np.concatenate(([0], cuts))].tolist()
+        for head, part in zip(heads, np.split(order, cuts)):
+            states[int(starts[head])].setdefault(self._usage(int(code[head])), []).append(
+                _Labels(S[part], H[part], lengths[part], ref[part]))
+
+    def _usage(self, code: int) -> tuple:
+        """The usage tuple of :meth:`_code` ``code``."""
+        got = self._usages.get(code)
+        if got is None:
+            got = self._usages[code] = tuple(
+                (code // s) % (c + 1) for s, c in zip(self._stride.tolist(), self._count))
+        return got
 
     def _group_runs(self, g: int, x: int) -> tuple:
-        """:func:`_runs` of :meth:`_stages`, made once per tables (:meth:`_shared`), group
+        """:meth:`_group_stages` at ``x``, made once per tables (:meth:`_shared`), group
         and end (every trial of a DC's run asks the same ones). Tables under a
         ``sync_cap`` (:func:`.agent.own_tables`: ``_cdynp_base`` names the uncapped ones
         and the cap) take the uncapped tables' runs cut at the cap (:func:`_cut_runs`)."""
@@ -333,7 +368,10 @@ class PeriodDP:
         if got is None:
             base = self.t.__dict__.get("_cdynp_base")
             if base is None:
-                got = _runs(self._stages(g, x))
+                stages = self._shared("stages")
+                if g not in stages:
+                    stages[g] = self._group_stages(g)
+                got = stages[g][x]
             else:
                 whole = PeriodDP(base[0], position_cap=self.R, deadline=self.deadline)
                 got = _cut_runs(whole._group_runs(g, x), base[1])
@@ -347,6 +385,14 @@ class PeriodDP:
         the run's width more of ``g``)."""
         if len(pre_max) < 2:  # no prefix bound: never read
             return np.zeros((len(widths), 1))
+        key = (u, g, widths.tobytes())  # the same for every x with these widths
+        got = self._rows.get(key)
+        if got is None:
+            got = self._rows[key] = self._new_prefix_rows(u, g, widths, use, pre_max)
+        return got
+
+    def _new_prefix_rows(self, u, g, widths, use, pre_max) -> np.ndarray:
+        """:meth:`_prefix_rows` computed."""
         if self.floors is None:
             return np.tile(pre_max, (len(widths), 1))
         rows = np.empty((len(widths), len(pre_max)))
@@ -450,48 +496,23 @@ def _filter(keys: list, labels: list, floors: np.ndarray, rule: Rule) -> list:
     return [alive[starts[i]:starts[i + 1]] for i in range(len(keys))]
 
 
-def _file_images(states: list, u: tuple, g: int, group: tuple, refs: np.ndarray,
-                 out: tuple) -> None:
-    """File the images :func:`.period_fast.extend` made (``out``: rows, flat majorants,
-    their offsets, sources ``(run, label, row)``) in ``states[a][u']`` as :class:`_Labels`
-    chunks, ``a`` the new stage's start and ``u'`` the usage with its width."""
-    pairs, widths, runs, ptr = group
+def _images(codes: np.ndarray, group: tuple, g: int, refs: np.ndarray, out: tuple) -> tuple:
+    """The images :func:`.period_fast.extend` made for one state and group ``g`` (``out``:
+    rows, flat majorants, their offsets, sources ``(run, label, row)``) as arrays for
+    :meth:`PeriodDP._file`: rows, majorant lengths, flat majorants, references ``g, pair,
+    kind, i, j``, the new stage's start, the new usage's code (``codes`` by run)."""
+    pairs, _widths, runs, ptr = group
     out_S, out_H, at, src = out
-    k = len(out_S)
-    lengths = np.diff(at)
-    H = np.full((k, max(1, int(lengths.max(initial=0)))), -np.inf)
-    if at[-1]:
-        rows = np.repeat(np.arange(k), lengths)
-        H[rows, np.arange(at[-1]) - np.repeat(at[:-1], lengths)] = out_H[:at[-1]]
     q, lab = src[:, 0], src[:, 1]
     starts = runs[ptr[q] + src[:, 2], 0].astype(np.int64)
-    ref = np.column_stack([np.full(k, g, dtype=np.int64), pairs[q], refs[lab]])
-    key = starts * (len(widths) + 1) + q
-    order = np.argsort(key, kind="stable")
-    cuts = np.flatnonzero(np.diff(key[order])) + 1
-    for part in np.split(order, cuts):
-        a, qq = int(starts[part[0]]), int(q[part[0]])
-        nu = u[:g] + (u[g] + int(widths[qq]),) + u[g + 1:]
-        states[a].setdefault(nu, []).append(
-            _Labels(out_S[part], H[part], lengths[part], ref[part]))
-
-
-def _runs(stages: list) -> tuple:
-    """A group's runs (:meth:`PeriodDP._stages`) as arrays: pairs, widths, the rows ``a, C,
-    f, b, R, n`` of every run one after another and where each starts (``ptr``)."""
-    pairs = np.array([c for c, _w, _run in stages], dtype=np.int64)
-    widths = np.array([w for _c, w, _run in stages], dtype=np.int64)
-    rows = [row for _c, _w, run in stages for row in run]
-    runs = np.array(rows, dtype=float).reshape(-1, 6)
-    ptr = np.zeros(len(stages) + 1, dtype=np.int64)
-    ptr[1:] = np.cumsum([len(run) for _c, _w, run in stages])
-    return pairs, widths, runs, ptr
+    ref = np.column_stack([np.full(len(out_S), g, dtype=np.int64), pairs[q], refs[lab]])
+    return out_S, np.diff(at), out_H[:at[-1]], ref, starts, codes[q]
 
 
 def _cut_runs(group: tuple, cap: float) -> tuple:
-    """A group's runs (:func:`_runs`) under a ``sync_cap``: as the capped tables give them
-    (an option with ``R >= cap`` fits nowhere, the others count ``R`` as 0). Along a run
-    the stage grows and ``R`` does not fall, so the capped run is the uncapped one up to
+    """A group's runs (:meth:`PeriodDP._group_stages`) under a ``sync_cap``: as the capped
+    tables give them (an option with ``R >= cap`` fits nowhere, the others count ``R`` as
+    0). Along a run the stage grows and ``R`` does not fall, so the capped run is the uncapped one up to
     its first stage with ``R >= cap``; runs left empty are dropped."""
     pairs, widths, runs, ptr = group
     n = len(runs)
