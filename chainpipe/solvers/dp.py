@@ -45,6 +45,14 @@ from .labels import (
 )
 
 
+def _forks() -> bool:
+    """Whether trials can run in forked processes (:mod:`.dp_parallel`, imported only
+    then: ``multiprocessing`` costs a fresh process about 10 ms)."""
+    from . import dp_parallel
+
+    return dp_parallel.available()
+
+
 def run(instance, *, deadline=None, seed=0, threads=1, log=None, upper_bound=None,
         scheduler=None, **options) -> Outcome:
     """Solve ``instance`` to proven optimality (or report what was proven by the limit).
@@ -173,8 +181,6 @@ def _walk(make_search, trials, deadline: Deadline, threads: int, stats: dict, lo
             log(f"dp: trial T < {trial:.6g} s: {'plan found' if found else 'no plan, bound proven'}"
                 f" ({counters['labels']} labels, {deadline.elapsed():.2f} s)")
 
-    from . import dp_parallel
-
     if remote is not None and trials:
         stats["cluster"] = True
         try:
@@ -187,8 +193,8 @@ def _walk(make_search, trials, deadline: Deadline, threads: int, stats: dict, lo
             failed.extend(trials)  # no plan at all: below no bound either
         return found, failed
     for n, trial in enumerate(trials):
-        if (threads > 1 and len(trials) - n > 1 and dp_parallel.available()
-                and deadline.elapsed() > PARALLEL_AFTER_S):
+        if (threads > 1 and len(trials) - n > 1 and deadline.elapsed() > PARALLEL_AFTER_S
+                and _forks()):
             # a large instance (its set-up or a trial took a while): the trials left side
             # by side in forked processes, the kernels loaded here first
             from . import label_kernel
@@ -196,6 +202,8 @@ def _walk(make_search, trials, deadline: Deadline, threads: int, stats: dict, lo
             label_kernel.warm()
             stats["processes"] = threads
             try:
+                from . import dp_parallel
+
                 found, _ = dp_parallel.run_trials(make_search, trials[n:], deadline, threads,
                                                   ended, check)
             except TimeUp:
