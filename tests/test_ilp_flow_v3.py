@@ -198,3 +198,50 @@ def test_the_loop_lp_first_keeps_answers_right(seed, monkeypatch):
     r = solve(one, "ilp-path", time_limit=60, cutoff=0.99 * ref, **FLOW)
     assert r.status != "optimal" and r.lower_bound <= 0.99 * ref * (1 + 1e-9), (seed, r.status)
     assert r.plan is None or r.iteration_time >= ref * (1 - 1e-9)
+
+
+def _joint_value(subs, plans) -> float:
+    """``max_p (T_p - R_p) + max_p R_p`` of one plan per sub-instance."""
+    evs = [evaluate(sub, plan) for sub, plan in zip(subs, plans)]
+    assert all(ev.feasible for ev in evs)
+    return max(ev.iteration_time_s - ev.sync_s for ev in evs) + max(ev.sync_s for ev in evs)
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_the_joint_model_by_sync_levels_equals_the_merged_one(seed):
+    """``solvers/ilp.py:_joint_by_sync`` (levels of the synchronisation, one MIP per
+    pipeline and level, solves shared through the cache) proves the same joint optimum
+    as the merged model of the pipelines, on every two-block cut and three splits of
+    random v3 instances of two or three DCs; below the optimum, the bound is the upper
+    bound and no plan comes back."""
+    from chainpipe.deadline import Deadline
+    from chainpipe.formulations.pipelines import sub_instance
+    from chainpipe.solvers import ilp
+
+    inst, _T = _reference(seed)
+    K, M = len(inst.datacenters), inst.microbatches
+    if K < 2:
+        pytest.skip("one DC")
+    opts = ilp._options("ilp-path", dict(FLOW))
+    cache = ilp._SyncCache()
+    checked = 0
+    for cut in range(1, K):
+        for m0 in sorted({1, M // 2, M - 1}):
+            subs = [sub_instance(inst, 0, cut - 1, m0), sub_instance(inst, cut, K - 1, M - m0)]
+            refs = [solve(sub, "dp") for sub in subs]
+            if any(r.plan is None for r in refs):
+                continue
+            upper = 2.0 * max(r.iteration_time for r in refs) * (1 + 1e-6) + 1e-9
+            args = (subs, upper, Deadline(60), opts, 0, 1, None)
+            merged, m_bound = ilp._joint("ilp-path", *args, by_sync=False)
+            plans, bound = ilp._joint("ilp-path", *args, levels=cache)
+            assert merged is not None and plans is not None, (seed, cut, m0)
+            opt = _joint_value(subs, merged)
+            assert math.isclose(_joint_value(subs, plans), opt, rel_tol=1e-6), (seed, cut, m0)
+            assert bound <= opt * (1 + 1e-9) and bound >= opt * (1 - 1e-6), (seed, cut, m0)
+            low, low_bound = ilp._joint("ilp-path", subs, opt * (1 - 1e-3), Deadline(60),
+                                        opts, 0, 1, None, levels=cache)
+            assert low is None and math.isclose(low_bound, opt * (1 - 1e-3)), (seed, cut, m0)
+            checked += 1
+    if not checked:
+        pytest.skip("no cut with a plan on both blocks")

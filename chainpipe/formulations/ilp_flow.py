@@ -922,6 +922,25 @@ class FlowFormulation:
         return dataclasses.replace(self.model, cost=np.zeros_like(self.model.cost),
                                    col_upper=upper, start=None)
 
+    def sync_capped(self, limit: float, strict: bool) -> ArrayModel:
+        """The built model minimising ``T - max R`` (the ``S`` column costs nothing) over
+        the plans whose every stage has ``R <= limit`` (``R < limit`` when ``strict``):
+        one pipeline's part of the joint model of several pipelines solved by levels of
+        the synchronisation (``solvers/ilp.py:_joint_by_sync``)."""
+        a = self.arcs
+        over = a.sync >= limit if strict else a.sync > limit
+        upper = self.model.col_upper.copy()
+        upper[:self.iy][over[self.col_arc]] = 0.0
+        upper[self.iX:self.iX + len(a)][over] = 0.0
+        cost = self.model.cost.copy()
+        cost[self.iS] = 0.0
+        return dataclasses.replace(self.model, cost=cost, col_upper=upper, start=None)
+
+    def chosen_sync(self) -> float:
+        """``max R`` (seconds) of the stage columns at 1 in the last solution."""
+        chosen = self.col_arc[self.values[:len(self.col_arc)] > 0.5]
+        return float(self.arcs.sync[chosen].max()) if len(chosen) else 0.0
+
     def floor_max(self, which: str, floor: float) -> float:
         """``B >= floor`` (or ``B2``, ``S``; seconds) in the main model; the scaled floor
         set."""

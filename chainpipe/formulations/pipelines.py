@@ -30,6 +30,7 @@ always; ``optimal`` only when it meets ``T``.
 from __future__ import annotations
 
 import dataclasses
+import heapq
 import itertools
 import math
 from dataclasses import dataclass, field
@@ -482,25 +483,40 @@ class OuterSearch:
             return Deadline(None)
         return Deadline(self.deadline.remaining() * share)
 
+    def known(self, e: Entry) -> float:
+        """What is proven of ``e`` now without solving it: the largest of its blocks'
+        bounds proven so far (their sub-solves, growth in ``M_p`` and tables bounds built
+        for other entries) plus ``R_X / H``, and its cheap bound."""
+        return max(e.cheap, e.bound, max(
+            max(self.grown(a, b, m), self.subs.get(("tables", a, b, m), 0.0))
+            for (a, b), m in zip(e.blocks, e.splits)) + e.cross)
+
     def visit(self, todo: list[Entry], until: Deadline) -> None:
-        """Solve or prune each entry of ``todo`` not yet visited, in order, until the
-        deadline ``until`` (its end stops this pass only)."""
-        for e in todo:
+        """Solve or prune each entry of ``todo`` not yet visited, least proven bound first
+        (:meth:`known`, kept current as blocks are solved: a heap re-keyed lazily, the
+        bounds only rise), until the deadline ``until`` (its end stops this pass only)."""
+        heap = [(e.cheap, len(e.blocks), n) for n, e in enumerate(todo) if not e.visited]
+        heapq.heapify(heap)
+        while heap:
             if until.expired():
                 self.deadline.check()
                 return
             self.deadline.check()
+            _key, size, n = heapq.heappop(heap)
+            e = todo[n]
             if e.visited:
                 continue
             if e.cheap >= self.best_T * (1 - PRUNE_RTOL):
                 self.stats["pruned"] += 1
                 e.visited = True
                 continue
-            e.bound = max(e.bound, max(self.grown(a, b, m) for (a, b), m
-                                       in zip(e.blocks, e.splits)) + e.cross)
+            e.bound = self.known(e)
             if e.bound >= self.best_T * (1 - PRUNE_RTOL):
                 self.stats["pruned_by_growth"] += 1
                 e.visited = True
+                continue
+            if heap and (e.bound, size) > heap[0][:2]:  # risen since it was queued
+                heapq.heappush(heap, (e.bound, size, n))
                 continue
             self.stats["entries"] += 1
             self.until = until
@@ -522,12 +538,21 @@ class OuterSearch:
             e.done = math.isinf(e.bound)
             return
         need = self.best_T - e.cross  # a block proven at least this prunes the entry
-        subs = []
-        for (a, b), m in zip(e.blocks, e.splits):
-            subs.append(self.sub(a, b, m, need))
-            if subs[-1].bound + e.cross >= self.best_T * (1 - PRUNE_RTOL):
-                e.bound = max(e.bound, subs[-1].bound + e.cross)
+        # blocks solved before first (free), then the highest proven bound first (the
+        # likeliest to prune the entry alone), then the fewest DCs (the cheapest solve)
+        order = sorted(range(len(e.blocks)), key=lambda n: (
+            (*e.blocks[n], e.splits[n]) not in self.subs,
+            -max(self.grown(*e.blocks[n], e.splits[n]),
+                 self.subs.get(("tables", *e.blocks[n], e.splits[n]), 0.0)),
+            e.blocks[n][1] - e.blocks[n][0], n))
+        solved = {}
+        for n in order:
+            (a, b), m = e.blocks[n], e.splits[n]
+            solved[n] = self.sub(a, b, m, need)
+            if solved[n].bound + e.cross >= self.best_T * (1 - PRUNE_RTOL):
+                e.bound = max(e.bound, solved[n].bound + e.cross)
                 return  # pruned by this block: the others need no solve
+        subs = [solved[n] for n in range(len(e.blocks))]
         if any(s.infeasible for s in subs):
             e.bound, e.done = math.inf, True
             return
