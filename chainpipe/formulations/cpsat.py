@@ -25,6 +25,7 @@ optimum.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 
@@ -50,14 +51,18 @@ FLOOR_RTOL = 1e-12
 #: whose bottleneck alone forces ``T`` above the upper bound (the tables' capacity bound
 #: with a bottleneck floor), ``capacity`` adds per group ``sum C w x <= count z``,
 #: ``bottleneck_floor`` starts ``z`` at the FLOP-over-capacity bound, ``cover`` adds the
-#: redundant "each layer in exactly one stage" rows
-FEATURES = ("bound_prune", "capacity", "bottleneck_floor", "cover")
+#: redundant "each layer in exactly one stage" rows, ``loop_prune`` (under 1F1B's period)
+#: drops the options on no path of the arc-flow network no slower than the upper bound
+#: (whole-path bounds and the loop over all stages, :func:`loop_pruned`)
+FEATURES = ("bound_prune", "capacity", "bottleneck_floor", "cover", "loop_prune")
 #: the ones on by default: ``capacity`` slowed the proof on ``medium-02`` (docs/cpsat.md)
 DEFAULT_FEATURES = frozenset(FEATURES) - {"capacity"}
 #: grid points of the bottleneck-floor bound curve used by ``bound_prune``
 BOUND_GRID = 256
 #: rows whose coefficient magnitudes could overflow CP-SAT's int64 checks are left out
 SAFE_MAGNITUDE = 2**60
+#: :func:`loop_pruned` builds the arc-flow network only up to this many stage columns
+LOOP_PRUNE_COLUMNS = 200_000
 
 
 def scaled_floor(values, unit: float) -> np.ndarray:
@@ -168,6 +173,43 @@ def stage_arcs(tables: CostTables, upper_bound: float | None, check=no_check,
     g, o, i, j, d, t, cap = (np.asarray(a, dtype=np.int64) for a in (g, o, i, j, d, t, cap))
     return StageArcs(g, o, i, j, d, t, np.asarray(c, float), np.asarray(r, float), cap, s_max,
                      total)
+
+
+def loop_pruned(tables: CostTables, arcs: StageArcs, upper_bound: float,
+                check=no_check) -> StageArcs:
+    """``arcs`` without the options no plan no slower than ``upper_bound`` uses, by the
+    arc-flow path ILP's exact pruning (:class:`~chainpipe.formulations.ilp_flow.
+    FlowFormulation`, whose stage options are these arcs' with device states added):
+    whole-path bounds on fill, ``max(C, U)`` and ``R``, and under 1F1B's period the loop
+    over all stages (a plan of ``k < M`` stages has ``T >= fill (1 + (M - 1) / k)``).
+    Every plan no slower than the bound is a path of that network that keeps all its
+    columns, so an option without a kept column is in none; and when no such path has
+    ``M`` stages, ``s_max`` drops to ``M - 1``. Only under 1F1B's period (elsewhere the
+    path bounds alone, which ``bound_prune`` approximates, were not measured) and for a
+    network of at most :data:`LOOP_PRUNE_COLUMNS` stage columns; ``arcs`` unchanged
+    otherwise."""
+    from .ilp_flow import FlowFormulation, ModelTooLarge
+
+    if period_mode(tables) != "1f1b" or tables.M < 2 or not len(arcs):
+        return arcs
+    try:
+        flow = FlowFormulation(tables, check=check, upper_bound=upper_bound, exits=False,
+                               max_columns=LOOP_PRUNE_COLUMNS)
+    except ModelTooLarge:
+        return arcs
+    fa = flow.arcs
+
+    def keys(x):
+        return ((x.group * 4096 + x.option) * (tables.L + 1) + x.start) * (tables.L + 1) + x.end
+
+    kept = np.zeros(len(fa), dtype=bool)
+    kept[np.unique(flow.col_arc)] = True
+    keep = np.isin(keys(arcs), keys(fa)[kept])
+    s_max = min(int(arcs.s_max), int(fa.s_max))
+    fields = ("group", "option", "start", "end", "d", "t", "compute", "sync", "cap")
+    kept_fields = {f: getattr(arcs, f)[keep] for f in fields}
+    kept_fields["cap"] = np.minimum(kept_fields["cap"], s_max)
+    return dataclasses.replace(arcs, s_max=s_max, **kept_fields)
 
 
 class FloorBound:
@@ -297,6 +339,8 @@ class CpsatModel:
             floor_bound = FloorBound(tables, stage_arcs(tables, upper_bound, check).compute,
                                      check)
         arcs = stage_arcs(tables, upper_bound, check, floor_bound)
+        if prune and "loop_prune" in features:
+            arcs = loop_pruned(tables, arcs, upper_bound, check)
         if not prune:
             upper_bound = range_bound(tables, arcs)
         self = cls(tables, upper_bound, unit or upper_bound / SCALE_UNITS, arcs)
