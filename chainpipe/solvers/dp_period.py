@@ -296,8 +296,11 @@ class PipelineSearch:
                         for p in range(self.p_cap + 1)]
         self.stats = {"labels": 0, "states": 0}
         self.capacity = None if capacity is None else capacity.for_pipeline(microbatches)
-        self.chain = None if capacity is None or microbatches != tables.M else getattr(
-            capacity, "chain", None)
+        # the chain's floors read stashes of min(M, q) for positions q up to its rows:
+        # valid for any M_p of at least that many (docs/dp.md, "positions along the chain")
+        chain = None if capacity is None else getattr(capacity, "chain", None)
+        self.chain = chain if chain is not None and microbatches >= chain.held.shape[1] \
+            else None
 
     def _position_cap(self) -> int:
         """How far the count ``p`` of stages placed is kept exactly: to ``M_p - 1`` where
@@ -530,8 +533,9 @@ class PipelineSearch:
         (``tables.fill_curve``). Period (at least every ``C``): the largest layer on the
         fastest widest stage, or the least bottleneck under which the free devices hold
         the prefix's FLOP (``dp.LayerCapacity``, when given, and ``dp.ChainCapacity``
-        with the prefix's stages at position 2 or later, for one pipeline of all ``M``
-        microbatches: ``hybrid-large`` made v3, seed 4, 169 to 86 CPU s)."""
+        with the prefix's stages at position 2 or later, for a pipeline of at least as
+        many microbatches as it tells positions apart; per label, at the label's
+        positions, :meth:`_chain_rows`)."""
         key = (k0, usage)
         got = self._floors.get(key)
         if got is None:
@@ -549,7 +553,7 @@ class PipelineSearch:
                 here = tuple((h, int(t.count[h]) - x) for h, x in zip(self.groups_of[k0], usage))
                 need = self.capacity.for_prefixes(before, here, t.flop_prefix)[0]
                 top = np.maximum(top, need)
-                if self.chain is not None:  # (one pipeline of all M: Holds.chain)
+                if self.chain is not None:  # (M_p at least its positions: Holds.chain)
                     # a stage is placed after the prefix: its stages sit at position 2 on
                     got = self.chain.prefix_floors(k0, list(here), 1, t.flop_prefix)[0]
                     top = np.maximum(top, got)
@@ -563,8 +567,8 @@ class PipelineSearch:
     def _chain_rows(self, k0: int, usage: tuple) -> np.ndarray:
         """Per position ``q`` and prefix end ``a``: the chain's floor under the period of
         ``[0, a)`` placed on DCs ``<= k0`` with ``usage`` taken on ``k0``, its stages at
-        (0-based) position ``q`` or later (``dp.ChainCapacity``; one pipeline of all
-        ``M``). :func:`.period_kernel.expand` reads it per label at
+        (0-based) position ``q`` or later (``dp.ChainCapacity``; ``M_p`` at least its
+        positions). :func:`.period_kernel.expand` reads it per label at
         :func:`.period_kernel.label_position`."""
         t = self.t
         here = [(h, int(t.count[h]) - x) for h, x in zip(self.groups_of[k0], usage)]

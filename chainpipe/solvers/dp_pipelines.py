@@ -105,8 +105,9 @@ class Holds:
 
     def _chain(self, tables: CostTables, deadline: Deadline):
         """The floors by position along the chain (``dp.ChainCapacity``) with stashes of
-        ``min(M, q)``: valid for a pipeline of all ``M`` microbatches only (fewer stash
-        less, so their stages hold more); ``None`` where they do not apply."""
+        ``min(M, q)`` at its ``n`` positions told apart: valid for a pipeline of ``M_p >=
+        n`` microbatches (its stages stash no less there; fewer stash less, so their
+        stages hold more); ``None`` where they do not apply."""
         from .dp import ChainCapacity
 
         if not ChainCapacity.useful(tables):
