@@ -115,22 +115,19 @@ class LocalDP(DCRun):
         no larger ``M C + R``, so it is within ``ub`` too), and :attr:`bound_cut` as
         :meth:`option_fits` sets it."""
         full, worst = self._unbounded(grid)
-        at = 4 if arrays else 2
-        if ub == math.inf:
-            return [[[(run[0], run[1], run[at]) for run in per] for per in per_end]
-                    for per_end in full]
         limit = ub * (1 + 1e-9)
-        self.bound_cut |= any(t > limit for t in worst)
+        if ub < math.inf:
+            self.bound_cut |= any(t > limit for t in worst)
         out = []
         for per_end in full:
             rows = []
             for per in per_end:
                 row = []
-                for run in per:
-                    k = bisect.bisect_right(run[3], limit)
+                for w, c, arr, tops in per:
+                    k = len(arr) if ub == math.inf else bisect.bisect_right(tops, limit)
                     if k:
-                        got = run[at]
-                        row.append((run[0], run[1], got if k == len(got) else got[:k]))
+                        got = arr if k == len(arr) else arr[:k]
+                        row.append((w, c, got if arrays else list(map(tuple, got.tolist()))))
                 rows.append(row)
             out.append(rows)
         return out
@@ -150,7 +147,7 @@ class LocalDP(DCRun):
 
     def _direct_candidates(self, ub: float, grid=None, tops: bool = False):
         """:meth:`_candidates` computed from the options (``tops``: as :meth:`_unbounded`
-        keeps them, ``(runs with tops and stage arrays, worst per group)``), per group with arrays
+        keeps them, ``(runs as arrays with tops, worst per group)``), per group with arrays
         ``[pair, x, a]``: a run ends after the largest ``a < x`` that fails
         :meth:`option_fits`."""
         L = self.L
@@ -176,12 +173,12 @@ class LocalDP(DCRun):
             # a descending within (c, x): the a axis flipped
             ci, xi, ri = np.nonzero(keep[:, :, ::-1])
             ai = L - ri
-            stages = list(zip(ai.tolist(), opts.compute_time[ci, ai, xi].tolist(),
-                              opts.max_in_flight[ci, ai, xi].tolist(),
-                              opts.sync_time[ci, ai, xi].tolist()))
-            if tops:  # the largest M C + R from x - 1 down to a, skipped starts included;
-                # the stages also as the rows of an array (the kernel's)
-                rows = np.array(stages, dtype=float).reshape(-1, 4)
+            rows = np.stack([ai.astype(float), opts.compute_time[ci, ai, xi],
+                             opts.max_in_flight[ci, ai, xi].astype(float),
+                             opts.sync_time[ci, ai, xi]], axis=1)
+            if not tops:
+                stages = list(map(tuple, rows.tolist()))
+            else:  # the largest M C + R from x - 1 down to a, skipped starts included
                 high = np.where(before, alone.transpose(0, 2, 1), -math.inf)
                 top = np.maximum.accumulate(high[:, :, ::-1], axis=2)[ci, xi, ri].tolist()
             per_end: list = [[] for _ in range(L + 1)]
@@ -191,8 +188,8 @@ class LocalDP(DCRun):
             for s, e in zip(cuts[:-1], cuts[1:]):
                 if e > s:
                     c, x = int(ci[s]), int(xi[s])
-                    per_end[x].append((widths[c], c, stages[s:e], top[s:e], rows[s:e])
-                                      if tops else (widths[c], c, stages[s:e]))
+                    per_end[x].append((widths[c], c, rows[s:e], top[s:e]) if tops
+                                      else (widths[c], c, stages[s:e]))
             out.append(per_end)
         return (out, worst) if tops else out
 
