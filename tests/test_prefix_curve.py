@@ -82,3 +82,35 @@ def test_the_curve_never_exceeds_a_real_prefix(seed):
         if not curve.fits(float(cap)):
             assert cap < least * (1 + 1e-9)
     assert checked or all(len(st) == 1 for st, _, _ in plans)
+
+
+@pytest.mark.parametrize("seed", range(32))
+def test_a_range_least_cap_from_the_walks_of_its_first_dc(seed):
+    """Ranges asked from the longest down (odd seeds: the shortest up), each starting from
+    the bracket the walks of its first DC show (:meth:`PrefixCurve._bracket`): each least
+    cap is one a fresh curve of the range (no walks shown) finds not to fit, with a fit
+    within the bisection's width above it; from the longest down, the shared walks are no
+    more than the fresh ones."""
+    from chainpipe.solvers.prefix_curve import COARSE_RTOL
+
+    inst = random_v3_instance(seed)
+    shared = CostTables(inst)
+    if shared.K < 2:
+        pytest.skip("one datacenter")
+    big = 1e12
+    fresh_walks = 0
+    for i in range(shared.K):
+        for j in (range(i, shared.K) if seed % 2 else range(shared.K - 1, i - 1, -1)):
+            least = PrefixCurve.of(shared, i, j, True, False)
+            least.grid(big)
+            fresh = PrefixCurve(CostTables(inst), i, j, True, False)
+            fresh.grid(big)
+            fresh_walks += len(fresh._shown())
+            if least.least is None:
+                assert fresh.least is None
+                continue
+            assert not fresh.fits(least.least)
+            assert fresh.fits(least.least / (1 - COARSE_RTOL) * (1 + 1e-12))
+    if seed % 2 == 0:  # (the longest first: every shorter range has both ends bracketed)
+        shown = sum(len(v) for v in shared.__dict__["_prefix_shown"].values())
+        assert shown <= fresh_walks

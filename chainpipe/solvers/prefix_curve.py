@@ -192,7 +192,32 @@ class PrefixCurve:
                         ngr, C, ok, widths, npairs, U, Q, BUCKETS if self.windows else 1,
                         self.windows).min(axis=3)
             got = self.walks[lam] = _at_most(F, radix)
+            fit = np.flatnonzero(np.isfinite(got[-1]).any(axis=1))
+            self._shown().append((lam, self.hi, self.lo + int(fit[0]) if len(fit) else None))
         return got
+
+    def _shown(self) -> list:
+        """What the walks of every curve of this first DC have shown: per walk ``(lam,
+        its last DC, the first last DC under which the model fits, or None)``. A walk
+        over ``lo..hi`` finds the least fill per DC of the last stage up to each one, so
+        it tells the fit of every range ``lo..j``, ``j <= hi`` (the walk is the same up to
+        ``j``, the DCs after ``j`` not yet reached), and a fit at ``j`` is one at every
+        later ``j``."""
+        shown = self.t.__dict__.setdefault("_prefix_shown", {})
+        return shown.setdefault((self.lo, self.fixed, self.windows), [])
+
+    def _bracket(self, lo: float, cap: float) -> tuple[float, float | None]:
+        """The bracket of the least cap the walks so far show for this range: the largest
+        ``lam`` shown not to fit (at least ``lo``) and the least one up to ``cap`` shown to
+        fit (``None``: none)."""
+        hi = None
+        for lam, top, first in self._shown():
+            if first is not None and first <= self.hi:
+                if lam <= cap and (hi is None or lam < hi):
+                    hi = lam
+            elif top >= self.hi:
+                lo = max(lo, lam)
+        return lo, (hi if hi is not None and hi > lo else None)
 
     def fits(self, lam: float) -> bool:
         """Whether the whole model fits the relaxed rules under cap ``lam``."""
@@ -263,17 +288,19 @@ class PrefixCurve:
         """The largest cap found not to fit (to :data:`LEAST_RTOL`, or :data:`COARSE_RTOL`
         without the windows: the grid starts there), searched below ``cap`` upwards from
         the slowest layer's least ``C`` (walks under large caps are dear); ``None`` if the
-        model does not fit under ``cap``."""
+        model does not fit under ``cap``. It starts from the bracket earlier walks of the
+        same first DC show (:meth:`_bracket`)."""
         rtol = LEAST_RTOL if self.windows else COARSE_RTOL
-        lo = self._layer_floor() * (1 - rtol)
-        hi = lo
-        while True:
-            hi = min(hi * 1.25, cap)
+        lo, hi = self._bracket(self._layer_floor() * (1 - rtol), cap)
+        if lo >= cap:
+            return None
+        while hi is None:
+            hi = min(lo * 1.25, cap)
             if self.fits(hi):
                 break
             if hi >= cap:
                 return None
-            lo = hi
+            lo, hi = hi, None
         while hi - lo > rtol * hi:
             mid = 0.5 * (lo + hi)
             if self.fits(mid):
