@@ -315,15 +315,15 @@ class PeriodDP:
                 if not size:
                     continue
                 rows = self._prefix_rows(u, g, widths, use, pre_max)
-                out_S, out_H = np.empty((size, 5)), np.empty(size * (H.shape[1] + 1))
-                out_HL, src = np.empty(size + 1, dtype=np.int64), np.empty((size, 3), np.int64)
+                out_S, out_H = np.empty((size, 5)), np.empty((size, H.shape[1] + 1))
+                out_HL, src = np.empty(size, dtype=np.int64), np.empty((size, 3), np.int64)
                 k, cut = extend(S, H, HL, runs, ptr, use, self._need_arr, fs, ints, pre_sum,
                                 rows, out_S, out_H, out_HL, src)
                 self.bound_cut |= bool(cut)
                 if k:
                     made.append(_images(self._code(u) + widths * self._stride[g],
                                         (pairs, widths, runs, ptr), g, refs[u],
-                                        (out_S[:k], out_H, out_HL[:k + 1], src[:k])))
+                                        (out_S[:k], out_H[:k], out_HL[:k], src[:k])))
         if made:
             self._file(states, made)
 
@@ -335,13 +335,9 @@ class PeriodDP:
         """File one layer's images (:func:`_images` blocks, in the order made) in
         ``states[a][u']`` as one :class:`_Labels` chunk per state, ``a`` the new stage's
         start and ``u'`` the usage with its width: within a state in the order made."""
-        S, lengths, flat, ref, starts, code = (np.concatenate(c) for c in zip(*made))
-        k = len(S)
-        H = np.full((k, max(1, int(lengths.max(initial=0)))), -np.inf)
-        if len(flat):
-            rows = np.repeat(np.arange(k), lengths)
-            first = np.cumsum(lengths) - lengths
-            H[rows, np.arange(len(flat)) - np.repeat(first, lengths)] = flat
+        width = max(1, max(int(m[1].max()) for m in made))
+        S, lengths, H, ref, starts, code = (np.concatenate(c) for c in zip(*(
+            (m[0], m[1], _columns(m[2], width), *m[3:]) for m in made)))
         key = starts * int(self._stride[-1] * (self._count[-1] + 1)) + code
         order = np.argsort(key, kind="stable")
         cuts = np.flatnonzero(np.diff(key[order])) + 1
@@ -498,15 +494,25 @@ def _filter(keys: list, labels: list, floors: np.ndarray, rule: Rule) -> list:
 
 def _images(codes: np.ndarray, group: tuple, g: int, refs: np.ndarray, out: tuple) -> tuple:
     """The images :func:`.period_fast.extend` made for one state and group ``g`` (``out``:
-    rows, flat majorants, their offsets, sources ``(run, label, row)``) as arrays for
-    :meth:`PeriodDP._file`: rows, majorant lengths, flat majorants, references ``g, pair,
-    kind, i, j``, the new stage's start, the new usage's code (``codes`` by run)."""
+    rows, majorants padded with ``-inf``, their lengths, sources ``(run, label, row)``) as
+    arrays for :meth:`PeriodDP._file`: rows, majorant lengths, majorants, references ``g,
+    pair, kind, i, j``, the new stage's start, the new usage's code (``codes`` by run)."""
     pairs, _widths, runs, ptr = group
-    out_S, out_H, at, src = out
+    out_S, out_H, lengths, src = out
     q, lab = src[:, 0], src[:, 1]
     starts = runs[ptr[q] + src[:, 2], 0].astype(np.int64)
     ref = np.column_stack([np.full(len(out_S), g, dtype=np.int64), pairs[q], refs[lab]])
-    return out_S, np.diff(at), out_H[:at[-1]], ref, starts, codes[q]
+    return out_S, lengths, out_H, ref, starts, codes[q]
+
+
+def _columns(H: np.ndarray, width: int) -> np.ndarray:
+    """Majorants ``H`` (padded with ``-inf``) with ``width`` columns: cut (every length is
+    at most ``width``) or padded."""
+    if H.shape[1] >= width:
+        return H[:, :width]
+    out = np.full((len(H), width), -np.inf)
+    out[:, :H.shape[1]] = H
+    return out
 
 
 def _cut_runs(group: tuple, cap: float) -> tuple:

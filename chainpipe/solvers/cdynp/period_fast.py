@@ -42,13 +42,12 @@ def extend(S, H, HL, runs, ptr, use, need_at, fs, ints, pre_sum, pre_max, out_S,
     ``pre_max[q, a]``: the prefix's optimistic slowest stage before a stage of run ``q``
     starting at ``a`` (per run: its width leaves other devices free upstream);
     ``fs = [U, Q, limit, limit_hi]``; ``ints = [M, p_cap, gpipe, frontier, m_hi, prefix]``;
-    ``out_src[k] = (run, label, row)`` of image ``k``, its majorant ``out_H[out_HL[k]:
-    out_HL[k + 1]]``. Returns ``(images, cut)``,
-    ``cut``: whether the bound dropped any image.
+    ``out_src[k] = (run, label, row)`` of image ``k``, its majorant ``out_H[k, :out_HL[k]]``
+    (the rest of the row ``-inf``, ``out_H`` one column wider than ``H``). Returns
+    ``(images, cut)``, ``cut``: whether the bound dropped any image.
     """
     k, cut = 0, False
     tmp = np.empty((1, H.shape[1] + 1))
-    out_HL[0] = 0
     for q in range(len(use)):
         if use[q]:
             k, c = _extend_run(S, H, HL, runs[ptr[q]:ptr[q + 1]], q, need_at, fs, ints,
@@ -108,9 +107,11 @@ def _extend_run(S, H, HL, run, q, need_at, fs, ints, pre_sum, pre_max, out_S, ou
                 continue
             out_S[k, 0], out_S[k, 1], out_S[k, 2], out_S[k, 3] = nx1, nx2, fill, syn
             out_S[k, 4] = np_
-            o = out_HL[k]
-            out_H[o:o + n_h] = tmp[0, :n_h]
-            out_HL[k + 1] = o + n_h
+            for i in range(n_h):
+                out_H[k, i] = tmp[0, i]
+            for i in range(n_h, out_H.shape[1]):
+                out_H[k, i] = -np.inf
+            out_HL[k] = n_h
             out_src[k, 0], out_src[k, 1], out_src[k, 2] = q, lab, r
             k += 1
     return k, cut
