@@ -301,6 +301,7 @@ class PipelineSearch:
         chain = None if capacity is None else getattr(capacity, "chain", None)
         self.chain = chain if chain is not None and microbatches >= chain.held.shape[1] \
             else None
+        self.chain_rows = {} if self.chain is None else capacity.chain_rows
 
     def _position_cap(self) -> int:
         """How far the count ``p`` of stages placed is kept exactly: to ``M_p - 1`` where
@@ -555,8 +556,8 @@ class PipelineSearch:
                 top = np.maximum(top, need)
                 if self.chain is not None:  # (M_p at least its positions: Holds.chain)
                     # a stage is placed after the prefix: its stages sit at position 2 on
-                    got = self.chain.prefix_floors(k0, list(here), 1, t.flop_prefix)[0]
-                    top = np.maximum(top, got)
+                    rows = self._chain_rows(k0, usage)
+                    top = np.maximum(top, rows[min(1, len(rows) - 1)])
                 top[0] = 0.0
             if len(self.curve[2]):  # the largest cap under which the prefix cannot fit
                 top = np.maximum(top, self.prefix_curve.rows(k0, usage, len(self.curve[2]))[1])
@@ -570,12 +571,15 @@ class PipelineSearch:
         (0-based) position ``q`` or later (``dp.ChainCapacity``; ``M_p`` at least its
         positions). :func:`.period_kernel.expand` reads it per label at
         :func:`.period_kernel.label_position`."""
-        t = self.t
-        here = [(h, int(t.count[h]) - x) for h, x in zip(self.groups_of[k0], usage)]
-        out = np.stack([self.chain.prefix_floors(k0, here, q, t.flop_prefix)[0]
-                        for q in range(self.chain.held.shape[1])])
-        out[:, 0] = 0.0
-        return out
+        got = self.chain_rows.get((k0, usage))
+        if got is None:
+            t = self.t
+            here = [(h, int(t.count[h]) - x) for h, x in zip(self.groups_of[k0], usage)]
+            got = np.stack([self.chain.prefix_floors(k0, here, q, t.flop_prefix)[0]
+                            for q in range(self.chain.held.shape[1])])
+            got[:, 0] = 0.0
+            self.chain_rows[k0, usage] = got
+        return got
 
     def _targets(self, k0: int, base: tuple, g: int, gl: int):
         """Per width of group ``g``'s options: the state after a stage of that width

@@ -102,6 +102,9 @@ class Holds:
         self.full = LayerCapacity(tables, self.count, deadline.check)
         self.any_stash = None
         self.chain = self._chain(tables, deadline)
+        #: the chain's floors per state ``(k0, usage)``, by position and prefix end
+        #: (``dp_period.PipelineSearch._chain_rows``): the same in every search
+        self.chain_rows: dict = {}
 
     def _chain(self, tables: CostTables, deadline: Deadline):
         """The floors by position along the chain (``dp.ChainCapacity``) with stashes of
