@@ -94,3 +94,54 @@ def test_capped_tables_cut_the_uncapped_runs():
                         assert np.array_equal(a, b), (k, cap, g, x)
                     compared += len(want[2])
     assert compared > 1000, compared
+
+
+def test_candidate_runs_follow_their_definition():
+    """``PeriodDP._group_stages`` (built as arrays for every end at once) against the
+    definition, pair by pair and end by end: per pair ``c`` (ascending) with a stage
+    ending at ``x``, the stages ``[a, x)`` for ``a = x - 1, x - 2, ...`` down to just above
+    the largest ``a`` whose in-flight limit is below the least need, each row ``(a, C, f,
+    b, R, max in flight)``."""
+    import numpy as np
+
+    from chainpipe.io import read
+    from chainpipe.solvers.cdynp.agent import DCAgent
+    from chainpipe.solvers.cdynp.period import PeriodDP
+    from chainpipe.solvers.cdynp.public import PublicInstance
+    from chainpipe.solvers.dp_period import phase_options
+
+    checked = 0
+    for name, ks in (("v3/medium/v3-medium-04-gpipe", (0, 2)),
+                     ("v3/small/v3-small-02-two-pipelines", (0, 1, 2))):
+        inst = read(ROOT / f"instances/{name}.json")
+        public = PublicInstance.of(inst)
+        for k in ks:
+            agent = DCAgent(public, k, inst.datacenters[k])
+            t = agent.tables
+            dp = PeriodDP(t, position_cap=agent.R)
+            need = t.in_flight(1)
+            for g in range(t.G):
+                opts = t.options(g)
+                f, b = phase_options(t, g)
+                got = dp._group_stages(g)
+                for x in range(t.L + 1):
+                    pairs, rows, ptr = [], [], [0]
+                    for c in range(len(opts.width)):
+                        # the largest start that fits no microbatch ends the run
+                        low = max([a for a in range(x) if opts.max_in_flight[c, a, x] < need],
+                                  default=-1)
+                        run = [(a, opts.compute_time[c, a, x], f[c, a, x], b[c, a, x],
+                                opts.sync_time[c, a, x], opts.max_in_flight[c, a, x])
+                               for a in range(x - 1, low, -1)]
+                        if run:
+                            pairs.append(c)
+                            rows += run
+                            ptr.append(len(rows))
+                    want = (np.array(pairs, dtype=np.int64),
+                            np.asarray(opts.width, dtype=np.int64)[pairs],
+                            np.array(rows, dtype=float).reshape(-1, 6),
+                            np.array(ptr, dtype=np.int64))
+                    for a_, b_ in zip(got[x], want):
+                        assert np.array_equal(a_, b_), (name, k, g, x)
+                    checked += len(rows)
+    assert checked > 1000, checked
