@@ -183,6 +183,18 @@ def random_hybrid_instance(seed: int, *, max_layers: int = 4, max_dcs: int = 3) 
     return Instance(f"hyb{seed}", Model("m", tuple(layers)), training, tuple(dcs), links)
 
 
+def stage_figures(tables, stages) -> list[tuple[int, int, float]]:
+    """Per stage ``(start, end, dc, group in dc, d, t)`` of a plan: its flattened group,
+    width and compute time ``C`` (from ``tables``, a :class:`CostTables`)."""
+    out = []
+    for a, b, k, gi, d, t in stages:
+        g = next(h for h, grp in enumerate(tables.groups) if grp.dc == k and grp.index == gi)
+        opts = tables.options(g)
+        c = next(c for c in range(len(opts.d)) if opts.d[c] == d and opts.t[c] == t)
+        out.append((g, int(opts.width[c]), float(opts.compute_time[c, a, b])))
+    return out
+
+
 def brute_force_hybrid(inst: Instance) -> tuple[float, list | None]:
     """Optimum of a version-2 instance by enumeration, straight from the contract.
 

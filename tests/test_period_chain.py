@@ -12,7 +12,7 @@ from chainpipe.solvers import period_kernel
 from chainpipe.solvers.dp_period import PipelineSearch
 from chainpipe.solvers.dp_pipelines import shared_holds
 from chainpipe.tables import CostTables
-from helpers import _v3_configurations, brute_force_v3, random_hybrid_instance
+from helpers import _v3_configurations, brute_force_v3, random_hybrid_instance, stage_figures
 
 
 def _one_pipeline_period(inst):
@@ -21,18 +21,6 @@ def _one_pipeline_period(inst):
     par = dataclasses.replace(training.parallelism, pipelines=(1,))
     return dataclasses.replace(inst, training=dataclasses.replace(
         training, schedule="1f1b", objective="period", parallelism=par))
-
-
-def _figures(tables, stages):
-    """Per stage ``(start, end, dc, group in dc, d, t)``: its flattened group, width and
-    compute time ``C``."""
-    out = []
-    for a, b, k, gi, d, t in stages:
-        g = next(h for h, grp in enumerate(tables.groups) if grp.dc == k and grp.index == gi)
-        opts = tables.options(g)
-        c = next(c for c in range(len(opts.d)) if opts.d[c] == d and opts.t[c] == t)
-        out.append((g, int(opts.width[c]), float(opts.compute_time[c, a, b])))
-    return out
 
 
 def test_label_chain_floors_stay_below_the_brute_force_optimum():
@@ -59,7 +47,7 @@ def test_label_chain_floors_stay_below_the_brute_force_optimum():
         stages = spec[0][1]
         search = PipelineSearch(tables, tables.M, None, math.inf, Deadline(None), "sum", holds)
         search._bounds()
-        figures = _figures(tables, stages)
+        figures = stage_figures(tables, stages)
         nq = holds.chain.held.shape[1]
         for j in range(1, len(stages)):
             k0, a = stages[j][2], stages[j][0]
