@@ -85,17 +85,6 @@ def test_union_front_matches_the_rules():
                 assert kill == (later[0] if shifted and later else len(rows))
 
 
-def _stage_figures(tables, stages):
-    """Per stage ``(start, end, dc, group in dc, d, t)``: its flattened group and ``C``."""
-    out = []
-    for a, b, k, gi, d, t in stages:
-        g = next(h for h, grp in enumerate(tables.groups) if grp.dc == k and grp.index == gi)
-        opts = tables.options(g)
-        c = next(c for c in range(len(opts.d)) if opts.d[c] == d and opts.t[c] == t)
-        out.append((g, int(opts.width[c]), float(opts.compute_time[c, a, b])))
-    return out
-
-
 def test_chain_floors_stay_below_the_brute_force_optimum():
     """The floors by position (``dp.ChainCapacity``) against optimal plans: the whole
     chain's floor is at most the optimum's bottleneck, and the floor of each prefix of
@@ -104,7 +93,7 @@ def test_chain_floors_stay_below_the_brute_force_optimum():
     largest ``C``."""
     from chainpipe.solvers import dp
     from chainpipe.tables import CostTables
-    from helpers import brute_force_hybrid, random_hybrid_instance
+    from helpers import brute_force_hybrid, random_hybrid_instance, stage_figures
 
     checked = 0
     for seed in range(400):
@@ -115,7 +104,7 @@ def test_chain_floors_stay_below_the_brute_force_optimum():
         T, stages = brute_force_hybrid(inst)
         if stages is None:
             continue
-        figures = _stage_figures(tables, stages)
+        figures = stage_figures(tables, stages)
         chain = dp.ChainCapacity(tables, dp.usage_caps(tables), lambda: None)
         bottleneck = max(c for _, _, c in figures)
         total = float(tables.flop_prefix[-1])

@@ -241,16 +241,22 @@ def filter_states(mx, sm, p, r, state, usage, dc, shifted, steady):
         for a in range(lo, hi):
             j = keep[a]
             lts[a] = _time(sm[j], mx[j], steady, 0.0)
-            kill[a] = hi - lo
-            if not shifted:
-                continue
-            for b in range(a + 1, hi):
-                i = keep[b]
-                extra = r[i] - r[j] if r[i] > r[j] else 0.0
-                if p[i] <= p[j] and sm[i] + extra <= sm[j]:
-                    kill[a] = b - lo
-                    break
+            kill[a] = _killer(keep, a, lo, hi, sm, p, r) if shifted else hi - lo
     return keep, starts, kill, lts
+
+
+@njit(cache=True)
+def _killer(keep, a, lo, hi, sm, p, r):
+    """Where the killer of kept label ``keep[a]`` sits among its state's rows
+    ``lo..hi``: the first later one no worse once both are lifted to one bottleneck (no
+    larger ``p``, ``sm`` with the excess ``r`` no larger); ``hi - lo`` if none."""
+    j = keep[a]
+    for b in range(a + 1, hi):
+        i = keep[b]
+        extra = r[i] - r[j] if r[i] > r[j] else 0.0
+        if p[i] <= p[j] and sm[i] + extra <= sm[j]:
+            return b - lo
+    return hi - lo
 
 
 @njit(cache=True)
@@ -337,6 +343,30 @@ def union_front(X, shifted, steady):
 
 
 @njit(cache=True)
+def _layer_states(I, usage_all):
+    """The states of a layer's images (column 3 of ``I``) numbered by first appearance:
+    ``(owner, ids, usage)``, ``owner[e]`` the number of image ``e``'s state, ``ids`` the
+    states by number and ``usage`` their rows of ``usage_all``."""
+    n = I.shape[0]
+    local = np.full(usage_all.shape[0], -1, dtype=np.int64)
+    seen = np.empty(n, dtype=np.int64)
+    owner = np.empty(n, dtype=np.int64)
+    n_states = 0
+    for e in range(n):
+        g = I[e, 3]
+        if local[g] < 0:
+            local[g] = n_states
+            seen[n_states] = g
+            n_states += 1
+        owner[e] = local[g]
+    ids = seen[:n_states].copy()
+    usage = np.empty((n_states, usage_all.shape[1]), dtype=np.int64)
+    for s in range(n_states):
+        usage[s] = usage_all[ids[s]]
+    return owner, ids, usage
+
+
+@njit(cache=True)
 def filter_layer(F, I, usage_all, dc_all, shifted, steady):
     """:func:`filter_states` on the images filed for one layer (:func:`take_layer`).
 
@@ -365,23 +395,10 @@ def filter_layer(F, I, usage_all, dc_all, shifted, steady):
         ``(m, 3)`` int64: ``meta, label, pair`` (the extension that made it, the label
         it extended, its stage's pair).
     """
-    n = F.shape[0]
-    local = np.full(usage_all.shape[0], -1, dtype=np.int64)
-    seen = np.empty(n, dtype=np.int64)
-    owner = np.empty(n, dtype=np.int64)
-    n_states = 0
-    for e in range(n):
-        g = I[e, 3]
-        if local[g] < 0:
-            local[g] = n_states
-            seen[n_states] = g
-            n_states += 1
-        owner[e] = local[g]
-    ids = seen[:n_states].copy()
-    usage = np.empty((n_states, usage_all.shape[1]), dtype=np.int64)
+    owner, ids, usage = _layer_states(I, usage_all)
+    n_states = len(ids)
     dc = np.empty(n_states, dtype=np.int64)
     for s in range(n_states):
-        usage[s] = usage_all[ids[s]]
         dc[s] = dc_all[ids[s]]
     mx = F[:, 0].copy()
     sm = F[:, 1].copy()
@@ -1117,22 +1134,8 @@ def local_layer(F, I, usage_all, shifted, steady, across):
         int64 per kept label: the position in its state's rows of its killer, else the
         state's label count.
     """
-    n = F.shape[0]
-    local = np.full(usage_all.shape[0], -1, dtype=np.int64)
-    seen = np.empty(n, dtype=np.int64)
-    owner = np.empty(n, dtype=np.int64)
-    n_states = 0
-    for e in range(n):
-        g = I[e, 3]
-        if local[g] < 0:
-            local[g] = n_states
-            seen[n_states] = g
-            n_states += 1
-        owner[e] = local[g]
-    ids = seen[:n_states].copy()
-    usage = np.empty((n_states, usage_all.shape[1]), dtype=np.int64)
-    for s in range(n_states):
-        usage[s] = usage_all[ids[s]]
+    owner, ids, usage = _layer_states(I, usage_all)
+    n_states = len(ids)
     dc = np.zeros(n_states, dtype=np.int64) if across else np.arange(n_states)
     mx, sm, r, p = F[:, 0].copy(), F[:, 1].copy(), F[:, 2].copy(), I[:, 0].copy()
     keep, starts = _kept(mx, sm, p, r, owner, usage, dc, shifted, steady)
@@ -1153,13 +1156,7 @@ def local_layer(F, I, usage_all, shifted, steady, across):
             j = keep[a]
             X[a, 0], X[a, 1], X[a, 2], X[a, 3] = mx[j], sm[j], p[j], r[j]
             parents[a, 0], parents[a, 1], parents[a, 2] = I[j, 4], I[j, 1], I[j, 2]
-            kill[a] = hi - lo
-            for b in range(a + 1, hi):
-                i = keep[b]
-                extra = r[i] - r[j] if r[i] > r[j] else 0.0
-                if p[i] <= p[j] and sm[i] + extra <= sm[j]:
-                    kill[a] = b - lo
-                    break
+            kill[a] = _killer(keep, a, lo, hi, sm, p, r)
     return ids, starts, X, parents, kill
 
 
