@@ -323,9 +323,12 @@ class SeveralPipelines:
         ``theta``). Targets go from just above the floor (two steps) to ``limit`` until
         one is reachable (a low guess first cost more than it saved: its bisections over
         ``M_p`` search every range at targets far below its time), then a bisection; each
-        reachable target drops to the largest ``T_p`` of its split. The
-        bisection stops early once ``lo`` plus the found split's ``max R`` reaches
-        ``limit``: every solution with ``max R`` from there to ``theta`` has ``max T_p >
+        reachable target drops to the largest ``T_p`` of its split, and each split found
+        is first tested a hair below it (within :data:`TAU_RTOL`): when it is the least,
+        one step proves it where halving took 30 (fresh ``v3/large``-like instance,
+        class ``-03``, seed 6: the same three range searches repeated at targets ever
+        nearer it). The bisection stops early once ``lo`` plus the found split's ``max R``
+        reaches ``limit``: every solution with ``max R`` from there to ``theta`` has ``max T_p >
         lo``, so none of them beats the limit, and the sweep moves below that ``max R``
         with ``lo`` proven. So the first target it tries is that point, ``limit - max R``
         (``v3-medium-03``: 279 searches, 249 with the stop, 242 with this first try, 176
@@ -343,19 +346,29 @@ class SeveralPipelines:
                 lo = tau
         if found is None:
             return None
+        tested = None  # the last split found that a target a hair below it was tried for
         while found[0] > lo * (1 + TAU_RTOL) + 1e-300:
             stop_at = limit - max(e[1] for *_, e in found[1])
             if lo >= stop_at:
                 break  # no solution from here to the found one's max R can beat the limit
-            # the target at which the sweep could stop, if it is out of reach; else halve
-            mid = stop_at if stop_at < found[0] else (lo + found[0]) / 2
+            # the target at which the sweep could stop, if it is out of reach; else, once
+            # per split found, a hair below it (out of reach: it is the least); else halve
+            below = stop_at >= found[0] and tested != found[0]
+            if stop_at < found[0]:
+                mid = stop_at
+            elif below:
+                tested, mid = found[0], max(found[0] / (1 + TAU_RTOL), (lo + found[0]) / 2)
+            else:
+                mid = (lo + found[0]) / 2
             if mid <= lo or mid >= found[0]:
                 break
             better = self.reach(P, i0, j0, mid, theta)
-            if better is None:
-                lo = mid
-            else:
+            if better is not None:
                 found = better
+            else:
+                lo = mid
+                if below:  # nothing a hair below the split found: it is the least
+                    break
         return found + (lo,)
 
     def reach(self, P, i0, j0, tau, theta):

@@ -144,10 +144,19 @@ class RangeTimes:
             lo = self.static[i, j, m] = max(float(
                 self.t.pipeline_bound(i, j, m, self._period_floor(i, j, m))),
                 self._curve_floor(i, j, m))
+        least = self._least_cap(i, j)
         for m0, th, v, lam in self.proven.get((i, j), ()):
             if m0 <= m and th >= theta:
-                lo = max(lo, v + (m - m0) * lam if m > m0 else v)
+                lo = max(lo, v + (m - m0) * max(lam, least) if m > m0 else v)
         return lo
+
+    def _least_cap(self, i, j) -> float:
+        """The range's least cap, once its prefix curve has found it: the largest
+        ``max(C, U)`` under which the relaxed walk cannot place the model on DCs ``i..j``
+        (:meth:`.prefix_curve.PrefixCurve.grid`), so under every plan's period at any
+        ``M_p``; 0 until then."""
+        curve = self.t.__dict__.get("_prefix_curves", {}).get((i, j, True, False))
+        return 0.0 if curve is None or curve.least is None else float(curve.least)
 
     def _curve_floor(self, i, j, m) -> float:
         """The prefix curve's floor under ``T_p`` on DCs ``i..j`` with ``m`` microbatches
