@@ -15,8 +15,9 @@ range and group dominated by another pair (no more devices, no larger ``C`` or
 ``R``, no smaller in-flight limit) are dropped first.
 
 The work per label (the filters, the bound per label, the extension) is compiled
-(:mod:`.label_kernel`, numba); this module enumerates states and stage options and
-back-tracks. With ``threads > 1`` the trials below run side by side
+(:mod:`.label_kernel`, numba; loaded by :func:`.label_aot.load` from the module
+compiled ahead of time when it is built, which a fresh process loads without numba);
+this module enumerates states and stage options and back-tracks. With ``threads > 1`` the trials below run side by side
 (:mod:`.dp_parallel`).
 
 Bounding makes it fast: a trial upper bound ``U`` on the optimum restricts
@@ -197,9 +198,9 @@ def _walk(make_search, trials, deadline: Deadline, threads: int, stats: dict, lo
                 and _forks()):
             # a large instance (its set-up or a trial took a while): the trials left side
             # by side in forked processes, the kernels loaded here first
-            from . import label_kernel
+            from .label_aot import load
 
-            label_kernel.warm()
+            load().warm()
             stats["processes"] = threads
             try:
                 from . import dp_parallel
@@ -417,7 +418,7 @@ class _Search:
                 t_max = max(t_max, int(below.max()))
             c_all, r_all = C[cs, starts, ends], R[cs, starts, ends]
             w_all = W[cs]
-            widths = np.unique(W)
+            widths = distinct(W)
             self.widths_of[g] = widths.tolist()
             table = np.column_stack((starts, c_all, n_all, w_all, r_all, cs,
                                      np.searchsorted(widths, w_all))).astype(np.float64)
@@ -438,7 +439,9 @@ class _Search:
         Returns the states (for back-tracking) and the best complete plan
         ``(T, parent)``, or ``None`` when no plan beats ``upper``.
         """
-        from . import label_kernel  # numba: compiled (or loaded from its cache) on first use
+        from .label_aot import load
+
+        label_kernel = load()  # compiled ahead of time, else numba's just-in-time kernels
 
         t = self.t
         L, K = t.L, t.K
@@ -1078,7 +1081,7 @@ class LayerCapacity:
         got = self._frames.get(key)
         if got is None:
             b_points, b_values = self.before(before)
-            points = np.unique(np.concatenate([b_points] + [self.arrays[g][0] for g in groups]))
+            points = distinct(np.concatenate([b_points] + [self.arrays[g][0] for g in groups]))
             j = np.searchsorted(b_points, points, side="right") - 1
             values = np.where(j >= 0, b_values[np.maximum(j, 0)] if len(b_values) else 0.0,
                               0.0)
@@ -1127,7 +1130,7 @@ class LayerCapacity:
                 kind = kinds.setdefault((id(self.arrays[g]), self.count[g]), [g, 0])
                 kind[1] += 1
             self.check()
-            points = np.unique(np.concatenate([self.arrays[g][0] for g, _ in kinds.values()]
+            points = distinct(np.concatenate([self.arrays[g][0] for g, _ in kinds.values()]
                                               + [np.zeros(0)]))
             values = np.zeros(len(points))
             for g, n in kinds.values():
@@ -1166,9 +1169,9 @@ class ChainCapacity:
     """
 
     def __init__(self, tables: CostTables, count: list[int], check):
-        from . import label_kernel
+        from .label_aot import load
 
-        self.kernel = label_kernel
+        self.kernel = label_kernel = load()
         self.t, self.count, self.check = tables, count, check
         need = tables.in_flight(1)
         kinds: dict = {}
@@ -1306,6 +1309,14 @@ CHAIN_SPAN = 1.5
 CHAIN_CELLS = 400_000_000
 
 
+def distinct(values: np.ndarray) -> np.ndarray:
+    """The distinct values of ``values`` in ascending order, as :func:`numpy.unique` (no
+    NaN among them), which in NumPy 2 imports ``numpy.ma`` on its first call: 18 ms of a
+    fresh process's first solve."""
+    x = np.sort(values, axis=None)
+    return x[np.concatenate(([True], x[1:] != x[:-1]))] if len(x) else x
+
+
 def _most_held(tables: CostTables, opts, need: int) -> tuple[np.ndarray, np.ndarray]:
     """Breakpoints of the bottleneck ``B`` and ``fmax[point, pair]``: the most FLOP one
     stage with that pair holds with ``C <= B`` and memory fitting at the last position."""
@@ -1318,7 +1329,7 @@ def _most_held(tables: CostTables, opts, need: int) -> tuple[np.ndarray, np.ndar
         c, f = c[order], np.maximum.accumulate(f[order]) if len(f) else f[order]
         rises = np.flatnonzero(np.diff(f, prepend=-1.0) > 0)
         steps.append((c[rises], f[rises]))
-    points = np.unique(np.concatenate([x for x, _ in steps] + [np.zeros(0)]))
+    points = distinct(np.concatenate([x for x, _ in steps] + [np.zeros(0)]))
     fmax = np.zeros((len(points), len(steps)))
     for p, (x, y) in enumerate(steps):
         i = np.searchsorted(x, points, side="right") - 1

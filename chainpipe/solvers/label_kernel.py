@@ -42,6 +42,7 @@ from numba import njit
 from .. import numba_start
 from ..cost import assembled_time
 from ..tables import fill_bound_at
+from .label_aot import BLOCK, grown, new_arena  # noqa: F401 (the arena: one definition)
 from .labels import BOUND_SLACK as SLACK
 
 numba_start.prepare()
@@ -762,10 +763,6 @@ def advance(X, table, targets, prefix, curve_x, floors_need, floors_gain, move, 
     return upper, pair, label, 0
 
 
-#: images per block of the arena (:func:`new_arena`)
-BLOCK = 256
-
-
 @njit(cache=True)
 def _slot(a, blocks, links):
     """The arena row of a new image of layer ``a``: the next in its last block, or the
@@ -832,33 +829,6 @@ def take_layer(b, af, ai, blocks, links):
     links[b] = -1
     links[layers + b] = -1
     return F, I
-
-
-def new_arena(layers: int, blocks: int = 64) -> tuple:
-    """An empty image arena: blocks of :data:`BLOCK` images, a chain of blocks per layer
-    ``0..layers``, a free list. Plain arrays ``(af, ai, blocks, links)``: the images'
-    floats and ints, per block ``(next, fill)``, and ``links = [head per layer, tail per
-    layer, first free block, blocks ever used, blocks in the free list]``. (A numba typed
-    list of arrays per layer was measured first: its methods compile in every process,
-    1.8 s.)"""
-    links = np.full(2 * (layers + 1) + 3, -1, dtype=np.int64)
-    links[-2:] = 0
-    return (np.empty((blocks * BLOCK, 3)), np.empty((blocks * BLOCK, 5), dtype=np.int64),
-            np.zeros((blocks, 2), dtype=np.int64), links)
-
-
-def grown(arena: tuple, short: int) -> tuple:
-    """The arena with at least ``short`` more blocks (doubled until so), the used copied."""
-    af, ai, blocks, links = arena
-    n = len(blocks)
-    size = n
-    while size - n < short:
-        size *= 2
-    af2 = np.empty((size * BLOCK, 3))
-    ai2 = np.empty((size * BLOCK, 5), dtype=np.int64)
-    blocks2 = np.zeros((size, 2), dtype=np.int64)
-    af2[:n * BLOCK], ai2[:n * BLOCK], blocks2[:n] = af, ai, blocks
-    return af2, ai2, blocks2, links
 
 
 def warm() -> None:
