@@ -574,7 +574,7 @@ def _kernel_job(job, queue):
         res = cp.solve(inst, "dp", time_limit=600, threads=threads, **options)
         runs.append((time.perf_counter() - t0, time.process_time() - c0, res.status,
                      res.iteration_time))
-    queue.put({"name": inst.name, "runs": runs})
+    queue.put({"name": inst.name, "runs": runs, "numba": "numba" in sys.modules})
 
 
 def kernel_main(quick: bool) -> int:
@@ -586,6 +586,13 @@ def kernel_main(quick: bool) -> int:
     first = str(medium[0])
     with tempfile.TemporaryDirectory() as empty:
         cold = measure((first, 1, 2), _kernel_job, {"NUMBA_CACHE_DIR": empty})
+    with tempfile.TemporaryDirectory() as empty:
+        os.environ["NUMBA_CACHE_DIR"] = empty
+        try:
+            built = compiled_kernels()
+        finally:
+            del os.environ["NUMBA_CACHE_DIR"]
+    compiled_kernels()  # where the measured processes look for it
     lines = ["## The compiled kernel: compilation, cache, warm runs, two processes", "",
              f"Machine: {os.cpu_count()} cores, Python {platform.python_version()}, load "
              f"average {os.getloadavg()[0]:.1f} at the start. Produced by "
@@ -593,7 +600,11 @@ def kernel_main(quick: bool) -> int:
              f"- **Compilation** (an empty numba cache, `{Path(first).name}`): first solve "
              f"{cold['runs'][0][0]:.1f} s, the same solve again {cold['runs'][1][0]:.3f} s: "
              f"compiling the kernels costs about {cold['runs'][0][0] - cold['runs'][1][0]:.1f} s,"
-             " once per machine (cached on disk beside the module).", "",
+             " once per machine (cached on disk beside the module). These runs use numba's "
+             "just-in-time kernels (an empty cache has no module compiled ahead of time either).",
+             "", f"- **Compiled ahead of time** (`python -m chainpipe.solvers.label_aot`, "
+             f"`make` runs it): {built:.1f} s, once per machine and change of the kernel's "
+             "sources; the rows below load it (no numba import).", "",
              "| instance | fresh process, cached kernels (s) | warm, same process (s) |"
              " CPU warm (s) | T (s) |", "|---|---|---|---|---|"]
     for path in medium[:1] if quick else medium:
@@ -654,6 +665,32 @@ def _owned_kernel_job(job, queue):
     _kernel_job(job, queue)
 
 
+def _jit_kernel_job(job, queue):
+    """:func:`_owned_kernel_job` with the module compiled ahead of time ignored: numba's
+    just-in-time kernels, loaded from numba's disk cache (how every run went before it)."""
+    from chainpipe.solvers import label_aot
+
+    label_aot._compiled = lambda: None
+    _owned_kernel_job(job, queue)
+
+
+def compiled_kernels() -> float | None:
+    """Build the kernels compiled ahead of time unless built for the sources as they are
+    (``chainpipe.solvers.label_aot``): the seconds the build took (``None``: built
+    already), in a child process (which imports numba, the measured processes need not)."""
+    import subprocess
+
+    check = "from chainpipe.solvers import label_aot; print(label_aot.location().exists())"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    got = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True,
+                         env=env, check=True)
+    if got.stdout.strip() == "True":
+        return None
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "chainpipe.solvers.label_aot"], env=env, check=True)
+    return time.perf_counter() - t0
+
+
 def targets_main(quick: bool) -> int:
     """The ``--targets`` measurements (CPU seconds of the solve in a fresh process, the
     kernels cached; ``hybrid/medium`` also warm, its second solve in that process):
@@ -678,15 +715,24 @@ def targets_main(quick: bool) -> int:
                      f"{target:g} |")
     medium = sorted(p for p in (ROOT / "instances" / "hybrid" / "medium").glob("*.json")
                     if p.name != "manifest.json")
-    lines += ["", "`hybrid/medium`: the first solve in a fresh process (numba's import and the "
-              "kernels' loading counted, not Python's and chainpipe's imports) and the "
-              "second in the same process.", "",
-              "| instance | fresh process: CPU (s) | warm: CPU (s) | T (s) |",
-              "|---|---|---|---|"]
+    lines += ["", "`hybrid/medium`: the first solve in a fresh process (the kernels' loading "
+              "and chainpipe's solver modules' imports counted, not Python's and "
+              "`import chainpipe`) and the second in the same process: on the kernels "
+              "compiled ahead of time (`chainpipe/solvers/label_aot.py`, no numba import), "
+              "and on numba's just-in-time kernels from its disk cache (how it ran before).",
+              "",
+              "| instance | fresh process: CPU (s) | warm: CPU (s) | numba imported | "
+              "fresh, JIT kernels: CPU (s) | warm, JIT: CPU (s) | T (s) |",
+              "|---|---|---|---|---|---|---|"]
     for path in medium[:1] if quick else medium:
         row = measure((str(path), 1, 2), _owned_kernel_job)
+        jit = measure((str(path), 1, 2), _jit_kernel_job)
         (_w0, c0, _s0, _t0), (_w1, c1, s1, t1) = row["runs"]
-        lines.append(f"| `{row['name']}` | {c0:.3f} | {c1:.3f} | {_num(t1, '.6g')} ({s1}) |")
+        (_, j0, _, _), (_, j1, js, jt) = jit["runs"]
+        assert (js, jt) == (s1, t1), (path, js, jt, s1, t1)  # the same answer
+        lines.append(f"| `{row['name']}` | {c0:.3f} | {c1:.3f} | "
+                     f"{'yes' if row['numba'] else 'no'} | {j0:.3f} | {j1:.3f} | "
+                     f"{_num(t1, '.6g')} ({s1}) |")
     kept = OUT_KERNEL.read_text().split("\n") if OUT_KERNEL.exists() else []
     if TARGETS_HEADING in kept:
         kept = kept[:kept.index(TARGETS_HEADING)]
@@ -706,6 +752,10 @@ def main() -> int:
                     help="issue 31's targets in fresh processes: the end of results/dp_kernel.md")
     args = ap.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    if not args.v3 and not args.kernel:
+        built = compiled_kernels()  # the measured processes load them
+        print("kernels compiled ahead of time: " +
+              ("built already" if built is None else f"built in {built:.1f} s"))
     if args.targets:
         return targets_main(args.quick)
     if args.kernel:
