@@ -88,6 +88,29 @@ def _stages(F, a, k2, v0, h0s, f0s, free_gi, gi, g, C, ok, widths, npairs, strid
 
 
 @njit(cache=True)
+def _undominated(Fk, ng, radix, stride, nV, nb):
+    """``Fk[v, q]`` (one prefix end and DC: usage ``v``, excess bucket ``q``) with every
+    entry set to ``inf`` that an entry of no more devices of each group and no higher
+    bucket matches or beats: whatever follows it follows the other, from no more devices
+    and no larger excess, at no more fill. The walk's tables are read at the least over
+    lower usages and buckets (:func:`_at_most`, the buckets' minimum), which this leaves
+    as it was."""
+    best = np.full((nV, nb), np.inf)  # the least at or below (v, q)
+    out = Fk.copy()
+    for v in range(nV):
+        for q in range(nb):
+            low = best[v, q - 1] if q > 0 else np.inf
+            for gi in range(ng):
+                if (v // stride[gi]) % radix[gi] > 0:
+                    low = min(low, best[v - stride[gi], q])
+            f = Fk[v, q]
+            if f >= low:
+                out[v, q] = np.inf
+            best[v, q] = min(f, low)
+    return out
+
+
+@njit(cache=True)
 def forward(lam, lo_dc, hi_dc, first_fixed, radix, stride, nV, dc_groups, ngr, C, ok,
             widths, npairs, U, Q, nb, windows):
     """The least fill per ``(prefix end, DC of its last stage, usage there, excess
@@ -124,13 +147,14 @@ def forward(lam, lo_dc, hi_dc, first_fixed, radix, stride, nV, dc_groups, ngr, C
                             C, ok, widths, npairs, stride[k2, gi], Q[a, k, k2], lam, nb, False)
             if U[a, k, k] > lam * (1 + SLACK):
                 continue
+            kept = _undominated(F[a, k], ngr[k], radix[k], stride[k], nV, nb)
             for v in range(nV):  # the same DC: per usage
-                row = F[a, k, v]
+                row = kept[v]
                 if row.min() == np.inf:
                     continue
                 for gi in range(ngr[k]):
                     used = (v // stride[k, gi]) % radix[k, gi]
-                    _stages(F, a, k, v, edges, row.copy(), radix[k, gi] - 1 - used, gi,
+                    _stages(F, a, k, v, edges, row, radix[k, gi] - 1 - used, gi,
                             dc_groups[k, gi], C, ok, widths, npairs, stride[k, gi],
                             Q[a, k, k], lam, nb, False)
     return F
