@@ -114,3 +114,21 @@ def test_a_range_least_cap_from_the_walks_of_its_first_dc(seed):
     if seed % 2 == 0:  # (the longest first: every shorter range has both ends bracketed)
         shown = sum(len(v) for v in shared.__dict__["_prefix_shown"].values())
         assert shown <= fresh_walks
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_pruned_walk_equals_the_full_one(seed):
+    """The walk that skips the usages a lower usage matches (``prune``) gives the same
+    tables, read at the least over lower usages, as the walk expanding every one, on
+    generated instances of several GPU types per DC (windows capped and not). It fails
+    when an entry merely close to a lower usage's fill is dropped."""
+    from chainpipe.instances.generator import generate
+
+    inst = generate("hybrid", seed, version=3)
+    tables = CostTables(inst)
+    for first, windows in ((0, True), (1, False)):
+        curve = PrefixCurve(tables, first, tables.K - 1, first == 1, windows)
+        lam = curve._layer_floor()
+        for step in (1.5, 3.0, 6.0, 12.0, 24.0):  # the model fits from 12 on
+            full = curve.tables_at(lam * step, prune=False)
+            np.testing.assert_array_equal(curve.tables_at(lam * step), full)
