@@ -245,3 +245,49 @@ def test_the_joint_model_by_sync_levels_equals_the_merged_one(seed):
             checked += 1
     if not checked:
         pytest.skip("no cut with a plan on both blocks")
+
+
+def test_the_first_pass_ends_on_cpu_time_not_wall_time():
+    """``OuterSearch.phase`` (the single-DC first pass) counts this process's CPU seconds:
+    time spent asleep (a loaded machine's other processes) does not end it, work does,
+    and the whole solve's deadline still ends it. Fails if the phase reads the wall clock."""
+    import time
+
+    from chainpipe.deadline import Deadline
+    from chainpipe.formulations.pipelines import CpuPhase
+
+    parent = Deadline(30.0)
+    phase = CpuPhase(parent, 0.05)
+    time.sleep(0.15)  # no CPU: the phase goes on
+    assert not phase.expired() and phase.remaining() > 0
+    t0 = time.process_time()
+    while time.process_time() - t0 < 0.08:
+        pass
+    assert phase.expired() and phase.remaining() == 0.0
+    assert not parent.expired()
+    phase = CpuPhase(Deadline(0.01), 100.0)
+    time.sleep(0.02)
+    assert phase.expired()  # the solve's own end
+    assert CpuPhase(Deadline(None), 1.0).remaining() <= 1.0
+
+
+def test_the_enumeration_sub_solves_run_without_root_heuristics():
+    """The arc-flow sub-solves under a cutoff get :data:`PROOF_OPTIONS` (HiGHS's root
+    heuristics off); the one-pipeline solve without a cutoff and the plain path ILP keep
+    HiGHS's defaults. Fails if the options are not set, or set everywhere."""
+    from types import SimpleNamespace
+
+    from chainpipe.solvers import ilp
+
+    def options(**kw):
+        model = SimpleNamespace(highs_options={"mip_allow_restart": False}, offset=0.0)
+        stats = {"cutoff_applied": True} if kw.get("cutoff") is not None else {}
+        ilp._objective_bound(model, SimpleNamespace(scale=1.0),
+                             ilp._options("ilp-path", kw), stats)
+        return model.highs_options
+
+    sub = options(device_states=True, cutoff=2.0)
+    assert all(sub[k] == v for k, v in ilp.PROOF_OPTIONS.items())
+    assert sub["objective_bound"] > 2.0 and sub["mip_allow_restart"] is False
+    assert not set(ilp.PROOF_OPTIONS) & set(options(device_states=True))
+    assert not set(ilp.PROOF_OPTIONS) & set(options(cutoff=2.0))

@@ -213,42 +213,54 @@ class FlowFormulation:
         ``X`` (the last stage of a datacenter ends; only with :attr:`exits`)."""
         return (kind * (self.tables.L + 1) + layer) * len(self.states) + state
 
+    def _shift(self, k: int, pos: int, w: int) -> np.ndarray:
+        """Per state of datacenter ``k`` (:attr:`per_dc` order): the state after a stage of
+        width ``w`` on its group at ``pos``, ``-1`` where none is (over the count)."""
+        out = np.full(len(self.per_dc[k]), -1, dtype=np.int64)
+        for n, s in enumerate(self.per_dc[k].tolist()):
+            v = list(self.states[s][1])
+            v[pos] += w
+            out[n] = self.state_key.get((k, tuple(v)), -1)
+        return out
+
     def _columns(self, max_columns: int) -> None:
-        """Stage columns (arc, state) and boundary columns (boundary arc, state)."""
+        """Stage columns (arc, state) and boundary columns (boundary arc, state): an arc
+        from every state of its datacenter (the zero state at layer 0) that leaves room
+        for its width, ordered by arc, then state, then the exit copy. Built per
+        ``(group, width, from layer 0)`` as arrays."""
         t, a = self.tables, self.arcs
-        arc, tail, head = [], [], []
-        per_dc = {k: [s for s, (kk, _u) in enumerate(self.states) if kk == k]
-                  for k in range(t.K)}
-        for n in range(len(a)):
-            if n % 2000 == 0:
-                self.check()
-            g, w, i, j = int(a.group[n]), int(a.width[n]), int(a.start[n]), int(a.end[n])
+        self.per_dc = {k: np.array([s for s, (kk, _u) in enumerate(self.states) if kk == k],
+                                   dtype=np.int64) for k in range(t.K)}
+        first = (a.start == 0).astype(np.int64)
+        parts, total = [], 0
+        for g, w, f in sorted(set(zip(a.group.tolist(), a.width.tolist(), first.tolist()))):
+            self.check()
             k = int(t.group_dc[g])
-            pos, count = self.dc_groups[k].index(g), int(t.count[g])
-            froms = [self.zero[k]] if i == 0 else per_dc[k]
-            for s in froms:
-                u = self.states[s][1]
-                if u[pos] + w > count:
-                    continue
-                v = list(u)
-                v[pos] += w
-                to = self.state_key.get((k, tuple(v)))
-                if to is None:
-                    continue
-                arc.append(n)
-                tail.append(self._node(0, i, s))
-                head.append(self._node(1, j, to))
-                if self.exits and j < t.L and k < t.K - 1:  # the last stage of DC k
-                    arc.append(n)
-                    tail.append(self._node(0, i, s))
-                    head.append(self._node(2, j, to))
-            if len(arc) > max_columns:
+            sel = np.flatnonzero((a.group == g) & (a.width == w) & (first == f))
+            froms, tos = self.per_dc[k], self._shift(k, self.dc_groups[k].index(g), w)
+            if f:
+                at = np.flatnonzero(froms == self.zero[k])
+                froms, tos = froms[at], tos[at]
+            ok = tos >= 0
+            froms, tos = froms[ok], tos[ok]
+            n_arc, n_from = np.repeat(sel, len(froms)), np.tile(froms, len(sel))
+            n_to = np.tile(tos, len(sel))
+            copies = self.exits & (a.end[n_arc] < t.L) & (k < t.K - 1)
+            total += len(n_arc) + int(copies.sum())
+            if total > max_columns:
                 raise ModelTooLarge(f"the device-state network has more than {max_columns} "
                                     "stage columns")
-        self.col_arc = np.asarray(arc, dtype=np.int64)
-        self.col_tail = np.asarray(tail, dtype=np.int64)
-        self.col_head = np.asarray(head, dtype=np.int64)
-        self._boundary_columns(per_dc)
+            parts.append((n_arc, n_from, n_to, np.zeros(len(n_arc), dtype=np.int64)))
+            parts.append((n_arc[copies], n_from[copies], n_to[copies],
+                          np.ones(int(copies.sum()), dtype=np.int64)))
+        arc, frm, to, kind = (np.concatenate([p[n] for p in parts]) if parts
+                              else np.zeros(0, dtype=np.int64) for n in range(4))
+        order = np.lexsort((kind, frm, arc))
+        arc, frm, to, kind = arc[order], frm[order], to[order], kind[order]
+        self.col_arc = arc.astype(np.int64)
+        self.col_tail = self._node(0, a.start[arc].astype(np.int64), frm)
+        self.col_head = self._node(1 + kind, a.end[arc].astype(np.int64), to)
+        self._boundary_columns(self.per_dc)
 
     def _boundary_columns(self, per_dc: dict) -> None:
         """A boundary column per boundary arc and state whose both ends meet stage columns."""
@@ -256,7 +268,7 @@ class FlowFormulation:
         arc, tail, head = [], [], []
         for n, (b, k1, k2, _q, _u) in enumerate(self.boundary.tolist()):
             b, k1, k2 = int(b), int(k1), int(k2)
-            for s in per_dc[k1]:
+            for s in per_dc[k1].tolist():
                 src = self._node(2 if (self.exits and k2 > k1) else 1, b, s)
                 dst = self._node(0, b, s if k1 == k2 else self.zero[k2])
                 if src in heads and dst in tails:

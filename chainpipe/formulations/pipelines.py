@@ -33,6 +33,7 @@ import dataclasses
 import heapq
 import itertools
 import math
+import time
 from dataclasses import dataclass, field
 
 from .. import cost
@@ -95,6 +96,32 @@ def sub_instance(instance, first: int, last: int, microbatches: int):
         instance, datacenters=tuple(instance.datacenters[first:last + 1]),
         links=tuple(instance.links[first:last]),
         training=dataclasses.replace(training, microbatches=microbatches, parallelism=par))
+
+
+class CpuPhase(Deadline):
+    """A phase of a solve that ends after ``cpu_s`` seconds of this process's CPU time
+    (:func:`time.process_time`, HiGHS's threads included), or at ``parent``'s end if that
+    comes first.
+
+    A share of the time limit measured on the wall clock gives a phase half the work on
+    a machine where the solve gets half a core; measured in CPU time the phase does the
+    same work at any load, and what is left of the wall-clock limit goes to the rest.
+    Backends get :meth:`remaining` (the CPU seconds left, as wall seconds: no more
+    than the phase could use) and are stopped hard at ``parent``'s end.
+    """
+
+    __slots__ = ("parent", "cpu_at")
+
+    def __init__(self, parent: Deadline, cpu_s: float):
+        super().__init__(None if parent.unlimited else parent.remaining())
+        self.parent, self.cpu_at = parent, time.process_time() + cpu_s
+        self.at = parent.at
+
+    def remaining(self) -> float:
+        return min(self.parent.remaining(), max(0.0, self.cpu_at - time.process_time()))
+
+    def expired(self) -> bool:
+        return self.parent.expired() or time.process_time() >= self.cpu_at
 
 
 def cross_time(instance, first: int, last: int) -> float:
@@ -478,10 +505,11 @@ class OuterSearch:
         return self.outcome(todo, message)
 
     def phase(self, share: float) -> Deadline:
-        """A deadline for one phase: ``share`` of the time left (none without a limit)."""
+        """A deadline for one phase: ``share`` of the time left, in CPU seconds
+        (:class:`CpuPhase`; none without a limit)."""
         if self.deadline.unlimited:
             return Deadline(None)
-        return Deadline(self.deadline.remaining() * share)
+        return CpuPhase(self.deadline, self.deadline.remaining() * share)
 
     def known(self, e: Entry) -> float:
         """What is proven of ``e`` now without solving it: the largest of its blocks'

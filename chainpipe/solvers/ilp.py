@@ -103,6 +103,15 @@ LOOP_LP_SHARE = 0.8
 #: the interior point method's optimality tolerance for the loop LP (no crossover; the
 #: bound is the Lagrangian one of its duals, valid at any tolerance)
 LOOP_LP_TOLERANCE = 1e-6
+#: HiGHS options of the arc-flow MIPs the outer enumeration of several pipelines solves
+#: against its incumbent (the sub-solves under a cutoff, the levels of
+#: :func:`_joint_by_sync`): their answer is mostly a proof that nothing is faster, so the
+#: primal heuristics that search for plans at the root are off (branching still finds
+#: them). ``v3-medium-03``'s one-pipeline entry: 23.6 CPU s with them, 13.4 without;
+#: its DCs 1-3 with 47 microbatches 14.8 and 10.7; the whole of ``-02`` 76 and 62, of
+#: ``-03`` 77 and 49 (``docs/formulations.md``, "Seventh round")
+PROOF_OPTIONS = {"mip_heuristic_run_feasibility_jump": False, "mip_heuristic_run_rins": False,
+                 "mip_heuristic_run_rens": False, "mip_heuristic_run_root_reduced_cost": False}
 #: the strengthenings of the path ILP, each an on/off option (all on by default)
 PATH_SWITCHES = ("dominance", "start", "prune")
 
@@ -235,10 +244,13 @@ def _objective_bound(model, form, opts: _Options, stats: dict) -> None:
     """Under a cutoff that pruned the model, HiGHS is told it as its ``objective_bound``
     (scaled, a relative 1e-7 above): nodes whose bound reaches it are pruned from the
     start, as an incumbent that fast would; if none is below it, HiGHS ends infeasible,
-    which :func:`_cut` reads as no plan faster than the cutoff."""
+    which :func:`_cut` reads as no plan faster than the cutoff. The arc-flow model's
+    sub-solves (any cutoff) run without HiGHS's root heuristics (:data:`PROOF_OPTIONS`)."""
     if stats.get("cutoff_applied") and opts.backend == "highs" and not model.offset:
         bound = opts.cutoff / form.scale * (1 + 1e-7)
         model.highs_options = dict(getattr(model, "highs_options", {}), objective_bound=bound)
+    if opts.cutoff is not None and opts.device_states and opts.backend == "highs":
+        model.highs_options = dict(getattr(model, "highs_options", {}), **PROOF_OPTIONS)
 
 
 def _cut_bound(opts: _Options, stats: dict) -> float | None:
@@ -623,7 +635,7 @@ class _SyncBlock:
             return
         model = form.sync_capped(cap, strict)
         if opts.backend == "highs":
-            model.highs_options = dict(model.highs_options,
+            model.highs_options = dict(model.highs_options, **PROOF_OPTIONS,
                                        objective_bound=below / form.scale * (1 + 1e-7))
             if target > 0:
                 model.highs_options["objective_target"] = target / form.scale
