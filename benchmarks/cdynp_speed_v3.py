@@ -21,10 +21,23 @@ ROOT = Path(__file__).resolve().parents[1]
 TARGET = 3.0
 
 
+def _cold() -> None:
+    """Forget what earlier cdynp solves left in this process: the DCs' one-DC memories
+    (:func:`alone.forget`) and their kept tables, so each solve is timed from none."""
+    from chainpipe.solvers.cdynp import agent
+
+    alone.forget()
+    with agent._TABLES_LOCK:
+        agent._TABLES.clear()
+
+
 def _timed(inst, solver: str, limit: float, repeat: int):
-    """The least CPU time of ``repeat`` solves and the last result."""
+    """The least CPU time of ``repeat`` solves and the last result (cdynp from cold:
+    :func:`_cold` before each)."""
     best, res = float("inf"), None
     for _ in range(repeat):
+        if solver == "cdynp":
+            _cold()
         t0 = time.process_time()
         res = solve(inst, solver, time_limit=limit)
         best = min(best, time.process_time() - t0)
@@ -36,6 +49,7 @@ def _without_alone(inst, limit: float):
     (``alone.ENABLED`` off: as before ``chainpipe/solvers/cdynp/alone.py``)."""
     keep = alone.ENABLED
     alone.ENABLED = False
+    _cold()
     try:
         return _timed(inst, "cdynp", limit, 1)
     finally:
@@ -166,7 +180,8 @@ def write_v3(rows: list[dict], args, out: Path, curves: list[dict]) -> None:
          f"{TARGET:g}x). `range runs`: the owner's CDynP runs over sub-chains (several "
          "pipelines), of which `one DC` were ranges of one DC, answered by `dp`'s own "
          "search on that DC's tables (`chainpipe/solvers/cdynp/alone.py`, `docs/privacy.md`, "
-         "\"A range of one DC\")."
+         "\"A range of one DC\"). Each cdynp solve starts cold: the DCs' memories and kept "
+         "tables of earlier solves in the process are dropped first."
          + (" `without alone`: one solve with every range run by the agents' label DPs "
             "(`alone.ENABLED` off), as before it." if off else "")),
         "",

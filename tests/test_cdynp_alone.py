@@ -145,3 +145,37 @@ def test_candidate_runs_follow_their_definition():
                         assert np.array_equal(a_, b_), (name, k, g, x)
                     checked += len(rows)
     assert checked > 1000, checked
+
+
+def test_memory_across_microbatch_counts():
+    """One memory per DC serves every ``M_p`` (``alone.memory``): questions at ``M_p`` in
+    random order (each DC's tables grow past their first count on the way: ``LEAST_M``
+    lowered to 2) get the answers of a memory made afresh for each question."""
+    keep = alone.LEAST_M
+    alone.LEAST_M = 2
+    try:
+        checked = 0
+        for seed in range(100, 140):
+            inst = random_v3_instance(seed)
+            if inst.training.objective != "period" or inst.microbatches < 3:
+                continue
+            rng = random.Random(seed)
+            qs = [(k, rng.randint(1, inst.microbatches),
+                   rng.choice([math.inf, 0.05, 0.5, 2.0]),
+                   rng.choice([math.inf, 2.0, 5.0, 20.0]))
+                  for k in range(inst.num_datacenters) for _ in range(6)]
+            alone.forget()
+            shared = _answers(inst, qs, True)
+            fresh = []
+            for q in qs:
+                alone.forget()
+                fresh += _answers(inst, [q], True)
+            for q, a, b in zip(qs, shared, fresh):
+                assert (a is None) == (b is None), (seed, q, a, b)
+                if a is not None:
+                    assert math.isclose(a[0], b[0], rel_tol=1e-9), (seed, q, a, b)
+                    checked += 1
+        assert checked >= 30, checked
+    finally:
+        alone.LEAST_M = keep
+        alone.forget()

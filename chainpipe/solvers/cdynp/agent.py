@@ -637,7 +637,7 @@ class DCAgent:
         """A range run of one DC (:mod:`.alone`): the plan of least ``T_p`` under the run's
         ``sync_cap`` within its ``upper_bound``, by ``dp``'s range search on this DC's
         own tables (every option: the search takes the cap itself); no summary."""
-        dp = alone.AloneDP(own_tables(self.local, None), self.tables.options, self.deadline)
+        dp = alone.AloneDP(self.local, self.tables.options, self.deadline)
         try:
             dp.run(self.initial_bound, self.sync_cap)
         except TimeUp:
