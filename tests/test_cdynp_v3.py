@@ -178,7 +178,7 @@ def test_exact_in_processes_equals_in_process():
         ref = solve(inst, "cdynp")
         res = solve(inst, "cdynp", processes=True)
         _check_equal(inst, res, ref, seed)
-        assert len(res.plan.pipelines) == 2 and res.stats["range_runs"] >= 3  # 3 on seed 15 since c931793
+        assert len(res.plan.pipelines) == 2 and res.stats["range_runs"] >= 2  # each planned
         assert res.stats["mode"] == "processes"
     inst = next(i for i in map(random_v3_instance, range(100))
                 if i.num_datacenters == 3 and i.parallelism.pipelines == (1,)

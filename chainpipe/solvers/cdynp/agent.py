@@ -350,7 +350,9 @@ class DCAgent:
         entries = incoming["entries"] if incoming is not None else []
         self._incoming = [(e["b"], e["bw"], e["points"]) for e in entries]
         if self.period:
-            return self._period_backward(t0)
+            out = self._period_backward(t0)
+            self._report_floor()
+            return out
         ub = self.initial_bound  # an upper bound on the optimum: complete plans already known
         for b, _bw, pts in self._incoming:
             if b == 0:
@@ -362,7 +364,28 @@ class DCAgent:
         self._dp = dp
         out = None if self.k == 0 else self._summary(dp.points, ub)
         self.stats["backward_s"] = time.perf_counter() - t0
+        self._report_floor()
         return out
+
+    def _report_floor(self) -> None:
+        """In a range run (``sync_cap``), the range's last DC reports the owner a floor
+        under the period of every plan on the range (``period_floor_s``, rounded down to
+        the prefix pass's public grid): the least bottleneck under which its own devices
+        and the prefix pass's bound on the FLOP/s of the DCs before it hold the whole
+        model (:class:`.floors.Floors` at the model's end, nothing used). The owner's
+        floors proven at ``M_p = m0`` then rise by it per microbatch more, as ``dp``'s do
+        (``docs/privacy.md``, "A floor under a range's period"). Nothing when the prefix
+        pass left the upstream FLOP/s unknown, this DC shares no prefix bound
+        (``prefix_bound=false``), or the knapsack is too large."""
+        if (self.sync_cap is None or self.k != self.public.num_datacenters - 1
+                or not self.share_prefix):
+            return
+        floors = self._floors()
+        if floors is None:
+            return
+        got = float(floors.period((0,) * self.tables.G)[self.L])
+        if math.isfinite(got) and got > 0:
+            self.stats["period_floor_s"] = round_down(got, protocol.PREFIX_STEPS)
 
     def _base_labels(self) -> dict[int, list]:
         """Base labels (``u = 0``): the downstream suffixes joined through the inter-DC

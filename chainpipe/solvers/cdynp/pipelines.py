@@ -115,6 +115,7 @@ class RangeRuns:
         #: (i, j, first, last) -> [(theta, bound, lines or None)] of the frontier runs
         self.frontiers: dict[tuple, list] = {}
         self.runs = 0
+        self.last_floor = 0.0
         self.frontier_runs = 0
         #: values :meth:`time` took from a frontier run's settled lines, and those it
         #: could not settle (answered by a run at that ``M_p``)
@@ -135,7 +136,9 @@ class RangeRuns:
         falls, ``docs/dp.md``, "Several pipelines", item 2): a run at ``(m, theta')``
         that found a plan with ``max R < theta <= theta'`` found ``g`` at ``theta``; one
         that found nothing at ``(m0, theta', bound')`` answers every ``m >= m0``,
-        ``theta <= theta'`` and ``bound <= bound'``."""
+        ``theta <= theta'`` and ``bound <= bound'``. :attr:`last_floor`: the floor under
+        the range's period the run reported (0: no run made, or none reported)."""
+        self.last_floor = 0.0
         for m0, th, bd, got in self.known.get((i, j), ()):
             if got is None and m0 <= m and th >= theta and bd >= bound:
                 return None
@@ -248,6 +251,9 @@ class RangeRuns:
         self.messages += [{**msg, "file": f"{name}/{msg['file']}"}
                           for msg in out.stats.get("messages", [])]
         self.labels += sum(a.get("labels", 0) for a in out.stats.get("agents", []))
+        # the range's last DC's floor under every plan's period (agent._report_floor)
+        self.last_floor = max([0.0] + [float(a["period_floor_s"]) for a in
+                                       out.stats.get("agents", []) if "period_floor_s" in a])
         self.one_dc += any(a.get("engine") == "dp" for a in out.stats.get("agents", []))
         if out.status == "error":
             raise AgentFailure((out.message or "").removeprefix("cdynp: "),

@@ -129,14 +129,15 @@ class OwnerRangeTimes(RangeTimes):
         above the question's target, which ``dp``'s search may ask again)."""
         bound = tau * (1 + 1e-9)
         got = self.runs.least(i, j, m, theta, bound)
+        lam = self.runs.last_floor  # under every plan's period on the range (0: unknown)
         self.searches += 1
         if got is None:
-            self.proven.setdefault((i, j), []).append((m, theta, bound, 0.0))
+            self.proven.setdefault((i, j), []).append((m, theta, bound, lam))
             return None
         found = Found(m, float(got.cost.fill_drain_s), float(got.cost.period_s), got.sync,
                       tuple(got.stages))
         self.found.setdefault((i, j), []).append(found)
-        self.proven.setdefault((i, j), []).append((m, theta, got.time, 0.0))
+        self.proven.setdefault((i, j), []).append((m, theta, got.time, lam))
         return got.time, got.sync, list(got.stages)
 
 
