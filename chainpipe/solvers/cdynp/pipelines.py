@@ -450,11 +450,14 @@ def solve_several(owner, options: dict, deadline: Deadline, trace_dir=None, prob
     stats = {"mode": owner.mode, "exact": exact}
     runs = RangeRuns(owner, options, deadline, None if trace_dir is None else Path(trace_dir))
     try:
+        if exact and QUESTIONS:
+            best_T, best_plan = _seed(owner, runs)
         if 1 in allowed:
-            one = _one_pipeline(owner, options, deadline, trace_dir, probe, runs, stats)
+            one = _one_pipeline(owner, options, deadline, trace_dir, probe, runs, stats,
+                                best_T)
             if one.status == "error":
                 return one
-            if one.plan is not None:
+            if one.plan is not None and one.stats["objective_s"] < best_T:
                 best_plan, best_T = one.plan, one.stats["objective_s"]
         counts = [P for P in sorted(allowed) if 2 <= P <= min(M, K)]
         if exact and QUESTIONS:
@@ -488,11 +491,39 @@ def solve_several(owner, options: dict, deadline: Deadline, trace_dir=None, prob
                    lower_bound=None if options["max_entries"] else best_T / factor)
 
 
+def _seed(owner, runs: RangeRuns) -> tuple[float, Plan | None]:
+    """The owner's first incumbent, as ``dp``'s (its ``replicate-per-dc`` seed): one
+    pipeline per DC, ``M`` split evenly, each planned by a range run of its one DC (``dp``'s
+    own search there, :mod:`.alone`); ``(T, plan)`` by the owner's evaluation, or ``(inf,
+    None)`` when ``K`` pipelines are not allowed or a DC plans none. It bounds the
+    one-pipeline solve (``upper_bound``, public as every range run's bound) and the range
+    runs from the start."""
+    public = owner.public
+    K, M = public.num_datacenters, public.microbatches
+    if K < 2 or K > M or K not in public.training.parallelism.pipelines:
+        return math.inf, None
+    pipes, costs = [], []
+    for k in range(K):
+        m = M // K + (k < M % K)
+        got = runs.least(k, k, m, math.inf)
+        if got is None:
+            return math.inf, None
+        pipes.append(Pipeline(got.stages, m))
+        costs.append(got.cost)
+    plan = Plan(pipelines=pipes)
+    ev = owner.evaluation(plan, costs)
+    if not ev.feasible:
+        return math.inf, None
+    return float(ev.iteration_time_s), plan
+
+
 def _one_pipeline(owner, options: dict, deadline: Deadline, trace_dir, probe,
-                  runs: RangeRuns, stats: dict):
+                  runs: RangeRuns, stats: dict, incumbent: float = math.inf):
     """The usual solve of one pipeline over the whole chain (its messages counted with the
     range runs', under ``one/``); its plan in the several-pipeline plan's form, with its
-    ``T`` as ``stats["objective_s"]``.
+    ``T`` as ``stats["objective_s"]``. With a finite ``incumbent`` the solve looks only
+    below it (``upper_bound``, a hair above: a plan of equal ``T`` is as good), and
+    finding nothing there is no plan (status ``no_solution``, no plan).
 
     Raises
     ------
@@ -504,12 +535,18 @@ def _one_pipeline(owner, options: dict, deadline: Deadline, trace_dir, probe,
 
     K, M = owner.public.num_datacenters, owner.public.microbatches
     whole = owner.chain(0, K - 1, M)
+    if math.isfinite(incumbent):
+        options = {**options, "upper_bound": incumbent * (1 + 1e-9)}
     one = solve_chain(whole, options, deadline, probe=probe,
                       trace_dir=None if trace_dir is None else Path(trace_dir, "one"))
     if one.status == "error":
         return one
-    if one.status not in ("optimal", "feasible", "infeasible"):
+    bounded_none = (one.status == "no_solution" and math.isfinite(incumbent)
+                    and (one.lower_bound is not None or "messages" in one.stats))
+    if one.status not in ("optimal", "feasible", "infeasible") and not bounded_none:
         raise TimeUp(one.message or "time limit reached")
+    if bounded_none:
+        one = dataclasses.replace(one, plan=None)
     stats["one_pipeline"] = {k: v for k, v in one.stats.items() if k != "agents"}
     runs.messages += [{**m, "file": f"one/{m['file']}"} for m in one.stats.get("messages", [])]
     if one.plan is not None:
