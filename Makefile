@@ -11,8 +11,14 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
+# dp's label kernel compiled ahead of time (chainpipe/solvers/label_aot.py: a process
+# then solves without importing numba; a no-op when built for the kernel's sources, else
+# 25-60 s with a C compiler). The leading '-': without a compiler dp runs on numba's JIT
+AOT := -$(BIN)/python -m chainpipe.solvers.label_aot
+
 $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e .
+	$(AOT)
 	touch $@
 
 # Megatron-Core without its dependencies (PyTorch, ...): the tests run its own
@@ -22,13 +28,16 @@ MEGATRON_CORE := megatron-core>=0.13
 $(STAMP_DEV): pyproject.toml Makefile | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	$(BIN)/python -m pip install --quiet --no-deps '$(MEGATRON_CORE)'
+	$(AOT)
 	touch $(STAMP) $@
 
 demo: $(STAMP)
+	$(AOT)
 	$(BIN)/python -m chainpipe.demo
 
 test: $(STAMP_DEV)
 	$(BIN)/ruff check chainpipe tests benchmarks experiments
+	$(AOT)
 	$(BIN)/python -m pytest -n 2 --nbmake tests notebooks
 
 lint: $(STAMP_DEV)
