@@ -168,7 +168,7 @@ class RangeTimes:
         ``max(C, U)`` under which the relaxed walk cannot place the model on DCs ``i..j``
         (:meth:`.prefix_curve.PrefixCurve.grid`), so under every plan's period at any
         ``M_p``; 0 until then."""
-        curve = self.t.__dict__.get("_prefix_curves", {}).get((i, j, True, False))
+        curve = PrefixCurve.made(self.t, i, j, True, False)
         return 0.0 if curve is None or curve.least is None else float(curve.least)
 
     def _curve_floor(self, i, j, m) -> float:

@@ -196,6 +196,14 @@ class PrefixCurve:
         self.least, self.tried = None, 0.0
 
     @staticmethod
+    def made(tables, first_dc: int, last_dc: int, first_fixed: bool,
+             windows: bool) -> PrefixCurve | None:
+        """The range's curve if :meth:`of` has made it for these tables, else ``None``
+        (nothing is made: the tables may be a view without the curve's arrays)."""
+        return tables.__dict__.get("_prefix_curves", {}).get(
+            (first_dc, last_dc, first_fixed, windows))
+
+    @staticmethod
     def of(tables, first_dc: int, last_dc: int, first_fixed: bool,
            windows: bool) -> PrefixCurve:
         """The curve of a range, made once per tables."""
