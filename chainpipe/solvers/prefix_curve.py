@@ -24,11 +24,8 @@ search takes the least over ``i`` (:func:`.period_kernel.curve_floor`).
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
-from .. import numba_start
-
-numba_start.prepare()
+from .prefix_kernel import forward
 
 #: steps of the windows' running excess kept per state and cap (``-lam .. 0``)
 BUCKETS = 16
@@ -43,124 +40,6 @@ COARSE_GRID = (0.0, 0.004, 0.01, 0.02, 0.04, 0.07, 0.12, 0.2, 0.32, 0.5, 0.8, 1.
 COARSE_RTOL = 4e-3
 #: the most caps of a grid (past :data:`GRID`, each 1.5 times the last)
 MOST = 40
-#: the forward walk's relative slack on every test (rounding only keeps prefixes)
-SLACK = 1e-9
-
-
-@njit(cache=True)
-def _file(F, b, k, v, h, f, lam, nb):
-    """Keep fill ``f`` at state ``(b, k, v)`` in the bucket of excess ``h``."""
-    x = (h + lam) / lam * nb
-    q = 0 if x < 0 else min(int(x), nb - 1)
-    if f < F[b, k, v, q]:
-        F[b, k, v, q] = f
-
-
-@njit(cache=True)
-def _stages(F, a, k2, v0, h0s, f0s, free_gi, gi, g, C, ok, widths, npairs, stride, Q, lam,
-            nb, first):
-    """File every stage of group ``g`` (local ``gi``) starting at layer ``a`` on DC ``k2``
-    after prefixes of excess buckets ``h0s`` and fills ``f0s`` (usage ``v0``)."""
-    L1 = C.shape[3]
-    tol = lam * SLACK
-    for c in range(npairs[g]):
-        w = widths[g, c]
-        if w > free_gi:
-            continue
-        v2 = v0 + w * stride
-        for b in range(a + 1, L1):
-            cc = C[g, c, a, b]
-            if cc > lam + tol:
-                break
-            if not ok[g, c, a, b]:
-                continue
-            if first:
-                _file(F, b, k2, v2, cc - lam, cc, lam, nb)
-                continue
-            for q in range(nb):
-                f0 = f0s[q]
-                if f0 == np.inf:
-                    continue
-                h2 = max(cc - lam, h0s[q] + Q + cc - lam)
-                if h2 > tol:
-                    break
-                _file(F, b, k2, v2, h2, f0 + Q + cc, lam, nb)
-
-
-@njit(cache=True)
-def _undominated(Fk, ng, radix, stride, nV, nb):
-    """``Fk[v, q]`` (one prefix end and DC: usage ``v``, excess bucket ``q``) with every
-    entry set to ``inf`` that an entry of no more devices of each group and no higher
-    bucket matches or beats: whatever follows it follows the other, from no more devices
-    and no larger excess, at no more fill. The walk's tables are read at the least over
-    lower usages and buckets (:func:`_at_most`, the buckets' minimum), which this leaves
-    as it was."""
-    best = np.full((nV, nb), np.inf)  # the least at or below (v, q)
-    out = Fk.copy()
-    for v in range(nV):
-        for q in range(nb):
-            low = best[v, q - 1] if q > 0 else np.inf
-            for gi in range(ng):
-                if (v // stride[gi]) % radix[gi] > 0:
-                    low = min(low, best[v - stride[gi], q])
-            f = Fk[v, q]
-            if f >= low:
-                out[v, q] = np.inf
-            best[v, q] = min(f, low)
-    return out
-
-
-@njit(cache=True)
-def forward(lam, lo_dc, hi_dc, first_fixed, radix, stride, nV, dc_groups, ngr, C, ok,
-            widths, npairs, U, Q, nb, windows, prune):
-    """The least fill per ``(prefix end, DC of its last stage, usage there, excess
-    bucket)`` under cap ``lam`` (module docstring); ``inf`` where no prefix fits. Without
-    ``windows`` (``nb = 1``) only ``C`` and ``U`` are capped. With ``prune``, entries that
-    :func:`_undominated` drops are not expanded on their own DC (the least over lower
-    usages and buckets stays the same; ``v3-large-03``'s walks 9.7 to 3.6 s)."""
-    L1, K = C.shape[3], radix.shape[0]
-    F = np.full((L1, K, nV, nb), np.inf)
-    edges = np.full(nb, -np.inf)  # no windows: one bucket, every excess lets through
-    if windows:
-        for q in range(nb):
-            edges[q] = -lam + lam * q / nb
-    agg = np.empty(nb)
-    none = np.full(nb, np.inf)
-    for a in range(L1 - 1):
-        for k in range(lo_dc, hi_dc + 1):
-            if a == 0:
-                if first_fixed and k != lo_dc:
-                    continue
-                for gi in range(ngr[k]):
-                    _stages(F, 0, k, 0, edges, none, radix[k, gi] - 1, gi, dc_groups[k, gi],
-                            C, ok, widths, npairs, stride[k, gi], 0.0, lam, nb, True)
-                continue
-            agg[:] = np.inf
-            for v in range(nV):
-                for q in range(nb):
-                    agg[q] = min(agg[q], F[a, k, v, q])
-            if agg.min() == np.inf:
-                continue
-            for k2 in range(k + 1, hi_dc + 1):  # a later DC: its usage starts afresh
-                if U[a, k, k2] > lam * (1 + SLACK):
-                    continue
-                for gi in range(ngr[k2]):
-                    _stages(F, a, k2, 0, edges, agg, radix[k2, gi] - 1, gi, dc_groups[k2, gi],
-                            C, ok, widths, npairs, stride[k2, gi], Q[a, k, k2], lam, nb, False)
-            if U[a, k, k] > lam * (1 + SLACK):
-                continue
-            kept = _undominated(F[a, k], ngr[k], radix[k], stride[k], nV, nb) if prune \
-                else F[a, k].copy()
-            for v in range(nV):  # the same DC: per usage
-                row = kept[v]
-                if row.min() == np.inf:
-                    continue
-                for gi in range(ngr[k]):
-                    used = (v // stride[k, gi]) % radix[k, gi]
-                    _stages(F, a, k, v, edges, row, radix[k, gi] - 1 - used, gi,
-                            dc_groups[k, gi], C, ok, widths, npairs, stride[k, gi],
-                            Q[a, k, k], lam, nb, False)
-    return F
 
 
 class PrefixCurve:
