@@ -61,7 +61,7 @@ def test_other_types_go_to_the_jit_kernel(monkeypatch):
     scalar type reaches the just-in-time kernel, never the compiled one (whose wrapper
     would read the memory as the compiled types)."""
     monkeypatch.setattr(label_aot, "_jit", lambda: SimpleNamespace(crossing_gain=lambda *a: "jit"))
-    monkeypatch.setattr(label_aot, "HANDED", {})
+    monkeypatch.setattr(label_aot.LABEL, "handed", {})
     kernel = label_aot._checked("crossing_gain", lambda *a: "compiled",
                                 label_aot.ARGS["crossing_gain"])
     good = [np.zeros(1), 0.0, np.zeros(2), 1, np.zeros(2), 1.0, np.zeros(2)]
@@ -74,7 +74,7 @@ def test_other_types_go_to_the_jit_kernel(monkeypatch):
         args = list(good)
         args[i] = value
         assert kernel(*args) == "jit", (i, value)
-    assert label_aot.HANDED == {"crossing_gain": len(changes)}
+    assert label_aot.LABEL.handed == {"crossing_gain": len(changes)}
 
 
 def test_the_compiled_module_gives_the_same_answers(monkeypatch):
@@ -84,7 +84,7 @@ def test_the_compiled_module_gives_the_same_answers(monkeypatch):
     compiled = label_aot._compiled()
     if compiled is None:
         pytest.skip("not built for these sources: python -m chainpipe.solvers.label_aot")
-    monkeypatch.setattr(label_aot, "HANDED", {})
+    monkeypatch.setattr(label_aot.LABEL, "handed", {})
     for path in [*FILES, ROOT / "instances" / "hybrid" / "medium" / "hybrid-medium-05-mem.json"]:
         inst = cp.read(path)
         got = []
@@ -94,7 +94,7 @@ def test_the_compiled_module_gives_the_same_answers(monkeypatch):
             got.append((res.status, res.iteration_time, res.plan, res.stats.get("labels"),
                         [t.get("labels") for t in res.stats.get("trials", [])]))
         assert got[0] == got[1], path.name
-    assert label_aot.HANDED == {}
+    assert label_aot.LABEL.handed == {}
 
 
 def test_distinct_is_numpy_unique():

@@ -1,35 +1,40 @@
-"""The label kernel compiled ahead of time: the kernels :mod:`.dp` calls, loaded without
-numba.
+"""Kernels compiled ahead of time: the kernels :mod:`.dp` and the version-3 search call,
+loaded without numba.
 
 A fresh process that solves with ``dp`` paid about 0.45 CPU s before its first kernel ran
 (importing numba, its registries, loading each kernel from numba's disk cache), more
-than the whole solve of a ``hybrid/medium`` instance (0.07-0.15 s). :func:`build`
-compiles the very functions of :mod:`.label_kernel` (their ``py_func``, one source) with
-numba's ahead-of-time compiler (``numba.pycc``) into one extension module, kept beside
-numba's cache (``__pycache__`` beside this module, or ``NUMBA_CACHE_DIR``) under a name
-that carries a digest of the kernel's sources: an edited source is never run from a
-stale build. :func:`load` returns that module's kernels when it is built for the sources
-as they are, else :mod:`.label_kernel` itself (numba's just-in-time kernels, compiled on
-first use and cached on disk), so the two give the same answers by construction.
+than the whole solve of a ``hybrid/medium`` instance (0.07-0.15 s); a version-3 solve
+paid about 1 s for its two kernel modules. A :class:`Unit` is one module's kernels
+compiled with numba's ahead-of-time compiler (``numba.pycc``) into one extension module,
+kept beside numba's cache (``__pycache__`` beside this module, or ``NUMBA_CACHE_DIR``)
+under a name that carries a digest of the kernels' sources: an edited source is never
+run from a stale build. Three units: :data:`LABEL` (the very functions of
+:mod:`.label_kernel`, their ``py_func``: one source), :data:`.period_kernel.UNIT` and
+:data:`.prefix_kernel.UNIT` (the version-3 search's kernels, written as plain functions
+that :meth:`Unit.bind` hands out). Where a unit is not built, its module's kernels are
+numba's just-in-time kernels (compiled on first use and cached on disk), so the two
+give the same answers by construction.
 
-Build it with ``python -m chainpipe.solvers.label_aot`` (``make`` does; 25-60 s, needs a
-C compiler). The compiled wrappers convert their arguments without checking array
-types, so each kernel here checks that every argument has the type it was compiled for
-(:data:`ARGS`, what :mod:`.dp` passes) and hands any other call to the just-in-time
-kernel. The build targets the architecture's generic CPU (numba 0.68's ``host`` target
-for ahead-of-time code ignores the features a virtual machine hides and can emit
-instructions the CPU lacks); measured as fast as the just-in-time kernels on
-``hybrid-large``.
+Build them with ``python -m chainpipe.solvers.label_aot`` (``make`` does; needs a C
+compiler). The compiled wrappers convert their arguments without checking array types,
+so each compiled kernel here checks that every argument has the type it was compiled for
+(:data:`ARGS` and the kernel modules' ``ARGS``: what their callers pass) and hands any
+other call to the just-in-time kernel. The build targets the architecture's generic CPU
+(numba 0.68's ``host`` target for ahead-of-time code ignores the features a virtual
+machine hides and can emit instructions the CPU lacks); measured as fast as the
+just-in-time kernels on ``hybrid-large``.
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib
 import importlib.machinery
 import importlib.util
 import os
 import sys
 import tempfile
+import types
 from pathlib import Path
 
 import numpy as np
@@ -39,8 +44,9 @@ BLOCK = 256
 
 _ARENA = ("f2", "i2", "i2", "i1")
 #: per kernel :mod:`.dp` calls, its arguments' types: ``f``, ``i``, ``b`` a float64,
-#: int64 or bool scalar, ``fN`` / ``iN`` a C-contiguous float64 / int64 array of ``N``
-#: dimensions (``tests/test_label_aot.py`` checks that dp passes exactly these)
+#: int64 or bool scalar, ``fN`` / ``iN`` / ``bN`` a C-contiguous float64 / int64 / bool
+#: array of ``N`` dimensions, a tuple of these a tuple of such arguments
+#: (``tests/test_label_aot.py`` checks that dp passes exactly these)
 ARGS = {
     "seed": ("i", "i", *_ARENA),
     "take_layer": ("i", *_ARENA),
@@ -59,7 +65,8 @@ ARGS = {
 SOURCES = ("solvers/label_kernel.py", "solvers/labels.py", "cost.py", "tables.py")
 _ROOT = Path(__file__).resolve().parents[1]
 _SCALARS = {"f": (float, np.float64), "i": (int, np.int64), "b": (bool, np.bool_)}
-_DTYPES = {"f": np.dtype(np.float64), "i": np.dtype(np.int64)}
+_DTYPES = {"f": np.dtype(np.float64), "i": np.dtype(np.int64), "b": np.dtype(np.bool_)}
+_NUMBA = {"f": "float64", "i": "int64", "b": "boolean"}
 
 
 def new_arena(layers: int, blocks: int = 64) -> tuple:
@@ -89,21 +96,205 @@ def grown(arena: tuple, short: int) -> tuple:
     return af2, ai2, blocks2, links
 
 
+class Unit:
+    """The kernels of one module, compiled ahead of time into one extension module.
+
+    Parameters
+    ----------
+    name : str
+        The extension module's name before its digest (``label``: ``label_aot_<digest>``).
+    args : dict
+        Per kernel compiled, its arguments' types (:data:`ARGS`' notation): the kernels
+        called from Python.
+    sources : tuple of str
+        The files the kernels are made of, relative to the package's root (the digest's).
+    jit : callable, optional
+        Returns an object whose attributes are numba's just-in-time kernels (a module of
+        ``@njit`` functions, as :mod:`.label_kernel`); without it, the kernels the module
+        registers with :meth:`kernel` and hands out with :meth:`bind`.
+    """
+
+    def __init__(self, name: str, args: dict, sources: tuple, jit=None):
+        self.name, self.args, self.sources = name, args, sources
+        #: the kernels registered by :meth:`kernel`: plain functions, by name
+        self.funcs: dict = {}
+        #: per compiled kernel, the calls handed to the just-in-time kernel (other types)
+        self.handed: dict = {}
+        self._source, self._jit, self._namespace = jit, None, {}
+
+    def kernel(self, fn):
+        """Register ``fn`` (a plain function in numba's subset of Python, calling other
+        kernels of the module by name) as a kernel of the unit; returns it unchanged."""
+        self.funcs[fn.__name__] = fn
+        return fn
+
+    def digest(self) -> str:
+        """A digest of the sources, the argument types, NumPy's version and the Python
+        build (the compiled module's name carries it)."""
+        h = hashlib.sha256(repr(self.args).encode())
+        for name in self.sources:
+            h.update((_ROOT / name).read_bytes())
+        h.update(f"{np.__version__} {sys.version} {sys.platform}".encode())
+        return h.hexdigest()[:16]
+
+    def location(self) -> Path:
+        """Where the compiled module of the sources as they are lives (it may not exist)."""
+        base = os.environ.get("NUMBA_CACHE_DIR")
+        folder = Path(base) if base else Path(__file__).resolve().parent / "__pycache__"
+        suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
+        return folder / f"{self.name}_aot_{self.digest()}{suffix}"
+
+    def compiled(self):
+        """The compiled module, ``None`` if it is not built for the sources as they are or
+        does not load (built against another NumPy, say)."""
+        path = self.location()
+        if not path.exists():
+            return None
+        spec = importlib.util.spec_from_file_location(path.name.split(".")[0], path)
+        try:
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+        except ImportError:
+            return None
+        return module
+
+    def jit(self):
+        """numba's just-in-time kernels of the unit, an object with one attribute per
+        kernel; numba is imported by the first call. A registered kernel is compiled
+        from a copy of its function whose globals name the just-in-time kernels (as
+        ``@njit(cache=True)`` on the function would: the same disk cache)."""
+        if self._source is not None:
+            return self._source()
+        if self._jit is None:
+            from .. import numba_start
+
+            numba_start.prepare()
+            from numba import njit
+
+            space = dict(self._namespace)
+            for name, fn in self.funcs.items():
+                copy = types.FunctionType(fn.__code__, space, name, fn.__defaults__,
+                                          fn.__closure__)
+                copy.__doc__ = fn.__doc__
+                space[name] = njit(cache=True)(copy)
+            self._jit = types.SimpleNamespace(**{name: space[name] for name in self.funcs})
+        return self._jit
+
+    def bind(self, namespace: dict) -> None:
+        """Hand out the registered kernels in ``namespace``, the globals of the module
+        that registered them (called at the end of its import): when the unit is built
+        for the sources as they are, a :class:`Kernel` per kernel (the compiled function
+        behind its argument check for those of ``args``) and numba is not imported;
+        else numba's just-in-time kernels (:meth:`jit`)."""
+        self._namespace = namespace
+        module = self.compiled()
+        if module is None:
+            namespace.update(vars(self.jit()))
+            return
+        for name in self.funcs:
+            if name in self.args:
+                call = _checked(name, getattr(module, name), self.args[name],
+                                self.handed_call, method=True)
+                kind = type(name, (Kernel,), {"__slots__": (), "__call__": call,
+                                              "__doc__": call.__doc__})
+            else:
+                kind = Kernel
+            namespace[name] = kind(self, name)
+
+    def handed_call(self, name: str, *args):
+        """A call of kernel ``name`` with other argument types: counted in
+        :attr:`handed`, run by the just-in-time kernel."""
+        self.handed[name] = self.handed.get(name, 0) + 1
+        return getattr(self.jit(), name)(*args)
+
+    def build(self, path: Path | None = None) -> Path:
+        """Compile the kernels of ``args`` into the extension module at ``path`` (default
+        :meth:`location`); returns the path. Written to a temporary file first and
+        moved into place, so a process never loads a half-written module."""
+        import warnings
+
+        from numba.core.errors import NumbaPendingDeprecationWarning
+
+        jit = self.jit()
+        path = Path(path) if path is not None else self.location()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", NumbaPendingDeprecationWarning)
+            from numba.pycc import CC
+        name = path.name.split(".")[0]
+        with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
+            cc = CC(name)  # target_cpu left empty: the architecture's generic CPU
+            cc.output_dir = tmp
+            cc.verbose = False
+            for kernel, kinds in self.args.items():
+                cc.export(kernel, f"({signature(kinds)},)")(getattr(jit, kernel).py_func)
+            cc.compile()
+            built = next(Path(tmp).glob(name + ".*"))
+            os.replace(built, path)
+        return path
+
+
+class Kernel:
+    """A kernel of a built :class:`Unit` as its module hands it out (:meth:`Unit.bind`).
+
+    Called from Python, a kernel the unit compiles runs the compiled function behind
+    its argument check (:func:`_checked`), any other numba's just-in-time kernel
+    (numba imported then). Compiled numba code that calls it calls numba's
+    just-in-time kernel (its ``_numba_type_``): ``@njit`` functions elsewhere that call
+    the kernel compile as they did when it was numba's.
+
+    Parameters
+    ----------
+    unit : Unit
+        The unit the kernel belongs to.
+    name : str
+        The kernel's name.
+    """
+
+    __slots__ = ("unit", "name")
+
+    def __init__(self, unit: Unit, name: str):
+        self.unit, self.name = unit, name
+
+    def __call__(self, *args):
+        return getattr(self.unit.jit(), self.name)(*args)
+
+    def __repr__(self) -> str:
+        return f"<kernel {self.name} of {self.unit.name}, compiled ahead of time>"
+
+    @property
+    def py_func(self):
+        """The kernel's Python function (as a numba dispatcher's ``py_func``)."""
+        return self.unit.funcs[self.name]
+
+    @property
+    def _numba_type_(self):
+        """What numba types the kernel as: its just-in-time kernel."""
+        from numba.core import types as numba_types
+
+        return numba_types.Dispatcher(getattr(self.unit.jit(), self.name))
+
+
+def _jit():
+    from . import label_kernel
+
+    return label_kernel
+
+
+#: :mod:`.label_kernel`'s kernels that :mod:`.dp` calls
+LABEL = Unit("label", ARGS, SOURCES, jit=lambda: _jit())
+#: per compiled label kernel, the calls handed to the just-in-time kernel (other types)
+HANDED = LABEL.handed
+
+
 def digest() -> str:
-    """A digest of the kernel's sources, the argument types :data:`ARGS`, NumPy's version
-    and the Python build (the compiled module's name carries it)."""
-    h = hashlib.sha256(repr(ARGS).encode())
-    for name in SOURCES:
-        h.update((_ROOT / name).read_bytes())
-    h.update(f"{np.__version__} {sys.version} {sys.platform}".encode())
-    return h.hexdigest()[:16]
+    """:meth:`Unit.digest` of :data:`LABEL`."""
+    return LABEL.digest()
 
 
 def location() -> Path:
-    """Where the compiled module of the sources as they are lives (it may not exist)."""
-    base = os.environ.get("NUMBA_CACHE_DIR")
-    folder = Path(base) if base else Path(__file__).resolve().parent / "__pycache__"
-    return folder / f"label_aot_{digest()}{importlib.machinery.EXTENSION_SUFFIXES[0]}"
+    """:meth:`Unit.location` of :data:`LABEL`."""
+    return LABEL.location()
 
 
 class Kernels:
@@ -124,8 +315,6 @@ class Kernels:
 
 
 _loaded: list = []
-#: per compiled kernel, the calls handed to the just-in-time kernel (other argument types)
-HANDED: dict = {}
 
 
 def load():
@@ -137,31 +326,35 @@ def load():
     return _loaded[0]
 
 
-def _jit():
-    from . import label_kernel
-
-    return label_kernel
-
-
 def _compiled() -> Kernels | None:
-    """:class:`Kernels` of the compiled module, ``None`` if it is not built or does not
-    load (built against another NumPy, say)."""
-    path = location()
-    if not path.exists():
-        return None
-    spec = importlib.util.spec_from_file_location(path.name.split(".")[0], path)
-    try:
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    except ImportError:
-        return None
-    return Kernels(module)
+    """:class:`Kernels` of :data:`LABEL`'s compiled module, ``None`` if it is not built
+    or does not load."""
+    module = LABEL.compiled()
+    return None if module is None else Kernels(module)
 
 
-def _checked(name: str, fn, kinds: tuple):
+def _handed(name: str, *args):
+    """A call of label kernel ``name`` with other argument types:
+    :meth:`Unit.handed_call` of :data:`LABEL`."""
+    return LABEL.handed_call(name, *args)
+
+
+def _test(a: str, k) -> str:
+    """The expression that tests argument ``a`` for type ``k`` (:data:`ARGS`' notation)."""
+    if isinstance(k, tuple):
+        return " and ".join([f"(_t({a}) is _tuple and len({a}) == {len(k)}"]
+                            + [_test(f"{a}[{j}]", kj) for j, kj in enumerate(k)]) + ")"
+    if len(k) == 1:
+        return f"(_t({a}) is _{k}0 or _t({a}) is _{k}1)"
+    return (f"(_t({a}) is _nd and {a}.dtype == _{k[0]}8 and {a}.ndim == {k[1]}"
+            f" and {a}.flags.c_contiguous)")
+
+
+def _checked(name: str, fn, kinds: tuple, handed=_handed, method: bool = False):
     """``fn`` (the compiled kernel ``name``) behind a check that each argument has the
-    type of ``kinds`` (:data:`ARGS`); a call with any other goes to the just-in-time
-    kernel, which compiles for its types.
+    type of ``kinds`` (:data:`ARGS`); a call with any other goes to ``handed(name,
+    *args)`` (the just-in-time kernel, which compiles for its types). With ``method``
+    the function takes the kernel object first (a :class:`Kernel`'s ``__call__``).
 
     The check is one expression written out per kernel, what it reads bound as local
     names: about 0.15 us per array argument (a loop over the arguments cost 6 us a
@@ -170,78 +363,58 @@ def _checked(name: str, fn, kinds: tuple):
     (Skipping the check for the object that last passed at a position saved 2 to 4 %
     there, most arrays change from call to call, and kept that object alive: dropped.)"""
     args = [f"a{i}" for i in range(len(kinds))]
-    tests = []
-    for a, k in zip(args, kinds):
-        if len(k) == 1:
-            tests.append(f"(_t({a}) is _{k}0 or _t({a}) is _{k}1)")
-        else:
-            tests.append(f"(_t({a}) is _nd and {a}.dtype == _{k[0]}8 and {a}.ndim == {k[1]}"
-                         f" and {a}.flags.c_contiguous)")
+    tests = [_test(a, k) for a, k in zip(args, kinds)]
     call = ", ".join(args)
     # what the check reads, bound as defaults (local variables: no global look-ups)
-    space = {"_fn": fn, "_t": type, "_nd": np.ndarray, "_f8": _DTYPES["f"], "_i8": _DTYPES["i"]}
-    for k, types in _SCALARS.items():
-        space[f"_{k}0"], space[f"_{k}1"] = types
+    space = {"_fn": fn, "_t": type, "_nd": np.ndarray, "_tuple": tuple}
+    for k, dtype in _DTYPES.items():
+        space[f"_{k}8"] = dtype
+    for k, scalars in _SCALARS.items():
+        space[f"_{k}0"], space[f"_{k}1"] = scalars
     bound = ", ".join(f"{v}={v}" for v in space)
-    source = (f"def {name}({call}, *, {bound}):\n"
+    source = (f"def {name}({'_self, ' if method else ''}{call}, *, {bound}):\n"
               f"    if {' and '.join(tests)}:\n"
               f"        return _fn({call})\n"
               f"    return _handed({name!r}, {call})\n")
-    space["_handed"] = _handed
+    space["_handed"] = handed
     exec(compile(source, f"<label_aot.{name}>", "exec"), space)  # noqa: S102 (our own text)
     kernel = space[name]
-    kernel.__doc__ = f"The compiled :func:`.label_kernel.{name}` (argument types checked)."
+    kernel.__doc__ = f"The compiled kernel ``{name}`` (argument types checked)."
     return kernel
 
 
-def _handed(name: str, *args):
-    """A call of kernel ``name`` with other argument types: counted in :data:`HANDED`,
-    run by the just-in-time kernel."""
-    HANDED[name] = HANDED.get(name, 0) + 1
-    return getattr(_jit(), name)(*args)
+def _numba_name(k) -> str:
+    """The numba type of argument type ``k`` (:data:`ARGS`' notation)."""
+    if isinstance(k, tuple):
+        return f"Tuple(({', '.join(_numba_name(kj) for kj in k)},))"
+    if len(k) == 1:
+        return _NUMBA[k]
+    return f"{_NUMBA[k[0]]}[{', '.join([':'] * (int(k[1]) - 1) + ['::1'])}]"
 
 
 def signature(kinds: tuple) -> str:
     """The numba signature (arguments only) of the argument types ``kinds``."""
-    names = {"f": "float64", "i": "int64", "b": "boolean"}
-    return ", ".join(names[k] if len(k) == 1 else
-                     f"{names[k[0]]}[{', '.join([':'] * (int(k[1]) - 1) + ['::1'])}]"
-                     for k in kinds)
+    return ", ".join(_numba_name(k) for k in kinds)
 
 
 def build(path: Path | None = None) -> Path:
-    """Compile :data:`ARGS`' kernels of :mod:`.label_kernel` into the extension module at
-    ``path`` (default :func:`location`); returns the path. Written to a temporary file
-    first and moved into place, so a process never loads a half-written module."""
-    import warnings
+    """:meth:`Unit.build` of :data:`LABEL`."""
+    return LABEL.build(path)
 
-    from numba.core.errors import NumbaPendingDeprecationWarning
 
-    from . import label_kernel
+def units() -> list:
+    """Every unit: :data:`LABEL`, then the version-3 search's (their modules imported)."""
+    from . import period_kernel, prefix_kernel
 
-    path = Path(path) if path is not None else location()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", NumbaPendingDeprecationWarning)
-        from numba.pycc import CC
-    name = path.name.split(".")[0]
-    with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
-        cc = CC(name)
-        cc.output_dir = tmp
-        cc.verbose = False
-        for kernel, kinds in ARGS.items():
-            cc.export(kernel, f"({signature(kinds)},)")(getattr(label_kernel, kernel).py_func)
-        cc.compile()
-        built = next(Path(tmp).glob(name + ".*"))
-        os.replace(built, path)
-    return path
+    return [LABEL, period_kernel.UNIT, prefix_kernel.UNIT]
 
 
 def main() -> int:
-    """``python -m chainpipe.solvers.label_aot``: build the compiled module (unless it is
-    built for the sources as they are) and print its path."""
-    path = location()
-    print(path if path.exists() else build(path))
+    """``python -m chainpipe.solvers.label_aot``: build each unit's compiled module
+    (unless it is built for the sources as they are) and print its path."""
+    for unit in units():
+        path = unit.location()
+        print(path if path.exists() else unit.build(path), flush=True)
     return 0
 
 

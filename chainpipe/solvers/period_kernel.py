@@ -14,17 +14,36 @@ in ``HL``). Labels live in two stores:
 
 The rules are those of :mod:`.dp_period`'s Python functions (:func:`.dp_period.pareto`,
 :func:`.dp_period.hull_prepend`, :func:`.dp_period.new_loops`), written once here for
-arrays; the Python ones call these. Compiled on first use and cached on disk.
+arrays; the Python ones call these. The kernels are plain functions in numba's subset of
+Python, registered with :data:`UNIT` and handed out at the end of the import
+(:meth:`.label_aot.Unit.bind`): compiled ahead of time when ``python -m
+chainpipe.solvers.label_aot`` has built them for this file as it is (numba not
+imported), else numba's just-in-time kernels, compiled on first use and cached on disk.
 """
 
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
-from .. import numba_start
+from .label_aot import Unit
 
-numba_start.prepare()
+#: per kernel :mod:`.dp_period` calls, its arguments' types (:data:`.label_aot.ARGS`'
+#: notation; ``tests/test_kernel_aot.py`` checks that the search passes exactly these)
+ARGS = {
+    "new_loops": ("f2", "i", "i", "f", "f"),
+    "hull_prepend": ("f2", "i", "i", "f", "f", "f2", "i"),
+    "pareto": ("f2", "f2", "i1", "i1", "f1", "f", "i", "f", "f", "b"),
+    "across": ("f2", "f2", "i1", "b1", "i1", "f1", "i1", "i1", "i1", "f", "i", "f", "f", "b"),
+    "expand": ("f2", "f2", "i1", "i", "i", "f2", "f1", "i1", "f2", "f2", "f3", "f1", "f1",
+               "i1", "f2", "i2", "i1", "i", "i", ("f3", "f3", "f1")),
+    "gather": ("i1", "i", "i2", "i"),
+    "filter_layer": ("i1", "i", "f2", "i2", "f2", "f2", "i1", "i", "i", "b", "i", "f", "i",
+                     "f", "f", "b", "i"),
+    "keep_layer": ("i1", "i2", "f2", "f2", "i1", "b1", "i1", "i1", "i"),
+}
+#: the kernels, compiled ahead of time into ``period_aot_<digest>`` (of this file)
+UNIT = Unit("period", ARGS, ("solvers/period_kernel.py",))
+kernel = UNIT.kernel
 
 #: a fall of the slopes past which the majorant scans stop (rounding never stops one)
 FALL = 1 - 1e-9
@@ -34,7 +53,7 @@ FALL = 1 - 1e-9
 PLAIN, LOOPS, PHASES = 0, 1, 2
 
 
-@njit(cache=True)
+@kernel
 def new_loops(H, i, n, c, q):
     """The slowest loop a stage of time ``c`` and traversal ``q`` closes over the suffix
     whose majorant is ``H[i, :n]``: ``max_j (c + q + H[i, j]) / (j + 2)`` (unimodal: the
@@ -49,7 +68,7 @@ def new_loops(H, i, n, c, q):
     return best
 
 
-@njit(cache=True)
+@kernel
 def hull_prepend(H, i, n, c, q, out, o):
     """Write into ``out[o]`` the majorant of ``H[i, :n]`` with a stage of time ``c`` and
     traversal ``q`` prepended (the chord from ``(1, c)`` to the point of largest slope,
@@ -71,7 +90,7 @@ def hull_prepend(H, i, n, c, q, out, o):
     return n + 1
 
 
-@njit(cache=True)
+@kernel
 def curve_floor(curve, kid, a, pre, x, M1):
     """A floor under what the prefix ``[0, a)`` of state ``kid`` adds to ``T_p`` (its fill
     and the steady part) when the period is at least ``x``: ``pre + M1 x`` (``pre``: the
@@ -98,7 +117,7 @@ def curve_floor(curve, kid, a, pre, x, M1):
     return max(plain, got)
 
 
-@njit(cache=True)
+@kernel
 def label_position(p, nq):
     """Where the chain floors of :func:`expand` are read for a label of ``p`` stages with
     a stage prepended: the prefix comes before those ``p + 1`` stages, so its own sit at
@@ -107,7 +126,7 @@ def label_position(p, nq):
     return min(p + 1, nq - 1)
 
 
-@njit(cache=True)
+@kernel
 def expand(S, H, HL, s0, s1, rows, widths, kids, F, T, CT, need_at, fs, ints, PF, PI,
            head, n, start, curve):
     """Prepend the candidate stages ``rows`` (one group, one end ``b``, by increasing ``C``:
@@ -201,7 +220,7 @@ def expand(S, H, HL, s0, s1, rows, widths, kids, F, T, CT, need_at, fs, ints, PF
     return n, -1
 
 
-@njit(cache=True)
+@kernel
 def gather(head, a, PI, since):
     """The pending entries of layer ``a`` filed after entry ``since`` (``-1``: all), in
     the order they were filed."""
@@ -217,7 +236,7 @@ def gather(head, a, PI, since):
     return out
 
 
-@njit(cache=True)
+@kernel
 def release(head, a, PI):
     """Hand the pending entries of layer ``a`` (filtered, their survivors kept) to the
     free list ``head[-1]``, whose entries :func:`expand` fills before new ones."""
@@ -231,7 +250,7 @@ def release(head, a, PI):
     head[a] = -1
 
 
-@njit(cache=True)
+@kernel
 def hulls(ids, PF, PI, H, HL, width, mode, all_loops, p_cap):
     """The majorants of pending entries ``ids`` (their parents' with the stage
     prepended, where loops still count; else none), padded with ``-inf``."""
@@ -246,7 +265,7 @@ def hulls(ids, PF, PI, H, HL, width, mode, all_loops, p_cap):
     return Hx, HLx
 
 
-@njit(cache=True)
+@kernel
 def collect(head, a, PF, PI):
     """The pending labels of layer ``a`` sorted by ``(state, x1 + x2, fill)``: ``(ids, S,
     starts, states)``, ``S`` their rows ``[x1, x2, sum, R, p]``, state ``states[s]``'s
@@ -279,7 +298,7 @@ def collect(head, a, PF, PI):
     return ids, S, starts[:m + 1], states[:m]
 
 
-@njit(cache=True)
+@kernel
 def by_raised_period(ids, S, starts, floors):
     """Sort, in place, each state's labels (``ids`` and their rows ``S``,
     ``starts[s]..starts[s + 1]``, sorted by period then fill) by their period raised to
@@ -302,7 +321,7 @@ def by_raised_period(ids, S, starts, floors):
         S[lo:hi] = S[o]
 
 
-@njit(cache=True)
+@kernel
 def layer_pareto(ids, S, starts, floors, PF, PI, H, HL, width, mode, all_loops, p_cap,
                  p_free, steady, upper, tau, shift, chunk):
     """:func:`pareto` over the states of one layer, by chunks of whole states of about
@@ -336,7 +355,7 @@ def layer_pareto(ids, S, starts, floors, PF, PI, H, HL, width, mode, all_loops, 
     return alive, Ho[:m], HLo[:m]
 
 
-@njit(cache=True)
+@kernel
 def filter_layer(head, b, PF, PI, floor_tab, H, HL, width, mode, all_loops, p_cap, p_free,
                  steady, upper, tau, shift, chunk):
     """The pending labels of layer ``b`` (:func:`collect`) that the Pareto rule keeps
@@ -366,7 +385,7 @@ def filter_layer(head, b, PF, PI, floor_tab, H, HL, width, mode, all_loops, p_ca
     return ids[:m], S[:m], starts, states, floors, Hn, HLn
 
 
-@njit(cache=True)
+@kernel
 def keep_layer(ids, PI, S, H, HL, alive, starts, head, b):
     """:func:`survivors`, then the layer's pending entries released (:func:`release`)."""
     got = survivors(ids, PI, S, H, HL, alive, starts)
@@ -374,7 +393,7 @@ def keep_layer(ids, PI, S, H, HL, alive, starts, head, b):
     return got
 
 
-@njit(cache=True)
+@kernel
 def survivors(ids, PI, S, H, HL, alive, starts):
     """The live labels' rows, majorants and parents ``[kept label, group, pair]``, and
     how many each state keeps."""
@@ -396,7 +415,7 @@ def survivors(ids, PI, S, H, HL, alive, starts):
     return S2, H2, HL2, par, counts
 
 
-@njit(cache=True)
+@kernel
 def _reach(S, b, floor, upper, tau, steady):
     """``lambda0`` (a floor under the completed period) and ``X_max`` (the most fill a
     completion within the bounds has) of label ``b``: :meth:`.dp_period.Rule.reach`."""
@@ -407,7 +426,7 @@ def _reach(S, b, floor, upper, tau, steady):
     return lam, room
 
 
-@njit(cache=True)
+@kernel
 def _before(H, HL, b, lam, out):
     """``out[i] = max_{j <= i} (H[b, j] - lam j)`` over ``b``'s windows, the last carried
     on (``-inf`` for an empty majorant)."""
@@ -420,7 +439,7 @@ def _before(H, HL, b, lam, out):
         out[i] = best
 
 
-@njit(cache=True)
+@kernel
 def dominates(S, H, HL, a, b, lam, room, before, p_free, steady, shift):
     """Whether label ``a`` is no worse than ``b`` for every completion that matters
     (``docs/dp.md``, "Version 3"): the scalar part (``p``, fill, the two phase maxima and
@@ -445,7 +464,7 @@ def dominates(S, H, HL, a, b, lam, room, before, p_free, steady, shift):
     return True
 
 
-@njit(cache=True)
+@kernel
 def pareto(S, H, HL, starts, floors, p_free, steady, upper, tau, shift):
     """Per segment ``starts[s]..starts[s + 1]`` (one state's labels, sorted), which labels
     no kept earlier one of the segment dominates (``upper``, ``tau`` with their slack).
@@ -479,7 +498,7 @@ def pareto(S, H, HL, starts, floors, p_free, steady, upper, tau, shift):
     return alive
 
 
-@njit(cache=True)
+@kernel
 def _period_cut(S, lo, hi, top, floor):
     """The end of the labels ``lo..hi`` (sorted by period ``x1 + x2`` raised to ``floor``)
     with that period at most ``top`` (a bisection)."""
@@ -492,7 +511,7 @@ def _period_cut(S, lo, hi, top, floor):
     return lo
 
 
-@njit(cache=True)
+@kernel
 def _running_least(S, alive, lo, hi, least):
     """``least[i]``: the least fill of the live labels ``lo..i`` (``inf`` if none)."""
     m = np.inf
@@ -502,7 +521,7 @@ def _running_least(S, alive, lo, hi, least):
         least[i] = m
 
 
-@njit(cache=True)
+@kernel
 def across(S, H, HL, alive, starts, floors, order, rival_ptr, rivals, p_free, steady, upper,
            tau, shift):
     """Drop, in ``alive``, the labels of each state (in ``order``) that a live label of one
@@ -541,3 +560,6 @@ def across(S, H, HL, alive, starts, floors, order, rival_ptr, rivals, p_free, st
                     break
         _running_least(S, alive, starts[s], starts[s + 1], least)
     return alive
+
+
+UNIT.bind(globals())

@@ -4,23 +4,32 @@ its proofs; ``docs/dp.md``, "Version 3", "The prefix curve").
 :func:`forward` walks the layers of a DC range for one period cap ``lam``: per layer,
 DC and usage on it, the least fill of a prefix that meets the cap, kept per bucket of
 the windows' running excess (:func:`_file`); :func:`_undominated` skips what a usage of
-no more devices already matches.
+no more devices already matches. The kernels are handed out as those of
+:mod:`.period_kernel` are (:meth:`.label_aot.Unit.bind`): compiled ahead of time when
+built for this file as it is, else numba's just-in-time kernels.
 """
 
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
-from .. import numba_start
+from .label_aot import Unit
 
-numba_start.prepare()
+#: the kernel :mod:`.prefix_curve` calls and its arguments' types
+#: (:data:`.label_aot.ARGS`' notation)
+ARGS = {
+    "forward": ("f", "i", "i", "b", "i2", "i2", "i", "i2", "i1", "f4", "b4", "i2", "i1", "f3",
+                "f3", "i", "b", "b"),
+}
+#: the kernels, compiled ahead of time into ``prefix_aot_<digest>`` (of this file)
+UNIT = Unit("prefix", ARGS, ("solvers/prefix_kernel.py",))
+kernel = UNIT.kernel
 
 #: the forward walk's relative slack on every test (rounding only keeps prefixes)
 SLACK = 1e-9
 
 
-@njit(cache=True)
+@kernel
 def _file(F, b, k, v, h, f, lam, nb):
     """Keep fill ``f`` at state ``(b, k, v)`` in the bucket of excess ``h``."""
     x = (h + lam) / lam * nb
@@ -29,7 +38,7 @@ def _file(F, b, k, v, h, f, lam, nb):
         F[b, k, v, q] = f
 
 
-@njit(cache=True)
+@kernel
 def _stages(F, a, k2, v0, h0s, f0s, free_gi, gi, g, C, ok, widths, npairs, stride, Q, lam,
             nb, first):
     """File every stage of group ``g`` (local ``gi``) starting at layer ``a`` on DC ``k2``
@@ -60,7 +69,7 @@ def _stages(F, a, k2, v0, h0s, f0s, free_gi, gi, g, C, ok, widths, npairs, strid
                 _file(F, b, k2, v2, h2, f0 + Q + cc, lam, nb)
 
 
-@njit(cache=True)
+@kernel
 def _undominated(Fk, ng, radix, stride, nV, nb):
     """``Fk[v, q]`` (one prefix end and DC: usage ``v``, excess bucket ``q``) with every
     entry set to ``inf`` that an entry of no more devices of each group and no higher
@@ -83,7 +92,7 @@ def _undominated(Fk, ng, radix, stride, nV, nb):
     return out
 
 
-@njit(cache=True)
+@kernel
 def forward(lam, lo_dc, hi_dc, first_fixed, radix, stride, nV, dc_groups, ngr, C, ok,
             widths, npairs, U, Q, nb, windows, prune):
     """The least fill per ``(prefix end, DC of its last stage, usage there, excess
@@ -134,3 +143,6 @@ def forward(lam, lo_dc, hi_dc, first_fixed, radix, stride, nV, dc_groups, ngr, C
                             dc_groups[k, gi], C, ok, widths, npairs, stride[k, gi],
                             Q[a, k, k], lam, nb, False)
     return F
+
+
+UNIT.bind(globals())

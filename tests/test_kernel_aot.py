@@ -1,0 +1,177 @@
+"""The version-3 search's kernels compiled ahead of time (``label_aot.Unit``:
+``period_kernel`` and ``prefix_kernel``): the search passes them exactly the argument
+types they are compiled for, a unit built and bound hands out its compiled kernels (other
+types and the kernels it does not compile go to numba's just-in-time kernels, and numba
+code calling a handed-out kernel compiles), and the built modules give the search's
+answers without numba."""
+
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+import chainpipe as cp
+from chainpipe.solvers import dp_period, label_aot, period_kernel, prefix_curve, prefix_kernel
+
+numba = pytest.importorskip("numba")
+
+ROOT = Path(__file__).resolve().parents[1]
+SMALL = sorted((ROOT / "instances" / "v3" / "small").glob("v3-*.json"))
+MEDIUM = [ROOT / "instances" / "v3" / "medium" / name
+          for name in ("v3-medium-01.json", "v3-medium-04-gpipe.json")]
+UNITS = (period_kernel.UNIT, prefix_kernel.UNIT)
+
+
+def _kernels(jit: bool):
+    """What :mod:`.dp_period` and :mod:`.prefix_curve` call: numba's just-in-time
+    kernels, or the kernel modules' own names (compiled when built)."""
+    if not jit:
+        return period_kernel, prefix_kernel.forward
+    consts = {n: getattr(period_kernel, n) for n in ("PLAIN", "LOOPS", "PHASES")}
+    return (SimpleNamespace(**consts, **vars(period_kernel.UNIT.jit())),
+            prefix_kernel.UNIT.jit().forward)
+
+
+def _use(monkeypatch, kernels) -> None:
+    monkeypatch.setattr(dp_period, "kernel", kernels[0])
+    monkeypatch.setattr(prefix_curve, "forward", kernels[1])
+
+
+def test_the_search_passes_the_compiled_types(monkeypatch):
+    """Every kernel of the two units' ``ARGS`` is called by dp's version-3 search or
+    CDynP's front ends (:func:`.dp_period.pareto`, ``across_usage``, ``hull_prepend``,
+    ``new_loops``) on the small set, always with exactly the types ``ARGS`` names."""
+    from numba.core.sigutils import normalize_signature
+
+    seen: dict = {}
+
+    def spy(unit, name, fn):
+        def call(*args):
+            seen.setdefault((unit, name), set()).add(tuple(numba.typeof(a) for a in args))
+            return fn(*args)
+        return call
+
+    period, forward = _kernels(jit=True)
+    for name in period_kernel.ARGS:
+        setattr(period, name, spy("period", name, getattr(period, name)))
+    _use(monkeypatch, (period, spy("prefix", "forward", forward)))
+    for path in SMALL:
+        inst = cp.read(path)
+        for solver in ("dp", "cdynp"):
+            assert cp.solve(inst, solver, time_limit=60).status == "optimal", path.name
+    want = {(u.name, n): k for u in UNITS for n, k in u.args.items()}
+    assert set(seen) == set(want)
+    for key, kinds in want.items():
+        sig = normalize_signature(f"({label_aot.signature(kinds)},)")[0]
+        assert seen[key] == {tuple(sig)}, key
+
+
+def test_tuples_and_bool_arrays_are_checked():
+    """A tuple argument passes the check only as a tuple of its length whose items pass
+    theirs; a bool array only as one (the other calls are handed over)."""
+    kinds = ("b1", ("f3", "f3", "f1"), "i")
+    handed = []
+    kernel = label_aot._checked("k", lambda *a: "compiled", kinds,
+                                lambda name, *a: handed.append(name) or "jit")
+    good = [np.zeros(2, dtype=bool), (np.zeros((1, 1, 1)), np.ones((1, 2, 1)), np.zeros(3)), 4]
+    assert kernel(*good) == "compiled"
+    curve = good[1]
+    changes = [(0, np.zeros(2, dtype=np.int64)), (0, np.zeros(2)), (1, list(curve)),
+               (1, curve[:2]), (1, (*curve, curve[2])), (1, (curve[0], curve[2], curve[2])),
+               (1, (curve[0], curve[1], np.zeros(3, dtype=np.int64))),
+               (1, (curve[0], np.ones((1, 2, 2))[:, :, 0], curve[2])), (2, True)]
+    for i, value in changes:
+        args = list(good)
+        args[i] = value
+        assert kernel(*args) == "jit", (i, value)
+    assert handed == ["k"] * len(changes)
+    assert label_aot.signature(kinds) == (
+        "boolean[::1], Tuple((float64[:, :, ::1], float64[:, :, ::1], float64[::1],)), int64")
+
+
+@pytest.mark.parametrize("path", [*SMALL, *MEDIUM], ids=lambda p: p.stem)
+def test_the_compiled_modules_give_the_same_answers(monkeypatch, path):
+    """dp (and on the small set CDynP) on the compiled modules (built by ``python -m
+    chainpipe.solvers.label_aot``) and on the just-in-time kernels: the same status,
+    ``T``, plan and counts, no call handed over."""
+    if not isinstance(period_kernel.expand, label_aot.Kernel) or \
+            not isinstance(prefix_kernel.forward, label_aot.Kernel):
+        pytest.skip("not built for these sources: python -m chainpipe.solvers.label_aot")
+    for unit in UNITS:
+        monkeypatch.setattr(unit, "handed", {})
+    inst = cp.read(path)
+    for solver in ("dp", "cdynp") if path in SMALL else ("dp",):
+        got = []
+        for jit in (True, False):
+            _use(monkeypatch, _kernels(jit))
+            res = cp.solve(inst, solver, time_limit=60)
+            got.append((res.status, res.iteration_time, res.plan, res.stats.get("searches"),
+                        res.stats.get("labels"), res.stats.get("range_runs")))
+        assert got[0] == got[1], (path.name, solver)
+    assert [u.handed for u in UNITS] == [{}, {}]
+
+
+def test_a_v3_solve_never_imports_numba():
+    """With every unit built, a fresh process solves version-3 instances (one pipeline,
+    several, GPipe) without importing numba."""
+    if any(not u.location().exists() for u in (label_aot.LABEL, *UNITS)):
+        pytest.skip("not built for these sources: python -m chainpipe.solvers.label_aot")
+    files = [str(p) for p in (SMALL[0], SMALL[1], MEDIUM[1])]
+    code = ("import sys, chainpipe as cp\n"
+            f"for f in {files!r}:\n"
+            "    print(cp.solve(cp.read(f), 'dp', time_limit=60).status)\n"
+            "print('numba' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=300, check=True).stdout.split()
+    assert out == ["optimal"] * 3 + ["False"]
+
+
+def _inner(x, k):
+    return x[k] * 2.0
+
+
+def _outer(x, k):
+    s = 0.0
+    for j in range(k):
+        s += _inner(x, j)  # a kernel calling a kernel
+    return s
+
+
+def _unit():
+    """A unit of two kernels, ``_outer`` compiled, ``_inner`` only called by it."""
+    unit = label_aot.Unit("test", {"_outer": ("f1", "i")}, ("solvers/label_aot.py",))
+    unit.kernel(_inner)
+    unit.kernel(_outer)
+    return unit
+
+
+def test_a_unit_built_and_bound(monkeypatch, tmp_path):
+    """Not built, a unit binds numba's kernels; built (into ``NUMBA_CACHE_DIR``), a unit
+    of the same sources binds :class:`.label_aot.Kernel` objects that run the compiled
+    kernel without numba's (a call with other types handed to it and counted), the
+    kernel it does not compile by numba's, and that numba code calling one compiles."""
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path))
+    x = np.arange(5.0)
+    unit, ns = _unit(), {"np": np}
+    unit.bind(ns)
+    assert isinstance(ns["_outer"], numba.core.registry.CPUDispatcher)
+    assert ns["_outer"](x, 4) == 12.0
+    assert unit.build() == unit.location() and unit.location().parent == tmp_path
+    built, ns = _unit(), {"np": np}
+    built.bind(ns)
+    outer, inner = ns["_outer"], ns["_inner"]
+    assert isinstance(outer, label_aot.Kernel) and isinstance(inner, label_aot.Kernel)
+    assert outer(x, 4) == 12.0 and outer(x, np.int64(3)) == 6.0
+    assert built._jit is None and built.handed == {}  # the compiled kernel ran
+    assert outer(x.astype(np.int32), 4) == 12.0 and outer(x, np.int32(4)) == 12.0
+    assert built.handed == {"_outer": 2} and built._jit is not None
+    assert inner(x, 3) == 6.0
+
+    @numba.njit
+    def twice(y):
+        return outer(y, 2) + inner(y, 1)
+
+    assert twice(x) == 2.0 + 2.0
