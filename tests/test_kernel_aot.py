@@ -5,6 +5,7 @@ types and the kernels it does not compile go to numba's just-in-time kernels, an
 code calling a handed-out kernel compiles), and the built modules give the search's
 answers without numba."""
 
+import pickle
 import subprocess
 import sys
 from pathlib import Path
@@ -112,6 +113,20 @@ def test_the_compiled_modules_give_the_same_answers(monkeypatch, path):
                         res.stats.get("labels"), res.stats.get("range_runs")))
         assert got[0] == got[1], (path.name, solver)
     assert [u.handed for u in UNITS] == [{}, {}]
+
+
+def test_a_handed_out_kernel_pickles_by_name():
+    """A compiled kernel pickles as its module's name for it (a forked or Dask worker
+    unpickles the kernel its own module hands out)."""
+    if not isinstance(period_kernel.expand, label_aot.Kernel):
+        pytest.skip("not built for these sources: python -m chainpipe.solvers.label_aot")
+    for kernel in (period_kernel.expand, period_kernel.collect, prefix_kernel.forward):
+        assert pickle.loads(pickle.dumps(kernel)) is kernel
+    code = ("import pickle, sys; from chainpipe.solvers import period_kernel as k; "
+            "print(pickle.loads(sys.stdin.buffer.read()) is k.gather)")
+    out = subprocess.run([sys.executable, "-c", code], input=pickle.dumps(period_kernel.gather),
+                         capture_output=True, timeout=120, check=True).stdout
+    assert out.split() == [b"True"]
 
 
 def test_a_v3_solve_never_imports_numba():

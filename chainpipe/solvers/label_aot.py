@@ -120,6 +120,8 @@ class Unit:
         self.funcs: dict = {}
         #: per compiled kernel, the calls handed to the just-in-time kernel (other types)
         self.handed: dict = {}
+        #: the name of the module that binds the kernels (:meth:`bind`)
+        self.module: str | None = None
         self._source, self._jit, self._namespace = jit, None, {}
 
     def kernel(self, fn):
@@ -186,7 +188,7 @@ class Unit:
         for the sources as they are, a :class:`Kernel` per kernel (the compiled function
         behind its argument check for those of ``args``) and numba is not imported;
         else numba's just-in-time kernels (:meth:`jit`)."""
-        self._namespace = namespace
+        self._namespace, self.module = namespace, namespace.get("__name__")
         module = self.compiled()
         if module is None:
             namespace.update(vars(self.jit()))
@@ -262,6 +264,10 @@ class Kernel:
     def __repr__(self) -> str:
         return f"<kernel {self.name} of {self.unit.name}, compiled ahead of time>"
 
+    def __reduce__(self):
+        """Pickled by name: the kernel its module hands out where it is unpickled."""
+        return _handed_out, (self.unit.module, self.name)
+
     @property
     def py_func(self):
         """The kernel's Python function (as a numba dispatcher's ``py_func``)."""
@@ -273,6 +279,11 @@ class Kernel:
         from numba.core import types as numba_types
 
         return numba_types.Dispatcher(getattr(self.unit.jit(), self.name))
+
+
+def _handed_out(module: str, name: str):
+    """Kernel ``name`` as module ``module`` hands it out (a pickled :class:`Kernel`)."""
+    return getattr(importlib.import_module(module), name)
 
 
 def _jit():
@@ -411,10 +422,18 @@ def units() -> list:
 
 def main() -> int:
     """``python -m chainpipe.solvers.label_aot``: build each unit's compiled module
-    (unless it is built for the sources as they are) and print its path."""
+    (unless it is built for the sources as they are) and print its path, with the
+    seconds its build took."""
+    import time
+
     for unit in units():
         path = unit.location()
-        print(path if path.exists() else unit.build(path), flush=True)
+        if path.exists():
+            print(path, flush=True)
+            continue
+        t0 = time.perf_counter()
+        unit.build(path)
+        print(f"{path} (built in {time.perf_counter() - t0:.1f} s)", flush=True)
     return 0
 
 
