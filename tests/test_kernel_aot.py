@@ -170,12 +170,12 @@ def test_a_unit_built_and_bound(monkeypatch, tmp_path):
     kernel it does not compile by numba's, and that numba code calling one compiles."""
     monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path))
     x = np.arange(5.0)
-    unit, ns = _unit(), {"np": np}
+    unit, ns = _unit(), {"np": np, "__name__": __name__}  # as a module's globals
     unit.bind(ns)
     assert isinstance(ns["_outer"], numba.core.registry.CPUDispatcher)
     assert ns["_outer"](x, 4) == 12.0
     assert unit.build() == unit.location() and unit.location().parent == tmp_path
-    built, ns = _unit(), {"np": np}
+    built, ns = _unit(), {"np": np, "__name__": __name__}
     built.bind(ns)
     outer, inner = ns["_outer"], ns["_inner"]
     assert isinstance(outer, label_aot.Kernel) and isinstance(inner, label_aot.Kernel)

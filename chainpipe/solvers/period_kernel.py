@@ -140,22 +140,16 @@ def expand(S, H, HL, s0, s1, rows, widths, kids, F, T, CT, need_at, fs, ints, PF
     with its stages at (0-based) position ``q`` or later (read per label at
     :func:`label_position`; ``CT.shape[1] == 0``: none), and ``curve = (CF, CS, grid)``
     the prefix curve's floors per state (:func:`curve_floor`; a grid of length 0 where
-    there is none). A new label takes a
-    released entry (the list ``head[-1]``) or entry ``n``. Returns ``(n, resume)``: the
-    entries used so far, and ``-1`` when done or the ``row * (s1 - s0) + label`` to resume
-    from once the store has grown."""
+    there is none). New labels take entries by :func:`_take_slot`. Returns ``(n,
+    resume)``: the entries used so far, and ``-1`` when done or the ``row * (s1 - s0) +
+    label`` to resume from once the store has grown."""
     U, Q, free, sync_lim, cap_lim, M1, upper, tau = (fs[0], fs[1], fs[2], fs[3], fs[4],
                                                     fs[5], fs[6], fs[7])
     g, p_cap, mode, all_loops, complete = ints[0], ints[1], ints[2], ints[3], ints[4]
     nlab = s1 - s0
     if nlab <= 0:
         return n, -1
-    low_per, low_sm, low_r = np.inf, np.inf, np.inf
-    for i in range(s0, s1):
-        low_per = min(low_per, S[i, 0] + S[i, 1])
-        low_sm = min(low_sm, S[i, 2])
-        low_r = min(low_r, S[i, 3])
-    cap, released, nq = PF.shape[0], len(head) - 1, CT.shape[1]
+    (low_per, low_sm, low_r), nq = _least_values(S, s0, s1), CT.shape[1]
     for j in range(start // nlab, rows.shape[0]):
         c = rows[j, 1]
         if c > cap_lim:
@@ -203,13 +197,8 @@ def expand(S, H, HL, s0, s1, rows, widths, kids, F, T, CT, need_at, fs, ints, PF
             least = nsm + curve_floor(curve, kid, a, pre, max(nx1 + nx2, lab_top), M1)
             if least + nr >= upper or least > tau:
                 continue
-            slot = head[released]
-            if slot >= 0:  # a released entry
-                head[released] = PI[slot, 5]
-            elif n < cap:
-                slot = n
-                n += 1
-            else:
+            slot, n = _take_slot(head, PI, n, PF.shape[0])
+            if slot < 0:
                 return n, j * nlab + (i - s0)
             PF[slot, 0], PF[slot, 1], PF[slot, 2] = nx1, nx2, nsm
             PF[slot, 3], PF[slot, 4], PF[slot, 5] = nr, c, Q
@@ -218,6 +207,32 @@ def expand(S, H, HL, s0, s1, rows, widths, kids, F, T, CT, need_at, fs, ints, PF
             PI[slot, 5] = head[a]
             head[a] = slot
     return n, -1
+
+
+@kernel
+def _least_values(S, s0, s1):
+    """The least period ``x1 + x2``, fill and ``R`` of the labels ``s0..s1``."""
+    low_per, low_sm, low_r = np.inf, np.inf, np.inf
+    for i in range(s0, s1):
+        low_per = min(low_per, S[i, 0] + S[i, 1])
+        low_sm = min(low_sm, S[i, 2])
+        low_r = min(low_r, S[i, 3])
+    return low_per, low_sm, low_r
+
+
+@kernel
+def _take_slot(head, PI, n, cap):
+    """The pending entry a new label takes, and the entries used after: a released one
+    (the list ``head[-1]``), else entry ``n`` if ``n < cap``, else ``-1`` (the store is
+    full)."""
+    released = len(head) - 1
+    slot = head[released]
+    if slot >= 0:
+        head[released] = PI[slot, 5]
+        return slot, n
+    if n < cap:
+        return n, n + 1
+    return -1, n
 
 
 @kernel
