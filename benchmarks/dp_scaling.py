@@ -696,11 +696,11 @@ def _owned_kernel_job(job, queue):
 
 
 def _jit_kernel_job(job, queue):
-    """:func:`_owned_kernel_job` with the module compiled ahead of time ignored: numba's
-    just-in-time kernels, loaded from numba's disk cache (how every run went before it)."""
+    """:func:`_owned_kernel_job` with the modules compiled ahead of time ignored: numba's
+    just-in-time kernels, loaded from numba's disk cache (how every run went before them)."""
     from chainpipe.solvers import label_aot
 
-    label_aot._compiled = lambda: None
+    label_aot.Unit.compiled = lambda self: None
     _owned_kernel_job(job, queue)
 
 
@@ -710,7 +710,8 @@ def compiled_kernels() -> float | None:
     already), in a child process (which imports numba, the measured processes need not)."""
     import subprocess
 
-    check = "from chainpipe.solvers import label_aot; print(label_aot.location().exists())"
+    check = ("from chainpipe.solvers import label_aot; "
+             "print(all(u.location().exists() for u in label_aot.units()))")
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     got = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True,
                          env=env, check=True)
