@@ -596,3 +596,34 @@ def test_a_range_holds_the_plans_of_the_ranges_inside_it():
                         assert outer <= inner * (1 + 1e-9), (seed, m, (a, b), (i, j))
                         checked += 1
     assert checked > 50
+
+
+def test_the_seed_bounds_the_period_run_only():
+    """``solve_chain``'s ``period_bound`` (the owner's seed, :func:`.pipelines._seed`)
+    bounds the period run of a one-pipeline solve: just above the optimum, the same
+    optimum, proven; just below it (where the classic plan is not optimal under
+    ``period``), nothing is searched below it, so the answer is the classic plan, as
+    ``feasible``, above the bound."""
+    from chainpipe.deadline import Deadline
+    from chainpipe.solvers.cdynp import LocalOwner, solve_chain
+    from chainpipe.solvers.cdynp.drive import agent_options
+
+    below = 0
+    for seed in range(40):
+        inst = _crossing_instance(seed)
+        whole = LocalOwner(inst, False, 60).whole()
+        free = solve_chain(whole, agent_options(), Deadline(None))
+        if free.status != "optimal":
+            continue
+        opt = evaluate(inst, free.plan).iteration_time_s
+        above = solve_chain(whole, agent_options(), Deadline(None), period_bound=opt * (1 + 1e-6))
+        assert above.status == "optimal", seed
+        assert evaluate(inst, above.plan).iteration_time_s == pytest.approx(opt, rel=1e-12)
+        T_e = free.stats.get("classic_plan_s")
+        if T_e is None or T_e <= opt * (1 + 1e-6):
+            continue  # the classic plan is optimal: no period run
+        cut = solve_chain(whole, agent_options(), Deadline(None), period_bound=opt * (1 - 1e-6))
+        assert cut.status == "feasible", seed
+        assert evaluate(inst, cut.plan).iteration_time_s == pytest.approx(T_e, rel=1e-9)
+        below += 1
+    assert below >= 5, below

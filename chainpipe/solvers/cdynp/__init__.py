@@ -133,7 +133,7 @@ def run(instance: Instance, *, deadline=None, seed=0, threads=1, log=None, epsil
 
 
 def solve_chain(backend, options: dict, deadline: Deadline, *, trace_dir=None,
-                probe=None) -> Outcome:
+                probe=None, period_bound: float = math.inf) -> Outcome:
     """One pipeline over the chain of ``backend``, by its agents.
 
     Under ``classic`` (or ``M = 1``) one :func:`.drive.drive`. Under ``period`` as ``dp``
@@ -162,6 +162,12 @@ def solve_chain(backend, options: dict, deadline: Deadline, *, trace_dir=None,
     trace_dir : path, optional
     probe : bool, optional
         As for :func:`run` (the classic solve's).
+    period_bound : float, default inf
+        An incumbent's ``T`` (public: the owner's seed, :func:`.pipelines._seed`) that
+        bounds the period run only, not the classic run (whose probe a bound turns off);
+        when the period run finds nothing below it and ``T_e``, the answer is the classic
+        plan (``feasible`` under ``period``: not proven optimal among one-pipeline plans,
+        but no one-pipeline plan beats the incumbent).
 
     Returns
     -------
@@ -206,6 +212,7 @@ def solve_chain(backend, options: dict, deadline: Deadline, *, trace_dir=None,
                        stats={**first.stats, **stats})
     user = options.get("upper_bound")
     bound = T_e * (1 + 1e-9) if user is None else min(float(user), T_e * (1 + 1e-9))
+    bound = min(bound, period_bound * (1 + 1e-9))
     # the lower bound (a hair below, for rounding) is public too: the agents' trials start there
     period_options = {**options, "upper_bound": bound}
     if low is not None:
@@ -223,9 +230,11 @@ def solve_chain(backend, options: dict, deadline: Deadline, *, trace_dir=None,
     if not exact:
         return _compressed_period(backend, first, out, T_e, low, options)
     if out.status == "no_solution" and user is None and out.plan is None:
-        # the search below T_e (1 + 1e-9) was exhaustive and found nothing: the classic
-        # plan, at T_e, is optimal (never expected: it is itself below the bound)
-        return Outcome("optimal", first.plan, stats=out.stats)
+        # the search below min(T_e, period_bound) (1 + 1e-9) was exhaustive and found
+        # nothing: the classic plan, at T_e, is optimal (T_e below the bound: never
+        # expected, it is itself below it), else no one-pipeline plan beats the incumbent
+        status = "optimal" if T_e * (1 + 1e-9) <= bound else "feasible"
+        return Outcome(status, first.plan, stats=out.stats)
     return out
 
 

@@ -456,7 +456,8 @@ def solve_several(owner, options: dict, deadline: Deadline, trace_dir=None, prob
             # not bounded by the seed: a bound turns the classic solve's probe off, whose
             # plan is what a solve the time limit cuts returns (v3-large-01 at 150 s: 9.50
             # s unbounded, the seed's 19.17 s bounded)
-            one = _one_pipeline(owner, options, deadline, trace_dir, probe, runs, stats)
+            one = _one_pipeline(owner, options, deadline, trace_dir, probe, runs, stats,
+                                best_T if exact else math.inf)
             if one.status == "error":
                 return one
             if one.plan is not None and one.stats["objective_s"] < best_T:
@@ -520,10 +521,12 @@ def _seed(owner, runs: RangeRuns) -> tuple[float, Plan | None]:
 
 
 def _one_pipeline(owner, options: dict, deadline: Deadline, trace_dir, probe,
-                  runs: RangeRuns, stats: dict):
+                  runs: RangeRuns, stats: dict, incumbent: float = math.inf):
     """The usual solve of one pipeline over the whole chain (its messages counted with the
     range runs', under ``one/``); its plan in the several-pipeline plan's form, with its
-    ``T`` as ``stats["objective_s"]``.
+    ``T`` as ``stats["objective_s"]``. ``incumbent`` (the seed's ``T``, exact only) bounds
+    its period run, not its classic run (:func:`~chainpipe.solvers.cdynp.solve_chain`'s
+    ``period_bound``): a one-pipeline plan is wanted only if it beats the incumbent.
 
     Raises
     ------
@@ -535,7 +538,7 @@ def _one_pipeline(owner, options: dict, deadline: Deadline, trace_dir, probe,
 
     K, M = owner.public.num_datacenters, owner.public.microbatches
     whole = owner.chain(0, K - 1, M)
-    one = solve_chain(whole, options, deadline, probe=probe,
+    one = solve_chain(whole, options, deadline, probe=probe, period_bound=incumbent,
                       trace_dir=None if trace_dir is None else Path(trace_dir, "one"))
     if one.status == "error":
         return one
