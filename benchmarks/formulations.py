@@ -82,6 +82,14 @@ def configurations(solvers, backends, variants: bool, device_states: bool = Fals
     return out
 
 
+def _size(st: dict) -> dict:
+    """The model's size; for several pipelines that of the largest one-pipeline sub-model
+    the outer enumeration solved (``stats["largest_sub_model"]``)."""
+    size = st.get("largest_sub_model") or st
+    return {"vars": size.get("variables"), "cons": size.get("constraints"),
+            "nnz": size.get("nonzeros")}
+
+
 def run_one(inst, solver: str, options: dict, time_limit: float, optimum) -> dict:
     """One timed run (and, for the ILPs, its LP relaxation), as a row."""
     from chainpipe.solve import solve
@@ -104,7 +112,7 @@ def run_one(inst, solver: str, options: dict, time_limit: float, optimum) -> dic
     return {
         "status": str(getattr(status, "value", status)), "T": T, "bound": bound, "gap": gap,
         "lp": lp, "lp_ratio": (lp / optimum) if (lp is not None and optimum) else None,
-        "vars": st.get("variables"), "cons": st.get("constraints"), "nnz": st.get("nonzeros"),
+        **_size(st),
         "arcs": st.get("stage_arcs"), "cpu": cpu, "wall": wall,
         "outer": (f"{st['entries']}/{st['sub_solves']}/{st['joint_solves']}"
                   if "entries" in st else None),
@@ -241,7 +249,9 @@ def main(argv=None) -> None:
         "*LP/opt* is the LP-relaxation bound over the DP optimum (ILPs); *bound* and *gap* "
         "the solver's proven bound and `(T - bound) / T`; *CPU* the CPU seconds of the run "
         "(CBC's child included), the time to proof when the status is `optimal`; *wall* its "
-        "wall-clock seconds; *arcs* "
+        "wall-clock seconds; *vars* / *cons* / *nnz* the model's size (several pipelines: "
+        "the largest one-pipeline sub-model solved; their LP/opt is `-`, the outer "
+        "enumeration has no single LP); *arcs* "
         "the path ILP's stage arcs kept; *outer* (several pipelines) the entries solved, "
         "one-pipeline sub-solves and joint models of the outer enumeration. *ok* says whether an `optimal` claim matches the DP "
         "optimum to 1e-6. The path ILP's default has every strengthening on (`dominance`, "

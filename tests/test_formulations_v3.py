@@ -191,3 +191,16 @@ def test_fewer_microbatches_than_stages_and_the_highs_presolve_case(name, option
         assert r.status == "optimal", (name, inst.name, r.message)
         assert math.isclose(r.iteration_time, T, rel_tol=1e-6), (name, inst.name, T,
                                                                   r.iteration_time)
+
+
+@pytest.mark.parametrize("name", ("ilp-assign", "ilp-path"))
+def test_the_enumeration_reports_its_largest_sub_model(name):
+    """Several pipelines: the outer enumeration's stats keep the size of the largest
+    one-pipeline sub-model it solved (the benchmark's model-size columns), as the
+    sub-model's own run reports it."""
+    inst = read(next(p for p in SMALL if "two-pipelines" in p.stem))
+    r = solve(inst, name, time_limit=60)
+    size = r.stats["largest_sub_model"]
+    assert r.stats["sub_solves"] >= 1
+    assert all(isinstance(size[k], int) and size[k] > 0
+               for k in ("variables", "constraints", "nonzeros"))

@@ -400,6 +400,17 @@ class OuterSearch:
                 else self.cheap(first, last, m)
         return self.subs[key]
 
+    def _note_size(self, stats: dict) -> None:
+        """Keep the size of the largest one-pipeline sub-model solved so far (by its
+        variables) as ``stats["largest_sub_model"]``: ``variables``, ``constraints``,
+        ``nonzeros`` (a model that reports no size leaves it as it is)."""
+        if not stats or stats.get("variables") is None:
+            return
+        size = {k: stats.get(k) for k in ("variables", "constraints", "nonzeros")}
+        old = self.stats.get("largest_sub_model")
+        if old is None or size["variables"] > old["variables"]:
+            self.stats["largest_sub_model"] = size
+
     def sub(self, first: int, last: int, m: int, cutoff: float | None = None) -> SubResult:
         """The block's one-pipeline solve, once per block and ``M_p``; again (at most
         :data:`MAX_SOLVES` solves in all) when an entry needs more than the last solve
@@ -416,6 +427,7 @@ class OuterSearch:
             cutoff = None
         out = self.single(inst, self.slice(), cutoff)
         self.stats["sub_solves"] += 1
+        self._note_size(out.stats)
         self.solves[key] = self.solves.get(key, 0) + 1
         status = out.status.value
         T = math.inf
