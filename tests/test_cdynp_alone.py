@@ -25,7 +25,7 @@ def _answers(inst, questions, enabled: bool) -> list:
         runs = RangeRuns(LocalOwner(inst, False, 60), agent_options(), Deadline(None))
         out = []
         for k, m, theta, bound in questions:
-            got = runs._run(k, k, m, theta, bound)  # every question a run (no owner memory)
+            got = runs._run(k, k, m, theta, bound)[0]  # every question a run (no owner memory)
             out.append(None if got is None else (got.time, got.sync < theta))
         return out
     finally:

@@ -115,7 +115,6 @@ class RangeRuns:
         #: (i, j, first, last) -> [(theta, bound, lines or None)] of the frontier runs
         self.frontiers: dict[tuple, list] = {}
         self.runs = 0
-        self.last_floor = 0.0
         self.frontier_runs = 0
         #: values :meth:`time` took from a frontier run's settled lines, and those it
         #: could not settle (answered by a run at that ``M_p``)
@@ -136,17 +135,22 @@ class RangeRuns:
         falls, ``docs/dp.md``, "Several pipelines", item 2): a run at ``(m, theta')``
         that found a plan with ``max R < theta <= theta'`` found ``g`` at ``theta``; one
         that found nothing at ``(m0, theta', bound')`` answers every ``m >= m0``,
-        ``theta <= theta'`` and ``bound <= bound'``. :attr:`last_floor`: the floor under
-        the range's period the run reported (0: no run made, or none reported)."""
-        self.last_floor = 0.0
+        ``theta <= theta'`` and ``bound <= bound'``."""
+        return self.least_floor(i, j, m, theta, bound)[0]
+
+    def least_floor(self, i: int, j: int, m: int, theta: float,
+                    bound: float = math.inf) -> tuple[RangePlan | None, float]:
+        """:meth:`least` and the floor under every plan's period on the range that its run
+        reported (``period_floor_s``, ``docs/privacy.md``; 0: answered from memory, no run
+        made, or none reported)."""
         for m0, th, bd, got in self.known.get((i, j), ()):
             if got is None and m0 <= m and th >= theta and bd >= bound:
-                return None
+                return None, 0.0
             if got is not None and m0 == m and th >= theta and got.sync < theta:
-                return got if got.time <= bound else None
-        got = self._run(i, j, m, theta, bound)
+                return (got if got.time <= bound else None), 0.0
+        got, floor = self._run(i, j, m, theta, bound)
         self.known.setdefault((i, j), []).append((m, theta, bound, got))
-        return got
+        return got, floor
 
     def time(self, i: int, j: int, m: int, theta: float, bound: float = math.inf) -> float:
         """``g(i, j, m, theta)`` if at most ``bound``, else ``inf``: from the frontier run
@@ -235,7 +239,10 @@ class RangeRuns:
             raise TimeUp(out.message or "time limit reached")
         return agents[0].get("frontier", {}).get("lines", []) if agents else []
 
-    def _run(self, i: int, j: int, m: int, theta: float, bound: float) -> RangePlan | None:
+    def _run(self, i: int, j: int, m: int, theta: float,
+             bound: float) -> tuple[RangePlan | None, float]:
+        """One range run: its plan (``None``: none below ``bound``) and the floor under the
+        range's period its last DC reported (0: none)."""
         from ...deadline import TimeUp
         from . import solve_chain
         from .runner import AgentFailure
@@ -252,8 +259,8 @@ class RangeRuns:
                           for msg in out.stats.get("messages", [])]
         self.labels += sum(a.get("labels", 0) for a in out.stats.get("agents", []))
         # the range's last DC's floor under every plan's period (agent._report_floor)
-        self.last_floor = max([0.0] + [float(a["period_floor_s"]) for a in
-                                       out.stats.get("agents", []) if "period_floor_s" in a])
+        floor = max([0.0] + [float(a["period_floor_s"]) for a in
+                             out.stats.get("agents", []) if "period_floor_s" in a])
         self.one_dc += any(a.get("engine") == "dp" for a in out.stats.get("agents", []))
         if out.status == "error":
             raise AgentFailure((out.message or "").removeprefix("cdynp: "),
@@ -262,13 +269,13 @@ class RangeRuns:
             # the search found nothing below bound: exhaustive (exact, with its bound), or
             # compressed to its guarantee; a run the time limit ended never got that far
             if out.lower_bound is not None or "messages" in out.stats:
-                return None
+                return None, floor
             raise TimeUp(out.message or "time limit reached")
         if out.plan is None:
-            return None
+            return None, floor
         ev = backend.evaluation(out.plan)
         return RangePlan(float(ev.pipelines[0].time_s), float(ev.sync_s), out.plan.stages,
-                         ev.pipelines[0])
+                         ev.pipelines[0]), floor
 
 
 def split_microbatches(times, M: int, P: int):

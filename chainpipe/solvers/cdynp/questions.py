@@ -128,8 +128,8 @@ class OwnerRangeTimes(RangeTimes):
         that finds nothing proves ``g`` above its bound, a hair above ``tau``: a floor
         above the question's target, which ``dp``'s search may ask again)."""
         bound = tau * (1 + 1e-9)
-        got = self.runs.least(i, j, m, theta, bound)
-        lam = self.runs.last_floor  # under every plan's period on the range (0: unknown)
+        # lam: under every plan's period on the range (0: unknown)
+        got, lam = self.runs.least_floor(i, j, m, theta, bound)
         self.searches += 1
         if got is None:
             self.proven.setdefault((i, j), []).append((m, theta, bound, lam))
