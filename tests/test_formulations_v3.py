@@ -204,3 +204,21 @@ def test_the_enumeration_reports_its_largest_sub_model(name):
     assert r.stats["sub_solves"] >= 1
     assert all(isinstance(size[k], int) and size[k] > 0
                for k in ("variables", "constraints", "nonzeros"))
+
+
+@pytest.mark.parametrize("name", ("ilp-path", "ilp-assign"))
+def test_each_ilp_with_the_other_backend_on_the_64_random_v3_instances(name):
+    """The same 64 instances with the backend the first pass did not use on each seed
+    (CBC where it had HiGHS and back), so both PuLP backends see all 64."""
+    for seed in SEEDS:
+        inst, T, _one, _classic = _reference(seed)
+        backend = ("cbc", "highs")[seed % 2]
+        r = solve(inst, name, time_limit=60, backend=backend)
+        where = (name, seed, backend)
+        if not math.isfinite(T):
+            assert r.status == "infeasible", (where, r.status, r.message)
+            continue
+        assert r.status == "optimal", (where, r.status, r.message)
+        assert math.isclose(r.iteration_time, T, rel_tol=1e-6, abs_tol=1e-12), (where, T)
+        assert evaluate(inst, r.plan).feasible, where
+        assert r.lower_bound <= T * (1 + 1e-9), where
