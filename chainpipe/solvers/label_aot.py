@@ -294,18 +294,6 @@ def _jit():
 
 #: :mod:`.label_kernel`'s kernels that :mod:`.dp` calls
 LABEL = Unit("label", ARGS, SOURCES, jit=lambda: _jit())
-#: per compiled label kernel, the calls handed to the just-in-time kernel (other types)
-HANDED = LABEL.handed
-
-
-def digest() -> str:
-    """:meth:`Unit.digest` of :data:`LABEL`."""
-    return LABEL.digest()
-
-
-def location() -> Path:
-    """:meth:`Unit.location` of :data:`LABEL`."""
-    return LABEL.location()
 
 
 class Kernels:
@@ -406,11 +394,6 @@ def _numba_name(k) -> str:
 def signature(kinds: tuple) -> str:
     """The numba signature (arguments only) of the argument types ``kinds``."""
     return ", ".join(_numba_name(k) for k in kinds)
-
-
-def build(path: Path | None = None) -> Path:
-    """:meth:`Unit.build` of :data:`LABEL`."""
-    return LABEL.build(path)
 
 
 def units() -> list:
