@@ -460,9 +460,9 @@ def solve_several(owner, options: dict, deadline: Deadline, trace_dir=None, prob
         if exact and QUESTIONS:
             best_T, best_plan = _seed(owner, runs)
         if 1 in allowed:
-            # not bounded by the seed: a bound turns the classic solve's probe off, whose
-            # plan is what a solve the time limit cuts returns (v3-large-01 at 150 s: 9.50
-            # s unbounded, the seed's 19.17 s bounded)
+            # the seed bounds the period run only, not the classic solve: a bound there
+            # turns its probe off, whose plan is what a solve the time limit cuts returns
+            # (v3-large-01 at 150 s: 9.50 s unbounded, the seed's 19.17 s bounded)
             one = _one_pipeline(owner, options, deadline, trace_dir, probe, runs, stats,
                                 best_T if exact else math.inf)
             if one.status == "error":
