@@ -1,5 +1,6 @@
 """The version-3 search's kernels compiled ahead of time (``label_aot.Unit``:
-``period_kernel`` and ``prefix_kernel``): the search passes them exactly the argument
+``period_kernel`` and ``prefix_kernel``; and CDynP's agents': ``cdynp.period_fast``,
+``cdynp.local_aot``): the search passes them exactly the argument
 types they are compiled for, a unit built and bound hands out its compiled kernels (other
 types and the kernels it does not compile go to numba's just-in-time kernels, and numba
 code calling a handed-out kernel compiles), and the built modules give the search's
@@ -16,6 +17,8 @@ import pytest
 
 import chainpipe as cp
 from chainpipe.solvers import dp_period, label_aot, period_kernel, prefix_curve, prefix_kernel
+from chainpipe.solvers.cdynp import alone, local_aot, period_fast
+from chainpipe.solvers.cdynp import local as cdynp_local
 
 numba = pytest.importorskip("numba")
 
@@ -190,3 +193,90 @@ def test_a_unit_built_and_bound(monkeypatch, tmp_path):
         return outer(y, 2) + inner(y, 1)
 
     assert twice(x) == 2.0 + 2.0
+
+
+# CDynP's agents' units: the period DP (cdynp.period_fast) and the classic DP's label
+# kernels (cdynp.local_aot)
+CDYNP_UNITS = (period_fast.UNIT, local_aot.UNIT)
+
+
+def _agents_kernels(monkeypatch, jit: bool) -> None:
+    """Make CDynP's agents call numba's just-in-time kernels (``jit``) or what their
+    modules hand out (compiled when built)."""
+    if jit:
+        fast = period_fast.UNIT.jit()
+        monkeypatch.setattr(period_fast, "extend", fast.extend)
+        monkeypatch.setattr(period_fast, "keep_points", fast.keep_points)
+        monkeypatch.setattr(cdynp_local, "kernel", local_aot.UNIT.jit())
+    else:
+        monkeypatch.setattr(cdynp_local, "kernel", local_aot.load())
+
+
+def test_cdynp_passes_the_compiled_types(monkeypatch):
+    """Every kernel of CDynP's two units' ``ARGS`` is called by its agents on the small
+    set and ``v3-medium-04-gpipe``, always with exactly the types ``ARGS`` names."""
+    from numba.core.sigutils import normalize_signature
+
+    seen: dict = {}
+
+    def spy(unit, name, fn):
+        def call(*args):
+            seen.setdefault((unit, name), set()).add(tuple(numba.typeof(a) for a in args))
+            return fn(*args)
+        return call
+
+    fast = period_fast.UNIT.jit()
+    for name in period_fast.ARGS:
+        monkeypatch.setattr(period_fast, name, spy("cdynp_period", name, getattr(fast, name)))
+    local = SimpleNamespace(new_arena=label_aot.new_arena, grown=label_aot.grown)
+    jit = local_aot.UNIT.jit()
+    for name in local_aot.ARGS:
+        setattr(local, name, spy("cdynp_local", name, getattr(jit, name)))
+    monkeypatch.setattr(cdynp_local, "kernel", local)
+    for path in [*SMALL, MEDIUM[1]]:
+        res = cp.solve(cp.read(path), "cdynp", time_limit=120)
+        assert res.status == "optimal", path.name
+    want = {(u.name, n): k for u in CDYNP_UNITS for n, k in u.args.items()}
+    assert set(seen) == set(want)
+    for key, kinds in want.items():
+        sig = normalize_signature(f"({label_aot.signature(kinds)},)")[0]
+        assert seen[key] == {tuple(sig)}, key
+
+
+@pytest.mark.parametrize("path", [*SMALL[:3], MEDIUM[0]], ids=lambda p: p.stem)
+def test_cdynp_on_its_compiled_modules(monkeypatch, path):
+    """CDynP on its agents' compiled modules and on the just-in-time kernels: the same
+    status, ``T``, plan, range runs and labels, no call handed over."""
+    if not isinstance(period_fast.extend, label_aot.Kernel) or \
+            not local_aot.UNIT.location().exists():
+        pytest.skip("not built for these sources: python -m chainpipe.solvers.label_aot")
+    for unit in CDYNP_UNITS:
+        monkeypatch.setattr(unit, "handed", {})
+    inst = cp.read(path)
+    got = []
+    for jit in (True, False):
+        alone.forget()  # each solve from none (the DCs' one-DC memories)
+        with monkeypatch.context() as m:
+            _agents_kernels(m, jit)
+            res = cp.solve(inst, "cdynp", time_limit=120)
+        got.append((res.status, res.iteration_time, res.plan, res.stats.get("range_runs"),
+                    res.stats.get("labels")))
+    assert got[0] == got[1], path.name
+    assert [u.handed for u in CDYNP_UNITS] == [{}, {}]
+    assert got[0][0] == "optimal"
+
+
+def test_a_v3_cdynp_solve_never_imports_numba():
+    """With every unit built, a fresh process solves version-3 instances with ``cdynp``
+    (one pipeline and several, GPipe) and a ``hybrid`` one without importing numba."""
+    if any(not u.location().exists() for u in label_aot.units()):
+        pytest.skip("not built for these sources: python -m chainpipe.solvers.label_aot")
+    files = [str(p) for p in (SMALL[0], SMALL[1], MEDIUM[1],
+                              ROOT / "instances" / "hybrid" / "medium" / "hybrid-medium-01.json")]
+    code = ("import sys, chainpipe as cp\n"
+            f"for f in {files!r}:\n"
+            "    print(cp.solve(cp.read(f), 'cdynp', time_limit=120).status)\n"
+            "print('numba' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=300, check=True).stdout.split()
+    assert out == ["optimal"] * 4 + ["False"]

@@ -35,8 +35,11 @@ import numpy as np
 from ... import cost
 from ...deadline import Deadline
 from ...tables import dominated_options
-from .. import label_kernel as kernel
 from ..labels import BOUND_SLACK
+from .local_aot import load
+
+#: the label kernels (compiled ahead of time when built, :mod:`.local_aot`)
+kernel = load()
 
 #: where a label's plan continues, ``(kind, i, j)``: ``OWN``: own label ``i``; ``IN``:
 #: point ``j`` of incoming entry ``i``; ``END``: the model ends after the label's stage

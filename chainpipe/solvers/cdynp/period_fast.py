@@ -9,17 +9,36 @@ it), the bound with the prefix's optimistic terms, then the new label by
 :func:`~chainpipe.solvers.period_kernel.hull_prepend` (``dp``'s compiled rules) and the
 bound on it. ``T = total + (M - 1)(x1 + x2) + sync`` as
 :func:`chainpipe.cost.iteration_time` computes it (same operations, same order).
+
+The kernels are plain functions in numba's subset of Python, registered with
+:data:`UNIT` and handed out at the end of the import as :mod:`..period_kernel`'s are
+(:meth:`.label_aot.Unit.bind`): compiled ahead of time when ``python -m
+chainpipe.solvers.label_aot`` has built them for this file and :mod:`..period_kernel` as
+they are (a CDynP solve then imports no numba), else numba's just-in-time kernels,
+compiled on first use and cached on disk. The compiled module holds its own copy of the
+two :mod:`..period_kernel` rules it calls, so its digest covers that file too.
 """
 
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
-from ..period_kernel import hull_prepend, new_loops
+from ..label_aot import Unit
+from ..period_kernel import hull_prepend, new_loops  # noqa: F401 (the kernels call them)
+
+#: per kernel :mod:`.period` calls, its arguments' types (:data:`.label_aot.ARGS`'
+#: notation; ``tests/test_kernel_aot.py`` checks that CDynP passes exactly these)
+ARGS = {
+    "extend": ("f2", "f2", "i1", "f2", "i1", "b1", "f1", "f1", "i1", "f1", "f2", "f2", "f2",
+               "i1", "i2"),
+    "keep_points": ("f2", "f2", "i1", "i", "b"),
+}
+#: the kernels, compiled ahead of time into ``cdynp_period_aot_<digest>``
+UNIT = Unit("cdynp_period", ARGS, ("solvers/cdynp/period_fast.py", "solvers/period_kernel.py"))
+kernel = UNIT.kernel
 
 
-@njit(cache=True)
+@kernel
 def _over(x1, x2, total, sync, w, limit, w_hi, limit_hi, frontier):
     """``T`` above ``limit`` at weight ``w`` (``M - 1``), and in a frontier run above
     ``limit_hi`` at ``w_hi`` too."""
@@ -30,7 +49,7 @@ def _over(x1, x2, total, sync, w, limit, w_hi, limit_hi, frontier):
     return total + w_hi * (x1 + x2) + sync > limit_hi
 
 
-@njit(cache=True)
+@kernel
 def extend(S, H, HL, runs, ptr, use, need_at, fs, ints, pre_sum, pre_max, out_S, out_H,
            out_HL, out_src):
     """Prepend the stages of every run ``q`` with ``use[q]`` (rows ``ptr[q]:ptr[q + 1]``
@@ -56,7 +75,7 @@ def extend(S, H, HL, runs, ptr, use, need_at, fs, ints, pre_sum, pre_max, out_S,
     return k, cut
 
 
-@njit(cache=True)
+@kernel
 def _extend_run(S, H, HL, run, q, need_at, fs, ints, pre_sum, pre_max, out_S, out_H,
                 out_HL, out_src, k, tmp):
     """:func:`extend` for one run ``q``, images from ``out_*[k]`` on (``tmp``: a row for
@@ -117,7 +136,7 @@ def _extend_run(S, H, HL, run, q, need_at, fs, ints, pre_sum, pre_max, out_S, ou
     return k, cut
 
 
-@njit(cache=True)
+@kernel
 def _point_dominates(S, H, HL, a, b, same_p):
     """:func:`.period.dominates` on rows ``a`` and ``b`` of ``S`` (``x1, x2, total, sync,
     p``) and their majorants ``H[., :HL[.]]``."""
@@ -134,7 +153,7 @@ def _point_dominates(S, H, HL, a, b, same_p):
     return True
 
 
-@njit(cache=True)
+@kernel
 def keep_points(S, H, HL, prior, same_p):
     """Which rows from ``prior`` on no earlier kept row dominates (:func:`_point_dominates`),
     rows ``0..prior - 1`` (points already kept) counting as kept: :func:`.period.pareto`
@@ -159,3 +178,6 @@ def keep_points(S, H, HL, prior, same_p):
             kept[nk] = b
             nk += 1
     return alive
+
+
+UNIT.bind(globals())

@@ -1,0 +1,62 @@
+"""The kernels of a DC agent's classic label DP (:mod:`.local`), compiled ahead of time.
+
+:class:`.local.LocalDP` runs three kernels of :mod:`chainpipe.solvers.label_kernel`
+(``take_layer``, ``local_layer``, ``local_extend``; the arena's ``new_arena`` and
+``grown`` are plain Python). ``dp``'s compiled unit (:data:`.label_aot.LABEL`) holds only
+the kernels ``dp`` calls, so a CDynP solve imported numba for these (about 0.4 CPU s
+with the kernels in numba's disk cache). :data:`UNIT` compiles them, as
+:data:`.label_aot.LABEL` compiles ``dp``'s: the very functions of
+:mod:`~chainpipe.solvers.label_kernel` (their ``py_func``), under a digest of the same
+sources, each behind the argument check of :func:`.label_aot._checked` (a call with other
+types goes to numba's just-in-time kernel). :func:`load` gives what :mod:`.local` calls:
+the compiled kernels when built for the sources as they are (numba not imported), else
+:mod:`~chainpipe.solvers.label_kernel` itself.
+
+Built by ``python -m chainpipe.solvers.label_aot`` with the other units.
+"""
+
+from __future__ import annotations
+
+import types
+
+from .. import label_aot
+
+#: per kernel :mod:`.local` calls, its arguments' types (:data:`.label_aot.ARGS`' notation;
+#: ``tests/test_kernel_aot.py`` checks that CDynP passes exactly these)
+ARGS = {
+    "take_layer": ("i", "f2", "i2", "i2", "i1"),
+    "local_layer": ("f2", "i2", "i2", "b", "i", "b"),
+    "local_extend": ("f2", "i1", "i1", "i2", "f2", "i1", "i1", "f1", "i1", "f2", "f2", "f2",
+                     "i2", "i2", "i1"),
+}
+
+
+def _jit():
+    from .. import label_kernel
+
+    return label_kernel
+
+
+#: the three kernels, compiled ahead of time into ``cdynp_local_aot_<digest>`` (of the
+#: sources ``dp``'s unit is made of)
+UNIT = label_aot.Unit("cdynp_local", ARGS, label_aot.SOURCES, jit=lambda: _jit())
+
+_loaded: list = []
+
+
+def load():
+    """What :mod:`.local` calls (``new_arena``, ``grown``, ``take_layer``, ``local_layer``,
+    ``local_extend``): the compiled kernels (each checked) when :data:`UNIT` is built for
+    the sources as they are, else :mod:`chainpipe.solvers.label_kernel` (numba's
+    just-in-time kernels). Decided once per process."""
+    if not _loaded:
+        module = UNIT.compiled()
+        if module is None:
+            _loaded.append(_jit())
+        else:
+            kernels = {name: label_aot._checked(name, getattr(module, name), kinds,
+                                                UNIT.handed_call)
+                       for name, kinds in ARGS.items()}
+            _loaded.append(types.SimpleNamespace(new_arena=label_aot.new_arena,
+                                                 grown=label_aot.grown, **kernels))
+    return _loaded[0]
