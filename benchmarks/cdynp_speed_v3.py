@@ -29,6 +29,7 @@ def _cold() -> None:
     alone.forget()
     with agent._TABLES_LOCK:
         agent._TABLES.clear()
+        agent._FLOORS.clear()
 
 
 def _timed(inst, solver: str, limit: float, repeat: int):

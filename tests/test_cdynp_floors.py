@@ -23,7 +23,7 @@ from chainpipe.io import read
 from chainpipe.solvers.cdynp import LocalOwner
 from chainpipe.solvers.cdynp.agent import DCAgent
 from chainpipe.solvers.cdynp.drive import agent_options
-from chainpipe.solvers.cdynp.floors import Floors, least_bottleneck
+from chainpipe.solvers.cdynp.floors import Floors, least_bottleneck, least_bottleneck_dense
 from chainpipe.solvers.cdynp.pipelines import RangeRuns
 from chainpipe.solvers.cdynp.public import PublicInstance
 from helpers import check_cdynp_equals_dp
@@ -103,3 +103,70 @@ def test_own_tables_kept_per_record_and_cap():
     assert own_tables(agent.local, 2e9) is not agent.tables
     other = DCAgent(PublicInstance.of(inst), 3, inst.datacenters[3], sync_cap=1e9)
     assert other.tables is not agent.tables
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_least_bottleneck_bisection_equals_dense(seed):
+    """The bisection gives exactly the least of every step's candidate (the dense
+    definition), on steps with repeated breakpoints, a breakpoint at 0, flat values and
+    rate 0, at values of ``flop`` on the steps' own crossings too."""
+    rng = random.Random(seed)
+    n = rng.randint(0, 30)
+    points = np.sort(np.array([rng.choice([0.0, 1.0, 2.5, rng.uniform(0, 10)])
+                               for _ in range(n)]))
+    values = np.cumsum([rng.choice([0.0, 1.0, rng.uniform(0, 5)]) for _ in range(n)])
+    rate = rng.choice([0.0, 1.0, rng.uniform(0.01, 3)])
+    flop = [0.0, -1.0, *(rng.uniform(0, 3 * n + 5) for _ in range(40))]
+    flop += [v + rate * p for p, v in zip(points, values)]  # on a crossing
+    flop = np.array(flop)
+    got = least_bottleneck(points, values, rate, flop)
+    want = least_bottleneck_dense(points, values, rate, flop)
+    assert np.array_equal(got, want)
+
+
+def test_least_bottleneck_bisection_on_real_curves():
+    """On ``v3-medium-03``'s DC curves (every usage of two groups, upstream bounds 0 and
+    the prefix pass's order of magnitude) the bisection equals the dense definition."""
+    from chainpipe.solvers.dp import HOLD_SLACK, LayerCapacity, usage_caps
+
+    inst = read(ROOT / "instances/v3/medium/v3-medium-03-slow-sync8.json")
+    checked = 0
+    for k in range(inst.num_datacenters):
+        agent = DCAgent(PublicInstance.of(inst), k, inst.datacenters[k])
+        t = agent.tables
+        count = usage_caps(t)
+        capacity = LayerCapacity(t, count)
+        flop = np.asarray(t.flop_prefix, dtype=float) / HOLD_SLACK
+        for used in range(0, int(t.count[0]) + 1, max(1, int(t.count[0]) // 5)):
+            here = [(g, int(t.count[g]) - (used if g == 0 else 0)) for g in range(t.G)]
+            points, values = capacity.curve([], here)
+            for rate in (0.0, float(t.rate.sum()), 10 * float(t.rate.sum())):
+                assert np.array_equal(least_bottleneck(points, values, rate, flop),
+                                      least_bottleneck_dense(points, values, rate, flop))
+                checked += 1
+    assert checked >= 12
+
+
+def test_floors_shared_across_counts_under_1f1b():
+    """A DC's floors are built once for every ``M_p`` and both objectives under 1F1B (the
+    knapsack at the least stash, 1, does not read them), once per ``M_p`` under GPipe, and
+    they equal floors built on the tables of that ``M_p``."""
+    import dataclasses
+
+    from chainpipe.solvers.cdynp import agent as agent_module
+
+    for name, shared in (("v3-medium-01", True), ("v3-medium-04-gpipe", False)):
+        inst = read(ROOT / f"instances/v3/medium/{name}.json")
+        agent_module._FLOORS.clear()
+        got = []
+        for m, objective in ((7, "period"), (30, "period"), (30, "classic")):
+            training = dataclasses.replace(inst.training, microbatches=m, objective=objective)
+            one = dataclasses.replace(inst, training=training)
+            agent = DCAgent(PublicInstance.of(one), 1, one.datacenters[1], sync_cap=1e9)
+            agent._upstream_flops = 1e15
+            got.append(agent._floors())
+            fresh = Floors(agent.tables, 1e15)
+            for u in ((0,) * agent.tables.G, tuple(int(c) // 2 for c in agent.tables.count)):
+                assert np.array_equal(got[-1].period(u), fresh.period(u)), (name, m, u)
+        assert (got[0] is got[1] is got[2]) == shared, name
+        assert got[1] is got[2]  # the objective is never read
