@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import platform
 import resource
 import time
@@ -90,14 +91,49 @@ def _size(st: dict) -> dict:
             "nnz": size.get("nonzeros")}
 
 
-def run_one(inst, solver: str, options: dict, time_limit: float, optimum) -> dict:
-    """One timed run (and, for the ILPs, its LP relaxation), as a row."""
+def entry_lp(inst, plan, solver: str, options: dict, time_limit: float) -> float | None:
+    """The LP bound of the outer entry holding ``plan`` (the DP's optimum) for an instance
+    of several pipelines: each of its pipelines' DC range with its ``M_p`` as a
+    one-pipeline sub-instance, the LP relaxation of the route's model of it (pruned by
+    the sub-instance's heuristic plan, as every LP/opt here), the largest plus ``R_X / H``
+    of the span. Each block's LP is at most the block's optimum, at most that pipeline's
+    ``T_p + max R`` in ``plan``, so the value is at most the optimum: the strength of the
+    models the enumeration solves where the optimum lies (the enumeration itself has no
+    single LP). ``None`` when some LP is not solved."""
+    from chainpipe.formulations.pipelines import cross_time, sub_instance
+    from chainpipe.solve import solve
+
+    index = {dc.name: k for k, dc in enumerate(inst.datacenters)}
+    pipes = [(p.stages, p.microbatches or inst.microbatches) for p in plan.pipelines]
+    values, spans = [], []
+    for stages, m in pipes:
+        dcs = [index[st.devices[0].split("/")[0]] for st in stages]
+        spans += [min(dcs), max(dcs)]
+        sub = sub_instance(inst, min(dcs), max(dcs), m)
+        lp = solve(sub, solver, time_limit=time_limit, relax=True, **options).lower_bound
+        if lp is None:
+            return None
+        values.append(lp)
+    cross = cross_time(inst, min(spans), max(spans)) if len(pipes) > 1 else 0.0
+    return max(values) + cross
+
+
+def run_one(inst, solver: str, options: dict, time_limit: float, optimum,
+            plan=None) -> dict:
+    """One timed run (and, for the ILPs, its LP relaxation; for several pipelines that
+    of the optimum's entry, :func:`entry_lp`), as a row."""
+    from chainpipe.formulations.pipelines import several
     from chainpipe.solve import solve
 
     lp = None
     if solver in ILPS:
         try:
-            lp = solve(inst, solver, time_limit=time_limit, relax=True, **options).lower_bound
+            if several(inst):
+                lp = None if plan is None else entry_lp(inst, plan, solver, options,
+                                                        time_limit)
+            else:
+                lp = solve(inst, solver, time_limit=time_limit, relax=True,
+                           **options).lower_bound
         except Exception:  # noqa: BLE001 - a benchmark row, never a crash
             lp = None
     c0, w0 = _cpu(), time.perf_counter()
@@ -160,6 +196,33 @@ def profile(rows: list[dict], out: Path) -> None:
     plt.close(fig)
 
 
+#: the ratios to the best configuration's CPU time the profile table reports
+TAUS = (1, 2, 4, 10, 100)
+
+
+def profile_table(rows: list[dict]) -> list[str]:
+    """The performance profiles as a table: per configuration, the share of the instances
+    (with a DP optimum) it proves within ``tau`` times the best configuration's CPU time,
+    for each ``tau`` of :data:`TAUS`."""
+    rows = [r for r in rows if r.get("ref") == "optimal"]
+    configs = list(dict.fromkeys(r["config"] for r in rows))
+    instances = sorted({r["instance"] for r in rows})
+    time_of = {(r["config"], r["instance"]): r["proof_cpu"] for r in rows}
+    best = {i: min((time_of[c, i] for c in configs if time_of.get((c, i)) is not None),
+                   default=None) for i in instances}
+    lines = ["| configuration | " + " | ".join(f"tau = {t}" for t in TAUS) + " |",
+             "|---|" + "---|" * len(TAUS)]
+    for c in configs:
+        mine = [i for i in instances if (c, i) in time_of]
+        cells = []
+        for tau in TAUS:
+            hit = sum(time_of[c, i] is not None and best[i] is not None
+                      and max(time_of[c, i], 1e-3) <= tau * max(best[i], 1e-3) for i in mine)
+            cells.append(f"{hit}/{len(mine)}")
+        lines.append(f"| {c} | " + " | ".join(cells) + " |")
+    return lines + [""]
+
+
 def summary(rows: list[dict], sets) -> list[str]:
     """Per configuration and set: proven / instances, CPU to proof (geometric mean of the
     proven, and the largest), mean LP/opt."""
@@ -207,9 +270,29 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--limit", type=int, default=None, help="first N instances of each set")
     ap.add_argument("--ref-limit", type=float, default=60.0,
                     help="seconds for the DP reference (at least --time-limit)")
+    ap.add_argument("--profile-with", type=Path, nargs="+", default=[],
+                    help="result JSON files of earlier runs whose rows (of these sets) join "
+                    "the summary and the profiles")
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--figure", type=Path, default=None)
     return ap
+
+
+def _shown(path: Path) -> str:
+    """``path`` relative to the repository when it is inside it."""
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+
+
+def _earlier_rows(paths, sets, rows: list[dict]) -> list[dict]:
+    """The rows of earlier result files (``--profile-with``) of ``sets`` whose
+    configuration this run did not measure, their configuration marked ``*``."""
+    mine = {r["config"] for r in rows}
+    out = []
+    for path in paths:
+        for r in json.loads(Path(path).read_text()):
+            if r.get("set") in sets and r.get("config") not in mine:
+                out.append(dict(r, config=f"{r['config']} *"))
+    return out
 
 
 def _command(args) -> str:
@@ -222,6 +305,10 @@ def _command(args) -> str:
             + (f" --out {args.out.relative_to(ROOT)}" if args.out.is_relative_to(ROOT)
                and args.out not in (OUT, OUT_V3) else "")
             + (f" --limit {args.limit}" if args.limit else "")
+            + (" --profile-with " + " ".join(str(p) for p in args.profile_with)
+               if args.profile_with else "")
+            + (f" --figure {args.figure.relative_to(ROOT)}" if args.figure is not None
+               and args.figure != FIGURE and args.figure.is_relative_to(ROOT) else "")
             + (f" --ref-limit {args.ref_limit:g}" if args.ref_limit != 60.0 else ""))
 
 
@@ -233,6 +320,8 @@ def main(argv=None) -> None:
     args.out = args.out.resolve()
     if args.figure is None and not v3 and not args.no_figure:
         args.figure = FIGURE
+    if args.figure is not None:
+        args.figure = args.figure.resolve()
 
     from chainpipe.io import read
     from chainpipe.solve import solve
@@ -250,8 +339,11 @@ def main(argv=None) -> None:
         "the solver's proven bound and `(T - bound) / T`; *CPU* the CPU seconds of the run "
         "(CBC's child included), the time to proof when the status is `optimal`; *wall* its "
         "wall-clock seconds; *vars* / *cons* / *nnz* the model's size (several pipelines: "
-        "the largest one-pipeline sub-model solved; their LP/opt is `-`, the outer "
-        "enumeration has no single LP); *arcs* "
+        "the largest one-pipeline sub-model solved, 0 when every sub-solve was settled "
+        "without a model; CP-SAT gives no *nnz*); for several pipelines, which have no "
+        "single LP, *LP/opt* is that of the entry holding the DP's optimum: its "
+        "pipelines' one-pipeline LP relaxations, the largest plus `R_X / H`, a bound on "
+        "the optimum (benchmarks/formulations.py, `entry_lp`); *arcs* "
         "the path ILP's stage arcs kept; *outer* (several pipelines) the entries solved, "
         "one-pipeline sub-solves and joint models of the outer enumeration. *ok* says whether an `optimal` claim matches the DP "
         "optimum to 1e-6. The path ILP's default has every strengthening on (`dominance`, "
@@ -275,7 +367,7 @@ def main(argv=None) -> None:
             ref = solve(inst, "dp", time_limit=max(args.time_limit, args.ref_limit))
             opt = ref.iteration_time if ref.status == "optimal" else None
             for solver, label, options in configs:
-                r = run_one(inst, solver, options, args.time_limit, opt)
+                r = run_one(inst, solver, options, args.time_limit, opt, ref.plan)
                 r.update(instance=inst.name, set=set_name, ref=str(ref.status.value),
                          optimum=opt, solver=solver, label=label,
                          config=solver if label == "-" else f"{solver} ({label})")
@@ -283,21 +375,30 @@ def main(argv=None) -> None:
                 body.append(
                     f"| {inst.name} | {_fmt(opt)} | {solver} | {label} | {r['status']} | "
                     f"{_fmt(r['T'])} | {_fmt(r['bound'])} | {_fmt(r['gap'], '.2%')} | "
-                    f"{_fmt(r['lp_ratio'], '.3f')} | {r['vars'] or '-'} | {r['cons'] or '-'} | "
-                    f"{r['nnz'] or '-'} | {r['arcs'] or '-'} | {r['outer'] or '-'} | "
+                    f"{_fmt(r['lp_ratio'], '.3f')} | {_fmt(r['vars'], 'd')} | "
+                    f"{_fmt(r['cons'], 'd')} | {_fmt(r['nnz'], 'd')} | {r['arcs'] or '-'} | "
+                    f"{r['outer'] or '-'} | "
                     f"{r['cpu']:.2f} | {r['wall']:.1f} | "
                     f"{'yes' if r['agrees'] else 'NO'} |")
                 print(body[-1], flush=True)
         body.append("")
-    lines += summary(rows, args.sets)
+    earlier = _earlier_rows(args.profile_with, args.sets, rows)
+    lines += summary(rows + earlier, args.sets)
     lines += ["Cells: proven / instances with a DP optimum; geometric mean and largest CPU "
-              "seconds to proof over the proven ones; mean LP/opt.", ""]
+              "seconds to proof over the proven ones; mean LP/opt."
+              + (" Rows marked * are from earlier runs (" + ", ".join(
+                  f"`{p.name}`" for p in args.profile_with) + "), measured at other loads."
+                 if earlier else ""), ""]
+    if len({r["config"] for r in rows + earlier}) > 1:
+        lines += ["Performance profiles of the CPU time to proof (share of the instances "
+                  "proven within tau times the best configuration's time):", ""]
+        lines += profile_table(rows + earlier)
     if rows and args.figure is not None:
-        profile(rows, args.figure)
+        profile(rows + earlier, args.figure)
         rel = args.figure.relative_to(ROOT / "docs") if args.figure.is_relative_to(
-            ROOT / "docs") else args.figure
+            ROOT / "docs") else Path(os.path.relpath(args.figure, args.out.parent))
         lines += [f"![Performance profiles of the time to proof]({rel.as_posix()})", "",
-                  f"*Dolan-More performance profiles (`{args.figure.relative_to(ROOT)}`): for "
+                  f"*Dolan-More performance profiles (`{_shown(args.figure)}`): for "
                   "each configuration the share of instances it proves within tau times the "
                   "best configuration's CPU time on that instance.*", ""]
     lines += body

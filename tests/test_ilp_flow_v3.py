@@ -291,3 +291,46 @@ def test_the_enumeration_sub_solves_run_without_root_heuristics():
     assert sub["objective_bound"] > 2.0 and sub["mip_allow_restart"] is False
     assert not set(ilp.PROOF_OPTIONS) & set(options(device_states=True))
     assert not set(ilp.PROOF_OPTIONS) & set(options(cutoff=2.0))
+
+
+@pytest.mark.parametrize("seed", range(0, 64, 4))
+def test_a_sync_capped_level_model_is_exact(seed):
+    """The model of one level of the joint model by synchronisation levels
+    (``FlowFormulation(sync_cap=r, count_sync=False)``, pruned by what the level must
+    beat) has for optimum the least ``T - max R`` over the plans whose every ``R`` is at
+    most ``r``, by enumeration from the contract; pruned just below that optimum it holds
+    no plan."""
+    from chainpipe.deadline import Deadline
+    from chainpipe.formulations.ilp_flow import FlowFormulation
+    from chainpipe.formulations.pipelines import sub_instance
+    from chainpipe.solvers.highs import solve_highs
+    from chainpipe.tables import CostTables
+    from helpers import _v3_configurations, contract_pipeline
+
+    inst, _T = _reference(seed)
+    one = sub_instance(inst, 0, len(inst.datacenters) - 1, inst.microbatches)
+    parts = [p for p in (contract_pipeline(one, one.microbatches, st)
+                         for st in _v3_configurations(one)) if p is not None]
+    if not parts:
+        pytest.skip("no plan")
+    tables = CostTables(one)
+    for cap in sorted({p[1] for p in parts})[::2]:
+        best = min(p[0] for p in parts if p[1] <= cap)
+        for below, holds in ((best * (1 + 1e-6) + 1e-12, True), (best * (1 - 1e-4), False)):
+            form = FlowFormulation(tables, upper_bound=below, sync_cap=cap * (1 + 1e-12),
+                                   count_sync=False)
+            if not form.n_arcs:
+                assert not holds, (seed, cap, best)
+                continue
+            model = form.build()
+            answer = solve_highs(model, relax=False, deadline=Deadline(30))
+            if not holds:
+                assert answer.status == "infeasible" or \
+                    float(model.cost @ answer.values) * form.scale >= below, (seed, cap)
+                continue
+            assert answer.status == "optimal", (seed, cap, answer.text)
+            model.assign(answer.values)
+            ev = evaluate(one, form.decode())
+            assert ev.feasible and ev.sync_s <= cap * (1 + 1e-9), (seed, cap)
+            assert math.isclose(ev.iteration_time_s - ev.sync_s, best, rel_tol=1e-6), \
+                (seed, cap, ev.iteration_time_s - ev.sync_s, best)

@@ -125,14 +125,18 @@ def dominated(c: np.ndarray, r: np.ndarray, w: np.ndarray, n: np.ndarray) -> np.
 
 
 def stage_arcs(tables: CostTables, upper_bound: float | None, check=no_check,
-               floor_bound=None) -> StageArcs:
+               floor_bound=None, sync_cap: float | None = None,
+               count_sync: bool = True) -> StageArcs:
     """Every stage option that can be in an optimal plan no slower than ``upper_bound``.
 
     Dropped: options that do not fit memory even as the last stage (``n < 1`` under
     1F1B, ``n < M`` under gpipe), overflowing ones, dominated ones (:func:`dominated`),
     and with ``upper_bound`` those whose own ``M C + R`` exceeds it (any plan holding
     the stage has ``T >= C + (M - 1) C + R``), and with ``floor_bound`` (a
-    :class:`FloorBound`) those with ``floor_bound(C) + R`` above it.
+    :class:`FloorBound`) those with ``floor_bound(C) + R`` above it. With ``sync_cap``
+    the options whose ``R`` exceeds it are dropped too; with ``count_sync`` false the
+    bound is on ``T - max R`` (``R`` left out of both tests: the synchronisation-free
+    objective of :class:`~chainpipe.formulations.ilp_flow.FlowFormulation`).
     """
     L, M = tables.L, tables.M
     ii, jj = np.triu_indices(L + 1, 1)
@@ -151,11 +155,14 @@ def stage_arcs(tables: CostTables, upper_bound: float | None, check=no_check,
         n = opts.max_in_flight[:, ii, jj]
         keep = (n >= need) & np.isfinite(c) & np.isfinite(r)
         keep &= ~dominated(c, r, opts.width, n)
+        if sync_cap is not None:
+            keep &= r <= sync_cap
         if upper_bound is not None:
+            counted = r if count_sync else np.zeros(r.shape)
             with np.errstate(over="ignore", invalid="ignore"):
-                keep &= iteration_time(c, c, M, r) <= upper_bound * (1 + UB_RTOL)
+                keep &= iteration_time(c, c, M, counted) <= upper_bound * (1 + UB_RTOL)
                 if floor_bound is not None:
-                    keep &= floor_bound(c) + r <= upper_bound * (1 + UB_RTOL)
+                    keep &= floor_bound(c) + counted <= upper_bound * (1 + UB_RTOL)
         o_idx, pair = np.nonzero(keep)
         parts.append((np.full(o_idx.shape, g), o_idx, ii[pair], jj[pair], opts.d[o_idx],
                       opts.t[o_idx], c[o_idx, pair], r[o_idx, pair], n[o_idx, pair]))

@@ -141,13 +141,28 @@ class FlowFormulation:
         ``T`` of a known plan: stage and boundary arcs no plan that fast uses are dropped.
     max_columns : int
         Refuse (:class:`ModelTooLarge`) a network with more stage columns.
+    exits : bool
+        Under 1F1B's period, copy each datacenter's last stage for the loop rows around
+        a change of datacenter (:meth:`_exit_rows`).
+    sync_cap : float, optional
+        Keep only the stage options whose ``R`` is at most this (seconds).
+    count_sync : bool
+        ``False``: the model minimises ``T - max R`` (the synchronisation costs nothing)
+        and ``upper_bound`` bounds that; every pruning test leaves ``R`` out. A pipeline
+        of a joint model solved by levels of the synchronisation
+        (``solvers/ilp.py:_SyncBlock``) is this model under a ``sync_cap``: built for its
+        level, pruned by what the level must beat (``docs/formulations.md``, "Eighth
+        round").
     """
 
     name = "ilp-path"
 
     def __init__(self, tables: CostTables, check=None, upper_bound: float | None = None,
-                 max_columns: int = MAX_COLUMNS, exits: bool = True):
+                 max_columns: int = MAX_COLUMNS, exits: bool = True,
+                 sync_cap: float | None = None, count_sync: bool = True):
         self.tables, self.check = tables, check or no_check
+        self.count_sync = bool(count_sync)
+        only = {"sync_cap": sync_cap, "count_sync": self.count_sync}
         #: whether :meth:`build` adds the flow-weighted loop rows (:meth:`_flow_loop_rows`)
         self.flow_loops = False
         #: how the period is written (:func:`~chainpipe.formulations.common.period_mode`)
@@ -160,9 +175,9 @@ class FlowFormulation:
         with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
             floor = None
             if upper_bound is not None:
-                floor = FloorBound(tables, stage_arcs(tables, upper_bound, self.check).compute,
-                                   self.check)
-            self.arcs = stage_arcs(tables, upper_bound, self.check, floor)
+                floor = FloorBound(tables, stage_arcs(tables, upper_bound, self.check,
+                                                      **only).compute, self.check)
+            self.arcs = stage_arcs(tables, upper_bound, self.check, floor, **only)
             self.boundary = boundary_arcs(tables, self.arcs, upper_bound, floor, self.check)
         self._phases()
         self._states()
@@ -327,7 +342,8 @@ class FlowFormulation:
         if self.stage_B2 is not None:
             maxima.append(("B2", steady, np.concatenate([self.stage_B2[self.col_arc],
                                                          b[:, 4]])))
-        maxima.append(("S", 1.0, np.concatenate([a.sync[self.col_arc], np.zeros(len(b))])))
+        maxima.append(("S", 1.0 if self.count_sync else 0.0,
+                       np.concatenate([a.sync[self.col_arc], np.zeros(len(b))])))
         return tails, heads, fill, maxima
 
     def _sweep(self, tails, heads, weight, forward: bool, bottleneck: bool) -> np.ndarray:
@@ -586,7 +602,7 @@ class FlowFormulation:
         stage covering each layer, ``B >= U`` of each boundary (one arc of each sum is 1)."""
         a, t = self.arcs, self.tables
         self.has_B = t.M > 1
-        self.has_S = bool((a.sync > 0).any())
+        self.has_S = bool((a.sync > 0).any()) and self.count_sync
         phases = self._phase_columns() if self.has_B else []
         for layer in range(t.L):
             self.check()

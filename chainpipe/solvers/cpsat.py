@@ -391,6 +391,8 @@ class _Search:
             "max_rounding_error_s": built.rounded_terms * built.unit,
             "build_time_s": self.deadline.elapsed() - start, "hinted": hinted,
         })
+        proto = built.model.proto  # the model's size (the benchmark's vars / cons)
+        self.stats.update(variables=len(proto.variables), constraints=len(proto.constraints))
         if rnd == 0 and self.model_file is not None:
             write_model_file(built.model, self.model_file)
             self.stats["model_file"] = str(self.model_file)

@@ -112,6 +112,9 @@ LOOP_LP_TOLERANCE = 1e-6
 #: ``-03`` 77 and 49 (``docs/formulations.md``, "Seventh round")
 PROOF_OPTIONS = {"mip_heuristic_run_feasibility_jump": False, "mip_heuristic_run_rins": False,
                  "mip_heuristic_run_rens": False, "mip_heuristic_run_root_reduced_cost": False}
+#: :func:`_joint_by_sync` builds each level's model afresh, pruned by what the level must
+#: beat (``True``), instead of fixing the shared model's columns above the cap to 0
+LEVEL_MODELS = True
 #: the strengthenings of the path ILP, each an on/off option (all on by default)
 PATH_SWITCHES = ("dominance", "start", "prune")
 
@@ -276,6 +279,7 @@ def _run_one(name: str, instance: Instance, deadline: Deadline, seed, threads, l
             form = _formulation(name, tables, opts, deadline, stats, incumbent)
             if form is None:
                 stats["build_time_s"] = deadline.elapsed() - t0
+                stats.update(variables=0, constraints=0, nonzeros=0)  # nothing to solve
                 if incumbent is not None:  # only under a cutoff: the heuristic plan's arcs stay
                     return _fallback(tables, _cut_bound(opts, stats), stats,
                                      "the pruned network is empty",
@@ -286,6 +290,7 @@ def _run_one(name: str, instance: Instance, deadline: Deadline, seed, threads, l
             loop_lp = _loop_lp_first(tables, form, opts, deadline, seed, threads, log, stats)
             if loop_lp is not None and loop_lp >= form.upper_bound:
                 stats["build_time_s"] = deadline.elapsed() - t0
+                stats.update(stats["loop_lp"]["size"])  # the only model solved
                 return _lp_settles(tables, form, opts, stats, incumbent)
             form.build()
             model = form.matrix()
@@ -371,7 +376,8 @@ def _loop_lp_first(tables: CostTables, form, opts: _Options, deadline: Deadline,
         bound = math.inf if math.isinf(scaled) else \
             max(0.0, safe_bound(scaled, lean.scale) or 0.0)
     stats["loop_lp"] = {"time_s": deadline.elapsed() - t0, "bound_s": bound,
-                        "stage_columns": int(lean.n_arcs), "status": text}
+                        "stage_columns": int(lean.n_arcs), "status": text,
+                        "size": model.stats()}
     if bound is not None and math.isfinite(bound):
         stats["loop_lp_bound_s"] = bound
     return bound
@@ -576,6 +582,7 @@ class _SyncCache:
 
     forms: dict = field(default_factory=dict)
     levels: dict = field(default_factory=dict)
+    tables: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -615,6 +622,28 @@ class _SyncBlock:
                 return True
         return False
 
+    def _level_model(self, cap: float, below: float, deadline: Deadline):
+        """``(form, model)`` of the plans with every ``R <= cap``, minimising ``T_p - max
+        R``: with :attr:`LEVEL_MODELS` the arc-flow network built for this level
+        (``sync_cap``, ``count_sync=False``) and pruned by ``below`` (the plans it must
+        beat: every plan it drops has ``T_p - max R > below``), else the shared model
+        with the columns above the cap fixed to 0; ``(form, None)`` when the level's
+        network is empty."""
+        if not LEVEL_MODELS:
+            return self.form, self.form.sync_capped(cap, False)
+        from ..formulations.ilp_flow import FlowFormulation
+
+        if self.cache.tables.get(self.key) is None:
+            self.cache.tables[self.key] = CostTables(self.instance)
+        with np.errstate(over="ignore", divide="ignore", invalid="ignore", under="ignore"):
+            form = FlowFormulation(self.cache.tables[self.key], check=deadline.check,
+                                   upper_bound=below if math.isfinite(below) else None,
+                                   sync_cap=cap, count_sync=False)
+            if not form.n_arcs:
+                return form, None
+            model = form.build()
+        return form, model
+
     def solve(self, cap: float, strict: bool, below: float, target: float,
               deadline: Deadline, opts: _Options, seed, threads, log) -> None:
         """Least ``T_p - max R`` over the plans with every ``R <= cap`` (``< cap`` when
@@ -633,7 +662,13 @@ class _SyncBlock:
         cap, strict = float(values.max()), False
         if self._known(cap, strict, below):
             return
-        model = form.sync_capped(cap, strict)
+        form, model = self._level_model(cap, below, deadline)
+        if model is None:  # no plan under the cap has T_p - max R below ``below``
+            level = _Level(cap, strict, below, None, math.inf, math.inf, math.inf, below, True)
+            self.cache.levels.setdefault(self.key, []).append(level)
+            self.plan = None
+            self._take(level)
+            return
         if opts.backend == "highs":
             model.highs_options = dict(model.highs_options, **PROOF_OPTIONS,
                                        objective_bound=below / form.scale * (1 + 1e-7))
