@@ -23,13 +23,15 @@ TARGET = 3.0
 
 def _cold() -> None:
     """Forget what earlier cdynp solves left in this process: the DCs' one-DC memories
-    (:func:`alone.forget`) and their kept tables, so each solve is timed from none."""
+    (:func:`alone.forget`) and their kept tables, floors and options, so each solve is
+    timed from none."""
     from chainpipe.solvers.cdynp import agent
 
     alone.forget()
     with agent._TABLES_LOCK:
         agent._TABLES.clear()
         agent._FLOORS.clear()
+        agent._OPTIONS.clear()
 
 
 def _timed(inst, solver: str, limit: float, repeat: int):

@@ -170,3 +170,32 @@ def test_floors_shared_across_counts_under_1f1b():
                 assert np.array_equal(got[-1].period(u), fresh.period(u)), (name, m, u)
         assert (got[0] is got[1] is got[2]) == shared, name
         assert got[1] is got[2]  # the objective is never read
+
+
+@pytest.mark.parametrize("name", ["v3-medium-02-small-model", "v3-medium-04-gpipe"])
+def test_options_kept_across_counts_equal_fresh_ones(name):
+    """A DC's options at ``M_p``, taken from those kept at a larger count (in-flight
+    limits capped), equal those its tables of ``M_p`` build, for counts asked rising and
+    falling; a smaller count asked first is replaced by the larger one."""
+    import dataclasses
+
+    from chainpipe.solvers.cdynp import agent as agent_module
+    from chainpipe.tables import CostTables
+
+    inst = read(ROOT / f"instances/v3/medium/{name}.json")
+    agent_module._OPTIONS.clear()
+    agent_module._TABLES.clear()
+    for m in (3, 64, 1, 17, 40, 64, 2):
+        training = dataclasses.replace(inst.training, microbatches=m)
+        one = dataclasses.replace(inst, training=training)
+        for k in range(inst.num_datacenters):
+            local = DCAgent(PublicInstance.of(one), k, one.datacenters[k]).local
+            got, fresh = agent_module.own_tables(local, None), CostTables(local)
+            for g in range(got.G):
+                a, b = got.options(g), fresh.options(g)
+                for field in ("d", "t", "width", "compute_time", "max_in_flight",
+                              "sync_time"):
+                    assert np.array_equal(getattr(a, field), getattr(b, field)), (m, k, field)
+            key = dataclasses.replace(local, training=dataclasses.replace(
+                local.training, microbatches=1, objective="period"))
+            assert agent_module._OPTIONS[key][0] == (3 if m == 3 else 64)
