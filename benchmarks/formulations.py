@@ -312,23 +312,10 @@ def _command(args) -> str:
             + (f" --ref-limit {args.ref_limit:g}" if args.ref_limit != 60.0 else ""))
 
 
-def main(argv=None) -> None:
-    args = _parser().parse_args(argv)
-    v3 = all(s.startswith("v3/") for s in args.sets)
-    if args.out is None:
-        args.out = OUT_V3 if v3 else OUT
-    args.out = args.out.resolve()
-    if args.figure is None and not v3 and not args.no_figure:
-        args.figure = FIGURE
-    if args.figure is not None:
-        args.figure = args.figure.resolve()
-
-    from chainpipe.io import read
-    from chainpipe.solve import solve
-
-    configs = configurations(args.solvers, args.backends, args.variants, args.device_states)
+def _header(args) -> list[str]:
+    """The results file's title and the paragraph that says what each column is."""
     command = _command(args)
-    lines = [
+    return [
         "## MIP and CP formulations: status, bounds, time to proof",
         "",
         f"Machine: 2 cores ({platform.machine()}), shared with other jobs while measured; "
@@ -351,6 +338,24 @@ def main(argv=None) -> None:
         "three (docs/formulations.md).",
         "",
     ]
+
+
+def main(argv=None) -> None:
+    args = _parser().parse_args(argv)
+    v3 = all(s.startswith("v3/") for s in args.sets)
+    if args.out is None:
+        args.out = OUT_V3 if v3 else OUT
+    args.out = args.out.resolve()
+    if args.figure is None and not v3 and not args.no_figure:
+        args.figure = FIGURE
+    if args.figure is not None:
+        args.figure = args.figure.resolve()
+
+    from chainpipe.io import read
+    from chainpipe.solve import solve
+
+    configs = configurations(args.solvers, args.backends, args.variants, args.device_states)
+    lines = _header(args)
     rows: list[dict] = []
     body: list[str] = []
     for set_name in args.sets:

@@ -277,9 +277,9 @@ def _run_one(name: str, instance: Instance, deadline: Deadline, seed, threads, l
         # coefficients that overflow become inf and are refused below, never a warning
         with np.errstate(over="ignore", divide="ignore", invalid="ignore", under="ignore"):
             form = _formulation(name, tables, opts, deadline, stats, incumbent)
-            if form is None:
-                stats["build_time_s"] = deadline.elapsed() - t0
-                stats.update(variables=0, constraints=0, nonzeros=0)  # nothing to solve
+            if form is None:  # nothing to solve: a model of size 0
+                stats.update(build_time_s=deadline.elapsed() - t0, variables=0,
+                             constraints=0, nonzeros=0)
                 if incumbent is not None:  # only under a cutoff: the heuristic plan's arcs stay
                     return _fallback(tables, _cut_bound(opts, stats), stats,
                                      "the pruned network is empty",
@@ -290,7 +290,6 @@ def _run_one(name: str, instance: Instance, deadline: Deadline, seed, threads, l
             loop_lp = _loop_lp_first(tables, form, opts, deadline, seed, threads, log, stats)
             if loop_lp is not None and loop_lp >= form.upper_bound:
                 stats["build_time_s"] = deadline.elapsed() - t0
-                stats.update(stats["loop_lp"]["size"])  # the only model solved
                 return _lp_settles(tables, form, opts, stats, incumbent)
             form.build()
             model = form.matrix()
@@ -386,7 +385,9 @@ def _loop_lp_first(tables: CostTables, form, opts: _Options, deadline: Deadline,
 def _lp_settles(tables: CostTables, form, opts: _Options, stats: dict, incumbent) -> Outcome:
     """The loop LP reached the model's upper bound: no plan is faster than it. Under a
     cutoff that is the answer (:func:`_run` reads it); else the upper bound is the
-    heuristic plan's ``T``, which is then optimal."""
+    heuristic plan's ``T``, which is then optimal. The size reported is the loop LP's
+    (the only model solved)."""
+    stats.update(stats["loop_lp"]["size"])
     if stats.get("cutoff_applied") or incumbent is None:
         return _fallback(tables, _cut_bound(opts, stats), stats,
                          "the flow-weighted loop LP proves no plan faster than the cutoff",
