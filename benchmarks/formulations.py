@@ -287,10 +287,12 @@ def _earlier_rows(paths, sets, rows: list[dict]) -> list[dict]:
     """The rows of earlier result files (``--profile-with``) of ``sets`` whose
     configuration this run did not measure, their configuration marked ``*``."""
     mine = {r["config"] for r in rows}
-    out = []
-    for path in paths:
+    out, seen = [], set()
+    for path in paths:  # a configuration and instance in several files: the first one
         for r in json.loads(Path(path).read_text()):
-            if r.get("set") in sets and r.get("config") not in mine:
+            key = (r.get("config"), r.get("instance"))
+            if r.get("set") in sets and r.get("config") not in mine and key not in seen:
+                seen.add(key)
                 out.append(dict(r, config=f"{r['config']} *"))
     return out
 
