@@ -11,10 +11,11 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
-# dp's kernels compiled ahead of time (chainpipe/solvers/label_aot.py: the label, period
-# and prefix kernels; a process then solves without importing numba; a no-op when built for
-# the kernels' sources, else about 70 s with a C compiler). The leading '-': without a
-# compiler dp runs on numba's JIT
+# dp's and CDynP's kernels compiled ahead of time (chainpipe/solvers/label_aot.py: the
+# label, period and prefix kernels, and the CDynP agents' cdynp_period and cdynp_local units;
+# a process then solves without importing numba; a no-op when built for the kernels'
+# sources, else about 115 s with a C compiler). The leading '-': without a compiler the
+# solvers run on numba's JIT
 AOT := -$(BIN)/python -m chainpipe.solvers.label_aot
 
 $(STAMP): pyproject.toml | $(BIN)/python
