@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import math
 import random
+import signal
 from pathlib import Path
 
 from chainpipe import Datacenter, DeviceGroup, Instance, Layer, Link, Model, Plan, Training
@@ -571,3 +572,11 @@ def check_cdynp_equals_dp(inst: Instance, rtol: float = 1e-9) -> None:
     if want.iteration_time is not None:
         a, b = got.iteration_time, want.iteration_time
         assert abs(a - b) <= rtol * max(abs(a), abs(b), 1e-300), (a, b)
+
+
+def sigint_at_default() -> None:
+    """A ``preexec_fn`` for a child that must take Ctrl-C as a terminal sends it: SIGINT
+    at its default, whatever this process's disposition. A child inherits an ignored
+    SIGINT and Python then keeps it ignored (a test worker may run with it ignored: a
+    full ``make test`` once saw the child sleep on through SIGINT)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

@@ -19,6 +19,7 @@ import pytest
 
 from chainpipe.solvers.cdynp.runner import GRACE_S
 from chainpipe.solvers.cdynp.session import FAULT_ENV
+from helpers import sigint_at_default
 
 ROOT = Path(__file__).resolve().parents[1]
 INSTANCE = ROOT / "instances" / "small" / "small-08-three-dc.json"  # dc1, dc2, dc3
@@ -98,13 +99,10 @@ def test_nothing_outlives_a_signalled_solve(tmp_path, sig):
     agent lives on and nothing is left in the temporary directory."""
     cmd = [sys.executable, "-m", "chainpipe", "solve", str(INSTANCE), "--solver", "cdynp",
            "-O", "processes=true"]
-    # as from a terminal: SIGINT at its default in the solve, whatever this process's
-    # disposition (a child inherits an ignored SIGINT and Python then keeps it ignored);
-    # three full runs with the notebooks saw the solve ignore it and run on to the hang
-    # check, and passed with this
+    # as from a terminal (three full runs with the notebooks saw the solve ignore SIGINT
+    # and run on to the hang check, and passed with this)
     proc = subprocess.Popen(cmd, env=_env(tmp_path, "hang:dc3"), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                            stderr=subprocess.PIPE, text=True, preexec_fn=sigint_at_default)
     try:
         parent = psutil.Process(proc.pid)
         t0 = time.monotonic()

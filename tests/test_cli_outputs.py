@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from chainpipe.cli import main
-from helpers import without_warnings
+from helpers import sigint_at_default, without_warnings
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKED = ROOT / "tests" / "data" / "valid" / "worked_example.json"
@@ -156,7 +156,7 @@ raise SystemExit(main(sys.argv[1:]))
 def test_sigint_during_a_solve_is_one_line_and_exit_130():
     proc = subprocess.Popen([sys.executable, "-c", NAPPER, "solve", str(SMALL), "--solver",
                              "nap", "--log"], cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, preexec_fn=sigint_at_default)
     try:
         assert proc.stderr.readline() == "napping\n"  # inside the solve now
         proc.send_signal(signal.SIGINT)

@@ -44,19 +44,35 @@ def _use(monkeypatch, kernels) -> None:
     monkeypatch.setattr(prefix_curve, "forward", kernels[1])
 
 
-def test_the_search_passes_the_compiled_types(monkeypatch):
-    """Every kernel of the two units' ``ARGS`` is called by dp's version-3 search or
-    CDynP's front ends (:func:`.dp_period.pareto`, ``across_usage``, ``hull_prepend``,
-    ``new_loops``) on the small set, always with exactly the types ``ARGS`` names."""
-    from numba.core.sigutils import normalize_signature
-
-    seen: dict = {}
-
+def _spy(seen: dict):
+    """A wrapper factory that records in ``seen`` the numba types of every call of a
+    kernel, per ``(unit, name)``."""
     def spy(unit, name, fn):
         def call(*args):
             seen.setdefault((unit, name), set()).add(tuple(numba.typeof(a) for a in args))
             return fn(*args)
         return call
+    return spy
+
+
+def _assert_types(seen: dict, units) -> None:
+    """Every kernel of ``units`` was called, always with exactly the types its ``ARGS``
+    names."""
+    from numba.core.sigutils import normalize_signature
+
+    want = {(u.name, n): k for u in units for n, k in u.args.items()}
+    assert set(seen) == set(want)
+    for key, kinds in want.items():
+        sig = normalize_signature(f"({label_aot.signature(kinds)},)")[0]
+        assert seen[key] == {tuple(sig)}, key
+
+
+def test_the_search_passes_the_compiled_types(monkeypatch):
+    """Every kernel of the two units' ``ARGS`` is called by dp's version-3 search or
+    CDynP's front ends (:func:`.dp_period.pareto`, ``across_usage``, ``hull_prepend``,
+    ``new_loops``) on the small set, always with exactly the types ``ARGS`` names."""
+    seen: dict = {}
+    spy = _spy(seen)
 
     period, forward = _kernels(jit=True)
     for name in period_kernel.ARGS:
@@ -66,11 +82,7 @@ def test_the_search_passes_the_compiled_types(monkeypatch):
         inst = cp.read(path)
         for solver in ("dp", "cdynp"):
             assert cp.solve(inst, solver, time_limit=60).status == "optimal", path.name
-    want = {(u.name, n): k for u in UNITS for n, k in u.args.items()}
-    assert set(seen) == set(want)
-    for key, kinds in want.items():
-        sig = normalize_signature(f"({label_aot.signature(kinds)},)")[0]
-        assert seen[key] == {tuple(sig)}, key
+    _assert_types(seen, UNITS)
 
 
 def test_tuples_and_bool_arrays_are_checked():
@@ -215,15 +227,8 @@ def _agents_kernels(monkeypatch, jit: bool) -> None:
 def test_cdynp_passes_the_compiled_types(monkeypatch):
     """Every kernel of CDynP's two units' ``ARGS`` is called by its agents on the small
     set and ``v3-medium-04-gpipe``, always with exactly the types ``ARGS`` names."""
-    from numba.core.sigutils import normalize_signature
-
     seen: dict = {}
-
-    def spy(unit, name, fn):
-        def call(*args):
-            seen.setdefault((unit, name), set()).add(tuple(numba.typeof(a) for a in args))
-            return fn(*args)
-        return call
+    spy = _spy(seen)
 
     fast = period_fast.UNIT.jit()
     for name in period_fast.ARGS:
@@ -236,11 +241,7 @@ def test_cdynp_passes_the_compiled_types(monkeypatch):
     for path in [*SMALL, MEDIUM[1]]:
         res = cp.solve(cp.read(path), "cdynp", time_limit=120)
         assert res.status == "optimal", path.name
-    want = {(u.name, n): k for u in CDYNP_UNITS for n, k in u.args.items()}
-    assert set(seen) == set(want)
-    for key, kinds in want.items():
-        sig = normalize_signature(f"({label_aot.signature(kinds)},)")[0]
-        assert seen[key] == {tuple(sig)}, key
+    _assert_types(seen, CDYNP_UNITS)
 
 
 @pytest.mark.parametrize("path", [*SMALL[:3], MEDIUM[0]], ids=lambda p: p.stem)

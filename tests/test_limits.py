@@ -16,7 +16,7 @@ from chainpipe.deadline import Deadline, TimeUp
 from chainpipe.io import read
 from chainpipe.solve import solve
 from chainpipe.tables import CostTables
-from helpers import random_instance
+from helpers import random_instance, sigint_at_default
 
 ROOT = Path(__file__).resolve().parent.parent
 LARGE = ROOT / "instances" / "large" / "large-01.json"
@@ -89,7 +89,8 @@ def _start_parent(tmp_path: Path, limit: float = 120.0) -> subprocess.Popen:
     """)
     env = dict(os.environ, TMPDIR=str(tmp_path), PYTHONPATH=str(ROOT))
     return subprocess.Popen([sys.executable, "-c", code], env=env, cwd=ROOT,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            preexec_fn=sigint_at_default)
 
 
 def _wait_for_cbc(parent: subprocess.Popen, marker: str, timeout: float = 60.0) -> list[int]:
@@ -166,7 +167,8 @@ def test_ctrl_c_stops_highs_in_process(tmp_path):
     """)
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     parent = subprocess.Popen([sys.executable, "-c", code], env=env, cwd=ROOT, text=True,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              preexec_fn=sigint_at_default)
     for line in parent.stderr:  # HiGHS is running once it logs its presolve
         if "Presolving" in line or "presolve" in line.lower():
             break
