@@ -144,19 +144,24 @@ def test_a_handed_out_kernel_pickles_by_name():
     assert out.split() == [b"True"]
 
 
+def _fresh_solves(solver: str, files, limit: float) -> list[str]:
+    """The status of ``solver`` on each of ``files`` in a fresh process, then whether
+    numba was imported (``"True"``/``"False"``)."""
+    code = ("import sys, chainpipe as cp\n"
+            f"for f in {[str(p) for p in files]!r}:\n"
+            f"    print(cp.solve(cp.read(f), {solver!r}, time_limit={limit}).status)\n"
+            "print('numba' in sys.modules)\n")
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=300, check=True).stdout.split()
+
+
 def test_a_v3_solve_never_imports_numba():
     """With every unit built, a fresh process solves version-3 instances (one pipeline,
     several, GPipe) without importing numba."""
     if any(not u.location().exists() for u in (label_aot.LABEL, *UNITS)):
         pytest.skip("not built for these sources: python -m chainpipe.solvers.label_aot")
-    files = [str(p) for p in (SMALL[0], SMALL[1], MEDIUM[1])]
-    code = ("import sys, chainpipe as cp\n"
-            f"for f in {files!r}:\n"
-            "    print(cp.solve(cp.read(f), 'dp', time_limit=60).status)\n"
-            "print('numba' in sys.modules)\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=300, check=True).stdout.split()
-    assert out == ["optimal"] * 3 + ["False"]
+    files = (SMALL[0], SMALL[1], MEDIUM[1])
+    assert _fresh_solves("dp", files, 60) == ["optimal"] * 3 + ["False"]
 
 
 def _inner(x, k):
@@ -272,12 +277,6 @@ def test_a_v3_cdynp_solve_never_imports_numba():
     (one pipeline and several, GPipe) and a ``hybrid`` one without importing numba."""
     if any(not u.location().exists() for u in label_aot.units()):
         pytest.skip("not built for these sources: python -m chainpipe.solvers.label_aot")
-    files = [str(p) for p in (SMALL[0], SMALL[1], MEDIUM[1],
-                              ROOT / "instances" / "hybrid" / "medium" / "hybrid-medium-01.json")]
-    code = ("import sys, chainpipe as cp\n"
-            f"for f in {files!r}:\n"
-            "    print(cp.solve(cp.read(f), 'cdynp', time_limit=120).status)\n"
-            "print('numba' in sys.modules)\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=300, check=True).stdout.split()
-    assert out == ["optimal"] * 4 + ["False"]
+    files = (SMALL[0], SMALL[1], MEDIUM[1],
+             ROOT / "instances" / "hybrid" / "medium" / "hybrid-medium-01.json")
+    assert _fresh_solves("cdynp", files, 120) == ["optimal"] * 4 + ["False"]
