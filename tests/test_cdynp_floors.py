@@ -23,10 +23,30 @@ from chainpipe.io import read
 from chainpipe.solvers.cdynp import LocalOwner
 from chainpipe.solvers.cdynp.agent import DCAgent
 from chainpipe.solvers.cdynp.drive import agent_options
-from chainpipe.solvers.cdynp.floors import Floors, least_bottleneck, least_bottleneck_dense
+from chainpipe.solvers.cdynp.floors import Floors, least_bottleneck
 from chainpipe.solvers.cdynp.pipelines import RangeRuns
 from chainpipe.solvers.cdynp.public import PublicInstance
 from helpers import check_cdynp_equals_dp
+
+
+def least_bottleneck_dense(points: np.ndarray, values: np.ndarray, rate: float,
+                           flop: np.ndarray) -> np.ndarray:
+    """:func:`least_bottleneck` by the definition: every step's least ``B`` per value of
+    ``flop``, the least of them (``O(len(flop) len(points))``: the reference the bisection must equal)."""
+    flop = np.asarray(flop, dtype=float)
+    starts = np.concatenate(([0.0], np.asarray(points, dtype=float)))
+    held = np.concatenate(([0.0], np.asarray(values, dtype=float)))
+    ends = np.concatenate((starts[1:], [np.inf]))
+    need = flop[:, None] - held[None, :]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        lin = np.where(need <= 0, 0.0, need / rate if rate > 0 else np.inf)
+    cand = np.maximum(starts[None, :], lin)
+    cand = np.where(cand < ends[None, :], cand, np.inf)
+    # held(B) = held[i] exactly on [starts[i], ends[i]): a candidate at ends[i] belongs to
+    # the next step, whose own candidate is at most it
+    out = cand.min(axis=1)
+    out[flop <= 0] = 0.0
+    return out
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -299,15 +299,18 @@ LABEL = Unit("label", ARGS, SOURCES, jit=lambda: _jit())
 
 class Kernels:
     """The compiled module's kernels (each checked by :func:`_checked`), with the
-    arena's Python helpers, under the names :mod:`.label_kernel` gives them."""
+    arena's Python helpers, under the names :mod:`.label_kernel` gives them: those of
+    :data:`LABEL` by default, or of another unit of label kernels (``args``, its calls of
+    other types handed to ``handed``: :mod:`.cdynp.local_aot`)."""
 
     BLOCK = BLOCK
     new_arena = staticmethod(new_arena)
     grown = staticmethod(grown)
 
-    def __init__(self, module):
-        for name, kinds in ARGS.items():
-            setattr(self, name, _checked(name, getattr(module, name), kinds))
+    def __init__(self, module, args=None, handed=None):
+        for name, kinds in (ARGS if args is None else args).items():
+            setattr(self, name, _checked(name, getattr(module, name), kinds,
+                                         _handed if handed is None else handed))
 
     @staticmethod
     def warm() -> None:

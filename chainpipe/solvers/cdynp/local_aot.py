@@ -17,8 +17,6 @@ Built by ``python -m chainpipe.solvers.label_aot`` with the other units.
 
 from __future__ import annotations
 
-import types
-
 from .. import label_aot
 
 #: per kernel :mod:`.local` calls, its arguments' types (:data:`.label_aot.ARGS`' notation;
@@ -51,12 +49,6 @@ def load():
     just-in-time kernels). Decided once per process."""
     if not _loaded:
         module = UNIT.compiled()
-        if module is None:
-            _loaded.append(_jit())
-        else:
-            kernels = {name: label_aot._checked(name, getattr(module, name), kinds,
-                                                UNIT.handed_call)
-                       for name, kinds in ARGS.items()}
-            _loaded.append(types.SimpleNamespace(new_arena=label_aot.new_arena,
-                                                 grown=label_aot.grown, **kernels))
+        _loaded.append(_jit() if module is None
+                       else label_aot.Kernels(module, ARGS, UNIT.handed_call))
     return _loaded[0]
