@@ -132,3 +132,44 @@ def test_the_pruned_walk_equals_the_full_one(seed):
         for step in (1.5, 3.0, 6.0, 12.0, 24.0):  # the model fits from 12 on
             full = curve.tables_at(lam * step, prune=False)
             np.testing.assert_array_equal(curve.tables_at(lam * step), full)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_a_curve_at_theta_never_exceeds_a_real_prefix_below_it(seed):
+    """The curve of a range's searches at a limit ``theta`` of ``max R`` (its walks leave
+    out the options with ``R >= theta``, :meth:`PrefixCurve._allowed`): for every placement
+    and ``theta`` a hair above its own ``max R``, the curve's :meth:`least_time` is at most
+    the placement's ``T_p`` and every walk's fill at a suffix's state at most the prefix's
+    own fill. It fails when the walks leave out options a millionth below ``theta``."""
+    inst = random_v3_instance(seed)
+    M = inst.microbatches
+    if M < 2 or inst.training.objective != "period":
+        pytest.skip("no period to cap")
+    plans = []
+    for stages in _v3_configurations(inst):
+        lam, got = _period(inst, stages), contract_pipeline(inst, M, stages)
+        if lam is not None and got[1] > 0:  # (a limit below R = 0 leaves nothing)
+            plans.append((stages, lam, got[0], got[1]))
+    if not plans:
+        pytest.skip("no placement with a synchronisation fits")
+    tables = CostTables(inst)
+    windows = inst.training.schedule == "1f1b" and M > inst.num_layers
+    checked = 0
+    for stages, lam, T_p, R in plans[:: max(1, len(plans) // 12)]:
+        theta = float(np.nextafter(R, np.inf))
+        curve = PrefixCurve(tables, 0, tables.K - 1, False, windows, theta)
+        top = lam * 1.5
+        assert curve.least_time(M, top, tables.K - 1) <= T_p * (1 + 1e-9) + 1e-12
+        grid = curve.grid(top)
+        for s in range(1, len(stages)):
+            k0 = stages[s][2]
+            usage = [0] * int((tables.group_dc == k0).sum())
+            for _a, _e, k, g, d, t in stages[s:]:
+                if k == k0:
+                    usage[g] += d * t
+            fill = _prefix_fill(inst, stages[:s])
+            for cap in grid[grid >= lam * (1 + 1e-12)]:
+                got = curve.walk(cap)[stages[s][0], k0, curve.room(k0, tuple(usage))]
+                assert got <= fill * (1 + 1e-9) + 1e-12, (stages, s, cap, got, fill)
+                checked += 1
+    assert checked or all(len(p[0]) == 1 for p in plans)

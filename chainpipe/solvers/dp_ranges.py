@@ -25,7 +25,7 @@ import numpy as np
 
 from ..deadline import Deadline
 from ..tables import CostTables
-from .dp_period import PipelineSearch
+from .dp_period import PipelineSearch, search_curve
 from .prefix_curve import PrefixCurve
 
 #: relative steps of the trial targets above the best proven floor (then the target): a
@@ -98,6 +98,8 @@ class RangeTimes:
         if known is not None and known[0] <= tau:
             return known
         lo = self._floor(i, j, m, theta, tau)
+        if lo <= tau and self._theta_apart(i, j, theta):  # the searches' curve, first
+            lo = max(lo, self._theta_floor(i, j, m, theta))
         if lo > tau or lo == np.inf:
             return None
         ceiling = np.inf if known is None else known[0]
@@ -161,7 +163,16 @@ class RangeTimes:
             if curve is None:
                 curve = self.curved[i, j, m] = self._curve_floor(i, j, m)
             lo = max(lo, curve)
+        if lo <= tau and self._theta_apart(i, j, theta) and PrefixCurve.made(
+                self.t, i, j, True, False, theta) is not None:
+            lo = max(lo, self._theta_floor(i, j, m, theta))  # (its walks mostly made)
         return lo
+
+    @staticmethod
+    def _theta_apart(i, j, theta) -> bool:
+        """Whether the range's searches at ``theta`` walk a curve of their own
+        (:func:`.dp_period.search_curve`: a finite limit, more than one DC)."""
+        return bool(np.isfinite(theta)) and j > i
 
     def _least_cap(self, i, j) -> float:
         """The range's least cap, once its prefix curve has found it: the largest
@@ -171,16 +182,26 @@ class RangeTimes:
         curve = PrefixCurve.made(self.t, i, j, True, False)
         return 0.0 if curve is None or curve.least is None else float(curve.least)
 
-    def _curve_floor(self, i, j, m) -> float:
+    def _curve_floor(self, i, j, m, theta=np.inf) -> float:
         """The prefix curve's floor under ``T_p`` on DCs ``i..j`` with ``m`` microbatches
-        (:meth:`.prefix_curve.PrefixCurve.least_time`; periods below ``upper / (m - 1)``,
-        as every plan the searches look for has). Its windows are never capped here: the
-        walks then serve every ``m`` (with them, ``v3-large-02`` took 64 s, without 54 s)."""
+        and every ``R < theta`` (:meth:`.prefix_curve.PrefixCurve.least_time`; periods
+        below ``upper / (m - 1)``, as every plan the searches look for has). Its windows
+        are never capped here: the walks then serve every ``m`` (with them,
+        ``v3-large-02`` took 64 s, without 54 s)."""
         if m <= 1 or not np.isfinite(self.upper):
             return 0.0
-        curve = PrefixCurve.of(self.t, i, j, True, False)
+        curve = search_curve(self.t, m, i, j, theta)
         got = curve.least_time(m, self.upper / (m - 1), j)
         return min(got, self.upper)
+
+    def _theta_floor(self, i, j, m, theta) -> float:
+        """:meth:`_curve_floor` with the options of ``R >= theta`` left out, as the
+        range's searches at ``theta`` make it: taken only before a search (its walks then
+        serve the search), once per ``(i, j, m, theta)``."""
+        got = self.curved.get((i, j, m, theta))
+        if got is None:
+            got = self.curved[i, j, m, theta] = self._curve_floor(i, j, m, theta)
+        return got
 
     def _period_floor(self, i, j, m) -> float:
         """The least bottleneck under which the devices of DCs ``i..j`` hold the model

@@ -56,12 +56,15 @@ class PrefixCurve:
     windows : bool
         Whether every stage's loops count (``M_p`` above the layers, 1F1B ``period``): the
         windows are then capped too.
+    theta : float
+        Only options with ``R < theta`` (a range's searches at that limit of ``max R``:
+        they use no other; ``inf``: every option).
     """
 
     def __init__(self, tables, first_dc: int, last_dc: int, first_fixed: bool,
-                 windows: bool):
+                 windows: bool, theta: float = np.inf):
         self.t, self.lo, self.hi, self.fixed = tables, first_dc, last_dc, first_fixed
-        self.windows = windows
+        self.windows, self.theta = windows, theta
         #: how many caps of the grid the floors use (twice the least cap)
         self.steps = len(GRID if windows else COARSE_GRID)
         self._arrays = _arrays(tables)
@@ -76,21 +79,22 @@ class PrefixCurve:
 
     @staticmethod
     def made(tables, first_dc: int, last_dc: int, first_fixed: bool,
-             windows: bool) -> PrefixCurve | None:
+             windows: bool, theta: float = np.inf) -> PrefixCurve | None:
         """The range's curve if :meth:`of` has made it for these tables, else ``None``
         (nothing is made: the tables may be a view without the curve's arrays)."""
         return tables.__dict__.get("_prefix_curves", {}).get(
-            (first_dc, last_dc, first_fixed, windows))
+            (first_dc, last_dc, first_fixed, windows, theta))
 
     @staticmethod
     def of(tables, first_dc: int, last_dc: int, first_fixed: bool,
-           windows: bool) -> PrefixCurve:
-        """The curve of a range, made once per tables."""
+           windows: bool, theta: float = np.inf) -> PrefixCurve:
+        """The curve of a range, made once per tables (and ``theta``)."""
         cache = tables.__dict__.setdefault("_prefix_curves", {})
-        key = (first_dc, last_dc, first_fixed, windows)
+        key = (first_dc, last_dc, first_fixed, windows, theta)
         got = cache.get(key)
         if got is None:
-            got = cache[key] = PrefixCurve(tables, first_dc, last_dc, first_fixed, windows)
+            got = cache[key] = PrefixCurve(tables, first_dc, last_dc, first_fixed, windows,
+                                           theta)
         return got
 
     def walk(self, lam: float) -> np.ndarray:
@@ -108,6 +112,7 @@ class PrefixCurve:
         """The walk under cap ``lam`` (:meth:`walk`, not kept); ``prune=False`` expands
         every entry (the reference the pruned walk must equal)."""
         C, ok, widths, npairs = self._arrays[5:9]
+        ok = self._allowed(ok)
         radix, stride, dc_groups, ngr, U, Q = self._local
         nV = int(np.prod(radix, axis=1).max())
         F = forward(lam, 0, self.hi - self.lo, self.fixed, radix, stride, nV, dc_groups,
@@ -123,20 +128,37 @@ class PrefixCurve:
         ``j``, the DCs after ``j`` not yet reached), and a fit at ``j`` is one at every
         later ``j``."""
         shown = self.t.__dict__.setdefault("_prefix_shown", {})
-        return shown.setdefault((self.lo, self.fixed, self.windows), [])
+        return shown.setdefault((self.lo, self.fixed, self.windows, self.theta), [])
+
+    def _allowed(self, ok: np.ndarray) -> np.ndarray:
+        """``ok`` (per group, option and layer range) less the options with ``R >=
+        theta`` (made per walk: a mask per curve would hold megabytes for each limit)."""
+        if not np.isfinite(self.theta):
+            return ok
+        return ok & (_sync_times(self.t) < self.theta)
 
     def _bracket(self, lo: float, cap: float) -> tuple[float, float | None]:
         """The bracket of the least cap the walks so far show for this range: the largest
         ``lam`` shown not to fit (at least ``lo``) and the least one up to ``cap`` shown to
         fit (``None``: none)."""
         hi = None
-        for lam, top, first in self._shown():
-            if first is not None and first <= self.hi:
+        for lam, top, first, theta in self._shown_all():
+            if first is not None and first <= self.hi and theta <= self.theta:
                 if lam <= cap and (hi is None or lam < hi):
                     hi = lam
-            elif top >= self.hi:
+            elif top >= self.hi and theta >= self.theta and (first is None or first > self.hi):
                 lo = max(lo, lam)
         return lo, (hi if hi is not None and hi > lo else None)
+
+    def _shown_all(self):
+        """:meth:`_shown` of every limit ``theta`` of this first DC, each walk with its
+        limit: a fit under a smaller limit is one under this (more options), and a misfit
+        under a larger one is one here."""
+        shown = self.t.__dict__.setdefault("_prefix_shown", {})
+        for (lo, fixed, windows, theta), walks in shown.items():
+            if (lo, fixed, windows) == (self.lo, self.fixed, self.windows):
+                for lam, top, first in walks:
+                    yield lam, top, first, theta
 
     def fits(self, lam: float) -> bool:
         """Whether the whole model fits the relaxed rules under cap ``lam``."""
@@ -233,6 +255,7 @@ class PrefixCurve:
         """The largest over the layers of the least ``C`` any option of the range's groups
         has on that layer alone: no plan's period is below it."""
         radix, stride, nV, dc_groups, ngr, C, ok = self._arrays[:7]
+        ok = self._allowed(ok)
         groups = [int(dc_groups[k, i]) for k in range(self.lo, self.hi + 1)
                   for i in range(int(ngr[k]))]
         L = C.shape[3] - 1
@@ -258,6 +281,20 @@ def _at_most(F: np.ndarray, radix: np.ndarray) -> np.ndarray:
         out[:, k, n:] = np.inf
         before = np.minimum(before, F[:, k, :].min(axis=1))
     return out
+
+
+def _sync_times(tables) -> np.ndarray:
+    """``R`` per group, option and layer range, in the layout of :func:`_arrays`' ``C``
+    (``inf`` where a group has fewer options), once per tables."""
+    got = tables.__dict__.get("_prefix_curve_sync")
+    if got is None:
+        C = _arrays(tables)[5]
+        got = np.full(C.shape, np.inf)
+        for g in range(tables.G):
+            o = tables.options(g)
+            got[g, :len(o.width)] = o.sync_time
+        tables.__dict__["_prefix_curve_sync"] = got
+    return got
 
 
 def _arrays(tables):

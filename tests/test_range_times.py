@@ -1,0 +1,62 @@
+"""``RangeTimes`` (``chainpipe/solvers/dp_ranges.py``), the several-pipeline search's
+answers per DC range, against every placement of small random v3 instances: for each
+range, ``M_p`` and limit ``theta`` of ``max R`` its least ``T_p`` is the brute force's
+(the range's curves at each ``theta`` leave out the options a search may not use)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from chainpipe.deadline import Deadline
+from chainpipe.solvers.dp_pipelines import shared_holds
+from chainpipe.solvers.dp_ranges import RangeTimes
+from chainpipe.tables import CostTables
+from helpers import _v3_configurations, contract_pipeline, random_v3_instance
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_a_range_least_time_at_each_theta_is_the_brute_force_one(seed):
+    """Each range of two DCs or more, each ``M_p`` and each ``theta`` (from ``inf`` down
+    through a hair above every placement's ``max R``, as the sweep asks them, one
+    ``RangeTimes`` keeping what its searches proved): ``at_most`` finds a plan within the
+    least ``T_p`` of the placements on the range with ``max R < theta`` and none a hair
+    below it, or none at all when no placement has one.
+    It fails when the range's walks leave out the options of ``R`` above 0.7 ``theta``."""
+    inst = random_v3_instance(seed)
+    tables = CostTables(inst)
+    if tables.K < 2 or inst.microbatches < 2:
+        pytest.skip("one datacenter or one microbatch")
+    placements = _v3_configurations(inst)
+    values = {}
+    for stages in placements:
+        for m in range(1, inst.microbatches + 1):
+            got = contract_pipeline(inst, m, stages)
+            if got is not None:
+                values[tuple(stages), m] = got
+    if not values:
+        pytest.skip("no placement fits")
+    upper = 4 * max(T + R for T, R in values.values()) + 1
+    thetas = sorted({float(np.nextafter(R, np.inf)) for _, R in values.values()},
+                    reverse=True)
+    dl = Deadline(120)
+    ranges = RangeTimes(tables, dl, upper, shared_holds(tables, dl))
+    asked = 0
+    for i in range(tables.K):
+        for j in range(i + 1, tables.K):
+            for theta in [np.inf] + thetas:
+                for m in range(1, inst.microbatches + 1):
+                    best = min((T for (st, mm), (T, R) in values.items()
+                                if mm == m and st[0][2] == i and st[-1][2] == j
+                                and R < theta), default=None)
+                    if best is None:
+                        assert ranges.at_most(i, j, m, upper, theta) is None, (i, j, m, theta)
+                        continue
+                    below = ranges.at_most(i, j, m, best * (1 - 1e-6), theta)
+                    assert below is None, (i, j, m, theta, best, below)
+                    got = ranges.at_most(i, j, m, best * (1 + 1e-9), theta)
+                    assert got is not None, (i, j, m, theta, best)
+                    assert got[0] <= best * (1 + 1e-9) and got[1] < theta
+                    asked += 1
+    if not asked:
+        pytest.skip("no placement spans two DCs")
