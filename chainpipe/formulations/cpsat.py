@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import weakref
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -219,6 +220,11 @@ def loop_pruned(tables: CostTables, arcs: StageArcs, upper_bound: float,
     return dataclasses.replace(arcs, s_max=s_max, **kept_fields)
 
 
+#: per tables object, the values ``h(b)`` :class:`FloorBound` computed (kept while the
+#: tables live)
+_FLOOR_VALUES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
 class FloorBound:
     """``T >= h(b)`` for every plan whose bottleneck is at least ``b``, on a grid.
 
@@ -234,9 +240,15 @@ class FloorBound:
         if len(v) > BOUND_GRID:
             v = v[np.linspace(0, len(v) - 1, BOUND_GRID).astype(np.int64)]
         K = tables.K
+        # ``h`` depends on the tables and ``b`` only: the models built on one tables
+        # object (a sub-solve's model, its loop LP and loop pruning, the levels of a joint
+        # model) share their values instead of computing them again
+        known = _FLOOR_VALUES.setdefault(tables, {})
         with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-            h = np.array([tables.bound_with_floors([float(b)] * K, float(b), check)
-                          for b in v])
+            for b in v.tolist():
+                if b not in known:
+                    known[b] = tables.bound_with_floors([b] * K, b, check)
+            h = np.array([known[b] for b in v.tolist()], dtype=float)
         self.grid, self.values = v, np.where(np.isfinite(h), h, 0.0)
 
     def __call__(self, values) -> np.ndarray:

@@ -11,6 +11,7 @@ callback, never to the console.
 from __future__ import annotations
 
 import math
+import re
 import threading
 import time
 
@@ -191,7 +192,8 @@ def lagrangian_bound(model, row_dual) -> float:
 
 
 def solve_lp_bound(model, *, deadline: Deadline, seed: int = 0, threads: int = 1,
-                   log=None, tolerance: float = 1e-6) -> tuple[float | None, str]:
+                   log=None, tolerance: float = 1e-6,
+                   give_up_below: float | None = None) -> tuple[float | None, str]:
     """A proven lower bound on ``model``'s LP relaxation by HiGHS's interior point method
     without crossover (:func:`lagrangian_bound` of its duals), or ``None`` when the method
     did not end; and HiGHS's model status text. ``tolerance`` is the method's optimality
@@ -204,6 +206,11 @@ def solve_lp_bound(model, *, deadline: Deadline, seed: int = 0, threads: int = 1
     seed, threads : int
     log : callable, optional
     tolerance : float
+    give_up_below : float, optional
+        What the bound is wanted for (in the model's units): the method is stopped, and
+        ``(None, "given up")`` returned, once an iterate that is nearly feasible
+        (:data:`GIVE_UP_PINF`) has an objective below it by :data:`GIVE_UP_MARGIN`: the
+        LP's value is then below it too, and so would its bound be.
 
     Returns
     -------
@@ -213,11 +220,12 @@ def solve_lp_bound(model, *, deadline: Deadline, seed: int = 0, threads: int = 1
     import highspy
 
     h = highspy.Highs()
-    h.setOptionValue("output_flag", log is not None)
+    h.setOptionValue("output_flag", log is not None or give_up_below is not None)
     h.setOptionValue("log_to_console", False)
     if log is not None:
         feed = line_logger(log)
         h.cbLogging += lambda event: feed(event.message)
+    given_up = _give_up(h, give_up_below)
     for key, value in (("random_seed", int(seed)), ("threads", max(1, int(threads))),
                        ("presolve_rule_off", PRESOLVE_RULES_OFF), ("solver", "ipm"),
                        ("run_crossover", "off"), ("ipm_optimality_tolerance", tolerance)):
@@ -233,6 +241,8 @@ def solve_lp_bound(model, *, deadline: Deadline, seed: int = 0, threads: int = 1
         _run(h, deadline)
     except Abandoned:
         return None, "abandoned"
+    if given_up.is_set():
+        return None, "given up"
     S = highspy.HighsModelStatus
     ms = h.getModelStatus()
     text = h.modelStatusToString(ms)
@@ -243,3 +253,40 @@ def solve_lp_bound(model, *, deadline: Deadline, seed: int = 0, threads: int = 1
         return None, text
     bound = lagrangian_bound(model, sol.row_dual)
     return (bound if math.isfinite(bound) else None), text
+
+
+#: :func:`solve_lp_bound` gives up at an iterate whose primal infeasibility is at most
+#: this and whose objective is below what is wanted by a relative :data:`GIVE_UP_MARGIN`
+GIVE_UP_PINF = 1e-6
+GIVE_UP_MARGIN = 1e-3
+_IPX_ROW = re.compile(r"^\s*\d+\*?\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)\s+\S+\s*$")
+
+
+def _give_up(h, below: float | None) -> threading.Event:
+    """An event set (and the interior point method interrupted) once an iteration line of
+    IPX's log shows a primal objective below ``below`` (less a relative
+    :data:`GIVE_UP_MARGIN`) at a primal infeasibility of at most :data:`GIVE_UP_PINF`
+    (``docs/formulations.md``, "Ninth round"). Never set without ``below``."""
+    event = threading.Event()
+    if below is None or not math.isfinite(below):
+        return event
+    limit = below - GIVE_UP_MARGIN * abs(below)
+
+    def read(ev):
+        m = _IPX_ROW.match(ev.message)
+        if m is None:
+            return
+        try:
+            primal, pinf = float(m.group(1)), float(m.group(3))
+        except ValueError:
+            return
+        if primal < limit and pinf <= GIVE_UP_PINF:
+            event.set()
+
+    def interrupt(ev):
+        if event.is_set():
+            ev.interrupt()
+
+    h.cbLogging += read
+    h.cbIpmInterrupt += interrupt
+    return event

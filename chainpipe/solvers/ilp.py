@@ -75,7 +75,7 @@ from ..formulations.pipelines import OuterSearch, merge_models, several
 from ..instance import Instance
 from ..io import atomic_write
 from ..numeric import OPTIMALITY_RTOL
-from ..plan import evaluate
+from ..plan import Plan, evaluate
 from ..progress import report
 from ..result import OptionError, Outcome
 from ..tables import CostTables
@@ -112,6 +112,10 @@ LOOP_LP_TOLERANCE = 1e-6
 #: ``-03`` 77 and 49 (``docs/formulations.md``, "Seventh round")
 PROOF_OPTIONS = {"mip_heuristic_run_feasibility_jump": False, "mip_heuristic_run_rins": False,
                  "mip_heuristic_run_rens": False, "mip_heuristic_run_root_reduced_cost": False}
+#: a twin pipeline's plan (:meth:`_SyncBlock._from_twin`) within this relative margin of
+#: the proven bound is taken as this pipeline's optimum under the cap (the joint model's
+#: value is then at most this much above the optimum, well inside ``OPTIMALITY_RTOL``)
+TWIN_RTOL = 1e-7
 #: :func:`_joint_by_sync` builds each level's model afresh, pruned by what the level must
 #: beat (``True``), instead of fixing the shared model's columns above the cap to 0
 LEVEL_MODELS = True
@@ -368,8 +372,11 @@ def _loop_lp_first(tables: CostTables, form, opts: _Options, deadline: Deadline,
         return None
     model = lean.build(flow_loops=True)
     budget = Deadline(None if deadline.unlimited else deadline.remaining() * LOOP_LP_SHARE)
+    # given up once the interior point method shows the LP below the upper bound: then
+    # its bound cannot settle the solve, and the MIP has the time
+    give_up = form.upper_bound / lean.scale if not getattr(model, "offset", 0.0) else None
     scaled, text = solve_lp_bound(model, deadline=budget, seed=seed, threads=threads,
-                                  log=log, tolerance=LOOP_LP_TOLERANCE)
+                                  log=log, tolerance=LOOP_LP_TOLERANCE, give_up_below=give_up)
     bound = None
     if scaled is not None:
         bound = math.inf if math.isinf(scaled) else \
@@ -584,6 +591,9 @@ class _SyncCache:
     forms: dict = field(default_factory=dict)
     levels: dict = field(default_factory=dict)
     tables: dict = field(default_factory=dict)
+    #: per pipeline: its sub-instance, and its twin (:func:`_twin`) once looked up
+    instances: dict = field(default_factory=dict)
+    twins: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -599,6 +609,8 @@ class _SyncBlock:
     R: float = math.inf  # max R of :attr:`plan` (the model's option values)
     sync: float = math.inf  # max R of :attr:`plan` (evaluate's)
     lb: float = 0.0  # proven: every plan under the current cap has T_p - max R >= lb
+    #: ``(key, its DC's name, this DC's name)`` of a twin pipeline (:func:`_twin`)
+    twin: tuple | None = None
 
     def needs(self, cap: float, strict: bool) -> bool:
         """Whether the last plan is not one of the plans under the cap (or there is none)."""
@@ -608,18 +620,70 @@ class _SyncBlock:
         self.plan, self.T, self.R, self.sync = level.plan, level.T, level.R, level.sync
         self.lb = max(self.lb, level.lb)
 
-    def _known(self, cap: float, strict: bool, below: float) -> bool:
+    def _known(self, cap: float, strict: bool, below: float, target: float) -> bool:
         """Answer from an earlier solve when one settles it: an optimal plan under a cap
-        at least as wide that this cap allows (it stays optimal), or no plan below
-        ``below`` or more under such a cap. Every wider cap's bound holds here too."""
+        at least as wide that this cap allows (it stays optimal), a plan this cap allows
+        no slower than ``target`` and below ``below`` (what a solve stopped at the target
+        would give: ``target`` is what the other pipelines are proven to need), or no
+        plan below ``below`` or more under such a cap. Every wider cap's bound holds here
+        too (each solve's bound holds for the plans below its own ``below``, and its plan
+        or ``below`` is above the bound)."""
         for lv in self.cache.levels.get(self.key, ()):
             if not lv.covers(cap, strict):
                 continue
             self.lb = max(self.lb, lv.lb)
-            fits = lv.R < cap if strict else lv.R <= cap
-            if (lv.optimal and lv.plan is not None and fits) or (
+            fits = lv.plan is not None and (lv.R < cap if strict else lv.R <= cap)
+            if (lv.optimal and fits) or (fits and lv.T <= target and lv.T < below) or (
                     lv.plan is None and lv.optimal and lv.below >= below):
                 self._take(lv)
+                return True
+        return False
+
+    def _store(self, level: _Level) -> None:
+        self.cache.levels.setdefault(self.key, []).append(level)
+        self.plan = None
+        self._take(level)
+
+    def _from_twin(self, cap: float, strict: bool, below: float, target: float) -> bool:
+        """Answer from the levels of a twin pipeline (:func:`_twin`: the same DC but for a
+        lower or equal own-link latency; every plan costs it no more ``T_p - max R`` and
+        no more ``R``). A twin's bound under a cap at least as wide bounds this pipeline
+        (its plans under the cap are the twin's, renamed, each no cheaper there; the cap
+        read in the twin's option values, which the same plans' options hold). With
+        that bound at least ``below`` there is no plan below ``below``; else a twin's
+        plan, renamed and costed here, answers when it fits the cap, is below ``below``
+        and no slower than ``target`` (what a solve stopped at the target gives), or
+        within :data:`TWIN_RTOL` of the bound (taken as optimal)."""
+        if self.twin is None:
+            return False
+        key, theirs, mine = self.twin
+        # the twin's own option values: its cap holding every plan of this one under ``cap``
+        form = self.cache.forms[key]
+        values = form.arcs.sync[np.unique(form.col_arc)]
+        values = values[values <= cap]
+        if not len(values):
+            return False
+        theirs_cap, plans = float(values.max()), []
+        for lv in self.cache.levels.get(key, ()):
+            if lv.covers(theirs_cap, False):
+                self.lb = max(self.lb, lv.lb)
+                if lv.plan is not None:
+                    plans.append(lv.plan)
+        if self.lb >= below:
+            self._store(_Level(cap, strict, below, None, math.inf, math.inf, math.inf,
+                               below, True))
+            return True
+        for plan in plans:
+            plan = _renamed(plan, theirs, mine)
+            ev = evaluate(self.instance, plan)
+            if not ev.feasible:
+                continue
+            sync = float(ev.sync_s)
+            T = float(ev.iteration_time_s) - sync
+            exact = T <= self.lb * (1 + TWIN_RTOL)
+            if (sync < cap if strict else sync <= cap) and T < below and (
+                    T <= target or exact):
+                self._store(_Level(cap, strict, below, plan, T, sync, sync, self.lb, exact))
                 return True
         return False
 
@@ -661,7 +725,8 @@ class _SyncBlock:
         # the same plans as the largest option value under the cap: solves are shared
         # between entries and the caps they reach
         cap, strict = float(values.max()), False
-        if self._known(cap, strict, below):
+        if self._known(cap, strict, below, target) or self._from_twin(cap, strict, below,
+                                                                      target):
             return
         form, model = self._level_model(cap, below, deadline)
         if model is None:  # no plan under the cap has T_p - max R below ``below``
@@ -688,9 +753,40 @@ class _SyncBlock:
             ev = evaluate(self.instance, level.plan)
             level.sync = float(ev.sync_s)
             level.T, level.R = float(ev.iteration_time_s) - level.sync, form.chosen_sync()
-        self.cache.levels.setdefault(self.key, []).append(level)
-        self.plan = None
-        self._take(level)
+        self._store(level)
+
+
+def _renamed(plan: Plan, theirs: str, mine: str) -> Plan:
+    """``plan`` with the devices of datacenter ``theirs`` named as those of ``mine``."""
+    head = f"{theirs}/"
+    return Plan([dataclasses.replace(st, devices=tuple(
+        f"{mine}/{d[len(head):]}" if d.startswith(head) else d for d in st.devices))
+        for st in plan.stages])
+
+
+def _twin(cache: _SyncCache, key: tuple) -> tuple | None:
+    """A pipeline of the cache whose answers bound this one's: both one DC with the same
+    ``M_p`` and the same instance but for the DC's name and its own link, whose bandwidth
+    is the same and whose latency is at most this one's (``v3-medium-02``'s and ``-03``'s
+    DCs 2 and 4). Every cost of a plan (``Q``, the loops, ``R``) only grows with that
+    latency, so a plan of this DC costs the twin no more. ``(key, its DC's name, this
+    DC's name)`` or ``None``; looked up once per key."""
+    if key in cache.twins:
+        return cache.twins[key]
+    inst, found = cache.instances[key], None
+    if len(inst.datacenters) == 1:
+        dc = inst.datacenters[0]
+        for other_key, other in cache.instances.items():
+            if other_key == key or len(other.datacenters) != 1:
+                continue
+            o = other.datacenters[0]
+            if (o.devices == dc.devices and o.link.latency_s <= dc.link.latency_s
+                    and o.link.bandwidth_bytes_per_s == dc.link.bandwidth_bytes_per_s
+                    and dataclasses.replace(other, datacenters=inst.datacenters) == inst):
+                found = (other_key, o.name, dc.name)
+                break
+    cache.twins[key] = found
+    return found
 
 
 def _sync_blocks(subs: list, upper: float, deadline: Deadline, opts: _Options,
@@ -709,7 +805,10 @@ def _sync_blocks(subs: list, upper: float, deadline: Deadline, opts: _Options,
                 cache.forms[key] = form
             if cache.forms[key] is None:  # no arc of this block fits a plan below upper
                 return None
+            cache.instances.setdefault(key, sub)
             blocks.append(_SyncBlock(cache.forms[key], sub, key, cache))
+    for b in blocks:
+        b.twin = _twin(cache, b.key)
     return blocks
 
 
