@@ -219,6 +219,8 @@ def solve_chain(backend, options: dict, deadline: Deadline, *, trace_dir=None,
         period_options["lower_bound"] = low * (1 - 1e-9)
     out = drive(backend, period_options, deadline=deadline, probe=False,
                 trace_dir=None if trace_dir is None else Path(trace_dir, "period"))
+    # drive's outcome when the time limit (or the deadline) ended the run: no messages
+    timed_out = out.status == "no_solution" and "messages" not in out.stats
     out.stats.update(stats)
     out.stats["messages"] = first.stats["messages"] + [
         {**m, "file": f"period/{m['file']}"} for m in out.stats.get("messages", [])]
@@ -229,6 +231,11 @@ def solve_chain(backend, options: dict, deadline: Deadline, *, trace_dir=None,
         out.stats["message_bytes_max"] = max(sizes, default=0)
     if not exact:
         return _compressed_period(backend, first, out, T_e, low, options)
+    if timed_out:  # never "optimal" (nor, in a range run, "none below the bound") below
+        if user is not None:  # what a range run the time limit ended returns (no messages)
+            return Outcome("no_solution", message=out.message,
+                           stats={"protocol_s": out.stats.get("protocol_s")})
+        return Outcome("feasible", first.plan, message=out.message, stats=out.stats)
     if out.status == "no_solution" and user is None and out.plan is None:
         # the search below min(T_e, period_bound) (1 + 1e-9) was exhaustive and found
         # nothing: the classic plan, at T_e, is optimal (T_e below the bound: never
