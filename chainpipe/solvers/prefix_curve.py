@@ -142,23 +142,26 @@ class PrefixCurve:
         ``lam`` shown not to fit (at least ``lo``) and the least one up to ``cap`` shown to
         fit (``None``: none)."""
         hi = None
-        for lam, top, first, theta in self._shown_all():
-            if first is not None and first <= self.hi and theta <= self.theta:
-                if lam <= cap and (hi is None or lam < hi):
+        for lam, top, first, tighter, looser in self._shown_all():
+            if first is not None and first <= self.hi:
+                if tighter and lam <= cap and (hi is None or lam < hi):
                     hi = lam
-            elif top >= self.hi and theta >= self.theta and (first is None or first > self.hi):
+            elif top >= self.hi and looser:
                 lo = max(lo, lam)
         return lo, (hi if hi is not None and hi > lo else None)
 
     def _shown_all(self):
-        """:meth:`_shown` of every limit ``theta`` of this first DC, each walk with its
-        limit: a fit under a smaller limit is one under this (more options), and a misfit
-        under a larger one is one here."""
+        """:meth:`_shown` of every curve of this first DC, each walk with whether its rules
+        are at least as tight as this curve's (a fit there is one here) and whether they
+        are at most as tight (a misfit there is one here): a smaller limit ``theta``
+        leaves fewer options, capped windows add rules."""
         shown = self.t.__dict__.setdefault("_prefix_shown", {})
         for (lo, fixed, windows, theta), walks in shown.items():
-            if (lo, fixed, windows) == (self.lo, self.fixed, self.windows):
+            if (lo, fixed) == (self.lo, self.fixed):
+                tighter = theta <= self.theta and windows >= self.windows
+                looser = theta >= self.theta and windows <= self.windows
                 for lam, top, first in walks:
-                    yield lam, top, first, theta
+                    yield lam, top, first, tighter, looser
 
     def fits(self, lam: float) -> bool:
         """Whether the whole model fits the relaxed rules under cap ``lam``."""
