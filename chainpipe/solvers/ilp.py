@@ -594,6 +594,7 @@ class _SyncCache:
     #: per pipeline: its sub-instance, and its twin (:func:`_twin`) once looked up
     instances: dict = field(default_factory=dict)
     twins: dict = field(default_factory=dict)
+    siblings: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -647,34 +648,29 @@ class _SyncBlock:
     def _from_twin(self, cap: float, strict: bool, below: float, target: float) -> bool:
         """Answer from the levels of a twin pipeline (:func:`_twin`: the same DC but for a
         lower or equal own-link latency; every plan costs it no more ``T_p - max R`` and
-        no more ``R``). A twin's bound under a cap at least as wide bounds this pipeline
-        (its plans under the cap are the twin's, renamed, each no cheaper there; the cap
-        read in the twin's option values, which the same plans' options hold). With
-        that bound at least ``below`` there is no plan below ``below``; else a twin's
-        plan, renamed and costed here, answers when it fits the cap, is below ``below``
+        no more ``R``), or from a plan already found. A twin's bound under a cap at
+        least as wide bounds this pipeline (its plans under the cap are the twin's,
+        renamed, each no cheaper there; the cap read in the twin's option values, which
+        the same plans' options hold). With that bound at least ``below`` there is no
+        plan below ``below``. Else a plan of this pipeline's levels under any cap, or of
+        a sibling's (:func:`_siblings`: the same DC but for its own link), renamed and
+        costed here by ``evaluate``, answers when it fits the cap, is below ``below``
         and no slower than ``target`` (what a solve stopped at the target gives), or
         within :data:`TWIN_RTOL` of the bound (taken as optimal)."""
-        if self.twin is None:
-            return False
-        key, theirs, mine = self.twin
-        # the twin's own option values: its cap holding every plan of this one under ``cap``
-        form = self.cache.forms[key]
-        values = form.arcs.sync[np.unique(form.col_arc)]
-        values = values[values <= cap]
-        if not len(values):
-            return False
-        theirs_cap, plans = float(values.max()), []
-        for lv in self.cache.levels.get(key, ()):
-            if lv.covers(theirs_cap, False):
-                self.lb = max(self.lb, lv.lb)
-                if lv.plan is not None:
-                    plans.append(lv.plan)
-        if self.lb >= below:
-            self._store(_Level(cap, strict, below, None, math.inf, math.inf, math.inf,
-                               below, True))
-            return True
-        for plan in plans:
-            plan = _renamed(plan, theirs, mine)
+        if self.twin is not None:
+            key = self.twin[0]
+            form = self.cache.forms[key]
+            values = form.arcs.sync[np.unique(form.col_arc)]
+            values = values[values <= cap]
+            theirs_cap = float(values.max()) if len(values) else -math.inf
+            for lv in self.cache.levels.get(key, ()):
+                if lv.covers(theirs_cap, False):
+                    self.lb = max(self.lb, lv.lb)
+            if self.lb >= below:
+                self._store(_Level(cap, strict, below, None, math.inf, math.inf, math.inf,
+                                   below, True))
+                return True
+        for plan in self._candidates():
             ev = evaluate(self.instance, plan)
             if not ev.feasible:
                 continue
@@ -686,6 +682,18 @@ class _SyncBlock:
                 self._store(_Level(cap, strict, below, plan, T, sync, sync, self.lb, exact))
                 return True
         return False
+
+    def _candidates(self):
+        """The plans of this pipeline's levels, then of its siblings' (renamed), each once."""
+        seen = set()
+        sources = [(self.key, None)] + [(k, (theirs, mine)) for k, theirs, mine
+                                        in _siblings(self.cache, self.key)]
+        for key, names in sources:
+            for lv in self.cache.levels.get(key, ()):
+                if lv.plan is None or id(lv.plan) in seen:
+                    continue
+                seen.add(id(lv.plan))
+                yield lv.plan if names is None else _renamed(lv.plan, *names)
 
     def _level_model(self, cap: float, below: float, deadline: Deadline):
         """``(form, model)`` of the plans with every ``R <= cap``, minimising ``T_p - max
@@ -787,6 +795,28 @@ def _twin(cache: _SyncCache, key: tuple) -> tuple | None:
                 break
     cache.twins[key] = found
     return found
+
+
+def _siblings(cache: _SyncCache, key: tuple) -> list:
+    """The other pipelines of the cache on one DC with the same ``M_p`` and the same
+    instance but for the DC's name and own link: a plan of one, renamed, is a plan of the
+    other (the same devices and memory), costed there by ``evaluate``. ``(key, its DC's
+    name, this DC's name)`` each; looked up again as the cache grows."""
+    inst, out = cache.instances[key], []
+    if len(inst.datacenters) != 1:
+        return out
+    dc = inst.datacenters[0]
+    for other_key, other in cache.instances.items():
+        if other_key == key or len(other.datacenters) != 1:
+            continue
+        pair = (key, other_key)
+        if pair not in cache.siblings:
+            o = other.datacenters[0]
+            cache.siblings[pair] = o.devices == dc.devices and dataclasses.replace(
+                other, datacenters=inst.datacenters) == inst
+        if cache.siblings[pair]:
+            out.append((other_key, other.datacenters[0].name, dc.name))
+    return out
 
 
 def _sync_blocks(subs: list, upper: float, deadline: Deadline, opts: _Options,
