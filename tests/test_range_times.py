@@ -15,14 +15,17 @@ from chainpipe.tables import CostTables
 from helpers import _v3_configurations, contract_pipeline, random_v3_instance
 
 
+@pytest.mark.parametrize("dear", [False, True])
 @pytest.mark.parametrize("seed", range(60))
-def test_a_range_least_time_at_each_theta_is_the_brute_force_one(seed):
+def test_a_range_least_time_at_each_theta_is_the_brute_force_one(seed, dear):
     """Each range of two DCs or more, each ``M_p`` and each ``theta`` (from ``inf`` down
     through a hair above every placement's ``max R``, as the sweep asks them, one
     ``RangeTimes`` keeping what its searches proved): ``at_most`` finds a plan within the
     least ``T_p`` of the placements on the range with ``max R < theta`` and none a hair
     below it, or none at all when no placement has one.
-    It fails when the range's walks leave out the options of ``R`` above 0.7 ``theta``."""
+    With ``dear``, every range is dear from the start (its searches walk curves of their
+    own ``theta``); then it fails when the walks leave out the options of ``R`` above
+    0.7 ``theta``."""
     inst = random_v3_instance(seed)
     tables = CostTables(inst)
     if tables.K < 2 or inst.microbatches < 2:
@@ -41,6 +44,8 @@ def test_a_range_least_time_at_each_theta_is_the_brute_force_one(seed):
                     reverse=True)
     dl = Deadline(120)
     ranges = RangeTimes(tables, dl, upper, shared_holds(tables, dl))
+    if dear:
+        ranges.dear = {(i, j) for i in range(tables.K) for j in range(i, tables.K)}
     asked = 0
     for i in range(tables.K):
         for j in range(i + 1, tables.K):

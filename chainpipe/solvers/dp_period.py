@@ -274,12 +274,18 @@ class PipelineSearch:
         What free devices hold under a bottleneck (the one valid for ``M_p``).
     box : tuple of float
         ``(tau, theta)``: only plans with ``T_p <= tau`` and ``max R < theta`` besides.
+    first_dc : int or None
+    own_theta : bool
+        Whether a range's prefix curve leaves out the options of ``R >= theta`` as the
+        search does (stronger floors, walks of their own: :data:`.dp_ranges.DEAR`).
     """
 
     def __init__(self, tables: CostTables, microbatches: int, last_dc: int | None,
                  upper: float, deadline: Deadline, tighten: str, capacity=None,
-                 box: tuple[float, float] = (np.inf, np.inf), first_dc: int | None = None):
+                 box: tuple[float, float] = (np.inf, np.inf), first_dc: int | None = None,
+                 own_theta: bool = True):
         self.t, self.m, self.last_dc, self.first_dc = tables, microbatches, last_dc, first_dc
+        self.own_theta = own_theta
         self.tau, self.theta = box
         self.upper, self.deadline, self.tighten = upper, deadline, tighten
         training = tables.instance.training
@@ -476,7 +482,7 @@ class PipelineSearch:
         t, grid = self.t, np.empty(0)
         if self.m > 1 and np.isfinite(self.cap) and self.cap > 0:
             self.prefix_curve = search_curve(t, self.m, self.first_dc, self.last_dc,
-                                             self.theta)
+                                             self.theta if self.own_theta else np.inf)
             grid = self.prefix_curve.grid(self.cap * (1 + SLACK))[:self.prefix_curve.steps]
         J = len(grid)
         self.curve = (np.empty((64, t.L + 1, J)), np.empty((64, t.L + 1, J)), grid)

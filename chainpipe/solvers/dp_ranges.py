@@ -38,6 +38,10 @@ LADDER = tuple(1.03 ** k - 1 for k in range(1, 40))
 NEAR = 0.015
 #: relative steps of the trials above a target that found nothing
 ABOVE = (0.03, 0.06, 0.1)
+#: the labels a search of a range keeps past which the range is *dear*: its later
+#: searches walk a prefix curve of their own limit ``theta`` (walks per range and
+#: ``theta``, which cheap ranges do not repay)
+DEAR = 10_000
 
 
 @dataclass(frozen=True)
@@ -84,6 +88,8 @@ class RangeTimes:
         self.static: dict[tuple[int, int, int], float] = {}
         self.curved: dict[tuple[int, int, int], float] = {}
         self.searches = 0
+        #: the dear ranges (:data:`DEAR`)
+        self.dear: set[tuple[int, int]] = set()
 
     def at_most(self, i: int, j: int, m: int, tau: float, theta: float, above: bool = True):
         """``(T_p, max R, stages)`` of a plan on DCs ``i..j`` with ``m`` microbatches, every
@@ -168,11 +174,11 @@ class RangeTimes:
             lo = max(lo, self._theta_floor(i, j, m, theta))  # (its walks mostly made)
         return lo
 
-    @staticmethod
-    def _theta_apart(i, j, theta) -> bool:
+    def _theta_apart(self, i, j, theta) -> bool:
         """Whether the range's searches at ``theta`` walk a curve of their own
-        (:func:`.dp_period.search_curve`: a finite limit, more than one DC)."""
-        return bool(np.isfinite(theta)) and j > i
+        (:func:`.dp_period.search_curve`: a finite limit, more than one DC, the range
+        dear)."""
+        return bool(np.isfinite(theta)) and j > i and (i, j) in self.dear
 
     def _least_cap(self, i, j) -> float:
         """The range's least cap, once its prefix curve has found it: the largest
@@ -220,9 +226,12 @@ class RangeTimes:
     def _search(self, i, j, m, tau, theta):
         """One bounded search; records what it proves. ``(T_p, max R, stages)`` or ``None``."""
         search = PipelineSearch(self.t, m, j, self.upper, self.deadline, "time", self.holds,
-                                (tau, theta), first_dc=i)
+                                (tau, theta), first_dc=i,
+                                own_theta=self._theta_apart(i, j, theta))
         done = search.run().get(i, [])
         self.searches += 1
+        if search.stats["labels"] > DEAR:
+            self.dear.add((i, j))
         if self.log is not None:
             self.log(f"dp: a pipeline on DCs {i}..{j}, M_p = {m}, T_p <= {tau:.6g}: "
                      f"{'found' if done else 'none'} ({search.stats['labels']} labels)")
