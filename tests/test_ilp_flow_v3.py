@@ -207,6 +207,27 @@ def _joint_value(subs, plans) -> float:
     return max(ev.iteration_time_s - ev.sync_s for ev in evs) + max(ev.sync_s for ev in evs)
 
 
+def joint_by_levels_checked(subs, opts, cache, where):
+    """Solve the pipelines ``subs`` jointly, merged and by levels of the synchronisation
+    (``cache``), under twice the dp's worst ``T_p``; both must prove the same optimum, the
+    levels' bound within it. Returns it (``None``: a sub-instance has no plan)."""
+    from chainpipe.deadline import Deadline
+    from chainpipe.solvers import ilp
+
+    refs = [solve(sub, "dp") for sub in subs]
+    if any(r.plan is None for r in refs):
+        return None
+    upper = 2.0 * max(r.iteration_time for r in refs) * (1 + 1e-6) + 1e-9
+    args = (subs, upper, Deadline(60), opts, 0, 1, None)
+    merged, _bound = ilp._joint("ilp-path", *args, by_sync=False)
+    plans, bound = ilp._joint("ilp-path", *args, levels=cache)
+    assert merged is not None and plans is not None, where
+    opt = _joint_value(subs, merged)
+    assert math.isclose(_joint_value(subs, plans), opt, rel_tol=1e-6), where
+    assert opt * (1 - 1e-6) <= bound <= opt * (1 + 1e-9), where
+    return opt
+
+
 @pytest.mark.parametrize("seed", range(24))
 def test_the_joint_model_by_sync_levels_equals_the_merged_one(seed):
     """``solvers/ilp.py:_joint_by_sync`` (levels of the synchronisation, one MIP per
@@ -228,17 +249,9 @@ def test_the_joint_model_by_sync_levels_equals_the_merged_one(seed):
     for cut in range(1, K):
         for m0 in sorted({1, M // 2, M - 1}):
             subs = [sub_instance(inst, 0, cut - 1, m0), sub_instance(inst, cut, K - 1, M - m0)]
-            refs = [solve(sub, "dp") for sub in subs]
-            if any(r.plan is None for r in refs):
+            opt = joint_by_levels_checked(subs, opts, cache, (seed, cut, m0))
+            if opt is None:
                 continue
-            upper = 2.0 * max(r.iteration_time for r in refs) * (1 + 1e-6) + 1e-9
-            args = (subs, upper, Deadline(60), opts, 0, 1, None)
-            merged, m_bound = ilp._joint("ilp-path", *args, by_sync=False)
-            plans, bound = ilp._joint("ilp-path", *args, levels=cache)
-            assert merged is not None and plans is not None, (seed, cut, m0)
-            opt = _joint_value(subs, merged)
-            assert math.isclose(_joint_value(subs, plans), opt, rel_tol=1e-6), (seed, cut, m0)
-            assert bound <= opt * (1 + 1e-9) and bound >= opt * (1 - 1e-6), (seed, cut, m0)
             low, low_bound = ilp._joint("ilp-path", subs, opt * (1 - 1e-3), Deadline(60),
                                         opts, 0, 1, None, levels=cache)
             assert low is None and math.isclose(low_bound, opt * (1 - 1e-3)), (seed, cut, m0)

@@ -13,7 +13,7 @@ import math
 from pathlib import Path
 
 import numpy as np
-from test_ilp_flow_v3 import FLOW, _joint_value
+from test_ilp_flow_v3 import FLOW, joint_by_levels_checked
 
 from chainpipe import Instance
 from chainpipe.io import read
@@ -51,7 +51,6 @@ def test_twin_levels_give_the_joint_optimum(monkeypatch):
     twin looked up in the other direction (a faster twin's answers do not bound a slower
     pipeline), its plans taken as optimal whatever their gap, or a plan taken without
     checking that it fits the cap."""
-    from chainpipe.deadline import Deadline
     from chainpipe.formulations.pipelines import sub_instance
     from chainpipe.solvers import ilp
 
@@ -74,18 +73,8 @@ def test_twin_levels_give_the_joint_optimum(monkeypatch):
         cache = ilp._SyncCache()
         for m0 in range(1, M):
             subs = [sub_instance(inst, 0, 0, m0), sub_instance(inst, 1, 1, M - m0)]
-            refs = [solve(sub, "dp") for sub in subs]
-            if any(r.plan is None for r in refs):
-                continue
-            upper = 2.0 * max(r.iteration_time for r in refs) * (1 + 1e-6) + 1e-9
-            args = (subs, upper, Deadline(60), opts, 0, 1, None)
-            merged, _b = ilp._joint("ilp-path", *args, by_sync=False)
-            plans, bound = ilp._joint("ilp-path", *args, levels=cache)
-            assert merged is not None and plans is not None, (seed, m0)
-            opt = _joint_value(subs, merged)
-            assert math.isclose(_joint_value(subs, plans), opt, rel_tol=1e-6), (seed, m0)
-            assert opt * (1 - 1e-6) <= bound <= opt * (1 + 1e-9), (seed, m0)
-            checked += 1
+            if joint_by_levels_checked(subs, opts, cache, (seed, m0)) is not None:
+                checked += 1
         twins = [v for v in cache.twins.values() if v is not None]
         fast = inst.datacenters[seed % 2].name
         assert all(fast == t[1] for t in twins), seed
