@@ -274,7 +274,6 @@ class PipelineSearch:
         What free devices hold under a bottleneck (the one valid for ``M_p``).
     box : tuple of float
         ``(tau, theta)``: only plans with ``T_p <= tau`` and ``max R < theta`` besides.
-    first_dc : int or None
     own_theta : bool
         Whether a range's prefix curve leaves out the options of ``R >= theta`` as the
         search does (stronger floors, walks of their own: :data:`.dp_ranges.DEAR`).
