@@ -35,7 +35,7 @@ def _cut_period_runs(monkeypatch) -> list:
             return real(backend, options, **kw)
         cut.append(options["upper_bound"])
         return Outcome("no_solution", message="cdynp: time limit reached in dc1",
-                       stats={"protocol_s": 0.0})
+                       stats={"protocol_s": 0.0, "timed_out": True})
 
     monkeypatch.setattr(cdynp, "drive", drive)
     return cut

@@ -219,8 +219,7 @@ def solve_chain(backend, options: dict, deadline: Deadline, *, trace_dir=None,
         period_options["lower_bound"] = low * (1 - 1e-9)
     out = drive(backend, period_options, deadline=deadline, probe=False,
                 trace_dir=None if trace_dir is None else Path(trace_dir, "period"))
-    # drive's outcome when the time limit (or the deadline) ended the run: no messages
-    timed_out = out.status == "no_solution" and "messages" not in out.stats
+    timed_out = out.stats.get("timed_out", False)  # the time limit ended the run
     out.stats.update(stats)
     out.stats["messages"] = first.stats["messages"] + [
         {**m, "file": f"period/{m['file']}"} for m in out.stats.get("messages", [])]

@@ -165,7 +165,7 @@ def drive(backend: Backend, options: dict, *, deadline: Deadline, probe=None,
             res, plan = one_run({**options, "upper_bound": None}, trace_dir)
     except TimeUp as exc:
         return Outcome("no_solution", message=f"cdynp: {exc}",
-                       stats={"protocol_s": time.perf_counter() - t0})
+                       stats={"protocol_s": time.perf_counter() - t0, "timed_out": True})
     except AgentFailure as exc:
         return Outcome("error", message=f"cdynp: {exc}",
                        stats={"protocol_s": time.perf_counter() - t0,
