@@ -781,18 +781,14 @@ def _twin(cache: _SyncCache, key: tuple) -> tuple | None:
     DC's name)`` or ``None``; looked up once per key."""
     if key in cache.twins:
         return cache.twins[key]
-    inst, found = cache.instances[key], None
-    if len(inst.datacenters) == 1:
-        dc = inst.datacenters[0]
-        for other_key, other in cache.instances.items():
-            if other_key == key or len(other.datacenters) != 1:
-                continue
-            o = other.datacenters[0]
-            if (o.devices == dc.devices and o.link.latency_s <= dc.link.latency_s
-                    and o.link.bandwidth_bytes_per_s == dc.link.bandwidth_bytes_per_s
-                    and dataclasses.replace(other, datacenters=inst.datacenters) == inst):
-                found = (other_key, o.name, dc.name)
-                break
+    found = None
+    for other_key, theirs, mine in _siblings(cache, key):  # (same DC but its own link)
+        mine_link = cache.instances[key].datacenters[0].link
+        link = cache.instances[other_key].datacenters[0].link
+        if (link.latency_s <= mine_link.latency_s
+                and link.bandwidth_bytes_per_s == mine_link.bandwidth_bytes_per_s):
+            found = (other_key, theirs, mine)
+            break
     cache.twins[key] = found
     return found
 
