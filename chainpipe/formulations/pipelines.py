@@ -49,7 +49,9 @@ PRUNE_RTOL = 1e-9
 SUB_SHARE = 0.5
 #: at most this many partitions of the chain are seeded with heuristic plans
 SEED_PARTITIONS = 64
-#: a block and ``M_p`` is solved at most this many times (again only with a higher cutoff)
+#: a block and ``M_p`` is solved at most this many times in the first pass over the
+#: entries (again only with a higher cutoff); each later round (:meth:`OuterSearch.revisit`)
+#: allows one more
 MAX_SOLVES = 2
 #: share of the time limit for a first pass over the entries whose blocks are single DCs
 #: (each block one DC: small, fast sub-models, and a good incumbent for the cutoffs)
@@ -334,6 +336,10 @@ class OuterSearch:
     local_share : float, optional
         Share of the time limit for a first pass over the entries whose blocks are single
         DCs (:data:`LOCAL_SHARE`; 0 takes every entry by cheap bound from the start).
+    sub_limit : float, optional
+        At most this many seconds for one sub-solve in the first pass, doubled in each
+        later round (:meth:`revisit`); ``None`` (default): only :data:`SUB_SHARE` of the
+        time left.
     """
 
     instance: object
@@ -358,6 +364,12 @@ class OuterSearch:
     #: per block of several DCs ``(first, last)``: ``(M_p, entry)`` of every entry holding
     #: it, by ``M_p`` (:meth:`needed_first`)
     by_block: dict = field(default_factory=dict)
+    #: seconds for one sub-solve in the first pass (``None``: a share of the time left)
+    sub_limit: float | None = None
+    #: rounds of :meth:`revisit` begun (0 in the first pass)
+    rounds: int = 0
+    #: per block and ``M_p``: the seconds its last solve was given and its cutoff
+    budgets: dict = field(default_factory=dict)
 
     def grown(self, first: int, last: int, m: int) -> float:
         """The largest bound proven of the block with ``m0 <= m`` microbatches: a bound
@@ -421,14 +433,22 @@ class OuterSearch:
         now be better)."""
         key = (first, last, m)
         old = self.subs.get(key)
+        budget = self.slice()
         if old is not None and (old.optimal or old.infeasible or cutoff is None
                                 or old.bound >= cutoff * (1 - PRUNE_RTOL)
-                                or self.solves.get(key, 0) >= MAX_SOLVES):
+                                or self.solves.get(key, 0) >= MAX_SOLVES + self.rounds
+                                or not self.more_than_before(key, budget, cutoff)):
             return old
         inst = sub_instance(self.instance, first, last, m)
         if cutoff is not None and not math.isfinite(cutoff):
             cutoff = None
-        out = self.single(inst, self.slice(), cutoff)
+        self.budgets[key] = (math.inf if budget.unlimited else budget.limit,
+                             math.inf if cutoff is None else cutoff)
+        try:
+            out = self.single(inst, budget, cutoff)
+        except TimeUp:  # the sub-solve's own slice ended (the whole limit: raised on)
+            self.deadline.check()
+            out = Outcome("no_solution", message="the sub-solve's time ran out")
         self.stats["sub_solves"] += 1
         self._note_size(out.stats)
         self.solves[key] = self.solves.get(key, 0) + 1
@@ -458,10 +478,27 @@ class OuterSearch:
 
     def slice(self) -> Deadline:
         """The deadline of one sub-solve: :data:`SUB_SHARE` of what is left (a hard block
-        must not keep the enumeration from every other entry); no limit without one."""
-        if self.deadline.unlimited:
-            return Deadline(None)
-        return Deadline(self.deadline.remaining() * SUB_SHARE)
+        must not keep the enumeration from every other entry), all of it in the rounds of
+        :meth:`revisit` (least bound first: an entry left open there keeps the status from
+        ``optimal`` whatever else is proven); at most :attr:`sub_limit` doubled per round
+        when that is set; no limit without either."""
+        share = SUB_SHARE if self.rounds == 0 else 1.0
+        limit = self.deadline.remaining() * share
+        if self.sub_limit is not None:
+            limit = min(limit, self.sub_limit * 2.0 ** self.rounds)
+        return Deadline(None if math.isinf(limit) else limit)
+
+    def more_than_before(self, key: tuple, budget: Deadline, cutoff: float | None) -> bool:
+        """Whether a solve of block and ``M_p`` ``key`` with ``budget`` and ``cutoff`` can
+        prove more than its last one: always in the first pass (as before the rounds); in
+        a round of :meth:`revisit` only with more time or a lower cutoff (the same solve
+        again would stop where the last one did)."""
+        if self.rounds == 0 or key not in self.budgets:
+            return True
+        seconds, last_cutoff = self.budgets[key]
+        limit = math.inf if budget.unlimited else budget.limit
+        cut = math.inf if cutoff is None else cutoff
+        return limit > seconds * (1 + 1e-9) or cut < last_cutoff * (1 - PRUNE_RTOL)
 
     def seed(self) -> None:
         """First incumbents from the cheap heuristics of
@@ -521,9 +558,36 @@ class OuterSearch:
                 self.visit(local, self.phase(self.local_share))
                 self.stats["local_phase_s"] = self.deadline.elapsed()
             self.visit(todo, self.deadline)
+            self.revisit(todo)
         except TimeUp:
             message = f"time limit ({self.deadline.limit:g} s) reached in the enumeration"
         return self.outcome(todo, message)
+
+    def open(self, todo: list[Entry]) -> list[Entry]:
+        """The entries neither settled nor proven no better than the incumbent."""
+        return [e for e in todo if not e.done
+                and self.known(e) < self.best_T * (1 - PRUNE_RTOL)]
+
+    def revisit(self, todo: list[Entry]) -> None:
+        """Rounds over the entries a pass left open (a sub-solve cut by its slice, a block
+        without a plan), least proven bound first, while the time limit lasts: each round
+        gives a sub-solve all the time left (and doubles :attr:`sub_limit`) and allows one
+        more solve per block and ``M_p``; a block is solved again only with more time or
+        a lower cutoff than its last solve (:meth:`more_than_before`). Ends when nothing
+        is open or a round solves nothing (then the outcome stays ``feasible``)."""
+        while True:
+            left = self.open(todo)
+            if not left:
+                return
+            self.deadline.check()
+            before = (self.stats["sub_solves"], self.stats["joint_solves"])
+            self.rounds += 1
+            self.stats["revisits"] = self.rounds
+            for e in left:
+                e.visited = False
+            self.visit(left, self.deadline)
+            if (self.stats["sub_solves"], self.stats["joint_solves"]) == before:
+                return
 
     def phase(self, share: float) -> Deadline:
         """A deadline for one phase: ``share`` of the time left, in CPU seconds
@@ -544,7 +608,8 @@ class OuterSearch:
         """Solve or prune each entry of ``todo`` not yet visited, least proven bound first
         (:meth:`known`, kept current as blocks are solved: a heap re-keyed lazily, the
         bounds only rise), until the deadline ``until`` (its end stops this pass only)."""
-        heap = [(e.cheap, len(e.blocks), n) for n, e in enumerate(todo) if not e.visited]
+        heap = [(self.known(e) if self.rounds else e.cheap, len(e.blocks), n)
+                for n, e in enumerate(todo) if not e.visited]
         heapq.heapify(heap)
         while heap:
             if until.expired():
