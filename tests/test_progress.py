@@ -83,7 +83,10 @@ def _on_a_terminal(*args: str, timeout: float = 60) -> str:
 def test_a_terminal_shows_the_line_and_quiet_or_a_pipe_does_not(tmp_path):
     args = ["solve", str(HYBRID), "--solver", "cpsat", "--time-limit", "3", "--format", "json"]
     shown = _on_a_terminal(*args)
-    assert "\r\x1b[Kcpsat  " in shown and "incumbent " in shown
+    # the line, with what the search has (on a loaded machine CP-SAT may find no plan
+    # in 3 s: the line then says so; its incumbents are checked by the test above)
+    assert "\r\x1b[Kcpsat  " in shown
+    assert "incumbent " in shown or "no plan yet  bound " in shown
     assert shown.endswith("\r\x1b[K") or "\r\x1b[K" in shown.splitlines()[-1]
     assert "cpsat  " not in _on_a_terminal(*args, "--quiet")
     piped = subprocess.run([sys.executable, "-m", "chainpipe", *args], cwd=ROOT,
