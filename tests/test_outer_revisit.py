@@ -77,3 +77,25 @@ def test_sub_solves_that_never_finish_leave_the_status_honest(monkeypatch):
         assert res.status != "optimal", seed
         assert res.lower_bound is None or res.lower_bound <= opt * (1 + 1e-9), seed
         assert res.stats.get("revisits", 0) >= 1 and calls, seed
+
+
+def test_an_entry_proven_within_rounding_is_not_taken_again(monkeypatch):
+    """An entry whose bound meets the incumbent within ``OPTIMALITY_RTOL`` (a joint model's
+    bound at the plan it found, up to rounding) is not open: no round takes it (taking it
+    again would solve its joint model round after round until the limit). An open entry
+    is taken, and the rounds stop once one proves nothing new."""
+    from chainpipe.deadline import Deadline
+    from chainpipe.formulations import pipelines as pl
+
+    inst = next(_instances(1))[1]
+    search = pl.OuterSearch(inst, Deadline(10), single=None, joint=None)
+    search.best_T = 1.0
+    e = pl.Entry(((0, 0), (1, 2)), (4, 4), 0.0, bound=1.0 - 1e-8, visited=True)
+    visits = []
+    monkeypatch.setattr(pl.OuterSearch, "visit",
+                        lambda self, todo, until: visits.append(len(todo)))
+    search.revisit([e])
+    assert visits == [] and search.rounds == 0
+    e.bound = 0.9
+    search.revisit([e])
+    assert visits == [1] and search.rounds == 1

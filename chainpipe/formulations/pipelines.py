@@ -564,9 +564,10 @@ class OuterSearch:
         return self.outcome(todo, message)
 
     def open(self, todo: list[Entry]) -> list[Entry]:
-        """The entries neither settled nor proven no better than the incumbent."""
+        """The entries that keep the outcome from ``optimal``: neither settled nor proven
+        within ``OPTIMALITY_RTOL`` of the incumbent (:meth:`outcome`'s test)."""
         return [e for e in todo if not e.done
-                and self.known(e) < self.best_T * (1 - PRUNE_RTOL)]
+                and self.known(e) < self.best_T * (1 - OPTIMALITY_RTOL)]
 
     def revisit(self, todo: list[Entry]) -> None:
         """Rounds over the entries a pass left open (a sub-solve cut by its slice, a block
@@ -574,19 +575,22 @@ class OuterSearch:
         gives a sub-solve all the time left (and doubles :attr:`sub_limit`) and allows one
         more solve per block and ``M_p``; a block is solved again only with more time or
         a lower cutoff than its last solve (:meth:`more_than_before`). Ends when nothing
-        is open or a round solves nothing (then the outcome stays ``feasible``)."""
+        is open or a round neither solves a block again (with more time: the next round
+        may prove more) nor finds a better plan or a higher bound of an open entry (a
+        joint model solved again alone proves the same: then the outcome stays
+        ``feasible``)."""
         while True:
             left = self.open(todo)
             if not left:
                 return
             self.deadline.check()
-            before = (self.stats["sub_solves"], self.stats["joint_solves"])
+            before = (self.stats["sub_solves"], self.best_T, [self.known(e) for e in left])
             self.rounds += 1
             self.stats["revisits"] = self.rounds
             for e in left:
                 e.visited = False
             self.visit(left, self.deadline)
-            if (self.stats["sub_solves"], self.stats["joint_solves"]) == before:
+            if (self.stats["sub_solves"], self.best_T, [self.known(e) for e in left]) == before:
                 return
 
     def phase(self, share: float) -> Deadline:
