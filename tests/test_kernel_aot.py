@@ -280,3 +280,23 @@ def test_a_v3_cdynp_solve_never_imports_numba():
     files = (SMALL[0], SMALL[1], MEDIUM[1],
              ROOT / "instances" / "hybrid" / "medium" / "hybrid-medium-01.json")
     assert _fresh_solves("cdynp", files, 120) == ["optimal"] * 4 + ["False"]
+
+
+def test_the_build_reports_a_failed_unit_and_names_the_units():
+    """The units build in child processes side by side (``make``'s step); a child that
+    fails makes the build fail, and an unknown unit is named in one line."""
+    assert label_aot._build_side_by_side(["no-such-unit", "nor-this"], 2) == 1
+    done = subprocess.run([sys.executable, "-m", "chainpipe.solvers.label_aot", "--unit",
+                           "no-such-unit"], capture_output=True, text=True, cwd=ROOT,
+                          timeout=120)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.count("\n") == 1 and "label, period, prefix" in done.stderr
+
+
+def test_every_unit_built_is_named_and_nothing_rebuilt():
+    if not all(u.location().exists() for u in label_aot.units()):
+        pytest.skip("not built for these sources: python -m chainpipe.solvers.label_aot")
+    done = subprocess.run([sys.executable, "-m", "chainpipe.solvers.label_aot"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert done.returncode == 0
+    assert done.stdout.split() == [str(u.location()) for u in label_aot.units()]

@@ -410,21 +410,59 @@ def units() -> list:
     return [LABEL, period_kernel.UNIT, prefix_kernel.UNIT, period_fast.UNIT, local_aot.UNIT]
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     """``python -m chainpipe.solvers.label_aot``: build each unit's compiled module
     (unless it is built for the sources as they are) and print its path, with the
-    seconds its build took."""
+    seconds its build took. The units build side by side, one child process each, as
+    many at a time as there are cores, at most 4 (each build is one process's work; on 2
+    cores at load 2.5 the five took 122 s of wall time side by side, 173 s one by one,
+    the label unit alone 89 s). ``--unit NAME`` builds that unit here."""
     import time
 
-    for unit in units():
-        path = unit.location()
-        if path.exists():
-            print(path, flush=True)
-            continue
+    args = sys.argv[1:] if argv is None else argv
+    if args[:1] == ["--unit"] and len(args) == 2:
+        unit = next((u for u in units() if u.name == args[1]), None)
+        if unit is None:
+            print(f"no unit named {args[1]!r}: {', '.join(u.name for u in units())}",
+                  file=sys.stderr)
+            return 2
         t0 = time.perf_counter()
-        unit.build(path)
+        path = unit.build()
         print(f"{path} (built in {time.perf_counter() - t0:.1f} s)", flush=True)
-    return 0
+        return 0
+    todo = []
+    for unit in units():
+        if unit.location().exists():
+            print(unit.location(), flush=True)
+        else:
+            todo.append(unit.name)
+    return _build_side_by_side(todo, max(1, min(os.cpu_count() or 1, 4)))
+
+
+def _build_side_by_side(names: list[str], width: int) -> int:
+    """Build the units ``names``, ``width`` child processes at a time, the next one
+    started as soon as one ends; no child outlives this call (killed on any way out).
+    1 if a build failed, else 0."""
+    import subprocess
+    import time
+
+    running: list = []
+    failed = 0
+    try:
+        while names or running:
+            while names and len(running) < width:
+                running.append(subprocess.Popen(
+                    [sys.executable, "-m", f"{__package__}.label_aot", "--unit",
+                     names.pop(0)]))
+            time.sleep(0.1)
+            for child in [c for c in running if c.poll() is not None]:
+                running.remove(child)
+                failed |= child.returncode != 0
+    finally:
+        for child in running:
+            child.kill()
+            child.wait()
+    return int(failed)
 
 
 if __name__ == "__main__":
