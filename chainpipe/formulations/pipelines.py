@@ -24,7 +24,8 @@ those whose blocks are single DCs first for a share of the limit
 proven no better. The reported bound is the least over entries of what is proven of each
 (its value when solved, its sub-models' bounds, else its cheap bound raised by what its
 blocks are proven elsewhere, :meth:`OuterSearch.settle`): ``bound <= optimum <= T``
-always; ``optimal`` only when it meets ``T``.
+always; ``optimal`` only when it meets ``T``. Entries a pass leaves open (a sub-solve cut
+by its slice) are taken again in rounds while the limit lasts (:meth:`OuterSearch.revisit`).
 """
 
 from __future__ import annotations
