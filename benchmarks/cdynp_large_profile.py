@@ -22,6 +22,10 @@ the curve without the windows' cap (``C`` and ``U`` capped only). It measures ho
 labels and how much time the floor a forward pass along the chain would give can save;
 the result says nothing about privacy.
 
+``--ladder TOP --low LOW`` runs the owner's ladder of public bounds with the decomposed
+rows (:func:`ladder`): period runs only, from the floor the rows give, until one finds a
+plan.
+
 Run: ``python benchmarks/cdynp_large_profile.py --instance v3/large/v3-large-01 --bound
 6.9 --floor curve``; appends a section to ``benchmarks/results/cdynp_large_profile.md``.
 """
@@ -138,15 +142,21 @@ def _walk_kernel():
 
 
 def chain_filter(instance, bound: float, caps: int = 24, step: float = 0.01,
-                 scale: float = 1.0):
+                 scale: float = 1.0, low: float | None = None):
     """:func:`oracle_filter`'s test with rows made the decomposed way: each DC walks its
     own devices only (its one-DC tables, as its agent has them) from what the DC before
     it passes on (per cap and prefix end, the least fill per excess bucket of a prefix on
     the DCs before, a prefix ending earlier passed on as it is), across the chain link
     into it as a floor under the path's ``U`` and ``Q`` (the path's bandwidth is at most
     that link's, its latency at least that link's). Caps on a public grid: ``bound / (M
-    - 1)`` over ``(1 + step)^j``, ``j < caps``. Nothing here is sent: it shows what such a
-    pass would give, with no DC reading another's tables. Returns ``(keep, caps)``."""
+    - 1)`` over ``(1 + step)^j``, ``j < caps`` (with ``low``, a public floor such as the
+    classic optimum: ``caps`` caps evenly spaced in ratio from ``low / (M - 1)`` to ``bound
+    / (M - 1)``). Nothing here is sent: it shows what such a
+    pass would give, with no DC reading another's tables. Returns ``(keep, caps)``;
+    ``keep.floor`` is the floor the last DC could read off its table under every plan
+    whose ``T`` is within ``bound``: ``min_j (E_j + (M - 1) lam_(j-1))``, ``E_j`` the
+    whole model's least fill under cap ``j`` (``lam_(-1) = 0``; a period past the grid
+    costs ``(M - 1) lam_last``)."""
     from chainpipe import cost
     from chainpipe.instance import Instance
     from chainpipe.solvers.cdynp.agent import own_tables
@@ -154,7 +164,8 @@ def chain_filter(instance, bound: float, caps: int = 24, step: float = 0.01,
 
     walk, nb = _walk_kernel(), BUCKETS
     M, L = instance.microbatches, instance.num_layers
-    grid = np.sort(bound / (M - 1) / (1 + step) ** np.arange(caps))
+    grid = (np.geomspace(low / (M - 1), bound / (M - 1), caps) if low
+            else np.sort(bound / (M - 1) / (1 + step) ** np.arange(caps)))
     E = np.full((caps, L + 1, nb), np.inf)  # what DC k gets, per cap (none for DC 0)
     rows: list = []  # per DC: (CF over [a, v] per cap, radix, stride)
     for k, dc in enumerate(instance.datacenters):
@@ -179,6 +190,8 @@ def chain_filter(instance, bound: float, caps: int = 24, step: float = 0.01,
         rows.append((np.stack(per_cap, axis=2), radix[0], stride[0]))
         E = out
     below = np.concatenate(([0.0], grid[:-1]))
+    # what the last DC could report: a floor under every plan within the grid's top cap
+    whole = E[:, L].min(axis=1) + (M - 1) * below
 
     def keep(k: int, u: tuple, x: int, labels, ub: float):
         if x == 0 or not len(labels):
@@ -193,6 +206,7 @@ def chain_filter(instance, bound: float, caps: int = 24, step: float = 0.01,
         total = labels.S[:, 2] + labels.S[:, 3] + scale * floor
         return labels.take(total <= ub * (1 + 1e-9))
 
+    keep.floor = float(min(whole.min(), (M - 1) * grid[-1]))
     return keep, caps
 
 
@@ -287,6 +301,58 @@ def measure(name: str, bound: float | None, floor: str, limit: float) -> dict:
             "trials": trials, "kernels": own, "load": (load, os.getloadavg()[0])}
 
 
+#: the ladder's steps above the floor (``dp``'s, ``docs/dp.md``, "One pipeline, the answer")
+STEPS = (0.005, 0.01, 0.02, 0.03, 0.045, 0.06, 0.08, 0.1, 0.15, 0.2, 0.3)
+
+
+def ladder(name: str, top: float, low: float | None, limit: float, caps: int = 40) -> str:
+    """The owner's ladder with the decomposed rows (``--ladder``): the rows of
+    :func:`chain_filter` for bounds from ``low`` up to ``top`` (both public: the classic
+    optimum and the classic plan's ``T``, say; ``caps`` caps) and its floor ``F0``; then period runs of the whole chain (:func:`.drive.drive`, no
+    classic run) under ``F0 (1 + d)`` for :data:`STEPS` below ``top``, then ``top``, each
+    with the last failed bound as its public ``lower_bound``, until one finds a plan (the
+    optimum: every plan below its bound was kept). Returns a markdown section."""
+    from chainpipe.deadline import Deadline
+    from chainpipe.io import read
+    from chainpipe.solvers.cdynp import LocalOwner
+    from chainpipe.solvers.cdynp.drive import agent_options, drive
+
+    inst = read(ROOT / "instances" / f"{name}.json")
+    t0 = time.process_time()
+    keep, caps = chain_filter(inst, top, caps=caps, low=low)
+    rows_s, floor = time.process_time() - t0, keep.floor
+    floor = max(floor, low or 0.0)
+    bounds = [floor * (1 + d) for d in STEPS if floor * (1 + d) < top] + [top]
+    whole = LocalOwner(inst, False, 60).whole()
+    deadline, below = Deadline(limit), floor * (1 - 1e-9)
+    lines = [f"### `{name}`, the owner's ladder with decomposed rows, top {top:g} s", "",
+             f"Rows: {caps} caps, {rows_s:.1f} CPU s (numba's compile included); the last "
+             f"DC's floor {floor:.4f} s. Load {os.getloadavg()[0]:.2f} at the start.", "",
+             "| bound | found | labels (all DCs) | CPU s |", "|---|---|---|---|"]
+    total = 0.0
+    for bound in bounds:
+        trials: list = []
+        undo = instrument(trials, keep)
+        t1 = time.process_time()
+        try:
+            out = drive(whole, {**agent_options(), "upper_bound": bound,
+                                "lower_bound": below}, deadline=deadline, probe=False)
+        finally:
+            undo()
+        cpu = time.process_time() - t1
+        total += cpu
+        labels = sum(t["labels"] or 0 for t in trials)
+        found = "cut" if out.stats.get("timed_out") else (
+            f"{whole.evaluation(out.plan).iteration_time_s:.4f}" if out.plan else "none")
+        lines.append(f"| {bound:.4f} | {found} | {labels:,} | {cpu:.2f} |")
+        if out.plan is not None or out.stats.get("timed_out"):
+            break
+        below = bound
+    lines += ["", f"Ladder {total:.1f} CPU s, rows {rows_s:.1f} s; load "
+              f"{os.getloadavg()[0]:.2f} at the end.", ""]
+    return "\n".join(lines)
+
+
 def report(got: dict) -> str:
     """A markdown section of one :func:`measure`."""
     bound = "T_e (none given)" if got["bound"] is None else f"{got['bound']:g} s"
@@ -319,7 +385,17 @@ def main(argv=None) -> None:
     ap.add_argument("--buckets", type=int, default=None,
                     help="the oracle curve's excess buckets (prefix_curve.BUCKETS)")
     ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--ladder", type=float, default=None, metavar="TOP",
+                    help="the owner's ladder with decomposed rows up to TOP (ladder())")
+    ap.add_argument("--low", type=float, default=None,
+                    help="the ladder's public floor (the classic optimum, say)")
     args = ap.parse_args(argv)
+    if args.ladder is not None:
+        text = ladder(args.instance, args.ladder, args.low, args.time_limit)
+        print(text)
+        with args.out.open("a") as fh:
+            fh.write(text + "\n")
+        return
     if args.buckets:
         from chainpipe.solvers import prefix_curve
 
