@@ -70,15 +70,21 @@ def oracle_filter(instance, windows: bool, bound: float, scale: float = 1.0):
         if x == 0 or not len(grid) or not len(labels):
             return labels
         CF = curve.rows(k, tuple(int(v) for v in u), len(grid))[0][x]
-        per = labels.S[:, 0] + labels.S[:, 1]
-        terms = CF[None, :] + (M - 1) * np.maximum(per[:, None], below[None, :])
-        terms = np.where(grid[None, :] >= per[:, None], terms, np.inf)
-        # a period past the grid's last cap: at least (M - 1) times that cap
-        floor = np.minimum(terms.min(axis=1), (M - 1) * np.maximum(per, grid[-1]))
-        total = labels.S[:, 2] + labels.S[:, 3] + scale * floor
-        return labels.take(total <= ub * (1 + 1e-9))
+        return _paired(labels, CF, grid, below, M, scale, ub)
 
     return keep, len(grid)
+
+
+def _paired(labels, CF, grid, below, M: int, scale: float, ub: float):
+    """The labels whose total plus the paired floor ``min_i CF_i + (M - 1) max(period,
+    lambda_{i-1})`` (a period past the grid's last cap: at least ``(M - 1)`` times that
+    cap) stays within ``ub``."""
+    per = labels.S[:, 0] + labels.S[:, 1]
+    terms = CF[None, :] + (M - 1) * np.maximum(per[:, None], below[None, :])
+    terms = np.where(grid[None, :] >= per[:, None], terms, np.inf)
+    floor = np.minimum(terms.min(axis=1), (M - 1) * np.maximum(per, grid[-1]))
+    total = labels.S[:, 2] + labels.S[:, 3] + scale * floor
+    return labels.take(total <= ub * (1 + 1e-9))
 
 
 _WALK: list = []  # the compiled kernel, once per process
@@ -198,13 +204,7 @@ def chain_filter(instance, bound: float, caps: int = 24, step: float = 0.01,
             return labels
         CFv, radix, stride = rows[k]
         room = int(sum((int(radix[i]) - 1 - int(n)) * int(stride[i]) for i, n in enumerate(u)))
-        CF = CFv[x, room]
-        per = labels.S[:, 0] + labels.S[:, 1]
-        terms = CF[None, :] + (M - 1) * np.maximum(per[:, None], below[None, :])
-        terms = np.where(grid[None, :] >= per[:, None], terms, np.inf)
-        floor = np.minimum(terms.min(axis=1), (M - 1) * np.maximum(per, grid[-1]))
-        total = labels.S[:, 2] + labels.S[:, 3] + scale * floor
-        return labels.take(total <= ub * (1 + 1e-9))
+        return _paired(labels, CFv[x, room], grid, below, M, scale, ub)
 
     keep.floor = float(min(whole.min(), (M - 1) * grid[-1]))
     return keep, caps
