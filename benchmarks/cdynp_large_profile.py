@@ -8,7 +8,9 @@ the given public ``upper_bound``, or under the classic plan's ``T_e`` without on
 and its CPU time; and the share of the compiled kernels in the period DPs' time.
 
 ``--floor chain`` makes the same test's rows the decomposed way (:func:`chain_filter`: each
-DC from its own tables and what the DC before it would pass on; nothing is sent).
+DC from its own tables and what the DC before it would pass on, by the protocol's own
+kernel :func:`chainpipe.solvers.cdynp.walk_fast.dc_walk`; nothing is sent, no rounding:
+the protocol's pass itself is :mod:`chainpipe.solvers.cdynp.curve`).
 ``--floor curve`` (or ``curve-nowin``) is an **oracle**, never a route: before a DC's
 labels of a layer are filtered, a label at ``(a, u)`` is dropped when ``dp``'s paired
 prefix-curve floor (``prefix_curve.PrefixCurve`` of the whole instance, which reads every
@@ -87,66 +89,6 @@ def _paired(labels, CF, grid, below, M: int, scale: float, ub: float):
     return labels.take(total <= ub * (1 + 1e-9))
 
 
-_WALK: list = []  # the compiled kernel, once per process
-
-
-def _walk_kernel():
-    """numba's kernel of one DC's part of the forward walk (:func:`chain_filter`), built
-    from :mod:`chainpipe.solvers.prefix_kernel`'s own ``_stages`` and ``_undominated``;
-    compiled once per process."""
-    import types
-
-    if _WALK:
-        return _WALK[0]
-
-    from numba import njit
-
-    from chainpipe.solvers import prefix_kernel as pk
-
-    space = {"np": np, "SLACK": pk.SLACK}
-    for name in ("_file", "_stages", "_undominated"):
-        fn = pk.UNIT.funcs[name]
-        space[name] = njit(types.FunctionType(fn.__code__, space, name))
-
-    def dc_walk(lam, E_in, U_in, Q_in, radix, stride, nV, dc_groups, ngr, C, ok, widths,
-                npairs, U, Q, nb):
-        # F[b, 0, v, q]: least fill of a prefix [0, b) whose last stage is on this DC
-        # (usage v, excess bucket q); E_in[a, q]: the same for the DCs before it
-        L1 = C.shape[3]
-        F = np.full((L1, 1, nV, nb), np.inf)
-        edges = np.empty(nb)
-        for q in range(nb):
-            edges[q] = -lam + lam * q / nb
-        none = np.full(nb, np.inf)
-        for a in range(L1 - 1):
-            if a == 0:  # a plan may start on any DC of the chain
-                for gi in range(ngr[0]):
-                    _stages(F, 0, 0, 0, edges, none, radix[0, gi] - 1, gi, dc_groups[0, gi],  # noqa: F821
-                            C, ok, widths, npairs, stride[0, gi], 0.0, lam, nb, True)
-                continue
-            if U_in[a] <= lam * (1 + SLACK) and E_in[a].min() < np.inf:  # noqa: F821
-                for gi in range(ngr[0]):
-                    _stages(F, a, 0, 0, edges, E_in[a], radix[0, gi] - 1, gi,  # noqa: F821
-                            dc_groups[0, gi], C, ok, widths, npairs, stride[0, gi],
-                            Q_in[a], lam, nb, False)
-            if U[a, 0, 0] > lam * (1 + SLACK):  # noqa: F821
-                continue
-            kept = _undominated(F[a, 0], ngr[0], radix[0], stride[0], nV, nb)  # noqa: F821
-            for v in range(nV):
-                row = kept[v]
-                if row.min() == np.inf:
-                    continue
-                for gi in range(ngr[0]):
-                    used = (v // stride[0, gi]) % radix[0, gi]
-                    _stages(F, a, 0, v, edges, row, radix[0, gi] - 1 - used, gi,  # noqa: F821
-                            dc_groups[0, gi], C, ok, widths, npairs, stride[0, gi],
-                            Q[a, 0, 0], lam, nb, False)
-        return F
-
-    _WALK.append(njit(types.FunctionType(dc_walk.__code__, space, "dc_walk")))
-    return _WALK[0]
-
-
 def chain_filter(instance, bound: float, caps: int = 24, step: float = 0.01,
                  scale: float = 1.0, low: float | None = None):
     """:func:`oracle_filter`'s test with rows made the decomposed way: each DC walks its
@@ -166,9 +108,10 @@ def chain_filter(instance, bound: float, caps: int = 24, step: float = 0.01,
     from chainpipe import cost
     from chainpipe.instance import Instance
     from chainpipe.solvers.cdynp.agent import own_tables
+    from chainpipe.solvers.cdynp.walk_fast import dc_walk as walk
     from chainpipe.solvers.prefix_curve import BUCKETS, _arrays, _at_most
 
-    walk, nb = _walk_kernel(), BUCKETS
+    nb = BUCKETS
     M, L = instance.microbatches, instance.num_layers
     grid = (np.geomspace(low / (M - 1), bound / (M - 1), caps) if low
             else np.sort(bound / (M - 1) / (1 + step) ** np.arange(caps)))
@@ -189,7 +132,7 @@ def chain_filter(instance, bound: float, caps: int = 24, step: float = 0.01,
         out = np.empty_like(E)
         for i, lam in enumerate(grid):
             F = walk(float(lam), E[i], U_in, Q_in, radix, stride, nV, dc_groups, ngr, C, ok,
-                     widths, npairs, U, Q, nb)
+                     widths, npairs, U, Q, nb, True)
             here = _at_most(F.min(axis=3), radix)[:, 0]
             per_cap.append(np.minimum(here, E[i].min(axis=1)[:, None]))
             out[i] = np.minimum(E[i], F[:, 0].min(axis=1))

@@ -217,8 +217,11 @@ def solve_chain(backend, options: dict, deadline: Deadline, *, trace_dir=None,
     period_options = {**options, "upper_bound": bound}
     if low is not None:
         period_options["lower_bound"] = low * (1 - 1e-9)
-    out = drive(backend, period_options, deadline=deadline, probe=False,
-                trace_dir=None if trace_dir is None else Path(trace_dir, "period"))
+    if exact and _ladder_usable(backend, options, low):
+        out = _curve_ladder(backend, period_options, bound, deadline, trace_dir)
+    else:
+        out = drive(backend, period_options, deadline=deadline, probe=False,
+                    trace_dir=None if trace_dir is None else Path(trace_dir, "period"))
     timed_out = out.stats.get("timed_out", False)  # the time limit ended the run
     out.stats.update(stats)
     out.stats["messages"] = first.stats["messages"] + [
@@ -241,6 +244,67 @@ def solve_chain(backend, options: dict, deadline: Deadline, *, trace_dir=None,
         # expected, it is itself below it), else no one-pipeline plan beats the incumbent
         status = "optimal" if T_e * (1 + 1e-9) <= bound else "feasible"
         return Outcome(status, first.plan, stats=out.stats)
+    return out
+
+
+#: the owner's ladder of bounds above the prefix-curve floor: ``F0 (1 + d)`` (``dp``'s steps,
+#: ``docs/dp.md``, "One pipeline, the answer")
+LADDER_STEPS = (0.005, 0.01, 0.02, 0.03, 0.045, 0.06, 0.08, 0.1, 0.15, 0.2, 0.3)
+
+
+def _ladder_usable(backend, options: dict, low) -> bool:
+    """Whether the one-pipeline period run goes by the owner's ladder (:func:`_curve_ladder`):
+    an exact run of one pipeline over the whole chain (no ``sync_cap``) under 1F1B, of
+    several microbatches, with a proven floor ``low`` (the classic optimum)."""
+    public = backend.public
+    return (low is not None and low > 0 and backend.count_sync
+            and options.get("sync_cap") is None and public.training.schedule == "1f1b"
+            and public.microbatches > 1)
+
+
+def _curve_ladder(backend, period_options: dict, bound: float, deadline: Deadline,
+                  trace_dir) -> Outcome:
+    """The one-pipeline period run as the owner's ladder of public bounds (``docs/privacy.md``,
+    "The prefix-curve pass"). Every run makes the prefix-curve pass on one grid of caps
+    (``curve_low``: the classic optimum, ``curve_top``: ``bound``); the first runs under a
+    hair above the classic optimum, and its last DC reports the pass's floor ``F0``
+    (``curve_floor_s``); then runs under ``F0 (1 + d)`` for :data:`LADDER_STEPS` below
+    ``bound``, and last under ``bound``, each with the last failed bound as its public
+    ``lower_bound``, until one finds a plan (the optimum: an exact run under ``U`` keeps every
+    plan with ``T <= U``, and the runs before proved none below their bounds) or the time
+    limit ends one. Returns the last run's outcome, its stats holding every run's messages
+    and agents, ``ladder`` (per run: bound, plan found, wall seconds) and
+    ``curve_floor_s``."""
+    low = period_options["lower_bound"]
+    opts = {**period_options, "curve_low": low, "curve_top": bound}
+    bounds = [min(low * (1 + 2e-9), bound)]
+    messages, agents, steps, floor = [], [], [], None
+    i = 0
+    while True:
+        ub = bounds[i]
+        sub = "period" if trace_dir is None else Path(trace_dir, "period", f"ladder-{i:02d}")
+        t0 = time.perf_counter()
+        out = drive(backend, {**opts, "upper_bound": ub}, deadline=deadline, probe=False,
+                    trace_dir=None if trace_dir is None else sub)
+        messages += [{**m, "file": f"ladder-{i:02d}/{m['file']}"}
+                     for m in out.stats.get("messages", [])]
+        agents += out.stats.get("agents", [])
+        steps.append({"upper_bound": ub, "found": out.plan is not None,
+                      "protocol_s": time.perf_counter() - t0})
+        if i == 0:
+            got = [a["curve_floor_s"] for a in out.stats.get("agents", [])
+                   if "curve_floor_s" in a]
+            floor = max(got) if got else None
+            start = max(floor or ub, ub)
+            bounds += [start * (1 + d) for d in LADDER_STEPS if ub < start * (1 + d) < bound]
+            if bounds[-1] < bound:
+                bounds.append(bound)
+        if out.plan is not None or out.stats.get("timed_out") or i + 1 == len(bounds):
+            break
+        opts["lower_bound"] = ub  # no plan at or below it: the next run's trials start there
+        i += 1
+    out.stats["messages"], out.stats["agents"] = messages, agents
+    out.stats["ladder"], out.stats["curve_floor_s"] = steps, floor
     return out
 
 

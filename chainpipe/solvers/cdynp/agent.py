@@ -40,6 +40,7 @@ from ...plan import Stage, evaluate_part, pack_devices
 from ...tables import CostTables, fastest_rate
 from ..labels import TRIALS
 from . import alone, protocol
+from . import curve as curve_mod
 from .local import END, IN, OWN, LocalDP
 from .period import PeriodDP, concave_majorant, frontier_lines, period_time
 from .period import cap_keep as period_cap_keep
@@ -78,6 +79,10 @@ _TABLES: OrderedDict = OrderedDict()
 TABLES_KEPT = 32
 _TABLES_LOCK = threading.Lock()
 
+
+#: per DC (its one-DC instance and ``sync_cap``), its prefix-curve walks by cap and incoming
+#: table (:class:`.curve.CurvePass`): runs of one ladder share them
+_WALKS: OrderedDict = OrderedDict()
 
 #: the DCs' :class:`.floors.Floors` (:meth:`DCAgent._floors`), the :data:`TABLES_KEPT` last
 #: asked in this process, by :func:`floors_key` and ``sync_cap``, then upstream bound
@@ -231,6 +236,15 @@ class DCAgent:
         of M_p"). 0: an ordinary run.
     frontier_bound : float, optional
         The bound at ``m_hi`` of a frontier run (default: ``upper_bound``).
+    curve_low : float, optional
+        A public floor under the optimum (the classic optimum): with it, an exact period
+        run of one pipeline under 1F1B within a finite ``upper_bound`` makes the
+        prefix-curve pass (:mod:`.curve`) in its prefix pass, on the caps of
+        :func:`.curve.cap_grid` from it to the bound, and filters its labels by the
+        paired floor; the last DC reports the pass's floor (``curve_floor_s``).
+    curve_top : float, optional
+        The grid's top (public; default ``upper_bound``): the owner's ladder keeps one grid
+        for runs under several bounds, whose floor reads every plan up to it.
     deadline : Deadline, optional
         Checked in the DP's loops; :class:`~chainpipe.deadline.TimeUp` names this DC.
     """
@@ -240,7 +254,8 @@ class DCAgent:
                  digits: int = 0, upper_bound: float | None = None, prefix_bound: bool = True,
                  beam: int = 0, grid: int = 0, sync_cap: float | None = None,
                  lower_bound: float | None = None, frontier: int = 0,
-                 frontier_bound: float | None = None, deadline: Deadline | None = None):
+                 frontier_bound: float | None = None, curve_low: float | None = None,
+                 curve_top: float | None = None, deadline: Deadline | None = None):
         if public.datacenter_names[index] != datacenter.name:
             raise ValueError(f"agent {index} holds {datacenter.name!r}, the chain has "
                              f"{public.datacenter_names[index]!r} there")
@@ -290,6 +305,9 @@ class DCAgent:
         if self.period and (beam or grid):
             raise ValueError("under the period objective no probe runs (no beam or grid)")
         self.frontier = self._frontier_option(frontier, frontier_bound)
+        #: the run's public caps of the prefix-curve pass (empty: no pass) and this DC's part
+        self.curve_grid = self._curve_option(curve_low, curve_top)
+        self.curve = None
         self.bytes = self.tables.boundary_bytes
         self.stats: dict = {}
         caps = np.minimum(self.tables.count, self.L)
@@ -330,6 +348,28 @@ class DCAgent:
                 raise ValueError(f"frontier_bound: {problem}, got {frontier_bound!r}")
             hi = float(frontier_bound)
         return int(frontier), hi
+
+    def _curve_option(self, curve_low, curve_top) -> np.ndarray:
+        """The public caps of the prefix-curve pass (:func:`.curve.cap_grid`), empty when the
+        run makes none: no ``curve_low``, not an exact period run of one pipeline under
+        1F1B within a finite bound (a range run, a frontier run or compression make none).
+
+        Raises
+        ------
+        ValueError
+            ``curve_low`` or ``curve_top`` out of range."""
+        for name, value in (("curve_low", curve_low), ("curve_top", curve_top)):
+            problem = value is not None and protocol.option_problem(name, value)
+            if problem:
+                raise ValueError(f"{name}: {problem}, got {value!r}")
+        if curve_low is None:
+            return np.empty(0)
+        compressed = bool(self.epsilon or self.quantum or self.digits or self.max_entries)
+        if (not self.period or self.sync_cap is not None or self.frontier is not None
+                or compressed or self.tables.schedule != "1f1b"):
+            return np.empty(0)
+        top = self.initial_bound if curve_top is None else float(curve_top)
+        return curve_mod.cap_grid(float(curve_low), top, self.M)
 
     # ------------------------------------------------------------------ helpers
     def _link_to_prev(self):
@@ -386,6 +426,7 @@ class DCAgent:
             up = tuple(F / v if v > 0 else math.inf for v in (b["total_s"], b["bottleneck_s"]))
         self.prefix_capacity = None if up is None else (max(up[0], stage), up[1] + total)
         self._upstream_flops = None if up is None else up[1]
+        self._curve_pass(incoming)
         if self.k == self.public.num_datacenters - 1:
             return None
         bound = None
@@ -394,7 +435,45 @@ class DCAgent:
             P, A = self.prefix_capacity
             bound = {"total_s": round_down(F / P, steps) if P > 0 else 0.0,
                      "bottleneck_s": round_down(F / A, steps) if A > 0 else 0.0}
-        return protocol.prefix(self.name, self.public.datacenter_names[self.k + 1], bound)
+        table = None
+        if self.curve is not None and self.share_prefix:
+            table = curve_mod.encode_rows(self.curve.sent())
+        return protocol.prefix(self.name, self.public.datacenter_names[self.k + 1], bound,
+                               table)
+
+    def _curve_pass(self, incoming: dict | None) -> None:
+        """This DC's part of the prefix-curve pass (:class:`.curve.CurvePass`), when the run
+        makes one and the DC before it sent its table (else none here nor downstream).
+
+        Raises
+        ------
+        ProtocolError
+            The table received does not hold one row set per cap of the run's grid."""
+        self.curve = None
+        if not len(self.curve_grid):
+            return
+        if self.k == 0:
+            table = None
+        else:
+            rows = incoming.get("curve") if incoming is not None else None
+            if rows is None:
+                return
+            want = 1 if not curve_mod.windows_capped(self.tables) else curve_mod.BUCKETS
+            if len(rows) != len(self.curve_grid) or any(
+                    len(r) != want for cap in rows for r in cap):
+                raise protocol.ProtocolError(
+                    f"curve: must hold {len(self.curve_grid)} caps of {want}-bucket rows",
+                    incoming["from"])
+            table = curve_mod.decode_rows(rows, self.L, want)
+        with _TABLES_LOCK:
+            walks = _WALKS.setdefault((self.local, self.sync_cap), {})
+            _WALKS.move_to_end((self.local, self.sync_cap))
+            while len(_WALKS) > TABLES_KEPT:
+                _WALKS.popitem(last=False)
+        t0 = time.process_time()
+        self.curve = curve_mod.CurvePass(self.tables, self.curve_grid, self._link_to_prev(),
+                                         table, walks)
+        self._curve_s = time.process_time() - t0
 
     # ------------------------------------------------------------------ backward pass
     def backward(self, incoming: dict | None) -> dict | None:
@@ -669,6 +748,11 @@ class DCAgent:
             if b == 0 and self.frontier is None:  # a plan's T at M bounds nothing at m_hi
                 ub = min([ub] + [self._period_T(p) for p in pts])
         self.stats = {"labels": 0, "trials": []}
+        if self.curve is not None:
+            self.stats["curve_s"] = self._curve_s
+            floor = round_down(self.curve.floor(), protocol.CURVE_STEPS)
+            if self.k == self.public.num_datacenters - 1 and floor > 0:
+                self.stats["curve_floor_s"] = floor  # the owner's ladder starts there
         base = self._period_base()
         # trial bounds LB (1 + d) as in _search: a run under U keeps every partial plan of a
         # plan with T <= U, so the first that finds a complete plan starting here within U
@@ -695,7 +779,7 @@ class DCAgent:
         floors = self._floors()
         for trial in trials:
             dp = PeriodDP(self.tables, position_cap=self.R, deadline=self.deadline,
-                          frontier=self.frontier, floors=floors)
+                          frontier=self.frontier, floors=floors, curve=self.curve)
             try:
                 dp.run(base, trial, prefix)
             except TimeUp:

@@ -132,8 +132,11 @@ class PeriodDP:
     """
 
     def __init__(self, tables, *, position_cap: int, deadline: Deadline | None = None,
-                 frontier: tuple[int, float] | None = None, floors=None):
+                 frontier: tuple[int, float] | None = None, floors=None, curve=None):
         self.t = tables
+        #: :class:`.curve.CurvePass` or ``None``: the paired prefix-curve floor that drops a
+        #: label before the layer's filters (never in a frontier run)
+        self.curve = curve if frontier is None else None
         #: :class:`.floors.Floors` or ``None``: per own usage, a floor under the period of
         #: the prefix before a label (what the own free devices and the upstream FLOP/s
         #: hold), raising the prefix's slowest stage in the bound test
@@ -251,6 +254,13 @@ class PeriodDP:
         # of the rule (its room is valid at one weight only, docs/privacy.md)
         rule = Rule(p_free=self.M - x, steady=self.steady,
                     upper=ub if self.frontier is None else math.inf)
+        if self.curve is not None and x > 0:
+            for u in layer:
+                if len(layer[u]):
+                    ok = self.curve.keep(x, u, layer[u].S, ub)
+                    if not ok.all():  # a cut by the bound: the DC's trials go on past it
+                        self.bound_cut = True
+                        layer[u] = layer[u].take(ok)
         keys = [u for u in layer if len(layer[u])]
         floors = np.array([self._state_floor(x, u, prefix) for u in keys], dtype=float)
         for u in keys:

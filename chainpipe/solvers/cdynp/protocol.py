@@ -9,7 +9,13 @@ Three kinds cross a chain link, always between neighbours:
   stage. Both are rounded *down* to the grid of :data:`PREFIX_STEPS` by the DC
   that sends them. A prefix of the model costs at least its share of FLOP of
   them; the receiver adds its own devices and bounds the cost of every plan's
-  prefix with them (see :meth:`chainpipe.solvers.cdynp.agent.DCAgent.prefix`);
+  prefix with them (see :meth:`chainpipe.solvers.cdynp.agent.DCAgent.prefix`). In a
+  run with the option ``curve_low`` it may carry ``curve`` too, the prefix-curve
+  table (:mod:`.curve`): per public period cap, per prefix end ``a`` from
+  :data:`WITHHELD` on (shorter prefixes are not sent: their rows are 0) and per
+  excess bucket, the least fill of a prefix ``[0, a)`` on DC 1..k under that cap, an
+  integer ``n`` for the value ``2^(n / CURVE_STEPS)`` rounded *down* (:data:`CURVE_ZERO`
+  for 0) or ``null`` when no prefix meets the cap;
 * ``summary`` (backward pass, DC k -> DC k-1): the state summary. Each entry
   is a layer boundary ``b`` (the suffix ``[b, L)`` is handled downstream), the
   bandwidth ``bw`` of the chain path from the receiver to the DC of the
@@ -53,6 +59,21 @@ MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 #: four steps per power of two (a step of 19%)
 PREFIX_STEPS = 4
 
+#: the prefix-curve table of a ``prefix`` message (:mod:`.curve`): fills as integers ``n``
+#: for ``2^(n / CURVE_STEPS)``, rounded down (a step of about 1.1%); at most
+#: ``CURVE_MOST`` caps, 1 or ``CURVE_BUCKETS`` excess buckets per row; ``CURVE_ZERO`` reads
+#: as 0 and is the least integer allowed, ``CURVE_TOP`` the largest (a finite float)
+CURVE_STEPS = 64
+CURVE_MOST = 64
+CURVE_BUCKETS = 16
+CURVE_ZERO = -64 * 1100
+CURVE_TOP = 64 * 1023
+#: prefixes shorter than this many layers are never sent in a prefix-curve table (their
+#: rows read as 0: weaker, still a floor), so no message holds the fill of a prefix of
+#: one layer or few (at DC 2, a one-layer prefix's least fill is DC 1's fastest time for
+#: layer 0)
+WITHHELD = 4
+
 #: the range of every run option an owner may give the agents: ``(integer, least, most,
 #: least excluded)``. What the agents compute grows with none of them beyond an exact run
 #: (``digits``: a double holds 15 decimal digits exactly; ``grid`` is at most the instance's
@@ -70,6 +91,8 @@ RUN_OPTIONS = {
     "lower_bound": (False, 0.0, math.inf, False),
     "frontier": (True, 0, 2**31 - 1, False),
     "frontier_bound": (False, 0.0, math.inf, True),
+    "curve_low": (False, 0.0, math.inf, True),
+    "curve_top": (False, 0.0, math.inf, True),
 }
 
 _NUMBER = {"type": "number", "minimum": 0}
@@ -104,6 +127,16 @@ SCHEMA = {
                      "required": ["total_s", "bottleneck_s"],
                      "properties": {"total_s": {"type": "number", "minimum": 0},
                                     "bottleneck_s": {"type": "number", "minimum": 0}}},
+                ]},
+                "curve": {"oneOf": [
+                    {"type": "null"},
+                    {"type": "array", "maxItems": CURVE_MOST, "items": {
+                        "type": "array", "items": {
+                            "type": "array", "minItems": 1, "maxItems": CURVE_BUCKETS,
+                            "items": {"oneOf": [
+                                {"type": "null"},
+                                {"type": "integer", "minimum": CURVE_ZERO,
+                                 "maximum": CURVE_TOP}]}}}},
                 ]},
             },
         },
@@ -192,9 +225,13 @@ class Expect:
     period: bool = False
 
 
-def prefix(sender: str, receiver: str, bound: dict | None) -> dict:
-    return {"protocol": PROTOCOL, "kind": "prefix", "from": sender, "to": receiver,
-            "bound": bound}
+def prefix(sender: str, receiver: str, bound: dict | None, curve: list | None = None) -> dict:
+    """A ``prefix`` message (``curve``: the prefix-curve table, sent only when given)."""
+    msg = {"protocol": PROTOCOL, "kind": "prefix", "from": sender, "to": receiver,
+           "bound": bound}
+    if curve is not None:
+        msg["curve"] = curve
+    return msg
 
 
 def summary(sender: str, receiver: str, entries: list[dict]) -> dict:
@@ -288,7 +325,7 @@ def validate(msg) -> None:
         if isinstance(kind, str) else None
     if keys is None:
         raise ProtocolError("kind: must be 'prefix', 'summary' or 'assemble'")
-    if set(msg) != keys:
+    if set(msg) != keys and not (kind == "prefix" and set(msg) == keys | {"curve"}):
         raise ProtocolError(f"fields: expected {sorted(keys)}")
     if not isinstance(msg["from"], str) or not isinstance(msg["to"], str):
         raise ProtocolError("from/to: must be DC names")
@@ -300,6 +337,7 @@ def validate(msg) -> None:
                                              for v in bound.values())):
             raise ProtocolError("bound: must be null or {total_s, bottleneck_s}, "
                                 "finite numbers >= 0")
+        _check_curve(msg.get("curve"))
     elif kind == "summary":
         if not isinstance(msg["entries"], list):
             raise ProtocolError("entries: must be a list")
@@ -310,6 +348,30 @@ def validate(msg) -> None:
         if rz is not None and (not isinstance(rz, dict) or set(rz) != {"entry", "point", "b"}
                                or not all(_int(v) and v >= 0 for v in rz.values())):
             raise ProtocolError("realise: must be null or {entry, point, b} integers >= 0")
+
+
+def _check_curve(curve) -> None:
+    """A prefix-curve table's structure: at most :data:`CURVE_MOST` caps, each a list of
+    rows, every row as many integers in ``[CURVE_ZERO, CURVE_TOP]`` or nulls as every
+    other (1 or :data:`CURVE_BUCKETS`)."""
+    if curve is None:
+        return
+    if not isinstance(curve, list) or len(curve) > CURVE_MOST:
+        raise ProtocolError(f"curve: must be null or a list of at most {CURVE_MOST} caps")
+    width = None
+    for i, cap in enumerate(curve):
+        if not isinstance(cap, list):
+            raise ProtocolError(f"curve[{i}]: must be a list of rows")
+        for j, row in enumerate(cap):
+            if not isinstance(row, list) or len(row) not in (1, CURVE_BUCKETS) or (
+                    width is not None and len(row) != width):
+                raise ProtocolError(f"curve[{i}][{j}]: must be a row of 1 or "
+                                    f"{CURVE_BUCKETS} buckets, as long as every other")
+            width = len(row)
+            for n in row:
+                if n is not None and not (_int(n) and CURVE_ZERO <= n <= CURVE_TOP):
+                    raise ProtocolError(f"curve[{i}][{j}]: an entry must be null or an "
+                                        f"integer in [{CURVE_ZERO}, {CURVE_TOP}]")
 
 
 def _check_entry(i: int, e) -> None:
@@ -343,6 +405,11 @@ def _check_context(msg: dict, kind: str, expect: Expect) -> None:
         raise ProtocolError(f"from/to: expected {expect.sender!r} -> {expect.receiver!r}")
     L, R = expect.num_layers, expect.position_cap
     if kind == "prefix":
+        rows = max(L + 1 - WITHHELD, 0)
+        for i, cap in enumerate(msg.get("curve") or ()):
+            if len(cap) != rows:
+                raise ProtocolError(f"curve[{i}]: must hold the {rows} rows of prefix ends "
+                                    f"{WITHHELD}..{L}")
         return
     if kind == "assemble":
         rz = msg["realise"]

@@ -328,10 +328,12 @@ def _check_report(name: str, where: str, report) -> None:
     if est is not None and not (isinstance(est, (int, float)) and not isinstance(est, bool)
                                 and math.isfinite(est) and est >= 0):
         raise bad("estimate: not a finite number >= 0")
-    floor = report.get("period_floor_s")
-    if floor is not None and not (isinstance(floor, (int, float)) and not isinstance(floor, bool)
-                                  and math.isfinite(floor) and floor > 0):
-        raise bad("period_floor_s: not a finite number > 0")
+    for key in ("period_floor_s", "curve_floor_s"):
+        floor = report.get(key)
+        if floor is not None and not (isinstance(floor, (int, float))
+                                      and not isinstance(floor, bool)
+                                      and math.isfinite(floor) and floor > 0):
+            raise bad(f"{key}: not a finite number > 0")
     if "frontier" in report and not _frontier_ok(report["frontier"]):
         raise bad("frontier: not a frontier run's lines")
     sent = report.get("sent")

@@ -328,7 +328,8 @@ class AgentServer:
                        **{k: int(opts[k]) for k in ("beam", "grid", "frontier")
                           if opts.get(k)},
                        **{k: float(opts[k]) for k in ("sync_cap", "lower_bound",
-                                                      "frontier_bound")
+                                                      "frontier_bound", "curve_low",
+                                                      "curve_top")
                           if opts.get(k) is not None}}
         except (ValueError, TypeError) as exc:
             return self._refuse(conn, who, f"options: {exc}")

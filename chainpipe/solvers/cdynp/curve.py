@@ -1,0 +1,204 @@
+"""The prefix-curve pass: a floor under the prefix before a DC's labels, built along the
+chain (``docs/privacy.md``, "The prefix-curve pass").
+
+In a period run of one pipeline under 1F1B whose owner gives the public ``curve_low``
+(run option: a floor under the optimum, the classic optimum say) and an ``upper_bound``,
+every DC agrees on a public grid of period caps (:func:`cap_grid`). For each cap ``lam``,
+DC ``k`` receives from DC ``k - 1`` (in its ``prefix`` message) a table ``E[a, q]``: the
+least *fill* (compute plus the traversals between its own stages) of a prefix ``[0, a)``
+of the model on DCs ``1..k-1`` whose every stage's ``C`` and boundary's ``U`` is at most
+``lam`` and whose windows' running excess stays at most 0 (when every stage's loops count),
+per bucket ``q`` of that excess. It walks its own devices from it
+(:func:`.walk_fast.dc_walk`, ``dp``'s own rules), keeps per prefix end and own usage the
+least fill of a prefix that leaves that usage's devices free (its *rows*, private), and
+passes on the least of the incoming table and its own walk's (:meth:`CurvePass.sent`),
+rounded *down* to the public grid ``2^(n / CURVE_STEPS)`` and with the rows of prefixes
+shorter than :data:`.protocol.WITHHELD` layers replaced by 0: still a floor, revealing no prefix of
+a layer or few.
+
+A label of state ``(x, u)`` (suffix ``[x, L)``, own usage ``u``) is dropped when ``total +
+sync + min_i (CF_i + (M - 1) max(x1, lam_(i-1)))``, over the caps ``lam_i >= x1`` (and ``(M
+- 1) max(x1, lam_last)`` past the grid), lies above the run's bound (:func:`paired`): a
+plan whose period lies in ``(lam_(i-1), lam_i]`` has a prefix that meets cap ``i``, whose
+fill is at least ``CF_i`` (the boundary at ``x`` and the loops across it left out), and a
+steady part of at least ``M - 1`` times the larger of the label's period and
+``lam_(i-1)``. The last DC reads off its table the floor under every plan within the
+grid's top (:meth:`CurvePass.floor`), which it reports to the owner (``curve_floor_s``):
+the owner's ladder of public bounds starts there (:func:`chainpipe.solvers.cdynp.solve_chain`).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ... import cost
+from ...instance import Link
+from ..prefix_curve import BUCKETS, _arrays, _at_most
+from . import protocol
+from .protocol import CURVE_MOST, CURVE_STEPS, CURVE_ZERO
+
+#: caps per doubling of the grid of period caps (:func:`cap_grid`: a step of about 1.1%)
+CAP_STEPS = 64
+
+
+def cap_grid(low: float, top: float, M: int) -> np.ndarray:
+    """The public grid of period caps of a run with floor ``low`` and bound ``top`` (both
+    public) over ``M`` microbatches: ``2^(n / CAP_STEPS)`` for every ``n`` from the last
+    point at or below ``low / (M - 1)`` up to the first at or above ``top / (M - 1)``, at
+    most :data:`.protocol.CURVE_MOST` of them (the lowest dropped first: a weaker floor,
+    still one). Empty when there is nothing to cap (one microbatch, or no finite bound).
+    The points are absolute, so runs under different bounds share their caps' walks."""
+    if M < 2 or not (0 < low <= top < math.inf):
+        return np.empty(0)
+    lo = math.floor(math.log2(low / (M - 1)) * CAP_STEPS)
+    hi = math.ceil(math.log2(top / (M - 1)) * CAP_STEPS)
+    lo = max(lo, hi - CURVE_MOST + 1)
+    return 2.0 ** (np.arange(lo, hi + 1) / CAP_STEPS)
+
+
+def windows_capped(tables) -> bool:
+    """Whether every stage's loops count (1F1B with more microbatches than layers): the
+    windows are then capped too, as ``dp``'s curve caps them."""
+    return tables.schedule == "1f1b" and tables.M > tables.L
+
+
+def encode_rows(E: np.ndarray) -> list:
+    """The table ``E[cap, a, q]`` as sent: per cap, the rows of prefix ends ``a >=``
+    :data:`.protocol.WITHHELD` (those below are 0 and not sent), each a list of integers ``n``
+    (the fill rounded down to ``2^(n / CURVE_STEPS)``; :data:`CURVE_ZERO`: 0) or ``null``
+    (no prefix meets the cap)."""
+    out = []
+    for cap in E:
+        rows = []
+        for row in cap[protocol.WITHHELD:]:
+            rows.append([None if not math.isfinite(v) else _exponent(float(v)) for v in row])
+        out.append(rows)
+    return out
+
+
+def _exponent(v: float) -> int:
+    """The largest ``n`` with ``2^(n / CURVE_STEPS) <= v`` (:data:`CURVE_ZERO` for 0 or
+    anything below the grid's least point)."""
+    if v <= 0.0:
+        return CURVE_ZERO
+    n = math.floor(math.log2(v) * CURVE_STEPS + 1e-9)
+    while 2.0 ** (n / CURVE_STEPS) > v:
+        n -= 1
+    return max(n, CURVE_ZERO)
+
+
+def decode_rows(rows: list, L: int, nb: int) -> np.ndarray:
+    """:func:`encode_rows` read back: ``E[cap, a, q]`` over ``a = 0..L`` and ``nb``
+    buckets, 0 below :data:`.protocol.WITHHELD` (the rows withheld, and the empty prefix)."""
+    E = np.zeros((len(rows), L + 1, nb))
+    for i, cap in enumerate(rows):
+        for j, row in enumerate(cap):
+            E[i, protocol.WITHHELD + j] = [math.inf if n is None else _value(n) for n in row]
+    return E
+
+
+def _value(n: int) -> float:
+    return 0.0 if n <= CURVE_ZERO else 2.0 ** (n / CURVE_STEPS)
+
+
+def withhold(E: np.ndarray) -> np.ndarray:
+    """``E`` as a floor that is sent: every fill rounded down to the public grid, the rows
+    of prefixes shorter than :data:`.protocol.WITHHELD` layers 0."""
+    out = np.vectorize(lambda v: v if not math.isfinite(v) else _value(_exponent(v)),
+                       otypes=[float])(E) if E.size else E.copy()
+    out[:, :protocol.WITHHELD] = 0.0
+    return out
+
+
+class CurvePass:
+    """One DC's part of the pass for one run (module docstring).
+
+    Parameters
+    ----------
+    tables : CostTables
+        The DC's own tables (of its one-DC instance).
+    grid : ndarray
+        The run's public caps (:func:`cap_grid`).
+    link_in : Link or None
+        The chain link into this DC (``None`` at the first DC).
+    incoming : ndarray or None
+        The table received, ``E[cap, a, q]`` (``None`` at the first DC).
+    walks : dict, optional
+        A cache of walks by cap and incoming table (kept by the caller across runs: the
+        caps are absolute points, so runs under different bounds share them).
+    """
+
+    def __init__(self, tables, grid: np.ndarray, link_in: Link | None,
+                 incoming: np.ndarray | None, walks: dict | None = None):
+        from .walk_fast import dc_walk
+
+        L, M = tables.L, tables.M
+        self.grid, self.M = grid, M
+        self.below = np.concatenate(([0.0], grid[:-1]))
+        windows = windows_capped(tables)
+        nb = BUCKETS if windows else 1
+        radix, stride, nV, dc_groups, ngr, C, ok, widths, npairs, U, Q = _arrays(tables)
+        self.radix, self.stride = radix[0], stride[0]
+        if link_in is None:
+            U_in = Q_in = np.full(L + 1, np.inf)
+            incoming = np.full((len(grid), L + 1, nb), np.inf)
+        else:
+            U_in = np.asarray(cost.occupancy(tables.boundary_bytes, link_in.bandwidth_bytes_per_s),
+                              dtype=float)
+            Q_in = np.asarray(cost.traversal(link_in.latency_s, U_in), dtype=float)
+            if incoming.shape != (len(grid), L + 1, nb):
+                raise ValueError("the incoming table does not match the run's grid")
+        walks = {} if walks is None else walks
+        rows, out = [], np.empty_like(incoming)
+        for i, lam in enumerate(grid):
+            key = (float(lam), incoming[i].tobytes())
+            F = walks.get(key)
+            if F is None:
+                F = walks[key] = dc_walk(float(lam), np.ascontiguousarray(incoming[i]), U_in,
+                                         Q_in, radix, stride, nV, dc_groups, ngr, C, ok,
+                                         widths, npairs, U, Q, nb, windows)
+            here = _at_most(F.min(axis=3), radix)[:, 0]
+            rows.append(np.minimum(here, incoming[i].min(axis=1)[:, None]))
+            out[i] = np.minimum(incoming[i], F[:, 0].min(axis=1))
+        #: ``CF[a, v, i]``: the least fill of a prefix ``[0, a)`` under cap ``i`` that
+        #: leaves own usage ``v``'s devices free, on this DC or before it (private)
+        self.CF = np.stack(rows, axis=2)
+        #: the least of the incoming table and this DC's walk (before rounding)
+        self.table = out
+
+    def sent(self) -> np.ndarray:
+        """The table passed on: :attr:`table` rounded down, short prefixes withheld."""
+        return withhold(self.table)
+
+    def floor(self) -> float:
+        """A floor under ``T`` of every plan of the whole model on this DC and those before
+        it: ``min_i (E_i[L] + (M - 1) lam_(i-1))``, and ``(M - 1) lam_last`` for a period
+        past the grid (the bound itself when the grid's top reaches it)."""
+        whole = self.table[:, -1].min(axis=1) + (self.M - 1) * self.below
+        return float(min(whole.min(), (self.M - 1) * self.grid[-1]))
+
+    def room(self, u: tuple) -> int:
+        """The usage index of the devices a label of own usage ``u`` leaves free."""
+        return int(sum((int(self.radix[i]) - 1 - int(n)) * int(self.stride[i])
+                       for i, n in enumerate(u)))
+
+    def keep(self, x: int, u: tuple, S: np.ndarray, ub: float) -> np.ndarray:
+        """Which labels (rows ``x1, x2, total, sync, p`` of ``S``) of state ``(x, u)`` the
+        paired floor leaves within ``ub`` (:func:`paired`)."""
+        return paired(S, self.CF[x, self.room(u)], self.grid, self.below, self.M, ub)
+
+
+def paired(S: np.ndarray, CF: np.ndarray, grid: np.ndarray, below: np.ndarray, M: int,
+           ub: float, scale: float = 1.0) -> np.ndarray:
+    """The rows of ``S`` whose ``total + sync + scale * min_i (CF_i + (M - 1) max(x1 + x2,
+    lam_(i-1)))`` over the caps ``lam_i >= x1 + x2`` (a period past the grid: ``(M - 1)
+    max(x1 + x2, lam_last)``) stays within ``ub`` (relative slack ``1e-9``: rounding keeps
+    a label, never cuts one). ``scale`` above 1 makes the floor too strong (the tests'
+    mutation)."""
+    per = S[:, 0] + S[:, 1]
+    terms = CF[None, :] + (M - 1) * np.maximum(per[:, None], below[None, :])
+    terms = np.where(grid[None, :] >= per[:, None], terms, np.inf)
+    floor = np.minimum(terms.min(axis=1), (M - 1) * np.maximum(per, grid[-1]))
+    return S[:, 2] + S[:, 3] + scale * floor <= ub * (1 + 1e-9)
