@@ -32,6 +32,7 @@ def _cold() -> None:
         agent._TABLES.clear()
         agent._FLOORS.clear()
         agent._OPTIONS.clear()
+        agent._WALKS.clear()
 
 
 def _timed(inst, solver: str, limit: float, repeat: int):
