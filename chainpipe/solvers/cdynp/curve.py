@@ -154,14 +154,15 @@ class CurvePass:
         rows, out = [], np.empty_like(incoming)
         for i, lam in enumerate(grid):
             key = (float(lam), incoming[i].tobytes())
-            F = walks.get(key)
-            if F is None:
-                F = walks[key] = dc_walk(float(lam), np.ascontiguousarray(incoming[i]), U_in,
-                                         Q_in, radix, stride, nV, dc_groups, ngr, C, ok,
-                                         widths, npairs, U, Q, nb, windows)
-            here = _at_most(F.min(axis=3), radix)[:, 0]
+            got = walks.get(key)
+            if got is None:  # kept: per prefix end and usage, and per bucket (not the walk)
+                F = dc_walk(float(lam), np.ascontiguousarray(incoming[i]), U_in, Q_in, radix,
+                            stride, nV, dc_groups, ngr, C, ok, widths, npairs, U, Q, nb,
+                            windows)
+                got = walks[key] = (_at_most(F.min(axis=3), radix)[:, 0], F[:, 0].min(axis=1))
+            here, own = got
             rows.append(np.minimum(here, incoming[i].min(axis=1)[:, None]))
-            out[i] = np.minimum(incoming[i], F[:, 0].min(axis=1))
+            out[i] = np.minimum(incoming[i], own)
         #: ``CF[a, v, i]``: the least fill of a prefix ``[0, a)`` under cap ``i`` that
         #: leaves own usage ``v``'s devices free, on this DC or before it (private)
         self.CF = np.stack(rows, axis=2)
