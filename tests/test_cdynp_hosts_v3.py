@@ -73,6 +73,11 @@ def test_period_runs_across_hosts_give_the_in_process_optimum(tmp_path):
         res = _same_as_in_process(cluster, SLOW, tmp_path)
         assert res["status"] == "optimal"
         assert any(p.name == "period" for p in (tmp_path / "remote").rglob("*"))
+        # the one-pipeline period run is the owner's ladder, each run with the prefix-curve
+        # pass: its tables crossed the hosts too (the traces above are byte-identical)
+        assert any(p.name == "ladder-01" for p in (tmp_path / "remote").rglob("*"))
+        assert any('"curve":' in p.read_text()
+                   for p in (tmp_path / "remote").rglob("*-prefix-*.json"))
     finally:
         cluster.stop()
 
