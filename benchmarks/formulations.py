@@ -119,14 +119,14 @@ def entry_lp(inst, plan, solver: str, options: dict, time_limit: float) -> float
 
 
 def run_one(inst, solver: str, options: dict, time_limit: float, optimum,
-            plan=None) -> dict:
-    """One timed run (and, for the ILPs, its LP relaxation; for several pipelines that
-    of the optimum's entry, :func:`entry_lp`), as a row."""
+            plan=None, lp: bool = True) -> dict:
+    """One timed run (and, for the ILPs unless ``lp`` is false, its LP relaxation; for
+    several pipelines that of the optimum's entry, :func:`entry_lp`), as a row."""
     from chainpipe.formulations.pipelines import several
     from chainpipe.solve import solve
 
-    lp = None
-    if solver in ILPS:
+    want_lp, lp = lp, None
+    if solver in ILPS and want_lp:
         try:
             if several(inst):
                 lp = None if plan is None else entry_lp(inst, plan, solver, options,
@@ -273,9 +273,59 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--profile-with", type=Path, nargs="+", default=[],
                     help="result JSON files of earlier runs whose rows (of these sets) join "
                     "the summary and the profiles")
+    ap.add_argument("--fresh", nargs="+", default=[], metavar="ENTRY:SEEDS",
+                    help="instead of --sets: the committed set entry ENTRY (a file stem of "
+                    "chainpipe.instances.sets, e.g. v3-medium-02-small-model) drawn again at "
+                    "each seed of SEEDS (3-8 or 3,5,7): instances the solvers were never "
+                    "tuned on")
+    ap.add_argument("--no-lp", action="store_true",
+                    help="skip the LP relaxations (the LP/opt column)")
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--figure", type=Path, default=None)
     return ap
+
+
+def fresh_seeds(text: str) -> list[int]:
+    """The seeds of ``--fresh``'s ``SEEDS``: ``3-8`` (inclusive) or ``3,5,7``."""
+    if "-" in text:
+        lo, hi = (int(x) for x in text.split("-", 1))
+        return list(range(lo, hi + 1))
+    return [int(x) for x in text.split(",")]
+
+
+def fresh_instances(spec: str) -> tuple[str, list]:
+    """``ENTRY:SEEDS`` as ``(set name, instances)``: the committed set entry ``ENTRY``
+    (its preset, version and overrides, ``chainpipe.instances.sets``) generated again at
+    each seed, named ``ENTRY-like-s<seed>`` (as ``benchmarks/dp_scaling.py`` draws them)."""
+    import dataclasses
+
+    from chainpipe.instances import generate
+    from chainpipe.instances.sets import SETS as COMMITTED
+
+    entry, _, seeds = spec.partition(":")
+    found = [x for group in COMMITTED.values() for x in group if x.stem == entry]
+    if not found or not seeds:
+        raise SystemExit(f"--fresh {spec!r}: want ENTRY:SEEDS with ENTRY a committed stem")
+    e = found[0]
+    if e.seed in fresh_seeds(seeds):
+        raise SystemExit(f"--fresh {spec!r}: seed {e.seed} is the committed instance's own")
+    return f"fresh/{entry}", [
+        dataclasses.replace(generate(e.preset, s, version=e.version, **e.overrides),
+                            name=f"{entry}-like-s{s}") for s in fresh_seeds(seeds)]
+
+
+def _groups(args) -> list[tuple[str, list]]:
+    """``(set name, instances)`` to measure: ``--fresh``'s draws, else ``--sets``' files."""
+    from chainpipe.io import read
+
+    if args.fresh:
+        return [fresh_instances(spec) for spec in args.fresh]
+    out = []
+    for set_name in args.sets:
+        files = sorted(p for p in (ROOT / "instances" / set_name).glob("*.json")
+                       if p.name != "manifest.json")
+        out.append((set_name, [read(f) for f in files[: args.limit]]))
+    return out
 
 
 def _shown(path: Path) -> str:
@@ -299,14 +349,17 @@ def _earlier_rows(paths, sets, rows: list[dict]) -> list[dict]:
 
 def _command(args) -> str:
     """The command line that reproduces this run."""
-    return (f"python benchmarks/formulations.py --time-limit {args.time_limit:g} --sets "
-            f"{' '.join(args.sets)} --solvers {' '.join(args.solvers)} --backends "
+    chosen = (f"--fresh {' '.join(args.fresh)}" if args.fresh
+              else f"--sets {' '.join(args.sets)}")
+    return (f"python benchmarks/formulations.py --time-limit {args.time_limit:g} {chosen}"
+            f" --solvers {' '.join(args.solvers)} --backends "
             f"{' '.join(args.backends)}" + (" --variants" if args.variants else "")
             + (" --device-states" if args.device_states else "")
             + (" --no-figure" if args.no_figure else "")
             + (f" --out {args.out.relative_to(ROOT)}" if args.out.is_relative_to(ROOT)
                and args.out not in (OUT, OUT_V3) else "")
             + (f" --limit {args.limit}" if args.limit else "")
+            + (" --no-lp" if args.no_lp else "")
             + (" --profile-with " + " ".join(str(p) for p in args.profile_with)
                if args.profile_with else "")
             + (f" --figure {args.figure.relative_to(ROOT)}" if args.figure is not None
@@ -344,7 +397,7 @@ def _header(args) -> list[str]:
 
 def main(argv=None) -> None:
     args = _parser().parse_args(argv)
-    v3 = all(s.startswith("v3/") for s in args.sets)
+    v3 = bool(args.fresh) or all(s.startswith("v3/") for s in args.sets)
     if args.out is None:
         args.out = OUT_V3 if v3 else OUT
     args.out = args.out.resolve()
@@ -353,28 +406,27 @@ def main(argv=None) -> None:
     if args.figure is not None:
         args.figure = args.figure.resolve()
 
-    from chainpipe.io import read
     from chainpipe.solve import solve
 
     configs = configurations(args.solvers, args.backends, args.variants, args.device_states)
     lines = _header(args)
     rows: list[dict] = []
     body: list[str] = []
-    for set_name in args.sets:
-        files = sorted(p for p in (ROOT / "instances" / set_name).glob("*.json")
-                       if p.name != "manifest.json")
-        if args.limit:
-            files = files[: args.limit]
-        body += [f"### `instances/{set_name}/`", "",
+    groups = _groups(args)
+    for set_name, instances in groups:
+        title = (f"`{set_name}` (`--fresh`: drawn again, seeds "
+                 f"{', '.join(i.name.rsplit('-s', 1)[1] for i in instances)})"
+                 if set_name.startswith("fresh/") else f"`instances/{set_name}/`")
+        body += [f"### {title}", "",
                  "| instance | DP T (s) | solver | backend / variant | status | T (s) | bound (s) "
                  "| gap | LP/opt | vars | cons | nnz | arcs | outer | CPU (s) | wall (s) | ok |",
                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-        for f in files:
-            inst = read(f)
+        for inst in instances:
             ref = solve(inst, "dp", time_limit=max(args.time_limit, args.ref_limit))
             opt = ref.iteration_time if ref.status == "optimal" else None
             for solver, label, options in configs:
-                r = run_one(inst, solver, options, args.time_limit, opt, ref.plan)
+                r = run_one(inst, solver, options, args.time_limit, opt, ref.plan,
+                            lp=not args.no_lp)
                 r.update(instance=inst.name, set=set_name, ref=str(ref.status.value),
                          optimum=opt, solver=solver, label=label,
                          config=solver if label == "-" else f"{solver} ({label})")
@@ -389,8 +441,9 @@ def main(argv=None) -> None:
                     f"{'yes' if r['agrees'] else 'NO'} |")
                 print(body[-1], flush=True)
         body.append("")
-    earlier = _earlier_rows(args.profile_with, args.sets, rows)
-    lines += summary(rows + earlier, args.sets)
+    names = [g[0] for g in groups]
+    earlier = _earlier_rows(args.profile_with, names, rows)
+    lines += summary(rows + earlier, names)
     lines += ["Cells: proven / instances with a DP optimum; geometric mean and largest CPU "
               "seconds to proof over the proven ones; mean LP/opt."
               + (" Rows marked * are from earlier runs (" + ", ".join(
