@@ -217,9 +217,11 @@ def solve_chain(backend, options: dict, deadline: Deadline, *, trace_dir=None,
     period_options = {**options, "upper_bound": bound}
     if low is not None:
         period_options["lower_bound"] = low * (1 - 1e-9)
-    if exact and _ladder_usable(backend, options, low):
+    if exact and LADDER and _ladder_usable(backend, options, low):
         out = _curve_ladder(backend, period_options, bound, deadline, trace_dir)
     else:
+        if exact and low and RANGE_CURVE and _curve_usable(backend):  # a range run: the pass
+            period_options["curve_low"] = period_options["lower_bound"]
         out = drive(backend, period_options, deadline=deadline, probe=False,
                     trace_dir=None if trace_dir is None else Path(trace_dir, "period"))
     timed_out = out.stats.get("timed_out", False)  # the time limit ended the run
@@ -247,19 +249,32 @@ def solve_chain(backend, options: dict, deadline: Deadline, *, trace_dir=None,
     return out
 
 
+#: whether the one-pipeline period run goes by the owner's ladder with the prefix-curve pass
+#: (:func:`_curve_ladder`); ``False``: one run under the classic plan's ``T``, as before
+LADDER = True
+
+#: whether a range run (several pipelines) makes the prefix-curve pass too (one run under
+#: the owner's bound, no ladder)
+RANGE_CURVE = True
+
 #: the owner's ladder of bounds above the prefix-curve floor: ``F0 (1 + d)`` (``dp``'s steps,
 #: ``docs/dp.md``, "One pipeline, the answer")
 LADDER_STEPS = (0.005, 0.01, 0.02, 0.03, 0.045, 0.06, 0.08, 0.1, 0.15, 0.2, 0.3)
+
+
+def _curve_usable(backend) -> bool:
+    """Whether a period run of ``backend``'s chain can make the prefix-curve pass: 1F1B,
+    several microbatches."""
+    public = backend.public
+    return public.training.schedule == "1f1b" and public.microbatches > 1
 
 
 def _ladder_usable(backend, options: dict, low) -> bool:
     """Whether the one-pipeline period run goes by the owner's ladder (:func:`_curve_ladder`):
     an exact run of one pipeline over the whole chain (no ``sync_cap``) under 1F1B, of
     several microbatches, with a proven floor ``low`` (the classic optimum)."""
-    public = backend.public
     return (low is not None and low > 0 and backend.count_sync
-            and options.get("sync_cap") is None and public.training.schedule == "1f1b"
-            and public.microbatches > 1)
+            and options.get("sync_cap") is None and _curve_usable(backend))
 
 
 def _curve_ladder(backend, period_options: dict, bound: float, deadline: Deadline,

@@ -351,8 +351,10 @@ class DCAgent:
 
     def _curve_option(self, curve_low, curve_top) -> np.ndarray:
         """The public caps of the prefix-curve pass (:func:`.curve.cap_grid`), empty when the
-        run makes none: no ``curve_low``, not an exact period run of one pipeline under
-        1F1B within a finite bound (a range run, a frontier run or compression make none).
+        run makes none: no ``curve_low``, not an exact period run under 1F1B within a
+        finite bound (a frontier run, compression or a range of one DC answered by ``dp``'s
+        search make none; a range run's walks use the options its ``sync_cap`` leaves, as
+        its labels do).
 
         Raises
         ------
@@ -365,8 +367,9 @@ class DCAgent:
         if curve_low is None:
             return np.empty(0)
         compressed = bool(self.epsilon or self.quantum or self.digits or self.max_entries)
-        if (not self.period or self.sync_cap is not None or self.frontier is not None
-                or compressed or self.tables.schedule != "1f1b"):
+        if (not self.period or self.frontier is not None or compressed
+                or self.tables.schedule != "1f1b"
+                or alone.usable(self.public, self.sync_cap, self.frontier, compressed)):
             return np.empty(0)
         top = self.initial_bound if curve_top is None else float(curve_top)
         return curve_mod.cap_grid(float(curve_low), top, self.M)
@@ -750,7 +753,7 @@ class DCAgent:
         self.stats = {"labels": 0, "trials": []}
         if self.curve is not None:
             self.stats["curve_s"] = self._curve_s
-            floor = round_down(self.curve.floor(), protocol.CURVE_STEPS)
+            floor = round_down(self.curve.floor(), 4 * protocol.CURVE_STEPS)
             if self.k == self.public.num_datacenters - 1 and floor > 0:
                 self.stats["curve_floor_s"] = floor  # the owner's ladder starts there
         base = self._period_base()
