@@ -211,3 +211,20 @@ def test_a_bad_curve_is_a_protocol_error():
         msg["curve"] = curve_field
         with pytest.raises(protocol.ProtocolError):
             protocol.decode(protocol.encode(msg), "prefix", pub.expect(0, 1))
+
+
+def test_tables_are_rounded_down_by_less_than_a_step():
+    """What a DC sends reads back as its table rounded down by less than one step of the
+    public grid (0 and no-prefix kept), the short prefixes' rows 0."""
+    rng = np.random.default_rng(0)
+    E = rng.uniform(0.0, 50.0, (5, 12, 16)) * 10.0 ** rng.integers(-6, 6, (5, 12, 16))
+    E[0, 5, 3], E[1, 6], E[3, 8, 1] = np.inf, 0.0, 2.0 ** (13 / protocol.CURVE_STEPS)
+    sent = curve.decode_rows(curve.encode_rows(E), 11, 16)
+    assert np.array_equal(sent, curve.withhold(E))
+    assert np.all(sent[:, :protocol.WITHHELD] == 0.0)
+    rest, got = E[:, protocol.WITHHELD:], sent[:, protocol.WITHHELD:]
+    assert np.all(got <= rest)
+    pos = np.isfinite(rest) & (rest > 0)
+    assert np.all(got[pos] > rest[pos] * 2.0 ** (-1 / protocol.CURVE_STEPS))
+    assert np.all(got[~np.isfinite(rest)] == np.inf) and np.all(got[rest == 0] == 0)
+    assert sent[3, 8, 1] == E[3, 8, 1]  # a grid point stays itself

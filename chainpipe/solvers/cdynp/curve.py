@@ -66,48 +66,48 @@ def windows_capped(tables) -> bool:
 
 def encode_rows(E: np.ndarray) -> list:
     """The table ``E[cap, a, q]`` as sent: per cap, the rows of prefix ends ``a >=``
-    :data:`.protocol.WITHHELD` (those below are 0 and not sent), each a list of integers ``n``
-    (the fill rounded down to ``2^(n / CURVE_STEPS)``; :data:`CURVE_ZERO`: 0) or ``null``
-    (no prefix meets the cap)."""
-    out = []
-    for cap in E:
-        rows = []
-        for row in cap[protocol.WITHHELD:]:
-            rows.append([None if not math.isfinite(v) else _exponent(float(v)) for v in row])
-        out.append(rows)
-    return out
+    :data:`.protocol.WITHHELD` (those below are 0 and not sent), each a list of integers
+    ``n`` (the fill rounded down to ``2^(n / CURVE_STEPS)``; :data:`CURVE_ZERO`: 0) or
+    ``null`` (no prefix meets the cap)."""
+    part = E[:, protocol.WITHHELD:]
+    n = _exponents(part).astype(object)
+    n[~np.isfinite(part)] = None
+    return n.tolist()
 
 
-def _exponent(v: float) -> int:
-    """The largest ``n`` with ``2^(n / CURVE_STEPS) <= v`` (:data:`CURVE_ZERO` for 0 or
-    anything below the grid's least point)."""
-    if v <= 0.0:
-        return CURVE_ZERO
-    n = math.floor(math.log2(v) * CURVE_STEPS + 1e-9)
-    while 2.0 ** (n / CURVE_STEPS) > v:
-        n -= 1
-    return max(n, CURVE_ZERO)
+def _exponents(v: np.ndarray) -> np.ndarray:
+    """Per entry the largest ``n`` with ``2^(n / CURVE_STEPS) <= v`` (:data:`CURVE_ZERO`
+    for 0 or anything below the grid's least point; any value where ``v`` is not finite)."""
+    v = np.asarray(v, dtype=float)
+    ok = np.isfinite(v) & (v > 0)
+    safe = np.where(ok, v, 1.0)
+    n = np.floor(np.log2(safe) * CURVE_STEPS + 1e-9)
+    n -= 2.0 ** (n / CURVE_STEPS) > safe  # log2 rounded up across a grid point
+    n -= 2.0 ** (n / CURVE_STEPS) > safe
+    return np.where(ok, np.maximum(n, CURVE_ZERO), CURVE_ZERO).astype(np.int64)
+
+
+def _values(n: np.ndarray) -> np.ndarray:
+    """:func:`_exponents` read back (:data:`CURVE_ZERO` as 0)."""
+    return np.where(n <= CURVE_ZERO, 0.0, 2.0 ** (n / CURVE_STEPS))
 
 
 def decode_rows(rows: list, L: int, nb: int) -> np.ndarray:
     """:func:`encode_rows` read back: ``E[cap, a, q]`` over ``a = 0..L`` and ``nb``
-    buckets, 0 below :data:`.protocol.WITHHELD` (the rows withheld, and the empty prefix)."""
+    buckets, 0 below :data:`.protocol.WITHHELD` (the rows withheld, and the empty
+    prefix)."""
     E = np.zeros((len(rows), L + 1, nb))
-    for i, cap in enumerate(rows):
-        for j, row in enumerate(cap):
-            E[i, protocol.WITHHELD + j] = [math.inf if n is None else _value(n) for n in row]
+    if rows and rows[0]:
+        got = np.array(rows, dtype=float)  # null: nan
+        E[:, protocol.WITHHELD:] = np.where(np.isnan(got), np.inf,
+                                            _values(np.nan_to_num(got, nan=0.0)))
     return E
-
-
-def _value(n: int) -> float:
-    return 0.0 if n <= CURVE_ZERO else 2.0 ** (n / CURVE_STEPS)
 
 
 def withhold(E: np.ndarray) -> np.ndarray:
     """``E`` as a floor that is sent: every fill rounded down to the public grid, the rows
     of prefixes shorter than :data:`.protocol.WITHHELD` layers 0."""
-    out = np.vectorize(lambda v: v if not math.isfinite(v) else _value(_exponent(v)),
-                       otypes=[float])(E) if E.size else E.copy()
+    out = np.where(np.isfinite(E), _values(_exponents(E)), E)
     out[:, :protocol.WITHHELD] = 0.0
     return out
 

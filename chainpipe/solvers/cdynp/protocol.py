@@ -368,8 +368,8 @@ def _check_curve(curve) -> None:
                 raise ProtocolError(f"curve[{i}][{j}]: must be a row of 1 or "
                                     f"{CURVE_BUCKETS} buckets, as long as every other")
             width = len(row)
-            for n in row:
-                if n is not None and not (_int(n) and CURVE_ZERO <= n <= CURVE_TOP):
+            for n in row:  # (type(n) is int: no bool, no float)
+                if n is not None and not (type(n) is int and CURVE_ZERO <= n <= CURVE_TOP):
                     raise ProtocolError(f"curve[{i}][{j}]: an entry must be null or an "
                                         f"integer in [{CURVE_ZERO}, {CURVE_TOP}]")
 
