@@ -26,14 +26,15 @@ from chainpipe.tables import CostTables
 from helpers import check_trace_private, random_instance
 
 
-def _instances(n: int, least_layers: int = 5):
+def _instances(n: int, least_layers: int = 5, counts=(3, 6, 12, 20)):
     """Random period instances under 1F1B on 2 or 3 DCs with ``least_layers`` to 9 layers
-    (the helpers' version-3 instances have at most 3, all withheld)."""
+    (the helpers' version-3 instances have at most 3, all withheld), ``M`` one of
+    ``counts``."""
     seed, got = 0, 0
     while got < n:
         rng = random.Random(seed)
         inst = random_instance(seed, max_layers=9, schedule="1f1b",
-                               microbatches=rng.choice([3, 6, 12, 20]))
+                               microbatches=rng.choice(counts))
         seed += 1
         if inst.num_datacenters < 2 or inst.num_layers < least_layers:
             continue
@@ -76,6 +77,29 @@ def test_ladder_equals_dp_and_the_floor_cuts():
             cut += labels[0] < labels[1]
     # (measured: 14 checked, the ladder on 9, fewer labels on 8)
     assert checked >= 12 and ladders >= 6 and cut >= 5, (checked, ladders, cut)
+
+
+def test_ladder_steps_from_the_floor_to_dps_optimum():
+    """Where the pass's floor lies above the classic optimum (many microbatches: the steady
+    part weighs), the ladder steps from it (runs under ``F0 (1 + d)`` that find nothing,
+    each bound the next one's ``lower_bound``) and still proves ``dp``'s optimum."""
+    stepped = 0
+    for seed, inst in _instances(20, counts=(20, 40)):
+        whole = LocalOwner(inst, False, 60).whole()
+        out = solve_chain(whole, agent_options(), Deadline(None))
+        steps = out.stats.get("ladder", ())
+        if len(steps) <= 2:
+            continue
+        stepped += 1
+        assert not any(s["found"] for s in steps[:-1]) and steps[-1]["found"], seed
+        assert out.stats["curve_floor_s"] > steps[0]["upper_bound"], seed
+        ref = dp_run(inst)
+        want = evaluate(inst, ref.plan).iteration_time_s
+        assert out.status == "optimal", seed
+        assert abs(whole.evaluation(out.plan).iteration_time_s - want) <= 1e-9 * want, seed
+        assert out.stats["curve_floor_s"] <= want * (1 + 1e-9), seed
+    # (measured: the ladder stepped on 6 of 20)
+    assert stepped >= 4, stepped
 
 
 def _oracle(inst: Instance, lam: float) -> np.ndarray:
