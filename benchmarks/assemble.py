@@ -29,6 +29,10 @@ ORDER = [
      "python benchmarks/formulations.py --time-limit 120 --sets v3/small v3/medium --solvers "
      "ilp-path --backends highs --device-states --no-figure --out "
      "benchmarks/results/formulations_flow_v3.md"),
+    ("benchmarks/results/formulations_flow_fresh.md",
+     "python benchmarks/formulations.py --time-limit 120 --fresh "
+     "v3-medium-02-small-model:3-8 --solvers ilp-path --backends highs --device-states "
+     "--no-figure --out benchmarks/results/formulations_flow_fresh.md --no-lp --ref-limit 300"),
     ("benchmarks/results/cpsat_v3_medium.md",
      "python benchmarks/formulations.py --time-limit 120 --sets v3/medium --solvers cpsat "
      "--backends highs cbc --no-figure --out benchmarks/results/cpsat_v3_medium.md"),

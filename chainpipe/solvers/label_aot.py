@@ -8,13 +8,14 @@ paid about 1 s for its two kernel modules. A :class:`Unit` is one module's kerne
 compiled with numba's ahead-of-time compiler (``numba.pycc``) into one extension module,
 kept beside numba's cache (``__pycache__`` beside this module, or ``NUMBA_CACHE_DIR``)
 under a name that carries a digest of the kernels' sources: an edited source is never
-run from a stale build. Five units: :data:`LABEL` (the very functions of
+run from a stale build. Six units: :data:`LABEL` (the very functions of
 :mod:`.label_kernel`, their ``py_func``: one source), :data:`.period_kernel.UNIT` and
 :data:`.prefix_kernel.UNIT` (the version-3 search's kernels, written as plain functions
-that :meth:`Unit.bind` hands out), and CDynP's agents' two (:mod:`.cdynp.period_fast`,
-:mod:`.cdynp.local_aot`). Where a unit is not built, its module's kernels are
-numba's just-in-time kernels (compiled on first use and cached on disk), so the two
-give the same answers by construction.
+that :meth:`Unit.bind` hands out), and CDynP's agents' three (:mod:`.cdynp.period_fast`,
+:mod:`.cdynp.local_aot`, and :mod:`.cdynp.walk_fast`, the prefix-curve pass's walk).
+Where a unit is not built, its module's kernels are numba's just-in-time kernels
+(compiled on first use and cached on disk), so the two give the same answers by
+construction.
 
 Build them with ``python -m chainpipe.solvers.label_aot`` (``make`` does; needs a C
 compiler). The compiled wrappers convert their arguments without checking array types,
@@ -401,13 +402,14 @@ def signature(kinds: tuple) -> str:
 
 
 def units() -> list:
-    """Every unit: :data:`LABEL`, the version-3 search's, then CDynP's agents' (period DP
-    and classic DP: :mod:`.cdynp.period_fast`, :mod:`.cdynp.local_aot`; their modules
-    imported)."""
+    """Every unit: :data:`LABEL`, the version-3 search's, then CDynP's agents' (period DP,
+    classic DP and the prefix-curve pass's walk: :mod:`.cdynp.period_fast`,
+    :mod:`.cdynp.local_aot`, :mod:`.cdynp.walk_fast`; their modules imported)."""
     from . import period_kernel, prefix_kernel
-    from .cdynp import local_aot, period_fast
+    from .cdynp import local_aot, period_fast, walk_fast
 
-    return [LABEL, period_kernel.UNIT, prefix_kernel.UNIT, period_fast.UNIT, local_aot.UNIT]
+    return [LABEL, period_kernel.UNIT, prefix_kernel.UNIT, period_fast.UNIT, local_aot.UNIT,
+            walk_fast.UNIT]
 
 
 def main(argv: list[str] | None = None) -> int:
