@@ -11,9 +11,9 @@ agree rule for rule.
 The kernel is registered with :data:`UNIT` and handed out at the end of the import as
 :mod:`.period_fast`'s are (:meth:`chainpipe.solvers.label_aot.Unit.bind`): compiled ahead
 of time when built for this file and :mod:`..prefix_kernel` as they are, else numba's
-just-in-time kernel (compiled on first use, cached on disk). The ahead-of-time build
-does not list this unit yet (its list is not CDynP's file), so a solve that runs the
-pass compiles it once per machine (a few seconds; then numba's disk cache).
+just-in-time kernel (compiled on first use, about 4 CPU s, then cached on disk). The
+ahead-of-time build lists it (:func:`chainpipe.solvers.label_aot.units`: ``cdynp_walk``,
+about 6 s to build).
 """
 
 from __future__ import annotations
