@@ -111,14 +111,9 @@ def v3_instance(preset: str, seed: int, pipelines: tuple[int, ...]):
 def fresh_v3_instance(entry: str, seed: int):
     """The committed set's entry ``entry`` (``chainpipe.instances.sets``) drawn again at
     another seed: an instance of its class the DP was never tuned on."""
-    import dataclasses
+    from chainpipe.instances.sets import entry as committed
 
-    from chainpipe.instances import generate
-    from chainpipe.instances.sets import SETS
-
-    e = next(x for group in SETS.values() for x in group if x.stem == entry)
-    inst = generate(e.preset, seed, version=e.version, **e.overrides)
-    return dataclasses.replace(inst, name=f"{entry}-like-s{seed}")
+    return committed(entry).drawn(seed)
 
 
 #: fresh seeds of each ``v3/large`` entry measured by ``--v3`` (the set uses seeds 0, 1)

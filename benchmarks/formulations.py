@@ -297,21 +297,15 @@ def fresh_instances(spec: str) -> tuple[str, list]:
     """``ENTRY:SEEDS`` as ``(set name, instances)``: the committed set entry ``ENTRY``
     (its preset, version and overrides, ``chainpipe.instances.sets``) generated again at
     each seed, named ``ENTRY-like-s<seed>`` (as ``benchmarks/dp_scaling.py`` draws them)."""
-    import dataclasses
+    from chainpipe.instances.sets import entry as committed
 
-    from chainpipe.instances import generate
-    from chainpipe.instances.sets import SETS as COMMITTED
-
-    entry, _, seeds = spec.partition(":")
-    found = [x for group in COMMITTED.values() for x in group if x.stem == entry]
-    if not found or not seeds:
+    stem, _, seeds = spec.partition(":")
+    e = committed(stem)
+    if e is None or not seeds:
         raise SystemExit(f"--fresh {spec!r}: want ENTRY:SEEDS with ENTRY a committed stem")
-    e = found[0]
     if e.seed in fresh_seeds(seeds):
         raise SystemExit(f"--fresh {spec!r}: seed {e.seed} is the committed instance's own")
-    return f"fresh/{entry}", [
-        dataclasses.replace(generate(e.preset, s, version=e.version, **e.overrides),
-                            name=f"{entry}-like-s{s}") for s in fresh_seeds(seeds)]
+    return f"fresh/{stem}", [e.drawn(s) for s in fresh_seeds(seeds)]
 
 
 def _groups(args) -> list[tuple[str, list]]:

@@ -57,12 +57,24 @@ class Entry:
         their layers are costed for one sequence per microbatch and they do not state it
         (so no width rule applies and their optima stay). A ``version=3`` entry is
         ``generate(..., version=3)`` as drawn, ``microbatch_size`` included."""
+        return self.drawn(self.seed, self.stem)
+
+    def drawn(self, seed: int, name: str | None = None) -> Instance:
+        """The entry drawn again at ``seed`` (as :meth:`instance` draws it at its own): an
+        instance of its class no solver was tuned on, named ``name`` (default
+        ``<stem>-like-s<seed>``)."""
+        name = f"{self.stem}-like-s{seed}" if name is None else name
         if self.version == 3:
-            inst = generate(self.preset, self.seed, version=3, **self.overrides)
-            return dataclasses.replace(inst, name=self.stem)
-        inst = generate(self.preset, self.seed, **{"microbatch_size": 1, **self.overrides})
+            inst = generate(self.preset, seed, version=3, **self.overrides)
+            return dataclasses.replace(inst, name=name)
+        inst = generate(self.preset, seed, **{"microbatch_size": 1, **self.overrides})
         training = dataclasses.replace(inst.training, microbatch_size=None)
-        return dataclasses.replace(inst, name=self.stem, training=training)
+        return dataclasses.replace(inst, name=name, training=training)
+
+
+def entry(stem: str) -> Entry | None:
+    """The committed entry named ``stem`` (``None`` if no set holds one)."""
+    return next((e for group in SETS.values() for e in group if e.stem == stem), None)
 
 
 SETS: dict[str, tuple[Entry, ...]] = {

@@ -61,6 +61,7 @@ from ...plan import Plan, evaluate
 from ...result import Outcome, number_option
 from ...support import features, refusal
 from ...tables import CostTables
+from ..dp_pipelines import STEPS as DP_STEPS
 from . import alone
 from .assemble import plan_of
 from .audit import check_claims
@@ -257,9 +258,9 @@ LADDER = True
 #: the owner's bound, no ladder)
 RANGE_CURVE = True
 
-#: the owner's ladder of bounds above the prefix-curve floor: ``F0 (1 + d)`` (``dp``'s steps,
-#: ``docs/dp.md``, "One pipeline, the answer")
-LADDER_STEPS = (0.005, 0.01, 0.02, 0.03, 0.045, 0.06, 0.08, 0.1, 0.15, 0.2, 0.3)
+#: the owner's ladder of bounds above the prefix-curve floor: ``F0 (1 + d)`` (``dp``'s steps
+#: up to 0.3, ``docs/dp.md``, "One pipeline, the answer")
+LADDER_STEPS = tuple(d for d in DP_STEPS if d <= 0.3)
 
 
 def _curve_usable(backend) -> bool:
