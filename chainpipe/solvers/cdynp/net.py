@@ -1,8 +1,10 @@
 """The envelope of CDynP across hosts: TLS connections, frames and their headers.
 
 Every connection is TLS 1.3 with certificates on both sides (:mod:`.tls`) and
-carries frames of :mod:`.wire` (a 4-byte length, then the bytes). The first
-frame is a JSON header saying what the connection is for:
+carries frames of :mod:`.wire` (a 4-byte length, then the bytes). A connection
+carries one request after another, each opened by a JSON header saying what it is
+for and checked whole (:func:`check_header`) and against the party the connection's
+certificate names, request by request:
 
 * ``{"net": NET, "kind": "run", "run": ID, "public_sha256": H, "agents": {...},
   "options": {...}, "time_limit_s": S or null, "trace": bool, "chain": C}`` (``chain``
@@ -14,16 +16,22 @@ frame is a JSON header saying what the connection is for:
   pipeline of ``m`` microbatches (:meth:`.public.PublicInstance.chain`; the owner's
   public decisions of several pipelines, or the classic solve that bounds a period
   run), whose agents alone take part. The agent
-  answers ``{"event": "accepted"}`` or ``{"refused": REASON}``, then sends its
-  events (``work``, ``wait``, ``beat``, ``done``, ``failed``) on the same connection;
+  answers ``{"event": "accepted"}`` or ``{"refused": REASON}``, then sends
+  its events (``work``, ``wait``, ``beat``, then ``done`` or ``failed``), each naming
+  the run (``"run": ID``), on the same connection. After ``done`` or ``failed`` the
+  owner may send the next run's header on that connection;
 * ``{"net": NET, "kind": "prefix" | "summary" | "assemble", "run": ID}``: a
   neighbour delivers
   a message of the CDynP protocol (:mod:`.protocol`), the exact bytes in the next
-  frame. The receiver answers ``{"ok": true}`` or ``{"refused": REASON}``.
+  frame. The receiver answers ``{"ok": true}`` or ``{"refused": REASON}``; after
+  ``ok`` the neighbour may deliver its next message on that connection.
 
-A header is at most :data:`HEADER_LIMIT` bytes and is checked whole
-(:func:`check_header`); a protocol message at most
-:data:`.protocol.MAX_MESSAGE_BYTES`.
+A refusal ends the connection. A header is at most :data:`HEADER_LIMIT` bytes; a
+protocol message at most :data:`.protocol.MAX_MESSAGE_BYTES`. An agent closes a
+connection that brings no header for :data:`IDLE_S` seconds between two requests;
+the party that connects (:class:`Pool`) keeps a connection at most :data:`REUSE_S`
+seconds idle, and closes every one it kept when it is done (the owner at the end of
+its solve, whatever ended it).
 """
 
 from __future__ import annotations
@@ -31,14 +39,16 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import select
 import socket
 import ssl
+import threading
 import time
 
 from . import protocol, wire
 from .tls import party_of
 
-NET = "chainpipe-agents/2"
+NET = "chainpipe-agents/3"
 #: the largest header or reply frame
 HEADER_LIMIT = 64 * 1024
 #: the largest event frame an agent sends its owner (its report may carry the text of
@@ -48,6 +58,12 @@ EVENT_LIMIT = 2 * protocol.MAX_MESSAGE_BYTES + (1 << 20)
 CONNECT_S = 5.0
 #: seconds for the TLS handshake and the first frame of a connection, and for a reply
 HANDSHAKE_S = 10.0
+#: seconds an agent keeps an authenticated connection open, waiting for its next request
+IDLE_S = 30.0
+#: seconds a connecting party keeps a connection idle for its next request; an older one
+#: is closed rather than reused (well below :data:`IDLE_S`: the agent must not be closing
+#: it as the request leaves)
+REUSE_S = 10.0
 
 _RUN_ID = re.compile(r"[0-9a-f]{32}")
 
@@ -265,3 +281,100 @@ def close(sock) -> None:
     except OSError:
         pass
     sock.close()
+
+
+class Pool:
+    """TLS connections kept open between requests, per agent (its address and party).
+
+    :meth:`take` gives a kept connection (idle less than ``reuse_s`` seconds, and not
+    closed by the other end meanwhile) or a new one (:func:`connect`); :meth:`give`
+    keeps a connection whose last request ended cleanly (an answer read whole), for
+    the next request to that agent; :meth:`close` closes every kept one. A connection
+    whose request failed in any way is closed by its user, never given back.
+
+    Parameters
+    ----------
+    ctx : ssl.SSLContext
+        The TLS client context of the party that connects.
+    reuse_s : float
+        Seconds a connection may stay idle and still be reused.
+    per_peer : int
+        Idle connections kept per agent at most (more are closed).
+    """
+
+    def __init__(self, ctx: ssl.SSLContext, reuse_s: float = REUSE_S, per_peer: int = 4):
+        self.ctx, self.reuse_s, self.per_peer = ctx, float(reuse_s), int(per_peer)
+        self._idle: dict[tuple[str, str], list[tuple[ssl.SSLSocket, float]]] = {}
+        self._lock = threading.Lock()
+        self._closed = False
+        #: connections made (TLS handshakes) and connections reused, since the start
+        self.opened = self.reused = 0
+
+    def take(self, address: str, party: str, deadline=None,
+             fresh: bool = False) -> tuple[ssl.SSLSocket, bool]:
+        """A connection to the agent ``party`` at ``address`` and whether it was kept
+        from an earlier request (``fresh``: a new one in any case; :func:`connect`'s
+        exceptions if a new one fails)."""
+        now = time.monotonic()
+        stale = []
+        found = None
+        with self._lock:
+            if self._closed:
+                raise OSError("the connections are closed")
+            idle = self._idle.get((address, party), [])
+            while idle and not fresh:
+                sock, since = idle.pop()
+                if now - since > self.reuse_s or _readable(sock):
+                    stale.append(sock)
+                else:
+                    found = sock
+                    self.reused += 1
+                    break
+        for sock in stale:
+            close(sock)
+        if found is not None:
+            return found, True
+        sock = connect(address, self.ctx, party, deadline=deadline)
+        with self._lock:
+            self.opened += 1
+        return sock, False
+
+    def has_idle(self, address: str, party: str) -> bool:
+        """Whether a connection to that agent is kept (it may still turn out stale)."""
+        with self._lock:
+            return bool(self._idle.get((address, party)))
+
+    def give(self, address: str, party: str, sock: ssl.SSLSocket) -> None:
+        """Keep ``sock`` (its last request ended cleanly) for the next request."""
+        with self._lock:
+            idle = self._idle.setdefault((address, party), [])
+            if not self._closed and len(idle) < self.per_peer:
+                idle.append((sock, time.monotonic()))
+                return
+        close(sock)
+
+    def close(self) -> None:
+        """Close every kept connection; :meth:`take` refuses from now on."""
+        with self._lock:
+            self._closed = True
+            socks = [s for idle in self._idle.values() for s, _ in idle]
+            self._idle.clear()
+        for sock in socks:
+            close(sock)
+
+
+def _readable(sock: ssl.SSLSocket) -> bool:
+    """Whether an idle connection has something to read: nothing is due on one, so the
+    other end closed it (or broke the protocol); either way it is not reused."""
+    try:
+        return bool(sock.pending()) or bool(select.select([sock], [], [], 0)[0])
+    except (OSError, ValueError):
+        return True
+
+
+def closed_idle(exc: Exception) -> bool:
+    """Whether a request's failure on a kept connection (:class:`Pool`) is the other end
+    having closed it while it was idle, so that it read nothing of the request and a new
+    connection may carry it; not a timeout or a frame that broke the protocol."""
+    return isinstance(exc, (wire.Closed, ConnectionError, ssl.SSLError)) \
+        and not isinstance(exc, TimeoutError)

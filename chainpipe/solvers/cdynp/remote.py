@@ -1,9 +1,10 @@
 """The job's owner of a CDynP run across hosts (``chainpipe solve PUBLIC --agents``).
 
-The owner holds the public document only. For each run of the solve (the probes
-and the main run, as in :func:`chainpipe.solvers.cdynp.run`) it connects to
-every DC's agent at the address the AGENTS file gives, over TLS with its own
-certificate, checks that the certificate names that DC, asks each to take part
+The owner holds the public document only. It connects to every DC's agent at the
+address the AGENTS file gives, over TLS with its own certificate, checks that the
+certificate names that DC, and keeps that connection for the runs of its solve (the
+probes and the main run, as in :func:`chainpipe.solvers.cdynp.run`, and every range
+run: :class:`Connections`). For each run it asks each agent to take part
 (downstream first, so that every agent knows the run before the first message,
 DC 1's ``prefix``, can reach it) and then watches their events
 (:class:`.watch.Watch`) until every report is in. The plan is assembled from what each agent reports of its own stages, and
@@ -15,6 +16,12 @@ classic solve that bounds a period run, and with several pipelines one range run
 range, ``M_p`` and synchronisation limit, each on that range's agents only, its header
 naming the chain (:class:`RemoteOwner`); the plans' costs come from the agents'
 reports, combined as :func:`chainpipe.plan.evaluate` combines them.
+
+A run's connections go back to the solve's :class:`Connections` only when every
+agent's last event of that run was read (``done``); otherwise they are closed (each
+agent then ends its part), and the next run connects anew. Every event names its run,
+and one that names another ends the run. All connections are closed when the solve
+ends, whatever ended it.
 
 An agent that cannot be reached (after :data:`.net.CONNECT_S` seconds of
 retries), refuses, dies (its connection closes) or stays silent (past the time
@@ -47,6 +54,89 @@ from .watch import MESSAGE_TIMEOUT_S, AgentFailure, Watch
 _FILE = re.compile(r"[0-9]{3}-(prefix|summary|assemble)-[^/\\\\]+-to-[^/\\\\]+\.json")
 
 
+class Connections:
+    """The owner's connections to the agents for the life of one solve.
+
+    A run takes one connection per agent of its range (one kept from an earlier run
+    when there is one, :class:`.net.Pool`; new ones are made in parallel) and gives them
+    back (:meth:`give`) only when it ended cleanly; :meth:`close` closes every kept
+    one. Without an error or a gap of more than :data:`.net.REUSE_S` seconds between
+    two runs, a solve makes one TLS connection per agent.
+
+    Parameters
+    ----------
+    agents : dict
+        DC name -> ``HOST:PORT`` of its agent.
+    ctx : ssl.SSLContext
+        The owner's TLS client context.
+    """
+
+    def __init__(self, agents: dict, ctx):
+        self.agents = dict(agents)
+        self.pool = net.Pool(ctx, per_peer=1)
+
+    @property
+    def opened(self) -> int:
+        """TLS connections made so far (each one handshake)."""
+        return self.pool.opened
+
+    @property
+    def reused(self) -> int:
+        """Times a run took a connection kept from an earlier run."""
+        return self.pool.reused
+
+    def take(self, names: list[str], deadline: Deadline) -> tuple[list, list[bool]]:
+        """A connection to every agent of ``names`` and, for each, whether it was kept;
+        the first failure, by chain order, as an :class:`AgentFailure`."""
+        out: list = [None] * len(names)
+        kept = [False] * len(names)
+        errors: list = [None] * len(names)
+
+        def one(k: int, fresh: bool = False) -> None:
+            try:
+                out[k], kept[k] = self.pool.take(self.agents[names[k]], names[k],
+                                                 deadline=deadline, fresh=fresh)
+            except (OSError, net.Refused) as exc:
+                errors[k] = exc
+
+        for k in range(len(names)):  # kept ones at once, in this thread
+            if self.pool.has_idle(self.agents[names[k]], names[k]):
+                one(k)
+        threads = [threading.Thread(target=one, args=(k, True), daemon=True)
+                   for k in range(len(names)) if out[k] is None and errors[k] is None]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        bad = next((k for k in range(len(names)) if errors[k] is not None), None)
+        if bad is not None:
+            for s in out:
+                if s is not None:
+                    net.close(s)
+            raise self._unreachable(names[bad], errors[bad])
+        return out, kept
+
+    def renew(self, name: str, deadline: Deadline):
+        """A new connection to ``name``'s agent (:class:`AgentFailure` if none)."""
+        try:
+            return self.pool.take(self.agents[name], name, deadline=deadline, fresh=True)[0]
+        except (OSError, net.Refused) as exc:
+            raise self._unreachable(name, exc) from None
+
+    def _unreachable(self, name: str, exc: Exception) -> AgentFailure:
+        return AgentFailure(f"cannot reach the agent of DC {name!r} at {self.agents[name]}: "
+                            f"{exc}", name)
+
+    def give(self, names: list[str], socks: list) -> None:
+        """Keep a cleanly ended run's connections for the next run."""
+        for name, sock in zip(names, socks):
+            self.pool.give(self.agents[name], name, sock)
+
+    def close(self) -> None:
+        """Close every kept connection (each agent's thread for it then ends)."""
+        self.pool.close()
+
+
 class RemoteAgents:
     """The agents of a public instance, each on its own host (a :class:`.drive.Backend`).
 
@@ -70,13 +160,16 @@ class RemoteAgents:
     reports : dict, optional
         Where the agents' reports of each assembled plan are kept, shared with the
         backends of the same chain under another objective (:meth:`with_objective`).
+    connections : Connections, optional
+        The solve's connections, which its runs share; ``None``: each run connects anew
+        and closes its connections at its end.
     """
 
     mode = "tls"
 
     def __init__(self, public: dict, agents: dict, ctx, message_timeout=MESSAGE_TIMEOUT_S,
                  *, chain: tuple | None = None, count_sync: bool = True,
-                 reports: dict | None = None):
+                 reports: dict | None = None, connections: Connections | None = None):
         self.document = public
         whole = read_public(public)
         self.chain = chain
@@ -88,6 +181,7 @@ class RemoteAgents:
         self.message_timeout = float(message_timeout)
         self.count_sync = count_sync
         self._reports = {} if reports is None else reports
+        self.connections = connections
 
     def with_objective(self, objective: str) -> RemoteAgents:
         """The same agents on the same chain under ``objective`` (the classic solve that
@@ -96,7 +190,7 @@ class RemoteAgents:
             if self.chain is None else self.chain[:3]
         return RemoteAgents(self.document, self.all_agents, self.ctx, self.message_timeout,
                             chain=(first, last, m, objective), count_sync=self.count_sync,
-                            reports=self._reports)
+                            reports=self._reports, connections=self.connections)
 
     def _header_chain(self) -> dict | None:
         if self.chain is None:
@@ -110,10 +204,13 @@ class RemoteAgents:
     def one_run(self, options: dict, trace_dir, deadline: Deadline) -> Run:
         names = list(self.public.datacenter_names)
         run_id = secrets.token_hex(16)
-        socks = self._connect_all(names, deadline)
+        conns = self.connections or Connections(self.all_agents, self.ctx)
         where = [f" at {self.agents[n]}" for n in names]
         readers: list[threading.Thread] = []
+        socks: list = []
+        clean = False
         try:
+            socks, kept = conns.take(names, deadline)
             header = {"net": net.NET, "kind": "run", "run": run_id,
                       "public_sha256": self.digest, "agents": self.agents,
                       "options": {k: v for k, v in options.items() if v is not None},
@@ -121,65 +218,64 @@ class RemoteAgents:
                       "trace": trace_dir is not None, "chain": self._header_chain()}
             # downstream first: every DC knows the run before DC 1 sends the first message
             for k in reversed(range(len(socks))):
-                self._start(names[k], where[k], socks[k], header)
-            reports = self._watch(names, where, socks, deadline, readers)
+                self._start(conns, names, where, socks, k, kept[k], header, deadline)
+            reports = self._watch(names, where, socks, deadline, readers, run_id)
+            clean = _joined(readers)
         finally:
-            _close_all(socks, readers)
+            if clean:
+                conns.give(names, socks)
+            else:
+                _close_all(socks, readers)
+            if conns is not self.connections:
+                conns.close()
         for k, report in enumerate(reports):
             _check_report(names[k], where[k], report)
         if trace_dir is not None:
             _write_trace(trace_dir, reports)
         return collect(reports)
 
-    def _connect_all(self, names: list[str], deadline: Deadline) -> list:
-        """A connection to every agent, made in parallel; the first failure, by chain order."""
-        out: list = [None] * len(names)
-        errors: list = [None] * len(names)
-
-        def one(k: int) -> None:
+    def _start(self, conns: Connections, names, where, socks: list, k: int, kept: bool,
+               header: dict, deadline: Deadline) -> None:
+        """Ask agent ``k`` to take the run on ``socks[k]``; a kept connection the agent
+        closed while it was idle is replaced by a new one (in ``socks``), once."""
+        name = names[k]
+        for attempt in (1, 2):
             try:
-                out[k] = net.connect(self.agents[names[k]], self.ctx, names[k],
-                                     deadline=deadline)
-            except (OSError, net.Refused) as exc:
-                errors[k] = exc
-
-        threads = [threading.Thread(target=one, args=(k,), daemon=True)
-                   for k in range(len(names))]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        bad = next((k for k in range(len(names)) if errors[k] is not None), None)
-        if bad is not None:
-            for s in out:
-                if s is not None:
-                    net.close(s)
-            raise AgentFailure(f"cannot reach the agent of DC {names[bad]!r} at "
-                               f"{self.agents[names[bad]]}: {errors[bad]}", names[bad])
-        return out
-
-    def _start(self, name: str, where: str, sock, header: dict) -> None:
-        try:
-            net.send_json(sock, header)
-            reply = net.recv_json(sock)
-        except (wire.Closed, OSError, protocol.ProtocolError) as exc:
-            raise AgentFailure(f"the agent of DC {name!r}{where} did not take the run "
-                               f"({type(exc).__name__}: {str(exc)[:120]})", name) from None
+                socks[k].settimeout(net.HANDSHAKE_S)
+                net.send_json(socks[k], header)
+                reply = net.recv_json(socks[k])
+                break
+            except (wire.Closed, OSError, protocol.ProtocolError) as exc:
+                if not (kept and attempt == 1 and net.closed_idle(exc)):
+                    raise AgentFailure(f"the agent of DC {name!r}{where[k]} did not take the "
+                                       f"run ({type(exc).__name__}: {str(exc)[:120]})",
+                                       name) from None
+                net.close(socks[k])
+                socks[k] = conns.renew(name, deadline)
         if reply != {"event": "accepted"}:
             reason = reply.get("refused") if isinstance(reply, dict) else None
-            raise AgentFailure(f"the agent of DC {name!r}{where} refused the run: "
+            raise AgentFailure(f"the agent of DC {name!r}{where[k]} refused the run: "
                                f"{str(reason)[:200]}", name)
-        sock.settimeout(None)  # from now on the watch decides how long is too long
+        socks[k].settimeout(None)  # from now on the watch decides how long is too long
 
-    def _watch(self, names, where, socks, deadline: Deadline, readers: list) -> list[dict]:
+    def _watch(self, names, where, socks, deadline: Deadline, readers: list,
+               run_id: str) -> list[dict]:
         events: queue.Queue = queue.Queue()
 
         def read(k: int, sock) -> None:
+            """Agent ``k``'s events of this run, up to its last (``done`` or ``failed``)."""
             while True:
                 try:
-                    events.put((k, net.recv_json(sock, net.EVENT_LIMIT)))
+                    event = net.recv_json(sock, net.EVENT_LIMIT)
                 except (wire.Closed, OSError, protocol.ProtocolError, ValueError):
                     events.put((k, None))
+                    return
+                if not (isinstance(event, dict) and event.get("run") == run_id):
+                    events.put((k, {"event": "failed", "kind": "protocol", "blame": names[k],
+                                    "error": "an event that does not name this run"}))
+                    return
+                events.put((k, event))
+                if event.get("event") in ("done", "failed"):
                     return
 
         for k, sock in enumerate(socks):
@@ -242,14 +338,16 @@ class RemoteOwner:
 
     Parameters
     ----------
-    public, agents, ctx, message_timeout
-        As for :class:`RemoteAgents`.
+    public, agents, ctx, message_timeout, connections
+        As for :class:`RemoteAgents`: every range run's backend shares ``connections``.
     """
 
     mode = "tls"
 
-    def __init__(self, public: dict, agents: dict, ctx, message_timeout=MESSAGE_TIMEOUT_S):
+    def __init__(self, public: dict, agents: dict, ctx, message_timeout=MESSAGE_TIMEOUT_S,
+                 connections: Connections | None = None):
         self.document, self.agents, self.ctx = public, agents, ctx
+        self.connections = connections
         self.message_timeout = message_timeout
         self.public = read_public(public)
         self._reports: dict = {}
@@ -260,7 +358,7 @@ class RemoteOwner:
         """The agents of DCs ``first..last`` planning one pipeline of ``microbatches``."""
         return RemoteAgents(self.document, self.agents, self.ctx, self.message_timeout,
                             chain=(first, last, microbatches, None), count_sync=count_sync,
-                            reports=self._reports)
+                            reports=self._reports, connections=self.connections)
 
     def evaluation(self, plan: Plan, pipelines=None) -> Evaluation:
         """The evaluation of ``plan`` from its pipelines' costs (``pipelines``, each from its
@@ -297,6 +395,13 @@ class RemoteOwner:
                 "of the DCs (exhaustive CDynP; each DC's own reasons stay private)")
 
 
+def _joined(readers: list[threading.Thread]) -> bool:
+    """Whether every reader of a run has ended (each read its agent's last event)."""
+    for t in readers:
+        t.join(timeout=1.0)
+    return not any(t.is_alive() for t in readers)
+
+
 def _close_all(socks: list, readers: list[threading.Thread]) -> None:
     """Shut every connection down, let the threads reading them see the end, then close.
 
@@ -304,6 +409,7 @@ def _close_all(socks: list, readers: list[threading.Thread]) -> None:
     descriptor can be reused by the next connection, which the old reader would then
     read from (seen as bad record MACs on the next run's connections).
     """
+    socks = [s for s in socks if s is not None]
     for sock in socks:
         try:
             sock.shutdown(socket.SHUT_RDWR)
@@ -404,7 +510,9 @@ def solve_remote(public: dict, agents: dict, ctx, *, time_limit=None, trace_dir=
     -------
     tuple of (Result, Evaluation or None)
         The result as :func:`chainpipe.solve` gives it for ``solver="cdynp"`` on the
-        whole instance, and its plan's evaluation from the agents' reported costs.
+        whole instance (its ``stats["connections"]``: the TLS connections the owner
+        opened and the times a run reused one), and its plan's evaluation from the
+        agents' reported costs.
     """
     from ...result import InstanceRef, OptionError, Outcome, number_option, result_of
     from ...support import features, refusal
@@ -418,21 +526,28 @@ def solve_remote(public: dict, agents: dict, ctx, *, time_limit=None, trace_dir=
     if unknown:
         raise OptionError(f"cdynp across hosts: unknown option(s) {', '.join(unknown)}")
     message_timeout = number_option("cdynp", "message_timeout", message_timeout, strict=True)
-    owner = RemoteOwner(public, agents, ctx, message_timeout)
+    connections = Connections(agents, ctx)
+    owner = RemoteOwner(public, agents, ctx, message_timeout, connections)
     name = InstanceRef(owner.public.name)
     if reason := refusal(owner.public.training, "cdynp"):
         return result_of(name, "cdynp", Outcome("error", message=reason), None,
                          deadline.elapsed()), None
     opts = agent_options(**options)
-    if "pipelines" in features(owner.public.training):
-        # the owner's search over counts, ranges and splits of M: range runs on the
-        # agents of each range (each run's header names its chain), as in process
-        outcome = solve_several(owner, opts, deadline, trace_dir, probe)
-        ev = owner.evaluation(outcome.plan) if outcome.plan is not None else None
-    else:
-        backend = RemoteAgents(public, agents, ctx, message_timeout)
-        outcome = solve_chain(backend, opts, deadline, trace_dir=trace_dir, probe=probe)
-        ev = backend.evaluation(outcome.plan) if outcome.plan is not None else None
+    try:
+        if "pipelines" in features(owner.public.training):
+            # the owner's search over counts, ranges and splits of M: range runs on the
+            # agents of each range (each run's header names its chain), as in process
+            outcome = solve_several(owner, opts, deadline, trace_dir, probe)
+            ev = owner.evaluation(outcome.plan) if outcome.plan is not None else None
+        else:
+            backend = RemoteAgents(public, agents, ctx, message_timeout,
+                                   connections=connections)
+            outcome = solve_chain(backend, opts, deadline, trace_dir=trace_dir, probe=probe)
+            ev = backend.evaluation(outcome.plan) if outcome.plan is not None else None
+    finally:  # whatever ended the solve: no connection of it stays open
+        connections.close()
+    outcome.stats["connections"] = {"opened": connections.opened,
+                                    "reused": connections.reused}
     return result_of(name, "cdynp", outcome, ev, deadline.elapsed()), ev
 
 

@@ -16,9 +16,14 @@ names (:mod:`.tls`):
   in and from a DC of that run's chain, once, and in the protocol's order (the
   ``prefix`` first, an ``assemble`` after this agent sent its summary).
 
-Anything else is refused with a logged line and the agent goes on serving; a
-run's header is checked whole first, every option against its range
-(:data:`.protocol.RUN_OPTIONS`). A message from the right neighbour that breaks
+Anything else is refused with a logged line, the connection closed, and the agent
+goes on serving; a run's header is checked whole first, every option against its
+range (:data:`.protocol.RUN_OPTIONS`). A connection carries one request after another
+(:mod:`.net`): the owner's, run after run of its solve; a neighbour's, message after
+message. Every request is checked as the first one is, against the party the
+connection's certificate names; a connection that brings no request for
+``idle_timeout`` seconds (:data:`.net.IDLE_S`) is closed. The agent's own messages to
+its neighbours leave on connections it keeps the same way (:class:`.net.Pool`). A message from the right neighbour that breaks
 the protocol is refused too and ends that run, naming the neighbour to the
 owner. A run ends, and its state is freed, when it is done, when the owner's
 connection closes (watched from the moment the run is accepted), at the time
@@ -149,12 +154,21 @@ class AgentServer:
     share_prefix : bool
         ``False``: this agent sends ``null`` in the prefix pass of every run, whatever
         the owner's option ``prefix_bound`` says (this DC's own choice).
+    idle_timeout : float
+        Seconds an authenticated connection may wait for its next request.
+
+    Attributes
+    ----------
+    accepted : dict
+        Party -> authenticated connections this agent has served (for tests and logs).
+    peers : net.Pool
+        The connections this agent keeps to its neighbours.
     """
 
     def __init__(self, public: dict, private: dict, server_ctx: ssl.SSLContext,
                  client_ctx: ssl.SSLContext, listen: str, log,
                  peer_timeout: float = PEER_TIMEOUT_S, allow_trace: bool = True,
-                 share_prefix: bool = True):
+                 share_prefix: bool = True, idle_timeout: float = net.IDLE_S):
         self.public, self.k, self.dc = read_view(public, private)
         self.digest = net.public_digest(public)
         self.names = list(self.public.datacenter_names)
@@ -163,6 +177,10 @@ class AgentServer:
         self.peer_timeout = float(peer_timeout)
         self.allow_trace = bool(allow_trace)
         self.share_prefix = bool(share_prefix)
+        self.idle_timeout = float(idle_timeout)
+        self.peers = net.Pool(client_ctx, reuse_s=min(net.REUSE_S, self.idle_timeout / 2))
+        self.accepted: dict[str | None, int] = {}
+        self._live: set = set()  # the authenticated connections being served
         self.runs: dict[str, _Run] = {}
         self.lock = threading.Lock()
         self.admission = _Admission()
@@ -194,9 +212,16 @@ class AgentServer:
                 threading.Thread(target=self._connection, args=(raw, addr), daemon=True).start()
         finally:
             self.sock.close()
+            self.peers.close()
             with self.lock:
                 for run in self.runs.values():
                     run.cancel.set()
+                live = list(self._live)
+            for conn in live:  # wakes the threads waiting for a next request
+                try:
+                    conn.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
 
     def _log_dropped(self, who: str, why: str) -> None:
         """Log a connection closed for want of a slot, at most once per
@@ -222,8 +247,11 @@ class AgentServer:
             if not self.admission.start_session():
                 return self._refuse(conn, who, f"busy: {MAX_CONNECTIONS} connections are "
                                                f"being served")
+            with self.lock:
+                self.accepted[party] = self.accepted.get(party, 0) + 1
+                self._live.add(conn)
             try:
-                self._dispatch(conn, party, who)
+                self._requests(conn, party, who)
             except (wire.Closed, OSError) as exc:
                 self.log(f"connection from {who} ended early ({type(exc).__name__}"
                          f"{': ' + str(exc)[:120] if str(exc) else ''})")
@@ -231,6 +259,8 @@ class AgentServer:
                 self.log(f"connection from {who} failed: {type(exc).__name__}: "
                          f"{str(exc)[:200]}")
             finally:
+                with self.lock:
+                    self._live.discard(conn)
                 self.admission.end_session()
         finally:
             net.close(conn)
@@ -250,20 +280,46 @@ class AgentServer:
         net.keep_alive(conn)
         return conn
 
-    def _refuse(self, conn, who: str, reason: str) -> None:
+    def _refuse(self, conn, who: str, reason: str) -> bool:
+        """Say why, log it; ``False``: the connection ends with a refusal."""
         self.log(f"refused {who}: {reason}")
         try:
             net.send_json(conn, {"refused": reason})
         except (wire.Closed, OSError):
             pass
+        return False
 
-    def _dispatch(self, conn, party: str | None, who: str) -> None:
+    def _requests(self, conn, party: str | None, who: str) -> None:
+        """Serve the connection's requests one after another, until one is refused or
+        fails, the other end closes it, or it stays idle for :attr:`idle_timeout` s."""
+        served = 0
+        while True:
+            conn.settimeout(net.HANDSHAKE_S if not served else self.idle_timeout)
+            try:
+                frame = net.recv_json(conn)
+            except protocol.ProtocolError as exc:
+                return self._refuse(conn, who, f"a bad header: {exc}")
+            except TimeoutError:
+                if not served:
+                    return self._refuse(conn, who, f"no header within {net.HANDSHAKE_S:g} s")
+                return self.log(f"closed the connection from {who}: idle for "
+                                f"{self.idle_timeout:g} s after {served} request(s)")
+            except (wire.Closed, OSError):
+                if not served:
+                    raise
+                return  # the other end is done with it
+            conn.settimeout(net.HANDSHAKE_S)
+            if not self._dispatch(conn, party, who, frame):
+                return
+            served += 1
+
+    def _dispatch(self, conn, party: str | None, who: str, frame) -> bool:
+        """Serve one request (its header ``frame``); whether the connection may carry
+        another (``False`` after a refusal or a run that did not end cleanly)."""
         try:
-            header = net.check_header(net.recv_json(conn), self.public.num_layers)
+            header = net.check_header(frame, self.public.num_layers)
         except protocol.ProtocolError as exc:
             return self._refuse(conn, who, f"a bad header: {exc}")
-        except TimeoutError:
-            return self._refuse(conn, who, f"no header within {net.HANDSHAKE_S:g} s")
         kind = header["kind"]
         if kind == "run":
             if party != OWNER:
@@ -301,9 +357,10 @@ class AgentServer:
             return self._refuse(conn, who, f"its {kind}: {reason}")
         run.inbox[side].put(data)
         net.send_json(conn, {"ok": True})
+        return True
 
     # ------------------------------------------------------------------ one run
-    def _serve_run(self, conn, header: dict, who: str) -> None:
+    def _serve_run(self, conn, header: dict, who: str) -> bool:
         if header["public_sha256"] != self.digest:
             return self._refuse(conn, who, "the run is for another public instance "
                                            "(its digest differs from this agent's public file)")
@@ -347,21 +404,28 @@ class AgentServer:
         watcher = threading.Thread(target=_watch_owner, args=(conn, run), daemon=True)
         watcher.start()
 
-        def tell(event: dict) -> None:
+        def tell(event: dict, name_run: bool = True) -> None:
+            """Send the owner an event; every event after ``accepted`` (the answer to the
+            run's header) names the run."""
             try:
                 with lock:
-                    net.send_json(conn, event)
+                    net.send_json(conn, {**event, "run": run.id} if name_run else event)
             except (wire.Closed, OSError):
                 run.cancel.set()
                 raise Cancelled from None
 
+        clean = False
         try:
-            tell({"event": "accepted"})
+            tell({"event": "accepted"}, name_run=False)
             setup = {"options": options, "deadline_at": run.deadline_at, "trace_dir": None,
                      "trace_return": header["trace"]}
             event = run_agent(view, self.k - first, self.dc, setup,
                               _TLSLinks(self, run, tell), tell, run.cancel)
+            # its part is over: from now on the owner's connection turning readable is the
+            # owner's next request, not its end (the watch no longer cancels)
+            run.ended.set()
             tell(event)
+            clean = True
             self.log(f"run {run.id[:8]}.. {event['event']}"
                      + (f": {event.get('error')}" if event["event"] == "failed" else ""))
         except Cancelled:
@@ -371,6 +435,8 @@ class AgentServer:
             watcher.join()
             with self.lock:
                 self.runs.pop(run.id, None)
+        # the owner may send its next run on this connection, unless it has gone
+        return clean and not run.cancel.is_set()
 
 
     def _chain_problem(self, chain: dict) -> str | None:
@@ -396,7 +462,8 @@ class AgentServer:
 
 class _TLSLinks:
     """A run's neighbours: messages arrive in its inbox (delivered by the connections the
-    neighbours open) and leave on a connection this agent opens."""
+    neighbours open) and leave on a connection this agent keeps to the neighbour
+    (:attr:`AgentServer.peers`), opened by the first message to it."""
 
     def __init__(self, server: AgentServer, run: _Run, tell):
         self.server, self.run, self.tell = server, run, tell
@@ -428,38 +495,55 @@ class _TLSLinks:
     def send(self, side: str, peer: str, kind: str, data: bytes) -> None:
         run = self.run
         address = run.agents[peer]
-        try:
-            sock = net.connect(address, self.server.client_ctx, peer, deadline=run.deadline)
-        except (OSError, net.Refused) as exc:
-            raise PeerGone(peer, f"cannot be reached at {address}: {exc}") from None
         if kind == "summary":  # before it can arrive: the answer may come back at once
             run.summary_sent = True
-        try:
-            net.send_json(sock, {"net": net.NET, "kind": kind, "run": run.id})
-            wire.send(sock, data)
-            reply = net.recv_json(sock)
-        except (wire.Closed, OSError, protocol.ProtocolError):
-            raise PeerGone(peer, f"at {address} closed the connection before it answered") \
-                from None
-        finally:
-            net.close(sock)
+        reply = None
+        for attempt in (1, 2):
+            try:
+                sock, kept = self.server.peers.take(address, peer, deadline=run.deadline,
+                                                    fresh=attempt > 1)
+            except (OSError, net.Refused) as exc:
+                raise PeerGone(peer, f"cannot be reached at {address}: {exc}") from None
+            try:
+                reply = _deliver(sock, kind, run.id, data)
+                break
+            except (wire.Closed, OSError, protocol.ProtocolError) as exc:
+                net.close(sock)
+                # a kept connection the neighbour closed while it was idle (it read nothing
+                # of this request): once more on a new one
+                if not (kept and attempt == 1 and net.closed_idle(exc)):
+                    raise PeerGone(peer, f"at {address} closed the connection before it "
+                                         f"answered") from None
         if not (isinstance(reply, dict) and reply.get("ok") is True):
+            net.close(sock)
             reason = reply.get("refused") if isinstance(reply, dict) else None
             raise RuntimeError(f"{peer!r} refused its {kind}: {str(reason)[:200]}")
+        self.server.peers.give(address, peer, sock)
+
+
+def _deliver(sock, kind: str, run_id: str, data: bytes):
+    """One message on a connection to a neighbour; its reply."""
+    sock.settimeout(net.HANDSHAKE_S)
+    net.send_json(sock, {"net": net.NET, "kind": kind, "run": run_id})
+    wire.send(sock, data)
+    return net.recv_json(sock)
 
 
 def _watch_owner(conn, run: _Run) -> None:
     """Cancel ``run`` as soon as its owner's connection ends, until the run has ended.
 
-    The owner sends nothing after its header, so the connection turning readable (its
-    end, a reset, an alert) means that the owner has gone; the run stops at its next
-    check (at most :data:`.session.BEAT_S` apart) and its state is freed.
+    The owner sends nothing after its header until the run's last event, so the
+    connection turning readable before the run has ended (its end, a reset, an alert)
+    means that the owner has gone; the run stops at its next check (at most
+    :data:`.session.BEAT_S` apart) and its state is freed. Once the run has ended, it
+    is the owner's next request (or its end, which the next read finds).
     """
     poller = select.poll()
     poller.register(conn.fileno(), select.POLLIN | getattr(select, "POLLRDHUP", 0))
     while not run.ended.is_set():
         if poller.poll(200):
-            run.cancel.set()
+            if not run.ended.is_set():
+                run.cancel.set()
             return
 
 
