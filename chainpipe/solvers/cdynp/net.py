@@ -324,7 +324,7 @@ class Pool:
             idle = self._idle.get((address, party), [])
             while idle and not fresh:
                 sock, since = idle.pop()
-                if now - since > self.reuse_s or _readable(sock):
+                if now - since > self.reuse_s or _stale(sock):
                     stale.append(sock)
                 else:
                     found = sock
@@ -363,11 +363,22 @@ class Pool:
             close(sock)
 
 
-def _readable(sock: ssl.SSLSocket) -> bool:
-    """Whether an idle connection has something to read: nothing is due on one, so the
-    other end closed it (or broke the protocol); either way it is not reused."""
+def _stale(sock: ssl.SSLSocket) -> bool:
+    """Whether an idle connection cannot carry another request: nothing is due on one,
+    so anything but TLS's own records (session tickets) means that the other end closed
+    it (or broke the protocol)."""
     try:
-        return bool(sock.pending()) or bool(select.select([sock], [], [], 0)[0])
+        if not sock.pending() and not select.select([sock], [], [], 0)[0]:
+            return False
+        timeout = sock.gettimeout()
+        sock.setblocking(False)
+        try:
+            sock.recv(1)  # application data or the end: either way not reusable
+        finally:
+            sock.settimeout(timeout)
+        return True
+    except ssl.SSLWantReadError:  # only TLS records of its own (tickets), now read
+        return False
     except (OSError, ValueError):
         return True
 
