@@ -216,9 +216,10 @@ class RemoteAgents:
                       "options": {k: v for k, v in options.items() if v is not None},
                       "time_limit_s": None if deadline.unlimited else deadline.remaining(),
                       "trace": trace_dir is not None, "chain": self._header_chain()}
-            # downstream first: every DC knows the run before DC 1 sends the first message
-            for k in reversed(range(len(socks))):
-                self._start(conns, names, where, socks, k, kept[k], header, deadline)
+            # DC 1 last: every DC knows the run before DC 1 sends the first message
+            self._start(conns, names, where, socks, kept, header, deadline,
+                        list(reversed(range(1, len(socks)))))
+            self._start(conns, names, where, socks, kept, header, deadline, [0])
             reports = self._watch(names, where, socks, deadline, readers, run_id)
             clean = _joined(readers)
         finally:
@@ -234,29 +235,45 @@ class RemoteAgents:
             _write_trace(trace_dir, reports)
         return collect(reports)
 
-    def _start(self, conns: Connections, names, where, socks: list, k: int, kept: bool,
-               header: dict, deadline: Deadline) -> None:
-        """Ask agent ``k`` to take the run on ``socks[k]``; a kept connection the agent
-        closed while it was idle is replaced by a new one (in ``socks``), once."""
-        name = names[k]
-        for attempt in (1, 2):
+    def _start(self, conns: Connections, names, where, socks: list, kept: list, header: dict,
+               deadline: Deadline, group: list[int]) -> None:
+        """Ask the agents ``group`` to take the run, all at once, then read each answer
+        (the first refusal or failure, in ``group``'s order, as an :class:`AgentFailure`);
+        a kept connection its agent closed while it was idle is replaced by a new one
+        (in ``socks``), once."""
+        errors: dict[int, Exception] = {}
+        for k in group:
             try:
                 socks[k].settimeout(net.HANDSHAKE_S)
                 net.send_json(socks[k], header)
+            except (wire.Closed, OSError) as exc:
+                errors[k] = exc
+        for k in group:
+            try:
+                if k in errors:
+                    raise errors[k]
                 reply = net.recv_json(socks[k])
-                break
             except (wire.Closed, OSError, protocol.ProtocolError) as exc:
-                if not (kept and attempt == 1 and net.closed_idle(exc)):
-                    raise AgentFailure(f"the agent of DC {name!r}{where[k]} did not take the "
-                                       f"run ({type(exc).__name__}: {str(exc)[:120]})",
-                                       name) from None
+                if not (kept[k] and net.closed_idle(exc)):
+                    raise self._not_taken(names[k], where[k], exc) from None
                 net.close(socks[k])
-                socks[k] = conns.renew(name, deadline)
-        if reply != {"event": "accepted"}:
-            reason = reply.get("refused") if isinstance(reply, dict) else None
-            raise AgentFailure(f"the agent of DC {name!r}{where[k]} refused the run: "
-                               f"{str(reason)[:200]}", name)
-        socks[k].settimeout(None)  # from now on the watch decides how long is too long
+                socks[k] = conns.renew(names[k], deadline)
+                try:
+                    socks[k].settimeout(net.HANDSHAKE_S)
+                    net.send_json(socks[k], header)
+                    reply = net.recv_json(socks[k])
+                except (wire.Closed, OSError, protocol.ProtocolError) as again:
+                    raise self._not_taken(names[k], where[k], again) from None
+            if reply != {"event": "accepted"}:
+                reason = reply.get("refused") if isinstance(reply, dict) else None
+                raise AgentFailure(f"the agent of DC {names[k]!r}{where[k]} refused the run: "
+                                   f"{str(reason)[:200]}", names[k])
+            socks[k].settimeout(None)  # from now on the watch decides how long is too long
+
+    @staticmethod
+    def _not_taken(name: str, where: str, exc: Exception) -> AgentFailure:
+        return AgentFailure(f"the agent of DC {name!r}{where} did not take the run "
+                            f"({type(exc).__name__}: {str(exc)[:120]})", name)
 
     def _watch(self, names, where, socks, deadline: Deadline, readers: list,
                run_id: str) -> list[dict]:

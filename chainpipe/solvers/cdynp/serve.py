@@ -401,7 +401,9 @@ class AgentServer:
         self.log(f"run {run.id[:8]}.. for {who}")
         conn.settimeout(net.HANDSHAKE_S)
         lock = threading.Lock()
-        watcher = threading.Thread(target=_watch_owner, args=(conn, run), daemon=True)
+        wake_r, wake_w = socket.socketpair()  # the run's end wakes the watch at once
+        watcher = threading.Thread(target=_watch_owner, args=(conn, run, wake_r),
+                                   daemon=True)
         watcher.start()
 
         def tell(event: dict, name_run: bool = True) -> None:
@@ -424,6 +426,7 @@ class AgentServer:
             # its part is over: from now on the owner's connection turning readable is the
             # owner's next request, not its end (the watch no longer cancels)
             run.ended.set()
+            wake_w.send(b"x")
             tell(event)
             clean = True
             self.log(f"run {run.id[:8]}.. {event['event']}"
@@ -432,7 +435,10 @@ class AgentServer:
             self.log(f"run {run.id[:8]}.. ended: the owner's connection closed")
         finally:
             run.ended.set()
+            wake_w.send(b"x")
             watcher.join()
+            wake_r.close()
+            wake_w.close()
             with self.lock:
                 self.runs.pop(run.id, None)
         # the owner may send its next run on this connection, unless it has gone
@@ -529,17 +535,20 @@ def _deliver(sock, kind: str, run_id: str, data: bytes):
     return net.recv_json(sock)
 
 
-def _watch_owner(conn, run: _Run) -> None:
+def _watch_owner(conn, run: _Run, wake: socket.socket) -> None:
     """Cancel ``run`` as soon as its owner's connection ends, until the run has ended.
 
     The owner sends nothing after its header until the run's last event, so the
     connection turning readable before the run has ended (its end, a reset, an alert)
     means that the owner has gone; the run stops at its next check (at most
     :data:`.session.BEAT_S` apart) and its state is freed. Once the run has ended, it
-    is the owner's next request (or its end, which the next read finds).
+    is the owner's next request (or its end, which the next read finds); ``wake``
+    turns readable when the run ends, which ends the watch at once (the connection's
+    thread waits for it before it reads the next request).
     """
     poller = select.poll()
     poller.register(conn.fileno(), select.POLLIN | getattr(select, "POLLRDHUP", 0))
+    poller.register(wake.fileno(), select.POLLIN)
     while not run.ended.is_set():
         if poller.poll(200):
             if not run.ended.is_set():
