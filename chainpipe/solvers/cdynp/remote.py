@@ -163,18 +163,23 @@ class RemoteAgents:
     connections : Connections, optional
         The solve's connections, which its runs share; ``None``: each run connects anew
         and closes its connections at its end.
+    parsed : tuple, optional
+        ``(PublicInstance, digest)`` of ``public`` (:func:`.public.read_public`,
+        :func:`.net.public_digest`), read once for the backends of one solve; ``None``:
+        read here.
     """
 
     mode = "tls"
 
     def __init__(self, public: dict, agents: dict, ctx, message_timeout=MESSAGE_TIMEOUT_S,
                  *, chain: tuple | None = None, count_sync: bool = True,
-                 reports: dict | None = None, connections: Connections | None = None):
+                 reports: dict | None = None, connections: Connections | None = None,
+                 parsed: tuple | None = None):
         self.document = public
-        whole = read_public(public)
+        whole, self.digest = parsed or (read_public(public), net.public_digest(public))
+        self._whole = whole
         self.chain = chain
         self.public = whole if chain is None else whole.chain(*chain)
-        self.digest = net.public_digest(public)
         self.all_agents = dict(agents)
         self.agents = {name: agents[name] for name in self.public.datacenter_names}
         self.ctx = ctx
@@ -190,7 +195,8 @@ class RemoteAgents:
             if self.chain is None else self.chain[:3]
         return RemoteAgents(self.document, self.all_agents, self.ctx, self.message_timeout,
                             chain=(first, last, m, objective), count_sync=self.count_sync,
-                            reports=self._reports, connections=self.connections)
+                            reports=self._reports, connections=self.connections,
+                            parsed=(self._whole, self.digest))
 
     def _header_chain(self) -> dict | None:
         if self.chain is None:
@@ -367,6 +373,7 @@ class RemoteOwner:
         self.connections = connections
         self.message_timeout = message_timeout
         self.public = read_public(public)
+        self._parsed = (self.public, net.public_digest(public))
         self._reports: dict = {}
         self._evaluations: dict[Plan, Evaluation] = {}
 
@@ -375,7 +382,8 @@ class RemoteOwner:
         """The agents of DCs ``first..last`` planning one pipeline of ``microbatches``."""
         return RemoteAgents(self.document, self.agents, self.ctx, self.message_timeout,
                             chain=(first, last, microbatches, None), count_sync=count_sync,
-                            reports=self._reports, connections=self.connections)
+                            reports=self._reports, connections=self.connections,
+                            parsed=self._parsed)
 
     def evaluation(self, plan: Plan, pipelines=None) -> Evaluation:
         """The evaluation of ``plan`` from its pipelines' costs (``pipelines``, each from its
@@ -558,7 +566,7 @@ def solve_remote(public: dict, agents: dict, ctx, *, time_limit=None, trace_dir=
             ev = owner.evaluation(outcome.plan) if outcome.plan is not None else None
         else:
             backend = RemoteAgents(public, agents, ctx, message_timeout,
-                                   connections=connections)
+                                   connections=connections, parsed=owner._parsed)
             outcome = solve_chain(backend, opts, deadline, trace_dir=trace_dir, probe=probe)
             ev = backend.evaluation(outcome.plan) if outcome.plan is not None else None
     finally:  # whatever ended the solve: no connection of it stays open
