@@ -14,7 +14,11 @@ Checks that T and the plan are equal. Writes ``benchmarks/results/cdynp_hosts.md
 ``--v3``: the contract-v3 instances (``v3/small`` and ``v3-medium-04-gpipe`` by default:
 several pipelines, every range run on its range's agents) into
 ``benchmarks/results/cdynp_hosts_v3.md``, with the ratio of the owner's solve across
-hosts to the in-process solve (the issue's target: within 1.5x).
+hosts to the in-process solve (the issue's target: within 1.5x). Both are timed warm,
+``--repeat`` times each (alternating), and the table gives the fastest wall time of
+each, the CPU seconds of a solve (the in-process one; across hosts the owner's and
+all agents' together, their mean) and the TLS connections the owner opened and reused
+in one solve.
 
     .venv/bin/python benchmarks/cdynp_hosts.py --v3
 """
@@ -52,12 +56,14 @@ def _loopback_bytes() -> int:
     return psutil.net_io_counters(pernic=True)["lo"].bytes_sent
 
 
-def distributed(path: Path, work: Path, warm: bool = False) -> tuple[dict, float, int]:
+def distributed(path: Path, work: Path, warm: bool = False,
+                local=None) -> tuple[dict, float, int]:
     """The owner's result, its command's wall time and the bytes sent on the loopback
     interface meanwhile (TLS records, headers, events and reports included; anything
     else on the machine too), with one agent process per DC (``warm``: after a first,
     untimed solve, so that every agent has loaded its compiled kernels, as a long-lived
-    agent server has)."""
+    agent server has; then ``local``, a :class:`_Local`, alternates the owner's warm
+    solves in this process with in-process ones)."""
     subprocess.run(_cli("split", path, work, "--certs"), check=True, capture_output=True)
     names = json.loads((work / "public.json").read_text())["datacenters"]
     certs = work / "certs"
@@ -84,7 +90,7 @@ def distributed(path: Path, work: Path, warm: bool = False) -> tuple[dict, float
         out = subprocess.run(command, capture_output=True, text=True, check=True)
         got = json.loads(out.stdout), time.perf_counter() - t0, _loopback_bytes() - b0
         if warm:  # the owner's solve alone, in this (warm) process, the same agents
-            got[0]["solve_time_s"] = _warm_owner(work, agents)
+            got[0]["warm"] = _warm_owner(work, agents, procs, local)
         return got
     finally:
         for p in procs:
@@ -94,19 +100,64 @@ def distributed(path: Path, work: Path, warm: bool = False) -> tuple[dict, float
             p.stdout.close()
 
 
-def _warm_owner(work: Path, agents: dict) -> float:
-    """Wall seconds of one owner's solve in this process (its modules loaded, as after
-    an in-process solve) with the agents at ``agents``."""
+class _Timing:
+    """Repeated warm solves: the fastest wall time and the mean CPU seconds."""
+
+    def __init__(self):
+        self.wall, self.cpu = [], []
+
+    def add(self, wall: float, cpu: float) -> None:
+        self.wall.append(wall)
+        self.cpu.append(cpu)
+
+    @property
+    def best(self) -> float:
+        return min(self.wall)
+
+    @property
+    def mean_cpu(self) -> float:
+        return sum(self.cpu) / len(self.cpu)
+
+
+def _cpu(procs) -> float:
+    """CPU seconds (user and system) of this process and ``procs`` so far."""
+    own = time.process_time()
+    return own + sum(sum(psutil.Process(p.pid).cpu_times()[:2]) for p in procs)
+
+
+def _warm_owner(work: Path, agents: dict, procs, local) -> dict:
+    """The owner's solve in this process (its modules loaded, as after an in-process
+    solve) with the agents at ``agents``, ``local.repeat`` times, each followed by an
+    in-process solve (``local.solve``): wall and CPU (this process's and the agents')
+    per solve, the connections the owner opened and reused."""
     from chainpipe.solvers.cdynp import tls
     from chainpipe.solvers.cdynp.remote import solve_remote
 
     c = work / "certs"
     ctx = tls.context("client", c / "ca.pem", c / "owner.pem", c / "owner.key")
     public = json.loads((work / "public.json").read_text())
-    t0 = time.perf_counter()
-    res, _ev = solve_remote(public, agents, ctx)
-    assert res.status.value in ("optimal", "feasible"), res.message
-    return time.perf_counter() - t0
+    remote = _Timing()
+    for _ in range(local.repeat):
+        c0, t0 = _cpu(procs), time.perf_counter()
+        res, _ev = solve_remote(public, agents, ctx)
+        remote.add(time.perf_counter() - t0, _cpu(procs) - c0)
+        assert res.status.value in ("optimal", "feasible"), res.message
+        local.once()
+    return {"timing": remote, "connections": res.stats["connections"]}
+
+
+class _Local(_Timing):
+    """In-process solves of one instance, timed like the owner's."""
+
+    def __init__(self, inst, repeat: int):
+        super().__init__()
+        self.inst, self.repeat = inst, repeat
+
+    def once(self):
+        c0, t0 = time.process_time(), time.perf_counter()
+        res = solve(self.inst, "cdynp")
+        self.add(time.perf_counter() - t0, time.process_time() - c0)
+        return res
 
 
 V3 = [*(f"instances/v3/small/{n}.json" for n in (
@@ -116,34 +167,55 @@ V3 = [*(f"instances/v3/small/{n}.json" for n in (
 TARGET = 1.5
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--instances", nargs="+", default=None)
-    ap.add_argument("--v3", action="store_true", help="the v3 instances, cdynp_hosts_v3.md")
-    args = ap.parse_args()
-    if args.instances is None:
-        args.instances = V3 if args.v3 else DEFAULT
-    rows = []
-    for rel in args.instances:
-        path = ROOT / rel
-        inst = read(path)
-        if args.v3:  # warm, as the agents are (the compiled kernels loaded)
-            solve(inst, "cdynp")
-        t0 = time.perf_counter()
-        local = solve(inst, "cdynp")
-        local_s = time.perf_counter() - t0
-        with tempfile.TemporaryDirectory(prefix="chainpipe-bench-") as tmp:
-            remote, wall, wire_bytes = distributed(path, Path(tmp) / "split", warm=args.v3)
-        plan = {k: v for k, v in remote["plan"].items() if k != "instance"}
-        same = (remote["iteration_time_s"] == local.iteration_time
-                and plan == local.plan.to_dict())
-        st = remote["stats"]
-        rows.append((inst.name, inst.num_datacenters, len(st["messages"]),
-                     len(local.stats["messages"]), st["message_bytes_total"],
-                     local.stats["message_bytes_total"], wire_bytes, local_s,
-                     remote["solve_time_s"], wall, "yes" if same else "NO"))
-        print(rows[-1], flush=True)
-    lines = [
+def _measure(rel: str, args) -> tuple:
+    """One row: the in-process solve and the one across hosts of the instance ``rel``."""
+    path = ROOT / rel
+    inst = read(path)
+    timing = _Local(inst, args.repeat)
+    if args.v3:  # warm, as the agents are (the compiled kernels loaded)
+        solve(inst, "cdynp")
+    local = timing.once()
+    with tempfile.TemporaryDirectory(prefix="chainpipe-bench-") as tmp:
+        remote, wall, wire_bytes = distributed(path, Path(tmp) / "split", warm=args.v3,
+                                               local=timing)
+    plan = {k: v for k, v in remote["plan"].items() if k != "instance"}
+    same = (remote["iteration_time_s"] == local.iteration_time
+            and plan == local.plan.to_dict())
+    st = remote["stats"]
+    row = (inst.name, inst.num_datacenters, len(st["messages"]), len(local.stats["messages"]),
+           st["message_bytes_total"], local.stats["message_bytes_total"], wire_bytes)
+    if not args.v3:
+        return (*row, timing.best, remote["solve_time_s"], wall, "yes" if same else "NO")
+    warm = remote["warm"]
+    conns = warm["connections"]
+    return (*row, timing.best, warm["timing"].best, wall, "yes" if same else "NO",
+            timing.mean_cpu, warm["timing"].mean_cpu, conns["opened"], conns["reused"])
+
+
+def _table(rows: list, args) -> list[str]:
+    head = ("| instance | DCs | messages (tls / in-process) | message bytes (tls / in-process) "
+            "| bytes on loopback | in-process s | tls solve s | tls command s | tls solve / "
+            "in-process |" + (" CPU s in-process / tls | connections opened / reused |"
+                             if args.v3 else "") + " same T and plan |")
+    lines = [head, "|---|" + "---:|" * (8 + 2 * args.v3) + "---|"]
+    for r in rows:
+        extra = (f" {r[11]:.3f} / {r[12]:.3f} | {r[13]} / {r[14]} |" if args.v3 else "")
+        lines.append(f"| {r[0]} | {r[1]} | {r[2]} / {r[3]} | {r[4]:,} / {r[5]:,} | {r[6]:,} | "
+                     f"{r[7]:.3f} | {r[8]:.3f} | {r[9]:.2f} | {r[8] / r[7]:.2f}x |{extra} "
+                     f"{r[10]} |")
+    ratios = [r[8] / r[7] for r in rows]
+    lines += ["", f"The owner's solve across hosts over the in-process solve: {min(ratios):.2f}x "
+                  f"to {max(ratios):.2f}x; within {TARGET:g}x on "
+                  f"{sum(x <= TARGET for x in ratios)} of {len(rows)}."]
+    if args.v3:
+        cpu = [r[12] / r[11] for r in rows]
+        lines += ["", f"CPU seconds across hosts (owner and agents) over in process: "
+                      f"{min(cpu):.2f}x to {max(cpu):.2f}x."]
+    return lines
+
+
+def _intro(args) -> list[str]:
+    return [
         "# CDynP across hosts (loopback TLS) against in-process"
         + (" (contract v3)" if args.v3 else ""),
         "",
@@ -154,8 +226,9 @@ def main() -> None:
         "",
         "Every agent is its own `chainpipe agent serve` process and the owner a `chainpipe "
         "solve PUBLIC --agents` command; all talk over TLS 1.3 with client certificates on "
-        "127.0.0.1. Hybrid instances run two probes and the main run, each with its own "
-        "connections. *solve* is the owner's solve alone, *command* its whole command "
+        "127.0.0.1. The owner keeps one connection per agent for all the runs of its "
+        "solve (probes, main run, range runs), and each agent one to each neighbour. "
+        "*solve* is the owner's solve alone, *command* its whole command "
         "(interpreter start and imports included); the in-process column is "
         "`chainpipe.solve(inst, 'cdynp')` in this process. *Message bytes* are the protocol's "
         "messages (identical by construction); *bytes on loopback* all that the interface "
@@ -167,21 +240,32 @@ def main() -> None:
            "owner's command has run once (a fresh agent process loads or compiles its "
            "kernels on its first run: up to several seconds on this loaded machine), and "
            "*tls solve* is then one owner's solve in this process (`remote.solve_remote`, "
-           "its modules loaded), while *tls command* stays the owner's whole command."
+           "its modules loaded), while *tls command* stays the owner's whole command. "
+           f"Each is run {args.repeat} times, alternating, and the table gives the fastest "
+           "wall time of each; *CPU s* is the mean CPU time of a solve, in process, and "
+           "across hosts the owner's and every agent's together; *connections* those the "
+           "owner opened (TLS handshakes) and reused in one solve."
            if args.v3 else ""),
         "",
-        "| instance | DCs | messages (tls / in-process) | message bytes (tls / in-process) | "
-        "bytes on loopback | in-process s | tls solve s | tls command s | tls solve / "
-        "in-process | same T and plan |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
-    for r in rows:
-        lines.append(f"| {r[0]} | {r[1]} | {r[2]} / {r[3]} | {r[4]:,} / {r[5]:,} | {r[6]:,} | "
-                     f"{r[7]:.2f} | {r[8]:.2f} | {r[9]:.2f} | {r[8] / r[7]:.2f}x | {r[10]} |")
-    ratios = [r[8] / r[7] for r in rows]
-    lines += ["", f"The owner's solve across hosts over the in-process solve: {min(ratios):.2f}x "
-                  f"to {max(ratios):.2f}x; within {TARGET:g}x on "
-                  f"{sum(x <= TARGET for x in ratios)} of {len(rows)}."]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--instances", nargs="+", default=None)
+    ap.add_argument("--v3", action="store_true", help="the v3 instances, cdynp_hosts_v3.md")
+    ap.add_argument("--repeat", type=int, default=5,
+                    help="warm solves of each kind per instance (with --v3)")
+    args = ap.parse_args()
+    if args.instances is None:
+        args.instances = V3 if args.v3 else DEFAULT
+    if not args.v3:
+        args.repeat = 1
+    rows = []
+    for rel in args.instances:
+        rows.append(_measure(rel, args))
+        print(rows[-1], flush=True)
+    lines = _intro(args) + _table(rows, args)
     OUT.mkdir(parents=True, exist_ok=True)
     name = "cdynp_hosts_v3.md" if args.v3 else "cdynp_hosts.md"
     (OUT / name).write_text("\n".join(lines) + "\n")
