@@ -29,6 +29,7 @@ arrays (no PuLP).
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import itertools
 import math
@@ -159,12 +160,19 @@ class FlowFormulation:
 
     def __init__(self, tables: CostTables, check=None, upper_bound: float | None = None,
                  max_columns: int = MAX_COLUMNS, exits: bool = True,
-                 sync_cap: float | None = None, count_sync: bool = True):
+                 sync_cap: float | None = None, count_sync: bool = True,
+                 period: tuple | None = None):
         self.tables, self.check = tables, check or no_check
+        #: ``(lo, hi)`` seconds: the model keeps only the plans whose period (``B``) is in
+        #: ``[lo, hi]`` (:meth:`_period_window`); ``None``: every period
+        self.period = None if period is None else (float(period[0]), float(period[1]))
         self.count_sync = bool(count_sync)
         only = {"sync_cap": sync_cap, "count_sync": self.count_sync}
         #: whether :meth:`build` adds the flow-weighted loop rows (:meth:`_flow_loop_rows`)
         self.flow_loops = False
+        #: the fixed period (scaled) of the flow-weighted loop rows of a window (``None``:
+        #: the rows carry ``z = B x`` as a flow); set by :meth:`build`
+        self.loop_period = None
         #: how the period is written (:func:`~chainpipe.formulations.common.period_mode`)
         self.mode = period_mode(tables)
         #: 1F1B, every stage in the tail: a datacenter's last stage has its own copies
@@ -182,7 +190,11 @@ class FlowFormulation:
         self._phases()
         self._states()
         self._columns(max_columns)
+        self._period_window()
         self.floor_B = self.floor_B2 = self.floor_S = 0.0
+        #: a proven lower bound (seconds) on ``T`` of every plan the model holds, from the
+        #: whole-path and loop pruning (0 without an upper bound)
+        self.cheap_bound = 0.0
         self.pruned_by_paths = 0
         self._path_bounds()
         self.few_stages = False
@@ -319,6 +331,27 @@ class FlowFormulation:
         self.bcol_arc, self.bcol_tail, self.bcol_head = (
             self.bcol_arc[sy], self.bcol_tail[sy], self.bcol_head[sy])
 
+    def _period_window(self) -> None:
+        """With :attr:`period` ``(lo, hi)``: drop the stage columns whose ``C`` and the
+        boundary columns whose ``U`` exceed ``hi`` (a plan using one has a period above
+        ``hi``); ``lo`` becomes ``B``'s floor in :meth:`_path_bounds`. Exact for the plans
+        whose period lies in ``[lo, hi]``, every plan of the model costed at least at its
+        ``T``: the model of one window of the decomposition on the period
+        (:meth:`window`, :mod:`chainpipe.formulations.flow_windows`). Only for a period
+        with one maximum (not GPipe's)."""
+        if self.period is None:
+            return
+        if self.stage_B2 is not None:
+            raise ValueError("a period window needs a period with one maximum")
+        hi = self.period[1] * (1 + UB_RTOL)
+        keep = self.stage_B[self.col_arc] <= hi
+        self.col_arc, self.col_tail, self.col_head = (
+            self.col_arc[keep], self.col_tail[keep], self.col_head[keep])
+        keep = self.boundary[self.bcol_arc, 4] <= hi
+        self.bcol_arc, self.bcol_tail, self.bcol_head = (
+            self.bcol_arc[keep], self.bcol_tail[keep], self.bcol_head[keep])
+        self._on_paths()
+
     # ------------------------------------------------------------------ path bounds
     def _topo(self, nodes: np.ndarray) -> np.ndarray:
         """A topological key of ``nodes``: by layer, ``E`` before ``N`` at one layer
@@ -391,15 +424,20 @@ class FlowFormulation:
             for name, weight, value in maxima:
                 fwd, bwd = (self._sweep(tails, heads, value, d, True) for d in (True, False))
                 floor = float(bwd[:len(self.states)].min()) if weight > 0 else 0.0
-                setattr(self, f"floor_{name}", floor if math.isfinite(floor) else 0.0)
+                floor = floor if math.isfinite(floor) else 0.0
+                least = 0.0 if name != "B" or self.period is None else self.period[0]
+                setattr(self, f"floor_{name}", max(floor, least))
                 if weight > 0:
                     with np.errstate(invalid="ignore"):
-                        lower += weight * np.maximum.reduce([fwd[tails], value, bwd[heads]])
+                        lower += weight * np.maximum.reduce(
+                            [fwd[tails], value, bwd[heads], np.full(len(value), least)])
             if not math.isfinite(limit):
                 return
             f_F, b_F = (self._sweep(tails, heads, fill, d, False) for d in (True, False))
             lower += f_F[tails] + fill + b_F[heads]
             keep = lower <= limit
+            if keep.any():  # every plan the model holds is a path through kept columns
+                self.cheap_bound = max(self.cheap_bound, float(lower[keep].min()))
             if keep.all():
                 return
             self.pruned_by_paths += int((~keep).sum())
@@ -477,10 +515,14 @@ class FlowFormulation:
         steady = float(steady_state(t.M, 1))
         per = np.maximum(self.floor_B, least / np.maximum(ks, 1)[None, :])
         per[:, ks >= t.M] = self.floor_B
+        if self.period is not None:  # a loop over all stages above the window's top
+            per[per > self.period[1] * (1 + UB_RTOL)] = np.inf
         with np.errstate(invalid="ignore"):
             low = np.nanmin(np.where(np.isfinite(least), least + steady * per, np.inf), axis=1)
         keep = low + self.floor_S <= self.upper_bound * (1 + UB_RTOL)
         self.loop_pruned = int((~keep).sum())
+        if keep.any():
+            self.cheap_bound = max(self.cheap_bound, float(low[keep].min()) + self.floor_S)
         if keep.all():
             return
         self.col_arc, self.col_tail, self.col_head = (
@@ -505,6 +547,48 @@ class FlowFormulation:
             self.arcs = dataclasses.replace(a, s_max=s_max, cap=np.minimum(a.cap, s_max))
             self.few_stages = True
 
+    def period_range(self) -> tuple[float, float]:
+        """``(floor, cap)`` in seconds: the period ``lambda`` of every plan the model holds
+        is in it. ``floor`` is the bottleneck floor :attr:`floor_B` (``lambda >= C, U``);
+        ``cap`` the largest ``C + Q`` or ``U`` of a column (no loop's average is above)
+        and, with an upper bound ``T_u``, ``(T_u - floor_S) / (M - 1)``, as
+        :meth:`_period_cap` (never below ``floor``). 1F1B's period, ``M > 1``."""
+        C = self.arcs.compute[self.col_arc]
+        b = self.boundary[self.bcol_arc]
+        cap = max(float(C.max(initial=0.0)) + float(b[:, 3].max(initial=0.0)),
+                  float(b[:, 4].max(initial=0.0)))
+        if self.upper_bound is not None and self.tables.M > 1:
+            room = (self.upper_bound * (1 + UB_RTOL) - self.floor_S) / (self.tables.M - 1)
+            cap = min(cap, room)
+        return self.floor_B, max(cap, self.floor_B)
+
+    def window(self, lo: float, hi: float, upper_bound: float | None = None
+               ) -> FlowFormulation:
+        """The model of the plans whose period is in ``[lo, hi]`` (seconds) and, with
+        ``upper_bound``, no slower than it (or :attr:`upper_bound` if that is lower):
+        a copy of this network without the columns above ``hi``
+        (:meth:`_period_window`), ``B >= lo``, pruned again by whole-path and loop
+        bounds (:meth:`_path_bounds`, :meth:`_loop_prune`, :meth:`_cap_stages`), its
+        :attr:`cheap_bound` raised by them. :meth:`build` with ``flow_loops`` then writes
+        the fixed-period loop rows. Exact for the plans of the window, every plan of the
+        model costed at least at its ``T``; ``n_arcs`` 0 when no plan is left. A
+        window of a 1F1B model of one pipeline; its stage options and boundary arcs
+        are this model's (no new pruning of the options)."""
+        g = copy.copy(self)
+        g.period = (float(lo), float(hi))
+        if upper_bound is not None and (self.upper_bound is None
+                                        or upper_bound < self.upper_bound):
+            g.upper_bound = float(upper_bound)
+        g.model = g.values = g.loop_period = None
+        g.floor_B = g.floor_B2 = g.floor_S = 0.0
+        g.cheap_bound, g.pruned_by_paths, g.loop_pruned = self.cheap_bound, 0, 0
+        g._period_window()
+        g._path_bounds()
+        g._loop_prune()
+        g._cap_stages()
+        g.n_arcs = len(g.col_arc)
+        return g
+
     @property
     def network_stats(self) -> dict:
         """Model size: stage options, their state copies, boundary columns, states."""
@@ -528,6 +612,7 @@ class FlowFormulation:
         for the dual simplex). May be called again (each call builds afresh).
         """
         self.flow_loops = bool(flow_loops)
+        self.loop_period = None if self.period is None else self.period[1] / self.scale
         rows = _Rows()
         nx, ny, na = len(self.col_arc), len(self.bcol_arc), len(self.arcs)
         self.ix, self.iy, self.iX = 0, nx, nx + ny  # column blocks
@@ -725,6 +810,12 @@ class FlowFormulation:
         P_0 <= M - 1 + (s_max - M + 1) m``; left out when no plan has): then stages at
         positions ``>= M`` close no loop and the rows are off. ``Lambda_c``
         (:meth:`_column_caps`) caps the period of the plans through ``c``.
+
+        In a window of the period (:attr:`period` ``(lo, hi)``, :meth:`window`) the rows
+        are written for the fixed period ``v = min(hi, Lambda)``: ``z_c = v x_c`` is linear,
+        so there is no ``z`` flow, and the close row is ``p_c + (C_c - v) x_c <= 0``
+        (valid for every plan of the window, whose period is at most ``v``; the node
+        potentials of :meth:`_loop_rows` keep the model exact).
         """
         if not self.flow_loops or not self.flow_loops_apply():
             return
@@ -733,9 +824,11 @@ class FlowFormulation:
         C = a.compute[self.col_arc] / self.scale
         Q = self.boundary[self.bcol_arc, 3] / self.scale
         q_top, lam = float(Q.max(initial=0.0)), self.B_cap
-        caps = self._column_caps(lam)
-        z, p = (np.array([self.extra.add(0.0, up) for _ in range(nx)], dtype=np.int64)
-                for up in (lam, q_top))
+        fixed = None if self.loop_period is None else min(self.loop_period, lam)
+        caps = self._column_caps(lam) if fixed is None else None
+        p = np.array([self.extra.add(0.0, q_top) for _ in range(nx)], dtype=np.int64)
+        z = None if fixed is not None else \
+            np.array([self.extra.add(0.0, lam) for _ in range(nx)], dtype=np.int64)
         sg = np.array([self.extra.add(-lam, 0.0) for _ in range(ny)], dtype=np.int64)
         e = np.array([self.extra.add(0.0, q_top) for _ in range(ny)], dtype=np.int64)
         self.flow_columns = (z, p, sg, e)
@@ -744,10 +837,14 @@ class FlowFormulation:
             many = self.extra.add(0.0, 1.0, integer=True)
             rows.add([self.iP, many], [1.0, -float(a.s_max - t.M + 1)], -np.inf, t.M - 1.0)
             rows.add([self.iP, many], [1.0, -float(t.M)], 0.0, np.inf)
-        self._z_flow_rows(rows, z, lam)
+        if fixed is None:
+            self._z_flow_rows(rows, z, lam)
         for c in range(nx):
-            rows.add([z[c], c], [1.0, -caps[c]], -np.inf, 0.0)
-            rows.add([p[c], c, z[c]], [1.0, C[c], -1.0], -np.inf, 0.0)
+            if fixed is None:
+                rows.add([z[c], c], [1.0, -caps[c]], -np.inf, 0.0)
+                rows.add([p[c], c, z[c]], [1.0, C[c], -1.0], -np.inf, 0.0)
+            else:
+                rows.add([p[c], c], [1.0, C[c] - fixed], -np.inf, 0.0)
         for n in range(ny):
             rows.add([sg[n], self.iy + n], [1.0, lam], 0.0, np.inf)
             idx, val = [e[n], sg[n], self.iy + n], [1.0, -1.0, -Q[n]]
@@ -792,6 +889,11 @@ class FlowFormulation:
         for w in np.unique(self.bcol_tail).tolist():
             self.check()
             into, out = np.nonzero(self.col_head == w)[0], np.nonzero(self.bcol_tail == w)[0]
+            if z is None:
+                rows.add(np.r_[sg[out], p[into], into],
+                         np.r_[np.ones(len(out)), -np.ones(len(into)),
+                               self.loop_period - C[into]], 0.0, np.inf)
+                continue
             rows.add(np.r_[sg[out], p[into], into, z[into]],
                      np.r_[np.ones(len(out)), -np.ones(len(into)), -C[into],
                            np.ones(len(into))], 0.0, np.inf)
@@ -872,7 +974,7 @@ class FlowFormulation:
         upper bound ``T_u``, ``(T_u - floor_S) / (M - 1)`` (a plan no slower than ``T_u``
         pays ``(M - 1) lambda`` of it); never below ``B``'s floor. Set as ``B``'s upper
         bound, it bounds the loop potentials (:meth:`_loop_rows`)."""
-        cap = top
+        cap = top if self.period is None else min(top, self.period[1] / self.scale)
         if self.upper_bound is not None and self.tables.M > 1:
             room = (self.upper_bound * (1 + UB_RTOL) - self.floor_S) / (self.tables.M - 1)
             cap = min(cap, room / self.scale)

@@ -371,6 +371,10 @@ class OuterSearch:
     rounds: int = 0
     #: per block and ``M_p``: the seconds its last solve was given and its cutoff
     budgets: dict = field(default_factory=dict)
+    #: blocks and ``M_p`` whose last solve said (``stats["resumable"]``) that a solve
+    #: again goes on from where it stopped (the arc-flow route's windows of the period):
+    #: :meth:`more_than_before` then allows one with any time
+    resumable: set = field(default_factory=set)
 
     def grown(self, first: int, last: int, m: int) -> float:
         """The largest bound proven of the block with ``m0 <= m`` microbatches: a bound
@@ -451,6 +455,8 @@ class OuterSearch:
             self.deadline.check()
             out = Outcome("no_solution", message="the sub-solve's time ran out")
         self.stats["sub_solves"] += 1
+        if out.stats.get("resumable"):
+            self.resumable.add(key)
         self._note_size(out.stats)
         self.solves[key] = self.solves.get(key, 0) + 1
         status = out.status.value
@@ -493,8 +499,9 @@ class OuterSearch:
         """Whether a solve of block and ``M_p`` ``key`` with ``budget`` and ``cutoff`` can
         prove more than its last one: always in the first pass (as before the rounds); in
         a round of :meth:`revisit` only with more time or a lower cutoff (the same solve
-        again would stop where the last one did)."""
-        if self.rounds == 0 or key not in self.budgets:
+        again would stop where the last one did), or when the last solve is resumable
+        (:attr:`resumable`: the next one goes on from there)."""
+        if self.rounds == 0 or key not in self.budgets or key in self.resumable:
             return True
         seconds, last_cutoff = self.budgets[key]
         limit = math.inf if budget.unlimited else budget.limit

@@ -210,13 +210,14 @@ def _flag(value) -> bool:
     return bool(value)
 
 
-def _run(name: str, instance: Instance, deadline: Deadline, seed, threads, log, options) -> Outcome:
+def _run(name: str, instance: Instance, deadline: Deadline, seed, threads, log, options,
+         resume: dict | None = None) -> Outcome:
     opts = _options(name, options)
     if log is None and opts.msg:
         log = stderr_log
     if several(instance):
         return _run_pipelines(name, instance, deadline, seed, threads, log, options, opts)
-    out = _run_one(name, instance, deadline, seed, threads, log, opts)
+    out = _run_one(name, instance, deadline, seed, threads, log, opts, resume)
     return out if opts.cutoff is None else _cut(instance, out, opts.cutoff)
 
 
@@ -267,8 +268,10 @@ def _cut_bound(opts: _Options, stats: dict) -> float | None:
 
 
 def _run_one(name: str, instance: Instance, deadline: Deadline, seed, threads, log,
-             opts: _Options) -> Outcome:
-    """One pipeline: the formulation built, pruned, solved and read back."""
+             opts: _Options, resume: dict | None = None) -> Outcome:
+    """One pipeline: the formulation built, pruned, solved and read back. ``resume``
+    (the outer enumeration's, per block and ``M_p``): windows of the period a solve
+    left open, which a later solve of the same block goes on with (:func:`_run_windows`)."""
     stats = {"formulation": name, "backend": opts.backend, "relax": opts.relax,
              "threads": threads, "seed": seed}
     tables = CostTables(instance)
@@ -277,6 +280,10 @@ def _run_one(name: str, instance: Instance, deadline: Deadline, seed, threads, l
         return Outcome("infeasible", message=reason, stats=stats)
     incumbent = _incumbent(name, instance, opts, deadline, stats)
     t0 = deadline.elapsed()
+    state = _resumable(resume, instance, opts, stats, incumbent)
+    if state is not None:
+        return _run_windows(state.form, opts, deadline, seed, threads, log, stats,
+                            incumbent, resume, state)
     try:
         # coefficients that overflow become inf and are refused below, never a warning
         with np.errstate(over="ignore", divide="ignore", invalid="ignore", under="ignore"):
@@ -291,6 +298,10 @@ def _run_one(name: str, instance: Instance, deadline: Deadline, seed, threads, l
                 return Outcome("infeasible", stats=stats, message=(
                     "no chain of stages satisfies memory and device counts "
                     "(every candidate stage arc was pre-filtered)"))
+            if _windowed(form, opts):
+                stats["build_time_s"] = deadline.elapsed() - t0
+                return _run_windows(form, opts, deadline, seed, threads, log, stats,
+                                    incumbent, resume)
             loop_lp = _loop_lp_first(tables, form, opts, deadline, seed, threads, log, stats)
             if loop_lp is not None and loop_lp >= form.upper_bound:
                 stats["build_time_s"] = deadline.elapsed() - t0
@@ -346,6 +357,95 @@ def _run_one(name: str, instance: Instance, deadline: Deadline, seed, threads, l
         model.assign(answer.values)
     return _raised(_outcome(form, answer, opts, stats, incumbent),
                    stats.get("loop_lp_bound_s"), instance)
+
+
+def _windowed(form, opts: _Options) -> bool:
+    """Whether the run takes the decomposition on the period
+    (:mod:`~chainpipe.formulations.flow_windows`): ``device_states``, a MIP (not
+    ``relax``), 1F1B's period with ``M > 1``, an upper bound (the heuristic plan's ``T``
+    or a cutoff) and :data:`~chainpipe.formulations.flow_windows.WINDOW_COLUMNS` stage
+    columns or more (smaller models are solved whole)."""
+    from ..formulations import flow_windows
+
+    return (opts.device_states and not opts.relax and form.upper_bound is not None
+            and form.mode == "1f1b" and form.tables.M > 1
+            and form.n_arcs >= flow_windows.WINDOW_COLUMNS)
+
+
+def _window_key(instance: Instance) -> tuple:
+    """A block and ``M_p`` of the outer enumeration: its DCs' names and microbatches."""
+    return tuple(dc.name for dc in instance.datacenters), instance.microbatches
+
+
+def _resumable(resume: dict | None, instance: Instance, opts: _Options, stats: dict,
+               incumbent):
+    """The windows of the period a former solve of this block left open, when this
+    solve's upper bound (the heuristic plan's ``T`` or the cutoff below it, as
+    :func:`_formulation` takes it) is at most theirs; else ``None``."""
+    if resume is None or not opts.device_states or opts.relax or incumbent is None:
+        return None
+    state = resume.get(_window_key(instance))
+    upper = incumbent[1] if opts.prune else None
+    if opts.cutoff is not None and (upper is None or opts.cutoff < upper):
+        upper = opts.cutoff
+    if state is None or upper is None or upper > state.form.upper_bound:
+        return None
+    if upper < incumbent[1]:
+        stats["cutoff_applied"] = True
+    stats["upper_bound_s"] = upper
+    return state
+
+
+def _run_windows(form, opts: _Options, deadline: Deadline, seed, threads, log, stats: dict,
+                 incumbent, resume: dict | None = None, state=None) -> Outcome:
+    """The arc-flow model solved by windows of its period, best first
+    (:class:`~chainpipe.formulations.flow_windows.PeriodWindows`; ``state``: the windows
+    a former solve left, gone on with): each window's MIP told the incumbent (HiGHS's
+    ``objective_bound``, without root heuristics); ``optimal`` only when every window is
+    closed. Under a cutoff, no plan found and every window closed proves none faster
+    than the cutoff (:func:`_cut` reads the outcome). Open windows are kept in
+    ``resume`` (``stats["resumable"]``)."""
+    from ..formulations.flow_windows import PeriodWindows
+
+    def solve(model, g, best, dl):
+        if opts.backend == "highs":
+            model.highs_options = dict(model.highs_options, **PROOF_OPTIONS,
+                                       objective_bound=best / g.scale * (1 + 1e-7))
+        return _backend(opts.backend)(model, relax=False, deadline=dl, seed=seed,
+                                      threads=threads, log=log)
+
+    t1 = deadline.elapsed()
+    if state is None:
+        state = PeriodWindows(form, solve, deadline)
+    else:
+        state.resume(solve, deadline, stats.get("upper_bound_s", form.upper_bound))
+    res = state.run()
+    stats.update(time_scale_s=form.scale, period_windows=dict(res.stats),
+                 solve_time_s=deadline.elapsed() - t1, stage_columns=int(form.n_arcs))
+    stats.update(res.stats.get("largest_model", {}))
+    if resume is not None:
+        key = _window_key(form.tables.instance)
+        resume.pop(key, None)
+        if not res.closed:
+            resume[key] = state
+            stats["resumable"] = True
+    if res.plan is not None:
+        T = res.T
+        return Outcome("optimal" if res.closed else "feasible", plan=res.plan,
+                       lower_bound=min(res.bound, T), stats=stats, message=None if res.closed
+                       else "stopped before every window of the period was closed")
+    if res.closed and incumbent is not None and not stats.get("cutoff_applied"):
+        plan, T, source = incumbent
+        stats["plan_source"] = source
+        return Outcome("optimal", plan=plan, lower_bound=min(res.bound, T), stats=stats,
+                       message="every window of the period proves the heuristic plan "
+                               "optimal")
+    if res.closed and incumbent is None:
+        return Outcome("infeasible", stats=stats, message=(
+            "no window of the period holds a plan"))
+    return _fallback(form.tables, res.bound, stats, "every window of the period closed "
+                     "above the cutoff" if res.closed else "stopped before every window "
+                     "of the period was closed", incumbent)
 
 
 def _loop_lp_first(tables: CostTables, form, opts: _Options, deadline: Deadline, seed,
@@ -503,10 +603,12 @@ def _run_pipelines(name: str, instance: Instance, deadline: Deadline, seed, thre
                           "one pipeline ('pipelines': [1]); this one allows "
                           f"{list(instance.parallelism.pipelines)}")
 
+    resume = {}  # the arc-flow route's open windows of the period per block and M_p
+
     def single(sub, dl, cutoff=None):
         sub_options = options if cutoff is None or name != "ilp-path" else \
             dict(options, cutoff=cutoff)
-        return _run(name, sub, dl, seed, threads, log, sub_options)
+        return _run(name, sub, dl, seed, threads, log, sub_options, resume)
 
     levels = _SyncCache()
 

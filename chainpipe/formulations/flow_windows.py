@@ -1,0 +1,245 @@
+"""The arc-flow route's decomposition on the period: windows of ``lambda``, best first.
+
+Under 1F1B's period the arc-flow model writes the loops by node potentials, whose close
+rows ``r_u + sum C x <= B`` are not weighted by the flow: a fractional path relaxes them,
+and on a two-type datacenter the root gap is about 14 % (``docs/formulations.md``,
+"Eleventh round"). With the period in a narrow window ``[lo, hi]`` the loop rows can be
+written flow-weighted for the fixed period ``hi`` (``z_c = hi x_c``, linear), and the
+LP bound is near the optimum. So the period's range ``[floor_B, cap]``
+(:meth:`~chainpipe.formulations.ilp_flow.FlowFormulation.period_range`) is cut into
+windows of relative width :data:`START_WIDTH`, halved down to :data:`WIDTH`, and each
+window is then a MIP of its own
+(:meth:`~chainpipe.formulations.ilp_flow.FlowFormulation.window`, built with the
+fixed-period rows):
+
+- a window's *key* is a proven lower bound on ``T`` of its plans: at first ``fill_min +
+  (M - 1) lo + floor_S`` (every plan pays its least fill and ``(M - 1) lambda``), then
+  the window model's whole-path and loop bound (``cheap_bound``) once it is built, then
+  its MIP's dual bound once one has run;
+- the open window of least key is taken next (best first); a window whose key reaches
+  the incumbent (the route's own heuristic plan, or the best plan a window found) is
+  *closed*, as is one whose model is empty or proven infeasible below the incumbent, or
+  whose MIP is proven optimal (its plan then is the incumbent or no better);
+- a window's MIP gets a CPU-time slice (:data:`SLICE_S` at first); stopped, it is split
+  in two at its geometric middle while wider than :data:`MIN_WIDTH` (the halves keep its
+  bound), else taken again later with twice the slice;
+- the bound is the least key of the open windows (the incumbent when none is open), so
+  ``bound <= optimum <= T`` at any stop; ``optimal`` only when every window is closed;
+- a later solve of the same model (the outer enumeration of several pipelines taking a
+  block and ``M_p`` again) goes on with the open windows (:meth:`PeriodWindows.resume`).
+
+Every window, its model building and its MIP count against the one deadline. Nothing
+comes from another solver: the only outside help is the route's heuristic plan.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..cost import steady_state
+from ..deadline import Deadline, TimeUp
+from ..numeric import OPTIMALITY_RTOL
+from ..plan import evaluate
+from .common import safe_bound
+from .pipelines import CpuPhase
+
+#: the first windows' relative width in ``lambda``: built (whole-path and loop bounds),
+#: empty ones closed at once, the others split in two until :data:`WIDTH` wide
+START_WIDTH = 0.08
+#: a window is solved as a MIP once at most this wide (relative, in ``lambda``)
+WIDTH = 0.01
+#: a window narrower than this is not split again (its MIP gets more time instead)
+MIN_WIDTH = 0.001
+#: the first CPU seconds of a window's MIP; doubled each time a window is taken again
+SLICE_S = 6.0
+#: the route decomposes one-pipeline 1F1B models with at least this many stage columns
+#: (smaller ones are solved whole, as before)
+WINDOW_COLUMNS = 2000
+
+
+@dataclass(order=True)
+class Window:
+    """An open window ``[lo, hi]`` of the period (seconds) and its key (a bound, seconds)."""
+
+    key: float
+    lo: float
+    hi: float
+    slice_s: float = field(default=SLICE_S, compare=False)
+    built: bool = field(default=False, compare=False)
+    #: the window's network when it was re-keyed by it (used once, then dropped)
+    net: object = field(default=None, compare=False, repr=False)
+
+
+@dataclass
+class WindowsResult:
+    """What the windows proved: the best plan found (``None``: none below the upper
+    bound), its ``T``, the bound (seconds; every plan no slower than the upper bound is at
+    least this) and whether every window was closed."""
+
+    plan: object
+    T: float
+    bound: float
+    closed: bool
+    stats: dict
+
+
+class PeriodWindows:
+    """The decomposition of one arc-flow model on its period.
+
+    Parameters
+    ----------
+    form : FlowFormulation
+        The whole model's network (1F1B, one pipeline, ``M > 1``, with an upper bound:
+        the heuristic plan's ``T`` or a cutoff below it).
+    solve : callable
+        ``solve(model, window_form, incumbent_T, deadline) -> MipAnswer``: the backend on
+        a window's model, told the incumbent's ``T`` by its own means (HiGHS's
+        ``objective_bound``; a window it proves infeasible is closed).
+    deadline : Deadline
+        The run's deadline; every step counts against it.
+    width, min_width, slice_s : float
+        :data:`WIDTH`, :data:`MIN_WIDTH`, :data:`SLICE_S`.
+    """
+
+    def __init__(self, form, solve, deadline: Deadline, *, width: float = WIDTH,
+                 min_width: float = MIN_WIDTH, slice_s: float = SLICE_S,
+                 start_width: float = START_WIDTH):
+        self.form, self.solve, self.deadline = form, solve, deadline
+        self.width, self.min_width = width, min_width
+        self.best_T, self.best_plan = float(form.upper_bound), None
+        #: the least key of a window closed by its key (at most a hair below the
+        #: incumbent, :meth:`closes`): the bound never claims more than was proven
+        self.closed_key = math.inf
+        self.open: list[Window] = []
+        self.stats = {"windows": 0, "built": 0, "empty": 0, "mips": 0, "split": 0,
+                      "closed_by_key": 0, "mip_cpu_s": 0.0, "build_cpu_s": 0.0}
+        lo0, hi0 = form.period_range()
+        self.stats["period_range_s"] = [lo0, hi0]
+        start_width = max(start_width, width)
+        n = max(1, math.ceil(math.log(hi0 / lo0) / math.log1p(start_width))) if lo0 > 0 else 1
+        edges = np.geomspace(lo0, hi0, n + 1) if lo0 > 0 else np.linspace(lo0, hi0, n + 1)
+        base = self._fill_floor()
+        steady = float(steady_state(form.tables.M, 1))
+        for lo, hi in zip(edges[:-1].tolist(), edges[1:].tolist()):
+            self.open.append(Window(base + steady * lo, lo, hi, slice_s))
+        heapq.heapify(self.open)
+        self.stats["windows"] = len(self.open)
+
+    def resume(self, solve, deadline: Deadline, upper: float) -> PeriodWindows:
+        """Go on with a later solve of the same model: its backend, its deadline, and an
+        upper bound at most the model's (a lower cutoff: the incumbent becomes it unless
+        the best plan found is below it). Every closed window stays closed (it holds no
+        plan below the old incumbent, so none below the new one), every key stays a
+        bound."""
+        if upper > self.form.upper_bound * (1 + 1e-12):
+            raise ValueError("windows resume only under an upper bound at most their model's")
+        self.solve, self.deadline = solve, deadline
+        self.form.check = deadline.check  # the windows' networks are built under it
+        if upper < self.best_T:
+            self.best_T, self.best_plan = float(upper), None
+        self.stats["resumed"] = self.stats.get("resumed", 0) + 1
+        return self
+
+    def _fill_floor(self) -> float:
+        """The least fill and drain of a path plus ``floor_S``: with ``(M - 1) lo`` a
+        bound on the plans of a window starting at ``lo``."""
+        f = self.form
+        fill = f.least_fill_by_stages(1)
+        least = float(np.min(fill)) if len(fill) else 0.0
+        return (least if math.isfinite(least) else 0.0) + f.floor_S
+
+    def closes(self, key: float) -> bool:
+        """Whether a window of this key holds no plan better than the incumbent (to a
+        tenth of ``OPTIMALITY_RTOL``; the key is kept in :attr:`closed_key`)."""
+        if key >= self.best_T * (1 - OPTIMALITY_RTOL / 10):
+            self.closed_key = min(self.closed_key, key)
+            return True
+        return False
+
+    def bound(self) -> float:
+        """The least key of the open windows and of those closed by their key, or the
+        incumbent's ``T`` when that is less."""
+        return min([w.key for w in self.open] + [self.best_T, self.closed_key])
+
+    def run(self) -> WindowsResult:
+        """Take the windows best first until every one is closed or the deadline passes."""
+        while self.open and not self.deadline.expired():
+            w = heapq.heappop(self.open)
+            if self.closes(w.key):
+                self.stats["closed_by_key"] += 1
+                continue
+            try:
+                self._take(w)
+            except TimeUp:
+                heapq.heappush(self.open, w)
+                break
+        self.open = [w for w in self.open if not self.closes(w.key)]
+        return WindowsResult(self.best_plan, self.best_T, self.bound(), not self.open,
+                             self.stats)
+
+    def _take(self, w: Window) -> None:
+        """Build ``w``'s model (re-keyed by its cheap bound on first sight) and run its MIP."""
+        t0 = time.process_time()
+        g, w.net = w.net, None
+        if g is None or g.upper_bound > self.best_T:
+            g = self.form.window(w.lo, w.hi, self.best_T)
+        self.stats["build_cpu_s"] += time.process_time() - t0
+        if not g.n_arcs:
+            self.stats["empty"] += 1
+            return
+        if not w.built:
+            w.built = True
+            if g.cheap_bound > w.key:  # re-keyed lazily: taken again in its turn
+                w.key, w.net = g.cheap_bound, g
+                heapq.heappush(self.open, w)
+                return
+        if w.hi / w.lo - 1 > self.width * (1 + 1e-9):  # too wide for a MIP: halves
+            self._split(w, max(w.key, g.cheap_bound), w.slice_s)
+            return
+        self.deadline.check()
+        t0 = time.process_time()
+        model = g.build(flow_loops=True)
+        self.stats["built"] += 1
+        size = model.stats()
+        if size.get("variables", 0) > self.stats.get("largest_model", {}).get("variables", -1):
+            self.stats["largest_model"] = size
+        self.stats["build_cpu_s"] += time.process_time() - t0
+        self.deadline.check()
+        t0 = time.process_time()
+        answer = self.solve(model, g, self.best_T, CpuPhase(self.deadline, w.slice_s))
+        self.stats["mips"] += 1
+        self.stats["mip_cpu_s"] += time.process_time() - t0
+        self._answer(w, g, model, answer)
+
+    def _answer(self, w: Window, g, model, answer) -> None:
+        """Read a window's MIP: a plan may become the incumbent; a proven window closes;
+        a stopped one goes back, split or with a longer slice, keyed by its bound."""
+        if answer.values is not None:
+            model.assign(answer.values)
+            plan = g.decode()
+            T = float(evaluate(g.tables.instance, plan).iteration_time_s)
+            if T < self.best_T:
+                self.best_T, self.best_plan = T, plan
+        if answer.status in ("optimal", "infeasible"):
+            return
+        bound = safe_bound(answer.bound, g.scale) if answer.bound is not None else None
+        key = max(w.key, g.cheap_bound, bound or 0.0)
+        if self.closes(key):
+            return
+        if w.hi / w.lo - 1 > 2 * self.min_width:
+            self._split(w, key, w.slice_s)
+        else:
+            heapq.heappush(self.open, Window(key, w.lo, w.hi, 2 * w.slice_s, True))
+
+    def _split(self, w: Window, key: float, slice_s: float) -> None:
+        """``w`` cut in two at its geometric middle, each half keyed by ``key`` (a bound
+        on all of ``w``'s plans)."""
+        mid = math.sqrt(w.lo * w.hi)
+        self.stats["split"] += 1
+        for lo, hi in ((w.lo, mid), (mid, w.hi)):
+            heapq.heappush(self.open, Window(key, lo, hi, slice_s))
