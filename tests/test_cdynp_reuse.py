@@ -318,3 +318,24 @@ def test_an_owner_reconnects_when_an_agent_closed_its_kept_connection(three, mon
     finally:
         conns.close()
     assert first.stages == second.stages and first.messages == second.messages
+
+
+def test_an_agent_tells_its_owner_of_waits_that_last_only():
+    """A wait shorter than TELL_WAIT_S, and the work after it, are not told (a run of a
+    few milliseconds costs its owner one event per agent); a wait that lasted is told,
+    and then the work that ends it."""
+    from chainpipe.solvers.cdynp.serve import _Told
+
+    told: list = []
+    t = _Told(told.append)
+    t({"event": "wait", "peer": "dc2"})
+    t({"event": "work"})
+    t({"event": "work"})
+    assert told == []
+    t({"event": "wait", "peer": "dc3"})
+    t.flush()  # the wait lasted
+    t({"event": "work"})
+    t({"event": "beat"})
+    t({"event": "done"})
+    assert [e["event"] for e in told] == ["wait", "work", "beat", "done"]
+    assert told[0]["peer"] == "dc3"

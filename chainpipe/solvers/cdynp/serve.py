@@ -69,6 +69,9 @@ MAX_HANDSHAKES_PER_ADDRESS = 8
 HANDSHAKE_S = 3.0
 #: seconds between two log lines about connections closed for want of a slot
 _LOG_EVERY_S = 5.0
+#: seconds a run waits for a neighbour's message before it tells its owner that it waits
+#: (a shorter wait is not worth an event, nor is the ``work`` that ends it: :class:`_Told`)
+TELL_WAIT_S = 0.05
 
 
 @dataclass
@@ -421,8 +424,9 @@ class AgentServer:
             tell({"event": "accepted"}, name_run=False)
             setup = {"options": options, "deadline_at": run.deadline_at, "trace_dir": None,
                      "trace_return": header["trace"]}
+            told = _Told(tell)
             event = run_agent(view, self.k - first, self.dc, setup,
-                              _TLSLinks(self, run, tell), tell, run.cancel)
+                              _TLSLinks(self, run, told), told, run.cancel)
             # its part is over: from now on the owner's connection turning readable is the
             # owner's next request, not its end (the watch no longer cancels)
             run.ended.set()
@@ -466,12 +470,46 @@ class AgentServer:
         return None
 
 
+class _Told:
+    """A run's events as its owner's watch needs them (:class:`.watch.Watch`): a change
+    of state, a beat, the last event. A ``wait`` goes out only once the wait has lasted
+    :data:`TELL_WAIT_S` (:meth:`flush`, called by :meth:`_TLSLinks.recv`), and a ``work``
+    only after a ``wait`` that went out (the owner counts a starting agent as working,
+    and beats, at most :data:`.session.BEAT_S` apart, keep a working one alive): a run of
+    a few milliseconds then costs its owner one event per agent, not eight."""
+
+    def __init__(self, tell):
+        self.tell = tell
+        self.pending: dict | None = None  # a wait not told yet
+        self.working = True  # what the owner believes
+
+    def __call__(self, event: dict) -> None:
+        kind = event.get("event")
+        if kind == "wait":
+            self.pending = event
+            return
+        if kind == "work":
+            self.pending = None
+            if self.working:
+                return
+        self.flush()
+        self.working = self.working or kind == "work"
+        self.tell(event)
+
+    def flush(self) -> None:
+        """Tell the owner of the wait under way, if it has not been told."""
+        if self.pending is not None:
+            event, self.pending = self.pending, None
+            self.working = False
+            self.tell(event)
+
+
 class _TLSLinks:
     """A run's neighbours: messages arrive in its inbox (delivered by the connections the
     neighbours open) and leave on a connection this agent keeps to the neighbour
     (:attr:`AgentServer.peers`), opened by the first message to it."""
 
-    def __init__(self, server: AgentServer, run: _Run, tell):
+    def __init__(self, server: AgentServer, run: _Run, tell: _Told):
         self.server, self.run, self.tell = server, run, tell
 
     def recv(self, side: str, peer: str, kind: str) -> bytes:
@@ -480,12 +518,14 @@ class _TLSLinks:
         give_up = (time.monotonic() + self.server.peer_timeout if deadline.unlimited
                    else deadline.at + GRACE_S)
         last_beat = time.monotonic()
+        wait_s = TELL_WAIT_S
         while True:
             try:
-                item = run.inbox[side].get(timeout=0.2)
+                item = run.inbox[side].get(timeout=wait_s)
                 break
             except queue.Empty:
-                pass
+                self.tell.flush()  # a wait worth telling
+                wait_s = 0.2
             now = time.monotonic()
             if run.cancel.is_set():
                 raise Cancelled
