@@ -43,13 +43,15 @@ from . import alone, protocol
 from . import curve as curve_mod
 from .local import END, IN, OWN, LocalDP
 from .period import PeriodDP, concave_majorant, frontier_lines, period_time
-from .period import cap_keep as period_cap_keep
+from .period import cap_estimates as period_cap_estimates
 from .period import epsilon_keep as period_epsilon_keep
 from .period import pareto as period_pareto
 from .public import PublicInstance
 from .summary import (
+    cap_estimates,
     cap_keep,
     epsilon_keep,
+    fit_budget,
     frontier,
     round_digits,
     round_down,
@@ -57,6 +59,10 @@ from .summary import (
     shifted_keep,
 )
 from .wide import WideDP
+
+#: whether a compressed period summary ranks its points by the prefix-curve pass's paired
+#: floor (:meth:`DCAgent._period_estimates`) where the run makes the pass
+RANK_BY_CURVE = True
 
 #: trials of DC 2..K, which want some good plan rather than a proof: bolder steps
 #: (measured on medium/: fewer failed trials, and the bound is only used for pruning)
@@ -366,13 +372,22 @@ class DCAgent:
                 raise ValueError(f"{name}: {problem}, got {value!r}")
         if curve_low is None:
             return np.empty(0)
-        compressed = bool(self.epsilon or self.quantum or self.digits or self.max_entries)
-        if (not self.period or self.frontier is not None or compressed
+        compressed = self._compressed()
+        if (not self.period or self.frontier is not None
                 or self.tables.schedule != "1f1b"
                 or alone.usable(self.public, self.sync_cap, self.frontier, compressed)):
             return np.empty(0)
         top = self.initial_bound if curve_top is None else float(curve_top)
+        # compressed: the coarse grid (a table that fits the messages' size target)
+        if compressed:
+            return curve_mod.cap_grid(float(curve_low), top, self.M,
+                                      curve_mod.COMPRESSED_CAP_STEPS,
+                                      curve_mod.COMPRESSED_CAPS_MOST)
         return curve_mod.cap_grid(float(curve_low), top, self.M)
+
+    def _compressed(self) -> bool:
+        """Whether the run's summaries are compressed (and its prefix-curve table coarse)."""
+        return bool(self.epsilon or self.quantum or self.digits or self.max_entries)
 
     # ------------------------------------------------------------------ helpers
     def _link_to_prev(self):
@@ -440,7 +455,10 @@ class DCAgent:
                      "bottleneck_s": round_down(F / A, steps) if A > 0 else 0.0}
         table = None
         if self.curve is not None and self.share_prefix:
-            table = curve_mod.encode_rows(self.curve.sent())
+            sent = self.curve.sent()
+            if self._compressed():  # one bucket: the least over the excess buckets
+                sent = sent.min(axis=2, keepdims=True)
+            table = curve_mod.encode_rows(sent)
         return protocol.prefix(self.name, self.public.datacenter_names[self.k + 1], bound,
                                table)
 
@@ -461,13 +479,15 @@ class DCAgent:
             rows = incoming.get("curve") if incoming is not None else None
             if rows is None:
                 return
-            want = 1 if not curve_mod.windows_capped(self.tables) else curve_mod.BUCKETS
+            nb = 1 if not curve_mod.windows_capped(self.tables) else curve_mod.BUCKETS
+            want = 1 if self._compressed() else nb  # compressed: one bucket is sent
             if len(rows) != len(self.curve_grid) or any(
                     len(r) != want for cap in rows for r in cap):
                 raise protocol.ProtocolError(
                     f"curve: must hold {len(self.curve_grid)} caps of {want}-bucket rows",
                     incoming["from"])
-            table = curve_mod.decode_rows(rows, self.L, want)
+            # one bucket read as every bucket's: a floor under each (the least of them)
+            table = np.repeat(curve_mod.decode_rows(rows, self.L, want), nb // want, axis=2)
         with _TABLES_LOCK:
             walks = _WALKS.setdefault((self.local, self.sync_cap), {})
             _WALKS.move_to_end((self.local, self.sync_cap))
@@ -692,7 +712,7 @@ class DCAgent:
             lat = hop if b > 0 else 0.0
             groups.setdefault(key, []).extend(
                 (r, bn, sm + lat, s, ("in", e, j)) for j, (r, bn, sm, s) in enumerate(pts))
-        entries, origins = [], []
+        entries, origins, ests = [], [], []
         by_b: dict[int, list] = {}
         for key in groups:
             by_b.setdefault(key[0], []).append(key[1])
@@ -729,6 +749,13 @@ class DCAgent:
                 entries.append({"b": int(b), "bw": bw,
                                 "points": [[r, bn, sm, s] for r, bn, sm, s, _ in pts]})
                 origins.append([p[4] for p in pts])
+                if self.max_entries:  # the size target (no guarantee either)
+                    u = cost.occupancy(self.bytes[b], bw) if bw is not None else 0.0
+                    rest = float(flop[-1] - flop[b])
+                    ests.append(cap_estimates(pts, M, float(flop[-1]) / rest if rest > 0
+                                              else 1.0, u))
+        if self.max_entries:
+            entries, origins = self._fit(entries, origins, ests)
         self._out_origin = origins
         self._out_b = [e["b"] for e in entries]
         return protocol.summary(self.name, self.public.datacenter_names[self.k - 1], entries)
@@ -891,7 +918,7 @@ class DCAgent:
             by_b.setdefault(key[0], []).append(key[1])
         limit = ub * (1 + 1e-12)
         same_p = not gpipe
-        entries, origins = [], []
+        entries, origins, ests = [], [], []
         for b in sorted(by_b):
             kept: list[tuple] = []
             for bw in sorted(by_b[b], key=lambda v: -math.inf if v is None else -v):
@@ -911,6 +938,10 @@ class DCAgent:
                                 "points": [[r, x1, x2, sm, s, list(hull)]
                                            for x1, x2, sm, s, r, hull, _o in pts]})
                 origins.append([p[6] for p in pts])
+                if self.max_entries:  # the size target (no guarantee either)
+                    ests.append(self._period_estimates(pts, same_p, b, bw))
+        if self.max_entries:
+            entries, origins = self._fit(entries, origins, ests)
         self._out_origin = origins
         self._out_b = [e["b"] for e in entries]
         return protocol.summary(self.name, self.public.datacenter_names[self.k - 1], entries)
@@ -932,7 +963,13 @@ class DCAgent:
         points of wider paths too), then by epsilon-dominance
         (:func:`.period.epsilon_keep`) and the ``max_entries`` cap
         (:func:`.period.cap_keep`, no guarantee), as :meth:`_summary` does under
-        ``classic``."""
+        ``classic``. Under the cap the points are first filtered and capped on their true
+        values (to a few times the cap, so that what rounding merges leaves enough), and
+        only those are rounded: rounding every point of a large entry was a fifth of a
+        compressed solve's time (``v3-medium-02``)."""
+        if self.max_entries and len(pts) > 4 * self.max_entries:
+            pts = period_pareto(pts, same_p, kept)
+            pts = [pts[i] for i in self._period_cap(pts, same_p, b, bw, 4 * self.max_entries)]
         if self.quantum > 0 or self.digits > 0:
             def up(v: float) -> float:
                 return round_digits(round_up(v, self.quantum), self.digits)
@@ -943,13 +980,54 @@ class DCAgent:
         if self.epsilon > 0:
             pts = [pts[i] for i in period_epsilon_keep(pts, self.epsilon, same_p)]
         if self.max_entries:
-            flop = self.tables.flop_prefix  # public: the model's
-            u = float(cost.occupancy(self.bytes[b], bw)) if bw is not None else 0.0
-            rest = float(flop[-1] - flop[b])
-            scale = float(flop[-1]) / rest if rest > 0 else 1.0
-            pts = [pts[i] for i in period_cap_keep(pts, self.M, self.max_entries, scale, u,
-                                                   not same_p)]
+            pts = [pts[i] for i in self._period_cap(pts, same_p, b, bw, self.max_entries)]
         return pts
+
+    def _period_cap(self, pts: list, same_p: bool, b: int, bw, n: int) -> list[int]:
+        """The indices of the ``n`` points of an entry with the least estimated ``T``
+        (:meth:`_period_estimates`)."""
+        if n <= 0 or len(pts) <= n:
+            return list(range(len(pts)))
+        est = self._period_estimates(pts, same_p, b, bw)
+        return sorted(sorted(range(len(pts)), key=est.__getitem__)[:n])
+
+    def _cap_terms(self, b: int, bw) -> tuple[float, float]:
+        """``(scale, occupancy)`` of entry ``(b, bw)`` for the cap's estimate: the model's
+        FLOP over the suffix's, and the boundary's occupancy on the path (0 at ``b = 0``)."""
+        flop = self.tables.flop_prefix  # public: the model's
+        u = float(cost.occupancy(self.bytes[b], bw)) if bw is not None else 0.0
+        rest = float(flop[-1] - flop[b])
+        return (float(flop[-1]) / rest if rest > 0 else 1.0), u
+
+    def _period_estimates(self, pts: list, same_p: bool, b: int, bw) -> list[float]:
+        """Per point of an entry, the cap's estimate of a whole plan's ``T``
+        (:func:`.period.cap_estimates`); in a run with the prefix-curve pass, first the
+        paired floor of a plan through it (:func:`.curve.paired_floor`: the prefix
+        ``[0, b)`` on the DCs upstream at least the table this DC received), a far better
+        guide than the FLOP-scaled total, the estimate breaking ties."""
+        est = period_cap_estimates(pts, self.M, *self._cap_terms(b, bw), not same_p)
+        if self.curve is None or not RANK_BY_CURVE or b == 0 or not pts:
+            return est
+        u = float(cost.occupancy(self.bytes[b], bw))
+        q = float(cost.traversal(0.0, u))
+        S = np.array([(max(p[0], u), p[1], p[2] + q, p[3], 0.0) for p in pts], dtype=float)
+        floor = curve_mod.paired_floor(S, self.curve.upstream[:, b], self.curve.grid,
+                                       self.curve.below, self.M)
+        # the floor first, the estimate breaking ties (no floor: after every one with one)
+        return [float(f) + 1e-6 * e if math.isfinite(f) else 1e12 + e
+                for f, e in zip(floor, est)]
+
+    @staticmethod
+    def _fit(entries: list, origins: list, ests: list) -> tuple[list, list]:
+        """A compressed summary cut to the size target (:func:`.summary.fit_budget`), the
+        points of each entry ranked by ``ests``."""
+        ranks = []
+        for est in ests:
+            rank = [0] * len(est)
+            for place, j in enumerate(sorted(range(len(est)), key=est.__getitem__)):
+                rank[j] = place
+            ranks.append(rank)
+        return fit_budget(entries, origins, ranks, [min(e, default=math.inf) for e in ests])
 
     # ------------------------------------------------------------------ decision (DC 1)
     def decide(self) -> tuple[dict | None, float]:

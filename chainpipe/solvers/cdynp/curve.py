@@ -44,20 +44,31 @@ from .protocol import CURVE_MOST, CURVE_STEPS, CURVE_ZERO
 #: 67.0 s, 16 69.4 s; ``-02`` 57.4 -> 53.5 s with 32)
 CAP_STEPS = 32
 
+#: caps per doubling in a compressed run (a step of about 4.4%), and at most this many
+#: caps: with one excess bucket its table (caps x prefix ends, about 0.65 KB per cap on
+#: ``v3/large``) stays within the messages' size target of 16 KiB. Measured on
+#: ``v3-large-01``'s one pipeline (digits=3, max_entries=4): 8 per doubling gave the floor
+#: 5.66 s and the plan 7.17 s, 16 the floor 5.80 s and 7.09 s (exact: 6.57 s, 6.87 s)
+COMPRESSED_CAP_STEPS = 16
+COMPRESSED_CAPS_MOST = 16
 
-def cap_grid(low: float, top: float, M: int) -> np.ndarray:
+
+def cap_grid(low: float, top: float, M: int, steps: int = CAP_STEPS,
+             most: int = CURVE_MOST) -> np.ndarray:
     """The public grid of period caps of a run with floor ``low`` and bound ``top`` (both
     public) over ``M`` microbatches: ``2^(n / CAP_STEPS)`` for every ``n`` from the last
     point at or below ``low / (M - 1)`` up to the first at or above ``top / (M - 1)``, at
     most :data:`.protocol.CURVE_MOST` of them (the lowest dropped first: a weaker floor,
     still one). Empty when there is nothing to cap (one microbatch, or no finite bound).
-    The points are absolute, so runs under different bounds share their caps' walks."""
+    The points are absolute, so runs under different bounds share their caps' walks.
+    ``steps``: caps per doubling (:data:`CAP_STEPS`; :data:`COMPRESSED_CAP_STEPS` in a
+    compressed run), ``most`` caps at most (:data:`COMPRESSED_CAPS_MOST` compressed)."""
     if M < 2 or not (0 < low <= top < math.inf):
         return np.empty(0)
-    lo = math.floor(math.log2(low / (M - 1)) * CAP_STEPS)
-    hi = math.ceil(math.log2(top / (M - 1)) * CAP_STEPS)
-    lo = max(lo, hi - CURVE_MOST + 1)
-    return 2.0 ** (np.arange(lo, hi + 1) / CAP_STEPS)
+    lo = math.floor(math.log2(low / (M - 1)) * steps)
+    hi = math.ceil(math.log2(top / (M - 1)) * steps)
+    lo = max(lo, hi - min(most, CURVE_MOST) + 1)
+    return 2.0 ** (np.arange(lo, hi + 1) / steps)
 
 
 def windows_capped(tables) -> bool:
@@ -170,6 +181,9 @@ class CurvePass:
         self.CF = np.stack(rows, axis=2)
         #: the least of the incoming table and this DC's walk (before rounding)
         self.table = out
+        #: ``[cap, a]``: the least fill of a prefix ``[0, a)`` on the DCs before this one
+        #: under each cap (the incoming table, least over its buckets; ``inf`` at DC 1)
+        self.upstream = incoming.min(axis=2)
 
     def sent(self) -> np.ndarray:
         """The table passed on: :attr:`table` rounded down, short prefixes withheld."""
@@ -191,6 +205,18 @@ class CurvePass:
         """Which labels (rows ``x1, x2, total, sync, p`` of ``S``) of state ``(x, u)`` the
         paired floor leaves within ``ub`` (:func:`paired`)."""
         return paired(S, self.CF[x, self.room(u)], self.grid, self.below, self.M, ub)
+
+
+def paired_floor(S: np.ndarray, CF: np.ndarray, grid: np.ndarray, below: np.ndarray,
+                 M: int) -> np.ndarray:
+    """Per row of ``S`` (``x1, x2, total, sync, ...``), the floor :func:`paired` tests:
+    ``total + sync + min_i (CF_i + (M - 1) max(x1 + x2, lam_(i-1)))`` over the caps ``lam_i
+    >= x1 + x2``, and ``(M - 1) max(x1 + x2, lam_last)`` past the grid."""
+    per = S[:, 0] + S[:, 1]
+    terms = CF[None, :] + (M - 1) * np.maximum(per[:, None], below[None, :])
+    terms = np.where(grid[None, :] >= per[:, None], terms, np.inf)
+    floor = np.minimum(terms.min(axis=1), (M - 1) * np.maximum(per, grid[-1]))
+    return S[:, 2] + S[:, 3] + floor
 
 
 def paired(S: np.ndarray, CF: np.ndarray, grid: np.ndarray, below: np.ndarray, M: int,

@@ -615,6 +615,20 @@ def cap_keep(points: list, M: int, max_entries: int, scale: float, occupancy: fl
     first was no better); no guarantee."""
     if max_entries <= 0 or len(points) <= max_entries:
         return list(range(len(points)))
+    return sorted(cap_order(points, M, scale, occupancy, gpipe)[:max_entries])
+
+
+def cap_order(points: list, M: int, scale: float, occupancy: float, gpipe: bool) -> list[int]:
+    """The indices of ``points`` by the estimated ``T`` of a whole plan :func:`cap_keep`
+    ranks them by (:func:`cap_estimates`), least first."""
+    est = cap_estimates(points, M, scale, occupancy, gpipe)
+    return sorted(range(len(points)), key=est.__getitem__)
+
+
+def cap_estimates(points: list, M: int, scale: float, occupancy: float,
+                  gpipe: bool) -> list[float]:
+    """Per point, the estimated ``T`` of a whole plan through it that :func:`cap_keep`
+    ranks by."""
     u = occupancy
     q = float(cost.traversal(0.0, u))
 
@@ -624,8 +638,7 @@ def cap_keep(points: list, M: int, max_entries: int, scale: float, occupancy: fl
             x1 = max(x1, new_loops(tuple(h + q for h in p[5]), x1, 0.0))
         return period_time(M, x1, max(p[1], u) if gpipe else p[1], (p[2] + q) * scale, p[3])
 
-    order = sorted(range(len(points)), key=lambda i: estimate(points[i]))
-    return sorted(order[:max_entries])
+    return [estimate(p) for p in points]
 
 
 def frontier_lines(lines: list, m_lo: int, m_hi: int) -> list[list]:

@@ -126,6 +126,15 @@ class RangeRuns:
         public = owner.public
         self.use_frontier = is_exact(options) and public.period
 
+    def widen(self, K: int) -> float:
+        """The factor a compressed run of ``K`` DCs widens its bound by: the rounding part
+        of the guarantee factor (``epsilon``, ``quantum``, ``digits`` over ``K - 1`` hops);
+        1 in exact mode."""
+        o = self.options
+        if is_exact(o):
+            return 1.0
+        return guarantee_factor(K, o["epsilon"], o["quantum"], o["digits"])
+
     def least(self, i: int, j: int, m: int, theta: float,
               bound: float = math.inf) -> RangePlan | None:
         """The plan of least ``T_p`` on DCs ``i..j`` with ``M_p = m`` and every ``R_s <
@@ -248,8 +257,13 @@ class RangeRuns:
         from .runner import AgentFailure
 
         backend = self.owner.chain(i, j, m, count_sync=False)
+        # compressed: the run's bound widened by its rounding factor, so that no plan within
+        # ``bound`` is cut for its rounded-up estimate (a run that finds nothing under it then
+        # proves g above ``bound`` with epsilon, quantum and digits; the plan it finds may lie
+        # above ``bound``: a real plan, its T_p an upper bound on g)
+        wide = bound * self.widen(j - i + 1)
         # theta = inf as the largest float (a message carries no infinity): every R is below
-        options = {**self.options, "upper_bound": None if math.isinf(bound) else bound,
+        options = {**self.options, "upper_bound": None if math.isinf(bound) else wide,
                    "sync_cap": min(theta, sys.float_info.max)}
         name = f"range-{i}-{j}-m{m}-{self.runs:03d}"
         trace = None if self.trace_dir is None else Path(self.trace_dir, name)
@@ -452,25 +466,28 @@ def solve_several(owner, options: dict, deadline: Deadline, trace_dir=None, prob
     if K == 1:  # no summary is sent: nothing to compress
         options = {**options, "epsilon": 0.0, "quantum": 0.0, "digits": 0, "max_entries": 0}
     exact = is_exact(options)
+    # dp's questions: exact, or under the max_entries cap (no guarantee to keep: the sweep
+    # of several() keeps the factor of epsilon, quantum and digits)
+    questions = QUESTIONS and (exact or bool(options["max_entries"]))
     allowed = public.training.parallelism.pipelines
     best_T, best_plan = math.inf, None
     stats = {"mode": owner.mode, "exact": exact}
     runs = RangeRuns(owner, options, deadline, None if trace_dir is None else Path(trace_dir))
     try:
-        if exact and QUESTIONS:
+        if QUESTIONS:
             best_T, best_plan = _seed(owner, runs)
         if 1 in allowed:
             # the seed bounds the period run only, not the classic solve: a bound there
             # turns its probe off, whose plan is what a solve the time limit cuts returns
             # (v3-large-01 at 150 s: 9.50 s unbounded, the seed's 19.17 s bounded)
             one = _one_pipeline(owner, options, deadline, trace_dir, probe, runs, stats,
-                                best_T if exact else math.inf)
+                                best_T)
             if one.status == "error":
                 return one
             if one.plan is not None and one.stats["objective_s"] < best_T:
                 best_plan, best_T = one.plan, one.stats["objective_s"]
         counts = [P for P in sorted(allowed) if 2 <= P <= min(M, K)]
-        if exact and QUESTIONS:
+        if questions:
             from .questions import several as by_questions
 
             best_T, best_plan = by_questions(public, counts, runs, best_T, best_plan)
@@ -531,7 +548,7 @@ def _one_pipeline(owner, options: dict, deadline: Deadline, trace_dir, probe,
                   runs: RangeRuns, stats: dict, incumbent: float = math.inf):
     """The usual solve of one pipeline over the whole chain (its messages counted with the
     range runs', under ``one/``); its plan in the several-pipeline plan's form, with its
-    ``T`` as ``stats["objective_s"]``. ``incumbent`` (the seed's ``T``, exact only) bounds
+    ``T`` as ``stats["objective_s"]``. ``incumbent`` (the seed's ``T``) bounds
     its period run, not its classic run (:func:`~chainpipe.solvers.cdynp.solve_chain`'s
     ``period_bound``): a one-pipeline plan is wanted only if it beats the incumbent.
 

@@ -41,6 +41,7 @@ import types
 from ...plan import Pipeline, Plan
 from ..dp_pipelines import SeveralPipelines, cross_syncs
 from ..dp_ranges import Found, RangeTimes
+from .drive import is_exact
 
 
 class OwnerRangeTimes(RangeTimes):
@@ -168,6 +169,7 @@ class OwnerSearch(SeveralPipelines):
         self.inst, self.t, self.deadline, self.best, self.log = (
             public, None, runs.deadline, best, None)
         self.runs = runs
+        self.exact = is_exact(runs.options)
         self.M, self.K = public.microbatches, public.num_datacenters
         self.H = public.training.pipeline_sync_period
         self.cross = cross_syncs(public)
@@ -181,6 +183,8 @@ class OwnerSearch(SeveralPipelines):
         for i, j, m, (T_p, R, _stages) in chosen:
             theta = min(math.nextafter(R, math.inf), sys.float_info.max)
             rp = self.runs.least(i, j, m, theta, T_p * (1 + 1e-9))
+            if rp is None and not self.exact:  # a compressed run may drop it (max_entries)
+                return
             if rp is None:  # never expected: the entry's stages run m within both
                 raise AssertionError(f"cdynp: range {i}..{j} at M_p = {m} lost its plan")
             pipes.append(Pipeline(rp.stages, m))

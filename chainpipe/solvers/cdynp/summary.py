@@ -146,10 +146,72 @@ def cap_keep(points: list, microbatches: int, max_entries: int, scale: float = 1
     """
     if max_entries <= 0 or len(points) <= max_entries:
         return list(range(len(points)))
+    return sorted(cap_order(points, microbatches, scale, occupancy)[:max_entries])
+
+
+def cap_order(points: list, microbatches: int, scale: float = 1.0,
+              occupancy: float = 0.0) -> list[int]:
+    """The indices of ``points`` by the estimated ``T`` of a whole plan :func:`cap_keep`
+    ranks them by (:func:`cap_estimates`), least first."""
+    est = cap_estimates(points, microbatches, scale, occupancy)
+    return sorted(range(len(points)), key=est.__getitem__)
+
+
+def cap_estimates(points: list, microbatches: int, scale: float = 1.0,
+                  occupancy: float = 0.0) -> list[float]:
+    """Per point, the estimated ``T`` of a whole plan through it that :func:`cap_keep`
+    ranks by."""
     q = cost.traversal(0.0, occupancy)
-    order = sorted(range(len(points)), key=lambda i: cost.iteration_time(
-        (points[i][2] + q) * scale, max(points[i][1], occupancy), microbatches, points[i][3]))
-    return sorted(order[:max_entries])
+    return [float(cost.iteration_time((p[2] + q) * scale, max(p[1], occupancy), microbatches,
+                                      p[3])) for p in points]
+
+
+#: the bytes a compressed summary's entries may take (:func:`fit_budget`): the issue's
+#: target of 16 KiB per message, less room for the message's other fields
+SUMMARY_BUDGET = 16 * 1024 - 512
+
+
+def fit_budget(entries: list[dict], origins: list, ranks: list[list[int]], best: list[float],
+               budget: int = SUMMARY_BUDGET) -> tuple[list[dict], list]:
+    """A compressed summary's entries cut to fit ``budget`` bytes of compact JSON.
+
+    ``ranks[e][j]``: point ``j`` of entry ``e``'s place by the estimated ``T`` of a whole
+    plan (0: the best); ``best[e]``: that estimate of its best point. First every entry
+    keeps fewer points, its best ones (down to one each), then whole entries go, those
+    whose best point's estimate is the largest first (the ``b = 0`` entry, complete plans,
+    last). No guarantee (as ``max_entries``): a point dropped may be the optimum's.
+
+    Returns
+    -------
+    tuple
+        ``(entries, origins)`` kept, in their order.
+    """
+    import json
+
+    def size(e: dict) -> int:
+        return len(json.dumps(e, separators=(",", ":"))) + 1
+
+    sizes = [size(e) for e in entries]
+    top = max((len(e["points"]) for e in entries), default=1)
+    for n in range(top - 1, 0, -1):
+        if sum(sizes) <= budget:
+            return entries, origins
+        keeps = [[j for j, r in enumerate(rk) if r < n] for rk in ranks]
+        entries = [{**e, "points": [e["points"][j] for j in kp]}
+                   for e, kp in zip(entries, keeps)]
+        origins = [[o[j] for j in kp] for o, kp in zip(origins, keeps)]
+        ranks = [[rk[j] for j in kp] for rk, kp in zip(ranks, keeps)]
+        sizes = [size(e) for e in entries]
+    total = sum(sizes)
+    order = sorted(range(len(entries)), key=lambda i: (entries[i]["b"] == 0, -best[i]))
+    dropped = set()
+    for i in order:
+        if total <= budget:
+            break
+        dropped.add(i)
+        total -= sizes[i]
+    keep = [i for i in range(len(entries)) if i not in dropped]
+    return [entries[i] for i in keep], [origins[i] for i in keep]
 
 
 def round_up(value: float, quantum: float) -> float:
