@@ -339,3 +339,18 @@ def test_an_agent_tells_its_owner_of_waits_that_last_only():
     t({"event": "done"})
     assert [e["event"] for e in told] == ["wait", "work", "beat", "done"]
     assert told[0]["peer"] == "dc3"
+
+
+def test_the_first_run_connects_to_every_agent_at_once(three):
+    """A first run of DC 1 alone also connects to DCs 2 and 3 (their handshakes overlap
+    its own instead of each delaying a later run); later runs take those connections."""
+    conns = remote.Connections(three.address, three.ctx("owner"))
+    try:
+        socks, kept = conns.take(["dc1"], Deadline(20))
+        assert len(socks) == 1 and kept == [False] and conns.opened == 3
+        conns.give(["dc1"], socks)
+        socks, kept = conns.take(["dc2", "dc3"], Deadline(20))
+        assert kept == [True, True] and conns.opened == 3
+        conns.give(["dc2", "dc3"], socks)
+    finally:
+        conns.close()

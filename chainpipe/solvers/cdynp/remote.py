@@ -58,10 +58,12 @@ class Connections:
     """The owner's connections to the agents for the life of one solve.
 
     A run takes one connection per agent of its range (one kept from an earlier run
-    when there is one, :class:`.net.Pool`; new ones are made in parallel) and gives them
-    back (:meth:`give`) only when it ended cleanly; :meth:`close` closes every kept
-    one. Without an error or a gap of more than :data:`.net.REUSE_S` seconds between
-    two runs, a solve makes one TLS connection per agent.
+    when there is one, :class:`.net.Pool`; new ones are made in parallel, and at the
+    first run to every agent of the chain, since the solve's later runs will ask them:
+    their handshakes then overlap instead of each delaying a run) and gives them back
+    (:meth:`give`) only when it ended cleanly; :meth:`close` closes every kept one.
+    Without an error or a gap of more than :data:`.net.REUSE_S` seconds between two
+    runs, a solve makes one TLS connection per agent.
 
     Parameters
     ----------
@@ -74,6 +76,7 @@ class Connections:
     def __init__(self, agents: dict, ctx):
         self.agents = dict(agents)
         self.pool = net.Pool(ctx, per_peer=1)
+        self._first = True
 
     @property
     def opened(self) -> int:
@@ -104,6 +107,11 @@ class Connections:
                 one(k)
         threads = [threading.Thread(target=one, args=(k, True), daemon=True)
                    for k in range(len(names)) if out[k] is None and errors[k] is None]
+        if self._first:  # the other agents too, kept for later runs (a failure is theirs)
+            self._first = False
+            threads += [threading.Thread(target=self._keep, args=(name, deadline),
+                                         daemon=True)
+                        for name in self.agents if name not in names]
         for t in threads:
             t.start()
         for t in threads:
@@ -115,6 +123,16 @@ class Connections:
                     net.close(s)
             raise self._unreachable(names[bad], errors[bad])
         return out, kept
+
+    def _keep(self, name: str, deadline: Deadline) -> None:
+        """Connect to ``name``'s agent ahead of the run that needs it (a failure is
+        reported by that run, which tries again)."""
+        try:
+            sock, _kept = self.pool.take(self.agents[name], name, deadline=deadline,
+                                         fresh=True)
+        except (OSError, net.Refused):
+            return
+        self.pool.give(self.agents[name], name, sock)
 
     def renew(self, name: str, deadline: Deadline):
         """A new connection to ``name``'s agent (:class:`AgentFailure` if none)."""
