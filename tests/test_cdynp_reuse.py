@@ -354,3 +354,33 @@ def test_the_first_run_connects_to_every_agent_at_once(three):
         conns.give(["dc2", "dc3"], socks)
     finally:
         conns.close()
+
+
+def test_a_header_sent_a_byte_at_a_time_does_not_keep_a_connection_open(three):
+    """After a request, the next header must be whole within the idle timeout (1 s
+    here): a peer dripping a byte every 0.3 s is closed all the same."""
+    import select
+
+    run = _registered(three, "dc2", "a8" * 16)
+    sock = net.connect(three.address["dc2"], three.ctx("dc1"), "dc2")
+    try:
+        assert _deliver(sock, "prefix", run.id, three.prefix) == {"ok": True}
+        sock.sendall((100).to_bytes(4, "big"))  # a header of 100 bytes, then a byte at a time
+        t0 = time.monotonic()
+        closed = None
+        while time.monotonic() - t0 < 5.0 and closed is None:
+            try:
+                sock.sendall(b" ")
+            except OSError:
+                closed = time.monotonic() - t0
+                break
+            if select.select([sock], [], [], 0.3)[0]:
+                sock.settimeout(1.0)
+                try:
+                    assert sock.recv(1) == b""
+                except OSError:
+                    pass
+                closed = time.monotonic() - t0
+        assert closed is not None and closed < 2.5, closed
+    finally:
+        net.close(sock)

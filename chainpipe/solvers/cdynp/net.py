@@ -93,9 +93,10 @@ def send_json(sock, obj) -> None:
     wire.send(sock, json.dumps(obj, separators=(",", ":"), allow_nan=False).encode("utf-8"))
 
 
-def recv_json(sock, limit: int = HEADER_LIMIT):
-    """The next frame as JSON (:class:`.protocol.ProtocolError` if it is not)."""
-    data = wire.recv(sock, limit)
+def recv_json(sock, limit: int = HEADER_LIMIT, within: float | None = None):
+    """The next frame as JSON (:class:`.protocol.ProtocolError` if it is not); with
+    ``within``, the whole frame must arrive within that many seconds (:func:`.wire.recv`)."""
+    data = wire.recv(sock, limit, within)
     try:
         return json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError):

@@ -297,9 +297,9 @@ class AgentServer:
         fails, the other end closes it, or it stays idle for :attr:`idle_timeout` s."""
         served = 0
         while True:
-            conn.settimeout(net.HANDSHAKE_S if not served else self.idle_timeout)
-            try:
-                frame = net.recv_json(conn)
+            try:  # the whole header in time: a byte now and then does not keep it open
+                frame = net.recv_json(conn, within=net.HANDSHAKE_S if not served
+                                      else self.idle_timeout)
             except protocol.ProtocolError as exc:
                 return self._refuse(conn, who, f"a bad header: {exc}")
             except TimeoutError:

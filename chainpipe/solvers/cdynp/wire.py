@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import socket
 import struct
+import time
 
 from .protocol import MAX_MESSAGE_BYTES, ProtocolError
 
@@ -27,8 +28,18 @@ def send(sock: socket.socket, data: bytes) -> None:
         raise Closed from None
 
 
-def recv(sock: socket.socket, limit: int = MAX_MESSAGE_BYTES) -> bytes:
+def recv(sock: socket.socket, limit: int = MAX_MESSAGE_BYTES,
+         within: float | None = None) -> bytes:
     """The next frame's bytes.
+
+    Parameters
+    ----------
+    sock : socket.socket
+    limit : int
+        The largest frame taken.
+    within : float, optional
+        Seconds for the whole frame (a peer sending a byte now and then cannot stretch
+        it); ``None``: the socket's own timeout bounds each read.
 
     Raises
     ------
@@ -36,16 +47,24 @@ def recv(sock: socket.socket, limit: int = MAX_MESSAGE_BYTES) -> bytes:
         The other end closed the connection.
     ProtocolError
         The frame announces more than ``limit`` bytes.
+    TimeoutError
+        The frame was not whole in time.
     """
-    (size,) = _HEADER.unpack(_exactly(sock, _HEADER.size))
+    until = None if within is None else time.monotonic() + within
+    (size,) = _HEADER.unpack(_exactly(sock, _HEADER.size, until))
     if size > limit:
         raise ProtocolError(f"a frame of {size} bytes, above the cap of {limit} bytes")
-    return _exactly(sock, size)
+    return _exactly(sock, size, until)
 
 
-def _exactly(sock: socket.socket, n: int) -> bytes:
+def _exactly(sock: socket.socket, n: int, until: float | None = None) -> bytes:
     buf = bytearray()
     while len(buf) < n:
+        if until is not None:
+            left = until - time.monotonic()
+            if left <= 0:
+                raise TimeoutError("the frame was not whole in time")
+            sock.settimeout(left)
         try:
             chunk = sock.recv(min(n - len(buf), 1 << 20))
         except ConnectionResetError:
