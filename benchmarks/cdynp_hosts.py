@@ -143,7 +143,9 @@ def _warm_owner(work: Path, agents: dict, procs, local) -> dict:
         remote.add(time.perf_counter() - t0, _cpu(procs) - c0)
         assert res.status.value in ("optimal", "feasible"), res.message
         local.once()
-    return {"timing": remote, "connections": res.stats["connections"]}
+    # (a solve before connections were kept reports none: each run made its own)
+    return {"timing": remote,
+            "connections": res.stats.get("connections", {"opened": "-", "reused": "-"})}
 
 
 class _Local(_Timing):
