@@ -228,7 +228,7 @@ class RemoteAgents:
     def one_run(self, options: dict, trace_dir, deadline: Deadline) -> Run:
         names = list(self.public.datacenter_names)
         run_id = secrets.token_hex(16)
-        conns = self.connections or Connections(self.all_agents, self.ctx)
+        conns = self.connections or Connections(self.agents, self.ctx)  # this run alone
         where = [f" at {self.agents[n]}" for n in names]
         readers: list[threading.Thread] = []
         socks: list = []

@@ -402,12 +402,18 @@ class AgentServer:
                 return self._refuse(conn, who, f"run {run.id[:8]}.. is already under way")
             self.runs[run.id] = run
         self.log(f"run {run.id[:8]}.. for {who}")
+        return self._execute(conn, run, options, header["trace"])
+
+    def _execute(self, conn, run: _Run, options: dict, trace: bool) -> bool:
+        """Run this DC's part of ``run`` (registered) for the owner at the other end of
+        ``conn``; whether the connection may carry the owner's next run (the run ended
+        and its last event went out, the owner still there)."""
+        view, first = run.view or self.public, run.first
         conn.settimeout(net.HANDSHAKE_S)
         lock = threading.Lock()
         wake_r, wake_w = socket.socketpair()  # the run's end wakes the watch at once
         watcher = threading.Thread(target=_watch_owner, args=(conn, run, wake_r),
                                    daemon=True)
-        watcher.start()
 
         def tell(event: dict, name_run: bool = True) -> None:
             """Send the owner an event; every event after ``accepted`` (the answer to the
@@ -422,8 +428,9 @@ class AgentServer:
         clean = False
         try:
             tell({"event": "accepted"}, name_run=False)
+            watcher.start()  # after the answer: the owner need not wait for a thread
             setup = {"options": options, "deadline_at": run.deadline_at, "trace_dir": None,
-                     "trace_return": header["trace"]}
+                     "trace_return": trace}
             told = _Told(tell)
             event = run_agent(view, self.k - first, self.dc, setup,
                               _TLSLinks(self, run, told), told, run.cancel)
@@ -440,7 +447,8 @@ class AgentServer:
         finally:
             run.ended.set()
             wake_w.send(b"x")
-            watcher.join()
+            if watcher.ident is not None:
+                watcher.join()
             wake_r.close()
             wake_w.close()
             with self.lock:
