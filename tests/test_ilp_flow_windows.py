@@ -125,9 +125,11 @@ def test_windows_resumed_under_a_cutoff_below_the_optimum_prove_it(seed):
 @pytest.mark.parametrize("seed", [s for s in SEEDS if s % 2 == 0])
 def test_the_windowed_route_agrees_with_the_brute_force(seed, monkeypatch):
     """``ilp-path -O device_states=true`` with the windows on every 1F1B model
-    (``WINDOW_COLUMNS`` 0), both backends: the optimum proven; under a cutoff below it
+    (``WINDOW_COLUMNS`` 0, any number of DCs, any root gap), both backends: the optimum proven; under a cutoff below it
     the status never ``optimal`` and the bound at most the cutoff."""
     monkeypatch.setattr(flow_windows, "WINDOW_COLUMNS", 0)
+    monkeypatch.setattr(flow_windows, "WINDOW_DCS", 99)
+    monkeypatch.setattr(flow_windows, "WINDOW_GAP", -1.0)  # whatever the root LP says
     case = _case(seed)
     if case is None:
         return
@@ -137,6 +139,8 @@ def test_the_windowed_route_agrees_with_the_brute_force(seed, monkeypatch):
     assert r.status == "optimal" and math.isclose(r.iteration_time, ref, rel_tol=1e-6), \
         (seed, backend, r.status, r.iteration_time, ref)
     assert r.lower_bound <= ref * (1 + 1e-9)
+    if "root_lp" in r.stats:  # a model was built (not pruned empty by the heuristic plan)
+        assert r.stats["root_lp"]["windows"] and "period_windows" in r.stats, r.stats
     r = solve(one, "ilp-path", time_limit=60, backend=backend, cutoff=0.99 * ref, **FLOW)
     assert r.status != "optimal" and r.lower_bound <= 0.99 * ref * (1 + 1e-9), (seed, r.status)
 

@@ -28,7 +28,12 @@ fixed-period rows):
 - a later solve of the same model (the outer enumeration of several pipelines taking a
   block and ``M_p`` again) goes on with the open windows (:meth:`PeriodWindows.resume`).
 
-Every window, its model building and its MIP count against the one deadline. Nothing
+The route (``solvers/ilp.py:_windowed``, ``_root_gap_wide``) takes the windows for
+models of one datacenter (:data:`WINDOW_DCS`; the two-type DCs of the eleventh round)
+with :data:`WINDOW_COLUMNS` stage columns or more, and only when the whole model's LP
+relaxation is more than :data:`WINDOW_GAP` below the upper bound, or not solved in
+:data:`ROOT_LP_S` CPU seconds; that LP's bound is every window's first floor. Every window, its model
+building and its MIP count against the one deadline. Nothing
 comes from another solver: the only outside help is the route's heuristic plan.
 """
 
@@ -57,6 +62,16 @@ WIDTH = 0.01
 MIN_WIDTH = 0.001
 #: the first CPU seconds of a window's MIP; doubled each time a window is taken again
 SLICE_S = 6.0
+#: CPU seconds of the whole model's LP relaxation, which decides (at most a quarter of
+#: the time left)
+ROOT_LP_S = 10.0
+#: windows when that LP is more than this far below the upper bound (relative)
+WINDOW_GAP = 0.05
+#: the route decomposes models of at most this many datacenters: on ``v3-medium-02``'s
+#: one-pipeline entry (four DCs, ``M = 64``, LP 11.6 % below the cutoff) the whole MIP
+#: proves the cutoff in about 13 CPU s, the windows in 27 (``docs/formulations.md``,
+#: "Twelfth round")
+WINDOW_DCS = 1
 #: the route decomposes one-pipeline 1F1B models with at least this many stage columns
 #: (smaller ones are solved whole, as before)
 WINDOW_COLUMNS = 2000
@@ -102,16 +117,26 @@ class PeriodWindows:
         ``objective_bound``; a window it proves infeasible is closed).
     deadline : Deadline
         The run's deadline; every step counts against it.
-    width, min_width, slice_s : float
-        :data:`WIDTH`, :data:`MIN_WIDTH`, :data:`SLICE_S`.
+    width, min_width, slice_s, start_width : float
+        :data:`WIDTH`, :data:`MIN_WIDTH`, :data:`SLICE_S`, :data:`START_WIDTH`.
+    floor : float
+        A proven bound (seconds) on every plan of the model (the whole model's LP
+        relaxation, ``solvers/ilp.py:_root_gap_wide``): every window's first key is at
+        least this.
+    plan, plan_T : Plan, float
+        A plan found before and its ``T``: the incumbent if below the model's upper
+        bound.
     """
 
     def __init__(self, form, solve, deadline: Deadline, *, width: float = WIDTH,
                  min_width: float = MIN_WIDTH, slice_s: float = SLICE_S,
-                 start_width: float = START_WIDTH):
+                 start_width: float = START_WIDTH, floor: float = 0.0,
+                 plan=None, plan_T: float = math.inf):
         self.form, self.solve, self.deadline = form, solve, deadline
         self.width, self.min_width = width, min_width
         self.best_T, self.best_plan = float(form.upper_bound), None
+        if plan is not None and plan_T < self.best_T:
+            self.best_T, self.best_plan = float(plan_T), plan
         #: the least key of a window closed by its key (at most a hair below the
         #: incumbent, :meth:`closes`): the bound never claims more than was proven
         self.closed_key = math.inf
@@ -126,7 +151,7 @@ class PeriodWindows:
         base = self._fill_floor()
         steady = float(steady_state(form.tables.M, 1))
         for lo, hi in zip(edges[:-1].tolist(), edges[1:].tolist()):
-            self.open.append(Window(base + steady * lo, lo, hi, slice_s))
+            self.open.append(Window(max(base + steady * lo, floor), lo, hi, slice_s))
         heapq.heapify(self.open)
         self.stats["windows"] = len(self.open)
 

@@ -298,7 +298,8 @@ def _run_one(name: str, instance: Instance, deadline: Deadline, seed, threads, l
                 return Outcome("infeasible", stats=stats, message=(
                     "no chain of stages satisfies memory and device counts "
                     "(every candidate stage arc was pre-filtered)"))
-            if _windowed(form, opts):
+            if _windowed(form, opts) and _root_gap_wide(form, opts, deadline, seed, threads,
+                                                        log, stats):
                 stats["build_time_s"] = deadline.elapsed() - t0
                 return _run_windows(form, opts, deadline, seed, threads, log, stats,
                                     incumbent, resume)
@@ -306,7 +307,8 @@ def _run_one(name: str, instance: Instance, deadline: Deadline, seed, threads, l
             if loop_lp is not None and loop_lp >= form.upper_bound:
                 stats["build_time_s"] = deadline.elapsed() - t0
                 return _lp_settles(tables, form, opts, stats, incumbent)
-            form.build()
+            if "root_lp" not in stats:  # else built by _root_gap_wide
+                form.build()
             model = form.matrix()
             if incumbent is not None and opts.start:
                 model.start = form.start(incumbent[0])
@@ -363,12 +365,14 @@ def _windowed(form, opts: _Options) -> bool:
     """Whether the run takes the decomposition on the period
     (:mod:`~chainpipe.formulations.flow_windows`): ``device_states``, a MIP (not
     ``relax``), 1F1B's period with ``M > 1``, an upper bound (the heuristic plan's ``T``
-    or a cutoff) and :data:`~chainpipe.formulations.flow_windows.WINDOW_COLUMNS` stage
+    or a cutoff), at most :data:`~chainpipe.formulations.flow_windows.WINDOW_DCS`
+    datacenters and :data:`~chainpipe.formulations.flow_windows.WINDOW_COLUMNS` stage
     columns or more (smaller models are solved whole)."""
     from ..formulations import flow_windows
 
     return (opts.device_states and not opts.relax and form.upper_bound is not None
             and form.mode == "1f1b" and form.tables.M > 1
+            and form.tables.K <= flow_windows.WINDOW_DCS
             and form.n_arcs >= flow_windows.WINDOW_COLUMNS)
 
 
@@ -416,7 +420,7 @@ def _run_windows(form, opts: _Options, deadline: Deadline, seed, threads, log, s
 
     t1 = deadline.elapsed()
     if state is None:
-        state = PeriodWindows(form, solve, deadline)
+        state = PeriodWindows(form, solve, deadline, floor=stats["root_lp"]["bound_s"] or 0.0)
     else:
         state.resume(solve, deadline, stats.get("upper_bound_s", form.upper_bound))
     res = state.run()
@@ -446,6 +450,31 @@ def _run_windows(form, opts: _Options, deadline: Deadline, seed, threads, log, s
     return _fallback(form.tables, res.bound, stats, "every window of the period closed "
                      "above the cutoff" if res.closed else "stopped before every window "
                      "of the period was closed", incumbent)
+
+
+def _root_gap_wide(form, opts: _Options, deadline: Deadline, seed, threads, log,
+                   stats: dict) -> bool:
+    """Whether a model :func:`_windowed` allows is solved by windows of its period: its
+    LP relaxation (the whole model's, in at most
+    :data:`~chainpipe.formulations.flow_windows.ROOT_LP_S` CPU seconds) is not solved,
+    or is more than :data:`~chainpipe.formulations.flow_windows.WINDOW_GAP` below the
+    model's upper bound (the 1F1B loops' potentials relaxed by a fractional flow, the
+    windows' case). The model stays built (``form.model``); ``stats["root_lp"]``."""
+    from ..formulations import flow_windows
+    from ..formulations.pipelines import CpuPhase
+
+    t0 = deadline.elapsed()
+    model = form.build()
+    share = flow_windows.ROOT_LP_S if deadline.unlimited else \
+        min(flow_windows.ROOT_LP_S, deadline.remaining() / 4)
+    answer = _backend(opts.backend)(model, relax=True, deadline=CpuPhase(deadline, share),
+                                    seed=seed, threads=threads, log=log)
+    bound = safe_bound(answer.bound, form.scale) if answer.status == "relaxed" else None
+    wide = answer.status != "infeasible" and (
+        bound is None or bound < form.upper_bound * (1 - flow_windows.WINDOW_GAP))
+    stats["root_lp"] = {"status": answer.status, "bound_s": bound, "windows": wide,
+                        "time_s": deadline.elapsed() - t0}
+    return wide
 
 
 def _loop_lp_first(tables: CostTables, form, opts: _Options, deadline: Deadline, seed,
