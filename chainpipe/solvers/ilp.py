@@ -23,7 +23,9 @@ deadline, seed, threads, log, **options) -> Outcome``. Options:
   period (classic, GPipe's two phases, 1F1B's loops by node potentials) and, through
   the outer enumeration below, several pipelines; no ``write_model``; ``start`` maps
   the heuristic plan onto the network's columns (not under 1F1B's period);
-  ``bottleneck`` and ``dominance`` do not apply;
+  ``bottleneck`` and ``dominance`` do not apply; a one-DC 1F1B model of 2000 stage
+  columns or more whose root LP is over 5 % below the upper bound is solved by windows
+  of its period, best first (:mod:`chainpipe.formulations.flow_windows`);
 - ``cutoff`` (``ilp-path`` only, seconds): what the caller needs to know is a plan
   faster than this or a proof that there is none; the network is pruned with it as the
   upper bound (below the heuristic plan's time), and the reported bound is at most it
