@@ -33,6 +33,12 @@ ORDER = [
      "python benchmarks/formulations.py --time-limit 120 --fresh "
      "v3-medium-02-small-model:3-8 --solvers ilp-path --backends highs --device-states "
      "--no-figure --out benchmarks/results/formulations_flow_fresh.md --no-lp --ref-limit 300"),
+    ("benchmarks/results/formulations_flow_fresh_hybrid.md",
+     "python benchmarks/formulations.py --time-limit 60 --fresh hybrid-medium-01:5,6 "
+     "hybrid-medium-02-man100:5,6 hybrid-medium-03-man400:5,6 hybrid-medium-04-degraded:5,6 "
+     "hybrid-medium-05-mem:5,6 --solvers ilp-path --backends highs --device-states "
+     "--no-figure --out benchmarks/results/formulations_flow_fresh_hybrid.md --no-lp "
+     "--ref-limit 120"),
     ("benchmarks/results/cpsat_v3_medium.md",
      "python benchmarks/formulations.py --time-limit 120 --sets v3/medium --solvers cpsat "
      "--backends highs cbc --no-figure --out benchmarks/results/cpsat_v3_medium.md"),
