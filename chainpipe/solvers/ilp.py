@@ -271,9 +271,8 @@ def _cut_bound(opts: _Options, stats: dict) -> float | None:
 
 def _run_one(name: str, instance: Instance, deadline: Deadline, seed, threads, log,
              opts: _Options, resume: dict | None = None) -> Outcome:
-    """One pipeline: the formulation built, pruned, solved and read back. ``resume``
-    (the outer enumeration's, per block and ``M_p``): windows of the period a solve
-    left open, which a later solve of the same block goes on with (:func:`_run_windows`)."""
+    """One pipeline: the formulation built, pruned, solved and read back (``resume``:
+    :func:`_run_windows`)."""
     stats = {"formulation": name, "backend": opts.backend, "relax": opts.relax,
              "threads": threads, "seed": seed}
     tables = CostTables(instance)
@@ -291,24 +290,12 @@ def _run_one(name: str, instance: Instance, deadline: Deadline, seed, threads, l
         with np.errstate(over="ignore", divide="ignore", invalid="ignore", under="ignore"):
             form = _formulation(name, tables, opts, deadline, stats, incumbent)
             if form is None:  # nothing to solve: a model of size 0
-                stats.update(build_time_s=deadline.elapsed() - t0, variables=0,
-                             constraints=0, nonzeros=0)
-                if incumbent is not None:  # only under a cutoff: the heuristic plan's arcs stay
-                    return _fallback(tables, _cut_bound(opts, stats), stats,
-                                     "the pruned network is empty",
-                                     incumbent)
-                return Outcome("infeasible", stats=stats, message=(
-                    "no chain of stages satisfies memory and device counts "
-                    "(every candidate stage arc was pre-filtered)"))
-            if _windowed(form, opts) and _root_gap_wide(form, opts, deadline, seed, threads,
-                                                        log, stats):
                 stats["build_time_s"] = deadline.elapsed() - t0
-                return _run_windows(form, opts, deadline, seed, threads, log, stats,
-                                    incumbent, resume)
-            loop_lp = _loop_lp_first(tables, form, opts, deadline, seed, threads, log, stats)
-            if loop_lp is not None and loop_lp >= form.upper_bound:
-                stats["build_time_s"] = deadline.elapsed() - t0
-                return _lp_settles(tables, form, opts, stats, incumbent)
+                return _empty_model(tables, opts, stats, incumbent)
+            early = _before_the_mip(form, opts, deadline, seed, threads, log, stats,
+                                    incumbent, resume, t0)
+            if early is not None:
+                return early
             if "root_lp" not in stats:  # else built by _root_gap_wide
                 form.build()
             model = form.matrix()
@@ -361,6 +348,36 @@ def _run_one(name: str, instance: Instance, deadline: Deadline, seed, threads, l
         model.assign(answer.values)
     return _raised(_outcome(form, answer, opts, stats, incumbent),
                    stats.get("loop_lp_bound_s"), instance)
+
+
+def _empty_model(tables: CostTables, opts: _Options, stats: dict, incumbent) -> Outcome:
+    """The outcome when the pruned network is empty (a model of size 0)."""
+    stats.update(variables=0, constraints=0, nonzeros=0)
+    if incumbent is not None:  # only under a cutoff: the heuristic plan's arcs stay
+        return _fallback(tables, _cut_bound(opts, stats), stats,
+                         "the pruned network is empty", incumbent)
+    return Outcome("infeasible", stats=stats, message=(
+        "no chain of stages satisfies memory and device counts "
+        "(every candidate stage arc was pre-filtered)"))
+
+
+def _before_the_mip(form, opts: _Options, deadline: Deadline, seed, threads, log,
+                    stats: dict, incumbent, resume, t0: float) -> Outcome | None:
+    """``device_states``, before the whole model's MIP: the windows of the period when
+    the model takes them (:func:`_windowed`, :func:`_root_gap_wide`; ``resume``: the
+    outer enumeration's open windows per block and ``M_p``, which a later solve of the
+    same block goes on with), or the flow-weighted loop LP (:func:`_loop_lp_first`)
+    when it settles the model; ``None``: the MIP is solved as before."""
+    if _windowed(form, opts) and _root_gap_wide(form, opts, deadline, seed, threads, log,
+                                                stats):
+        stats["build_time_s"] = deadline.elapsed() - t0
+        return _run_windows(form, opts, deadline, seed, threads, log, stats, incumbent,
+                            resume)
+    loop_lp = _loop_lp_first(form.tables, form, opts, deadline, seed, threads, log, stats)
+    if loop_lp is not None and loop_lp >= form.upper_bound:
+        stats["build_time_s"] = deadline.elapsed() - t0
+        return _lp_settles(form.tables, form, opts, stats, incumbent)
+    return None
 
 
 def _windowed(form, opts: _Options) -> bool:
