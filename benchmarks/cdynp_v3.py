@@ -131,7 +131,7 @@ def main() -> None:
     args = ap.parse_args()
     options = {k: float(v) if "." in v else int(v)
                for k, v in (o.split("=", 1) for o in args.options)}
-    rows = []
+    rows, loads = [], [os.getloadavg()[0]]
     for name in args.sets:
         for path in sorted(p for p in (ROOT / "instances" / name).glob("*.json")
                            if p.name != "manifest.json"):
@@ -142,6 +142,8 @@ def main() -> None:
             row = (compressed_row if options else exact_row)(path, inst, ref, dp_s, res, cd_s)
             print(row, flush=True)
             rows.append(row)
+            loads.append(os.getloadavg()[0])
+    load = f"load (1-min average, sampled after each instance) {min(loads):.1f} to {max(loads):.1f}"
     if options:
         heading = (f"Compressed: {' '.join(args.options)} on {' '.join(args.sets)}")
         write_section(Path(args.out), heading, [
@@ -152,7 +154,7 @@ def main() -> None:
                f"--dp-limit {args.dp_limit or args.time_limit:g}")
             + f" --options {' '.join(args.options)}`; {platform.machine()}, "
             f"{os.cpu_count()} cores shared "
-            "with other work (CPU seconds, one thread; with --dp-from-table dp's status, T "
+            f"with other work, {load} (CPU seconds, one thread; with --dp-from-table dp's status, T "
             "and CPU seconds are those of the exact table above). `gap`: cdynp's T over "
             "dp's, minus 1; `factor`: the proven bound on T / optimum (`none` with max_entries); "
             "`msgs`: DC-to-DC messages of every run made (probes, classic and period runs, "
@@ -170,7 +172,7 @@ def main() -> None:
         "",
         f"`benchmarks/cdynp_v3.py --sets {' '.join(args.sets)} --time-limit "
         f"{args.time_limit:g}`; {platform.machine()}, {os.cpu_count()} cores shared with "
-        "other work (CPU seconds of one thread, one solve each). `ratio`: cdynp over dp "
+        f"other work, {load} (CPU seconds of one thread, one solve each). `ratio`: cdynp over dp "
         "where both proved the optimum; `range runs`: CDynP runs over sub-chains that "
         "the owner's search of several pipelines made; `max msg`: the largest message in "
         "bytes (of the range runs when several pipelines are allowed and 1 is not, else "

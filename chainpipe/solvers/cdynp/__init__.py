@@ -139,24 +139,20 @@ def solve_chain(backend, options: dict, deadline: Deadline, *, trace_dir=None,
 
     Under ``classic`` (or ``M = 1``) one :func:`.drive.drive`. Under ``period`` as ``dp``
     does it (``docs/dp.md``, "One pipeline, the answer"): the classic solve first (the
-    same agents on the same chain, under ``classic``: the version-2 protocol with its
-    probe and compression), whose optimum ``T_c`` is a lower bound (no period is below the
-    classic one) and whose plan's ``T`` under ``period``, ``T_e``, an upper bound; when
-    they meet, that plan is optimal, otherwise the period run (:mod:`.period`) searches
-    below ``T_e`` given as its ``upper_bound`` (public), which keeps it exact and bounds
-    every DC's labels. Messages of the two runs go to ``trace_dir/classic`` and
-    ``trace_dir/period``. With compression (:func:`_compressed_period`) the lower bound
-    is the classic run's proven one (none under the ``max_entries`` cap, whose messages
-    stay capped in the classic run too), and the answer the better of the two runs'
-    plans. A chain of one DC sends no summary: under ``period`` and in a range run its
-    solve is exact whatever the options.
+    same agents under ``classic``, with its probe and compression), whose optimum ``T_c``
+    is a lower bound and whose plan's ``T`` under ``period``, ``T_e``, an upper bound; when
+    they meet, that plan is optimal, else the period run(s) (:func:`_period_runs`) search
+    below ``T_e``, the public ``upper_bound``. Messages go to ``trace_dir/classic`` and
+    ``trace_dir/period``. Compressed (:func:`_compressed_period`): the lower bound is the
+    classic run's proven one (none under ``max_entries``), the answer the better of the
+    two runs' plans. A chain of one DC sends no summary: under ``period`` and in a range
+    run its solve is exact whatever the options.
 
     Parameters
     ----------
     backend : Backend
-        The chain's agents (:class:`InstanceAgents`, or
-        :class:`.remote.RemoteAgents` across hosts); its ``count_sync`` is ``False``
-        under ``sync_cap`` (a range run: points count no ``R`` and ``T_p`` is minimised).
+        The chain's agents (:class:`InstanceAgents`, or :class:`.remote.RemoteAgents`);
+        ``count_sync`` ``False`` under ``sync_cap`` (a range run: ``T_p`` is minimised).
     options : dict
         The agents' options (:func:`.drive.agent_options`, ``sync_cap`` besides).
     deadline : Deadline
@@ -164,11 +160,9 @@ def solve_chain(backend, options: dict, deadline: Deadline, *, trace_dir=None,
     probe : bool, optional
         As for :func:`run` (the classic solve's).
     period_bound : float, default inf
-        An incumbent's ``T`` (public: the owner's seed, :func:`.pipelines._seed`) that
-        bounds the period run only, not the classic run (whose probe a bound turns off);
-        when the period run finds nothing below it and ``T_e``, the answer is the classic
-        plan (``feasible`` under ``period``: not proven optimal among one-pipeline plans,
-        but no one-pipeline plan beats the incumbent).
+        An incumbent's ``T`` (public: the owner's seed, :func:`.pipelines._seed`) bounding
+        the period run only (a bound would turn the classic run's probe off); if nothing
+        is below it and ``T_e``, the answer is the classic plan, ``feasible``.
 
     Returns
     -------
@@ -176,20 +170,13 @@ def solve_chain(backend, options: dict, deadline: Deadline, *, trace_dir=None,
     """
     if backend.public.num_datacenters == 1 and (backend.public.period
                                                   or not backend.count_sync):
-        # no summary is sent: nothing to compress (a period solve or a range run; a
-        # version-2 solve keeps its status feasible, as it always had)
+        # no summary is sent (a version-2 solve keeps its status feasible, as it had)
         options = {**options, "epsilon": 0.0, "quantum": 0.0, "digits": 0, "max_entries": 0}
     if not backend.public.period:
         return drive(backend, options, deadline=deadline, probe=probe, trace_dir=trace_dir)
     if not backend.count_sync and alone.usable(backend.public, options.get("sync_cap"),
                                                None, not is_exact(options)):
-        # a range run of one DC: its agent answers by dp's search (.alone), which needs
-        # no classic bound
-        out = drive(backend, options, deadline=deadline, probe=False,
-                    trace_dir=None if trace_dir is None else Path(trace_dir, "period"))
-        out.stats["messages"] = [{**m, "file": f"period/{m['file']}"}
-                                 for m in out.stats.get("messages", [])]
-        return out
+        return _one_dc_range(backend, options, deadline, trace_dir)
     classic = backend.with_objective("classic")
     first = drive(classic, options, deadline=deadline, probe=probe,
                   trace_dir=None if trace_dir is None else Path(trace_dir, "classic"))
@@ -200,19 +187,7 @@ def solve_chain(backend, options: dict, deadline: Deadline, *, trace_dir=None,
     if first.status not in ("optimal", "feasible"):  # infeasible under both, or failed
         return first
 
-    def time_of(agents) -> float:
-        ev = agents.evaluation(first.plan)
-        return ev.iteration_time_s if backend.count_sync else ev.pipelines[0].time_s
-
-    T_c, T_e = time_of(classic), time_of(backend)
-    low = T_c if exact else first.lower_bound  # no period is below the classic optimum
-    # where the prefix-curve pass's caps start: the classic optimum, or compressed the
-    # classic plan's T over the rounding factor (a floor with epsilon, quantum and digits,
-    # a guess under max_entries: the caps' span only makes the pass's floor stronger or
-    # weaker, never wrong)
-    anchor = low if exact else T_c / guarantee_factor(
-        backend.public.num_datacenters, options["epsilon"], options["quantum"],
-        options["digits"])
+    T_c, T_e, low, anchor = _classic_bounds(backend, classic, first, options)
     stats = {"classic": {k: v for k, v in first.stats.items() if k not in ("agents",)},
              "classic_s": T_c, "classic_plan_s": T_e}
     if low is not None and T_e <= low * (1 + 1e-12):
@@ -225,15 +200,7 @@ def solve_chain(backend, options: dict, deadline: Deadline, *, trace_dir=None,
     period_options = {**options, "upper_bound": bound}
     if low is not None:
         period_options["lower_bound"] = low * (1 - 1e-9)
-    curves = exact or COMPRESSED_CURVE
-    if curves and LADDER and _ladder_usable(backend, options, anchor):
-        period_options.setdefault("lower_bound", anchor * (1 - 1e-9))
-        out = _curve_ladder(backend, period_options, bound, deadline, trace_dir)
-    else:
-        if curves and anchor and RANGE_CURVE and _curve_usable(backend):  # a range run: the pass
-            period_options["curve_low"] = anchor * (1 - 1e-9)
-        out = drive(backend, period_options, deadline=deadline, probe=False,
-                    trace_dir=None if trace_dir is None else Path(trace_dir, "period"))
+    out = _period_runs(backend, options, period_options, bound, anchor, deadline, trace_dir)
     timed_out = out.stats.get("timed_out", False)  # the time limit ended the run
     out.stats.update(stats)
     out.stats["messages"] = first.stats["messages"] + [
@@ -245,6 +212,59 @@ def solve_chain(backend, options: dict, deadline: Deadline, *, trace_dir=None,
         out.stats["message_bytes_max"] = max(sizes, default=0)
     if not exact:
         return _compressed_period(backend, first, out, T_e, min(T_e, bound), low, options)
+    return _exact_period(first, out, T_e, bound, user, timed_out)
+
+
+def _one_dc_range(backend, options: dict, deadline: Deadline, trace_dir) -> Outcome:
+    """A range run of one DC: its agent answers by ``dp``'s search (:mod:`.alone`), which
+    needs no classic bound."""
+    out = drive(backend, options, deadline=deadline, probe=False,
+                trace_dir=None if trace_dir is None else Path(trace_dir, "period"))
+    out.stats["messages"] = [{**m, "file": f"period/{m['file']}"}
+                             for m in out.stats.get("messages", [])]
+    return out
+
+
+def _classic_bounds(backend, classic, first: Outcome, options: dict) -> tuple:
+    """``(T_c, T_e, low, anchor)`` from the classic solve's plan: its ``T`` under
+    ``classic`` and under the period objective, the period run's proven floor (the classic
+    optimum, exact; the classic run's lower bound, compressed: ``None`` under the cap), and
+    where the prefix-curve pass's caps start (the classic optimum, or compressed the classic
+    plan's ``T`` over the rounding factor: a floor with ``epsilon``, ``quantum`` and
+    ``digits``, a guess under ``max_entries``; the caps' span only makes the pass's floor
+    stronger or weaker, never wrong)."""
+    exact = is_exact(options)
+
+    def time_of(agents) -> float:
+        ev = agents.evaluation(first.plan)
+        return ev.iteration_time_s if backend.count_sync else ev.pipelines[0].time_s
+
+    T_c, T_e = time_of(classic), time_of(backend)
+    low = T_c if exact else first.lower_bound  # no period is below the classic optimum
+    anchor = low if exact else T_c / guarantee_factor(
+        backend.public.num_datacenters, options["epsilon"], options["quantum"],
+        options["digits"])
+    return T_c, T_e, low, anchor
+
+
+def _period_runs(backend, options: dict, period_options: dict, bound: float, anchor,
+                 deadline: Deadline, trace_dir) -> Outcome:
+    """The period run of a one-pipeline solve after its classic solve: the owner's ladder
+    with the prefix-curve pass (:func:`_curve_ladder`) over the whole chain, else one run
+    (a range run's with the pass, where usable)."""
+    curves = is_exact(options) or COMPRESSED_CURVE
+    if curves and LADDER and _ladder_usable(backend, options, anchor):
+        period_options.setdefault("lower_bound", anchor * (1 - 1e-9))
+        return _curve_ladder(backend, period_options, bound, deadline, trace_dir)
+    if curves and anchor and RANGE_CURVE and _curve_usable(backend):  # a range run: the pass
+        period_options["curve_low"] = anchor * (1 - 1e-9)
+    return drive(backend, period_options, deadline=deadline, probe=False,
+                 trace_dir=None if trace_dir is None else Path(trace_dir, "period"))
+
+
+def _exact_period(first: Outcome, out: Outcome, T_e: float, bound: float, user,
+                  timed_out: bool) -> Outcome:
+    """The answer of an exact period solve from its classic and period runs."""
     if timed_out:  # never "optimal" (nor, in a range run, "none below the bound") below
         if user is not None:  # what a range run the time limit ended returns (no messages)
             return Outcome("no_solution", message=out.message,
@@ -329,7 +349,8 @@ def _curve_ladder(backend, period_options: dict, bound: float, deadline: Deadlin
                    if "curve_floor_s" in a]
             floor = max(got) if got else None
             if floor is not None and floor > ub:  # no anchor below it: one run under bound
-                bounds += [floor * (1 + d) for d in LADDER_STEPS if floor * (1 + d) < bound]
+                ladder = COMPRESSED_STEPS if not is_exact(opts) else LADDER_STEPS
+                bounds += [floor * (1 + d) for d in ladder if floor * (1 + d) < bound]
             if bounds[-1] < bound:
                 bounds.append(bound)
         if out.plan is not None or out.stats.get("timed_out") or i + 1 == len(bounds):
@@ -385,7 +406,14 @@ def _descend(backend, opts: dict, out: Outcome, deadline: Deadline, trace_dir, i
 
 
 #: a compressed ladder's bounds above the last that found nothing (:func:`_descend`)
-REFINE_STEPS = (0.015, 0.03, 0.05)
+REFINE_STEPS = (0.015,)
+
+#: a compressed run's ladder: its coarse table's floor lies further below the optimum
+#: (``v3-large-01``: 5.80 s against the exact 6.57 s, the optimum 6.87 s), and a run under
+#: a loose bound both costs most (7.54 s: 54 CPU s against 15 s under 6.96 s) and keeps per
+#: entry points that need not be the optimum's, so the steps past 10% are 2.5% apart
+COMPRESSED_STEPS = LADDER_STEPS[:LADDER_STEPS.index(0.1) + 1] + tuple(
+    0.1 + 0.025 * i for i in range(1, 9))
 
 #: whether a compressed ladder descends from the plan it found (:func:`_descend`)
 DESCENT = True

@@ -426,8 +426,11 @@ def solve_several(owner, options: dict, deadline: Deadline, trace_dir=None, prob
     chain by the usual solve (:func:`chainpipe.solvers.cdynp.solve_chain`), several by
     range runs (:func:`several`).
 
-    Exact, or compressed (``epsilon``, ``quantum``, ``digits``): every range run then
-    keeps the guarantee factor ``F`` of the whole chain's ``K - 1`` hops (a range has
+    Exact and under ``max_entries``: the seed, then ``dp``'s questions (:mod:`.questions`;
+    compressed range runs' bounds widened by :meth:`RangeRuns.widen`, no guarantee:
+    ``docs/privacy.md``, "Compressed mode under version 3"). Compressed by ``epsilon``,
+    ``quantum``, ``digits`` alone: the seed, then the sweep of :func:`several`; every range
+    run keeps the guarantee factor ``F`` of the whole chain's ``K - 1`` hops (a range has
     fewer), and so does the search (``docs/privacy.md``, "Compression under version 3"):
     the greedy split of ``M`` over values within ``F`` of ``g`` is within ``F`` of the
     least maximum, a range run that finds nothing below its bound proves ``g`` above the
@@ -462,48 +465,28 @@ def solve_several(owner, options: dict, deadline: Deadline, trace_dir=None, prob
                        "is not supported")
     t0 = time.perf_counter()
     public = owner.public
-    K, M = public.num_datacenters, public.microbatches
+    K = public.num_datacenters
     if K == 1:  # no summary is sent: nothing to compress
         options = {**options, "epsilon": 0.0, "quantum": 0.0, "digits": 0, "max_entries": 0}
     exact = is_exact(options)
-    # dp's questions: exact, or under the max_entries cap (no guarantee to keep: the sweep
-    # of several() keeps the factor of epsilon, quantum and digits)
-    questions = QUESTIONS and (exact or bool(options["max_entries"]))
-    allowed = public.training.parallelism.pipelines
-    best_T, best_plan = math.inf, None
     stats = {"mode": owner.mode, "exact": exact}
     runs = RangeRuns(owner, options, deadline, None if trace_dir is None else Path(trace_dir))
+    best = [math.inf, None]  # (T, plan) of the best plan known, kept when the time is up
     try:
-        if QUESTIONS:
-            best_T, best_plan = _seed(owner, runs)
-        if 1 in allowed:
-            # the seed bounds the period run only, not the classic solve: a bound there
-            # turns its probe off, whose plan is what a solve the time limit cuts returns
-            # (v3-large-01 at 150 s: 9.50 s unbounded, the seed's 19.17 s bounded)
-            one = _one_pipeline(owner, options, deadline, trace_dir, probe, runs, stats,
-                                best_T)
-            if one.status == "error":
-                return one
-            if one.plan is not None and one.stats["objective_s"] < best_T:
-                best_plan, best_T = one.plan, one.stats["objective_s"]
-        counts = [P for P in sorted(allowed) if 2 <= P <= min(M, K)]
-        if questions:
-            from .questions import several as by_questions
-
-            best_T, best_plan = by_questions(public, counts, runs, best_T, best_plan)
-        else:
-            best_T, found = several(public, counts, runs, best_T, deadline)
-            best_plan = found or best_plan
+        one = _search(owner, options, deadline, trace_dir, probe, runs, stats, best)
+        if one is not None:
+            return one
     except TimeUp as exc:
         stats.update(_range_stats(runs, t0))
         message = "cdynp: " + (str(exc).removeprefix("cdynp: ") or "time limit reached")
-        if best_plan is None:
+        if best[1] is None:
             return Outcome("no_solution", message=message, stats=stats)
-        return Outcome("feasible", best_plan, message=message, stats=stats)
+        return Outcome("feasible", best[1], message=message, stats=stats)
     except AgentFailure as exc:
         return Outcome("error", message=f"cdynp: {exc}",
                        stats={**_range_stats(runs, t0), "failed_datacenter": exc.datacenter})
     stats.update(_range_stats(runs, t0))
+    best_T, best_plan = best
     if best_plan is None:
         if not exact and options["max_entries"]:
             return Outcome("no_solution", message="cdynp: no plan survived the max_entries "
@@ -516,6 +499,41 @@ def solve_several(owner, options: dict, deadline: Deadline, trace_dir=None, prob
     stats["guarantee_factor"] = None if options["max_entries"] else factor
     return Outcome("feasible", best_plan, stats=stats,
                    lower_bound=None if options["max_entries"] else best_T / factor)
+
+
+def _search(owner, options: dict, deadline: Deadline, trace_dir, probe, runs: RangeRuns,
+            stats: dict, best: list):
+    """The owner's search (:func:`solve_several`): the seed, one pipeline, several; ``best``
+    (``[T, plan]``) is improved in place. Returns the one-pipeline solve's outcome if it
+    failed, else ``None``.
+
+    Exact or under the ``max_entries`` cap, several pipelines by ``dp``'s questions (no
+    guarantee to keep under the cap); with ``epsilon``, ``quantum``, ``digits`` alone by
+    the sweep of :func:`several`, which keeps their factor."""
+    public = owner.public
+    K, M = public.num_datacenters, public.microbatches
+    allowed = public.training.parallelism.pipelines
+    questions = QUESTIONS and (is_exact(options) or bool(options["max_entries"]))
+    if QUESTIONS:
+        best[:] = _seed(owner, runs)
+    if 1 in allowed:
+        # the seed bounds the period run only, not the classic solve: a bound there turns
+        # its probe off, whose plan is what a solve the time limit cuts returns
+        # (v3-large-01 at 150 s: 9.50 s unbounded, the seed's 19.17 s bounded)
+        one = _one_pipeline(owner, options, deadline, trace_dir, probe, runs, stats, best[0])
+        if one.status == "error":
+            return one
+        if one.plan is not None and one.stats["objective_s"] < best[0]:
+            best[:] = one.stats["objective_s"], one.plan
+    counts = [P for P in sorted(allowed) if 2 <= P <= min(M, K)]
+    if questions:
+        from .questions import several as by_questions
+
+        best[:] = by_questions(public, counts, runs, *best)
+    else:
+        T, found = several(public, counts, runs, best[0], deadline)
+        best[:] = T, found or best[1]
+    return None
 
 
 def _seed(owner, runs: RangeRuns) -> tuple[float, Plan | None]:
