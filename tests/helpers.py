@@ -184,6 +184,18 @@ def random_hybrid_instance(seed: int, *, max_layers: int = 4, max_dcs: int = 3) 
     return Instance(f"hyb{seed}", Model("m", tuple(layers)), training, tuple(dcs), links)
 
 
+def hybrid_chain_as_period(seed: int) -> Instance:
+    """:func:`random_hybrid_instance` (up to 4 DCs and 8 layers) made version 3: the
+    ``period`` objective, one or two pipelines (two on odd seeds)."""
+    import dataclasses
+
+    base = random_hybrid_instance(seed, max_layers=8, max_dcs=4)
+    tr = base.training
+    return dataclasses.replace(base, training=dataclasses.replace(
+        tr, objective="period", parallelism=dataclasses.replace(
+            tr.parallelism, pipelines=(1, 2) if seed % 2 else (1,))))
+
+
 def stage_figures(tables, stages) -> list[tuple[int, int, float]]:
     """Per stage ``(start, end, dc, group in dc, d, t)`` of a plan: its flattened group,
     width and compute time ``C`` (from ``tables``, a :class:`CostTables`)."""

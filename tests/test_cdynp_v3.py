@@ -325,15 +325,11 @@ def test_compression_shows_a_gap_within_the_guarantee_on_larger_chains():
     """Random version-2 chains of up to 4 DCs and 8 layers made version 3 (``period``,
     one or two pipelines): coarse compression loses something on some (a realised gap
     above 0), never more than the guarantee."""
-    from helpers import random_hybrid_instance
+    from helpers import hybrid_chain_as_period
 
     gaps = []
     for seed in range(12):
-        base = random_hybrid_instance(seed, max_layers=8, max_dcs=4)
-        tr = base.training
-        inst = dataclasses.replace(base, training=dataclasses.replace(
-            tr, objective="period", parallelism=dataclasses.replace(
-                tr.parallelism, pipelines=(1, 2) if seed % 2 else (1,))))
+        inst = hybrid_chain_as_period(seed)
         ref = solve(inst, "dp")
         if ref.status != "optimal":
             continue
