@@ -8,6 +8,7 @@ assignment of device groups, and computes T straight from the contract
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import random
@@ -396,6 +397,16 @@ def random_v3_instance(seed: int) -> Instance:
     links = tuple(Link(float(rng.choice([2, 5, 20, 100])), rng.choice([0.0, 1.0, 2.0, 5.0]))
                   for _ in range(K - 1))
     return Instance(f"v3-{seed}", Model("m", tuple(layers)), training, tuple(dcs), links)
+
+
+@functools.cache
+def v3_dp_reference(seed: int):
+    """``(instance, dp's result)`` of :func:`random_v3_instance` ``seed``, computed once
+    per process."""
+    from chainpipe.solve import solve
+
+    inst = random_v3_instance(seed)
+    return inst, solve(inst, "dp")
 
 
 def contract_pipeline(inst: Instance, M_p: int, stages) -> tuple[float, float] | None:

@@ -22,7 +22,7 @@ from chainpipe.io import read
 from chainpipe.plan import evaluate
 from chainpipe.solve import solve
 from chainpipe.solvers.cdynp import curve, guarantee_factor
-from helpers import random_v3_instance
+from helpers import v3_dp_reference
 
 ROOT = Path(__file__).resolve().parents[1]
 MEDIUM = ROOT / "instances" / "v3" / "medium"
@@ -106,16 +106,6 @@ def test_the_coarse_table_is_a_floor_under_the_exact_one():
     assert bytes_c * 3 < bytes_e, (bytes_c, bytes_e)
 
 
-_REFERENCE: dict = {}
-
-
-def _reference(seed: int):
-    if seed not in _REFERENCE:
-        inst = random_v3_instance(seed)
-        _REFERENCE[seed] = (inst, solve(inst, "dp"))
-    return _REFERENCE[seed]
-
-
 def _compressed_v3(inst) -> bool:
     """Whether a solve of ``inst`` sends a summary that compression touches (a v3 chain of
     two DCs or more)."""
@@ -129,7 +119,7 @@ def test_realised_gap_on_random_v3_instances_is_below_the_claim():
     states)."""
     gaps = []
     for seed in range(80):
-        inst, ref = _reference(seed)
+        inst, ref = v3_dp_reference(seed)
         res = solve(inst, "cdynp", **OPTIONS)
         if ref.status != "optimal":
             assert res.status in (ref.status, "no_solution"), (seed, res.status)
@@ -173,7 +163,7 @@ def test_status_is_never_optimal_without_a_proof():
     within the guarantee factor of it."""
     checked = 0
     for seed in range(40):
-        inst, ref = _reference(seed)
+        inst, ref = v3_dp_reference(seed)
         if ref.status != "optimal" or not _compressed_v3(inst):
             continue
         res = solve(inst, "cdynp", **OPTIONS)

@@ -22,7 +22,7 @@ from chainpipe.solve import solve
 from chainpipe.solvers.cdynp import agent, guarantee_factor, protocol
 from chainpipe.solvers.cdynp.pipelines import partitions, split_microbatches
 from chainpipe.support import refusal
-from helpers import brute_force_v3, check_trace_private, random_v3_instance
+from helpers import brute_force_v3, check_trace_private, random_v3_instance, v3_dp_reference
 
 ROOT = Path(__file__).resolve().parents[1]
 V3_SMALL = sorted((ROOT / "instances" / "v3" / "small").glob("v3-*.json"))
@@ -284,17 +284,6 @@ def _compressed_status(inst) -> str:
     return "optimal" if inst.num_datacenters == 1 and v3 else "feasible"
 
 
-_REFERENCE: dict = {}
-
-
-def _reference(seed: int):
-    """``(instance, dp's result)`` of random v3 instance ``seed``, computed once."""
-    if seed not in _REFERENCE:
-        inst = random_v3_instance(seed)
-        _REFERENCE[seed] = (inst, solve(inst, "dp"))
-    return _REFERENCE[seed]
-
-
 @pytest.mark.parametrize("opts", [{"digits": 1}, {"epsilon": 0.3}, {"quantum": 0.2}])
 def test_compressed_within_the_guarantee_on_random_v3_instances(opts):
     """Compression under ``period`` and with several pipelines: the plan is a real one,
@@ -303,7 +292,7 @@ def test_compressed_within_the_guarantee_on_random_v3_instances(opts):
     drops and rounds enough to show a gap."""
     gaps, several, period = [], 0, 0
     for seed in range(50):
-        inst, ref = _reference(seed)
+        inst, ref = v3_dp_reference(seed)
         res = solve(inst, "cdynp", **opts)
         if ref.status != "optimal":
             assert res.status == ref.status, (seed, res.status, res.message)
@@ -346,7 +335,7 @@ def test_compression_shows_a_gap_within_the_guarantee_on_larger_chains():
 
 def test_max_entries_under_v3_gives_real_plans_without_a_bound():
     for seed in range(20):
-        inst, ref = _reference(seed)
+        inst, ref = v3_dp_reference(seed)
         res = solve(inst, "cdynp", max_entries=1)
         if ref.status == "optimal" and res.plan is not None and inst.num_datacenters > 1:
             # optimal only where the classic solve (never capped: it bounds the period
@@ -360,7 +349,7 @@ def test_max_entries_under_v3_gives_real_plans_without_a_bound():
 def test_exact_is_untouched_by_the_compression_code():
     """Exact mode: dp's optimum, status optimal, no rounding of any window."""
     for seed in range(20):
-        inst, ref = _reference(seed)
+        inst, ref = v3_dp_reference(seed)
         res = solve(inst, "cdynp")
         _check_equal(inst, res, ref, seed)
 
