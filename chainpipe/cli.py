@@ -74,6 +74,9 @@ def argument_type(convert: Callable[[str], Any], accept: Callable[[Any], bool],
 #: ``--time-limit``
 seconds = argument_type(float, lambda v: math.isfinite(v) and v >= 0,
                         "a finite number of seconds >= 0")
+#: a bound that must leave some time: ``agent serve --idle-timeout``
+positive_seconds = argument_type(float, lambda v: math.isfinite(v) and v > 0,
+                                 "a finite number of seconds > 0")
 #: a count: ``--threads``, ``--microbatches``, ...
 positive_int = argument_type(int, lambda v: v >= 1, "an integer >= 1")
 #: ``--threads``: 1 to :data:`chainpipe.solve.MAX_THREADS` (what every backend accepts)
@@ -950,6 +953,9 @@ def _add_agent(sub) -> None:
     _tls_arguments(a)
     a.add_argument("--peer-timeout", type=seconds, default=600.0, metavar="SECONDS",
                    help="how long a run without a time limit waits for a neighbour's message")
+    a.add_argument("--idle-timeout", type=positive_seconds, default=None, metavar="SECONDS",
+                   help="how long a connection may stay open between two requests before "
+                        "this agent closes it (default 30)")
     a.add_argument("--no-trace", action="store_true",
                    help="refuse runs whose owner traces (it would receive this DC's messages)")
     a.add_argument("--no-prefix-bound", action="store_true",

@@ -63,10 +63,11 @@ def cmd_agent_serve(args) -> int:
         print(f"{time.strftime('%H:%M:%S')} agent {dc.name}: {line}", file=sys.stderr,
               flush=True)
 
+    idle = {} if args.idle_timeout is None else {"idle_timeout": args.idle_timeout}
     try:
         server = AgentServer(public, private, server_ctx, client_ctx, args.listen, log,
                              peer_timeout=args.peer_timeout, allow_trace=not args.no_trace,
-                             share_prefix=not args.no_prefix_bound)
+                             share_prefix=not args.no_prefix_bound, **idle)
     except OSError as exc:
         raise OSError(f"cannot listen on {args.listen}: {exc.strerror or exc}") from None
     stop = threading.Event()

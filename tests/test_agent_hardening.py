@@ -251,3 +251,53 @@ def test_the_cli_takes_a_huge_time_limit_with_processes(tmp_path):
                 "--time-limit", "1e9", "--format", "json", env=_env(), timeout=60.0)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["status"] == "optimal"
+
+
+# ---------------------------------------------------------------- agent serve --idle-timeout
+def _serve_args(cluster: Cluster, *extra: str) -> list[str]:
+    c = cluster.dir / "certs"
+    return ["agent", "serve", str(cluster.dir / "private-00-dc1.json"), "--public",
+            str(cluster.public), "--listen", "127.0.0.1:0", "--tls-ca", str(c / "ca.pem"),
+            "--tls-cert", str(c / "dc1.pem"), "--tls-key", str(c / "dc1.key"), *extra]
+
+
+def _refuse_to_listen(*_args, **_kwargs):
+    raise OSError("not listening in this test")
+
+
+def _server_kwargs(cluster: Cluster, monkeypatch, *extra: str) -> dict:
+    """The keyword arguments ``agent serve`` builds its server with (the server itself is
+    not started: the stand-in refuses to listen, and the command exits 1)."""
+    from chainpipe import cli
+
+    seen = {}
+
+    def stand_in(*args, **kwargs):
+        seen.update(kwargs)
+        _refuse_to_listen()
+
+    monkeypatch.setattr(serve, "AgentServer", stand_in)
+    assert cli.main(_serve_args(cluster, *extra)) == 1
+    return seen
+
+
+def test_idle_timeout_reaches_the_agents_server(three, monkeypatch, capsys):
+    from chainpipe import cli
+
+    assert _server_kwargs(three, monkeypatch, "--idle-timeout", "2.5")["idle_timeout"] == 2.5
+    # without the option the server keeps its own default, the one the help names
+    assert "idle_timeout" not in _server_kwargs(three, monkeypatch)
+    capsys.readouterr()
+    assert cli.main(["agent", "serve", "--help"]) == 0
+    assert f"(default {net.IDLE_S:g})" in " ".join(capsys.readouterr().out.split())
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "inf", "nan", "soon"])
+def test_an_idle_timeout_that_leaves_no_time_exits_2_naming_it(three, value, capsys,
+                                                                 monkeypatch):
+    from chainpipe import cli
+
+    monkeypatch.setattr(serve, "AgentServer", _refuse_to_listen)  # never serves if taken
+    assert cli.main(_serve_args(three, "--idle-timeout", value)) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "--idle-timeout" in err[-1] and "seconds > 0" in err[-1], err
