@@ -77,6 +77,11 @@ WINDOW_DCS = 1
 WINDOW_COLUMNS = 2000
 
 
+def _plan_T(g, plan) -> float:
+    """``T`` of ``plan`` (a plan of window model ``g``'s instance), by the cost model."""
+    return float(evaluate(g.tables.instance, plan).iteration_time_s)
+
+
 @dataclass(order=True)
 class Window:
     """An open window ``[lo, hi]`` of the period (seconds) and its key (a bound, seconds)."""
@@ -126,13 +131,23 @@ class PeriodWindows:
     plan, plan_T : Plan, float
         A plan found before and its ``T``: the incumbent if below the model's upper
         bound.
+    value : callable, optional
+        ``value(window_form, plan) -> float``: the model's objective of a plan a window
+        found (default ``T`` by :func:`~chainpipe.plan.evaluate`). A level of the joint
+        model of several pipelines (``solvers/ilp.py:_SyncBlock``) minimises ``T - max R``
+        (a model built with ``count_sync=False``) and passes that.
+    target : float
+        Stop once a plan no slower than this is found (what the caller needs; the
+        windows are then not all closed, the bound is still a proven one). 0: none.
     """
 
     def __init__(self, form, solve, deadline: Deadline, *, width: float = WIDTH,
                  min_width: float = MIN_WIDTH, slice_s: float = SLICE_S,
                  start_width: float = START_WIDTH, floor: float = 0.0,
-                 plan=None, plan_T: float = math.inf):
+                 plan=None, plan_T: float = math.inf, value=None, target: float = 0.0):
         self.form, self.solve, self.deadline = form, solve, deadline
+        self.value = value if value is not None else _plan_T
+        self.target = float(target)
         self.width, self.min_width = width, min_width
         self.best_T, self.best_plan = float(form.upper_bound), None
         if plan is not None and plan_T < self.best_T:
@@ -193,7 +208,7 @@ class PeriodWindows:
 
     def run(self) -> WindowsResult:
         """Take the windows best first until every one is closed or the deadline passes."""
-        while self.open and not self.deadline.expired():
+        while self.open and not self.deadline.expired() and self.best_T > self.target:
             w = heapq.heappop(self.open)
             if self.closes(w.key):
                 self.stats["closed_by_key"] += 1
@@ -247,7 +262,7 @@ class PeriodWindows:
         if answer.values is not None:
             model.assign(answer.values)
             plan = g.decode()
-            T = float(evaluate(g.tables.instance, plan).iteration_time_s)
+            T = float(self.value(g, plan))
             if T < self.best_T:
                 self.best_T, self.best_plan = T, plan
         if answer.status in ("optimal", "infeasible"):

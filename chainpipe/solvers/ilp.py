@@ -121,6 +121,17 @@ TWIN_RTOL = 1e-7
 #: :func:`_joint_by_sync` builds each level's model afresh, pruned by what the level must
 #: beat (``True``), instead of fixing the shared model's columns above the cap to 0
 LEVEL_MODELS = True
+#: a level's network that the route would solve by windows of its period as a
+#: one-pipeline model (one DC, 1F1B, 2 000 stage columns or more, root LP gap over 5 %)
+#: is solved by them (:func:`_level_windows`): fresh ``v3-medium-02``-like seed 4's
+#: two-type DC 0, first level, whole MIP 57 CPU s unproven (``docs/formulations.md``,
+#: "Thirteenth round")
+LEVEL_WINDOWS = True
+#: CPU seconds of a level's root LP, which decides whether its windows are taken (a
+#: level's network is pruned by ``T_p - max R`` alone, so it is larger than its block's
+#: sub-solve's: seed 4's DC 0, 24 084 stage columns, LP unsolved after 10 CPU s, where the
+#: windows then took 2 s)
+LEVEL_ROOT_LP_S = 2.0
 #: the strengthenings of the path ILP, each an on/off option (all on by default)
 PATH_SWITCHES = ("dominance", "start", "prune")
 
@@ -472,10 +483,10 @@ def _run_windows(form, opts: _Options, deadline: Deadline, seed, threads, log, s
 
 
 def _root_gap_wide(form, opts: _Options, deadline: Deadline, seed, threads, log,
-                   stats: dict) -> bool:
+                   stats: dict, limit_s: float | None = None) -> bool:
     """Whether a model :func:`_windowed` allows is solved by windows of its period: its
-    LP relaxation (the whole model's, in at most
-    :data:`~chainpipe.formulations.flow_windows.ROOT_LP_S` CPU seconds) is not solved,
+    LP relaxation (the whole model's, in at most ``limit_s`` CPU seconds, default
+    :data:`~chainpipe.formulations.flow_windows.ROOT_LP_S`) is not solved,
     or is more than :data:`~chainpipe.formulations.flow_windows.WINDOW_GAP` below the
     model's upper bound (the 1F1B loops' potentials relaxed by a fractional flow, the
     windows' case). The model stays built (``form.model``); ``stats["root_lp"]``."""
@@ -484,8 +495,8 @@ def _root_gap_wide(form, opts: _Options, deadline: Deadline, seed, threads, log,
 
     t0 = deadline.elapsed()
     model = form.build()
-    share = flow_windows.ROOT_LP_S if deadline.unlimited else \
-        min(flow_windows.ROOT_LP_S, deadline.remaining() / 4)
+    limit_s = flow_windows.ROOT_LP_S if limit_s is None else limit_s
+    share = limit_s if deadline.unlimited else min(limit_s, deadline.remaining() / 4)
     answer = _backend(opts.backend)(model, relax=True, deadline=CpuPhase(deadline, share),
                                     seed=seed, threads=threads, log=log)
     bound = safe_bound(answer.bound, form.scale) if answer.status == "relaxed" else None
@@ -851,7 +862,8 @@ class _SyncBlock:
         (``sync_cap``, ``count_sync=False``) and pruned by ``below`` (the plans it must
         beat: every plan it drops has ``T_p - max R > below``), else the shared model
         with the columns above the cap fixed to 0; ``(form, None)`` when the level's
-        network is empty."""
+        network is empty. A network of the level is not built into a model here
+        (``model`` is ``True``): :meth:`solve` builds it, or takes it by windows."""
         if not LEVEL_MODELS:
             return self.form, self.form.sync_capped(cap, False)
         from ..formulations.ilp_flow import FlowFormulation
@@ -862,10 +874,7 @@ class _SyncBlock:
             form = FlowFormulation(self.cache.tables[self.key], check=deadline.check,
                                    upper_bound=below if math.isfinite(below) else None,
                                    sync_cap=cap, count_sync=False)
-            if not form.n_arcs:
-                return form, None
-            model = form.build()
-        return form, model
+        return form, (True if form.n_arcs else None)
 
     def solve(self, cap: float, strict: bool, below: float, target: float,
               deadline: Deadline, opts: _Options, seed, threads, log) -> None:
@@ -873,7 +882,10 @@ class _SyncBlock:
         ``strict``), only below ``below`` (HiGHS's objective bound: an infeasible answer
         proves every such plan at least ``below``). HiGHS stops at a plan no slower than
         ``target`` (what the other pipelines are proven to need under this cap: a faster
-        plan here would not lower the joint value), with its bound."""
+        plan here would not lower the joint value), with its bound. A level's network
+        that the route would solve by windows of its period (:func:`_windowed`,
+        :func:`_root_gap_wide`: one DC, 1F1B, 2 000 stage columns or more, a root LP
+        over 5 % below ``below``) is (:func:`_level_windows`)."""
         form = self.form
         values = form.arcs.sync[np.unique(form.col_arc)]
         values = values[values < cap] if strict else values[values <= cap]
@@ -888,11 +900,27 @@ class _SyncBlock:
             return
         form, model = self._level_model(cap, below, deadline)
         if model is None:  # no plan under the cap has T_p - max R below ``below``
-            level = _Level(cap, strict, below, None, math.inf, math.inf, math.inf, below, True)
-            self.cache.levels.setdefault(self.key, []).append(level)
-            self.plan = None
-            self._take(level)
+            self._store(_Level(cap, strict, below, None, math.inf, math.inf, math.inf,
+                               below, True))
             return
+        if model is True:
+            stats = {}
+            with np.errstate(over="ignore", divide="ignore", invalid="ignore",
+                             under="ignore"):
+                if LEVEL_WINDOWS and _windowed(form, opts) and _root_gap_wide(
+                        form, opts, deadline, seed, threads, log, stats, LEVEL_ROOT_LP_S):
+                    self._store(_level_windows(self.instance, form, cap, below, target,
+                                               stats["root_lp"]["bound_s"] or 0.0,
+                                               deadline, opts, seed, threads, log))
+                    return
+                model = form.model if "root_lp" in stats else form.build()
+        self._store(self._level_mip(form, model, cap, strict, below, target, deadline, opts,
+                                    seed, threads, log))
+
+    def _level_mip(self, form, model, cap: float, strict: bool, below: float,
+                   target: float, deadline: Deadline, opts: _Options, seed, threads,
+                   log) -> _Level:
+        """The level's whole MIP (:meth:`solve`)."""
         if opts.backend == "highs":
             model.highs_options = dict(model.highs_options, **PROOF_OPTIONS,
                                        objective_bound=below / form.scale * (1 + 1e-7))
@@ -911,7 +939,45 @@ class _SyncBlock:
             ev = evaluate(self.instance, level.plan)
             level.sync = float(ev.sync_s)
             level.T, level.R = float(ev.iteration_time_s) - level.sync, form.chosen_sync()
-        self._store(level)
+        return level
+
+
+def _level_windows(instance: Instance, form, cap: float, below: float, target: float,
+                   floor: float, deadline: Deadline, opts: _Options, seed, threads,
+                   log) -> _Level:
+    """A level of :func:`_joint_by_sync` (``form``: its network, ``count_sync=False``,
+    pruned by ``below``) solved by windows of its period
+    (:class:`~chainpipe.formulations.flow_windows.PeriodWindows`, valued by ``T_p - max
+    R``, stopped at a plan no slower than ``target``), as :meth:`_SyncBlock._level_mip`
+    solves it whole: the best plan found below ``below``, the windows' bound (every
+    plan under the cap with ``T_p - max R`` below ``below`` is at least it) and
+    ``optimal`` when every window is closed. ``floor``: the level's root LP bound."""
+    from ..formulations.flow_windows import PeriodWindows
+
+    sync = {}
+
+    def value(g, plan):
+        ev = evaluate(instance, plan)
+        sync[id(plan)] = (float(ev.sync_s), g.chosen_sync())
+        return float(ev.iteration_time_s) - float(ev.sync_s)
+
+    def solve(model, g, best, dl):
+        if opts.backend == "highs":
+            model.highs_options = dict(model.highs_options, **PROOF_OPTIONS,
+                                       objective_bound=best / g.scale * (1 + 1e-7))
+            if target > 0:
+                model.highs_options["objective_target"] = target / g.scale
+        return _backend(opts.backend)(model, relax=False, deadline=dl, seed=seed,
+                                      threads=threads, log=log)
+
+    res = PeriodWindows(form, solve, deadline, floor=floor, value=value,
+                        target=target).run()
+    level = _Level(cap, False, below, None, math.inf, math.inf, math.inf,
+                   min(res.bound, below), res.closed)
+    if res.plan is not None:
+        level.plan, level.T = res.plan, res.T
+        level.sync, level.R = sync[id(res.plan)]
+    return level
 
 
 def _renamed(plan: Plan, theirs: str, mine: str) -> Plan:
