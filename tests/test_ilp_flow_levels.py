@@ -120,3 +120,48 @@ def test_the_joint_model_with_levels_by_windows_equals_the_merged_one(seed, monk
                                         opts, 0, 1, None, levels=ilp._SyncCache())
             assert low is None and math.isclose(low_bound, opt * (1 - 1e-3)), (seed, cut)
     assert calls or not cache.levels, seed
+
+
+def _permuted_twin(seed: int):
+    """A random v3 instance cut to its first DC, if that has two device groups or more,
+    followed by a copy of it under another name with its groups in reverse order and a
+    slower own link (as fresh ``v3-medium-02``-like seed 4's DCs 0 and 2); pipelines
+    ``[2]``; else ``None``."""
+    import dataclasses
+
+    inst = random_v3_instance(seed)
+    dc = inst.datacenters[0]
+    if len(inst.datacenters) < 2 or len(dc.devices) < 2:
+        return None
+    lat = dc.link.latency_s * 1.5 + 0.05 * (1 + seed % 3)
+    twin = dataclasses.replace(dc, name=dc.name + "x", devices=tuple(reversed(dc.devices)),
+                               link=dataclasses.replace(dc.link, latency_s=lat))
+    par = dataclasses.replace(inst.training.parallelism, pipelines=(2,))
+    return dataclasses.replace(inst, datacenters=(dc, twin), links=inst.links[:1],
+                               training=dataclasses.replace(inst.training, parallelism=par))
+
+
+def test_a_dc_with_its_groups_in_another_order_is_a_sibling_and_twin():
+    """Two single-DC pipelines whose DCs differ in the order of their device groups (and
+    the second's slower own link): the second's twin is the first (found only when the
+    groups are compared up to their order), and the joint model by levels, answering
+    levels from it, proves the merged model's optimum on every split."""
+    from test_ilp_flow_v3 import joint_by_levels_checked
+
+    opts = ilp._options("ilp-path", dict(FLOW))
+    found = checked = 0
+    for seed in range(60):
+        inst = _permuted_twin(seed)
+        if inst is None:
+            continue
+        M = inst.microbatches
+        cache = ilp._SyncCache()
+        for m0 in range(1, M):
+            subs = [sub_instance(inst, 0, 0, m0), sub_instance(inst, 1, 1, M - m0)]
+            if joint_by_levels_checked(subs, opts, cache, (seed, m0)) is not None:
+                checked += 1
+        slow = [k for k in cache.twins if k[0] == (inst.datacenters[1].name,)]
+        found += sum(cache.twins[k] is not None for k in slow)
+        assert all(cache.twins[k] is None or cache.twins[k][1] == inst.datacenters[0].name
+                   for k in slow), seed
+    assert checked >= 8 and found >= 4, (checked, found)

@@ -1011,9 +1011,13 @@ def _twin(cache: _SyncCache, key: tuple) -> tuple | None:
 
 def _siblings(cache: _SyncCache, key: tuple) -> list:
     """The other pipelines of the cache on one DC with the same ``M_p`` and the same
-    instance but for the DC's name and own link: a plan of one, renamed, is a plan of the
-    other (the same devices and memory), costed there by ``evaluate``. ``(key, its DC's
-    name, this DC's name)`` each; looked up again as the cache grows."""
+    instance but for the DC's name, own link and the order of its device groups: a plan
+    of one, renamed, is a plan of the other (the same devices and memory; a device is
+    named by its DC, its group's type, unique within the DC, and its index, and the
+    stages of a DC may use its groups in any order), costed there by ``evaluate``.
+    ``(key, its DC's name, this DC's name)`` each; looked up again as the cache grows.
+    Fresh ``v3-medium-02``-like seed 4's DCs 0 and 2 list A100 and H100 in the two
+    orders (``docs/formulations.md``, "Thirteenth round")."""
     inst, out = cache.instances[key], []
     if len(inst.datacenters) != 1:
         return out
@@ -1024,11 +1028,16 @@ def _siblings(cache: _SyncCache, key: tuple) -> list:
         pair = (key, other_key)
         if pair not in cache.siblings:
             o = other.datacenters[0]
-            cache.siblings[pair] = o.devices == dc.devices and dataclasses.replace(
-                other, datacenters=inst.datacenters) == inst
+            cache.siblings[pair] = _same_groups(o.devices, dc.devices) and \
+                dataclasses.replace(other, datacenters=inst.datacenters) == inst
         if cache.siblings[pair]:
             out.append((other_key, other.datacenters[0].name, dc.name))
     return out
+
+
+def _same_groups(mine, theirs) -> bool:
+    """Whether two datacenters' device groups are the same up to their order."""
+    return len(mine) == len(theirs) and sorted(mine, key=repr) == sorted(theirs, key=repr)
 
 
 def _sync_blocks(subs: list, upper: float, deadline: Deadline, opts: _Options,
