@@ -62,3 +62,38 @@ def test_the_command_line_names_the_draws():
     command = bench._command(args)
     assert f"--fresh {ENTRY}:3-8" in command and "--sets" not in command
     assert "--no-lp" in command and "--device-states" in command
+
+
+def test_a_cpu_limit_counts_the_runs_cpu_seconds(monkeypatch):
+    """``--cpu-limit``: a run's deadline ends after ``--time-limit`` CPU seconds of the
+    process, not wall-clock seconds: a solver that first waits 0.6 s (no CPU) and then
+    works until its deadline has passed still gets its 0.4 CPU seconds (a wall-clock
+    deadline of 0.4 s would have ended while it waited); its wall-clock cap is
+    ``CPU_WALL_FACTOR`` times the limit; the header says so."""
+    import importlib
+    import time
+
+    from chainpipe.result import Outcome
+
+    bench = _bench()
+    seen = {}
+
+    def fake(instance, *, deadline, seed, threads, log):
+        time.sleep(0.6)
+        c0 = time.process_time()
+        while not deadline.expired():
+            sum(range(1000))
+        seen["cpu"], seen["limit"] = time.process_time() - c0, deadline.limit
+        return Outcome("no_solution")
+
+    monkeypatch.setattr(importlib.import_module("chainpipe.solve"), "solver_function",
+                        lambda name: fake)
+    inst = read(ROOT / "instances" / "v3" / "small" / "v3-small-01-period.json")
+    r = bench._solve_on_cpu(inst, "dp", 0.4, {})
+    assert r.status.value == "no_solution"
+    assert 0.2 <= seen["cpu"] <= 0.45, seen
+    assert abs(seen["limit"] - bench.CPU_WALL_FACTOR * 0.4) < 0.1, seen
+    args = bench._parser().parse_args(["--fresh", f"{ENTRY}:3", "--cpu-limit"])
+    args.out = ROOT / "benchmarks" / "results" / "formulations_flow_fresh.md"
+    assert "--cpu-limit" in bench._command(args)
+    assert "CPU seconds of the run" in " ".join(bench._header(args))
