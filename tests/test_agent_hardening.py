@@ -105,7 +105,8 @@ def test_a_run_whose_owner_leaves_is_cancelled_and_freed(three):
     header = _run_header(three, "b" * 32)
     sock = _owner(three, "dc3")  # dc3 then waits for dc2's prefix, which never comes
     net.send_json(sock, header)
-    assert net.recv_json(sock) == {"event": "accepted"}
+    # no answer to a header (protocol version 4): the first event, a wait, says it took it
+    assert net.recv_json(sock) == {"event": "wait", "peer": "dc2", "run": header["run"]}
     net.close(sock)
     t0 = time.monotonic()
     _eventually(lambda: "run bbbbbbbb.. ended" in three.log("dc3")
@@ -115,7 +116,7 @@ def test_a_run_whose_owner_leaves_is_cancelled_and_freed(three):
     sock = _owner(three, "dc3")
     try:
         net.send_json(sock, header)
-        assert net.recv_json(sock) == {"event": "accepted"}
+        assert net.recv_json(sock) == {"event": "wait", "peer": "dc2", "run": header["run"]}
     finally:
         net.close(sock)
 

@@ -426,10 +426,12 @@ def test_a_replayed_or_out_of_order_message_is_refused_inside_a_run(tmp_path):
 
         assert "upstream neighbour" in deliver(dc3, "prefix", prefix)["refused"]
         assert deliver(dc1, "prefix", prefix) == {"ok": True}
-        assert run.inbox["prev"].get_nowait() == prefix
+        got = run.inbox["prev"].get_nowait()  # decoded on arrival, once (session.Decoded)
+        assert (got.kind, got.size, got.message["from"]) == ("prefix", len(prefix), "dc1")
         assert "(a replay)" in deliver(dc1, "prefix", prefix)["refused"]
         assert deliver(dc3, "summary") == {"ok": True}
-        assert run.inbox["next"].get_nowait() == summary
+        got = run.inbox["next"].get_nowait()
+        assert (got.kind, got.size, got.message["from"]) == ("summary", len(summary), "dc3")
         assert "(a replay)" in deliver(dc3, "summary")["refused"]
         assert "out of order" in deliver(dc1, "assemble")["refused"]
         assert sum("refused" in line for line in lines) == 4

@@ -34,6 +34,7 @@ import chainpipe as cp
 from chainpipe.deadline import Deadline
 from chainpipe.solvers.cdynp import net, remote, tls, wire
 from chainpipe.solvers.cdynp.serve import AgentServer, _Run
+from chainpipe.solvers.cdynp.session import Decoded
 from chainpipe.solvers.cdynp.watch import AgentFailure
 from helpers import assert_same_trace_files
 
@@ -135,9 +136,16 @@ def three(tmp_path_factory):
 
 
 def _deliver(sock, kind: str, run: str, data: bytes):
-    net.send_json(sock, {"net": net.NET, "kind": kind, "run": run})
-    wire.send(sock, data)
+    """Deliver a message (header and bytes in one write); the agent's answer."""
+    net.send_message(sock, kind, run, data)
     return net.recv_json(sock)
+
+
+def _taken(run: _Run, side: str, kind: str):
+    """The message the agent put in ``run``'s inbox, as decoded on arrival."""
+    got = run.inbox[side].get(timeout=5)
+    assert isinstance(got, Decoded) and got.kind == kind, got
+    return got
 
 
 def _ended(sock, within: float = 0.6) -> float:
@@ -162,9 +170,10 @@ def test_a_message_for_another_run_on_a_kept_connection_is_refused(three):
     sock = net.connect(three.address["dc2"], three.ctx("dc1"), "dc2")
     try:
         assert _deliver(sock, "prefix", run.id, three.prefix) == {"ok": True}
-        assert run.inbox["prev"].get_nowait() == three.prefix
-        # the same connection, a run dc2 is not part of
-        reply = _deliver(sock, "prefix", "b2" * 16, three.prefix)
+        assert _taken(run, "prev", "prefix").size == len(three.prefix)
+        # the same connection, a run dc2 is not part of (an assemble: a prefix would be
+        # kept a moment for a run not started yet)
+        reply = _deliver(sock, "assemble", "b2" * 16, three.prefix)
         assert "not part of" in reply["refused"]
         _ended(sock)  # a refusal ends the connection
     finally:
@@ -206,7 +215,8 @@ def test_a_second_owner_cannot_take_over_or_feed_a_run(three):
     first = net.connect(three.address["dc3"], three.ctx("owner"), "dc3")
     try:
         net.send_json(first, header)
-        assert net.recv_json(first) == {"event": "accepted"}
+        first.settimeout(5)  # no answer to the header: its first event (a wait) says it took it
+        assert net.recv_json(first) == {"event": "wait", "peer": "dc2", "run": header["run"]}
         for frames, words in (([header], "already under way"),
                               ([{"net": net.NET, "kind": "prefix", "run": header["run"]}],
                                "only from the upstream neighbour")):
@@ -217,10 +227,8 @@ def test_a_second_owner_cannot_take_over_or_feed_a_run(three):
                 assert words in net.recv_json(second)["refused"]
             finally:
                 net.close(second)
-        first.settimeout(5)
-        events = [net.recv_json(first) for _ in range(3)]
-        assert all(e["run"] == header["run"] for e in events), events
-        assert any(e["event"] == "wait" and e["peer"] == "dc2" for e in events), events
+        events = [net.recv_json(first) for _ in range(2)]
+        assert all(e["run"] == header["run"] and e["event"] == "beat" for e in events), events
     finally:
         net.close(first)
 
@@ -241,7 +249,6 @@ def test_an_event_naming_another_run_ends_the_owners_run(three, tmp_path):
             with ctx.wrap_socket(raw, server_side=True) as conn:
                 conn.settimeout(5)
                 header = net.recv_json(conn)
-                net.send_json(conn, {"event": "accepted"})
                 net.send_json(conn, {"event": "work", "run": "0" * 32})
                 try:
                     net.recv_json(conn)  # until the owner closes

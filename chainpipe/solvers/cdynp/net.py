@@ -15,16 +15,29 @@ certificate names, request by request:
   "objective": "classic" | "period"}``: a range run, the DCs ``i..j`` planning one
   pipeline of ``m`` microbatches (:meth:`.public.PublicInstance.chain`; the owner's
   public decisions of several pipelines, or the classic solve that bounds a period
-  run), whose agents alone take part. The agent
-  answers ``{"event": "accepted"}`` or ``{"refused": REASON}``, then sends
-  its events (``work``, ``wait``, ``beat``, then ``done`` or ``failed``), each naming
-  the run (``"run": ID``), on the same connection. After ``done`` or ``failed`` the
-  owner may send the next run's header on that connection;
+  run), whose agents alone take part. The owner sends the header to every agent of
+  the run at once. The agent answers ``{"refused": REASON}``, or takes the run and
+  sends its events (``work``, ``wait``, ``beat``, then ``done`` or ``failed``), each
+  naming the run (``"run": ID``), on the same connection: the first event says that it
+  took the run. After ``done`` or ``failed`` the owner may send the next run's header
+  on that connection;
 * ``{"net": NET, "kind": "prefix" | "summary" | "assemble", "run": ID}``: a
-  neighbour delivers
-  a message of the CDynP protocol (:mod:`.protocol`), the exact bytes in the next
-  frame. The receiver answers ``{"ok": true}`` or ``{"refused": REASON}``; after
-  ``ok`` the neighbour may deliver its next message on that connection.
+  neighbour delivers a message of the CDynP protocol (:mod:`.protocol`), the exact
+  bytes in the next frame (both frames in one write, :func:`send_message`). The
+  receiver answers ``{"ok": true}`` or ``{"refused": REASON}`` (its own run then fails,
+  naming the neighbour to its owner). The neighbour does not wait for that answer: it
+  reads it when it next takes the connection (:class:`Pool`), and uses the
+  connection again only after an ``ok``. A ``prefix`` may arrive before the owner's
+  header of its run (the owner starts every agent at once, and DC 1 sends its prefix
+  as soon as it has the run): the receiver keeps it, answered ``ok``, for at most
+  :data:`EARLY_S` seconds, and checks and decodes it when the run starts.
+
+Version 4 (``chainpipe-agents/4``) differs from version 3 in that: no ``accepted``
+answer to a run's header (the owner sent DCs 2..K their headers, waited for their
+answers, then sent DC 1 its own: two round trips between processes per run), no wait
+for a message's ``ok`` before the sender goes on (one per message), and the early
+``prefix``. A party of another version is refused at its first header, naming the
+version expected.
 
 A refusal ends the connection. A header is at most :data:`HEADER_LIMIT` bytes; a
 protocol message at most :data:`.protocol.MAX_MESSAGE_BYTES`. An agent closes a
@@ -48,12 +61,14 @@ import time
 from . import protocol, wire
 from .tls import party_of
 
-NET = "chainpipe-agents/3"
+NET = "chainpipe-agents/4"
 #: the largest header or reply frame
 HEADER_LIMIT = 64 * 1024
 #: the largest event frame an agent sends its owner (its report may carry the text of
 #: the two messages it sent, for the owner's trace)
 EVENT_LIMIT = 2 * protocol.MAX_MESSAGE_BYTES + (1 << 20)
+#: seconds an agent waits for the owner's header of a run whose ``prefix`` came first
+EARLY_S = 10.0
 #: seconds a party keeps trying to connect to an agent that is not listening yet
 CONNECT_S = 5.0
 #: seconds for the TLS handshake and the first frame of a connection, and for a reply
@@ -89,8 +104,19 @@ def parse_address(text: str, any_port: bool = False) -> tuple[str, int]:
     return host, int(port)
 
 
+def encode_json(obj) -> bytes:
+    """``obj`` as the bytes of a JSON frame (:func:`send_json`)."""
+    return json.dumps(obj, separators=(",", ":"), allow_nan=False).encode("utf-8")
+
+
 def send_json(sock, obj) -> None:
-    wire.send(sock, json.dumps(obj, separators=(",", ":"), allow_nan=False).encode("utf-8"))
+    wire.send(sock, encode_json(obj))
+
+
+def send_message(sock, kind: str, run_id: str, data: bytes) -> None:
+    """Deliver a protocol message to a neighbour: its header and its bytes, two frames
+    in one write (one TLS record, one segment: nothing waits for an acknowledgement)."""
+    wire.send(sock, encode_json({"net": NET, "kind": kind, "run": run_id}), data)
 
 
 def recv_json(sock, limit: int = HEADER_LIMIT, within: float | None = None):
@@ -114,7 +140,11 @@ def check_header(h, num_layers: int | None = None) -> dict:
         The instance's layer count, which bounds a run's option ``grid``.
     """
     if not isinstance(h, dict) or h.get("net") != NET:
-        raise protocol.ProtocolError(f"header: expected an object with net = {NET!r}")
+        got = h.get("net") if isinstance(h, dict) else None
+        other = (f" (this peer speaks {got[:40]!r}: another version of chainpipe)"
+                 if isinstance(got, str) else "")
+        raise protocol.ProtocolError(f"header: expected an object with net = {NET!r}"
+                                     + other)
     kind = h.get("kind")
     keys = {"run": {"net", "kind", "run", "public_sha256", "agents", "options",
                     "time_limit_s", "trace", "chain"},
@@ -287,10 +317,11 @@ def close(sock) -> None:
 class Pool:
     """TLS connections kept open between requests, per agent (its address and party).
 
-    :meth:`take` gives a kept connection (idle less than ``reuse_s`` seconds, and not
-    closed by the other end meanwhile) or a new one (:func:`connect`); :meth:`give`
-    keeps a connection whose last request ended cleanly (an answer read whole), for
-    the next request to that agent; :meth:`close` closes every kept one. A connection
+    :meth:`take` gives a kept connection (idle less than ``reuse_s`` seconds, every
+    answer due on it ``ok``, and not closed by the other end meanwhile) or a new one
+    (:func:`connect`); :meth:`give` keeps a connection whose last request ended cleanly
+    (an answer read whole, or due and read by the next :meth:`take`), for the next
+    request to that agent; :meth:`close` closes every kept one. A connection
     whose request failed in any way is closed by its user, never given back.
 
     Parameters
@@ -305,7 +336,7 @@ class Pool:
 
     def __init__(self, ctx: ssl.SSLContext, reuse_s: float = REUSE_S, per_peer: int = 4):
         self.ctx, self.reuse_s, self.per_peer = ctx, float(reuse_s), int(per_peer)
-        self._idle: dict[tuple[str, str], list[tuple[ssl.SSLSocket, float]]] = {}
+        self._idle: dict[tuple[str, str], list[tuple[ssl.SSLSocket, float, int]]] = {}
         self._lock = threading.Lock()
         self._closed = False
         #: connections made (TLS handshakes) and connections reused, since the start
@@ -316,25 +347,23 @@ class Pool:
         """A connection to the agent ``party`` at ``address`` and whether it was kept
         from an earlier request (``fresh``: a new one in any case; :func:`connect`'s
         exceptions if a new one fails)."""
-        now = time.monotonic()
-        stale = []
-        found = None
+        while not fresh:
+            now = time.monotonic()
+            with self._lock:
+                if self._closed:
+                    raise OSError("the connections are closed")
+                idle = self._idle.get((address, party), [])
+                if not idle:
+                    break
+                sock, since, due = idle.pop()
+            if now - since <= self.reuse_s and _answered(sock, due) and not _stale(sock):
+                with self._lock:
+                    self.reused += 1
+                return sock, True
+            close(sock)
         with self._lock:
             if self._closed:
                 raise OSError("the connections are closed")
-            idle = self._idle.get((address, party), [])
-            while idle and not fresh:
-                sock, since = idle.pop()
-                if now - since > self.reuse_s or _stale(sock):
-                    stale.append(sock)
-                else:
-                    found = sock
-                    self.reused += 1
-                    break
-        for sock in stale:
-            close(sock)
-        if found is not None:
-            return found, True
         sock = connect(address, self.ctx, party, deadline=deadline)
         with self._lock:
             self.opened += 1
@@ -345,12 +374,14 @@ class Pool:
         with self._lock:
             return bool(self._idle.get((address, party)))
 
-    def give(self, address: str, party: str, sock: ssl.SSLSocket) -> None:
-        """Keep ``sock`` (its last request ended cleanly) for the next request."""
+    def give(self, address: str, party: str, sock: ssl.SSLSocket, due: int = 0) -> None:
+        """Keep ``sock`` (its last request sent whole, ``due`` answers to it not read yet:
+        :meth:`take` reads them, and reuses the connection only if each is ``ok``) for
+        the next request."""
         with self._lock:
             idle = self._idle.setdefault((address, party), [])
             if not self._closed and len(idle) < self.per_peer:
-                idle.append((sock, time.monotonic()))
+                idle.append((sock, time.monotonic(), due))
                 return
         close(sock)
 
@@ -358,10 +389,24 @@ class Pool:
         """Close every kept connection; :meth:`take` refuses from now on."""
         with self._lock:
             self._closed = True
-            socks = [s for idle in self._idle.values() for s, _ in idle]
+            socks = [s for idle in self._idle.values() for s, _, _ in idle]
             self._idle.clear()
         for sock in socks:
             close(sock)
+
+
+def _answered(sock: ssl.SSLSocket, due: int) -> bool:
+    """Whether the ``due`` answers to the requests sent last on ``sock`` are each
+    ``{"ok": true}``, read whole within :data:`HANDSHAKE_S` seconds each (a refusal, an
+    end or a silence: the connection is not reused)."""
+    try:
+        for _ in range(due):
+            sock.settimeout(HANDSHAKE_S)
+            if recv_json(sock, within=HANDSHAKE_S) != {"ok": True}:
+                return False
+    except (wire.Closed, OSError, protocol.ProtocolError):
+        return False
+    return True
 
 
 def _stale(sock: ssl.SSLSocket) -> bool:

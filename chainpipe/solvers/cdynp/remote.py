@@ -4,11 +4,12 @@ The owner holds the public document only. It connects to every DC's agent at the
 address the AGENTS file gives, over TLS with its own certificate, checks that the
 certificate names that DC, and keeps that connection for the runs of its solve (the
 probes and the main run, as in :func:`chainpipe.solvers.cdynp.run`, and every range
-run: :class:`Connections`). For each run it asks each agent to take part
-(downstream first, so that every agent knows the run before the first message,
-DC 1's ``prefix``, can reach it) and then watches their events
-(:class:`.watch.Watch`) until every report is in. The plan is assembled from what each agent reports of its own stages, and
-its ``T`` from what they cost (:mod:`.assemble`).
+run: :class:`Connections`). For each run it sends every agent the run's header at
+once and awaits no answer (an agent's first event says that it took the run; DC 1's
+``prefix`` waits at its neighbour for the owner's header if it arrives first), then
+watches their events (:class:`.watch.Watch`), read in its own thread as they come
+(:class:`_Events`), until every report is in. The plan is assembled from what each
+agent reports of its own stages, and its ``T`` from what they cost (:mod:`.assemble`).
 
 Under contract version 3 the owner runs what the in-process owner runs
 (:func:`chainpipe.solvers.cdynp.solve_chain`, :func:`.pipelines.solve_several`): the
@@ -32,12 +33,13 @@ should be working) ends the solve with one line naming the DC and its address.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
-import queue
 import re
 import secrets
-import socket
+import select
 import threading
+import time
 from pathlib import Path
 
 from ... import cost
@@ -230,27 +232,29 @@ class RemoteAgents:
         run_id = secrets.token_hex(16)
         conns = self.connections or Connections(self.agents, self.ctx)  # this run alone
         where = [f" at {self.agents[n]}" for n in names]
-        readers: list[threading.Thread] = []
         socks: list = []
         clean = False
         try:
             socks, kept = conns.take(names, deadline)
-            header = {"net": net.NET, "kind": "run", "run": run_id,
-                      "public_sha256": self.digest, "agents": self.agents,
-                      "options": {k: v for k, v in options.items() if v is not None},
-                      "time_limit_s": None if deadline.unlimited else deadline.remaining(),
-                      "trace": trace_dir is not None, "chain": self._header_chain()}
-            # DC 1 last: every DC knows the run before DC 1 sends the first message
-            self._start(conns, names, where, socks, kept, header, deadline,
-                        list(reversed(range(1, len(socks)))))
-            self._start(conns, names, where, socks, kept, header, deadline, [0])
-            reports = self._watch(names, where, socks, deadline, readers, run_id)
-            clean = _joined(readers)
+            header = net.encode_json({
+                "net": net.NET, "kind": "run", "run": run_id, "public_sha256": self.digest,
+                "agents": self.agents,
+                "options": {k: v for k, v in options.items() if v is not None},
+                "time_limit_s": None if deadline.unlimited else deadline.remaining(),
+                "trace": trace_dir is not None, "chain": self._header_chain()})
+            events = _Events(conns, names, where, socks, kept, run_id)
+            events.start(header, deadline)  # every agent at once: they chain the start
+            watch = Watch(names, deadline, self.message_timeout, where)
+            watch.started()
+            reports = watch.run(events.next_events, lambda k: "its connection closed mid-run")
+            clean = True
         finally:
             if clean:
                 conns.give(names, socks)
             else:
-                _close_all(socks, readers)
+                for sock in socks:
+                    if sock is not None:
+                        net.close(sock)
             if conns is not self.connections:
                 conns.close()
         for k, report in enumerate(reports):
@@ -258,85 +262,6 @@ class RemoteAgents:
         if trace_dir is not None:
             _write_trace(trace_dir, reports)
         return collect(reports)
-
-    def _start(self, conns: Connections, names, where, socks: list, kept: list, header: dict,
-               deadline: Deadline, group: list[int]) -> None:
-        """Ask the agents ``group`` to take the run, all at once, then read each answer
-        (the first refusal or failure, in ``group``'s order, as an :class:`AgentFailure`);
-        a kept connection its agent closed while it was idle is replaced by a new one
-        (in ``socks``), once."""
-        errors: dict[int, Exception] = {}
-        for k in group:
-            try:
-                socks[k].settimeout(net.HANDSHAKE_S)
-                net.send_json(socks[k], header)
-            except (wire.Closed, OSError) as exc:
-                errors[k] = exc
-        for k in group:
-            try:
-                if k in errors:
-                    raise errors[k]
-                reply = net.recv_json(socks[k])
-            except (wire.Closed, OSError, protocol.ProtocolError) as exc:
-                if not (kept[k] and net.closed_idle(exc)):
-                    raise self._not_taken(names[k], where[k], exc) from None
-                net.close(socks[k])
-                socks[k] = conns.renew(names[k], deadline)
-                try:
-                    socks[k].settimeout(net.HANDSHAKE_S)
-                    net.send_json(socks[k], header)
-                    reply = net.recv_json(socks[k])
-                except (wire.Closed, OSError, protocol.ProtocolError) as again:
-                    raise self._not_taken(names[k], where[k], again) from None
-            if reply != {"event": "accepted"}:
-                reason = reply.get("refused") if isinstance(reply, dict) else None
-                raise AgentFailure(f"the agent of DC {names[k]!r}{where[k]} refused the run: "
-                                   f"{str(reason)[:200]}", names[k])
-            socks[k].settimeout(None)  # from now on the watch decides how long is too long
-
-    @staticmethod
-    def _not_taken(name: str, where: str, exc: Exception) -> AgentFailure:
-        return AgentFailure(f"the agent of DC {name!r}{where} did not take the run "
-                            f"({type(exc).__name__}: {str(exc)[:120]})", name)
-
-    def _watch(self, names, where, socks, deadline: Deadline, readers: list,
-               run_id: str) -> list[dict]:
-        events: queue.Queue = queue.Queue()
-
-        def read(k: int, sock) -> None:
-            """Agent ``k``'s events of this run, up to its last (``done`` or ``failed``)."""
-            while True:
-                try:
-                    event = net.recv_json(sock, net.EVENT_LIMIT)
-                except (wire.Closed, OSError, protocol.ProtocolError, ValueError):
-                    events.put((k, None))
-                    return
-                if not (isinstance(event, dict) and event.get("run") == run_id):
-                    events.put((k, {"event": "failed", "kind": "protocol", "blame": names[k],
-                                    "error": "an event that does not name this run"}))
-                    return
-                events.put((k, event))
-                if event.get("event") in ("done", "failed"):
-                    return
-
-        for k, sock in enumerate(socks):
-            readers.append(threading.Thread(target=read, args=(k, sock), daemon=True))
-            readers[-1].start()
-
-        def next_events(timeout: float) -> list:
-            try:
-                out = [events.get(timeout=timeout)]
-            except queue.Empty:
-                return []
-            while True:
-                try:
-                    out.append(events.get_nowait())
-                except queue.Empty:
-                    return out
-
-        watch = Watch(names, deadline, self.message_timeout, where)
-        watch.started()
-        return watch.run(next_events, lambda k: "its connection closed mid-run")
 
     # ------------------------------------------------------------------ the plan
     def _key(self, plan: Plan) -> tuple:
@@ -438,30 +363,113 @@ class RemoteOwner:
                 "of the DCs (exhaustive CDynP; each DC's own reasons stay private)")
 
 
-def _joined(readers: list[threading.Thread]) -> bool:
-    """Whether every reader of a run has ended (each read its agent's last event)."""
-    for t in readers:
-        t.join(timeout=1.0)
-    return not any(t.is_alive() for t in readers)
+class _Events:
+    """One run's events, read from every agent's connection in the owner's thread.
 
-
-def _close_all(socks: list, readers: list[threading.Thread]) -> None:
-    """Shut every connection down, let the threads reading them see the end, then close.
-
-    Closing a TLS socket while another thread may still read it is unsafe: its file
-    descriptor can be reused by the next connection, which the old reader would then
-    read from (seen as bad record MACs on the next run's connections).
+    :meth:`start` sends the run's header to every agent at once (no answer is awaited:
+    an agent's first event says that it took the run, a ``{"refused": ...}`` frame that
+    it did not; DC 1's prefix may reach a neighbour before the owner's header does, and
+    waits for it there, :data:`.net.EARLY_S`). :meth:`next_events` is the
+    :class:`.watch.Watch`'s source: the events of the agents whose connections turn
+    readable within a timeout, read without blocking (:class:`.wire.FrameReader`: a
+    frame not whole yet waits for its next bytes, and an agent that sends no whole event
+    is silent to the watch). A
+    kept connection that its agent closed while it was idle (the header's write or the
+    first read fails before the agent said anything of this run) is replaced by a new
+    one carrying the same header, once.
     """
-    socks = [s for s in socks if s is not None]
-    for sock in socks:
+
+    def __init__(self, conns: Connections, names: list, where: list, socks: list,
+                 kept: list, run_id: str):
+        self.conns, self.names, self.where = conns, names, where
+        self.socks, self.kept, self.run_id = socks, kept, run_id
+        self.heard = [False] * len(names)  # a frame of this run read from the agent
+        self.readers = [wire.FrameReader(sock, net.EVENT_LIMIT) for sock in socks]
+        self.open = set(range(len(names)))  # connections whose last event is still due
+        self.header = b""
+        self.deadline: Deadline | None = None
+
+    def start(self, header: bytes, deadline: Deadline) -> None:
+        """Send ``header`` to every agent (:class:`AgentFailure` if one cannot take it)."""
+        self.header, self.deadline = header, deadline
+        for k in range(len(self.names)):
+            try:
+                self.socks[k].settimeout(net.HANDSHAKE_S)
+                wire.send(self.socks[k], header)
+            except (wire.Closed, OSError) as exc:
+                self._again(k, exc)
+
+    def _again(self, k: int, exc: Exception) -> None:
+        """Agent ``k``'s kept connection failed before it said anything of the run: once
+        more on a new one if the agent had closed it while idle, else the failure."""
+        if not (self.kept[k] and not self.heard[k] and net.closed_idle(exc)):
+            raise self._not_taken(k, exc) from None
+        net.close(self.socks[k])
+        self.socks[k] = self.conns.renew(self.names[k], self.deadline)
+        self.readers[k] = wire.FrameReader(self.socks[k], net.EVENT_LIMIT)
+        self.kept[k] = False
         try:
-            sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-    for t in readers:
-        t.join(timeout=5.0)
-    for sock in socks:
-        sock.close()
+            self.socks[k].settimeout(net.HANDSHAKE_S)
+            wire.send(self.socks[k], self.header)
+        except (wire.Closed, OSError) as again:
+            raise self._not_taken(k, again) from None
+
+    def _not_taken(self, k: int, exc: Exception) -> AgentFailure:
+        return AgentFailure(f"the agent of DC {self.names[k]!r}{self.where[k]} did not take "
+                            f"the run ({type(exc).__name__}: {str(exc)[:120]})", self.names[k])
+
+    def next_events(self, timeout: float) -> list:
+        """The ``(k, event or None)`` pairs of the agents heard within ``timeout`` s
+        (``None``: its connection ended)."""
+        if not self.open:  # every connection ended: the watch decides, no busy loop
+            time.sleep(timeout)
+            return []
+        by_fd = {self.socks[k].fileno(): k for k in self.open}
+        readable, _, _ = select.select(list(by_fd), [], [], timeout)
+        out: list = []
+        for k in sorted(by_fd[fd] for fd in readable):
+            out += self._read(k)
+        return out
+
+    def _read(self, k: int) -> list:
+        """Agent ``k``'s events that have come whole (and ``None`` after them if its
+        connection ended)."""
+        try:
+            frames, closed = self.readers[k].frames()
+        except (OSError, protocol.ProtocolError) as exc:
+            frames, closed = [], exc
+        if closed and not frames and self.kept[k] and not self.heard[k] and (
+                closed is True or net.closed_idle(closed)):
+            self._again(k, closed if closed is not True else wire.Closed())
+            return []
+        out = []
+        for frame in frames:
+            try:
+                event = json.loads(frame.decode("utf-8"))
+            except (UnicodeDecodeError, ValueError, RecursionError):
+                event = None
+            out.append((k, self._event(k, event)))
+            if k not in self.open:
+                return out
+        if closed:
+            self.open.discard(k)
+            out.append((k, None))
+        return out
+
+    def _event(self, k: int, event):
+        """What agent ``k``'s frame ``event`` says to the watch (its first may refuse the
+        run: :class:`AgentFailure`)."""
+        if not self.heard[k] and isinstance(event, dict) and set(event) == {"refused"}:
+            raise AgentFailure(f"the agent of DC {self.names[k]!r}{self.where[k]} refused the "
+                               f"run: {str(event['refused'])[:200]}", self.names[k])
+        self.heard[k] = True
+        if not (isinstance(event, dict) and event.get("run") == self.run_id):
+            self.open.discard(k)
+            return {"event": "failed", "kind": "protocol", "blame": self.names[k],
+                    "error": "an event that does not name this run"}
+        if event.get("event") in ("done", "failed"):
+            self.open.discard(k)
+        return event
 
 
 def _check_report(name: str, where: str, report) -> None:

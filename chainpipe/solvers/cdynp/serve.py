@@ -14,7 +14,10 @@ names (:mod:`.tls`):
 * a ``summary`` only from the downstream neighbour, a ``prefix`` and an
   ``assemble`` only from the upstream one, each for a run this agent takes part
   in and from a DC of that run's chain, once, and in the protocol's order (the
-  ``prefix`` first, an ``assemble`` after this agent sent its summary).
+  ``prefix`` first, an ``assemble`` after this agent sent its summary). A ``prefix``
+  may come before the owner's header of its run (the owner starts every agent at
+  once): it is kept for that run (at most :data:`MAX_EARLY` of them, each at most
+  :data:`.net.EARLY_S` seconds) and checked and decoded when the run starts.
 
 Anything else is refused with a logged line, the connection closed, and the agent
 goes on serving; a run's header is checked whole first, every option against its
@@ -26,7 +29,8 @@ connection's certificate names; a connection that brings no request for
 its neighbours leave on connections it keeps the same way (:class:`.net.Pool`). A message from the right neighbour that breaks
 the protocol is refused too and ends that run, naming the neighbour to the
 owner. A run ends, and its state is freed, when it is done, when the owner's
-connection closes (watched from the moment the run is accepted), at the time
+connection closes (the run looks at it whenever it checks its deadline or waits for a
+neighbour, :class:`_OwnerGone`), at the time
 limit (plus :data:`.watch.GRACE_S`), or when a neighbour stays silent for
 ``peer_timeout`` seconds without one.
 
@@ -51,7 +55,7 @@ from ...deadline import Deadline
 from . import net, protocol, wire
 from .drive import agent_options
 from .public import PublicInstance, read_view
-from .session import BEAT_S, Cancelled, PeerGone, run_agent
+from .session import BEAT_S, Cancelled, Decoded, PeerGone, run_agent
 from .tls import OWNER, party_of
 from .watch import GRACE_S
 
@@ -69,6 +73,8 @@ MAX_HANDSHAKES_PER_ADDRESS = 8
 HANDSHAKE_S = 3.0
 #: seconds between two log lines about connections closed for want of a slot
 _LOG_EVERY_S = 5.0
+#: prefixes kept at once for runs whose owner's header has not come yet (:data:`.net.EARLY_S`)
+MAX_EARLY = 4
 #: seconds a run waits for a neighbour's message before it tells its owner that it waits
 #: (a shorter wait is not worth an event, nor is the ``work`` that ends it: :class:`_Told`)
 TELL_WAIT_S = 0.05
@@ -86,8 +92,7 @@ class _Run:
     inbox: dict = field(default_factory=lambda: {"next": queue.Queue(), "prev": queue.Queue()})
     received: set = field(default_factory=set)  # the kinds delivered so far
     summary_sent: bool = False
-    cancel: threading.Event = field(default_factory=threading.Event)
-    ended: threading.Event = field(default_factory=threading.Event)
+    cancel: threading.Event = field(default_factory=threading.Event)  # _OwnerGone when served
 
     @property
     def deadline(self) -> Deadline:
@@ -186,6 +191,7 @@ class AgentServer:
         self._live: set = set()  # the authenticated connections being served
         self.runs: dict[str, _Run] = {}
         self.lock = threading.Lock()
+        self._early: dict[str, tuple[int, bytes, float]] = {}  # run -> (j, prefix, when)
         self.admission = _Admission()
         self._dropped = 0  # connections closed for want of a slot, not yet logged
         self._logged_at = -math.inf
@@ -336,31 +342,106 @@ class AgentServer:
                                            f"of {self.name!r} ({allowed!r}), not {party!r}")
         with self.lock:
             run = self.runs.get(header["run"])
-            problem = None
-            if run is None:
-                problem = f"a {kind} for run {header['run'][:8]}.. this agent is not part of"
-            elif kind in run.received:
-                problem = f"a second {kind} for run {run.id[:8]}.. (a replay)"
-            elif kind == "assemble" and not run.summary_sent:
-                problem = "an assemble before this agent sent its summary (out of order)"
-            elif not 0 <= j - run.first < (run.view or self.public).num_datacenters:
-                problem = (f"a {kind} for run {run.id[:8]}.. from {party!r}, which is not in "
-                           f"that run's chain")
-            else:
-                run.received.add(kind)
+            problem = self._message_problem(run, header["run"], kind, j, party)
         if problem:
             return self._refuse(conn, who, problem)
         try:
             data = wire.recv(conn, protocol.MAX_MESSAGE_BYTES)
-            view = run.view or self.public
-            protocol.decode(data, kind, view.expect(j - run.first, self.k - run.first))
         except (protocol.ProtocolError, TimeoutError) as exc:
             reason = str(exc) or "no message within the time allowed"
-            run.inbox[side].put(protocol.ProtocolError(reason, allowed))
+            if run is not None:
+                run.inbox[side].put(protocol.ProtocolError(reason, allowed))
             return self._refuse(conn, who, f"its {kind}: {reason}")
-        run.inbox[side].put(data)
+        if run is None:  # a prefix before the owner's header of its run
+            run, problem = self._park(header["run"], j, data, party)
+            if problem:
+                return self._refuse(conn, who, problem)
+            if run is None:
+                net.send_json(conn, {"ok": True})
+                return True
+        problem = self._take(run, kind, j, data)
+        if problem:
+            return self._refuse(conn, who, f"its {kind}: {problem}")
         net.send_json(conn, {"ok": True})
         return True
+
+    def _message_problem(self, run: _Run | None, run_id: str, kind: str, j: int,
+                         party: str | None) -> str | None:
+        """Why a neighbour's message for ``run`` (registered, or ``None``) is refused, or
+        ``None`` (then noted as received); under :attr:`lock`. A ``prefix`` for a run not
+        registered yet is parked (:meth:`_park`)."""
+        if run is None:
+            if kind == "prefix":
+                return None
+            return f"a {kind} for run {run_id[:8]}.. this agent is not part of"
+        if kind in run.received:
+            return f"a second {kind} for run {run.id[:8]}.. (a replay)"
+        if kind == "assemble" and not run.summary_sent:
+            return "an assemble before this agent sent its summary (out of order)"
+        if not 0 <= j - run.first < (run.view or self.public).num_datacenters:
+            return (f"a {kind} for run {run.id[:8]}.. from {party!r}, which is not in "
+                    f"that run's chain")
+        run.received.add(kind)
+        return None
+
+    def _take(self, run: _Run, kind: str, j: int, data: bytes) -> str | None:
+        """Decode a message of ``run`` from DC ``j`` (checked by
+        :meth:`_message_problem`) and put it in the run's inbox, decoded (the run does not
+        decode it again); why not, when it breaks the protocol (the run then fails,
+        naming the neighbour)."""
+        side = "next" if kind == "summary" else "prev"
+        view = run.view or self.public
+        try:
+            message = protocol.decode(data, kind, view.expect(j - run.first,
+                                                              self.k - run.first))
+        except protocol.ProtocolError as exc:
+            run.inbox[side].put(protocol.ProtocolError(str(exc), self.names[j]))
+            return str(exc)
+        run.inbox[side].put(Decoded(kind, message, len(data)))
+        return None
+
+    def _park(self, run_id: str, j: int, data: bytes,
+              party: str | None) -> tuple[_Run | None, str | None]:
+        """Keep a prefix whose run the owner has not started here yet (its header may come
+        a moment later: the owner starts every agent at once) for :data:`.net.EARLY_S`
+        seconds at most, :data:`MAX_EARLY` prefixes and :data:`.protocol.MAX_MESSAGE_BYTES`
+        in all; the run takes it when it starts (:meth:`_unpark`). ``(run, None)`` if the
+        run started meanwhile (checked as any message), ``(None, why)`` if it is refused."""
+        with self.lock:
+            self._expire()
+            run = self.runs.get(run_id)
+            if run is not None:
+                return run, self._message_problem(run, run_id, "prefix", j, party)
+            if run_id in self._early:
+                return None, f"a second prefix for run {run_id[:8]}.. (a replay)"
+            if len(self._early) >= MAX_EARLY or len(data) + sum(
+                    len(e[1]) for e in self._early.values()) > protocol.MAX_MESSAGE_BYTES:
+                return None, (f"a prefix for run {run_id[:8]}.. this agent is not part of "
+                              f"(and {len(self._early)} early prefixes wait already)")
+            self._early[run_id] = (j, data, time.monotonic())
+            return None, None
+
+    def _expire(self) -> None:
+        """Drop the parked prefixes older than :data:`.net.EARLY_S` (under :attr:`lock`)."""
+        now = time.monotonic()
+        for run_id in [r for r, e in self._early.items() if now - e[2] > net.EARLY_S]:
+            del self._early[run_id]
+            self.log(f"dropped a prefix for run {run_id[:8]}.. this agent is not part of "
+                     f"(no run of that id started within {net.EARLY_S:g} s)")
+
+    def _unpark(self, run: _Run) -> None:
+        """A newly registered run takes the prefix parked for it, if any."""
+        with self.lock:
+            self._expire()
+            early = self._early.pop(run.id, None)
+            problem = early and self._message_problem(run, run.id, "prefix", early[0],
+                                                      self.names[early[0]])
+        if early is None:
+            return
+        problem = problem or self._take(run, "prefix", early[0], early[1])
+        if problem:  # a bad one fails the run (_take); one from outside its chain does not
+            self.log(f"refused the early prefix of {self.names[early[0]]!r} for run "
+                     f"{run.id[:8]}..: {problem}")
 
     # ------------------------------------------------------------------ one run
     def _serve_run(self, conn, header: dict, who: str) -> bool:
@@ -396,48 +477,43 @@ class AgentServer:
         options["prefix_bound"] = options["prefix_bound"] and self.share_prefix
         t = header["time_limit_s"]
         run = _Run(header["run"], dict(header["agents"]),
-                   None if t is None else time.monotonic() + float(t), view, first)
+                   None if t is None else time.monotonic() + float(t), view, first,
+                   cancel=_OwnerGone(conn))
         with self.lock:
             if run.id in self.runs:
                 return self._refuse(conn, who, f"run {run.id[:8]}.. is already under way")
             self.runs[run.id] = run
+        self._unpark(run)
         self.log(f"run {run.id[:8]}.. for {who}")
         return self._execute(conn, run, options, header["trace"])
 
     def _execute(self, conn, run: _Run, options: dict, trace: bool) -> bool:
         """Run this DC's part of ``run`` (registered) for the owner at the other end of
         ``conn``; whether the connection may carry the owner's next run (the run ended
-        and its last event went out, the owner still there)."""
+        and its last event went out, the owner still there). Its first event tells the
+        owner that it took the run (there is no answer to the header)."""
         view, first = run.view or self.public, run.first
         conn.settimeout(net.HANDSHAKE_S)
-        lock = threading.Lock()
-        wake_r, wake_w = socket.socketpair()  # the run's end wakes the watch at once
-        watcher = threading.Thread(target=_watch_owner, args=(conn, run, wake_r),
-                                   daemon=True)
 
-        def tell(event: dict, name_run: bool = True) -> None:
-            """Send the owner an event; every event after ``accepted`` (the answer to the
-            run's header) names the run."""
+        def tell(event: dict) -> None:
+            """Send the owner an event naming the run (only this thread sends on ``conn``
+            while the run lasts)."""
             try:
-                with lock:
-                    net.send_json(conn, {**event, "run": run.id} if name_run else event)
+                net.send_json(conn, {**event, "run": run.id})
             except (wire.Closed, OSError):
                 run.cancel.set()
                 raise Cancelled from None
 
         clean = False
         try:
-            tell({"event": "accepted"}, name_run=False)
-            watcher.start()  # after the answer: the owner need not wait for a thread
             setup = {"options": options, "deadline_at": run.deadline_at, "trace_dir": None,
                      "trace_return": trace}
             told = _Told(tell)
             event = run_agent(view, self.k - first, self.dc, setup,
                               _TLSLinks(self, run, told), told, run.cancel)
             # its part is over: from now on the owner's connection turning readable is the
-            # owner's next request, not its end (the watch no longer cancels)
-            run.ended.set()
-            wake_w.send(b"x")
+            # owner's next request, not its end
+            run.cancel.disarm()
             tell(event)
             clean = True
             self.log(f"run {run.id[:8]}.. {event['event']}"
@@ -445,17 +521,11 @@ class AgentServer:
         except Cancelled:
             self.log(f"run {run.id[:8]}.. ended: the owner's connection closed")
         finally:
-            run.ended.set()
-            wake_w.send(b"x")
-            if watcher.ident is not None:
-                watcher.join()
-            wake_r.close()
-            wake_w.close()
+            run.cancel.disarm()
             with self.lock:
                 self.runs.pop(run.id, None)
         # the owner may send its next run on this connection, unless it has gone
         return clean and not run.cancel.is_set()
-
 
     def _chain_problem(self, chain: dict) -> str | None:
         """Why this agent takes no range run of ``chain`` (a header's, checked by
@@ -520,7 +590,7 @@ class _TLSLinks:
     def __init__(self, server: AgentServer, run: _Run, tell: _Told):
         self.server, self.run, self.tell = server, run, tell
 
-    def recv(self, side: str, peer: str, kind: str) -> bytes:
+    def recv(self, side: str, peer: str, kind: str) -> bytes | Decoded:
         run = self.run
         deadline = run.deadline
         give_up = (time.monotonic() + self.server.peer_timeout if deadline.unlimited
@@ -547,11 +617,15 @@ class _TLSLinks:
         return item
 
     def send(self, side: str, peer: str, kind: str, data: bytes) -> None:
+        """Deliver a message on the connection kept to ``peer`` (a new one if none is).
+        Its answer is not awaited (a neighbour that refuses a message fails its own run and
+        names this DC to its owner): it is read when the connection is next taken
+        (:meth:`.net.Pool.take`), and a connection whose answer is not ``ok`` is not
+        used again."""
         run = self.run
         address = run.agents[peer]
         if kind == "summary":  # before it can arrive: the answer may come back at once
             run.summary_sent = True
-        reply = None
         for attempt in (1, 2):
             try:
                 sock, kept = self.server.peers.take(address, peer, deadline=run.deadline,
@@ -559,49 +633,44 @@ class _TLSLinks:
             except (OSError, net.Refused) as exc:
                 raise PeerGone(peer, f"cannot be reached at {address}: {exc}") from None
             try:
-                reply = _deliver(sock, kind, run.id, data)
+                sock.settimeout(net.HANDSHAKE_S)
+                net.send_message(sock, kind, run.id, data)
                 break
-            except (wire.Closed, OSError, protocol.ProtocolError) as exc:
+            except (wire.Closed, OSError) as exc:
                 net.close(sock)
-                # a kept connection the neighbour closed while it was idle (it read nothing
-                # of this request): once more on a new one
+                # a kept connection the neighbour closed while it was idle: once more on a
+                # new one
                 if not (kept and attempt == 1 and net.closed_idle(exc)):
-                    raise PeerGone(peer, f"at {address} closed the connection before it "
-                                         f"answered") from None
-        if not (isinstance(reply, dict) and reply.get("ok") is True):
-            net.close(sock)
-            reason = reply.get("refused") if isinstance(reply, dict) else None
-            raise RuntimeError(f"{peer!r} refused its {kind}: {str(reason)[:200]}")
-        self.server.peers.give(address, peer, sock)
+                    raise PeerGone(peer, f"at {address} closed the connection") from None
+        self.server.peers.give(address, peer, sock, due=1)  # its answer read at next use
 
 
-def _deliver(sock, kind: str, run_id: str, data: bytes):
-    """One message on a connection to a neighbour; its reply."""
-    sock.settimeout(net.HANDSHAKE_S)
-    net.send_json(sock, {"net": net.NET, "kind": kind, "run": run_id})
-    wire.send(sock, data)
-    return net.recv_json(sock)
+class _OwnerGone(threading.Event):
+    """A run's ``cancel``: set when the agent stops (:meth:`AgentServer.serve`) or when the
+    owner's connection turns readable while the run lasts (its end, a reset, an alert:
+    the owner sends nothing between a run's header and its last event, so that means
+    that it has gone). The connection is looked at whenever the run asks (at most
+    :data:`.session.BEAT_S` apart while it computes, every 0.2 s while it waits for a
+    neighbour), so that no thread per run watches it; :meth:`disarm` stops looking once
+    the run's part is over (the owner's next request then makes it readable)."""
 
+    def __init__(self, conn):
+        super().__init__()
+        self._poller: select.poll | None = select.poll()
+        self._poller.register(conn.fileno(), select.POLLIN | getattr(select, "POLLRDHUP", 0))
 
-def _watch_owner(conn, run: _Run, wake: socket.socket) -> None:
-    """Cancel ``run`` as soon as its owner's connection ends, until the run has ended.
+    def is_set(self) -> bool:
+        if super().is_set():
+            return True
+        poller = self._poller
+        if poller is not None and poller.poll(0):
+            self.set()
+            return True
+        return False
 
-    The owner sends nothing after its header until the run's last event, so the
-    connection turning readable before the run has ended (its end, a reset, an alert)
-    means that the owner has gone; the run stops at its next check (at most
-    :data:`.session.BEAT_S` apart) and its state is freed. Once the run has ended, it
-    is the owner's next request (or its end, which the next read finds); ``wake``
-    turns readable when the run ends, which ends the watch at once (the connection's
-    thread waits for it before it reads the next request).
-    """
-    poller = select.poll()
-    poller.register(conn.fileno(), select.POLLIN | getattr(select, "POLLRDHUP", 0))
-    poller.register(wake.fileno(), select.POLLIN)
-    while not run.ended.is_set():
-        if poller.poll(200):
-            if not run.ended.is_set():
-                run.cancel.set()
-            return
+    def disarm(self) -> None:
+        """Stop looking at the owner's connection (the run's part is over)."""
+        self._poller = None
 
 
 def _peer(addr) -> str:

@@ -44,11 +44,34 @@ class Cancelled(Exception):
     """The owner ended the run (its connection closed)."""
 
 
+class Decoded:
+    """A message a :class:`Links` delivers already decoded by :func:`.protocol.decode`
+    with the expectations of this run's receiver (an agent server decodes each message
+    as it arrives, to refuse a bad one at once): the run takes it as it is instead of
+    decoding the same bytes again.
+
+    Parameters
+    ----------
+    kind : str
+        The message's kind (``prefix``, ``summary``, ``assemble``).
+    message : dict
+        What :func:`.protocol.decode` returned.
+    size : int
+        Its bytes on the wire.
+    """
+
+    __slots__ = ("kind", "message", "size")
+
+    def __init__(self, kind: str, message: dict, size: int):
+        self.kind, self.message, self.size = kind, message, size
+
+
 class Links(Protocol):
     """The two chain neighbours of an agent; ``side`` is ``"prev"`` or ``"next"``."""
 
-    def recv(self, side: str, peer: str, kind: str) -> bytes:
-        """The next message from that neighbour (:class:`PeerGone` if it is gone)."""
+    def recv(self, side: str, peer: str, kind: str) -> bytes | Decoded:
+        """The next message from that neighbour, its bytes or already decoded
+        (:class:`PeerGone` if it is gone)."""
 
     def send(self, side: str, peer: str, kind: str, data: bytes) -> None:
         """Deliver a message to that neighbour (:class:`PeerGone` if it is gone)."""
@@ -106,6 +129,10 @@ def _protocol(public, k: int, dc, setup: dict, links: Links, tell, cancel) -> di
         except protocol.ProtocolError as exc:
             raise protocol.ProtocolError(str(exc), names[j]) from None
         tell({"event": "work"})
+        if isinstance(data, Decoded):  # decoded on arrival, with the same expectations
+            if data.kind != kind:
+                raise protocol.ProtocolError(f"a {data.kind} where a {kind} was due", names[j])
+            return data.message
         return protocol.decode(data, kind, public.expect(j, k))
 
     def send(side: str, seq: int, msg: dict, j: int) -> None:

@@ -1,0 +1,189 @@
+"""CDynP across hosts, protocol version 4 (issue 32): fewer round trips per run.
+
+* the owner sends a run's header to every agent at once and waits for no answer (an
+  agent's first event says that it took the run);
+* a ``prefix`` that reaches an agent before the owner's header of its run is kept for
+  that run (answered ``ok``), at most :data:`~chainpipe.solvers.cdynp.serve.MAX_EARLY`
+  of them and each at most :data:`~chainpipe.solvers.cdynp.net.EARLY_S` seconds; a
+  replay of one, one too many, and one whose run never starts are refused or dropped;
+* a neighbour does not wait for a message's ``ok``: the pool reads it when the
+  connection is next taken, and reuses the connection only after an ``ok``;
+* a party of another protocol version is refused, naming both versions.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+import pytest
+from test_cdynp_hosts import THREE
+from test_cdynp_reuse import Agents
+
+from chainpipe.deadline import Deadline
+from chainpipe.solvers.cdynp import net, remote, serve
+from chainpipe.solvers.cdynp.serve import _Run
+from chainpipe.solvers.cdynp.watch import AgentFailure
+
+
+@pytest.fixture(scope="module")
+def three(tmp_path_factory):
+    d = tmp_path_factory.mktemp("three4")
+    agents = Agents(THREE, d / "split")
+    import chainpipe as cp
+
+    trace = d / "trace"
+    assert cp.solve(cp.read(THREE), "cdynp", probe=False, trace_dir=trace).plan is not None
+    agents.prefix = (trace / "000-prefix-dc1-to-dc2.json").read_bytes()
+    yield agents
+    agents.stop()
+
+
+@pytest.fixture
+def clean(three):
+    """Every test leaves no parked prefix behind."""
+    yield three
+    for server in three.servers.values():
+        with server.lock:
+            server._early.clear()
+
+
+def _header(agents: Agents, run: str) -> dict:
+    return {"net": net.NET, "kind": "run", "run": run,
+            "public_sha256": net.public_digest(agents.public), "agents": agents.address,
+            "options": {}, "time_limit_s": 20, "trace": False}
+
+
+def _first_event(agents: Agents, to: str, run: str) -> dict:
+    """Start ``run`` at agent ``to`` alone; its first event (then the owner leaves)."""
+    sock = net.connect(agents.address[to], agents.ctx("owner"), to)
+    try:
+        net.send_json(sock, _header(agents, run))
+        sock.settimeout(5)
+        return net.recv_json(sock)
+    finally:
+        net.close(sock)
+
+
+def test_the_owner_starts_every_agent_at_once(clean):
+    """Fake agents that read the header and never answer: each of the three gets it
+    (protocol version 3 sent DC 1 its header only after DCs 2 and 3 had answered)."""
+    got: dict = {}
+    stop = threading.Event()
+
+    def serve_one(listener, name):
+        ctx = clean.ctx(name, "server")
+        listener.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                raw, _ = listener.accept()
+            except TimeoutError:
+                continue
+            with ctx.wrap_socket(raw, server_side=True) as conn:
+                conn.settimeout(5)
+                got[name] = net.recv_json(conn)["kind"]
+                while not stop.is_set():
+                    time.sleep(0.05)
+
+    fakes, threads = {}, []
+    try:
+        for name in clean.names:
+            listener = socket.create_server(("127.0.0.1", 0))
+            fakes[name] = f"127.0.0.1:{listener.getsockname()[1]}"
+            threads.append(threading.Thread(target=serve_one, args=(listener, name),
+                                            daemon=True))
+            threads[-1].start()
+        backend = remote.RemoteAgents(clean.public, fakes, clean.ctx("owner"))
+        with pytest.raises(AgentFailure, match="hung"):
+            backend.one_run({}, None, Deadline(0.5))
+        assert got == {"dc1": "run", "dc2": "run", "dc3": "run"}
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(timeout=10)
+
+
+def test_an_early_prefix_is_kept_for_its_run(clean):
+    """dc1's prefix reaches dc2 before the owner's header: answered ok, and the run takes
+    it when it starts (dc2 then waits for dc3's summary, not for dc1's prefix)."""
+    run = "e1" * 16
+    sock = net.connect(clean.address["dc2"], clean.ctx("dc1"), "dc2")
+    try:
+        net.send_message(sock, "prefix", run, clean.prefix)
+        assert net.recv_json(sock) == {"ok": True}
+    finally:
+        net.close(sock)
+    assert _first_event(clean, "dc2", run) == {"event": "wait", "peer": "dc3", "run": run}
+    # without it, the run waits for dc1
+    other = "e2" * 16
+    assert _first_event(clean, "dc2", other) == {"event": "wait", "peer": "dc1", "run": other}
+
+
+def test_an_early_prefix_is_dropped_when_its_run_does_not_start_in_time(clean, monkeypatch):
+    monkeypatch.setattr(net, "EARLY_S", 0.3)
+    run = "e3" * 16
+    sock = net.connect(clean.address["dc2"], clean.ctx("dc1"), "dc2")
+    try:
+        net.send_message(sock, "prefix", run, clean.prefix)
+        assert net.recv_json(sock) == {"ok": True}
+    finally:
+        net.close(sock)
+    time.sleep(0.6)
+    assert _first_event(clean, "dc2", run) == {"event": "wait", "peer": "dc1", "run": run}
+    assert any(f"dropped a prefix for run {run[:8]}.." in line for line in clean.lines)
+
+
+def test_too_many_or_replayed_early_prefixes_are_refused(clean):
+    sock = net.connect(clean.address["dc2"], clean.ctx("dc1"), "dc2")
+    try:
+        for i in range(serve.MAX_EARLY):
+            net.send_message(sock, "prefix", f"{i:02x}" * 16, clean.prefix)
+            assert net.recv_json(sock) == {"ok": True}
+        net.send_message(sock, "prefix", "00" * 16, clean.prefix)
+        assert "(a replay)" in net.recv_json(sock)["refused"]
+    finally:
+        net.close(sock)
+    sock = net.connect(clean.address["dc2"], clean.ctx("dc1"), "dc2")
+    try:
+        net.send_message(sock, "prefix", "ff" * 16, clean.prefix)
+        reply = net.recv_json(sock)
+        assert f"{serve.MAX_EARLY} early prefixes wait already" in reply["refused"], reply
+    finally:
+        net.close(sock)
+    assert len(clean.servers["dc2"]._early) == serve.MAX_EARLY
+
+
+def test_a_kept_connection_is_reused_only_after_an_ok(clean):
+    """A neighbour's pool takes a connection again only once the answer due on it is
+    ``ok``; after a refusal it makes a new one."""
+    run = _Run("a5" * 16, {}, None)
+    clean.servers["dc2"].runs[run.id] = run
+    pool = net.Pool(clean.ctx("dc1"))
+    address = clean.address["dc2"]
+    try:
+        sock, kept = pool.take(address, "dc2")
+        net.send_message(sock, "prefix", run.id, clean.prefix)
+        pool.give(address, "dc2", sock, due=1)
+        again, kept = pool.take(address, "dc2")
+        assert kept and again is sock and pool.opened == 1
+        # an assemble for a run dc2 is not part of: refused, and the connection not reused
+        net.send_message(again, "assemble", "a6" * 16, clean.prefix)
+        pool.give(address, "dc2", again, due=1)
+        third, kept = pool.take(address, "dc2")
+        assert not kept and third is not again and pool.opened == 2
+        pool.give(address, "dc2", third)
+    finally:
+        pool.close()
+        clean.servers["dc2"].runs.pop(run.id, None)
+
+
+def test_a_peer_of_another_version_is_refused_naming_both(clean):
+    old = {**_header(clean, "e4" * 16), "net": "chainpipe-agents/3"}
+    sock = net.connect(clean.address["dc1"], clean.ctx("owner"), "dc1")
+    try:
+        net.send_json(sock, old)
+        reply = net.recv_json(sock)["refused"]
+    finally:
+        net.close(sock)
+    assert "'chainpipe-agents/4'" in reply and "'chainpipe-agents/3'" in reply, reply
