@@ -169,3 +169,29 @@ def test_a_search_backtracks_its_own_plans_only():
     PipelineSearch(tables, inst.microbatches, None, math.inf, Deadline(60), "sum").run()
     with pytest.raises(RuntimeError, match="another search"):
         first.backtrack(entry[2])
+
+
+@pytest.mark.parametrize("name", ["small/v3-small-01-period", "small/v3-small-03-long-seq-slow",
+                                  "medium/v3-medium-04-gpipe"])
+def test_a_span_walks_only_the_ranges_its_split_picks(name, monkeypatch):
+    """``SeveralPipelines.reach`` takes each range's most microbatches from the floors
+    already made and walks a range's prefix curve only once the DP over the span picks
+    the range: the same optimum as walking every range it asks, with fewer curve floors
+    made (``v3-large-01``: 17.5 s to 12.1 s)."""
+    from chainpipe.solvers import dp_ranges
+
+    inst = read(Path(__file__).parent.parent / "instances" / "v3" / f"{name}.json")
+    made = []
+    curve_floor = dp_ranges.RangeTimes._curve_floor
+    monkeypatch.setattr(dp_ranges.RangeTimes, "_curve_floor",
+                        lambda self, *a: made.append(a) or curve_floor(self, *a))
+    lazy = solve(inst, "dp", time_limit=60)
+    lazy_made = len(made)
+    made.clear()
+    capacity = dp_pipelines.SeveralPipelines.capacity
+    monkeypatch.setattr(dp_pipelines.SeveralPipelines, "capacity",
+                        lambda self, *a, rough=False: capacity(self, *a))
+    eager = solve(inst, "dp", time_limit=60)
+    assert lazy.status == eager.status == "optimal"
+    assert lazy.iteration_time == eager.iteration_time
+    assert lazy_made < len(made)

@@ -273,14 +273,16 @@ class SeveralPipelines:
         (:class:`~chainpipe.solvers.dp_ranges.RangeTimes`)."""
         return self.ranges.at_most(i, j, m, tau, theta)
 
-    def capacity(self, i: int, j: int, tau: float, theta: float, top: int) -> int:
+    def capacity(self, i: int, j: int, tau: float, theta: float, top: int,
+                 rough: bool = False) -> int:
         """The largest ``m <= top`` whose floor on ``[i, j]`` is at most ``tau``
         (:meth:`RangeTimes.may_meet`: no search; at least the largest ``m`` whose best
-        ``T_p`` is, 0 if none): neither grows with ``m``, so a bisection finds it."""
+        ``T_p`` is, 0 if none): neither grows with ``m``, so a bisection finds it.
+        ``rough``: with the floors made so far, no new walk (never below the answer)."""
         lo, hi = 0, top
         while lo < hi:
             mid = (lo + hi + 1) // 2
-            if self.ranges.may_meet(i, j, mid, tau, theta):
+            if self.ranges.may_meet(i, j, mid, tau, theta, rough):
                 lo = mid
             else:
                 hi = mid - 1
@@ -406,15 +408,23 @@ class SeveralPipelines:
         upper: dict = {}
         lower: dict = {}  # what each probe proved, whatever rounding the floors see
 
+        rough: set = set()  # the ranges whose ``upper`` is rough (no new walk made)
+
         def cap(i, k):
             if (i, k) not in upper:
-                upper[i, k] = self.capacity(i, k, tau, theta, top)
+                upper[i, k] = self.capacity(i, k, tau, theta, top, rough=True)
+                rough.add((i, k))
             return upper[i, k]
 
         while True:
             ranges = self._most(P, i0, j0, cap)
             if ranges is None:
                 return None
+            if rough.intersection(ranges):  # the walks only for the ranges the DP picks
+                for r in rough.intersection(ranges):
+                    upper[r] = min(upper[r], self.capacity(*r, tau, theta, top))
+                rough.difference_update(ranges)
+                continue
             ups = [upper[r] for r in ranges]
             lows = [max(lower.get(r, 0), self._known_cap(*r, tau, theta, 0, u))
                     for r, u in zip(ranges, ups)]

@@ -121,14 +121,17 @@ class RangeTimes:
                 return got if got[0] <= tau else None
         return None
 
-    def may_meet(self, i: int, j: int, m: int, tau: float, theta: float) -> bool:
+    def may_meet(self, i: int, j: int, m: int, tau: float, theta: float,
+                 rough: bool = False) -> bool:
         """Whether ``g(i, j, m, theta) <= tau`` is still possible by what is known (a plan
         found within it, else the floor not above it), without searching; it does not grow
-        with ``m`` (nor the floors shrink)."""
+        with ``m`` (nor the floors shrink). ``rough``: no prefix-curve walk is made for it
+        (the floors already made still count), so a ``True`` may be one the walks would
+        turn down."""
         known = self._best_known(i, j, m, theta)
         if known is not None and known[0] <= tau:
             return True
-        floor = self._floor(i, j, m, theta, tau)
+        floor = self._floor(i, j, m, theta, tau, rough)
         return floor <= tau and floor < np.inf  # an infinite floor: no plan at all
 
     def meets(self, i: int, j: int, m: int, tau: float, theta: float) -> bool:
@@ -147,7 +150,7 @@ class RangeTimes:
                     best = (T, f.sync, f.stages)
         return None if best is None or not np.isfinite(best[0]) else best
 
-    def _floor(self, i, j, m, theta, tau=np.inf) -> float:
+    def _floor(self, i, j, m, theta, tau=np.inf, rough=False) -> float:
         """The best floor under ``g(i, j, m, theta)``: the static one and every proven one
         at some ``m0 <= m`` and ``theta' >= theta``, raised by ``(m - m0) lambda0``: a
         plan's ``T_p`` grows by at least its period at ``m0`` per microbatch more (its
@@ -166,10 +169,10 @@ class RangeTimes:
                 lo = max(lo, v + (m - m0) * max(lam, least) if m > m0 else v)
         if lo <= tau:  # the prefix curve's floor only where the others do not decide
             curve = self.curved.get((i, j, m))
-            if curve is None:
+            if curve is None and not rough:
                 curve = self.curved[i, j, m] = self._curve_floor(i, j, m)
-            lo = max(lo, curve)
-        if lo <= tau and self._theta_apart(i, j, theta) and PrefixCurve.made(
+            lo = lo if curve is None else max(lo, curve)
+        if lo <= tau and not rough and self._theta_apart(i, j, theta) and PrefixCurve.made(
                 self.t, i, j, True, False, theta) is not None:
             lo = max(lo, self._theta_floor(i, j, m, theta))  # (its walks mostly made)
         return lo
