@@ -187,3 +187,31 @@ def test_a_peer_of_another_version_is_refused_naming_both(clean):
     finally:
         net.close(sock)
     assert "'chainpipe-agents/4'" in reply and "'chainpipe-agents/3'" in reply, reply
+
+
+def test_a_long_lived_owner_shares_its_connections_across_solves(clean, tmp_path):
+    """solve_remote(connections=...): the second solve makes no TLS handshake and gives
+    the same answer and trace bytes; the connections stay open for the owner to close."""
+    ctx = clean.ctx("owner")
+    conns = remote.Connections(clean.address, ctx)
+    try:
+        first, _ = remote.solve_remote(clean.public, clean.address, ctx, connections=conns,
+                                       trace_dir=tmp_path / "a")
+        assert first.stats["connections"]["opened"] == 3
+        second, _ = remote.solve_remote(clean.public, clean.address, ctx, connections=conns,
+                                        trace_dir=tmp_path / "b")
+        # every run of the second solve reuses one connection per agent of its range,
+        # its first run those the first solve's runs left too
+        assert second.stats["connections"] == {
+            "opened": 0, "reused": first.stats["connections"]["reused"] + 3}
+        assert (second.iteration_time, second.plan) == (first.iteration_time, first.plan)
+        assert sorted(p.name for p in (tmp_path / "b").iterdir()) == sorted(
+            p.name for p in (tmp_path / "a").iterdir())
+        assert all(conns.pool.has_idle(clean.address[n], n) for n in clean.names)
+        with pytest.raises(ValueError, match="same agents"):
+            remote.solve_remote(clean.public, clean.address, clean.ctx("owner"),
+                                connections=conns)
+    finally:
+        conns.close()
+    alone, _ = remote.solve_remote(clean.public, clean.address, ctx)
+    assert alone.stats["connections"]["opened"] == 3 and alone.plan == first.plan

@@ -22,7 +22,9 @@ A run's connections go back to the solve's :class:`Connections` only when every
 agent's last event of that run was read (``done``); otherwise they are closed (each
 agent then ends its part), and the next run connects anew. Every event names its run,
 and one that names another ends the run. All connections are closed when the solve
-ends, whatever ended it.
+ends, whatever ended it, unless they are a long-lived owner's, given to
+:func:`solve_remote` for several solves (``connections=``): its solves then make no
+TLS handshake after the first, and it closes them.
 
 An agent that cannot be reached (after :data:`.net.CONNECT_S` seconds of
 retries), refuses, dies (its connection closes) or stays silent (past the time
@@ -57,7 +59,8 @@ _FILE = re.compile(r"[0-9]{3}-(prefix|summary|assemble)-[^/\\\\]+-to-[^/\\\\]+\.
 
 
 class Connections:
-    """The owner's connections to the agents for the life of one solve.
+    """The owner's connections to the agents for the life of one solve (or of several:
+    a long-lived owner passes its own to :func:`solve_remote`).
 
     A run takes one connection per agent of its range (one kept from an earlier run
     when there is one, :class:`.net.Pool`; new ones are made in parallel, and at the
@@ -65,7 +68,8 @@ class Connections:
     their handshakes then overlap instead of each delaying a run) and gives them back
     (:meth:`give`) only when it ended cleanly; :meth:`close` closes every kept one.
     Without an error or a gap of more than :data:`.net.REUSE_S` seconds between two
-    runs, a solve makes one TLS connection per agent.
+    runs, a solve makes one TLS connection per agent, and solves that share one
+    :class:`Connections` none after the first.
 
     Parameters
     ----------
@@ -78,6 +82,11 @@ class Connections:
     def __init__(self, agents: dict, ctx):
         self.agents = dict(agents)
         self.pool = net.Pool(ctx, per_peer=1)
+        self._first = True
+
+    def begin(self) -> None:
+        """A solve starts: its first run connects to every agent that has no kept
+        connection, at once."""
         self._first = True
 
     @property
@@ -113,7 +122,8 @@ class Connections:
             self._first = False
             threads += [threading.Thread(target=self._keep, args=(name, deadline),
                                          daemon=True)
-                        for name in self.agents if name not in names]
+                        for name in self.agents if name not in names
+                        and not self.pool.has_idle(self.agents[name], name)]
         for t in threads:
             t.start()
         for t in threads:
@@ -533,7 +543,8 @@ def _write_trace(trace_dir, reports: list[dict]) -> None:
 
 
 def solve_remote(public: dict, agents: dict, ctx, *, time_limit=None, trace_dir=None,
-                 message_timeout=MESSAGE_TIMEOUT_S, probe=None, **options):
+                 message_timeout=MESSAGE_TIMEOUT_S, probe=None,
+                 connections: Connections | None = None, **options):
     """Solve the public instance with the agents on their hosts; the :class:`Result`.
 
     Parameters
@@ -553,6 +564,12 @@ def solve_remote(public: dict, agents: dict, ctx, *, time_limit=None, trace_dir=
         Seconds an agent may stay silent while it should be working.
     probe : bool, optional
         As for :func:`chainpipe.solvers.cdynp.run`.
+    connections : Connections, optional
+        Connections to ``agents`` kept by a long-lived owner for its solves (made with
+        the same ``agents`` and ``ctx``; the caller closes them): this solve takes the
+        ones still open (idle at most :data:`.net.REUSE_S` seconds) and gives back those
+        of every run that ended cleanly. ``None``: the solve makes its own and closes
+        them all when it ends, whatever ended it.
     **options
         ``epsilon``, ``quantum``, ``digits``, ``max_entries``, ``upper_bound``,
         ``prefix_bound``.
@@ -562,8 +579,13 @@ def solve_remote(public: dict, agents: dict, ctx, *, time_limit=None, trace_dir=
     tuple of (Result, Evaluation or None)
         The result as :func:`chainpipe.solve` gives it for ``solver="cdynp"`` on the
         whole instance (its ``stats["connections"]``: the TLS connections the owner
-        opened and the times a run reused one), and its plan's evaluation from the
-        agents' reported costs.
+        opened in this solve and the times a run reused one), and its plan's evaluation
+        from the agents' reported costs.
+
+    Raises
+    ------
+    ValueError
+        ``connections`` to other agents, or with another TLS context.
     """
     from ...result import InstanceRef, OptionError, Outcome, number_option, result_of
     from ...support import features, refusal
@@ -577,7 +599,14 @@ def solve_remote(public: dict, agents: dict, ctx, *, time_limit=None, trace_dir=
     if unknown:
         raise OptionError(f"cdynp across hosts: unknown option(s) {', '.join(unknown)}")
     message_timeout = number_option("cdynp", "message_timeout", message_timeout, strict=True)
-    connections = Connections(agents, ctx)
+    own = connections is None
+    if own:
+        connections = Connections(agents, ctx)
+    elif connections.agents != dict(agents) or connections.pool.ctx is not ctx:
+        raise ValueError("cdynp across hosts: connections= must be to the same agents, with "
+                         "the same TLS context")
+    connections.begin()
+    opened, reused = connections.opened, connections.reused
     owner = RemoteOwner(public, agents, ctx, message_timeout, connections)
     name = InstanceRef(owner.public.name)
     if reason := refusal(owner.public.training, "cdynp"):
@@ -595,10 +624,11 @@ def solve_remote(public: dict, agents: dict, ctx, *, time_limit=None, trace_dir=
                                    connections=connections, parsed=owner._parsed)
             outcome = solve_chain(backend, opts, deadline, trace_dir=trace_dir, probe=probe)
             ev = backend.evaluation(outcome.plan) if outcome.plan is not None else None
-    finally:  # whatever ended the solve: no connection of it stays open
-        connections.close()
-    outcome.stats["connections"] = {"opened": connections.opened,
-                                    "reused": connections.reused}
+    finally:  # whatever ended the solve: no connection of its own stays open
+        if own:
+            connections.close()
+    outcome.stats["connections"] = {"opened": connections.opened - opened,
+                                    "reused": connections.reused - reused}
     return result_of(name, "cdynp", outcome, ev, deadline.elapsed()), ev
 
 
