@@ -107,14 +107,15 @@ class OwnerRangeTimes(RangeTimes):
                     best = got
         return best
 
-    def _floor(self, i, j, m, theta, tau=math.inf) -> float:
+    def _floor(self, i, j, m, theta, tau=math.inf, rough=False) -> float:
         """The best floor the runs proved on DCs ``i..j`` or on any range holding it (no
         static floor): ``g`` of a range is at most ``g`` of a range inside it (the plans
         of the inner range are plans of the outer one). ``inf`` at ``theta <= 0``: no
         ``R_s`` is below 0, so no plan (``dp``'s reach then drops the range instead of
         asking it again). ``tau`` (the question's target, which ``dp``'s
-        :meth:`RangeTimes._floor` may use to skip a costly floor) is not needed: every
-        floor here is read from what the runs proved."""
+        :meth:`RangeTimes._floor` may use to skip a costly floor) and ``rough`` (``dp``'s
+        floor without new prefix-curve walks) are not needed: every floor here is read from
+        what the runs proved, at no cost."""
         if theta <= 0.0:
             return math.inf
         lo = 0.0
