@@ -203,7 +203,7 @@ def test_a_long_lived_owner_shares_its_connections_across_solves(clean, tmp_path
         # every run of the second solve reuses one connection per agent of its range,
         # its first run those the first solve's runs left too
         assert second.stats["connections"] == {
-            "opened": 0, "reused": first.stats["connections"]["reused"] + 3}
+            "opened": 0, "reused": first.stats["connections"]["reused"] + 3, "resumed": 0}
         assert (second.iteration_time, second.plan) == (first.iteration_time, first.plan)
         assert sorted(p.name for p in (tmp_path / "b").iterdir()) == sorted(
             p.name for p in (tmp_path / "a").iterdir())
@@ -215,3 +215,36 @@ def test_a_long_lived_owner_shares_its_connections_across_solves(clean, tmp_path
         conns.close()
     alone, _ = remote.solve_remote(clean.public, clean.address, ctx)
     assert alone.stats["connections"]["opened"] == 3 and alone.plan == first.plan
+
+
+def test_a_new_connection_resumes_the_tls_session_of_an_earlier_one(clean):
+    """An owner's second solve (its own connections, closed after the first) resumes
+    the TLS sessions of the first: same answer, every agent still sees the owner's
+    party (it starts the runs), and a context without those sessions does not resume."""
+    ctx = clean.ctx("owner")
+    first, _ = remote.solve_remote(clean.public, clean.address, ctx)
+    second, _ = remote.solve_remote(clean.public, clean.address, ctx)
+    assert second.stats["connections"]["opened"] == 3
+    assert second.stats["connections"]["resumed"] == 3
+    assert (second.iteration_time, second.plan) == (first.iteration_time, first.plan)
+    other, _ = remote.solve_remote(clean.public, clean.address, clean.ctx("owner"))
+    assert other.stats["connections"]["resumed"] == 0 and other.plan == first.plan
+    # a resumed session is the party of its first handshake: dc1's is not the owner's
+    run = _Run("a9" * 16, {}, None)
+    clean.servers["dc2"].runs[run.id] = run
+    pool = net.Pool(clean.ctx("dc1"))
+    try:
+        sock, _ = pool.take(clean.address["dc2"], "dc2")
+        net.send_message(sock, "prefix", run.id, clean.prefix)
+        pool.give(clean.address["dc2"], "dc2", sock, due=1)
+        sock, _ = pool.take(clean.address["dc2"], "dc2")  # its answer read: and the ticket
+        pool.give(clean.address["dc2"], "dc2", sock)
+        pool.close()
+        pool = net.Pool(pool.ctx)
+        again, _ = pool.take(clean.address["dc2"], "dc2")
+        assert again.session_reused and pool.resumed == 1
+        net.send_json(again, _header(clean, "e9" * 16))
+        assert "only the owner may start a run, not 'dc1'" in net.recv_json(again)["refused"]
+    finally:
+        pool.close()
+        clean.servers["dc2"].runs.pop(run.id, None)

@@ -57,6 +57,7 @@ import socket
 import ssl
 import threading
 import time
+import weakref
 
 from . import protocol, wire
 from .tls import party_of
@@ -81,6 +82,12 @@ IDLE_S = 30.0
 REUSE_S = 10.0
 
 _RUN_ID = re.compile(r"[0-9a-f]{32}")
+
+#: per client context, ``(address, party) ->`` the last TLS session that party's agent
+#: gave it a ticket for (:func:`remember_session`): a new connection to that agent
+#: resumes it (:func:`connect`)
+_SESSIONS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_SESSIONS_LOCK = threading.Lock()
 
 
 class Refused(Exception):
@@ -238,9 +245,11 @@ def connect(address: str, ctx: ssl.SSLContext, party: str, *, within: float = CO
     if deadline is not None and not deadline.unlimited:
         give_up = min(give_up, deadline.at + 1.0)
     pause = 0.1
+    with _SESSIONS_LOCK:
+        session = _SESSIONS.get(ctx, {}).get((address, party))
     while True:
         try:
-            sock = _handshake(host, port, ctx)
+            sock = _handshake(host, port, ctx, session)
             break
         except _Again as exc:
             if time.monotonic() + pause >= give_up:
@@ -255,20 +264,36 @@ def connect(address: str, ctx: ssl.SSLContext, party: str, *, within: float = CO
     return sock
 
 
+def remember_session(ctx: ssl.SSLContext, address: str, party: str, sock) -> None:
+    """Keep ``sock``'s TLS session (once its agent sent a ticket for it) for the next
+    connection of ``ctx`` to ``party`` at ``address``: a TLS 1.3 resumption (a key both
+    sides derived from the first, fully authenticated handshake, which names both
+    certificates again) instead of a full handshake, about 2 ms of CPU less on either
+    side. The agent still checks the party of every request; a session it no longer
+    takes means a full handshake."""
+    try:
+        session = sock.session
+    except (OSError, ValueError):
+        return
+    if session is not None and session.has_ticket:
+        with _SESSIONS_LOCK:
+            _SESSIONS.setdefault(ctx, {})[(address, party)] = session
+
+
 class _Again(OSError):
     """A failure worth another try: nobody listens yet, or a busy agent closed the
     connection before or during the TLS handshake."""
 
 
-def _handshake(host: str, port: int, ctx: ssl.SSLContext) -> ssl.SSLSocket:
-    """One try at a TLS connection (:class:`_Again` if another may succeed; an
-    :class:`OSError` saying why if not)."""
+def _handshake(host: str, port: int, ctx: ssl.SSLContext, session=None) -> ssl.SSLSocket:
+    """One try at a TLS connection, resuming ``session`` if given (:class:`_Again` if
+    another may succeed; an :class:`OSError` saying why if not)."""
     try:
         raw = socket.create_connection((host, port), timeout=HANDSHAKE_S)
     except (TimeoutError, ConnectionRefusedError, ConnectionResetError) as exc:
         raise _Again(f"cannot connect ({_why(exc)})") from None
     try:
-        return ctx.wrap_socket(raw, server_hostname=host)
+        return ctx.wrap_socket(raw, server_hostname=host, session=session)
     except (ConnectionResetError, BrokenPipeError, ssl.SSLEOFError) as exc:
         raw.close()  # closed unread: the agent had no slot for it
         raise _Again(f"TLS handshake failed ({_why(exc)})") from None
@@ -339,8 +364,9 @@ class Pool:
         self._idle: dict[tuple[str, str], list[tuple[ssl.SSLSocket, float, int]]] = {}
         self._lock = threading.Lock()
         self._closed = False
-        #: connections made (TLS handshakes) and connections reused, since the start
-        self.opened = self.reused = 0
+        #: connections made (TLS handshakes, ``resumed`` of them resuming a session) and
+        #: connections reused, since the start
+        self.opened = self.reused = self.resumed = 0
 
     def take(self, address: str, party: str, deadline=None,
              fresh: bool = False) -> tuple[ssl.SSLSocket, bool]:
@@ -367,6 +393,7 @@ class Pool:
         sock = connect(address, self.ctx, party, deadline=deadline)
         with self._lock:
             self.opened += 1
+            self.resumed += bool(sock.session_reused)
         return sock, False
 
     def has_idle(self, address: str, party: str) -> bool:
@@ -378,6 +405,7 @@ class Pool:
         """Keep ``sock`` (its last request sent whole, ``due`` answers to it not read yet:
         :meth:`take` reads them, and reuses the connection only if each is ``ok``) for
         the next request."""
+        remember_session(self.ctx, address, party, sock)
         with self._lock:
             idle = self._idle.setdefault((address, party), [])
             if not self._closed and len(idle) < self.per_peer:

@@ -99,6 +99,12 @@ class Connections:
         """Times a run took a connection kept from an earlier run."""
         return self.pool.reused
 
+    @property
+    def resumed(self) -> int:
+        """Connections made that resumed the TLS session of an earlier one to the same
+        agent (:func:`.net.remember_session`: an earlier solve's, in this process)."""
+        return self.pool.resumed
+
     def take(self, names: list[str], deadline: Deadline) -> tuple[list, list[bool]]:
         """A connection to every agent of ``names`` and, for each, whether it was kept;
         the first failure, by chain order, as an :class:`AgentFailure`."""
@@ -579,7 +585,8 @@ def solve_remote(public: dict, agents: dict, ctx, *, time_limit=None, trace_dir=
     tuple of (Result, Evaluation or None)
         The result as :func:`chainpipe.solve` gives it for ``solver="cdynp"`` on the
         whole instance (its ``stats["connections"]``: the TLS connections the owner
-        opened in this solve and the times a run reused one), and its plan's evaluation
+        opened in this solve, how many of them resumed a TLS session of an earlier solve
+        in this process, and the times a run reused one), and its plan's evaluation
         from the agents' reported costs.
 
     Raises
@@ -606,7 +613,7 @@ def solve_remote(public: dict, agents: dict, ctx, *, time_limit=None, trace_dir=
         raise ValueError("cdynp across hosts: connections= must be to the same agents, with "
                          "the same TLS context")
     connections.begin()
-    opened, reused = connections.opened, connections.reused
+    opened, reused, resumed = connections.opened, connections.reused, connections.resumed
     owner = RemoteOwner(public, agents, ctx, message_timeout, connections)
     name = InstanceRef(owner.public.name)
     if reason := refusal(owner.public.training, "cdynp"):
@@ -628,7 +635,8 @@ def solve_remote(public: dict, agents: dict, ctx, *, time_limit=None, trace_dir=
         if own:
             connections.close()
     outcome.stats["connections"] = {"opened": connections.opened - opened,
-                                    "reused": connections.reused - reused}
+                                    "reused": connections.reused - reused,
+                                    "resumed": connections.resumed - resumed}
     return result_of(name, "cdynp", outcome, ev, deadline.elapsed()), ev
 
 
