@@ -65,3 +65,31 @@ def test_a_range_least_time_at_each_theta_is_the_brute_force_one(seed, dear):
                     asked += 1
     if not asked:
         pytest.skip("no placement spans two DCs")
+
+
+@pytest.mark.parametrize("labels, close", [(100, False), (50_000, True)])
+def test_a_dear_miss_brings_the_next_trial_close(labels, close, monkeypatch):
+    """After a trial that found nothing but kept more than ``CLOSE`` labels, the ladder's
+    next trial lies at most ``CLOSE_STEP`` above it (``g`` is near); after cheap misses
+    the ladder keeps its own steps. The answer is the search's either way."""
+    inst = random_v3_instance(3)
+    tables = CostTables(inst)
+    ranges = RangeTimes(tables, Deadline(60), 1e9)
+    g = 10.0 * 1.03 ** 4 * 1.001  # just above the ladder's fourth step from the floor 10
+    asked = []
+
+    def search(i, j, m, tau, theta):
+        asked.append(tau)
+        ranges.last_labels = labels
+        return (g, 0.0, []) if tau >= g else None
+
+    monkeypatch.setattr(ranges, "_floor", lambda *a, **k: 10.0)
+    monkeypatch.setattr(ranges, "_search", search)
+    assert ranges.at_most(0, 0, 4, 20.0, np.inf, above=False) == (g, 0.0, [])
+    steps = [b / a for a, b in zip(asked, asked[1:])]
+    assert asked[0] == pytest.approx(10.3)
+    if close:  # (50,000 labels: a dear miss)
+        assert all(s <= 1.015 + 1e-12 for s in steps), steps
+        assert asked[-1] < g * 1.015
+    else:
+        assert all(s == pytest.approx(1.03) for s in steps), steps
