@@ -396,7 +396,9 @@ class SeveralPipelines:
         T_p, chosen)`` or ``None``.
 
         Each range's most microbatches at ``tau`` lies between what the plans found give
-        (``lower``) and what its floors allow (``upper``, no search). A DP over the span
+        (``lower``) and what its floors allow (``upper``, no search; first from the floors
+        already made, and walked only once the DP picks the range: a floor left out only
+        raises ``upper``; ``docs/dp.md``, "Several pipelines"). A DP over the span
         (:meth:`_most`) picks the ranges the ``upper`` values let take the most: if even
         they fall short of ``M``, the target is out of reach; if their ``lower`` values
         reach ``M``, those plans are the answer; else one search narrows one of them
@@ -420,10 +422,11 @@ class SeveralPipelines:
             ranges = self._most(P, i0, j0, cap)
             if ranges is None:
                 return None
-            if rough.intersection(ranges):  # the walks only for the ranges the DP picks
-                for r in rough.intersection(ranges):
+            picked = rough.intersection(ranges)
+            if picked:  # the walks only for the ranges the DP picks, then the DP again
+                for r in picked:
                     upper[r] = min(upper[r], self.capacity(*r, tau, theta, top))
-                rough.difference_update(ranges)
+                rough.difference_update(picked)
                 continue
             ups = [upper[r] for r in ranges]
             lows = [max(lower.get(r, 0), self._known_cap(*r, tau, theta, 0, u))
