@@ -125,7 +125,7 @@ def _row(name: str, path: Path, args) -> dict:
            "cdynp": res.status, "cdynp_T": res.iteration_time, "cdynp_s": cd_s,
            "range_runs": st.get("range_runs"), "one_dc": st.get("one_dc_runs"),
            "labels": st.get("labels"), "max_msg": st.get("message_bytes_max"),
-           "message": res.message}
+           "message": res.message, "load": os.getloadavg()[0]}
     if args.without_alone:
         off, off_s = _without_alone(inst, args.time_limit)
         row.update(off=off.status, off_T=off.iteration_time, off_s=off_s,
@@ -185,14 +185,15 @@ def write_v3(rows: list[dict], args, out: Path, curves: list[dict]) -> None:
          "pipelines), of which `one DC` were ranges of one DC, answered by `dp`'s own "
          "search on that DC's tables (`chainpipe/solvers/cdynp/alone.py`, `docs/privacy.md`, "
          "\"A range of one DC\"). Each cdynp solve starts cold: the DCs' memories and kept "
-         "tables of earlier solves in the process are dropped first."
+         "tables of earlier solves in the process are dropped first. `load`: the 1-minute load "
+         "average after the instance's solves (CPU time counts; the machine is shared)."
          + (" `without alone`: one solve with every range run by the agents' label DPs "
             "(`alone.ENABLED` off), as before it." if off else "")),
         "",
         "| instance | K | L | M | schedule | pipelines | runs | dp | dp T (s) | dp CPU (s) | "
         "cdynp | cdynp T (s) | cdynp CPU (s) | ratio | same T | range runs | one DC | "
-        "max msg (B) |" + (" without alone | its CPU (s) | its range runs |" if off else ""),
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+        "max msg (B) | load |" + (" without alone | its CPU (s) | its range runs |" if off else ""),
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
         + ("---|---|---|" if off else ""),
     ]
     for r in rows:
@@ -200,7 +201,7 @@ def write_v3(rows: list[dict], args, out: Path, curves: list[dict]) -> None:
                 f"{r['pipelines']} | {r['repeat']} | {r['dp']} | {r['dp_T']} | "
                 f"{r['dp_s']:.1f} | {r['cdynp']} | {r['cdynp_T']} | {r['cdynp_s']:.1f} | "
                 f"{_ratio(r)} | {'yes' if _same(r['cdynp_T'], r['dp_T']) else 'no'} | "
-                f"{r['range_runs']} | {r['one_dc']} | {r['max_msg']} |")
+                f"{r['range_runs']} | {r['one_dc']} | {r['max_msg']} | {r['load']:.1f} |")
         if off:
             line += (f" {r['off']} | {r['off_s']:.1f} | {r['off_runs']} |" if "off" in r
                      else " - | - | - |")
