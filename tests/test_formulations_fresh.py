@@ -88,6 +88,7 @@ def test_a_cpu_limit_counts_the_runs_cpu_seconds(monkeypatch):
 
     monkeypatch.setattr(importlib.import_module("chainpipe.solve"), "solver_function",
                         lambda name: fake)
+    monkeypatch.setattr(bench, "CPU_WALL_FACTOR", 100.0)  # a loaded machine: 40 s of wall
     inst = read(ROOT / "instances" / "v3" / "small" / "v3-small-01-period.json")
     r = bench._solve_on_cpu(inst, "dp", 0.4, {})
     assert r.status.value == "no_solution"
