@@ -29,7 +29,9 @@ fixed-period rows):
   block and ``M_p`` again) goes on with the open windows (:meth:`PeriodWindows.resume`).
 
 The route (``solvers/ilp.py:_windowed``, ``_root_gap_wide``) takes the windows for
-models of one datacenter (:data:`WINDOW_DCS`; the two-type DCs of the eleventh round)
+models of one datacenter (and for such networks of the levels of its joint models of
+several pipelines, valued by ``T - max R``: ``solvers/ilp.py:_level_windows``;
+:data:`WINDOW_DCS`; the two-type DCs of the eleventh round)
 with :data:`WINDOW_COLUMNS` stage columns or more, and only when the whole model's LP
 relaxation is more than :data:`WINDOW_GAP` below the upper bound, or not solved in
 :data:`ROOT_LP_S` CPU seconds; that LP's bound is every window's first floor. Every window, its model

@@ -25,7 +25,9 @@ deadline, seed, threads, log, **options) -> Outcome``. Options:
   the heuristic plan onto the network's columns (not under 1F1B's period);
   ``bottleneck`` and ``dominance`` do not apply; a one-DC 1F1B model of 2000 stage
   columns or more whose root LP is over 5 % below the upper bound is solved by windows
-  of its period, best first (:mod:`chainpipe.formulations.flow_windows`);
+  of its period, best first (:mod:`chainpipe.formulations.flow_windows`), and so is
+  such a network of a level of the joint model of several pipelines
+  (:func:`_level_windows`; its root LP gets 2 CPU s);
 - ``cutoff`` (``ilp-path`` only, seconds): what the caller needs to know is a plan
   faster than this or a proof that there is none; the network is pruned with it as the
   upper bound (below the heuristic plan's time), and the reported bound is at most it
