@@ -195,3 +195,39 @@ def test_a_span_walks_only_the_ranges_its_split_picks(name, monkeypatch):
     assert lazy.status == eager.status == "optimal"
     assert lazy.iteration_time == eager.iteration_time
     assert lazy_made < len(made)
+
+
+@pytest.mark.parametrize("name", ["hybrid/small/hybrid-small-02-gpipe-nozero",
+                                  "hybrid/small/hybrid-small-05-mem",
+                                  "hybrid/small/hybrid-small-04-three-dc",
+                                  "v3/small/v3-small-01-period"])
+def test_candidate_rows_at_every_need_are_those_of_its_own_dominance(name):
+    """``dp_period.candidate_rows`` takes the dominated options of a group once, whatever
+    ``need`` (a dominator holds no fewer microbatches): at every ``need`` its rows are
+    those of the dominance among the options that hold ``need`` alone, with and without
+    GPipe's phases (instances whose memory limits the microbatches in flight, with
+    dominated options; the random ones have neither)."""
+    import numpy as np
+
+    from chainpipe.deadline import Deadline
+    from chainpipe.solvers.dp_period import candidate_rows, phase_options
+    from chainpipe.tables import CostTables, dominated_options
+
+    inst = read(Path(__file__).parent.parent / "instances" / f"{name}.json")
+    tables = CostTables(inst)
+    dropped = 0
+    for g in range(tables.G):
+        o = tables.options(g)
+        C, N, R, W = o.compute_time, o.max_in_flight, o.sync_time, o.width
+        for phases in (False, True):
+            F, B = phase_options(tables, g) if phases else (C, C)
+            for need in range(1, inst.microbatches + 2):
+                ok = np.isfinite(C) & (N >= need)
+                gone = dominated_options(ok, C, N, R, W, None, (F, B) if phases else ())
+                dropped += int((ok & gone).sum())
+                want = sorted(map(tuple, np.argwhere(ok & ~gone)[:, [1, 2, 0]].tolist()))
+                rows = candidate_rows(tables, g, need, phases, Deadline(60))[0]
+                got = sorted((int(r[0]), b, int(r[7])) for b, rs in enumerate(rows)
+                             if rs is not None for r in rs)
+                assert got == want, (name, g, phases, need)
+    assert dropped  # (the rule has options to drop here)

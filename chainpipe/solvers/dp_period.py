@@ -233,8 +233,7 @@ def candidate_rows(tables: CostTables, g: int, need: int, phases: bool, deadline
     if len(opts.d):
         C, N, R, W = opts.compute_time, opts.max_in_flight, opts.sync_time, opts.width
         F, B = phase_options(tables, g) if phases else (C, C)
-        ok = np.isfinite(C) & (N >= need)
-        ok &= ~dominated_options(ok, C, N, R, W, deadline.check, (F, B) if phases else ())
+        ok = np.isfinite(C) & (N >= need) & ~_dominated(tables, opts, phases, F, B, deadline)
         cs, starts, ends = np.nonzero(ok)
         order = np.lexsort((C[cs, starts, ends], ends))
         cs, starts, ends = cs[order], starts[order], ends[order]
@@ -250,6 +249,23 @@ def candidate_rows(tables: CostTables, g: int, need: int, phases: bool, deadline
                 per_end[b] = np.ascontiguousarray(rows[lo:hi])
     cache[key] = (per_end, limits, widths, opts)  # opts kept alive: its id stays unique
     return per_end, limits, widths
+
+
+def _dominated(tables: CostTables, opts, phases: bool, F, B, deadline: Deadline):
+    """:func:`~chainpipe.tables.dominated_options` of a group's finite options, once per
+    group (and ``phases``) whatever ``need``: a dominator holds no fewer microbatches
+    than what it dominates, so an option that holds ``need`` is dominated among those
+    that hold ``need`` exactly when it is among all (GPipe asks a group at the ``M_p`` of
+    each search: a fresh ``v3-medium-04``-like instance, seed 5, spent 0.85 of its 3.1 s
+    on 140 such masks)."""
+    cache = tables.__dict__.setdefault("_dominated_rows", {})
+    key = (id(opts), phases)
+    got = cache.get(key)
+    if got is None:
+        C, N, R, W = opts.compute_time, opts.max_in_flight, opts.sync_time, opts.width
+        got = cache[key] = dominated_options(np.isfinite(C), C, N, R, W, deadline.check,
+                                             (F, B) if phases else ())
+    return got
 
 
 class PipelineSearch:
