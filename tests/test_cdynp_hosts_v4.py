@@ -13,13 +13,11 @@
 
 from __future__ import annotations
 
-import socket
-import threading
 import time
 
 import pytest
 from test_cdynp_hosts import THREE
-from test_cdynp_reuse import Agents
+from test_cdynp_reuse import Agents, fake_agents
 
 from chainpipe.deadline import Deadline
 from chainpipe.solvers.cdynp import net, remote, serve
@@ -70,50 +68,34 @@ def test_the_owner_starts_every_agent_at_once(clean):
     """Fake agents that read the header and never answer: each of the three gets it
     (protocol version 3 sent DC 1 its header only after DCs 2 and 3 had answered)."""
     got: dict = {}
-    stop = threading.Event()
 
-    def serve_one(listener, name):
-        ctx = clean.ctx(name, "server")
-        listener.settimeout(0.2)
+    def handle(conn, name, stop):
+        got[name] = net.recv_json(conn)["kind"]
         while not stop.is_set():
-            try:
-                raw, _ = listener.accept()
-            except TimeoutError:
-                continue
-            with ctx.wrap_socket(raw, server_side=True) as conn:
-                conn.settimeout(5)
-                got[name] = net.recv_json(conn)["kind"]
-                while not stop.is_set():
-                    time.sleep(0.05)
+            time.sleep(0.05)
 
-    fakes, threads = {}, []
-    try:
-        for name in clean.names:
-            listener = socket.create_server(("127.0.0.1", 0))
-            fakes[name] = f"127.0.0.1:{listener.getsockname()[1]}"
-            threads.append(threading.Thread(target=serve_one, args=(listener, name),
-                                            daemon=True))
-            threads[-1].start()
+    with fake_agents(clean, handle) as fakes:
         backend = remote.RemoteAgents(clean.public, fakes, clean.ctx("owner"))
         with pytest.raises(AgentFailure, match="hung"):
             backend.one_run({}, None, Deadline(0.5))
-        assert got == {"dc1": "run", "dc2": "run", "dc3": "run"}
+    assert got == {"dc1": "run", "dc2": "run", "dc3": "run"}
+
+
+def _send_early_prefix(agents: Agents, run: str) -> None:
+    """dc1's prefix of ``run`` to dc2 before any header of that run: answered ok."""
+    sock = net.connect(agents.address["dc2"], agents.ctx("dc1"), "dc2")
+    try:
+        net.send_message(sock, "prefix", run, agents.prefix)
+        assert net.recv_json(sock) == {"ok": True}
     finally:
-        stop.set()
-        for t in threads:
-            t.join(timeout=10)
+        net.close(sock)
 
 
 def test_an_early_prefix_is_kept_for_its_run(clean):
     """dc1's prefix reaches dc2 before the owner's header: answered ok, and the run takes
     it when it starts (dc2 then waits for dc3's summary, not for dc1's prefix)."""
     run = "e1" * 16
-    sock = net.connect(clean.address["dc2"], clean.ctx("dc1"), "dc2")
-    try:
-        net.send_message(sock, "prefix", run, clean.prefix)
-        assert net.recv_json(sock) == {"ok": True}
-    finally:
-        net.close(sock)
+    _send_early_prefix(clean, run)
     assert _first_event(clean, "dc2", run) == {"event": "wait", "peer": "dc3", "run": run}
     # without it, the run waits for dc1
     other = "e2" * 16
@@ -123,12 +105,7 @@ def test_an_early_prefix_is_kept_for_its_run(clean):
 def test_an_early_prefix_is_dropped_when_its_run_does_not_start_in_time(clean, monkeypatch):
     monkeypatch.setattr(net, "EARLY_S", 0.3)
     run = "e3" * 16
-    sock = net.connect(clean.address["dc2"], clean.ctx("dc1"), "dc2")
-    try:
-        net.send_message(sock, "prefix", run, clean.prefix)
-        assert net.recv_json(sock) == {"ok": True}
-    finally:
-        net.close(sock)
+    _send_early_prefix(clean, run)
     time.sleep(0.6)
     assert _first_event(clean, "dc2", run) == {"event": "wait", "peer": "dc1", "run": run}
     assert any(f"dropped a prefix for run {run[:8]}.." in line for line in clean.lines)

@@ -21,6 +21,7 @@ agents are :class:`~chainpipe.solvers.cdynp.serve.AgentServer` threads of this p
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import threading
@@ -233,13 +234,15 @@ def test_a_second_owner_cannot_take_over_or_feed_a_run(three):
         net.close(first)
 
 
-def test_an_event_naming_another_run_ends_the_owners_run(three, tmp_path):
-    """Fake agents (each with its DC's certificate) that take the run and answer with an
-    event of another run: the owner ends the run naming the DC."""
+@contextlib.contextmanager
+def fake_agents(agents: Agents, handle):
+    """TLS servers on loopback, one per DC of ``agents``, each with its DC's certificate,
+    calling ``handle(conn, name, stop)`` on every connection it accepts; yields their
+    addresses by DC and stops them on the way out."""
     fakes, threads, stop = {}, [], threading.Event()
 
     def serve(listener, name):
-        ctx = three.ctx(name, "server")
+        ctx = agents.ctx(name, "server")
         listener.settimeout(0.2)
         while not stop.is_set():
             try:
@@ -248,27 +251,39 @@ def test_an_event_naming_another_run_ends_the_owners_run(three, tmp_path):
                 continue
             with ctx.wrap_socket(raw, server_side=True) as conn:
                 conn.settimeout(5)
-                header = net.recv_json(conn)
-                net.send_json(conn, {"event": "work", "run": "0" * 32})
-                try:
-                    net.recv_json(conn)  # until the owner closes
-                except (wire.Closed, OSError):
-                    pass
-                assert header["kind"] == "run"
+                handle(conn, name, stop)
 
     try:
-        for name in three.names:
+        for name in agents.names:
             listener = socket.create_server(("127.0.0.1", 0))
             fakes[name] = f"127.0.0.1:{listener.getsockname()[1]}"
             threads.append(threading.Thread(target=serve, args=(listener, name), daemon=True))
             threads[-1].start()
-        backend = remote.RemoteAgents(three.public, fakes, three.ctx("owner"))
-        with pytest.raises(AgentFailure, match="does not name this run"):
-            backend.one_run({}, None, Deadline(20))
+        yield fakes
     finally:
         stop.set()
         for t in threads:
             t.join(timeout=10)
+
+
+def test_an_event_naming_another_run_ends_the_owners_run(three, tmp_path):
+    """Fake agents (each with its DC's certificate) that take the run and answer with an
+    event of another run: the owner ends the run naming the DC."""
+    headers = []
+
+    def handle(conn, name, stop):
+        headers.append(net.recv_json(conn)["kind"])
+        net.send_json(conn, {"event": "work", "run": "0" * 32})
+        try:
+            net.recv_json(conn)  # until the owner closes
+        except (wire.Closed, OSError):
+            pass
+
+    with fake_agents(three, handle) as fakes:
+        backend = remote.RemoteAgents(three.public, fakes, three.ctx("owner"))
+        with pytest.raises(AgentFailure, match="does not name this run"):
+            backend.one_run({}, None, Deadline(20))
+    assert headers and set(headers) == {"run"}
 
 
 def test_another_cas_certificate_is_refused_and_kept_connections_keep_their_party(
