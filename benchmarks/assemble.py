@@ -33,6 +33,15 @@ ORDER = [
      "python benchmarks/formulations.py --time-limit 120 --fresh "
      "v3-medium-02-small-model:3-8 --solvers ilp-path --backends highs --device-states "
      "--no-figure --out benchmarks/results/formulations_flow_fresh.md --no-lp --ref-limit 300"),
+    ("benchmarks/results/formulations_flow_v3_cpu.md",
+     "python benchmarks/formulations.py --time-limit 120 --sets v3/small v3/medium --solvers "
+     "ilp-path --backends highs --device-states --cpu-limit --out "
+     "benchmarks/results/formulations_flow_v3_cpu.md"),
+    ("benchmarks/results/formulations_flow_fresh_others.md",
+     "python benchmarks/formulations.py --time-limit 120 --fresh v3-medium-01:3 "
+     "v3-medium-04-gpipe:3 v3-medium-03-slow-sync8:3 --solvers ilp-path --backends highs "
+     "--device-states --no-figure --out benchmarks/results/formulations_flow_fresh_others.md "
+     "--no-lp --cpu-limit --ref-limit 300"),
     ("benchmarks/results/formulations_flow_fresh_hybrid.md",
      "python benchmarks/formulations.py --time-limit 60 --fresh hybrid-medium-01:5,6 "
      "hybrid-medium-02-man100:5,6 hybrid-medium-03-man400:5,6 hybrid-medium-04-degraded:5,6 "
