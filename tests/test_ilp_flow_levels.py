@@ -146,7 +146,7 @@ def test_a_dc_with_its_groups_in_another_order_is_a_sibling_and_twin():
     the second's slower own link): the second's twin is the first (found only when the
     groups are compared up to their order), and the joint model by levels, answering
     levels from it, proves the merged model's optimum on every split."""
-    from test_ilp_flow_v3 import joint_by_levels_checked
+    from test_ilp_flow_v3 import every_split_checked
 
     opts = ilp._options("ilp-path", dict(FLOW))
     found = checked = 0
@@ -154,12 +154,8 @@ def test_a_dc_with_its_groups_in_another_order_is_a_sibling_and_twin():
         inst = _permuted_twin(seed)
         if inst is None:
             continue
-        M = inst.microbatches
-        cache = ilp._SyncCache()
-        for m0 in range(1, M):
-            subs = [sub_instance(inst, 0, 0, m0), sub_instance(inst, 1, 1, M - m0)]
-            if joint_by_levels_checked(subs, opts, cache, (seed, m0)) is not None:
-                checked += 1
+        cache, n = every_split_checked(inst, opts, seed)
+        checked += n
         slow = [k for k in cache.twins if k[0] == (inst.datacenters[1].name,)]
         found += sum(cache.twins[k] is not None for k in slow)
         assert all(cache.twins[k] is None or cache.twins[k][1] == inst.datacenters[0].name

@@ -228,6 +228,22 @@ def joint_by_levels_checked(subs, opts, cache, where):
     return opt
 
 
+def every_split_checked(inst, opts, where):
+    """:func:`joint_by_levels_checked` of the two single-DC pipelines of a two-DC
+    instance at every split of its microbatches, with one level cache: ``(cache, how
+    many splits had plans on both DCs)``."""
+    from chainpipe.formulations.pipelines import sub_instance
+    from chainpipe.solvers import ilp
+
+    M = inst.microbatches
+    cache, checked = ilp._SyncCache(), 0
+    for m0 in range(1, M):
+        subs = [sub_instance(inst, 0, 0, m0), sub_instance(inst, 1, 1, M - m0)]
+        if joint_by_levels_checked(subs, opts, cache, (where, m0)) is not None:
+            checked += 1
+    return cache, checked
+
+
 @pytest.mark.parametrize("seed", range(24))
 def test_the_joint_model_by_sync_levels_equals_the_merged_one(seed):
     """``solvers/ilp.py:_joint_by_sync`` (levels of the synchronisation, one MIP per

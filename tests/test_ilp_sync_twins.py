@@ -13,7 +13,7 @@ import math
 from pathlib import Path
 
 import numpy as np
-from test_ilp_flow_v3 import FLOW, joint_by_levels_checked
+from test_ilp_flow_v3 import FLOW, every_split_checked
 
 from chainpipe import Instance
 from chainpipe.io import read
@@ -51,7 +51,6 @@ def test_twin_levels_give_the_joint_optimum(monkeypatch):
     twin looked up in the other direction (a faster twin's answers do not bound a slower
     pipeline), its plans taken as optimal whatever their gap, or a plan taken without
     checking that it fits the cap."""
-    from chainpipe.formulations.pipelines import sub_instance
     from chainpipe.solvers import ilp
 
     answered = []
@@ -69,12 +68,8 @@ def test_twin_levels_give_the_joint_optimum(monkeypatch):
         inst = _with_twin(seed // 2, slower_first=seed % 2 == 1)
         if inst is None:
             continue
-        M = inst.microbatches
-        cache = ilp._SyncCache()
-        for m0 in range(1, M):
-            subs = [sub_instance(inst, 0, 0, m0), sub_instance(inst, 1, 1, M - m0)]
-            if joint_by_levels_checked(subs, opts, cache, (seed, m0)) is not None:
-                checked += 1
+        cache, n = every_split_checked(inst, opts, seed)
+        checked += n
         twins = [v for v in cache.twins.values() if v is not None]
         fast = inst.datacenters[seed % 2].name
         assert all(fast == t[1] for t in twins), seed
