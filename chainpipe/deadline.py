@@ -66,6 +66,16 @@ class Deadline:
     def expired(self) -> bool:
         return self.limit is not None and time.monotonic() >= self.at
 
+    def cpu_end(self) -> float:
+        """The process CPU time (:func:`time.process_time`) at which the deadline ends:
+        ``inf`` for one on the wall clock alone (a CPU phase of a solve says its own)."""
+        return math.inf
+
+    def wall(self) -> Deadline:
+        """The deadline on the wall clock that bounds this one: itself here (a CPU
+        phase gives the one it is part of), for a backend's own wall-clock limit."""
+        return self
+
     def check(self) -> None:
         """Raise :class:`TimeUp` if the deadline has passed."""
         if self.expired():

@@ -1,5 +1,5 @@
-"""HiGHS kept to a deadline that ends on CPU time (``solvers/highs.py``: ``_cpu_at``,
-``_wall``; :class:`~chainpipe.formulations.pipelines.CpuPhase`): its own ``time_limit``
+"""HiGHS kept to a deadline that ends on CPU time (``Deadline.cpu_end``,
+``Deadline.wall``; :class:`~chainpipe.formulations.pipelines.CpuPhase`): its own ``time_limit``
 is the wall-clock deadline above the phase, and the interrupt callbacks stop it once the
 process has used the phase's CPU seconds."""
 
@@ -45,14 +45,14 @@ def test_a_cpu_phase_gives_highs_its_parents_wall_limit_and_its_own_cpu_end():
     """The wall-clock limit HiGHS gets is the first ancestor's on the wall clock, the CPU
     end the earliest of the nested phases'; a plain deadline has no CPU end."""
     outer = Deadline(50)
-    assert highs._wall(outer) is outer and highs._cpu_at(outer) == math.inf
+    assert outer.wall() is outer and outer.cpu_end() == math.inf
     phase = CpuPhase(outer, 5.0)
-    assert highs._wall(phase) is outer
-    assert math.isclose(highs._cpu_at(phase), phase.cpu_at)
+    assert phase.wall() is outer
+    assert math.isclose(phase.cpu_end(), phase.cpu_at)
     inner = CpuPhase(phase, 100.0)  # the outer phase ends first
-    assert highs._wall(inner) is outer
-    assert math.isclose(highs._cpu_at(inner), phase.cpu_at)
-    assert highs._cpu_at(CpuPhase(phase, 1.0)) < phase.cpu_at
+    assert inner.wall() is outer
+    assert math.isclose(inner.cpu_end(), phase.cpu_at)
+    assert CpuPhase(phase, 1.0).cpu_end() < phase.cpu_at
 
 
 def test_highs_stops_at_the_phases_cpu_end_not_at_the_wall_limit():

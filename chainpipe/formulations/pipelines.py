@@ -126,6 +126,15 @@ class CpuPhase(Deadline):
     def expired(self) -> bool:
         return self.parent.expired() or time.process_time() >= self.cpu_at
 
+    def cpu_end(self) -> float:
+        """Its own CPU end, or that of a phase it is part of if earlier."""
+        return min(self.cpu_at, self.parent.cpu_end())
+
+    def wall(self) -> Deadline:
+        """The wall-clock deadline it is part of (its first ancestor that is not a
+        phase)."""
+        return self.parent.wall()
+
 
 def cross_time(instance, first: int, last: int) -> float:
     """``R_X / H`` of pipelines spanning DCs ``first..last``.

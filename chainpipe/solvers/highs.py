@@ -6,7 +6,10 @@ search when the caller presses Ctrl-C or the deadline has passed by more than
 :data:`OVERRUN_S` (HiGHS's own ``time_limit``, set a little short of the deadline by
 :func:`~chainpipe.solvers.mip.backend_seconds`, normally stops it first), or when a
 deadline that ends on CPU time (a :class:`~chainpipe.formulations.pipelines.CpuPhase`)
-has used its CPU seconds (HiGHS's own limit then is the wall-clock one above it). Its
+has used its CPU seconds (:meth:`~chainpipe.deadline.Deadline.cpu_end`; HiGHS's own
+limit then is the wall-clock one above it, :meth:`~chainpipe.deadline.Deadline.wall`:
+on a loaded machine a phase of ``c`` CPU seconds then does ``c`` CPU seconds of work,
+not what a wall-clock limit of ``c`` seconds allows). Its
 log goes to ``log`` through the logging callback, never to the console.
 """
 
@@ -90,7 +93,7 @@ def solve_highs(model, *, relax: bool, deadline: Deadline, seed: int = 0, thread
         h.setOptionValue(key, value)
     for key, value in getattr(model, "highs_options", {}).items():  # the model's own
         h.setOptionValue(key, value)
-    limit = backend_seconds(_wall(deadline))
+    limit = backend_seconds(deadline.wall())
     if limit is not None:
         h.setOptionValue("time_limit", float(limit))
     pass_model(h, model, relax)
@@ -112,7 +115,7 @@ def _run(h, deadline: Deadline, on_bounds=None) -> None:
     branch and bound's incumbent and bound told to ``on_bounds`` as it goes."""
     stop = threading.Event()
     hard = math.inf if deadline.unlimited else deadline.at + OVERRUN_S
-    cpu_at = _cpu_at(deadline)
+    cpu_at = deadline.cpu_end()
 
     def interrupt(event):
         if stop.is_set() or time.monotonic() >= hard or time.process_time() >= cpu_at:
@@ -131,30 +134,6 @@ def _run(h, deadline: Deadline, on_bounds=None) -> None:
     h.cbMipInterrupt += mip_interrupt
     abandon = None if deadline.unlimited else deadline.at + ABANDON_S
     run_stoppable(h.run, stop.set, name="highs", abandon_at=abandon)
-
-
-def _cpu_at(deadline: Deadline) -> float:
-    """The process CPU time (:func:`time.process_time`, HiGHS's thread included) at which
-    a deadline that ends on CPU time (``cpu_at``: :class:`~chainpipe.formulations.
-    pipelines.CpuPhase`, and the phases it is part of) ends; ``inf`` for a deadline on
-    the wall clock alone."""
-    at = math.inf
-    while deadline is not None:
-        at = min(at, float(getattr(deadline, "cpu_at", math.inf)))
-        deadline = getattr(deadline, "parent", None)
-    return at
-
-
-def _wall(deadline: Deadline) -> Deadline:
-    """The deadline whose seconds HiGHS's own ``time_limit`` (wall clock) gets: for one
-    that ends on CPU time, its first wall-clock ancestor's (the CPU end is kept by the
-    interrupt callbacks, :func:`_run`), so that on a loaded machine a phase of ``c`` CPU
-    seconds does ``c`` CPU seconds of work, not what a wall-clock limit of ``c`` seconds
-    allows (about half at half a core: ``docs/formulations.md``, "Thirteenth round");
-    else itself."""
-    while hasattr(deadline, "cpu_at") and getattr(deadline, "parent", None) is not None:
-        deadline = deadline.parent
-    return deadline
 
 
 def _answer(h, relax: bool) -> MipAnswer:
@@ -260,7 +239,7 @@ def solve_lp_bound(model, *, deadline: Deadline, seed: int = 0, threads: int = 1
     for key, value in getattr(model, "highs_options", {}).items():
         if key not in ("solver", "objective_bound", "mip_allow_restart"):
             h.setOptionValue(key, value)
-    limit = backend_seconds(_wall(deadline))
+    limit = backend_seconds(deadline.wall())
     if limit is not None:
         h.setOptionValue("time_limit", float(limit))
     pass_model(h, model, True)
