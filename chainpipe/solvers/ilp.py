@@ -858,16 +858,12 @@ class _SyncBlock:
                 seen.add(id(lv.plan))
                 yield lv.plan if names is None else _renamed(lv.plan, *names)
 
-    def _level_model(self, cap: float, below: float, deadline: Deadline):
-        """``(form, model)`` of the plans with every ``R <= cap``, minimising ``T_p - max
-        R``: with :attr:`LEVEL_MODELS` the arc-flow network built for this level
-        (``sync_cap``, ``count_sync=False``) and pruned by ``below`` (the plans it must
-        beat: every plan it drops has ``T_p - max R > below``), else the shared model
-        with the columns above the cap fixed to 0; ``(form, None)`` when the level's
-        network is empty. A network of the level is not built into a model here
-        (``model`` is ``True``): :meth:`solve` builds it, or takes it by windows."""
-        if not LEVEL_MODELS:
-            return self.form, self.form.sync_capped(cap, False)
+    def _level_network(self, cap: float, below: float, deadline: Deadline):
+        """The arc-flow network of the plans with every ``R <= cap``, minimising ``T_p -
+        max R`` (``sync_cap``, ``count_sync=False``; :attr:`LEVEL_MODELS`), pruned by
+        ``below`` (the plans it must beat: every plan it drops has ``T_p - max R >
+        below``); ``None`` when it is empty. Not built into a model here: :meth:`solve`
+        builds it, or takes it by windows."""
         from ..formulations.ilp_flow import FlowFormulation
 
         if self.cache.tables.get(self.key) is None:
@@ -876,7 +872,7 @@ class _SyncBlock:
             form = FlowFormulation(self.cache.tables[self.key], check=deadline.check,
                                    upper_bound=below if math.isfinite(below) else None,
                                    sync_cap=cap, count_sync=False)
-        return form, (True if form.n_arcs else None)
+        return form if form.n_arcs else None
 
     def solve(self, cap: float, strict: bool, below: float, target: float,
               deadline: Deadline, opts: _Options, seed, threads, log) -> None:
@@ -900,12 +896,14 @@ class _SyncBlock:
         if self._known(cap, strict, below, target) or self._from_twin(cap, strict, below,
                                                                       target):
             return
-        form, model = self._level_model(cap, below, deadline)
-        if model is None:  # no plan under the cap has T_p - max R below ``below``
-            self._store(_Level(cap, strict, below, None, math.inf, math.inf, math.inf,
-                               below, True))
-            return
-        if model is True:
+        if not LEVEL_MODELS:  # the shared model with the columns above the cap fixed to 0
+            form, model = self.form, self.form.sync_capped(cap, False)
+        else:
+            form = self._level_network(cap, below, deadline)
+            if form is None:  # no plan under the cap has T_p - max R below ``below``
+                self._store(_Level(cap, strict, below, None, math.inf, math.inf, math.inf,
+                                   below, True))
+                return
             stats = {}
             with np.errstate(over="ignore", divide="ignore", invalid="ignore",
                              under="ignore"):
