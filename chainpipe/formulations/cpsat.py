@@ -188,23 +188,30 @@ def loop_pruned(tables: CostTables, arcs: StageArcs, upper_bound: float,
     """``arcs`` without the options no plan no slower than ``upper_bound`` uses, by the
     arc-flow path ILP's exact pruning (:class:`~chainpipe.formulations.ilp_flow.
     FlowFormulation`, whose stage options are these arcs' with device states added):
-    whole-path bounds on fill, ``max(C, U)`` and ``R``, and under 1F1B's period the loop
-    over all stages (a plan of ``k < M`` stages has ``T >= fill (1 + (M - 1) / k)``).
-    Every plan no slower than the bound is a path of that network that keeps all its
-    columns, so an option without a kept column is in none; and when no such path has
-    ``M`` stages, ``s_max`` drops to ``M - 1``. Only under 1F1B's period (elsewhere the
-    path bounds alone, which ``bound_prune`` approximates, were not measured) and for a
-    network of at most :data:`LOOP_PRUNE_COLUMNS` stage columns; ``arcs`` unchanged
-    otherwise."""
+    whole-path bounds on fill, the period's maxima (GPipe's two phases) and ``R``, and
+    under 1F1B's period the loop over all stages (a plan of ``k < M`` stages has ``T >=
+    fill (1 + (M - 1) / k)``). Every plan no slower than the bound is a path of that
+    network that keeps all its columns, so an option without a kept column is in none;
+    and when no such path has ``M`` stages, ``s_max`` drops to ``M - 1``. For a network
+    of at most :data:`LOOP_PRUNE_COLUMNS` stage columns; ``arcs`` unchanged otherwise.
+    (Before issue 33's fourteenth round only under 1F1B's period: on ``v3-medium-04``'s
+    one-pipeline GPipe entry the path bounds keep 10 of 10 758 options.)"""
     from .ilp_flow import FlowFormulation, ModelTooLarge
 
-    if period_mode(tables) != "1f1b" or tables.M < 2 or not len(arcs):
+    if not len(arcs):
         return arcs
     try:
         flow = FlowFormulation(tables, check=check, upper_bound=upper_bound, exits=False,
                                max_columns=LOOP_PRUNE_COLUMNS)
     except ModelTooLarge:
         return arcs
+    return kept_options(tables, arcs, flow)
+
+
+def kept_options(tables: CostTables, arcs: StageArcs, flow) -> StageArcs:
+    """``arcs`` restricted to the stage options that have a column in ``flow`` (a
+    :class:`~chainpipe.formulations.ilp_flow.FlowFormulation` built on the same tables,
+    or one of its period windows), ``s_max`` lowered to the network's."""
     fa = flow.arcs
 
     def keys(x):
@@ -217,7 +224,7 @@ def loop_pruned(tables: CostTables, arcs: StageArcs, upper_bound: float,
     fields = ("group", "option", "start", "end", "d", "t", "compute", "sync", "cap")
     kept_fields = {f: getattr(arcs, f)[keep] for f in fields}
     kept_fields["cap"] = np.minimum(kept_fields["cap"], s_max)
-    return dataclasses.replace(arcs, s_max=s_max, **kept_fields)
+    return dataclasses.replace(arcs, s_max=max(s_max, 1), **kept_fields)
 
 
 #: per tables object, the values ``h(b)`` :class:`FloorBound` computed (kept while the
@@ -331,11 +338,14 @@ class CpsatModel:
     #: ``(variable, coefficient)`` of ``T`` less the synchronisation (``fill + (M-1) lambda``)
     time_pairs: list = field(default_factory=list)
     shared: bool = False  # built into a model of several pipelines: no objective of its own
+    #: ``(lo, hi)`` seconds: a window of the period (:meth:`build`'s ``window``), or None
+    period: tuple | None = None
 
     # -------------------------------------------------------------- building
     @classmethod
     def build(cls, tables: CostTables, upper_bound: float | None, check=None,
-              features=DEFAULT_FEATURES, model=None, unit: float | None = None) -> CpsatModel:
+              features=DEFAULT_FEATURES, model=None, unit: float | None = None,
+              window=None) -> CpsatModel:
         """Build the model.
 
         ``upper_bound`` is the time of a real plan: arcs that alone make a plan slower
@@ -347,6 +357,13 @@ class CpsatModel:
         ``model`` (a ``CpModel``) and ``unit``: build into that model with that unit, as one
         pipeline of a plan of several (:mod:`chainpipe.formulations.pipelines`); no
         objective is set, :attr:`time_pairs` and :attr:`sync` give the pipeline's terms.
+
+        ``window`` (1F1B's period, with ``upper_bound``): a period window of the arc-flow
+        network (:meth:`~chainpipe.formulations.ilp_flow.FlowFormulation.window`, its
+        ``period`` ``(lo, hi)``); the model then holds only the options with a column in
+        it and ``z`` in ``[floor(lo / unit), floor(hi / unit)]``: every plan no slower than
+        ``upper_bound`` whose period is in the window, each at most at its ``T``
+        (``docs/cpsat.md``, "Windows of the period").
         """
         from ortools.sat.python import cp_model
 
@@ -358,13 +375,16 @@ class CpsatModel:
             floor_bound = FloorBound(tables, stage_arcs(tables, upper_bound, check).compute,
                                      check)
         arcs = stage_arcs(tables, upper_bound, check, floor_bound)
-        if prune and "loop_prune" in features:
+        if window is not None:
+            arcs = kept_options(tables, arcs, window)
+        elif prune and "loop_prune" in features:
             arcs = loop_pruned(tables, arcs, upper_bound, check)
         if not prune:
             upper_bound = range_bound(tables, arcs)
         self = cls(tables, upper_bound, unit or upper_bound / SCALE_UNITS, arcs)
         self.check, self.features, self.floor_bound = check, features, floor_bound
         self.mode, self.shared = period_mode(tables), model is not None
+        self.period = None if window is None else tuple(window.period)
         self.model = model if model is not None else cp_model.CpModel()
         self.x_cost = scaled_floor(arcs.compute, self.unit)
         self.x_sync = scaled_floor(arcs.sync, self.unit)
@@ -521,6 +541,10 @@ class CpsatModel:
             if "bottleneck_floor" in self.features:  # every plan's max C' is at least this
                 low = min(max(int(scaled_floor([bottleneck_floor(self.tables)], self.unit)[0]),
                               0), top)
+            if self.period is not None:  # a plan of the window keeps z = floor(lambda/unit)
+                low = max(low, int(scaled_floor([self.period[0]], self.unit)[0]))
+                top = min(top, int(math.floor(self.period[1] * (1 + UB_RTOL) / self.unit)))
+                low = min(low, top)
             self.bottleneck = int(self._new_vars(1, top, low)[0])
             self._max_rows(self.bottleneck, self.x_cost)
             if "capacity" in self.features:

@@ -38,19 +38,23 @@ limit; the bound is the least over entries of what is proven of each. ``hint`` a
 from __future__ import annotations
 
 import dataclasses
+import heapq
 import math
 import os
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
 
 from ..deadline import Deadline, TimeUp
+from ..formulations.common import period_mode
 from ..formulations.cpsat import DEFAULT_FEATURES as DEFAULT_MODEL_FEATURES
 from ..formulations.cpsat import FEATURES as MODEL_FEATURES
 from ..formulations.cpsat import CpsatModel
+from ..formulations.flow_windows import PeriodWindows, Window
 from ..formulations.greedy import best_greedy_plan
-from ..formulations.pipelines import OuterSearch, several
+from ..formulations.pipelines import CpuPhase, OuterSearch, several
 from ..io import atomic_write
 from ..numeric import OPTIMALITY_RTOL
 from ..plan import Plan, evaluate
@@ -72,8 +76,14 @@ def run(instance, *, deadline=None, seed=0, threads=1, log=None, log_search_prog
     than ``min(cutoff, T_h)`` (``T_h`` the heuristic plan's), and its bound holds for
     those alone: the bound reported is ``min(model bound, cutoff)`` or the tables' own
     bound, whichever is higher (``docs/cpsat.md``, "Cutoffs").
+
+    ``resume`` (a dict the outer enumeration passes, not a command-line option): the
+    open windows of the period a former solve of the same block and ``M_p`` left
+    (:class:`_Windows`), gone on with when this solve's upper bound is at most theirs;
+    the statistics then say ``resumable``.
     """
     cutoff = options.pop("cutoff", None)
+    resume = options.pop("resume", None)
     if options:
         raise OptionError(f"cpsat: unknown option(s) {', '.join(sorted(options))}")
     if cutoff is not None:
@@ -98,7 +108,7 @@ def run(instance, *, deadline=None, seed=0, threads=1, log=None, log_search_prog
     if reason:
         return Outcome("infeasible", message=reason + _not_written(model_file))
     search = _Search(tables, deadline, int(seed), int(threads), log, model_file, features)
-    search.cutoff = cutoff
+    search.cutoff, search.resume = cutoff, resume
     try:
         search.set_scale(hint)
         if search.prune and not math.isfinite(search.upper):
@@ -122,9 +132,17 @@ def _pipelines(instance, deadline: Deadline, seed: int, threads: int, log, max_r
                features: frozenset) -> Outcome:
     """Several pipelines: :class:`~chainpipe.formulations.pipelines.OuterSearch` around
     one-pipeline CP-SAT solves and joint models (:func:`_joint`)."""
+    resume: dict = {}  # the open windows of the period per block and M_p
+
     def single(sub, dl, cutoff=None):
+        # the slice the enumeration gives a block counts this process's CPU seconds
+        # (within the whole deadline): on a loaded machine a wall-clock slice starved
+        # the windows of the period, whose progress is kept for the next solve anyway
+        if not dl.unlimited:
+            dl = CpuPhase(deadline, dl.remaining())
         return run(sub, deadline=dl, seed=seed, threads=threads, log=log,
-                   max_rounds=max_rounds, features=sorted(features), cutoff=cutoff)
+                   max_rounds=max_rounds, features=sorted(features), cutoff=cutoff,
+                   resume=resume)
 
     def joint(entry, subs, upper, dl):
         return _joint(subs, upper, dl, seed, threads, log, features)
@@ -200,9 +218,11 @@ def _joint(subs, upper: float, deadline: Deadline, seed: int, threads: int, log,
 #: every strengthening ``features`` may name: the model's, ``heuristic_hint`` (the plan
 #: that set the unit is given to CP-SAT as a hint) and ``linearization2`` (CP-SAT's
 #: ``linearization_level = 2``: more of the model, and its cuts, in the LP relaxation)
-ALL_FEATURES = MODEL_FEATURES + ("heuristic_hint", "linearization2")
+#: and ``windows`` (one pipeline under 1F1B's period: the model solved by windows of the
+#: period, :class:`_Windows`)
+ALL_FEATURES = MODEL_FEATURES + ("heuristic_hint", "linearization2", "windows")
 #: the strengthenings on by default (``docs/cpsat.md`` measures each)
-FEATURES = DEFAULT_MODEL_FEATURES | {"heuristic_hint", "linearization2"}
+FEATURES = DEFAULT_MODEL_FEATURES | {"heuristic_hint", "linearization2", "windows"}
 
 
 def feature_option(value) -> frozenset:
@@ -293,6 +313,8 @@ class _Search:
         self.note = None
         #: ``run``'s ``cutoff``; :attr:`cut` once it pruned the model below the scale plan
         self.cutoff, self.cut = None, False
+        #: the outer enumeration's open windows per block and ``M_p`` (``None``: not kept)
+        self.resume = None
         self.record()
 
     # ------------------------------------------------------------------ bookkeeping
@@ -345,7 +367,10 @@ class _Search:
 
     # ------------------------------------------------------------------ rounds
     def rounds(self, max_rounds: int) -> None:
-        """Solve, refining the unit while rounding hides the last bit of the gap."""
+        """Solve, refining the unit while rounding hides the last bit of the gap (or by
+        windows of the period, :meth:`windowed`)."""
+        if self.windowed() and self.by_windows():
+            return
         for rnd in range(max_rounds):
             if self.deadline.expired():
                 return
@@ -430,12 +455,15 @@ class _Search:
                 "(CP-SAT proved the exact model infeasible)")))
         return name == "OPTIMAL"
 
-    def _solver(self, built: CpsatModel):
+    def _solver(self, built: CpsatModel, deadline: Deadline | None = None, whole=True):
+        """A CP-SAT solver with this search's parameters and ``deadline`` (default the
+        search's); ``whole``: its bound is the model's, fed to :meth:`raise_bound` as it
+        rises (not for a window of the period, whose bound holds for its plans only)."""
         from ortools.sat.python import cp_model
 
         solver = cp_model.CpSolver()
         p = solver.parameters
-        limit = backend_seconds(self.deadline)
+        limit = backend_seconds(deadline or self.deadline)
         if limit is not None:
             p.max_time_in_seconds = limit
         p.num_workers = max(1, self.threads)
@@ -450,8 +478,91 @@ class _Search:
             p.log_search_progress = True
             p.log_to_stdout = False
             solver.log_callback = line_logger(self.log)
-        solver.best_bound_callback = lambda scaled: self.raise_bound(built.true_bound(scaled))
+        if whole:
+            solver.best_bound_callback = \
+                lambda scaled: self.raise_bound(built.true_bound(scaled))
         return solver
+
+    # ------------------------------------------------------------------ windows
+    def windowed(self) -> bool:
+        """Whether the model is solved by windows of the period (:class:`_Windows`):
+        ``windows`` on, 1F1B's period with ``M > 1``, an upper bound (the heuristic plan
+        or a cutoff), at least :data:`WINDOW_DCS` datacenters."""
+        t = self.tables
+        return ("windows" in self.features and self.prune and t.M > 1
+                and period_mode(t) == "1f1b" and t.K >= WINDOW_DCS)
+
+    def by_windows(self) -> bool:
+        """Solve by windows of the period; ``False`` (nothing done) when the arc-flow
+        network that prunes them is too large. The bound holds for the plans no slower
+        than the upper bound (the heuristic plan's ``T``, or the cutoff)."""
+        from ..formulations.ilp_flow import FlowFormulation, ModelTooLarge
+
+        key = (tuple(dc.name for dc in self.instance.datacenters), self.tables.M)
+        state = None if self.resume is None else self.resume.pop(key, None)
+        if state is not None and self.upper <= state.form.upper_bound * (1 + 1e-12):
+            state.search = self  # a former solve's open windows, gone on with
+            state.resume(None, self.deadline, self.upper)
+        else:
+            state = None
+            try:
+                form = FlowFormulation(self.tables, check=self.deadline.check,
+                                       upper_bound=self.upper, exits=False,
+                                       max_columns=WINDOW_COLUMNS)
+            except ModelTooLarge:
+                return False
+        if not self.cut:  # the heuristic plan is the incumbent the windows must beat
+            with self.lock:
+                self.best_T, self.best_plan = self.scale_T, self.scale_plan
+                self.record()
+        if state is None and not form.n_arcs:  # no plan no slower than the upper bound
+            self.raise_bound(self.upper)
+            return True
+        state = state or _Windows(self, form)
+        res = state.run()
+        self.stats["period_windows"] = dict(res.stats)
+        if not res.closed and self.resume is not None:
+            self.resume[key] = state
+            self.stats["resumable"] = True
+        if res.plan is not None:
+            with self.lock:
+                self.offer_plan(res.plan)
+        self.raise_bound(res.bound)
+        if res.closed and self.cut and self.best_T > self.cutoff:
+            self.note = f"no plan faster than the cutoff ({self.cutoff:.6g} s)"
+        return True
+
+    def solve_window(self, g, upper: float, deadline: Deadline):
+        """CP-SAT on the window ``g`` (a period window of the arc-flow network) with the
+        upper bound ``upper``: ``(plan or None, bound, closed)``, ``bound`` (seconds) on
+        the window's plans no slower than ``upper`` (``upper`` itself when it has none),
+        ``closed`` when CP-SAT proved the window (optimal or infeasible)."""
+        with np.errstate(over="ignore", divide="ignore", invalid="ignore", under="ignore"):
+            built = CpsatModel.build(self.tables, upper, check=deadline.check,
+                                     features=self.features & set(MODEL_FEATURES), window=g)
+        if not len(built.x_vars):
+            return None, upper, True
+        solver = self._solver(built, deadline, whole=False)
+        status = run_stoppable(lambda: solver.solve(built.model, self._incumbents(built)),
+                               solver.stop_search, name="cpsat",
+                               stop_at=None if deadline.unlimited else deadline.at)
+        name = solver.status_name(status)
+        if name == "INFEASIBLE":
+            return None, upper, True
+        if name == "MODEL_INVALID":
+            raise _Stop(Outcome("error", stats=self.stats,
+                                message="CP-SAT rejected the model: " + solver.solution_info()))
+        plan = None
+        if name in ("OPTIMAL", "FEASIBLE"):
+            plan = built.decode(list(solver.response_proto.solution))
+        return plan, built.true_bound(solver.best_objective_bound), name == "OPTIMAL"
+
+    def offer_plan(self, plan: Plan) -> None:
+        """Keep ``plan`` if its exact time beats the incumbent (caller holds the lock)."""
+        ev = evaluate(self.instance, plan)
+        if ev.feasible and ev.iteration_time_s < self.best_T:
+            self.best_T, self.best_plan = ev.iteration_time_s, plan
+            self.record()
 
     def _incumbents(self, built: CpsatModel):
         from ortools.sat.python import cp_model
@@ -495,6 +606,77 @@ class _Search:
             return Outcome("optimal", plan=plan, lower_bound=min(bound, T), stats=stats)
         return Outcome("feasible", plan=plan, lower_bound=min(bound, T), stats=stats,
                        message=self.note or "time limit reached before optimality was proven")
+
+
+#: windows of the period (``windows``) for one-pipeline models of at least this many DCs
+WINDOW_DCS = 2
+#: ... and an arc-flow network of at most this many stage columns (else the whole model)
+WINDOW_COLUMNS = 200_000
+#: a window is solved by CP-SAT once at most this wide (relative, in ``lambda``)
+WINDOW_WIDTH = 0.01
+#: the first CPU seconds of a window's CP-SAT solve (doubled when it is taken again)
+WINDOW_SLICE_S = 2.0
+
+
+class _Windows(PeriodWindows):
+    """The decomposition on the period of :mod:`chainpipe.formulations.flow_windows`,
+    each window a CP-SAT model (:meth:`_Search.solve_window`) instead of a MIP.
+
+    The period's range is cut into windows, each pruned and keyed by the arc-flow
+    network's whole-path and loop bounds for its period (no solve); the open window of
+    least key is taken next, split while wider than :data:`WINDOW_WIDTH`, then solved by
+    CP-SAT with ``z`` in the window and only the options the window's network keeps.
+    The bound is the least key of the open windows (and of those closed by key or by
+    CP-SAT's proof), so ``bound <= optimum <= T`` at any stop."""
+
+    def __init__(self, search: _Search, form):
+        super().__init__(form, None, search.deadline, width=WINDOW_WIDTH,
+                         slice_s=WINDOW_SLICE_S, floor=form.cheap_bound,
+                         plan=search.best_plan, plan_T=search.best_T)
+        self.search = search
+        self.stats.update(cpsat_solves=0, cpsat_cpu_s=0.0, proven=0)
+
+    def _take(self, w: Window) -> None:
+        """Build ``w``'s network (re-keyed by its cheap bound on first sight), split it
+        while too wide, else solve it with CP-SAT."""
+        t0 = time.process_time()
+        g, w.net = w.net, None
+        if g is None or g.upper_bound > self.best_T:
+            g = self.form.window(w.lo, w.hi, self.best_T)
+        self.stats["build_cpu_s"] += time.process_time() - t0
+        if not g.n_arcs:
+            self.stats["empty"] += 1
+            return
+        if not w.built:
+            w.built = True
+            if g.cheap_bound > w.key:  # re-keyed lazily: taken again in its turn
+                w.key, w.net = g.cheap_bound, g
+                heapq.heappush(self.open, w)
+                return
+        if w.hi / w.lo - 1 > self.width * (1 + 1e-9):  # too wide for a solve: halves
+            self._split(w, max(w.key, g.cheap_bound), w.slice_s)
+            return
+        self.deadline.check()
+        t0 = time.process_time()
+        plan, bound, proven = self.search.solve_window(g, self.best_T,
+                                                       CpuPhase(self.deadline, w.slice_s))
+        self.stats["cpsat_solves"] += 1
+        self.stats["cpsat_cpu_s"] += time.process_time() - t0
+        if plan is not None:
+            T = float(evaluate(self.form.tables.instance, plan).iteration_time_s)
+            if T < self.best_T:
+                self.best_T, self.best_plan = T, plan
+        key = max(w.key, g.cheap_bound, bound)
+        if proven:  # CP-SAT proved the window: its bound holds, nothing is left in it
+            self.stats["proven"] += 1
+            self.closed_key = min(self.closed_key, key)
+            return
+        if self.closes(key):
+            return
+        if w.hi / w.lo - 1 > 2 * self.min_width:
+            self._split(w, key, w.slice_s)
+        else:
+            heapq.heappush(self.open, Window(key, w.lo, w.hi, 2 * w.slice_s, True))
 
 
 def heuristic_plan(tables: CostTables, deadline: Deadline):
