@@ -28,6 +28,14 @@ def _prefix_fill(inst, stages) -> float:
     return total
 
 
+def _joined_fill(inst, stages, s) -> float:
+    """The fill of the prefix ``stages[:s]`` with the traversal of its boundary to the
+    stage after it (the walk reads it so at a state whose first stage is ``stages[s]``)."""
+    bw, lat = _path(inst, stages[s - 1][2], stages[s][2])
+    return _prefix_fill(inst, stages[:s]) + 2 * (
+        lat + inst.layers[stages[s][0] - 1].output_bytes / bw)
+
+
 def _period(inst, stages) -> float | None:
     """The period of a placement with the instance's ``M`` (``None``: memory breaks)."""
     got = contract_pipeline(inst, inst.microbatches, stages)
@@ -42,7 +50,9 @@ def _period(inst, stages) -> float | None:
 def test_the_curve_never_exceeds_a_real_prefix(seed):
     """For every placement, every split into prefix and suffix and every cap of the grid at
     or above the placement's period: the walk's fill at the suffix's state is at most the
-    prefix's own fill; and :meth:`least_time` is at most the placement's ``T_p``."""
+    prefix's own fill with the traversal of the boundary to the suffix (it fails when
+    that traversal is counted twice); and
+    :meth:`least_time` is at most the placement's ``T_p``."""
     inst = random_v3_instance(seed)
     tables = CostTables(inst)
     M, L = inst.microbatches, inst.num_layers
@@ -71,7 +81,7 @@ def test_the_curve_never_exceeds_a_real_prefix(seed):
                 if k == k0:
                     usage[g] += d * t
             v = curve.room(k0, tuple(usage))
-            fill = _prefix_fill(inst, stages[:s])
+            fill = _joined_fill(inst, stages, s)
             for cap in grid[grid >= lam * (1 + 1e-12)]:
                 got = curve.walk(cap)[stages[s][0], k0, v]
                 assert got <= fill * (1 + 1e-9) + 1e-12, (stages, s, cap, got, fill)
@@ -167,9 +177,35 @@ def test_a_curve_at_theta_never_exceeds_a_real_prefix_below_it(seed):
             for _a, _e, k, g, d, t in stages[s:]:
                 if k == k0:
                     usage[g] += d * t
-            fill = _prefix_fill(inst, stages[:s])
+            fill = _joined_fill(inst, stages, s)
             for cap in grid[grid >= lam * (1 + 1e-12)]:
                 got = curve.walk(cap)[stages[s][0], k0, curve.room(k0, tuple(usage))]
                 assert got <= fill * (1 + 1e-9) + 1e-12, (stages, s, cap, got, fill)
                 checked += 1
     assert checked or all(len(p[0]) == 1 for p in plans)
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_a_state_floor_pays_the_traversal_to_its_first_stage(seed):
+    """The table the search reads (:meth:`PrefixCurve.walk`) is the walk's least fill plus
+    the traversal of the prefix's boundary to the state's DC: never less than the plain
+    table (:meth:`PrefixCurve.tables_at`) plus the least such traversal, and the same at
+    the whole model's end (no stage after it). It fails when the traversal is left out."""
+    inst = random_v3_instance(seed)
+    tables = CostTables(inst)
+    if inst.microbatches < 2 or tables.L < 2:
+        pytest.skip("no period to cap")
+    curve = PrefixCurve.of(tables, 0, tables.K - 1, False, False)
+    grid = curve.grid(1e9)
+    Q = curve._local[5]
+    raised = 0
+    for cap in grid[:4]:
+        joined, plain = curve.walk(float(cap)), curve.tables_at(float(cap))
+        np.testing.assert_array_equal(joined[-1], plain[-1])
+        for k in range(tables.K):
+            least_q = Q[1:-1, :k + 1, k].min(axis=1)[:, None]
+            here, base = joined[1:-1, k], plain[1:-1, k]
+            ok = np.isfinite(here)
+            assert (here[ok] >= (base + least_q)[ok] * (1 - 1e-12)).all()
+            raised += int((here[ok] > base[ok]).sum())
+    assert raised

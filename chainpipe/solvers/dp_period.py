@@ -499,15 +499,23 @@ class PipelineSearch:
             self.prefix_curve = search_curve(t, self.m, self.first_dc, self.last_dc,
                                              self.theta if self.own_theta else np.inf)
             grid = self.prefix_curve.grid(self.cap * (1 + SLACK))[:self.prefix_curve.steps]
+        self.caps = len(grid)  # the walks' caps
+        if len(grid) and grid[-1] < self.cap * (1 + SLACK):  # periods past the last cap
+            grid = np.append(grid, np.inf)  # (:meth:`_curve_rows`)
         J = len(grid)
         self.curve = (np.empty((64, t.L + 1, J)), np.empty((64, t.L + 1, J)), grid)
 
     def _curve_rows(self, k0: int, usage: tuple) -> tuple[np.ndarray, np.ndarray]:
         """State ``(k0, usage)``'s rows of the curve: per prefix end and cap ``i``, the
         least fill ``CF`` of the prefix under cap ``i`` and ``CS[i]``, the least of ``CF[i']
-        + (M_p - 1) grid[i' - 1]`` over ``i' >= i``."""
+        + (M_p - 1) grid[i' - 1]`` over ``i' >= i``. Where the walks' caps stop below the
+        search's period cap, a last cap ``inf`` stands for the periods past them, with the
+        fill bound of :meth:`_prefix_floors` (a prefix the walks cannot place under any of
+        their caps may still run at a period past them)."""
         grid = self.curve[2]
-        CF = self.prefix_curve.rows(k0, usage, len(grid))[0]
+        CF = self.prefix_curve.rows(k0, usage, self.caps)[0]
+        if len(grid) > self.caps:
+            CF = np.concatenate((CF, self._prefix_floors(k0, usage)[0][:, None]), axis=1)
         term = CF + (self.m - 1) * np.concatenate(([0.0], grid[:-1]))
         term[:, 0] = np.inf  # (read from i0 + 1 on: the first cap's term is CF[i0] + M1 x)
         CS = np.minimum.accumulate(term[:, ::-1], axis=1)[:, ::-1]
@@ -581,8 +589,8 @@ class PipelineSearch:
                     rows = self._chain_rows(k0, usage)
                     top = np.maximum(top, rows[min(1, len(rows) - 1)])
                 top[0] = 0.0
-            if len(self.curve[2]):  # the largest cap under which the prefix cannot fit
-                top = np.maximum(top, self.prefix_curve.rows(k0, usage, len(self.curve[2]))[1])
+            if self.caps:  # the largest cap under which the prefix cannot fit
+                top = np.maximum(top, self.prefix_curve.rows(k0, usage, self.caps)[1])
             got = self._floors[key] = (np.asarray(fill, dtype=float),
                                        np.asarray(top, dtype=float))
         return got

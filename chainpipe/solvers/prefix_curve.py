@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .prefix_kernel import forward
+from .prefix_kernel import SLACK, forward
 
 #: steps of the windows' running excess kept per state and cap (``-lam .. 0``)
 BUCKETS = 16
@@ -98,19 +98,21 @@ class PrefixCurve:
         return got
 
     def walk(self, lam: float) -> np.ndarray:
-        """Per ``(prefix end, DC k0, usage v)``: the least fill of a prefix on DCs up to
+        """Per ``(prefix end a, DC k0, usage v)``: the least fill of a prefix on DCs up to
         ``k0`` using at most ``v`` (each group) on ``k0``, under cap ``lam`` (``k0`` counted
-        from the range's first DC)."""
+        from the range's first DC), with the traversal of boundary ``a`` from the prefix's
+        last DC to ``k0`` (the stage after it lies on ``k0``: :func:`_at_most`)."""
         got = self.walks.get(lam)
         if got is None:
-            got = self.walks[lam] = self.tables_at(lam)
+            got = self.walks[lam] = self.tables_at(lam, joined=True)
             fit = np.flatnonzero(np.isfinite(got[-1]).any(axis=1))
             self._shown().append((lam, self.hi, self.lo + int(fit[0]) if len(fit) else None))
         return got
 
-    def tables_at(self, lam: float, prune: bool = True) -> np.ndarray:
-        """The walk under cap ``lam`` (:meth:`walk`, not kept); ``prune=False`` expands
-        every entry (the reference the pruned walk must equal)."""
+    def tables_at(self, lam: float, prune: bool = True, joined: bool = False) -> np.ndarray:
+        """The walk under cap ``lam`` (not kept); ``prune=False`` expands every entry (the
+        reference the pruned walk must equal); ``joined``: as :meth:`walk` reads it, with
+        the traversal to a stage on ``k0`` after the prefix."""
         C, ok, widths, npairs = self._arrays[5:9]
         ok = self._allowed(ok)
         radix, stride, dc_groups, ngr, U, Q = self._local
@@ -118,7 +120,7 @@ class PrefixCurve:
         F = forward(lam, 0, self.hi - self.lo, self.fixed, radix, stride, nV, dc_groups,
                     ngr, C, ok, widths, npairs, U, Q, BUCKETS if self.windows else 1,
                     self.windows, prune).min(axis=3)
-        return _at_most(F, radix)
+        return _at_most(F, radix, (U, Q, lam) if joined else None)
 
     def _shown(self) -> list:
         """What the walks of every curve of this first DC have shown: per walk ``(lam,
@@ -267,11 +269,25 @@ class PrefixCurve:
         return float(max(one.min(axis=(0, 1)).max(), 1e-300))
 
 
-def _at_most(F: np.ndarray, radix: np.ndarray) -> np.ndarray:
+def _at_most(F: np.ndarray, radix: np.ndarray, join=None) -> np.ndarray:
     """``F[a, k, v]`` turned into the least over every DC before ``k`` and every usage
-    ``<= v`` (per group) on ``k``."""
+    ``<= v`` (per group) on ``k``.
+
+    ``join = (U, Q, lam)``: the prefix ``[0, a)`` is followed by a stage on ``k`` (the
+    search's state: its first stage lies on ``k``), so each prefix ending on ``k' <= k``
+    pays the traversal ``Q[a, k', k]`` of that boundary, and none whose boundary
+    occupancy ``U[a, k', k]`` is above ``lam`` is counted (a plan of period at most
+    ``lam`` has every ``U`` within it). Both only raise the floor, which stays one: the
+    traversal is part of every completion's fill, and the walk itself counts only the
+    traversals between the prefix's own stages. ``U``, ``Q`` are 0 at ``a = L`` (no stage
+    after the whole model), where the table is read as without ``join``."""
     L1, K, nV = F.shape
     out = np.empty_like(F)
+    least = F.min(axis=2)  # [a, k']: over every usage
+    if join is not None:
+        U, Q, lam = join
+        reach = U[:, :K, :K] <= lam * (1 + SLACK)  # [a, k', k]
+        Qk = Q[:, :K, :K]
     before = np.full(L1, np.inf)
     for k in range(K):
         dims = [int(r) for r in radix[k] if r > 1][::-1] or [1]
@@ -279,10 +295,17 @@ def _at_most(F: np.ndarray, radix: np.ndarray) -> np.ndarray:
         part = F[:, k, :n].reshape([L1] + dims)
         for ax in range(1, len(dims) + 1):
             part = np.minimum.accumulate(part, axis=ax)
-        here = np.minimum(part.reshape(L1, n), before[:, None])
+        part = part.reshape(L1, n)
+        if join is None:
+            here = np.minimum(part, before[:, None])
+            before = np.minimum(before, least[:, k])
+        else:
+            come = np.where(reach[:, :k, k], least[:, :k] + Qk[:, :k, k], np.inf)
+            pre = come.min(axis=1) if k else np.full(L1, np.inf)
+            own = np.where(reach[:, k, k], Qk[:, k, k], np.inf)
+            here = np.minimum(part + own[:, None], pre[:, None])
         out[:, k, :n] = here
         out[:, k, n:] = np.inf
-        before = np.minimum(before, F[:, k, :].min(axis=1))
     return out
 
 
