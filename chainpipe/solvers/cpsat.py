@@ -135,11 +135,6 @@ def _pipelines(instance, deadline: Deadline, seed: int, threads: int, log, max_r
     resume: dict = {}  # the open windows of the period per block and M_p
 
     def single(sub, dl, cutoff=None):
-        # the slice the enumeration gives a block counts this process's CPU seconds
-        # (within the whole deadline): on a loaded machine a wall-clock slice starved
-        # the windows of the period, whose progress is kept for the next solve anyway
-        if not dl.unlimited:
-            dl = CpuPhase(deadline, dl.remaining())
         return run(sub, deadline=dl, seed=seed, threads=threads, log=log,
                    max_rounds=max_rounds, features=sorted(features), cutoff=cutoff,
                    resume=resume)
