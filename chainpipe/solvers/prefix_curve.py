@@ -104,23 +104,35 @@ class PrefixCurve:
         last DC to ``k0`` (the stage after it lies on ``k0``: :func:`_at_most`)."""
         got = self.walks.get(lam)
         if got is None:
-            got = self.walks[lam] = self.tables_at(lam, joined=True)
-            fit = np.flatnonzero(np.isfinite(got[-1]).any(axis=1))
-            self._shown().append((lam, self.hi, self.lo + int(fit[0]) if len(fit) else None))
+            F = self._fills(lam)
+            self._show(lam, F[-1])
+            radix, _, _, _, U, Q = self._local
+            got = self.walks[lam] = _at_most(F, radix, (U, Q, lam))
         return got
 
     def tables_at(self, lam: float, prune: bool = True, joined: bool = False) -> np.ndarray:
         """The walk under cap ``lam`` (not kept); ``prune=False`` expands every entry (the
         reference the pruned walk must equal); ``joined``: as :meth:`walk` reads it, with
         the traversal to a stage on ``k0`` after the prefix."""
+        radix, _, _, _, U, Q = self._local
+        return _at_most(self._fills(lam, prune), radix, (U, Q, lam) if joined else None)
+
+    def _fills(self, lam: float, prune: bool = True) -> np.ndarray:
+        """The walk's least fill per ``(prefix end, DC of its last stage, usage there)``
+        (over the excess buckets), before :func:`_at_most`."""
         C, ok, widths, npairs = self._arrays[5:9]
         ok = self._allowed(ok)
         radix, stride, dc_groups, ngr, U, Q = self._local
         nV = int(np.prod(radix, axis=1).max())
-        F = forward(lam, 0, self.hi - self.lo, self.fixed, radix, stride, nV, dc_groups,
-                    ngr, C, ok, widths, npairs, U, Q, BUCKETS if self.windows else 1,
-                    self.windows, prune).min(axis=3)
-        return _at_most(F, radix, (U, Q, lam) if joined else None)
+        return forward(lam, 0, self.hi - self.lo, self.fixed, radix, stride, nV, dc_groups,
+                       ngr, C, ok, widths, npairs, U, Q, BUCKETS if self.windows else 1,
+                       self.windows, prune).min(axis=3)
+
+    def _show(self, lam: float, last: np.ndarray) -> None:
+        """Record what the walk under ``lam`` showed (:meth:`_shown`) from its last row
+        (the whole model placed; per DC of the last stage and usage)."""
+        fit = np.flatnonzero(np.isfinite(last).any(axis=1))
+        self._shown().append((lam, self.hi, self.lo + int(fit[0]) if len(fit) else None))
 
     def _shown(self) -> list:
         """What the walks of every curve of this first DC have shown: per walk ``(lam,
@@ -166,8 +178,15 @@ class PrefixCurve:
                     yield lam, top, first, tighter, looser
 
     def fits(self, lam: float) -> bool:
-        """Whether the whole model fits the relaxed rules under cap ``lam``."""
-        return bool(np.isfinite(self.walk(lam)[-1, self.hi - self.lo]).any())
+        """Whether the whole model fits the relaxed rules under cap ``lam`` (a walk made
+        only for this, as the least cap's bisection makes them, reads its last row alone:
+        its tables are not kept)."""
+        got = self.walks.get(lam)
+        if got is not None:
+            return bool(np.isfinite(got[-1, self.hi - self.lo]).any())
+        last = self._fills(lam)[-1]
+        self._show(lam, last)
+        return bool(np.isfinite(last[:self.hi - self.lo + 1]).any())
 
     def grid(self, cap: float) -> np.ndarray:
         """Caps from the least one that fits up to the first at or above ``cap``; empty
