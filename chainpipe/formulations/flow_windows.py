@@ -31,7 +31,9 @@ fixed-period rows):
 The route (``solvers/ilp.py:_windowed``, ``_root_gap_wide``) takes the windows for
 models of one datacenter (and for such networks of the levels of its joint models of
 several pipelines, valued by ``T - max R``: ``solvers/ilp.py:_level_windows``;
-:data:`WINDOW_DCS`; the two-type DCs of the eleventh round)
+:data:`WINDOW_DCS`; the two-type DCs of the eleventh round), and first, for
+:data:`FIRST_WINDOW_SHARE` of the time left before the whole MIP, for models of
+:data:`FIRST_WINDOW_DCS` datacenters or more (``solvers/ilp.py:_windows_first``),
 with :data:`WINDOW_COLUMNS` stage columns or more, and only when the whole model's LP
 relaxation is more than :data:`WINDOW_GAP` below the upper bound, or not solved in
 :data:`ROOT_LP_S` CPU seconds; that LP's bound is every window's first floor. Every window, its model
@@ -74,6 +76,16 @@ WINDOW_GAP = 0.05
 #: proves the cutoff in about 13 CPU s, the windows in 27 (``docs/formulations.md``,
 #: "Twelfth round")
 WINDOW_DCS = 1
+#: models of at least this many datacenters (and more than :data:`WINDOW_DCS`) whose
+#: root gap is wide take the windows first for :data:`FIRST_WINDOW_SHARE` of the time
+#: left, after the flow-weighted loop LP and before the whole MIP
+#: (``solvers/ilp.py:_windows_first``): fresh ``v3-medium-01``-like seed 3's one-pipeline
+#: entry (four DCs, ``M = 64``; the LP mixes plans whose bottleneck averages below any
+#: plan's) is proven by them in 7.4 CPU s, by the whole MIP not in 100
+#: (``docs/formulations.md``, "Fourteenth round")
+FIRST_WINDOW_DCS = 3
+#: the share of the time left that the windows get first on such a model
+FIRST_WINDOW_SHARE = 0.3
 #: the route decomposes one-pipeline 1F1B models with at least this many stage columns
 #: (smaller ones are solved whole, as before)
 WINDOW_COLUMNS = 2000

@@ -101,6 +101,14 @@ def sub_instance(instance, first: int, last: int, microbatches: int):
         training=dataclasses.replace(training, microbatches=microbatches, parallelism=par))
 
 
+def _seconds(budget: Deadline) -> float:
+    """The length of a sub-solve's slice (:meth:`OuterSearch.slice`): its CPU seconds
+    for a :class:`CpuPhase`, its wall-clock limit else (``inf`` without one)."""
+    if isinstance(budget, CpuPhase):
+        return budget.cpu_at - budget.cpu_start
+    return math.inf if budget.unlimited else budget.limit
+
+
 class CpuPhase(Deadline):
     """A phase of a solve that ends after ``cpu_s`` seconds of this process's CPU time
     (:func:`time.process_time`, HiGHS's threads included), or at ``parent``'s end if that
@@ -113,11 +121,12 @@ class CpuPhase(Deadline):
     than the phase could use) and are stopped hard at ``parent``'s end.
     """
 
-    __slots__ = ("parent", "cpu_at")
+    __slots__ = ("parent", "cpu_at", "cpu_start")
 
     def __init__(self, parent: Deadline, cpu_s: float):
         super().__init__(None if parent.unlimited else parent.remaining())
-        self.parent, self.cpu_at = parent, time.process_time() + cpu_s
+        self.cpu_start = time.process_time()
+        self.parent, self.cpu_at = parent, self.cpu_start + cpu_s
         self.at = parent.at
 
     def remaining(self) -> float:
@@ -134,6 +143,33 @@ class CpuPhase(Deadline):
         """The wall-clock deadline it is part of (its first ancestor that is not a
         phase)."""
         return self.parent.wall()
+
+
+def share(deadline: Deadline, seconds: float) -> Deadline:
+    """A part of ``deadline`` of ``seconds``: CPU seconds (a :class:`CpuPhase` within
+    ``deadline``) when ``deadline`` ends on CPU time (:meth:`Deadline.cpu_end`, e.g. a
+    run under ``benchmarks/formulations.py --cpu-limit``), else wall-clock seconds as
+    before. Measured on the wall clock, a share of a CPU-limited run does a tenth of its
+    work at a tenth of a core (``docs/formulations.md``, "Fourteenth round").
+
+    Parameters
+    ----------
+    deadline : Deadline
+        What the part belongs to.
+    seconds : float
+        Its length (``inf``: no limit of its own).
+
+    Returns
+    -------
+    Deadline
+        A :class:`CpuPhase` over ``deadline`` when that has a CPU end, else a wall-clock
+        :class:`Deadline` of ``seconds`` (``None``: unlimited).
+    """
+    if math.isinf(seconds):
+        return Deadline(None)
+    if math.isfinite(deadline.cpu_end()):
+        return CpuPhase(deadline, seconds)
+    return Deadline(seconds)
 
 
 def cross_time(instance, first: int, last: int) -> float:
@@ -456,8 +492,7 @@ class OuterSearch:
         inst = sub_instance(self.instance, first, last, m)
         if cutoff is not None and not math.isfinite(cutoff):
             cutoff = None
-        self.budgets[key] = (math.inf if budget.unlimited else budget.limit,
-                             math.inf if cutoff is None else cutoff)
+        self.budgets[key] = (_seconds(budget), math.inf if cutoff is None else cutoff)
         try:
             out = self.single(inst, budget, cutoff)
         except TimeUp:  # the sub-solve's own slice ended (the whole limit: raised on)
@@ -497,12 +532,13 @@ class OuterSearch:
         must not keep the enumeration from every other entry), all of it in the rounds of
         :meth:`revisit` (least bound first: an entry left open there keeps the status from
         ``optimal`` whatever else is proven); at most :attr:`sub_limit` doubled per round
-        when that is set; no limit without either."""
-        share = SUB_SHARE if self.rounds == 0 else 1.0
-        limit = self.deadline.remaining() * share
+        when that is set; no limit without either. In CPU seconds when the
+        enumeration's deadline ends on CPU time (:func:`share`)."""
+        part = SUB_SHARE if self.rounds == 0 else 1.0
+        limit = self.deadline.remaining() * part
         if self.sub_limit is not None:
             limit = min(limit, self.sub_limit * 2.0 ** self.rounds)
-        return Deadline(None if math.isinf(limit) else limit)
+        return share(self.deadline, limit)
 
     def more_than_before(self, key: tuple, budget: Deadline, cutoff: float | None) -> bool:
         """Whether a solve of block and ``M_p`` ``key`` with ``budget`` and ``cutoff`` can
@@ -513,7 +549,7 @@ class OuterSearch:
         if self.rounds == 0 or key not in self.budgets or key in self.resumable:
             return True
         seconds, last_cutoff = self.budgets[key]
-        limit = math.inf if budget.unlimited else budget.limit
+        limit = _seconds(budget)
         cut = math.inf if cutoff is None else cutoff
         return limit > seconds * (1 + 1e-9) or cut < last_cutoff * (1 - PRUNE_RTOL)
 

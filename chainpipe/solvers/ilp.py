@@ -75,7 +75,7 @@ from ..formulations.common import (
     safe_bound,
 )
 from ..formulations.ilp_flow import ModelTooLarge
-from ..formulations.pipelines import OuterSearch, merge_models, several
+from ..formulations.pipelines import OuterSearch, merge_models, several, share
 from ..instance import Instance
 from ..io import atomic_write
 from ..numeric import OPTIMALITY_RTOL
@@ -359,8 +359,9 @@ def _run_one(name: str, instance: Instance, deadline: Deadline, seed, threads, l
     stats["solver_status"] = answer.text
     if answer.values is not None:
         model.assign(answer.values)
-    return _raised(_outcome(form, answer, opts, stats, incumbent),
-                   stats.get("loop_lp_bound_s"), instance)
+    out = _raised(_outcome(form, answer, opts, stats, incumbent),
+                  stats.get("loop_lp_bound_s"), instance)
+    return _with_windows(out, form, stats, instance)
 
 
 def _empty_model(tables: CostTables, opts: _Options, stats: dict, incumbent) -> Outcome:
@@ -380,7 +381,11 @@ def _before_the_mip(form, opts: _Options, deadline: Deadline, seed, threads, log
     the model takes them (:func:`_windowed`, :func:`_root_gap_wide`; ``resume``: the
     outer enumeration's open windows per block and ``M_p``, which a later solve of the
     same block goes on with), or the flow-weighted loop LP (:func:`_loop_lp_first`)
-    when it settles the model; ``None``: the MIP is solved as before."""
+    when it settles the model; on a model of several datacenters whose root gap is wide,
+    then the windows for a share of the time (:func:`_windows_first`) when they close;
+    ``None``: the MIP is solved as before."""
+    from ..formulations import flow_windows
+
     if _windowed(form, opts) and _root_gap_wide(form, opts, deadline, seed, threads, log,
                                                 stats):
         stats["build_time_s"] = deadline.elapsed() - t0
@@ -390,21 +395,74 @@ def _before_the_mip(form, opts: _Options, deadline: Deadline, seed, threads, log
     if loop_lp is not None and loop_lp >= form.upper_bound:
         stats["build_time_s"] = deadline.elapsed() - t0
         return _lp_settles(form.tables, form, opts, stats, incumbent)
+    several = (max(flow_windows.FIRST_WINDOW_DCS, flow_windows.WINDOW_DCS + 1), math.inf)
+    if "root_lp" not in stats and _windowed(form, opts, several) and _root_gap_wide(
+            form, opts, deadline, seed, threads, log, stats):
+        return _windows_first(form, opts, deadline, seed, threads, log, stats, incumbent, t0)
     return None
 
 
-def _windowed(form, opts: _Options) -> bool:
+def _windows_first(form, opts: _Options, deadline: Deadline, seed, threads, log,
+                   stats: dict, incumbent, t0: float) -> Outcome | None:
+    """A model of :data:`~chainpipe.formulations.flow_windows.FIRST_WINDOW_DCS`
+    datacenters or more whose root gap is wide: the windows of its period for at most
+    :data:`~chainpipe.formulations.flow_windows.FIRST_WINDOW_SHARE` of the time left (CPU
+    seconds under a CPU-time deadline, :func:`~chainpipe.formulations.pipelines.share`).
+    Their outcome when every window closed (a proof); else ``None``, and the whole MIP
+    runs as before, its outcome then raised by the windows' bound
+    (``stats["windows_first"]``) and given their plan (``form.windows_plan``) when faster
+    (:func:`_with_windows`; both bound every plan the model holds)."""
+    from ..formulations import flow_windows
+
+    stats["build_time_s"] = deadline.elapsed() - t0
+    part = share(deadline, deadline.remaining() * flow_windows.FIRST_WINDOW_SHARE)
+    try:
+        out = _run_windows(form, opts, part, seed, threads, log, stats, incumbent)
+    except TimeUp:  # the part's end while a window's network was built
+        deadline.check()
+        stats["windows_first"] = {"bound_s": None}
+        return None
+    windows = stats["period_windows"]
+    if windows["closed"]:
+        return out
+    stats.pop("plan_source", None)  # the MIP's outcome says its own
+    stats["windows_first"] = {"bound_s": out.lower_bound}
+    form.windows_plan = out.plan if windows["found_plan"] else None
+    return None
+
+
+def _with_windows(out: Outcome, form, stats: dict, instance) -> Outcome:
+    """``out`` (the whole MIP's, after :func:`_windows_first` stopped) with the windows'
+    plan when it is faster and their bound when higher."""
+    first = stats.get("windows_first")
+    if not first:
+        return out
+    plan = getattr(form, "windows_plan", None)
+    if plan is not None:
+        T = float(evaluate(instance, plan).iteration_time_s)
+        mine = math.inf if out.plan is None else \
+            float(evaluate(instance, out.plan).iteration_time_s)
+        if T < mine:
+            bound = out.lower_bound
+            out = Outcome("feasible", plan=plan, stats=out.stats, message=out.message,
+                          lower_bound=None if bound is None else min(bound, T))
+    return _raised(out, first.get("bound_s"), instance)
+
+
+def _windowed(form, opts: _Options, dcs: tuple | None = None) -> bool:
     """Whether the run takes the decomposition on the period
     (:mod:`~chainpipe.formulations.flow_windows`): ``device_states``, a MIP (not
     ``relax``), 1F1B's period with ``M > 1``, an upper bound (the heuristic plan's ``T``
-    or a cutoff), at most :data:`~chainpipe.formulations.flow_windows.WINDOW_DCS`
-    datacenters and :data:`~chainpipe.formulations.flow_windows.WINDOW_COLUMNS` stage
-    columns or more (smaller models are solved whole)."""
+    or a cutoff), a number of datacenters in ``dcs`` (``(least, most)``; default at most
+    :data:`~chainpipe.formulations.flow_windows.WINDOW_DCS`) and
+    :data:`~chainpipe.formulations.flow_windows.WINDOW_COLUMNS` stage columns or more
+    (smaller models are solved whole)."""
     from ..formulations import flow_windows
 
+    least, most = (0, flow_windows.WINDOW_DCS) if dcs is None else dcs
     return (opts.device_states and not opts.relax and form.upper_bound is not None
             and form.mode == "1f1b" and form.tables.M > 1
-            and form.tables.K <= flow_windows.WINDOW_DCS
+            and least <= form.tables.K <= most
             and form.n_arcs >= flow_windows.WINDOW_COLUMNS)
 
 
@@ -456,7 +514,8 @@ def _run_windows(form, opts: _Options, deadline: Deadline, seed, threads, log, s
     else:
         state.resume(solve, deadline, stats.get("upper_bound_s", form.upper_bound))
     res = state.run()
-    stats.update(time_scale_s=form.scale, period_windows=dict(res.stats),
+    stats.update(time_scale_s=form.scale, period_windows=dict(
+                     res.stats, closed=res.closed, found_plan=res.plan is not None),
                  solve_time_s=deadline.elapsed() - t1, stage_columns=int(form.n_arcs))
     stats.update(res.stats.get("largest_model", {}))
     if resume is not None:
@@ -532,7 +591,7 @@ def _loop_lp_first(tables: CostTables, form, opts: _Options, deadline: Deadline,
     if not lean.n_arcs:
         return None
     model = lean.build(flow_loops=True)
-    budget = Deadline(None if deadline.unlimited else deadline.remaining() * LOOP_LP_SHARE)
+    budget = share(deadline, deadline.remaining() * LOOP_LP_SHARE)
     # given up once the interior point method shows the LP below the upper bound: then
     # its bound cannot settle the solve, and the MIP has the time
     give_up = form.upper_bound / lean.scale if not getattr(model, "offset", 0.0) else None
@@ -607,7 +666,7 @@ def _floors_first(form, opts: _Options, deadline: Deadline, seed, threads, log,
     both proven) and did not speed up the larger ones."""
     if opts.cutoff is not None:
         return
-    budget = None if deadline.unlimited else Deadline(deadline.remaining() * PROBE_SHARE)
+    budget = None if deadline.unlimited else share(deadline, deadline.remaining() * PROBE_SHARE)
     phase = {}
     for which in form.maxima():
         t0 = deadline.elapsed()
@@ -638,8 +697,9 @@ def _probe_floor(form, which: str, opts: _Options, budget: Deadline | None, seed
         left = PROBE_S if budget is None else min(PROBE_S, budget.remaining())
         if left <= 0.01:
             return False
+        probe = share(budget, left) if budget is not None else Deadline(left)
         answer = _backend(opts.backend)(form.capped_model(which, float(values[k])),
-                                        relax=True, deadline=Deadline(left), seed=seed,
+                                        relax=True, deadline=probe, seed=seed,
                                         threads=threads, log=log)
         probes.append(answer.status)
         return answer.status == "infeasible"
