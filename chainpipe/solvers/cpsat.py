@@ -25,6 +25,13 @@ enumeration also passes its sub-solves a ``cutoff`` (:func:`run`).
 The scaling plan is the best of two cheap heuristics (:func:`heuristic_plan`), never the
 DP's: the solve proves on its own.
 
+One pipeline of two datacenters or more under 1F1B's period (feature ``windows``, on by
+default) is solved by an enumeration of windows of the period (:class:`_Windows`): each
+window pruned and keyed by the arc-flow network's whole-path and loop bounds for its
+period, the open window of least key solved by a CP-SAT model with the period in the
+window; the bound is the least key of the open windows, and the whole enumeration counts
+against the time limit.
+
 Several pipelines (contract version 3, ``pipelines`` other than ``[1]``): the outer
 choice -- DC blocks and microbatch shares ``M_p`` -- is enumerated around one-pipeline
 CP-SAT solves (:mod:`chainpipe.formulations.pipelines`); when the blocks' optimal plans do
