@@ -159,10 +159,12 @@ def solve_chain(backend, options: dict, deadline: Deadline, *, trace_dir=None,
     trace_dir : path, optional
     probe : bool, optional
         As for :func:`run` (the classic solve's).
-    period_bound : float, default inf
+    period_bound : float or callable, default inf
         An incumbent's ``T`` (public: the owner's seed, :func:`.pipelines._seed`) bounding
         the period run only (a bound would turn the classic run's probe off); if nothing
-        is below it and ``T_e``, the answer is the classic plan, ``feasible``.
+        is below it and ``T_e``, the answer is the classic plan, ``feasible``. A callable
+        is called with ``T_e`` after the classic solve (when a period run follows) and
+        gives the incumbent then (:func:`.pipelines._spread_first`).
 
     Returns
     -------
@@ -195,6 +197,8 @@ def solve_chain(backend, options: dict, deadline: Deadline, *, trace_dir=None,
                        stats={**first.stats, **stats})
     user = options.get("upper_bound")
     bound = T_e * (1 + 1e-9) if user is None else min(float(user), T_e * (1 + 1e-9))
+    if callable(period_bound):  # the owner's incumbent, given the classic plan's T
+        period_bound = period_bound(T_e)
     bound = min(bound, period_bound * (1 + 1e-9))
     # the lower bound (a hair below, for rounding) is public too: the agents' trials start there
     period_options = {**options, "upper_bound": bound}

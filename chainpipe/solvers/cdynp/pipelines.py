@@ -514,26 +514,72 @@ def _search(owner, options: dict, deadline: Deadline, trace_dir, probe, runs: Ra
     K, M = public.num_datacenters, public.microbatches
     allowed = public.training.parallelism.pipelines
     questions = QUESTIONS and (is_exact(options) or bool(options["max_entries"]))
+    counts = [P for P in sorted(allowed) if 2 <= P <= min(M, K)]
+    spread: list = []  # the search of K pipelines made before the period run, if made
     if QUESTIONS:
         best[:] = _seed(owner, runs)
     if 1 in allowed:
+        # one pipeline per DC, searched exactly between the one-pipeline solve's classic
+        # and period runs, below the classic plan's T: its best plan bounds the period run
+        first = questions and SPREAD_FIRST and K in counts and public.training.schedule == \
+            "1f1b" and M > 1
+
+        def incumbent(T_e: float) -> float:
+            spread.append(_spread_first(runs, best, T_e))
+            return best[0]
+
         # the seed bounds the period run only, not the classic solve: a bound there turns
         # its probe off, whose plan is what a solve the time limit cuts returns
         # (v3-large-01 at 150 s: 9.50 s unbounded, the seed's 19.17 s bounded)
-        one = _one_pipeline(owner, options, deadline, trace_dir, probe, runs, stats, best[0])
+        one = _one_pipeline(owner, options, deadline, trace_dir, probe, runs, stats,
+                            incumbent if first else best[0])
         if one.status == "error":
             return one
         if one.plan is not None and one.stats["objective_s"] < best[0]:
             best[:] = one.stats["objective_s"], one.plan
-    counts = [P for P in sorted(allowed) if 2 <= P <= min(M, K)]
     if questions:
         from .questions import several as by_questions
 
-        best[:] = by_questions(public, counts, runs, *best)
+        if spread:  # K pipelines searched below the classic plan's T, itself not beaten
+            counts.remove(K)
+        best[:] = by_questions(public, counts, runs, *best,
+                               search=spread[0] if spread else None)
     else:
         T, found = several(public, counts, runs, best[0], deadline)
         best[:] = T, found or best[1]
     return None
+
+
+#: exact (or capped) mode, 1F1B: the span of ``K`` pipelines, one per DC, is searched
+#: (``dp``'s questions, every range one DC) between the one-pipeline solve's classic run and
+#: its period run (the owner's ladder), whose bound its best plan lowers; ``False``: after
+#: it, with the other counts, as ``dp`` orders them
+SPREAD_FIRST = True
+
+
+def _spread_first(runs: RangeRuns, best: list, cap: float):
+    """The best plan of ``K`` pipelines, one per DC, below the incumbent ``best`` (``[T,
+    plan]``, improved in place) and ``cap`` (the one-pipeline classic plan's ``T``, which
+    the answer does not exceed) by ``dp``'s search of the span of every DC
+    (:class:`.questions.OwnerSearch`, whose ranges are all of one DC: each question a range
+    run of one DC, answered by ``dp``'s search there, :mod:`.alone`). Returns the search,
+    whose memory of the ranges the search of the other counts goes on with.
+
+    ``dp`` seeds with ``replicate-per-dc`` (a classic plan per DC, ``M`` split by speed);
+    the owner's seed (:func:`_seed`, ``M`` split evenly, ``R`` not weighed) lies above it
+    (``v3-large-03``: 19.89 s against 16.72 s), and a one-pipeline solve bounded by it
+    searches plans a better incumbent rules out. Exact: the span's search finds the best
+    plan of ``K`` pipelines below the incumbent and ``cap``; the answer is at most ``cap``
+    (the classic plan is one of one pipeline), so no plan of ``K`` pipelines at or above it
+    is needed, and a later, lower incumbent only narrows what the search would look for."""
+    from .questions import OwnerBest, OwnerSearch
+
+    K = runs.owner.public.num_datacenters
+    search = OwnerSearch(runs, OwnerBest(*best) if best[0] <= cap else OwnerBest(cap))
+    search.span(K, 0, K - 1)
+    if search.best.plan is not None and search.best.T < best[0]:
+        best[:] = search.best.T, search.best.plan
+    return search
 
 
 def _seed(owner, runs: RangeRuns) -> tuple[float, Plan | None]:
@@ -563,10 +609,11 @@ def _seed(owner, runs: RangeRuns) -> tuple[float, Plan | None]:
 
 
 def _one_pipeline(owner, options: dict, deadline: Deadline, trace_dir, probe,
-                  runs: RangeRuns, stats: dict, incumbent: float = math.inf):
+                  runs: RangeRuns, stats: dict, incumbent=math.inf):
     """The usual solve of one pipeline over the whole chain (its messages counted with the
     range runs', under ``one/``); its plan in the several-pipeline plan's form, with its
-    ``T`` as ``stats["objective_s"]``. ``incumbent`` (the seed's ``T``) bounds
+    ``T`` as ``stats["objective_s"]``. ``incumbent`` (the seed's ``T``, or a callable
+    giving it from the classic plan's ``T``: :func:`_spread_first`) bounds
     its period run, not its classic run (:func:`~chainpipe.solvers.cdynp.solve_chain`'s
     ``period_bound``): a one-pipeline plan is wanted only if it beats the incumbent.
 

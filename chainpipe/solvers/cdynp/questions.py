@@ -196,9 +196,10 @@ class OwnerSearch(SeveralPipelines):
             self.best.T, self.best.plan = T, plan
 
 
-def several(public, counts, runs, best_T: float, best_plan):
+def several(public, counts, runs, best_T: float, best_plan, search=None):
     """The best plan of ``P >= 2`` pipelines, ``P`` in ``counts``, below ``best_T``, by
-    :class:`OwnerSearch` (exact range runs only).
+    :class:`OwnerSearch` (exact range runs only); ``search``: an earlier one whose memory
+    of the ranges (plans found, floors proven) it goes on with.
 
     Returns
     -------
@@ -206,6 +207,10 @@ def several(public, counts, runs, best_T: float, best_plan):
         ``(T, plan)``: the best known (``best_T``, ``best_plan`` if nothing beat them).
     """
     best = OwnerBest(best_T, best_plan)
-    search = OwnerSearch(runs, best)
+    if search is None:
+        search = OwnerSearch(runs, best)
+    else:
+        best.searches = search.best.searches
+        search.best = best
     search.run(list(counts))
     return best.T, best.plan

@@ -1,0 +1,107 @@
+"""CDynP's owner searches the span of one pipeline per DC before the one-pipeline solve
+(:data:`chainpipe.solvers.cdynp.pipelines.SPREAD_FIRST`, ``docs/privacy.md``, "Several
+pipelines: the owner's search", *The span of one pipeline per DC first*).
+
+The answer stays ``dp``'s on random small v3 instances where ``K`` pipelines are allowed
+beside one (on some of them ``K`` pipelines win), and the one-pipeline solve's period run
+is bounded by the best plan of ``K`` pipelines, not by the seed alone.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import chainpipe.solvers.cdynp as cdynp
+from chainpipe.solve import solve
+from chainpipe.solvers.cdynp import pipelines
+from helpers import random_v3_instance
+
+RTOL = 1e-9
+
+
+def _spread_instances(seeds):
+    """Random v3 instances with several DCs and microbatches, under ``period``, whose
+    allowed counts are made ``(1, K)``: both the one-pipeline solve and the span of one
+    pipeline per DC are searched."""
+    for seed in seeds:
+        inst = random_v3_instance(seed)
+        K = inst.num_datacenters
+        if K < 2 or inst.microbatches < K or inst.training.objective != "period":
+            continue
+        par = dataclasses.replace(inst.parallelism, pipelines=(1, K))
+        yield seed, dataclasses.replace(
+            inst, training=dataclasses.replace(inst.training, parallelism=par))
+
+
+def _only(inst, P: int):
+    """``inst`` with ``P`` pipelines as its only allowed count."""
+    par = dataclasses.replace(inst.parallelism, pipelines=(P,))
+    return dataclasses.replace(inst, training=dataclasses.replace(inst.training,
+                                                                  parallelism=par))
+
+
+def test_exact_with_the_spread_searched_first():
+    """The same optimum as ``dp``; ``K`` pipelines win on some instances (a search that
+    dropped the count ``K`` without searching it first loses those)."""
+    checked = spread_wins = 0
+    for seed, inst in _spread_instances(range(0, 400)):
+        ref = solve(inst, "dp")
+        res = solve(inst, "cdynp")
+        assert res.status == ref.status, (seed, res.status, ref.status, res.message)
+        if ref.status != "optimal":
+            continue
+        assert math.isclose(res.iteration_time, ref.iteration_time, rel_tol=RTOL), (
+            seed, res.iteration_time, ref.iteration_time)
+        checked += 1
+        one = solve(_only(inst, 1), "dp")
+        if one.status != "optimal" or one.iteration_time > ref.iteration_time * (1 + 1e-6):
+            spread_wins += 1
+    assert checked >= 30, checked
+    assert spread_wins >= 5, spread_wins
+
+
+def test_the_spread_bounds_the_one_pipeline_run(monkeypatch):
+    """Given the classic plan's ``T_e``, the one-pipeline solve's ``period_bound`` is at
+    most the owner's seed and, where the best plan of ``K`` pipelines (``dp`` on the
+    instance restricted to ``K``) lies below ``T_e``, at most that plan's ``T``; below the
+    seed on some instances (a search of the spread whose plan did not become the incumbent
+    fails here)."""
+    calls = []
+    plain = cdynp.solve_chain
+
+    def recording(*args, period_bound=math.inf, **kwargs):
+        if callable(period_bound):
+            hook = period_bound
+
+            def period_bound(T_e):
+                calls.append((T_e, hook(T_e)))
+                return calls[-1][1]
+        return plain(*args, period_bound=period_bound, **kwargs)
+
+    monkeypatch.setattr(cdynp, "solve_chain", recording)
+    seeds = []
+    plain_seed = pipelines._seed
+
+    def seeding(owner, runs):
+        seeds.append(plain_seed(owner, runs))
+        return seeds[-1]
+
+    monkeypatch.setattr(pipelines, "_seed", seeding)
+    lower = checked = 0
+    for seed, inst in _spread_instances(range(0, 200)):
+        calls.clear()
+        seeds.clear()
+        res = solve(inst, "cdynp")
+        if res.status != "optimal" or not calls:  # no period run: the classic plan won
+            continue
+        spread = solve(_only(inst, inst.num_datacenters), "dp")
+        (T_e, bound), = calls
+        assert bound <= seeds[0][0], (seed, bound, seeds[0][0])
+        if spread.status == "optimal" and spread.iteration_time < T_e:
+            assert bound <= spread.iteration_time * (1 + 1e-9), (
+                seed, bound, spread.iteration_time)
+        checked += 1
+        lower += bound < seeds[0][0] * (1 - 1e-9)
+    assert checked >= 10, checked
+    assert lower >= 3, lower
