@@ -32,7 +32,21 @@ ORDER = [
     ("benchmarks/results/formulations_flow_fresh.md",
      "python benchmarks/formulations.py --time-limit 120 --fresh "
      "v3-medium-02-small-model:3-8 --solvers ilp-path --backends highs --device-states "
-     "--no-figure --out benchmarks/results/formulations_flow_fresh.md --no-lp --ref-limit 300"),
+     "--no-figure --no-lp --cpu-limit --wall-factor 10 --ref-limit 300 --out "
+     "benchmarks/results/formulations_flow_fresh.md"),
+    ("benchmarks/results/formulations_flow_fresh_01.md",
+     "python benchmarks/formulations.py --time-limit 120 --fresh v3-medium-01:3-8 "
+     "--solvers ilp-path --backends highs --device-states --no-figure --no-lp --cpu-limit "
+     "--wall-factor 10 --ref-limit 300 --out benchmarks/results/formulations_flow_fresh_01.md"),
+    ("benchmarks/results/formulations_flow_fresh_reruns.md",
+     "python benchmarks/formulations.py --time-limit 120 --fresh v3-medium-01:4,7 "
+     "v3-medium-02-small-model:6 --solvers ilp-path --backends highs --device-states "
+     "--no-figure --no-lp --cpu-limit --wall-factor 30 --ref-limit 300 --out "
+     "benchmarks/results/formulations_flow_fresh_reruns.md"),
+    ("benchmarks/results/formulations_flow_v3_medium_cpu.md",
+     "python benchmarks/formulations.py --time-limit 120 --sets v3/medium --solvers ilp-path "
+     "--backends highs --device-states --no-figure --no-lp --cpu-limit --wall-factor 10 "
+     "--ref-limit 300 --out benchmarks/results/formulations_flow_v3_medium_cpu.md"),
     ("benchmarks/results/formulations_flow_v3_cpu.md",
      "python benchmarks/formulations.py --time-limit 120 --sets v3/small v3/medium --solvers "
      "ilp-path --backends highs --device-states --cpu-limit --out "
