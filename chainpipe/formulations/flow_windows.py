@@ -237,7 +237,15 @@ class PeriodWindows:
                              self.stats)
 
     def _take(self, w: Window) -> None:
-        """Build ``w``'s model (re-keyed by its cheap bound on first sight) and run its MIP."""
+        """Build ``w``'s network and, once it is keyed and narrow enough, solve it."""
+        g = self._network(w)
+        if g is not None:
+            self._solve(w, g)
+
+    def _network(self, w: Window):
+        """``w``'s network, re-keyed by its cheap bound on first sight; ``None`` when
+        there is nothing to solve now (no arc left, taken again in its turn once
+        re-keyed, or split in halves while wider than the width)."""
         t0 = time.process_time()
         g, w.net = w.net, None
         if g is None or g.upper_bound > self.best_T:
@@ -245,16 +253,20 @@ class PeriodWindows:
         self.stats["build_cpu_s"] += time.process_time() - t0
         if not g.n_arcs:
             self.stats["empty"] += 1
-            return
+            return None
         if not w.built:
             w.built = True
             if g.cheap_bound > w.key:  # re-keyed lazily: taken again in its turn
                 w.key, w.net = g.cheap_bound, g
                 heapq.heappush(self.open, w)
-                return
-        if w.hi / w.lo - 1 > self.width * (1 + 1e-9):  # too wide for a MIP: halves
+                return None
+        if w.hi / w.lo - 1 > self.width * (1 + 1e-9):  # too wide for a solve: halves
             self._split(w, max(w.key, g.cheap_bound), w.slice_s)
-            return
+            return None
+        return g
+
+    def _solve(self, w: Window, g) -> None:
+        """Build ``w``'s MIP and run it (:meth:`_answer` reads it)."""
         self.deadline.check()
         t0 = time.process_time()
         model = g.build(flow_loops=True)
@@ -272,7 +284,7 @@ class PeriodWindows:
 
     def _answer(self, w: Window, g, model, answer) -> None:
         """Read a window's MIP: a plan may become the incumbent; a proven window closes;
-        a stopped one goes back, split or with a longer slice, keyed by its bound."""
+        a stopped one goes back (:meth:`_requeue`), keyed by its bound."""
         if answer.values is not None:
             model.assign(answer.values)
             plan = g.decode()
@@ -282,7 +294,11 @@ class PeriodWindows:
         if answer.status in ("optimal", "infeasible"):
             return
         bound = safe_bound(answer.bound, g.scale) if answer.bound is not None else None
-        key = max(w.key, g.cheap_bound, bound or 0.0)
+        self._requeue(w, max(w.key, g.cheap_bound, bound or 0.0))
+
+    def _requeue(self, w: Window, key: float) -> None:
+        """A window stopped unproven with bound ``key``: dropped if that closes it, else
+        split while wider than twice the least width, else back with a longer slice."""
         if self.closes(key):
             return
         if w.hi / w.lo - 1 > 2 * self.min_width:
