@@ -45,7 +45,6 @@ limit; the bound is the least over entries of what is proven of each. ``hint`` a
 from __future__ import annotations
 
 import dataclasses
-import heapq
 import math
 import os
 import threading
@@ -638,26 +637,9 @@ class _Windows(PeriodWindows):
         self.search = search
         self.stats.update(cpsat_solves=0, cpsat_cpu_s=0.0, proven=0)
 
-    def _take(self, w: Window) -> None:
-        """Build ``w``'s network (re-keyed by its cheap bound on first sight), split it
-        while too wide, else solve it with CP-SAT."""
-        t0 = time.process_time()
-        g, w.net = w.net, None
-        if g is None or g.upper_bound > self.best_T:
-            g = self.form.window(w.lo, w.hi, self.best_T)
-        self.stats["build_cpu_s"] += time.process_time() - t0
-        if not g.n_arcs:
-            self.stats["empty"] += 1
-            return
-        if not w.built:
-            w.built = True
-            if g.cheap_bound > w.key:  # re-keyed lazily: taken again in its turn
-                w.key, w.net = g.cheap_bound, g
-                heapq.heappush(self.open, w)
-                return
-        if w.hi / w.lo - 1 > self.width * (1 + 1e-9):  # too wide for a solve: halves
-            self._split(w, max(w.key, g.cheap_bound), w.slice_s)
-            return
+    def _solve(self, w: Window, g) -> None:
+        """Solve ``w`` (its network ``g`` keyed and narrow enough) with CP-SAT; a proven
+        window closes with its bound, an unproven one goes back (:meth:`_requeue`)."""
         self.deadline.check()
         t0 = time.process_time()
         plan, bound, proven = self.search.solve_window(g, self.best_T,
@@ -673,13 +655,7 @@ class _Windows(PeriodWindows):
             self.stats["proven"] += 1
             self.closed_key = min(self.closed_key, key)
             return
-        if self.closes(key):
-            return
-        if w.hi / w.lo - 1 > 2 * self.min_width:
-            self._split(w, key, w.slice_s)
-        else:
-            heapq.heappush(self.open, Window(key, w.lo, w.hi, 2 * w.slice_s, True))
-
+        self._requeue(w, key)
 
 def heuristic_plan(tables: CostTables, deadline: Deadline):
     """The best plan of the cheap heuristics, its time and its source.
