@@ -63,9 +63,17 @@ ORDER = [
      "--no-figure --out benchmarks/results/formulations_flow_fresh_hybrid.md --no-lp "
      "--ref-limit 120"),
     ("benchmarks/results/cpsat_v3_medium.md",
+     "python benchmarks/formulations.py --time-limit 120 --sets v3/small v3/medium "
+     "--solvers cpsat --backends highs --no-figure --out "
+     "benchmarks/results/cpsat_v3_medium.md --cpu-limit --ref-limit 300"),
+    ("benchmarks/results/cpsat_v3_medium_head.md",
      "python benchmarks/formulations.py --time-limit 120 --sets v3/medium --solvers cpsat "
-     "--backends highs cbc --no-figure --out benchmarks/results/cpsat_v3_medium.md"),
-    ("benchmarks/results/cpsat.md", "python benchmarks/cpsat.py"),
+     "--backends highs --no-figure --out benchmarks/results/cpsat_v3_medium_head.md "
+     "--cpu-limit --ref-limit 300"),
+    ("benchmarks/results/cpsat_v3.md",
+     "python benchmarks/cpsat.py --time-limit 60 --sets hybrid/medium v3/small v3/medium "
+     "--out benchmarks/results/cpsat_v3.md"),
+    ("benchmarks/results/cpsat.md", "python benchmarks/cpsat.py --time-limit 60"),
     ("benchmarks/results/limits.md", "python benchmarks/limits.py"),
     ("benchmarks/results/cdynp_speed.md", "python benchmarks/cdynp_speed.py"),
     ("benchmarks/results/cdynp_tradeoff.md", "python benchmarks/cdynp_tradeoff.py"),
