@@ -104,10 +104,8 @@ class PrefixCurve:
         last DC to ``k0`` (the stage after it lies on ``k0``: :func:`_at_most`)."""
         got = self.walks.get(lam)
         if got is None:
-            F = self._fills(lam)
-            self._show(lam, F[-1])
-            radix, _, _, _, U, Q = self._local
-            got = self.walks[lam] = _at_most(F, radix, (U, Q, lam))
+            got = self.walks[lam] = self.tables_at(lam, joined=True)
+            self._show(lam, got[-1])
         return got
 
     def tables_at(self, lam: float, prune: bool = True, joined: bool = False) -> np.ndarray:
@@ -130,7 +128,8 @@ class PrefixCurve:
 
     def _show(self, lam: float, last: np.ndarray) -> None:
         """Record what the walk under ``lam`` showed (:meth:`_shown`) from its last row
-        (the whole model placed; per DC of the last stage and usage)."""
+        (the whole model placed; per DC and usage, of the last stage or up to it: the
+        first DC with a finite entry is the same either way)."""
         fit = np.flatnonzero(np.isfinite(last).any(axis=1))
         self._shown().append((lam, self.hi, self.lo + int(fit[0]) if len(fit) else None))
 
