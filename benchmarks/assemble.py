@@ -79,8 +79,12 @@ ORDER = [
     ("benchmarks/results/cdynp_tradeoff.md", "python benchmarks/cdynp_tradeoff.py"),
     ("benchmarks/results/cdynp_hosts.md", "python benchmarks/cdynp_hosts.py"),
     ("benchmarks/results/cdynp_v3.md", "python benchmarks/cdynp_v3.py"),
-    ("benchmarks/results/cdynp_speed_v3.md", "python benchmarks/cdynp_speed.py --v3"),
-    ("benchmarks/results/cdynp_tradeoff_v3.md", "python benchmarks/cdynp_tradeoff.py --v3"),
+    ("benchmarks/results/cdynp_speed_v3.md",
+     "python benchmarks/cdynp_speed.py --v3 --sets v3/small v3/medium v3/large "
+     "--time-limit 3000"),
+    ("benchmarks/results/cdynp_tradeoff_v3.md",
+     "python benchmarks/cdynp_tradeoff.py --v3 --sets v3/small v3/medium --time-limit 120, "
+     "then --v3 --sets v3/large --time-limit 600 --merge"),
     ("benchmarks/results/cdynp_hosts_v3.md", "python benchmarks/cdynp_hosts.py --v3"),
     ("benchmarks/results/schedule_vs_formula.md", "python benchmarks/schedule_vs_formula.py"),
     ("experiments/results/one_to_four_dcs.md", "python experiments/one_to_four_dcs.py"),
