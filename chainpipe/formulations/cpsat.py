@@ -198,7 +198,9 @@ def loop_pruned(tables: CostTables, arcs: StageArcs, upper_bound: float,
     one-pipeline GPipe entry the path bounds keep 10 of 10 758 options.)"""
     from .ilp_flow import FlowFormulation, ModelTooLarge
 
-    if not len(arcs):
+    if not len(arcs) or int(np.max(tables.count)) > LOOP_PRUNE_COLUMNS:
+        # (the network's device states are enumerated per usage of a group before its
+        # columns are counted: a group of 2**31 devices never gets there)
         return arcs
     try:
         flow = FlowFormulation(tables, check=check, upper_bound=upper_bound, exits=False,
