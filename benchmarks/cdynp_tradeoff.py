@@ -85,6 +85,9 @@ def main() -> None:
                     help="only the instances with these names (file stems)")
     ap.add_argument("--merge", action="store_true",
                     help="keep the rows of the other sets already in the results file")
+    ap.add_argument("--settings", nargs="+", default=[],
+                    help="only the grid's settings with these labels (as the table writes "
+                         "them, e.g. 'max_entries=1, digits=4')")
     args = ap.parse_args()
     args.load_start = os.getloadavg()[0]
     if args.v3 and args.sets == ["medium", "large", "hybrid/medium", "hybrid/large"]:
@@ -100,6 +103,8 @@ def main() -> None:
             files = files[:1]
         if args.only:
             files = [p for p in files if p.stem in args.only]
+        if args.settings:
+            grid = [cfg for cfg in grid if label(cfg) in args.settings]
         for path in files:
             inst = read(path)
             c0 = time.process_time()
@@ -205,6 +210,7 @@ def section(args) -> str:
 def detail(rows: list[dict], args) -> list[str]:
     """A section of its own for a ``--merge`` run: its table, CPU time, the largest message."""
     only = f" --only {' '.join(args.only)}" if args.only else ""
+    only += "".join(f" --settings '{s}'" for s in args.settings)
     lines = ["", section(args) + f"{time.strftime('%Y-%m-%d %H:%M')} UTC", "",
              (f"Run: `benchmarks/cdynp_tradeoff.py --v3 --sets {' '.join(args.sets)} --time-limit "
               f"{args.time_limit:g}{only} --merge`; load (1-min average) {args.load_start:.1f} at the "
