@@ -307,3 +307,52 @@ def test_a_built_model_is_freed_after_the_solve():
                          cwd=ROOT, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "0"
+
+
+# ------------------------------------------- the arc-flow network's device states (issue 33)
+class _Counted:
+    """A check that fails the test once called more than ``calls`` times: the build or
+    enumeration it is handed went on far past what a guarded one does (16-25 calls for
+    a network of 10 000 columns)."""
+
+    def __init__(self, calls: int):
+        self.calls, self.left = calls, calls
+
+    def __call__(self):
+        self.left -= 1
+        assert self.left >= 0, f"called more than {self.calls} times: the enumeration ran on"
+
+
+def test_reachable_usage_stops_at_its_limit_whatever_the_count():
+    from chainpipe.formulations.ilp_flow import ModelTooLarge, reachable_usage
+
+    with pytest.raises(ModelTooLarge):  # 2**31 usages; unguarded, the check fails first
+        reachable_usage([1, 2], 2**31 - 1, limit=10_000, check=_Counted(100))
+    sparse = reachable_usage([2**29, 2**29 + 1], 2**31 - 1, limit=10, check=_Counted(100))
+    assert sparse.tolist() == sorted({a * 2**29 + b for a in range(4) for b in range(a + 1)})
+    with pytest.raises(TimeUp):  # the deadline is kept between the limit's checks
+        reachable_usage([1], 2**31 - 1, limit=10**6, check=Deadline(0.0).check)
+
+
+def _two_big_groups(count: int):
+    """hybrid-small-01 with both groups of its first datacenter at ``count`` devices."""
+    doc = json.loads(SMALL.read_text())
+    for group in doc["datacenters"][0]["devices"]:
+        group.update(count=count, devices_per_node=1)
+    doc["training"]["parallelism"].update(data_parallel=[1], tensor_parallel=[1, 2])
+    return instance_from_dict(doc)
+
+
+@pytest.mark.parametrize("inst", [small_with(HUGE, [1, 2]), _two_big_groups(3000)],
+                         ids=["a group of 2**31 devices", "3001**2 states of one datacenter"])
+def test_the_device_state_network_is_refused_before_its_states_are_enumerated(inst):
+    from chainpipe.formulations.cpsat import loop_pruned, stage_arcs
+    from chainpipe.formulations.ilp_flow import FlowFormulation, ModelTooLarge
+
+    tables = CostTables(inst)
+    start = time.process_time()
+    with pytest.raises(ModelTooLarge):
+        FlowFormulation(tables, check=_Counted(100), max_columns=10_000)
+    arcs = stage_arcs(tables, None)  # CP-SAT's pruning is skipped, not hung (0.3 s)
+    assert loop_pruned(tables, arcs, math.inf, check=Deadline(3.0).check) is arcs
+    assert time.process_time() - start < 5.0

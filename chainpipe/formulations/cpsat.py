@@ -193,14 +193,14 @@ def loop_pruned(tables: CostTables, arcs: StageArcs, upper_bound: float,
     fill (1 + (M - 1) / k)``). Every plan no slower than the bound is a path of that
     network that keeps all its columns, so an option without a kept column is in none;
     and when no such path has ``M`` stages, ``s_max`` drops to ``M - 1``. For a network
-    of at most :data:`LOOP_PRUNE_COLUMNS` stage columns; ``arcs`` unchanged otherwise.
+    of at most :data:`LOOP_PRUNE_COLUMNS` stage columns (and device states: a group of
+    ``2**31`` devices is refused before its usages are enumerated); ``arcs`` unchanged
+    otherwise.
     (Before issue 33's fourteenth round only under 1F1B's period: on ``v3-medium-04``'s
     one-pipeline GPipe entry the path bounds keep 10 of 10 758 options.)"""
     from .ilp_flow import FlowFormulation, ModelTooLarge
 
-    if not len(arcs) or int(np.max(tables.count)) > LOOP_PRUNE_COLUMNS:
-        # (the network's device states are enumerated per usage of a group before its
-        # columns are counted: a group of 2**31 devices never gets there)
+    if not len(arcs):
         return arcs
     try:
         flow = FlowFormulation(tables, check=check, upper_bound=upper_bound, exits=False,

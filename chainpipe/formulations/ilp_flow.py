@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import heapq
 import itertools
 import math
 from dataclasses import dataclass
@@ -52,6 +53,11 @@ MAX_COLUMNS = 2_000_000
 #: a proven bottleneck floor is lowered by this relative margin before it bounds ``B``
 #: (the backends' feasibility tolerance is 1e-9 on objectives of about 1e3)
 BOUND_SLACK = 1e-7
+#: :func:`reachable_usage` sieves a count up to this many devices as a boolean array;
+#: above it, it enumerates the sums one by one (at most its limit of them)
+DENSE_USAGE = 1 << 20
+#: :func:`reachable_usage` calls its ``check`` once per this many sums enumerated
+CHECK_USAGE = 4096
 
 
 class ModelTooLarge(ValueError):
@@ -76,7 +82,8 @@ class ArrayModel(LinearModel):
         self.sink(np.asarray(values, dtype=float))
 
 
-def reachable_usage(widths, count: int) -> np.ndarray:
+def reachable_usage(widths, count: int, limit: int | None = None,
+                    check=no_check) -> np.ndarray:
     """Every device count in ``[0, count]`` that is a sum of ``widths`` (with repeats).
 
     Parameters
@@ -85,18 +92,59 @@ def reachable_usage(widths, count: int) -> np.ndarray:
         The widths ``d t`` of a group's stage options.
     count : int
         The group's device count.
+    limit : int, optional
+        Raise :class:`ModelTooLarge` as soon as more than this many usages are found
+        (the enumeration never goes past ``limit + 1`` of them, whatever the count).
+    check : callable, optional
+        Called now and then (``Deadline.check``: raises to stop).
 
     Returns
     -------
     numpy.ndarray
         The reachable usages, ascending (0 always).
+
+    Raises
+    ------
+    ModelTooLarge
+        More than ``limit`` usages are reachable.
+
+    Notes
+    -----
+    Up to :data:`DENSE_USAGE` devices a boolean sieve (the unbounded knapsack's
+    reachability, each width applied by doubling shifts); above it the sums are taken
+    in ascending order from a heap, one per step, so a group of ``2**31`` devices costs
+    ``limit`` steps, not ``2**31``.
     """
-    ok = np.zeros(count + 1, dtype=bool)
-    ok[0] = True
     ws = sorted({int(w) for w in widths if 0 < int(w) <= count})
-    for u in range(1, count + 1):
-        ok[u] = any(ok[u - w] for w in ws if w <= u)
-    return np.nonzero(ok)[0]
+    if count <= DENSE_USAGE:
+        ok = np.zeros(count + 1, dtype=bool)
+        ok[0] = True
+        for w in ws:
+            check()
+            step = w
+            while step <= count:  # ok |= ok shifted by w, 2w, 4w, ...: every multiple
+                ok[step:] |= ok[:count + 1 - step]
+                step *= 2
+        found = np.nonzero(ok)[0]
+        if limit is not None and len(found) > limit:
+            raise ModelTooLarge(f"a group has more than {limit} reachable device usages")
+        return found
+    found, heap, seen = [], [0], {0}
+    while heap:
+        u = heapq.heappop(heap)
+        found.append(u)
+        if limit is not None and len(found) > limit:
+            raise ModelTooLarge(f"a group has more than {limit} reachable device usages")
+        if len(found) % CHECK_USAGE == 0:
+            check()
+        for w in ws:
+            v = u + w
+            if v > count:
+                break
+            if v not in seen:
+                seen.add(v)
+                heapq.heappush(heap, v)
+    return np.asarray(found, dtype=np.int64)
 
 
 def boundary_arcs(tables: CostTables, arcs: StageArcs, upper_bound: float | None,
@@ -188,7 +236,7 @@ class FlowFormulation:
             self.arcs = stage_arcs(tables, upper_bound, self.check, floor, **only)
             self.boundary = boundary_arcs(tables, self.arcs, upper_bound, floor, self.check)
         self._phases()
-        self._states()
+        self._states(max_columns)
         self._columns(max_columns)
         self._period_window()
         self.floor_B = self.floor_B2 = self.floor_S = 0.0
@@ -220,16 +268,28 @@ class FlowFormulation:
             at = (a.option[sel], a.start[sel], a.end[sel])
             self.stage_B[sel], self.stage_B2[sel] = f[at], b[at]
 
-    def _states(self) -> None:
-        """Device states per datacenter: tuples of reachable usages of its groups."""
+    def _states(self, max_states: int) -> None:
+        """Device states per datacenter: tuples of reachable usages of its groups.
+
+        Refused (:class:`ModelTooLarge`) before enumerating more than ``max_states``
+        usages of a group or states in all (the model's column budget): each state is
+        a node at every layer (the sweeps hold ``3 (L + 1)`` values per state), and a
+        state is the usage after some stage, in general the head of at least one column
+        per arc of that width. Before this guard a group of ``2**31`` devices was
+        enumerated here for minutes before its columns were counted."""
         t, a = self.tables, self.arcs
         self.dc_groups = [np.nonzero(t.group_dc == k)[0].tolist() for k in range(t.K)]
         self.state_key: dict = {}
         self.states: list = []
         for k, groups in enumerate(self.dc_groups):
-            usage = [reachable_usage(a.width[a.group == g].tolist(), int(t.count[g])).tolist()
-                     for g in groups]
+            usage = [reachable_usage(a.width[a.group == g].tolist(), int(t.count[g]),
+                                     max_states, self.check).tolist() for g in groups]
+            if len(self.states) + math.prod(len(u) for u in usage) > max_states:
+                raise ModelTooLarge(f"the device-state network has more than {max_states} "
+                                    "device states")
             for u in itertools.product(*usage):
+                if len(self.states) % CHECK_USAGE == 0:
+                    self.check()
                 self.state_key[(k, u)] = len(self.states)
                 self.states.append((k, u))
         self.zero = {k: self.state_key[(k, tuple(0 for _ in g))]
