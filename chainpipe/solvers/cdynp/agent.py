@@ -88,8 +88,9 @@ TABLES_KEPT = 32
 _TABLES_LOCK = threading.Lock()
 
 
-#: per DC (its one-DC instance and ``sync_cap``), its prefix-curve walks by cap and incoming
-#: table (:class:`.curve.CurvePass`): runs of one ladder share them
+#: per DC (what its walks read of its tables and link: :func:`.curve.walk_key`), its
+#: prefix-curve walks by cap and incoming table (:class:`.curve.CurvePass`): runs of one
+#: ladder share them, and range runs of the DC at every ``M_p`` whose tables agree
 _WALKS: OrderedDict = OrderedDict()
 
 #: the DCs' :class:`.floors.Floors` (:meth:`DCAgent._floors`), the :data:`TABLES_KEPT` last
@@ -491,9 +492,10 @@ class DCAgent:
                     incoming["from"])
             # one bucket read as every bucket's: a floor under each (the least of them)
             table = np.repeat(curve_mod.decode_rows(rows, self.L, want), nb // want, axis=2)
+        key = curve_mod.walk_key(self.tables, self._link_to_prev())
         with _TABLES_LOCK:
-            walks = _WALKS.setdefault((self.local, self.sync_cap), {})
-            _WALKS.move_to_end((self.local, self.sync_cap))
+            walks = _WALKS.setdefault(key, {})
+            _WALKS.move_to_end(key)
             while len(_WALKS) > TABLES_KEPT:
                 _WALKS.popitem(last=False)
         t0 = time.process_time()
@@ -932,6 +934,7 @@ class DCAgent:
                     pts = [p for p in pts if not self._beyond(
                         max(p[0], u), max(p[1], u) if gpipe else p[1], p[2] + q, p[3],
                         limit)]
+                    pts = self._curve_cut(pts, b, u, q, ub)
                 pts = self._period_compress(pts, same_p, kept, b, bw)
                 if not pts:
                     continue
@@ -948,6 +951,26 @@ class DCAgent:
         self._out_origin = origins
         self._out_b = [e["b"] for e in entries]
         return protocol.summary(self.name, self.public.datacenter_names[self.k - 1], entries)
+
+    def _curve_cut(self, pts: list, b: int, u: float, q: float, ub: float) -> list:
+        """The points of a summary entry at boundary ``b > 0`` (occupancy ``u``, traversal
+        ``q`` on its path, the hop's latency already in each total) that the paired floor
+        of the table this DC received leaves within ``ub`` (:func:`.curve.paired`): the
+        prefix ``[0, b)`` of every completion lies on the DCs before this one, whose least
+        fill under each cap that table bounds. The DC before this one would drop the
+        same points with its own rows (at least that table, :attr:`.curve.CurvePass.
+        CF_base`); dropped here they are neither compressed, sent, nor filed there
+        (``stats["curve_cut_points"]``). Nothing else without the pass."""
+        if self.curve is None or b == 0 or not pts:
+            return pts
+        S = np.array([(max(p[0], u), p[1], p[2] + q, p[3]) for p in pts], dtype=float)
+        ok = curve_mod.paired(S, self.curve.upstream[:, b], self.curve.grid, self.curve.below,
+                              self.M, ub)
+        if ok.all():
+            return pts
+        self.stats["curve_cut_points"] = self.stats.get("curve_cut_points", 0) + int(
+            len(pts) - ok.sum())
+        return [p for p, keep in zip(pts, ok.tolist()) if keep]
 
     def _beyond(self, x1: float, x2: float, total: float, sync: float, limit: float) -> bool:
         """Whether a point of these terms (its least completion) lies above the bound: at

@@ -29,6 +29,7 @@ the owner's ladder of public bounds starts there (:func:`chainpipe.solvers.cdynp
 
 from __future__ import annotations
 
+import hashlib
 import math
 
 import numpy as np
@@ -36,6 +37,7 @@ import numpy as np
 from ... import cost
 from ...instance import Link
 from ..prefix_curve import BUCKETS, _arrays, _at_most
+from ..prefix_kernel import SLACK
 from . import protocol
 from .protocol import CURVE_MOST, CURVE_STEPS, CURVE_ZERO
 
@@ -134,6 +136,30 @@ def withhold(E: np.ndarray) -> np.ndarray:
     return out
 
 
+def walk_key(tables, link_in: Link | None) -> bytes:
+    """What a DC's walks (:func:`.walk_fast.dc_walk`) read of its tables and link, as a
+    digest: the arrays of :func:`chainpipe.solvers.prefix_curve._arrays`, the boundaries'
+    bytes, whether the windows are capped, and the link into the DC. The range runs ask one DC at many
+    ``M_p`` whose tables differ in nothing a walk reads (an option fits one microbatch at
+    every count or at none; compute times, widths and occupancies do not read it), so
+    walks kept under this key serve every such ``M_p`` (:class:`CurvePass`' ``walks``).
+    Kept on ``tables``."""
+    key = ("_cdynp_walk_key", None if link_in is None else (
+        float(link_in.bandwidth_bytes_per_s), float(link_in.latency_s)))
+    got = tables.__dict__.get(key)
+    if got is None:
+        h = hashlib.blake2b(digest_size=20)
+        for part in (*_arrays(tables), np.asarray(tables.boundary_bytes, dtype=float),
+                     windows_capped(tables), key[1]):
+            if isinstance(part, np.ndarray):
+                h.update(repr((part.dtype.str, part.shape)).encode())
+                h.update(np.ascontiguousarray(part).tobytes())
+            else:
+                h.update(repr(part).encode())
+        got = tables.__dict__[key] = h.digest()
+    return got
+
+
 class CurvePass:
     """One DC's part of the pass for one run (module docstring).
 
@@ -173,7 +199,7 @@ class CurvePass:
             if incoming.shape != (len(grid), L + 1, nb):
                 raise ValueError("the incoming table does not match the run's grid")
         walks = {} if walks is None else walks
-        rows, out = [], np.empty_like(incoming)
+        rows, joined, out = [], [], np.empty_like(incoming)
         for i, lam in enumerate(grid):
             key = (float(lam), incoming[i].tobytes())
             got = walks.get(key)
@@ -183,11 +209,18 @@ class CurvePass:
                             windows)
                 got = walks[key] = (_at_most(F.min(axis=3), radix)[:, 0], F[:, 0].min(axis=1))
             here, own = got
-            rows.append(np.minimum(here, incoming[i].min(axis=1)[:, None]))
+            up = incoming[i].min(axis=1)
+            rows.append(np.minimum(here, up[:, None]))
+            joined.append(np.minimum(*_join(here, up, float(lam), (U[:, 0, 0], Q[:, 0, 0]),
+                                            (U_in, Q_in))))
             out[i] = np.minimum(incoming[i], own)
         #: ``CF[a, v, i]``: the least fill of a prefix ``[0, a)`` under cap ``i`` that
-        #: leaves own usage ``v``'s devices free, on this DC or before it (private)
-        self.CF = np.stack(rows, axis=2)
+        #: leaves own usage ``v``'s devices free, on this DC or before it, with the
+        #: traversal of boundary ``a`` to a stage on this DC (:func:`_join`; private)
+        self.CF = np.stack(joined, axis=2)
+        #: ``CF`` without the traversal: for the base labels (``u = 0``), whose first
+        #: stage lies downstream and whose totals hold their boundary already
+        self.CF_base = np.stack(rows, axis=2)
         #: the least of the incoming table and this DC's walk (before rounding)
         self.table = out
         #: ``[cap, a]``: the least fill of a prefix ``[0, a)`` on the DCs before this one
@@ -212,8 +245,32 @@ class CurvePass:
 
     def keep(self, x: int, u: tuple, S: np.ndarray, ub: float) -> np.ndarray:
         """Which labels (rows ``x1, x2, total, sync, p`` of ``S``) of state ``(x, u)`` the
-        paired floor leaves within ``ub`` (:func:`paired`)."""
-        return paired(S, self.CF[x, self.room(u)], self.grid, self.below, self.M, ub)
+        paired floor leaves within ``ub`` (:func:`paired`): with the traversal of the
+        boundary at ``x`` where the label's first stage lies on this DC (``u`` uses own
+        devices), without it for a base label (``u = 0``: it holds its boundary)."""
+        CF = self.CF_base if not any(u) else self.CF
+        return paired(S, CF[x, self.room(u)], self.grid, self.below, self.M, ub)
+
+
+def _join(here: np.ndarray, up: np.ndarray, lam: float, own_link: tuple,
+          link_in: tuple) -> tuple[np.ndarray, np.ndarray]:
+    """A label's rows of one cap ``lam`` with the boundary ``a`` before its first stage (on
+    this DC) paid, as ``dp``'s curve pays it (``docs/dp.md``, "The prefix curve"): a
+    prefix whose last stage lies on this DC (``here[a, v]``) crosses the DC's own link
+    (``own_link = (U, Q)`` per ``a``, private), one ending on a DC before it (``up[a]``,
+    the received table) at least the chain link into it (``link_in``, public: a longer
+    path's occupancy and traversal are no less); a boundary whose occupancy is above
+    ``lam`` cannot be crossed under it. Returns ``(own, upstream)`` rows, both ``inf``
+    where no prefix qualifies; at ``a = 0`` and ``a = L`` (no boundary) as given."""
+    L1 = here.shape[0]
+    inner = np.zeros(L1, dtype=bool)
+    inner[1:L1 - 1] = True
+    reach_cap = lam * (1 + SLACK)
+    U_own, Q_own = own_link
+    own_add = np.where(inner, np.where(U_own <= reach_cap, Q_own, np.inf), 0.0)
+    U_in, Q_in = link_in
+    in_add = np.where(inner, np.where(U_in <= reach_cap, Q_in, np.inf), 0.0)
+    return here + own_add[:, None], (up + in_add)[:, None]
 
 
 def paired_floor(S: np.ndarray, CF: np.ndarray, grid: np.ndarray, below: np.ndarray,
