@@ -99,8 +99,10 @@ def test_a_range_least_cap_from_the_walks_of_its_first_dc(seed):
     """Ranges asked from the longest down (odd seeds: the shortest up), each starting from
     the bracket the walks of its first DC show (:meth:`PrefixCurve._bracket`): each least
     cap is one a fresh curve of the range (no walks shown) finds not to fit, with a fit
-    within the bisection's width above it; from the longest down, the shared walks are no
-    more than the fresh ones."""
+    within the bisection's width above it, also where the boundaries bind (``U`` scaled
+    up: the bisection's steps are answered by one bottleneck walk,
+    :meth:`PrefixCurve._bottleneck_fits`, the fresh curve's by the forward walk); from the
+    longest down, the shared walks are no more than the fresh ones."""
     from chainpipe.solvers.prefix_curve import COARSE_RTOL
 
     inst = random_v3_instance(seed)
@@ -117,10 +119,20 @@ def test_a_range_least_cap_from_the_walks_of_its_first_dc(seed):
             fresh.grid(big)
             fresh_walks += len(fresh._shown())
             if least.least is None:
-                assert fresh.least is None
+                assert fresh.least is None and not fresh.fits(big)
                 continue
             assert not fresh.fits(least.least)
             assert fresh.fits(least.least / (1 - COARSE_RTOL) * (1 + 1e-12))
+            for factor in (3.0, 30.0):  # boundaries that bind (inside a DC and across)
+                scaled = [PrefixCurve(CostTables(inst), i, j, True, False) for _ in "ab"]
+                for curve in scaled:
+                    curve._local[4] = curve._local[4] * factor
+                scaled[0].grid(big)
+                if scaled[0].least is None:
+                    assert not scaled[1].fits(big)
+                else:
+                    assert not scaled[1].fits(scaled[0].least)
+                    assert scaled[1].fits(scaled[0].least / (1 - COARSE_RTOL) * (1 + 1e-12))
     if seed % 2 == 0:  # (the longest first: every shorter range has both ends bracketed)
         shown = sum(len(v) for v in shared.__dict__["_prefix_shown"].values())
         assert shown <= fresh_walks

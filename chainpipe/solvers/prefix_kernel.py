@@ -20,6 +20,8 @@ from .label_aot import Unit
 ARGS = {
     "forward": ("f", "i", "i", "b", "i2", "i2", "i", "i2", "i1", "f4", "b4", "i2", "i1", "f3",
                 "f3", "i", "b", "b"),
+    "bottleneck": ("f", "i", "i", "b", "i2", "i2", "i", "i2", "i1", "f4", "b4", "i2", "i1",
+                   "f3"),
 }
 #: the kernels, compiled ahead of time into ``prefix_aot_<digest>`` (of this file)
 UNIT = Unit("prefix", ARGS, ("solvers/prefix_kernel.py",))
@@ -143,6 +145,82 @@ def forward(lam, lo_dc, hi_dc, first_fixed, radix, stride, nV, dc_groups, ngr, C
                             dc_groups[k, gi], C, ok, widths, npairs, stride[k, gi],
                             Q[a, k, k], lam, nb, False)
     return F
+
+
+@kernel
+def _bottle_stages(B, a, k2, v0, base, free_gi, g, C, ok, widths, npairs, stride, cap):
+    """File, for every stage of group ``g`` starting at layer ``a`` on DC ``k2`` after a
+    prefix whose bottleneck (with the boundary before the stage) is ``base`` (usage
+    ``v0``), the larger of ``base`` and the stage's ``C``."""
+    L1 = C.shape[3]
+    tol = cap * SLACK
+    for c in range(npairs[g]):
+        w = widths[g, c]
+        if w > free_gi:
+            continue
+        v2 = v0 + w * stride
+        for b in range(a + 1, L1):
+            cc = C[g, c, a, b]
+            if cc > cap + tol:
+                break
+            if not ok[g, c, a, b]:
+                continue
+            x = max(base, cc)
+            if x < B[b, k2, v2, 0]:
+                B[b, k2, v2, 0] = x
+
+
+@kernel
+def bottleneck(cap, lo_dc, hi_dc, first_fixed, radix, stride, nV, dc_groups, ngr, C, ok,
+               widths, npairs, U):
+    """Per DC ``k`` of the range, the least over placements of the whole model whose
+    last stage lies on ``k`` of the largest ``C`` and ``U`` of their stages and inner
+    boundaries (``inf`` where none has every one within ``cap``): :func:`forward` without
+    ``windows`` fits under ``lam`` exactly when one of these is at most ``lam (1 +``
+    :data:`SLACK` ``)`` (the same stages, boundaries, usages and tests, each value kept
+    as the largest so far instead of a sum), so one walk finds the least cap a bisection
+    over :func:`forward` would bracket."""
+    L1, K = C.shape[3], radix.shape[0]
+    B = np.full((L1, K, nV, 1), np.inf)
+    top = cap * (1 + SLACK)
+    for a in range(L1 - 1):
+        for k in range(lo_dc, hi_dc + 1):
+            if a == 0:
+                if first_fixed and k != lo_dc:
+                    continue
+                for gi in range(ngr[k]):
+                    _bottle_stages(B, 0, k, 0, 0.0, radix[k, gi] - 1, dc_groups[k, gi], C,
+                                   ok, widths, npairs, stride[k, gi], cap)
+                continue
+            least = np.inf
+            for v in range(nV):
+                least = min(least, B[a, k, v, 0])
+            if least == np.inf:
+                continue
+            for k2 in range(k + 1, hi_dc + 1):  # a later DC: its usage starts afresh
+                if U[a, k, k2] > top:
+                    continue
+                for gi in range(ngr[k2]):
+                    _bottle_stages(B, a, k2, 0, max(least, U[a, k, k2]), radix[k2, gi] - 1,
+                                   dc_groups[k2, gi], C, ok, widths, npairs, stride[k2, gi],
+                                   cap)
+            if U[a, k, k] > top:
+                continue
+            kept = _undominated(B[a, k], ngr[k], radix[k], stride[k], nV, 1)
+            for v in range(nV):  # the same DC: per usage
+                x = kept[v, 0]
+                if x == np.inf:
+                    continue
+                for gi in range(ngr[k]):
+                    used = (v // stride[k, gi]) % radix[k, gi]
+                    _bottle_stages(B, a, k, v, max(x, U[a, k, k]),
+                                   radix[k, gi] - 1 - used, dc_groups[k, gi], C, ok, widths,
+                                   npairs, stride[k, gi], cap)
+    out = np.full(K, np.inf)
+    for k in range(lo_dc, hi_dc + 1):
+        for v in range(nV):
+            out[k] = min(out[k], B[L1 - 1, k, v, 0])
+    return out
 
 
 UNIT.bind(globals())
