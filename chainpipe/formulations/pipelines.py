@@ -172,6 +172,54 @@ def share(deadline: Deadline, seconds: float) -> Deadline:
     return Deadline(seconds)
 
 
+def heuristic_plan(instance, deadline: Deadline | None = None):
+    """:func:`chainpipe.solvers.incumbent.heuristic_plan` with its share of the time
+    (:data:`~chainpipe.solvers.incumbent.SHARE` of what is left, at most
+    :data:`~chainpipe.solvers.incumbent.MAX_S`) in CPU seconds when ``deadline`` ends on
+    CPU time (:func:`share`), as the sub-solves' slices are: on the wall clock, a run at
+    a tenth of a core got a tenth of the heuristics' work and a worse first incumbent,
+    and the cutoffs and the path of the enumeration changed with the load (fresh
+    ``v3-medium-04``-like seed 3: proven in 11 CPU s, or in 35-45 after a seed 15 %
+    slower, ``docs/formulations.md``, "Fifteenth round"). Else the same function.
+
+    Parameters
+    ----------
+    instance : Instance
+        The instance.
+    deadline : Deadline, optional
+        The solve's deadline.
+
+    Returns
+    -------
+    (Plan or None, float, str or None)
+        The plan, its ``T`` and the heuristic's name (``(None, inf, None)`` if none).
+    """
+    import importlib
+
+    import numpy as np
+
+    from ..solvers import incumbent
+
+    deadline = Deadline.of(deadline)
+    if not math.isfinite(deadline.cpu_end()):
+        return incumbent.heuristic_plan(instance, deadline)
+    part = CpuPhase(deadline, min(incumbent.MAX_S, incumbent.SHARE * deadline.remaining()))
+    best = (None, math.inf, None)
+    for target in incumbent.HEURISTICS:
+        if part.expired():
+            break
+        module, func = target.split(":")
+        run = getattr(importlib.import_module(f"chainpipe.solvers.baselines.{module}"), func)
+        with np.errstate(all="ignore"):
+            out = run(instance, deadline=part)
+        if out.plan is None:
+            continue
+        ev = evaluate(instance, out.plan)
+        if ev.feasible and ev.iteration_time_s < best[1]:
+            best = (out.plan, ev.iteration_time_s, func.replace("_", "-"))
+    return best
+
+
 def cross_time(instance, first: int, last: int) -> float:
     """``R_X / H`` of pipelines spanning DCs ``first..last``.
 
@@ -554,14 +602,12 @@ class OuterSearch:
         return limit > seconds * (1 + 1e-9) or cut < last_cutoff * (1 - PRUNE_RTOL)
 
     def seed(self) -> None:
-        """First incumbents from the cheap heuristics of
-        :func:`chainpipe.solvers.incumbent.heuristic_plan` (never the DP): one pipeline
+        """First incumbents from the cheap heuristics (:func:`heuristic_plan`, in CPU
+        seconds under a CPU-time limit; never the DP): one pipeline
         (when 1 is an allowed count), and for every other allowed count ``P`` each cut of
         the whole chain into ``P`` blocks (at most :data:`SEED_PARTITIONS` cuts in all)
         with ``M`` split by the blocks' FLOP rates (:func:`rate_split`). A plan to return
         if every model runs out of time, and a bound that prunes entries."""
-        from ..solvers.incumbent import heuristic_plan
-
         K, M = len(self.instance.datacenters), self.instance.microbatches
         counts = sorted(set(self.instance.parallelism.pipelines))
         if 1 in counts:

@@ -75,7 +75,7 @@ from ..formulations.common import (
     safe_bound,
 )
 from ..formulations.ilp_flow import ModelTooLarge
-from ..formulations.pipelines import OuterSearch, merge_models, several, share
+from ..formulations.pipelines import OuterSearch, heuristic_plan, merge_models, several, share
 from ..instance import Instance
 from ..io import atomic_write
 from ..numeric import OPTIMALITY_RTOL
@@ -84,7 +84,6 @@ from ..progress import report
 from ..result import OptionError, Outcome
 from ..tables import CostTables
 from .highs import solve_lp_bound
-from .incumbent import heuristic_plan
 from .logs import stderr_log
 
 BACKENDS = ("highs", "cbc")
@@ -643,7 +642,8 @@ def _raised(out: Outcome, bound: float | None, instance) -> Outcome:
 def _incumbent(name: str, instance: Instance, opts: _Options, deadline: Deadline,
                stats: dict):
     """The path ILP's heuristic plan ``(plan, T, source)`` when ``start`` or ``prune`` is
-    on (:func:`~chainpipe.solvers.incumbent.heuristic_plan`), else ``None``."""
+    on (:func:`~chainpipe.formulations.pipelines.heuristic_plan`: the cheap heuristics,
+    their share in CPU seconds under a CPU-time limit), else ``None``."""
     if name != "ilp-path" or not (opts.start or opts.prune):
         return None
     t0 = deadline.elapsed()
