@@ -31,17 +31,20 @@ UNITS = (period_kernel.UNIT, prefix_kernel.UNIT)
 
 def _kernels(jit: bool):
     """What :mod:`.dp_period` and :mod:`.prefix_curve` call: numba's just-in-time
-    kernels, or the kernel modules' own names (compiled when built)."""
+    kernels, or the kernel modules' own names (compiled when built): the period unit,
+    and the prefix unit's ``forward`` and ``bottleneck``."""
     if not jit:
-        return period_kernel, prefix_kernel.forward
+        return period_kernel, prefix_kernel.forward, prefix_kernel.bottleneck
     consts = {n: getattr(period_kernel, n) for n in ("PLAIN", "LOOPS", "PHASES")}
+    prefix = prefix_kernel.UNIT.jit()
     return (SimpleNamespace(**consts, **vars(period_kernel.UNIT.jit())),
-            prefix_kernel.UNIT.jit().forward)
+            prefix.forward, prefix.bottleneck)
 
 
 def _use(monkeypatch, kernels) -> None:
     monkeypatch.setattr(dp_period, "kernel", kernels[0])
     monkeypatch.setattr(prefix_curve, "forward", kernels[1])
+    monkeypatch.setattr(prefix_curve, "bottleneck", kernels[2])
 
 
 def _spy(seen: dict):
@@ -74,10 +77,11 @@ def test_the_search_passes_the_compiled_types(monkeypatch):
     seen: dict = {}
     spy = _spy(seen)
 
-    period, forward = _kernels(jit=True)
+    period, forward, bottleneck = _kernels(jit=True)
     for name in period_kernel.ARGS:
         setattr(period, name, spy("period", name, getattr(period, name)))
-    _use(monkeypatch, (period, spy("prefix", "forward", forward)))
+    _use(monkeypatch, (period, spy("prefix", "forward", forward),
+                       spy("prefix", "bottleneck", bottleneck)))
     for path in SMALL:
         inst = cp.read(path)
         for solver in ("dp", "cdynp"):
@@ -135,7 +139,8 @@ def test_a_handed_out_kernel_pickles_by_name():
     unpickles the kernel its own module hands out)."""
     if not isinstance(period_kernel.expand, label_aot.Kernel):
         pytest.skip("not built for these sources: python -m chainpipe.solvers.label_aot")
-    for kernel in (period_kernel.expand, period_kernel.collect, prefix_kernel.forward):
+    for kernel in (period_kernel.expand, period_kernel.collect, prefix_kernel.forward,
+                   prefix_kernel.bottleneck):
         assert pickle.loads(pickle.dumps(kernel)) is kernel
     code = ("import pickle, sys; from chainpipe.solvers import period_kernel as k; "
             "print(pickle.loads(sys.stdin.buffer.read()) is k.gather)")
