@@ -191,7 +191,9 @@ def test_resume_skips_recorded_runs_and_repairs_a_cut_line(sweep, tmp_path):
 def test_overrunning_run_is_killed_and_the_sweep_goes_on(tmp_path, monkeypatch):
     from chainpipe.compare import runner
 
-    monkeypatch.setattr(runner, "kill_margin", lambda limit: 0.5)
+    # a margin of 3 s: the other run's process starts and imports within it on a loaded
+    # machine (with 0.5 s it was killed too at load 5 to 8)
+    monkeypatch.setattr(runner, "kill_margin", lambda limit: 3.0)
     paths = _instances(tmp_path / "inst", [1])
     records = run_sweep(paths, ["fake-sleep", "fake-first"], 0.5, tmp_path / "out",
                         jobs=2, progress=False, figures=False)
@@ -200,7 +202,7 @@ def test_overrunning_run_is_killed_and_the_sweep_goes_on(tmp_path, monkeypatch):
     assert sleep["status"] == "no_solution"
     assert sleep["message"].startswith("killed after")
     assert sleep["stats"]["killed"] is True
-    assert 0.9 < sleep["solve_time_s"] < 10
+    assert 3.4 < sleep["solve_time_s"] < 15
     assert by["fake-first"]["status"] == "feasible"
     assert not metrics.finished(sleep) and metrics.charged_time(sleep) == 0.5
 
