@@ -194,30 +194,11 @@ def heuristic_plan(instance, deadline: Deadline | None = None):
     (Plan or None, float, str or None)
         The plan, its ``T`` and the heuristic's name (``(None, inf, None)`` if none).
     """
-    import importlib
-
-    import numpy as np
-
     from ..solvers import incumbent
 
     deadline = Deadline.of(deadline)
-    if not math.isfinite(deadline.cpu_end()):
-        return incumbent.heuristic_plan(instance, deadline)
-    part = CpuPhase(deadline, min(incumbent.MAX_S, incumbent.SHARE * deadline.remaining()))
-    best = (None, math.inf, None)
-    for target in incumbent.HEURISTICS:
-        if part.expired():
-            break
-        module, func = target.split(":")
-        run = getattr(importlib.import_module(f"chainpipe.solvers.baselines.{module}"), func)
-        with np.errstate(all="ignore"):
-            out = run(instance, deadline=part)
-        if out.plan is None:
-            continue
-        ev = evaluate(instance, out.plan)
-        if ev.feasible and ev.iteration_time_s < best[1]:
-            best = (out.plan, ev.iteration_time_s, func.replace("_", "-"))
-    return best
+    seconds = min(incumbent.MAX_S, incumbent.SHARE * deadline.remaining())
+    return incumbent.heuristic_plan(instance, deadline, part=share(deadline, seconds))
 
 
 def cross_time(instance, first: int, last: int) -> float:

@@ -30,8 +30,8 @@ SHARE = 0.1
 MAX_S = 2.0
 
 
-def heuristic_plan(instance: Instance, deadline: Deadline | None = None
-                   ) -> tuple[Plan | None, float, str | None]:
+def heuristic_plan(instance: Instance, deadline: Deadline | None = None,
+                   part: Deadline | None = None) -> tuple[Plan | None, float, str | None]:
     """The fastest feasible plan of :data:`HEURISTICS` (``(None, inf, None)`` if none).
 
     Parameters
@@ -41,6 +41,10 @@ def heuristic_plan(instance: Instance, deadline: Deadline | None = None
     deadline : Deadline, optional
         The solve's deadline; the heuristics get :data:`SHARE` of what is left, at most
         :data:`MAX_S` seconds (each stops at that limit with the best plan it has).
+    part : Deadline, optional
+        The heuristics' own deadline instead of that share of the wall clock (a caller
+        under a CPU-time limit hands its share in CPU seconds:
+        :func:`chainpipe.formulations.pipelines.heuristic_plan`).
 
     Returns
     -------
@@ -50,7 +54,7 @@ def heuristic_plan(instance: Instance, deadline: Deadline | None = None
     import importlib
 
     deadline = Deadline.of(deadline)
-    share = Deadline(min(MAX_S, SHARE * deadline.remaining()))
+    share = Deadline(min(MAX_S, SHARE * deadline.remaining())) if part is None else part
     best: tuple[Plan | None, float, str | None] = (None, math.inf, None)
     for target in HEURISTICS:
         if share.expired():
