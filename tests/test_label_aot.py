@@ -23,16 +23,18 @@ FILES = [ROOT / "instances" / name for name in (
 
 
 class _Spy:
-    """The just-in-time kernels, each call's argument types recorded (numba's types)."""
+    """dp's kernels, each call's argument types recorded (numba's types)."""
 
     def __init__(self):
         import numba
 
         self.seen: dict = {}
-        self.new_arena, self.grown, self.warm = (label_kernel.new_arena, label_kernel.grown,
-                                                 label_kernel.warm)
+        # the kernels dp runs: the compiled module's when built (its calls of other types
+        # still go to numba's kernels, and are recorded), so nothing compiles here
+        kernels = label_aot._compiled() or label_kernel
+        self.new_arena, self.grown, self.warm = kernels.new_arena, kernels.grown, kernels.warm
         for name in label_aot.ARGS:
-            setattr(self, name, self._spy(name, getattr(label_kernel, name), numba.typeof))
+            setattr(self, name, self._spy(name, getattr(kernels, name), numba.typeof))
 
     def _spy(self, name, fn, typeof):
         def call(*args):
