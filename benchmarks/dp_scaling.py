@@ -88,6 +88,17 @@ def _measure(job, queue):
     })
 
 
+def host_line() -> str:
+    """``benchmarks/host_speed.py``'s reference line (loaded by path: this script is also
+    loaded as a module by the tests)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("host_speed", ROOT / "benchmarks" / "host_speed.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.reference_line()
+
+
 def write_results(path: Path, lines: list[str]) -> None:
     """Write a results file (its folder made if need be) and print it."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -125,7 +136,7 @@ def v3_main(seeds, limit_medium: float, limit_large: float, fresh=FRESH_SEEDS) -
     """The v3 measurements: the committed ``v3/medium`` and ``v3/large`` sets, and
     ``hybrid`` (4 DCs x 16 GPUs, ``pipelines`` [1, 2, 4]) and ``hybrid-large`` (8 DCs, 256
     GPUs, [1, 2, 4, 8]) made ``period``, 1F1B."""
-    sections = []
+    sections, load0 = [], os.getloadavg()[0]
     for name, limit in (("v3/medium", limit_medium), ("v3/large", limit_large)):
         files = sorted(p for p in (ROOT / "instances" / name).glob("*.json")
                        if p.name != "manifest.json")
@@ -155,7 +166,9 @@ def v3_main(seeds, limit_medium: float, limit_large: float, fresh=FRESH_SEEDS) -
                              rows))
     lines = ["## DP scaling under contract v3", "",
              f"Machine: {os.cpu_count()} cores, Python {platform.python_version()}; one "
-             f"process per run. Produced by `python benchmarks/dp_scaling.py --v3`.", ""]
+             f"process per run. Produced by `python benchmarks/dp_scaling.py --v3`.", "",
+             f"Load average {load0:.1f} at the start, {os.getloadavg()[0]:.1f} at the end. "
+             + host_line(), ""]
     for title, rows in sections:
         lines += table(rows, title)
     write_results(OUT_V3, lines)
@@ -733,7 +746,7 @@ def targets_main(quick: bool) -> int:
     lines = [TARGETS_HEADING, "",
              f"`python benchmarks/dp_scaling.py --targets`; load average {load:.1f} at the "
              f"start, {os.getloadavg()[0]:.1f} at the end (2 cores, shared). CPU seconds of "
-             "the solve, one core.", "",
+             "the solve, one core. " + host_line(), "",
              "| instance | status | T (s) | labels | CPU (s) | target (s) |", "|---|---|---|---|---|---|"]
     for spec, row in zip(specs, rows):
         target = SCALE_TARGETS["hybrid-large" if spec.get("preset") == "hybrid-large" else
