@@ -231,3 +231,27 @@ def test_candidate_rows_at_every_need_are_those_of_its_own_dominance(name):
                              if rs is not None for r in rs)
                 assert got == want, (name, g, phases, need)
     assert dropped  # (the rule has options to drop here)
+
+
+def test_a_dc_alone_is_skipped_only_where_no_plan_on_it_beats_the_incumbent():
+    """The one-pipeline part skips the classic solve of a DC alone when
+    ``tables.pipeline_bound(k, k, M)`` is at least the incumbent's ``T``: that floor lies
+    under every plan of one pipeline on DC ``k`` alone (the brute force's optimum there,
+    which the full instance evaluates alike: no link, the same devices)."""
+    from chainpipe.tables import CostTables
+
+    checked = 0
+    for seed in range(150):
+        inst = random_v3_instance(seed)
+        tables = CostTables(inst)
+        if tables.K < 2:
+            continue
+        par = dataclasses.replace(inst.training.parallelism, pipelines=(1,))
+        training = dataclasses.replace(inst.training, parallelism=par)
+        for k in range(tables.K):
+            alone = dataclasses.replace(inst, links=(), datacenters=(inst.datacenters[k],),
+                                        training=training)
+            T = brute_force_v3(alone).get(1, (math.inf,))[0]
+            assert tables.pipeline_bound(k, k, tables.M) <= T * (1 + 1e-12), (seed, k)
+            checked += math.isfinite(T)
+    assert checked >= 40, checked

@@ -206,6 +206,8 @@ def _one_pipeline(instance, tables, deadline, best: _Best, log, capacity, thread
     if T_e <= T_c * (1 + 1e-12):
         return
     for k in range(tables.K if tables.K > 1 else 0):  # no MAN round trip: often a better bound
+        if tables.pipeline_bound(k, k, tables.M) >= best.T:
+            continue  # no plan on DC k alone beats the incumbent: its solve would offer none
         alone = dataclasses.replace(classic_instance(instance), links=(),
                                     datacenters=(instance.datacenters[k],))
         got = dp_run(alone, deadline, threads)
