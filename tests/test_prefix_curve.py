@@ -138,6 +138,26 @@ def test_a_range_least_cap_from_the_walks_of_its_first_dc(seed):
         assert shown <= fresh_walks
 
 
+@pytest.mark.parametrize("seed", range(24))
+def test_a_windowed_least_cap_is_the_forward_walks_own(seed):
+    """With the windows capped the bottleneck walk answers a step of the least cap's
+    bisection first (a misfit without the windows is one with them): the least cap and
+    what the walks show are those of a forward walk at every step, also where the
+    boundaries bind (``U`` scaled up)."""
+    inst = random_v3_instance(seed)
+    K, big = CostTables(inst).K, 1e12
+    for i, j, fixed, factor in ((0, K - 1, False, 1.0), (K - 1, K - 1, True, 1.0),
+                                (0, K - 1, True, 30.0)):
+        new, old = (PrefixCurve(CostTables(inst), i, j, fixed, True) for _ in "ab")
+        for curve in (new, old):
+            curve._local[4] = curve._local[4] * factor
+        old._bottleneck_fits = lambda: (lambda lam: True)  # a forward walk at every step
+        new.grid(big)
+        old.grid(big)
+        assert new.least == old.least, (i, j, fixed, factor)
+        assert new._shown() == old._shown()
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_the_pruned_walk_equals_the_full_one(seed):
     """The walk that skips the usages a lower usage matches (``prune``) gives the same

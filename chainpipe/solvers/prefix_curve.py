@@ -254,9 +254,15 @@ class PrefixCurve:
         the slowest layer's least ``C`` (walks under large caps are dear); ``None`` if the
         model does not fit under ``cap``. It starts from the bracket earlier walks of the
         same first DC show (:meth:`_bracket`). Without the windows, one bottleneck walk
-        answers every step (:meth:`_bottleneck_fits`)."""
+        answers every step (:meth:`_bottleneck_fits`); with them it answers first, since
+        the windows only add rules: where the model does not fit without them, it does not
+        fit with them, and only the other steps make a walk with the windows (the same
+        steps and answers, so the same least cap)."""
         rtol = LEAST_RTOL if self.windows else COARSE_RTOL
-        fits = self.fits if self.windows else self._bottleneck_fits()
+        fits = relaxed = self._bottleneck_fits()
+        if self.windows:
+            def fits(lam: float) -> bool:
+                return relaxed(lam) and self.fits(lam)
         lo, hi = self._bracket(self._layer_floor() * (1 - rtol), cap)
         if lo >= cap:
             return None
@@ -300,7 +306,8 @@ class PrefixCurve:
                                             radix, stride, nV, dc_groups, ngr, C,
                                             self._allowed(ok), widths, npairs, U)
             fit = np.flatnonzero(walked[1] <= lam * (1 + SLACK))
-            self._shown().append((lam, self.hi, self.lo + int(fit[0]) if len(fit) else None))
+            if not (len(fit) and self.windows):  # (a fit without the windows is none with them)
+                self._shown().append((lam, self.hi, self.lo + int(fit[0]) if len(fit) else None))
             return bool(len(fit))
 
         return fits
