@@ -3,11 +3,13 @@
 :func:`chainpipe.solvers.dp.run` hands an instance here when it needs a version-3
 feature (:func:`chainpipe.support.features`). ``docs/dp.md`` ("Version 3") proves each step:
 
-1. **One pipeline.** The classic optimum (the version-2 search) bounds the answer: its
-   ``T`` under ``classic`` is a lower bound (no period is below the classic one) and its
-   ``T`` under the instance's objective an upper bound, as are the classic optima inside
-   each DC alone (no MAN round trip). When the bounds meet, the plan is optimal;
-   otherwise :class:`~chainpipe.solvers.dp_period.PipelineSearch` runs trials between them.
+1. **One pipeline.** Under ``period`` with an incumbent (the several-pipeline seed),
+   :class:`~chainpipe.solvers.dp_period.PipelineSearch` runs trials from the prefix
+   curve's floor up to the incumbent. Otherwise the classic optimum (the version-2
+   search) bounds the answer: its ``T`` under ``classic`` is a lower bound (no period is
+   below the classic one) and its ``T`` under the instance's objective an upper bound, as
+   are the classic optima inside each DC alone (no MAN round trip). When the bounds meet,
+   the plan is optimal; otherwise the trials run between them.
 2. **Several pipelines.** A pipeline's cost depends only on its DC range and ``M_p``, and
    ``R_X`` only on the outer span. Per last DC and ``M_p`` one search gives, per first DC,
    the plans not dominated in ``(T_p, max R)``. For each span and count ``P``, a sweep over
@@ -193,8 +195,14 @@ def _one_pipeline(instance, tables, deadline, best: _Best, log, capacity, thread
     version-2 searches' processes or cluster, :mod:`.dp_parallel`, :mod:`.dp_dask`)."""
     from .dp import solve_checked as dp_run
 
-    if _curve_floor(tables, best.T) >= best.T:
+    floor = _curve_floor(tables, best.T)
+    if floor >= best.T:
         return  # no plan of one pipeline beats the incumbent (v3-large-03: 6.1 s saved)
+    if floor > 0 and instance.training.objective == "period":
+        # the curve's floor starts the trials and the incumbent ends them: the classic
+        # search's T_c and T_e would only move the first trial (docs/dp.md)
+        _trials(instance, tables, deadline, best, log, capacity, floor, best.T)
+        return
     ref = dp_run(classic_instance(instance), deadline, threads, scheduler=scheduler)
     if ref.status.value == "no_solution":
         raise TimeUp()
@@ -214,10 +222,19 @@ def _one_pipeline(instance, tables, deadline, best: _Best, log, capacity, thread
         if got.plan is not None:  # device names are the full instance's too
             best.offer(instance, got.plan)
     T_e = min(T_e, best.T)
-    low = max(T_c, _curve_floor(tables, T_e))
-    if low >= T_e:
+    _trials(instance, tables, deadline, best, log, capacity,
+            max(T_c, _curve_floor(tables, T_e)), T_e)
+
+
+def _trials(instance, tables, deadline, best: _Best, log, capacity, low: float,
+            high: float) -> None:
+    """Offer the best plan of one pipeline below ``high`` to ``best``, if any: the trials
+    ``low (1 + d)`` for ``d`` in :data:`STEPS` below ``high``, then ``high (1 + 1e-9)``,
+    each a search of every plan below it, until one finds a plan (the optimum: every plan
+    below its bound was enumerated). ``low``: a floor under every plan of one pipeline."""
+    if low >= high:
         return  # the incumbent is the best of one pipeline or better
-    trials = sorted({low * (1 + d) for d in STEPS if low * (1 + d) < T_e} | {T_e * (1 + 1e-9)})
+    trials = sorted({low * (1 + d) for d in STEPS if low * (1 + d) < high} | {high * (1 + 1e-9)})
     for trial in trials:
         search = PipelineSearch(tables, tables.M, None, trial, deadline, "sum", capacity)
         done = search.run()
