@@ -102,13 +102,13 @@ def test_frontier_values_equal_runs_per_microbatch_count():
 def test_frontier_values_on_longer_chains():
     """Instances of 5 or 6 layers and ``M`` up to 16, the owner's own blocks (from 8 on)."""
     settled = count = 0
-    for seed in range(36):  # (15 of them)
+    for seed in range(24):  # (10 of them, 426 values settled; 36 seeds: 15, 702)
         inst = _longer(seed)
         if not _period_several(inst):
             continue
         count += 1
         settled += _compare_ranges(inst, RangeRuns.frontier_from)[0]
-    assert count >= 12 and settled > 50, (count, settled)
+    assert count >= 9 and settled > 300, (count, settled)
 
 
 @pytest.mark.parametrize("longer", [False, True])
