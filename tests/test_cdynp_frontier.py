@@ -83,32 +83,32 @@ def _compare_ranges(inst, frontier_from: int) -> tuple[int, int]:
 
 
 def test_frontier_values_equal_runs_per_microbatch_count():
-    """On the ``period`` instances with several pipelines among 100 random small v3 ones
+    """On the ``period`` instances with several pipelines among 50 random small v3 ones
     (both schedules; blocks from 2 on), every value the owner asks equals a run at that
     ``M_p``; the frontier runs settle most of them (a settled line, or the line of the plan
     at the block's top, meets the least line) and some not (answered by a run)."""
     settled = unsettled = count = 0
-    for seed in range(100):  # (49 of them: 1,659 values settled, 45 not)
+    for seed in range(50):  # (24 of them: 930 values settled, 28 not; 100 seeds: 49, 1,659, 45)
         inst = random_v3_instance(seed)
         if not _period_several(inst):
             continue
         count += 1
         s, u = _compare_ranges(inst, 2)
         settled, unsettled = settled + s, unsettled + u
-    assert count >= 40
-    assert settled > 1400 and unsettled > 30, (settled, unsettled)
+    assert count >= 20
+    assert settled > 800 and unsettled > 20, (settled, unsettled)
 
 
 def test_frontier_values_on_longer_chains():
     """Instances of 5 or 6 layers and ``M`` up to 16, the owner's own blocks (from 8 on)."""
     settled = count = 0
-    for seed in range(36):  # (15 of them)
+    for seed in range(24):  # (10 of them, 426 values settled; 36 seeds: 15, 702)
         inst = _longer(seed)
         if not _period_several(inst):
             continue
         count += 1
         settled += _compare_ranges(inst, RangeRuns.frontier_from)[0]
-    assert count >= 12 and settled > 50, (count, settled)
+    assert count >= 9 and settled > 300, (count, settled)
 
 
 @pytest.mark.parametrize("longer", [False, True])

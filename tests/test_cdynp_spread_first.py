@@ -43,9 +43,11 @@ def _only(inst, P: int):
 
 def test_exact_with_the_spread_searched_first():
     """The same optimum as ``dp``; ``K`` pipelines win on some instances (a search that
-    dropped the count ``K`` without searching it first loses those)."""
+    dropped the count ``K`` without searching it first loses those: 8 of these seeds).
+    The first 150 seeds give 79 instances with an optimum, ``K`` pipelines winning on 38
+    (400 seeds gave 213 and 98, in 2.5 times the time, with no failure of their own)."""
     checked = spread_wins = 0
-    for seed, inst in _spread_instances(range(0, 400)):
+    for seed, inst in _spread_instances(range(0, 150)):
         ref = solve(inst, "dp")
         res = solve(inst, "cdynp")
         assert res.status == ref.status, (seed, res.status, ref.status, res.message)
@@ -57,8 +59,8 @@ def test_exact_with_the_spread_searched_first():
         one = solve(_only(inst, 1), "dp")
         if one.status != "optimal" or one.iteration_time > ref.iteration_time * (1 + 1e-6):
             spread_wins += 1
-    assert checked >= 30, checked
-    assert spread_wins >= 5, spread_wins
+    assert checked >= 60, checked
+    assert spread_wins >= 20, spread_wins
 
 
 def test_the_spread_bounds_the_one_pipeline_run(monkeypatch):
@@ -66,7 +68,9 @@ def test_the_spread_bounds_the_one_pipeline_run(monkeypatch):
     most the owner's seed and, where the best plan of ``K`` pipelines (``dp`` on the
     instance restricted to ``K``) lies below ``T_e``, at most that plan's ``T``; below the
     seed on some instances (a search of the spread whose plan did not become the incumbent
-    fails here)."""
+    fails here: on every instance where the bound lies below the seed). The first 100
+    seeds give 12 instances with a period run, 6 of them bounded below the seed (200 seeds
+    gave 21 and 10)."""
     calls = []
     plain = cdynp.solve_chain
 
@@ -89,7 +93,7 @@ def test_the_spread_bounds_the_one_pipeline_run(monkeypatch):
 
     monkeypatch.setattr(pipelines, "_seed", seeding)
     lower = checked = 0
-    for seed, inst in _spread_instances(range(0, 200)):
+    for seed, inst in _spread_instances(range(0, 100)):
         calls.clear()
         seeds.clear()
         res = solve(inst, "cdynp")
@@ -104,4 +108,4 @@ def test_the_spread_bounds_the_one_pipeline_run(monkeypatch):
         checked += 1
         lower += bound < seeds[0][0] * (1 - 1e-9)
     assert checked >= 10, checked
-    assert lower >= 3, lower
+    assert lower >= 4, lower
