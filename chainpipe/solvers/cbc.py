@@ -177,9 +177,10 @@ def read_solution(solution: str, num_cols: int):
 
 #: CBC's ``Result`` lines that claim no solution exists
 _NO_SOLUTION = ("problem proven infeasible", "linear relaxation infeasible")
-#: CBC 2.10 prints this when its root LP re-solve is not proven optimal -- also when the
-#: time limit or Ctrl-C stopped it; the run then reports "Linear relaxation infeasible"
-#: (or "Optimal solution found" if a heuristic had a solution), which proves nothing
+#: CBC 2.10 prints this when its root LP re-solve is not proven optimal: when the root
+#: is infeasible (also after bounds were tightened), but also when the time limit or
+#: Ctrl-C stopped it; the run then reports "Linear relaxation infeasible" (or "Optimal
+#: solution found" if a heuristic had a solution), which proves nothing
 _ROOT_NOT_SOLVED = "The LP relaxation is infeasible or too expensive"
 
 
@@ -208,8 +209,6 @@ def _answer(log: str, solution: str, model, relax: bool, code: int, *,
         infeasible = text.lower() in _NO_SOLUTION
     else:
         infeasible = first.startswith("infeasible") or first.startswith("integer infeasible")
-    if _ROOT_NOT_SOLVED in log and "Continuous objective value is" in log:
-        infeasible = False  # the LP was solved once: its re-solve stopped, no proof
     infeasible = infeasible and trusted
     if relax:
         if infeasible:
