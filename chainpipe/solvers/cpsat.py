@@ -327,11 +327,11 @@ def _solve_level(model, target: float, deadline: Deadline, seed: int, threads: i
 #: ``linearization_level = 2``: more of the model, and its cuts, in the LP relaxation)
 #: and ``windows`` (one pipeline under 1F1B's period: the model solved by windows of the
 #: period, :class:`_Windows`) and ``sync_levels`` (several pipelines: each joint model
-#: solved by levels of the synchronisation, :func:`_joint_by_levels`)
+#: solved by levels of the synchronisation, :func:`_joint_by_levels`; off by default:
+#: ``docs/cpsat.md``, "Sixteenth round")
 ALL_FEATURES = MODEL_FEATURES + ("heuristic_hint", "linearization2", "windows", "sync_levels")
 #: the strengthenings on by default (``docs/cpsat.md`` measures each)
-FEATURES = DEFAULT_MODEL_FEATURES | {"heuristic_hint", "linearization2", "windows",
-                                     "sync_levels"}
+FEATURES = DEFAULT_MODEL_FEATURES | {"heuristic_hint", "linearization2", "windows"}
 
 
 def feature_option(value) -> frozenset:
