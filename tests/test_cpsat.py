@@ -294,7 +294,8 @@ def test_features_option_is_checked():
         solve(inst, "cpsat", features=["capacityy"])
     with pytest.raises(OptionError, match="must be a list of names"):
         solve(inst, "cpsat", features=3)
-    assert solve(inst, "cpsat").stats["features"] == sorted(set(ALL_FEATURES) - {"capacity"})
+    assert solve(inst, "cpsat").stats["features"] == sorted(set(ALL_FEATURES)
+                                                           - {"capacity", "sync_levels"})
     assert solve(inst, "cpsat", features="").stats["features"] == []
 
 

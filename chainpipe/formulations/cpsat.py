@@ -365,7 +365,9 @@ class CpsatModel:
         ``period`` ``(lo, hi)``); the model then holds only the options with a column in
         it and ``z`` in ``[floor(lo / unit), floor(hi / unit)]``: every plan no slower than
         ``upper_bound`` whose period is in the window, each at most at its ``T``
-        (``docs/cpsat.md``, "Windows of the period").
+        (``docs/cpsat.md``, "Windows of the period"). Any other network of the same tables
+        (``period`` ``None``, e.g. a level of the joint model by synchronisation levels)
+        keeps only its options.
         """
         from ortools.sat.python import cp_model
 
@@ -386,7 +388,7 @@ class CpsatModel:
         self = cls(tables, upper_bound, unit or upper_bound / SCALE_UNITS, arcs)
         self.check, self.features, self.floor_bound = check, features, floor_bound
         self.mode, self.shared = period_mode(tables), model is not None
-        self.period = None if window is None else tuple(window.period)
+        self.period = None if window is None or window.period is None else tuple(window.period)
         self.model = model if model is not None else cp_model.CpModel()
         self.x_cost = scaled_floor(arcs.compute, self.unit)
         self.x_sync = scaled_floor(arcs.sync, self.unit)

@@ -5,7 +5,8 @@ CBC reads it and writes its solution there; the directory is removed on every wa
 out. CBC runs through :func:`chainpipe.solvers.child.run_child` (own session, killed
 with chainpipe, asked to stop at the deadline); its output streams to ``log``. The
 status comes from the first line of the solution file CBC writes before it exits; the
-bound of a stopped run from its output.
+bound of a stopped run from its output. A run that may have met its time limit or a
+signal proves nothing CBC 2.10 might have claimed on the way out (:func:`_answer`).
 """
 
 from __future__ import annotations
@@ -14,13 +15,15 @@ import math
 import re
 import shutil
 import tempfile
+import time
 import warnings
+from decimal import Decimal, InvalidOperation
 from pathlib import Path
 
 import numpy as np
 
 from ..deadline import Deadline
-from .child import run_child
+from .child import STOP_EARLY, run_child
 from .mip import ABS_GAP, PRIMAL_TOL, MipAnswer, backend_seconds, pass_model
 
 _RESULT = re.compile(r"^Result - (.*)$", re.M)
@@ -114,16 +117,33 @@ def solve_cbc(model, *, relax: bool, deadline: Deadline, seed: int = 0, threads:
         h.writeModel(str(mps))
         del h
         deadline.check()  # writing counts: do not start CBC with nothing left
-        args = [cbc_path(), str(mps)] + cbc_options(relax, backend_seconds(deadline), seed,
-                                                    threads) + ["-solution", str(sol)]
+        limit = backend_seconds(deadline)
+        args = [cbc_path(), str(mps)] + cbc_options(relax, limit, seed, threads) \
+            + ["-solution", str(sol)]
         if on_bounds is not None:
             log = _bounds_reader(on_bounds, log)
+        start = time.monotonic()
         code, lines = run_child(args, deadline=deadline, log=log)
+        limited = _maybe_limited(code, start, time.monotonic(), limit, deadline)
         text = "\n".join(lines)
         solution = sol.read_text() if sol.exists() else ""
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-    return _answer(text, solution, model, relax, code)
+    return _answer(text, solution, model, relax, code, limited=limited)
+
+
+def _maybe_limited(code: int, start: float, end: float, limit: float | None,
+                   deadline: Deadline) -> bool:
+    """Whether a CBC run started at ``start`` and ended at ``end`` (monotonic seconds) may
+    have met a limit: a signal's exit code, its own time limit (its clock starts after
+    ``start``, so a run shorter than ``limit`` never reached it) or the point at which
+    :func:`~chainpipe.solvers.child.run_child` asks it to stop (``STOP_EARLY`` before the
+    deadline)."""
+    if code != 0:
+        return True
+    if limit is not None and end - start >= limit:
+        return True
+    return not deadline.unlimited and end >= deadline.at - STOP_EARLY
 
 
 def _value(text: str, label: str) -> float | None:
@@ -155,7 +175,17 @@ def read_solution(solution: str, num_cols: int):
     return head, values
 
 
-def _answer(log: str, solution: str, model, relax: bool, code: int) -> MipAnswer:
+#: CBC's ``Result`` lines that claim no solution exists
+_NO_SOLUTION = ("problem proven infeasible", "linear relaxation infeasible")
+#: CBC 2.10 prints this when its root LP re-solve is not proven optimal: when the root
+#: is infeasible (also after bounds were tightened), but also when the time limit or
+#: Ctrl-C stopped it; the run then reports "Linear relaxation infeasible" (or "Optimal
+#: solution found" if a heuristic had a solution), which proves nothing
+_ROOT_NOT_SOLVED = "The LP relaxation is infeasible or too expensive"
+
+
+def _answer(log: str, solution: str, model, relax: bool, code: int, *,
+            limited: bool = False) -> MipAnswer:
     """CBC's answer, read from its solution file first and its log second.
 
     The solution file is written by CBC itself before it exits; its first line
@@ -163,13 +193,23 @@ def _answer(log: str, solution: str, model, relax: bool, code: int) -> MipAnswer
     ``Infeasible - ...``) decides the status. The streamed log adds the bound of a
     stopped run and confirms the file; a log that arrived incomplete (it streams
     through a pseudo-terminal) never turns a proven optimum into "no plan".
+
+    Only the final status is read (``Result - ...``; without it the file's first line),
+    never a word elsewhere in the log (a heuristic's sub-problem may be infeasible). A
+    run that may have met a limit (``limited``, or a nonzero exit code) proves nothing
+    unless its whole log arrived and shows a completed search: CBC 2.10 calls a root LP
+    stopped by the time limit or a signal "infeasible" (:data:`_ROOT_NOT_SOLVED`).
     """
     head, values = read_solution(solution, model.num_cols)
     result = _RESULT.findall(log)
     text = result[-1].strip() if result else (head or f"CBC ended with code {code}")
     lowered, first = log.lower(), head.lower()
-    infeasible = "infeasible" in text.lower() or "problem is infeasible" in lowered \
-        or first.startswith("infeasible") or first.startswith("integer infeasible")
+    trusted = not (limited or code != 0) or (bool(result) and _ROOT_NOT_SOLVED not in log)
+    if result:
+        infeasible = text.lower() in _NO_SOLUTION
+    else:
+        infeasible = first.startswith("infeasible") or first.startswith("integer infeasible")
+    infeasible = infeasible and trusted
     if relax:
         if infeasible:
             return MipAnswer("infeasible", None, None, text)
@@ -183,15 +223,29 @@ def _answer(log: str, solution: str, model, relax: bool, code: int) -> MipAnswer
     found = objective is not None and "no feasible solution found" not in lowered \
         and "objective value" in first and "no integer solution" not in first
     proven = text.startswith("Optimal solution found") or (not result and first.startswith("optimal"))
-    if proven and found:
+    if proven and found and trusted:
         # CBC stops only when its bound >= objective - allowable gap; the log prints
         # 8 digits, the objective of the solution read back is exact
         exact = float(model.cost @ values + model.offset)
         return MipAnswer("optimal", min(objective, exact) - ABS_GAP, values, text)
-    bound = _value(log, "Lower bound")
-    if bound is not None and not math.isfinite(bound):
-        bound = None
+    bound = _printed_bound(log) if trusted or _ROOT_NOT_SOLVED not in log else None
     return MipAnswer("stopped", bound, values if found else None, text)
+
+
+def _printed_bound(log: str) -> float | None:
+    """The ``Lower bound`` CBC prints for a stopped run, less half a unit of its last
+    printed digit (CBC rounds it to 3 decimals: printed, a bound equal to the optimum
+    can read above it); ``None`` when absent or not finite."""
+    m = re.search(r"^Lower bound" + _NUMBER, log, re.M | re.I)
+    if not m:
+        return None
+    try:
+        printed = Decimal(m.group(1))
+    except InvalidOperation:
+        return None
+    if not printed.is_finite():
+        return None
+    return float(printed) - 0.5 * 10.0 ** printed.as_tuple().exponent
 
 
 def _head_objective(head: str) -> float | None:

@@ -134,6 +134,11 @@ def run(instance, *, deadline=None, seed=0, threads=1, log=None, log_search_prog
     return search.outcome()
 
 
+#: at most this many seconds for one sub-solve in the enumeration's first pass, doubled
+#: in each later round (``None``: half the time left, :data:`~chainpipe.formulations.pipelines.SUB_SHARE`)
+SUB_LIMIT_S = None
+
+
 def _pipelines(instance, deadline: Deadline, seed: int, threads: int, log, max_rounds: int,
                features: frozenset) -> Outcome:
     """Several pipelines: :class:`~chainpipe.formulations.pipelines.OuterSearch` around
@@ -145,12 +150,21 @@ def _pipelines(instance, deadline: Deadline, seed: int, threads: int, log, max_r
                    max_rounds=max_rounds, features=sorted(features), cutoff=cutoff,
                    resume=resume)
 
+    levels = None
+    if "sync_levels" in features:
+        from .ilp import _SyncCache
+
+        levels = _SyncCache(level=_level_solver(seed, threads, log, features))
+
     def joint(entry, subs, upper, dl):
+        if levels is not None:
+            return _joint_by_levels(subs, upper, dl, levels)
         return _joint(subs, upper, dl, seed, threads, log, features)
 
     # no first pass over single-DC entries: CP-SAT's sub-solves are slower than the ILP's,
     # and with it the gaps on v3/medium widened (docs/cpsat.md, "Version 3")
-    out = OuterSearch(instance, deadline, single, joint, log, local_share=0.0).run()
+    out = OuterSearch(instance, deadline, single, joint, log, local_share=0.0,
+                      sub_limit=SUB_LIMIT_S).run()
     out.stats.update(num_workers=threads, seed=seed, features=sorted(features),
                      solve_time_s=deadline.elapsed())
     return out
@@ -216,12 +230,106 @@ def _joint(subs, upper: float, deadline: Deadline, seed: int, threads: int, log,
     return [part.decode(values) for part in parts], bound
 
 
+def _joint_by_levels(subs, upper: float, deadline: Deadline, cache):
+    """The joint model of several pipelines solved exactly by levels of the
+    synchronisation (:func:`chainpipe.solvers.ilp._joint_by_sync`: per level and
+    pipeline the least ``T_p - max R`` of its plans under an ``R`` cap; pipelines that
+    differ only in their DC's name or own link's latency answered from each other), each
+    level a CP-SAT model of one pipeline (:func:`_level_solver`) on the options of the
+    level's arc-flow network (the pruning ``loop_prune`` already uses; no MIP is
+    solved). ``(plans or None, bound)`` as :func:`_joint`."""
+    from .ilp import _joint_by_sync, _Options
+
+    opts = _Options("highs", False, False, "auto", None, device_states=True)
+    return _joint_by_sync(subs, upper, deadline, opts, 0, 1, None, cache)
+
+
+def _level_solver(seed: int, threads: int, log, features):
+    """``level(block, form, cap, below, target, deadline)`` for
+    :class:`~chainpipe.solvers.ilp._SyncCache`: the least ``T_p - max R`` of the block's
+    plans on the options of the level's network ``form`` (every plan under the cap ``cap``
+    with ``T_p - max R`` below ``below``, ``count_sync=False``) by CP-SAT, stopped at a
+    plan of at most ``target`` (scaled). Its objective is the pipeline's time terms
+    (:attr:`CpsatModel.time_pairs`, each rounded down) capped at ``below``: ``INFEASIBLE``
+    proves every such plan at least ``below``; a stopped search's bound holds for the
+    plans below ``below``. The model is pruned by ``below + cap`` (such a plan has ``T <
+    below + cap``)."""
+    from ortools.sat.python import cp_model
+
+    from ..formulations.cpsat import SCALE_UNITS, UB_RTOL
+    from .ilp import _Level
+
+    def level(block, form, cap: float, below: float, target: float, deadline: Deadline):
+        model = cp_model.CpModel()
+        upper = below + cap
+        with np.errstate(over="ignore", divide="ignore", invalid="ignore", under="ignore"):
+            part = CpsatModel.build(form.tables, upper, check=deadline.check,
+                                    features=features & set(MODEL_FEATURES), model=model,
+                                    unit=below / SCALE_UNITS, window=form)
+        out = _Level(cap, False, below, None, math.inf, math.inf, math.inf, 0.0, False)
+        top = int(math.floor(below * (1 + UB_RTOL) / part.unit))
+        proto = model.proto
+        proto.objective.vars.extend([int(v) for v, _ in part.time_pairs])
+        proto.objective.coeffs.extend([int(c) for _, c in part.time_pairs])
+        proto.objective.domain.extend([0, top])
+        name, values, bound = _solve_level(model, target / part.unit, deadline, seed,
+                                           threads, log, features)
+        if name == "INFEASIBLE":
+            out.lb, out.optimal = below, True
+            return out
+        out.lb = min(part.true_bound(bound), below) if values is not None else 0.0
+        out.optimal = name == "OPTIMAL"
+        if values is not None:
+            out.plan = part.decode(values)
+            ev = evaluate(block.instance, out.plan)
+            out.sync = out.R = float(ev.sync_s)
+            out.T = float(ev.iteration_time_s) - out.sync
+        return out
+
+    return level
+
+
+def _solve_level(model, target: float, deadline: Deadline, seed: int, threads: int, log,
+                 features):
+    """CP-SAT on a level's model: ``(status name, solution values or None, best bound)``,
+    the search stopped once a solution's objective is at most ``target`` (scaled)."""
+    from ortools.sat.python import cp_model
+
+    class Target(cp_model.CpSolverSolutionCallback):
+        def on_solution_callback(self):
+            if self.objective_value <= target:
+                self.stop_search()
+
+    solver = cp_model.CpSolver()
+    p = solver.parameters
+    limit = backend_seconds(deadline)
+    if limit is not None:
+        p.max_time_in_seconds = limit
+    p.num_workers, p.random_seed = max(1, threads), seed
+    p.presolve_inclusion_work_limit = 0  # google/or-tools#5293, as in _Search._solver
+    if "linearization2" in features:
+        p.linearization_level = 2
+    if log is not None:
+        p.log_search_progress, p.log_to_stdout = True, False
+        solver.log_callback = line_logger(log)
+    stop_at = None if deadline.unlimited else deadline.at
+    callback = Target() if target > 0 else None
+    status = run_stoppable(lambda: solver.solve(model, callback), solver.stop_search,
+                           name="cpsat", stop_at=stop_at)
+    name = solver.status_name(status)
+    values = list(solver.response_proto.solution) if name in ("OPTIMAL", "FEASIBLE") else None
+    bound = solver.best_objective_bound if values is not None else 0.0
+    return name, values, bound
+
+
 #: every strengthening ``features`` may name: the model's, ``heuristic_hint`` (the plan
 #: that set the unit is given to CP-SAT as a hint) and ``linearization2`` (CP-SAT's
 #: ``linearization_level = 2``: more of the model, and its cuts, in the LP relaxation)
 #: and ``windows`` (one pipeline under 1F1B's period: the model solved by windows of the
-#: period, :class:`_Windows`)
-ALL_FEATURES = MODEL_FEATURES + ("heuristic_hint", "linearization2", "windows")
+#: period, :class:`_Windows`) and ``sync_levels`` (several pipelines: each joint model
+#: solved by levels of the synchronisation, :func:`_joint_by_levels`; off by default:
+#: ``docs/cpsat.md``, "Sixteenth round")
+ALL_FEATURES = MODEL_FEATURES + ("heuristic_hint", "linearization2", "windows", "sync_levels")
 #: the strengthenings on by default (``docs/cpsat.md`` measures each)
 FEATURES = DEFAULT_MODEL_FEATURES | {"heuristic_hint", "linearization2", "windows"}
 

@@ -818,6 +818,10 @@ class _SyncCache:
     instances: dict = field(default_factory=dict)
     twins: dict = field(default_factory=dict)
     siblings: dict = field(default_factory=dict)
+    #: another route's solve of a level (CP-SAT's, :mod:`chainpipe.solvers.cpsat`):
+    #: ``level(block, form, cap, below, target, deadline) -> _Level`` on the level's
+    #: network ``form``; ``None``: the arc-flow MIP (or its windows)
+    level: object = None
 
 
 @dataclass
@@ -963,6 +967,9 @@ class _SyncBlock:
             if form is None:  # no plan under the cap has T_p - max R below ``below``
                 self._store(_Level(cap, strict, below, None, math.inf, math.inf, math.inf,
                                    below, True))
+                return
+            if self.cache.level is not None:
+                self._store(self.cache.level(self, form, cap, below, target, deadline))
                 return
             stats = {}
             with np.errstate(over="ignore", divide="ignore", invalid="ignore",
