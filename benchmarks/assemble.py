@@ -34,6 +34,11 @@ ORDER = [
      "v3-medium-02-small-model:3-8 --solvers ilp-path --backends highs --device-states "
      "--no-figure --no-lp --cpu-limit --wall-factor 10 --ref-limit 300 --out "
      "benchmarks/results/formulations_flow_fresh.md"),
+    ("benchmarks/results/formulations_flow_fresh_s28.md",
+     "python benchmarks/formulations.py --time-limit 120 --fresh "
+     "v3-medium-02-small-model:3-8 --solvers ilp-path --backends highs --device-states "
+     "--no-figure --no-lp --cpu-limit --wall-factor 10 --ref-limit 300 --out "
+     "benchmarks/results/formulations_flow_fresh_s28.md"),
     ("benchmarks/results/formulations_flow_fresh_01.md",
      "python benchmarks/formulations.py --time-limit 120 --fresh v3-medium-01:3-8 "
      "--solvers ilp-path --backends highs --device-states --no-figure --no-lp --cpu-limit "
