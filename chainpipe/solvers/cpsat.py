@@ -205,18 +205,7 @@ def _joint(subs, upper: float, deadline: Deadline, seed: int, threads: int, log,
     proto.objective.vars.extend([t_max, r_max])
     proto.objective.coeffs.extend([1, 1])
     proto.objective.domain.extend([0, cap])
-    solver = cp_model.CpSolver()
-    p = solver.parameters
-    limit = backend_seconds(deadline)
-    if limit is not None:
-        p.max_time_in_seconds = limit
-    p.num_workers, p.random_seed = max(1, threads), seed
-    p.presolve_inclusion_work_limit = 0  # google/or-tools#5293, as in _Search._solver
-    if "linearization2" in features:
-        p.linearization_level = 2
-    if log is not None:
-        p.log_search_progress, p.log_to_stdout = True, False
-        solver.log_callback = line_logger(log)
+    solver = cp_solver(deadline, seed, threads, log, features)
     stop_at = None if deadline.unlimited else deadline.at
     status = run_stoppable(lambda: solver.solve(model), solver.stop_search, name="cpsat",
                            stop_at=stop_at)
@@ -289,6 +278,29 @@ def _level_solver(seed: int, threads: int, log, features):
     return level
 
 
+def cp_solver(deadline: Deadline, seed: int, threads: int, log, features):
+    """A CP-SAT solver with the route's parameters: ``deadline``'s time left, ``threads``
+    workers, ``seed``, the ``linearization2`` feature, and ``log`` (one call per line of
+    CP-SAT's own log) when given."""
+    from ortools.sat.python import cp_model
+
+    solver = cp_model.CpSolver()
+    p = solver.parameters
+    limit = backend_seconds(deadline)
+    if limit is not None:
+        p.max_time_in_seconds = limit
+    p.num_workers, p.random_seed = max(1, threads), seed
+    # google/or-tools#5293 (9.15): an int accumulator in the linear+AMO inclusion presolve
+    # can wrap on coefficient sums above 2^31; our objective rows exceed that, so skip it
+    p.presolve_inclusion_work_limit = 0
+    if "linearization2" in features:
+        p.linearization_level = 2
+    if log is not None:
+        p.log_search_progress, p.log_to_stdout = True, False
+        solver.log_callback = line_logger(log)
+    return solver
+
+
 def _solve_level(model, target: float, deadline: Deadline, seed: int, threads: int, log,
                  features):
     """CP-SAT on a level's model: ``(status name, solution values or None, best bound)``,
@@ -300,18 +312,7 @@ def _solve_level(model, target: float, deadline: Deadline, seed: int, threads: i
             if self.objective_value <= target:
                 self.stop_search()
 
-    solver = cp_model.CpSolver()
-    p = solver.parameters
-    limit = backend_seconds(deadline)
-    if limit is not None:
-        p.max_time_in_seconds = limit
-    p.num_workers, p.random_seed = max(1, threads), seed
-    p.presolve_inclusion_work_limit = 0  # google/or-tools#5293, as in _Search._solver
-    if "linearization2" in features:
-        p.linearization_level = 2
-    if log is not None:
-        p.log_search_progress, p.log_to_stdout = True, False
-        solver.log_callback = line_logger(log)
+    solver = cp_solver(deadline, seed, threads, log, features)
     stop_at = None if deadline.unlimited else deadline.at
     callback = Target() if target > 0 else None
     status = run_stoppable(lambda: solver.solve(model, callback), solver.stop_search,
@@ -568,25 +569,8 @@ class _Search:
         """A CP-SAT solver with this search's parameters and ``deadline`` (default the
         search's); ``whole``: its bound is the model's, fed to :meth:`raise_bound` as it
         rises (not for a window of the period, whose bound holds for its plans only)."""
-        from ortools.sat.python import cp_model
-
-        solver = cp_model.CpSolver()
-        p = solver.parameters
-        limit = backend_seconds(deadline or self.deadline)
-        if limit is not None:
-            p.max_time_in_seconds = limit
-        p.num_workers = max(1, self.threads)
-        p.random_seed = self.seed
-        # google/or-tools#5293 (9.15): an int accumulator in the linear+AMO inclusion
-        # presolve can wrap on coefficient sums above 2^31; our objective rows exceed
-        # that, so skip it
-        p.presolve_inclusion_work_limit = 0
-        if "linearization2" in self.features:
-            p.linearization_level = 2
-        if self.log is not None:
-            p.log_search_progress = True
-            p.log_to_stdout = False
-            solver.log_callback = line_logger(self.log)
+        solver = cp_solver(deadline or self.deadline, self.seed, self.threads, self.log,
+                           self.features)
         if whole:
             solver.best_bound_callback = \
                 lambda scaled: self.raise_bound(built.true_bound(scaled))
