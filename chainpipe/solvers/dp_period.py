@@ -323,6 +323,9 @@ class PipelineSearch:
         self.chain = chain if chain is not None and microbatches >= chain.held.shape[1] \
             else None
         self.chain_rows = {} if self.chain is None else capacity.chain_rows
+        # :meth:`_static_top`'s, shared by the searches with the same capacity (if any)
+        self._tops = {} if self.capacity is None else \
+            self.capacity.__dict__.setdefault("period_tops", {})
 
     def _position_cap(self) -> int:
         """How far the count ``p`` of stages placed is kept exactly: to ``M_p - 1`` where
@@ -439,14 +442,17 @@ class PipelineSearch:
         self.generation = self.pend.generation
         self.ids: dict = {}
         self.keys: list = []
-        self.floor_tab = np.empty((64, t.L + 1))
+        # room for as many states as the instance's searches have made (they grow it)
+        self.room = t.__dict__.setdefault("_period_states", [64])
+        self.floor_tab = np.empty((self.room[0], t.L + 1))
         nq = 0 if self.chain is None else int(self.chain.held.shape[1])
-        self.chain_tab = np.empty((64, nq, t.L + 1))
+        self.chain_tab = np.empty((self.room[0], nq, t.L + 1))
         self._start_curve()
         self.rival_sets: dict = {}
         self.targets: dict = {}
         self.done: dict[int, list] = {}
         self.need = np.asarray(self.need_at, dtype=float)
+        self._kernel_args()
         root = self._kid((t.K, ()))
         self.kept.add(np.zeros((1, 5)), np.full((1, width), -np.inf), np.zeros(1, np.int64),
                       np.full((1, 3), -1, np.int64), t.L)
@@ -465,6 +471,15 @@ class PipelineSearch:
                     self._expand(b, s0, s1, g, k0, gl, base, U, Q)
         return {k: v for k, v in self.done.items() if v}
 
+    def _kernel_args(self) -> None:
+        """:func:`.period_kernel.expand`'s bounds (``fs[3:]``: ``R``'s limit, the period
+        cap, ``M_p - 1``, ``upper`` and ``tau`` with their slack; ``fs[:3]`` are each
+        move's) and, per group and DC, its integers (made once each per search)."""
+        sync_lim = min(self.sync_cap * (1 + SLACK), np.nextafter(self.theta, -np.inf))
+        self.fs = np.array([0.0, 0.0, 0.0, sync_lim, self.cap * (1 + SLACK), self.m - 1,
+                            self.upper * (1 + SLACK), self.tau * (1 + SLACK)])
+        self.ints: dict = {}
+
     def _kid(self, key: tuple) -> int:
         """The number of state ``key`` (the same in every layer). Its row of
         ``floor_tab`` holds, per layer ``b``, a floor under the period of every completion
@@ -478,6 +493,7 @@ class PipelineSearch:
                 self.floor_tab = _grown(self.floor_tab)
                 self.curve = tuple(_grown(x) for x in self.curve[:2]) + self.curve[2:]
                 self.chain_tab = _grown(self.chain_tab)
+                self.room[0] = max(self.room[0], len(self.floor_tab))
             row = self.floor_tab[got]
             row[:] = -np.inf
             self.chain_tab[got] = 0.0
@@ -503,7 +519,8 @@ class PipelineSearch:
         if len(grid) and grid[-1] < self.cap * (1 + SLACK):  # periods past the last cap
             grid = np.append(grid, np.inf)  # (:meth:`_curve_rows`)
         J = len(grid)
-        self.curve = (np.empty((64, t.L + 1, J)), np.empty((64, t.L + 1, J)), grid)
+        rows = len(self.floor_tab)
+        self.curve = (np.empty((rows, t.L + 1, J)), np.empty((rows, t.L + 1, J)), grid)
 
     def _curve_rows(self, k0: int, usage: tuple) -> tuple[np.ndarray, np.ndarray]:
         """State ``(k0, usage)``'s rows of the curve: per prefix end and cap ``i``, the
@@ -561,24 +578,46 @@ class PipelineSearch:
         """Per prefix end ``a``: floors under the fill and the period of ``[0, a)`` placed
         on DCs ``<= k0`` with ``usage`` taken on DC ``k0``. Fill: the FLOP on the fastest
         widest stage, or the fill bound of the free devices at the period cap
-        (``tables.fill_curve``). Period (at least every ``C``): the largest layer on the
-        fastest widest stage, or the least bottleneck under which the free devices hold
-        the prefix's FLOP (``dp.LayerCapacity``, when given, and ``dp.ChainCapacity``
-        with the prefix's stages at position 2 or later, for a pipeline of at least as
-        many microbatches as it tells positions apart; per label, at the label's
-        positions, :meth:`_chain_rows`)."""
+        (``tables.fill_curve``). Period: :meth:`_static_top`, and the largest cap of the
+        prefix curve under which the prefix cannot fit."""
         key = (k0, usage)
         got = self._floors.get(key)
         if got is None:
             t = self.t
-            fill, top = self.pre_sum[k0], self.pre_max[k0]
+            fill = self.pre_sum[k0]
+            top, rates = self._static_top(k0, usage)
             if np.isfinite(self.cap) and self.m > 1:
-                rates = [float(t.rate[h] * t.count[h]) for h in range(t.G)
-                         if t.group_dc[h] < k0 and self.usable[h]]
-                rates += [float(t.rate[h] * (t.count[h] - x))
-                          for h, x in zip(self.groups_of[k0], usage)]
-                x, y = fill_curve(rates, self.cap)
+                x = np.concatenate(([0.0], np.cumsum(self.cap * rates)))
+                y = self.cap * np.arange(len(rates) + 1, dtype=float)
                 fill = np.maximum(fill, np.interp(t.flop_prefix, x, y))
+            if self.caps:  # the largest cap under which the prefix cannot fit
+                top = np.maximum(top, self.prefix_curve.rows(k0, usage, self.caps)[1])
+            got = self._floors[key] = (np.asarray(fill, dtype=float),
+                                       np.asarray(top, dtype=float))
+        return got
+
+    def _static_top(self, k0: int, usage: tuple) -> tuple[np.ndarray, np.ndarray]:
+        """What :meth:`_prefix_floors` reads that depends on neither the period cap nor
+        the search's bounds, kept across the searches of one DC range (on the capacity,
+        which every search shares): per prefix end, a floor under the period (at least
+        every ``C``: the largest layer on the fastest widest stage, or the least
+        bottleneck under which the free devices hold the prefix's FLOP, ``dp.LayerCapacity``
+        when given, and ``dp.ChainCapacity`` with the prefix's stages at position 2 or
+        later, for a pipeline of at least as many microbatches as it tells positions
+        apart; per label, at the label's positions, :meth:`_chain_rows`); and the free
+        devices' rates ``n_g r_g``, positive ones in falling order (``tables.fill_curve``'s
+        order: the fill bound at a cap ``x`` is ``x`` per group, filled in that order)."""
+        home = self._tops
+        key = (self.first_dc, self.last_dc, self.chain is not None, k0, usage)
+        got = home.get(key)
+        if got is None:
+            t = self.t
+            rates = [float(t.rate[h] * t.count[h]) for h in range(t.G)
+                     if t.group_dc[h] < k0 and self.usable[h]]
+            rates += [float(t.rate[h] * (t.count[h] - x))
+                      for h, x in zip(self.groups_of[k0], usage)]
+            rates = np.asarray(sorted((r for r in rates if r > 0), reverse=True))
+            top = self.pre_max[k0]
             if self.capacity is not None:
                 before = [h for h in range(t.G) if t.group_dc[h] < k0 and self.usable[h]]
                 here = tuple((h, int(t.count[h]) - x) for h, x in zip(self.groups_of[k0], usage))
@@ -589,10 +628,7 @@ class PipelineSearch:
                     rows = self._chain_rows(k0, usage)
                     top = np.maximum(top, rows[min(1, len(rows) - 1)])
                 top[0] = 0.0
-            if self.caps:  # the largest cap under which the prefix cannot fit
-                top = np.maximum(top, self.prefix_curve.rows(k0, usage, self.caps)[1])
-            got = self._floors[key] = (np.asarray(fill, dtype=float),
-                                       np.asarray(top, dtype=float))
+            got = home[key] = (np.asarray(top, dtype=float), rates)
         return got
 
     def _chain_rows(self, k0: int, usage: tuple) -> np.ndarray:
@@ -640,11 +676,13 @@ class PipelineSearch:
         if rows is None:
             return
         widths, kids, F, T = self._targets(k0, base, g, gl)
-        sync_lim = min(self.sync_cap * (1 + SLACK), np.nextafter(self.theta, -np.inf))
-        fs = np.array([U, Q, int(self.t.count[g]) - base[gl], sync_lim, self.cap * (1 + SLACK),
-                       self.m - 1, self.upper * (1 + SLACK), self.tau * (1 + SLACK)])
-        complete = self.first_dc is None or k0 == self.first_dc
-        ints = np.array([g, self.p_cap, self.mode, self.all_loops, complete], dtype=np.int64)
+        fs = self.fs  # the move's three, then the search's bounds (:meth:`_kernel_args`)
+        fs[0], fs[1], fs[2] = U, Q, int(self.t.count[g]) - base[gl]
+        ints = self.ints.get((g, k0))
+        if ints is None:
+            complete = self.first_dc is None or k0 == self.first_dc
+            ints = self.ints[g, k0] = np.array(
+                [g, self.p_cap, self.mode, self.all_loops, complete], dtype=np.int64)
         pend, kept = self.pend, self.kept
         since, start = int(pend.head[0]), 0
         while True:
@@ -675,6 +713,7 @@ class PipelineSearch:
             self.upper = value
         else:
             self.tau = T
+        self._kernel_args()
 
     def backtrack(self, parent: int) -> list[tuple[int, int, int, int, int, int]]:
         """The stages ``(start, end, dc, group in dc, d, t)`` of the plan completed by
