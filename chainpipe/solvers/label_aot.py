@@ -120,6 +120,8 @@ class Unit:
         self.name, self.args, self.sources = name, args, sources
         #: the kernels registered by :meth:`kernel`: plain functions, by name
         self.funcs: dict = {}
+        #: the kernels :meth:`inline` registered
+        self.inlined: set = set()
         #: per compiled kernel, the calls handed to the just-in-time kernel (other types)
         self.handed: dict = {}
         #: the name of the module that binds the kernels (:meth:`bind`)
@@ -131,6 +133,13 @@ class Unit:
         kernels of the module by name) as a kernel of the unit; returns it unchanged."""
         self.funcs[fn.__name__] = fn
         return fn
+
+    def inline(self, fn):
+        """:meth:`kernel`, inlined where another kernel calls it (numba's ``inline=
+        "always"``): a small kernel called in a hot loop, whose array arguments a call
+        would count references to (``NRT_incref`` and ``NRT_decref`` per array and call)."""
+        self.inlined.add(fn.__name__)
+        return self.kernel(fn)
 
     def digest(self) -> str:
         """A digest of the sources, the argument types, NumPy's version and the Python
@@ -180,7 +189,8 @@ class Unit:
                 copy = types.FunctionType(fn.__code__, space, name, fn.__defaults__,
                                           fn.__closure__)
                 copy.__doc__ = fn.__doc__
-                space[name] = njit(cache=True)(copy)
+                how = "always" if name in self.inlined else "never"
+                space[name] = njit(cache=True, inline=how)(copy)
             self._jit = types.SimpleNamespace(**{name: space[name] for name in self.funcs})
         return self._jit
 

@@ -26,12 +26,13 @@ ARGS = {
 #: the kernels, compiled ahead of time into ``prefix_aot_<digest>`` (of this file)
 UNIT = Unit("prefix", ARGS, ("solvers/prefix_kernel.py",))
 kernel = UNIT.kernel
+inline = UNIT.inline
 
 #: the forward walk's relative slack on every test (rounding only keeps prefixes)
 SLACK = 1e-9
 
 
-@kernel
+@inline
 def _file(F, b, k, v, h, f, lam, nb):
     """Keep fill ``f`` at state ``(b, k, v)`` in the bucket of excess ``h``."""
     x = (h + lam) / lam * nb
