@@ -358,21 +358,23 @@ def by_raised_period(ids, S, starts, floors):
     ``starts[s]..starts[s + 1]``, sorted by period then fill) by their period raised to
     the state's floor ``floors[s]``, then fill: under the shifted rule
     (:func:`dominates`) a label whose period is below the floor can dominate one of a
-    lower period, so the filter meets it first. States with no label below their floor
-    keep their order."""
+    lower period, so the filter meets it first. Sorted by period, the labels at or below
+    the floor are a first run, which all raise to it: only that run is sorted again, by
+    fill (stably: what sorting the whole by fill, then by raised period gave). States
+    with no label below their floor keep their order."""
     for s in range(len(starts) - 1):
         lo, hi = starts[s], starts[s + 1]
         if hi - lo < 2 or S[lo, 0] + S[lo, 1] >= floors[s]:
             continue
-        key = np.empty(hi - lo)
-        for k in range(lo, hi):
+        c = lo + 1
+        while c < hi and S[c, 0] + S[c, 1] <= floors[s]:
+            c += 1
+        key = np.empty(c - lo)
+        for k in range(lo, c):
             key[k - lo] = S[k, 2]
-        o = np.argsort(key, kind="mergesort")
-        for k in range(hi - lo):
-            key[k] = max(S[lo + o[k], 0] + S[lo + o[k], 1], floors[s])
-        o = o[np.argsort(key, kind="mergesort")] + lo
-        ids[lo:hi] = ids[o]
-        S[lo:hi] = S[o]
+        o = np.argsort(key, kind="mergesort") + lo
+        ids[lo:c] = ids[o]
+        S[lo:c] = S[o]
 
 
 @kernel
