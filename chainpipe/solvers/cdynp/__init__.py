@@ -134,7 +134,7 @@ def run(instance: Instance, *, deadline=None, seed=0, threads=1, log=None, epsil
 
 
 def solve_chain(backend, options: dict, deadline: Deadline, *, trace_dir=None,
-                probe=None, period_bound: float = math.inf) -> Outcome:
+                probe=None, period_bound: float = math.inf, floor: float = 0.0) -> Outcome:
     """One pipeline over the chain of ``backend``, by its agents.
 
     Under ``classic`` (or ``M = 1``) one :func:`.drive.drive`. Under ``period`` as ``dp``
@@ -165,6 +165,11 @@ def solve_chain(backend, options: dict, deadline: Deadline, *, trace_dir=None,
         is below it and ``T_e``, the answer is the classic plan, ``feasible``. A callable
         is called with ``T_e`` after the classic solve (when a period run follows) and
         gives the incumbent then (:func:`.pipelines._spread_first`).
+    floor : float, default 0
+        Exact: a floor under every plan's ``T_p`` that the owner's earlier runs proved (a
+        range run's: none at or below it); the period runs start above it (their public
+        ``lower_bound``, and a range run's ladder, :func:`_range_ladder`), the classic run
+        does not (a plan's classic ``T`` may lie below it).
 
     Returns
     -------
@@ -202,6 +207,8 @@ def solve_chain(backend, options: dict, deadline: Deadline, *, trace_dir=None,
     bound = min(bound, period_bound * (1 + 1e-9))
     # the lower bound (a hair below, for rounding) is public too: the agents' trials start there
     period_options = {**options, "upper_bound": bound}
+    if exact and low is not None and floor > low:  # the owner proved none up to floor
+        low = floor
     if low is not None:
         period_options["lower_bound"] = low * (1 - 1e-9)
     out = _period_runs(backend, options, period_options, bound, anchor, deadline, trace_dir)
@@ -263,8 +270,45 @@ def _period_runs(backend, options: dict, period_options: dict, bound: float, anc
     if curves and anchor and RANGE_CURVE and _curve_usable(backend):  # a range run: the pass
         low = RANGE_CURVE_LOW if is_exact(options) else 1.0  # compressed: at most 16 caps
         period_options["curve_low"] = anchor * low * (1 - 1e-9)
+    if (RANGE_LADDER and is_exact(options) and options.get("upper_bound") is not None
+            and not backend.count_sync and anchor and math.isfinite(bound)):
+        low = max(anchor, period_options.get("lower_bound", 0.0) / (1 - 1e-9))
+        return _range_ladder(backend, period_options, bound, low, deadline, trace_dir)
     return drive(backend, period_options, deadline=deadline, probe=False,
                  trace_dir=None if trace_dir is None else Path(trace_dir, "period"))
+
+
+def _range_ladder(backend, period_options: dict, bound: float, low: float,
+                  deadline: Deadline, trace_dir) -> Outcome:
+    """An exact range run's period run under the owner's public ``bound`` as a ladder of
+    public bounds ``low (1 + d)`` for :data:`RANGE_LADDER_STEPS` below ``bound (1 -``
+    :data:`RANGE_LADDER_NEAR` ``)``, then ``bound``; ``low`` is the classic optimum of the
+    range (no period lies below it). Each run keeps every plan within its bound (exact), so
+    the first that finds a plan finds the least ``T_p``; each that finds nothing proves
+    none at or below its bound, which becomes the next run's public ``lower_bound``. A run
+    under a bound far above the least ``T_p`` keeps many times the labels of one just
+    above it (``v3-large-03``'s DCs 2..3 at ``M_p = 23``, least ``T_p`` 11.874 s: 15 CPU s
+    under 12.68 s, 2.2 s under 11.9 s). Returns the last run's outcome, its stats holding
+    every run's messages and agents and ``ladder`` (per run: bound, plan found)."""
+    bounds = [low * (1 + d) for d in RANGE_LADDER_STEPS
+              if low * (1 + d) < bound * (1 - RANGE_LADDER_NEAR)] + [bound]
+    opts = dict(period_options)
+    messages, agents, steps = [], [], []
+    for i, ub in enumerate(bounds):
+        sub = None if trace_dir is None else Path(trace_dir, "period", f"ladder-{i:02d}")
+        out = drive(backend, {**opts, "upper_bound": ub}, deadline=deadline, probe=False,
+                    trace_dir=sub)
+        messages += [{**m, "file": f"ladder-{i:02d}/{m['file']}"}
+                     for m in out.stats.get("messages", [])]
+        agents += out.stats.get("agents", [])
+        steps.append({"upper_bound": ub, "found": out.plan is not None})
+        if out.plan is not None or out.status != "no_solution" or "messages" not in out.stats:
+            break  # a plan (the least), an error, or the time limit
+        opts["lower_bound"] = ub  # none at or below it: the next run's trials start there
+    if "messages" in out.stats:
+        out.stats["messages"], out.stats["agents"] = messages, agents
+    out.stats["ladder"] = steps
+    return out
 
 
 def _exact_period(first: Outcome, out: Outcome, T_e: float, bound: float, user,
@@ -302,6 +346,17 @@ RANGE_CURVE = True
 #: (the range run 12.0 -> 4.2 CPU s); the whole solve 51 -> 41 CPU s (0.9: 42 s, 0.5 with
 #: a ladder of runs: 48 s). Compressed runs keep ``T_c`` (their grid holds 16 caps at most).
 RANGE_CURVE_LOW = 0.8
+
+#: whether an exact range run under a public bound makes its period run a ladder of bounds
+#: from the range's classic optimum (:func:`_range_ladder`); ``False``: one run under it
+RANGE_LADDER = True
+
+#: the range ladder's steps above the classic optimum (``dp``'s range ladder,
+#: :data:`chainpipe.solvers.dp_ranges.LADDER`: 3 % apart)
+RANGE_LADDER_STEPS = tuple(1.03 ** k - 1 for k in range(1, 40))
+
+#: a range ladder's step less than this (relative) below the owner's bound is left out
+RANGE_LADDER_NEAR = 0.015
 
 #: whether compressed period runs make the prefix-curve pass too (its table sent coarse:
 #: caps ``2^(n / COMPRESSED_CAP_STEPS)`` apart and one excess bucket, :mod:`.curve`), and

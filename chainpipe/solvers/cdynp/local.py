@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import bisect
 import math
+import threading
+from collections import OrderedDict
 
 import numpy as np
 
@@ -37,6 +39,49 @@ from ...deadline import Deadline
 from ...tables import dominated_options
 from ..labels import BOUND_SLACK
 from .local_aot import load
+
+#: per DC (its one-DC instance without ``M_p`` under 1F1B, :func:`.agent.floors_key`),
+#: ``sync_cap`` and group: the dominance among its options in a form that holds at every
+#: ``M_p`` up to the count it was built at (:func:`dominance_by_count`); the last 64 kept
+_DOMINANCE: OrderedDict = OrderedDict()
+_DOMINANCE_LOCK = threading.Lock()  # an agent server runs its sessions in threads
+
+
+def dominance_by_count(ok, C, N, R, W, check=None) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`~chainpipe.tables.dominated_options` at every count ``M`` at once, for
+    in-flight limits ``min(N, M)`` (``N``: the limits at the largest count, ``ok`` not
+    reading ``M``): ``(T1, B)``, arrays ``[c, i, j]``, with option ``c`` dominated at ``M``
+    iff ``M <= T1`` or (``M > N[c]`` and ``B``).
+
+    With ``n = min(N, M)``, an allowed rival ``r`` (no more devices) dominates ``c`` iff
+    ``C_r <= C_c``, ``R_r <= R_c``, ``n_r >= n_c`` and (fewer devices or listed first, or
+    ``C_r < C_c``, or ``R_r < R_c``, or ``n_r > n_c``). Where the part in brackets holds
+    without ``n``, it needs only ``n_r >= n_c``: always if ``N_r >= N_c``, else iff ``M <=
+    N_r`` (``T1``: the largest such threshold). Else it needs ``n_r > n_c``: iff ``N_r >
+    N_c`` and ``M > N_c`` (``B``: such a rival exists, whatever the brackets)."""
+    W = np.asarray(W)
+    P = len(W)
+    T1 = np.zeros(ok.shape)
+    B = np.zeros(ok.shape, dtype=bool)
+    if P < 2:
+        return T1, B
+    index = np.arange(P)
+    shape = (-1,) + (1,) * (ok.ndim - 1)
+    for c in range(P):
+        if check is not None:
+            check()
+        rivals = np.flatnonzero((W <= W[c]) & (index != c))
+        if not len(rivals):
+            continue
+        with np.errstate(invalid="ignore"):
+            base = ok[rivals] & (C[rivals] <= C[c]) & (R[rivals] <= R[c])
+            strict = (C[rivals] < C[c]) | (R[rivals] < R[c])
+        plain = ((W[rivals] < W[c]) | (rivals < c)).reshape(shape)
+        Nr = N[rivals]
+        thr = np.where(Nr >= N[c], math.inf, Nr.astype(float))
+        T1[c] = np.where(base & (plain | strict), thr, 0.0).max(axis=0)
+        B[c] = (base & (Nr > N[c])).any(axis=0)
+    return T1, B
 
 #: the label kernels (compiled ahead of time when built, :mod:`.local_aot`)
 kernel = load()
@@ -167,8 +212,9 @@ class LocalDP(DCRun):
                                             opts.sync_time)
             alone = np.where(np.isnan(alone), math.inf, alone)
             worst.append(float(alone[ok].max()) if ok.any() else -math.inf)
-            dominated = dominated_options(ok, opts.compute_time, opts.max_in_flight,
-                                          opts.sync_time, opts.width, self.deadline.check)
+            dominated = self._dominated(g, ok, opts) if ub == math.inf else (
+                dominated_options(ok, opts.compute_time, opts.max_in_flight, opts.sync_time,
+                                  opts.width, self.deadline.check))
             okT = ok.transpose(0, 2, 1)
             stop = np.where(~okT & before, pos, -1).max(axis=2)  # [c, x]: the break
             keep = (before & (pos[None, None, :] > stop[:, :, None]) & on[None, :, None]
@@ -195,6 +241,33 @@ class LocalDP(DCRun):
                                       else (widths[c], c, stages[s:e]))
             out.append(per_end)
         return (out, worst) if tops else out
+
+    def _dominated(self, g: int, ok: np.ndarray, opts) -> np.ndarray:
+        """:func:`~chainpipe.tables.dominated_options` of group ``g``'s options (``ok``: those
+        that fit memory, whatever the bound), from :func:`dominance_by_count` kept per DC,
+        ``sync_cap`` and group across ``M_p`` under 1F1B (remade at a larger count: an
+        in-flight limit at ``M_p`` is the one at a larger count capped at ``M_p``)."""
+        if self.t.schedule == "gpipe":  # the least stash is M_p: ok reads it
+            return dominated_options(ok, opts.compute_time, opts.max_in_flight,
+                                     opts.sync_time, opts.width, self.deadline.check)
+        from .agent import floors_key
+
+        base = self.t.__dict__.get("_cdynp_base")
+        key = (floors_key(self.t.instance), None if base is None else base[1], g)
+        with _DOMINANCE_LOCK:
+            got = _DOMINANCE.get(key)
+            if got is not None:
+                _DOMINANCE.move_to_end(key)
+        if got is None or got[0] < self.M:
+            got = (self.M, opts.max_in_flight, *dominance_by_count(
+                ok, opts.compute_time, opts.max_in_flight, opts.sync_time, opts.width,
+                self.deadline.check))
+            with _DOMINANCE_LOCK:
+                _DOMINANCE[key] = got
+                while len(_DOMINANCE) > 64:
+                    _DOMINANCE.popitem(last=False)
+        _built, N, T1, B = got
+        return (self.M <= T1) | ((self.M > N) & B)
 
     def label(self, i: int) -> tuple[int, int, int, tuple]:
         """Own label ``i`` (an index in :attr:`points`): ``(start, group, pair, ref)``, its

@@ -147,19 +147,20 @@ class RangeRuns:
         ``theta <= theta'`` and ``bound <= bound'``."""
         return self.least_floor(i, j, m, theta, bound)[0]
 
-    def least_floor(self, i: int, j: int, m: int, theta: float,
-                    bound: float = math.inf) -> tuple[RangePlan | None, float]:
+    def least_floor(self, i: int, j: int, m: int, theta: float, bound: float = math.inf,
+                    floor: float = 0.0) -> tuple[RangePlan | None, float]:
         """:meth:`least` and the floor under every plan's period on the range that its run
         reported (``period_floor_s``, ``docs/privacy.md``; 0: answered from memory, no run
-        made, or none reported)."""
+        made, or none reported). ``floor``: a floor under ``g`` the owner's runs proved, where
+        the run's period runs start (:func:`~chainpipe.solvers.cdynp.solve_chain`)."""
         for m0, th, bd, got in self.known.get((i, j), ()):
             if got is None and m0 <= m and th >= theta and bd >= bound:
                 return None, 0.0
             if got is not None and m0 == m and th >= theta and got.sync < theta:
                 return (got if got.time <= bound else None), 0.0
-        got, floor = self._run(i, j, m, theta, bound)
+        got, lam = self._run(i, j, m, theta, bound, floor)
         self.known.setdefault((i, j), []).append((m, theta, bound, got))
-        return got, floor
+        return got, lam
 
     def time(self, i: int, j: int, m: int, theta: float, bound: float = math.inf) -> float:
         """``g(i, j, m, theta)`` if at most ``bound``, else ``inf``: from the frontier run
@@ -248,10 +249,11 @@ class RangeRuns:
             raise TimeUp(out.message or "time limit reached")
         return agents[0].get("frontier", {}).get("lines", []) if agents else []
 
-    def _run(self, i: int, j: int, m: int, theta: float,
-             bound: float) -> tuple[RangePlan | None, float]:
+    def _run(self, i: int, j: int, m: int, theta: float, bound: float,
+             proven: float = 0.0) -> tuple[RangePlan | None, float]:
         """One range run: its plan (``None``: none below ``bound``) and the floor under the
-        range's period its last DC reported (0: none)."""
+        range's period its last DC reported (0: none); ``proven``: a floor under ``g`` the
+        owner's runs proved (:func:`~chainpipe.solvers.cdynp.solve_chain`'s ``floor``)."""
         from ...deadline import TimeUp
         from . import solve_chain
         from .runner import AgentFailure
@@ -268,7 +270,8 @@ class RangeRuns:
         name = f"range-{i}-{j}-m{m}-{self.runs:03d}"
         trace = None if self.trace_dir is None else Path(self.trace_dir, name)
         self.runs += 1
-        out = solve_chain(backend, options, self.deadline, trace_dir=trace, probe=False)
+        out = solve_chain(backend, options, self.deadline, trace_dir=trace, probe=False,
+                          floor=proven)
         self.messages += [{**msg, "file": f"{name}/{msg['file']}"}
                           for msg in out.stats.get("messages", [])]
         self.labels += sum(a.get("labels", 0) for a in out.stats.get("agents", []))

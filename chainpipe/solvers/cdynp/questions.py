@@ -16,7 +16,9 @@ change hands:
   A bounded run costs the agents far less than an unbounded one (measured on
   ``v3-medium-01``: 0.01 to 0.04 s against 0.12 to 0.4 s), and most questions are asked
   just above or below ``g``. The owner has no static floor (it would need the DCs' devices),
-  so a question is asked at ``tau`` itself (no ladder of targets below it); what runs
+  so a question is asked at ``tau`` itself (the range run climbs its own ladder of
+  period bounds from the range's classic optimum, or the floor the runs proved there,
+  up to ``tau``: :func:`chainpipe.solvers.cdynp._range_ladder`); what runs
   proved answers questions without a run, as in ``dp``, and across ranges too: a plan on
   a range is a plan of every range holding it (its pipeline leaves the other DCs
   unused), so a plan found inside ``i..j`` bounds ``g(i, j)`` from above, and a floor
@@ -90,9 +92,10 @@ class OwnerRangeTimes(RangeTimes):
         known = self._best_known(i, j, m, theta)
         if known is not None and known[0] <= tau:
             return known
-        if self._floor(i, j, m, theta) > tau:
+        floor = self._floor(i, j, m, theta)
+        if floor > tau:
             return None
-        got = self._search(i, j, m, tau, theta)
+        got = self._search(i, j, m, tau, theta, floor)
         return got if got is not None and got[0] <= tau else None
 
     def _best_known(self, i, j, m, theta):
@@ -125,13 +128,14 @@ class OwnerRangeTimes(RangeTimes):
                 lo = max(lo, super()._floor(a, b, m, theta))
         return lo
 
-    def _search(self, i, j, m, tau, theta):
-        """One range run under ``tau`` (``inf``: unbounded); records what it proves (a run
+    def _search(self, i, j, m, tau, theta, floor=0.0):
+        """One range run under ``tau`` (``inf``: unbounded) whose period runs start above
+        ``floor`` (what the runs proved, :meth:`_floor`); records what it proves (a run
         that finds nothing proves ``g`` above its bound, a hair above ``tau``: a floor
         above the question's target, which ``dp``'s search may ask again)."""
         bound = tau * (1 + 1e-9)
         # lam: under every plan's period on the range (0: unknown)
-        got, lam = self.runs.least_floor(i, j, m, theta, bound)
+        got, lam = self.runs.least_floor(i, j, m, theta, bound, floor)
         self.searches += 1
         if got is None:
             self.proven.setdefault((i, j), []).append((m, theta, bound, lam))
