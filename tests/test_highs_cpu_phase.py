@@ -65,3 +65,71 @@ def test_highs_stops_at_the_phases_cpu_end_not_at_the_wall_limit():
     cpu, wall = time.process_time() - c0, time.monotonic() - w0
     assert answer.status == "stopped", answer.text
     assert cpu < 3.0 and wall < 20.0, (cpu, wall)
+
+
+def _cover_lp(rows: int = 3000, cols: int = 6000, per_row: int = 20, seed: int = 0
+              ) -> LinearModel:
+    """A random covering LP (``A x >= 10``, ``0 <= x <= 1``, one integer column, so HiGHS
+    runs its MIP solver) whose root LP takes HiGHS's dual simplex about 3 CPU s: the MIP's
+    LPs run in a second ``Highs`` without interrupt callbacks."""
+    rng = np.random.default_rng(seed)
+    index = np.concatenate([np.sort(rng.choice(cols, per_row, replace=False))
+                            for _ in range(rows)]).astype(np.int32)
+    integer = np.zeros(cols, dtype=bool)
+    integer[0] = True
+    return LinearModel(cost=rng.integers(1, 100, size=cols).astype(float),
+                       col_lower=np.zeros(cols), col_upper=np.ones(cols), integer=integer,
+                       row_lower=np.full(rows, 10.0), row_upper=np.full(rows, np.inf),
+                       starts=np.arange(0, rows * per_row + 1, per_row, dtype=np.int32),
+                       index=index, value=rng.integers(1, 10, size=index.size).astype(float),
+                       offset=0.0, variables=[])
+
+
+def test_a_mip_root_lp_stops_at_the_phases_cpu_end():
+    """The root LP of a MIP calls no interrupt callback: under a phase of 0.3 CPU s in a
+    60 s deadline HiGHS's own wall-clock limit must end it (fails with the wall-clock
+    deadline's 60 s as that limit: the LP ran to its optimum, about 3 CPU s)."""
+    model = _cover_lp()
+    c0 = time.process_time()
+    answer = highs.solve_highs(model, relax=False, deadline=CpuPhase(Deadline(60), 0.3))
+    cpu = time.process_time() - c0
+    assert answer.status == "stopped", answer.text
+    assert cpu < 1.2, cpu
+
+
+class _Overrated(CpuPhase):
+    """A phase that believes the process gets two cores (as after a part run on two
+    threads): HiGHS's first wall-clock limit is half its CPU seconds."""
+
+    __slots__ = ()
+
+    def rate(self) -> float:
+        return 2.0
+
+
+def test_highs_own_limit_follows_the_cpu_it_gets(monkeypatch):
+    """A first wall-clock limit made for a larger share of a core than HiGHS gets is moved
+    as it runs (its rate measured after ``RATE_AFTER_S``, here 0.2 s): a hard MIP under a
+    phase of 1 CPU s uses most of it (fails without the moves: stopped at 0.5 s of wall
+    clock, at most 0.5 CPU s)."""
+    monkeypatch.setattr(highs, "RATE_AFTER_S", 0.2)
+    phase = _Overrated(Deadline(40), 1.0)
+    assert math.isclose(highs.own_limit(phase), 0.5, rel_tol=0.05)
+    c0 = time.process_time()
+    answer = highs.solve_highs(_market_split(), relax=False, deadline=phase)
+    cpu = time.process_time() - c0
+    assert answer.status == "stopped", answer.text
+    assert 0.75 < cpu < 3.0, cpu
+
+
+def test_the_limit_is_the_cpu_left_over_the_rate_and_never_past_the_wall():
+    """``own_limit``: the wall-clock deadline's limit without a CPU end; under a phase
+    the CPU seconds left at the process's rate, capped by the wall clock's."""
+    assert highs.own_limit(Deadline(None)) is None
+    assert math.isclose(highs.own_limit(Deadline(10)), 9.0, rel_tol=0.01)
+    assert highs._cpu_as_wall(3.0, 0.5, None) == 6.0
+    assert highs._cpu_as_wall(3.0, 0.5, 4.0) == 4.0
+    assert highs._cpu_as_wall(-1.0, 0.5, None) == 0.05
+    assert highs._cpu_as_wall(1.0, 0.0, None) == 1.0 / highs.MIN_RATE
+    phase = CpuPhase(Deadline(40), 2.0)
+    assert 1.5 < highs.own_limit(phase) <= 2.0  # rate 1.0 in the first second
