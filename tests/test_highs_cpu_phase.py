@@ -97,29 +97,69 @@ def test_a_mip_root_lp_stops_at_the_phases_cpu_end():
     assert cpu < 1.2, cpu
 
 
-class _Overrated(CpuPhase):
-    """A phase that believes the process gets two cores (as after a part run on two
-    threads): HiGHS's first wall-clock limit is half its CPU seconds."""
+class _Clock:
+    """Monotonic and process times that a test moves by hand."""
 
-    __slots__ = ()
+    def __init__(self):
+        self.wall, self.cpu = 100.0, 10.0
 
-    def rate(self) -> float:
-        return 2.0
+    def monotonic(self):
+        return self.wall
+
+    def process_time(self):
+        return self.cpu
 
 
-def test_highs_own_limit_follows_the_cpu_it_gets(monkeypatch):
-    """A first wall-clock limit made for a larger share of a core than HiGHS gets is moved
-    as it runs (its rate measured after ``RATE_AFTER_S``, here 0.2 s): a hard MIP under a
-    phase of 1 CPU s uses most of it (fails without the moves: stopped at 0.5 s of wall
-    clock, at most 0.5 CPU s)."""
-    monkeypatch.setattr(highs, "RATE_AFTER_S", 0.2)
-    phase = _Overrated(Deadline(40), 1.0)
-    assert math.isclose(highs.own_limit(phase), 0.5, rel_tol=0.05)
-    c0 = time.process_time()
-    answer = highs.solve_highs(_market_split(), relax=False, deadline=phase)
-    cpu = time.process_time() - c0
-    assert answer.status == "stopped", answer.text
-    assert 0.75 < cpu < 3.0, cpu
+class _Phase:
+    """What :class:`highs._Retime` reads of a deadline: its CPU end, the run's rate and
+    the wall-clock deadline above it."""
+
+    def __init__(self, cpu_at: float, rate: float):
+        self.cpu_at, self._rate = cpu_at, rate
+
+    def cpu_end(self):
+        return self.cpu_at
+
+    def rate(self):
+        return self._rate
+
+    def wall(self):
+        return Deadline(1000)
+
+
+class _Options:
+    """A ``Highs`` that records the options set."""
+
+    def __init__(self):
+        self.set = []
+
+    def setOptionValue(self, key, value):
+        self.set.append((key, value))
+
+
+def test_highs_own_limit_moves_with_the_larger_of_its_rate_and_the_runs(monkeypatch):
+    """:class:`highs._Retime`: HiGHS's ``time_limit`` is what it has run plus the CPU
+    seconds left over the larger of its own rate (after ``RATE_AFTER_S``) and the run's.
+    A slow first second (0.4 of a core against the run's 0.8) does not stretch it (fails
+    with its own rate alone: 1 + 3.6 / 0.4 s); a larger share than the run's shortens
+    it; never past the wall-clock deadline's."""
+    clock = _Clock()
+    monkeypatch.setattr(highs, "time", clock)
+    h = _Options()
+    retime = highs._Retime(h, _Phase(cpu_at=14.0, rate=0.8), 5.0)  # 4 CPU s left
+    clock.wall, clock.cpu = 101.0, 10.4
+    retime()
+    assert h.set and math.isclose(h.set[-1][1], 1.0 + 3.6 / 0.8), h.set
+    clock.wall, clock.cpu = 103.0, 12.4  # 2.4 CPU s in 3 s: the run's rate still larger
+    retime()
+    assert math.isclose(h.set[-1][1], 3.0 + 1.6 / 0.8), h.set
+    clock.wall, clock.cpu = 104.0, 13.9  # 3.9 in 4 s: its own rate is the larger
+    retime()
+    assert math.isclose(h.set[-1][1], 4.0 + 0.1 / (3.9 / 4.0)), h.set
+    far = highs._Retime(h, _Phase(cpu_at=1e6, rate=0.8), None)
+    clock.wall += 2.0
+    far()
+    assert h.set[-1][1] <= 999.0, h.set
 
 
 def test_the_limit_is_the_cpu_left_over_the_rate_and_never_past_the_wall():
