@@ -65,3 +65,111 @@ def test_highs_stops_at_the_phases_cpu_end_not_at_the_wall_limit():
     cpu, wall = time.process_time() - c0, time.monotonic() - w0
     assert answer.status == "stopped", answer.text
     assert cpu < 3.0 and wall < 20.0, (cpu, wall)
+
+
+def _cover_lp(rows: int = 3000, cols: int = 6000, per_row: int = 20, seed: int = 0
+              ) -> LinearModel:
+    """A random covering LP (``A x >= 10``, ``0 <= x <= 1``, one integer column, so HiGHS
+    runs its MIP solver) whose root LP takes HiGHS's dual simplex about 3 CPU s: the MIP's
+    LPs run in a second ``Highs`` without interrupt callbacks."""
+    rng = np.random.default_rng(seed)
+    index = np.concatenate([np.sort(rng.choice(cols, per_row, replace=False))
+                            for _ in range(rows)]).astype(np.int32)
+    integer = np.zeros(cols, dtype=bool)
+    integer[0] = True
+    return LinearModel(cost=rng.integers(1, 100, size=cols).astype(float),
+                       col_lower=np.zeros(cols), col_upper=np.ones(cols), integer=integer,
+                       row_lower=np.full(rows, 10.0), row_upper=np.full(rows, np.inf),
+                       starts=np.arange(0, rows * per_row + 1, per_row, dtype=np.int32),
+                       index=index, value=rng.integers(1, 10, size=index.size).astype(float),
+                       offset=0.0, variables=[])
+
+
+def test_a_mip_root_lp_stops_at_the_phases_cpu_end():
+    """The root LP of a MIP calls no interrupt callback: under a phase of 0.3 CPU s in a
+    60 s deadline HiGHS's own wall-clock limit must end it (fails with the wall-clock
+    deadline's 60 s as that limit: the LP ran to its optimum, about 3 CPU s)."""
+    model = _cover_lp()
+    c0 = time.process_time()
+    answer = highs.solve_highs(model, relax=False, deadline=CpuPhase(Deadline(60), 0.3))
+    cpu = time.process_time() - c0
+    assert answer.status == "stopped", answer.text
+    assert cpu < 1.2, cpu
+
+
+class _Clock:
+    """Monotonic and process times that a test moves by hand."""
+
+    def __init__(self):
+        self.wall, self.cpu = 100.0, 10.0
+
+    def monotonic(self):
+        return self.wall
+
+    def process_time(self):
+        return self.cpu
+
+
+class _Phase:
+    """What :class:`highs._Retime` reads of a deadline: its CPU end, the run's rate and
+    the wall-clock deadline above it."""
+
+    def __init__(self, cpu_at: float, rate: float):
+        self.cpu_at, self._rate = cpu_at, rate
+
+    def cpu_end(self):
+        return self.cpu_at
+
+    def rate(self):
+        return self._rate
+
+    def wall(self):
+        return Deadline(1000)
+
+
+class _Options:
+    """A ``Highs`` that records the options set."""
+
+    def __init__(self):
+        self.set = []
+
+    def setOptionValue(self, key, value):
+        self.set.append((key, value))
+
+
+def test_highs_own_limit_moves_with_the_larger_of_its_rate_and_the_runs(monkeypatch):
+    """:class:`highs._Retime`: HiGHS's ``time_limit`` is what it has run plus the CPU
+    seconds left over the larger of its own rate (after ``RATE_AFTER_S``) and the run's.
+    A slow first second (0.4 of a core against the run's 0.8) does not stretch it (fails
+    with its own rate alone: 1 + 3.6 / 0.4 s); a larger share than the run's shortens
+    it; never past the wall-clock deadline's."""
+    clock = _Clock()
+    monkeypatch.setattr(highs, "time", clock)
+    h = _Options()
+    retime = highs._Retime(h, _Phase(cpu_at=14.0, rate=0.8), 5.0)  # 4 CPU s left
+    clock.wall, clock.cpu = 101.0, 10.4
+    retime()
+    assert h.set and math.isclose(h.set[-1][1], 1.0 + 3.6 / 0.8), h.set
+    clock.wall, clock.cpu = 103.0, 12.4  # 2.4 CPU s in 3 s: the run's rate still larger
+    retime()
+    assert math.isclose(h.set[-1][1], 3.0 + 1.6 / 0.8), h.set
+    clock.wall, clock.cpu = 104.0, 13.9  # 3.9 in 4 s: its own rate is the larger
+    retime()
+    assert math.isclose(h.set[-1][1], 4.0 + 0.1 / (3.9 / 4.0)), h.set
+    far = highs._Retime(h, _Phase(cpu_at=1e6, rate=0.8), None)
+    clock.wall += 2.0
+    far()
+    assert h.set[-1][1] <= 999.0, h.set
+
+
+def test_the_limit_is_the_cpu_left_over_the_rate_and_never_past_the_wall():
+    """``own_limit``: the wall-clock deadline's limit without a CPU end; under a phase
+    the CPU seconds left at the process's rate, capped by the wall clock's."""
+    assert highs.own_limit(Deadline(None)) is None
+    assert math.isclose(highs.own_limit(Deadline(10)), 9.0, rel_tol=0.01)
+    assert highs._cpu_as_wall(3.0, 0.5, None) == 6.0
+    assert highs._cpu_as_wall(3.0, 0.5, 4.0) == 4.0
+    assert highs._cpu_as_wall(-1.0, 0.5, None) == 0.05
+    assert highs._cpu_as_wall(1.0, 0.0, None) == 1.0 / highs.MIN_RATE
+    phase = CpuPhase(Deadline(40), 2.0)
+    assert 1.5 < highs.own_limit(phase) <= 2.0  # rate 1.0 in the first second

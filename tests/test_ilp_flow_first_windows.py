@@ -17,6 +17,7 @@ from chainpipe.deadline import Deadline
 from chainpipe.formulations import flow_windows
 from chainpipe.formulations.common import period_mode
 from chainpipe.formulations.pipelines import SUB_SHARE, CpuPhase, OuterSearch, share
+from chainpipe.plan import evaluate
 from chainpipe.solve import solve
 from chainpipe.tables import CostTables
 from helpers import brute_force_v3, random_v3_instance
@@ -141,3 +142,33 @@ def test_shares_follow_the_deadline_they_belong_to():
     wall = share(Deadline(30.0), 1.0)
     assert not isinstance(wall, CpuPhase) and wall.limit == 1.0
     assert share(Deadline(30.0), math.inf).unlimited
+
+
+def test_windows_first_left_open_are_gone_on_with_by_a_later_solve(monkeypatch):
+    """The windows first, stopped at once, keep their open windows in the outer
+    enumeration's ``resume`` (``stats["resumable"]``); a later solve of the same block
+    goes on with them (``resumed``) and proves the brute-force optimum. Fails when
+    :func:`_windows_first` drops them (the enumeration's rounds then stop where the first
+    solve did: fresh ``-02``-like seed 8)."""
+    from chainpipe.solvers import ilp
+
+    checked = 0
+    for seed in range(0, 64, 3):
+        case = _case(seed)
+        if case is None:
+            continue
+        one, ref = case
+        _first_windows_on_every_model(monkeypatch, 1e-12)
+        resume = {}
+        first = ilp._run("ilp-path", one, Deadline(60), 0, 1, None, dict(FLOW), resume)
+        if "windows_first" not in first.stats:
+            continue  # no model built (settled by the bounds), or the windows closed
+        assert first.stats.get("resumable") and len(resume) == 1, (seed, first.stats)
+        _first_windows_on_every_model(monkeypatch, 1.0)
+        again = ilp._run("ilp-path", one, Deadline(60), 0, 1, None, dict(FLOW), resume)
+        assert again.stats["period_windows"].get("resumed") == 1, (seed, again.stats)
+        T = float(evaluate(one, again.plan).iteration_time_s)
+        assert again.status.value == "optimal" and math.isclose(T, ref, rel_tol=1e-6), \
+            (seed, again.status, T, ref)
+        checked += 1
+    assert checked >= 3, checked

@@ -109,6 +109,13 @@ def _seconds(budget: Deadline) -> float:
     return math.inf if budget.unlimited else budget.limit
 
 
+#: :meth:`CpuPhase.rate` is measured after this many wall-clock seconds (``1.0`` before)
+RATE_AFTER_S = 1.0
+#: :meth:`CpuPhase.rate` is at least this (a wall-clock limit at most 50 times the CPU
+#: seconds left)
+MIN_RATE = 0.02
+
+
 class CpuPhase(Deadline):
     """A phase of a solve that ends after ``cpu_s`` seconds of this process's CPU time
     (:func:`time.process_time`, HiGHS's threads included), or at ``parent``'s end if that
@@ -143,6 +150,20 @@ class CpuPhase(Deadline):
         """The wall-clock deadline it is part of (its first ancestor that is not a
         phase)."""
         return self.parent.wall()
+
+    def rate(self) -> float:
+        """The share of a core this process has had: CPU seconds per wall-clock second
+        since the outermost phase it is part of began (``1.0`` before
+        :data:`RATE_AFTER_S` of wall clock), at least :data:`MIN_RATE`. A backend whose
+        own limit is on the wall clock gets the CPU seconds left divided by it
+        (:mod:`chainpipe.solvers.highs`)."""
+        root = self
+        while isinstance(root.parent, CpuPhase):
+            root = root.parent
+        wall = time.monotonic() - root.start
+        if wall < RATE_AFTER_S:
+            return 1.0
+        return max(MIN_RATE, (time.process_time() - root.cpu_start) / wall)
 
 
 def share(deadline: Deadline, seconds: float) -> Deadline:

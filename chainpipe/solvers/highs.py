@@ -6,10 +6,15 @@ search when the caller presses Ctrl-C or the deadline has passed by more than
 :data:`OVERRUN_S` (HiGHS's own ``time_limit``, set a little short of the deadline by
 :func:`~chainpipe.solvers.mip.backend_seconds`, normally stops it first), or when a
 deadline that ends on CPU time (a :class:`~chainpipe.formulations.pipelines.CpuPhase`)
-has used its CPU seconds (:meth:`~chainpipe.deadline.Deadline.cpu_end`; HiGHS's own
-limit then is the wall-clock one above it, :meth:`~chainpipe.deadline.Deadline.wall`:
-on a loaded machine a phase of ``c`` CPU seconds then does ``c`` CPU seconds of work,
-not what a wall-clock limit of ``c`` seconds allows). Its
+has used its CPU seconds (:meth:`~chainpipe.deadline.Deadline.cpu_end`: on a loaded
+machine a phase of ``c`` CPU seconds then does ``c`` CPU seconds of work, not what a
+wall-clock limit of ``c`` seconds allows). HiGHS calls no interrupt callback inside the
+LPs of its branch and bound (their solver is a second ``Highs`` without callbacks),
+its sub-MIPs or its presolve: under a CPU phase its own wall-clock ``time_limit`` is
+therefore the CPU seconds left at the share of a core the process gets
+(:func:`own_limit`), moved while it runs (:class:`_Retime`). Before, that limit was the
+whole run's wall-clock one, and a MIP root LP given 3.6 CPU s ran 81 (fresh
+``v3-medium-02``-like seed 3, ``docs/formulations.md``, "Seventeenth round"). Its
 log goes to ``log`` through the logging callback, never to the console.
 """
 
@@ -23,6 +28,7 @@ import time
 import numpy as np
 
 from ..deadline import Deadline
+from ..formulations.pipelines import MIN_RATE, RATE_AFTER_S
 from .interrupt import Abandoned, run_stoppable
 from .logs import line_logger
 from .mip import ABS_GAP, PRIMAL_TOL, MipAnswer, backend_seconds, pass_model
@@ -93,7 +99,7 @@ def solve_highs(model, *, relax: bool, deadline: Deadline, seed: int = 0, thread
         h.setOptionValue(key, value)
     for key, value in getattr(model, "highs_options", {}).items():  # the model's own
         h.setOptionValue(key, value)
-    limit = backend_seconds(deadline.wall())
+    limit = own_limit(deadline)
     if limit is not None:
         h.setOptionValue("time_limit", float(limit))
     pass_model(h, model, relax)
@@ -101,7 +107,7 @@ def solve_highs(model, *, relax: bool, deadline: Deadline, seed: int = 0, thread
         h.setSolution(model.num_cols, np.arange(model.num_cols, dtype=np.int32),
                       np.asarray(model.start, dtype=float))
     try:
-        _run(h, deadline, on_bounds)
+        _run(h, deadline, on_bounds, limit)
     except Abandoned:
         listening.clear()  # HiGHS ends in its own thread; its later lines are not ours
         return MipAnswer("stopped", None, None,
@@ -110,9 +116,83 @@ def solve_highs(model, *, relax: bool, deadline: Deadline, seed: int = 0, thread
     return _answer(h, relax)
 
 
-def _run(h, deadline: Deadline, on_bounds=None) -> None:
+def own_limit(deadline: Deadline) -> float | None:
+    """HiGHS's own ``time_limit`` (wall-clock seconds from now; ``None``: none): what the
+    wall-clock deadline leaves (:func:`~chainpipe.solvers.mip.backend_seconds`) and, under
+    a deadline that ends on CPU time, at most its CPU seconds left divided by the share of
+    a core the process has had (:meth:`~chainpipe.formulations.pipelines.CpuPhase.rate`):
+    the parts of HiGHS that call no interrupt callback then end about when the CPU
+    seconds do, and their overrun is at most what a rise of that share gives.
+
+    Parameters
+    ----------
+    deadline : Deadline
+        The solve's deadline.
+
+    Returns
+    -------
+    float or None
+        Seconds, at least 0.05.
+    """
+    limit = backend_seconds(deadline.wall())
+    cpu_at = deadline.cpu_end()
+    if math.isinf(cpu_at):
+        return limit
+    return _cpu_as_wall(cpu_at - time.process_time(), deadline.rate(), limit)
+
+
+def _cpu_as_wall(cpu_left: float, rate: float, wall_limit: float | None) -> float:
+    """``cpu_left`` CPU seconds as wall-clock seconds at ``rate`` CPU seconds per second
+    (at least :data:`MIN_RATE`), at least 0.05 and at most ``wall_limit``."""
+    seconds = max(0.05, cpu_left / max(rate, MIN_RATE))
+    return seconds if wall_limit is None else min(wall_limit, seconds)
+
+
+#: :class:`_Retime` sets HiGHS's ``time_limit`` again when it moves by more than this
+#: share of the one set
+RETIME_RTOL = 0.02
+
+
+class _Retime:
+    """While HiGHS runs under a deadline that ends on CPU time (called every
+    :data:`~chainpipe.solvers.interrupt.POLL_S` in the caller's thread): its own
+    ``time_limit`` set to the wall-clock seconds it has run plus the CPU seconds left
+    over the larger of the rate at which it has got CPU time (after
+    :data:`~chainpipe.formulations.pipelines.RATE_AFTER_S` of its run) and the deadline's
+    :meth:`~chainpipe.formulations.pipelines.CpuPhase.rate`, at most what the wall-clock
+    deadline leaves (``limit``: the one set at the start, seconds from it). The branch
+    and bound, the presolve and each new LP read the option as they go, so one that gets
+    more CPU than the run had ends sooner; an LP already running keeps the limit it
+    began with. The larger rate errs on the early side: a phase cut short on the wall
+    clock leaves its CPU seconds to the rest of the run, one that runs past its CPU end
+    takes them from it (fresh ``-02``-like seed 3: a window's MIP given 3.76 CPU s ran
+    6.21 in 9.2 s of wall clock, so a limit set from a rate of at most 0.41 where the
+    run's was 0.8)."""
+
+    def __init__(self, h, deadline: Deadline, limit: float | None):
+        self.h, self.deadline, self.limit = h, deadline, limit
+        self.cap = backend_seconds(deadline.wall())
+        self.cpu_at = deadline.cpu_end()
+        self.t0, self.c0 = time.monotonic(), time.process_time()
+
+    def __call__(self) -> None:
+        ran, cpu = time.monotonic() - self.t0, time.process_time()
+        rate = self.deadline.rate()
+        if ran >= RATE_AFTER_S:
+            rate = max(rate, (cpu - self.c0) / ran)
+        limit = ran + _cpu_as_wall(self.cpu_at - cpu, rate, None)
+        if self.cap is not None:
+            limit = min(limit, self.cap)
+        if self.limit is None or abs(limit - self.limit) > RETIME_RTOL * self.limit:
+            self.h.setOptionValue("time_limit", float(limit))
+            self.limit = limit
+
+
+def _run(h, deadline: Deadline, on_bounds=None, limit: float | None = None) -> None:
     """``h.run()`` in a worker; interrupted on Ctrl-C or well past the deadline; the
-    branch and bound's incumbent and bound told to ``on_bounds`` as it goes."""
+    branch and bound's incumbent and bound told to ``on_bounds`` as it goes; under a
+    deadline that ends on CPU time, HiGHS's own limit ``limit`` moved as it runs
+    (:class:`_Retime`)."""
     stop = threading.Event()
     hard = math.inf if deadline.unlimited else deadline.at + OVERRUN_S
     cpu_at = deadline.cpu_end()
@@ -133,7 +213,8 @@ def _run(h, deadline: Deadline, on_bounds=None) -> None:
     h.cbIpmInterrupt += interrupt
     h.cbMipInterrupt += mip_interrupt
     abandon = None if deadline.unlimited else deadline.at + ABANDON_S
-    run_stoppable(h.run, stop.set, name="highs", abandon_at=abandon)
+    retime = _Retime(h, deadline, limit) if math.isfinite(cpu_at) else None
+    run_stoppable(h.run, stop.set, name="highs", abandon_at=abandon, poll=retime)
 
 
 def _answer(h, relax: bool) -> MipAnswer:
@@ -239,12 +320,12 @@ def solve_lp_bound(model, *, deadline: Deadline, seed: int = 0, threads: int = 1
     for key, value in getattr(model, "highs_options", {}).items():
         if key not in ("solver", "objective_bound", "mip_allow_restart"):
             h.setOptionValue(key, value)
-    limit = backend_seconds(deadline.wall())
+    limit = own_limit(deadline)
     if limit is not None:
         h.setOptionValue("time_limit", float(limit))
     pass_model(h, model, True)
     try:
-        _run(h, deadline)
+        _run(h, deadline, limit=limit)
     except Abandoned:
         return None, "abandoned"
     if given_up.is_set():

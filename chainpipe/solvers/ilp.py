@@ -397,12 +397,14 @@ def _before_the_mip(form, opts: _Options, deadline: Deadline, seed, threads, log
     several = (max(flow_windows.FIRST_WINDOW_DCS, flow_windows.WINDOW_DCS + 1), math.inf)
     if "root_lp" not in stats and _windowed(form, opts, several) and _root_gap_wide(
             form, opts, deadline, seed, threads, log, stats):
-        return _windows_first(form, opts, deadline, seed, threads, log, stats, incumbent, t0)
+        return _windows_first(form, opts, deadline, seed, threads, log, stats, incumbent, t0,
+                              resume)
     return None
 
 
 def _windows_first(form, opts: _Options, deadline: Deadline, seed, threads, log,
-                   stats: dict, incumbent, t0: float) -> Outcome | None:
+                   stats: dict, incumbent, t0: float, resume: dict | None = None
+                   ) -> Outcome | None:
     """A model of :data:`~chainpipe.formulations.flow_windows.FIRST_WINDOW_DCS`
     datacenters or more whose root gap is wide: the windows of its period for at most
     :data:`~chainpipe.formulations.flow_windows.FIRST_WINDOW_SHARE` of the time left (CPU
@@ -410,13 +412,18 @@ def _windows_first(form, opts: _Options, deadline: Deadline, seed, threads, log,
     Their outcome when every window closed (a proof); else ``None``, and the whole MIP
     runs as before, its outcome then raised by the windows' bound
     (``stats["windows_first"]``) and given their plan (``form.windows_plan``) when faster
-    (:func:`_with_windows`; both bound every plan the model holds)."""
+    (:func:`_with_windows`; both bound every plan the model holds). Open windows are kept
+    in ``resume`` (the outer enumeration's, as :func:`_run_windows` keeps them): a later
+    solve of the same block and ``M_p`` goes on with them instead of stopping where this
+    one did (fresh ``v3-medium-02``-like seed 8's four-DC entry: the enumeration's
+    rounds ended with 56 of 120 CPU s left, ``docs/formulations.md``, "Seventeenth
+    round")."""
     from ..formulations import flow_windows
 
     stats["build_time_s"] = deadline.elapsed() - t0
     part = share(deadline, deadline.remaining() * flow_windows.FIRST_WINDOW_SHARE)
     try:
-        out = _run_windows(form, opts, part, seed, threads, log, stats, incumbent)
+        out = _run_windows(form, opts, part, seed, threads, log, stats, incumbent, resume)
     except TimeUp:  # the part's end while a window's network was built
         deadline.check()
         stats["windows_first"] = {"bound_s": None}

@@ -25,7 +25,7 @@ class Abandoned(Exception):
 
 
 def run_stoppable(target, stop, name: str = "solver", stop_at: float | None = None,
-                  abandon_at: float | None = None):
+                  abandon_at: float | None = None, poll=None):
     """``target()`` in a worker thread; on Ctrl-C call ``stop()``, wait, re-raise.
 
     Parameters
@@ -43,6 +43,10 @@ def run_stoppable(target, stop, name: str = "solver", stop_at: float | None = No
         A later monotonic time at which the caller stops waiting (:class:`Abandoned`);
         the worker, already told to stop, finishes on its own. The caller must not
         touch the solver's state afterwards.
+    poll : callable, optional
+        Called with no argument in the caller's thread every :data:`POLL_S` while the
+        worker runs (e.g. to move the solver's own time limit,
+        :mod:`chainpipe.solvers.highs`).
 
     Returns
     -------
@@ -73,6 +77,8 @@ def run_stoppable(target, stop, name: str = "solver", stop_at: float | None = No
         while worker.is_alive():
             worker.join(POLL_S)
             now = time.monotonic()
+            if poll is not None and worker.is_alive():
+                poll()
             if not stopped and stop_at is not None and now >= stop_at:
                 stop()
                 stopped = True
