@@ -548,23 +548,30 @@ def dominated_options(ok, C, N, R, W, check=None, extra=()) -> np.ndarray:
     return dominance_tops(ok.astype(np.int64), C, N, R, W, check, extra) > 0
 
 
+def width_rivals(W, check=None):
+    """Per option ``c`` (pair, devices ``W[c]``), the other options of no more devices,
+    its possible dominators: yields ``(c, rivals)`` for each ``c`` that has any (``check``
+    called before each)."""
+    W = np.asarray(W)
+    index = np.arange(len(W))
+    for c in range(len(W)):
+        if check is not None:
+            check()
+        rivals = np.flatnonzero((W <= W[c]) & (index != c))
+        if len(rivals):
+            yield c, rivals
+
+
 def dominance_tops(top, C, N, R, W, check=None, extra=()) -> np.ndarray:
     """``[c, i, j]``: the largest ``top`` of an option that dominates ``c`` on the range
     (the rule of :func:`dominated_options`; ``top > 0`` marks the allowed options, 0
     where none dominates). With ``top`` an option's last position class, a candidate of
     class ``cls`` is dominated iff ``cls <= dominance_tops``."""
     W = np.asarray(W)
-    P = len(W)
     out = np.zeros(top.shape, dtype=np.int64)
-    if P < 2:
+    if len(W) < 2:
         return out
-    index = np.arange(P)
-    for c in range(P):
-        if check is not None:
-            check()
-        rivals = np.flatnonzero((W <= W[c]) & (index != c))
-        if not len(rivals):
-            continue
+    for c, rivals in width_rivals(W, check):
         with np.errstate(invalid="ignore"):
             no_worse = ((top[rivals] > 0) & (C[rivals] <= C[c]) & (R[rivals] <= R[c])
                         & (N[rivals] >= N[c]))

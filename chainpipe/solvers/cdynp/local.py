@@ -36,7 +36,7 @@ import numpy as np
 
 from ... import cost
 from ...deadline import Deadline
-from ...tables import dominated_options
+from ...tables import dominated_options, width_rivals
 from ..labels import BOUND_SLACK
 from .local_aot import load
 
@@ -60,19 +60,12 @@ def dominance_by_count(ok, C, N, R, W, check=None) -> tuple[np.ndarray, np.ndarr
     N_r`` (``T1``: the largest such threshold). Else it needs ``n_r > n_c``: iff ``N_r >
     N_c`` and ``M > N_c`` (``B``: such a rival exists, whatever the brackets)."""
     W = np.asarray(W)
-    P = len(W)
     T1 = np.zeros(ok.shape)
     B = np.zeros(ok.shape, dtype=bool)
-    if P < 2:
+    if len(W) < 2:
         return T1, B
-    index = np.arange(P)
     shape = (-1,) + (1,) * (ok.ndim - 1)
-    for c in range(P):
-        if check is not None:
-            check()
-        rivals = np.flatnonzero((W <= W[c]) & (index != c))
-        if not len(rivals):
-            continue
+    for c, rivals in width_rivals(W, check):
         with np.errstate(invalid="ignore"):
             base = ok[rivals] & (C[rivals] <= C[c]) & (R[rivals] <= R[c])
             strict = (C[rivals] < C[c]) | (R[rivals] < R[c])
