@@ -500,7 +500,13 @@ def fill_curve(group_rates, cap: float) -> tuple[np.ndarray, np.ndarray]:
     (``docs/dp.md``).
     """
     rates = sorted((r for r in group_rates if r > 0), reverse=True)
-    x = np.concatenate(([0.0], np.cumsum([cap * r for r in rates])))
+    return fill_breaks(np.asarray(rates, dtype=float), cap)
+
+
+def fill_breaks(rates: np.ndarray, cap: float) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`fill_curve` of rates already positive and in falling order (a search that
+    asks one set of free devices at many caps sorts them once)."""
+    x = np.concatenate(([0.0], np.cumsum(cap * rates)))
     y = cap * np.arange(len(rates) + 1, dtype=float)
     return x, y
 

@@ -31,7 +31,7 @@ import numpy as np
 
 from .. import cost
 from ..deadline import Deadline
-from ..tables import CostTables, dominated_options, fill_bound, fill_curve
+from ..tables import CostTables, dominated_options, fill_bound, fill_breaks, fill_curve
 from .prefix_curve import PrefixCurve
 
 #: relative slack of every bound test: rounding may keep a label, never cut one
@@ -587,8 +587,7 @@ class PipelineSearch:
             fill = self.pre_sum[k0]
             top, rates = self._static_top(k0, usage)
             if np.isfinite(self.cap) and self.m > 1:
-                x = np.concatenate(([0.0], np.cumsum(self.cap * rates)))
-                y = self.cap * np.arange(len(rates) + 1, dtype=float)
+                x, y = fill_breaks(rates, self.cap)
                 fill = np.maximum(fill, np.interp(t.flop_prefix, x, y))
             if self.caps:  # the largest cap under which the prefix cannot fit
                 top = np.maximum(top, self.prefix_curve.rows(k0, usage, self.caps)[1])
