@@ -31,7 +31,7 @@ import numpy as np
 
 from .. import cost
 from ..deadline import Deadline
-from ..tables import CostTables, dominated_options, fill_bound, fill_breaks, fill_curve
+from ..tables import CostTables, dominated_options, fill_bound, fill_curve
 from .prefix_curve import PrefixCurve
 
 #: relative slack of every bound test: rounding may keep a label, never cut one
@@ -39,6 +39,8 @@ SLACK = 1e-9
 #: labels of a layer whose majorants are made at once (whole states; the survivors'
 #: are kept): bounds the memory of a layer's filter to ``CHUNK x`` the majorants' width
 CHUNK = 1 << 16
+#: no walks of the prefix curve (:func:`.period_kernel.prefix_floors` with no caps)
+_NONE = np.empty((0, 0))
 
 
 class _LazyKernel:
@@ -502,7 +504,7 @@ class PipelineSearch:
                 if self.chain_tab.shape[1]:
                     self.chain_tab[got] = self._chain_rows(*key)
                 if len(self.curve[2]):
-                    self.curve[0][got], self.curve[1][got] = self._curve_rows(*key)
+                    self._curve_rows(got, *key)
         return got
 
     def _start_curve(self) -> None:
@@ -522,21 +524,17 @@ class PipelineSearch:
         rows = len(self.floor_tab)
         self.curve = (np.empty((rows, t.L + 1, J)), np.empty((rows, t.L + 1, J)), grid)
 
-    def _curve_rows(self, k0: int, usage: tuple) -> tuple[np.ndarray, np.ndarray]:
-        """State ``(k0, usage)``'s rows of the curve: per prefix end and cap ``i``, the
-        least fill ``CF`` of the prefix under cap ``i`` and ``CS[i]``, the least of ``CF[i']
-        + (M_p - 1) grid[i' - 1]`` over ``i' >= i``. Where the walks' caps stop below the
-        search's period cap, a last cap ``inf`` stands for the periods past them, with the
-        fill bound of :meth:`_prefix_floors` (a prefix the walks cannot place under any of
+    def _curve_rows(self, kid: int, k0: int, usage: tuple) -> None:
+        """Write state ``kid = (k0, usage)``'s rows of the curve
+        (:func:`.period_kernel.curve_rows`): per prefix end and cap ``i``, the least fill
+        ``CF`` of the prefix under cap ``i`` and ``CS[i]``, the least of ``CF[i'] + (M_p -
+        1) grid[i' - 1]`` over ``i' >= i``. Where the walks' caps stop below the search's
+        period cap, a last cap ``inf`` stands for the periods past them, with the fill
+        bound of :meth:`_prefix_floors` (a prefix the walks cannot place under any of
         their caps may still run at a period past them)."""
-        grid = self.curve[2]
-        CF = self.prefix_curve.rows(k0, usage, self.caps)[0]
-        if len(grid) > self.caps:
-            CF = np.concatenate((CF, self._prefix_floors(k0, usage)[0][:, None]), axis=1)
-        term = CF + (self.m - 1) * np.concatenate(([0.0], grid[:-1]))
-        term[:, 0] = np.inf  # (read from i0 + 1 on: the first cap's term is CF[i0] + M1 x)
-        CS = np.minimum.accumulate(term[:, ::-1], axis=1)[:, ::-1]
-        return CF, CS
+        walked = self.prefix_curve.rows(k0, usage, self.caps)
+        kernel.curve_rows(walked, self._prefix_floors(k0, usage)[0], self.curve[2], self.m - 1,
+                          self.caps, self.curve[0][kid], self.curve[1][kid])
 
     def _rivals(self, states: tuple):
         """:func:`rivals` of the states ``states`` (numbers), kept per search: the same
@@ -584,15 +582,12 @@ class PipelineSearch:
         got = self._floors.get(key)
         if got is None:
             t = self.t
-            fill = self.pre_sum[k0]
             top, rates = self._static_top(k0, usage)
-            if np.isfinite(self.cap) and self.m > 1:
-                x, y = fill_breaks(rates, self.cap)
-                fill = np.maximum(fill, np.interp(t.flop_prefix, x, y))
-            if self.caps:  # the largest cap under which the prefix cannot fit
-                top = np.maximum(top, self.prefix_curve.rows(k0, usage, self.caps)[1])
-            got = self._floors[key] = (np.asarray(fill, dtype=float),
-                                       np.asarray(top, dtype=float))
+            cap = float(self.cap) if np.isfinite(self.cap) and self.m > 1 else 0.0
+            walked = self.prefix_curve.rows(k0, usage, self.caps) if self.caps else _NONE
+            got = self._floors[key] = (np.empty(t.L + 1), np.empty(t.L + 1))
+            kernel.prefix_floors(self.pre_sum[k0], top, rates, cap, t.flop_prefix, walked,
+                                 self.curve[2], self.caps, *got)
         return got
 
     def _static_top(self, k0: int, usage: tuple) -> tuple[np.ndarray, np.ndarray]:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..tables import fill_bound_at
 from .label_aot import Unit
 
 #: per kernel :mod:`.dp_period` calls, its arguments' types (:data:`.label_aot.ARGS`'
@@ -40,11 +41,15 @@ ARGS = {
     "filter_layer": ("i1", "i", "f2", "i2", "f2", "f2", "i1", "i", "i", "b", "i", "f", "i",
                      "f", "f", "b", "i"),
     "keep_layer": ("i1", "i2", "f2", "f2", "i1", "b1", "i1", "i1", "i"),
+    "prefix_floors": ("f1", "f1", "f1", "f", "f1", "f2", "f1", "i", "f1", "f1"),
+    "curve_rows": ("f2", "f1", "f1", "i", "i", "f2", "f2"),
 }
-#: the kernels, compiled ahead of time into ``period_aot_<digest>`` (of this file)
-UNIT = Unit("period", ARGS, ("solvers/period_kernel.py",))
+#: the kernels, compiled ahead of time into ``period_aot_<digest>`` (of this file, and of
+#: ``tables.py``, whose :func:`.tables.fill_bound_at` :func:`prefix_floors` compiles)
+UNIT = Unit("period", ARGS, ("solvers/period_kernel.py", "tables.py"))
 kernel = UNIT.kernel
 inline = UNIT.inline
+inline(fill_bound_at)
 
 #: a fall of the slopes past which the majorant scans stop (rounding never stops one)
 FALL = 1 - 1e-9
@@ -127,6 +132,61 @@ def label_position(p, nq):
     (0-based) position ``p + 1`` or later (the last of the ``nq`` positions told apart
     stands for every later one)."""
     return min(p + 1, nq - 1)
+
+
+@kernel
+def prefix_floors(pre_sum, top, rates, cap, flop, walked, grid, caps, fill, out):
+    """A state's floors per prefix end ``a`` (the prefix of ``flop[a]`` FLOP still to
+    place): into ``fill[a]`` the larger of ``pre_sum[a]`` and the fill bound
+    (:func:`.tables.fill_bound_at`) of free devices of ``rates`` (positive, falling) under
+    the period cap ``cap`` (none where ``cap <= 0``); into ``out[a]`` the larger of
+    ``top[a]`` and the largest of the first ``caps`` caps of ``grid`` under which the
+    prefix cannot fit (the prefix curve's least fills ``walked[a, i]``, ``inf`` where it
+    cannot; the last cap where it fits under none, nothing where it fits under the first
+    or ``caps`` is 0). ``flop`` does not fall, so the fill bound's breakpoint of each
+    ``a`` is found by one forward scan."""
+    n = len(rates)
+    x = np.empty(n + 1)
+    x[0] = 0.0
+    for i in range(n):
+        x[i + 1] = x[i] + cap * rates[i]
+    j = 0
+    for a in range(len(flop)):
+        f = pre_sum[a]
+        if cap > 0:
+            while j < n and x[j + 1] <= flop[a]:
+                j += 1
+            f = max(f, fill_bound_at(flop[a], x, cap, j))
+        fill[a] = f
+        t = top[a]
+        if caps > 0 and a > 0:
+            i = 0
+            while i < caps and not np.isfinite(walked[a, i]):
+                i += 1
+            if i > 0 and grid[i - 1] > t:
+                t = grid[i - 1]
+        out[a] = t
+
+
+@kernel
+def curve_rows(walked, fill, grid, M1, caps, CF, CS):
+    """A state's rows of the prefix curve (:func:`curve_floor`): per prefix end ``a`` and
+    cap ``i`` of ``grid``, ``CF[a, i]`` the least fill the walks found (``walked[a, i]``
+    for the first ``caps`` caps; past them, a last cap ``inf`` with the fill bound
+    ``fill[a]``), and ``CS[a, i]`` the least of ``CF[a, i'] + M1 grid[i' - 1]`` over ``i' >=
+    max(i, 1)``."""
+    J = len(grid)
+    for a in range(CF.shape[0]):
+        for i in range(J):
+            CF[a, i] = walked[a, i] if i < caps else fill[a]
+        run = np.inf
+        for i in range(J - 1, 0, -1):
+            term = CF[a, i] + M1 * grid[i - 1]
+            if term < run:
+                run = term
+            CS[a, i] = run
+        if J > 0:
+            CS[a, 0] = run
 
 
 @kernel

@@ -74,7 +74,7 @@ class PrefixCurve:
         local += [np.ascontiguousarray(x[:, own, own]) for x in (U, Q)]
         self._local = local
         self.walks: dict[float, np.ndarray] = {}
-        self._rows: dict[tuple, tuple] = {}
+        self._rows: dict[tuple, np.ndarray] = {}
         self.least, self.tried = None, 0.0
 
     @staticmethod
@@ -216,22 +216,20 @@ class PrefixCurve:
             best = min(best, fill + (m - 1) * grid[i - 1])
         return float(best)
 
-    def rows(self, k0: int, usage: tuple, J: int) -> tuple[np.ndarray, np.ndarray]:
-        """State ``(k0, usage)`` on the first ``J`` caps of the grid: per prefix end and
-        cap the least fill (``[a, i]``, 0 for the empty prefix), and per prefix end the
-        largest cap under which the prefix cannot fit (``-inf``: none); kept per state."""
-        key = (k0, usage, J)
-        got = self._rows.get(key)
-        if got is None:
-            grid = self.grid_of(J)
+    def rows(self, k0: int, usage: tuple, J: int) -> np.ndarray:
+        """State ``(k0, usage)`` on the first ``J`` caps of the grid: per prefix end and cap
+        the least fill (``[a, i]``, ``inf`` where the prefix cannot fit, 0 for the empty
+        prefix), in an array of at least ``J`` columns (the caps of :meth:`grid_of`, which
+        a larger ``J`` only extends): kept per state, grown as searches ask more caps."""
+        got = self._rows.get((k0, usage))
+        have = 0 if got is None else got.shape[1]
+        if have < J:
             v = self.room(k0, usage)
-            CF = np.stack([self.walk(lam)[:, k0 - self.lo, v] for lam in grid], axis=1)
-            CF[0] = 0.0
-            fits = np.isfinite(CF)
-            first = np.where(fits.any(axis=1), fits.argmax(axis=1), J)
-            below = np.concatenate(([-np.inf], grid))[first]
-            below[0] = 0.0
-            got = self._rows[key] = (CF, below)
+            new = np.stack([self.walk(lam)[:, k0 - self.lo, v]
+                            for lam in self.grid_of(J)[have:]], axis=1)
+            new[0] = 0.0
+            got = self._rows[k0, usage] = new if got is None else \
+                np.concatenate((got, new), axis=1)
         return got
 
     def grid_of(self, J: int) -> np.ndarray:
