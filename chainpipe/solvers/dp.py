@@ -1288,11 +1288,26 @@ class ChainCapacity:
         free)`` of ``k0``, with its stages at position ``q`` (0-based) or later; 0 where
         the grid's first point holds it (:func:`.label_kernel.chain_floor`). Also what
         they hold per point of the grid."""
-        kinds = np.array([self.kind_of[g] for g, _ in free], dtype=np.int64)
-        counts = np.array([n for _, n in free], dtype=np.int64)
+        kinds, counts = self._kinds(free)
         return self.kernel.chain_floor(self.held[k0], self.free, kinds, counts,
                                        min(q, self.held.shape[1] - 1), flop / HOLD_SLACK,
                                        self.grid, before)
+
+    def position_floors(self, k0: int, free, flop: np.ndarray) -> np.ndarray:
+        """:meth:`prefix_floors` (the DCs before ``k0`` counted) at every position the
+        chain tells apart: row ``q`` for stages at position ``q`` or later; the devices'
+        kinds and the slack made once for all of them."""
+        kinds, counts = self._kinds(free)
+        target = flop / HOLD_SLACK
+        return np.stack([self.kernel.chain_floor(self.held[k0], self.free, kinds, counts, q,
+                                                 target, self.grid, True)[0]
+                         for q in range(self.held.shape[1])])
+
+    def _kinds(self, free) -> tuple[np.ndarray, np.ndarray]:
+        """The kinds and counts of the free devices ``(group, free)``, as the kernel reads
+        them."""
+        return (np.array([self.kind_of[g] for g, _ in free], dtype=np.int64),
+                np.array([n for _, n in free], dtype=np.int64))
 
     def held_under(self, hold: np.ndarray, bottleneck: float) -> float:
         """At most what devices holding ``hold`` per point of the grid (of

@@ -635,8 +635,7 @@ class PipelineSearch:
         if got is None:
             t = self.t
             here = [(h, int(t.count[h]) - x) for h, x in zip(self.groups_of[k0], usage)]
-            got = np.stack([self.chain.prefix_floors(k0, here, q, t.flop_prefix)[0]
-                            for q in range(self.chain.held.shape[1])])
+            got = self.chain.position_floors(k0, here, t.flop_prefix)
             got[:, 0] = 0.0
             self.chain_rows[k0, usage] = got
         return got
