@@ -592,8 +592,9 @@ class PipelineSearch:
 
     def _static_top(self, k0: int, usage: tuple) -> tuple[np.ndarray, np.ndarray]:
         """What :meth:`_prefix_floors` reads that depends on neither the period cap nor
-        the search's bounds, kept across the searches of one DC range (on the capacity,
-        which every search shares): per prefix end, a floor under the period (at least
+        the search's bounds, kept across the searches of the DC ranges of one first DC
+        (on the capacity, which every search shares; what it reads lies on the state's DC
+        and those before it): per prefix end, a floor under the period (at least
         every ``C``: the largest layer on the fastest widest stage, or the least
         bottleneck under which the free devices hold the prefix's FLOP, ``dp.LayerCapacity``
         when given, and ``dp.ChainCapacity`` with the prefix's stages at position 2 or
@@ -602,7 +603,8 @@ class PipelineSearch:
         devices' rates ``n_g r_g``, positive ones in falling order (``tables.fill_curve``'s
         order: the fill bound at a cap ``x`` is ``x`` per group, filled in that order)."""
         home = self._tops
-        key = (self.first_dc, self.last_dc, self.chain is not None, k0, usage)
+        # not the last DC's: a state's DC and those before it are all the floors read
+        key = (self.first_dc, self.chain is not None, k0, usage)
         got = home.get(key)
         if got is None:
             t = self.t
