@@ -29,22 +29,26 @@ MEDIUM = [ROOT / "instances" / "v3" / "medium" / name
 UNITS = (period_kernel.UNIT, prefix_kernel.UNIT)
 
 
+#: the prefix unit's kernels :mod:`.prefix_curve` calls
+PREFIX = ("forward", "bottleneck", "at_most")
+
+
 def _kernels(jit: bool):
     """What :mod:`.dp_period` and :mod:`.prefix_curve` call: numba's just-in-time
     kernels, or the kernel modules' own names (compiled when built): the period unit,
-    and the prefix unit's ``forward`` and ``bottleneck``."""
+    and the prefix unit's :data:`PREFIX`."""
     if not jit:
-        return period_kernel, prefix_kernel.forward, prefix_kernel.bottleneck
+        return (period_kernel, *(getattr(prefix_kernel, n) for n in PREFIX))
     consts = {n: getattr(period_kernel, n) for n in ("PLAIN", "LOOPS", "PHASES")}
     prefix = prefix_kernel.UNIT.jit()
     return (SimpleNamespace(**consts, **vars(period_kernel.UNIT.jit())),
-            prefix.forward, prefix.bottleneck)
+            *(getattr(prefix, n) for n in PREFIX))
 
 
 def _use(monkeypatch, kernels) -> None:
     monkeypatch.setattr(dp_period, "kernel", kernels[0])
-    monkeypatch.setattr(prefix_curve, "forward", kernels[1])
-    monkeypatch.setattr(prefix_curve, "bottleneck", kernels[2])
+    for name, fn in zip(PREFIX, kernels[1:]):
+        monkeypatch.setattr(prefix_curve, name, fn)
 
 
 def _spy(seen: dict):
@@ -79,11 +83,10 @@ def test_the_search_passes_the_compiled_types(monkeypatch):
 
     # the kernels dp runs (compiled when built, so nothing is compiled just in time
     # here; a call of other types would still reach numba's kernel and be recorded)
-    period, forward, bottleneck = _kernels(jit=False)
+    period, *prefix = _kernels(jit=False)
     period = SimpleNamespace(**{n: getattr(period, n) for n in ("PLAIN", "LOOPS", "PHASES")},
                              **{n: spy("period", n, getattr(period, n)) for n in period_kernel.ARGS})
-    _use(monkeypatch, (period, spy("prefix", "forward", forward),
-                       spy("prefix", "bottleneck", bottleneck)))
+    _use(monkeypatch, (period, *(spy("prefix", n, fn) for n, fn in zip(PREFIX, prefix))))
     for path in SMALL:
         inst = cp.read(path)
         for solver in ("dp", "cdynp"):

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .prefix_kernel import SLACK, bottleneck, forward
+from .prefix_kernel import SLACK, at_most, bottleneck, forward
 
 #: steps of the windows' running excess kept per state and cap (``-lam .. 0``)
 BUCKETS = 16
@@ -337,32 +337,15 @@ def _at_most(F: np.ndarray, radix: np.ndarray, join=None) -> np.ndarray:
     traversal is part of every completion's fill, and the walk itself counts only the
     traversals between the prefix's own stages. ``U``, ``Q`` are 0 at ``a = L`` (no stage
     after the whole model), where the table is read as without ``join``."""
-    L1, K, nV = F.shape
-    out = np.empty_like(F)
-    least = F.min(axis=2)  # [a, k']: over every usage
-    if join is not None:
-        U, Q, lam = join
-        reach = U[:, :K, :K] <= lam * (1 + SLACK)  # [a, k', k]
-        Qk = Q[:, :K, :K]
-    before = np.full(L1, np.inf)
-    for k in range(K):
-        dims = [int(r) for r in radix[k] if r > 1][::-1] or [1]
-        n = int(np.prod(dims))
-        part = F[:, k, :n].reshape([L1] + dims)
-        for ax in range(1, len(dims) + 1):
-            part = np.minimum.accumulate(part, axis=ax)
-        part = part.reshape(L1, n)
-        if join is None:
-            here = np.minimum(part, before[:, None])
-            before = np.minimum(before, least[:, k])
-        else:
-            come = np.where(reach[:, :k, k], least[:, :k] + Qk[:, :k, k], np.inf)
-            pre = come.min(axis=1) if k else np.full(L1, np.inf)
-            own = np.where(reach[:, k, k], Qk[:, k, k], np.inf)
-            here = np.minimum(part + own[:, None], pre[:, None])
-        out[:, k, :n] = here
-        out[:, k, n:] = np.inf
+    out = np.empty(F.shape)
+    U, Q, lam = join if join is not None else (_NO_JOIN, _NO_JOIN, 0.0)
+    at_most(np.ascontiguousarray(F, dtype=float), np.ascontiguousarray(radix, dtype=np.int64),
+            U, Q, float(lam), join is not None, out)
     return out
+
+
+#: ``U`` and ``Q`` of :func:`_at_most` without a join (not read)
+_NO_JOIN = np.empty((0, 0, 0))
 
 
 def _sync_times(tables) -> np.ndarray:

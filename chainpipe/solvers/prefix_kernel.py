@@ -22,6 +22,7 @@ ARGS = {
                 "f3", "i", "b", "b"),
     "bottleneck": ("f", "i", "i", "b", "i2", "i2", "i", "i2", "i1", "f4", "b4", "i2", "i1",
                    "f3"),
+    "at_most": ("f3", "i2", "f3", "f3", "f", "b", "f3"),
 }
 #: the kernels, compiled ahead of time into ``prefix_aot_<digest>`` (of this file)
 UNIT = Unit("prefix", ARGS, ("solvers/prefix_kernel.py",))
@@ -222,6 +223,55 @@ def bottleneck(cap, lo_dc, hi_dc, first_fixed, radix, stride, nV, dc_groups, ngr
         for v in range(nV):
             out[k] = min(out[k], B[L1 - 1, k, v, 0])
     return out
+
+
+@kernel
+def at_most(F, radix, U, Q, lam, join, out):
+    """Into ``out[a, k, v]``: the least of ``F[a, k', v']`` over every DC ``k' < k`` (any
+    usage) and every usage ``v' <= v`` (per group, in the mixed radix ``radix[k]``, the
+    first group's digit the lowest) on ``k`` itself; ``inf`` past DC ``k``'s usages.
+
+    With ``join``, the prefix is followed by a stage on ``k``: an entry on ``k'`` pays
+    the traversal ``Q[a, k', k]`` and counts only where the occupancy ``U[a, k', k]`` is
+    within ``lam`` (``prefix_curve._at_most``)."""
+    L1, K, nV = F.shape
+    lim = lam * (1 + SLACK)
+    least = np.full((L1, K), np.inf)
+    for a in range(L1):
+        for k in range(K):
+            for v in range(nV):
+                if F[a, k, v] < least[a, k]:
+                    least[a, k] = F[a, k, v]
+    before = np.full(L1, np.inf)
+    for k in range(K):
+        n = 1
+        for gi in range(radix.shape[1]):
+            n *= radix[k, gi]
+        for a in range(L1):
+            for v in range(n):
+                out[a, k, v] = F[a, k, v]
+            s = 1
+            for gi in range(radix.shape[1]):  # the least over lower usages, group by group
+                r = radix[k, gi]
+                for v in range(n):
+                    if (v // s) % r > 0 and out[a, k, v - s] < out[a, k, v]:
+                        out[a, k, v] = out[a, k, v - s]
+                s *= r
+            if join:
+                pre = np.inf
+                for k2 in range(k):
+                    if U[a, k2, k] <= lim and least[a, k2] + Q[a, k2, k] < pre:
+                        pre = least[a, k2] + Q[a, k2, k]
+                own = Q[a, k, k] if U[a, k, k] <= lim else np.inf
+                for v in range(n):
+                    out[a, k, v] = min(out[a, k, v] + own, pre)
+            else:
+                for v in range(n):
+                    out[a, k, v] = min(out[a, k, v], before[a])
+            for v in range(n, nV):
+                out[a, k, v] = np.inf
+        for a in range(L1):
+            before[a] = min(before[a], least[a, k])
 
 
 UNIT.bind(globals())
