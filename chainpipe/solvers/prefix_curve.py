@@ -314,12 +314,14 @@ class PrefixCurve:
         """The largest over the layers of the least ``C`` any option of the range's groups
         has on that layer alone: no plan's period is below it."""
         radix, stride, nV, dc_groups, ngr, C, ok = self._arrays[:7]
-        ok = self._allowed(ok)
         groups = [int(dc_groups[k, i]) for k in range(self.lo, self.hi + 1)
                   for i in range(int(ngr[k]))]
         L = C.shape[3] - 1
-        one = C[groups][:, :, np.arange(L), np.arange(L) + 1]  # [group, pair, layer]
-        one = np.where(ok[groups][:, :, np.arange(L), np.arange(L) + 1], one, np.inf)
+        one_layer = (slice(None), slice(None), np.arange(L), np.arange(L) + 1)
+        allowed = ok[one_layer][groups]  # [group, pair, layer]: the diagonals, then masked
+        if np.isfinite(self.theta):  # (as :meth:`_allowed`)
+            allowed &= _sync_times(self.t)[one_layer][groups] < self.theta
+        one = np.where(allowed, C[one_layer][groups], np.inf)
         if one.size == 0:  # no group of the range has an option: nothing fits
             return np.inf
         return float(max(one.min(axis=(0, 1)).max(), 1e-300))
