@@ -34,7 +34,7 @@ from ..plan import Pipeline, Plan, evaluate
 from ..result import Outcome
 from ..tables import CostTables
 from .dp_period import PipelineSearch, search_curve
-from .dp_ranges import RangeTimes
+from .dp_ranges import CLOSE, CLOSE_STEP, RangeTimes
 
 #: relative width at which the bisection on ``max T_p`` stops (the contract's optimum is
 #: within a relative 1e-6)
@@ -231,21 +231,30 @@ def _trials(instance, tables, deadline, best: _Best, log, capacity, low: float,
     """Offer the best plan of one pipeline below ``high`` to ``best``, if any: the trials
     ``low (1 + d)`` for ``d`` in :data:`STEPS` below ``high``, then ``high (1 + 1e-9)``,
     each a search of every plan below it, until one finds a plan (the optimum: every plan
-    below its bound was enumerated). ``low``: a floor under every plan of one pipeline."""
+    below its bound was enumerated); after a trial that kept more than
+    :data:`.dp_ranges.CLOSE` labels and found none, the next is at most
+    :data:`.dp_ranges.CLOSE_STEP` above it (the range ladders' rule: the optimum lies
+    close above such a miss, and a search far above it costs several times one just
+    above). ``low``: a floor under every plan of one pipeline."""
     if low >= high:
         return  # the incumbent is the best of one pipeline or better
     trials = sorted({low * (1 + d) for d in STEPS if low * (1 + d) < high} | {high * (1 + 1e-9)})
-    for trial in trials:
-        search = PipelineSearch(tables, tables.M, None, trial, deadline, "sum", capacity)
+    n = 0
+    while n < len(trials):
+        search = PipelineSearch(tables, tables.M, None, trials[n], deadline, "sum", capacity)
         done = search.run()
         best.searches += 1
         if log is not None:
-            log(f"dp: one pipeline, trial T < {trial:.6g} s: "
+            log(f"dp: one pipeline, trial T < {trials[n]:.6g} s: "
                 f"{'plan found' if done else 'none'} ({search.stats['labels']} labels)")
         if done:
             entry = min((x for v in done.values() for x in v), key=lambda x: x[0] + x[1])
             best.offer(instance, Plan.from_tuples(instance, search.backtrack(entry[2])))
             return
+        near = trials[n] * (1 + CLOSE_STEP)  # a dear miss: the optimum lies close above
+        if search.stats["labels"] > CLOSE and n + 1 < len(trials) and trials[n + 1] > near:
+            trials.insert(n + 1, near)
+        n += 1
 
 
 def _curve_floor(tables: CostTables, upper: float) -> float:
