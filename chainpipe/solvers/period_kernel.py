@@ -544,14 +544,15 @@ def _reach(S, b, floor, upper, tau, steady):
 
 @inline
 def _before(H, HL, b, lam, out):
-    """``out[i] = max_{j <= i} (H[b, j] - lam j)`` over ``b``'s windows, the last carried
-    on (``-inf`` for an empty majorant)."""
+    """``out[i] = max_{j <= i} (H[b, j] - lam j)`` over ``b``'s windows ``i < HL[b]``;
+    :func:`dominates` reads past them the last, carried on (``-inf`` for an empty
+    majorant), so only ``HL[b]`` entries are made (not the store's width: the labels'
+    majorants are mostly far shorter than the layers)."""
     best = -np.inf
-    for i in range(len(out)):
-        if i < HL[b]:
-            v = H[b, i] - lam * i
-            if v > best:
-                best = v
+    for i in range(HL[b]):
+        v = H[b, i] - lam * i
+        if v > best:
+            best = v
         out[i] = best
 
 
@@ -571,9 +572,11 @@ def dominates(S, H, HL, a, b, lam, room, before, p_free, steady, shift):
     if not extra <= S[b, 2]:
         return False
     allow = s1 + (S[b, 2] - extra) / steady if steady else np.inf
+    nb = HL[b]  # (``before`` is made for ``b``'s windows only: :func:`_before`)
+    last = before[nb - 1] if nb > 0 else -np.inf
     for i in range(HL[a]):
         slack = allow * (i + 2.0)
-        by_window = H[a, i] - lam * i - before[i] - slack
+        by_window = H[a, i] - lam * i - (before[i] if i < nb else last) - slack
         by_room = H[a, i] + room - lam * (i + 2.0) - slack
         if by_window > 0 and by_room > 0:
             return False
