@@ -7,6 +7,9 @@ core. Writes ``benchmarks/results/dp_scaling.md``.
     python benchmarks/dp_scaling.py --quick    # a smoke run
     python benchmarks/dp_scaling.py --v3       # contract v3 (period, pipelines) only:
                                                # writes results/dp_scaling_v3.md
+    python benchmarks/dp_scaling.py --v3-fresh 9,10,11,12,13,14
+                                               # the v3 sets drawn at other seeds only:
+                                               # writes results/dp_scaling_v3_fresh.md
     python benchmarks/dp_scaling.py --scale    # thousands of GPUs (30 minutes, loaded 2 cores):
                                                # writes results/dp_scaling_scale.md
     python benchmarks/dp_scaling.py --kernel   # the compiled kernel: compile, cache load,
@@ -32,6 +35,7 @@ from queue import Empty
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "benchmarks" / "results" / "dp_scaling.md"
 OUT_V3 = ROOT / "benchmarks" / "results" / "dp_scaling_v3.md"
+OUT_V3_FRESH = ROOT / "benchmarks" / "results" / "dp_scaling_v3_fresh.md"
 OUT_KERNEL = ROOT / "benchmarks" / "results" / "dp_kernel.md"
 #: the issue's targets under contract v3 (1F1B period, several pipelines), CPU seconds
 TARGETS_V3 = {"hybrid": 2.0, "hybrid-large": 20.0, "v3/medium": 2.0, "v3/large": 20.0}
@@ -132,12 +136,15 @@ def fresh_v3_instance(entry: str, seed: int):
 FRESH_SEEDS = (3, 4, 5, 6, 7, 8)
 
 
-def v3_main(seeds, limit_medium: float, limit_large: float, fresh=FRESH_SEEDS) -> int:
+def v3_main(seeds, limit_medium: float, limit_large: float, fresh=FRESH_SEEDS,
+            committed: bool = True) -> int:
     """The v3 measurements: the committed ``v3/medium`` and ``v3/large`` sets, and
     ``hybrid`` (4 DCs x 16 GPUs, ``pipelines`` [1, 2, 4]) and ``hybrid-large`` (8 DCs, 256
-    GPUs, [1, 2, 4, 8]) made ``period``, 1F1B."""
+    GPUs, [1, 2, 4, 8]) made ``period``, 1F1B, then each set's entries drawn at the
+    ``fresh`` seeds; without ``committed`` only those draws (``--v3-fresh``), written to
+    ``results/dp_scaling_v3_fresh.md``."""
     sections, load0 = [], os.getloadavg()[0]
-    for name, limit in (("v3/medium", limit_medium), ("v3/large", limit_large)):
+    for name, limit in (("v3/medium", limit_medium), ("v3/large", limit_large)) * committed:
         files = sorted(p for p in (ROOT / "instances" / name).glob("*.json")
                        if p.name != "manifest.json")
         rows = [measure(("file-limited", (str(f), limit))) for f in files[:len(seeds) + 1]]
@@ -146,7 +153,7 @@ def v3_main(seeds, limit_medium: float, limit_large: float, fresh=FRESH_SEEDS) -
                          f"under {TARGETS_V3[name]:g} s of CPU; met on {met} of {len(rows)})",
                          rows))
     for preset, pipes, limit in (("hybrid", (1, 2, 4), limit_medium),
-                                 ("hybrid-large", (1, 2, 4, 8), limit_large)):
+                                 ("hybrid-large", (1, 2, 4, 8), limit_large)) * committed:
         rows = [measure(("v3", dict(preset=preset, seed=s, pipelines=pipes, limit=limit)))
                 for s in seeds]
         met = sum(r["status"] == "optimal" and r["cpu"] < TARGETS_V3[preset] for r in rows)
@@ -164,14 +171,15 @@ def v3_main(seeds, limit_medium: float, limit_large: float, fresh=FRESH_SEEDS) -
                              f"never tuned on), time limit {limit:g} s (target: under "
                              f"{TARGETS_V3[name]:g} s of CPU; met on {met} of {len(rows)})",
                              rows))
-    lines = ["## DP scaling under contract v3", "",
-             f"Machine: {os.cpu_count()} cores, Python {platform.python_version()}; one "
-             f"process per run. Produced by `python benchmarks/dp_scaling.py --v3`.", "",
+    how = "--v3" if committed else f"--v3-fresh {','.join(map(str, fresh))}"
+    lines = ["## DP scaling under contract v3" + ("" if committed else ": fresh draws only"),
+             "", f"Machine: {os.cpu_count()} cores, Python {platform.python_version()}; one "
+             f"process per run. Produced by `python benchmarks/dp_scaling.py {how}`.", "",
              f"Load average {load0:.1f} at the start, {os.getloadavg()[0]:.1f} at the end. "
              + host_line(), ""]
     for title, rows in sections:
         lines += table(rows, title)
-    write_results(OUT_V3, lines)
+    write_results(OUT_V3 if committed else OUT_V3_FRESH, lines)
     return 0
 
 
@@ -785,6 +793,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--v3", action="store_true", help="contract v3 instances only")
+    ap.add_argument("--v3-fresh", metavar="SEEDS", default=None,
+                    help="only the v3 sets' entries drawn at these seeds (comma-separated): "
+                         "writes results/dp_scaling_v3_fresh.md")
     ap.add_argument("--scale", action="store_true",
                     help="thousands of GPUs only: writes results/dp_scaling_scale.md")
     ap.add_argument("--kernel", action="store_true",
@@ -803,6 +814,9 @@ def main() -> int:
         return targets_main(args.quick)
     if args.kernel:
         return kernel_main(args.quick)
+    if args.v3_fresh:
+        return v3_main((), 60.0, 120.0, tuple(int(x) for x in args.v3_fresh.split(",")),
+                       committed=False)
     if args.v3:
         return v3_main((0,) if args.quick else (0, 1, 2, 3, 4), 60.0, 120.0,
                        FRESH_SEEDS[:1] if args.quick else FRESH_SEEDS)
