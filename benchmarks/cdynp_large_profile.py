@@ -71,7 +71,7 @@ def oracle_filter(instance, windows: bool, bound: float, scale: float = 1.0):
     def keep(k: int, u: tuple, x: int, labels, ub: float):
         if x == 0 or not len(grid) or not len(labels):
             return labels
-        CF = curve.rows(k, tuple(int(v) for v in u), len(grid))[0][x]
+        CF = curve.rows(k, tuple(int(v) for v in u), len(grid))[x, :len(grid)]
         return _paired(labels, CF, grid, below, M, scale, ub)
 
     return keep, len(grid)
