@@ -125,8 +125,26 @@ class OwnerRangeTimes(RangeTimes):
         for a in range(i + 1):
             for b in range(j, self.runs.owner.public.num_datacenters):
                 self.static.setdefault((a, b, m), 0.0)
-                lo = max(lo, super()._floor(a, b, m, theta))
+                lo = max(lo, super()._floor(a, b, m, theta), self._period_line(a, b, m, theta))
         return lo
+
+    def _period_line(self, i, j, m, theta) -> float:
+        """``(m - 1) lambda``: ``lambda`` the largest floor under the range's period that a
+        run on DCs ``i..j`` reported (``period_floor_s``) at a ``theta'`` at least
+        ``theta`` (its options a superset), and under 1F1B at any ``M_p`` (the floor reads
+        none: :func:`.agent.floors_key`), under GPipe at an ``M_p`` at most ``m`` (a stage
+        stashes ``M_p``: fewer options fit at a larger one). Every plan's ``T_p`` is its
+        fill (at least 0) plus ``m - 1`` periods, each at least ``lambda``
+        (``docs/privacy.md``, "A floor under a range's period"); the proven floors of
+        :meth:`RangeTimes._floor` raise only at ``m`` above the run's count, so a range's
+        capacity at a target came down one run at a time from above (``v3-large-01``: 44
+        of 99 runs of several DCs answered by this line, ``benchmarks/results/
+        cdynp_range_runs.md``)."""
+        lam = 0.0
+        for m0, th, _v, got in self.proven.get((i, j), ()):
+            if th >= theta and (self.one_f_one_b or m0 <= m):
+                lam = max(lam, got)
+        return (m - 1) * lam
 
     def _search(self, i, j, m, tau, theta, floor=0.0):
         """One range run under ``tau`` (``inf``: unbounded) whose period runs start above
