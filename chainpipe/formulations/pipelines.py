@@ -151,15 +151,27 @@ class CpuPhase(Deadline):
         phase)."""
         return self.parent.wall()
 
+    def outermost(self) -> CpuPhase:
+        """The outermost phase it is part of (itself if none): the run's CPU limit."""
+        root = self
+        while isinstance(root.parent, CpuPhase):
+            root = root.parent
+        return root
+
+    def run_cpu_end(self) -> float:
+        """The CPU time at which the whole run ends (the outermost phase's end, at or
+        after :meth:`cpu_end`): a phase may run past its own end, taking the seconds from
+        the rest of the run, but no part of the run may go past this one, whatever share
+        of a core the process gets (:func:`~chainpipe.solvers.highs.own_limit`)."""
+        return self.outermost().cpu_at
+
     def rate(self) -> float:
         """The share of a core this process has had: CPU seconds per wall-clock second
         since the outermost phase it is part of began (``1.0`` before
         :data:`RATE_AFTER_S` of wall clock), at least :data:`MIN_RATE`. A backend whose
         own limit is on the wall clock gets the CPU seconds left divided by it
         (:mod:`chainpipe.solvers.highs`)."""
-        root = self
-        while isinstance(root.parent, CpuPhase):
-            root = root.parent
+        root = self.outermost()
         wall = time.monotonic() - root.start
         if wall < RATE_AFTER_S:
             return 1.0
