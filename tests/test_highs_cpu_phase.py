@@ -114,11 +114,14 @@ class _Phase:
     """What :class:`highs._Retime` reads of a deadline: its CPU end, the run's rate and
     the wall-clock deadline above it."""
 
-    def __init__(self, cpu_at: float, rate: float):
-        self.cpu_at, self._rate = cpu_at, rate
+    def __init__(self, cpu_at: float, rate: float, run_end: float = math.inf):
+        self.cpu_at, self._rate, self.run_end = cpu_at, rate, run_end
 
     def cpu_end(self):
         return self.cpu_at
+
+    def run_cpu_end(self):
+        return self.run_end
 
     def rate(self):
         return self._rate
@@ -162,6 +165,39 @@ def test_highs_own_limit_moves_with_the_larger_of_its_rate_and_the_runs(monkeypa
     assert h.set[-1][1] <= 999.0, h.set
 
 
+def test_highs_own_limit_never_outlasts_the_runs_cpu_seconds_at_a_whole_core(monkeypatch):
+    """Near the run's end (the outermost phase's), HiGHS's limit is at most the run's CPU
+    seconds left as wall-clock seconds (rate 1), whatever the run's rate: an LP that
+    began under it cannot use more (fails with the phase's seconds over the run's rate,
+    1 + 3.6 / 0.5 s)."""
+    clock = _Clock()
+    monkeypatch.setattr(highs, "time", clock)
+    h = _Options()
+    retime = highs._Retime(h, _Phase(cpu_at=14.0, rate=0.5, run_end=14.0), 5.0)
+    clock.wall, clock.cpu = 101.0, 10.4
+    retime()
+    assert h.set and math.isclose(h.set[-1][1], 1.0 + 3.6), h.set
+    inner = highs._Retime(h, _Phase(cpu_at=14.0, rate=0.5, run_end=30.0), 5.0)
+    clock.wall, clock.cpu = 102.0, 10.8  # far from the run's end: the run's rate
+    inner()
+    assert math.isclose(h.set[-1][1], 1.0 + 3.2 / 0.5), h.set
+
+
+def test_a_mip_root_lp_ends_by_the_runs_cpu_end_after_a_slow_start():
+    """A run that waited 1.2 s (its rate near 0) with 0.3 CPU s left: a MIP's root LP
+    (about 3 CPU s to its optimum, no interrupt callback) must still end near the run's
+    CPU end. Fails with the CPU seconds left over the run's rate as HiGHS's limit (0.3 /
+    0.02 = 15 s of wall clock: the LP ran to its optimum)."""
+    model = _cover_lp()
+    run = CpuPhase(Deadline(60), 0.3)
+    time.sleep(1.2)
+    c0 = time.process_time()
+    answer = highs.solve_highs(model, relax=False, deadline=CpuPhase(run, 100.0))
+    cpu = time.process_time() - c0
+    assert answer.status == "stopped", answer.text
+    assert cpu < 1.2, cpu
+
+
 def test_the_limit_is_the_cpu_left_over_the_rate_and_never_past_the_wall():
     """``own_limit``: the wall-clock deadline's limit without a CPU end; under a phase
     the CPU seconds left at the process's rate, capped by the wall clock's."""
@@ -173,3 +209,21 @@ def test_the_limit_is_the_cpu_left_over_the_rate_and_never_past_the_wall():
     assert highs._cpu_as_wall(1.0, 0.0, None) == 1.0 / highs.MIN_RATE
     phase = CpuPhase(Deadline(40), 2.0)
     assert 1.5 < highs.own_limit(phase) <= 2.0  # rate 1.0 in the first second
+
+
+def test_highs_own_limit_stays_put_past_the_cpu_end(monkeypatch):
+    """Once the CPU seconds are used, the limit no longer moves on with the wall clock:
+    a presolve that calls no interrupt callback must meet it (fails with a floor of
+    0.05 s past the time run at every call: the limit then runs ahead of HiGHS)."""
+    clock = _Clock()
+    monkeypatch.setattr(highs, "time", clock)
+    h = _Options()
+    retime = highs._Retime(h, _Phase(cpu_at=11.0, rate=0.5, run_end=11.0), 2.0)
+    clock.wall, clock.cpu = 101.5, 11.2  # past the end
+    retime()
+    first = h.set[-1][1]
+    assert first <= 1.5, h.set
+    for step in range(1, 6):
+        clock.wall, clock.cpu = 101.5 + step, 11.2 + 0.5 * step
+        retime()
+        assert h.set[-1][1] <= first, h.set

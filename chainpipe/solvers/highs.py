@@ -14,7 +14,9 @@ its sub-MIPs or its presolve: under a CPU phase its own wall-clock ``time_limit`
 therefore the CPU seconds left at the share of a core the process gets
 (:func:`own_limit`), moved while it runs (:class:`_Retime`). Before, that limit was the
 whole run's wall-clock one, and a MIP root LP given 3.6 CPU s ran 81 (fresh
-``v3-medium-02``-like seed 3, ``docs/formulations.md``, "Seventeenth round"). Its
+``v3-medium-02``-like seed 3, ``docs/formulations.md``, "Seventeenth round"). It is
+never more wall-clock seconds than the whole run's CPU seconds left, and past a CPU end
+it stays put ("Eighteenth round"). Its
 log goes to ``log`` through the logging callback, never to the console.
 """
 
@@ -138,7 +140,21 @@ def own_limit(deadline: Deadline) -> float | None:
     cpu_at = deadline.cpu_end()
     if math.isinf(cpu_at):
         return limit
-    return _cpu_as_wall(cpu_at - time.process_time(), deadline.rate(), limit)
+    now = time.process_time()
+    return min(_cpu_as_wall(cpu_at - now, deadline.rate(), limit),
+               _cpu_as_wall(_run_end(deadline) - now, 1.0, None))
+
+
+def _run_end(deadline: Deadline) -> float:
+    """The CPU time at which the whole run ends (the outermost phase's end:
+    :meth:`~chainpipe.formulations.pipelines.CpuPhase.run_cpu_end`). HiGHS's own limit is
+    never more wall-clock seconds than the CPU seconds left before it: a one-thread HiGHS
+    cannot use more CPU seconds than wall-clock ones, so no LP that calls no interrupt
+    callback (a MIP's root LP keeps the limit it began with) runs past the run's end,
+    however the process's share of a core rises. A phase inside the run is timed at the
+    run's rate, and one that runs past its own end takes the seconds from the rest."""
+    end = getattr(deadline, "run_cpu_end", None)
+    return end() if end is not None else deadline.cpu_end()
 
 
 def _cpu_as_wall(cpu_left: float, rate: float, wall_limit: float | None) -> float:
@@ -163,7 +179,9 @@ class _Retime:
     deadline leaves (``limit``: the one set at the start, seconds from it). The branch
     and bound, the presolve and each new LP read the option as they go, so one that gets
     more CPU than the run had ends sooner; an LP already running keeps the limit it
-    began with. The larger rate errs on the early side: a phase cut short on the wall
+    began with. Near the run's end (the outermost phase's) the limit is at most the run's
+    CPU seconds left as wall-clock ones, which a one-thread HiGHS cannot outrun; past its
+    CPU end it never moves on. The larger rate errs on the early side: a phase cut short on the wall
     clock leaves its CPU seconds to the rest of the run, one that runs past its CPU end
     takes them from it (fresh ``-02``-like seed 3: a window's MIP given 3.76 CPU s ran
     6.21 in 9.2 s of wall clock, so a limit set from a rate of at most 0.41 where the
@@ -172,7 +190,7 @@ class _Retime:
     def __init__(self, h, deadline: Deadline, limit: float | None):
         self.h, self.deadline, self.limit = h, deadline, limit
         self.cap = backend_seconds(deadline.wall())
-        self.cpu_at = deadline.cpu_end()
+        self.cpu_at, self.run_end = deadline.cpu_end(), _run_end(deadline)
         self.t0, self.c0 = time.monotonic(), time.process_time()
 
     def __call__(self) -> None:
@@ -180,7 +198,13 @@ class _Retime:
         rate = self.deadline.rate()
         if ran >= RATE_AFTER_S:
             rate = max(rate, (cpu - self.c0) / ran)
-        limit = ran + _cpu_as_wall(self.cpu_at - cpu, rate, None)
+        # no floor here: past the CPU end the limit stays where it is (a floor of 0.05 s
+        # past ``ran`` moved it on at every call, and a presolve that checks nothing else
+        # ran on: 4.4 CPU s after the run's end on fresh -02-like seed 3)
+        limit = ran + min(max(0.0, self.cpu_at - cpu) / max(rate, MIN_RATE),
+                          max(0.0, self.run_end - cpu))
+        if cpu >= min(self.cpu_at, self.run_end) and self.limit is not None:
+            limit = min(limit, self.limit)
         if self.cap is not None:
             limit = min(limit, self.cap)
         if self.limit is None or abs(limit - self.limit) > RETIME_RTOL * self.limit:
