@@ -16,6 +16,8 @@ ORDER = [
     ("benchmarks/results/dp_scaling_scale.md", "python benchmarks/dp_scaling.py --scale"),
     ("benchmarks/results/dp_kernel.md", "python benchmarks/dp_scaling.py --kernel"),
     ("benchmarks/results/dp_scaling_v3.md", "python benchmarks/dp_scaling.py --v3"),
+    ("benchmarks/results/dp_scaling_v3_fresh.md",
+     "python benchmarks/dp_scaling.py --v3-fresh 9,10,11,12,13,14"),
     ("benchmarks/results/formulations.md", "python benchmarks/formulations.py"),
     ("benchmarks/results/formulations_v3.md",
      "python benchmarks/formulations.py --sets v3/small"),
