@@ -34,7 +34,7 @@ from ..plan import Pipeline, Plan, evaluate
 from ..result import Outcome
 from ..tables import CostTables
 from .dp_period import PipelineSearch, search_curve
-from .dp_ranges import CLOSE, CLOSE_STEP, RangeTimes
+from .dp_ranges import RangeTimes, close_step
 
 #: relative width at which the bisection on ``max T_p`` stops (the contract's optimum is
 #: within a relative 1e-6)
@@ -231,11 +231,9 @@ def _trials(instance, tables, deadline, best: _Best, log, capacity, low: float,
     """Offer the best plan of one pipeline below ``high`` to ``best``, if any: the trials
     ``low (1 + d)`` for ``d`` in :data:`STEPS` below ``high``, then ``high (1 + 1e-9)``,
     each a search of every plan below it, until one finds a plan (the optimum: every plan
-    below its bound was enumerated); after a trial that kept more than
-    :data:`.dp_ranges.CLOSE` labels and found none, the next is at most
-    :data:`.dp_ranges.CLOSE_STEP` above it (the range ladders' rule: the optimum lies
-    close above such a miss, and a search far above it costs several times one just
-    above). ``low``: a floor under every plan of one pipeline."""
+    below its bound was enumerated); after a dear miss the next trial is close above it
+    (:func:`.dp_ranges.close_step`, the range ladders' rule: a search far above the
+    optimum costs several times one just above). ``low``: a floor under every plan of one pipeline."""
     if low >= high:
         return  # the incumbent is the best of one pipeline or better
     trials = sorted({low * (1 + d) for d in STEPS if low * (1 + d) < high} | {high * (1 + 1e-9)})
@@ -251,9 +249,7 @@ def _trials(instance, tables, deadline, best: _Best, log, capacity, low: float,
             entry = min((x for v in done.values() for x in v), key=lambda x: x[0] + x[1])
             best.offer(instance, Plan.from_tuples(instance, search.backtrack(entry[2])))
             return
-        near = trials[n] * (1 + CLOSE_STEP)  # a dear miss: the optimum lies close above
-        if search.stats["labels"] > CLOSE and n + 1 < len(trials) and trials[n + 1] > near:
-            trials.insert(n + 1, near)
+        close_step(trials, n, search.stats["labels"])
         n += 1
 
 

@@ -54,6 +54,15 @@ CLOSE = 40_000
 CLOSE_STEP = 0.015
 
 
+def close_step(trials: list, n: int, labels: int) -> None:
+    """After trial ``trials[n]`` found nothing and kept ``labels`` labels: if that is more
+    than :data:`CLOSE` (a dear miss, the answer lies close above it), put a trial
+    :data:`CLOSE_STEP` above it next, unless the next one is nearer already."""
+    near = trials[n] * (1 + CLOSE_STEP)
+    if labels > CLOSE and n + 1 < len(trials) and trials[n + 1] > near:
+        trials.insert(n + 1, near)
+
+
 @dataclass(frozen=True)
 class Found:
     """A plan found for a range: its ``M_p``, fill, period, ``max R`` and stages."""
@@ -132,9 +141,7 @@ class RangeTimes:
             got = self._search(i, j, m, trials[n], theta)
             if got is not None:  # g itself (a search keeps plans a rounding hair above)
                 return got if got[0] <= tau else None
-            near = trials[n] * (1 + CLOSE_STEP)  # a dear miss: g lies close above it
-            if self.last_labels > CLOSE and n + 1 < len(trials) and trials[n + 1] > near:
-                trials.insert(n + 1, near)
+            close_step(trials, n, self.last_labels)
             n += 1
         return None
 
