@@ -417,7 +417,7 @@ def by_raised_period(ids, S, starts, floors):
     """Sort, in place, each state's labels (``ids`` and their rows ``S``,
     ``starts[s]..starts[s + 1]``, sorted by period then fill) by their period raised to
     the state's floor ``floors[s]``, then fill: under the shifted rule
-    (:func:`dominates`) a label whose period is below the floor can dominate one of a
+    (:func:`_sweep`) a label whose period is below the floor can dominate one of a
     lower period, so the filter meets it first. Sorted by period, the labels at or below
     the floor are a first run, which all raise to it: only that run is sorted again, by
     fill (stably: what sorting the whole by fill, then by raised period gave). States
@@ -532,89 +532,134 @@ def survivors(ids, PI, S, H, HL, alive, starts):
 
 
 @inline
-def _reach(S, b, floor, upper, tau, steady):
+def _reach(x1, sm, r, floor, upper, tau, steady):
     """``lambda0`` (a floor under the completed period) and ``X_max`` (the most fill a
-    completion within the bounds has) of label ``b``: :meth:`.dp_period.Rule.reach`."""
-    lam = max(S[b, 0], floor)
-    room = min(upper - S[b, 3], tau) - S[b, 2] - steady * lam
+    completion within the bounds has) of a label of ``x1``, fill ``sm`` and sync ``r``
+    (:meth:`.dp_period.Rule.reach`)."""
+    lam = max(x1, floor)
+    room = min(upper - r, tau) - sm - steady * lam
     if np.isnan(room):
         room = np.inf
     return lam, room
 
 
 @inline
-def _before(H, HL, b, lam, out):
-    """``out[i] = max_{j <= i} (H[b, j] - lam j)`` over ``b``'s windows ``i < HL[b]``;
-    :func:`dominates` reads past them the last, carried on (``-inf`` for an empty
-    majorant), so only ``HL[b]`` entries are made (not the store's width: the labels'
-    majorants are mostly far shorter than the layers)."""
-    best = -np.inf
-    for i in range(HL[b]):
-        v = H[b, i] - lam * i
-        if v > best:
-            best = v
-        out[i] = best
-
-
-@inline
-def dominates(S, H, HL, a, b, lam, room, before, p_free, steady, shift):
-    """Whether label ``a`` is no worse than ``b`` for every completion that matters
-    (``docs/dp.md``, "Version 3"): the scalar part (``p``, fill, the two phase maxima and
-    ``R``), then the loops through ``a``'s majorant against ``b``'s (``lam``, ``room``,
-    ``before``: :func:`_reach`, :func:`_before` of ``b``). With ``shift`` (one period,
-    not GPipe's two phases) ``a``'s period is measured above ``lam``, the floor under
-    ``b``'s completed period, not above ``b``'s own."""
-    pa, pb = S[a, 4], S[b, 4]
+def _allow(pa, a0, a1, a2, a3, pb, b0, b1, b2, b3, lam, p_free, steady, shift):
+    """The scalar part of the rule by which label ``a`` (``p``, ``x1``, ``x2``, fill,
+    ``R``) is no worse than ``b`` for every completion that matters (``docs/dp.md``,
+    "Version 3"): ``p``, fill, the two phase maxima and ``R``. Returns ``-1`` where it
+    fails, else the slack per window :func:`_sweep` grants ``a``'s loops. With ``shift``
+    (one period, not GPipe's two phases) ``a``'s period is measured above ``lam``, the
+    floor under ``b``'s completed period, not above ``b``'s own. (Scalars only: a
+    compiled call that takes arrays counts references to them, ``NRT_incref`` and
+    ``NRT_decref``, twice an atomic operation per array and call.)"""
     if pa > pb or (pa != pb and pb >= p_free):
-        return False
-    s1 = max(S[a, 0] - (lam if shift else S[b, 0]), 0.0)
-    extra = S[a, 2] + steady * (s1 + max(S[a, 1] - S[b, 1], 0.0)) + max(S[a, 3] - S[b, 3], 0.0)
-    if not extra <= S[b, 2]:
-        return False
-    allow = s1 + (S[b, 2] - extra) / steady if steady else np.inf
-    nb = HL[b]  # (``before`` is made for ``b``'s windows only: :func:`_before`)
-    last = before[nb - 1] if nb > 0 else -np.inf
-    for i in range(HL[a]):
-        slack = allow * (i + 2.0)
-        by_window = H[a, i] - lam * i - (before[i] if i < nb else last) - slack
-        by_room = H[a, i] + room - lam * (i + 2.0) - slack
-        if by_window > 0 and by_room > 0:
-            return False
-    return True
+        return -1.0
+    s1 = max(a0 - (lam if shift else b0), 0.0)
+    extra = a2 + steady * (s1 + max(a1 - b1, 0.0)) + max(a3 - b3, 0.0)
+    if not extra <= b2:
+        return -1.0
+    return s1 + (b2 - extra) / steady if steady else np.inf
 
 
 @kernel
 def pareto(S, H, HL, starts, floors, p_free, steady, upper, tau, shift):
     """Per segment ``starts[s]..starts[s + 1]`` (one state's labels, sorted), which labels
-    no kept earlier one of the segment dominates (``upper``, ``tau`` with their slack).
+    no kept earlier one of the segment dominates (``upper``, ``tau`` with their slack):
+    :func:`_sweep` within each state."""
+    n = len(starts) - 1
+    alive = np.zeros(S.shape[0], dtype=np.bool_)
+    none = np.zeros(n + 1, dtype=np.int64)
+    _sweep(S, H, HL, alive, starts, floors, np.arange(n), none, none[:0], p_free, steady,
+           upper, tau, shift, True)
+    return alive
 
-    A dominator has no larger fill (every other term of the rule is a non-negative
-    excess), so the kept labels are scanned from the newest back only while the least
-    fill of those left (a running minimum) is no larger than the candidate's: labels
-    sorted by period come with falling fills, so the scan is short."""
+
+@kernel
+def across(S, H, HL, alive, starts, floors, order, rival_ptr, rivals, p_free, steady, upper,
+           tau, shift):
+    """Drop, in ``alive``, the labels of each state (in ``order``) that a live label of one
+    of its ``rivals`` (states of the same datacenter using no more devices of any group,
+    earlier in ``order``) dominates: :func:`_sweep` across states."""
+    _sweep(S, H, HL, alive, starts, floors, order, rival_ptr, rivals, p_free, steady, upper,
+           tau, shift, False)
+    return alive
+
+
+@kernel
+def _sweep(S, H, HL, alive, starts, floors, order, rival_ptr, rivals, p_free, steady, upper,
+           tau, shift, within):
+    """The dominance filter, written once for :func:`pareto` (``within``: each label of
+    a state against the state's labels kept before it, which it joins if none dominates
+    it) and :func:`across` (each live label against the live labels of the state's
+    ``rivals``). Label ``a`` dominates ``b`` when :func:`_allow` grants it a slack and
+    none of ``a``'s windows ``i`` (its majorant ``H[a, i]``, a loop through ``i + 2``
+    stages once a stage is prepended) exceeds by it both ``b``'s windows (``before[i]``,
+    the best of ``H[b, j] - lam j`` over ``j <= i``) and the room ``b``'s completions
+    have (:func:`_reach`). A dominator has no larger fill (every other term is a
+    non-negative excess), so candidates (sorted by period) are scanned from the last back
+    while their least fill (``least``: per kept position within, per label across: the
+    live labels' running minimum) is no larger than ``b``'s; across states with ``sum_a
+    + steady (per_a - per_b) <= sum_b`` too (``per = x1 + x2``), a bisection
+    (:func:`_period_cut`). The loop hands no array to another function per pair: each
+    such call cost two atomic reference counts per array (fresh ``-01``-like seed 9:
+    21.9 to 16.7 CPU s without them)."""
     n, width = S.shape[0], H.shape[1]
-    alive = np.zeros(n, dtype=np.bool_)
-    kept = np.empty(n, dtype=np.int64)
-    least = np.empty(n)
     before = np.empty(max(width, 1))
-    for s in range(len(starts) - 1):
-        nk = 0
+    least = np.full(n, np.inf)
+    cand = np.empty(n, dtype=np.int64) if within else np.arange(n)
+    for x in range(len(order)):
+        s, nk = order[x], 0
         for b in range(starts[s], starts[s + 1]):
-            lam, room = _reach(S, b, floors[s], upper, tau, steady)
-            _before(H, HL, b, lam, before)
+            if not within and (rival_ptr[x] == rival_ptr[x + 1] or not alive[b]):
+                continue
+            lam, room = _reach(S[b, 0], S[b, 2], S[b, 3], floors[s], upper, tau, steady)
+            nb, best = HL[b], -np.inf
+            for i in range(nb):  # b's windows only: read past them, the last carried on
+                v = H[b, i] - lam * i
+                if v > best:
+                    best = v
+                before[i] = best
             beaten = False
-            for k in range(nk - 1, -1, -1):
-                if least[k] > S[b, 2]:
+            for y in range(1 if within else rival_ptr[x + 1] - rival_ptr[x]):
+                lo, hi = 0, nk
+                if not within:
+                    r = rivals[rival_ptr[x] + y]
+                    lo, hi = starts[r], starts[r + 1]
+                    if hi == lo or least[hi - 1] > S[b, 2]:
+                        continue
+                    if steady > 0:  # a dominator's period is below per_b + (sm_b - sm_a) / steady
+                        per = lam if shift else S[b, 0] + S[b, 1]  # (per_b raised to the floor)
+                        hi = _period_cut(S, lo, hi, per + (S[b, 2] - least[hi - 1]) / steady,
+                                         floors[r] if shift else -np.inf)
+                for k in range(hi - 1, lo - 1, -1):
+                    if least[k] > S[b, 2]:
+                        break
+                    a = cand[k]
+                    if not alive[a]:
+                        continue
+                    allow = _allow(S[a, 4], S[a, 0], S[a, 1], S[a, 2], S[a, 3], S[b, 4], S[b, 0],
+                                   S[b, 1], S[b, 2], S[b, 3], lam, p_free, steady, shift)
+                    beaten = not allow < 0
+                    last = before[nb - 1] if nb > 0 else -np.inf
+                    for i in range(HL[a] if beaten else 0):
+                        slack = allow * (i + 2.0)
+                        by_window = H[a, i] - lam * i - (before[i] if i < nb else last) - slack
+                        if by_window > 0 and H[a, i] + room - lam * (i + 2.0) - slack > 0:
+                            beaten = False
+                            break
+                    if beaten:
+                        break
+                if beaten:
                     break
-                if dominates(S, H, HL, kept[k], b, lam, room, before, p_free, steady, shift):
-                    beaten = True
-                    break
-            if not beaten:
-                alive[b] = True
-                kept[nk] = b
+            if within and not beaten:
+                alive[b], cand[nk] = True, b
                 least[nk] = S[b, 2] if nk == 0 or S[b, 2] < least[nk - 1] else least[nk - 1]
                 nk += 1
-    return alive
+            elif beaten:
+                alive[b] = False
+        if not within:
+            _running_least(S, alive, starts[s], starts[s + 1], least)
 
 
 @kernel
@@ -638,47 +683,6 @@ def _running_least(S, alive, lo, hi, least):
         if alive[i] and S[i, 2] < m:
             m = S[i, 2]
         least[i] = m
-
-
-@kernel
-def across(S, H, HL, alive, starts, floors, order, rival_ptr, rivals, p_free, steady, upper,
-           tau, shift):
-    """Drop, in ``alive``, the labels of each state (in ``order``) that a live label of one
-    of its ``rivals`` (states of the same datacenter using no more devices of any group,
-    earlier in ``order``) dominates. A dominator ``a`` of ``b`` has ``sum_a + steady
-    (per_a - per_b) <= sum_b`` (``per = x1 + x2``; every other term is a non-negative
-    excess): each rival's labels (sorted by period) are scanned from the last with a
-    period under that cut back, while their least fill is no larger than ``b``'s."""
-    width = H.shape[1]
-    before = np.empty(max(width, 1))
-    least = np.empty(S.shape[0])
-    for x in range(len(order)):
-        s = order[x]
-        for b in range(starts[s], starts[s + 1]):
-            if rival_ptr[x] == rival_ptr[x + 1] or not alive[b]:
-                continue
-            lam, room = _reach(S, b, floors[s], upper, tau, steady)
-            _before(H, HL, b, lam, before)
-            for y in range(rival_ptr[x], rival_ptr[x + 1]):
-                r = rivals[y]
-                lo, hi = starts[r], starts[r + 1]
-                if hi == lo or least[hi - 1] > S[b, 2]:
-                    continue
-                if steady > 0:  # a dominator's period is below per_b + (sm_b - sm_a) / steady
-                    per = lam if shift else S[b, 0] + S[b, 1]  # (per_b raised to the floor)
-                    hi = _period_cut(S, lo, hi, per + (S[b, 2] - least[hi - 1]) / steady,
-                                     floors[r] if shift else -np.inf)
-                for a in range(hi - 1, lo - 1, -1):
-                    if least[a] > S[b, 2]:
-                        break
-                    if alive[a] and dominates(S, H, HL, a, b, lam, room, before, p_free,
-                                              steady, shift):
-                        alive[b] = False
-                        break
-                if not alive[b]:
-                    break
-        _running_least(S, alive, starts[s], starts[s + 1], least)
-    return alive
 
 
 UNIT.bind(globals())
