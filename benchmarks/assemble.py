@@ -18,6 +18,9 @@ ORDER = [
     ("benchmarks/results/dp_scaling_v3.md", "python benchmarks/dp_scaling.py --v3"),
     ("benchmarks/results/dp_scaling_v3_fresh.md",
      "python benchmarks/dp_scaling.py --v3-fresh 9,10,11,12,13,14"),
+    ("benchmarks/results/dp_scaling_v3_fresh_15_20.md",
+     "python benchmarks/dp_scaling.py --v3-fresh 15,16,17,18,19,20 --out "
+     "benchmarks/results/dp_scaling_v3_fresh_15_20.md"),
     ("benchmarks/results/formulations.md", "python benchmarks/formulations.py"),
     ("benchmarks/results/formulations_v3.md",
      "python benchmarks/formulations.py --sets v3/small"),

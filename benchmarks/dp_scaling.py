@@ -10,6 +10,8 @@ core. Writes ``benchmarks/results/dp_scaling.md``.
     python benchmarks/dp_scaling.py --v3-fresh 9,10,11,12,13,14
                                                # the v3 sets drawn at other seeds only:
                                                # writes results/dp_scaling_v3_fresh.md
+    python benchmarks/dp_scaling.py --v3-fresh 15,16,17,18,19,20 \
+        --out benchmarks/results/dp_scaling_v3_fresh_15_20.md   # (another file)
     python benchmarks/dp_scaling.py --scale    # thousands of GPUs (30 minutes, loaded 2 cores):
                                                # writes results/dp_scaling_scale.md
     python benchmarks/dp_scaling.py --kernel   # the compiled kernel: compile, cache load,
@@ -137,12 +139,12 @@ FRESH_SEEDS = (3, 4, 5, 6, 7, 8)
 
 
 def v3_main(seeds, limit_medium: float, limit_large: float, fresh=FRESH_SEEDS,
-            committed: bool = True) -> int:
+            committed: bool = True, out: Path | None = None) -> int:
     """The v3 measurements: the committed ``v3/medium`` and ``v3/large`` sets, and
     ``hybrid`` (4 DCs x 16 GPUs, ``pipelines`` [1, 2, 4]) and ``hybrid-large`` (8 DCs, 256
     GPUs, [1, 2, 4, 8]) made ``period``, 1F1B, then each set's entries drawn at the
     ``fresh`` seeds; without ``committed`` only those draws (``--v3-fresh``), written to
-    ``results/dp_scaling_v3_fresh.md``."""
+    ``results/dp_scaling_v3_fresh.md`` (or ``out``)."""
     sections, load0 = [], os.getloadavg()[0]
     for name, limit in (("v3/medium", limit_medium), ("v3/large", limit_large)) * committed:
         files = sorted(p for p in (ROOT / "instances" / name).glob("*.json")
@@ -172,6 +174,8 @@ def v3_main(seeds, limit_medium: float, limit_large: float, fresh=FRESH_SEEDS,
                              f"{TARGETS_V3[name]:g} s of CPU; met on {met} of {len(rows)})",
                              rows))
     how = "--v3" if committed else f"--v3-fresh {','.join(map(str, fresh))}"
+    if out is not None:
+        how += f" --out {out.resolve().relative_to(ROOT)}"
     lines = ["## DP scaling under contract v3" + ("" if committed else ": fresh draws only"),
              "", f"Machine: {os.cpu_count()} cores, Python {platform.python_version()}; one "
              f"process per run. Produced by `python benchmarks/dp_scaling.py {how}`.", "",
@@ -179,7 +183,7 @@ def v3_main(seeds, limit_medium: float, limit_large: float, fresh=FRESH_SEEDS,
              + host_line(), ""]
     for title, rows in sections:
         lines += table(rows, title)
-    write_results(OUT_V3 if committed else OUT_V3_FRESH, lines)
+    write_results(out or (OUT_V3 if committed else OUT_V3_FRESH), lines)
     return 0
 
 
@@ -796,6 +800,9 @@ def main() -> int:
     ap.add_argument("--v3-fresh", metavar="SEEDS", default=None,
                     help="only the v3 sets' entries drawn at these seeds (comma-separated): "
                          "writes results/dp_scaling_v3_fresh.md")
+    ap.add_argument("--out", type=Path, default=None,
+                    help="with --v3-fresh: the results file to write instead (under the "
+                         "repository)")
     ap.add_argument("--scale", action="store_true",
                     help="thousands of GPUs only: writes results/dp_scaling_scale.md")
     ap.add_argument("--kernel", action="store_true",
@@ -816,7 +823,7 @@ def main() -> int:
         return kernel_main(args.quick)
     if args.v3_fresh:
         return v3_main((), 60.0, 120.0, tuple(int(x) for x in args.v3_fresh.split(",")),
-                       committed=False)
+                       committed=False, out=args.out)
     if args.v3:
         return v3_main((0,) if args.quick else (0, 1, 2, 3, 4), 60.0, 120.0,
                        FRESH_SEEDS[:1] if args.quick else FRESH_SEEDS)
