@@ -68,15 +68,18 @@ def _by_state(state, n_states):
 
 
 @njit(cache=True)
-def _shifted_beats(mx, sm, p, r, i, j, steady):
-    """Whether label ``i`` dominates ``j`` under the shifted rule (docs/dp.md)."""
-    if p[i] > p[j]:
+def _shifted_beats(mx_i, sm_i, p_i, r_i, mx_j, sm_j, p_j, r_j, steady):
+    """Whether label ``i`` (``mx``, ``sm``, ``p``, ``r``) dominates ``j`` under the shifted
+    rule (docs/dp.md). Scalars only: a compiled call handed arrays counts a reference to
+    each, two atomic operations per array and call (``docs/dp.md``, "The compiled
+    kernel")."""
+    if p_i > p_j:
         return False
     shift = 0.0
-    if steady > 0 and mx[i] > mx[j]:
-        shift = steady * (mx[i] - mx[j])
-    extra = r[i] - r[j] if r[i] > r[j] else 0.0
-    return sm[i] + shift + extra <= sm[j]
+    if steady > 0 and mx_i > mx_j:
+        shift = steady * (mx_i - mx_j)
+    extra = r_i - r_j if r_i > r_j else 0.0
+    return sm_i + shift + extra <= sm_j
 
 
 @njit(cache=True)
@@ -176,7 +179,8 @@ def _shifted_rule(kept, mx, sm, p, r, steady):
             i = kept[a]
             if sm[i] > sm[j]:
                 break
-            if a < b and _shifted_beats(mx, sm, p, r, i, j, steady):
+            if a < b and _shifted_beats(mx[i], sm[i], p[i], r[i], mx[j], sm[j], p[j], r[j],
+                                        steady):
                 removed = True
                 break
         if not removed:
@@ -188,8 +192,9 @@ def _shifted_rule(kept, mx, sm, p, r, steady):
                 if a <= b:
                     continue
                 i = kept[a]
-                if _shifted_beats(mx, sm, p, r, i, j, steady) and not _shifted_beats(
-                        mx, sm, p, r, j, i, steady):
+                if _shifted_beats(mx[i], sm[i], p[i], r[i], mx[j], sm[j], p[j], r[j],
+                                  steady) and not _shifted_beats(
+                        mx[j], sm[j], p[j], r[j], mx[i], sm[i], p[i], r[i], steady):
                     removed = True
                     break
         if not removed:
