@@ -1,4 +1,5 @@
-"""The version-3 dominance rule (``period_kernel.dominates``) against every completion.
+"""The version-3 dominance rule (``period_kernel._sweep``, as ``pareto`` runs it within a
+state) against every completion.
 
 For random suffixes ``A`` and ``B`` of a 1F1B pipeline (every loop counting: ``M_p`` above
 the stages) and a floor under ``B``'s completed period, whenever the rule says ``A``
@@ -65,11 +66,11 @@ def test_a_dominated_suffix_never_completes_faster(seed):
         H[0, :len(ha)], H[1, :len(hb)] = ha, hb
         HL = np.array([len(ha), len(hb)], dtype=np.int64)
         floor = rng.uniform(0.5, 3.0)
-        lam, room = period_kernel._reach(S, 1, floor, np.inf, np.inf, STEADY)
-        before = np.empty(width)
-        period_kernel._before(H, HL, 1, lam, before)
-        if not period_kernel.dominates(S, H, HL, 0, 1, lam, room, before, np.inf, STEADY,
-                                       True):
+        # A first in one state's labels: pareto keeps it and drops B if A dominates it
+        alive = period_kernel.pareto(S, H, HL, np.array([0, 2], dtype=np.int64),
+                                     np.array([floor]), np.inf, STEADY, np.inf, np.inf, True)
+        assert alive[0]
+        if alive[1]:
             continue
         for _ in range(30):  # completions whose period with B reaches the floor
             k = rng.randint(0, 3)
