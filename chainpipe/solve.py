@@ -13,6 +13,7 @@ import inspect
 from dataclasses import dataclass
 
 from .deadline import Deadline
+from .gc_pace import fewer_collections
 from .instance import Instance
 from .names import unknown_name
 from .plan import evaluate
@@ -201,8 +202,9 @@ def run_solver(instance: Instance, name: str, run, time_limit=None, seed=0, thre
     check_options(name, options, run)
     if reason := unsupported(instance, name):
         return finish(instance, name, Outcome(Status.ERROR, message=reason), deadline.elapsed())
-    outcome: Outcome = run(instance, deadline=deadline, seed=seed, threads=threads, log=log,
-                           **options)
+    with fewer_collections():  # (many small long-lived objects: gc_pace)
+        outcome: Outcome = run(instance, deadline=deadline, seed=seed, threads=threads,
+                               log=log, **options)
     return finish(instance, name, outcome, deadline.elapsed())
 
 
