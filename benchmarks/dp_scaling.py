@@ -729,9 +729,14 @@ def _jit_kernel_job(job, queue):
 def compiled_kernels() -> float | None:
     """Build the kernels compiled ahead of time unless built for the sources as they are
     (``chainpipe.solvers.label_aot``): the seconds the build took (``None``: built
-    already), in a child process (which imports numba, the measured processes need not)."""
+    already), in a child process (which imports numba, the measured processes need not).
+    The package's bytecode is written first (as ``make`` does): where
+    ``PYTHONDONTWRITEBYTECODE`` is set, a measured process would otherwise compile every
+    module it imports during its solve."""
+    import compileall
     import subprocess
 
+    compileall.compile_dir(str(ROOT / "chainpipe"), quiet=1)
     check = ("from chainpipe.solvers import label_aot; "
              "print(all(u.location().exists() for u in label_aot.units()))")
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
