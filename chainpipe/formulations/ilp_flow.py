@@ -42,6 +42,7 @@ from ..cost import iteration_time, steady_state
 from ..plan import Plan
 from ..solvers.highs import PRESOLVE_RULES_OFF
 from ..tables import CostTables
+from . import flow_excess
 from .common import OBJECTIVE_MAGNITUDE, period_mode, phase_arrays, time_scale
 from .cpsat import UB_RTOL, FloorBound, StageArcs, stage_arcs
 from .matrix import LinearModel, no_check
@@ -646,6 +647,7 @@ class FlowFormulation:
         g._path_bounds()
         g._loop_prune()
         g._cap_stages()
+        flow_excess.excess_prune(g)
         g.n_arcs = len(g.col_arc)
         return g
 
