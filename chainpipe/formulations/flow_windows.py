@@ -89,7 +89,7 @@ FIRST_WINDOW_SHARE = 0.3
 #: the share of the time left that the windows get first, before the flow-weighted loop
 #: LP and without the root-LP test, on such a model whose windows are pruned by their
 #: loop-feasible least paths (:func:`excess_first`): fresh ``v3-medium-02``-like seed 3's
-#: four-DC entry (``M = 64``, 36 293 stage columns) is closed by them in 27.6 CPU s, every
+#: four-DC entry (``M = 64``, 36 293 stage columns) is closed by them in 12.6 CPU s, every
 #: window emptied without a MIP, where its loop LP, root LP and window MIPs each ran out
 #: of their shares (``docs/formulations.md``, "Nineteenth round")
 EXCESS_WINDOW_SHARE = 0.5
