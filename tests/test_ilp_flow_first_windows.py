@@ -41,13 +41,14 @@ def _case(seed: int):
 
 
 def _first_windows_on_every_model(monkeypatch, part: float) -> None:
-    """Every 1F1B model of two DCs or more takes the windows first, for ``part`` of the
-    time left (one DC stays with the whole MIP: ``WINDOW_DCS`` 0)."""
+    """Every 1F1B model of two DCs or more takes the windows first (after the root LP,
+    or before the loop LP where their excess applies), for ``part`` of the time left (one DC stays with the whole MIP: ``WINDOW_DCS`` 0)."""
     monkeypatch.setattr(flow_windows, "WINDOW_COLUMNS", 0)
     monkeypatch.setattr(flow_windows, "WINDOW_DCS", 0)
     monkeypatch.setattr(flow_windows, "FIRST_WINDOW_DCS", 2)
     monkeypatch.setattr(flow_windows, "WINDOW_GAP", -1.0)  # whatever the root LP says
     monkeypatch.setattr(flow_windows, "FIRST_WINDOW_SHARE", part)
+    monkeypatch.setattr(flow_windows, "EXCESS_WINDOW_SHARE", part)
 
 
 @pytest.mark.parametrize("seed", range(0, 64, 3))

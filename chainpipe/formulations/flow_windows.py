@@ -86,9 +86,24 @@ WINDOW_DCS = 1
 FIRST_WINDOW_DCS = 3
 #: the share of the time left that the windows get first on such a model
 FIRST_WINDOW_SHARE = 0.3
+#: the share of the time left that the windows get first, before the flow-weighted loop
+#: LP and without the root-LP test, on such a model whose windows are pruned by their
+#: loop-feasible least paths (:func:`excess_first`): fresh ``v3-medium-02``-like seed 3's
+#: four-DC entry (``M = 64``, 36 293 stage columns) is closed by them in 12.6 CPU s, every
+#: window emptied without a MIP, where its loop LP, root LP and window MIPs each ran out
+#: of their shares (``docs/formulations.md``, "Nineteenth round")
+EXCESS_WINDOW_SHARE = 0.5
 #: the route decomposes one-pipeline 1F1B models with at least this many stage columns
 #: (smaller ones are solved whole, as before)
 WINDOW_COLUMNS = 2000
+
+
+def excess_first(form) -> bool:
+    """Whether the windows of ``form``'s period are pruned by their loop-feasible least
+    paths (:func:`~chainpipe.formulations.flow_excess.excess_prune`): 1F1B's period,
+    ``M > 1``, an upper bound, and no plan of ``M`` stages (every stage in the tail)."""
+    return (form.mode == "1f1b" and form.tables.M > 1 and form.upper_bound is not None
+            and int(form.arcs.s_max) < form.tables.M and len(form.col_arc) > 0)
 
 
 def _plan_T(g, plan) -> float:

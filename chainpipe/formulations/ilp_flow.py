@@ -42,6 +42,7 @@ from ..cost import iteration_time, steady_state
 from ..plan import Plan
 from ..solvers.highs import PRESOLVE_RULES_OFF
 from ..tables import CostTables
+from . import flow_excess
 from .common import OBJECTIVE_MAGNITUDE, period_mode, phase_arrays, time_scale
 from .cpsat import UB_RTOL, FloorBound, StageArcs, stage_arcs
 from .matrix import LinearModel, no_check
@@ -568,10 +569,11 @@ class FlowFormulation:
         f, b = fwd[self.col_tail], bwd[self.col_head]  # (nx, k_top + 1) each
         ks = np.arange(k_top + 1)
         least = np.full((nx, k_top + 1), np.inf)  # least fill through c with k stages
-        for k1 in range(k_top + 1):
-            k = np.minimum(k1 + 1 + ks, k_top)
-            np.minimum.at(least, (np.arange(nx)[:, None], k[None, :]),
-                          f[:, k1][:, None] + C[:, None] + b)
+        for k1 in range(k_top + 1):  # k1 stages before c, c, ks after: k1 + 1 + ks
+            val = f[:, k1][:, None] + C[:, None] + b
+            n = max(0, k_top - k1 - 1)  # the counts below k_top, one column each
+            np.minimum(least[:, k1 + 1:k_top], val[:, :n], out=least[:, k1 + 1:k_top])
+            np.minimum(least[:, k_top], val[:, n:].min(axis=1), out=least[:, k_top])
         steady = float(steady_state(t.M, 1))
         per = np.maximum(self.floor_B, least / np.maximum(ks, 1)[None, :])
         per[:, ks >= t.M] = self.floor_B
@@ -646,6 +648,7 @@ class FlowFormulation:
         g._path_bounds()
         g._loop_prune()
         g._cap_stages()
+        flow_excess.excess_prune(g)
         g.n_arcs = len(g.col_arc)
         return g
 

@@ -379,10 +379,13 @@ def _before_the_mip(form, opts: _Options, deadline: Deadline, seed, threads, log
     """``device_states``, before the whole model's MIP: the windows of the period when
     the model takes them (:func:`_windowed`, :func:`_root_gap_wide`; ``resume``: the
     outer enumeration's open windows per block and ``M_p``, which a later solve of the
-    same block goes on with), or the flow-weighted loop LP (:func:`_loop_lp_first`)
-    when it settles the model; on a model of several datacenters whose root gap is wide,
-    then the windows for a share of the time (:func:`_windows_first`) when they close;
-    ``None``: the MIP is solved as before."""
+    same block goes on with); on a model of several datacenters whose windows are pruned
+    by their loop-feasible least paths (:func:`~chainpipe.formulations.flow_windows.
+    excess_first`), the windows first for a share of the time when they close; the
+    flow-weighted loop LP (:func:`_loop_lp_first`) when it settles the model; on a model
+    of several datacenters whose root gap is wide (not windowed before), then the
+    windows for a share of the time (:func:`_windows_first`) when they close; ``None``:
+    the MIP is solved as before."""
     from ..formulations import flow_windows
 
     if _windowed(form, opts) and _root_gap_wide(form, opts, deadline, seed, threads, log,
@@ -390,25 +393,32 @@ def _before_the_mip(form, opts: _Options, deadline: Deadline, seed, threads, log
         stats["build_time_s"] = deadline.elapsed() - t0
         return _run_windows(form, opts, deadline, seed, threads, log, stats, incumbent,
                             resume)
+    several = (max(flow_windows.FIRST_WINDOW_DCS, flow_windows.WINDOW_DCS + 1), math.inf)
+    excess = _windowed(form, opts, several) and flow_windows.excess_first(form)
+    if excess:
+        out = _windows_first(form, opts, deadline, seed, threads, log, stats, incumbent, t0,
+                             resume, flow_windows.EXCESS_WINDOW_SHARE)
+        if out is not None:
+            return out
     loop_lp = _loop_lp_first(form.tables, form, opts, deadline, seed, threads, log, stats)
     if loop_lp is not None and loop_lp >= form.upper_bound:
         stats["build_time_s"] = deadline.elapsed() - t0
         return _lp_settles(form.tables, form, opts, stats, incumbent)
-    several = (max(flow_windows.FIRST_WINDOW_DCS, flow_windows.WINDOW_DCS + 1), math.inf)
-    if "root_lp" not in stats and _windowed(form, opts, several) and _root_gap_wide(
-            form, opts, deadline, seed, threads, log, stats):
+    if not excess and "root_lp" not in stats and _windowed(form, opts, several) and \
+            _root_gap_wide(form, opts, deadline, seed, threads, log, stats):
         return _windows_first(form, opts, deadline, seed, threads, log, stats, incumbent, t0,
                               resume)
     return None
 
 
 def _windows_first(form, opts: _Options, deadline: Deadline, seed, threads, log,
-                   stats: dict, incumbent, t0: float, resume: dict | None = None
-                   ) -> Outcome | None:
+                   stats: dict, incumbent, t0: float, resume: dict | None = None,
+                   portion: float | None = None) -> Outcome | None:
     """A model of :data:`~chainpipe.formulations.flow_windows.FIRST_WINDOW_DCS`
     datacenters or more whose root gap is wide: the windows of its period for at most
-    :data:`~chainpipe.formulations.flow_windows.FIRST_WINDOW_SHARE` of the time left (CPU
-    seconds under a CPU-time deadline, :func:`~chainpipe.formulations.pipelines.share`).
+    :data:`~chainpipe.formulations.flow_windows.FIRST_WINDOW_SHARE` of the time left
+    (``portion``, when given, instead; CPU seconds under a CPU-time deadline,
+    :func:`~chainpipe.formulations.pipelines.share`).
     Their outcome when every window closed (a proof); else ``None``, and the whole MIP
     runs as before, its outcome then raised by the windows' bound
     (``stats["windows_first"]``) and given their plan (``form.windows_plan``) when faster
@@ -421,7 +431,9 @@ def _windows_first(form, opts: _Options, deadline: Deadline, seed, threads, log,
     from ..formulations import flow_windows
 
     stats["build_time_s"] = deadline.elapsed() - t0
-    part = share(deadline, deadline.remaining() * flow_windows.FIRST_WINDOW_SHARE)
+    if portion is None:
+        portion = flow_windows.FIRST_WINDOW_SHARE
+    part = share(deadline, deadline.remaining() * portion)
     try:
         out = _run_windows(form, opts, part, seed, threads, log, stats, incumbent, resume)
     except TimeUp:  # the part's end while a window's network was built
@@ -516,7 +528,8 @@ def _run_windows(form, opts: _Options, deadline: Deadline, seed, threads, log, s
 
     t1 = deadline.elapsed()
     if state is None:
-        state = PeriodWindows(form, solve, deadline, floor=stats["root_lp"]["bound_s"] or 0.0)
+        root = stats.get("root_lp", {}).get("bound_s")  # none before the excess windows
+        state = PeriodWindows(form, solve, deadline, floor=root or 0.0)
     else:
         state.resume(solve, deadline, stats.get("upper_bound_s", form.upper_bound))
     res = state.run()
