@@ -66,6 +66,10 @@ ORDER = [
      "v3-medium-04-gpipe:3 v3-medium-03-slow-sync8:3 --solvers ilp-path --backends highs "
      "--device-states --no-figure --out benchmarks/results/formulations_flow_fresh_others.md "
      "--no-lp --cpu-limit --ref-limit 300"),
+    ("benchmarks/results/formulations_flow_fresh_s31.md",
+     "three runs of python benchmarks/formulations.py --time-limit 120 --fresh "
+     "v3-medium-02-small-model:SEEDS (3,4,7; 9-14; 5,6,8) --solvers ilp-path --backends "
+     "highs --device-states --no-figure --no-lp --cpu-limit --wall-factor 10 --ref-limit 300"),
     ("benchmarks/results/formulations_flow_fresh_hybrid.md",
      "python benchmarks/formulations.py --time-limit 60 --fresh hybrid-medium-01:5,6 "
      "hybrid-medium-02-man100:5,6 hybrid-medium-03-man400:5,6 hybrid-medium-04-degraded:5,6 "
