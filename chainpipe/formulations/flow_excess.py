@@ -159,10 +159,5 @@ def excess_prune(form, grid: int = GRID) -> None:
     form.excess_pruned = int((~keep).sum())
     if keep.all():
         return
-    nx = len(form.col_arc)
-    sx, sy = keep[:nx], keep[nx:]
-    form.col_arc, form.col_tail, form.col_head = (
-        form.col_arc[sx], form.col_tail[sx], form.col_head[sx])
-    form.bcol_arc, form.bcol_tail, form.bcol_head = (
-        form.bcol_arc[sy], form.bcol_tail[sy], form.bcol_head[sy])
+    form._keep_columns(keep)
     form._on_paths()

@@ -502,12 +502,17 @@ class FlowFormulation:
             if keep.all():
                 return
             self.pruned_by_paths += int((~keep).sum())
-            nx = len(self.col_arc)
-            sx, sy = keep[:nx], keep[nx:]
-            self.col_arc, self.col_tail, self.col_head = (
-                self.col_arc[sx], self.col_tail[sx], self.col_head[sx])
-            self.bcol_arc, self.bcol_tail, self.bcol_head = (
-                self.bcol_arc[sy], self.bcol_tail[sy], self.bcol_head[sy])
+            self._keep_columns(keep)
+
+    def _keep_columns(self, keep: np.ndarray) -> None:
+        """Keep the stage columns where ``keep`` holds (the forward ones first, then the
+        backward ones: :attr:`col_arc`, then :attr:`bcol_arc`)."""
+        nx = len(self.col_arc)
+        sx, sy = keep[:nx], keep[nx:]
+        self.col_arc, self.col_tail, self.col_head = (
+            self.col_arc[sx], self.col_tail[sx], self.col_head[sx])
+        self.bcol_arc, self.bcol_tail, self.bcol_head = (
+            self.bcol_arc[sy], self.bcol_tail[sy], self.bcol_head[sy])
 
     def _count_sweep(self, k_top: int, forward: bool) -> np.ndarray:
         """Least fill and drain (``sum C + sum Q``, seconds) from the sources to every node
