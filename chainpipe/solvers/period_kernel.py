@@ -620,6 +620,7 @@ def _sweep(S, H, HL, alive, starts, floors, order, rival_ptr, rivals, p_free, st
                 if v > best:
                     best = v
                 before[i] = best
+            last = before[nb - 1] if nb > 0 else -np.inf
             beaten = False
             for y in range(1 if within else rival_ptr[x + 1] - rival_ptr[x]):
                 lo, hi = 0, nk
@@ -641,7 +642,6 @@ def _sweep(S, H, HL, alive, starts, floors, order, rival_ptr, rivals, p_free, st
                     allow = _allow(S[a, 4], S[a, 0], S[a, 1], S[a, 2], S[a, 3], S[b, 4], S[b, 0],
                                    S[b, 1], S[b, 2], S[b, 3], lam, p_free, steady, shift)
                     beaten = not allow < 0
-                    last = before[nb - 1] if nb > 0 else -np.inf
                     for i in range(HL[a] if beaten else 0):
                         slack = allow * (i + 2.0)
                         by_window = H[a, i] - lam * i - (before[i] if i < nb else last) - slack
