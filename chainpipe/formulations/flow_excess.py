@@ -121,13 +121,19 @@ class _Excess:
         return out, least
 
 
-def applies(form) -> bool:
-    """Whether :func:`excess_prune` applies: 1F1B's period, ``M > 1``, a period window
-    (:attr:`~chainpipe.formulations.ilp_flow.FlowFormulation.period`), every stage of
-    every plan in the tail (no plan of ``M`` stages), columns left, and not too many."""
+def loops_in_tail(form) -> bool:
+    """Whether ``form``'s loops are a condition on the path alone: 1F1B's period, ``M >
+    1``, every stage of every plan in the tail (no plan of ``M`` stages), columns left."""
     t = form.tables
-    return (form.mode == "1f1b" and t.M > 1 and form.period is not None
-            and int(form.arcs.s_max) < t.M and len(form.col_arc) > 0
+    return (form.mode == "1f1b" and t.M > 1 and int(form.arcs.s_max) < t.M
+            and len(form.col_arc) > 0)
+
+
+def applies(form) -> bool:
+    """Whether :func:`excess_prune` applies: :func:`loops_in_tail`, a period window
+    (:attr:`~chainpipe.formulations.ilp_flow.FlowFormulation.period`), and not too many
+    columns."""
+    return (loops_in_tail(form) and form.period is not None
             and (len(form.col_arc) + len(form.bcol_arc)) * GRID <= MAX_CELLS)
 
 

@@ -55,6 +55,7 @@ from ..deadline import Deadline, TimeUp
 from ..numeric import OPTIMALITY_RTOL
 from ..plan import evaluate
 from .common import safe_bound
+from .flow_excess import loops_in_tail
 from .pipelines import CpuPhase
 
 #: the first windows' relative width in ``lambda``: built (whole-path and loop bounds),
@@ -100,10 +101,10 @@ WINDOW_COLUMNS = 2000
 
 def excess_first(form) -> bool:
     """Whether the windows of ``form``'s period are pruned by their loop-feasible least
-    paths (:func:`~chainpipe.formulations.flow_excess.excess_prune`): 1F1B's period,
-    ``M > 1``, an upper bound, and no plan of ``M`` stages (every stage in the tail)."""
-    return (form.mode == "1f1b" and form.tables.M > 1 and form.upper_bound is not None
-            and int(form.arcs.s_max) < form.tables.M and len(form.col_arc) > 0)
+    paths (:func:`~chainpipe.formulations.flow_excess.excess_prune`): its loops a
+    condition on the path alone (:func:`~chainpipe.formulations.flow_excess.loops_in_tail`)
+    and an upper bound."""
+    return loops_in_tail(form) and form.upper_bound is not None
 
 
 def _plan_T(g, plan) -> float:
