@@ -93,3 +93,51 @@ def test_a_dear_miss_brings_the_next_trial_close(labels, close, monkeypatch):
         assert asked[-1] < g * 1.015
     else:
         assert all(s == pytest.approx(1.03) for s in steps), steps
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_answers_within_a_bound_on_t_plus_r_keep_to_it(seed):
+    """Under :meth:`RangeTimes.within` (the several-pipeline search's bound ``T_p + max R <
+    limit`` of a span) each range's answer is the brute force's least ``T_p`` over the
+    placements with ``T_p + max R`` below the limit: a plan within it is found and none
+    a hair below it (a plan found earlier under a larger bound may still answer: it is a
+    real plan). The limits are asked smallest first, so a proof made under a small bound
+    and read under a larger one (where a plan it did not see exists) fails it."""
+    inst = random_v3_instance(seed)
+    tables = CostTables(inst)
+    if tables.K < 2 or inst.microbatches < 2:
+        pytest.skip("one datacenter or one microbatch")
+    values = {}
+    for stages in _v3_configurations(inst):
+        for m in range(1, inst.microbatches + 1):
+            got = contract_pipeline(inst, m, stages)
+            if got is not None:
+                values[tuple(stages), m] = got
+    sums = sorted({T + R for T, R in values.values()})
+    if len(sums) < 2:
+        pytest.skip("fewer than two placements fit")
+    upper = 4 * sums[-1] + 1
+    limits = sorted({float(np.nextafter(x, np.inf)) for x in sums[::max(1, len(sums) // 4)]})
+    dl = Deadline(120)
+    ranges = RangeTimes(tables, dl, upper, shared_holds(tables, dl))
+    asked = 0
+    for i in range(tables.K):
+        for j in range(i, tables.K):
+            for m in range(1, inst.microbatches + 1):
+                for limit in limits + [upper]:
+                    best = min((T for (st, mm), (T, R) in values.items()
+                                if mm == m and st[0][2] == i and st[-1][2] == j
+                                and T + R < limit), default=None)
+                    with ranges.within(limit):
+                        if best is None:
+                            got = ranges.at_most(i, j, m, upper, np.inf)
+                            assert got is None or got[0] + got[1] >= limit, (i, j, m, limit)
+                            continue
+                        got = ranges.at_most(i, j, m, best * (1 + 1e-9), np.inf)
+                        assert got is not None and got[0] <= best * (1 + 1e-9), (i, j, m, limit)
+                        below = ranges.at_most(i, j, m, best * (1 - 1e-6), np.inf)
+                        assert below is None or below[0] + below[1] >= limit * (1 - 1e-9)
+                    asked += 1
+    assert ranges.limit == upper  # restored after each block
+    if not asked:
+        pytest.skip("no placement fits a limit")

@@ -341,7 +341,8 @@ class SeveralPipelines:
         X = self.cross[i0, j0]
         theta, floor = math.inf, 0.0
         while X < self.best.T:
-            got = self.least_max_time(P, i0, j0, theta, self.best.T - X, floor)
+            with self.ranges.within(self.best.T - X):
+                got = self.least_max_time(P, i0, j0, theta, self.best.T - X, floor)
             if got is None:
                 return
             tau, chosen, floor = got  # a smaller theta never lowers the least max T_p

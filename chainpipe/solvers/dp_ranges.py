@@ -19,6 +19,7 @@ can (``docs/dp.md``, "Version 3", several pipelines):
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -111,6 +112,22 @@ class RangeTimes:
         self.last_labels = 0
         #: the dear ranges (:data:`DEAR`)
         self.dear: set[tuple[int, int]] = set()
+        #: the bound on ``T_p + max R`` of the questions asked now (:meth:`within`)
+        self.limit = upper
+        #: per range, ``(m0, theta, floor, lambda0, limit)`` of what each search under a
+        #: limit below ``upper`` proved (:attr:`proven`'s, for bounds at most ``limit``)
+        self.proven_within: dict[tuple[int, int], list] = {}
+
+    @contextmanager
+    def within(self, limit: float):
+        """Ask the questions inside the block only of plans with ``T_p + max R`` below
+        ``limit`` (at most ``upper``): the searches keep no other, and what they prove
+        holds for every question under the same bound or a lower one."""
+        before, self.limit = self.limit, min(self.upper, limit)
+        try:
+            yield self
+        finally:
+            self.limit = before
 
     def at_most(self, i: int, j: int, m: int, tau: float, theta: float, above: bool = True):
         """``(T_p, max R, stages)`` of a plan on DCs ``i..j`` with ``m`` microbatches, every
@@ -191,6 +208,9 @@ class RangeTimes:
         for m0, th, v, lam in self.proven.get((i, j), ()):
             if m0 <= m and th >= theta:
                 lo = max(lo, v + (m - m0) * max(lam, least) if m > m0 else v)
+        for m0, th, v, lam, lim in self.proven_within.get((i, j), ()):
+            if m0 <= m and th >= theta and lim >= self.limit:
+                lo = max(lo, v + (m - m0) * max(lam, least) if m > m0 else v)
         if lo <= tau:  # the prefix curve's floor only where the others do not decide
             curve = self.curved.get((i, j, m))
             if curve is None and not rough:
@@ -252,7 +272,7 @@ class RangeTimes:
 
     def _search(self, i, j, m, tau, theta):
         """One bounded search; records what it proves. ``(T_p, max R, stages)`` or ``None``."""
-        search = PipelineSearch(self.t, m, j, self.upper, self.deadline, "time", self.holds,
+        search = PipelineSearch(self.t, m, j, self.limit, self.deadline, "time", self.holds,
                                 (tau, theta), first_dc=i,
                                 own_theta=self._theta_apart(i, j, theta))
         done = search.run().get(i, [])
@@ -264,13 +284,21 @@ class RangeTimes:
             self.log(f"dp: a pipeline on DCs {i}..{j}, M_p = {m}, T_p <= {tau:.6g}: "
                      f"{'found' if done else 'none'} ({search.stats['labels']} labels)")
         if not done:  # no plan within tau (and a rounding hair above): g > tau
-            self.proven.setdefault((i, j), []).append(
-                (m, theta, float(np.nextafter(tau, np.inf)), self._period_floor(i, j, m)))
+            self._prove(i, j, m, theta, float(np.nextafter(tau, np.inf)))
             return None
         found = self.found.setdefault((i, j), [])
         for _, R_x, parent_x, fill_x, period_x in done:  # every plan kept: upper bounds
             found.append(Found(m, fill_x, period_x, R_x, tuple(search.backtrack(parent_x))))
         T, R, parent, fill, period = min(done, key=lambda x: x[0])
         stages = tuple(search.backtrack(parent))
-        self.proven.setdefault((i, j), []).append((m, theta, T, self._period_floor(i, j, m)))
+        self._prove(i, j, m, theta, T)
         return T, R, list(stages)
+
+    def _prove(self, i, j, m, theta, floor) -> None:
+        """Record that no plan of the questions' bound has ``T_p`` below ``floor`` at
+        ``(m, theta)``."""
+        lam = self._period_floor(i, j, m)
+        if self.limit >= self.upper:
+            self.proven.setdefault((i, j), []).append((m, theta, floor, lam))
+        else:
+            self.proven_within.setdefault((i, j), []).append((m, theta, floor, lam, self.limit))
