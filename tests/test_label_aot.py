@@ -14,12 +14,14 @@ from chainpipe.solvers import label_aot, label_kernel
 from chainpipe.solvers.dp import distinct
 
 ROOT = Path(__file__).resolve().parents[1]
-#: gpipe and 1F1B, one and several DCs, memory-bound, no plan at all, data parallelism
+#: gpipe and 1F1B, one and several DCs, memory-bound, no plan at all, data parallelism, the
+#: version-3 period search (its chain floors per position)
 FILES = [ROOT / "instances" / name for name in (
     "small/small-01-tiny.json", "small/small-02-gpipe.json", "small/small-04-mem-gpipe.json",
     "small/small-06-one-dc.json", "small/small-infeasible.json",
     "hybrid/small/hybrid-small-01.json", "hybrid/small/hybrid-small-02-gpipe-nozero.json",
-    "hybrid/small/hybrid-small-03-one-dc.json", "hybrid/small/hybrid-small-05-mem.json")]
+    "hybrid/small/hybrid-small-03-one-dc.json", "hybrid/small/hybrid-small-05-mem.json",
+    "v3/small/v3-small-01-period.json")]
 
 
 class _Spy:

@@ -1298,10 +1298,10 @@ class ChainCapacity:
         chain tells apart: row ``q`` for stages at position ``q`` or later; the devices'
         kinds and the slack made once for all of them."""
         kinds, counts = self._kinds(free)
-        target = flop / HOLD_SLACK
-        return np.stack([self.kernel.chain_floor(self.held[k0], self.free, kinds, counts, q,
-                                                 target, self.grid, True)[0]
-                         for q in range(self.held.shape[1])])
+        out = np.empty((self.held.shape[1], len(flop)))
+        self.kernel.position_floors(self.held[k0], self.free, kinds, counts, flop / HOLD_SLACK,
+                                    self.grid, out)
+        return out
 
     def _kinds(self, free) -> tuple[np.ndarray, np.ndarray]:
         """The kinds and counts of the free devices ``(group, free)``, as the kernel reads

@@ -61,6 +61,7 @@ ARGS = {
     "position_knapsack": ("f3", "i1", "i", "i"),
     "chain_held": ("f4", "i1", "i1", "i"),
     "chain_floor": ("f2", "f4", "i1", "i1", "i", "f1", "f1", "b"),
+    "position_floors": ("f2", "f4", "i1", "i1", "f1", "f1", "f2"),
     "crossing_gain": ("f1", "f", "f1", "i", "f1", "f", "f1"),
 }
 #: the files the compiled kernels are made of (relative to this package's root)

@@ -857,6 +857,8 @@ def warm() -> None:
     held = chain_held(full[None], np.zeros(1, dtype=i64), np.zeros(1, dtype=i64), 1)
     chain_floor(held[0], np.ascontiguousarray(free[:, :, :, None]), np.zeros(1, dtype=i64),
                 np.ones(1, dtype=i64), 0, np.ones(2), np.ones(1), True)
+    position_floors(held[0], np.ascontiguousarray(free[:, :, :, None]), np.zeros(1, dtype=i64),
+                    np.ones(1, dtype=i64), np.ones(2), np.ones(1), np.empty((1, 2)))
     crossing_gain(np.zeros(1), 0.0, np.zeros(2), 1, np.zeros(2), 1.0, np.zeros(2))
 
 
@@ -1030,6 +1032,29 @@ def crossing_gain(before, local, flop, k0, stay, cap, cross_q):
 
 
 @njit(cache=True)
+def _held_by(held, free, kinds, counts, q, before, hold):
+    """Write into ``hold`` what the devices of :func:`chain_floor` hold per point of the
+    grid, their stages at position ``q`` or later."""
+    hold[:] = 0.0
+    for g in range(len(kinds)):
+        n = min(max(counts[g], 0), free.shape[2] - 1)
+        for i in range(len(hold)):
+            hold[i] += free[q, i, n, kinds[g]]
+    if before:
+        for i in range(len(hold)):
+            hold[i] += held[q, i]
+
+
+@njit(cache=True)
+def _floors_of(hold, flop, grid, out):
+    """Write into ``out`` per prefix FLOP the largest point of ``grid`` under which
+    ``hold`` falls short of it, 0 if none."""
+    for a in range(len(flop)):
+        j = np.searchsorted(hold, flop[a])
+        out[a] = grid[j - 1] if j > 0 else 0.0
+
+
+@njit(cache=True)
 def chain_floor(held, free, kinds, counts, q, flop, grid, before):
     """Per prefix FLOP in ``flop`` (slack applied): the largest point of ``grid`` under
     which the devices cannot hold it, 0 if none (``dp.ChainCapacity.prefix_floors``);
@@ -1037,21 +1062,22 @@ def chain_floor(held, free, kinds, counts, q, flop, grid, before):
     :func:`chain_held` row ``held[q]``), and per group of the DC ``counts`` free devices
     of kind ``kinds`` (``free[q, point, n, kind]``, :func:`position_knapsack`'s), their
     stages at position ``q`` or later."""
-    ng = len(grid)
-    hold = np.zeros(ng)
-    for g in range(len(kinds)):
-        n = min(max(counts[g], 0), free.shape[2] - 1)
-        for i in range(ng):
-            hold[i] += free[q, i, n, kinds[g]]
-    if before:
-        for i in range(ng):
-            hold[i] += held[q, i]
-    out = np.zeros(len(flop))
-    for a in range(len(flop)):
-        j = np.searchsorted(hold, flop[a])
-        if j > 0:
-            out[a] = grid[j - 1]
+    hold = np.empty(len(grid))
+    _held_by(held, free, kinds, counts, q, before, hold)
+    out = np.empty(len(flop))
+    _floors_of(hold, flop, grid, out)
     return out, hold
+
+
+@njit(cache=True)
+def position_floors(held, free, kinds, counts, flop, grid, out):
+    """:func:`chain_floor`'s floors (the DCs before counted) at every position ``q`` the
+    rows of ``out`` hold, written into row ``q`` (``dp.ChainCapacity.position_floors``:
+    one call where a call per position boxed two new arrays each)."""
+    hold = np.empty(len(grid))
+    for q in range(out.shape[0]):
+        _held_by(held, free, kinds, counts, q, True, hold)
+        _floors_of(hold, flop, grid, out[q])
 
 
 # ----------------------------------------------------------------- the CDynP agents' DP
