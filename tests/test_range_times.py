@@ -10,7 +10,7 @@ import pytest
 
 from chainpipe.deadline import Deadline
 from chainpipe.solvers.dp_pipelines import shared_holds
-from chainpipe.solvers.dp_ranges import RangeTimes
+from chainpipe.solvers.dp_ranges import Found, RangeTimes
 from chainpipe.tables import CostTables
 from helpers import _v3_configurations, contract_pipeline, random_v3_instance
 
@@ -141,3 +141,36 @@ def test_answers_within_a_bound_on_t_plus_r_keep_to_it(seed):
     assert ranges.limit == upper  # restored after each block
     if not asked:
         pytest.skip("no placement fits a limit")
+
+
+@pytest.mark.parametrize("labels, extra", [(10, True), (5_000, False)])
+def test_a_cheap_miss_is_followed_by_one_trial_above(labels, extra, monkeypatch):
+    """With no trials above asked, a miss at the target that kept fewer than ``CHEAP``
+    labels is followed by one trial ``ABOVE[0]`` above it: the answer is still none, and
+    the plan it finds answers the next question a hair higher without a search; after a
+    dear miss nothing more is searched."""
+    from chainpipe.solvers.dp_ranges import ABOVE, CHEAP
+
+    assert labels < CHEAP or not extra
+    inst = random_v3_instance(3)
+    ranges = RangeTimes(CostTables(inst), Deadline(60), 1e9)
+    g = 20.5
+    asked = []
+
+    def search(i, j, m, tau, theta):
+        asked.append(tau)
+        ranges.last_labels = labels
+        if tau < g:
+            ranges.proven.setdefault((i, j), []).append((m, theta, tau, 0.0))
+            return None
+        ranges.found.setdefault((i, j), []).append(Found(m, g, 0.0, 0.0, ()))
+        return g, 0.0, []
+
+    monkeypatch.setattr(ranges, "_floor", lambda *a, **k: 19.9)
+    monkeypatch.setattr(ranges, "_search", search)
+    assert ranges.at_most(0, 0, 4, 20.0, np.inf, above=False) is None
+    assert asked[-2:] == [20.0, 20.0 * (1 + ABOVE[0])] if extra else asked[-1] == 20.0
+    n = len(asked)
+    got = ranges.at_most(0, 0, 4, 20.6, np.inf, above=False)
+    assert got is not None and got[0] == g
+    assert (len(asked) == n) == extra  # answered by the plan the trial above found
