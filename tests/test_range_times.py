@@ -67,11 +67,13 @@ def test_a_range_least_time_at_each_theta_is_the_brute_force_one(seed, dear):
         pytest.skip("no placement spans two DCs")
 
 
-@pytest.mark.parametrize("labels, close", [(100, False), (50_000, True)])
+@pytest.mark.parametrize("labels, close", [(10, None), (1_000, False), (50_000, True)])
 def test_a_dear_miss_brings_the_next_trial_close(labels, close, monkeypatch):
     """After a trial that found nothing but kept more than ``CLOSE`` labels, the ladder's
-    next trial lies at most ``CLOSE_STEP`` above it (``g`` is near); after cheap misses
-    the ladder keeps its own steps. The answer is the search's either way."""
+    next trial lies at most ``CLOSE_STEP`` above it (``g`` is near); after misses between
+    ``FAR`` and ``CLOSE`` labels the ladder keeps its own steps, and after a miss under
+    ``FAR`` (far below ``g``) it leaves the next rung out. The answer is the search's
+    either way."""
     inst = random_v3_instance(3)
     tables = CostTables(inst)
     ranges = RangeTimes(tables, Deadline(60), 1e9)
@@ -91,6 +93,8 @@ def test_a_dear_miss_brings_the_next_trial_close(labels, close, monkeypatch):
     if close:  # (50,000 labels: a dear miss)
         assert all(s <= 1.015 + 1e-12 for s in steps), steps
         assert asked[-1] < g * 1.015
+    elif close is None:  # (10 labels: far misses, every other rung; the last one at g)
+        assert all(s == pytest.approx(1.03 ** 2) for s in steps[:-1]), steps
     else:
         assert all(s == pytest.approx(1.03) for s in steps), steps
 
