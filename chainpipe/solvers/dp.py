@@ -1020,6 +1020,7 @@ class LayerCapacity:
             self.arrays.append(shared[key])
         self._before: dict[tuple, tuple] = {}
         self._prefixes: dict[tuple, tuple] = {}
+        self._held: dict[tuple, np.ndarray] = {}
         self._frames: dict[tuple, tuple] = {}
         self._parts: dict[tuple, dict] = {}
         #: what a search keeps per state key across its trials (``dp._Search._needed_curve``)
@@ -1108,8 +1109,17 @@ class LayerCapacity:
         got = self._prefixes.get(key)
         if got is None:
             local = self.curve([], list(here))
-            got = self._prefixes[key] = (self.needed(self.curve(before, list(here)), flop),
+            got = self._prefixes[key] = (self.held_prefixes(before, here, flop),
                                          self.needed(local, flop), local)
+        return got
+
+    def held_prefixes(self, before: list[int], here: tuple, flop: np.ndarray) -> np.ndarray:
+        """The first of :meth:`for_prefixes` alone (what the version-3 searches read),
+        computed once per argument."""
+        key = (tuple(before), here)
+        got = self._held.get(key)
+        if got is None:
+            got = self._held[key] = self.needed(self.curve(before, list(here)), flop)
         return got
 
     @staticmethod

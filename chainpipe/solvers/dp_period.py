@@ -617,7 +617,7 @@ class PipelineSearch:
             if self.capacity is not None:
                 before = [h for h in range(t.G) if t.group_dc[h] < k0 and self.usable[h]]
                 here = tuple((h, int(t.count[h]) - x) for h, x in zip(self.groups_of[k0], usage))
-                need = self.capacity.for_prefixes(before, here, t.flop_prefix)[0]
+                need = self.capacity.held_prefixes(before, here, t.flop_prefix)
                 top = np.maximum(top, need)
                 if self.chain is not None:  # (M_p at least its positions: Holds.chain)
                     # a stage is placed after the prefix: its stages sit at position 2 on

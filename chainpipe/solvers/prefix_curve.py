@@ -225,8 +225,10 @@ class PrefixCurve:
         have = 0 if got is None else got.shape[1]
         if have < J:
             v = self.room(k0, usage)
-            new = np.stack([self.walk(lam)[:, k0 - self.lo, v]
-                            for lam in self.grid_of(J)[have:]], axis=1)
+            lams = self.grid_of(J)[have:]
+            new = np.empty((self.t.L + 1, len(lams)))
+            for c, lam in enumerate(lams.tolist()):
+                new[:, c] = self.walk(lam)[:, k0 - self.lo, v]
             new[0] = 0.0
             got = self._rows[k0, usage] = new if got is None else \
                 np.concatenate((got, new), axis=1)
