@@ -293,3 +293,52 @@ def test_the_compiled_least_over_lower_usages_is_the_array_one(seed):
     for lam in (0.5, 1.0, 3.0):
         np.testing.assert_array_equal(_at_most(F, radix, (U, Q, lam)),
                                       _at_most_arrays(F, radix, (U, Q, lam)))
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_options_outdone_on_their_range_leave_every_walk_the_same(seed, monkeypatch):
+    """Without a limit ``theta`` the walks skip an option on a layer range where another
+    with no more devices and no larger ``C`` fits (``prefix_curve._outdone``): the tables
+    the searches and floors read (joined, per usage at most) are those of walks over every
+    option, with and without the windows' buckets; with a limit every option is walked
+    (it fails when the skip is made under a limit too: the faster option's ``R`` may be
+    barred)."""
+    from chainpipe.solvers import prefix_curve
+
+    inst = random_v3_instance(seed)
+    if inst.microbatches < 2:
+        pytest.skip("no period to cap")
+    probe = CostTables(inst)
+    syncs = sorted({float(x) for g in range(probe.G) for x in np.ravel(
+        probe.options(g).sync_time) if np.isfinite(x) and x > 0})
+    thetas = [np.inf] + [float(np.nextafter(x, np.inf)) for x in syncs[:1] + syncs[1::4]][:4]
+
+    def curves():
+        tables = CostTables(inst)
+        prefix_curve._walked_options(tables)  # made now (the walks come later), kept
+        return [PrefixCurve(tables, 0, tables.K - 1, False, w, th)
+                for th in thetas for w in (False, True)]
+
+    skipping = curves()
+    monkeypatch.setattr(prefix_curve, "_outdone",
+                        lambda opts, least: np.zeros(opts.compute_time.shape, bool))
+    every = curves()
+    for a, b in zip(skipping, every):
+        for cap in b.grid(1e9)[:3]:
+            np.testing.assert_array_equal(a.tables_at(float(cap), joined=True),
+                                          b.tables_at(float(cap), joined=True))
+
+
+def test_the_walks_skip_outdone_options():
+    """On ``v3-medium-01`` most of a group's option cells are outdone on their range (the
+    walks' work the skip saves), and the walks without a limit leave them out."""
+    from pathlib import Path
+
+    import chainpipe as cp
+    from chainpipe.solvers.prefix_curve import _outdone, _walked_options
+
+    tables = CostTables(cp.read(Path(__file__).resolve().parents[1] / "instances" / "v3"
+                                / "medium" / "v3-medium-01.json"))
+    out = _outdone(tables.options(0), 1)
+    assert out.sum() > 0.3 * np.isfinite(tables.options(0).compute_time).sum()
+    assert not (_walked_options(tables)[0][0, :out.shape[0]] & out).any()

@@ -74,6 +74,11 @@ class PrefixCurve:
         local += [np.ascontiguousarray(x[:, own, own]) for x in (U, Q)]
         self._local = local
         self.walks: dict[float, np.ndarray] = {}
+        self._last = None  # (:meth:`_allowed`)
+        #: walks not yet joined (:meth:`least_fill` read their last row only) and, per
+        #: cap, the least fill of the whole model up to each last DC
+        self._raw: dict[float, np.ndarray] = {}
+        self.last: dict[float, np.ndarray] = {}
         self._rows: dict[tuple, np.ndarray] = {}
         self.least, self.tried = None, 0.0
 
@@ -104,9 +109,30 @@ class PrefixCurve:
         last DC to ``k0`` (the stage after it lies on ``k0``: :func:`_at_most`)."""
         got = self.walks.get(lam)
         if got is None:
-            got = self.walks[lam] = self.tables_at(lam, joined=True)
-            self._show(lam, got[-1])
+            raw = self._raw.pop(lam, None)
+            if raw is None:
+                raw = self._walked(lam)
+            radix, _, _, _, U, Q = self._local
+            got = self.walks[lam] = _at_most(raw, radix, (U, Q, lam))
         return got
+
+    def least_fill(self, lam: float, last_dc: int) -> float:
+        """The least fill of the whole model under cap ``lam`` with its last stage in a DC
+        up to ``last_dc`` (:meth:`walk`'s last row, read without its joined tables: the
+        floors of :meth:`least_time` need only this, the searches' rows the rest)."""
+        got = self.last.get(lam)
+        if got is None:
+            self._raw[lam] = self._walked(lam)
+            got = self.last[lam]
+        return float(got[last_dc - self.lo])
+
+    def _walked(self, lam: float) -> np.ndarray:
+        """The walk under ``lam`` before :func:`_at_most` (:meth:`_fills`), its last row
+        recorded: per DC, the least over it and those before (:meth:`least_fill`)."""
+        raw = self._fills(lam)
+        self._show(lam, raw[-1])
+        self.last[lam] = np.minimum.accumulate(raw[-1].min(axis=1))
+        return raw
 
     def tables_at(self, lam: float, prune: bool = True, joined: bool = False) -> np.ndarray:
         """The walk under cap ``lam`` (not kept); ``prune=False`` expands every entry (the
@@ -119,11 +145,11 @@ class PrefixCurve:
         """The walk's least fill per ``(prefix end, DC of its last stage, usage there)``
         (over the excess buckets), before :func:`_at_most`."""
         C, ok, widths, npairs = self._arrays[5:9]
-        ok = self._allowed(ok)
+        ok, last = self._allowed(ok)
         radix, stride, dc_groups, ngr, U, Q = self._local
         nV = int(np.prod(radix, axis=1).max())
         return forward(lam, 0, self.hi - self.lo, self.fixed, radix, stride, nV, dc_groups,
-                       ngr, C, ok, widths, npairs, U, Q, BUCKETS if self.windows else 1,
+                       ngr, C, ok, last, widths, npairs, U, Q, BUCKETS if self.windows else 1,
                        self.windows, prune).min(axis=3)
 
     def _show(self, lam: float, last: np.ndarray) -> None:
@@ -143,12 +169,18 @@ class PrefixCurve:
         shown = self.t.__dict__.setdefault("_prefix_shown", {})
         return shown.setdefault((self.lo, self.fixed, self.windows, self.theta), [])
 
-    def _allowed(self, ok: np.ndarray) -> np.ndarray:
-        """``ok`` (per group, option and layer range) less the options with ``R >=
-        theta`` (made per walk: a mask per curve would hold megabytes for each limit)."""
+    def _allowed(self, ok: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``ok`` (per group, option and layer range, :func:`_arrays`') less the options
+        with ``R >= theta`` (made per walk: a mask per curve would hold megabytes for each
+        limit); without a limit, less those another outdoes (:func:`_walked_options`).
+        With it, per group, option and start, the last end it allows (:func:`_last_ends`,
+        kept per curve)."""
         if not np.isfinite(self.theta):
-            return ok
-        return ok & (_sync_times(self.t) < self.theta)
+            return _walked_options(self.t)
+        ok = ok & (_sync_times(self.t) < self.theta)
+        if self._last is None:
+            self._last = _last_ends(ok)
+        return ok, self._last
 
     def _bracket(self, lo: float, cap: float) -> tuple[float, float | None]:
         """The bracket of the least cap the walks so far show for this range: the largest
@@ -180,9 +212,9 @@ class PrefixCurve:
         """Whether the whole model fits the relaxed rules under cap ``lam`` (a walk made
         only for this, as the least cap's bisection makes them, reads its last row alone:
         its tables are not kept)."""
-        got = self.walks.get(lam)
+        got = self.last.get(lam)
         if got is not None:
-            return bool(np.isfinite(got[-1, self.hi - self.lo]).any())
+            return bool(np.isfinite(got[self.hi - self.lo]))
         last = self._fills(lam)[-1]
         self._show(lam, last)
         return bool(np.isfinite(last[:self.hi - self.lo + 1]).any())
@@ -212,7 +244,7 @@ class PrefixCurve:
         for i in range(1, len(grid)):
             if (m - 1) * grid[i - 1] >= best:  # every fill is at least 0
                 break
-            fill = self.walk(grid[i])[-1, last_dc - self.lo].min()
+            fill = self.least_fill(grid[i], last_dc)
             best = min(best, fill + (m - 1) * grid[i - 1])
         return float(best)
 
@@ -279,7 +311,7 @@ class PrefixCurve:
                 hi = mid
             else:
                 lo = mid
-        self.walks = {}
+        self.walks, self._raw, self.last = {}, {}, {}
         return lo
 
     def _bottleneck_fits(self):
@@ -304,7 +336,7 @@ class PrefixCurve:
                 nV = int(np.prod(radix, axis=1).max())
                 walked[:] = lam, bottleneck(float(lam), 0, self.hi - self.lo, self.fixed,
                                             radix, stride, nV, dc_groups, ngr, C,
-                                            self._allowed(ok), widths, npairs, U)
+                                            *self._allowed(ok), widths, npairs, U)
             fit = np.flatnonzero(walked[1] <= lam * (1 + SLACK))
             if not (len(fit) and self.windows):  # (a fit without the windows is none with them)
                 self._shown().append((lam, self.hi, self.lo + int(fit[0]) if len(fit) else None))
@@ -364,6 +396,48 @@ def _sync_times(tables) -> np.ndarray:
             got[g, :len(o.width)] = o.sync_time
         tables.__dict__["_prefix_curve_sync"] = got
     return got
+
+
+def _outdone(opts, least_stash: int) -> np.ndarray:
+    """Per option and layer range of a group: whether another option of the range with
+    no more devices and no larger ``C`` fits memory there too (strictly better in one, or
+    the same and listed first). Where ``R`` does not count (no limit ``theta``), every
+    prefix a walk makes with it the other makes on fewer devices at no more fill and
+    excess, so the tables the walks give do not change without it (with a limit, the
+    other may be barred by its ``R``)."""
+    C, W = opts.compute_time, opts.width
+    fits = (opts.max_in_flight >= least_stash) & np.isfinite(C)
+    out = np.zeros(C.shape, dtype=np.bool_)
+    for c in range(len(W)):
+        for c2 in range(len(W)):
+            if c != c2 and W[c] <= W[c2]:
+                beats = fits[c] & (C[c] <= C[c2])
+                if W[c] == W[c2] and c > c2:
+                    beats &= C[c] < C[c2]
+                out[c2] |= beats
+    return out
+
+
+def _walked_options(tables) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_arrays`' ``ok`` less the options :func:`_outdone` on their range (the walks
+    without a limit ``theta`` use these: ``v3-large-03``, two thirds of the cells), and
+    their :func:`_last_ends`, once per tables."""
+    got = tables.__dict__.get("_prefix_curve_walked")
+    if got is None:
+        ok = _arrays(tables)[6].copy()
+        for g in range(tables.G):
+            o = tables.options(g)
+            ok[g, :len(o.width)] &= ~_outdone(o, 1)
+        got = tables.__dict__["_prefix_curve_walked"] = (ok, _last_ends(ok))
+    return got
+
+
+def _last_ends(ok: np.ndarray) -> np.ndarray:
+    """Per group, option and start ``a``: the last end ``b`` with ``ok[g, c, a, b]``, -1
+    where there is none (the walks' loops over ends stop there)."""
+    L1 = ok.shape[3]
+    last = L1 - 1 - np.argmax(ok[..., ::-1], axis=3)
+    return np.where(ok.any(axis=3), last, -1).astype(np.int64)
 
 
 def _arrays(tables):

@@ -18,10 +18,10 @@ from .label_aot import Unit
 #: the kernel :mod:`.prefix_curve` calls and its arguments' types
 #: (:data:`.label_aot.ARGS`' notation)
 ARGS = {
-    "forward": ("f", "i", "i", "b", "i2", "i2", "i", "i2", "i1", "f4", "b4", "i2", "i1", "f3",
-                "f3", "i", "b", "b"),
-    "bottleneck": ("f", "i", "i", "b", "i2", "i2", "i", "i2", "i1", "f4", "b4", "i2", "i1",
-                   "f3"),
+    "forward": ("f", "i", "i", "b", "i2", "i2", "i", "i2", "i1", "f4", "b4", "i3", "i2", "i1",
+                "f3", "f3", "i", "b", "b"),
+    "bottleneck": ("f", "i", "i", "b", "i2", "i2", "i", "i2", "i1", "f4", "b4", "i3", "i2",
+                   "i1", "f3"),
     "at_most": ("f3", "i2", "f3", "f3", "f", "b", "f3"),
 }
 #: the kernels, compiled ahead of time into ``prefix_aot_<digest>`` (of this file)
@@ -35,26 +35,29 @@ SLACK = 1e-9
 
 @inline
 def _file(F, b, k, v, h, f, lam, nb):
-    """Keep fill ``f`` at state ``(b, k, v)`` in the bucket of excess ``h``."""
-    x = (h + lam) / lam * nb
-    q = 0 if x < 0 else min(int(x), nb - 1)
+    """Keep fill ``f`` at state ``(b, k, v)`` in the bucket of excess ``h`` (one bucket
+    without the windows: no division)."""
+    q = 0
+    if nb > 1:
+        x = (h + lam) / lam * nb
+        q = 0 if x < 0 else min(int(x), nb - 1)
     if f < F[b, k, v, q]:
         F[b, k, v, q] = f
 
 
 @kernel
-def _stages(F, a, k2, v0, h0s, f0s, free_gi, gi, g, C, ok, widths, npairs, stride, Q, lam,
-            nb, first):
+def _stages(F, a, k2, v0, h0s, f0s, free_gi, gi, g, C, ok, last, widths, npairs, stride, Q,
+            lam, nb, first):
     """File every stage of group ``g`` (local ``gi``) starting at layer ``a`` on DC ``k2``
-    after prefixes of excess buckets ``h0s`` and fills ``f0s`` (usage ``v0``)."""
-    L1 = C.shape[3]
+    after prefixes of excess buckets ``h0s`` and fills ``f0s`` (usage ``v0``); ``last``:
+    per option and start, the last end ``ok`` allows (-1: none)."""
     tol = lam * SLACK
     for c in range(npairs[g]):
         w = widths[g, c]
         if w > free_gi:
             continue
         v2 = v0 + w * stride
-        for b in range(a + 1, L1):
+        for b in range(a + 1, last[g, c, a] + 1):
             cc = C[g, c, a, b]
             if cc > lam + tol:
                 break
@@ -97,7 +100,7 @@ def _undominated(Fk, ng, radix, stride, nV, nb):
 
 
 @kernel
-def forward(lam, lo_dc, hi_dc, first_fixed, radix, stride, nV, dc_groups, ngr, C, ok,
+def forward(lam, lo_dc, hi_dc, first_fixed, radix, stride, nV, dc_groups, ngr, C, ok, last,
             widths, npairs, U, Q, nb, windows, prune):
     """The least fill per ``(prefix end, DC of its last stage, usage there, excess
     bucket)`` under cap ``lam`` (module docstring); ``inf`` where no prefix fits. Without
@@ -119,7 +122,7 @@ def forward(lam, lo_dc, hi_dc, first_fixed, radix, stride, nV, dc_groups, ngr, C
                     continue
                 for gi in range(ngr[k]):
                     _stages(F, 0, k, 0, edges, none, radix[k, gi] - 1, gi, dc_groups[k, gi],
-                            C, ok, widths, npairs, stride[k, gi], 0.0, lam, nb, True)
+                            C, ok, last, widths, npairs, stride[k, gi], 0.0, lam, nb, True)
                 continue
             agg[:] = np.inf
             for v in range(nV):
@@ -132,7 +135,8 @@ def forward(lam, lo_dc, hi_dc, first_fixed, radix, stride, nV, dc_groups, ngr, C
                     continue
                 for gi in range(ngr[k2]):
                     _stages(F, a, k2, 0, edges, agg, radix[k2, gi] - 1, gi, dc_groups[k2, gi],
-                            C, ok, widths, npairs, stride[k2, gi], Q[a, k, k2], lam, nb, False)
+                            C, ok, last, widths, npairs, stride[k2, gi], Q[a, k, k2], lam, nb,
+                            False)
             if U[a, k, k] > lam * (1 + SLACK):
                 continue
             kept = _undominated(F[a, k], ngr[k], radix[k], stride[k], nV, nb) if prune \
@@ -144,24 +148,23 @@ def forward(lam, lo_dc, hi_dc, first_fixed, radix, stride, nV, dc_groups, ngr, C
                 for gi in range(ngr[k]):
                     used = (v // stride[k, gi]) % radix[k, gi]
                     _stages(F, a, k, v, edges, row, radix[k, gi] - 1 - used, gi,
-                            dc_groups[k, gi], C, ok, widths, npairs, stride[k, gi],
+                            dc_groups[k, gi], C, ok, last, widths, npairs, stride[k, gi],
                             Q[a, k, k], lam, nb, False)
     return F
 
 
 @kernel
-def _bottle_stages(B, a, k2, v0, base, free_gi, g, C, ok, widths, npairs, stride, cap):
+def _bottle_stages(B, a, k2, v0, base, free_gi, g, C, ok, last, widths, npairs, stride, cap):
     """File, for every stage of group ``g`` starting at layer ``a`` on DC ``k2`` after a
     prefix whose bottleneck (with the boundary before the stage) is ``base`` (usage
     ``v0``), the larger of ``base`` and the stage's ``C``."""
-    L1 = C.shape[3]
     tol = cap * SLACK
     for c in range(npairs[g]):
         w = widths[g, c]
         if w > free_gi:
             continue
         v2 = v0 + w * stride
-        for b in range(a + 1, L1):
+        for b in range(a + 1, last[g, c, a] + 1):
             cc = C[g, c, a, b]
             if cc > cap + tol:
                 break
@@ -173,7 +176,7 @@ def _bottle_stages(B, a, k2, v0, base, free_gi, g, C, ok, widths, npairs, stride
 
 
 @kernel
-def bottleneck(cap, lo_dc, hi_dc, first_fixed, radix, stride, nV, dc_groups, ngr, C, ok,
+def bottleneck(cap, lo_dc, hi_dc, first_fixed, radix, stride, nV, dc_groups, ngr, C, ok, last,
                widths, npairs, U):
     """Per DC ``k`` of the range, the least over placements of the whole model whose
     last stage lies on ``k`` of the largest ``C`` and ``U`` of their stages and inner
@@ -192,7 +195,7 @@ def bottleneck(cap, lo_dc, hi_dc, first_fixed, radix, stride, nV, dc_groups, ngr
                     continue
                 for gi in range(ngr[k]):
                     _bottle_stages(B, 0, k, 0, 0.0, radix[k, gi] - 1, dc_groups[k, gi], C,
-                                   ok, widths, npairs, stride[k, gi], cap)
+                                   ok, last, widths, npairs, stride[k, gi], cap)
                 continue
             least = np.inf
             for v in range(nV):
@@ -204,8 +207,8 @@ def bottleneck(cap, lo_dc, hi_dc, first_fixed, radix, stride, nV, dc_groups, ngr
                     continue
                 for gi in range(ngr[k2]):
                     _bottle_stages(B, a, k2, 0, max(least, U[a, k, k2]), radix[k2, gi] - 1,
-                                   dc_groups[k2, gi], C, ok, widths, npairs, stride[k2, gi],
-                                   cap)
+                                   dc_groups[k2, gi], C, ok, last, widths, npairs,
+                                   stride[k2, gi], cap)
             if U[a, k, k] > top:
                 continue
             kept = _undominated(B[a, k], ngr[k], radix[k], stride[k], nV, 1)
@@ -216,8 +219,8 @@ def bottleneck(cap, lo_dc, hi_dc, first_fixed, radix, stride, nV, dc_groups, ngr
                 for gi in range(ngr[k]):
                     used = (v // stride[k, gi]) % radix[k, gi]
                     _bottle_stages(B, a, k, v, max(x, U[a, k, k]),
-                                   radix[k, gi] - 1 - used, dc_groups[k, gi], C, ok, widths,
-                                   npairs, stride[k, gi], cap)
+                                   radix[k, gi] - 1 - used, dc_groups[k, gi], C, ok, last,
+                                   widths, npairs, stride[k, gi], cap)
     out = np.full(K, np.inf)
     for k in range(lo_dc, hi_dc + 1):
         for v in range(nV):

@@ -48,6 +48,7 @@ def dc_walk(lam, E_in, U_in, Q_in, radix, stride, nV, dc_groups, ngr, C, ok, wid
     Without ``windows`` (``nb = 1``) only ``C`` and ``U`` are capped."""
     L1 = C.shape[3]
     F = np.full((L1, 1, nV, nb), np.inf)
+    last = np.full(C.shape[:3], L1 - 1, dtype=np.int64)  # (_stages: every end looked at)
     edges = np.full(nb, -np.inf)
     if windows:
         for q in range(nb):
@@ -57,12 +58,12 @@ def dc_walk(lam, E_in, U_in, Q_in, radix, stride, nV, dc_groups, ngr, C, ok, wid
         if a == 0:  # a plan may start on any DC of the chain
             for gi in range(ngr[0]):
                 _stages(F, 0, 0, 0, edges, none, radix[0, gi] - 1, gi, dc_groups[0, gi],
-                        C, ok, widths, npairs, stride[0, gi], 0.0, lam, nb, True)
+                        C, ok, last, widths, npairs, stride[0, gi], 0.0, lam, nb, True)
             continue
         if U_in[a] <= lam * (1 + SLACK) and E_in[a].min() < np.inf:
             for gi in range(ngr[0]):
                 _stages(F, a, 0, 0, edges, E_in[a], radix[0, gi] - 1, gi, dc_groups[0, gi],
-                        C, ok, widths, npairs, stride[0, gi], Q_in[a], lam, nb, False)
+                        C, ok, last, widths, npairs, stride[0, gi], Q_in[a], lam, nb, False)
         if U[a, 0, 0] > lam * (1 + SLACK):
             continue
         kept = _undominated(F[a, 0], ngr[0], radix[0], stride[0], nV, nb)
@@ -73,8 +74,8 @@ def dc_walk(lam, E_in, U_in, Q_in, radix, stride, nV, dc_groups, ngr, C, ok, wid
             for gi in range(ngr[0]):
                 used = (v // stride[0, gi]) % radix[0, gi]
                 _stages(F, a, 0, v, edges, row, radix[0, gi] - 1 - used, gi,
-                        dc_groups[0, gi], C, ok, widths, npairs, stride[0, gi], Q[a, 0, 0],
-                        lam, nb, False)
+                        dc_groups[0, gi], C, ok, last, widths, npairs, stride[0, gi],
+                        Q[a, 0, 0], lam, nb, False)
     return F
 
 
