@@ -168,16 +168,17 @@ def instrument(trials: list, keep=None):
             whose[id(self.tables)] = self.k
         return backward(self, t0)
 
-    def _finish(self, x, layer, ub, zero, prefix):
+    def _finish(self, x, chunks, ub, zero, prefix):
         k = whose.get(id(self.t))
         if keep is not None and k is not None:
-            for u in list(layer):
-                got = keep(k, u, x, layer[u], ub)
+            for u in list(chunks):  # per usage, its chunks as one
+                labels = period._Labels.joined(chunks[u])
+                got = keep(k, u, x, labels, ub)
                 # a cut by the bound: the DC's trials go on past a run that cut (a run
                 # that cut nothing ends them as exhaustive)
-                self.bound_cut |= len(got) < len(layer[u])
-                layer[u] = got
-        return finish(self, x, layer, ub, zero, prefix)
+                self.bound_cut |= len(got) < len(labels)
+                chunks[u] = [got]
+        return finish(self, x, chunks, ub, zero, prefix)
 
     def _run(self, base, ub, prefix=None):
         t0, done = time.process_time(), False

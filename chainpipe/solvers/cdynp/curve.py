@@ -278,11 +278,7 @@ def paired_floor(S: np.ndarray, CF: np.ndarray, grid: np.ndarray, below: np.ndar
     """Per row of ``S`` (``x1, x2, total, sync, ...``), the floor :func:`paired` tests:
     ``total + sync + min_i (CF_i + (M - 1) max(x1 + x2, lam_(i-1)))`` over the caps ``lam_i
     >= x1 + x2``, and ``(M - 1) max(x1 + x2, lam_last)`` past the grid."""
-    per = S[:, 0] + S[:, 1]
-    terms = CF[None, :] + (M - 1) * np.maximum(per[:, None], below[None, :])
-    terms = np.where(grid[None, :] >= per[:, None], terms, np.inf)
-    floor = np.minimum(terms.min(axis=1), (M - 1) * np.maximum(per, grid[-1]))
-    return S[:, 2] + S[:, 3] + floor
+    return S[:, 2] + S[:, 3] + _least_term(S[:, 0] + S[:, 1], CF, grid, below, M)
 
 
 def paired(S: np.ndarray, CF: np.ndarray, grid: np.ndarray, below: np.ndarray, M: int,
@@ -292,8 +288,25 @@ def paired(S: np.ndarray, CF: np.ndarray, grid: np.ndarray, below: np.ndarray, M
     max(x1 + x2, lam_last)``) stays within ``ub`` (relative slack ``1e-9``: rounding keeps
     a label, never cuts one). ``scale`` above 1 makes the floor too strong (the tests'
     mutation)."""
-    per = S[:, 0] + S[:, 1]
-    terms = CF[None, :] + (M - 1) * np.maximum(per[:, None], below[None, :])
-    terms = np.where(grid[None, :] >= per[:, None], terms, np.inf)
-    floor = np.minimum(terms.min(axis=1), (M - 1) * np.maximum(per, grid[-1]))
+    floor = _least_term(S[:, 0] + S[:, 1], CF, grid, below, M)
     return S[:, 2] + S[:, 3] + scale * floor <= ub * (1 + 1e-9)
+
+
+def _least_term(per: np.ndarray, CF: np.ndarray, grid: np.ndarray, below: np.ndarray,
+                M: int) -> np.ndarray:
+    """Per period ``per``: ``min_i (CF_i + (M - 1) max(per, below_i))`` over the caps
+    ``grid_i >= per``, and ``(M - 1) max(per, grid_last)`` (:func:`paired_floor`).
+
+    The grid ascends and ``below_i = grid_(i-1)``, so the caps at or above ``per`` are
+    those from ``j`` (the first) on, and for ``i > j`` the max is ``below_i``: the terms
+    past ``j`` do not depend on ``per`` and their least is a suffix minimum, read at
+    ``j + 1``. Each term is the one a full ``(rows, caps)`` table would hold (the same
+    operations), and a minimum is exact, so the result is the same to the bit."""
+    n = len(grid)
+    fixed = CF + (M - 1) * below  # the term of cap i once below_i >= per
+    suffix = np.append(np.minimum.accumulate(fixed[::-1])[::-1], np.inf)
+    j = np.searchsorted(grid, per, side="left")
+    at = np.minimum(j, n - 1)
+    first = np.where(j < n, CF[at] + (M - 1) * np.maximum(per, below[at]), np.inf)
+    least = np.minimum(first, suffix[np.minimum(j + 1, n)])
+    return np.minimum(least, (M - 1) * np.maximum(per, grid[-1]))

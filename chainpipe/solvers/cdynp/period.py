@@ -235,8 +235,7 @@ class PeriodDP:
             self.deadline.check()
             if not states[x]:
                 continue
-            layer = {u: _Labels.joined(chunks) for u, chunks in states[x].items()}
-            refs = self._finish_layer(x, layer, ub, zero, prefix)
+            layer, refs = self._finish_layer(x, states[x], ub, zero, prefix)
             total_labels += sum(len(labels) for labels in layer.values())
             if x == 0:
                 break
@@ -244,32 +243,23 @@ class PeriodDP:
             states[x] = None
         self.stats["labels"] = total_labels
 
-    def _finish_layer(self, x: int, layer: dict, ub: float, zero: tuple, prefix) -> dict:
-        """Filter layer ``x``'s labels in place with dp's rules (docs/dp.md, "Dominance":
-        at layer x at most x stages are still to come upstream, so a label with
-        ``p < M - x`` leaves every one below M; each state's floor under its completions'
-        period, :meth:`_state_floor`), store the own ones as points, and return per usage
+    def _finish_layer(self, x: int, chunks: dict, ub: float, zero: tuple, prefix) -> tuple:
+        """Filter layer ``x``'s labels (``chunks[u]``: per usage, :class:`_Labels` chunks
+        in the order filed) with dp's rules (docs/dp.md, "Dominance": at layer x at most x
+        stages are still to come upstream, so a label with ``p < M - x`` leaves every one
+        below M; each state's floor under its completions' period, :meth:`_state_floor`),
+        store the own ones as points, and return the kept labels per usage and per usage
         the references ``(kind, i, j)`` their images will carry."""
         # a frontier run weighs the period for the interval's top and keeps the bound out
         # of the rule (its room is valid at one weight only, docs/privacy.md)
         rule = Rule(p_free=self.M - x, steady=self.steady,
                     upper=ub if self.frontier is None else math.inf)
-        if self.curve is not None and x > 0:
-            for u in layer:
-                if len(layer[u]):
-                    ok = self.curve.keep(x, u, layer[u].S, ub)
-                    if not ok.all():  # a cut by the bound: the DC's trials go on past it
-                        self.bound_cut = True
-                        layer[u] = layer[u].take(ok)
-        keys = [u for u in layer if len(layer[u])]
-        floors = np.array([self._state_floor(x, u, prefix) for u in keys], dtype=float)
-        for u in keys:
-            layer[u] = layer[u].sorted()
-        alive = _filter(keys, [layer[u] for u in keys], floors, rule)
+        layer = self._filtered(x, chunks, ub, rule, prefix)
         refs: dict[tuple, np.ndarray] = {}
         own = []
-        for u, ok in zip(keys, alive):
-            labels = layer[u] = layer[u].take(ok)
+        for u, labels in layer.items():
+            if not len(labels):
+                continue
             if u == zero:
                 refs[u] = labels.ref[:, 2:5]
                 continue
@@ -283,7 +273,46 @@ class PeriodDP:
                                        np.zeros(len(labels), dtype=np.int64)])
         if own:
             self.points[x] = own
-        return refs
+        return layer, refs
+
+    def _filtered(self, x: int, chunks: dict, ub: float, rule: Rule, prefix) -> dict:
+        """Per usage (in ``chunks``' order), its labels that the curve's paired floor
+        (:meth:`.curve.CurvePass.keep`) and ``dp``'s rule (:func:`_filter_joined`) keep,
+        in ``dp``'s order of a state's labels (period, fill, ``R``, ``x1``, ``p``; ties in
+        the order filed: :func:`~chainpipe.solvers.dp_period.pareto`'s sort): the layer
+        joined once, each usage's rows sorted in that order, filtered, and cut into one
+        slice (a view) per usage."""
+        keys = list(chunks)
+        every = _Labels.joined([c for u in keys for c in chunks[u]])
+        sizes = [sum(len(c) for c in chunks[u]) for u in keys]
+        bounds = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64).tolist()
+        cut = self.curve is not None and x > 0
+        parts, counts = [], np.zeros(len(keys), dtype=np.int64)
+        for i, u in enumerate(keys):  # a sort per state (one of the whole layer is slower)
+            lo, hi = bounds[i], bounds[i + 1]
+            if hi > lo:
+                S = every.S[lo:hi]
+                got = np.lexsort((S[:, 4], S[:, 0], S[:, 3], S[:, 2], S[:, 0] + S[:, 1]))
+                if cut:
+                    ok = self.curve.keep(x, u, S, ub)
+                    if not ok.all():  # a cut by the bound: the DC's trials go on past it
+                        self.bound_cut = True
+                        got = got[ok[got]]
+                parts.append(lo + got)
+                counts[i] = len(got)
+        order = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+        live = [i for i in range(len(keys)) if counts[i]]
+        every = every.take(order)
+        starts = np.concatenate(([0], np.cumsum(counts[live]))).astype(np.int64)
+        floors = np.array([self._state_floor(x, keys[i], prefix) for i in live], dtype=float)
+        alive = _filter_joined([keys[i] for i in live], every, starts, floors, rule)
+        every = every.take(alive)
+        at = np.concatenate(([0], np.cumsum(alive))).astype(np.int64)[starts]
+        empty = every.rows(0, 0)
+        layer = dict.fromkeys(keys, empty)
+        for n, i in enumerate(live):
+            layer[keys[i]] = every.rows(int(at[n]), int(at[n + 1]))
+        return layer
 
     def _state_floor(self, x: int, u: tuple, prefix) -> float:
         """A floor under the period of every completion of a label at layer ``x`` with
@@ -350,11 +379,15 @@ class PeriodDP:
             (m[0], m[1], _columns(m[2], width), *m[3:]) for m in made)))
         key = starts * int(self._stride[-1] * (self._count[-1] + 1)) + code
         order = np.argsort(key, kind="stable")
-        cuts = np.flatnonzero(np.diff(key[order])) + 1
-        heads = order[np.concatenate(([0], cuts))].tolist()
-        for head, part in zip(heads, np.split(order, cuts)):
+        # sorted once; each state's chunk is a slice (a view) of the sorted arrays
+        S, H, lengths, ref, key = S[order], H[order], lengths[order], ref[order], key[order]
+        cuts = np.flatnonzero(np.diff(key)) + 1
+        lo = np.concatenate(([0], cuts)).tolist()
+        hi = lo[1:] + [len(key)]
+        heads = order[lo].tolist()
+        for head, a, b in zip(heads, lo, hi):
             states[int(starts[head])].setdefault(self._usage(int(code[head])), []).append(
-                _Labels(S[part], H[part], lengths[part], ref[part]))
+                _Labels(S[a:b], H[a:b], lengths[a:b], ref[a:b]))
 
     def _usage(self, code: int) -> tuple:
         """The usage tuple of :meth:`_code` ``code``."""
@@ -466,15 +499,13 @@ class _Labels:
                    np.concatenate([c.HL for c in chunks]),
                    np.concatenate([c.ref for c in chunks]))
 
+    def rows(self, lo: int, hi: int) -> _Labels:
+        """The labels ``lo..hi - 1``, as views."""
+        return _Labels(self.S[lo:hi], self.H[lo:hi], self.HL[lo:hi], self.ref[lo:hi])
+
     def take(self, rows) -> _Labels:
         """The labels ``rows`` (indices or a mask), in that order."""
         return _Labels(self.S[rows], self.H[rows], self.HL[rows], self.ref[rows])
-
-    def sorted(self) -> _Labels:
-        """In ``dp``'s order of a state's labels (period, fill, ``R``, ``x1``, ``p``; ties
-        in the order filed: :func:`~chainpipe.solvers.dp_period.pareto`'s sort)."""
-        S = self.S
-        return self.take(np.lexsort((S[:, 4], S[:, 0], S[:, 3], S[:, 2], S[:, 0] + S[:, 1])))
 
     def hull_tuples(self) -> list[tuple]:
         """Each label's majorant as a tuple."""
@@ -482,24 +513,24 @@ class _Labels:
         return [tuple(row[:n]) for row, n in zip(rows, self.HL.tolist())]
 
 
-def _filter(keys: list, labels: list, floors: np.ndarray, rule: Rule) -> list:
-    """Per state (sorted :class:`_Labels`), which labels ``dp``'s rule keeps: within the
-    state (:func:`~chainpipe.solvers.period_kernel.pareto`), then against the states of
-    no more devices (``across``), as :func:`~chainpipe.solvers.dp_period.pareto` and
+def _filter_joined(keys: list, every: _Labels, starts: np.ndarray, floors: np.ndarray,
+                   rule: Rule) -> np.ndarray:
+    """Which labels ``dp``'s rule keeps, the states' (sorted) labels joined in ``every``,
+    state ``i``'s rows ``starts[i]:starts[i + 1]``: within the state
+    (:func:`~chainpipe.solvers.period_kernel.pareto`), then against the states of no more
+    devices (``across``), as :func:`~chainpipe.solvers.dp_period.pareto` and
     :func:`~chainpipe.solvers.dp_period.across_usage` call them on label tuples."""
     from ..dp_period import kernel, rivals
 
     if not keys:
-        return []
-    every = _Labels.joined(labels)
-    starts = np.concatenate(([0], np.cumsum([len(x) for x in labels]))).astype(np.int64)
+        return np.zeros(0, dtype=bool)
     alive = kernel.pareto(every.S, every.H, every.HL, starts, floors, *rule.bounds())
     if len(keys) > 1:
         order, ptr, rv = rivals([(0, u) for u in keys])
         if len(rv):
             kernel.across(every.S, every.H, every.HL, alive, starts, floors, order, ptr, rv,
                           *rule.bounds())
-    return [alive[starts[i]:starts[i + 1]] for i in range(len(keys))]
+    return alive
 
 
 def _images(codes: np.ndarray, group: tuple, g: int, refs: np.ndarray, out: tuple) -> tuple:

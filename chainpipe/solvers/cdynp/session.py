@@ -20,6 +20,7 @@ import time
 from typing import Protocol
 
 from ...deadline import Deadline, TimeUp
+from ...gc_pace import fewer_collections
 from . import protocol
 from .agent import DCAgent
 from .public import PublicInstance
@@ -95,10 +96,17 @@ def run_agent(public: PublicInstance, k: int, dc, setup: dict, links: Links, tel
         Sends an event to the owner.
     cancel : threading.Event, optional
         Set when the owner has gone: the run stops at its next check.
+
+    Notes
+    -----
+    The run goes on under :func:`chainpipe.gc_pace.fewer_collections`, as a solve in one
+    process does (:func:`chainpipe.solve.run_solver`): an agent's own process (across
+    processes or hosts) allocates the same many small, long-lived objects.
     """
     try:
-        return {"event": "done",
-                "report": _protocol(public, k, dc, setup, links, tell, cancel)}
+        with fewer_collections():
+            report = _protocol(public, k, dc, setup, links, tell, cancel)
+        return {"event": "done", "report": report}
     except PeerGone as exc:
         return {"event": "failed", "kind": "peer", "blame": exc.peer, "error": str(exc)}
     except protocol.ProtocolError as exc:
