@@ -1225,10 +1225,9 @@ def _cap_search(blocks: list, cap: float, strict: bool, deadline: Deadline, opts
     each probe a level below ``G_o`` stopped at a plan no slower than it (the level
     network pruned by it: small). ``(c, G_o)``, ``q`` left with its plan under ``c``;
     ``None`` when it does not apply or finds none (``q`` then solved under ``cap`` as
-    before). Without it the descent
-    lowers ``q``'s cap one plan at a time while its ``T'_q`` stays below ``G_o``: fresh
-    ``v3-medium-02``-like seed 4's DC 3, 17 levels and 48 CPU s in one joint model
-    (``docs/formulations.md``, "Twentieth round")."""
+    before). Without it the descent lowers ``q``'s cap one plan at a time while its
+    ``T'_q`` stays below ``G_o``: fresh ``v3-medium-02``-like seed 4's DC 3, 17 levels and
+    48 CPU s in one joint model (``docs/formulations.md``, "Twentieth round")."""
     holders = [b for b in blocks if not b.needs(cap, strict)]
     q = [b for b in blocks if b.needs(cap, strict)]
     if len(q) != 1 or not holders or q[0].plan is None:
