@@ -51,7 +51,9 @@ def test_an_entry_cut_by_the_first_pass_end_is_taken_first_in_the_next(monkeypat
         e.done, e.bound = True, float("inf")  # pruned: the rest costs nothing
 
     monkeypatch.setattr(pl.OuterSearch, "entry", entry)
-    search = pl.OuterSearch(inst, Deadline(3.0), None, None)
+    # a first pass of 1.2 CPU s within 30 s of wall clock: on a loaded machine (a third of
+    # a core) a wall-clock limit of 3 s, its pass 40 % of it, ended before the pass did
+    search = pl.OuterSearch(inst, Deadline(30.0), None, None, local_share=0.04)
     search.run()
     assert passes[0] is False and True in passes, passes
     second = passes.index(True)

@@ -133,6 +133,11 @@ LEVEL_WINDOWS = True
 #: sub-solve's: seed 4's DC 0, 24 084 stage columns, LP unsolved after 10 CPU s, where the
 #: windows then took 2 s)
 LEVEL_ROOT_LP_S = 2.0
+#: :func:`_joint_by_sync` searches the next cap by bisection (:func:`_cap_search`) when
+#: one pipeline alone holds the largest ``R`` and is faster than the others' bound, with
+#: at least :data:`CAP_SEARCH_MIN` of its option values between the others' ``R`` and the cap
+CAP_SEARCH = True
+CAP_SEARCH_MIN = 3
 #: the strengthenings of the path ILP, each an on/off option (all on by default)
 PATH_SWITCHES = ("dominance", "start", "prune")
 
@@ -1196,12 +1201,66 @@ def _joint_by_sync(subs: list, upper: float, deadline: Deadline, opts: _Options,
             else:
                 passed = min(passed, G + rho)  # [rho, cap]: T >= G + rho (>= best if proven)
                 cap, strict = rho, True
+            if CAP_SEARCH:
+                jump = _cap_search(blocks, cap, strict, deadline, opts, seed, threads, log)
+                if jump is not None:  # (c, cap]: T > c + G_o
+                    passed, cap, strict = min(passed, jump[1] + jump[0]), jump[0], False
         else:  # every plan has max R >= floor > cap: none is left
             return plans, min(passed, best)
     except TimeUp:
         pass
     rest = max(b.lb for b in blocks) + floor
     return plans, min(passed, rest, best)
+
+
+def _cap_search(blocks: list, cap: float, strict: bool, deadline: Deadline, opts: _Options,
+                seed, threads, log) -> tuple | None:
+    """The next cap of :func:`_joint_by_sync` when one pipeline ``q`` alone holds the
+    largest ``R`` and is faster than the others' bound ``G_o`` (the largest of their
+    ``lb``; their plans have ``R <= R_2``): every joint plan whose ``max R = r`` lies in
+    ``[R_2, cap]`` has ``T >= r + G_o``, so among those caps the least ``c`` at which
+    ``q`` has a plan with ``T'_q <= G_o`` is the only one to try; caps above ``c`` give
+    ``T > c + G_o``, and that bound is all the skip claims (it holds for any ``c``). The
+    least ``c`` is searched by bisection over ``q``'s option values in ``[R_2, cap]``,
+    each probe a level below ``G_o`` stopped at a plan no slower than it (the level
+    network pruned by it: small). ``(c, G_o)``, ``q`` left with its plan under ``c``;
+    ``None`` when it does not apply or finds none (``q`` then solved under ``cap`` as
+    before). Without it the descent lowers ``q``'s cap one plan at a time while its
+    ``T'_q`` stays below ``G_o``: fresh ``v3-medium-02``-like seed 4's DC 3, 17 levels and
+    48 CPU s in one joint model (``docs/formulations.md``, "Twentieth round")."""
+    holders = [b for b in blocks if not b.needs(cap, strict)]
+    q = [b for b in blocks if b.needs(cap, strict)]
+    if len(q) != 1 or not holders or q[0].plan is None:
+        return None
+    q = q[0]
+    g_o = max(o.lb for o in holders)
+    r_2 = max(o.R for o in holders)
+    if not q.T < g_o:
+        return None
+    values = np.unique(q.form.arcs.sync[np.unique(q.form.col_arc)])
+    values = values[(values >= r_2) & ((values < cap) if strict else (values <= cap))]
+    if len(values) < CAP_SEARCH_MIN:
+        return None
+    below = g_o * (1 + 1e-9)
+    saved, lo, hi = q.lb, 0, len(values)
+    try:
+        while lo < hi:
+            mid = (lo + hi) // 2
+            q.lb = saved  # each probe's bound holds under its own cap only
+            q.solve(float(values[mid]), False, below, g_o, deadline, opts, seed, threads, log)
+            if q.plan is not None and q.T <= below:
+                hi = min(mid, max(0, int(np.searchsorted(values, q.R, side="right")) - 1))
+            else:
+                lo = mid + 1
+    finally:
+        q.lb, q.plan = saved, None
+    if hi == len(values):  # none: q is solved under ``cap`` as before
+        return None
+    c = float(values[hi])
+    q.solve(c, False, below, g_o, deadline, opts, seed, threads, log)  # the probe's plan
+    if log is not None:
+        log(f"joint by sync: cap {c:.6g} s (searched; was {cap:.6g} s), G_o {g_o:.6g} s")
+    return c, g_o
 
 
 def _sync_column(form, model) -> int | None:
