@@ -67,36 +67,43 @@ def test_a_range_least_time_at_each_theta_is_the_brute_force_one(seed, dear):
         pytest.skip("no placement spans two DCs")
 
 
-@pytest.mark.parametrize("labels, close", [(10, None), (1_000, False), (50_000, True)])
-def test_a_dear_miss_brings_the_next_trial_close(labels, close, monkeypatch):
+@pytest.mark.parametrize("growth", ["far", "steep", "slow", "dear"])
+def test_the_ladder_steps_by_what_its_misses_kept(growth, monkeypatch):
     """After a trial that found nothing but kept more than ``CLOSE`` labels, the ladder's
-    next trial lies at most ``CLOSE_STEP`` above it (``g`` is near); after misses between
-    ``FAR`` and ``CLOSE`` labels the ladder keeps its own steps, and after a miss under
-    ``FAR`` (far below ``g``) it leaves the next rung out. The answer is the search's
-    either way."""
+    next trial lies at most ``CLOSE_STEP`` above it (``g`` is near); after misses whose
+    labels grow steeply (three times a rung) it keeps its own steps; after misses whose
+    labels grow slowly (1.1 times a rung: ``g`` is far) its steps double, to ``STRIDE``
+    rungs; after misses under ``FAR`` labels it climbs two rungs or more. The answer is
+    the search's either way (``g`` itself, found by the first trial above it)."""
+    from chainpipe.solvers.dp_ranges import STRIDE
+
     inst = random_v3_instance(3)
     tables = CostTables(inst)
     ranges = RangeTimes(tables, Deadline(60), 1e9)
-    g = 10.0 * 1.03 ** 4 * 1.001  # just above the ladder's fourth step from the floor 10
+    g = 10.0 * 1.03 ** 14 * 1.001  # just above the ladder's fourteenth step from the floor
+    kept = {"far": lambda k: 10, "steep": lambda k: 400 * 3 ** k,
+            "slow": lambda k: int(1000 * 1.1 ** k), "dear": lambda k: 50_000}[growth]
     asked = []
 
     def search(i, j, m, tau, theta):
+        ranges.last_labels = kept(len(asked))
         asked.append(tau)
-        ranges.last_labels = labels
         return (g, 0.0, []) if tau >= g else None
 
     monkeypatch.setattr(ranges, "_floor", lambda *a, **k: 10.0)
     monkeypatch.setattr(ranges, "_search", search)
     assert ranges.at_most(0, 0, 4, 20.0, np.inf, above=False) == (g, 0.0, [])
-    steps = [b / a for a, b in zip(asked, asked[1:])]
-    assert asked[0] == pytest.approx(10.3)
-    if close:  # (50,000 labels: a dear miss)
+    steps = [b / a for a, b in zip(asked, asked[1:])][:-1]  # (the last: the rung at g)
+    assert asked[0] == pytest.approx(10.3) and asked[-1] >= g
+    if growth == "dear":
         assert all(s <= 1.015 + 1e-12 for s in steps), steps
-        assert asked[-1] < g * 1.015
-    elif close is None:  # (10 labels: far misses, every other rung; the last one at g)
-        assert all(s == pytest.approx(1.03 ** 2) for s in steps[:-1]), steps
+    elif growth == "steep":
+        assert all(s == pytest.approx(1.03) for s in steps[:4]), steps
+    elif growth == "slow":
+        assert steps[:3] == pytest.approx([1.03, 1.03 ** 2, 1.03 ** 4]), steps
+        assert max(steps) == pytest.approx(1.03 ** STRIDE)
     else:
-        assert all(s == pytest.approx(1.03) for s in steps), steps
+        assert all(s >= 1.03 ** 2 * (1 - 1e-12) for s in steps), steps
 
 
 @pytest.mark.parametrize("seed", range(40))
