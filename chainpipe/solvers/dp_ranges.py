@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from dataclasses import dataclass
+from itertools import chain
 
 import numpy as np
 
@@ -249,10 +250,8 @@ class RangeTimes:
             lo = self.static[i, j, m] = float(
                 self.t.pipeline_bound(i, j, m, self._period_floor(i, j, m)))
         least = self._least_cap(i, j)
-        for m0, th, v, lam in self.proven.get((i, j), ()):
-            if m0 <= m and th >= theta:
-                lo = max(lo, v + (m - m0) * max(lam, least) if m > m0 else v)
-        for m0, th, v, lam, lim in self.proven_within.get((i, j), ()):
+        unbounded = ((*x, self.upper) for x in self.proven.get((i, j), ()))
+        for m0, th, v, lam, lim in chain(unbounded, self.proven_within.get((i, j), ())):
             if m0 <= m and th >= theta and lim >= self.limit:
                 lo = max(lo, v + (m - m0) * max(lam, least) if m > m0 else v)
         if lo <= tau:  # the prefix curve's floor only where the others do not decide
