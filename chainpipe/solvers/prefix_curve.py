@@ -74,11 +74,11 @@ class PrefixCurve:
         local += [np.ascontiguousarray(x[:, own, own]) for x in (U, Q)]
         self._local = local
         self.walks: dict[float, np.ndarray] = {}
-        self._last = None  # (:meth:`_allowed`)
+        self._ends = None  # (:meth:`_allowed`)
         #: walks not yet joined (:meth:`least_fill` read their last row only) and, per
         #: cap, the least fill of the whole model up to each last DC
         self._raw: dict[float, np.ndarray] = {}
-        self.last: dict[float, np.ndarray] = {}
+        self.whole: dict[float, np.ndarray] = {}
         self._rows: dict[tuple, np.ndarray] = {}
         self.least, self.tried = None, 0.0
 
@@ -120,10 +120,10 @@ class PrefixCurve:
         """The least fill of the whole model under cap ``lam`` with its last stage in a DC
         up to ``last_dc`` (:meth:`walk`'s last row, read without its joined tables: the
         floors of :meth:`least_time` need only this, the searches' rows the rest)."""
-        got = self.last.get(lam)
+        got = self.whole.get(lam)
         if got is None:
             self._raw[lam] = self._walked(lam)
-            got = self.last[lam]
+            got = self.whole[lam]
         return float(got[last_dc - self.lo])
 
     def _walked(self, lam: float) -> np.ndarray:
@@ -131,7 +131,7 @@ class PrefixCurve:
         recorded: per DC, the least over it and those before (:meth:`least_fill`)."""
         raw = self._fills(lam)
         self._show(lam, raw[-1])
-        self.last[lam] = np.minimum.accumulate(raw[-1].min(axis=1))
+        self.whole[lam] = np.minimum.accumulate(raw[-1].min(axis=1))
         return raw
 
     def tables_at(self, lam: float, prune: bool = True, joined: bool = False) -> np.ndarray:
@@ -178,9 +178,9 @@ class PrefixCurve:
         if not np.isfinite(self.theta):
             return _walked_options(self.t)
         ok = ok & (_sync_times(self.t) < self.theta)
-        if self._last is None:
-            self._last = _last_ends(ok)
-        return ok, self._last
+        if self._ends is None:
+            self._ends = _last_ends(ok)
+        return ok, self._ends
 
     def _bracket(self, lo: float, cap: float) -> tuple[float, float | None]:
         """The bracket of the least cap the walks so far show for this range: the largest
@@ -212,7 +212,7 @@ class PrefixCurve:
         """Whether the whole model fits the relaxed rules under cap ``lam`` (a walk made
         only for this, as the least cap's bisection makes them, reads its last row alone:
         its tables are not kept)."""
-        got = self.last.get(lam)
+        got = self.whole.get(lam)
         if got is not None:
             return bool(np.isfinite(got[self.hi - self.lo]))
         last = self._fills(lam)[-1]
@@ -311,7 +311,7 @@ class PrefixCurve:
                 hi = mid
             else:
                 lo = mid
-        self.walks, self._raw, self.last = {}, {}, {}
+        self.walks, self._raw, self.whole = {}, {}, {}
         return lo
 
     def _bottleneck_fits(self):
