@@ -598,6 +598,14 @@ class DCAgent:
             return min(ub, self._best(dp)), dp
         prefix = self._prefix_bound()
         lb = self._lower_bound(base, prefix)
+        if self.k > 0 and min(lb, self._upstream_floor(base)) > ub * (1 + 1e-12):
+            # no plan holding an own label lies within ub (none starting here: lb; none
+            # with a prefix upstream: _upstream_floor), so every trial would end with no
+            # own point and ub unchanged: that outcome, without the runs
+            self.stats["skipped"] = True
+            dp = LocalDP(self.tables, position_cap=self.R, deadline=self.deadline)
+            dp.bound_cut = True
+            return ub, dp
         schedule = TRIALS if self.k == 0 else _BOUND_TRIALS
         trials = sorted({lb * (1 + d) for d in schedule
                          if math.isfinite(d) and lb * (1 + d) < ub}) + [ub]
@@ -635,6 +643,52 @@ class DCAgent:
             if b < self.L:
                 for bn, sm, _r, s, _ref in labels:
                     lb = min(lb, self._T(max(bn, pre_max[b]), sm + pre_sum[b], s))
+        return lb
+
+    def _upstream_floor(self, base: dict) -> float:
+        """For DC 2..K: a lower bound on ``T`` of every complete plan that holds one of
+        this DC's own labels and runs a stage upstream (``0``: DC 1..k's capacity unknown).
+        With :meth:`_lower_bound` under :meth:`_prefix_bound` (the plans that start here)
+        it bounds every plan an own label can be part of (:meth:`_search` skips the runs
+        when both lie above the bound).
+
+        Every own label descends from one base label at some ``b`` (a downstream suffix
+        joined at ``b < L``, its inter-DC boundary folded in, or the end label at ``L``),
+        so such a plan runs ``[0, a)`` on DC 1..k-1 and ``[a, b)`` here, ``0 < a < b``,
+        before that base label's ``(bottleneck, total, sync)``. By the prefix pass's
+        bounds (:attr:`prefix_capacity`: ``P`` FLOP/s per stage, ``A`` in all, DC 1..k, as
+        in :meth:`_upstream_prefix`) the stages of ``[0, b)`` have ``C`` summing to at least
+        ``FLOP[0, b) / P``, and the slowest is at least ``layer / P`` and ``FLOP[0, b) /
+        min(A, b P)``. The boundary at ``a`` enters this DC from upstream: over a path at
+        most as wide as the chain link into it and no shorter, so its ``U`` and ``Q`` are
+        at least that link's for the least ``bytes[a]``, ``0 < a < b``; other boundaries
+        only add. ``T`` grows with each term, so the least over the base labels bounds
+        every such plan. Not :meth:`_lower_bound` under :meth:`_upstream_prefix`: that adds
+        a boundary at ``b`` the base label already paid and leaves out the plans that end
+        here with a prefix upstream, faster than own devices alone
+        (``tests/test_cdynp_skip.py``)."""
+        if self.prefix_capacity is None:
+            return 0.0
+        P, A = self.prefix_capacity
+        if not P > 0 or not A > 0:
+            return 0.0
+        link = self._link_to_prev()
+        # least occupancy of a boundary 0 < a < b on the link in, per b
+        u_in = cost.occupancy(self.bytes, link.bandwidth_bytes_per_s)
+        least = np.concatenate(([math.inf, math.inf], np.minimum.accumulate(u_in[1:-1])))
+        flop = self.tables.flop_prefix
+        layer_max = np.concatenate(([0.0], np.maximum.accumulate(np.diff(flop))))
+        shave = 1.0 - 1e-12  # rounding never lifts the bound above a true cost
+        lb = math.inf
+        for b, labels in base.items():
+            if b < 2 or not labels:  # no 0 < a < b
+                continue
+            u = float(least[b])
+            q = float(cost.traversal(link.latency_s, u))
+            pre_sum = (float(flop[b]) / P + q) * shave
+            pre_max = max(u, float(layer_max[b]) / P, float(flop[b]) / min(A, b * P)) * shave
+            for bn, sm, _r, s, _ref in labels:
+                lb = min(lb, self._T(max(bn, pre_max), sm + pre_sum, s))
         return lb
 
     def _prefix_bound(self) -> tuple[list, list]:
