@@ -188,6 +188,11 @@ class CostTables:
         return self.sums.range_sums(self.sums.flop)
 
     @cached_property
+    def layer_flop_max(self) -> np.ndarray:
+        """``[a]``: the FLOP of the largest single layer of ``[0, a)`` (0 for ``a = 0``)."""
+        return np.concatenate(([0.0], np.maximum.accumulate(np.diff(self.flop_prefix))))
+
+    @cached_property
     def _ranges(self) -> np.ndarray:
         """``[i, j]``: whether ``[i, j)`` is a non-empty layer range."""
         return np.triu(np.ones((self.L + 1, self.L + 1), dtype=bool), 1)

@@ -585,7 +585,7 @@ class _Search:
         self.flop_slack = self.flop_arr / HOLD_SLACK
         # per k0 and a: the prefix's compute sum and its largest layer on the widest stage
         # of the fastest devices of DCs <= k0
-        prefix_max = np.concatenate(([0.0], np.maximum.accumulate(np.diff(flop))))
+        prefix_max = t.layer_flop_max
         self.prefix_sum_arr = [cost.compute_time(self.flop_arr, r, t.widest)
                                for r in self.rate_by_dc]
         self.prefix_max_arr = [cost.compute_time(prefix_max, r, t.widest)

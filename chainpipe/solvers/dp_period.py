@@ -380,7 +380,7 @@ class PipelineSearch:
         self._floors: dict = {}
         self.sync_cap = self.upper - sum_lb if finite else np.inf
         flop = t.flop_prefix
-        largest = np.concatenate(([0.0], np.maximum.accumulate(np.diff(flop))))
+        largest = t.layer_flop_max
         rates = [float(t.rate[(t.group_dc <= k) & self.usable].max()) if k >= lowest
                  else float(t.rate.max()) for k in range(t.K)]  # (no stage before lowest)
         self.pre_sum = [np.asarray(cost.compute_time(flop, r, t.widest), dtype=float)

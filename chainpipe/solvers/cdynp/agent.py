@@ -677,7 +677,7 @@ class DCAgent:
         u_in = cost.occupancy(self.bytes, link.bandwidth_bytes_per_s)
         least = np.concatenate(([math.inf, math.inf], np.minimum.accumulate(u_in[1:-1])))
         flop = self.tables.flop_prefix
-        layer_max = np.concatenate(([0.0], np.maximum.accumulate(np.diff(flop))))
+        layer_max = self.tables.layer_flop_max
         shave = 1.0 - 1e-12  # rounding never lifts the bound above a true cost
         lb = math.inf
         for b, labels in base.items():
@@ -702,7 +702,7 @@ class DCAgent:
         tab = self.tables
         rmax, w = float(tab.rate.max()), tab.widest
         flop = tab.flop_prefix
-        layer_max = np.concatenate(([0.0], np.maximum.accumulate(np.diff(flop))))
+        layer_max = tab.layer_flop_max
         # the n = a w fastest own devices (at most L w per group), O(G) per n
         top = fastest_rate(tab.rate, np.minimum(tab.count, self.L * w),
                            np.arange(self.L + 1) * float(w))
@@ -744,7 +744,7 @@ class DCAgent:
         if self.prefix_capacity is not None:
             P, A = self.prefix_capacity
             flop = self.tables.flop_prefix
-            layer_max = np.concatenate(([0.0], np.maximum.accumulate(np.diff(flop))))
+            layer_max = self.tables.layer_flop_max
             shave = 1.0 - 1e-12  # rounding never lifts the bound above a true cost
             # P = 0: no prefix runs (inf); 0 / 0 (no FLOP): no bound (fmax skips the nan)
             with np.errstate(divide="ignore", invalid="ignore"):
