@@ -17,6 +17,7 @@ processes to run in parallel). Each child is killed when the run's process dies
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 import os
 from multiprocessing.connection import wait
@@ -119,6 +120,84 @@ def settle(trial: float, kind: str, found, stats: dict, where: str, on_result) -
     if on_result is not None:
         on_result(trial, found, stats)
     return found is not None
+
+
+class Beside:
+    """One piece of work run in a forked process while this process does another.
+
+    ``Beside(work, deadline)`` forks at once; the child calls ``work()`` and sends its
+    value back. :meth:`result` waits for it (no longer than the deadline allows, and
+    raises :class:`TimeUp` or ``RuntimeError`` as :func:`settle` does); :meth:`stop`
+    kills the child unread. Used as a context manager, the child never outlives the
+    block. The child sees this process's state as it was at the fork: whatever it
+    builds besides ``work()``'s value (caches, walks) is lost with it.
+    """
+
+    def __init__(self, work, deadline: Deadline):
+        ctx = mp.get_context("fork")
+        self.deadline = deadline
+        self.receive, send = ctx.Pipe(duplex=False)
+        self.child = ctx.Process(target=_beside, args=(work, send, os.getpid()), daemon=True)
+        self.child.start()
+        send.close()
+
+    def result(self):
+        """The value ``work()`` returned in the child."""
+        timeout = None if self.deadline.unlimited else max(self.deadline.remaining(), 0.0) + 0.5
+        try:
+            if not wait([self.receive], timeout=timeout):
+                raise TimeUp()
+            try:
+                kind, value = self.receive.recv()
+            except EOFError:  # the child died without a word (killed, out of memory)
+                kind, value = "error", "no word"
+        finally:
+            self.stop()
+        if kind == "timeout":
+            raise TimeUp()
+        if kind == "error":
+            raise RuntimeError(f"dp: a search beside this one failed in its process ({value})")
+        return value
+
+    def stop(self) -> None:
+        """Kill the child (if it still runs) and reap it."""
+        if self.child is not None:
+            _stop(self.child)
+            self.receive.close()
+            self.child = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def spread(work, items: list, deadline: Deadline, processes: int) -> list:
+    """``[work(x) for x in items]``, the items shared round-robin between this process
+    and ``processes - 1`` forked ones (:class:`Beside`): for independent pieces of work
+    whose values are small (each child's list comes back pickled)."""
+    if processes < 2 or len(items) < 2 or not available():
+        return [work(x) for x in items]
+    n = min(processes, len(items))
+    with contextlib.ExitStack() as stack:
+        others = [stack.enter_context(Beside(lambda k=k: [work(x) for x in items[k::n]],
+                                             deadline)) for k in range(1, n)]
+        shares = [[work(x) for x in items[0::n]]] + [b.result() for b in others]
+    return [shares[q % n][q // n] for q in range(len(items))]
+
+
+def _beside(work, send, parent: int) -> None:
+    """The child of :class:`Beside`: ``work()``'s value sent as ``(kind, value)``."""
+    die_with_parent(parent)
+    try:
+        send.send(("done", work()))
+    except TimeUp:
+        send.send(("timeout", None))
+    except Exception as exc:  # reported by the parent, which raises
+        send.send(("error", f"{type(exc).__name__}: {exc}"))
+    finally:
+        send.close()
 
 
 def _stop(child, *_trial) -> None:

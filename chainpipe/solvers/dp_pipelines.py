@@ -33,6 +33,8 @@ from ..deadline import Deadline, TimeUp
 from ..plan import Pipeline, Plan, evaluate
 from ..result import Outcome
 from ..tables import CostTables
+from . import dp_ranges
+from .dp_parallel import Beside, available
 from .dp_period import PipelineSearch, search_curve
 from .dp_ranges import RangeTimes, close_step
 
@@ -64,12 +66,13 @@ def solve(instance, deadline: Deadline, log=None, threads: int = 1,
     try:
         capacity = shared_holds(tables, deadline)
         if any(P > 1 for P in pipelines):
-            _seed(instance, deadline, best)
+            _seed(instance, deadline, best, threads)
         if 1 in pipelines:
             _one_pipeline(instance, tables, deadline, best, log, capacity, threads, scheduler)
         many = [P for P in sorted(pipelines) if 2 <= P <= min(instance.microbatches, tables.K)]
         if many:
-            SeveralPipelines(instance, tables, deadline, best, log, capacity).run(many)
+            SeveralPipelines(instance, tables, deadline, best, log, capacity,
+                             threads).run(many)
     except TimeUp:
         if best.plan is None:
             return Outcome("no_solution", lower_bound=None,
@@ -140,14 +143,15 @@ class Holds:
         return self.any_stash
 
 
-def _seed(instance, deadline: Deadline, best: _Best) -> None:
+def _seed(instance, deadline: Deadline, best: _Best, threads: int = 1) -> None:
     """Offer the ``replicate-per-dc`` baseline's plan (one pipeline per DC, each planned
     inside its DC: a few small searches) before the exact searches: an incumbent of
     several pipelines bounds the one-pipeline trials and the range searches, and is what
-    a search cut by the time limit returns when it beats the best plan of one pipeline."""
+    a search cut by the time limit returns when it beats the best plan of one pipeline
+    (``threads``: the DCs planned in that many processes)."""
     from .baselines.replicate import replicate_per_dc
 
-    got = replicate_per_dc(instance, deadline=deadline)
+    got = replicate_per_dc(instance, deadline=deadline, threads=threads)
     if got.plan is not None:
         best.offer(instance, got.plan)
 
@@ -201,7 +205,7 @@ def _one_pipeline(instance, tables, deadline, best: _Best, log, capacity, thread
     if floor > 0 and instance.training.objective == "period":
         # the curve's floor starts the trials and the incumbent ends them: the classic
         # search's T_c and T_e would only move the first trial (docs/dp.md)
-        _trials(instance, tables, deadline, best, log, capacity, floor, best.T)
+        _trials(instance, tables, deadline, best, log, capacity, floor, best.T, threads)
         return
     ref = dp_run(classic_instance(instance), deadline, threads, scheduler=scheduler)
     if ref.status.value == "no_solution":
@@ -223,34 +227,63 @@ def _one_pipeline(instance, tables, deadline, best: _Best, log, capacity, thread
             best.offer(instance, got.plan)
     T_e = min(T_e, best.T)
     _trials(instance, tables, deadline, best, log, capacity,
-            max(T_c, _curve_floor(tables, T_e)), T_e)
+            max(T_c, _curve_floor(tables, T_e)), T_e, threads)
 
 
 def _trials(instance, tables, deadline, best: _Best, log, capacity, low: float,
-            high: float) -> None:
+            high: float, threads: int = 1) -> None:
     """Offer the best plan of one pipeline below ``high`` to ``best``, if any: the trials
     ``low (1 + d)`` for ``d`` in :data:`STEPS` below ``high``, then ``high (1 + 1e-9)``,
     each a search of every plan below it, until one finds a plan (the optimum: every plan
     below its bound was enumerated); after a dear miss the next trial is close above it
     (:func:`.dp_ranges.close_step`, the range ladders' rule: a search far above the
-    optimum costs several times one just above). ``low``: a floor under every plan of one pipeline."""
+    optimum costs several times one just above). ``low``: a floor under every plan of one
+    pipeline. With ``threads > 1``, once a miss kept :data:`.dp_ranges.PAIR` labels, two
+    trials run at once, the upper one in a forked process (:class:`.dp_parallel.Beside`):
+    the lower one's plan wins, else the upper one's answer counts."""
     if low >= high:
         return  # the incumbent is the best of one pipeline or better
     trials = sorted({low * (1 + d) for d in STEPS if low * (1 + d) < high} | {high * (1 + 1e-9)})
-    n = 0
+    n, labels, pairs = 0, None, threads > 1 and available()
     while n < len(trials):
-        search = PipelineSearch(tables, tables.M, None, trials[n], deadline, "sum", capacity)
-        done = search.run()
+        if pairs and labels is not None and labels >= dp_ranges.PAIR and n + 1 < len(trials):
+            close_step(trials, n, labels)
+            with Beside(lambda x=trials[n + 1]: _trial(tables, x, deadline, capacity),
+                        deadline) as there:
+                found, labels = _trial(tables, trials[n], deadline, capacity, log)
+                if found is None:
+                    best.searches += 1
+                    n += 1
+                    found, labels = there.result()
+                    _said(log, trials[n], found, labels)
+        else:
+            found, labels = _trial(tables, trials[n], deadline, capacity, log)
         best.searches += 1
-        if log is not None:
-            log(f"dp: one pipeline, trial T < {trials[n]:.6g} s: "
-                f"{'plan found' if done else 'none'} ({search.stats['labels']} labels)")
-        if done:
-            entry = min((x for v in done.values() for x in v), key=lambda x: x[0] + x[1])
-            best.offer(instance, Plan.from_tuples(instance, search.backtrack(entry[2])))
+        if found is not None:
+            best.offer(instance, Plan.from_tuples(instance, found))
             return
-        close_step(trials, n, search.stats["labels"])
+        close_step(trials, n, labels)
         n += 1
+
+
+def _trial(tables, bound: float, deadline, capacity, log=None):
+    """One search of every plan of one pipeline with ``T`` below ``bound``: the best
+    plan's stages (``None`` if none) and the labels it kept."""
+    search = PipelineSearch(tables, tables.M, None, bound, deadline, "sum", capacity)
+    done = search.run()
+    found = None
+    if done:
+        entry = min((x for v in done.values() for x in v), key=lambda x: x[0] + x[1])
+        found = search.backtrack(entry[2])
+    _said(log, bound, found, search.stats["labels"])
+    return found, search.stats["labels"]
+
+
+def _said(log, bound: float, found, labels: int) -> None:
+    """The log line of one trial of :func:`_trials`."""
+    if log is not None:
+        log(f"dp: one pipeline, trial T < {bound:.6g} s: "
+            f"{'plan found' if found is not None else 'none'} ({labels} labels)")
 
 
 def _curve_floor(tables: CostTables, upper: float) -> float:
@@ -282,14 +315,15 @@ def cross_syncs(instance) -> dict[tuple[int, int], float]:
 class SeveralPipelines:
     """The optimum over plans of ``P >= 2`` pipelines (``docs/dp.md``, "Version 3")."""
 
-    def __init__(self, instance, tables, deadline, best: _Best, log, capacity):
+    def __init__(self, instance, tables, deadline, best: _Best, log, capacity, threads=1):
         self.inst, self.t, self.deadline, self.best, self.log = instance, tables, deadline, best, log
         self.M, self.K = instance.microbatches, tables.K
         self.H = instance.training.pipeline_sync_period
         self.cross = cross_syncs(instance)
         # one bound for every pipeline search, fixed before the first: T_p + max R below it
         self.upper = best.T - min(self.cross.values())
-        self.ranges = RangeTimes(tables, deadline, self.upper, capacity, log)
+        self.ranges = RangeTimes(tables, deadline, self.upper, capacity, log,
+                                 threads if available() else 1)
 
     def entry(self, i: int, j: int, m: int, tau: float, theta: float):
         """A plan on range ``[i, j]`` with ``m`` microbatches, ``max R < theta`` and

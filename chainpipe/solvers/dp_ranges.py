@@ -74,6 +74,10 @@ DEAR = 10_000
 CLOSE = 40_000
 #: the relative step after a trial that kept more than :data:`CLOSE` labels
 CLOSE_STEP = 0.015
+#: with several processes, a ladder's trials run two at a time (:meth:`RangeTimes._pair`)
+#: once a miss kept this many labels: the next trials then cost more than a fork and
+#: the answer's transfer (a search keeps about 50,000 labels a second)
+PAIR = 5_000
 
 
 def close_step(trials: list, n: int, labels: int) -> None:
@@ -115,12 +119,15 @@ class RangeTimes:
     holds : dp_pipelines.Holds or None
         What free devices hold under a bottleneck (a floor under each range's period).
     log : callable or None
+    processes : int
+        With more than one, a dear ladder's trials run two at a time (:meth:`_pair`).
     """
 
     def __init__(self, tables: CostTables, deadline: Deadline, upper: float, holds=None,
-                 log=None):
+                 log=None, processes: int = 1):
         self.t, self.deadline, self.upper, self.holds, self.log = (
             tables, deadline, upper, holds, log)
+        self.processes = processes
         self.one_f_one_b = tables.schedule == "1f1b"
         self.found: dict[tuple[int, int], list[Found]] = {}
         #: per range, ``(m0, theta, floor, lambda0 at m0)`` of what each search proved
@@ -177,7 +184,11 @@ class RangeTimes:
             trials.append(ceiling)
         n, before, stride = 0, None, 1
         while n < len(trials):
-            got = self._search(i, j, m, trials[n], theta)
+            if self._pairs(trials, n, before):  # this trial here, the next beside it
+                got = self._pair(i, j, m, trials[n], trials[n + 1], theta)
+                n += 1  # (the rules below read the upper one's labels)
+            else:
+                got = self._search(i, j, m, trials[n], theta)
             if got is not None:  # g itself (a search keeps plans a rounding hair above)
                 return got if got[0] <= tau else None
             close_step(trials, n, self.last_labels)
@@ -313,27 +324,62 @@ class RangeTimes:
                 holds.needed(holds.curve(groups, []), total))
         return got
 
+    def _pairs(self, trials: list, n: int, before: int | None) -> bool:
+        """Whether trial ``n`` runs with trial ``n + 1`` beside it (:meth:`_pair`): with
+        more than one process, once the last miss kept :data:`PAIR` labels (the next
+        trials cost more than a fork); after a dear one the trial beside is the close
+        step :func:`close_step` would put there."""
+        if self.processes < 2 or before is None or before < PAIR or n + 1 >= len(trials):
+            return False
+        close_step(trials, n, before)
+        return True
+
+    def _pair(self, i, j, m, low, high, theta):
+        """Trials ``low < high`` at once: ``high`` in a forked process
+        (:class:`.dp_parallel.Beside`), ``low`` here. A plan ``low`` finds is ``g``
+        itself (the other is stopped); else ``high``'s answer, recorded as a search of
+        this process (its proof holds under the same bound)."""
+        from .dp_parallel import Beside
+
+        own = self._theta_apart(i, j, theta)
+        with Beside(lambda: self._run(i, j, m, high, theta, own), self.deadline) as there:
+            got = self._search(i, j, m, low, theta)
+            if got is not None:
+                return got
+            done, labels = there.result()
+        return self._record(i, j, m, high, theta, done, labels)
+
+    def _run(self, i, j, m, tau, theta, own_theta):
+        """One bounded search: the plans it keeps from DC ``i`` as ``(T_p, max R, fill,
+        period, stages)``, and the labels it kept."""
+        search = PipelineSearch(self.t, m, j, self.limit, self.deadline, "time", self.holds,
+                                (tau, theta), first_dc=i, own_theta=own_theta)
+        done = [(T, R, fill, period, tuple(search.backtrack(parent)))
+                for T, R, parent, fill, period in search.run().get(i, [])]
+        return done, search.stats["labels"]
+
     def _search(self, i, j, m, tau, theta):
         """One bounded search; records what it proves. ``(T_p, max R, stages)`` or ``None``."""
-        search = PipelineSearch(self.t, m, j, self.limit, self.deadline, "time", self.holds,
-                                (tau, theta), first_dc=i,
-                                own_theta=self._theta_apart(i, j, theta))
-        done = search.run().get(i, [])
+        done, labels = self._run(i, j, m, tau, theta, self._theta_apart(i, j, theta))
+        return self._record(i, j, m, tau, theta, done, labels)
+
+    def _record(self, i, j, m, tau, theta, done, labels):
+        """What a search at ``tau`` that kept ``done`` (:meth:`_run`) proves: ``(T_p, max
+        R, stages)`` of its best plan, or ``None``."""
         self.searches += 1
-        self.last_labels = search.stats["labels"]
-        if search.stats["labels"] > DEAR:
+        self.last_labels = labels
+        if labels > DEAR:
             self.dear.add((i, j))
         if self.log is not None:
             self.log(f"dp: a pipeline on DCs {i}..{j}, M_p = {m}, T_p <= {tau:.6g}: "
-                     f"{'found' if done else 'none'} ({search.stats['labels']} labels)")
+                     f"{'found' if done else 'none'} ({labels} labels)")
         if not done:  # no plan within tau (and a rounding hair above): g > tau
             self._prove(i, j, m, theta, float(np.nextafter(tau, np.inf)))
             return None
         found = self.found.setdefault((i, j), [])
-        for _, R_x, parent_x, fill_x, period_x in done:  # every plan kept: upper bounds
-            found.append(Found(m, fill_x, period_x, R_x, tuple(search.backtrack(parent_x))))
-        T, R, parent, fill, period = min(done, key=lambda x: x[0])
-        stages = tuple(search.backtrack(parent))
+        for _, R_x, fill_x, period_x, stages_x in done:  # every plan kept: upper bounds
+            found.append(Found(m, fill_x, period_x, R_x, stages_x))
+        T, R, _, _, stages = min(done, key=lambda x: x[0])
         self._prove(i, j, m, theta, T)
         return T, R, list(stages)
 

@@ -114,25 +114,36 @@ def largest_remainder(total: int, weights: list[float]) -> list[int]:
     return [1 + x for x in parts]
 
 
-def _plan_groups(instance: Instance, groups: list[range], cap: int, deadline: Deadline):
+def _plan_groups(instance: Instance, groups: list[range], cap: int, deadline: Deadline,
+                 threads: int = 1):
     """Each group's classic DP optimum with ``cap`` microbatches, and its speed: the
     inverse of its steady-state period under the instance's objective. Returns
-    ``(plans, speeds, problems)``."""
+    ``(plans, speeds, problems)``. With ``threads > 1`` the groups are planned in that
+    many processes (:func:`chainpipe.solvers.dp_parallel.spread`)."""
+    from ..dp_parallel import spread
+
     plans, speeds, problems = [], [], []
-    own = instance.training.objective
-    for dcs in groups:
-        sub = sub_instance(instance, dcs, cap)
-        res = dp.run(sub, deadline=deadline)
-        if res.plan is None:
-            problems.append(f"{sub.name}: dp returned {res.status.value}"
-                            + (f" ({res.message})" if res.message else ""))
+    for plan, period, problem in spread(lambda dcs: _plan_group(instance, dcs, cap, deadline),
+                                        list(groups), deadline, threads):
+        if problem is not None:
+            problems.append(problem)
             continue
-        judged = dataclasses.replace(sub, training=dataclasses.replace(sub.training,
-                                                                       objective=own))
-        period = evaluate(judged, res.plan).pipelines[0].period_s
-        plans.append(res.plan)
+        plans.append(plan)
         speeds.append(1.0 / period if period > 0 else float("inf"))
     return plans, speeds, problems
+
+
+def _plan_group(instance: Instance, dcs: range, cap: int, deadline: Deadline):
+    """One group's classic DP optimum and its period under the instance's objective:
+    ``(plan, period, None)``, or ``(None, None, why)`` when it holds no plan."""
+    sub = sub_instance(instance, dcs, cap)
+    res = dp.run(sub, deadline=deadline)
+    if res.plan is None:
+        return None, None, (f"{sub.name}: dp returned {res.status.value}"
+                            + (f" ({res.message})" if res.message else ""))
+    judged = dataclasses.replace(sub, training=dataclasses.replace(
+        sub.training, objective=instance.training.objective))
+    return res.plan, evaluate(judged, res.plan).pipelines[0].period_s, None
 
 
 def _shares(total: int, speeds: list[float]) -> list[int]:
@@ -171,7 +182,7 @@ def replicate_per_dc(instance: Instance, *, deadline=None, seed=0, threads=1,
         return Outcome("no_solution", stats=stats, message=f"replicate-per-dc: {why}")
     groups = dc_groups(K, P)
     stats["datacenters"] = [[instance.datacenters[k].name for k in g] for g in groups]
-    plans, speeds, problems = _plan_groups(instance, groups, M - P + 1, deadline)
+    plans, speeds, problems = _plan_groups(instance, groups, M - P + 1, deadline, threads)
     if problems:
         return Outcome("no_solution", stats=stats, message="replicate-per-dc: a DC range "
                        "holds no plan: " + "; ".join(problems))
