@@ -39,6 +39,7 @@ OUT = ROOT / "benchmarks" / "results" / "dp_scaling.md"
 OUT_V3 = ROOT / "benchmarks" / "results" / "dp_scaling_v3.md"
 OUT_V3_FRESH = ROOT / "benchmarks" / "results" / "dp_scaling_v3_fresh.md"
 OUT_KERNEL = ROOT / "benchmarks" / "results" / "dp_kernel.md"
+OUT_THREADS_V3 = ROOT / "benchmarks" / "results" / "dp_threads_v3.md"
 #: the issue's targets under contract v3 (1F1B period, several pipelines), CPU seconds
 TARGETS_V3 = {"hybrid": 2.0, "hybrid-large": 20.0, "v3/medium": 2.0, "v3/large": 20.0}
 #: the issue's targets for the hybrid sets: seconds per proven optimum, one core
@@ -692,6 +693,68 @@ def kernel_main(quick: bool) -> int:
     return 0
 
 
+def _threads_job(job, queue):
+    """In a fresh process: one instance (a committed file, a fresh draw of a v3 set's
+    entry or a :func:`cluster_spec`) solved with ``threads``: wall and CPU seconds of
+    this process, and the CPU seconds of its forked children."""
+    import chainpipe as cp
+    from chainpipe import numba_start
+
+    numba_start.own_process()
+    kind, arg, threads = job
+    inst = (cp.read(arg) if kind == "file" else fresh_v3_instance(**arg) if kind == "fresh"
+            else scale_instance(arg))
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0, c0 = time.perf_counter(), time.process_time()
+    res = cp.solve(inst, "dp", time_limit=600, threads=threads)
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    queue.put({"name": inst.name, "wall": wall, "cpu": cpu, "status": res.status,
+               "T": res.iteration_time,
+               "children": after.ru_utime + after.ru_stime - kids.ru_utime - kids.ru_stime})
+
+
+#: ``--v3-threads``: the committed ``v3/large`` set, fresh draws of its entries (the
+#: dearest class, ``-03``, at the seeds whose runs took longest) and the Llama-3.1-405B
+#: shape on 16 DCs x 3 types (issue 31: "faster again on 2")
+THREADS_FRESH = (("v3-large-01", 5), ("v3-large-03-slow-sync8", 4),
+                 ("v3-large-03-slow-sync8", 6), ("v3-large-03-slow-sync8", 26))
+
+
+def threads_main(repeat: int) -> int:
+    """One process against two (``--threads 2``), each the least wall time of ``repeat``
+    fresh processes, run back to back: ``results/dp_threads_v3.md``."""
+    files = sorted(p for p in (ROOT / "instances" / "v3" / "large").glob("*.json")
+                   if p.name != "manifest.json")
+    jobs = ([("file", str(f)) for f in files]
+            + [("fresh", dict(entry=e, seed=s)) for e, s in THREADS_FRESH]
+            + [("scale", cluster_spec("chain-16x3", "llama-3.1-405b"))])
+    load0 = os.getloadavg()[0]
+    lines = ["## `dp` on two cores under contract v3", "",
+             f"Machine: {os.cpu_count()} cores, Python {platform.python_version()}. Produced by "
+             f"`python benchmarks/dp_scaling.py --v3-threads`: each instance solved in a fresh "
+             f"process with `threads` 1 and 2 in turn, {repeat} times, the least wall time "
+             "kept (with its CPU seconds: the solving process's own and its forked "
+             "children's). Load average "
+             f"{load0:.1f} at the start, LOAD_END at the end. " + host_line(), "",
+             "| instance | status | T (s) | 1 process: wall (s) | 2: wall (s) | speed-up | "
+             "2: CPU, own + children (s) |", "|---|---|---|---|---|---|---|"]
+    for kind, arg in jobs:
+        runs = {1: [], 2: []}
+        for _ in range(repeat):
+            for threads in (1, 2):
+                runs[threads].append(measure((kind, arg, threads), _threads_job))
+        one, two = (min(runs[t], key=lambda r: r["wall"]) for t in (1, 2))
+        assert (one["status"], one["T"]) == (two["status"], two["T"]), (one, two)
+        lines.append(f"| `{one['name']}` | {getattr(one['status'], 'value', one['status'])} | {_num(one['T'], '.6g')} | "
+                     f"{one['wall']:.2f} | {two['wall']:.2f} | {one['wall'] / two['wall']:.2f}x"
+                     f" | {two['cpu']:.2f} + {two['children']:.2f} |")
+        print(lines[-1], flush=True)
+    lines[2] = lines[2].replace("LOAD_END", f"{os.getloadavg()[0]:.1f}")
+    write_results(OUT_THREADS_V3, lines)
+    return 0
+
+
 #: the heading of ``--targets``' section, the last of :data:`OUT_KERNEL`
 TARGETS_HEADING = "## Issue 31's targets, fresh processes"
 #: ``hybrid-large`` seeds measured by ``--targets``: 1 to 3 as in the tables above, 2 to 4
@@ -814,6 +877,8 @@ def main() -> int:
                     help="the compiled kernel's costs and two processes: results/dp_kernel.md")
     ap.add_argument("--targets", action="store_true",
                     help="issue 31's targets in fresh processes: the end of results/dp_kernel.md")
+    ap.add_argument("--v3-threads", action="store_true",
+                    help="one process against two under contract v3: results/dp_threads_v3.md")
     args = ap.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     if not args.kernel:
@@ -824,6 +889,8 @@ def main() -> int:
               ("built already" if built is None else f"built in {built:.1f} s"))
     if args.targets:
         return targets_main(args.quick)
+    if args.v3_threads:
+        return threads_main(1 if args.quick else 2)
     if args.kernel:
         return kernel_main(args.quick)
     if args.v3_fresh:
