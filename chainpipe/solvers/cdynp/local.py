@@ -79,6 +79,10 @@ def dominance_by_count(ok, C, N, R, W, check=None) -> tuple[np.ndarray, np.ndarr
 #: the label kernels (compiled ahead of time when built, :mod:`.local_aot`)
 kernel = load()
 
+#: the first size of the states' hash table, their usage rows and the extensions' rows
+#: (:func:`.local_fast.extend_layer` doubles each when full); a power of two
+TABLE_SLOTS = 64
+
 #: where a label's plan continues, ``(kind, i, j)``: ``OWN``: own label ``i``; ``IN``:
 #: point ``j`` of incoming entry ``i``; ``END``: the model ends after the label's stage
 OWN, IN, END = 0, 1, 2
@@ -304,17 +308,21 @@ class LocalDP(DCRun):
         self._pre = np.array([pre[0], pre[1], [0.0] * (L + 1) if spread is None else
                               spread[0]], dtype=float)
         self._spread = spread
-        self._zero = (0,) * G
-        self._count = [int(min(c, L * self.t.widest)) for c in self.t.count]
+        self._count = np.array([int(min(c, L * self.t.widest)) for c in self.t.count],
+                               dtype=np.int64)
+        #: a usage as one integer: sum of u[g] * stride[g] (mixed radix)
+        self._stride = np.cumprod([1, *(self._count[:-1] + 1)]).astype(np.int64)
         # in-flight count of a new stage placed before r stages
         self._need_at = np.array([self.t.in_flight(r + 1) for r in range(self.R + 1)],
                                  dtype=np.int64)
-        self._sid = {self._zero: 0}  # state (devices in use) -> global id; 0: base labels
-        self._usage = [self._zero]
-        # per extension (meta): the store index of its source state's first label, or
-        # -1 - x for the base labels at x; and its group
-        self._meta_off: list[int] = []
-        self._meta_g: list[int] = []
+        # the states (:func:`.local_fast.extend_layer`): a hash table of their usage codes
+        # (code 0, no device in use, the base labels' state, id 0 at slot 0), their usage
+        # by global id, per extension (meta) its source and group, and the counts of both
+        self._table = np.full((TABLE_SLOTS, 2), -1, dtype=np.int64)
+        self._table[0] = 0
+        self._usage = np.zeros((TABLE_SLOTS, G), dtype=np.int64)
+        self._meta = np.empty((TABLE_SLOTS, 2), dtype=np.int64)
+        self._sizes = np.array([1, 0], dtype=np.int64)
         self._base_refs: dict[int, np.ndarray] = {}  # x -> refs of its kept base labels
         self._arena = kernel.new_arena(L, blocks=64)
         self._stored = 0
@@ -353,7 +361,7 @@ class LocalDP(DCRun):
             F, I = np.concatenate((bf, F)), np.concatenate((bi, I))
         if not len(F):
             return None
-        usage = np.array(self._usage, dtype=np.int64)
+        usage = self._usage[:self._sizes[0]]
         steady = self.M - 1
         if not self._beam:
             return kernel.local_layer(F, I, usage, self.sync, steady, True)
@@ -388,12 +396,12 @@ class LocalDP(DCRun):
         m = len(X) - lo
         if not m:
             return None
-        meta = parents[lo:, 0]
-        off = np.array(self._meta_off, dtype=np.int64)[meta]
+        meta = self._meta[parents[lo:, 0]]
+        off = meta[:, 0]
         label = parents[lo:, 1]
         rows = np.empty((m, 6), dtype=np.int64)
         rows[:, 0] = x
-        rows[:, 1] = np.array(self._meta_g, dtype=np.int64)[meta]
+        rows[:, 1] = meta[:, 1]
         rows[:, 2] = parents[lo:, 2]
         own = off >= 0
         rows[own, 3], rows[own, 4], rows[own, 5] = OWN, off[own] + label[own], 0
@@ -408,8 +416,10 @@ class LocalDP(DCRun):
 
     def _extend(self, x: int, layer: tuple) -> None:
         """Prepend every candidate stage ``[a, x)`` to the labels of each state of
-        ``layer`` (labels at ``x``), filing the images for layer ``a``
-        (:func:`~chainpipe.solvers.label_kernel.local_extend`, one call per state).
+        ``layer`` (labels at ``x``), filing the images for layer ``a``: one compiled call
+        for the layer (:func:`.local_fast.extend_layer`, which gives each state's images
+        their states and extension ids and runs
+        :func:`~chainpipe.solvers.label_kernel.local_extend` per state).
 
         The bound is tested without assembling ``T`` per label and stage: with ``bU`` the
         label's bottleneck lifted to the boundary's occupancy, ``h`` the larger of the
@@ -424,41 +434,26 @@ class LocalDP(DCRun):
         runs, stages, gws = self._runs_at(x)
         if not len(runs):
             return
-        gw_of = runs[:, 4]
+        gw_of = np.ascontiguousarray(runs[:, 4])
         runs = np.ascontiguousarray(runs[:, :4])
-        u_x, q_x = float(self.u_int[x]), float(self.q_int[x])
         limit = self._limit + self._limit * BOUND_SLACK
-        move = np.array([0.0, 0.0, limit, self.M - 1, self.R, 0.0])
+        move = np.array([self.u_int[x], self.q_int[x], limit, self.M - 1, self.R, 0.0])
         caps = np.zeros((0, 3))
         if self._spread is not None:
             move[5] = self._spread[1]
             caps = np.array(self._spread[2], dtype=float).reshape(-1, 3)
-        for s, sid in enumerate(ids.tolist()):
-            lo, hi = int(starts[s]), int(starts[s + 1])
-            if lo == hi:
-                continue  # every label of the state dominated across states
-            u = self._usage[sid]
-            # per (group, width) of the runs: the state its images go to, if they fit
-            to = [self._state(u, g, w) if w <= self._count[g] - u[g] else -1 for g, w in gws]
-            metas = np.full(self.t.G, -1, dtype=np.int64)
-            for (g, _w), t in zip(gws, to):
-                if t >= 0 and metas[g] < 0:  # this state's extensions on g
-                    metas[g] = len(self._meta_off)
-                    self._meta_off.append(self._layer_off + lo if sid else -1 - x)
-                    self._meta_g.append(g)
-            internal = u != self._zero
-            move[0] = u_x if internal else 0.0
-            move[1] = q_x if internal else 0.0
-            targets = np.array(to, dtype=np.int64)[gw_of]
-            while True:
-                cut, short = kernel.local_extend(
-                    X[lo:hi], kill[lo:hi], np.array(u, dtype=np.int64), runs, stages, targets,
-                    metas, move, self._need_at, self._pre, caps, *self._arena)
-                if not short:
-                    break
-                self._arena = kernel.grown(self._arena, short)
+        at = np.array([x, self._layer_off, 0], dtype=np.int64)
+        gw = np.array(gws, dtype=np.int64).reshape(-1, 2)
+        while True:
+            cut, short, at[2], self._table, self._usage, self._meta = kernel.extend_layer(
+                X, kill, starts, ids, runs, stages, gw, gw_of, self._count, self._stride,
+                self._table, self._usage, self._meta, self._sizes, move, at, self._need_at,
+                self._pre, caps, *self._arena)
             if cut:
                 self.bound_cut = True
+            if not short:
+                break
+            self._arena = kernel.grown(self._arena, short)
 
     def _runs_at(self, x: int) -> tuple:
         """The candidate runs ending at ``x``, as :func:`~chainpipe.solvers.label_kernel.
@@ -475,11 +470,3 @@ class LocalDP(DCRun):
         return (np.array(runs, dtype=np.int64).reshape(-1, 5),
                 np.concatenate(parts) if parts else np.zeros((0, 4)), list(gws))
 
-    def _state(self, u: tuple, g: int, w: int) -> int:
-        """The global id of the state ``u`` with ``w`` more devices of ``g`` in use."""
-        nu = u[:g] + (u[g] + w,) + u[g + 1:]
-        sid = self._sid.get(nu)
-        if sid is None:
-            sid = self._sid[nu] = len(self._usage)
-            self._usage.append(nu)
-        return sid

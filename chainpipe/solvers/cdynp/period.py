@@ -282,25 +282,25 @@ class PeriodDP:
         the order filed: :func:`~chainpipe.solvers.dp_period.pareto`'s sort): the layer
         joined once, each usage's rows sorted in that order, filtered, and cut into one
         slice (a view) per usage."""
+        from .period_fast import order_layer
+
         keys = list(chunks)
         every = _Labels.joined([c for u in keys for c in chunks[u]])
         sizes = [sum(len(c) for c in chunks[u]) for u in keys]
-        bounds = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64).tolist()
+        bounds = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
         cut = self.curve is not None and x > 0
-        parts, counts = [], np.zeros(len(keys), dtype=np.int64)
-        for i, u in enumerate(keys):  # a sort per state (one of the whole layer is slower)
-            lo, hi = bounds[i], bounds[i + 1]
-            if hi > lo:
-                S = every.S[lo:hi]
-                got = np.lexsort((S[:, 4], S[:, 0], S[:, 3], S[:, 2], S[:, 0] + S[:, 1]))
-                if cut:
-                    ok = self.curve.keep(x, u, S, ub)
-                    if not ok.all():  # a cut by the bound: the DC's trials go on past it
-                        self.bound_cut = True
-                        got = got[ok[got]]
-                parts.append(lo + got)
-                counts[i] = len(got)
-        order = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+        if cut:  # the paired floor (:meth:`.curve.CurvePass.keep`) of each state's row
+            c = self.curve
+            CF, grid, below, M = c.rows(x, keys), c.grid, c.below, c.M
+        else:
+            CF, grid, below, M = np.zeros((0, 1)), np.zeros(1), np.zeros(1), self.M
+        # one sort per state (one of the whole layer by numpy was slower), compiled
+        order, counts, dropped = order_layer(
+            np.ascontiguousarray(every.S), bounds, CF, cut,
+            np.ascontiguousarray(grid, dtype=float), np.ascontiguousarray(below, dtype=float),
+            int(M), ub * (1 + 1e-9))
+        if dropped:  # a cut by the bound: the DC's trials go on past it
+            self.bound_cut = True
         live = [i for i in range(len(keys)) if counts[i]]
         every = every.take(order)
         starts = np.concatenate(([0], np.cumsum(counts[live]))).astype(np.int64)
