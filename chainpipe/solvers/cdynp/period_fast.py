@@ -29,10 +29,11 @@ from ..period_kernel import hull_prepend, new_loops  # noqa: F401 (the kernels c
 #: per kernel :mod:`.period` calls, its arguments' types (:data:`.label_aot.ARGS`'
 #: notation; ``tests/test_kernel_aot.py`` checks that CDynP passes exactly these)
 ARGS = {
-    "extend": ("f2", "f2", "i1", "f2", "i1", "b1", "f1", "f1", "i1", "f1", "f2", "f2", "f2",
-               "i1", "i2"),
     "keep_points": ("f2", "f2", "i1", "i", "b"),
     "order_layer": ("f2", "i1", "f2", "b", "f1", "f1", "i", "f"),
+    "least_bottleneck": ("f1", "f1", "f", "f1"),
+    "extend_layer": ("f2", "f2", "i1", "i1", "i1", "b2", "f2", "i1", "i2", "f2", "f1", "f1",
+                     "i1", "f1", "f2", "f2", "i1", "i2", "i1"),
 }
 #: the kernels, compiled ahead of time into ``cdynp_period_aot_<digest>``
 UNIT = Unit("cdynp_period", ARGS, ("solvers/cdynp/period_fast.py", "solvers/period_kernel.py"))
@@ -73,6 +74,33 @@ def extend(S, H, HL, runs, ptr, use, need_at, fs, ints, pre_sum, pre_max, out_S,
             k, c = _extend_run(S, H, HL, runs[ptr[q]:ptr[q + 1]], q, need_at, fs, ints,
                                pre_sum, pre_max[q], out_S, out_H, out_HL, out_src, k, tmp)
             cut = cut or c
+    return k, cut
+
+
+@kernel
+def extend_layer(S, H, HL, bounds, internal, use, runs, ptr, prow, P, need_at, fs, ints,
+                 pre_sum, out_S, out_H, out_HL, out_src, out_state):
+    """:func:`extend` for every state of a layer, one call for the layer: state ``s``'s
+    labels are rows ``bounds[s]:bounds[s + 1]`` of ``S``, ``H``, ``HL`` (none: skipped),
+    the runs it takes those ``q`` with ``use[s, q]``, run ``q``'s prefix floors the row
+    ``P[prow[s, q]]``; ``fs = [U, Q, limit, limit_hi]``, ``U`` and ``Q`` (the own
+    boundary) only for a state with ``internal[s]`` (a base label's images cross none).
+    The images state after state (each state's as :func:`extend` orders them, its labels
+    numbered within it), and ``out_state[k]`` image ``k``'s state. Returns ``(images,
+    cut)``."""
+    k, cut = 0, False
+    fs_s = fs.copy()
+    for s in range(len(bounds) - 1):
+        lo, hi = bounds[s], bounds[s + 1]
+        if lo == hi:
+            continue
+        fs_s[0] = fs[0] if internal[s] else 0.0
+        fs_s[1] = fs[1] if internal[s] else 0.0
+        n, c = extend(S[lo:hi], H[lo:hi], HL[lo:hi], runs, ptr, use[s], need_at, fs_s, ints,
+                      pre_sum, P[prow[s]], out_S[k:], out_H[k:], out_HL[k:], out_src[k:])
+        out_state[k:k + n] = s
+        k += n
+        cut = cut or c
     return k, cut
 
 
@@ -294,6 +322,39 @@ def order_layer(S, bounds, CF, curve, grid, below, M, limit):
         counts[s] = m
         k += m
     return order[:k].copy(), counts, cut
+
+
+@kernel
+def least_bottleneck(starts, held, rate, flop):
+    """:func:`.floors.least_bottleneck` with the step function given as ``starts`` and
+    ``held`` (its breakpoints and values, a step from 0 holding 0 first): per value of
+    ``flop`` the same bisection over the steps and the same operations, so the same
+    floors to the bit."""
+    n = len(starts)
+    out = np.empty(len(flop))
+    for t in range(len(flop)):
+        f = flop[t]
+        lo, hi = 0, n
+        while lo < hi:
+            mid = min((lo + hi) // 2, n - 1)
+            if _line(f, held[mid], rate) <= starts[mid]:
+                hi = mid
+            else:
+                lo = mid + 1
+        got = starts[min(lo, n - 1)] if lo < n else np.inf
+        if lo >= 1:
+            got = min(got, _line(f, held[lo - 1], rate))
+        out[t] = 0.0 if f <= 0 else got
+    return out
+
+
+@kernel
+def _line(f, held, rate):
+    """``(f - held) / rate``, 0 where nothing is left to hold, ``inf`` without a rate."""
+    need = f - held
+    if need <= 0:
+        return 0.0
+    return need / rate if rate > 0 else np.inf
 
 
 UNIT.bind(globals())
