@@ -100,3 +100,42 @@ def test_the_local_dp_states_are_one_per_usage(monkeypatch, dc):
     assert found == {int(c): i for i, c in enumerate(codes.tolist())}
     assert dp.points == want.points and dp.points
     assert dp._store == want._store
+
+
+def _numpy_runs(ok, dominated, on, C, N, R, alone):
+    """The candidate runs as ``LocalDP._direct_candidates`` made them with numpy (before
+    ``local_fast.candidate_runs``): ``(rows, top, [(c, x, first, end)])``."""
+    L = ok.shape[2] - 1
+    pos = np.arange(L + 1)
+    before = pos[None, None, :] < pos[None, :, None]  # [., x, a]: a < x
+    stop = np.where(~ok.transpose(0, 2, 1) & before, pos, -1).max(axis=2)
+    keep = (before & (pos[None, None, :] > stop[:, :, None]) & on[None, :, None]
+            & on[None, None, :] & ~dominated.transpose(0, 2, 1))
+    ci, xi, ri = np.nonzero(keep[:, :, ::-1])
+    ai = L - ri
+    rows = np.stack([ai.astype(float), C[ci, ai, xi], N[ci, ai, xi].astype(float),
+                     R[ci, ai, xi]], axis=1)
+    high = np.where(before, alone.transpose(0, 2, 1), -math.inf)
+    top = np.maximum.accumulate(high[:, :, ::-1], axis=2)[ci, xi, ri]
+    key = ci * (L + 1) + xi
+    cuts = [0, *(np.flatnonzero(np.diff(key)) + 1).tolist(), len(key)]
+    runs = [(int(ci[s]), int(xi[s]), s, e) for s, e in zip(cuts[:-1], cuts[1:]) if e > s]
+    return rows, top, runs
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_candidate_runs_are_the_numpy_runs(seed):
+    """Random options (memory failing here and there, dominated pairs, a grid, ``inf``
+    where a stage alone cannot run): the compiled runs are the numpy ones, row for row."""
+    rng = np.random.default_rng(seed)
+    c, L = 5, 9
+    ok = rng.random((c, L + 1, L + 1)) < 0.85
+    dominated = rng.random((c, L + 1, L + 1)) < 0.3
+    on = rng.random(L + 1) < 0.8
+    C, R = rng.random((c, L + 1, L + 1)), rng.random((c, L + 1, L + 1))
+    N = rng.integers(0, 5, (c, L + 1, L + 1))
+    alone = np.where(rng.random((c, L + 1, L + 1)) < 0.1, math.inf, 3 * C + R)
+    rows, top, runs = local.kernel.candidate_runs(ok, dominated, on, C, N, R, alone)
+    want = _numpy_runs(ok, dominated, on, C, N, R, alone)
+    assert rows.tolist() == want[0].tolist() and top.tolist() == want[1].tolist()
+    assert [tuple(r) for r in runs.tolist()] == want[2] and want[2]

@@ -36,7 +36,7 @@ import numpy as np
 
 from ... import cost
 from ...deadline import Deadline
-from ...tables import dominated_options, width_rivals
+from ...tables import dominated_options
 from ..labels import BOUND_SLACK
 from .local_aot import load
 
@@ -58,23 +58,23 @@ def dominance_by_count(ok, C, N, R, W, check=None) -> tuple[np.ndarray, np.ndarr
     ``C_r < C_c``, or ``R_r < R_c``, or ``n_r > n_c``). Where the part in brackets holds
     without ``n``, it needs only ``n_r >= n_c``: always if ``N_r >= N_c``, else iff ``M <=
     N_r`` (``T1``: the largest such threshold). Else it needs ``n_r > n_c``: iff ``N_r >
-    N_c`` and ``M > N_c`` (``B``: such a rival exists, whatever the brackets)."""
-    W = np.asarray(W)
-    T1 = np.zeros(ok.shape)
-    B = np.zeros(ok.shape, dtype=bool)
-    if len(W) < 2:
-        return T1, B
-    shape = (-1,) + (1,) * (ok.ndim - 1)
-    for c, rivals in width_rivals(W, check):
-        with np.errstate(invalid="ignore"):
-            base = ok[rivals] & (C[rivals] <= C[c]) & (R[rivals] <= R[c])
-            strict = (C[rivals] < C[c]) | (R[rivals] < R[c])
-        plain = ((W[rivals] < W[c]) | (rivals < c)).reshape(shape)
-        Nr = N[rivals]
-        thr = np.where(Nr >= N[c], math.inf, Nr.astype(float))
-        T1[c] = np.where(base & (plain | strict), thr, 0.0).max(axis=0)
-        B[c] = (base & (Nr > N[c])).any(axis=0)
-    return T1, B
+    N_c`` and ``M > N_c`` (``B``: such a rival exists, whatever the brackets). Compiled
+    (:func:`.local_fast.count_dominance`); ``check`` is called once."""
+    if check is not None:
+        check()
+    flat = _flat(ok, C, N, R, W)
+    T1, B = np.zeros(flat[0].shape), np.zeros(flat[0].shape, dtype=bool)
+    kernel.dominance_at(*flat, T1, B, 0, True)
+    return T1.reshape(ok.shape), B.reshape(ok.shape)
+
+
+def _flat(ok, C, N, R, W) -> list:
+    """The options' arrays as :func:`.local_fast.dominance_at` takes them: ``[c, e]``,
+    ``N`` as floats."""
+    shape = (len(W), int(np.prod(np.shape(ok)[1:], dtype=np.int64)))  # no options: 0 rows
+    return [*(np.ascontiguousarray(np.asarray(v).reshape(shape), dtype=t)
+              for v, t in ((ok, bool), (C, float), (N, float), (R, float))),
+            np.ascontiguousarray(W, dtype=np.int64)]
 
 #: the label kernels (compiled ahead of time when built, :mod:`.local_aot`)
 kernel = load()
@@ -192,13 +192,11 @@ class LocalDP(DCRun):
 
     def _direct_candidates(self, ub: float, grid=None, tops: bool = False):
         """:meth:`_candidates` computed from the options (``tops``: as :meth:`_unbounded`
-        keeps them, ``(runs as arrays with tops, worst per group)``), per group with arrays
-        ``[pair, x, a]``: a run ends after the largest ``a < x`` that fails
-        :meth:`option_fits`."""
+        keeps them, ``(runs as arrays with tops, worst per group)``), per group from arrays
+        ``[pair, a, x]`` (:func:`.local_fast.candidate_runs`): a run ends after the largest
+        ``a < x`` that fails :meth:`option_fits`."""
         L = self.L
-        pos = np.arange(L + 1)
         on = np.array([grid is None or x in grid for x in range(L + 1)])
-        before = pos[None, None, :] < pos[None, :, None]  # [., x, a]: a < x
         out, worst = [], []
         for g in range(self.t.G):
             self.deadline.check()
@@ -212,30 +210,19 @@ class LocalDP(DCRun):
             dominated = self._dominated(g, ok, opts) if ub == math.inf else (
                 dominated_options(ok, opts.compute_time, opts.max_in_flight, opts.sync_time,
                                   opts.width, self.deadline.check))
-            okT = ok.transpose(0, 2, 1)
-            stop = np.where(~okT & before, pos, -1).max(axis=2)  # [c, x]: the break
-            keep = (before & (pos[None, None, :] > stop[:, :, None]) & on[None, :, None]
-                    & on[None, None, :] & ~dominated.transpose(0, 2, 1))
-            # a descending within (c, x): the a axis flipped
-            ci, xi, ri = np.nonzero(keep[:, :, ::-1])
-            ai = L - ri
-            rows = np.stack([ai.astype(float), opts.compute_time[ci, ai, xi],
-                             opts.max_in_flight[ci, ai, xi].astype(float),
-                             opts.sync_time[ci, ai, xi]], axis=1)
-            if not tops:
+            # the runs, compiled; the largest M C + R from x - 1 down to each start
+            rows, top, runs = kernel.candidate_runs(*(np.ascontiguousarray(v) for v in (
+                ok, dominated, on, opts.compute_time, opts.max_in_flight.astype(np.int64),
+                opts.sync_time, alone)))
+            if tops:
+                top = top.tolist()
+            else:
                 stages = list(map(tuple, rows.tolist()))
-            else:  # the largest M C + R from x - 1 down to a, skipped starts included
-                high = np.where(before, alone.transpose(0, 2, 1), -math.inf)
-                top = np.maximum.accumulate(high[:, :, ::-1], axis=2)[ci, xi, ri].tolist()
             per_end: list = [[] for _ in range(L + 1)]
             widths = opts.width.tolist()
-            key = ci * (L + 1) + xi
-            cuts = [0, *(np.flatnonzero(np.diff(key)) + 1).tolist(), len(key)]
-            for s, e in zip(cuts[:-1], cuts[1:]):
-                if e > s:
-                    c, x = int(ci[s]), int(xi[s])
-                    per_end[x].append((widths[c], c, rows[s:e], top[s:e]) if tops
-                                      else (widths[c], c, stages[s:e]))
+            for c, x, s, e in runs.tolist():
+                per_end[x].append((widths[c], c, rows[s:e], top[s:e]) if tops
+                                  else (widths[c], c, stages[s:e]))
             out.append(per_end)
         return (out, worst) if tops else out
 
@@ -255,16 +242,19 @@ class LocalDP(DCRun):
             got = _DOMINANCE.get(key)
             if got is not None:
                 _DOMINANCE.move_to_end(key)
+        flat = _flat(ok, opts.compute_time, opts.max_in_flight, opts.sync_time, opts.width)
         if got is None or got[0] < self.M:
-            got = (self.M, opts.max_in_flight, *dominance_by_count(
-                ok, opts.compute_time, opts.max_in_flight, opts.sync_time, opts.width,
-                self.deadline.check))
+            self.deadline.check()
+            T1, B = np.zeros(flat[0].shape), np.zeros(flat[0].shape, dtype=bool)
+            mask = kernel.dominance_at(*flat, T1, B, self.M, True)
             with _DOMINANCE_LOCK:
-                _DOMINANCE[key] = got
+                _DOMINANCE[key] = (self.M, flat[2], T1, B)
                 while len(_DOMINANCE) > 64:
                     _DOMINANCE.popitem(last=False)
-        _built, N, T1, B = got
-        return (self.M <= T1) | ((self.M > N) & B)
+        else:  # the limits at the count it was built at: flat[2] replaced
+            _built, N, T1, B = got
+            mask = kernel.dominance_at(*flat[:2], N, *flat[3:], T1, B, self.M, False)
+        return mask.reshape(ok.shape)
 
     def label(self, i: int) -> tuple[int, int, int, tuple]:
         """Own label ``i`` (an index in :attr:`points`): ``(start, group, pair, ref)``, its

@@ -27,6 +27,8 @@ ARGS = {
     "local_layer": ("f2", "i2", "i2", "b", "i", "b"),
     "extend_layer": ("f2", "i1", "i1", "i1", "i2", "f2", "i2", "i1", "i1", "i1", "i2", "i2",
                      "i2", "i1", "f1", "i1", "i1", "f2", "f2", "f2", "i2", "i2", "i1"),
+    "candidate_runs": ("b3", "b3", "b1", "f3", "i3", "f3", "f3"),
+    "dominance_at": ("b2", "f2", "f2", "f2", "i1", "f2", "b2", "i", "b"),
 }
 
 

@@ -178,3 +178,91 @@ def _moves(sid, gw, gw_of, count, stride, table, usage, sizes, u, targets, metas
     for q in range(len(gw_of)):
         targets[q] = to[gw_of[q]]
     return k, table, usage
+
+
+@njit(cache=True)
+def candidate_runs(ok, dominated, on, C, N, R, alone):
+    """A group's candidate runs (:meth:`.local.LocalDP._direct_candidates`), arrays
+    ``[pair, a, x]``: per pair ``c`` and end ``x`` on the grid (``on``), the starts ``a``
+    from ``x - 1`` down while ``ok`` holds (the run ends at the first that fails), those on
+    the grid and not ``dominated`` kept. Returns ``(rows, top, runs)``: per kept stage
+    ``(a, C, N, R)`` and the largest ``alone`` from ``x - 1`` down to ``a`` (skipped starts
+    included), and per run with a stage ``(c, x, first row, end row)``; pairs ascending,
+    then ends, then ``a`` descending (the order of ``numpy.nonzero`` over ``[c, x, a]`` with
+    ``a`` flipped)."""
+    n_c, n_x = ok.shape[0], ok.shape[2]
+    n, n_runs = 0, 0
+    for c in range(n_c):
+        for x in range(n_x):
+            if not on[x]:
+                continue
+            m = 0
+            for a in range(x - 1, -1, -1):
+                if not ok[c, a, x]:
+                    break
+                if on[a] and not dominated[c, a, x]:
+                    m += 1
+            if m:
+                n += m
+                n_runs += 1
+    rows = np.empty((n, 4))
+    top = np.empty(n)
+    runs = np.empty((n_runs, 4), dtype=np.int64)
+    k, r = 0, 0
+    for c in range(n_c):
+        for x in range(n_x):
+            if not on[x]:
+                continue
+            first, high = k, -np.inf
+            for a in range(x - 1, -1, -1):
+                if not ok[c, a, x]:
+                    break
+                if alone[c, a, x] > high:
+                    high = alone[c, a, x]
+                if on[a] and not dominated[c, a, x]:
+                    rows[k, 0], rows[k, 1] = a, C[c, a, x]
+                    rows[k, 2], rows[k, 3] = N[c, a, x], R[c, a, x]
+                    top[k] = high
+                    k += 1
+            if k > first:
+                runs[r, 0], runs[r, 1], runs[r, 2], runs[r, 3] = c, x, first, k
+                r += 1
+    return rows, top, runs
+
+
+@njit(cache=True)
+def dominance_at(ok, C, N, R, W, T1, B, M, build):
+    """:func:`.local.dominance_by_count` on options flattened to ``[c, e]`` (``N`` as
+    floats), and the dominance it gives at count ``M``: with ``build``, fill ``T1`` and
+    ``B`` (zeros on entry); then return ``(M <= T1) | ((M > N) & B)`` (with ``N`` the limits
+    ``T1`` and ``B`` were built at).
+
+    Per option ``c`` with rivals (the others of no more devices ``W``), ``T1[c]`` is the
+    largest over its rivals of ``thr`` where the rival is allowed, no worse in ``C`` and
+    ``R`` and (fewer devices or listed first, or better in ``C`` or ``R``), else 0
+    (``thr``: ``inf`` if its limit is no lower, else its limit); ``B[c]`` whether an
+    allowed rival no worse in ``C`` and ``R`` has a higher limit. (Comparisons with
+    ``nan`` are false, as numpy's.)"""
+    P, E = ok.shape
+    if build:
+        for c in range(P):
+            first = True
+            for r in range(P):
+                if r == c or W[r] > W[c]:
+                    continue
+                plain = W[r] < W[c] or r < c
+                for e in range(E):
+                    v = 0.0
+                    if ok[r, e] and C[r, e] <= C[c, e] and R[r, e] <= R[c, e]:
+                        if N[r, e] > N[c, e]:
+                            B[c, e] = True
+                        if plain or C[r, e] < C[c, e] or R[r, e] < R[c, e]:
+                            v = np.inf if N[r, e] >= N[c, e] else N[r, e]
+                    if first or v > T1[c, e]:
+                        T1[c, e] = v
+                first = False
+    out = np.empty((P, E), dtype=np.bool_)
+    for c in range(P):
+        for e in range(E):
+            out[c, e] = M <= T1[c, e] or (M > N[c, e] and B[c, e])
+    return out
