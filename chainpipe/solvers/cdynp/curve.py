@@ -252,6 +252,15 @@ class CurvePass:
         return paired(S, CF[x, self.room(u)], self.grid, self.below, self.M, ub)
 
 
+    def rows(self, x: int, usages: list) -> np.ndarray:
+        """Per own usage of ``usages``, the row of caps :meth:`keep` tests a label of state
+        ``(x, u)`` with (``(len(usages), caps)``)."""
+        out = np.empty((len(usages), len(self.grid)))
+        for i, u in enumerate(usages):
+            out[i] = (self.CF_base if not any(u) else self.CF)[x, self.room(u)]
+        return out
+
+
 def _join(here: np.ndarray, up: np.ndarray, lam: float, own_link: tuple,
           link_in: tuple) -> tuple[np.ndarray, np.ndarray]:
     """A label's rows of one cap ``lam`` with the boundary ``a`` before its first stage (on

@@ -97,35 +97,18 @@ def least_bottleneck(points: np.ndarray, values: np.ndarray, rate: float,
     numpy.ndarray
         The least bottleneck per value of ``flop`` (``inf`` where none holds it).
     """
-    flop = np.asarray(flop, dtype=float)
+    from .period_fast import least_bottleneck as compiled
+
+    flop = np.ascontiguousarray(flop, dtype=float)
     starts = np.concatenate(([0.0], np.asarray(points, dtype=float)))
     held = np.concatenate(([0.0], np.asarray(values, dtype=float)))
-    n = len(starts)
-
-    def line(i: np.ndarray) -> np.ndarray:
-        """``(flop - held[i]) / rate`` per prefix (0 where nothing is left to hold)."""
-        need = flop - held[i]
-        with np.errstate(divide="ignore", invalid="ignore"):
-            return np.where(need <= 0, 0.0, need / rate if rate > 0 else np.inf)
-
-    # On step i the least B is max(starts[i], line(i)) if below ends[i] = starts[i + 1].
-    # line(i) does not rise with i (held does not fall; rounding is monotone) and starts
-    # rise, so "line(i) <= starts[i]" holds from a first step i0 on (n: none), found by
-    # bisection per prefix. From i0 on the least is starts[i0] (a repeated breakpoint's
-    # empty step gives the next, equal one); before it only step i0 - 1 can reach below
-    # its end (on an earlier step i, line(i) >= line(i + 1) > starts[i + 1], its end),
-    # at line(i0 - 1); with no i0, the last step (no end) at line(n - 1).
-    lo, hi = np.zeros(len(flop), dtype=np.int64), np.full(len(flop), n, dtype=np.int64)
-    while True:
-        active = lo < hi
-        if not active.any():
-            break
-        mid = np.minimum((lo + hi) // 2, n - 1)
-        ok = line(mid) <= starts[mid]
-        hi = np.where(active & ok, mid, hi)
-        lo = np.where(active & ~ok, mid + 1, lo)
-    out = np.where(lo < n, starts[np.minimum(lo, n - 1)], np.inf)
-    out = np.where(lo >= 1, np.minimum(out, line(np.maximum(lo - 1, 0))), out)
-    out[flop <= 0] = 0.0
-    return out
-
+    # On step i the least B is max(starts[i], line(i)) if below ends[i] = starts[i + 1],
+    # line(i) = (flop - held[i]) / rate (0 where nothing is left to hold). line(i) does not
+    # rise with i (held does not fall; rounding is monotone) and starts rise, so "line(i)
+    # <= starts[i]" holds from a first step i0 on (n: none), found by bisection per
+    # prefix. From i0 on the least is starts[i0] (a repeated breakpoint's empty step gives
+    # the next, equal one); before it only step i0 - 1 can reach below its end (on an
+    # earlier step i, line(i) >= line(i + 1) > starts[i + 1], its end), at line(i0 - 1);
+    # with no i0, the last step (no end) at line(n - 1). Compiled: the loop per prefix
+    # (:func:`.period_fast.least_bottleneck`).
+    return compiled(starts, held, float(rate), flop)

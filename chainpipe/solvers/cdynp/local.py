@@ -36,7 +36,7 @@ import numpy as np
 
 from ... import cost
 from ...deadline import Deadline
-from ...tables import dominated_options, width_rivals
+from ...tables import dominated_options
 from ..labels import BOUND_SLACK
 from .local_aot import load
 
@@ -58,26 +58,30 @@ def dominance_by_count(ok, C, N, R, W, check=None) -> tuple[np.ndarray, np.ndarr
     ``C_r < C_c``, or ``R_r < R_c``, or ``n_r > n_c``). Where the part in brackets holds
     without ``n``, it needs only ``n_r >= n_c``: always if ``N_r >= N_c``, else iff ``M <=
     N_r`` (``T1``: the largest such threshold). Else it needs ``n_r > n_c``: iff ``N_r >
-    N_c`` and ``M > N_c`` (``B``: such a rival exists, whatever the brackets)."""
-    W = np.asarray(W)
-    T1 = np.zeros(ok.shape)
-    B = np.zeros(ok.shape, dtype=bool)
-    if len(W) < 2:
-        return T1, B
-    shape = (-1,) + (1,) * (ok.ndim - 1)
-    for c, rivals in width_rivals(W, check):
-        with np.errstate(invalid="ignore"):
-            base = ok[rivals] & (C[rivals] <= C[c]) & (R[rivals] <= R[c])
-            strict = (C[rivals] < C[c]) | (R[rivals] < R[c])
-        plain = ((W[rivals] < W[c]) | (rivals < c)).reshape(shape)
-        Nr = N[rivals]
-        thr = np.where(Nr >= N[c], math.inf, Nr.astype(float))
-        T1[c] = np.where(base & (plain | strict), thr, 0.0).max(axis=0)
-        B[c] = (base & (Nr > N[c])).any(axis=0)
-    return T1, B
+    N_c`` and ``M > N_c`` (``B``: such a rival exists, whatever the brackets). Compiled
+    (:func:`.local_fast.count_dominance`); ``check`` is called once."""
+    if check is not None:
+        check()
+    flat = _flat(ok, C, N, R, W)
+    T1, B = np.zeros(flat[0].shape), np.zeros(flat[0].shape, dtype=bool)
+    kernel.dominance_at(*flat, T1, B, 0, True)
+    return T1.reshape(ok.shape), B.reshape(ok.shape)
+
+
+def _flat(ok, C, N, R, W) -> list:
+    """The options' arrays as :func:`.local_fast.dominance_at` takes them: ``[c, e]``,
+    ``N`` as floats."""
+    shape = (len(W), int(np.prod(np.shape(ok)[1:], dtype=np.int64)))  # no options: 0 rows
+    return [*(np.ascontiguousarray(np.asarray(v).reshape(shape), dtype=t)
+              for v, t in ((ok, bool), (C, float), (N, float), (R, float))),
+            np.ascontiguousarray(W, dtype=np.int64)]
 
 #: the label kernels (compiled ahead of time when built, :mod:`.local_aot`)
 kernel = load()
+
+#: the first size of the states' hash table, their usage rows and the extensions' rows
+#: (:func:`.local_fast.extend_layer` doubles each when full); a power of two
+TABLE_SLOTS = 64
 
 #: where a label's plan continues, ``(kind, i, j)``: ``OWN``: own label ``i``; ``IN``:
 #: point ``j`` of incoming entry ``i``; ``END``: the model ends after the label's stage
@@ -188,13 +192,11 @@ class LocalDP(DCRun):
 
     def _direct_candidates(self, ub: float, grid=None, tops: bool = False):
         """:meth:`_candidates` computed from the options (``tops``: as :meth:`_unbounded`
-        keeps them, ``(runs as arrays with tops, worst per group)``), per group with arrays
-        ``[pair, x, a]``: a run ends after the largest ``a < x`` that fails
-        :meth:`option_fits`."""
+        keeps them, ``(runs as arrays with tops, worst per group)``), per group from arrays
+        ``[pair, a, x]`` (:func:`.local_fast.candidate_runs`): a run ends after the largest
+        ``a < x`` that fails :meth:`option_fits`."""
         L = self.L
-        pos = np.arange(L + 1)
         on = np.array([grid is None or x in grid for x in range(L + 1)])
-        before = pos[None, None, :] < pos[None, :, None]  # [., x, a]: a < x
         out, worst = [], []
         for g in range(self.t.G):
             self.deadline.check()
@@ -208,30 +210,19 @@ class LocalDP(DCRun):
             dominated = self._dominated(g, ok, opts) if ub == math.inf else (
                 dominated_options(ok, opts.compute_time, opts.max_in_flight, opts.sync_time,
                                   opts.width, self.deadline.check))
-            okT = ok.transpose(0, 2, 1)
-            stop = np.where(~okT & before, pos, -1).max(axis=2)  # [c, x]: the break
-            keep = (before & (pos[None, None, :] > stop[:, :, None]) & on[None, :, None]
-                    & on[None, None, :] & ~dominated.transpose(0, 2, 1))
-            # a descending within (c, x): the a axis flipped
-            ci, xi, ri = np.nonzero(keep[:, :, ::-1])
-            ai = L - ri
-            rows = np.stack([ai.astype(float), opts.compute_time[ci, ai, xi],
-                             opts.max_in_flight[ci, ai, xi].astype(float),
-                             opts.sync_time[ci, ai, xi]], axis=1)
-            if not tops:
+            # the runs, compiled; the largest M C + R from x - 1 down to each start
+            rows, top, runs = kernel.candidate_runs(*(np.ascontiguousarray(v) for v in (
+                ok, dominated, on, opts.compute_time, opts.max_in_flight.astype(np.int64),
+                opts.sync_time, alone)))
+            if tops:
+                top = top.tolist()
+            else:
                 stages = list(map(tuple, rows.tolist()))
-            else:  # the largest M C + R from x - 1 down to a, skipped starts included
-                high = np.where(before, alone.transpose(0, 2, 1), -math.inf)
-                top = np.maximum.accumulate(high[:, :, ::-1], axis=2)[ci, xi, ri].tolist()
             per_end: list = [[] for _ in range(L + 1)]
             widths = opts.width.tolist()
-            key = ci * (L + 1) + xi
-            cuts = [0, *(np.flatnonzero(np.diff(key)) + 1).tolist(), len(key)]
-            for s, e in zip(cuts[:-1], cuts[1:]):
-                if e > s:
-                    c, x = int(ci[s]), int(xi[s])
-                    per_end[x].append((widths[c], c, rows[s:e], top[s:e]) if tops
-                                      else (widths[c], c, stages[s:e]))
+            for c, x, s, e in runs.tolist():
+                per_end[x].append((widths[c], c, rows[s:e], top[s:e]) if tops
+                                  else (widths[c], c, stages[s:e]))
             out.append(per_end)
         return (out, worst) if tops else out
 
@@ -251,16 +242,19 @@ class LocalDP(DCRun):
             got = _DOMINANCE.get(key)
             if got is not None:
                 _DOMINANCE.move_to_end(key)
+        flat = _flat(ok, opts.compute_time, opts.max_in_flight, opts.sync_time, opts.width)
         if got is None or got[0] < self.M:
-            got = (self.M, opts.max_in_flight, *dominance_by_count(
-                ok, opts.compute_time, opts.max_in_flight, opts.sync_time, opts.width,
-                self.deadline.check))
+            self.deadline.check()
+            T1, B = np.zeros(flat[0].shape), np.zeros(flat[0].shape, dtype=bool)
+            mask = kernel.dominance_at(*flat, T1, B, self.M, True)
             with _DOMINANCE_LOCK:
-                _DOMINANCE[key] = got
+                _DOMINANCE[key] = (self.M, flat[2], T1, B)
                 while len(_DOMINANCE) > 64:
                     _DOMINANCE.popitem(last=False)
-        _built, N, T1, B = got
-        return (self.M <= T1) | ((self.M > N) & B)
+        else:  # the limits at the count it was built at: flat[2] replaced
+            _built, N, T1, B = got
+            mask = kernel.dominance_at(*flat[:2], N, *flat[3:], T1, B, self.M, False)
+        return mask.reshape(ok.shape)
 
     def label(self, i: int) -> tuple[int, int, int, tuple]:
         """Own label ``i`` (an index in :attr:`points`): ``(start, group, pair, ref)``, its
@@ -304,17 +298,21 @@ class LocalDP(DCRun):
         self._pre = np.array([pre[0], pre[1], [0.0] * (L + 1) if spread is None else
                               spread[0]], dtype=float)
         self._spread = spread
-        self._zero = (0,) * G
-        self._count = [int(min(c, L * self.t.widest)) for c in self.t.count]
+        self._count = np.array([int(min(c, L * self.t.widest)) for c in self.t.count],
+                               dtype=np.int64)
+        #: a usage as one integer: sum of u[g] * stride[g] (mixed radix)
+        self._stride = np.cumprod([1, *(self._count[:-1] + 1)]).astype(np.int64)
         # in-flight count of a new stage placed before r stages
         self._need_at = np.array([self.t.in_flight(r + 1) for r in range(self.R + 1)],
                                  dtype=np.int64)
-        self._sid = {self._zero: 0}  # state (devices in use) -> global id; 0: base labels
-        self._usage = [self._zero]
-        # per extension (meta): the store index of its source state's first label, or
-        # -1 - x for the base labels at x; and its group
-        self._meta_off: list[int] = []
-        self._meta_g: list[int] = []
+        # the states (:func:`.local_fast.extend_layer`): a hash table of their usage codes
+        # (code 0, no device in use, the base labels' state, id 0 at slot 0), their usage
+        # by global id, per extension (meta) its source and group, and the counts of both
+        self._table = np.full((TABLE_SLOTS, 2), -1, dtype=np.int64)
+        self._table[0] = 0
+        self._usage = np.zeros((TABLE_SLOTS, G), dtype=np.int64)
+        self._meta = np.empty((TABLE_SLOTS, 2), dtype=np.int64)
+        self._sizes = np.array([1, 0], dtype=np.int64)
         self._base_refs: dict[int, np.ndarray] = {}  # x -> refs of its kept base labels
         self._arena = kernel.new_arena(L, blocks=64)
         self._stored = 0
@@ -353,7 +351,7 @@ class LocalDP(DCRun):
             F, I = np.concatenate((bf, F)), np.concatenate((bi, I))
         if not len(F):
             return None
-        usage = np.array(self._usage, dtype=np.int64)
+        usage = self._usage[:self._sizes[0]]
         steady = self.M - 1
         if not self._beam:
             return kernel.local_layer(F, I, usage, self.sync, steady, True)
@@ -388,12 +386,12 @@ class LocalDP(DCRun):
         m = len(X) - lo
         if not m:
             return None
-        meta = parents[lo:, 0]
-        off = np.array(self._meta_off, dtype=np.int64)[meta]
+        meta = self._meta[parents[lo:, 0]]
+        off = meta[:, 0]
         label = parents[lo:, 1]
         rows = np.empty((m, 6), dtype=np.int64)
         rows[:, 0] = x
-        rows[:, 1] = np.array(self._meta_g, dtype=np.int64)[meta]
+        rows[:, 1] = meta[:, 1]
         rows[:, 2] = parents[lo:, 2]
         own = off >= 0
         rows[own, 3], rows[own, 4], rows[own, 5] = OWN, off[own] + label[own], 0
@@ -408,8 +406,10 @@ class LocalDP(DCRun):
 
     def _extend(self, x: int, layer: tuple) -> None:
         """Prepend every candidate stage ``[a, x)`` to the labels of each state of
-        ``layer`` (labels at ``x``), filing the images for layer ``a``
-        (:func:`~chainpipe.solvers.label_kernel.local_extend`, one call per state).
+        ``layer`` (labels at ``x``), filing the images for layer ``a``: one compiled call
+        for the layer (:func:`.local_fast.extend_layer`, which gives each state's images
+        their states and extension ids and runs
+        :func:`~chainpipe.solvers.label_kernel.local_extend` per state).
 
         The bound is tested without assembling ``T`` per label and stage: with ``bU`` the
         label's bottleneck lifted to the boundary's occupancy, ``h`` the larger of the
@@ -424,41 +424,26 @@ class LocalDP(DCRun):
         runs, stages, gws = self._runs_at(x)
         if not len(runs):
             return
-        gw_of = runs[:, 4]
+        gw_of = np.ascontiguousarray(runs[:, 4])
         runs = np.ascontiguousarray(runs[:, :4])
-        u_x, q_x = float(self.u_int[x]), float(self.q_int[x])
         limit = self._limit + self._limit * BOUND_SLACK
-        move = np.array([0.0, 0.0, limit, self.M - 1, self.R, 0.0])
+        move = np.array([self.u_int[x], self.q_int[x], limit, self.M - 1, self.R, 0.0])
         caps = np.zeros((0, 3))
         if self._spread is not None:
             move[5] = self._spread[1]
             caps = np.array(self._spread[2], dtype=float).reshape(-1, 3)
-        for s, sid in enumerate(ids.tolist()):
-            lo, hi = int(starts[s]), int(starts[s + 1])
-            if lo == hi:
-                continue  # every label of the state dominated across states
-            u = self._usage[sid]
-            # per (group, width) of the runs: the state its images go to, if they fit
-            to = [self._state(u, g, w) if w <= self._count[g] - u[g] else -1 for g, w in gws]
-            metas = np.full(self.t.G, -1, dtype=np.int64)
-            for (g, _w), t in zip(gws, to):
-                if t >= 0 and metas[g] < 0:  # this state's extensions on g
-                    metas[g] = len(self._meta_off)
-                    self._meta_off.append(self._layer_off + lo if sid else -1 - x)
-                    self._meta_g.append(g)
-            internal = u != self._zero
-            move[0] = u_x if internal else 0.0
-            move[1] = q_x if internal else 0.0
-            targets = np.array(to, dtype=np.int64)[gw_of]
-            while True:
-                cut, short = kernel.local_extend(
-                    X[lo:hi], kill[lo:hi], np.array(u, dtype=np.int64), runs, stages, targets,
-                    metas, move, self._need_at, self._pre, caps, *self._arena)
-                if not short:
-                    break
-                self._arena = kernel.grown(self._arena, short)
+        at = np.array([x, self._layer_off, 0], dtype=np.int64)
+        gw = np.array(gws, dtype=np.int64).reshape(-1, 2)
+        while True:
+            cut, short, at[2], self._table, self._usage, self._meta = kernel.extend_layer(
+                X, kill, starts, ids, runs, stages, gw, gw_of, self._count, self._stride,
+                self._table, self._usage, self._meta, self._sizes, move, at, self._need_at,
+                self._pre, caps, *self._arena)
             if cut:
                 self.bound_cut = True
+            if not short:
+                break
+            self._arena = kernel.grown(self._arena, short)
 
     def _runs_at(self, x: int) -> tuple:
         """The candidate runs ending at ``x``, as :func:`~chainpipe.solvers.label_kernel.
@@ -475,11 +460,3 @@ class LocalDP(DCRun):
         return (np.array(runs, dtype=np.int64).reshape(-1, 5),
                 np.concatenate(parts) if parts else np.zeros((0, 4)), list(gws))
 
-    def _state(self, u: tuple, g: int, w: int) -> int:
-        """The global id of the state ``u`` with ``w`` more devices of ``g`` in use."""
-        nu = u[:g] + (u[g] + w,) + u[g + 1:]
-        sid = self._sid.get(nu)
-        if sid is None:
-            sid = self._sid[nu] = len(self._usage)
-            self._usage.append(nu)
-        return sid

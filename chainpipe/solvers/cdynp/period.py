@@ -282,25 +282,25 @@ class PeriodDP:
         the order filed: :func:`~chainpipe.solvers.dp_period.pareto`'s sort): the layer
         joined once, each usage's rows sorted in that order, filtered, and cut into one
         slice (a view) per usage."""
+        from .period_fast import order_layer
+
         keys = list(chunks)
         every = _Labels.joined([c for u in keys for c in chunks[u]])
         sizes = [sum(len(c) for c in chunks[u]) for u in keys]
-        bounds = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64).tolist()
+        bounds = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
         cut = self.curve is not None and x > 0
-        parts, counts = [], np.zeros(len(keys), dtype=np.int64)
-        for i, u in enumerate(keys):  # a sort per state (one of the whole layer is slower)
-            lo, hi = bounds[i], bounds[i + 1]
-            if hi > lo:
-                S = every.S[lo:hi]
-                got = np.lexsort((S[:, 4], S[:, 0], S[:, 3], S[:, 2], S[:, 0] + S[:, 1]))
-                if cut:
-                    ok = self.curve.keep(x, u, S, ub)
-                    if not ok.all():  # a cut by the bound: the DC's trials go on past it
-                        self.bound_cut = True
-                        got = got[ok[got]]
-                parts.append(lo + got)
-                counts[i] = len(got)
-        order = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+        if cut:  # the paired floor (:meth:`.curve.CurvePass.keep`) of each state's row
+            c = self.curve
+            CF, grid, below, M = c.rows(x, keys), c.grid, c.below, c.M
+        else:
+            CF, grid, below, M = np.zeros((0, 1)), np.zeros(1), np.zeros(1), self.M
+        # one sort per state (one of the whole layer by numpy was slower), compiled
+        order, counts, dropped = order_layer(
+            np.ascontiguousarray(every.S), bounds, CF, cut,
+            np.ascontiguousarray(grid, dtype=float), np.ascontiguousarray(below, dtype=float),
+            int(M), ub * (1 + 1e-9))
+        if dropped:  # a cut by the bound: the DC's trials go on past it
+            self.bound_cut = True
         live = [i for i in range(len(keys)) if counts[i]]
         every = every.take(order)
         starts = np.concatenate(([0], np.cumsum(counts[live]))).astype(np.int64)
@@ -312,6 +312,9 @@ class PeriodDP:
         layer = dict.fromkeys(keys, empty)
         for n, i in enumerate(live):
             layer[keys[i]] = every.rows(int(at[n]), int(at[n + 1]))
+        #: the layer's labels joined, the usages of their states in order and each one's
+        #: first row (:meth:`_extend_layer`)
+        self._joined = (every, [keys[i] for i in live], at)
         return layer
 
     def _state_floor(self, x: int, u: tuple, prefix) -> float:
@@ -328,55 +331,76 @@ class PeriodDP:
 
     def _extend_layer(self, x, layer, refs, states, limit, zero, prefix) -> None:
         """Prepend every candidate stage ``[a, x)`` to the labels of ``layer``, adding the
-        images whose bound stays within ``limit`` to ``states[a]`` (the loop over labels
-        and stages compiled: :func:`.period_fast.extend`)."""
-        from .period_fast import extend
+        images whose bound stays within ``limit`` to ``states[a]``: one compiled call for
+        the layer (:func:`.period_fast.extend_layer`: the loop over states, runs, labels
+        and stages), the runs of every group one after another."""
+        from .period_fast import extend_layer
 
+        every, keys, at = self._joined
+        if not len(every):
+            return
         pre_sum, pre_max = (self._no_pre, self._no_pre) if prefix is None else (
             np.asarray(v, dtype=float) for v in prefix)  # arrays: numba reflects no lists
-        count = self._count
         groups = [self._group_runs(g, x) for g in range(self.t.G)]
+        pairs, widths, runs, ptr, of_g = _all_runs(groups)
+        usage = np.array(keys, dtype=np.int64).reshape(len(keys), self.t.G)
+        use = np.ascontiguousarray(  # usage[:, of_g] comes out in Fortran order
+            widths[None, :] <= np.asarray(self._count)[of_g][None, :] - usage[:, of_g])
+        size = int(np.diff(at) @ (use @ np.diff(ptr)))
+        if not size:
+            return
+        P, prow = self._layer_prefix_rows(keys, groups, use, of_g, pre_max)
         hi_m, hi_lim = self._hi if self.frontier is not None else (self.M, math.inf)
-        made: list = []  # this layer's images, block by block (_images)
         ints = np.array([self.M, self.R, self.gpipe, self.frontier is not None, hi_m,
                          prefix is not None], dtype=np.int64)
-        for u, labels in layer.items():
-            self.deadline.check()
-            if not len(labels):
-                continue
-            internal = u != zero
-            fs = np.array([float(self.u_int[x]) if internal else 0.0,
-                           float(self.q_int[x]) if internal else 0.0, limit, hi_lim])
-            S, H, HL = labels.S, labels.H, labels.HL
-            for g, (pairs, widths, runs, ptr) in enumerate(groups):
-                use = widths <= count[g] - u[g]
-                size = len(labels) * int((ptr[1:] - ptr[:-1])[use].sum())
-                if not size:
-                    continue
-                rows = self._prefix_rows(u, g, widths, use, pre_max)
-                out_S, out_H = np.empty((size, 5)), np.empty((size, H.shape[1] + 1))
-                out_HL, src = np.empty(size, dtype=np.int64), np.empty((size, 3), np.int64)
-                k, cut = extend(S, H, HL, runs, ptr, use, self._need_arr, fs, ints, pre_sum,
-                                rows, out_S, out_H, out_HL, src)
-                self.bound_cut |= bool(cut)
-                if k:
-                    made.append(_images(self._code(u) + widths * self._stride[g],
-                                        (pairs, widths, runs, ptr), g, refs[u],
-                                        (out_S[:k], out_H[:k], out_HL[:k], src[:k])))
-        if made:
-            self._file(states, made)
+        fs = np.array([float(self.u_int[x]), float(self.q_int[x]), limit, hi_lim])
+        internal = np.array([u != zero for u in keys], dtype=np.int64)
+        H = every.H
+        out_S, out_H = np.empty((size, 5)), np.empty((size, H.shape[1] + 1))
+        out_HL, src = np.empty(size, dtype=np.int64), np.empty((size, 3), np.int64)
+        state = np.empty(size, dtype=np.int64)
+        k, cut = extend_layer(every.S, H, every.HL, at, internal, use, runs, ptr, prow, P,
+                              self._need_arr, fs, ints, pre_sum, out_S, out_H, out_HL, src,
+                              state)
+        self.bound_cut |= bool(cut)
+        if not k:
+            return
+        state, q, lab = state[:k], src[:k, 0], src[:k, 1]
+        ref = np.concatenate([refs[u] for u, n in zip(keys, np.diff(at).tolist()) if n])
+        g = of_g[q]
+        self._file(states, (
+            out_S[:k], out_HL[:k], out_H[:k],
+            np.column_stack([g, pairs[q], ref[at[state] + lab]]),
+            runs[ptr[q] + src[:k, 2], 0].astype(np.int64),
+            (usage @ self._stride)[state] + widths[q] * self._stride[g]))
 
-    def _code(self, u: tuple) -> int:
-        """The usage ``u`` as one integer (mixed radix, :attr:`_stride`)."""
-        return sum(n * s for n, s in zip(u, self._stride))
+    def _layer_prefix_rows(self, keys: list, groups: list, use: np.ndarray, of_g: np.ndarray,
+                           pre_max: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The prefix floors of a layer's runs: ``(P, prow)``, run ``q`` before a label of
+        state ``s`` (usage ``keys[s]``) reads row ``P[prow[s, q]]`` (:meth:`_prefix_rows` of
+        the state and the run's group)."""
+        prow = np.zeros(use.shape, dtype=np.int64)
+        if len(pre_max) < 2:  # no prefix bound: never read
+            return np.zeros((1, 1)), prow
+        blocks, n = [], 0
+        for s, u in enumerate(keys):
+            for g, grp in enumerate(groups):
+                on = of_g == g
+                use_g = use[s, on]
+                if use_g.any():
+                    blocks.append(self._prefix_rows(u, g, grp[1], use_g, pre_max))
+                    prow[s, on] = np.arange(n, n + len(use_g))
+                    n += len(use_g)
+        return np.concatenate(blocks), prow
 
-    def _file(self, states: list, made: list) -> None:
-        """File one layer's images (:func:`_images` blocks, in the order made) in
-        ``states[a][u']`` as one :class:`_Labels` chunk per state, ``a`` the new stage's
-        start and ``u'`` the usage with its width: within a state in the order made."""
-        width = max(1, max(int(m[1].max()) for m in made))
-        S, lengths, H, ref, starts, code = (np.concatenate(c) for c in zip(*(
-            (m[0], m[1], _columns(m[2], width), *m[3:]) for m in made)))
+    def _file(self, states: list, made: tuple) -> None:
+        """File one layer's images (``made``: rows, majorant lengths, majorants, references
+        ``g, pair, kind, i, j``, the new stage's start, the new usage's code, in the order
+        made) in ``states[a][u']`` as one :class:`_Labels` chunk per state, ``a`` the new
+        stage's start and ``u'`` the usage with its width: within a state in the order
+        made."""
+        S, lengths, H, ref, starts, code = made
+        H = H[:, :max(1, int(lengths.max()))]
         key = starts * int(self._stride[-1] * (self._count[-1] + 1)) + code
         order = np.argsort(key, kind="stable")
         # sorted once; each state's chunk is a slice (a view) of the sorted arrays
@@ -533,27 +557,18 @@ def _filter_joined(keys: list, every: _Labels, starts: np.ndarray, floors: np.nd
     return alive
 
 
-def _images(codes: np.ndarray, group: tuple, g: int, refs: np.ndarray, out: tuple) -> tuple:
-    """The images :func:`.period_fast.extend` made for one state and group ``g`` (``out``:
-    rows, majorants padded with ``-inf``, their lengths, sources ``(run, label, row)``) as
-    arrays for :meth:`PeriodDP._file`: rows, majorant lengths, majorants, references ``g,
-    pair, kind, i, j``, the new stage's start, the new usage's code (``codes`` by run)."""
-    pairs, _widths, runs, ptr = group
-    out_S, out_H, lengths, src = out
-    q, lab = src[:, 0], src[:, 1]
-    starts = runs[ptr[q] + src[:, 2], 0].astype(np.int64)
-    ref = np.column_stack([np.full(len(out_S), g, dtype=np.int64), pairs[q], refs[lab]])
-    return out_S, lengths, out_H, ref, starts, codes[q]
-
-
-def _columns(H: np.ndarray, width: int) -> np.ndarray:
-    """Majorants ``H`` (padded with ``-inf``) with ``width`` columns: cut (every length is
-    at most ``width``) or padded."""
-    if H.shape[1] >= width:
-        return H[:, :width]
-    out = np.full((len(H), width), -np.inf)
-    out[:, :H.shape[1]] = H
-    return out
+def _all_runs(groups: list) -> tuple:
+    """The runs of every group (:meth:`PeriodDP._group_runs`) one after another: ``(pairs,
+    widths, runs, ptr, group)``, run ``q``'s rows ``runs[ptr[q]:ptr[q + 1]]``."""
+    pairs = np.concatenate([grp[0] for grp in groups]).astype(np.int64)
+    widths = np.concatenate([grp[1] for grp in groups]).astype(np.int64)
+    runs = np.concatenate([grp[2] for grp in groups]).reshape(-1, 6)
+    ptr, at = [np.zeros(1, dtype=np.int64)], 0
+    for grp in groups:
+        ptr.append(grp[3][1:] + at)
+        at += int(grp[3][-1])
+    of_g = np.repeat(np.arange(len(groups), dtype=np.int64), [len(grp[0]) for grp in groups])
+    return pairs, widths, np.ascontiguousarray(runs), np.concatenate(ptr), of_g
 
 
 def _cut_runs(group: tuple, cap: float) -> tuple:

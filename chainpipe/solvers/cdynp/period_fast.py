@@ -29,9 +29,11 @@ from ..period_kernel import hull_prepend, new_loops  # noqa: F401 (the kernels c
 #: per kernel :mod:`.period` calls, its arguments' types (:data:`.label_aot.ARGS`'
 #: notation; ``tests/test_kernel_aot.py`` checks that CDynP passes exactly these)
 ARGS = {
-    "extend": ("f2", "f2", "i1", "f2", "i1", "b1", "f1", "f1", "i1", "f1", "f2", "f2", "f2",
-               "i1", "i2"),
     "keep_points": ("f2", "f2", "i1", "i", "b"),
+    "order_layer": ("f2", "i1", "f2", "b", "f1", "f1", "i", "f"),
+    "least_bottleneck": ("f1", "f1", "f", "f1"),
+    "extend_layer": ("f2", "f2", "i1", "i1", "i1", "b2", "f2", "i1", "i2", "f2", "f1", "f1",
+                     "i1", "f1", "f2", "f2", "i1", "i2", "i1"),
 }
 #: the kernels, compiled ahead of time into ``cdynp_period_aot_<digest>``
 UNIT = Unit("cdynp_period", ARGS, ("solvers/cdynp/period_fast.py", "solvers/period_kernel.py"))
@@ -72,6 +74,33 @@ def extend(S, H, HL, runs, ptr, use, need_at, fs, ints, pre_sum, pre_max, out_S,
             k, c = _extend_run(S, H, HL, runs[ptr[q]:ptr[q + 1]], q, need_at, fs, ints,
                                pre_sum, pre_max[q], out_S, out_H, out_HL, out_src, k, tmp)
             cut = cut or c
+    return k, cut
+
+
+@kernel
+def extend_layer(S, H, HL, bounds, internal, use, runs, ptr, prow, P, need_at, fs, ints,
+                 pre_sum, out_S, out_H, out_HL, out_src, out_state):
+    """:func:`extend` for every state of a layer, one call for the layer: state ``s``'s
+    labels are rows ``bounds[s]:bounds[s + 1]`` of ``S``, ``H``, ``HL`` (none: skipped),
+    the runs it takes those ``q`` with ``use[s, q]``, run ``q``'s prefix floors the row
+    ``P[prow[s, q]]``; ``fs = [U, Q, limit, limit_hi]``, ``U`` and ``Q`` (the own
+    boundary) only for a state with ``internal[s]`` (a base label's images cross none).
+    The images state after state (each state's as :func:`extend` orders them, its labels
+    numbered within it), and ``out_state[k]`` image ``k``'s state. Returns ``(images,
+    cut)``."""
+    k, cut = 0, False
+    fs_s = fs.copy()
+    for s in range(len(bounds) - 1):
+        lo, hi = bounds[s], bounds[s + 1]
+        if lo == hi:
+            continue
+        fs_s[0] = fs[0] if internal[s] else 0.0
+        fs_s[1] = fs[1] if internal[s] else 0.0
+        n, c = extend(S[lo:hi], H[lo:hi], HL[lo:hi], runs, ptr, use[s], need_at, fs_s, ints,
+                      pre_sum, P[prow[s]], out_S[k:], out_H[k:], out_HL[k:], out_src[k:])
+        out_state[k:k + n] = s
+        k += n
+        cut = cut or c
     return k, cut
 
 
@@ -178,6 +207,154 @@ def keep_points(S, H, HL, prior, same_p):
             kept[nk] = b
             nk += 1
     return alive
+
+
+@kernel
+def _before(S, i, j):
+    """Row ``i`` of ``S`` comes strictly before row ``j`` in :meth:`.period.PeriodDP.
+    _filtered`'s order of a state's labels: ``x1 + x2``, ``total``, ``sync``, ``x1``,
+    ``p`` (rows ``x1, x2, total, sync, p``)."""
+    a, b = S[i, 0] + S[i, 1], S[j, 0] + S[j, 1]
+    if a != b:
+        return a < b
+    for c in (2, 3, 0, 4):
+        if S[i, c] != S[j, c]:
+            return S[i, c] < S[j, c]
+    return False
+
+
+@kernel
+def _sort_rows(S, idx, tmp):
+    """Sort the row indices ``idx`` by :func:`_before`, stably (ties keep their order):
+    a merge sort from runs of 8 sorted by insertion (``tmp``: as long as ``idx``)."""
+    n = len(idx)
+    for lo in range(0, n, 8):
+        for a in range(lo + 1, min(lo + 8, n)):
+            v = idx[a]
+            b = a
+            while b > lo and _before(S, v, idx[b - 1]):
+                idx[b] = idx[b - 1]
+                b -= 1
+            idx[b] = v
+    width = 8
+    src, dst = idx, tmp
+    swapped = False
+    while width < n:
+        for lo in range(0, n, 2 * width):
+            mid, hi = min(lo + width, n), min(lo + 2 * width, n)
+            i, j, k = lo, mid, lo
+            while i < mid and j < hi:
+                if _before(S, src[j], src[i]):
+                    dst[k] = src[j]
+                    j += 1
+                else:
+                    dst[k] = src[i]
+                    i += 1
+                k += 1
+            while i < mid:
+                dst[k] = src[i]
+                i += 1
+                k += 1
+            while j < hi:
+                dst[k] = src[j]
+                j += 1
+                k += 1
+        src, dst = dst, src
+        swapped = not swapped
+        width *= 2
+    if swapped:  # the sorted indices are in tmp
+        idx[:] = tmp
+
+
+@kernel
+def _least_term(per, CF, suffix, grid, below, w):
+    """:func:`.curve._least_term` of one period ``per`` (``CF`` one state's row, ``suffix``
+    the suffix minima of its fixed terms, one longer; ``w = M - 1``): the same operations,
+    so the same value to the bit."""
+    n = len(grid)
+    j = np.searchsorted(grid, per, side="left")
+    at = min(j, n - 1)
+    first = CF[at] + w * max(per, below[at]) if j < n else np.inf
+    least = min(first, suffix[min(j + 1, n)])
+    return min(least, w * max(per, grid[n - 1]))
+
+
+@kernel
+def order_layer(S, bounds, CF, curve, grid, below, M, limit):
+    """Each state's rows of ``S`` (rows ``x1, x2, total, sync, p``, state ``s``'s rows
+    ``bounds[s]:bounds[s + 1]``) in :func:`_before`'s order, stably (as ``numpy.lexsort``
+    orders them), with ``curve`` only those the paired floor (:func:`.curve.paired`, state
+    ``s``'s row of the curve ``CF[s]`` over the caps ``grid``, ``below``) leaves within
+    ``limit`` (the bound with its slack): :meth:`.period.PeriodDP._filtered`'s per-state
+    sort and cut, one call for the layer. Returns ``(order, counts, cut)``: the rows kept,
+    state after state, each state's count, and whether the floor dropped a row."""
+    n_states = len(bounds) - 1
+    order = np.empty(S.shape[0], dtype=np.int64)
+    tmp = np.empty(S.shape[0], dtype=np.int64)
+    counts = np.zeros(n_states, dtype=np.int64)
+    w = float(M - 1)
+    suffix = np.empty(len(grid) + 1)
+    cut = False
+    k = 0
+    for s in range(n_states):
+        lo, hi = bounds[s], bounds[s + 1]
+        if hi == lo:
+            continue
+        idx = order[k:k + hi - lo]
+        for i in range(hi - lo):
+            idx[i] = lo + i
+        _sort_rows(S, idx, tmp[k:k + hi - lo])
+        m = hi - lo
+        if curve:
+            suffix[len(grid)] = np.inf
+            for i in range(len(grid) - 1, -1, -1):
+                f = CF[s, i] + w * below[i]
+                suffix[i] = f if i == len(grid) - 1 else min(f, suffix[i + 1])
+            m = 0
+            for i in range(hi - lo):
+                r = idx[i]
+                floor = _least_term(S[r, 0] + S[r, 1], CF[s], suffix, grid, below, w)
+                if S[r, 2] + S[r, 3] + floor <= limit:
+                    idx[m] = r
+                    m += 1
+                else:
+                    cut = True
+        counts[s] = m
+        k += m
+    return order[:k].copy(), counts, cut
+
+
+@kernel
+def least_bottleneck(starts, held, rate, flop):
+    """:func:`.floors.least_bottleneck` with the step function given as ``starts`` and
+    ``held`` (its breakpoints and values, a step from 0 holding 0 first): per value of
+    ``flop`` the same bisection over the steps and the same operations, so the same
+    floors to the bit."""
+    n = len(starts)
+    out = np.empty(len(flop))
+    for t in range(len(flop)):
+        f = flop[t]
+        lo, hi = 0, n
+        while lo < hi:
+            mid = min((lo + hi) // 2, n - 1)
+            if _line(f, held[mid], rate) <= starts[mid]:
+                hi = mid
+            else:
+                lo = mid + 1
+        got = starts[min(lo, n - 1)] if lo < n else np.inf
+        if lo >= 1:
+            got = min(got, _line(f, held[lo - 1], rate))
+        out[t] = 0.0 if f <= 0 else got
+    return out
+
+
+@kernel
+def _line(f, held, rate):
+    """``(f - held) / rate``, 0 where nothing is left to hold, ``inf`` without a rate."""
+    need = f - held
+    if need <= 0:
+        return 0.0
+    return need / rate if rate > 0 else np.inf
 
 
 UNIT.bind(globals())
