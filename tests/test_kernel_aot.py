@@ -232,8 +232,8 @@ def _agents_kernels(monkeypatch, jit: bool) -> None:
     modules hand out (compiled when built)."""
     if jit:
         fast = period_fast.UNIT.jit()
-        monkeypatch.setattr(period_fast, "extend", fast.extend)
-        monkeypatch.setattr(period_fast, "keep_points", fast.keep_points)
+        for name in period_fast.ARGS:
+            monkeypatch.setattr(period_fast, name, getattr(fast, name))
         monkeypatch.setattr(cdynp_local, "kernel", local_aot.UNIT.jit())
     else:
         monkeypatch.setattr(cdynp_local, "kernel", local_aot.load())
