@@ -740,23 +740,6 @@ class OuterSearch:
             memo[key] = max(self.grown(a, b, m), self.subs.get(("tables", a, b, m), 0.0))
         return memo[key]
 
-    def slack(self, e: Entry, memo: dict) -> float:
-        """The order among entries of equal bound: the sum of what is proven of each of
-        ``e``'s blocks now (:meth:`block_known`), least first. Their bound is that of
-        their slowest block; the one whose other blocks are proven fastest leaves the
-        joint model the most room under it (fresh ``-02``-like seed 4: six entries tie at
-        DC 1's bound with 29 microbatches, 0.93724 s, and the optimum's, ``(15, 29, 15,
-        5)``, has the least sum of its blocks' optima, but came last of the six in the
-        order of the splits; ``docs/formulations.md``, "Twenty-first round"). Order only:
-        every bound is still a proven one."""
-        total = 0.0
-        for (a, b), m in zip(e.blocks, e.splits):
-            key = ("slack", a, b, m)
-            if key not in memo:
-                memo[key] = max(self.block_known(a, b, m, memo), self.cheap(a, b, m))
-            total += memo[key]
-        return total
-
     def _known_all(self, todo: list[Entry]) -> list[float]:
         """:meth:`known` of every entry of ``todo``, one memo for all."""
         memo = {}
@@ -770,19 +753,17 @@ class OuterSearch:
         sub-solves and joint model part done, their levels and windows kept) is taken
         first: fresh ``-02``-like seed 4's joint model of its four single-DC pipelines,
         cut at the first pass's end with its plan 0.977 s not yet found, was otherwise
-        taken last (its bound the highest) and the run ended at 1.018 s. Entries of equal
-        bound are taken by :meth:`slack` (least first), then by fewer blocks."""
+        taken last (its bound the highest) and the run ended at 1.018 s."""
         memo = {}
-        heap = [(not e.cut, self.known(e, memo) if self.rounds else e.cheap,
-                 self.slack(e, memo), len(e.blocks), n)
-                for n, e in enumerate(todo) if not e.visited]
+        heap = [(not e.cut, self.known(e, memo) if self.rounds else e.cheap, len(e.blocks),
+                 n) for n, e in enumerate(todo) if not e.visited]
         heapq.heapify(heap)
         while heap:
             if until.expired():
                 self.deadline.check()
                 return
             self.deadline.check()
-            later, _key, slack, size, n = heapq.heappop(heap)
+            later, _key, size, n = heapq.heappop(heap)
             e = todo[n]
             if e.visited:
                 continue
@@ -795,9 +776,8 @@ class OuterSearch:
                 self.stats["pruned_by_growth"] += 1
                 e.visited = True
                 continue
-            slack = self.slack(e, {})
-            if heap and (later, e.bound, slack, size) > heap[0][:4]:  # risen since queued
-                heapq.heappush(heap, (later, e.bound, slack, size, n))
+            if heap and (later, e.bound, size) > heap[0][:3]:  # risen since it was queued
+                heapq.heappush(heap, (later, e.bound, size, n))
                 continue
             self.stats["entries"] += 1
             self.until, e.cut = until, False
