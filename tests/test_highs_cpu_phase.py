@@ -247,6 +247,7 @@ def test_a_highs_solve_deaf_to_its_limits_is_killed_at_the_cpu_end(monkeypatch):
     LP's optimum) is solved in a forked child and killed near the CPU end; the child's
     CPU seconds are counted by ``cpu_clock``. Fails in a thread (the whole 3 CPU s)."""
     model = _cover_lp()
+    monkeypatch.setattr(highs, "FORK_MIN_NONZEROS", model.nonzeros)
     assert highs.forks(model, Deadline(60))
     monkeypatch.setattr(highs, "_run", _deaf_run)
     c0 = cpu_clock()

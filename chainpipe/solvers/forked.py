@@ -5,7 +5,7 @@ interrupt callbacks nor its own ``time_limit`` (``docs/formulations.md``, "Twent
 round": 3.4-3.9 CPU s past a run's 120 on fresh ``-02``-like seed 16, 26 s past a
 phase's end on that seed's four-DC block). A thread cannot be stopped from outside, so
 such a solve runs here in a child made by :func:`os.fork` (the model is inherited, not
-copied; a fork takes a few milliseconds): the child runs ``work`` as it would have run in
+copied; a fork takes milliseconds to tens of them): the child runs ``work`` as it would have run in
 this process and sends back what it reports and its answer, and the parent kills it
 (``SIGKILL``) once the deadline's CPU end plus :data:`KILL_GRACE_CPU` or the run's CPU
 end plus :data:`KILL_GRACE_RUN` (:func:`~chainpipe.formulations.cpu_clock.cpu_clock`,

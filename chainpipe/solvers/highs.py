@@ -101,9 +101,12 @@ def solve_highs(model, *, relax: bool, deadline: Deadline, seed: int = 0, thread
 
 #: models with at least this many nonzeros are solved in a forked child under a deadline
 #: (:mod:`chainpipe.solvers.forked`): HiGHS's MIP root can run past every limit it is
-#: given, and only a process can be killed. Smaller ones stay in a thread: their root is
-#: quick, and a fork costs a few milliseconds
-FORK_MIN_NONZEROS = 50_000
+#: given, and only a process can be killed (the overruns seen were in models of 390 000
+#: nonzeros or more). Smaller ones stay in a thread: a fork of a large process costs
+#: tens of milliseconds in page-table copies and copy-on-write faults (committed
+#: ``v3-medium-02``: 40 forks at 50 000 nonzeros, 25.8 CPU s against 23.5 in threads;
+#: 26 at 200 000, 23.6; ``docs/formulations.md``, "Twenty-first round")
+FORK_MIN_NONZEROS = 200_000
 
 
 def forks(model, deadline: Deadline) -> bool:
