@@ -121,8 +121,9 @@ def entry_lp(inst, plan, solver: str, options: dict, time_limit: float) -> float
 
 
 def _solve_on_cpu(inst, solver: str, time_limit: float, options: dict):
-    """``solve`` with a limit of ``time_limit`` CPU seconds of this process (HiGHS's
-    thread included; :class:`~chainpipe.formulations.pipelines.CpuPhase`), and
+    """``solve`` with a limit of ``time_limit`` CPU seconds of this process and its
+    children (HiGHS's thread and forked HiGHS children included;
+    :class:`~chainpipe.formulations.pipelines.CpuPhase`), and
     :data:`CPU_WALL_FACTOR` times that on the wall clock: the issue's targets count CPU
     seconds, which a wall-clock limit on a machine shared with other jobs cuts short."""
     from chainpipe.deadline import Deadline
@@ -302,7 +303,7 @@ def _parser() -> argparse.ArgumentParser:
                     help="skip the LP relaxations (the LP/opt column)")
     ap.add_argument("--cpu-limit", action="store_true",
                     help="--time-limit counts CPU seconds of each run (HiGHS's thread "
-                    f"included), at most {CPU_WALL_FACTOR:g} times that of wall clock, "
+                    f"and children included), at most {CPU_WALL_FACTOR:g} times that of wall clock, "
                     "instead of wall-clock seconds")
     ap.add_argument("--wall-factor", type=float, default=CPU_WALL_FACTOR,
                     help="with --cpu-limit: the wall-clock cap as a multiple of the limit "

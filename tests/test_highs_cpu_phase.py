@@ -6,11 +6,13 @@ process has used the phase's CPU seconds."""
 from __future__ import annotations
 
 import math
+import os
 import time
 
 import numpy as np
 
 from chainpipe.deadline import Deadline
+from chainpipe.formulations.cpu_clock import cpu_clock
 from chainpipe.formulations.matrix import LinearModel
 from chainpipe.formulations.pipelines import CpuPhase
 from chainpipe.solvers import highs
@@ -60,9 +62,9 @@ def test_highs_stops_at_the_phases_cpu_end_not_at_the_wall_limit():
     stopped by the CPU end (about 0.5 CPU s of this process), not by its wall-clock
     limit of 40 s."""
     model = _market_split()
-    c0, w0 = time.process_time(), time.monotonic()
+    c0, w0 = cpu_clock(), time.monotonic()
     answer = highs.solve_highs(model, relax=False, deadline=CpuPhase(Deadline(40), 0.5))
-    cpu, wall = time.process_time() - c0, time.monotonic() - w0
+    cpu, wall = cpu_clock() - c0, time.monotonic() - w0
     assert answer.status == "stopped", answer.text
     assert cpu < 3.0 and wall < 20.0, (cpu, wall)
 
@@ -90,9 +92,9 @@ def test_a_mip_root_lp_stops_at_the_phases_cpu_end():
     60 s deadline HiGHS's own wall-clock limit must end it (fails with the wall-clock
     deadline's 60 s as that limit: the LP ran to its optimum, about 3 CPU s)."""
     model = _cover_lp()
-    c0 = time.process_time()
+    c0 = cpu_clock()
     answer = highs.solve_highs(model, relax=False, deadline=CpuPhase(Deadline(60), 0.3))
-    cpu = time.process_time() - c0
+    cpu = cpu_clock() - c0
     assert answer.status == "stopped", answer.text
     assert cpu < 1.2, cpu
 
@@ -148,6 +150,7 @@ def test_highs_own_limit_moves_with_the_larger_of_its_rate_and_the_runs(monkeypa
     it; never past the wall-clock deadline's."""
     clock = _Clock()
     monkeypatch.setattr(highs, "time", clock)
+    monkeypatch.setattr(highs, "cpu_clock", clock.process_time)
     h = _Options()
     retime = highs._Retime(h, _Phase(cpu_at=14.0, rate=0.8), 5.0)  # 4 CPU s left
     clock.wall, clock.cpu = 101.0, 10.4
@@ -172,6 +175,7 @@ def test_highs_own_limit_never_outlasts_the_runs_cpu_seconds_at_a_whole_core(mon
     1 + 3.6 / 0.5 s)."""
     clock = _Clock()
     monkeypatch.setattr(highs, "time", clock)
+    monkeypatch.setattr(highs, "cpu_clock", clock.process_time)
     h = _Options()
     retime = highs._Retime(h, _Phase(cpu_at=14.0, rate=0.5, run_end=14.0), 5.0)
     clock.wall, clock.cpu = 101.0, 10.4
@@ -191,9 +195,9 @@ def test_a_mip_root_lp_ends_by_the_runs_cpu_end_after_a_slow_start():
     model = _cover_lp()
     run = CpuPhase(Deadline(60), 0.3)
     time.sleep(1.2)
-    c0 = time.process_time()
+    c0 = cpu_clock()
     answer = highs.solve_highs(model, relax=False, deadline=CpuPhase(run, 100.0))
-    cpu = time.process_time() - c0
+    cpu = cpu_clock() - c0
     assert answer.status == "stopped", answer.text
     assert cpu < 1.2, cpu
 
@@ -217,6 +221,7 @@ def test_highs_own_limit_stays_put_past_the_cpu_end(monkeypatch):
     0.05 s past the time run at every call: the limit then runs ahead of HiGHS)."""
     clock = _Clock()
     monkeypatch.setattr(highs, "time", clock)
+    monkeypatch.setattr(highs, "cpu_clock", clock.process_time)
     h = _Options()
     retime = highs._Retime(h, _Phase(cpu_at=11.0, rate=0.5, run_end=11.0), 2.0)
     clock.wall, clock.cpu = 101.5, 11.2  # past the end
@@ -227,3 +232,53 @@ def test_highs_own_limit_stays_put_past_the_cpu_end(monkeypatch):
         clock.wall, clock.cpu = 101.5 + step, 11.2 + 0.5 * step
         retime()
         assert h.set[-1][1] <= first, h.set
+
+
+def _deaf_run(h, deadline, on_bounds=None, limit=None):
+    """``highs._run`` for a HiGHS that reads no limit and no interrupt, as the root work
+    of HiGHS 1.14's MIP after its presolve does (``docs/formulations.md``, "Twentieth
+    round")."""
+    h.setOptionValue("time_limit", math.inf)
+    h.run()
+
+
+def test_a_highs_solve_deaf_to_its_limits_is_killed_at_the_cpu_end(monkeypatch):
+    """Under a phase of 0.3 CPU s a solve that reads no limit (about 3 CPU s to its root
+    LP's optimum) is solved in a forked child and killed near the CPU end; the child's
+    CPU seconds are counted by ``cpu_clock``. Fails in a thread (the whole 3 CPU s)."""
+    model = _cover_lp()
+    monkeypatch.setattr(highs, "FORK_MIN_NONZEROS", model.nonzeros)
+    assert highs.forks(model, Deadline(60))
+    monkeypatch.setattr(highs, "_run", _deaf_run)
+    c0 = cpu_clock()
+    answer = highs.solve_highs(model, relax=False, deadline=CpuPhase(Deadline(60), 0.3))
+    cpu = cpu_clock() - c0
+    assert answer.status == "stopped" and answer.values is None, answer.text
+    assert 0.25 < cpu < 1.0, cpu
+
+
+def test_a_forked_solve_answers_as_one_in_this_process(monkeypatch):
+    """The same small MIP solved in this process and in a forked child (the threshold
+    lowered): the same status, objective and solution, the log lines and bounds passed
+    back; an LP bound the same."""
+    model = _cover_lp(rows=300, cols=600, per_row=10, seed=3)
+    here_log, here_bounds = [], []
+    here = highs.solve_highs(model, relax=False, deadline=Deadline(30), log=here_log.append,
+                             on_bounds=lambda a, b: here_bounds.append((a, b)))
+    lp_here = highs.solve_lp_bound(model, deadline=Deadline(30))
+    monkeypatch.setattr(highs, "FORK_MIN_NONZEROS", 1)
+    assert highs.forks(model, Deadline(30)) and not highs.forks(model, Deadline(None))
+    pid = os.getpid()
+    child_log, child_bounds = [], []
+    child = highs.solve_highs(model, relax=False, deadline=Deadline(30),
+                              log=child_log.append,
+                              on_bounds=lambda a, b: child_bounds.append((a, b, os.getpid())))
+    assert here.status == child.status == "optimal", (here.text, child.text)
+    assert math.isclose(here.bound, child.bound, rel_tol=1e-9)
+    assert np.allclose(here.values, child.values)
+    assert any("Solving report" in line for line in child_log)
+    assert len(child_log) == len(here_log)
+    assert child_bounds and {b[2] for b in child_bounds} == {pid}
+    assert len(child_bounds) == len(here_bounds)
+    lp_child = highs.solve_lp_bound(model, deadline=Deadline(30))
+    assert math.isclose(lp_here[0], lp_child[0], rel_tol=1e-9), (lp_here, lp_child)

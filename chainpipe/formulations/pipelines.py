@@ -42,6 +42,7 @@ from ..deadline import Deadline, TimeUp
 from ..numeric import OPTIMALITY_RTOL
 from ..plan import Pipeline, Plan, evaluate
 from ..result import Outcome
+from .cpu_clock import cpu_clock
 
 #: relative slack when comparing a bound with the incumbent (a bound that meets it
 #: within rounding proves the entry no better)
@@ -118,7 +119,8 @@ MIN_RATE = 0.02
 
 class CpuPhase(Deadline):
     """A phase of a solve that ends after ``cpu_s`` seconds of this process's CPU time
-    (:func:`time.process_time`, HiGHS's threads included), or at ``parent``'s end if that
+    (:func:`~chainpipe.formulations.cpu_clock.cpu_clock`: HiGHS's threads and
+    children included), or at ``parent``'s end if that
     comes first.
 
     A share of the time limit measured on the wall clock gives a phase half the work on
@@ -132,15 +134,15 @@ class CpuPhase(Deadline):
 
     def __init__(self, parent: Deadline, cpu_s: float):
         super().__init__(None if parent.unlimited else parent.remaining())
-        self.cpu_start = time.process_time()
+        self.cpu_start = cpu_clock()
         self.parent, self.cpu_at = parent, self.cpu_start + cpu_s
         self.at = parent.at
 
     def remaining(self) -> float:
-        return min(self.parent.remaining(), max(0.0, self.cpu_at - time.process_time()))
+        return min(self.parent.remaining(), max(0.0, self.cpu_at - cpu_clock()))
 
     def expired(self) -> bool:
-        return self.parent.expired() or time.process_time() >= self.cpu_at
+        return self.parent.expired() or cpu_clock() >= self.cpu_at
 
     def cpu_end(self) -> float:
         """Its own CPU end, or that of a phase it is part of if earlier."""
@@ -175,7 +177,7 @@ class CpuPhase(Deadline):
         wall = time.monotonic() - root.start
         if wall < RATE_AFTER_S:
             return 1.0
-        return max(MIN_RATE, (time.process_time() - root.cpu_start) / wall)
+        return max(MIN_RATE, (cpu_clock() - root.cpu_start) / wall)
 
 
 def share(deadline: Deadline, seconds: float) -> Deadline:

@@ -23,6 +23,7 @@ log goes to ``log`` through the logging callback, never to the console.
 from __future__ import annotations
 
 import math
+import os
 import re
 import threading
 import time
@@ -30,7 +31,9 @@ import time
 import numpy as np
 
 from ..deadline import Deadline
+from ..formulations.cpu_clock import cpu_clock
 from ..formulations.pipelines import MIN_RATE, RATE_AFTER_S
+from .forked import Killed, kill_points, run_forked
 from .interrupt import Abandoned, run_stoppable
 from .logs import line_logger
 from .mip import ABS_GAP, PRIMAL_TOL, MipAnswer, backend_seconds, pass_model
@@ -83,7 +86,87 @@ def solve_highs(model, *, relax: bool, deadline: Deadline, seed: int = 0, thread
     ------
     KeyboardInterrupt
         After HiGHS has stopped, when the caller pressed Ctrl-C.
+
+    Notes
+    -----
+    A model of :data:`FORK_MIN_NONZEROS` nonzeros or more under a deadline is solved in
+    a forked child (:func:`forked_solve`), killed if it runs past its limit.
     """
+    if forks(model, deadline):
+        return forked_solve(_solve_here, model, deadline, log, on_bounds, relax=relax,
+                            seed=seed, threads=threads)
+    return _solve_here(model, relax=relax, deadline=deadline, seed=seed, threads=threads,
+                       log=log, on_bounds=on_bounds)
+
+
+#: models with at least this many nonzeros are solved in a forked child under a deadline
+#: (:mod:`chainpipe.solvers.forked`): HiGHS's MIP root can run past every limit it is
+#: given, and only a process can be killed (the overruns seen were in models of 390 000
+#: nonzeros or more). Smaller ones stay in a thread: a fork of a large process costs
+#: tens of milliseconds in page-table copies and copy-on-write faults (committed
+#: ``v3-medium-02``: 40 forks at 50 000 nonzeros, 25.8 CPU s against 23.5 in threads;
+#: 26 at 200 000, 23.6; ``docs/formulations.md``, "Twenty-first round")
+FORK_MIN_NONZEROS = 200_000
+
+
+def forks(model, deadline: Deadline) -> bool:
+    """Whether :func:`solve_highs` and :func:`solve_lp_bound` solve ``model`` under
+    ``deadline`` in a forked child: a deadline with a limit, a model of
+    :data:`FORK_MIN_NONZEROS` nonzeros or more, and :func:`os.fork` at hand."""
+    return (not deadline.unlimited and model.nonzeros >= FORK_MIN_NONZEROS
+            and hasattr(os, "fork"))
+
+
+def forked_solve(solve, model, deadline: Deadline, log, on_bounds, **kwargs):
+    """``solve(model, deadline=..., log=..., on_bounds=..., **kwargs)`` in a forked child
+    (:func:`~chainpipe.solvers.forked.run_forked`), its log lines and bounds passed to
+    ``log`` and ``on_bounds`` here as they come; killed at the deadline's CPU end plus
+    :data:`~chainpipe.solvers.forked.KILL_GRACE_CPU`, the run's plus
+    :data:`~chainpipe.solvers.forked.KILL_GRACE_RUN`, or :data:`ABANDON_S` past the
+    wall-clock deadline. A killed solve answers ``MipAnswer("stopped", None, None, ...)``
+    (``solve_lp_bound``: ``(None, text)``).
+
+    Parameters
+    ----------
+    solve : callable
+        :func:`solve_highs`'s or :func:`solve_lp_bound`'s in-process body.
+    model : LinearModel
+    deadline : Deadline
+    log, on_bounds : callable or None
+    **kwargs
+        Passed on to ``solve``.
+
+    Returns
+    -------
+    MipAnswer or tuple
+        What ``solve`` returned in the child.
+    """
+    import highspy  # noqa: F401 - imported before the fork, never in the child
+
+    def work(emit):
+        child_log = None if log is None else (lambda line: emit(("log", line)))
+        extra = {} if on_bounds is None else {"on_bounds": lambda a, b: emit(("bounds", a, b))}
+        return solve(model, deadline=deadline, log=child_log, **extra, **kwargs)
+
+    def on_event(event):
+        if event[0] == "log":
+            log(event[1])
+        else:
+            on_bounds(event[1], event[2])
+
+    kill_cpu, kill_wall = kill_points(deadline, ABANDON_S)
+    try:
+        return run_forked(work, kill_cpu=kill_cpu, kill_wall=kill_wall, on_event=on_event)
+    except Killed as exc:
+        text = f"HiGHS {exc} (its child process)"
+        if solve is _solve_lp_here:
+            return None, text
+        return MipAnswer("stopped", None, None, text)
+
+
+def _solve_here(model, *, relax: bool, deadline: Deadline, seed: int = 0, threads: int = 1,
+                log=None, on_bounds=None) -> MipAnswer:
+    """:func:`solve_highs` in this process."""
     import highspy
 
     h = highspy.Highs()
@@ -140,7 +223,7 @@ def own_limit(deadline: Deadline) -> float | None:
     cpu_at = deadline.cpu_end()
     if math.isinf(cpu_at):
         return limit
-    now = time.process_time()
+    now = cpu_clock()
     return min(_cpu_as_wall(cpu_at - now, deadline.rate(), limit),
                _cpu_as_wall(_run_end(deadline) - now, 1.0, None))
 
@@ -191,10 +274,10 @@ class _Retime:
         self.h, self.deadline, self.limit = h, deadline, limit
         self.cap = backend_seconds(deadline.wall())
         self.cpu_at, self.run_end = deadline.cpu_end(), _run_end(deadline)
-        self.t0, self.c0 = time.monotonic(), time.process_time()
+        self.t0, self.c0 = time.monotonic(), cpu_clock()
 
     def __call__(self) -> None:
-        ran, cpu = time.monotonic() - self.t0, time.process_time()
+        ran, cpu = time.monotonic() - self.t0, cpu_clock()
         rate = self.deadline.rate()
         if ran >= RATE_AFTER_S:
             rate = max(rate, (cpu - self.c0) / ran)
@@ -222,7 +305,7 @@ def _run(h, deadline: Deadline, on_bounds=None, limit: float | None = None) -> N
     cpu_at = deadline.cpu_end()
 
     def interrupt(event):
-        if stop.is_set() or time.monotonic() >= hard or time.process_time() >= cpu_at:
+        if stop.is_set() or time.monotonic() >= hard or cpu_clock() >= cpu_at:
             event.interrupt()
 
     def mip_interrupt(event):
@@ -327,7 +410,19 @@ def solve_lp_bound(model, *, deadline: Deadline, seed: int = 0, threads: int = 1
     -------
     tuple
         ``(bound or None, status text)``; ``inf`` when HiGHS proves the LP infeasible.
+        A large model is solved in a forked child (:func:`forks`).
     """
+    kwargs = {"seed": seed, "threads": threads, "tolerance": tolerance,
+              "give_up_below": give_up_below}
+    if forks(model, deadline):
+        return forked_solve(_solve_lp_here, model, deadline, log, None, **kwargs)
+    return _solve_lp_here(model, deadline=deadline, log=log, **kwargs)
+
+
+def _solve_lp_here(model, *, deadline: Deadline, seed: int = 0, threads: int = 1, log=None,
+                   tolerance: float = 1e-6, give_up_below: float | None = None
+                   ) -> tuple[float | None, str]:
+    """:func:`solve_lp_bound` in this process."""
     import highspy
 
     h = highspy.Highs()
