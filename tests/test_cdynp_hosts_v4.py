@@ -225,3 +225,38 @@ def test_a_new_connection_resumes_the_tls_session_of_an_earlier_one(clean):
     finally:
         pool.close()
         clean.servers["dc2"].runs.pop(run.id, None)
+
+
+def test_a_pool_reads_a_connections_tls_session_once(clean, monkeypatch):
+    """A connection's TLS session is kept once it has its ticket, and not read again at
+    each later request on that connection (reading it copies the session, certificates
+    and all); a new connection's is read again."""
+    calls = []
+    real = net.remember_session
+
+    def counted(ctx, address, party, sock):
+        calls.append(sock)
+        return real(ctx, address, party, sock)
+
+    monkeypatch.setattr(net, "remember_session", counted)
+    run = _Run("b7" * 16, {}, None)
+    clean.servers["dc2"].runs[run.id] = run
+    pool = net.Pool(clean.ctx("dc1"))
+    address = clean.address["dc2"]
+    try:
+        first, _ = pool.take(address, "dc2")
+        net.send_message(first, "prefix", run.id, clean.prefix)
+        pool.give(address, "dc2", first, due=1)
+        for _ in range(4):  # its answers read (and the ticket with them), then idle gives
+            sock, kept = pool.take(address, "dc2")
+            assert kept and sock is first
+            pool.give(address, "dc2", sock)
+        assert 1 <= len(calls) <= 2 and set(calls) == {first}
+        assert real(pool.ctx, address, "dc2", first)  # it has its ticket by now
+        other, kept = pool.take(address, "dc2", fresh=True)
+        assert not kept
+        pool.give(address, "dc2", other)
+        assert calls[-1] is other
+    finally:
+        pool.close()
+        clean.servers["dc2"].runs.pop(run.id, None)

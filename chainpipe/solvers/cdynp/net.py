@@ -264,20 +264,26 @@ def connect(address: str, ctx: ssl.SSLContext, party: str, *, within: float = CO
     return sock
 
 
-def remember_session(ctx: ssl.SSLContext, address: str, party: str, sock) -> None:
+def remember_session(ctx: ssl.SSLContext, address: str, party: str, sock) -> bool:
     """Keep ``sock``'s TLS session (once its agent sent a ticket for it) for the next
     connection of ``ctx`` to ``party`` at ``address``: a TLS 1.3 resumption (a key both
     sides derived from the first, fully authenticated handshake, which names both
     certificates again) instead of a full handshake, about 2 ms of CPU less on either
     side. The agent still checks the party of every request; a session it no longer
-    takes means a full handshake."""
+    takes means a full handshake. Whether it was kept (``False``: no ticket yet).
+
+    Reading a connection's session costs about 0.3 ms of CPU (the ``ssl`` module
+    copies it, certificates and all), so :class:`Pool` reads it once per connection,
+    not at every request."""
     try:
         session = sock.session
     except (OSError, ValueError):
-        return
-    if session is not None and session.has_ticket:
-        with _SESSIONS_LOCK:
-            _SESSIONS.setdefault(ctx, {})[(address, party)] = session
+        return False
+    if session is None or not session.has_ticket:
+        return False
+    with _SESSIONS_LOCK:
+        _SESSIONS.setdefault(ctx, {})[(address, party)] = session
+    return True
 
 
 class _Again(OSError):
@@ -364,6 +370,9 @@ class Pool:
         self._idle: dict[tuple[str, str], list[tuple[ssl.SSLSocket, float, int]]] = {}
         self._lock = threading.Lock()
         self._closed = False
+        #: the connections whose TLS session (with its ticket) is kept already
+        #: (:func:`remember_session`)
+        self._remembered: weakref.WeakSet = weakref.WeakSet()
         #: connections made (TLS handshakes, ``resumed`` of them resuming a session) and
         #: connections reused, since the start
         self.opened = self.reused = self.resumed = 0
@@ -405,7 +414,11 @@ class Pool:
         """Keep ``sock`` (its last request sent whole, ``due`` answers to it not read yet:
         :meth:`take` reads them, and reuses the connection only if each is ``ok``) for
         the next request."""
-        remember_session(self.ctx, address, party, sock)
+        with self._lock:
+            known = sock in self._remembered
+        if not known and remember_session(self.ctx, address, party, sock):
+            with self._lock:
+                self._remembered.add(sock)
         with self._lock:
             idle = self._idle.setdefault((address, party), [])
             if not self._closed and len(idle) < self.per_peer:

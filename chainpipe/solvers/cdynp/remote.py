@@ -122,8 +122,12 @@ class Connections:
         for k in range(len(names)):  # kept ones at once, in this thread
             if self.pool.has_idle(self.agents[names[k]], names[k]):
                 one(k)
+        # new connections at once: every one but the first in a thread of its own, the
+        # first in this thread meanwhile (a thread's start waits until it runs: on a
+        # loaded host, a time slice)
+        new = [k for k in range(len(names)) if out[k] is None and errors[k] is None]
         threads = [threading.Thread(target=one, args=(k, True), daemon=True)
-                   for k in range(len(names)) if out[k] is None and errors[k] is None]
+                   for k in new[1:]]
         if self._first:  # the other agents too, kept for later runs (a failure is theirs)
             self._first = False
             threads += [threading.Thread(target=self._keep, args=(name, deadline),
@@ -132,8 +136,12 @@ class Connections:
                         and not self.pool.has_idle(self.agents[name], name)]
         for t in threads:
             t.start()
-        for t in threads:
-            t.join()
+        try:
+            if new:
+                one(new[0], True)
+        finally:
+            for t in threads:
+                t.join()
         bad = next((k for k in range(len(names)) if errors[k] is not None), None)
         if bad is not None:
             for s in out:
