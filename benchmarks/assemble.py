@@ -24,6 +24,7 @@ ORDER = [
     ("benchmarks/results/dp_scaling_v3_fresh_21_26.md",
      "python benchmarks/dp_scaling.py --v3-fresh 21,22,23,24,25,26 --out "
      "benchmarks/results/dp_scaling_v3_fresh_21_26.md"),
+    ("benchmarks/results/dp_threads_v3.md", "python benchmarks/dp_scaling.py --v3-threads"),
     ("benchmarks/results/formulations.md", "python benchmarks/formulations.py"),
     ("benchmarks/results/formulations_v3.md",
      "python benchmarks/formulations.py --sets v3/small"),
@@ -78,6 +79,11 @@ ORDER = [
      "v3-medium-02-small-model:4,15-18 (and -01, -03 at 15) --solvers ilp-path --backends "
      "highs --device-states --no-figure --no-lp --cpu-limit --wall-factor 10 --ref-limit 300, "
      "on the branch and on main"),
+    ("benchmarks/results/formulations_flow_fresh_s33.md",
+     "runs of python benchmarks/formulations.py --time-limit 120 --fresh "
+     "v3-medium-02-small-model:4,15-18,27,28 (and -01, -03, -04 at 27) --solvers ilp-path "
+     "--backends highs --device-states --no-figure --no-lp --cpu-limit --wall-factor 10 "
+     "--ref-limit 300, on the branch and on main"),
     ("benchmarks/results/formulations_flow_fresh_hybrid.md",
      "python benchmarks/formulations.py --time-limit 60 --fresh hybrid-medium-01:5,6 "
      "hybrid-medium-02-man100:5,6 hybrid-medium-03-man400:5,6 hybrid-medium-04-degraded:5,6 "
