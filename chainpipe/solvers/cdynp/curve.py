@@ -243,18 +243,11 @@ class CurvePass:
         return int(sum((int(self.radix[i]) - 1 - int(n)) * int(self.stride[i])
                        for i, n in enumerate(u)))
 
-    def keep(self, x: int, u: tuple, S: np.ndarray, ub: float) -> np.ndarray:
-        """Which labels (rows ``x1, x2, total, sync, p`` of ``S``) of state ``(x, u)`` the
-        paired floor leaves within ``ub`` (:func:`paired`): with the traversal of the
-        boundary at ``x`` where the label's first stage lies on this DC (``u`` uses own
-        devices), without it for a base label (``u = 0``: it holds its boundary)."""
-        CF = self.CF_base if not any(u) else self.CF
-        return paired(S, CF[x, self.room(u)], self.grid, self.below, self.M, ub)
-
-
     def rows(self, x: int, usages: list) -> np.ndarray:
-        """Per own usage of ``usages``, the row of caps :meth:`keep` tests a label of state
-        ``(x, u)`` with (``(len(usages), caps)``)."""
+        """Per own usage of ``usages``, the row of caps the paired floor (:func:`paired`)
+        tests a label of state ``(x, u)`` with (``(len(usages), caps)``): with the traversal
+        of the boundary at ``x`` where the label's first stage lies on this DC (``u`` uses
+        own devices), without it for a base label (``u = 0``: it holds its boundary)."""
         out = np.empty((len(usages), len(self.grid)))
         for i, u in enumerate(usages):
             out[i] = (self.CF_base if not any(u) else self.CF)[x, self.room(u)]

@@ -277,7 +277,7 @@ class PeriodDP:
 
     def _filtered(self, x: int, chunks: dict, ub: float, rule: Rule, prefix) -> dict:
         """Per usage (in ``chunks``' order), its labels that the curve's paired floor
-        (:meth:`.curve.CurvePass.keep`) and ``dp``'s rule (:func:`_filter_joined`) keep,
+        (:func:`.curve.paired`, rows from :meth:`.curve.CurvePass.rows`) and ``dp``'s rule (:func:`_filter_joined`) keep,
         in ``dp``'s order of a state's labels (period, fill, ``R``, ``x1``, ``p``; ties in
         the order filed: :func:`~chainpipe.solvers.dp_period.pareto`'s sort): the layer
         joined once, each usage's rows sorted in that order, filtered, and cut into one
@@ -289,7 +289,7 @@ class PeriodDP:
         sizes = [sum(len(c) for c in chunks[u]) for u in keys]
         bounds = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
         cut = self.curve is not None and x > 0
-        if cut:  # the paired floor (:meth:`.curve.CurvePass.keep`) of each state's row
+        if cut:  # the paired floor (:func:`.curve.paired`, rows from :meth:`.curve.CurvePass.rows`) of each state's row
             c = self.curve
             CF, grid, below, M = c.rows(x, keys), c.grid, c.below, c.M
         else:
