@@ -21,6 +21,12 @@ all agents' together, their mean) and the TLS connections the owner opened and r
 in one solve.
 
     .venv/bin/python benchmarks/cdynp_hosts.py --v3
+
+``--section TITLE`` appends the run, under ``## TITLE``, to the file instead of rewriting
+it (the rows of other sets, measured at other times, stay):
+
+    .venv/bin/python benchmarks/cdynp_hosts.py --v3 --repeat 5 --section "v3/medium" \
+        --instances instances/v3/medium/*.json
 """
 
 from __future__ import annotations
@@ -305,6 +311,8 @@ def main() -> None:
     ap.add_argument("--v3", action="store_true", help="the v3 instances, cdynp_hosts_v3.md")
     ap.add_argument("--repeat", type=int, default=5,
                     help="warm solves of each kind per instance (with --v3)")
+    ap.add_argument("--section", default=None,
+                    help="append the run under '## SECTION' instead of rewriting the file")
     args = ap.parse_args()
     if args.instances is None:
         args.instances = V3 if args.v3 else DEFAULT
@@ -315,11 +323,18 @@ def main() -> None:
     for rel in args.instances:
         rows.append(_measure(rel, args))
         print(rows[-1], flush=True)
-    lines = _intro(args) + _table(rows, args)
     OUT.mkdir(parents=True, exist_ok=True)
-    name = "cdynp_hosts_v3.md" if args.v3 else "cdynp_hosts.md"
-    (OUT / name).write_text("\n".join(lines) + "\n")
-    print(OUT / name)
+    path = OUT / ("cdynp_hosts_v3.md" if args.v3 else "cdynp_hosts.md")
+    if args.section is None:
+        path.write_text("\n".join(_intro(args) + _table(rows, args)) + "\n")
+    else:
+        head = [f"## {args.section}", "",
+                f"Run: `benchmarks/cdynp_hosts.py{' --v3' if args.v3 else ''} --repeat "
+                f"{args.repeat} --instances {' '.join(args.instances)}` on "
+                f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; columns as above.", ""]
+        old = path.read_text() if path.exists() else "\n".join(_intro(args))
+        path.write_text(old.rstrip("\n") + "\n\n" + "\n".join(head + _table(rows, args)) + "\n")
+    print(path)
 
 
 if __name__ == "__main__":
