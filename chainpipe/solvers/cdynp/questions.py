@@ -155,11 +155,12 @@ class OwnerRangeTimes(RangeTimes):
         that finds nothing proves ``g`` above its bound, a hair above ``tau``: a floor
         above the question's target, which ``dp``'s search may ask again)."""
         bound = tau * (1 + 1e-9)
-        # lam: under every plan's period on the range (0: unknown)
-        got, lam = self.runs.least_floor(i, j, m, theta, bound, floor)
+        # lam: under every plan's period on the range (0: unknown); low: under every plan's
+        # T_p, from the run's prefix-curve passes (0: none), which may lie above the bound
+        got, lam, low = self.runs.least_floor(i, j, m, theta, bound, floor)
         self.searches += 1
         if got is None:
-            self.proven.setdefault((i, j), []).append((m, theta, bound, lam))
+            self.proven.setdefault((i, j), []).append((m, theta, max(bound, low), lam))
             return None
         found = Found(m, float(got.cost.fill_drain_s), float(got.cost.period_s), got.sync,
                       tuple(got.stages))
