@@ -139,3 +139,46 @@ def test_candidate_runs_are_the_numpy_runs(seed):
     want = _numpy_runs(ok, dominated, on, C, N, R, alone)
     assert rows.tolist() == want[0].tolist() and top.tolist() == want[1].tolist()
     assert [tuple(r) for r in runs.tolist()] == want[2] and want[2]
+
+
+def _list_runs_at(dp, cands, x: int) -> tuple:
+    """``LocalDP._runs_at`` as it was built from ``_candidates(ub, grid, arrays=True)``
+    (before :class:`.local.FlatRuns`): a list per run, concatenated per end."""
+    runs, parts, gws = [], [], {}
+    end = 0
+    for g in range(dp.t.G):
+        for w, c, arr in cands[g][x]:
+            end += len(arr)
+            runs.append((g, w, c, end, gws.setdefault((g, w), len(gws))))
+            parts.append(arr)
+    return (np.array(runs, dtype=np.int64).reshape(-1, 5),
+            np.concatenate(parts) if parts else np.zeros((0, 4)), list(gws))
+
+
+@pytest.mark.parametrize("dc", [0, 2, 3])
+def test_flat_runs_are_the_candidate_lists(dc):
+    """The candidate runs of a ``v3-medium-03`` DC (a sync cap on one) as
+    :class:`.local.FlatRuns` cuts them under bounds from none to below most stages
+    (with and without a grid): at every end the same runs, stages and ``(group, width)``
+    pairs, in the same order, as the lists :meth:`LocalDP._candidates` gives, and the
+    bound cuts the same."""
+    inst = read(ROOT / "instances" / "v3" / "medium" / "v3-medium-03-slow-sync8.json")
+    one = Instance(inst.name, inst.model, inst.training, (inst.datacenters[dc],), ())
+    tables = own_tables(one, None if dc != 2 else 0.5)
+    probe = local.LocalDP(tables, position_cap=tables.M - 1)
+    full, worst = probe._unbounded(None)
+    tops = sorted(t for per_g in full for per in per_g for *_x, top in per for t in top)
+    cut = 0
+    for ub in (math.inf, *(tops[int(q * (len(tops) - 1))] for q in (0.02, 0.3, 0.7, 1.0))):
+        for grid in (None, set(range(0, tables.L + 1, 3)) | {tables.L}):
+            lists, flat = (local.LocalDP(tables, position_cap=tables.M - 1) for _ in range(2))
+            cands = lists._candidates(ub, grid, arrays=True)
+            flat.run({}, ub, grid=grid)
+            assert flat.bound_cut == lists.bound_cut
+            for x in range(tables.L + 1):
+                want = _list_runs_at(lists, cands, x)
+                got = flat._runs_at(x)
+                assert got[0].tolist() == want[0].tolist(), (ub, x)
+                assert got[1].tolist() == want[1].tolist() and got[2] == want[2], (ub, x)
+                cut += len(got[0]) < len(flat._flat_runs.at(x, math.inf)[0])
+    assert cut and worst

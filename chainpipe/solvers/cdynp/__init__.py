@@ -62,6 +62,7 @@ from ...result import Outcome, number_option
 from ...support import features, refusal
 from ...tables import CostTables
 from ..dp_pipelines import STEPS as DP_STEPS
+from ..dp_ranges import close_step
 from . import alone
 from .assemble import plan_of
 from .audit import check_claims
@@ -294,7 +295,9 @@ def _range_ladder(backend, period_options: dict, bound: float, low: float,
               if low * (1 + d) < bound * (1 - RANGE_LADDER_NEAR)] + [bound]
     opts = dict(period_options)
     messages, agents, steps = [], [], []
-    for i, ub in enumerate(bounds):
+    i = 0
+    while i < len(bounds):
+        ub = bounds[i]
         sub = None if trace_dir is None else Path(trace_dir, "period", f"ladder-{i:02d}")
         out = drive(backend, {**opts, "upper_bound": ub}, deadline=deadline, probe=False,
                     trace_dir=sub)
@@ -305,6 +308,9 @@ def _range_ladder(backend, period_options: dict, bound: float, low: float,
         if out.plan is not None or out.status != "no_solution" or "messages" not in out.stats:
             break  # a plan (the least), an error, or the time limit
         opts["lower_bound"] = ub  # none at or below it: the next run's trials start there
+        if RANGE_CLOSE:  # a dear miss: the least T_p lies close above it (dp's rule)
+            close_step(bounds, i, sum(a.get("labels", 0) for a in out.stats.get("agents", [])))
+        i += 1
     if "messages" in out.stats:
         out.stats["messages"], out.stats["agents"] = messages, agents
     out.stats["ladder"] = steps
@@ -350,6 +356,11 @@ RANGE_CURVE_LOW = 0.8
 #: whether an exact range run under a public bound makes its period run a ladder of bounds
 #: from the range's classic optimum (:func:`_range_ladder`); ``False``: one run under it
 RANGE_LADDER = True
+
+#: whether an exact range run's ladder puts its next step close above a dear miss, as
+#: ``dp``'s range ladder does (:func:`chainpipe.solvers.dp_ranges.close_step`: more than
+#: ``CLOSE`` labels kept by the range's DCs, the next bound ``CLOSE_STEP`` above)
+RANGE_CLOSE = True
 
 #: the range ladder's steps above the classic optimum (``dp``'s range ladder,
 #: :data:`chainpipe.solvers.dp_ranges.LADDER`: 3 % apart)

@@ -188,6 +188,21 @@ def own_tables(local: Instance, sync_cap: float | None) -> CostTables:
     return got
 
 
+def cap_class(base: CostTables, cap: float) -> float:
+    """The least ``R`` of an option of ``base`` (a DC's uncapped tables) at or above
+    ``cap`` (``inf`` if none): every cap in ``(the largest R below cap, cap_class]`` keeps
+    the same options (:func:`_cap_sync` keeps those with ``R < cap``), so the floors
+    (:meth:`DCAgent._floors`) of one serve them all (the owner's search asks a DC under
+    caps that mostly cut the same options: ``v3-large-03`` built 103 knapsacks for its 153
+    one-DC range runs)."""
+    values = base.__dict__.get("_cdynp_sync_values")
+    if values is None:
+        values = base.__dict__["_cdynp_sync_values"] = np.unique(np.concatenate(
+            [np.ravel(base.options(g).sync_time) for g in range(base.G)] or [np.zeros(0)]))
+    at = int(np.searchsorted(values, cap, side="left"))  # NaN sorts last: never >= cap
+    return float(values[at]) if at < len(values) and values[at] >= cap else math.inf
+
+
 def _cap_sync(tables: CostTables, cap: float) -> None:
     """Make ``tables`` offer only the stage options with ``R < cap``, with ``R = 0``.
 
@@ -912,7 +927,9 @@ class DCAgent:
         # kept per DC, cap and upstream bound, across M_p under 1F1B (:func:`floors_key`;
         # built in milliseconds: no deadline check, which a later run's would not be)
         # (the knapsack shared by every upstream bound)
-        key = (floors_key(self.local), self.sync_cap)
+        base = self.tables.__dict__.get("_cdynp_base")  # (uncapped tables, cap) if capped
+        key = (floors_key(self.local), self.sync_cap if base is None
+               else cap_class(base[0], base[1]))
         with _TABLES_LOCK:
             kept = _FLOORS.get(key)
             if kept is not None:

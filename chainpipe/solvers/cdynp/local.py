@@ -196,8 +196,26 @@ class LocalDP(DCRun):
         ``[pair, a, x]`` (:func:`.local_fast.candidate_runs`): a run ends after the largest
         ``a < x`` that fails :meth:`option_fits`."""
         L = self.L
-        on = np.array([grid is None or x in grid for x in range(L + 1)])
         out, worst = [], []
+        for rows, top, runs, widths, high in self._group_runs(ub, grid):
+            worst.append(high)
+            if tops:
+                top = top.tolist()
+            else:
+                stages = list(map(tuple, rows.tolist()))
+            per_end: list = [[] for _ in range(L + 1)]
+            widths = widths.tolist()
+            for c, x, s, e in runs.tolist():
+                per_end[x].append((widths[c], c, rows[s:e], top[s:e]) if tops
+                                  else (widths[c], c, stages[s:e]))
+            out.append(per_end)
+        return (out, worst) if tops else out
+
+    def _group_runs(self, ub: float, grid=None):
+        """Per group, what :func:`.local_fast.candidate_runs` gives (``rows, top, runs``),
+        the options' widths and the largest ``M C + R`` of an option that fits memory
+        (:meth:`_direct_candidates`)."""
+        on = np.array([grid is None or x in grid for x in range(self.L + 1)])
         for g in range(self.t.G):
             self.deadline.check()
             opts = self.t.options(g)
@@ -206,7 +224,7 @@ class LocalDP(DCRun):
                 alone = cost.iteration_time(opts.compute_time, opts.compute_time, self.M,
                                             opts.sync_time)
             alone = np.where(np.isnan(alone), math.inf, alone)
-            worst.append(float(alone[ok].max()) if ok.any() else -math.inf)
+            high = float(alone[ok].max()) if ok.any() else -math.inf
             dominated = self._dominated(g, ok, opts) if ub == math.inf else (
                 dominated_options(ok, opts.compute_time, opts.max_in_flight, opts.sync_time,
                                   opts.width, self.deadline.check))
@@ -214,17 +232,17 @@ class LocalDP(DCRun):
             rows, top, runs = kernel.candidate_runs(*(np.ascontiguousarray(v) for v in (
                 ok, dominated, on, opts.compute_time, opts.max_in_flight.astype(np.int64),
                 opts.sync_time, alone)))
-            if tops:
-                top = top.tolist()
-            else:
-                stages = list(map(tuple, rows.tolist()))
-            per_end: list = [[] for _ in range(L + 1)]
-            widths = opts.width.tolist()
-            for c, x, s, e in runs.tolist():
-                per_end[x].append((widths[c], c, rows[s:e], top[s:e]) if tops
-                                  else (widths[c], c, stages[s:e]))
-            out.append(per_end)
-        return (out, worst) if tops else out
+            yield rows, top, runs, opts.width, high
+
+    def _flat(self, grid) -> FlatRuns:
+        """The candidate runs without a bound as :class:`FlatRuns`, built once per tables
+        and grid (kept on the tables, as :meth:`_unbounded` keeps its lists)."""
+        cache = self.t.__dict__.setdefault("_cdynp_flat", {})
+        key = None if grid is None else frozenset(grid)
+        got = cache.get(key)
+        if got is None:
+            got = cache[key] = FlatRuns(self.L, list(self._group_runs(math.inf, grid)))
+        return got
 
     def _dominated(self, g: int, ok: np.ndarray, opts) -> np.ndarray:
         """:func:`~chainpipe.tables.dominated_options` of group ``g``'s options (``ok``: those
@@ -290,7 +308,10 @@ class LocalDP(DCRun):
         arena of blocks until their layer is filtered.
         """
         L, G = self.L, self.t.G
-        self._cands = self._candidates(ub, grid, arrays=True)
+        self._flat_runs = self._flat(grid)
+        self._cut = ub * (1 + 1e-9) if ub < math.inf else math.inf
+        if ub < math.inf:  # as _candidates sets it
+            self.bound_cut |= any(t > self._cut for t in self._flat_runs.worst)
         self._limit = ub * (1 + 1e-12) if ub < math.inf else math.inf
         self._beam = int(beam)
         self._base = base
@@ -450,13 +471,69 @@ class LocalDP(DCRun):
         local_extend` takes them: ``runs`` (per run: group, width, pair, end row in
         ``stages``, and its ``(group, width)``'s index in ``gws``), ``stages`` and ``gws``,
         the distinct ``(group, width)`` pairs."""
-        runs, parts, gws = [], [], {}
-        end = 0
-        for g in range(self.t.G):
-            for w, c, arr in self._cands[g][x]:
-                end += len(arr)
-                runs.append((g, w, c, end, gws.setdefault((g, w), len(gws))))
-                parts.append(arr)
-        return (np.array(runs, dtype=np.int64).reshape(-1, 5),
-                np.concatenate(parts) if parts else np.zeros((0, 4)), list(gws))
+        return self._flat_runs.at(x, self._cut)
+
+
+class FlatRuns:
+    """Every candidate run without a bound (:meth:`LocalDP._group_runs`), by end: per end
+    ``x`` its runs in the order :meth:`LocalDP._candidates` lists them (groups ascending,
+    then pairs), their stages' rows and tops one block, so that :meth:`at` cuts them under
+    a bound and gives :meth:`LocalDP._runs_at`'s arrays with a few array operations
+    instead of a list per run.
+
+    Parameters
+    ----------
+    L : int
+        Layers.
+    groups : list
+        Per group ``(rows, top, runs, widths, worst)``, as :meth:`LocalDP._group_runs`
+        yields them.
+    """
+
+    def __init__(self, L: int, groups: list):
+        #: per group the largest ``M C + R`` of an option that fits memory
+        self.worst = [high for *_rest, high in groups]
+        parts, heads, tops, offset = [], [], [], 0
+        for g, (rows, top, runs, widths, _high) in enumerate(groups):
+            c, x, s, e = runs.T
+            heads.append(np.stack([x, np.full(len(c), g), widths[c], c, s + offset,
+                                   e - s], axis=1))
+            parts.append(rows)
+            tops.append(top)
+            offset += len(rows)
+        heads = np.concatenate(heads) if heads else np.zeros((0, 6), dtype=np.int64)
+        heads = heads[np.argsort(heads[:, 0], kind="stable")].astype(np.int64)
+        rows = np.concatenate(parts) if parts else np.zeros((0, 4))
+        top = np.concatenate(tops) if tops else np.zeros(0)
+        length = heads[:, 5]
+        ends = np.cumsum(length)
+        # the rows in the runs' order (by end, group, pair), each run's stages together
+        gather = np.repeat(heads[:, 4] - (ends - length), length) + np.arange(int(ends[-1])
+                                                                                if len(ends) else 0)
+        self.rows, self.top = rows[gather], top[gather]
+        #: per run ``(group, width, pair, stages)``; the runs of end ``x`` are
+        #: ``first[x]:first[x + 1]``, their rows from ``start[r]``
+        self.runs = np.ascontiguousarray(heads[:, [1, 2, 3, 5]])
+        self.start = np.append(ends - length, ends[-1] if len(ends) else 0)
+        self.first = np.searchsorted(heads[:, 0], np.arange(L + 2), side="left")
+
+    def at(self, x: int, limit: float) -> tuple:
+        """The runs ending at ``x`` cut at the first start whose top exceeds ``limit``
+        (:meth:`LocalDP._candidates`), as :meth:`LocalDP._runs_at` returns them."""
+        lo, hi = int(self.first[x]), int(self.first[x + 1])
+        r0, r1 = int(self.start[lo]), int(self.start[hi])
+        runs, stages = self.runs[lo:hi], self.rows[r0:r1]
+        if not len(runs):
+            return np.zeros((0, 5), dtype=np.int64), np.zeros((0, 4)), []
+        if limit == math.inf:
+            k = runs[:, 3]
+        else:  # tops ascend along a run: its kept rows are a prefix of it
+            keep = self.top[r0:r1] <= limit
+            k = np.add.reduceat(keep.astype(np.int64), self.start[lo:hi] - r0)
+            stages, runs, k = stages[keep], runs[k > 0], k[k > 0]
+        out = np.empty((len(runs), 5), dtype=np.int64)
+        out[:, :3], out[:, 3] = runs[:, :3], np.cumsum(k)
+        seen: dict = {}  # the (group, width) pairs in the order they first come
+        out[:, 4] = [seen.setdefault(gw, len(seen)) for gw in map(tuple, runs[:, :2].tolist())]
+        return out, stages, list(seen)
 

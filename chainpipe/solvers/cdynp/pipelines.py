@@ -148,19 +148,21 @@ class RangeRuns:
         return self.least_floor(i, j, m, theta, bound)[0]
 
     def least_floor(self, i: int, j: int, m: int, theta: float, bound: float = math.inf,
-                    floor: float = 0.0) -> tuple[RangePlan | None, float]:
-        """:meth:`least` and the floor under every plan's period on the range that its run
-        reported (``period_floor_s``, ``docs/privacy.md``; 0: answered from memory, no run
-        made, or none reported). ``floor``: a floor under ``g`` the owner's runs proved, where
-        the run's period runs start (:func:`~chainpipe.solvers.cdynp.solve_chain`)."""
+                    floor: float = 0.0) -> tuple[RangePlan | None, float, float]:
+        """:meth:`least`, the floor under every plan's period on the range that its run
+        reported (``period_floor_s``, ``docs/privacy.md``) and the floor under every plan's
+        ``T_p`` its prefix-curve passes reported (``curve_floor_s``; both 0: answered from
+        memory, no run made, or none reported). ``floor``: a floor under ``g`` the owner's
+        runs proved, where the run's period runs start
+        (:func:`~chainpipe.solvers.cdynp.solve_chain`)."""
         for m0, th, bd, got in self.known.get((i, j), ()):
             if got is None and m0 <= m and th >= theta and bd >= bound:
-                return None, 0.0
+                return None, 0.0, 0.0
             if got is not None and m0 == m and th >= theta and got.sync < theta:
-                return (got if got.time <= bound else None), 0.0
-        got, lam = self._run(i, j, m, theta, bound, floor)
+                return (got if got.time <= bound else None), 0.0, 0.0
+        got, lam, low = self._run(i, j, m, theta, bound, floor)
         self.known.setdefault((i, j), []).append((m, theta, bound, got))
-        return got, lam
+        return got, lam, low
 
     def time(self, i: int, j: int, m: int, theta: float, bound: float = math.inf) -> float:
         """``g(i, j, m, theta)`` if at most ``bound``, else ``inf``: from the frontier run
@@ -250,10 +252,12 @@ class RangeRuns:
         return agents[0].get("frontier", {}).get("lines", []) if agents else []
 
     def _run(self, i: int, j: int, m: int, theta: float, bound: float,
-             proven: float = 0.0) -> tuple[RangePlan | None, float]:
-        """One range run: its plan (``None``: none below ``bound``) and the floor under the
-        range's period its last DC reported (0: none); ``proven``: a floor under ``g`` the
-        owner's runs proved (:func:`~chainpipe.solvers.cdynp.solve_chain`'s ``floor``)."""
+             proven: float = 0.0) -> tuple[RangePlan | None, float, float]:
+        """One range run: its plan (``None``: none below ``bound``), the floor under the
+        range's period its last DC reported and the largest floor under every plan's
+        ``T_p`` it reported from a prefix-curve pass (0: none); ``proven``: a floor under
+        ``g`` the owner's runs proved (:func:`~chainpipe.solvers.cdynp.solve_chain`'s
+        ``floor``)."""
         from ...deadline import TimeUp
         from . import solve_chain
         from .runner import AgentFailure
@@ -276,8 +280,12 @@ class RangeRuns:
                           for msg in out.stats.get("messages", [])]
         self.labels += sum(a.get("labels", 0) for a in out.stats.get("agents", []))
         # the range's last DC's floor under every plan's period (agent._report_floor)
-        floor = max([0.0] + [float(a["period_floor_s"]) for a in
-                             out.stats.get("agents", []) if "period_floor_s" in a])
+        agents = out.stats.get("agents", [])
+        floor = max([0.0] + [float(a["period_floor_s"]) for a in agents
+                             if "period_floor_s" in a])
+        # the last DC of each period run (each step of its ladder) under the run's options:
+        # no plan of the range at (m, theta) has T_p below it (.curve.CurvePass.floor)
+        low = max([0.0] + [float(a["curve_floor_s"]) for a in agents if "curve_floor_s" in a])
         self.one_dc += any(a.get("engine") == "dp" for a in out.stats.get("agents", []))
         if out.status == "error":
             raise AgentFailure((out.message or "").removeprefix("cdynp: "),
@@ -286,13 +294,13 @@ class RangeRuns:
             # the search found nothing below bound: exhaustive (exact, with its bound), or
             # compressed to its guarantee; a run the time limit ended never got that far
             if out.lower_bound is not None or "messages" in out.stats:
-                return None, floor
+                return None, floor, low
             raise TimeUp(out.message or "time limit reached")
         if out.plan is None:
-            return None, floor
+            return None, floor, low
         ev = backend.evaluation(out.plan)
         return RangePlan(float(ev.pipelines[0].time_s), float(ev.sync_s), out.plan.stages,
-                         ev.pipelines[0]), floor
+                         ev.pipelines[0]), floor, low
 
 
 def split_microbatches(times, M: int, P: int):

@@ -103,11 +103,12 @@ class OwnerRangeTimes(RangeTimes):
         give at ``(m, theta)``: a plan of a range inside ``i..j`` is a plan of ``i..j`` (its
         pipeline leaves the other DCs unused), with the same ``T_p`` and ``max R``."""
         best = None
-        for a in range(i, j + 1):
-            for b in range(a, j + 1):
-                got = super()._best_known(a, b, m, theta)
-                if got is not None and (best is None or got[0] < best[0]):
-                    best = got
+        # only the ranges a plan was found on hold one, in the order of the loop over
+        # every range inside i..j (a, then b, ascending: the same plan wins a tie)
+        for a, b in sorted(r for r in self.found if i <= r[0] and r[1] <= j):
+            got = super()._best_known(a, b, m, theta)
+            if got is not None and (best is None or got[0] < best[0]):
+                best = got
         return best
 
     def _floor(self, i, j, m, theta, tau=math.inf, rough=False) -> float:
@@ -122,8 +123,10 @@ class OwnerRangeTimes(RangeTimes):
         if theta <= 0.0:
             return math.inf
         lo = 0.0
-        for a in range(i + 1):
-            for b in range(j, self.runs.owner.public.num_datacenters):
+        # only the ranges a run proved something on have a floor above 0 (no static floor,
+        # no prefix curve here): the others are skipped
+        for a, b in {*self.proven, *self.proven_within}:
+            if a <= i and j <= b:
                 self.static.setdefault((a, b, m), 0.0)
                 lo = max(lo, super()._floor(a, b, m, theta), self._period_line(a, b, m, theta))
         return lo
@@ -152,11 +155,12 @@ class OwnerRangeTimes(RangeTimes):
         that finds nothing proves ``g`` above its bound, a hair above ``tau``: a floor
         above the question's target, which ``dp``'s search may ask again)."""
         bound = tau * (1 + 1e-9)
-        # lam: under every plan's period on the range (0: unknown)
-        got, lam = self.runs.least_floor(i, j, m, theta, bound, floor)
+        # lam: under every plan's period on the range (0: unknown); low: under every plan's
+        # T_p, from the run's prefix-curve passes (0: none), which may lie above the bound
+        got, lam, low = self.runs.least_floor(i, j, m, theta, bound, floor)
         self.searches += 1
         if got is None:
-            self.proven.setdefault((i, j), []).append((m, theta, bound, lam))
+            self.proven.setdefault((i, j), []).append((m, theta, max(bound, low), lam))
             return None
         found = Found(m, float(got.cost.fill_drain_s), float(got.cost.period_s), got.sync,
                       tuple(got.stages))
