@@ -1112,21 +1112,19 @@ class DCAgent:
         """A compressed summary cut to the size target (:func:`.summary.fit_budget`), the
         points of each entry ranked by ``ests``; under :data:`SELECT_BY_COVER` first by
         :func:`.cover.fit_cover` (the budget spread over the entries, each keeping a cover
-        of its points from the least estimate's), the largest ``delta`` within which an
-        entry is covered kept in ``stats["cover_delta_s"]``."""
+        of its points from the least estimate's; the radii it reaches stay with the DC:
+        they tell how far the points not sent lie from those sent)."""
         if SELECT_BY_COVER and self.period:
             same_p = self.tables.schedule != "gpipe"
-            orders, factors = [], []
+            orders, radii = [], []
             for e, est in zip(entries, ests):
                 pts = [(x1, x2, sm, s, r, hull) for r, x1, x2, sm, s, hull in e["points"]]
                 first = min(range(len(est)), key=est.__getitem__, default=0)
-                order, f = cover_order(pts, first, same_p, len(pts), self.M)
+                order, rad = cover_order(pts, first, same_p, len(pts), self.M)
                 orders.append(order)
-                factors.append(f)
-            entries, origins, keeps, realised = fit_cover(entries, origins, orders, factors)
+                radii.append(rad)
+            entries, origins, keeps, _radii = fit_cover(entries, origins, orders, radii)
             ests = [[est[j] for j in kp] for est, kp in zip(ests, keeps)]
-            worst = max(realised, default=0.0)
-            self.stats["cover_delta_s"] = max(self.stats.get("cover_delta_s", 0.0), worst)
         ranks = []
         for est in ests:
             rank = [0] * len(est)
