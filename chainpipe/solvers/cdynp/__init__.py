@@ -451,11 +451,14 @@ def _descend(backend, opts: dict, out: Outcome, deadline: Deadline, trace_dir, i
              seen: tuple, failed: float | None) -> Outcome:
     """Under the ``max_entries`` cap, after the ladder's run that found a plan: runs under
     bounds :data:`REFINE_STEPS` above the last bound that found nothing (``failed``) while
-    they lie below the plan's ``T``, then under a hair below the ``T`` of the best plan
-    found, until one finds nothing better (or the time limit). A compressed run keeps per
-    summary entry the points of the best estimates below its bound, which need not be the
-    optimum's; under a bound near the optimum fewer points are left to choose from
-    (``v3-large-01``: the ladder's run under 7.35 s found 7.11 s, the optimum is 6.87 s).
+    they lie below the best plan's ``T`` (each of them, a better plan found or not), then
+    under a hair below the ``T`` of the best plan found, until one finds nothing better
+    (or the time limit). A compressed run keeps per summary entry a selection of the
+    points below its bound, which need not hold the optimum's, and which points are left
+    to select from depends on the bound, not monotonically (``v3-large-01``, covers of 8
+    points per entry: nothing under 7.00 s, 6.996 s under 7.02 to 7.08 s, 7.001 s under
+    7.10 to 7.20 s, 7.044 s under 7.26 s; the optimum is 6.868 s); a run under a bound
+    near the last failed one costs 3 to 5 CPU s there.
     Returns the outcome of the best plan's run; ``seen`` (messages, agents, ladder steps)
     is extended in place."""
     messages, agents, steps = seen
@@ -468,6 +471,7 @@ def _descend(backend, opts: dict, out: Outcome, deadline: Deadline, trace_dir, i
     ups = [] if failed is None else [failed * (1 + d) for d in REFINE_STEPS]
     while DESCENT and not deadline.expired():
         ups = [u for u in ups if u < T * (1 - 1e-6)]
+        hair = not ups  # the run under a hair below the best T: the last unless it betters T
         ub = ups.pop(0) if ups else T * (1 - 1e-6)
         i += 1
         sub = None if trace_dir is None else Path(trace_dir, "period", f"ladder-{i:02d}")
@@ -481,14 +485,15 @@ def _descend(backend, opts: dict, out: Outcome, deadline: Deadline, trace_dir, i
                       "protocol_s": time.perf_counter() - t0})
         T2 = math.inf if got.plan is None else T_of(got.plan)
         if T2 < T:
-            best, T, ups = got, T2, []
-        elif not ups:
+            best, T = got, T2
+        elif hair:
             break
     return best
 
 
-#: a compressed ladder's bounds above the last that found nothing (:func:`_descend`)
-REFINE_STEPS = (0.015,)
+#: a compressed ladder's bounds above the last that found nothing (:func:`_descend`;
+#: 1.5% alone before session 34)
+REFINE_STEPS = (0.005, 0.01, 0.015, 0.02, 0.03)
 
 #: a compressed run's ladder: its coarse table's floor lies further below the optimum
 #: (``v3-large-01``: 5.80 s against the exact 6.57 s, the optimum 6.87 s), and a run under

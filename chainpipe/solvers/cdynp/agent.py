@@ -41,6 +41,7 @@ from ...tables import CostTables, fastest_rate
 from ..labels import TRIALS
 from . import alone, protocol
 from . import curve as curve_mod
+from .cover import cover_order, fit_cover
 from .local import END, IN, OWN, LocalDP
 from .period import PeriodDP, concave_majorant, frontier_lines, period_time
 from .period import cap_estimates as period_cap_estimates
@@ -65,6 +66,11 @@ from .wide import WideDP
 #: ``v3-large-01``'s one pipeline (digits=3, max_entries=4, the same ladder) it found 7.29 s
 #: in 76.6 CPU s against 7.09 s in 46.8 s by the FLOP-scaled estimate (optimum 6.87 s)
 RANK_BY_CURVE = False
+
+#: whether a compressed period summary keeps per entry a cover of its points
+#: (:mod:`.cover`: farthest first from the least estimate's) rather than the points of
+#: the least estimates, and spreads its byte budget over the entries by the same rule
+SELECT_BY_COVER = True
 
 #: trials of DC 2..K, which want some good plan rather than a proof: bolder steps
 #: (measured on medium/: fewer failed trials, and the bound is only used for pruning)
@@ -1059,7 +1065,7 @@ class DCAgent:
         factor), filtered by dominance (:func:`.period.dominates`, against the ``kept``
         points of wider paths too), then by epsilon-dominance
         (:func:`.period.epsilon_keep`) and the ``max_entries`` cap
-        (:func:`.period.cap_keep`, no guarantee), as :meth:`_summary` does under
+        (:meth:`_period_cap`, no guarantee), as :meth:`_summary` does under
         ``classic``. Under the cap the points are first filtered and capped on their true
         values (to a few times the cap, so that what rounding merges leaves enough), and
         only those are rounded: rounding every point of a large entry was a fifth of a
@@ -1081,11 +1087,16 @@ class DCAgent:
         return pts
 
     def _period_cap(self, pts: list, same_p: bool, b: int, bw, n: int) -> list[int]:
-        """The indices of the ``n`` points of an entry with the least estimated ``T``
-        (:meth:`_period_estimates`)."""
+        """The indices of ``n`` points of an entry: under :data:`SELECT_BY_COVER` the first
+        ``n`` of :func:`.cover.cover_order` from the point of the least estimated ``T``
+        (:meth:`_period_estimates`), a cover of the entry; else those of the least
+        estimates."""
         if n <= 0 or len(pts) <= n:
             return list(range(len(pts)))
         est = self._period_estimates(pts, same_p, b, bw)
+        if SELECT_BY_COVER:  # a cover of the entry, from the least estimate's point
+            first = min(range(len(pts)), key=est.__getitem__)
+            return sorted(cover_order(pts, first, same_p, n, self.M)[0])
         return sorted(sorted(range(len(pts)), key=est.__getitem__)[:n])
 
     def _cap_terms(self, b: int, bw) -> tuple[float, float]:
@@ -1114,10 +1125,23 @@ class DCAgent:
         return [float(f) + 1e-6 * e if math.isfinite(f) else 1e12 + e
                 for f, e in zip(floor, est)]
 
-    @staticmethod
-    def _fit(entries: list, origins: list, ests: list) -> tuple[list, list]:
+    def _fit(self, entries: list, origins: list, ests: list) -> tuple[list, list]:
         """A compressed summary cut to the size target (:func:`.summary.fit_budget`), the
-        points of each entry ranked by ``ests``."""
+        points of each entry ranked by ``ests``; under :data:`SELECT_BY_COVER` first by
+        :func:`.cover.fit_cover` (the budget spread over the entries, each keeping a cover
+        of its points from the least estimate's; the radii it reaches stay with the DC:
+        they tell how far the points not sent lie from those sent)."""
+        if SELECT_BY_COVER and self.period:
+            same_p = self.tables.schedule != "gpipe"
+            orders, radii = [], []
+            for e, est in zip(entries, ests):
+                pts = [(x1, x2, sm, s, r, hull) for r, x1, x2, sm, s, hull in e["points"]]
+                first = min(range(len(est)), key=est.__getitem__, default=0)
+                order, rad = cover_order(pts, first, same_p, len(pts), self.M)
+                orders.append(order)
+                radii.append(rad)
+            entries, origins, keeps, _radii = fit_cover(entries, origins, orders, radii)
+            ests = [[est[j] for j in kp] for est, kp in zip(ests, keeps)]
         ranks = []
         for est in ests:
             rank = [0] * len(est)
