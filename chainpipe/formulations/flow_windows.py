@@ -55,7 +55,7 @@ from ..numeric import OPTIMALITY_RTOL
 from ..plan import evaluate
 from .common import safe_bound
 from .cpu_clock import cpu_clock
-from .flow_excess import loops_in_tail
+from .flow_excess import least_paths, loops_in_tail
 from .pipelines import CpuPhase
 
 #: the first windows' relative width in ``lambda``: built (whole-path and loop bounds),
@@ -97,6 +97,9 @@ EXCESS_WINDOW_SHARE = 0.5
 #: the route decomposes one-pipeline 1F1B models with at least this many stage columns
 #: (smaller ones are solved whole, as before)
 WINDOW_COLUMNS = 2000
+#: offer each window's loop-feasible least paths as plans when its network is built
+#: (:meth:`PeriodWindows._paths`; the MIP and CP-SAT routes alike)
+PATH_PLANS = True
 
 
 def excess_first(form) -> bool:
@@ -266,7 +269,10 @@ class PeriodWindows:
         g, w.net = w.net, None
         if g is None or g.upper_bound > self.best_T:
             g = self.form.window(w.lo, w.hi, self.best_T)
-        self.stats["build_cpu_s"] += cpu_clock() - t0
+            self.stats["build_cpu_s"] += cpu_clock() - t0
+            self._paths(g)
+        else:
+            self.stats["build_cpu_s"] += cpu_clock() - t0
         if not g.n_arcs:
             self.stats["empty"] += 1
             return None
@@ -280,6 +286,28 @@ class PeriodWindows:
             self._split(w, max(w.key, g.cheap_bound), w.slice_s)
             return None
         return g
+
+    def _paths(self, g) -> None:
+        """Offer the window's loop-feasible least paths as plans
+        (:func:`~chainpipe.formulations.flow_excess.least_paths`): each one
+        :func:`~chainpipe.plan.evaluate` finds feasible and faster than the incumbent
+        becomes it (the route's own heuristic, from its own network). Fresh
+        ``v3-medium-02``-like seed 16's four-DC block: no plan below the heuristic's
+        1.061 s in 60 CPU s before; the first window built gives 0.847 s, the window
+        holding the optimum's period the optimum 0.8274 s (``docs/formulations.md``,
+        "Twenty-second round")."""
+        if not PATH_PLANS:
+            return
+        t0 = cpu_clock()
+        for plan in least_paths(g, self.best_T):
+            self.stats["path_plans"] = self.stats.get("path_plans", 0) + 1
+            if not evaluate(g.tables.instance, plan).feasible:
+                continue
+            T = float(self.value(g, plan))
+            if T < self.best_T:
+                self.best_T, self.best_plan = T, plan
+                self.stats["path_better"] = self.stats.get("path_better", 0) + 1
+        self.stats["path_cpu_s"] = self.stats.get("path_cpu_s", 0.0) + cpu_clock() - t0
 
     def _solve(self, w: Window, g) -> None:
         """Build ``w``'s MIP and run it (:meth:`_answer` reads it)."""
