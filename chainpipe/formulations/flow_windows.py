@@ -16,8 +16,12 @@ fixed-period rows):
   (M - 1) lo + floor_S`` (every plan pays its least fill and ``(M - 1) lambda``), then
   the window model's whole-path and loop bound (``cheap_bound``) once it is built, then
   its MIP's dual bound once one has run;
+- a window's network, once built, offers its loop-feasible least paths as plans
+  (:func:`~chainpipe.formulations.flow_excess.least_paths`, one per cap on the
+  synchronisation; each kept when :func:`~chainpipe.plan.evaluate` finds it feasible
+  and faster): the route's own heuristic, from its own network, :data:`PATH_PLANS`;
 - the open window of least key is taken next (best first); a window whose key reaches
-  the incumbent (the route's own heuristic plan, or the best plan a window found) is
+  the incumbent (the route's own heuristic plan, or the best plan a window or its paths found) is
   *closed*, as is one whose model is empty or proven infeasible below the incumbent, or
   whose MIP is proven optimal (its plan then is the incumbent or no better);
 - a window's MIP gets a CPU-time slice (:data:`SLICE_S` at first); stopped, it is split
@@ -93,7 +97,7 @@ FIRST_WINDOW_SHARE = 0.3
 #: four-DC entry (``M = 64``, 36 293 stage columns) is closed by them in 12.6 CPU s, every
 #: window emptied without a MIP, where its loop LP, root LP and window MIPs each ran out
 #: of their shares (``docs/formulations.md``, "Nineteenth round")
-EXCESS_WINDOW_SHARE = 0.5
+EXCESS_WINDOW_SHARE = 1.0
 #: the route decomposes one-pipeline 1F1B models with at least this many stage columns
 #: (smaller ones are solved whole, as before)
 WINDOW_COLUMNS = 2000
