@@ -96,7 +96,9 @@ FIRST_WINDOW_SHARE = 0.3
 #: loop-feasible least paths (:func:`excess_first`): fresh ``v3-medium-02``-like seed 3's
 #: four-DC entry (``M = 64``, 36 293 stage columns) is closed by them in 12.6 CPU s, every
 #: window emptied without a MIP, where its loop LP, root LP and window MIPs each ran out
-#: of their shares (``docs/formulations.md``, "Nineteenth round")
+#: of their shares (``docs/formulations.md``, "Nineteenth round"); all of it since the
+#: twenty-second round: the loop LP after them gave no bound on fresh seeds 16 and 31's
+#: four-DC blocks (23.2 and 6.1 CPU s), and the windows are kept for a later solve
 EXCESS_WINDOW_SHARE = 1.0
 #: the route decomposes one-pipeline 1F1B models with at least this many stage columns
 #: (smaller ones are solved whole, as before)

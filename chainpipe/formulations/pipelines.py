@@ -61,7 +61,7 @@ LOCAL_SHARE = 0.4
 #: share of the time limit for the one-pipeline entry's block before every other entry,
 #: for a route whose block solve keeps its work for a later solve (the arc-flow route's
 #: windows of the period, :attr:`OuterSearch.early_share`; 0: none)
-EARLY_SHARE = 0.15
+EARLY_SHARE = 0.08
 #: ... on chains of at least this many DCs
 EARLY_DCS = 3
 
