@@ -13,6 +13,12 @@ and drain (``sum C + sum Q``) and its least synchronisation maximum (``max R``) 
 lower bounds of those of every plan of the window, and so is, per column, the least
 such path through the column. :func:`excess_prune` keys a window by them and drops the
 columns every such path through which is slower than the upper bound.
+
+The same sweeps also give plans: :func:`least_paths` walks a least path back from the
+sinks (one per cap on the synchronisation) and decodes it. Rounding may make such a path
+break a loop at ``v``, and the network leaves out the position caps of 1F1B's memory, so
+a path is only a candidate: its caller keeps it when :func:`~chainpipe.plan.evaluate`
+finds it feasible, at the ``T`` that finds.
 """
 
 from __future__ import annotations
@@ -29,6 +35,10 @@ GRID = 128
 
 #: at most this many stage columns times :data:`GRID` cells per sweep (memory)
 MAX_CELLS = 40_000_000
+
+#: at most this many least paths per window (:func:`least_paths`): one per cap on the
+#: synchronisation, each below the last path's ``max R``
+PATH_TRIES = 8
 
 
 class _Excess:
@@ -86,6 +96,39 @@ class _Excess:
             val[to < 0] = np.inf
             np.minimum.at(out, (self.heads[sel][:, None], np.maximum(to, 0)), val)
         return out
+
+    def least_path(self, weight: np.ndarray, keep: np.ndarray):
+        """A least path sum of ``weight`` over the columns where :attr:`ok` and ``keep``
+        hold, walked back from the sinks: ``(columns, sum)`` (indices into the stage
+        then boundary columns, source first), or ``(None, inf)`` when none is."""
+        ok = self.ok
+        self.ok = ok & keep
+        try:
+            fwd = self.forward(weight, False)
+        finally:
+            self.ok = ok
+        ends = fwd[self.sinks]
+        if not np.isfinite(ends).any():
+            return None, math.inf
+        at = int(np.argmin(ends))
+        node, j = int(self.sinks[at // self.G]), at % self.G
+        total = val = float(ends.flat[at])
+        sel = np.nonzero(ok & keep)[0]
+        heads, cols = self.heads[sel], []
+        for _ in range(2 * self.form.tables.L + 2):
+            if node < len(self.sources) and j == 0 and val <= 1e-12 * max(1.0, total):
+                return cols[::-1], total
+            into = sel[heads == node]
+            base = fwd[self.tails[into]] + weight[into][:, None]
+            hit = np.argwhere((self.to[into] == j)
+                              & (np.abs(base - val) <= 1e-9 * max(1.0, total)))
+            if not len(hit):
+                return None, math.inf
+            c = int(into[hit[0, 0]])
+            cols.append(c)
+            node, j = int(self.tails[c]), int(hit[0, 1])
+            val = float(fwd[node, j])
+        return None, math.inf
 
     def backward(self, weight: np.ndarray, bottleneck: bool) -> np.ndarray:
         """Least path sum (maximum) of ``weight`` from every ``(node, excess)`` to the
@@ -167,3 +210,37 @@ def excess_prune(form, grid: int = GRID) -> None:
         return
     form._keep_columns(keep)
     form._on_paths()
+
+
+def least_paths(form, upper: float = math.inf, tries: int = PATH_TRIES, grid: int = GRID):
+    """Candidate plans of a window: its loop-feasible least paths (rounded as
+    :func:`excess_prune` rounds them), decoded.
+
+    The least fill and drain path first, then, while the objective counts the
+    synchronisation, the least one among the columns whose ``R`` is below the last
+    path's ``max R`` (at most ``tries`` in all). Stops once a path's fill plus ``(M - 1)
+    lo`` reaches ``upper`` (a tighter cap only adds fill). Each plan is yielded right
+    after :meth:`~chainpipe.formulations.ilp_flow.FlowFormulation.decode`, with
+    ``form.values`` its columns (``chosen_sync`` reads them). A candidate only (module
+    docstring): the caller evaluates it. Nothing when :func:`applies` is false.
+    """
+    if not applies(form):
+        return
+    lo, hi = form.period
+    ex = _Excess(form, hi, grid)
+    steady = float(steady_state(form.tables.M, 1)) * max(lo, form.floor_B)
+    cap, nx = math.inf, len(form.col_arc)
+    for _ in range(tries):
+        form.check()
+        cols, fill = ex.least_path(ex.fill, ex.sync <= cap * (1 + 1e-12))
+        if cols is None or fill + steady >= upper * (1 + UB_RTOL):
+            return
+        values = np.zeros(nx)
+        values[[c for c in cols if c < nx]] = 1.0
+        form.values = values
+        yield form.decode()
+        r = float(ex.sync[cols].max())
+        lower = ex.sync[ex.ok & (ex.sync < r * (1 - 1e-9))]
+        if not form.count_sync or not len(lower):
+            return
+        cap = float(lower.max())

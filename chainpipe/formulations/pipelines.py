@@ -58,6 +58,12 @@ MAX_SOLVES = 2
 #: share of the time limit for a first pass over the entries whose blocks are single DCs
 #: (each block one DC: small, fast sub-models, and a good incumbent for the cutoffs)
 LOCAL_SHARE = 0.4
+#: share of the time limit for the one-pipeline entry's block before every other entry,
+#: for a route whose block solve keeps its work for a later solve (the arc-flow route's
+#: windows of the period, :attr:`OuterSearch.early_share`; 0: none)
+EARLY_SHARE = 0.08
+#: ... on chains of at least this many DCs
+EARLY_DCS = 3
 
 
 def several(instance) -> bool:
@@ -483,6 +489,9 @@ class OuterSearch:
     rounds: int = 0
     #: per block and ``M_p``: the seconds its last solve was given and its cutoff
     budgets: dict = field(default_factory=dict)
+    #: share of the time limit for the one-pipeline entry's block before every other
+    #: entry (:meth:`early`; 0: none)
+    early_share: float = 0.0
     #: blocks and ``M_p`` whose last solve said (``stats["resumable"]``) that a solve
     #: again goes on from where it stopped (the arc-flow route's windows of the period):
     #: :meth:`more_than_before` then allows one with any time
@@ -543,14 +552,15 @@ class OuterSearch:
         if old is None or size["variables"] > old["variables"]:
             self.stats["largest_sub_model"] = size
 
-    def sub(self, first: int, last: int, m: int, cutoff: float | None = None) -> SubResult:
+    def sub(self, first: int, last: int, m: int, cutoff: float | None = None,
+            budget: Deadline | None = None) -> SubResult:
         """The block's one-pipeline solve, once per block and ``M_p``; again (at most
         :data:`MAX_SOLVES` solves in all) when an entry needs more than the last solve
         proved (its bound is below ``cutoff``, with a time slice or an incumbent that may
-        now be better)."""
+        now be better). ``budget``: its deadline (default :meth:`slice`)."""
         key = (first, last, m)
         old = self.subs.get(key)
-        budget = self.slice()
+        budget = self.slice() if budget is None else budget
         if old is not None and (old.optimal or old.infeasible or cutoff is None
                                 or old.bound >= cutoff * (1 - PRUNE_RTOL)
                                 or self.solves.get(key, 0) >= MAX_SOLVES + self.rounds
@@ -671,6 +681,7 @@ class OuterSearch:
                         self.by_block.setdefault((a, b), []).append((m, e))
             for pairs in self.by_block.values():
                 pairs.sort(key=lambda p: p[0])
+            self.early(todo)
             local = [e for e in todo if all(a == b for a, b in e.blocks)]
             if self.local_share > 0 and local and len(local) < len(todo):
                 self.visit(local, self.phase(self.local_share))
@@ -680,6 +691,28 @@ class OuterSearch:
         except TimeUp:
             message = f"time limit ({self.deadline.limit:g} s) reached in the enumeration"
         return self.outcome(todo, message)
+
+    def early(self, todo: list[Entry]) -> None:
+        """The one-pipeline entry's block (the whole chain, all ``M``) solved first for
+        :attr:`early_share` of the time left, cut at the incumbent, on a chain of
+        :data:`EARLY_DCS` DCs or more: its plan (the arc-flow route's windows find plans
+        from their least paths) gives every later entry a tighter cutoff, and the route
+        keeps its windows for the entry's own visit (``stats["resumable"]``). Fresh
+        ``v3-medium-02``-like seed 31: that block, which holds the optimum, was reached at
+        89 CPU s, after three joint models of four single-DC pipelines cut at the
+        heuristic's 0.997 s (``docs/formulations.md``, "Twenty-second round")."""
+        K, M = len(self.instance.datacenters), self.instance.microbatches
+        e = next((e for e in todo if e.blocks == ((0, K - 1),)), None)
+        if self.early_share <= 0 or e is None or K < EARLY_DCS:
+            return
+        if self.cheap(0, K - 1, M) + e.cross >= self.best_T * (1 - PRUNE_RTOL):
+            return
+        budget = share(self.deadline, self.deadline.remaining() * self.early_share)
+        res = self.sub(0, K - 1, M, self.best_T - e.cross, budget)
+        if res.plan is not None:
+            self.offer(assemble(self.instance, e, [res.plan]))
+        e.bound = max(e.bound, res.bound + e.cross)
+        self.stats["early_s"] = self.deadline.elapsed()
 
     def open(self, todo: list[Entry]) -> list[Entry]:
         """The entries that keep the outcome from ``optimal``: neither settled nor proven

@@ -75,7 +75,14 @@ from ..formulations.common import (
     safe_bound,
 )
 from ..formulations.ilp_flow import ModelTooLarge
-from ..formulations.pipelines import OuterSearch, heuristic_plan, merge_models, several, share
+from ..formulations.pipelines import (
+    EARLY_SHARE,
+    OuterSearch,
+    heuristic_plan,
+    merge_models,
+    several,
+    share,
+)
 from ..instance import Instance
 from ..io import atomic_write
 from ..numeric import OPTIMALITY_RTOL
@@ -446,7 +453,7 @@ def _windows_first(form, opts: _Options, deadline: Deadline, seed, threads, log,
         stats["windows_first"] = {"bound_s": None}
         return None
     windows = stats["period_windows"]
-    if windows["closed"]:
+    if windows["closed"] or deadline.expired():  # proven, or nothing left for the MIP
         return out
     stats.pop("plan_source", None)  # the MIP's outcome says its own
     stats["windows_first"] = {"bound_s": out.lower_bound}
@@ -761,7 +768,8 @@ def _run_pipelines(name: str, instance: Instance, deadline: Deadline, seed, thre
     def joint(entry, subs, upper, dl):
         return _joint(name, subs, upper, dl, opts, seed, threads, log, levels)
 
-    search = OuterSearch(instance, deadline, single, joint, log)
+    search = OuterSearch(instance, deadline, single, joint, log,
+                         early_share=EARLY_SHARE if opts.device_states else 0.0)
     out = search.run()
     out.stats.update(formulation=name, backend=opts.backend, threads=threads, seed=seed,
                      solve_time_s=deadline.elapsed())
