@@ -1,6 +1,8 @@
 """An exact range run's ladder of period bounds (``chainpipe.solvers.cdynp._range_ladder``,
 ``docs/privacy.md``, "A ladder of bounds inside a range run") gives the answer one run
-under the owner's bound gives: the least ``T_p`` when it lies within the bound, else none.
+under the owner's bound gives: the least ``T_p`` when it lies within the bound, else none;
+and it puts its next bound close above a dear miss (``chainpipe.solvers.cdynp.RANGE_CLOSE``,
+``dp_ranges.close_step``) with the same answer.
 """
 
 from __future__ import annotations
@@ -8,6 +10,7 @@ from __future__ import annotations
 import sys
 
 from chainpipe.deadline import Deadline
+from chainpipe.solvers import dp_ranges
 from chainpipe.solvers.cdynp import LocalOwner, solve_chain
 from chainpipe.solvers.cdynp.drive import agent_options
 from helpers import random_v3_instance
@@ -21,13 +24,9 @@ def _run(owner, i, j, m, bound, floor=0.0):
     return T, out.stats.get("ladder") or []
 
 
-def test_the_ladder_finds_the_least_time_or_none():
-    """On random v3 ranges of two or more DCs at ``M_p = M``: under a bound 25% above the
-    least ``T_p`` (one unbounded run's) the ladder finds that least ``T_p``; under a bound
-    a hair below it, nothing; with the least ``T_p`` 3% below as a proven floor, the same.
-    Many of the bounded runs climb more than one step (a ladder stopped at its first failed
-    step, or taking a failed step for the answer, fails it)."""
-    climbed = checked = 0
+def _ranges():
+    """``(seed, owner, i, j, M, least T_p)`` of random v3 ranges of two or more DCs at
+    ``M_p = M`` that have a plan (one unbounded run's least ``T_p``)."""
     for seed in range(40):
         inst = random_v3_instance(seed)
         K, M = inst.num_datacenters, inst.microbatches
@@ -36,13 +35,41 @@ def test_the_ladder_finds_the_least_time_or_none():
         owner = LocalOwner(inst, False, 60)
         for i, j in ((0, K - 1), (K - 2, K - 1)):
             least, _ = _run(owner, i, j, M, None)
-            if least is None:
-                continue
-            got, steps = _run(owner, i, j, M, least * 1.25)
-            assert got is not None and abs(got - least) <= 1e-9 * least, (seed, i, j)
-            climbed += len(steps) > 1
-            got, _ = _run(owner, i, j, M, least * 1.25, floor=least * 0.97)
-            assert got is not None and abs(got - least) <= 1e-9 * least, (seed, i, j)
-            assert _run(owner, i, j, M, least * (1 - 1e-6))[0] is None, (seed, i, j)
-            checked += 1
+            if least is not None:
+                yield seed, owner, i, j, M, least
+
+
+def test_the_ladder_finds_the_least_time_or_none():
+    """On random v3 ranges of two or more DCs at ``M_p = M``: under a bound 25% above the
+    least ``T_p`` (one unbounded run's) the ladder finds that least ``T_p``; under a bound
+    a hair below it, nothing; with the least ``T_p`` 3% below as a proven floor, the same.
+    Many of the bounded runs climb more than one step (a ladder stopped at its first failed
+    step, or taking a failed step for the answer, fails it)."""
+    climbed = checked = 0
+    for seed, owner, i, j, M, least in _ranges():
+        got, steps = _run(owner, i, j, M, least * 1.25)
+        assert got is not None and abs(got - least) <= 1e-9 * least, (seed, i, j)
+        climbed += len(steps) > 1
+        got, _ = _run(owner, i, j, M, least * 1.25, floor=least * 0.97)
+        assert got is not None and abs(got - least) <= 1e-9 * least, (seed, i, j)
+        assert _run(owner, i, j, M, least * (1 - 1e-6))[0] is None, (seed, i, j)
+        checked += 1
     assert checked >= 30 and climbed >= 8, (checked, climbed)
+
+
+def test_close_steps_keep_the_least_time(monkeypatch):
+    """Every miss made dear (``CLOSE`` at 0 labels): under a bound 25% above the least
+    ``T_p`` the ladder still finds it, and under a bound a hair below it nothing; many
+    ladders take a close step (1.5% above the step before, where the 3% ladder had a wider
+    gap)."""
+    monkeypatch.setattr(dp_ranges, "CLOSE", 0)
+    close = checked = 0
+    for seed, owner, i, j, M, least in _ranges():
+        got, steps = _run(owner, i, j, M, least * 1.25)
+        assert got is not None and abs(got - least) <= 1e-9 * least, (seed, i, j)
+        bounds = [s["upper_bound"] for s in steps]
+        close += any(abs(b / a - 1 - dp_ranges.CLOSE_STEP) < 1e-9
+                     for a, b in zip(bounds, bounds[1:]))
+        assert _run(owner, i, j, M, least * (1 - 1e-6))[0] is None, (seed, i, j)
+        checked += 1
+    assert checked >= 30 and close >= 8, (checked, close)
