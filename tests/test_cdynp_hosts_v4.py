@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import pytest
@@ -134,14 +135,7 @@ def test_too_many_or_replayed_early_prefixes_are_refused(clean):
 def test_a_kept_connection_is_reused_only_after_an_ok(clean):
     """A neighbour's pool takes a connection again only once the answer due on it is
     ``ok``; after a refusal it makes a new one."""
-    run = _Run("a5" * 16, {}, None)
-    clean.servers["dc2"].runs[run.id] = run
-    pool = net.Pool(clean.ctx("dc1"))
-    address = clean.address["dc2"]
-    try:
-        sock, kept = pool.take(address, "dc2")
-        net.send_message(sock, "prefix", run.id, clean.prefix)
-        pool.give(address, "dc2", sock, due=1)
+    with _prefix_sent(clean, "a5" * 16) as (pool, address, sock):
         again, kept = pool.take(address, "dc2")
         assert kept and again is sock and pool.opened == 1
         # an assemble for a run dc2 is not part of: refused, and the connection not reused
@@ -150,6 +144,22 @@ def test_a_kept_connection_is_reused_only_after_an_ok(clean):
         third, kept = pool.take(address, "dc2")
         assert not kept and third is not again and pool.opened == 2
         pool.give(address, "dc2", third)
+
+
+@contextlib.contextmanager
+def _prefix_sent(clean, run_id: str):
+    """``(pool, address, sock)``: dc1's pool with one connection to dc2, on which a prefix
+    of the run ``run_id`` (registered at dc2) went and whose answer is due; the pool
+    closed and the run dropped at the end."""
+    run = _Run(run_id, {}, None)
+    clean.servers["dc2"].runs[run.id] = run
+    pool = net.Pool(clean.ctx("dc1"))
+    address = clean.address["dc2"]
+    try:
+        sock, _kept = pool.take(address, "dc2")
+        net.send_message(sock, "prefix", run.id, clean.prefix)
+        pool.give(address, "dc2", sock, due=1)
+        yield pool, address, sock
     finally:
         pool.close()
         clean.servers["dc2"].runs.pop(run.id, None)
@@ -239,14 +249,7 @@ def test_a_pool_reads_a_connections_tls_session_once(clean, monkeypatch):
         return real(ctx, address, party, sock)
 
     monkeypatch.setattr(net, "remember_session", counted)
-    run = _Run("b7" * 16, {}, None)
-    clean.servers["dc2"].runs[run.id] = run
-    pool = net.Pool(clean.ctx("dc1"))
-    address = clean.address["dc2"]
-    try:
-        first, _ = pool.take(address, "dc2")
-        net.send_message(first, "prefix", run.id, clean.prefix)
-        pool.give(address, "dc2", first, due=1)
+    with _prefix_sent(clean, "b7" * 16) as (pool, address, first):
         for _ in range(4):  # its answers read (and the ticket with them), then idle gives
             sock, kept = pool.take(address, "dc2")
             assert kept and sock is first
@@ -257,6 +260,3 @@ def test_a_pool_reads_a_connections_tls_session_once(clean, monkeypatch):
         assert not kept
         pool.give(address, "dc2", other)
         assert calls[-1] is other
-    finally:
-        pool.close()
-        clean.servers["dc2"].runs.pop(run.id, None)
