@@ -8,27 +8,26 @@ trials can run side by side in any order: the run ends at the first that succeed
 and a failed one stops every running trial below it. With ``n`` processes the
 ladder is walked ``n`` rungs at a time, lowest first.
 
-The searches run in forked processes (they share the built tables without copying
-them, and the compiled kernels, which hold the GIL only between their calls, need
-processes to run in parallel). Each child is killed when the run's process dies
-(:func:`chainpipe.lifeline.die_with_parent`) and on every way out of
-:func:`run_trials`; only ``(T, stages)`` and the search's counters come back.
+The searches run in forked processes (:class:`chainpipe.solvers.forked.Fork`: they share
+the built tables without copying them, and the compiled kernels, which hold the GIL only
+between their calls, need processes to run in parallel). Each child dies with the run's
+process and is killed on every way out of :func:`run_trials`; only ``(T, stages)`` and
+the search's counters come back.
 """
 
 from __future__ import annotations
 
 import contextlib
-import multiprocessing as mp
 import os
-from multiprocessing.connection import wait
+import select
 
 from ..deadline import Deadline, TimeUp
-from ..lifeline import die_with_parent
+from .forked import Fork
 
 
 def available() -> bool:
     """Whether forked processes can run the trials (POSIX with ``fork``)."""
-    return "fork" in mp.get_all_start_methods()
+    return hasattr(os, "fork")
 
 
 def run_trials(make_search, trials: list[float], deadline: Deadline, processes: int,
@@ -64,47 +63,40 @@ def run_trials(make_search, trials: list[float], deadline: Deadline, processes: 
     TimeUp
         The deadline passed before a trial found a plan.
     """
-    ctx = mp.get_context("fork")
-    parent = os.getpid()
     waiting = sorted(trials)
-    running: dict = {}  # connection -> (process, trial)
+    running: dict = {}  # Fork -> trial
     proven = None
     try:
         while waiting or running:
             while waiting and len(running) < processes:
                 trial = waiting.pop(0)
-                receive, send = ctx.Pipe(duplex=False)
-                child = ctx.Process(target=_child, args=(make_search, trial, send, parent),
-                                    daemon=True)
-                child.start()
-                send.close()
-                running[receive] = (child, trial)
+                running[Fork(lambda _emit, t=trial: _search(make_search, t))] = trial
             if check is not None:
                 if check():
                     return None, proven
                 check = None
-            ready = wait(list(running), timeout=None if deadline.unlimited
-                         else max(deadline.remaining(), 0.0) + 0.5)
+            ready, _, _ = select.select(list(running), [], [], None if deadline.unlimited
+                                        else max(deadline.remaining(), 0.0) + 0.5)
             if not ready:
                 raise TimeUp()
-            for conn in ready:
-                child, trial = running.pop(conn)
-                try:
-                    kind, found, stats = conn.recv()
-                except EOFError:  # the child died without a word (killed, out of memory)
-                    kind, found, stats = "error", None, {}
-                conn.close()
-                child.join()
+            for child in ready:
+                if child not in running or child.take() is None:
+                    continue  # stopped below a bound just proven, or part of its answer
+                trial = running.pop(child)
+                child.stop()
+                kind, value, word = _told(child.outcome)
+                found, stats = value if kind == "done" else (None, {"error": word})
                 if settle(trial, kind, found, stats, "in its process", on_result):
                     return found, proven
                 proven = trial if proven is None else max(proven, trial)
-                for other in [c for c, (_, t) in running.items() if t <= trial]:
-                    _stop(*running.pop(other))  # below a proven bound: it would fail
+                for other in [c for c, t in running.items() if t <= trial]:
+                    running.pop(other)
+                    other.stop()  # below a proven bound: it would fail
                 waiting = [t for t in waiting if t > trial]
         return None, proven
     finally:
-        for child, _ in running.values():
-            _stop(child)
+        for child in running:
+            child.stop()
 
 
 def settle(trial: float, kind: str, found, stats: dict, where: str, on_result) -> bool:
@@ -134,37 +126,27 @@ class Beside:
     """
 
     def __init__(self, work, deadline: Deadline):
-        ctx = mp.get_context("fork")
         self.deadline = deadline
-        self.receive, send = ctx.Pipe(duplex=False)
-        self.child = ctx.Process(target=_beside, args=(work, send, os.getpid()), daemon=True)
-        self.child.start()
-        send.close()
+        self.child = Fork(lambda _emit: work())
 
     def result(self):
         """The value ``work()`` returned in the child."""
         timeout = None if self.deadline.unlimited else max(self.deadline.remaining(), 0.0) + 0.5
         try:
-            if not wait([self.receive], timeout=timeout):
+            if self.child.wait(timeout) is None:
                 raise TimeUp()
-            try:
-                kind, value = self.receive.recv()
-            except EOFError:  # the child died without a word (killed, out of memory)
-                kind, value = "error", "no word"
+            kind, value, word = _told(self.child.outcome)
         finally:
             self.stop()
         if kind == "timeout":
             raise TimeUp()
         if kind == "error":
-            raise RuntimeError(f"dp: a search beside this one failed in its process ({value})")
+            raise RuntimeError(f"dp: a search beside this one failed in its process ({word})")
         return value
 
     def stop(self) -> None:
         """Kill the child (if it still runs) and reap it."""
-        if self.child is not None:
-            _stop(self.child)
-            self.receive.close()
-            self.child = None
+        self.child.stop()
 
     def __enter__(self):
         return self
@@ -187,35 +169,21 @@ def spread(work, items: list, deadline: Deadline, processes: int) -> list:
     return [shares[q % n][q // n] for q in range(len(items))]
 
 
-def _beside(work, send, parent: int) -> None:
-    """The child of :class:`Beside`: ``work()``'s value sent as ``(kind, value)``."""
-    die_with_parent(parent)
-    try:
-        send.send(("done", work()))
-    except TimeUp:
-        send.send(("timeout", None))
-    except Exception as exc:  # reported by the parent, which raises
-        send.send(("error", f"{type(exc).__name__}: {exc}"))
-    finally:
-        send.close()
-
-
-def _stop(child, *_trial) -> None:
-    """Kill a trial's process and reap it."""
-    child.kill()
-    child.join()
-
-
-def _child(make_search, trial: float, send, parent: int) -> None:
-    """One trial in a forked process: its outcome sent as ``(kind, found, stats)``."""
-    die_with_parent(parent)
+def _search(make_search, trial: float) -> tuple:
+    """One trial, in its forked process: ``(found, stats)`` of ``make_search(trial)``."""
     search = make_search(trial)
-    try:
-        found = search.run()
-        send.send(("done", found, dict(search.stats)))
-    except TimeUp:
-        send.send(("timeout", None, dict(search.stats)))
-    except Exception as exc:  # reported by the parent, which raises
-        send.send(("error", None, {"error": f"{type(exc).__name__}: {exc}"}))
-    finally:
-        send.close()
+    return search.run(), dict(search.stats)
+
+
+def _told(outcome: tuple) -> tuple:
+    """``(kind, value, word)`` from a :class:`Fork`'s outcome: ``kind`` as :func:`settle`
+    reads it (``done``, ``timeout`` or ``error``), ``work``'s value when done, and for an
+    error what it raised (or that the child ended without a word: killed, out of
+    memory)."""
+    kind, payload = outcome
+    if kind == "done":
+        return "done", payload, None
+    if kind == "error" and isinstance(payload, TimeUp):
+        return "timeout", None, None
+    word = "no word" if kind == "gone" else f"{type(payload).__name__}: {payload}"
+    return "error", None, word
