@@ -78,10 +78,16 @@ class Fork:
     def __init__(self, work, on_event=None):
         reading, parent = clock.cpu_clock(), os.getpid()
         r, w = os.pipe()
-        pid = os.fork()
-        if pid == 0:  # pragma: no cover - the child; it never returns
-            os.close(r)
-            _child(work, w, reading, parent)
+        # SIGINT blocked across the fork: a Ctrl-C before the child ignores it waits in
+        # the parent (delivered there once unblocked) and never kills the child
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            pid = os.fork()
+            if pid == 0:  # pragma: no cover - the child; it never returns
+                os.close(r)
+                _child(work, w, reading, parent, mask)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         os.close(w)
         clock.watch(pid)
         self.pid, self._fd, self._buf, self._on_event = pid, r, bytearray(), on_event
@@ -214,14 +220,13 @@ def run_forked(work, *, kill_cpu: float, kill_wall: float, on_event=None):
         return child.value()
 
 
-def _child(work, w: int, reading: float, parent: int) -> None:  # pragma: no cover - in the child
-    """The child's whole life: run ``work``, send its answer, leave by ``os._exit``."""
+def _child(work, w: int, reading: float, parent: int, mask) -> None:  # pragma: no cover
+    """The child's whole life: ignore ``SIGINT`` (then restore the parent's signal mask,
+    ``mask``), run ``work``, send its answer, leave by ``os._exit``."""
     code = 0
     try:
-        try:
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
-        except ValueError:  # not the main thread: Ctrl-C is not delivered to it anyway
-            pass
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # (the forking thread is its main one)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         die_with_parent(parent)
         clock.start_child(reading)
         lock = threading.Lock()
