@@ -1099,10 +1099,11 @@ class DCAgent:
         estimates."""
         if n <= 0 or len(pts) <= n:
             return list(range(len(pts)))
-        if self._targeted():  # the points reaching most others within the bound
-            return sorted(reach_order(pts, self._cap_floors(pts, b, bw), self.initial_bound,
-                                      same_p, n, self.M)[0])
         est = self._period_estimates(pts, same_p, b, bw)
+        if self._targeted():  # from the least estimate's, the points reaching most others
+            first = min(range(len(pts)), key=est.__getitem__)
+            return sorted(reach_order(pts, self._cap_floors(pts, b, bw), self.initial_bound,
+                                      same_p, n, self.M, first)[0])
         if SELECT_BY_COVER:  # a cover of the entry, from the least estimate's point
             first = min(range(len(pts)), key=est.__getitem__)
             return sorted(cover_order(pts, first, same_p, n, self.M)[0])
@@ -1164,7 +1165,7 @@ class DCAgent:
         if self._targeted():  # the bytes to the points reaching the most, over the entries
             same_p = self.tables.schedule != "gpipe"
             orders, keys = [], []
-            for e in entries:
+            for e in entries:  # (no first point: it would hold back its entry's next)
                 pts = [(x1, x2, sm, s, r, hull) for r, x1, x2, sm, s, hull in e["points"]]
                 order, key = reach_order(pts, self._cap_floors(pts, e["b"], e["bw"]),
                                          self.initial_bound, same_p, len(pts), self.M)

@@ -33,9 +33,9 @@ LEVELS = 6
 
 
 def _group_order(V: np.ndarray, W: np.ndarray, floors: np.ndarray, reach: np.ndarray,
-                 M: int, limit: int) -> list[tuple[int, int, int]]:
-    """The greedy order of one group's points (rows of :func:`.cover._rows`): per point
-    kept, ``(index, level, points newly reached)``."""
+                 M: int, limit: int, first: int | None) -> list[tuple[int, int, int]]:
+    """The greedy order of one group's points (rows of :func:`.cover._rows`), from
+    ``first`` if given: per point kept, ``(index, level, points newly reached)``."""
     n = len(floors)
     D = np.stack([shift(V, W, a, M) for a in range(n)])  # D[a, b]: a standing in for b
     kept = np.zeros(n, dtype=bool)
@@ -48,6 +48,8 @@ def _group_order(V: np.ndarray, W: np.ndarray, floors: np.ndarray, reach: np.nda
             gain[kept] = -1
             best = int(gain.max())
             a = int(np.flatnonzero(gain == best)[np.argmin(floors[gain == best])])
+            if first is not None and not out:
+                a, best = first, int(gain[first])
             kept[a] = True
             reached |= can[a]
             out.append((a, level, best))
@@ -57,9 +59,10 @@ def _group_order(V: np.ndarray, W: np.ndarray, floors: np.ndarray, reach: np.nda
     return out
 
 
-def reach_order(points: list, floors, bound: float, same_p: bool, limit: int, M: int
-                ) -> tuple[list, list]:
-    """The targeted order of an entry's points under ``bound``.
+def reach_order(points: list, floors, bound: float, same_p: bool, limit: int, M: int,
+                first: int | None = None) -> tuple[list, list]:
+    """The targeted order of an entry's points under ``bound``, from ``first`` if given
+    (the point of the least estimate: one point per entry is then the same as before).
 
     Parameters
     ----------
@@ -75,6 +78,8 @@ def reach_order(points: list, floors, bound: float, same_p: bool, limit: int, M:
         At most this many points are ordered.
     M : int
         The run's microbatches.
+    first : int, optional
+        The point to keep first (its group's greedy starts from it).
 
     Returns
     -------
@@ -91,12 +96,14 @@ def reach_order(points: list, floors, bound: float, same_p: bool, limit: int, M:
     picks = []
     for g in np.unique(group):
         idx = np.flatnonzero(group == g)
+        at = None if first is None or group[first] != g else int(np.flatnonzero(idx == first)[0])
         for pos, (a, level, gain) in enumerate(_group_order(
-                V[idx], W[idx], floors[idx], reach[idx], M, limit)):
-            picks.append((level, -gain, pos, floors[idx[a]], int(idx[a])))
+                V[idx], W[idx], floors[idx], reach[idx], M, limit, at)):
+            picks.append((-1 if at is not None and pos == 0 else level, -gain, pos,
+                          floors[idx[a]], int(idx[a])))
     picks.sort()
     picks = picks[:limit]
-    return [p[4] for p in picks], [(p[0], -p[1]) for p in picks]
+    return [p[4] for p in picks], [(max(p[0], 0), -p[1]) for p in picks]
 
 
 def fit_reach(entries: list[dict], origins: list, orders: list[list], keys: list[list],
