@@ -93,3 +93,21 @@ def test_fit_reach_budget_and_spread():
     # the first point of every entry reaches at least one point (itself): level 0 first
     big = reach.fit_reach(entries, origins, orders, keys, 10 ** 6)
     assert [len(k) for k in big[2]] == [len(o) for o in orders]
+
+
+def test_stand_in_is_the_cover_shift():
+    rng = random.Random(11)
+    pts = [p for p in _entry(rng, 50, 1)]
+    V, W, _group = cover._rows(pts, True)
+    D = reach._stand_in(V, W, 24)
+    for a in range(len(pts)):
+        assert np.allclose(D[a], cover.shift(V, W, a, 24), rtol=0, atol=1e-12)
+
+
+def test_first_point_is_kept_first():
+    rng = random.Random(5)
+    pts = _entry(rng, 30, 2)
+    floors = [p[2] + 31 * p[0] + p[3] for p in pts]
+    for first in (0, 7, 29):
+        order, _keys = reach.reach_order(pts, floors, max(floors), True, 1, 32, first)
+        assert order == [first]

@@ -25,34 +25,61 @@ import json
 
 import numpy as np
 
-from .cover import _rows, shift
+from .cover import _rows
 from .summary import SUMMARY_BUDGET
 
 #: halvings of the reach after every point is reached at the level before
 LEVELS = 6
 
 
+def _stand_in(V: np.ndarray, W: np.ndarray, M: int) -> np.ndarray:
+    """``D[a, b]``: :func:`.cover.shift` of ``a`` standing in for ``b``, by blocks of rows."""
+    n = len(V)
+    D = np.empty((n, n))
+    step = max(1, 2_000_000 // max(1, n * (W.shape[1] + 4)))
+    for lo in range(0, n, step):
+        d = np.maximum(V[lo:lo + step, None, :] - V[None, :, :], 0.0)
+        per = d[:, :, 0]
+        if W.shape[1]:
+            per = np.maximum(per, np.max(W[lo:lo + step, None, :] - W[None, :, :], axis=2))
+        D[lo:lo + step] = (M - 1) * (per + d[:, :, 1]) + d[:, :, 2] + d[:, :, 3]
+    return D
+
+
 def _group_order(V: np.ndarray, W: np.ndarray, floors: np.ndarray, reach: np.ndarray,
                  M: int, limit: int, first: int | None) -> list[tuple[int, int, int]]:
     """The greedy order of one group's points (rows of :func:`.cover._rows`), from
-    ``first`` if given: per point kept, ``(index, level, points newly reached)``."""
+    ``first`` if given: per point kept, ``(index, level, points newly reached)`` (lazy
+    greedy: a point's count only falls as others are kept, so a stale count that still
+    tops the heap once brought up to date is the greatest)."""
     n = len(floors)
-    D = np.stack([shift(V, W, a, M) for a in range(n)])  # D[a, b]: a standing in for b
+    D = _stand_in(V, W, M)  # D[a, b]: a standing in for b
     kept = np.zeros(n, dtype=bool)
     out: list[tuple[int, int, int]] = []
     for level in range(LEVELS + 1):
+        if len(out) >= limit:
+            break
         can = D <= reach[None, :] * 0.5 ** level
         reached = can[kept].any(axis=0)
-        while len(out) < limit and not reached.all():
-            gain = (can & ~reached[None, :]).sum(axis=1)
-            gain[kept] = -1
-            best = int(gain.max())
-            a = int(np.flatnonzero(gain == best)[np.argmin(floors[gain == best])])
-            if first is not None and not out:
-                a, best = first, int(gain[first])
+        gain = (can & ~reached[None, :]).sum(axis=1)
+        heap = [(-int(gain[a]), float(floors[a]), a) for a in range(n)
+                if gain[a] > 0 and not kept[a]]
+        heapq.heapify(heap)
+        if first is not None and not out:  # kept first, whatever it reaches
+            kept[first] = True
+            out.append((first, level, int(gain[first])))
+            reached |= can[first]
+        while heap and len(out) < limit and not reached.all():
+            _g, f, a = heapq.heappop(heap)
+            now = int((can[a] & ~reached).sum())
+            if now <= 0 or kept[a]:
+                continue
+            if heap and (-now, f) > heap[0][:2]:  # stale: back in its place (ties: floor)
+                heapq.heappush(heap, (-now, f, a))
+                continue
             kept[a] = True
             reached |= can[a]
-            out.append((a, level, best))
+            out.append((a, level, now))
     rest = np.flatnonzero(~kept)
     for a in rest[np.argsort(floors[rest], kind="stable")][:max(0, limit - len(out))]:
         out.append((int(a), LEVELS + 1, 0))
