@@ -111,3 +111,15 @@ def test_first_point_is_kept_first():
     for first in (0, 7, 29):
         order, _keys = reach.reach_order(pts, floors, max(floors), True, 1, 32, first)
         assert order == [first]
+
+
+def test_a_group_past_the_cap_orders_every_point(monkeypatch):
+    monkeypatch.setattr(reach, "GROUP_CAP", 10)
+    rng = random.Random(8)
+    pts = _entry(rng, 40, 1)
+    floors = [p[2] + 15 * p[0] + p[3] for p in pts]
+    first = int(np.argmax(floors))
+    order, keys = reach.reach_order(pts, floors, max(floors) + 0.1, True, len(pts), 16, first)
+    assert sorted(order) == list(range(len(pts))) and order[0] == first
+    tail = order[10:]  # past the cap: by floor
+    assert [floors[j] for j in tail] == sorted(floors[j] for j in tail)

@@ -4,8 +4,8 @@ In a run under a public bound ``tau`` a point ``b`` of a summary entry with the 
 floor ``f_b`` (the least ``T`` of any plan through it: the paired floor of the
 prefix-curve table, or its own ``T``) matters only through the plans it starts, which lie
 within ``tau``; a kept point ``a`` of the same group can stand in for ``b`` in such a plan
-at a cost of at most :func:`.cover.shift` ``(a, b)``, and that substitute can lie within
-``tau`` only when the shift is at most ``tau - f_b``, the *reach* of ``b``. A cover
+at a cost of at most :func:`.cover.shift` ``(a, b)``, and that bound can put the substitute
+within ``tau`` only when the shift is at most ``tau - f_b``, the *reach* of ``b``. A cover
 (:mod:`.cover`) spreads its points evenly over the entry's front, far points first; on
 ``v3-large-01`` the optimum's point at DC 6 lies in a dense cluster that 16 KiB of far
 points misses by 1.3 s. A *targeted* selection keeps instead, greedily, the point that
@@ -30,6 +30,10 @@ from .summary import SUMMARY_BUDGET
 
 #: halvings of the reach after every point is reached at the level before
 LEVELS = 6
+
+#: at most this many points of a group enter the greedy (those of the least floors; its
+#: stand-in matrix is quadratic), the others follow them by floor
+GROUP_CAP = 2000
 
 
 def _stand_in(V: np.ndarray, W: np.ndarray, M: int) -> np.ndarray:
@@ -123,6 +127,12 @@ def reach_order(points: list, floors, bound: float, same_p: bool, limit: int, M:
     picks = []
     for g in np.unique(group):
         idx = np.flatnonzero(group == g)
+        if len(idx) > GROUP_CAP:  # the greedy over the least floors, the rest after them
+            idx = idx[np.argsort(floors[idx], kind="stable")]
+            if first is not None and group[first] == g:
+                idx = np.concatenate(([first], idx[idx != first]))
+            rest, idx = idx[GROUP_CAP:], idx[:GROUP_CAP]
+            picks += [(LEVELS + 2, 0, k, floors[a], int(a)) for k, a in enumerate(rest)]
         at = None if first is None or group[first] != g else int(np.flatnonzero(idx == first)[0])
         for pos, (a, level, gain) in enumerate(_group_order(
                 V[idx], W[idx], floors[idx], reach[idx], M, limit, at)):
