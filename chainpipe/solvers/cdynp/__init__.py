@@ -469,8 +469,9 @@ def _descend(backend, opts: dict, out: Outcome, deadline: Deadline, trace_dir, i
     """Under the ``max_entries`` cap, after the ladder's run that found a plan: runs under
     bounds :data:`REFINE_STEPS` above the last bound that found nothing (``failed``) while
     they lie below the best plan's ``T`` (each of them, a better plan found or not), then
-    under a hair below the ``T`` of the best plan found, until one finds nothing better
-    (or the time limit). A compressed run keeps per summary entry a selection of the
+    under a hair below the ``T`` of the best plan found and, when that finds nothing better,
+    under :data:`BELOW_STEPS` below that ``T``, starting again from each better plan found,
+    until all of them find nothing better (or the time limit). A compressed run keeps per summary entry a selection of the
     points below its bound, which need not hold the optimum's, and which points are left
     to select from depends on the bound, not monotonically (``v3-large-01``, covers of 8
     points per entry: nothing under 7.00 s, 6.996 s under 7.02 to 7.08 s, 7.001 s under
@@ -486,10 +487,17 @@ def _descend(backend, opts: dict, out: Outcome, deadline: Deadline, trace_dir, i
 
     best, T = out, T_of(out.plan)
     ups = [] if failed is None else [failed * (1 + d) for d in REFINE_STEPS]
+    downs, hair = list(BELOW_STEPS), True
     while DESCENT and not deadline.expired():
         ups = [u for u in ups if u < T * (1 - 1e-6)]
-        hair = not ups  # the run under a hair below the best T: the last unless it betters T
-        ub = ups.pop(0) if ups else T * (1 - 1e-6)
+        if ups:
+            ub = ups.pop(0)
+        elif hair:  # the run under a hair below the best T
+            ub, hair = T * (1 - 1e-6), False
+        elif downs:  # then tighter targets: smaller reaches (cdynp.reach), finer selections
+            ub = T * (1 - downs.pop(0))
+        else:
+            break
         i += 1
         sub = None if trace_dir is None else Path(trace_dir, "period", f"ladder-{i:02d}")
         t0 = time.perf_counter()
@@ -503,8 +511,7 @@ def _descend(backend, opts: dict, out: Outcome, deadline: Deadline, trace_dir, i
         T2 = math.inf if got.plan is None else T_of(got.plan)
         if T2 < T:
             best, T = got, T2
-        elif hair:
-            break
+            downs, hair = list(BELOW_STEPS), True
     return best
 
 
@@ -518,6 +525,11 @@ REFINE_STEPS = (0.005, 0.01, 0.015, 0.02, 0.03)
 #: entry points that need not be the optimum's, so the steps past 10% are 2.5% apart
 COMPRESSED_STEPS = LADDER_STEPS[:LADDER_STEPS.index(0.1) + 1] + tuple(
     0.1 + 0.025 * i for i in range(1, 9))
+
+#: after the run under a hair below the best plan's ``T`` finds nothing better, runs under
+#: ``T (1 - d)`` (:func:`_descend`): a run under a tighter bound selects points nearer it
+#: (:mod:`.reach`), so it may find a plan a looser run missed (session 35)
+BELOW_STEPS = (0.0025, 0.005, 0.01)
 
 #: whether a compressed ladder descends from the plan it found (:func:`_descend`)
 DESCENT = True

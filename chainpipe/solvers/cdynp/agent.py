@@ -48,6 +48,7 @@ from .period import cap_estimates as period_cap_estimates
 from .period import epsilon_keep as period_epsilon_keep
 from .period import pareto as period_pareto
 from .public import PublicInstance
+from .reach import fit_reach, reach_order
 from .summary import (
     cap_estimates,
     cap_keep,
@@ -71,6 +72,11 @@ RANK_BY_CURVE = False
 #: (:mod:`.cover`: farthest first from the least estimate's) rather than the points of
 #: the least estimates, and spreads its byte budget over the entries by the same rule
 SELECT_BY_COVER = True
+
+#: whether, in a run under a finite bound (not a frontier run), that selection is targeted
+#: instead (:mod:`.reach`: the points that reach the most others within the bound less
+#: their proven floors), the cover otherwise
+SELECT_BY_REACH = True
 
 #: trials of DC 2..K, which want some good plan rather than a proof: bolder steps
 #: (measured on medium/: fewer failed trials, and the bound is only used for pruning)
@@ -1094,6 +1100,10 @@ class DCAgent:
         if n <= 0 or len(pts) <= n:
             return list(range(len(pts)))
         est = self._period_estimates(pts, same_p, b, bw)
+        if self._targeted():  # from the least estimate's, the points reaching most others
+            first = min(range(len(pts)), key=est.__getitem__)
+            return sorted(reach_order(pts, self._cap_floors(pts, b, bw), self.initial_bound,
+                                      same_p, n, self.M, first)[0])
         if SELECT_BY_COVER:  # a cover of the entry, from the least estimate's point
             first = min(range(len(pts)), key=est.__getitem__)
             return sorted(cover_order(pts, first, same_p, n, self.M)[0])
@@ -1106,6 +1116,27 @@ class DCAgent:
         u = float(cost.occupancy(self.bytes[b], bw)) if bw is not None else 0.0
         rest = float(flop[-1] - flop[b])
         return (float(flop[-1]) / rest if rest > 0 else 1.0), u
+
+    def _targeted(self) -> bool:
+        """Whether the cap's selection is targeted (:data:`SELECT_BY_REACH`): a period
+        run under a finite bound, not a frontier run."""
+        return (SELECT_BY_REACH and SELECT_BY_COVER and self.period and self.frontier is None
+                and math.isfinite(self.initial_bound))
+
+    def _cap_floors(self, pts: list, b: int, bw) -> np.ndarray:
+        """Per point ``(x1, x2, total, sync, ...)`` of entry ``(b, bw)``, a proven floor on
+        the ``T`` of every plan through it: with the prefix-curve pass and ``b > 0`` the
+        paired floor (:func:`.curve.paired_floor`, as :meth:`_curve_cut` tests it), else its
+        own ``T`` with the boundary's occupancy and traversal."""
+        gpipe = self.tables.schedule == "gpipe"
+        u = float(cost.occupancy(self.bytes[b], bw)) if bw is not None else 0.0
+        q = float(cost.traversal(0.0, u))
+        S = np.array([(max(p[0], u), max(p[1], u) if gpipe else p[1], p[2] + q, p[3], 0.0)
+                      for p in pts], dtype=float).reshape(-1, 5)
+        if self.curve is None or b == 0:
+            return S[:, 2] + (self.M - 1) * (S[:, 0] + S[:, 1]) + S[:, 3]
+        return curve_mod.paired_floor(S, self.curve.upstream[:, b], self.curve.grid,
+                                      self.curve.below, self.M)
 
     def _period_estimates(self, pts: list, same_p: bool, b: int, bw) -> list[float]:
         """Per point of an entry, the cap's estimate of a whole plan's ``T``
@@ -1131,7 +1162,18 @@ class DCAgent:
         :func:`.cover.fit_cover` (the budget spread over the entries, each keeping a cover
         of its points from the least estimate's; the radii it reaches stay with the DC:
         they tell how far the points not sent lie from those sent)."""
-        if SELECT_BY_COVER and self.period:
+        if self._targeted():  # the bytes to the points reaching the most, over the entries
+            same_p = self.tables.schedule != "gpipe"
+            orders, keys = [], []
+            for e in entries:  # (no first point: it would hold back its entry's next)
+                pts = [(x1, x2, sm, s, r, hull) for r, x1, x2, sm, s, hull in e["points"]]
+                order, key = reach_order(pts, self._cap_floors(pts, e["b"], e["bw"]),
+                                         self.initial_bound, same_p, len(pts), self.M)
+                orders.append(order)
+                keys.append(key)
+            entries, origins, keeps, live = fit_reach(entries, origins, orders, keys)
+            ests = [[ests[e][j] for j in kp] for e, kp in zip(live, keeps)]
+        elif SELECT_BY_COVER and self.period:
             same_p = self.tables.schedule != "gpipe"
             orders, radii = [], []
             for e, est in zip(entries, ests):
