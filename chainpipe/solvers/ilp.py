@@ -237,13 +237,13 @@ def _flag(value) -> bool:
 
 
 def _run(name: str, instance: Instance, deadline: Deadline, seed, threads, log, options,
-         resume: dict | None = None) -> Outcome:
+         resume: dict | None = None, hint=None) -> Outcome:
     opts = _options(name, options)
     if log is None and opts.msg:
         log = stderr_log
     if several(instance):
         return _run_pipelines(name, instance, deadline, seed, threads, log, options, opts)
-    out = _run_one(name, instance, deadline, seed, threads, log, opts, resume)
+    out = _run_one(name, instance, deadline, seed, threads, log, opts, resume, hint)
     return out if opts.cutoff is None else _cut(instance, out, opts.cutoff)
 
 
@@ -294,16 +294,16 @@ def _cut_bound(opts: _Options, stats: dict) -> float | None:
 
 
 def _run_one(name: str, instance: Instance, deadline: Deadline, seed, threads, log,
-             opts: _Options, resume: dict | None = None) -> Outcome:
+             opts: _Options, resume: dict | None = None, hint=None) -> Outcome:
     """One pipeline: the formulation built, pruned, solved and read back (``resume``:
-    :func:`_run_windows`)."""
+    :func:`_run_windows`; ``hint``: :func:`_incumbent`'s)."""
     stats = {"formulation": name, "backend": opts.backend, "relax": opts.relax,
              "threads": threads, "seed": seed}
     tables = CostTables(instance)
     reason = tables.infeasibility_reason()
     if reason is not None:
         return Outcome("infeasible", message=reason, stats=stats)
-    incumbent = _incumbent(name, instance, opts, deadline, stats)
+    incumbent = _incumbent(name, instance, opts, deadline, stats, hint)
     t0 = deadline.elapsed()
     state = _resumable(resume, instance, opts, stats, incumbent)
     if state is not None:
@@ -672,15 +672,19 @@ def _raised(out: Outcome, bound: float | None, instance) -> Outcome:
 
 
 def _incumbent(name: str, instance: Instance, opts: _Options, deadline: Deadline,
-               stats: dict):
+               stats: dict, hint=None):
     """The path ILP's heuristic plan ``(plan, T, source)`` when ``start`` or ``prune`` is
     on (:func:`~chainpipe.formulations.pipelines.heuristic_plan`: the cheap heuristics,
-    their share in CPU seconds under a CPU-time limit), else ``None``."""
+    their share in CPU seconds under a CPU-time limit), else ``None``; ``hint`` (a
+    ``(plan, T)`` of this instance, :func:`_earlier_plan`) instead when it is faster."""
     if name != "ilp-path" or not (opts.start or opts.prune):
         return None
     t0 = deadline.elapsed()
     incumbent = heuristic_plan(instance, deadline)
     stats["heuristic_time_s"] = deadline.elapsed() - t0
+    if hint is not None and hint[1] < incumbent[1]:
+        stats["hint_T_s"] = hint[1]
+        incumbent = (hint[0], hint[1], "an earlier sub-solve's plan")
     if incumbent[0] is None:
         return None
     stats["heuristic"], stats["heuristic_T_s"] = incumbent[2], incumbent[1]
@@ -757,13 +761,19 @@ def _run_pipelines(name: str, instance: Instance, deadline: Deadline, seed, thre
                           f"{list(instance.parallelism.pipelines)}")
 
     resume = {}  # the arc-flow route's open windows of the period per block and M_p
+    earlier = {}  # the plans of the sub-solves so far, per block (its DCs' names)
+    dcs = {dc.name: dc for dc in instance.datacenters}
 
     def single(sub, dl, cutoff=None):
         sub_options = options if cutoff is None or name != "ilp-path" else \
             dict(options, cutoff=cutoff)
-        return _run(name, sub, dl, seed, threads, log, sub_options, resume)
+        hint = _earlier_plan(sub, earlier, dcs) if name == "ilp-path" else None
+        out = _run(name, sub, dl, seed, threads, log, sub_options, resume, hint)
+        if out.plan is not None:
+            earlier.setdefault(_window_key(sub)[0], []).append(out.plan)
+        return out
 
-    levels = _SyncCache()
+    levels = _SyncCache(earlier=earlier, dcs=dcs)
 
     def joint(entry, subs, upper, dl):
         return _joint(name, subs, upper, dl, opts, seed, threads, log, levels)
@@ -774,6 +784,33 @@ def _run_pipelines(name: str, instance: Instance, deadline: Deadline, seed, thre
     out.stats.update(formulation=name, backend=opts.backend, threads=threads, seed=seed,
                      solve_time_s=deadline.elapsed())
     return out
+
+
+def _earlier_plan(sub: Instance, earlier: dict, dcs: dict) -> tuple | None:
+    """The fastest plan of ``sub`` among the outer enumeration's earlier sub-solves'
+    plans (``earlier``: per block's DC names; ``dcs``: the instance's DCs by name): those
+    of the same block with another
+    ``M_p``, and for one DC those of every other single DC with the same device groups
+    (up to their order), renamed (:func:`_renamed`); each costed by :func:`evaluate` on
+    ``sub`` (a plan of another ``M_p`` or DC may not fit: then it is not offered).
+    ``(plan, T)`` or ``None``. A plan near the block's optimum prunes its network far
+    more than the cheap heuristics' (fresh ``v3-medium-02``-like seed 4's DC 0 with
+    ``M_p = 15``: 14.5 CPU s under the cutoff 0.7194 s, 1.2 CPU s pruned at its twin DC
+    2's 0.70515 s, ``docs/formulations.md``, "Twenty-third round")."""
+    names = _window_key(sub)[0]
+    candidates = list(earlier.get(names, ()))
+    if len(names) == 1:
+        dc = sub.datacenters[0]
+        for other, plans in earlier.items():
+            if len(other) == 1 and other != names and _same_groups(dcs[other[0]].devices,
+                                                                   dc.devices):
+                candidates += [_renamed(p, other[0], dc.name) for p in plans]
+    best, best_T = None, math.inf
+    for plan in candidates:
+        ev = evaluate(sub, plan)
+        if ev.feasible and float(ev.iteration_time_s) < best_T:
+            best, best_T = plan, float(ev.iteration_time_s)
+    return None if best is None else (best, best_T)
 
 
 def _joint(name: str, subs: list, upper: float, deadline: Deadline, opts: _Options, seed,
@@ -851,6 +888,11 @@ class _SyncCache:
     instances: dict = field(default_factory=dict)
     twins: dict = field(default_factory=dict)
     siblings: dict = field(default_factory=dict)
+    #: the outer enumeration's sub-solves' plans per block (its DCs' names;
+    #: :func:`_earlier_plan`'s): candidates for the levels (:meth:`_SyncBlock._candidates`)
+    earlier: dict = field(default_factory=dict)
+    #: the instance's DCs by name (``earlier``'s siblings: the same device groups)
+    dcs: dict = field(default_factory=dict)
     #: another route's solve of a level (CP-SAT's, :mod:`chainpipe.solvers.cpsat`):
     #: ``level(block, form, cap, below, target, deadline) -> _Level`` on the level's
     #: network ``form``; ``None``: the arc-flow MIP (or its windows)
@@ -872,6 +914,9 @@ class _SyncBlock:
     lb: float = 0.0  # proven: every plan under the current cap has T_p - max R >= lb
     #: ``(key, its DC's name, this DC's name)`` of a twin pipeline (:func:`_twin`)
     twin: tuple | None = None
+    #: the fastest candidate plan under the last cap asked (:meth:`_from_twin`) that did
+    #: not answer it alone: ``(plan, T_p - max R, max R)`` or ``None``
+    hint: tuple | None = None
 
     def needs(self, cap: float, strict: bool) -> bool:
         """Whether the last plan is not one of the plans under the cap (or there is none)."""
@@ -930,6 +975,7 @@ class _SyncBlock:
                 self._store(_Level(cap, strict, below, None, math.inf, math.inf, math.inf,
                                    below, True))
                 return True
+        self.hint = None
         for plan in self._candidates():
             ev = evaluate(self.instance, plan)
             if not ev.feasible:
@@ -937,14 +983,19 @@ class _SyncBlock:
             sync = float(ev.sync_s)
             T = float(ev.iteration_time_s) - sync
             exact = T <= self.lb * (1 + TWIN_RTOL)
-            if (sync < cap if strict else sync <= cap) and T < below and (
-                    T <= target or exact):
+            if not ((sync < cap if strict else sync <= cap) and T < below):
+                continue
+            if T <= target or exact:
                 self._store(_Level(cap, strict, below, plan, T, sync, sync, self.lb, exact))
                 return True
+            if self.hint is None or T < self.hint[1]:
+                self.hint = (plan, T, sync)
         return False
 
     def _candidates(self):
-        """The plans of this pipeline's levels, then of its siblings' (renamed), each once."""
+        """The plans of this pipeline's levels, then of its siblings' (renamed), then the
+        outer enumeration's sub-solves' of this block (:attr:`_SyncCache.earlier`, any
+        ``M_p``; for one DC also of its siblings' DCs), each once."""
         seen = set()
         sources = [(self.key, None)] + [(k, (theirs, mine)) for k, theirs, mine
                                         in _siblings(self.cache, self.key)]
@@ -954,6 +1005,15 @@ class _SyncBlock:
                     continue
                 seen.add(id(lv.plan))
                 yield lv.plan if names is None else _renamed(lv.plan, *names)
+        names, dcs = self.key[0], self.cache.dcs
+        for other, plans in self.cache.earlier.items():
+            if other != names and not (len(names) == len(other) == 1 and _same_groups(
+                    dcs[other[0]].devices, dcs[names[0]].devices)):
+                continue
+            for plan in plans:
+                if id(plan) not in seen:
+                    seen.add(id(plan))
+                    yield plan if other == names else _renamed(plan, other[0], names[0])
 
     def _level_network(self, cap: float, below: float, deadline: Deadline):
         """The arc-flow network of the plans with every ``R <= cap``, minimising ``T_p -
@@ -993,29 +1053,34 @@ class _SyncBlock:
         if self._known(cap, strict, below, target) or self._from_twin(cap, strict, below,
                                                                       target):
             return
+        hint, asked = self.hint, below
+        if hint is not None:  # a plan under the cap at T' = hint[1]: none slower is needed
+            below = min(below, hint[1])
         if not LEVEL_MODELS:  # the shared model with the columns above the cap fixed to 0
             form, model = self.form, self.form.sync_capped(cap, False)
         else:
             form = self._level_network(cap, below, deadline)
             if form is None:  # no plan under the cap has T_p - max R below ``below``
-                self._store(_Level(cap, strict, below, None, math.inf, math.inf, math.inf,
-                                   below, True))
+                self._store(_hinted(_Level(cap, strict, below, None, math.inf, math.inf,
+                                          math.inf, below, True), hint, asked))
                 return
             if self.cache.level is not None:
-                self._store(self.cache.level(self, form, cap, below, target, deadline))
+                self._store(_hinted(self.cache.level(self, form, cap, below, target, deadline),
+                                    hint, asked))
                 return
             stats = {}
             with np.errstate(over="ignore", divide="ignore", invalid="ignore",
                              under="ignore"):
                 if LEVEL_WINDOWS and _windowed(form, opts) and _root_gap_wide(
                         form, opts, deadline, seed, threads, log, stats, LEVEL_ROOT_LP_S):
-                    self._store(_level_windows(self.instance, form, cap, below, target,
-                                               stats["root_lp"]["bound_s"] or 0.0,
-                                               deadline, opts, seed, threads, log))
+                    self._store(_hinted(_level_windows(
+                        self.instance, form, cap, below, target,
+                        stats["root_lp"]["bound_s"] or 0.0, deadline, opts, seed, threads,
+                        log), hint, asked))
                     return
                 model = form.model if "root_lp" in stats else form.build()
-        self._store(self._level_mip(form, model, cap, strict, below, target, deadline, opts,
-                                    seed, threads, log))
+        self._store(_hinted(self._level_mip(form, model, cap, strict, below, target, deadline,
+                                            opts, seed, threads, log), hint, asked))
 
     def _level_mip(self, form, model, cap: float, strict: bool, below: float,
                    target: float, deadline: Deadline, opts: _Options, seed, threads,
@@ -1040,6 +1105,19 @@ class _SyncBlock:
             level.sync = float(ev.sync_s)
             level.T, level.R = float(ev.iteration_time_s) - level.sync, form.chosen_sync()
         return level
+
+
+def _hinted(level: _Level, hint: tuple | None, below: float) -> _Level:
+    """``level`` (solved only below the hint's ``T_p - max R``, :meth:`_SyncBlock.solve`)
+    with the hint's plan ``(plan, T', max R)`` when it found none as fast: every plan it
+    left out is no faster than the hint, so a proof below it (``level.optimal``) makes
+    the hint optimal under the cap; its bound is at most the hint's ``T'``. ``below``:
+    the level's own (the plans it was asked about)."""
+    if hint is None or (level.plan is not None and level.T <= hint[1]):
+        return level
+    plan, T, sync = hint
+    return _Level(level.cap, level.strict, below, plan, T, sync, sync, min(level.lb, T),
+                  level.optimal)
 
 
 def _level_windows(instance: Instance, form, cap: float, below: float, target: float,
