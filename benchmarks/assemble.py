@@ -89,6 +89,12 @@ ORDER = [
      "v3-medium-02-small-model:4,16,18,29-34 (and others: see the file) --solvers ilp-path "
      "--backends highs --device-states --no-figure --no-lp --cpu-limit --wall-factor 10 "
      "--ref-limit 300, on the branch and on main"),
+    ("benchmarks/results/formulations_flow_fresh_s35.md",
+     "runs of python benchmarks/formulations.py --time-limit 120 --fresh "
+     "v3-medium-02-small-model:4,33,41,42 v3-medium-03-slow-sync8:31,32 (and --sets v3/medium; "
+     "and seeds 41-44 of every v3/medium entry on main) --solvers ilp-path --backends highs "
+     "--device-states --no-figure --no-lp --cpu-limit --wall-factor 10 --ref-limit 300, on "
+     "the branch and on main"),
     ("benchmarks/results/formulations_flow_fresh_hybrid.md",
      "python benchmarks/formulations.py --time-limit 60 --fresh hybrid-medium-01:5,6 "
      "hybrid-medium-02-man100:5,6 hybrid-medium-03-man400:5,6 hybrid-medium-04-degraded:5,6 "
