@@ -50,12 +50,13 @@ def shift(V: np.ndarray, W: np.ndarray, j: int, M: int) -> np.ndarray:
     the suffix, or a loop a prepended stage closes over window ``w``, ``(c + q + W_w) /
     (w + 2)``, its divisor only growing as more stages are prepended), the total by the
     totals' difference, the synchronisation by the syncs'; prepending keeps each of
-    these differences or shrinks it, and ``T = total + (M - 1)(x1 + x2) + sync``."""
-    d = np.maximum(V[j] - V, 0.0)
-    per = d[:, 0]
+    these differences or shrinks it, and ``T = total + (M - 1)(x1 + x2) + sync``.
+    ``j`` may be an array of indices: then one row per index."""
+    d = np.maximum(V[j][..., None, :] - V, 0.0)
+    per = d[..., 0]
     if W.shape[1]:
-        per = np.maximum(per, np.max(W[j] - W, axis=1))
-    return (M - 1) * (per + d[:, 1]) + d[:, 2] + d[:, 3]
+        per = np.maximum(per, np.max(W[j][..., None, :] - W, axis=-1))
+    return (M - 1) * (per + d[..., 1]) + d[..., 2] + d[..., 3]
 
 
 def cover_order(points: list, first: int, same_p: bool, limit: int, M: int

@@ -25,7 +25,7 @@ import json
 
 import numpy as np
 
-from .cover import _rows
+from .cover import _rows, shift
 from .summary import SUMMARY_BUDGET
 
 #: halvings of the reach after every point is reached at the level before
@@ -42,11 +42,7 @@ def _stand_in(V: np.ndarray, W: np.ndarray, M: int) -> np.ndarray:
     D = np.empty((n, n))
     step = max(1, 2_000_000 // max(1, n * (W.shape[1] + 4)))
     for lo in range(0, n, step):
-        d = np.maximum(V[lo:lo + step, None, :] - V[None, :, :], 0.0)
-        per = d[:, :, 0]
-        if W.shape[1]:
-            per = np.maximum(per, np.max(W[lo:lo + step, None, :] - W[None, :, :], axis=2))
-        D[lo:lo + step] = (M - 1) * (per + d[:, :, 1]) + d[:, :, 2] + d[:, :, 3]
+        D[lo:lo + step] = shift(V, W, np.arange(lo, min(lo + step, n)), M)
     return D
 
 
