@@ -28,11 +28,7 @@ def _cold() -> None:
     from chainpipe.solvers.cdynp import agent
 
     alone.forget()
-    with agent._TABLES_LOCK:
-        agent._TABLES.clear()
-        agent._FLOORS.clear()
-        agent._OPTIONS.clear()
-        agent._WALKS.clear()
+    agent.forget()
 
 
 def _timed(inst, solver: str, limit: float, repeat: int):

@@ -110,6 +110,15 @@ _WALKS: OrderedDict = OrderedDict()
 _FLOORS: OrderedDict = OrderedDict()
 
 
+def forget() -> None:
+    """Drop what the DCs keep in this process between runs (:data:`_TABLES`,
+    :data:`_FLOORS`, :data:`_OPTIONS`, :data:`_WALKS`, :data:`_SYNC_VALUES`): a solve
+    after it starts cold, as a benchmark times it."""
+    with _TABLES_LOCK:
+        for kept in (_TABLES, _FLOORS, _OPTIONS, _WALKS, _SYNC_VALUES):
+            kept.clear()
+
+
 def floors_key(local: Instance) -> Instance:
     """What a DC's :class:`.floors.Floors` depend on: its one-DC instance, with the
     microbatch count left out under 1F1B. The floors are ``dp``'s knapsack at the least
@@ -209,10 +218,36 @@ def cap_class(base: CostTables, cap: float) -> float:
     one-DC range runs)."""
     values = base.__dict__.get("_cdynp_sync_values")
     if values is None:
-        values = base.__dict__["_cdynp_sync_values"] = np.unique(np.concatenate(
-            [np.ravel(base.options(g).sync_time) for g in range(base.G)] or [np.zeros(0)]))
+        values = base.__dict__["_cdynp_sync_values"] = _sync_values(base)
     at = int(np.searchsorted(values, cap, side="left"))  # NaN sorts last: never >= cap
     return float(values[at]) if at < len(values) and values[at] >= cap else math.inf
+
+
+#: per DC (its one-DC instance at one microbatch, :func:`_options_at`'s key), the sorted
+#: distinct ``R`` of its options (:func:`cap_class`), the :data:`TABLES_KEPT` last asked
+_SYNC_VALUES: OrderedDict = OrderedDict()
+
+
+def _sync_values(base: CostTables) -> np.ndarray:
+    """The sorted distinct ``R`` of every option of ``base`` (a DC's uncapped tables),
+    kept per DC across ``M_p``: ``R`` does not read the microbatch count (the options at
+    every ``M_p`` differ only in their in-flight limits, :func:`_options_at`), and the
+    owner asks a DC at many counts (``v3-large-03``: 193 sets of 8 DCs' values built,
+    0.6 CPU s, before they were kept across counts)."""
+    local = base.instance
+    key = replace(local, training=replace(local.training, microbatches=1, objective="period"))
+    with _TABLES_LOCK:
+        got = _SYNC_VALUES.get(key)
+        if got is not None:
+            _SYNC_VALUES.move_to_end(key)
+            return got
+    got = np.unique(np.concatenate(
+        [np.ravel(base.options(g).sync_time) for g in range(base.G)] or [np.zeros(0)]))
+    with _TABLES_LOCK:
+        _SYNC_VALUES[key] = got
+        while len(_SYNC_VALUES) > TABLES_KEPT:
+            _SYNC_VALUES.popitem(last=False)
+    return got
 
 
 def _cap_sync(tables: CostTables, cap: float) -> None:
@@ -560,7 +595,9 @@ class DCAgent:
         under the period of every plan on the range (``period_floor_s``, rounded down to
         the prefix pass's public grid): the least bottleneck under which its own devices
         and the prefix pass's bound on the FLOP/s of the DCs before it hold the whole
-        model (:class:`.floors.Floors` at the model's end, nothing used). The owner's
+        model (:class:`.floors.Floors` at the model's end, nothing used; a range of one DC,
+        answered by ``dp``'s search, :mod:`.alone`: that search's own floor, every option
+        counted whatever the cap, as ``dp``'s ranges take it). The owner's
         floors proven at ``M_p = m0`` then rise by it per microbatch more, as ``dp``'s do
         (``docs/privacy.md``, "A floor under a range's period"). Nothing when the prefix
         pass left the upstream FLOP/s unknown, this DC shares no prefix bound
@@ -568,10 +605,13 @@ class DCAgent:
         if (self.sync_cap is None or self.k != self.public.num_datacenters - 1
                 or not self.share_prefix):
             return
-        floors = self._floors()
-        if floors is None:
-            return
-        got = float(floors.period((0,) * self.tables.G)[self.L])
+        if isinstance(self._dp, alone.AloneDP):  # dp's own floor, every option counted
+            got = self._dp.period_floor
+        else:
+            floors = self._floors()
+            if floors is None:
+                return
+            got = float(floors.period((0,) * self.tables.G)[self.L])
         if math.isfinite(got) and got > 0:
             self.stats["period_floor_s"] = round_down(got, protocol.PREFIX_STEPS)
 
