@@ -365,12 +365,14 @@ def _check_curve(curve) -> None:
     for i, cap in enumerate(curve):
         if not isinstance(cap, list):
             raise ProtocolError(f"curve[{i}]: must be a list of rows")
-        for j, row in enumerate(cap):
-            if not isinstance(row, list) or len(row) not in (1, CURVE_BUCKETS) or (
-                    width is not None and len(row) != width):
-                raise ProtocolError(f"curve[{i}][{j}]: must be a row of 1 or "
-                                    f"{CURVE_BUCKETS} buckets, as long as every other")
-            width = len(row)
+        widths = set(map(len, cap)) if set(map(type, cap)) <= {list} else None
+        if widths is None or len(widths | ({width} if width else set())) > 1 \
+                or not widths <= {1, CURVE_BUCKETS}:
+            j = next(j for j, row in enumerate(cap) if type(row) is not list or len(row) not in
+                     (1, CURVE_BUCKETS) or len(row) != (width or len(cap[0])))
+            raise ProtocolError(f"curve[{i}][{j}]: must be a row of 1 or "
+                                f"{CURVE_BUCKETS} buckets, as long as every other")
+        width = width or next(iter(widths), None)
         if not _curve_entries_ok(cap):
             j = next(j for j, row in enumerate(cap) if not _curve_entries_ok([row]))
             raise ProtocolError(f"curve[{i}][{j}]: an entry must be null or an "
