@@ -34,6 +34,7 @@ from collections import OrderedDict
 
 from ...deadline import Deadline
 from ...instance import Instance
+from ..dp_period import search_curve
 from ..dp_pipelines import shared_holds
 from ..dp_ranges import ABOVE, LADDER, RangeTimes
 from .local import END, OWN
@@ -114,6 +115,10 @@ class LeastTimes(RangeTimes):
             return known if known[0] <= tau else None
         if lo > tau or lo == math.inf:  # an infinite floor: no plan at all
             return None
+        if math.isfinite(tau) and m > 1:  # the prefix curve, for plans within tau
+            lo = max(lo, self._curve_within(m, tau))
+            if lo > tau:
+                return None
         ceiling = math.inf if known is None else known[0]
         trials = [x for x in (lo * (1 + d) for d in LADDER) if x < min(tau, ceiling)]
         if known is None or tau < ceiling:  # tau itself (inf: an unbounded search)
@@ -125,6 +130,18 @@ class LeastTimes(RangeTimes):
             if got is not None:  # g itself (a search keeps plans a rounding hair above)
                 return got if got[0] <= tau else None
         return None
+
+
+    def _curve_within(self, m: int, tau: float) -> float:
+        """A floor under ``T_p`` of every plan with ``T_p <= tau`` (``inf``: none): the
+        prefix curve's (:meth:`.prefix_curve.PrefixCurve.least_time`, every option, so
+        under any cap) over periods up to ``tau / (m - 1)``, which every such plan's period
+        is within (``T_p`` is its fill, at least 0, plus ``m - 1`` periods). ``dp``'s
+        ranges take it under the incumbent (:meth:`RangeTimes._curve_floor`); a memory,
+        whose questions come under bounds of their own, takes it per question
+        (``v3-large-03``: 101 to 89 searches for the owner's first questions of a DC at a
+        count)."""
+        return float(search_curve(self.t, m, 0, 0).least_time(m, tau / (m - 1), 0))
 
 
 def usable(public, sync_cap, frontier, compressed: bool) -> bool:
