@@ -131,7 +131,6 @@ class LeastTimes(RangeTimes):
                 return got if got[0] <= tau else None
         return None
 
-
     def _curve_within(self, m: int, tau: float) -> float:
         """A floor under ``T_p`` of every plan with ``T_p <= tau`` (``inf``: none): the
         prefix curve's (:meth:`.prefix_curve.PrefixCurve.least_time`, every option, so
