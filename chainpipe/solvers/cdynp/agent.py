@@ -30,6 +30,7 @@ import threading
 import time
 from collections import OrderedDict
 from dataclasses import asdict, replace
+from itertools import accumulate
 
 import numpy as np
 
@@ -88,9 +89,13 @@ _BOUND_TRIALS = (0.2, 0.5, 1.0, 3.0)
 _PERIOD_STEP = 1.25
 _PERIOD_TRIALS = 40
 
-#: points of a classic summary entry from which its frontier is taken on their columns
-#: (:func:`.summary.frontier_columns`; fewer: as tuples, :func:`.summary.frontier`, which
-#: keeps the same ones and is faster on few)
+#: points of a summary entry from which its bound (and the prefix-curve cut) are tested on
+#: their columns (:meth:`DCAgent._columns`; fewer: per point, the same test)
+_CUT_COLUMNS_FROM = 16
+
+#: points of a classic summary entry within the bound from which its frontier is taken on
+#: their columns (:func:`.summary.frontier_columns`; fewer: as tuples,
+#: :func:`.summary.frontier`, which keeps the same ones and is faster on few)
 _COLUMNS_FROM = 64
 
 #: layers x usage states from which DC 2..K run :class:`WideDP` (measured: medium/ has
@@ -790,10 +795,10 @@ class DCAgent:
     def _summary(self, own_pts: dict, ub: float) -> dict:
         """Merge own and passed-through points per (b, bw), prune, compress.
 
-        Each entry's points stay columns (:func:`_columns`) through the bound and the
-        frontier (:func:`.summary.frontier_columns`); only the points these keep become
-        tuples ``(r, bn, sm, sync, origin)`` (:meth:`_summary_points`), the same values
-        as when every point was one."""
+        An entry's points stay where they came from (:meth:`_summary_sources`) through
+        the bound and the frontier (:meth:`_summary_front`, on columns from enough
+        points); only the points these keep become tuples ``(r, bn, sm, sync, origin)``
+        (:meth:`_summary_points`), the same values as when every point was one."""
         M = self.M
         prev = self._link_to_prev()
         # the latency part of the traversal of boundary b (see _base_labels), this hop's
@@ -839,9 +844,9 @@ class DCAgent:
     def _summary_front(self, srcs: list, b: int, bw, ub: float, kept: list) -> list[tuple]:
         """The points of entry ``(b, bw)`` (:meth:`_summary_sources`) within ``ub``, rounded
         up (``quantum``, ``digits``) and on the frontier (against the ``kept`` points of
-        wider paths too). From :data:`_COLUMNS_FROM` points on, the bound and the
-        frontier are taken on columns (:meth:`_columns`; the same floats, the same
-        points), else per point as tuples."""
+        wider paths too). From :data:`_CUT_COLUMNS_FROM` points on the bound, and from
+        :data:`_COLUMNS_FROM` points within it the frontier, are taken on columns
+        (:meth:`_columns`; the same floats, the same points), else per point as tuples."""
         n = sum(len(pts) for pts, _lat, _e in srcs)
         rounded = self.quantum > 0 or self.digits > 0
         limit = ub * (1 + 1e-12)
@@ -849,7 +854,7 @@ class DCAgent:
         # completion pays at least this boundary, over a path no wider
         u = cost.occupancy(self.bytes[b], bw) if bw is not None else 0.0
         q = cost.traversal(0.0, u)
-        if n < _COLUMNS_FROM:
+        if n < _CUT_COLUMNS_FROM:
             pts = self._summary_points(srcs, range(n))
             if ub < math.inf:
                 pts = [p for p in pts if self._T(max(p[1], u), p[2] + q, p[3]) <= limit]
@@ -890,7 +895,7 @@ class DCAgent:
         :meth:`_columns` lists them; an array or a range) as ``(r, bn, sm + latency, s,
         origin)``."""
         out = []
-        ends = np.cumsum([len(pts) for pts, _lat, _e in srcs]).tolist()
+        ends = list(accumulate(len(pts) for pts, _lat, _e in srcs))
         k = lo = 0
         for i in (rows.tolist() if isinstance(rows, np.ndarray) else rows):
             while i >= ends[k]:
@@ -1101,7 +1106,7 @@ class DCAgent:
     def _period_cut(self, srcs: list, b: int, bw, ub: float):
         """The rows (ascending, over ``srcs`` as :meth:`_columns` lists them) of entry
         ``(b, bw)``'s period points within ``ub`` (:meth:`_beyond`; from
-        :data:`_COLUMNS_FROM` points on in numpy, on columns) and then left by the
+        :data:`_CUT_COLUMNS_FROM` points on in numpy, on columns) and then left by the
         prefix-curve cut (:meth:`_curve_cut`): any completion pays at least this
         boundary."""
         n = sum(len(pts) for pts, _lat, _e in srcs)
@@ -1110,7 +1115,7 @@ class DCAgent:
         u = float(cost.occupancy(self.bytes[b], bw)) if bw is not None else 0.0
         q = float(cost.traversal(0.0, u))
         gpipe = self.tables.schedule == "gpipe"
-        if n < _COLUMNS_FROM:  # per point
+        if n < _CUT_COLUMNS_FROM:  # per point
             pts = [(p[0], p[1], p[2], p[3], i) for i, p in enumerate(
                 self._period_points(srcs, range(n), hull=False))]
             pts = [p for p in pts if not self._beyond(
@@ -1135,7 +1140,7 @@ class DCAgent:
         a list or a range) as ``(x1, x2, sm + latency, s, r, hull + latency, origin)``
         (without ``hull``: the first four only)."""
         out = []
-        ends = np.cumsum([len(pts) for pts, _lat, _e in srcs]).tolist()
+        ends = list(accumulate(len(pts) for pts, _lat, _e in srcs))
         k = lo = 0
         for i in (rows.tolist() if isinstance(rows, np.ndarray) else rows):
             while i >= ends[k]:
