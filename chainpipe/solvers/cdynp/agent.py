@@ -30,6 +30,7 @@ import threading
 import time
 from collections import OrderedDict
 from dataclasses import asdict, replace
+from itertools import accumulate
 
 import numpy as np
 
@@ -55,6 +56,7 @@ from .summary import (
     epsilon_keep,
     fit_budget,
     frontier,
+    frontier_columns,
     round_digits,
     round_down,
     round_up,
@@ -86,6 +88,15 @@ _BOUND_TRIALS = (0.2, 0.5, 1.0, 3.0)
 #: known bound, then that bound (:meth:`DCAgent._period_backward`)
 _PERIOD_STEP = 1.25
 _PERIOD_TRIALS = 40
+
+#: points of a summary entry from which its bound (and the prefix-curve cut) are tested on
+#: their columns (:meth:`DCAgent._columns`; fewer: per point, the same test)
+_CUT_COLUMNS_FROM = 16
+
+#: points of a classic summary entry within the bound from which its frontier is taken on
+#: their columns (:func:`.summary.frontier_columns`; fewer: as tuples,
+#: :func:`.summary.frontier`, which keeps the same ones and is faster on few)
+_COLUMNS_FROM = 64
 
 #: layers x usage states from which DC 2..K run :class:`WideDP` (measured: medium/ has
 #: at most 6,642 and runs 1.3-5x faster with :class:`LocalDP`; large/ has 27,450 and
@@ -822,44 +833,28 @@ class DCAgent:
         return q.tolist(), u.tolist()
 
     def _summary(self, own_pts: dict, ub: float) -> dict:
-        """Merge own and passed-through points per (b, bw), prune, compress."""
+        """Merge own and passed-through points per (b, bw), prune, compress.
+
+        An entry's points stay where they came from (:meth:`_summary_sources`) through
+        the bound and the frontier (:meth:`_summary_front`, on columns from enough
+        points); only the points these keep become tuples ``(r, bn, sm, sync, origin)``
+        (:meth:`_summary_points`), the same values as when every point was one."""
         M = self.M
         prev = self._link_to_prev()
         # the latency part of the traversal of boundary b (see _base_labels), this hop's
         hop = cost.traversal(prev.latency_s, 0.0)
-        groups: dict[tuple, list] = {}  # (b, bw) -> [(r, bn, sm, sync, origin)]
-        for a, pts in own_pts.items():
-            key = (a, prev.bandwidth_bytes_per_s if a > 0 else None)
-            lat = hop if a > 0 else 0.0
-            groups.setdefault(key, []).extend(
-                (r, bn, sm + lat, s, ("own", i)) for r, bn, sm, s, i in pts)
-        for e, (b, bw, pts) in enumerate(self._incoming):
-            key = (b, min(bw, prev.bandwidth_bytes_per_s)) if b > 0 else (0, None)
-            lat = hop if b > 0 else 0.0
-            groups.setdefault(key, []).extend(
-                (r, bn, sm + lat, s, ("in", e, j)) for j, (r, bn, sm, s) in enumerate(pts))
+        groups = self._summary_sources(own_pts, hop)  # (b, bw) -> [(points, lat, e)]
         entries, origins, ests = [], [], []
         by_b: dict[int, list] = {}
         for key in groups:
             by_b.setdefault(key[0], []).append(key[1])
-        limit = ub * (1 + 1e-12)
         flop = self.tables.flop_prefix  # public: the model's
         for b in sorted(by_b):
             # higher path bandwidth first: a point of a class with a larger bandwidth
             # dominates an equal-or-worse point of a class with a smaller one
             kept: list[tuple] = []
             for bw in sorted(by_b[b], key=lambda v: -math.inf if v is None else -v):
-                pts = groups[(b, bw)]
-                if ub < math.inf:
-                    # the bound applies to the true values (rounding up comes after it):
-                    # any completion pays at least this boundary, over a path no wider
-                    u = cost.occupancy(self.bytes[b], bw) if bw is not None else 0.0
-                    q = cost.traversal(0.0, u)
-                    pts = [p for p in pts if self._T(max(p[1], u), p[2] + q, p[3]) <= limit]
-                if self.quantum > 0 or self.digits > 0:
-                    pts = [(r, *(round_digits(round_up(v, self.quantum), self.digits)
-                                 for v in (bn, sm, s)), o) for r, bn, sm, s, o in pts]
-                pts = [pts[i] for i in frontier(pts, kept)]
+                pts = self._summary_front(groups[(b, bw)], b, bw, ub, kept)
                 pts = [pts[i] for i in shifted_keep(pts, M)]
                 if self.epsilon > 0:
                     pts = [pts[i] for i in epsilon_keep(pts, self.epsilon)]
@@ -885,6 +880,97 @@ class DCAgent:
         self._out_origin = origins
         self._out_b = [e["b"] for e in entries]
         return protocol.summary(self.name, self.public.datacenter_names[self.k - 1], entries)
+
+    def _summary_front(self, srcs: list, b: int, bw, ub: float, kept: list) -> list[tuple]:
+        """The points of entry ``(b, bw)`` (:meth:`_summary_sources`) within ``ub``, rounded
+        up (``quantum``, ``digits``) and on the frontier (against the ``kept`` points of
+        wider paths too). From :data:`_CUT_COLUMNS_FROM` points on the bound, and from
+        :data:`_COLUMNS_FROM` points within it the frontier, are taken on columns
+        (:meth:`_columns`; the same floats, the same points), else per point as tuples."""
+        n = sum(len(pts) for pts, _lat, _e in srcs)
+        rounded = self.quantum > 0 or self.digits > 0
+        limit = ub * (1 + 1e-12)
+        # the bound applies to the true values (rounding up comes after it): any
+        # completion pays at least this boundary, over a path no wider
+        u = cost.occupancy(self.bytes[b], bw) if bw is not None else 0.0
+        q = cost.traversal(0.0, u)
+        if n < _CUT_COLUMNS_FROM:
+            pts = self._summary_points(srcs, range(n))
+            if ub < math.inf:
+                pts = [p for p in pts if self._T(max(p[1], u), p[2] + q, p[3]) <= limit]
+        else:
+            R, BN, SM, S = self._columns(srcs, 4, 2)
+            live = np.arange(n)
+            if ub < math.inf:
+                live = np.flatnonzero(self._within(SM + q, np.maximum(BN, u), S, self.M,
+                                                   limit))
+            if not rounded and len(live) >= _COLUMNS_FROM:
+                live = live[frontier_columns(R[live], BN[live], SM[live], S[live], kept)]
+                return self._summary_points(srcs, live)
+            pts = self._summary_points(srcs, live)
+        if rounded:
+            pts = [(r, *(round_digits(round_up(v, self.quantum), self.digits)
+                         for v in (bn, sm, s)), o) for r, bn, sm, s, o in pts]
+        return [pts[i] for i in frontier(pts, kept)]
+
+    def _summary_sources(self, own_pts: dict, hop) -> dict:
+        """Per summary entry ``(b, bw)``, where its points come from, in the order they are
+        listed: ``(points, latency, e)``, own points (``e = None``, ``(r, bn, sm, s, i)``)
+        first, then those of incoming entry ``e`` (``[r, bn, sm, s]``); ``latency``: the
+        hop's, added to each total (0 for complete plans). Under ``period`` the points
+        are ``(r, x1, x2, sm, s, hull[, i])``."""
+        prev = self._link_to_prev()
+        groups: dict[tuple, list] = {}
+        for a, pts in own_pts.items():
+            key = (a, prev.bandwidth_bytes_per_s if a > 0 else None)
+            groups.setdefault(key, []).append((pts, hop if a > 0 else 0.0, None))
+        for e, (b, bw, pts) in enumerate(self._incoming):
+            key = (b, min(bw, prev.bandwidth_bytes_per_s)) if b > 0 else (0, None)
+            groups.setdefault(key, []).append((pts, hop if b > 0 else 0.0, e))
+        return groups
+
+    @staticmethod
+    def _summary_points(srcs: list, rows) -> list[tuple]:
+        """The points ``rows`` (ascending, numbered over ``srcs`` one after another, as
+        :meth:`_columns` lists them; an array or a range) as ``(r, bn, sm + latency, s,
+        origin)``."""
+        out = []
+        ends = list(accumulate(len(pts) for pts, _lat, _e in srcs))
+        k = lo = 0
+        for i in (rows.tolist() if isinstance(rows, np.ndarray) else rows):
+            while i >= ends[k]:
+                lo = ends[k]
+                k += 1
+            pts, lat, e = srcs[k]
+            p = pts[i - lo]
+            out.append((p[0], p[1], p[2] + lat, p[3],
+                        ("own", p[4]) if e is None else ("in", e, i - lo)))
+        return out
+
+    @staticmethod
+    def _columns(srcs: list, width: int, total: int) -> list[np.ndarray]:
+        """The first ``width`` fields of the points of ``srcs`` (:meth:`_summary_sources`)
+        as float columns, the sources one after another; column ``total`` with each
+        source's latency added (the same sums as per point)."""
+        cols: list[list] = [[] for _ in range(width)]
+        for pts, lat, _e in srcs:
+            if not pts:
+                continue
+            got = list(zip(*pts))
+            for c in range(width):
+                v = np.array(got[c], dtype=float)
+                cols[c].append(v + lat if c == total else v)
+        return [np.concatenate(c) if c else np.zeros(0) for c in cols]
+
+    @staticmethod
+    def _within(fill: np.ndarray, period: np.ndarray, sync: np.ndarray, M: int,
+                limit: float) -> np.ndarray:
+        """Per point, whether ``T = fill + (M - 1) period + sync`` is at most ``limit``:
+        :func:`chainpipe.cost.iteration_time` term by term, in its order (no ``0 * inf``
+        at ``M = 1``), so each ``T`` is the float :meth:`_T` gives."""
+        with np.errstate(over="ignore", invalid="ignore"):
+            steady = (M - 1) * period if M != 1 else 0.0
+            return fill + steady + sync <= limit
 
     # ------------------------------------------------------------------ period objective
     def _period_T(self, point) -> float:
@@ -1024,40 +1110,22 @@ class DCAgent:
         the hop's latency part of the traversal added to the total and to every window,
         cut at ``ub`` (with the least occupancy and traversal of boundary ``b``) and
         filtered by :func:`.period.dominates` (a point of a wider path dominates one of a
-        narrower path as well)."""
+        narrower path as well). An entry's points stay columns through the cuts
+        (:meth:`_period_cut`); only those left become tuples (:meth:`_period_points`)."""
         prev = self._link_to_prev()
         hop = float(cost.traversal(prev.latency_s, 0.0))
         gpipe = self.tables.schedule == "gpipe"
-        groups: dict[tuple, list] = {}  # (b, bw) -> [(x1, x2, sm, sync, r, hull, origin)]
-        for a, pts in own_pts.items():
-            key = (a, prev.bandwidth_bytes_per_s if a > 0 else None)
-            lat = hop if a > 0 else 0.0
-            groups.setdefault(key, []).extend(
-                (x1, x2, sm + lat, s, r, tuple(h + lat for h in hull), ("own", i))
-                for r, x1, x2, sm, s, hull, i in pts)
-        for e, (b, bw, pts) in enumerate(self._incoming):
-            key = (b, min(bw, prev.bandwidth_bytes_per_s)) if b > 0 else (0, None)
-            lat = hop if b > 0 else 0.0
-            groups.setdefault(key, []).extend(
-                (x1, x2, sm + lat, s, r, tuple(h + lat for h in hull), ("in", e, j))
-                for j, (r, x1, x2, sm, s, hull) in enumerate(pts))
+        groups = self._summary_sources(own_pts, hop)  # (b, bw) -> [(points, lat, e)]
         by_b: dict[int, list] = {}
         for key in groups:
             by_b.setdefault(key[0], []).append(key[1])
-        limit = ub * (1 + 1e-12)
         same_p = not gpipe
         entries, origins, ests = [], [], []
         for b in sorted(by_b):
             kept: list[tuple] = []
             for bw in sorted(by_b[b], key=lambda v: -math.inf if v is None else -v):
-                pts = groups[(b, bw)]
-                if ub < math.inf:  # any completion pays at least this boundary
-                    u = float(cost.occupancy(self.bytes[b], bw)) if bw is not None else 0.0
-                    q = float(cost.traversal(0.0, u))
-                    pts = [p for p in pts if not self._beyond(
-                        max(p[0], u), max(p[1], u) if gpipe else p[1], p[2] + q, p[3],
-                        limit)]
-                    pts = self._curve_cut(pts, b, u, q, ub)
+                srcs = groups[(b, bw)]
+                pts = self._period_points(srcs, self._period_cut(srcs, b, bw, ub))
                 pts = self._period_compress(pts, same_p, kept, b, bw)
                 if not pts:
                     continue
@@ -1074,6 +1142,58 @@ class DCAgent:
         self._out_origin = origins
         self._out_b = [e["b"] for e in entries]
         return protocol.summary(self.name, self.public.datacenter_names[self.k - 1], entries)
+
+    def _period_cut(self, srcs: list, b: int, bw, ub: float):
+        """The rows (ascending, over ``srcs`` as :meth:`_columns` lists them) of entry
+        ``(b, bw)``'s period points within ``ub`` (:meth:`_beyond`; from
+        :data:`_CUT_COLUMNS_FROM` points on in numpy, on columns) and then left by the
+        prefix-curve cut (:meth:`_curve_cut`): any completion pays at least this
+        boundary."""
+        n = sum(len(pts) for pts, _lat, _e in srcs)
+        if not ub < math.inf:
+            return range(n)
+        u = float(cost.occupancy(self.bytes[b], bw)) if bw is not None else 0.0
+        q = float(cost.traversal(0.0, u))
+        gpipe = self.tables.schedule == "gpipe"
+        if n < _CUT_COLUMNS_FROM:  # per point
+            pts = [(p[0], p[1], p[2], p[3], i) for i, p in enumerate(
+                self._period_points(srcs, range(n), hull=False))]
+            pts = [p for p in pts if not self._beyond(
+                max(p[0], u), max(p[1], u) if gpipe else p[1], p[2] + q, p[3],
+                ub * (1 + 1e-12))]
+            return [p[4] for p in self._curve_cut(pts, b, u, q, ub)]
+        _R, X1, X2, SM, S = self._columns(srcs, 5, 3)
+        x1 = np.maximum(X1, u)
+        x2 = np.maximum(X2, u) if gpipe else X2
+        ok = self._within(SM + q, x1 + x2, S, self.M, ub * (1 + 1e-12))
+        if self.frontier is not None:  # a frontier run: above the bound at m_hi too
+            m_hi, hi = self.frontier
+            ok |= self._within(SM + q, x1 + x2, S, m_hi, hi * (1 + 1e-12))
+        rows = np.flatnonzero(ok)
+        light = list(zip(X1[rows].tolist(), X2[rows].tolist(), SM[rows].tolist(),
+                         S[rows].tolist(), rows.tolist()))
+        return [p[4] for p in self._curve_cut(light, b, u, q, ub)]
+
+    @staticmethod
+    def _period_points(srcs: list, rows, hull: bool = True) -> list[tuple]:
+        """The period points ``rows`` (ascending, numbered over ``srcs`` one after another;
+        a list or a range) as ``(x1, x2, sm + latency, s, r, hull + latency, origin)``
+        (without ``hull``: the first four only)."""
+        out = []
+        ends = list(accumulate(len(pts) for pts, _lat, _e in srcs))
+        k = lo = 0
+        for i in (rows.tolist() if isinstance(rows, np.ndarray) else rows):
+            while i >= ends[k]:
+                lo = ends[k]
+                k += 1
+            pts, lat, e = srcs[k]
+            p = pts[i - lo]
+            if not hull:
+                out.append((p[1], p[2], p[3] + lat, p[4]))
+                continue
+            out.append((p[1], p[2], p[3] + lat, p[4], p[0], tuple(h + lat for h in p[5]),
+                        ("own", p[6]) if e is None else ("in", e, i - lo)))
+        return out
 
     def _curve_cut(self, pts: list, b: int, u: float, q: float, ub: float) -> list:
         """The points of a summary entry at boundary ``b > 0`` (occupancy ``u``, traversal

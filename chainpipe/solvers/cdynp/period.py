@@ -264,10 +264,12 @@ class PeriodDP:
                 refs[u] = labels.ref[:, 2:5]
                 continue
             first = len(self._store)
-            hulls = labels.hull_tuples()
-            for n, (row, ref) in enumerate(zip(labels.S.tolist(), labels.ref.tolist())):
-                self._store.append((x, ref[0], ref[1], (ref[2], ref[3], ref[4])))
-                own.append((int(row[4]), row[0], row[1], row[2], row[3], hulls[n], first + n))
+            n = len(labels)
+            ref = labels.ref.T.tolist()
+            self._store.extend(zip([x] * n, ref[0], ref[1], zip(ref[2], ref[3], ref[4])))
+            S = labels.S
+            own.extend(zip(S[:, 4].astype(np.int64).tolist(), *S[:, :4].T.tolist(),
+                           labels.hull_tuples(), range(first, first + n)))
             refs[u] = np.column_stack([np.full(len(labels), OWN, dtype=np.int64),
                                        np.arange(first, first + len(labels), dtype=np.int64),
                                        np.zeros(len(labels), dtype=np.int64)])
@@ -406,12 +408,16 @@ class PeriodDP:
         # sorted once; each state's chunk is a slice (a view) of the sorted arrays
         S, H, lengths, ref, key = S[order], H[order], lengths[order], ref[order], key[order]
         cuts = np.flatnonzero(np.diff(key)) + 1
-        lo = np.concatenate(([0], cuts)).tolist()
+        lo = np.concatenate(([0], cuts))
+        heads = order[lo]
+        lo = lo.tolist()
         hi = lo[1:] + [len(key)]
-        heads = order[lo].tolist()
-        for head, a, b in zip(heads, lo, hi):
-            states[int(starts[head])].setdefault(self._usage(int(code[head])), []).append(
-                _Labels(S[a:b], H[a:b], lengths[a:b], ref[a:b]))
+        usages = self._usages
+        for x, c, a, b in zip(starts[heads].tolist(), code[heads].tolist(), lo, hi):
+            u = usages.get(c)
+            if u is None:
+                u = self._usage(c)
+            states[x].setdefault(u, []).append(_Labels(S[a:b], H[a:b], lengths[a:b], ref[a:b]))
 
     def _usage(self, code: int) -> tuple:
         """The usage tuple of :meth:`_code` ``code``."""
@@ -513,12 +519,17 @@ class _Labels:
         """The chunks in order, as one."""
         if len(chunks) == 1:
             return chunks[0]
-        width = max(c.H.shape[1] for c in chunks)
-        H = np.full((sum(len(c) for c in chunks), width), -np.inf)
-        at = 0
-        for c in chunks:
-            H[at:at + len(c), :c.H.shape[1]] = c.H
-            at += len(c)
+        Hs = [c.H for c in chunks]
+        widths = [h.shape[1] for h in Hs]
+        width = max(widths)
+        if min(widths) == width:  # one width: no padding
+            H = np.concatenate(Hs)
+        else:
+            H = np.full((sum(len(h) for h in Hs), width), -np.inf)
+            at = 0
+            for h, w in zip(Hs, widths):
+                H[at:at + len(h), :w] = h
+                at += len(h)
         return cls(np.concatenate([c.S for c in chunks]), H,
                    np.concatenate([c.HL for c in chunks]),
                    np.concatenate([c.ref for c in chunks]))

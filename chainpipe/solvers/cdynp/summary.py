@@ -49,6 +49,7 @@ def frontier(points: list, kept: list = ()) -> list[int]:
     Points are visited by ``(bottleneck, total, r, sync)``, so a dominator comes first.
     Without synchronisation (every ``sync`` equal) ``least[r]`` is the least total seen
     with at most ``r`` stages; otherwise each point is checked against the kept ones.
+    :func:`frontier_columns` gives the same indices from the points' columns.
     """
     if not points:
         return []
@@ -83,6 +84,48 @@ def _frontier4(points: list, kept: list) -> list[int]:
     table = np.array([row[1:4] for row in rows], dtype=float)
     dropped = dominated_by_earlier(table).tolist()
     return sorted(row[5] for row, drop in zip(rows, dropped) if row[4] and not drop)
+
+
+def frontier_columns(r: np.ndarray, bottleneck: np.ndarray, total: np.ndarray,
+                     sync: np.ndarray, kept: list = ()) -> np.ndarray:
+    """:func:`frontier` of the points given as columns (floats, one entry per point,
+    ``r`` whole numbers): the indices (ascending) of the points no other point and none
+    of ``kept`` (points ``(r, bottleneck, total, sync, ...)``, never dropped) dominates.
+
+    The rows, kept points first, are sorted by ``(bottleneck, total, r, sync)``, kept
+    points first among equals and then by index (in numpy), so a dominator comes first;
+    a row is dropped when an earlier one is no larger in ``total``, ``r`` and ``sync``:
+    with one ``sync`` value by :func:`frontier`'s sweep over ``least[r]``, else by
+    :func:`chainpipe.solvers.labels.dominated_by_earlier` as :func:`_frontier4`."""
+    n = len(r)
+    if not n:
+        return np.zeros(0, dtype=np.int64)
+    if len(kept):
+        k = np.array([p[:4] for p in kept], dtype=float).reshape(-1, 4)
+        r, bottleneck, total, sync = (np.concatenate((k[:, c], v)) for c, v in enumerate(
+            (r, bottleneck, total, sync)))
+    m = len(r) - n
+    index = np.concatenate((np.full(m, -1), np.arange(n)))
+    order = np.lexsort((index, sync, r, total, bottleneck))  # kept first: index -1
+    if (sync != sync[0]).any():
+        table = np.column_stack((total[order], r[order], sync[order]))
+        alive = ~dominated_by_earlier(table) & (order >= m)
+        return np.sort(index[order][alive])
+    rs = r[order].astype(np.int64)
+    top = int(rs.max())
+    least = [math.inf] * (top + 1)
+    out = []
+    for sm, rr, i in zip(total[order].tolist(), rs.tolist(), index[order].tolist()):
+        if least[rr] <= sm:
+            continue
+        if i >= 0:
+            out.append(i)
+        for q in range(rr, top + 1):
+            if least[q] <= sm:
+                break
+            least[q] = sm
+    out.sort()
+    return np.array(out, dtype=np.int64)
 
 
 def shifted_keep(points: list, microbatches: int) -> list[int]:
