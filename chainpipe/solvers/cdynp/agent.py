@@ -121,6 +121,20 @@ _WALKS: OrderedDict = OrderedDict()
 _FLOORS: OrderedDict = OrderedDict()
 
 
+def _located(srcs: list, rows):
+    """Per row of ``rows`` (ascending, numbered over the sources ``(points, latency,
+    entry)`` of ``srcs`` one after another; an array, a list or a range): ``(point,
+    latency, entry, index in its source)``."""
+    ends = list(accumulate(len(pts) for pts, _lat, _e in srcs))
+    k = lo = 0
+    for i in (rows.tolist() if isinstance(rows, np.ndarray) else rows):
+        while i >= ends[k]:
+            lo = ends[k]
+            k += 1
+        pts, lat, e = srcs[k]
+        yield pts[i - lo], lat, e, i - lo
+
+
 def forget() -> None:
     """Drop what the DCs keep in this process between runs (:data:`_TABLES`,
     :data:`_FLOORS`, :data:`_OPTIONS`, :data:`_WALKS`, :data:`_SYNC_VALUES`): a solve
@@ -934,18 +948,8 @@ class DCAgent:
         """The points ``rows`` (ascending, numbered over ``srcs`` one after another, as
         :meth:`_columns` lists them; an array or a range) as ``(r, bn, sm + latency, s,
         origin)``."""
-        out = []
-        ends = list(accumulate(len(pts) for pts, _lat, _e in srcs))
-        k = lo = 0
-        for i in (rows.tolist() if isinstance(rows, np.ndarray) else rows):
-            while i >= ends[k]:
-                lo = ends[k]
-                k += 1
-            pts, lat, e = srcs[k]
-            p = pts[i - lo]
-            out.append((p[0], p[1], p[2] + lat, p[3],
-                        ("own", p[4]) if e is None else ("in", e, i - lo)))
-        return out
+        return [(p[0], p[1], p[2] + lat, p[3], ("own", p[4]) if e is None else ("in", e, j))
+                for p, lat, e, j in _located(srcs, rows)]
 
     @staticmethod
     def _columns(srcs: list, width: int, total: int) -> list[np.ndarray]:
@@ -1179,21 +1183,11 @@ class DCAgent:
         """The period points ``rows`` (ascending, numbered over ``srcs`` one after another;
         a list or a range) as ``(x1, x2, sm + latency, s, r, hull + latency, origin)``
         (without ``hull``: the first four only)."""
-        out = []
-        ends = list(accumulate(len(pts) for pts, _lat, _e in srcs))
-        k = lo = 0
-        for i in (rows.tolist() if isinstance(rows, np.ndarray) else rows):
-            while i >= ends[k]:
-                lo = ends[k]
-                k += 1
-            pts, lat, e = srcs[k]
-            p = pts[i - lo]
-            if not hull:
-                out.append((p[1], p[2], p[3] + lat, p[4]))
-                continue
-            out.append((p[1], p[2], p[3] + lat, p[4], p[0], tuple(h + lat for h in p[5]),
-                        ("own", p[6]) if e is None else ("in", e, i - lo)))
-        return out
+        if not hull:
+            return [(p[1], p[2], p[3] + lat, p[4]) for p, lat, _e, _j in _located(srcs, rows)]
+        return [(p[1], p[2], p[3] + lat, p[4], p[0], tuple(h + lat for h in p[5]),
+                 ("own", p[6]) if e is None else ("in", e, j))
+                for p, lat, e, j in _located(srcs, rows)]
 
     def _curve_cut(self, pts: list, b: int, u: float, q: float, ub: float) -> list:
         """The points of a summary entry at boundary ``b > 0`` (occupancy ``u``, traversal
