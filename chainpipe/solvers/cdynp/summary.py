@@ -58,13 +58,21 @@ def frontier(points: list, kept: list = ()) -> list[int]:
     rows = [(p[1], p[2], p[0], 0, -1) for p in kept]
     rows += [(p[1], p[2], p[0], 1, i) for i, p in enumerate(points)]
     rows.sort()
-    top = max(row[2] for row in rows)
+    return _staircase(((sm, r, i if new else -1) for _bn, sm, r, new, i in rows),
+                      max(row[2] for row in rows))
+
+
+def _staircase(rows, top: int) -> list[int]:
+    """The sweep of :func:`frontier` with one ``sync`` value: per row ``(total, r, i)``
+    in dominance order, dropped when a row before it has ``r`` stages or fewer and a total
+    no larger (``least[r]``: the least total seen with at most ``r`` stages); the indices
+    ``i >= 0`` of the rows kept, ascending (``-1``: a kept point, never listed)."""
     least = [math.inf] * (top + 1)
     out = []
-    for _bn, sm, r, new, i in rows:
+    for sm, r, i in rows:
         if least[r] <= sm:
             continue
-        if new:
+        if i >= 0:
             out.append(i)
         for q in range(r, top + 1):
             if least[q] <= sm:
@@ -112,19 +120,8 @@ def frontier_columns(r: np.ndarray, bottleneck: np.ndarray, total: np.ndarray,
         alive = ~dominated_by_earlier(table) & (order >= m)
         return np.sort(index[order][alive])
     rs = r[order].astype(np.int64)
-    top = int(rs.max())
-    least = [math.inf] * (top + 1)
-    out = []
-    for sm, rr, i in zip(total[order].tolist(), rs.tolist(), index[order].tolist()):
-        if least[rr] <= sm:
-            continue
-        if i >= 0:
-            out.append(i)
-        for q in range(rr, top + 1):
-            if least[q] <= sm:
-                break
-            least[q] = sm
-    out.sort()
+    out = _staircase(zip(total[order].tolist(), rs.tolist(), index[order].tolist()),
+                     int(rs.max()))
     return np.array(out, dtype=np.int64)
 
 
