@@ -165,6 +165,12 @@ def floors_key(local: Instance) -> Instance:
 _OPTIONS: OrderedDict = OrderedDict()
 
 
+def _count_free(local: Instance) -> Instance:
+    """A DC's one-DC instance at one microbatch under ``period``: the key of what its
+    options determine whatever ``M_p`` (:func:`_options_at`, :func:`_sync_values`)."""
+    return replace(local, training=replace(local.training, microbatches=1, objective="period"))
+
+
 def _options_at(local: Instance, tables: CostTables) -> dict:
     """Every group's options of ``tables`` (the DC's own, at ``M_p = tables.M``), as
     :meth:`CostTables.options` caches them: from those kept at a count ``M >= M_p``, the
@@ -173,7 +179,7 @@ def _options_at(local: Instance, tables: CostTables) -> dict:
     (:func:`chainpipe.cost.max_in_flight`, exact against the memory rule), so at ``M_p``
     it is the limit at ``M`` capped at ``M_p``; compute and synchronisation times do not
     read the count. (``v3-medium-03``: 85 option sets built per solve before.)"""
-    key = replace(local, training=replace(local.training, microbatches=1, objective="period"))
+    key = _count_free(local)
     with _TABLES_LOCK:
         kept = _OPTIONS.get(key)
         if kept is not None:
@@ -260,7 +266,7 @@ def _sync_values(base: CostTables) -> np.ndarray:
     owner asks a DC at many counts (``v3-large-03``: 193 sets of 8 DCs' values built,
     0.6 CPU s, before they were kept across counts)."""
     local = base.instance
-    key = replace(local, training=replace(local.training, microbatches=1, objective="period"))
+    key = _count_free(local)
     with _TABLES_LOCK:
         got = _SYNC_VALUES.get(key)
         if got is not None:

@@ -131,6 +131,11 @@ class LeastTimes(RangeTimes):
                 return got if got[0] <= tau else None
         return None
 
+    def period_floor(self, m: int) -> float:
+        """``dp``'s floor under the period of every plan on the DC with ``m`` microbatches
+        (:meth:`RangeTimes._period_floor`: every option counted, so under any cap)."""
+        return float(self._period_floor(0, 0, m))
+
     def _curve_within(self, m: int, tau: float) -> float:
         """A floor under ``T_p`` of every plan with ``T_p <= tau`` (``inf``: none): the
         prefix curve's (:meth:`.prefix_curve.PrefixCurve.least_time`, every option, so
@@ -189,7 +194,7 @@ class AloneDP:
             before = times.searches
             got = times.least(m, ub, sync_cap)
             self.stats["searches"] = times.searches - before
-            self.period_floor = float(times._period_floor(0, 0, m))
+            self.period_floor = times.period_floor(m)
         if got is None:
             return
         T, _R, stages = got

@@ -382,7 +382,7 @@ def _check_curve(curve) -> None:
 def _curve_entries_ok(rows: list) -> bool:
     """Whether every entry of ``rows`` (lists) is ``None`` or an ``int`` (no bool, no float)
     in ``[CURVE_ZERO, CURVE_TOP]``: the types and the range of the whole block at once
-    (``set``, ``min`` and ``max`` loop in C; a table of 64 caps of 80 rows of 8 buckets is
+    (``set``, ``min`` and ``max`` loop in C; a table of 64 caps of 80 rows of 16 buckets is
     checked per message)."""
     flat = list(chain.from_iterable(rows))
     kinds = set(map(type, flat))
