@@ -399,6 +399,22 @@ def random_v3_instance(seed: int) -> Instance:
     return Instance(f"v3-{seed}", Model("m", tuple(layers)), training, tuple(dcs), links)
 
 
+def random_v3_chains(least_m: int, *, objective: str | None = "period",
+                     schedule: str | None = None, seeds=range(40)):
+    """``(seed, instance)`` of the :func:`random_v3_instance` draws of ``seeds`` with two
+    DCs or more and at least ``least_m`` microbatches, of that objective and schedule
+    (``None``: any)."""
+    for seed in seeds:
+        inst = random_v3_instance(seed)
+        if inst.num_datacenters < 2 or inst.microbatches < least_m:
+            continue
+        if objective is not None and inst.training.objective != objective:
+            continue
+        if schedule is not None and inst.training.schedule != schedule:
+            continue
+        yield seed, inst
+
+
 @functools.cache
 def v3_dp_reference(seed: int):
     """``(instance, dp's result)`` of :func:`random_v3_instance` ``seed``, computed once

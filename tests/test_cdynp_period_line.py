@@ -12,7 +12,7 @@ from chainpipe.solvers.cdynp import LocalOwner, alone
 from chainpipe.solvers.cdynp.drive import agent_options
 from chainpipe.solvers.cdynp.pipelines import RangeRuns
 from chainpipe.solvers.cdynp.questions import OwnerRangeTimes
-from helpers import random_v3_instance
+from helpers import random_v3_chains
 
 
 def _owner_ranges(schedule: str, K: int = 3) -> OwnerRangeTimes:
@@ -49,11 +49,8 @@ def test_period_line_is_under_the_least_time():
     ``m - 1``, is at most the least ``T_p`` of a run at ``m = 2`` and ``M // 2``, on every
     range of two DCs or more and each range inside it, under 1F1B."""
     checked = 0
-    for seed in range(40):
-        inst = random_v3_instance(seed)
+    for seed, inst in random_v3_chains(4, objective=None, schedule="1f1b"):
         K, M = inst.num_datacenters, inst.microbatches
-        if K < 2 or M < 4 or inst.training.schedule != "1f1b":
-            continue
         alone.forget()
         runs = RangeRuns(LocalOwner(inst, False, 60), agent_options(), Deadline(None))
         for i in range(K - 1):

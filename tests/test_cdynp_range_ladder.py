@@ -13,7 +13,7 @@ from chainpipe.deadline import Deadline
 from chainpipe.solvers import dp_ranges
 from chainpipe.solvers.cdynp import LocalOwner, solve_chain
 from chainpipe.solvers.cdynp.drive import agent_options
-from helpers import random_v3_instance
+from helpers import random_v3_chains
 
 
 def _run(owner, i, j, m, bound, floor=0.0):
@@ -27,11 +27,8 @@ def _run(owner, i, j, m, bound, floor=0.0):
 def _ranges():
     """``(seed, owner, i, j, M, least T_p)`` of random v3 ranges of two or more DCs at
     ``M_p = M`` that have a plan (one unbounded run's least ``T_p``)."""
-    for seed in range(40):
-        inst = random_v3_instance(seed)
+    for seed, inst in random_v3_chains(2):
         K, M = inst.num_datacenters, inst.microbatches
-        if K < 2 or M < 2 or inst.training.objective != "period":
-            continue
         owner = LocalOwner(inst, False, 60)
         for i, j in ((0, K - 1), (K - 2, K - 1)):
             least, _ = _run(owner, i, j, M, None)
