@@ -135,8 +135,7 @@ def run(instance: Instance, *, deadline=None, seed=0, threads=1, log=None, epsil
 
 
 def solve_chain(backend, options: dict, deadline: Deadline, *, trace_dir=None,
-                probe=None, period_bound: float = math.inf, floor: float = 0.0,
-                classic_bound: float = math.inf) -> Outcome:
+                probe=None, period_bound: float = math.inf, floor: float = 0.0) -> Outcome:
     """One pipeline over the chain of ``backend``, by its agents.
 
     Under ``classic`` (or ``M = 1``) one :func:`.drive.drive`. Under ``period`` as ``dp``
@@ -172,11 +171,6 @@ def solve_chain(backend, options: dict, deadline: Deadline, *, trace_dir=None,
         range run's: none at or below it); the period runs start above it (their public
         ``lower_bound``, and a range run's ladder, :func:`_range_ladder`), the classic run
         does not (a plan's classic ``T`` may lie below it).
-    classic_bound : float, default inf
-        Exact: a public bound at or above the classic optimum (the classic ``T`` of a plan
-        the owner holds, :meth:`.pipelines.RangeRuns.classic_bound`), under which the
-        classic run searches when it is below ``upper_bound``: the run still finds the
-        classic optimum, keeping fewer labels; the period runs keep ``upper_bound``.
 
     Returns
     -------
@@ -192,8 +186,7 @@ def solve_chain(backend, options: dict, deadline: Deadline, *, trace_dir=None,
                                                None, not is_exact(options)):
         return _one_dc_range(backend, options, deadline, trace_dir)
     classic = backend.with_objective("classic")
-    first = drive(classic, _classic_options(options, classic_bound), deadline=deadline,
-                  probe=probe,
+    first = drive(classic, options, deadline=deadline, probe=probe,
                   trace_dir=None if trace_dir is None else Path(trace_dir, "classic"))
     exact = is_exact(options)
     # messages named as the trace files are: under classic/ and period/
@@ -202,9 +195,9 @@ def solve_chain(backend, options: dict, deadline: Deadline, *, trace_dir=None,
     if first.status not in ("optimal", "feasible"):  # infeasible under both, or failed
         return first
 
-    T_c, T_e, low, anchor, line = _classic_bounds(backend, classic, first, options)
+    T_c, T_e, low, anchor = _classic_bounds(backend, classic, first, options)
     stats = {"classic": {k: v for k, v in first.stats.items() if k not in ("agents",)},
-             "classic_s": T_c, "classic_plan_s": T_e, "classic_line": line}
+             "classic_s": T_c, "classic_plan_s": T_e}
     if low is not None and T_e <= low * (1 + 1e-12):
         return Outcome(first.status, first.plan, lower_bound=None if exact else T_e,
                        stats={**first.stats, **stats})
@@ -238,17 +231,6 @@ def solve_chain(backend, options: dict, deadline: Deadline, *, trace_dir=None,
     return _exact_period(first, out, T_e, bound, user, timed_out)
 
 
-def _classic_options(options: dict, classic_bound: float) -> dict:
-    """The classic run's options: ``upper_bound`` lowered to ``classic_bound`` (exact only,
-    where it is lower: :func:`solve_chain`)."""
-    if not is_exact(options) or not math.isfinite(classic_bound):
-        return options
-    user = options.get("upper_bound")
-    if user is not None and float(user) <= classic_bound:
-        return options
-    return {**options, "upper_bound": float(classic_bound)}
-
-
 def _empty_period(bound: float) -> Outcome:
     """What an exact period run under ``bound`` returns when its floor (the classic optimum,
     or a floor the owner's runs proved) is not below ``bound``: no plan, exhaustively,
@@ -273,31 +255,25 @@ def _one_dc_range(backend, options: dict, deadline: Deadline, trace_dir) -> Outc
 
 
 def _classic_bounds(backend, classic, first: Outcome, options: dict) -> tuple:
-    """``(T_c, T_e, low, anchor, line)`` from the classic solve's plan: its ``T`` under
+    """``(T_c, T_e, low, anchor)`` from the classic solve's plan: its ``T`` under
     ``classic`` and under the period objective, the period run's proven floor (the classic
     optimum, exact; the classic run's lower bound, compressed: ``None`` under the cap), and
     where the prefix-curve pass's caps start (the classic optimum, or compressed the classic
     plan's ``T`` over the rounding factor: a floor with ``epsilon``, ``quantum`` and
     ``digits``, a guess under ``max_entries``; the caps' span only makes the pass's floor
-    stronger or weaker, never wrong), and the plan's classic line (``fill_s``, ``period_s``,
-    ``sync_s``, ``stages``: its classic ``T_p`` at any ``M_p`` it runs is its fill plus
-    ``M_p - 1`` periods; the owner bounds later classic runs of the range with it,
-    :meth:`.pipelines.RangeRuns.classic_bound`)."""
+    stronger or weaker, never wrong)."""
     exact = is_exact(options)
 
-    def time_of(ev) -> float:
+    def time_of(agents) -> float:
+        ev = agents.evaluation(first.plan)
         return ev.iteration_time_s if backend.count_sync else ev.pipelines[0].time_s
 
-    ev_c = classic.evaluation(first.plan)
-    T_c, T_e = time_of(ev_c), time_of(backend.evaluation(first.plan))
-    pc = ev_c.pipelines[0]
-    line = {"fill_s": float(pc.fill_drain_s), "period_s": float(pc.period_s),
-            "sync_s": float(ev_c.sync_s), "stages": len(first.plan.stages)}
+    T_c, T_e = time_of(classic), time_of(backend)
     low = T_c if exact else first.lower_bound  # no period is below the classic optimum
     anchor = low if exact else T_c / guarantee_factor(
         backend.public.num_datacenters, options["epsilon"], options["quantum"],
         options["digits"])
-    return T_c, T_e, low, anchor, line
+    return T_c, T_e, low, anchor
 
 
 def _period_runs(backend, options: dict, period_options: dict, bound: float, anchor,

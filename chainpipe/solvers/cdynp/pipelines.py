@@ -123,9 +123,6 @@ class RangeRuns:
         self.labels = 0
         #: range runs of one DC its agent answered by ``dp``'s search (:mod:`.alone`)
         self.one_dc = 0
-        #: (i, j) -> [(m, classic line)] of the classic plans the range runs found
-        #: (:meth:`classic_bound`)
-        self.classic_lines: dict[tuple[int, int], list] = {}
         public = owner.public
         self.use_frontier = is_exact(options) and public.period
 
@@ -194,28 +191,6 @@ class RangeRuns:
             self.unsettled += 1
         got = self.least(i, j, m, theta, bound)
         return math.inf if got is None else got.time
-
-    def classic_bound(self, i: int, j: int, m: int, theta: float) -> float:
-        """A public bound at or above the classic optimum of DCs ``i..j`` with ``M_p = m``
-        and every ``R_s < theta`` (``inf``: none known): the least classic ``T_p`` at ``m``
-        of the classic plans the range's runs found (their fill plus ``m - 1`` periods, a
-        hair above for rounding) that run ``m`` (found at ``m0 >= m``: a stage stashes no
-        more at fewer microbatches; under 1F1B also a plan of fewer stages than ``m0``,
-        whose stashes do not read the count) with their ``max R`` below ``theta``. The
-        owner's search asks a range at falling counts (the most ``M_p`` it runs within a
-        target), and a range run's classic run under the owner's target keeps far more
-        labels than under a bound just above its optimum (``v3-large-03``'s DCs 6..7 at
-        ``M_p = 24``, classic optimum 10.205 s: 17,205 labels under 12.68 s, 7,826 under
-        10.5 s). Exact runs only."""
-        if not is_exact(self.options):
-            return math.inf
-        gpipe = self.owner.public.training.schedule == "gpipe"
-        best = math.inf
-        for m0, line in self.classic_lines.get((i, j), ()):
-            if line["sync_s"] < theta and (m <= m0 or (not gpipe and line["stages"] < m0)):
-                T = float(cost.iteration_time(line["fill_s"], line["period_s"], m))
-                best = min(best, T * (1 + 1e-9))
-        return best
 
     def _block(self, m: int) -> tuple[int, int] | None:
         """``(m_lo, m_hi)``: the block of ``m`` a frontier run covers, or ``None``."""
@@ -300,10 +275,7 @@ class RangeRuns:
         trace = None if self.trace_dir is None else Path(self.trace_dir, name)
         self.runs += 1
         out = solve_chain(backend, options, self.deadline, trace_dir=trace, probe=False,
-                          floor=proven, classic_bound=self.classic_bound(i, j, m, theta))
-        line = out.stats.get("classic_line")
-        if line is not None:
-            self.classic_lines.setdefault((i, j), []).append((m, line))
+                          floor=proven)
         self.messages += [{**msg, "file": f"{name}/{msg['file']}"}
                           for msg in out.stats.get("messages", [])]
         self.labels += sum(a.get("labels", 0) for a in out.stats.get("agents", []))
