@@ -36,7 +36,7 @@ import numpy as np
 
 from ... import cost
 from ...instance import Link
-from ..prefix_curve import BUCKETS, _arrays, _at_most
+from ..prefix_curve import BUCKETS, _arrays
 from ..prefix_kernel import SLACK
 from . import protocol
 from .protocol import CURVE_MOST, CURVE_STEPS, CURVE_ZERO
@@ -112,8 +112,16 @@ def _exponents(v: np.ndarray) -> np.ndarray:
 
 
 def _values(n: np.ndarray) -> np.ndarray:
-    """:func:`_exponents` read back (:data:`CURVE_ZERO` as 0)."""
-    return np.where(n <= CURVE_ZERO, 0.0, 2.0 ** (n / CURVE_STEPS))
+    """:func:`_exponents` read back (:data:`CURVE_ZERO` as 0). The power is taken of the
+    entries above :data:`CURVE_ZERO` only (``2^(CURVE_ZERO / CURVE_STEPS)`` underflows,
+    a slow path of ``pow`` taken per entry: the tables' nulls and zeros are many), an
+    array as before (NumPy's power of an array gives every entry the same bits whatever
+    the array's length; a Python scalar's may differ in the last bit)."""
+    n = np.asarray(n)
+    out = np.zeros(n.shape)
+    on = n > CURVE_ZERO
+    out[on] = 2.0 ** (n[on] / CURVE_STEPS)
+    return out
 
 
 def decode_rows(rows: list, L: int, nb: int) -> np.ndarray:
@@ -180,7 +188,7 @@ class CurvePass:
 
     def __init__(self, tables, grid: np.ndarray, link_in: Link | None,
                  incoming: np.ndarray | None, walks: dict | None = None):
-        from .walk_fast import dc_walk
+        from .walk_fast import dc_least
 
         L, M = tables.L, tables.M
         self.grid, self.M = grid, M
@@ -198,34 +206,35 @@ class CurvePass:
             Q_in = np.asarray(cost.traversal(link_in.latency_s, U_in), dtype=float)
             if incoming.shape != (len(grid), L + 1, nb):
                 raise ValueError("the incoming table does not match the run's grid")
+        #: ``[cap, a]``: the least fill of a prefix ``[0, a)`` on the DCs before this one
+        #: under each cap (the incoming table, least over its buckets; ``inf`` at DC 1)
+        self.upstream = incoming.min(axis=2)
         walks = {} if walks is None else walks
-        rows, joined, out = [], [], np.empty_like(incoming)
+        # per cap one contiguous block (the attributes below are views with the caps last)
+        base, joined = np.empty((2, len(grid), L + 1, nV))
+        out = np.empty_like(incoming)
         for i, lam in enumerate(grid):
             key = (float(lam), incoming[i].tobytes())
             got = walks.get(key)
             if got is None:  # kept: per prefix end and usage, and per bucket (not the walk)
-                F = dc_walk(float(lam), np.ascontiguousarray(incoming[i]), U_in, Q_in, radix,
-                            stride, nV, dc_groups, ngr, C, ok, widths, npairs, U, Q, nb,
-                            windows)
-                got = walks[key] = (_at_most(F.min(axis=3), radix)[:, 0], F[:, 0].min(axis=1))
+                got = walks[key] = dc_least(float(lam), np.ascontiguousarray(incoming[i]),
+                                            U_in, Q_in, radix, stride, nV, dc_groups, ngr, C,
+                                            ok, widths, npairs, U, Q, nb, windows)
             here, own = got
-            up = incoming[i].min(axis=1)
-            rows.append(np.minimum(here, up[:, None]))
-            joined.append(np.minimum(*_join(here, up, float(lam), (U[:, 0, 0], Q[:, 0, 0]),
-                                            (U_in, Q_in))))
-            out[i] = np.minimum(incoming[i], own)
+            up = self.upstream[i]
+            np.minimum(here, up[:, None], out=base[i])
+            np.minimum(*_join(here, up, float(lam), (U[:, 0, 0], Q[:, 0, 0]), (U_in, Q_in)),
+                       out=joined[i])
+            np.minimum(incoming[i], own, out=out[i])
         #: ``CF[a, v, i]``: the least fill of a prefix ``[0, a)`` under cap ``i`` that
         #: leaves own usage ``v``'s devices free, on this DC or before it, with the
         #: traversal of boundary ``a`` to a stage on this DC (:func:`_join`; private)
-        self.CF = np.stack(joined, axis=2)
+        self.CF = joined.transpose(1, 2, 0)
         #: ``CF`` without the traversal: for the base labels (``u = 0``), whose first
         #: stage lies downstream and whose totals hold their boundary already
-        self.CF_base = np.stack(rows, axis=2)
+        self.CF_base = base.transpose(1, 2, 0)
         #: the least of the incoming table and this DC's walk (before rounding)
         self.table = out
-        #: ``[cap, a]``: the least fill of a prefix ``[0, a)`` on the DCs before this one
-        #: under each cap (the incoming table, least over its buckets; ``inf`` at DC 1)
-        self.upstream = incoming.min(axis=2)
 
     def sent(self) -> np.ndarray:
         """The table passed on: :attr:`table` rounded down, short prefixes withheld."""
