@@ -36,7 +36,7 @@ from ...deadline import Deadline
 from ...instance import Instance
 from ..dp_period import search_curve
 from ..dp_pipelines import shared_holds
-from ..dp_ranges import ABOVE, LADDER, RangeTimes
+from ..dp_ranges import ABOVE, LADDER, RangeTimes, close_step
 from .local import END, OWN
 
 #: ``False``: every range run of one DC runs the agent's own label DP as before (the tests
@@ -46,6 +46,9 @@ _LOCK = threading.Lock()
 #: the DCs' memories (:func:`memory`), the :data:`KEPT` last asked in this process
 _KEPT: OrderedDict = OrderedDict()
 KEPT = 32
+#: whether a memory's trials climb ``dp``'s ladder with its strides and close steps
+#: (:meth:`RangeTimes._stride`, :func:`close_step`); ``False``: every rung
+STRIDES = True
 #: the least microbatch count of the tables a memory searches on
 LEAST_M = 64
 
@@ -102,8 +105,11 @@ class LeastTimes(RangeTimes):
     a range run answers with the plan of least ``T_p`` (the owner takes its ``T_p`` as
     ``g``, a floor included). So a plan the memory holds answers only when it is proven
     least (its ``T_p`` meets the proven floor at ``(m, theta)``); otherwise the same
-    trials as :meth:`~chainpipe.solvers.dp_ranges.RangeTimes.at_most` run, the first
-    that finds a plan finding ``g`` (a search's target drops to each plan it finds).
+    trials as :meth:`~chainpipe.solvers.dp_ranges.RangeTimes.at_most` run, with its
+    strides up the ladder (:data:`STRIDES`), the first that finds a plan finding ``g``
+    (a search keeps every plan within its trial, the trials rise, and each one before
+    proved none within its own). ``v3-medium-02``: 86 -> 67 searches, ``v3-large-03``
+    161 -> 149, the same answers.
     """
 
     def least(self, m: int, tau: float, theta: float):
@@ -125,10 +131,19 @@ class LeastTimes(RangeTimes):
             trials += [tau] + [x for x in (tau * (1 + d) for d in ABOVE) if x < ceiling]
         if known is not None:
             trials.append(ceiling)
-        for trial in trials:
-            got = self._search(0, 0, m, trial, theta)
+        n, before, stride = 0, None, 1
+        while n < len(trials):
+            got = self._search(0, 0, m, trials[n], theta)
             if got is not None:  # g itself (a search keeps plans a rounding hair above)
                 return got if got[0] <= tau else None
+            if STRIDES:  # dp's steps up its ladder (RangeTimes.at_most)
+                close_step(trials, n, self.last_labels)
+                stride = self._stride(self.last_labels, before, stride)
+                before = self.last_labels
+                for _ in range(stride - 1):  # (never tau itself)
+                    if n + 2 < len(trials) and trials[n + 2] <= tau:
+                        del trials[n + 1]
+            n += 1
         return None
 
     def period_floor(self, m: int) -> float:
