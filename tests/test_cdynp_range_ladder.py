@@ -70,3 +70,24 @@ def test_close_steps_keep_the_least_time(monkeypatch):
         assert _run(owner, i, j, M, least * (1 - 1e-6))[0] is None, (seed, i, j)
         checked += 1
     assert checked >= 30 and close >= 8, (checked, close)
+
+
+def test_a_run_near_its_proven_floor_skips_the_classic_solve():
+    """With a proven floor 0.2% under the least ``T_p`` and a bound 0.2% above it, the run
+    makes no classic solve (``cdynp._near_floor``) and its ladder from the floor finds the
+    least ``T_p``; under a bound a hair below it, nothing. The classic solve kept fails it,
+    and so does a ladder that stops short of the bound."""
+    skipped = checked = 0
+    for seed, owner, i, j, M, least in _ranges():
+        backend = owner.chain(i, j, M, count_sync=False)
+        for bound, want in ((least * 1.002, least), (least * (1 - 1e-6), None)):
+            options = {**agent_options(), "upper_bound": bound, "sync_cap": sys.float_info.max}
+            out = solve_chain(backend, options, Deadline(None), probe=False,
+                              floor=least * 0.998)
+            got = None if out.plan is None else backend.evaluation(out.plan).pipelines[0].time_s
+            assert (got is None) == (want is None), (seed, i, j, bound)
+            assert want is None or abs(got - want) <= 1e-9 * want, (seed, i, j)
+            assert "messages" in out.stats, (seed, i, j)  # a finished run, not a timeout
+            skipped += "classic" not in out.stats
+        checked += 1
+    assert checked >= 30 and skipped == 2 * checked, (checked, skipped)

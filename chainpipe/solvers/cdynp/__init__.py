@@ -185,6 +185,8 @@ def solve_chain(backend, options: dict, deadline: Deadline, *, trace_dir=None,
     if not backend.count_sync and alone.usable(backend.public, options.get("sync_cap"),
                                                None, not is_exact(options)):
         return _one_dc_range(backend, options, deadline, trace_dir)
+    if _near_floor(backend, options, floor):
+        return _floor_run(backend, options, floor, deadline, trace_dir)
     classic = backend.with_objective("classic")
     first = drive(classic, options, deadline=deadline, probe=probe,
                   trace_dir=None if trace_dir is None else Path(trace_dir, "classic"))
@@ -242,6 +244,37 @@ def _empty_period(bound: float) -> Outcome:
     return Outcome("no_solution", lower_bound=float(bound),
                    message=f"cdynp: no plan with T <= upper_bound {bound}",
                    stats={"messages": [], "agents": [], "protocol_s": 0.0, "skipped": True})
+
+
+def _near_floor(backend, options: dict, floor: float) -> bool:
+    """Whether an exact range run skips its classic solve: the owner's proven ``floor``
+    under ``g`` lies so close under the run's bound that a ladder from it would climb at
+    most :data:`NEAR_FLOOR_RUNGS` steps below the bound (:func:`_range_ladder`)."""
+    if not (NEAR_FLOOR and is_exact(options) and floor > 0 and not backend.count_sync
+            and options.get("upper_bound") is not None and options.get("sync_cap") is not None):
+        return False
+    bound = float(options["upper_bound"])
+    steps = [d for d in RANGE_LADDER_STEPS if floor * (1 + d) < bound * (1 - RANGE_LADDER_NEAR)]
+    return len(steps) <= NEAR_FLOOR_RUNGS
+
+
+def _floor_run(backend, options: dict, floor: float, deadline: Deadline, trace_dir) -> Outcome:
+    """An exact range run's period run without the classic solve (:func:`_near_floor`):
+    the ladder from the owner's proven ``floor`` to the run's bound, the floor the prefix-
+    curve pass's grid starts from (in place of the classic optimum, which only sets where
+    the caps lie). Exact as the ladder is: no plan lies at or below ``floor``, and each run
+    keeps every plan within its bound."""
+    bound = float(options["upper_bound"])
+    period_options = {**options, "lower_bound": floor * (1 - 1e-9)}
+    if RANGE_CURVE and _curve_usable(backend):
+        period_options["curve_low"] = floor * RANGE_CURVE_LOW * (1 - 1e-9)
+    out = _range_ladder(backend, period_options, bound, floor, deadline, trace_dir)
+    if out.stats.get("timed_out"):  # never "none below the bound" (as _exact_period)
+        return Outcome("no_solution", message=out.message,
+                       stats={"protocol_s": out.stats.get("protocol_s")})
+    out.stats["messages"] = [{**m, "file": f"period/{m['file']}"}
+                             for m in out.stats.get("messages", [])]
+    return out
 
 
 def _one_dc_range(backend, options: dict, deadline: Deadline, trace_dir) -> Outcome:
@@ -378,6 +411,13 @@ RANGE_LADDER = True
 #: ``dp``'s range ladder does (:func:`chainpipe.solvers.dp_ranges.close_step`: more than
 #: ``CLOSE`` labels kept by the range's DCs, the next bound ``CLOSE_STEP`` above)
 RANGE_CLOSE = True
+
+#: whether an exact range run whose owner's proven floor lies close under its bound skips
+#: its classic solve (:func:`_near_floor`, :func:`_floor_run`)
+NEAR_FLOOR = True
+
+#: the most ladder steps below the bound a range run skipping its classic solve climbs
+NEAR_FLOOR_RUNGS = 1
 
 #: the range ladder's steps above the classic optimum (``dp``'s range ladder,
 #: :data:`chainpipe.solvers.dp_ranges.LADDER`: 3 % apart)
