@@ -595,28 +595,70 @@ def _spread_first(runs: RangeRuns, best: list, cap: float):
 
 def _seed(owner, runs: RangeRuns) -> tuple[float, Plan | None]:
     """The owner's first incumbent, as ``dp``'s (its ``replicate-per-dc`` seed): one
-    pipeline per DC, ``M`` split evenly, each planned by a range run of its one DC (``dp``'s
-    own search there, :mod:`.alone`); ``(T, plan)`` by the owner's evaluation, or ``(inf,
-    None)`` when ``K`` pipelines are not allowed or a DC plans none. It bounds the range
-    runs from the start, and is what a solve the time limit cuts returns when it beats
-    the one-pipeline solve's plan (``v3-large-02`` at 150 s: 22.81 s against 28.77 s)."""
+    pipeline per DC, each planned by a range run of its one DC (``dp``'s own search there,
+    :mod:`.alone`), ``M`` split evenly, then (:data:`RESPLIT`) again in proportion to the
+    rates ``M_p / T_p`` the even split's pipelines showed (:func:`split_by_rate`; ``dp``
+    splits by the DCs' speeds, which the owner does not know); the better ``(T, plan)`` by
+    the owner's evaluation, or ``(inf, None)`` when ``K`` pipelines are not allowed or a DC
+    plans none. It bounds the range runs from the start (the search of ``K`` pipelines
+    first, :func:`_spread_first`), and is what a solve the time limit cuts returns when it
+    beats the one-pipeline solve's plan (``v3-large-02`` at 150 s: 22.81 s against 28.77
+    s). The second split costs ``K`` one-DC runs (``v3-large-03``: 0.05 CPU s) and lowers
+    the seed a great deal where the DCs differ (``v3-large-03`` 19.89 -> 16.17 s, ``-02``
+    22.81 -> 18.27 s, ``-01`` 19.17 -> 11.84 s)."""
     public = owner.public
     K, M = public.num_datacenters, public.microbatches
     if K < 2 or K > M or K not in public.training.parallelism.pipelines:
         return math.inf, None
-    pipes, costs = [], []
-    for k in range(K):
-        m = M // K + (k < M % K)
+    even = [M // K + (k < M % K) for k in range(K)]
+    T, plan, times = _replicas(owner, runs, even)
+    if plan is None or not RESPLIT:
+        return T, plan
+    split = split_by_rate(M, even, times)
+    if split == even:
+        return T, plan
+    T2, plan2, _ = _replicas(owner, runs, split)
+    return (T2, plan2) if T2 < T else (T, plan)
+
+
+#: whether the owner's seed splits ``M`` a second time, by the rates the first showed
+RESPLIT = True
+
+
+def _replicas(owner, runs: RangeRuns, ms: list[int]) -> tuple[float, Plan | None, list]:
+    """One pipeline per DC, DC ``k`` with ``ms[k]`` microbatches, each its least ``T_p``
+    (an unbounded one-DC range run): ``(T, plan, [T_p per DC])``, ``(inf, None, [])`` when
+    a DC plans none or the plan does not run."""
+    pipes, costs, times = [], [], []
+    for k, m in enumerate(ms):
         got = runs.least(k, k, m, math.inf)
         if got is None:
-            return math.inf, None
+            return math.inf, None, []
         pipes.append(Pipeline(got.stages, m))
         costs.append(got.cost)
+        times.append(got.time)
     plan = Plan(pipelines=pipes)
     ev = owner.evaluation(plan, costs)
     if not ev.feasible:
-        return math.inf, None
-    return float(ev.iteration_time_s), plan
+        return math.inf, None, []
+    return float(ev.iteration_time_s), plan, times
+
+
+def split_by_rate(M: int, ms: list[int], times: list[float]) -> list[int]:
+    """``M`` microbatches split over the pipelines in proportion to their rates ``ms[p] /
+    times[p]``, each at least 1 (largest remainders; ties to the earlier pipeline)."""
+    rates = [m / t if t > 0 else math.inf for m, t in zip(ms, times)]
+    if any(math.isinf(r) for r in rates):
+        return list(ms)
+    total = sum(rates)
+    share = [M * r / total for r in rates]
+    out = [max(1, int(x)) for x in share]
+    while sum(out) < M:
+        out[max(range(len(out)), key=lambda p: (share[p] - out[p], -p))] += 1
+    while sum(out) > M:
+        out[max(range(len(out)), key=lambda p: (out[p] - share[p] if out[p] > 1 else -math.inf,
+                                                 -p))] -= 1
+    return out
 
 
 def _one_pipeline(owner, options: dict, deadline: Deadline, trace_dir, probe,
