@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+from itertools import chain
 
 import numpy as np
 
@@ -129,8 +130,9 @@ def decode_rows(rows: list, L: int, nb: int) -> np.ndarray:
     buckets, 0 below :data:`.protocol.WITHHELD` (the rows withheld, and the empty
     prefix)."""
     E = np.zeros((len(rows), L + 1, nb))
-    if rows and rows[0]:
-        got = np.array(rows, dtype=float)  # null: nan
+    if rows and rows[0]:  # (flat first: NumPy reads a flat list faster than nested ones)
+        got = np.array(list(chain.from_iterable(chain.from_iterable(rows))),
+                       dtype=float).reshape(len(rows), -1, nb)  # null: nan
         E[:, protocol.WITHHELD:] = np.where(np.isnan(got), np.inf,
                                             _values(np.nan_to_num(got, nan=0.0)))
     return E
@@ -210,6 +212,9 @@ class CurvePass:
         #: under each cap (the incoming table, least over its buckets; ``inf`` at DC 1)
         self.upstream = incoming.min(axis=2)
         walks = {} if walks is None else walks
+        # the traversal of boundary a under each cap, on the own link and the link in
+        own_add, in_add = _adds(grid, (U[:, 0, 0], Q[:, 0, 0]), (U_in, Q_in))
+        up_in = self.upstream + in_add
         # per cap one contiguous block (the attributes below are views with the caps last)
         base, joined = np.empty((2, len(grid), L + 1, nV))
         out = np.empty_like(incoming)
@@ -221,14 +226,13 @@ class CurvePass:
                                             U_in, Q_in, radix, stride, nV, dc_groups, ngr, C,
                                             ok, widths, npairs, U, Q, nb, windows)
             here, own = got
-            up = self.upstream[i]
-            np.minimum(here, up[:, None], out=base[i])
-            np.minimum(*_join(here, up, float(lam), (U[:, 0, 0], Q[:, 0, 0]), (U_in, Q_in)),
-                       out=joined[i])
+            np.minimum(here, self.upstream[i][:, None], out=base[i])
+            np.add(here, own_add[i][:, None], out=joined[i])
+            np.minimum(joined[i], up_in[i][:, None], out=joined[i])
             np.minimum(incoming[i], own, out=out[i])
         #: ``CF[a, v, i]``: the least fill of a prefix ``[0, a)`` under cap ``i`` that
         #: leaves own usage ``v``'s devices free, on this DC or before it, with the
-        #: traversal of boundary ``a`` to a stage on this DC (:func:`_join`; private)
+        #: traversal of boundary ``a`` to a stage on this DC (:func:`_adds`; private)
         self.CF = joined.transpose(1, 2, 0)
         #: ``CF`` without the traversal: for the base labels (``u = 0``), whose first
         #: stage lies downstream and whose totals hold their boundary already
@@ -263,25 +267,21 @@ class CurvePass:
         return out
 
 
-def _join(here: np.ndarray, up: np.ndarray, lam: float, own_link: tuple,
-          link_in: tuple) -> tuple[np.ndarray, np.ndarray]:
-    """A label's rows of one cap ``lam`` with the boundary ``a`` before its first stage (on
-    this DC) paid, as ``dp``'s curve pays it (``docs/dp.md``, "The prefix curve"): a
-    prefix whose last stage lies on this DC (``here[a, v]``) crosses the DC's own link
-    (``own_link = (U, Q)`` per ``a``, private), one ending on a DC before it (``up[a]``,
-    the received table) at least the chain link into it (``link_in``, public: a longer
-    path's occupancy and traversal are no less); a boundary whose occupancy is above
-    ``lam`` cannot be crossed under it. Returns ``(own, upstream)`` rows, both ``inf``
-    where no prefix qualifies; at ``a = 0`` and ``a = L`` (no boundary) as given."""
-    L1 = here.shape[0]
+def _adds(grid: np.ndarray, own_link: tuple, link_in: tuple) -> tuple[np.ndarray, np.ndarray]:
+    """What a label's rows add, per cap ``lam`` of ``grid`` and boundary ``a`` before its
+    first stage (on this DC), as ``dp``'s curve pays it (``docs/dp.md``, "The prefix
+    curve"): a prefix whose last stage lies on this DC crosses the DC's own link
+    (``own_link = (U, Q)`` per ``a``, private), one ending on a DC before it (the received
+    table) at least the chain link into it (``link_in``, public: a longer path's occupancy
+    and traversal are no less); a boundary whose occupancy is above ``lam`` cannot be
+    crossed under it (``inf``). Returns ``(own, upstream)``, each ``[cap, a]``, 0 at ``a =
+    0`` and ``a = L`` (no boundary)."""
+    L1 = len(own_link[0])
     inner = np.zeros(L1, dtype=bool)
     inner[1:L1 - 1] = True
-    reach_cap = lam * (1 + SLACK)
-    U_own, Q_own = own_link
-    own_add = np.where(inner, np.where(U_own <= reach_cap, Q_own, np.inf), 0.0)
-    U_in, Q_in = link_in
-    in_add = np.where(inner, np.where(U_in <= reach_cap, Q_in, np.inf), 0.0)
-    return here + own_add[:, None], (up + in_add)[:, None]
+    reach_cap = (grid * (1 + SLACK))[:, None]
+    return tuple(np.where(inner, np.where(U_link <= reach_cap, Q_link, np.inf), 0.0)
+                 for U_link, Q_link in (own_link, link_in))
 
 
 def paired_floor(S: np.ndarray, CF: np.ndarray, grid: np.ndarray, below: np.ndarray,
