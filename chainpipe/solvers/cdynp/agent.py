@@ -29,7 +29,7 @@ import math
 import threading
 import time
 from collections import OrderedDict
-from dataclasses import asdict, fields, replace
+from dataclasses import fields, replace
 from itertools import accumulate, chain
 
 import numpy as np
@@ -416,7 +416,7 @@ class DCAgent:
             raise ValueError(f"grid: {problem}, got {grid!r}")
         self.grid = ({round(i * L / grid) for i in range(int(grid) + 1)} if grid else None)
         self.deadline = deadline if deadline is not None else Deadline(None)
-        self.local = Instance(public.name, public.model, public.training, (datacenter,), ())
+        self.local = public.local(datacenter)
         self.sync_cap = None
         if sync_cap is not None:
             problem = protocol.option_problem("sync_cap", sync_cap)
@@ -1469,8 +1469,10 @@ class DCAgent:
         request = None if kind == END else self._continue_with(j, p)
         downstream = 0 if kind == END else self.continues_with["point"][0]
         costs, bounds, broken = evaluate_part(self.local, own, downstream)
-        self.costs = {"stages": [asdict(c) for c in costs],
-                      "boundaries": [asdict(b) for b in bounds], "violations": broken}
+        # (their fields are numbers, strings and tuples of strings: a shallow copy, which
+        # asdict's deep one equals)
+        self.costs = {"stages": [dict(vars(c)) for c in costs],
+                      "boundaries": [dict(vars(b)) for b in bounds], "violations": broken}
         return request
 
     def _continue_with(self, e: int, p: int) -> dict:
