@@ -137,11 +137,14 @@ def _located(srcs: list, rows):
 
 def forget() -> None:
     """Drop what the DCs keep in this process between runs (:data:`_TABLES`,
-    :data:`_FLOORS`, :data:`_OPTIONS`, :data:`_WALKS`, :data:`_SYNC_VALUES`): a solve
+    :data:`_FLOORS`, :data:`_OPTIONS`, :data:`_WALKS`, :data:`_SYNC_VALUES`, and the
+    digests of :func:`.curve.walk_key`): a solve
     after it starts cold, as a benchmark times it."""
     with _TABLES_LOCK:
         for kept in (_TABLES, _FLOORS, _OPTIONS, _WALKS, _SYNC_VALUES):
             kept.clear()
+    with curve_mod._DIGESTS_LOCK:
+        curve_mod._DIGESTS.clear()
 
 
 class DCKey:

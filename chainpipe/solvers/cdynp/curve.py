@@ -31,6 +31,9 @@ from __future__ import annotations
 
 import hashlib
 import math
+import threading
+import weakref
+from collections import OrderedDict
 from itertools import chain
 
 import numpy as np
@@ -153,20 +156,58 @@ def walk_key(tables, link_in: Link | None) -> bytes:
     ``M_p`` whose tables differ in nothing a walk reads (an option fits one microbatch at
     every count or at none; compute times, widths and occupancies do not read it), so
     walks kept under this key serve every such ``M_p`` (:class:`CurvePass`' ``walks``).
-    Kept on ``tables``."""
+    Kept on ``tables``. The compute times ``C`` (the bulk: options x ranges per group)
+    enter as the digest of each group's ``compute_time`` (``_arrays`` copies them into
+    ``C[g, :npairs[g]]``, ``inf`` after, so with ``C``'s shape and ``npairs`` they are
+    ``C``), kept per array (:func:`_kept_digest`): a DC's tables at every ``M_p`` and cap
+    share those arrays (``v3-large-03``: 62 keys per solve, 6 ms each on hashing ``C``)."""
     key = ("_cdynp_walk_key", None if link_in is None else (
         float(link_in.bandwidth_bytes_per_s), float(link_in.latency_s)))
     got = tables.__dict__.get(key)
     if got is None:
+        radix, stride, nV, dc_groups, ngr, C, *rest = _arrays(tables)
         h = hashlib.blake2b(digest_size=20)
-        for part in (*_arrays(tables), np.asarray(tables.boundary_bytes, dtype=float),
+        for part in (radix, stride, nV, dc_groups, ngr, C.shape,
+                     *(_kept_digest(tables.options(g).compute_time) for g in range(tables.G)),
+                     *rest, np.asarray(tables.boundary_bytes, dtype=float),
                      windows_capped(tables), key[1]):
-            if isinstance(part, np.ndarray):
-                h.update(repr((part.dtype.str, part.shape)).encode())
-                h.update(np.ascontiguousarray(part).tobytes())
-            else:
-                h.update(repr(part).encode())
+            _update(h, part)
         got = tables.__dict__[key] = h.digest()
+    return got
+
+
+def _update(h, part) -> None:
+    """Feed ``part`` (an array: its type, shape and bytes; else its ``repr``) to ``h``."""
+    if isinstance(part, np.ndarray):
+        h.update(repr((part.dtype.str, part.shape)).encode())
+        h.update(np.ascontiguousarray(part).tobytes())
+    else:
+        h.update(repr(part).encode())
+
+
+#: :func:`_kept_digest`'s digests by the id of the array, with a weak reference to it
+#: (a dead or another array under that id is not this one), the :data:`DIGESTS_KEPT` last
+_DIGESTS: OrderedDict = OrderedDict()
+DIGESTS_KEPT = 256
+_DIGESTS_LOCK = threading.Lock()
+
+
+def _kept_digest(a: np.ndarray) -> bytes:
+    """The digest of array ``a`` (:func:`_update`), kept while ``a`` lives (it must not be
+    changed in place: the tables' option arrays never are)."""
+    with _DIGESTS_LOCK:
+        got = _DIGESTS.get(id(a))
+        if got is not None and got[0]() is a:
+            _DIGESTS.move_to_end(id(a))
+            return got[1]
+    h = hashlib.blake2b(digest_size=20)
+    _update(h, a)
+    got = h.digest()
+    with _DIGESTS_LOCK:
+        _DIGESTS[id(a)] = (weakref.ref(a), got)
+        _DIGESTS.move_to_end(id(a))
+        while len(_DIGESTS) > DIGESTS_KEPT:
+            _DIGESTS.popitem(last=False)
     return got
 
 
