@@ -219,7 +219,7 @@ class CurvePass:
     tables : CostTables
         The DC's own tables (of its one-DC instance).
     grid : ndarray
-        The run's public caps (:func:`cap_grid`).
+        The run's public caps (:func:`cap_grid`), at least one.
     link_in : Link or None
         The chain link into this DC (``None`` at the first DC).
     incoming : ndarray or None
@@ -256,21 +256,22 @@ class CurvePass:
         # the traversal of boundary a under each cap, on the own link and the link in
         own_add, in_add = _adds(grid, (U[:, 0, 0], Q[:, 0, 0]), (U_in, Q_in))
         up_in = self.upstream + in_add
-        # per cap one contiguous block (the attributes below are views with the caps last)
-        base, joined = np.empty((2, len(grid), L + 1, nV))
-        out = np.empty_like(incoming)
+        got = []
         for i, lam in enumerate(grid):
             key = (float(lam), incoming[i].tobytes())
-            got = walks.get(key)
-            if got is None:  # kept: per prefix end and usage, and per bucket (not the walk)
-                got = walks[key] = dc_least(float(lam), np.ascontiguousarray(incoming[i]),
-                                            U_in, Q_in, radix, stride, nV, dc_groups, ngr, C,
-                                            ok, widths, npairs, U, Q, nb, windows)
-            here, own = got
-            np.minimum(here, self.upstream[i][:, None], out=base[i])
-            np.add(here, own_add[i][:, None], out=joined[i])
-            np.minimum(joined[i], up_in[i][:, None], out=joined[i])
-            np.minimum(incoming[i], own, out=out[i])
+            walk = walks.get(key)
+            if walk is None:  # kept: per prefix end and usage, and per bucket (not the walk)
+                walk = walks[key] = dc_least(float(lam), np.ascontiguousarray(incoming[i]),
+                                             U_in, Q_in, radix, stride, nV, dc_groups, ngr,
+                                             C, ok, widths, npairs, U, Q, nb, windows)
+            got.append(walk)
+        # every cap at once, each a contiguous block (the attributes below are views with
+        # the caps last); per entry the operations one cap at a time would make
+        joined = np.stack([here for here, _own in got])
+        base = np.minimum(joined, self.upstream[:, :, None])
+        np.add(joined, own_add[:, :, None], out=joined)
+        np.minimum(joined, up_in[:, :, None], out=joined)
+        out = np.minimum(incoming, np.stack([own for _here, own in got]))
         #: ``CF[a, v, i]``: the least fill of a prefix ``[0, a)`` under cap ``i`` that
         #: leaves own usage ``v``'s devices free, on this DC or before it, with the
         #: traversal of boundary ``a`` to a stage on this DC (:func:`_adds`; private)
