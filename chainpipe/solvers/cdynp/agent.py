@@ -826,7 +826,20 @@ class DCAgent:
                 lb = min(lb, self._T(max(bn, pre_max), sm + pre_sum, s))
         return lb
 
+    def _kept(self, key: tuple, make):
+        """``make()``, kept on this DC's tables under ``key`` (the run's parts it reads
+        besides the tables): the range runs of a ladder ask it again and again. What it
+        returns is only read."""
+        got = self.tables.__dict__.get(key)
+        if got is None:
+            got = self.tables.__dict__[key] = make()
+        return got
+
     def _prefix_bound(self) -> tuple[list, list]:
+        """:meth:`_make_prefix_bound`, kept on the tables (:meth:`_kept`)."""
+        return self._kept(("_cdynp_prefix_bound",), self._make_prefix_bound)
+
+    def _make_prefix_bound(self) -> tuple[list, list]:
         """An optimistic cost of the prefix ``[0, a)`` of a plan that starts in this DC
         (it runs on own devices only), as ``(sum, bottleneck)`` lists over ``a``: the sum
         is at least its FLOP on the widest stage (``w`` devices) of the fastest own rate;
@@ -859,6 +872,13 @@ class DCAgent:
         return self.tables.flop_prefix.tolist(), up, caps
 
     def _upstream_prefix(self) -> tuple[list, list]:
+        """:meth:`_make_upstream_prefix`, kept on the tables per link in and
+        :attr:`prefix_capacity` (:meth:`_kept`)."""
+        link = self._link_to_prev()
+        return self._kept(("_cdynp_upstream_prefix", link.bandwidth_bytes_per_s,
+                           link.latency_s, self.prefix_capacity), self._make_upstream_prefix)
+
+    def _make_upstream_prefix(self) -> tuple[list, list]:
         """For DC 2..K: an optimistic cost of what precedes a label whose first stage
         starts here at ``a > 0``, as ``(sum, bottleneck)`` lists.
 
