@@ -29,14 +29,14 @@ import math
 import threading
 import time
 from collections import OrderedDict
-from dataclasses import asdict, replace
-from itertools import accumulate
+from dataclasses import fields, replace
+from itertools import accumulate, chain
 
 import numpy as np
 
 from ... import cost
 from ...deadline import Deadline, TimeUp
-from ...instance import Datacenter, Instance
+from ...instance import Datacenter, Instance, Training
 from ...plan import Stage, evaluate_part, pack_devices
 from ...tables import CostTables, fastest_rate
 from ..labels import TRIALS
@@ -137,27 +137,63 @@ def _located(srcs: list, rows):
 
 def forget() -> None:
     """Drop what the DCs keep in this process between runs (:data:`_TABLES`,
-    :data:`_FLOORS`, :data:`_OPTIONS`, :data:`_WALKS`, :data:`_SYNC_VALUES`): a solve
+    :data:`_FLOORS`, :data:`_OPTIONS`, :data:`_WALKS`, :data:`_SYNC_VALUES`, and the
+    digests of :func:`.curve.walk_key`): a solve
     after it starts cold, as a benchmark times it."""
     with _TABLES_LOCK:
         for kept in (_TABLES, _FLOORS, _OPTIONS, _WALKS, _SYNC_VALUES):
             kept.clear()
+    with curve_mod._DIGESTS_LOCK:
+        curve_mod._DIGESTS.clear()
 
 
-def floors_key(local: Instance) -> Instance:
+class DCKey:
+    """A dict key standing for a DC's one-DC instance with some of its training's fields
+    changed (:func:`dc_key`): equal exactly when the instances so changed are equal, its
+    hash taken without the model. The model (the public layers) is the same object in
+    every run of a solve, so comparing it costs an identity test, while hashing it hashes
+    every layer's fields at every look-up (``v3-medium-02``'s tiny period run: 800 hashes
+    of dataclasses per DC); nor is an instance built (and checked) for a key."""
+
+    __slots__ = ("_hash", "parts")
+
+    def __init__(self, local: Instance, training: tuple):
+        rest = (local.name, training, local.datacenters, local.links)
+        self.parts = (local.model, *rest)
+        self._hash = hash(rest)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other) -> bool:
+        return type(other) is DCKey and self.parts == other.parts
+
+
+#: the fields of :class:`~chainpipe.instance.Training` an instance's equality compares
+_TRAINING_FIELDS = tuple(f.name for f in fields(Training) if f.compare)
+
+
+def dc_key(local: Instance, **changes) -> DCKey:
+    """The key of ``local`` (a DC's one-DC instance) with the training fields ``changes``
+    in place of its own (:class:`DCKey`)."""
+    t = local.training
+    return DCKey(local, tuple(changes[n] if n in changes else getattr(t, n)
+                              for n in _TRAINING_FIELDS))
+
+
+def floors_key(local: Instance) -> DCKey:
     """What a DC's :class:`.floors.Floors` depend on: its one-DC instance, with the
-    microbatch count left out under 1F1B. The floors are ``dp``'s knapsack at the least
-    stash, ``in_flight(1)``: 1 under 1F1B whatever ``M_p``, and an option fits one
-    microbatch at every ``M_p`` or at none (its in-flight limit is its memory's, capped at
-    ``M_p >= 1``); the compute times, widths, counts and a ``sync_cap``'s cut do not read
+    microbatch count left out under 1F1B (:func:`dc_key`). The floors are ``dp``'s knapsack
+    at the least stash, ``in_flight(1)``: 1 under 1F1B whatever ``M_p``, and an option fits
+    one microbatch at every ``M_p`` or at none (its in-flight limit is its memory's, capped
+    at ``M_p >= 1``); the compute times, widths, counts and a ``sync_cap``'s cut do not read
     ``M_p``, and nothing of them reads the objective (a range run's classic and period
     runs ask the same). So the range runs of one DC at every ``M_p`` share one
     (``v3-medium-03``: 89 built per solve before, 32 after). Under GPipe a stage stashes
     ``M_p``: one per count."""
     gpipe = local.training.schedule == "gpipe"
-    return replace(local, training=replace(
-        local.training, objective="period",
-        microbatches=local.training.microbatches if gpipe else 1))
+    return dc_key(local, objective="period",
+                  microbatches=local.training.microbatches if gpipe else 1)
 
 
 #: per DC (its one-DC instance at one microbatch), ``(M, options)``: every group's options
@@ -216,7 +252,7 @@ def own_tables(local: Instance, sync_cap: float | None) -> CostTables:
     -------
     CostTables
     """
-    key = (local, sync_cap)
+    key = (dc_key(local), sync_cap)
     with _TABLES_LOCK:  # an agent server runs its sessions in threads
         got = _TABLES.get(key)
         if got is not None:
@@ -383,7 +419,7 @@ class DCAgent:
             raise ValueError(f"grid: {problem}, got {grid!r}")
         self.grid = ({round(i * L / grid) for i in range(int(grid) + 1)} if grid else None)
         self.deadline = deadline if deadline is not None else Deadline(None)
-        self.local = Instance(public.name, public.model, public.training, (datacenter,), ())
+        self.local = public.local(datacenter)
         self.sync_cap = None
         if sync_cap is not None:
             problem = protocol.option_problem("sync_cap", sync_cap)
@@ -578,8 +614,9 @@ class DCAgent:
                 return
             nb = 1 if not curve_mod.windows_capped(self.tables) else curve_mod.BUCKETS
             want = 1 if self._compressed() else nb  # compressed: one bucket is sent
-            if len(rows) != len(self.curve_grid) or any(
-                    len(r) != want for cap in rows for r in cap):
+            # (every row's length at once: set and map loop in C, 14 caps of 80 rows here)
+            if len(rows) != len(self.curve_grid) or not set(
+                    map(len, chain.from_iterable(rows))) <= {want}:
                 raise protocol.ProtocolError(
                     f"curve: must hold {len(self.curve_grid)} caps of {want}-bucket rows",
                     incoming["from"])
@@ -789,7 +826,20 @@ class DCAgent:
                 lb = min(lb, self._T(max(bn, pre_max), sm + pre_sum, s))
         return lb
 
+    def _kept(self, key: tuple, make):
+        """``make()``, kept on this DC's tables under ``key`` (the run's parts it reads
+        besides the tables): the range runs of a ladder ask it again and again. What it
+        returns is only read."""
+        got = self.tables.__dict__.get(key)
+        if got is None:
+            got = self.tables.__dict__[key] = make()
+        return got
+
     def _prefix_bound(self) -> tuple[list, list]:
+        """:meth:`_make_prefix_bound`, kept on the tables (:meth:`_kept`)."""
+        return self._kept(("_cdynp_prefix_bound",), self._make_prefix_bound)
+
+    def _make_prefix_bound(self) -> tuple[list, list]:
         """An optimistic cost of the prefix ``[0, a)`` of a plan that starts in this DC
         (it runs on own devices only), as ``(sum, bottleneck)`` lists over ``a``: the sum
         is at least its FLOP on the widest stage (``w`` devices) of the fastest own rate;
@@ -822,6 +872,13 @@ class DCAgent:
         return self.tables.flop_prefix.tolist(), up, caps
 
     def _upstream_prefix(self) -> tuple[list, list]:
+        """:meth:`_make_upstream_prefix`, kept on the tables per link in and
+        :attr:`prefix_capacity` (:meth:`_kept`)."""
+        link = self._link_to_prev()
+        return self._kept(("_cdynp_upstream_prefix", link.bandwidth_bytes_per_s,
+                           link.latency_s, self.prefix_capacity), self._make_upstream_prefix)
+
+    def _make_upstream_prefix(self) -> tuple[list, list]:
         """For DC 2..K: an optimistic cost of what precedes a label whose first stage
         starts here at ``a > 0``, as ``(sum, bottleneck)`` lists.
 
@@ -1435,8 +1492,10 @@ class DCAgent:
         request = None if kind == END else self._continue_with(j, p)
         downstream = 0 if kind == END else self.continues_with["point"][0]
         costs, bounds, broken = evaluate_part(self.local, own, downstream)
-        self.costs = {"stages": [asdict(c) for c in costs],
-                      "boundaries": [asdict(b) for b in bounds], "violations": broken}
+        # (their fields are numbers, strings and tuples of strings: a shallow copy, which
+        # asdict's deep one equals)
+        self.costs = {"stages": [dict(vars(c)) for c in costs],
+                      "boundaries": [dict(vars(b)) for b in bounds], "violations": broken}
         return request
 
     def _continue_with(self, e: int, p: int) -> dict:

@@ -31,6 +31,10 @@ from __future__ import annotations
 
 import hashlib
 import math
+import threading
+import weakref
+from collections import OrderedDict
+from itertools import chain
 
 import numpy as np
 
@@ -129,8 +133,9 @@ def decode_rows(rows: list, L: int, nb: int) -> np.ndarray:
     buckets, 0 below :data:`.protocol.WITHHELD` (the rows withheld, and the empty
     prefix)."""
     E = np.zeros((len(rows), L + 1, nb))
-    if rows and rows[0]:
-        got = np.array(rows, dtype=float)  # null: nan
+    if rows and rows[0]:  # (flat first: NumPy reads a flat list faster than nested ones)
+        got = np.array(list(chain.from_iterable(chain.from_iterable(rows))),
+                       dtype=float).reshape(len(rows), -1, nb)  # null: nan
         E[:, protocol.WITHHELD:] = np.where(np.isnan(got), np.inf,
                                             _values(np.nan_to_num(got, nan=0.0)))
     return E
@@ -151,20 +156,58 @@ def walk_key(tables, link_in: Link | None) -> bytes:
     ``M_p`` whose tables differ in nothing a walk reads (an option fits one microbatch at
     every count or at none; compute times, widths and occupancies do not read it), so
     walks kept under this key serve every such ``M_p`` (:class:`CurvePass`' ``walks``).
-    Kept on ``tables``."""
+    Kept on ``tables``. The compute times ``C`` (the bulk: options x ranges per group)
+    enter as the digest of each group's ``compute_time`` (``_arrays`` copies them into
+    ``C[g, :npairs[g]]``, ``inf`` after, so with ``C``'s shape and ``npairs`` they are
+    ``C``), kept per array (:func:`_kept_digest`): a DC's tables at every ``M_p`` and cap
+    share those arrays (``v3-large-03``: 62 keys per solve, 6 ms each on hashing ``C``)."""
     key = ("_cdynp_walk_key", None if link_in is None else (
         float(link_in.bandwidth_bytes_per_s), float(link_in.latency_s)))
     got = tables.__dict__.get(key)
     if got is None:
+        radix, stride, nV, dc_groups, ngr, C, *rest = _arrays(tables)
         h = hashlib.blake2b(digest_size=20)
-        for part in (*_arrays(tables), np.asarray(tables.boundary_bytes, dtype=float),
+        for part in (radix, stride, nV, dc_groups, ngr, C.shape,
+                     *(_kept_digest(tables.options(g).compute_time) for g in range(tables.G)),
+                     *rest, np.asarray(tables.boundary_bytes, dtype=float),
                      windows_capped(tables), key[1]):
-            if isinstance(part, np.ndarray):
-                h.update(repr((part.dtype.str, part.shape)).encode())
-                h.update(np.ascontiguousarray(part).tobytes())
-            else:
-                h.update(repr(part).encode())
+            _update(h, part)
         got = tables.__dict__[key] = h.digest()
+    return got
+
+
+def _update(h, part) -> None:
+    """Feed ``part`` (an array: its type, shape and bytes; else its ``repr``) to ``h``."""
+    if isinstance(part, np.ndarray):
+        h.update(repr((part.dtype.str, part.shape)).encode())
+        h.update(np.ascontiguousarray(part).tobytes())
+    else:
+        h.update(repr(part).encode())
+
+
+#: :func:`_kept_digest`'s digests by the id of the array, with a weak reference to it
+#: (a dead or another array under that id is not this one), the :data:`DIGESTS_KEPT` last
+_DIGESTS: OrderedDict = OrderedDict()
+DIGESTS_KEPT = 256
+_DIGESTS_LOCK = threading.Lock()
+
+
+def _kept_digest(a: np.ndarray) -> bytes:
+    """The digest of array ``a`` (:func:`_update`), kept while ``a`` lives (it must not be
+    changed in place: the tables' option arrays never are)."""
+    with _DIGESTS_LOCK:
+        got = _DIGESTS.get(id(a))
+        if got is not None and got[0]() is a:
+            _DIGESTS.move_to_end(id(a))
+            return got[1]
+    h = hashlib.blake2b(digest_size=20)
+    _update(h, a)
+    got = h.digest()
+    with _DIGESTS_LOCK:
+        _DIGESTS[id(a)] = (weakref.ref(a), got)
+        _DIGESTS.move_to_end(id(a))
+        while len(_DIGESTS) > DIGESTS_KEPT:
+            _DIGESTS.popitem(last=False)
     return got
 
 
@@ -176,7 +219,7 @@ class CurvePass:
     tables : CostTables
         The DC's own tables (of its one-DC instance).
     grid : ndarray
-        The run's public caps (:func:`cap_grid`).
+        The run's public caps (:func:`cap_grid`), at least one.
     link_in : Link or None
         The chain link into this DC (``None`` at the first DC).
     incoming : ndarray or None
@@ -210,25 +253,28 @@ class CurvePass:
         #: under each cap (the incoming table, least over its buckets; ``inf`` at DC 1)
         self.upstream = incoming.min(axis=2)
         walks = {} if walks is None else walks
-        # per cap one contiguous block (the attributes below are views with the caps last)
-        base, joined = np.empty((2, len(grid), L + 1, nV))
-        out = np.empty_like(incoming)
+        # the traversal of boundary a under each cap, on the own link and the link in
+        own_add, in_add = _adds(grid, (U[:, 0, 0], Q[:, 0, 0]), (U_in, Q_in))
+        up_in = self.upstream + in_add
+        got = []
         for i, lam in enumerate(grid):
             key = (float(lam), incoming[i].tobytes())
-            got = walks.get(key)
-            if got is None:  # kept: per prefix end and usage, and per bucket (not the walk)
-                got = walks[key] = dc_least(float(lam), np.ascontiguousarray(incoming[i]),
-                                            U_in, Q_in, radix, stride, nV, dc_groups, ngr, C,
-                                            ok, widths, npairs, U, Q, nb, windows)
-            here, own = got
-            up = self.upstream[i]
-            np.minimum(here, up[:, None], out=base[i])
-            np.minimum(*_join(here, up, float(lam), (U[:, 0, 0], Q[:, 0, 0]), (U_in, Q_in)),
-                       out=joined[i])
-            np.minimum(incoming[i], own, out=out[i])
+            walk = walks.get(key)
+            if walk is None:  # kept: per prefix end and usage, and per bucket (not the walk)
+                walk = walks[key] = dc_least(float(lam), np.ascontiguousarray(incoming[i]),
+                                             U_in, Q_in, radix, stride, nV, dc_groups, ngr,
+                                             C, ok, widths, npairs, U, Q, nb, windows)
+            got.append(walk)
+        # every cap at once, each a contiguous block (the attributes below are views with
+        # the caps last); per entry the operations one cap at a time would make
+        joined = np.stack([here for here, _own in got])
+        base = np.minimum(joined, self.upstream[:, :, None])
+        np.add(joined, own_add[:, :, None], out=joined)
+        np.minimum(joined, up_in[:, :, None], out=joined)
+        out = np.minimum(incoming, np.stack([own for _here, own in got]))
         #: ``CF[a, v, i]``: the least fill of a prefix ``[0, a)`` under cap ``i`` that
         #: leaves own usage ``v``'s devices free, on this DC or before it, with the
-        #: traversal of boundary ``a`` to a stage on this DC (:func:`_join`; private)
+        #: traversal of boundary ``a`` to a stage on this DC (:func:`_adds`; private)
         self.CF = joined.transpose(1, 2, 0)
         #: ``CF`` without the traversal: for the base labels (``u = 0``), whose first
         #: stage lies downstream and whose totals hold their boundary already
@@ -263,25 +309,21 @@ class CurvePass:
         return out
 
 
-def _join(here: np.ndarray, up: np.ndarray, lam: float, own_link: tuple,
-          link_in: tuple) -> tuple[np.ndarray, np.ndarray]:
-    """A label's rows of one cap ``lam`` with the boundary ``a`` before its first stage (on
-    this DC) paid, as ``dp``'s curve pays it (``docs/dp.md``, "The prefix curve"): a
-    prefix whose last stage lies on this DC (``here[a, v]``) crosses the DC's own link
-    (``own_link = (U, Q)`` per ``a``, private), one ending on a DC before it (``up[a]``,
-    the received table) at least the chain link into it (``link_in``, public: a longer
-    path's occupancy and traversal are no less); a boundary whose occupancy is above
-    ``lam`` cannot be crossed under it. Returns ``(own, upstream)`` rows, both ``inf``
-    where no prefix qualifies; at ``a = 0`` and ``a = L`` (no boundary) as given."""
-    L1 = here.shape[0]
+def _adds(grid: np.ndarray, own_link: tuple, link_in: tuple) -> tuple[np.ndarray, np.ndarray]:
+    """What a label's rows add, per cap ``lam`` of ``grid`` and boundary ``a`` before its
+    first stage (on this DC), as ``dp``'s curve pays it (``docs/dp.md``, "The prefix
+    curve"): a prefix whose last stage lies on this DC crosses the DC's own link
+    (``own_link = (U, Q)`` per ``a``, private), one ending on a DC before it (the received
+    table) at least the chain link into it (``link_in``, public: a longer path's occupancy
+    and traversal are no less); a boundary whose occupancy is above ``lam`` cannot be
+    crossed under it (``inf``). Returns ``(own, upstream)``, each ``[cap, a]``, 0 at ``a =
+    0`` and ``a = L`` (no boundary)."""
+    L1 = len(own_link[0])
     inner = np.zeros(L1, dtype=bool)
     inner[1:L1 - 1] = True
-    reach_cap = lam * (1 + SLACK)
-    U_own, Q_own = own_link
-    own_add = np.where(inner, np.where(U_own <= reach_cap, Q_own, np.inf), 0.0)
-    U_in, Q_in = link_in
-    in_add = np.where(inner, np.where(U_in <= reach_cap, Q_in, np.inf), 0.0)
-    return here + own_add[:, None], (up + in_add)[:, None]
+    reach_cap = (grid * (1 + SLACK))[:, None]
+    return tuple(np.where(inner, np.where(U_link <= reach_cap, Q_link, np.inf), 0.0)
+                 for U_link, Q_link in (own_link, link_in))
 
 
 def paired_floor(S: np.ndarray, CF: np.ndarray, grid: np.ndarray, below: np.ndarray,

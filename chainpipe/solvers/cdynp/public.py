@@ -90,9 +90,28 @@ class PublicInstance:
         full = np.flatnonzero(n >= M)
         return int(full[0]) if len(full) else L
 
+    def local(self, datacenter: Datacenter) -> Instance:
+        """The one-DC instance of ``datacenter`` (the public model and training, its own
+        record): what its agent plans with. Kept per record, so the agents of every run on
+        this chain share one (an instance is checked as it is built)."""
+        kept = self.__dict__.setdefault("_locals", {})
+        got = kept.get(datacenter)
+        if got is None:
+            got = kept[datacenter] = Instance(self.name, self.model, self.training,
+                                              (datacenter,), ())
+        return got
+
     def expect(self, sender: int, receiver: int) -> protocol.Expect:
         """What a message from DC ``sender`` to its neighbour ``receiver`` must respect; a
-        summary's ``bw`` is the bandwidth of a chain path from the receiver downstream."""
+        summary's ``bw`` is the bandwidth of a chain path from the receiver downstream
+        (kept per pair: every run on this chain asks the same)."""
+        kept = self.__dict__.setdefault("_expects", {})
+        got = kept.get((sender, receiver))
+        if got is None:
+            got = kept[(sender, receiver)] = self._expect(sender, receiver)
+        return got
+
+    def _expect(self, sender: int, receiver: int) -> protocol.Expect:
         bandwidths, bw = set(), float("inf")
         for link in self.links[receiver:]:
             bw = min(bw, link.bandwidth_bytes_per_s)
