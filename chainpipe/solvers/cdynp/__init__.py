@@ -135,7 +135,8 @@ def run(instance: Instance, *, deadline=None, seed=0, threads=1, log=None, epsil
 
 
 def solve_chain(backend, options: dict, deadline: Deadline, *, trace_dir=None,
-                probe=None, period_bound: float = math.inf, floor: float = 0.0) -> Outcome:
+                probe=None, period_bound: float = math.inf, floor: float = 0.0,
+                classic_bound: float = math.inf) -> Outcome:
     """One pipeline over the chain of ``backend``, by its agents.
 
     Under ``classic`` (or ``M = 1``) one :func:`.drive.drive`. Under ``period`` as ``dp``
@@ -171,6 +172,12 @@ def solve_chain(backend, options: dict, deadline: Deadline, *, trace_dir=None,
         range run's: none at or below it); the period runs start above it (their public
         ``lower_bound``, and a range run's ladder, :func:`_range_ladder`), the classic run
         does not (a plan's classic ``T`` may lie below it).
+    classic_bound : float, default inf
+        Exact: an incumbent's ``T`` (the owner's seed) bounding the classic run too (its
+        probe still on: :func:`.drive.drive`'s ``bound``): a classic run that finds nothing
+        below it proves that no plan's ``T`` is (no period lies under the classic
+        optimum), and the answer is ``no_solution`` with the run's messages
+        (:data:`.pipelines.CLASSIC_SEED`).
 
     Returns
     -------
@@ -189,7 +196,8 @@ def solve_chain(backend, options: dict, deadline: Deadline, *, trace_dir=None,
         return _floor_run(backend, options, floor, deadline, trace_dir)
     classic = backend.with_objective("classic")
     first = drive(classic, options, deadline=deadline, probe=probe,
-                  trace_dir=None if trace_dir is None else Path(trace_dir, "classic"))
+                  trace_dir=None if trace_dir is None else Path(trace_dir, "classic"),
+                  bound=classic_bound * (1 + 1e-9))
     exact = is_exact(options)
     # messages named as the trace files are: under classic/ and period/
     first.stats["messages"] = [{**m, "file": f"classic/{m['file']}"}

@@ -99,7 +99,7 @@ def is_exact(options: dict) -> bool:
 
 
 def drive(backend: Backend, options: dict, *, deadline: Deadline, probe=None,
-          trace_dir=None) -> Outcome:
+          trace_dir=None, bound: float = math.inf) -> Outcome:
     """The solve: a probe run when asked, the main run, the plan and its status.
 
     Parameters
@@ -114,6 +114,10 @@ def drive(backend: Backend, options: dict, *, deadline: Deadline, probe=None,
         ``None``: on when the instance allows data or tensor parallelism.
     trace_dir : path, optional
         Where every DC-to-DC message is written (the probe's under ``probe/``).
+    bound : float, default inf
+        Exact mode: a public bound on ``T`` besides ``upper_bound`` (an incumbent's, the
+        owner's seed) that leaves the probe on: the main run goes under the lesser of it
+        and the probe's ``T``, and one that finds nothing proves no plan at or below it.
 
     Returns
     -------
@@ -159,10 +163,13 @@ def drive(backend: Backend, options: dict, *, deadline: Deadline, probe=None,
                                          "upper_bound": probe_T * (1 + _PROBE_SLACK)})
             if probe_T is not None:
                 options["upper_bound"] = probe_T * (1 + _PROBE_SLACK)
+        bound = bound if exact else math.inf
+        if bound < (math.inf if options["upper_bound"] is None else options["upper_bound"]):
+            options["upper_bound"] = upper_bound = bound  # below the probe's: the owner's
         res, plan = one_run(options, trace_dir)
-        if exact and plan is None and probe_T is not None:
+        if exact and plan is None and probe_T is not None and upper_bound != bound:
             # never expected (the probe's plan is within the bound); stay exact regardless
-            res, plan = one_run({**options, "upper_bound": None}, trace_dir)
+            res, plan = one_run({**options, "upper_bound": upper_bound}, trace_dir)
     except TimeUp as exc:
         return Outcome("no_solution", message=f"cdynp: {exc}",
                        stats={"protocol_s": time.perf_counter() - t0, "timed_out": True})
