@@ -304,6 +304,10 @@ class PeriodDP:
         if dropped:  # a cut by the bound: the DC's trials go on past it
             self.bound_cut = True
         live = [i for i in range(len(keys)) if counts[i]]
+        if not live:  # all cut (most layers of a drive that finds nothing): no sorts
+            empty = every.rows(0, 0)
+            self._joined = (empty, [], np.zeros(1, dtype=np.int64))
+            return dict.fromkeys(keys, empty)
         every = every.take(order)
         starts = np.concatenate(([0], np.cumsum(counts[live]))).astype(np.int64)
         floors = np.array([self._state_floor(x, keys[i], prefix) for i in live], dtype=float)
@@ -343,8 +347,7 @@ class PeriodDP:
             return
         pre_sum, pre_max = (self._no_pre, self._no_pre) if prefix is None else (
             np.asarray(v, dtype=float) for v in prefix)  # arrays: numba reflects no lists
-        groups = [self._group_runs(g, x) for g in range(self.t.G)]
-        pairs, widths, runs, ptr, of_g = _all_runs(groups)
+        groups, (pairs, widths, runs, ptr, of_g) = self._layer_runs(x)
         usage = np.array(keys, dtype=np.int64).reshape(len(keys), self.t.G)
         use = np.ascontiguousarray(  # usage[:, of_g] comes out in Fortran order
             widths[None, :] <= np.asarray(self._count)[of_g][None, :] - usage[:, of_g])
@@ -425,6 +428,16 @@ class PeriodDP:
         if got is None:
             got = self._usages[code] = tuple(
                 (code // s) % (c + 1) for s, c in zip(self._stride.tolist(), self._count))
+        return got
+
+    def _layer_runs(self, x: int) -> tuple:
+        """Every group's runs at ``x`` (:meth:`_group_runs`) and their :func:`_all_runs`,
+        made once per tables and end (:meth:`_shared`)."""
+        cache = self._shared("layer_runs")
+        got = cache.get(x)
+        if got is None:
+            groups = [self._group_runs(g, x) for g in range(self.t.G)]
+            got = cache[x] = (groups, _all_runs(groups))
         return got
 
     def _group_runs(self, g: int, x: int) -> tuple:
