@@ -163,8 +163,7 @@ def drive(backend: Backend, options: dict, *, deadline: Deadline, probe=None,
                                          "upper_bound": probe_T * (1 + _PROBE_SLACK)})
             if probe_T is not None:
                 options["upper_bound"] = probe_T * (1 + _PROBE_SLACK)
-        bound = bound if exact else math.inf
-        if bound < (math.inf if options["upper_bound"] is None else options["upper_bound"]):
+        if exact and bound < _or_inf(options["upper_bound"]):
             options["upper_bound"] = upper_bound = bound  # below the probe's: the owner's
         res, plan = one_run(options, trace_dir)
         if exact and plan is None and probe_T is not None and upper_bound != bound:
@@ -205,6 +204,11 @@ def drive(backend: Backend, options: dict, *, deadline: Deadline, probe=None,
     best = min(found, probe_T if probe_T is not None else math.inf)
     bound = None if options["max_entries"] else best / factor
     return Outcome("feasible", plan, lower_bound=bound, stats=stats)
+
+
+def _or_inf(x: float | None) -> float:
+    """A bound ``x``, ``inf`` for none."""
+    return math.inf if x is None else float(x)
 
 
 def _finite(x: float) -> float | None:
