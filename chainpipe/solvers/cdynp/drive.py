@@ -151,8 +151,7 @@ def drive(backend: Backend, options: dict, *, deadline: Deadline, probe=None,
     try:
         if probe is None:
             probe = not public.training.parallelism.single_device
-        if public.period:  # one exact run (the probe's beam and grid are classic only)
-            probe = False
+        probe = probe and not public.period  # (the probe's beam and grid are classic only)
         if probe and upper_bound is None and public.num_datacenters > 1:
             parts = math.ceil(public.num_layers / PROBE_LAYERS_PER_PART)
             probe_run("probe", {**options, "beam": PROBE_BEAM, "grid": parts,
@@ -161,8 +160,7 @@ def drive(backend: Backend, options: dict, *, deadline: Deadline, probe=None,
                 probe_run("probe-fine", {**options, "beam": PROBE_BEAM,
                                          "max_entries": PROBE_FINE_ENTRIES,
                                          "upper_bound": probe_T * (1 + _PROBE_SLACK)})
-            if probe_T is not None:
-                options["upper_bound"] = probe_T * (1 + _PROBE_SLACK)
+                options["upper_bound"] = probe_T * (1 + _PROBE_SLACK)  # (never above)
         if exact and bound < _or_inf(options["upper_bound"]):
             options["upper_bound"] = upper_bound = bound  # below the probe's: the owner's
         res, plan = one_run(options, trace_dir)
