@@ -270,13 +270,12 @@ def _floor_run(backend, options: dict, floor: float, deadline: Deadline, trace_d
     """An exact range run's period run without the classic solve (:func:`_near_floor`):
     the ladder from the owner's proven ``floor`` to the run's bound, the floor the prefix-
     curve pass's grid starts from (in place of the classic optimum, which only sets where
-    the caps lie). Exact as the ladder is: no plan lies at or below ``floor``, and each run
-    keeps every plan within its bound."""
-    bound = float(options["upper_bound"])
+    the caps lie): :func:`_period_runs` with the floor as its anchor. Exact as the ladder
+    is: no plan lies at or below ``floor``, and each run keeps every plan within its
+    bound."""
     period_options = {**options, "lower_bound": floor * (1 - 1e-9)}
-    if RANGE_CURVE and _curve_usable(backend):
-        period_options["curve_low"] = floor * RANGE_CURVE_LOW * (1 - 1e-9)
-    out = _range_ladder(backend, period_options, bound, floor, deadline, trace_dir)
+    out = _period_runs(backend, options, period_options, float(options["upper_bound"]),
+                       floor, deadline, trace_dir)
     if out.stats.get("timed_out"):  # never "none below the bound" (as _exact_period)
         return Outcome("no_solution", message=out.message,
                        stats={"protocol_s": out.stats.get("protocol_s")})

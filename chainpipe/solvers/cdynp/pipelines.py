@@ -653,9 +653,9 @@ def _replicas(owner, runs: RangeRuns, ms: list[int]) -> tuple[float, Plan | None
 def split_by_rate(M: int, ms: list[int], times: list[float]) -> list[int]:
     """``M`` microbatches split over the pipelines in proportion to their rates ``ms[p] /
     times[p]``, each at least 1 (largest remainders; ties to the earlier pipeline)."""
-    rates = [m / t if t > 0 else math.inf for m, t in zip(ms, times)]
-    if any(math.isinf(r) for r in rates):
+    if any(t <= 0 for t in times):  # a rate unknown
         return list(ms)
+    rates = [m / t for m, t in zip(ms, times)]
     total = sum(rates)
     share = [M * r / total for r in rates]
     out = [max(1, int(x)) for x in share]
