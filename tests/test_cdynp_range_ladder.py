@@ -91,3 +91,21 @@ def test_a_run_near_its_proven_floor_skips_the_classic_solve():
             skipped += "classic" not in out.stats
         checked += 1
     assert checked >= 30 and skipped == 2 * checked, (checked, skipped)
+
+
+def test_strides_skip_rungs_and_keep_the_least_time(monkeypatch):
+    """Every miss made cheap (``FAR`` past any count of labels: the next rung is left out,
+    ``cdynp.RANGE_STRIDES``, ``dp``'s rule): under a bound 25% above the least ``T_p`` the
+    ladder still finds it, and under a bound a hair below it nothing; many ladders climb
+    two rungs at once (6.09% between steps where the ladder's rungs lie 3% apart). A
+    ladder that climbs every rung fails it."""
+    monkeypatch.setattr(dp_ranges, "FAR", 10**12)
+    skipped = checked = 0
+    for seed, owner, i, j, M, least in _ranges():
+        got, steps = _run(owner, i, j, M, least * 1.25)
+        assert got is not None and abs(got - least) <= 1e-9 * least, (seed, i, j)
+        bounds = [s["upper_bound"] for s in steps][:-1]  # (the last may be the bound)
+        skipped += any(b / a > 1.05 for a, b in zip(bounds, bounds[1:]))
+        assert _run(owner, i, j, M, least * (1 - 1e-6))[0] is None, (seed, i, j)
+        checked += 1
+    assert checked >= 30 and skipped >= 5, (checked, skipped)

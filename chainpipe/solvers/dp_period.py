@@ -800,12 +800,13 @@ def search_curve(tables: CostTables, m: int, first_dc: int | None,
     capped only for one pipeline over the chain where every loop counts: a range's walks,
     ``C`` and ``U`` capped only, then serve its searches at every ``M_p`` (and its floors,
     ``dp_ranges``). A range's walks leave out the options with ``R >= theta``, as its
-    searches do (a fresh ``-03``-like instance, seed 6: a search of DCs ``0..1`` at ``M_p
-    = 44`` and ``theta = 0.43`` kept 12,252 labels instead of 112,301)."""
+    searches do, a range of one DC too (a fresh ``-03``-like instance, seed 6: a search of
+    DCs ``0..1`` at ``M_p = 44`` and ``theta = 0.43`` kept 12,252 labels instead of
+    112,301)."""
     training = tables.instance.training
     every_loop = (training.objective == "period" and tables.schedule == "1f1b"
                   and m > tables.L)
     ranged = first_dc is not None
     last = tables.K - 1 if last_dc is None else last_dc
     return PrefixCurve.of(tables, first_dc or 0, last, ranged, every_loop and not ranged,
-                          theta if ranged and last > first_dc else np.inf)
+                          theta if ranged else np.inf)

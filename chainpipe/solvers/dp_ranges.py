@@ -277,9 +277,12 @@ class RangeTimes:
 
     def _theta_apart(self, i, j, theta) -> bool:
         """Whether the range's searches at ``theta`` walk a curve of their own
-        (:func:`.dp_period.search_curve`: a finite limit, more than one DC, the range
-        dear)."""
-        return bool(np.isfinite(theta)) and j > i and (i, j) in self.dear
+        (:func:`.dp_period.search_curve`: a finite limit, the range dear), a range of one
+        DC too: CDynP's one-DC memories (:mod:`.cdynp.alone`) ask nothing else, and on
+        ``v3-large-03`` theirs kept 93,432 labels instead of 189,315 (``dp``'s searches
+        214,967 instead of 239,950; a fresh ``-03``-like instance, seed 7: the memories
+        3.79 CPU s instead of 5.36)."""
+        return bool(np.isfinite(theta)) and (i, j) in self.dear
 
     def _least_cap(self, i, j) -> float:
         """The range's least cap, once its prefix curve has found it: the largest
