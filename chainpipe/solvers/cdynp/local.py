@@ -309,9 +309,10 @@ class LocalDP(DCRun):
         """
         L, G = self.L, self.t.G
         self._flat_runs = self._flat(grid)
-        self._cut = ub * (1 + 1e-9) if ub < math.inf else math.inf
+        cut = ub * (1 + 1e-9) if ub < math.inf else math.inf
         if ub < math.inf:  # as _candidates sets it
-            self.bound_cut |= any(t > self._cut for t in self._flat_runs.worst)
+            self.bound_cut |= any(t > cut for t in self._flat_runs.worst)
+        self._runs = self._flat_runs.cut(cut)
         self._limit = ub * (1 + 1e-12) if ub < math.inf else math.inf
         self._beam = int(beam)
         self._base = base
@@ -324,8 +325,7 @@ class LocalDP(DCRun):
         #: a usage as one integer: sum of u[g] * stride[g] (mixed radix)
         self._stride = np.cumprod([1, *(self._count[:-1] + 1)]).astype(np.int64)
         # in-flight count of a new stage placed before r stages
-        self._need_at = np.array([self.t.in_flight(r + 1) for r in range(self.R + 1)],
-                                 dtype=np.int64)
+        self._need_at = np.asarray(self.t.in_flight(np.arange(1, self.R + 2)), dtype=np.int64)
         # the states (:func:`.local_fast.extend_layer`): a hash table of their usage codes
         # (code 0, no device in use, the base labels' state, id 0 at slot 0), their usage
         # by global id, per extension (meta) its source and group, and the counts of both
@@ -378,16 +378,12 @@ class LocalDP(DCRun):
             return kernel.local_layer(F, I, usage, self.sync, steady, True)
         ids, starts, X, parents, _kill = kernel.local_layer(F, I, usage, self.sync, steady,
                                                             False)
-        rows = []
-        for s in range(len(ids)):
-            lo, hi = int(starts[s]), int(starts[s + 1])
-            if hi - lo > self._beam:  # the least T estimates, ties in label order
-                est = cost.iteration_time(X[lo:hi, 1], X[lo:hi, 0], self.M, X[lo:hi, 3])
-                rows.extend(sorted(lo + np.argsort(est, kind="stable")[:self._beam]))
-            else:
-                rows.extend(range(lo, hi))
-        rows = np.array(rows, dtype=np.int64)
-        state = np.repeat(ids, np.diff(starts))[rows]
+        # per state the least T estimates, ties in label order (one sort by state, then
+        # estimate, then row)
+        of = np.repeat(np.arange(len(ids)), np.diff(starts))
+        order = np.lexsort((cost.iteration_time(X[:, 1], X[:, 0], self.M, X[:, 3]), of))
+        rows = np.sort(order[np.arange(len(order)) - starts[of] < self._beam])
+        state = ids[of[rows]]
         I2 = np.stack([X[rows, 2].astype(np.int64), parents[rows, 1], parents[rows, 2],
                        state, parents[rows, 0]], axis=1)
         return kernel.local_layer(np.ascontiguousarray(X[rows][:, [0, 1, 3]]), I2, usage,
@@ -442,11 +438,9 @@ class LocalDP(DCRun):
         same bottleneck is not extended (:func:`~chainpipe.solvers.labels.killers`).
         """
         ids, starts, X, _parents, kill = layer
-        runs, stages, gws = self._runs_at(x)
+        runs, gw_of, stages, gw = self._runs.layer(x)
         if not len(runs):
             return
-        gw_of = np.ascontiguousarray(runs[:, 4])
-        runs = np.ascontiguousarray(runs[:, :4])
         limit = self._limit + self._limit * BOUND_SLACK
         move = np.array([self.u_int[x], self.q_int[x], limit, self.M - 1, self.R, 0.0])
         caps = np.zeros((0, 3))
@@ -454,7 +448,6 @@ class LocalDP(DCRun):
             move[5] = self._spread[1]
             caps = np.array(self._spread[2], dtype=float).reshape(-1, 3)
         at = np.array([x, self._layer_off, 0], dtype=np.int64)
-        gw = np.array(gws, dtype=np.int64).reshape(-1, 2)
         while True:
             cut, short, at[2], self._table, self._usage, self._meta = kernel.extend_layer(
                 X, kill, starts, ids, runs, stages, gw, gw_of, self._count, self._stride,
@@ -471,7 +464,7 @@ class LocalDP(DCRun):
         local_extend` takes them: ``runs`` (per run: group, width, pair, end row in
         ``stages``, and its ``(group, width)``'s index in ``gws``), ``stages`` and ``gws``,
         the distinct ``(group, width)`` pairs."""
-        return self._flat_runs.at(x, self._cut)
+        return self._runs.at(x)
 
 
 class FlatRuns:
@@ -511,29 +504,81 @@ class FlatRuns:
         gather = np.repeat(heads[:, 4] - (ends - length), length) + np.arange(int(ends[-1])
                                                                                 if len(ends) else 0)
         self.rows, self.top = rows[gather], top[gather]
-        #: per run ``(group, width, pair, stages)``; the runs of end ``x`` are
-        #: ``first[x]:first[x + 1]``, their rows from ``start[r]``
+        #: per run ``(group, width, pair, stages)`` and its end ``x``; the runs of end ``x``
+        #: are ``first[x]:first[x + 1]``, their rows from ``start[r]``
         self.runs = np.ascontiguousarray(heads[:, [1, 2, 3, 5]])
+        self.end = np.ascontiguousarray(heads[:, 0])
         self.start = np.append(ends - length, ends[-1] if len(ends) else 0)
         self.first = np.searchsorted(heads[:, 0], np.arange(L + 2), side="left")
+        self.L = L
 
     def at(self, x: int, limit: float) -> tuple:
         """The runs ending at ``x`` cut at the first start whose top exceeds ``limit``
         (:meth:`LocalDP._candidates`), as :meth:`LocalDP._runs_at` returns them."""
-        lo, hi = int(self.first[x]), int(self.first[x + 1])
-        r0, r1 = int(self.start[lo]), int(self.start[hi])
-        runs, stages = self.runs[lo:hi], self.rows[r0:r1]
-        if not len(runs):
-            return np.zeros((0, 5), dtype=np.int64), np.zeros((0, 4)), []
-        if limit == math.inf:
-            k = runs[:, 3]
-        else:  # tops ascend along a run: its kept rows are a prefix of it
-            keep = self.top[r0:r1] <= limit
-            k = np.add.reduceat(keep.astype(np.int64), self.start[lo:hi] - r0)
-            stages, runs, k = stages[keep], runs[k > 0], k[k > 0]
-        out = np.empty((len(runs), 5), dtype=np.int64)
-        out[:, :3], out[:, 3] = runs[:, :3], np.cumsum(k)
-        seen: dict = {}  # the (group, width) pairs in the order they first come
-        out[:, 4] = [seen.setdefault(gw, len(seen)) for gw in map(tuple, runs[:, :2].tolist())]
-        return out, stages, list(seen)
+        return self.cut(limit).at(x)
 
+    def cut(self, limit: float) -> CutRuns:
+        """Every run cut at the first start whose top exceeds ``limit`` (tops ascend along
+        a run: its kept rows are a prefix of it), runs left without a stage dropped."""
+        runs, end = self.runs, self.end
+        if limit == math.inf or not len(runs):
+            return CutRuns(self.L, runs, end, runs[:, 3], self.rows)
+        keep = self.top <= limit
+        k = np.add.reduceat(keep.astype(np.int64), self.start[:-1])
+        live = k > 0
+        return CutRuns(self.L, runs[live], end[live], k[live], self.rows[keep])
+
+
+class CutRuns:
+    """The candidate runs of :class:`FlatRuns` under one bound, per end ``x`` as
+    :func:`.local_fast.extend_layer` takes them (:meth:`layer`), made for every end at
+    once: a run's end row in its end's stages, and its ``(group, width)``'s index in the
+    distinct pairs of its end in the order they first come.
+
+    Parameters
+    ----------
+    L : int
+        Layers.
+    runs, end, k : numpy.ndarray
+        int64: the kept runs' ``(group, width, pair, ...)`` rows, ends ``x`` (ascending)
+        and kept stage counts.
+    stages : numpy.ndarray
+        Their kept stages, one run after another.
+    """
+
+    def __init__(self, L: int, runs: np.ndarray, end: np.ndarray, k: np.ndarray,
+                 stages: np.ndarray):
+        xs = np.arange(L + 2)
+        self.first = np.searchsorted(end, xs, side="left")
+        ends = np.cumsum(k)
+        self.rows_from = np.concatenate(([0], ends))[self.first]  # stage row of x's first
+        self.stages = np.ascontiguousarray(stages)
+        self.runs = np.empty((len(runs), 4), dtype=np.int64)
+        self.runs[:, :3] = runs[:, :3]
+        self.runs[:, 3] = ends - self.rows_from[end]
+        # the (group, width) pairs: per end, the distinct ones in the order they first come
+        key = (end * (int(runs[:, 0].max(initial=0)) + 1) + runs[:, 0]) * (
+            int(runs[:, 1].max(initial=0)) + 1) + runs[:, 1]
+        _uniq, once, inverse = np.unique(key, return_index=True, return_inverse=True)
+        order = np.argsort(once)
+        self.pairs_from = np.searchsorted(end[once[order]], xs, side="left")
+        rank = np.empty(len(once), dtype=np.int64)
+        rank[order] = np.arange(len(once)) - self.pairs_from[end[once[order]]]
+        self.gw_of = rank[inverse.reshape(-1)]
+        self.gw = np.ascontiguousarray(runs[once[order], :2])
+
+    def layer(self, x: int) -> tuple:
+        """The runs ending at ``x``: ``(runs, gw_of, stages, gw)``, per run its group,
+        width, pair and end row in ``stages``, and its ``(group, width)``'s row in ``gw``,
+        the distinct pairs."""
+        lo, hi = self.first[x], self.first[x + 1]
+        g0, g1 = self.pairs_from[x], self.pairs_from[x + 1]
+        return (self.runs[lo:hi], self.gw_of[lo:hi],
+                self.stages[self.rows_from[x]:self.rows_from[x + 1]], self.gw[g0:g1])
+
+    def at(self, x: int) -> tuple:
+        """:meth:`layer` as :meth:`LocalDP._runs_at` returns it: ``runs`` with the pair's
+        index as a fifth column, ``stages`` and the pairs as a list of tuples."""
+        runs, gw_of, stages, gw = self.layer(x)
+        return (np.column_stack((runs, gw_of)).astype(np.int64).reshape(-1, 5), stages,
+                list(map(tuple, gw.tolist())))
