@@ -31,6 +31,7 @@ import bisect
 import math
 import threading
 from collections import OrderedDict
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -337,8 +338,9 @@ class LocalDP(DCRun):
         self._base_refs: dict[int, np.ndarray] = {}  # x -> refs of its kept base labels
         self._arena = kernel.new_arena(L, blocks=64)
         self._stored = 0
-        chunks: list[np.ndarray] = []  # the store, a (k, 6) block per layer
-        self.points = {}
+        self._own: list[tuple[int, np.ndarray]] = []  # per layer (x, own labels' parents)
+        self._rows = None  # the store's rows, made when first read (:attr:`_store`)
+        self.points = Points()
         labels_total = 0
         for x in range(L, -1, -1):
             self.deadline.check()
@@ -346,13 +348,9 @@ class LocalDP(DCRun):
             if layer is None:
                 continue
             labels_total += len(layer[2])
-            chunk = self._finalise(x, layer)
-            if chunk is not None:
-                chunks.append(chunk)
+            self._finalise(x, layer)
             if x > 0:
                 self._extend(x, layer)
-        self._store = (np.concatenate(chunks) if chunks else np.zeros((0, 6), dtype=np.int64)
-                       ).tolist()
         self._arena = self._base = None
         self.stats["labels"] = labels_total
 
@@ -362,6 +360,8 @@ class LocalDP(DCRun):
         :attr:`_beam` with a beam) and across usage states, as
         :func:`~chainpipe.solvers.label_kernel.local_layer` returns them (``None``: no
         label)."""
+        if not base_x and self._arena[3][x] < 0:  # no image filed for x (its chain's head)
+            return None
         F, I = kernel.take_layer(x, *self._arena)
         if base_x:
             bf = np.array([(lab[0], lab[1], lab[3]) for lab in base_x], dtype=float)
@@ -389,10 +389,9 @@ class LocalDP(DCRun):
         return kernel.local_layer(np.ascontiguousarray(X[rows][:, [0, 1, 3]]), I2, usage,
                                   self.sync, steady, True)
 
-    def _finalise(self, x: int, layer: tuple) -> np.ndarray | None:
+    def _finalise(self, x: int, layer: tuple) -> None:
         """Give own labels store indices and list them in :attr:`points`; keep the base
-        labels' references. Returns the store rows ``(start, group, pair, kind, j, p)``
-        of the own labels (``None`` if none)."""
+        labels' references and the own labels' parents (:attr:`_store`)."""
         ids, starts, X, parents, _kill = layer
         lo = 0
         if ids[0] == 0:  # the base labels (state 0, listed first): their own references
@@ -400,26 +399,32 @@ class LocalDP(DCRun):
             refs = np.array([lab[4] for lab in self._base[x]], dtype=np.int64)
             self._base_refs[x] = refs[parents[:lo, 1]]
         self._layer_off = self._stored - lo  # store index of row lo + i is _layer_off + lo + i
-        m = len(X) - lo
-        if not m:
-            return None
-        meta = self._meta[parents[lo:, 0]]
-        off = meta[:, 0]
-        label = parents[lo:, 1]
-        rows = np.empty((m, 6), dtype=np.int64)
-        rows[:, 0] = x
-        rows[:, 1] = meta[:, 1]
-        rows[:, 2] = parents[lo:, 2]
-        own = off >= 0
-        rows[own, 3], rows[own, 4], rows[own, 5] = OWN, off[own] + label[own], 0
-        for src in np.unique(off[~own]).tolist():  # parents among base labels at x = -1 - src
-            at = off == src
-            rows[at, 3:] = self._base_refs[-1 - src][label[at]]
-        index = np.arange(self._stored, self._stored + m)
-        self._stored += m
-        self.points[x] = list(zip(X[lo:, 2].astype(np.int64).tolist(), X[lo:, 0].tolist(),
-                                  X[lo:, 1].tolist(), X[lo:, 3].tolist(), index.tolist()))
-        return rows
+        if len(X) > lo:
+            self._own.append((x, parents[lo:]))
+            self.points.add(x, X[lo:], self._stored)
+            self._stored += len(X) - lo
+
+    @property
+    def _store(self) -> list[list[int]]:
+        """Per own label its row ``(start, group, pair, kind, j, p)`` (:meth:`label`), made
+        from the labels' parents when first read (a run's caller walks back one plan, if
+        any): the extension's source and group (``_meta``), then the parent, own or a base
+        label's reference."""
+        if self._rows is None:
+            P = (np.concatenate([p for _x, p in self._own]) if self._own
+                 else np.zeros((0, 3), dtype=np.int64))
+            meta = self._meta[P[:, 0]]
+            off, label = meta[:, 0], P[:, 1]
+            rows = np.empty((len(P), 6), dtype=np.int64)
+            rows[:, 0] = np.repeat([x for x, _p in self._own], [len(p) for _x, p in self._own])
+            rows[:, 1], rows[:, 2] = meta[:, 1], P[:, 2]
+            own = off >= 0
+            rows[own, 3], rows[own, 4], rows[own, 5] = OWN, off[own] + label[own], 0
+            for src in np.unique(off[~own]).tolist():  # parents among base labels at -1 - src
+                at = off == src
+                rows[at, 3:] = self._base_refs[-1 - src][label[at]]
+            self._rows = rows.tolist()
+        return self._rows
 
     def _extend(self, x: int, layer: tuple) -> None:
         """Prepend every candidate stage ``[a, x)`` to the labels of each state of
@@ -467,6 +472,39 @@ class LocalDP(DCRun):
         return self._runs.at(x)
 
 
+class Points(Mapping):
+    """:attr:`DCRun.points` of a :class:`LocalDP` run: per start ``x`` its own labels'
+    ``(r, bottleneck, total, sync, label index)``, made from the layer's rows when first
+    read (a failed trial's, and DC 1's, caller reads only ``x = 0``)."""
+
+    def __init__(self):
+        self._rows: dict[int, tuple[np.ndarray, int]] = {}
+        self._made: dict[int, list[tuple]] = {}
+
+    def add(self, x: int, X: np.ndarray, index: int) -> None:
+        """The labels starting at ``x``: rows ``(mx, sm, r, sync)`` of ``X``, numbered from
+        ``index``."""
+        self._rows[x] = (X, index)
+
+    def __getitem__(self, x: int) -> list[tuple]:
+        got = self._made.get(x)
+        if got is None:
+            X, index = self._rows[x]
+            got = self._made[x] = list(zip(
+                X[:, 2].astype(np.int64).tolist(), X[:, 0].tolist(), X[:, 1].tolist(),
+                X[:, 3].tolist(), range(index, index + len(X))))
+        return got
+
+    def __contains__(self, x) -> bool:
+        return x in self._rows
+
+    def __iter__(self):
+        return iter(self._rows)
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+
 class FlatRuns:
     """Every candidate run without a bound (:meth:`LocalDP._group_runs`), by end: per end
     ``x`` its runs in the order :meth:`LocalDP._candidates` lists them (groups ascending,
@@ -496,19 +534,14 @@ class FlatRuns:
             offset += len(rows)
         heads = np.concatenate(heads) if heads else np.zeros((0, 6), dtype=np.int64)
         heads = heads[np.argsort(heads[:, 0], kind="stable")].astype(np.int64)
-        rows = np.concatenate(parts) if parts else np.zeros((0, 4))
-        top = np.concatenate(tops) if tops else np.zeros(0)
-        length = heads[:, 5]
-        ends = np.cumsum(length)
-        # the rows in the runs' order (by end, group, pair), each run's stages together
-        gather = np.repeat(heads[:, 4] - (ends - length), length) + np.arange(int(ends[-1])
-                                                                                if len(ends) else 0)
-        self.rows, self.top = rows[gather], top[gather]
-        #: per run ``(group, width, pair, stages)`` and its end ``x``; the runs of end ``x``
-        #: are ``first[x]:first[x + 1]``, their rows from ``start[r]``
+        #: the stages' rows and tops, a group's runs after another's (each run's together)
+        self.rows = np.concatenate(parts) if parts else np.zeros((0, 4))
+        self.top = np.concatenate(tops) if tops else np.zeros(0)
+        #: per run (by end, group, pair) ``(group, width, pair, stages)``, its end ``x``
+        #: and its first row; the runs of end ``x`` are ``first[x]:first[x + 1]``
         self.runs = np.ascontiguousarray(heads[:, [1, 2, 3, 5]])
         self.end = np.ascontiguousarray(heads[:, 0])
-        self.start = np.append(ends - length, ends[-1] if len(ends) else 0)
+        self.begin = np.ascontiguousarray(heads[:, 4])
         self.first = np.searchsorted(heads[:, 0], np.arange(L + 2), side="left")
         self.L = L
 
@@ -519,14 +552,18 @@ class FlatRuns:
 
     def cut(self, limit: float) -> CutRuns:
         """Every run cut at the first start whose top exceeds ``limit`` (tops ascend along
-        a run: its kept rows are a prefix of it), runs left without a stage dropped."""
-        runs, end = self.runs, self.end
-        if limit == math.inf or not len(runs):
-            return CutRuns(self.L, runs, end, runs[:, 3], self.rows)
-        keep = self.top <= limit
-        k = np.add.reduceat(keep.astype(np.int64), self.start[:-1])
-        live = k > 0
-        return CutRuns(self.L, runs[live], end[live], k[live], self.rows[keep])
+        a run: its kept rows are a prefix of it), runs left without a stage dropped; the
+        kept rows gathered in the runs' order."""
+        runs, end, begin = self.runs, self.end, self.begin
+        k = runs[:, 3]
+        if limit < math.inf and len(runs):
+            kept = np.concatenate(([0], np.cumsum(self.top <= limit)))
+            k = kept[begin + k] - kept[begin]
+            live = k > 0
+            runs, end, begin, k = runs[live], end[live], begin[live], k[live]
+        ends = np.cumsum(k)
+        gather = np.repeat(begin - (ends - k), k) + np.arange(int(ends[-1]) if len(ends) else 0)
+        return CutRuns(self.L, runs, end, k, self.rows[gather])
 
 
 class CutRuns:
