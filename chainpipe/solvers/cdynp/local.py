@@ -69,6 +69,18 @@ def dominance_by_count(ok, C, N, R, W, check=None) -> tuple[np.ndarray, np.ndarr
     return T1.reshape(ok.shape), B.reshape(ok.shape)
 
 
+def beam_rows(starts: np.ndarray, X: np.ndarray, M: int, beam: int) -> tuple:
+    """Per state (rows ``starts[s]:starts[s + 1]`` of ``X``, ``(mx, sm, p, r)``) its
+    ``beam`` labels of least ``T`` estimate (:func:`~chainpipe.cost.iteration_time` at
+    ``M``), ties in row order, all if it has no more: ``(rows, state)``, the rows ascending
+    and each one's state index. One sort by state, then estimate, then row (a stable
+    ``argsort`` per state before)."""
+    of = np.repeat(np.arange(len(starts) - 1), np.diff(starts))
+    order = np.lexsort((cost.iteration_time(X[:, 1], X[:, 0], M, X[:, 3]), of))
+    rows = np.sort(order[np.arange(len(order)) - starts[of] < beam])
+    return rows, of[rows]
+
+
 def _flat(ok, C, N, R, W) -> list:
     """The options' arrays as :func:`.local_fast.dominance_at` takes them: ``[c, e]``,
     ``N`` as floats."""
@@ -378,12 +390,8 @@ class LocalDP(DCRun):
             return kernel.local_layer(F, I, usage, self.sync, steady, True)
         ids, starts, X, parents, _kill = kernel.local_layer(F, I, usage, self.sync, steady,
                                                             False)
-        # per state the least T estimates, ties in label order (one sort by state, then
-        # estimate, then row)
-        of = np.repeat(np.arange(len(ids)), np.diff(starts))
-        order = np.lexsort((cost.iteration_time(X[:, 1], X[:, 0], self.M, X[:, 3]), of))
-        rows = np.sort(order[np.arange(len(order)) - starts[of] < self._beam])
-        state = ids[of[rows]]
+        rows, of = beam_rows(starts, X, self.M, self._beam)
+        state = ids[of]
         I2 = np.stack([X[rows, 2].astype(np.int64), parents[rows, 1], parents[rows, 2],
                        state, parents[rows, 0]], axis=1)
         return kernel.local_layer(np.ascontiguousarray(X[rows][:, [0, 1, 3]]), I2, usage,
