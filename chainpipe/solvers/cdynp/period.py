@@ -222,7 +222,7 @@ class PeriodDP:
         self._need_at = [self.t.in_flight(r + 1) for r in range(self.R + 1)]
         self._need_arr = np.array(self._need_at, dtype=float)
         self._no_pre = np.zeros(1)
-        self._rows: dict = {}  # _prefix_rows by usage, group and widths (this run's prefix)
+        self._rows: dict = {}  # _prefix_row by usage code (this run's prefix)
         #: a usage as one integer: sum of u[g] * stride[g] (its images' states, _file)
         self._stride = np.cumprod([1] + [c + 1 for c in self._count[:-1]]).astype(np.int64)
         self._usages: dict = {}
@@ -287,7 +287,7 @@ class PeriodDP:
         from .period_fast import order_layer
 
         keys = list(chunks)
-        every = _Labels.joined([c for u in keys for c in chunks[u]])
+        every = _Labels.joined([c for u in keys for c in chunks[u]] or [_Labels.empty()])
         sizes = [sum(len(c) for c in chunks[u]) for u in keys]
         bounds = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
         cut = self.curve is not None and x > 0
@@ -347,14 +347,16 @@ class PeriodDP:
             return
         pre_sum, pre_max = (self._no_pre, self._no_pre) if prefix is None else (
             np.asarray(v, dtype=float) for v in prefix)  # arrays: numba reflects no lists
-        groups, (pairs, widths, runs, ptr, of_g) = self._layer_runs(x)
+        pairs, widths, runs, ptr, of_g = self._layer_runs(x)
         usage = np.array(keys, dtype=np.int64).reshape(len(keys), self.t.G)
         use = np.ascontiguousarray(  # usage[:, of_g] comes out in Fortran order
             widths[None, :] <= np.asarray(self._count)[of_g][None, :] - usage[:, of_g])
         size = int(np.diff(at) @ (use @ np.diff(ptr)))
         if not size:
             return
-        P, prow = self._layer_prefix_rows(keys, groups, use, of_g, pre_max)
+        code = usage @ self._stride  # each state's, and per run the image's usage code
+        P, prow = self._layer_prefix_rows(
+            use, code[:, None] + widths * self._stride[of_g], pre_max)
         hi_m, hi_lim = self._hi if self.frontier is not None else (self.M, math.inf)
         ints = np.array([self.M, self.R, self.gpipe, self.frontier is not None, hi_m,
                          prefix is not None], dtype=np.int64)
@@ -377,50 +379,96 @@ class PeriodDP:
             out_S[:k], out_HL[:k], out_H[:k],
             np.column_stack([g, pairs[q], ref[at[state] + lab]]),
             runs[ptr[q] + src[:k, 2], 0].astype(np.int64),
-            (usage @ self._stride)[state] + widths[q] * self._stride[g]))
+            code[state] + widths[q] * self._stride[g]), limit)
 
-    def _layer_prefix_rows(self, keys: list, groups: list, use: np.ndarray, of_g: np.ndarray,
+    def _layer_prefix_rows(self, use: np.ndarray, image: np.ndarray,
                            pre_max: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The prefix floors of a layer's runs: ``(P, prow)``, run ``q`` before a label of
-        state ``s`` (usage ``keys[s]``) reads row ``P[prow[s, q]]`` (:meth:`_prefix_rows` of
-        the state and the run's group)."""
+        state ``s`` (its images of usage code ``image[s, q]``, where ``use[s, q]``) reads
+        row ``P[prow[s, q]]``: the prefix's slowest-stage floor by prefix end, raised by
+        :attr:`floors` for the images' usage (:meth:`_prefix_row`)."""
         prow = np.zeros(use.shape, dtype=np.int64)
         if len(pre_max) < 2:  # no prefix bound: never read
             return np.zeros((1, 1)), prow
-        blocks, n = [], 0
-        for s, u in enumerate(keys):
-            for g, grp in enumerate(groups):
-                on = of_g == g
-                use_g = use[s, on]
-                if use_g.any():
-                    blocks.append(self._prefix_rows(u, g, grp[1], use_g, pre_max))
-                    prow[s, on] = np.arange(n, n + len(use_g))
-                    n += len(use_g)
-        return np.concatenate(blocks), prow
+        if self.floors is None:
+            return pre_max[None, :], prow
+        codes, prow[use] = np.unique(image[use], return_inverse=True)
+        return np.array([self._prefix_row(c, pre_max) for c in codes.tolist()]), prow
 
-    def _file(self, states: list, made: tuple) -> None:
+    def _prefix_row(self, code: int, pre_max: np.ndarray) -> np.ndarray:
+        """:meth:`_layer_prefix_rows`' row of usage code ``code``, made once per run."""
+        got = self._rows.get(code)
+        if got is None:
+            got = self._rows[code] = np.maximum(pre_max, self.floors.period(self._usage(code)))
+        return got
+
+    def _file(self, states: list, made: tuple, limit: float) -> None:
         """File one layer's images (``made``: rows, majorant lengths, majorants, references
         ``g, pair, kind, i, j``, the new stage's start, the new usage's code, in the order
         made) in ``states[a][u']`` as one :class:`_Labels` chunk per state, ``a`` the new
         stage's start and ``u'`` the usage with its width: within a state in the order
-        made."""
+        made. Only the images the curve's paired floor keeps (:meth:`_curve_keeps`) are
+        filed, but every image's state is made (a state's place in its layer is that of
+        its first image, whatever the floor drops)."""
         S, lengths, H, ref, starts, code = made
-        H = H[:, :max(1, int(lengths.max()))]
         key = starts * int(self._stride[-1] * (self._count[-1] + 1)) + code
         order = np.argsort(key, kind="stable")
-        # sorted once; each state's chunk is a slice (a view) of the sorted arrays
-        S, H, lengths, ref, key = S[order], H[order], lengths[order], ref[order], key[order]
+        key = key[order]
         cuts = np.flatnonzero(np.diff(key)) + 1
         lo = np.concatenate(([0], cuts))
         heads = order[lo]
+        at, codes = starts[heads], code[heads]
+        S = S[order]
+        kept = self._curve_keeps(S, lo, at, codes, limit)
+        if kept is not None:  # the rows kept, and where each state's start among them
+            lo = np.concatenate(([0], np.cumsum(kept)))[lo]
+            order, S = order[kept], S[kept]
+        # sorted once; each state's chunk is a slice (a view) of the sorted arrays
+        width = max(1, int(lengths.max()))
+        H, lengths, ref = H[order, :width], lengths[order], ref[order]
         lo = lo.tolist()
-        hi = lo[1:] + [len(key)]
+        hi = lo[1:] + [len(order)]
         usages = self._usages
-        for x, c, a, b in zip(starts[heads].tolist(), code[heads].tolist(), lo, hi):
+        for x, c, a, b in zip(at.tolist(), codes.tolist(), lo, hi):
             u = usages.get(c)
             if u is None:
                 u = self._usage(c)
-            states[x].setdefault(u, []).append(_Labels(S[a:b], H[a:b], lengths[a:b], ref[a:b]))
+            chunks = states[x].setdefault(u, [])
+            if b > a:
+                chunks.append(_Labels(S[a:b], H[a:b], lengths[a:b], ref[a:b]))
+
+    def _curve_keeps(self, S: np.ndarray, lo: np.ndarray, at: np.ndarray, codes: np.ndarray,
+                     limit: float) -> np.ndarray | None:
+        """Which images the curve's paired floor keeps at their own layer, where
+        :meth:`_filtered` would test them (:func:`.period_fast.order_layer`'s test, the
+        same operations, so the same bits; ``None``: no curve, all): rows ``S`` grouped
+        by state, state ``i``'s from ``lo[i]``, at layer ``at[i]`` of usage code
+        ``codes[i]``. Tested as soon as they are made, so that no image it drops is filed,
+        joined or sorted."""
+        c = self.curve
+        if c is None:
+            return None
+        G = self.t.G
+        room = int(sum((int(r) - 1) * int(s) for r, s in zip(c.radix[:G], c.stride[:G])))
+        usage = codes[:, None] // self._stride[None, :] % (np.asarray(self._count) + 1)
+        room = room - usage @ np.asarray(c.stride[:G], dtype=np.int64)  # .curve room()
+        CF = c.CF[at, room]  # each state's row of caps
+        grid, below, n = c.grid, c.below, len(c.grid)
+        w = float(c.M - 1)
+        suffix = np.full((len(CF), n + 1), np.inf)
+        suffix[:, :n] = np.minimum.accumulate((CF + w * below)[:, ::-1], axis=1)[:, ::-1]
+        of = np.repeat(np.arange(len(lo)), np.diff(np.append(lo, len(S))))  # each row's
+        per = S[:, 0] + S[:, 1]
+        j = np.searchsorted(grid, per, side="left")
+        i = np.minimum(j, n - 1)
+        first = np.where(j < n, CF[of, i] + w * np.maximum(per, below[i]), np.inf)
+        least = np.minimum(first, suffix[of, np.minimum(j + 1, n)])
+        floor = np.minimum(least, w * np.maximum(per, grid[n - 1]))
+        kept = (S[:, 2] + S[:, 3] + floor <= limit) | (at[of] == 0)
+        if kept.all():
+            return None
+        self.bound_cut = True
+        return kept
 
     def _usage(self, code: int) -> tuple:
         """The usage tuple of :meth:`_code` ``code``."""
@@ -431,13 +479,12 @@ class PeriodDP:
         return got
 
     def _layer_runs(self, x: int) -> tuple:
-        """Every group's runs at ``x`` (:meth:`_group_runs`) and their :func:`_all_runs`,
-        made once per tables and end (:meth:`_shared`)."""
-        cache = self._shared("layer_runs")
+        """Every group's runs at ``x`` (:meth:`_group_runs`) as :func:`_all_runs` joins
+        them, made once per tables and end (:meth:`_shared`)."""
+        cache = self._shared("all_runs")
         got = cache.get(x)
         if got is None:
-            groups = [self._group_runs(g, x) for g in range(self.t.G)]
-            got = cache[x] = (groups, _all_runs(groups))
+            got = cache[x] = _all_runs([self._group_runs(g, x) for g in range(self.t.G)])
         return got
 
     def _group_runs(self, g: int, x: int) -> tuple:
@@ -459,30 +506,6 @@ class PeriodDP:
                 got = _cut_runs(whole._group_runs(g, x), base[1])
             cache[g, x] = got
         return got
-
-    def _prefix_rows(self, u: tuple, g: int, widths: np.ndarray, use: np.ndarray,
-                     pre_max: np.ndarray) -> np.ndarray:
-        """Per run of group ``g`` (one width each): the prefix's slowest-stage floor by
-        prefix end, raised by :attr:`floors` for the usage the new label has (``u`` with
-        the run's width more of ``g``)."""
-        if len(pre_max) < 2:  # no prefix bound: never read
-            return np.zeros((len(widths), 1))
-        key = (u, g, widths.tobytes())  # the same for every x with these widths
-        got = self._rows.get(key)
-        if got is None:
-            got = self._rows[key] = self._new_prefix_rows(u, g, widths, use, pre_max)
-        return got
-
-    def _new_prefix_rows(self, u, g, widths, use, pre_max) -> np.ndarray:
-        """:meth:`_prefix_rows` computed."""
-        if self.floors is None:
-            return np.tile(pre_max, (len(widths), 1))
-        rows = np.empty((len(widths), len(pre_max)))
-        for q, w in enumerate(widths.tolist()):
-            if use[q]:
-                nu = u[:g] + (u[g] + w,) + u[g + 1:]
-                rows[q] = np.maximum(pre_max, self.floors.period(nu))
-        return rows
 
     def _over(self, M: int, x1: float, x2: float, total: float, sync: float,
               limit: float) -> bool:
@@ -546,6 +569,12 @@ class _Labels:
         return cls(np.concatenate([c.S for c in chunks]), H,
                    np.concatenate([c.HL for c in chunks]),
                    np.concatenate([c.ref for c in chunks]))
+
+    @classmethod
+    def empty(cls) -> _Labels:
+        """No labels."""
+        return cls(np.zeros((0, 5)), np.zeros((0, 1)), np.zeros(0, dtype=np.int64),
+                   np.zeros((0, 5), dtype=np.int64))
 
     def rows(self, lo: int, hi: int) -> _Labels:
         """The labels ``lo..hi - 1``, as views."""
