@@ -167,12 +167,23 @@ class PeriodDP:
 
     def _group_stages(self, g: int) -> list[tuple]:
         """Per ``x``, group ``g``'s candidate stages ``[a, x)`` as arrays ``(pairs, widths,
-        runs, ptr)``: per pair ``c`` (ascending) a run of rows ``(a, C, f, b, R, max in flight)``, ``a``
-        descending, while it fits memory at all. Along a run the stage grows: ``C``, ``f``,
-        ``b`` and ``R`` do not fall and the in-flight limit does not rise. A run ends
-        after the largest ``a < x`` whose in-flight limit is below the least need (a
-        longer stage holds more: it fits no better). The runs' rows follow one another
-        in ``runs``, run ``q`` from ``ptr[q]``."""
+        runs, ptr)``: per pair ``c`` (ascending) a run of rows ``(a, C, f, b, R, max in
+        flight)``, ``a`` descending, while it fits memory at all. Along a run the stage
+        grows: ``C``, ``f``, ``b`` and ``R`` do not fall and the in-flight limit does not
+        rise. A run ends after the largest ``a < x`` whose in-flight limit is below the
+        least need (a longer stage holds more: it fits no better). The runs' rows follow
+        one another in ``runs``, run ``q`` from ``ptr[q]`` (views of
+        :meth:`_stage_table`, :func:`_by_end`)."""
+        return _by_end(self._stage_table(g), self.L)
+
+    def _stage_table(self, g: int) -> tuple:
+        """Group ``g``'s runs of :meth:`_group_stages` for every end at once, by end and
+        pair: ``(ends, pairs, widths, runs, ptr)``, run ``q`` of end ``ends[q]`` the rows
+        ``runs[ptr[q]:ptr[q + 1]]``; made once per tables (:meth:`_shared`)."""
+        cache = self._shared("table")
+        got = cache.get(g)
+        if got is not None:
+            return got
         self.deadline.check()
         opts = self.t.options(g)
         f, b = phase_options(self.t, g)
@@ -182,24 +193,16 @@ class PeriodDP:
         N = opts.max_in_flight.transpose(0, 2, 1)
         stop = np.where((N < self.t.in_flight(1)) & before, pos, -1).max(axis=2)
         keep = before & (pos[None, None, :] > stop[:, :, None])
-        ci, xi, ri = np.nonzero(keep[:, :, ::-1])  # a descending within (c, x)
+        # by (x, c), a descending within
+        xi, ci, ri = np.nonzero(keep.transpose(1, 0, 2)[:, :, ::-1])
         ai = L - ri
-        order = np.argsort(xi * (len(opts.width) + 1) + ci, kind="stable")  # by (x, c)
-        ci, xi, ai = ci[order], xi[order], ai[order]
         rows = np.column_stack([ai.astype(float), *(v[ci, ai, xi].astype(float) for v in (
             opts.compute_time, f, b, opts.sync_time, opts.max_in_flight))]).reshape(-1, 6)
-        widths = np.asarray(opts.width, dtype=np.int64)
-        at = np.searchsorted(xi, pos, side="left").tolist() + [len(xi)]
-        per_x = []
-        for x in range(L + 1):
-            lo, hi = at[x], at[x + 1]
-            c = ci[lo:hi]
-            cuts = np.flatnonzero(np.diff(c)) + 1 if hi > lo else np.zeros(0, np.int64)
-            firsts = np.concatenate(([0], cuts)) if hi > lo else cuts
-            pairs = c[firsts].astype(np.int64)
-            ptr = np.concatenate((firsts, [hi - lo])).astype(np.int64)
-            per_x.append((pairs, widths[pairs], rows[lo:hi], ptr))
-        return per_x
+        first = np.flatnonzero(np.diff(xi * (len(opts.width) + 1) + ci, prepend=-1))
+        pairs = ci[first].astype(np.int64)
+        got = cache[g] = (xi[first], pairs, np.asarray(opts.width, dtype=np.int64)[pairs],
+                          rows, np.append(first, len(xi)).astype(np.int64))
+        return got
 
     def run(self, base: dict[int, list], ub: float, prefix=None) -> None:
         """``base[x]``: base labels ``(x1, x2, total, sync, p, hull, ref)`` joining at ``x``
@@ -488,24 +491,21 @@ class PeriodDP:
         return got
 
     def _group_runs(self, g: int, x: int) -> tuple:
-        """:meth:`_group_stages` at ``x``, made once per tables (:meth:`_shared`), group
-        and end (every trial of a DC's run asks the same ones). Tables under a
-        ``sync_cap`` (:func:`.agent.own_tables`: ``_cdynp_base`` names the uncapped ones
-        and the cap) take the uncapped tables' runs cut at the cap (:func:`_cut_runs`)."""
-        cache = self._shared("runs")
-        got = cache.get((g, x))
+        """:meth:`_group_stages` at ``x``, made once per tables (:meth:`_shared`) and group
+        (every trial of a DC's run asks the same ones). Tables under a ``sync_cap``
+        (:func:`.agent.own_tables`: ``_cdynp_base`` names the uncapped ones and the cap)
+        take the uncapped tables' runs cut at the cap (:func:`_cut_runs`)."""
+        cache = self._shared("by_end")
+        got = cache.get(g)
         if got is None:
             base = self.t.__dict__.get("_cdynp_base")
             if base is None:
-                stages = self._shared("stages")
-                if g not in stages:
-                    stages[g] = self._group_stages(g)
-                got = stages[g][x]
+                got = self._group_stages(g)
             else:
                 whole = PeriodDP(base[0], position_cap=self.R, deadline=self.deadline)
-                got = _cut_runs(whole._group_runs(g, x), base[1])
-            cache[g, x] = got
-        return got
+                got = _by_end(_cut_runs(whole._stage_table(g), base[1]), self.L)
+            cache[g] = got
+        return got[x]
 
     def _over(self, M: int, x1: float, x2: float, total: float, sync: float,
               limit: float) -> bool:
@@ -624,12 +624,23 @@ def _all_runs(groups: list) -> tuple:
     return pairs, widths, np.ascontiguousarray(runs), np.concatenate(ptr), of_g
 
 
-def _cut_runs(group: tuple, cap: float) -> tuple:
-    """A group's runs (:meth:`PeriodDP._group_stages`) under a ``sync_cap``: as the capped
+def _by_end(table: tuple, L: int) -> list[tuple]:
+    """A group's runs for every end (:meth:`PeriodDP._stage_table`) as
+    :meth:`PeriodDP._group_stages` gives them: per end ``x = 0..L``, ``(pairs, widths,
+    runs, ptr)`` (views, ``ptr`` from 0)."""
+    ends, pairs, widths, runs, ptr = table
+    at = np.searchsorted(ends, np.arange(L + 2), side="left").tolist()
+    starts = ptr.tolist()
+    return [(pairs[lo:hi], widths[lo:hi], runs[starts[lo]:starts[hi]], ptr[lo:hi + 1] - starts[lo])
+            for lo, hi in zip(at, at[1:])]
+
+
+def _cut_runs(table: tuple, cap: float) -> tuple:
+    """A group's runs (:meth:`PeriodDP._stage_table`) under a ``sync_cap``: as the capped
     tables give them (an option with ``R >= cap`` fits nowhere, the others count ``R`` as
-    0). Along a run the stage grows and ``R`` does not fall, so the capped run is the uncapped one up to
-    its first stage with ``R >= cap``; runs left empty are dropped."""
-    pairs, widths, runs, ptr = group
+    0). Along a run the stage grows and ``R`` does not fall, so the capped run is the
+    uncapped one up to its first stage with ``R >= cap``; runs left empty are dropped."""
+    ends, pairs, widths, runs, ptr = table
     n = len(runs)
     which = np.repeat(np.arange(len(pairs)), np.diff(ptr))  # each row's run
     idx = np.arange(n)
@@ -643,7 +654,7 @@ def _cut_runs(group: tuple, cap: float) -> tuple:
     out[:, 4] = 0.0
     new_ptr = np.zeros(int(live.sum()) + 1, dtype=np.int64)
     new_ptr[1:] = np.cumsum(counts[live])
-    return pairs[live], widths[live], out, new_ptr
+    return ends[live], pairs[live], widths[live], out, new_ptr
 
 
 def concave_majorant(values) -> tuple:
