@@ -421,14 +421,15 @@ class PeriodDP:
         lo = np.concatenate(([0], cuts))
         heads = order[lo]
         at, codes = starts[heads], code[heads]
-        S = S[order]
+        S = np.take(S, order, axis=0)
         kept = self._curve_keeps(S, lo, at, codes, limit)
         if kept is not None:  # the rows kept, and where each state's start among them
             lo = np.concatenate(([0], np.cumsum(kept)))[lo]
             order, S = order[kept], S[kept]
         # sorted once; each state's chunk is a slice (a view) of the sorted arrays
         width = max(1, int(lengths.max()))
-        H, lengths, ref = H[order, :width], lengths[order], ref[order]
+        H = np.take(H, order, axis=0)[:, :width]
+        lengths, ref = lengths[order], np.take(ref, order, axis=0)
         lo = lo.tolist()
         hi = lo[1:] + [len(order)]
         usages = self._usages
@@ -455,19 +456,24 @@ class PeriodDP:
         room = int(sum((int(r) - 1) * int(s) for r, s in zip(c.radix[:G], c.stride[:G])))
         usage = codes[:, None] // self._stride[None, :] % (np.asarray(self._count) + 1)
         room = room - usage @ np.asarray(c.stride[:G], dtype=np.int64)  # .curve room()
-        CF = c.CF[at, room]  # each state's row of caps
         grid, below, n = c.grid, c.below, len(c.grid)
         w = float(c.M - 1)
-        suffix = np.full((len(CF), n + 1), np.inf)
-        suffix[:, :n] = np.minimum.accumulate((CF + w * below)[:, ::-1], axis=1)[:, ::-1]
-        of = np.repeat(np.arange(len(lo)), np.diff(np.append(lo, len(S))))  # each row's
+        # per state, its row of caps and their suffix minima, each padded with inf to
+        # n + 2 columns (a period past the grid reads no cap)
+        CF = np.full((len(at), n + 2), np.inf)
+        CF[:, :n] = c.CF[at, room]
+        suffix = np.full((len(at), n + 2), np.inf)
+        suffix[:, :n] = np.minimum.accumulate((CF[:, :n] + w * below)[:, ::-1], axis=1)[:, ::-1]
         per = S[:, 0] + S[:, 1]
         j = np.searchsorted(grid, per, side="left")
-        i = np.minimum(j, n - 1)
-        first = np.where(j < n, CF[of, i] + w * np.maximum(per, below[i]), np.inf)
-        least = np.minimum(first, suffix[of, np.minimum(j + 1, n)])
-        floor = np.minimum(least, w * np.maximum(per, grid[n - 1]))
-        kept = (S[:, 2] + S[:, 3] + floor <= limit) | (at[of] == 0)
+        # each row's state (its row's start in the padded tables' flat order), plus j
+        sizes = np.diff(np.append(lo, len(S)))
+        at_j = np.repeat(np.arange(0, len(at) * (n + 2), n + 2), sizes) + j
+        first = CF.ravel()[at_j] + w * np.maximum(per, np.append(below, 0.0)[j])
+        least = np.minimum(first, suffix.ravel()[at_j + 1])
+        kept = S[:, 2] + S[:, 3] + np.minimum(least, w * np.maximum(per, grid[n - 1])) <= limit
+        if not at[0]:  # layer 0 (the least start, first): no test there
+            kept[:sizes[at == 0].sum()] = True
         if kept.all():
             return None
         self.bound_cut = True
