@@ -258,26 +258,27 @@ class PeriodDP:
         rule = Rule(p_free=self.M - x, steady=self.steady,
                     upper=ub if self.frontier is None else math.inf)
         layer = self._filtered(x, chunks, ub, rule, prefix)
-        refs: dict[tuple, np.ndarray] = {}
-        own = []
-        for u, labels in layer.items():
-            if not len(labels):
-                continue
-            if u == zero:
-                refs[u] = labels.ref[:, 2:5]
-                continue
-            first = len(self._store)
-            n = len(labels)
-            ref = labels.ref.T.tolist()
-            self._store.extend(zip([x] * n, ref[0], ref[1], zip(ref[2], ref[3], ref[4])))
-            S = labels.S
-            own.extend(zip(S[:, 4].astype(np.int64).tolist(), *S[:, :4].T.tolist(),
-                           labels.hull_tuples(), range(first, first + n)))
-            refs[u] = np.column_stack([np.full(len(labels), OWN, dtype=np.int64),
-                                       np.arange(first, first + len(labels), dtype=np.int64),
-                                       np.zeros(len(labels), dtype=np.int64)])
-        if own:
-            self.points[x] = own
+        every, keys, at = self._joined  # the kept labels, state after state
+        if not len(every):
+            return layer, {}
+        # a base label (usage 0) goes on where it came from; an own one is stored, its
+        # images refer to it (the own labels in the layer's order, numbered from first)
+        own = np.ones(len(every), dtype=bool)
+        ref = np.zeros((len(every), 3), dtype=np.int64)
+        if zero in keys:
+            lo, hi = at[keys.index(zero)], at[keys.index(zero) + 1]
+            own[lo:hi] = False
+            ref[lo:hi] = every.ref[lo:hi, 2:5]
+        first, n = len(self._store), int(own.sum())
+        ref[own, 0], ref[own, 1] = OWN, np.arange(first, first + n)
+        if n:
+            mine = every.take(own)
+            cols = mine.ref.T.tolist()
+            self._store.extend(zip([x] * n, cols[0], cols[1], zip(*cols[2:])))
+            S = mine.S
+            self.points[x] = list(zip(S[:, 4].astype(np.int64).tolist(), *S[:, :4].T.tolist(),
+                                      mine.hull_tuples(), range(first, first + n)))
+        refs = {u: ref[at[i]:at[i + 1]] for i, u in enumerate(keys)}
         return layer, refs
 
     def _filtered(self, x: int, chunks: dict, ub: float, rule: Rule, prefix) -> dict:
