@@ -196,7 +196,8 @@ class PeriodDP:
         # by (x, c), a descending within
         xi, ci, ri = np.nonzero(keep.transpose(1, 0, 2)[:, :, ::-1])
         ai = L - ri
-        rows = np.column_stack([ai.astype(float), *(v[ci, ai, xi].astype(float) for v in (
+        at = (ci * (L + 1) + ai) * (L + 1) + xi  # [c, a, x] in the options' flat order
+        rows = np.column_stack([ai.astype(float), *(np.take(v, at).astype(float) for v in (
             opts.compute_time, f, b, opts.sync_time, opts.max_in_flight))]).reshape(-1, 6)
         first = np.flatnonzero(np.diff(xi * (len(opts.width) + 1) + ci, prepend=-1))
         pairs = ci[first].astype(np.int64)
@@ -604,17 +605,33 @@ def _filter_joined(keys: list, every: _Labels, starts: np.ndarray, floors: np.nd
     (:func:`~chainpipe.solvers.period_kernel.pareto`), then against the states of no more
     devices (``across``), as :func:`~chainpipe.solvers.dp_period.pareto` and
     :func:`~chainpipe.solvers.dp_period.across_usage` call them on label tuples."""
-    from ..dp_period import kernel, rivals
+    from ..dp_period import kernel
 
     if not keys:
         return np.zeros(0, dtype=bool)
     alive = kernel.pareto(every.S, every.H, every.HL, starts, floors, *rule.bounds())
     if len(keys) > 1:
-        order, ptr, rv = rivals([(0, u) for u in keys])
+        order, ptr, rv = _rivals(keys)
         if len(rv):
             kernel.across(every.S, every.H, every.HL, alive, starts, floors, order, ptr, rv,
                           *rule.bounds())
     return alive
+
+
+def _rivals(keys: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`~chainpipe.solvers.dp_period.rivals` of one DC's states (usages ``keys``,
+    distinct), made at once: the order in which :func:`.period_kernel.across` tests them
+    (by devices used, ties in the order given) and per state (CSR ``ptr``, ``rivals``) the
+    earlier ones using no more devices of any group."""
+    usage = np.array(keys, dtype=np.int64).reshape(len(keys), -1)
+    order = np.argsort(usage.sum(axis=1), kind="stable")
+    usage = usage[order]
+    # [r, s]: r before s in the order and no more devices of any group
+    below = np.triu((usage[:, None, :] <= usage[None, :, :]).all(axis=2), k=1)
+    of, rv = np.nonzero(below.T)
+    ptr = np.zeros(len(keys) + 1, dtype=np.int64)
+    np.cumsum(np.bincount(of, minlength=len(keys)), out=ptr[1:])
+    return order.astype(np.int64), ptr, order[rv].astype(np.int64)
 
 
 def _all_runs(groups: list) -> tuple:
