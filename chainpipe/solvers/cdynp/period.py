@@ -382,8 +382,8 @@ class PeriodDP:
         g = of_g[q]
         self._file(states, (
             out_S[:k], out_HL[:k], out_H[:k],
-            np.column_stack([g, pairs[q], ref[at[state] + lab]]),
-            runs[ptr[q] + src[:k, 2], 0].astype(np.int64),
+            np.column_stack([g, pairs[q], np.take(ref, at[state] + lab, axis=0)]),
+            runs[:, 0][ptr[q] + src[:k, 2]].astype(np.int64),
             code[state] + widths[q] * self._stride[g]), limit)
 
     def _layer_prefix_rows(self, use: np.ndarray, image: np.ndarray,
@@ -427,7 +427,7 @@ class PeriodDP:
         kept = self._curve_keeps(S, lo, at, codes, limit)
         if kept is not None:  # the rows kept, and where each state's start among them
             lo = np.concatenate(([0], np.cumsum(kept)))[lo]
-            order, S = order[kept], S[kept]
+            order, S = order[kept], np.compress(kept, S, axis=0)
         # sorted once; each state's chunk is a slice (a view) of the sorted arrays
         width = max(1, int(lengths.max()))
         H = np.take(H, order, axis=0)[:, :width]
@@ -590,7 +590,9 @@ class _Labels:
 
     def take(self, rows) -> _Labels:
         """The labels ``rows`` (indices or a mask), in that order."""
-        return _Labels(self.S[rows], self.H[rows], self.HL[rows], self.ref[rows])
+        if rows.dtype == bool:
+            rows = np.flatnonzero(rows)
+        return _Labels(*(np.take(v, rows, axis=0) for v in (self.S, self.H, self.HL, self.ref)))
 
     def hull_tuples(self) -> list[tuple]:
         """Each label's majorant as a tuple."""
