@@ -223,8 +223,11 @@ class PeriodDP:
             self._hi = (self.frontier[0], hi * (1 + SLACK) if hi < math.inf else math.inf)
         zero = (0,) * G
         self._count = [int(min(c, L * self.t.widest)) for c in self.t.count]
-        self._need_at = [self.t.in_flight(r + 1) for r in range(self.R + 1)]
-        self._need_arr = np.array(self._need_at, dtype=float)
+        need = self._shared("need")  # per stage count, the microbatches a stage stashes
+        if self.R not in need:
+            need[self.R] = np.array([self.t.in_flight(r + 1) for r in range(self.R + 1)],
+                                    dtype=float)
+        self._need_arr = need[self.R]
         self._no_pre = np.zeros(1)
         self._rows: dict = {}  # _prefix_row by usage code (this run's prefix)
         #: a usage as one integer: sum of u[g] * stride[g] (its images' states, _file)
@@ -292,7 +295,7 @@ class PeriodDP:
         from .period_fast import order_layer
 
         keys = list(chunks)
-        every = _Labels.joined([c for u in keys for c in chunks[u]] or [_Labels.empty()])
+        every = _Labels.joined([c for u in keys for c in chunks[u]])
         sizes = [sum(len(c) for c in chunks[u]) for u in keys]
         bounds = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
         cut = self.curve is not None and x > 0
@@ -560,9 +563,9 @@ class _Labels:
 
     @classmethod
     def joined(cls, chunks: list) -> _Labels:
-        """The chunks in order, as one."""
-        if len(chunks) == 1:
-            return chunks[0]
+        """The chunks in order, as one (none: no labels)."""
+        if len(chunks) <= 1:
+            return chunks[0] if chunks else cls.empty()
         Hs = [c.H for c in chunks]
         widths = [h.shape[1] for h in Hs]
         width = max(widths)
@@ -671,8 +674,8 @@ def _cut_runs(table: tuple, cap: float) -> tuple:
     which = np.repeat(np.arange(len(pairs)), np.diff(ptr))  # each row's run
     idx = np.arange(n)
     bad = np.where(runs[:, 4] >= cap, idx, n)
-    first = np.full(len(pairs), n)
-    np.minimum.at(first, which, bad)
+    # per run (none empty), its first row at or above the cap, else n
+    first = np.minimum.reduceat(bad, ptr[:-1]) if len(pairs) else np.zeros(0, dtype=np.int64)
     keep = idx < first[which]
     counts = np.bincount(which[keep], minlength=len(pairs))
     live = counts > 0
