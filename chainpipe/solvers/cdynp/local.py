@@ -31,6 +31,7 @@ import bisect
 import math
 import threading
 from collections import OrderedDict
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -66,6 +67,18 @@ def dominance_by_count(ok, C, N, R, W, check=None) -> tuple[np.ndarray, np.ndarr
     T1, B = np.zeros(flat[0].shape), np.zeros(flat[0].shape, dtype=bool)
     kernel.dominance_at(*flat, T1, B, 0, True)
     return T1.reshape(ok.shape), B.reshape(ok.shape)
+
+
+def beam_rows(starts: np.ndarray, X: np.ndarray, M: int, beam: int) -> tuple:
+    """Per state (rows ``starts[s]:starts[s + 1]`` of ``X``, ``(mx, sm, p, r)``) its
+    ``beam`` labels of least ``T`` estimate (:func:`~chainpipe.cost.iteration_time` at
+    ``M``), ties in row order, all if it has no more: ``(rows, state)``, the rows ascending
+    and each one's state index. One sort by state, then estimate, then row (a stable
+    ``argsort`` per state before)."""
+    of = np.repeat(np.arange(len(starts) - 1), np.diff(starts))
+    order = np.lexsort((cost.iteration_time(X[:, 1], X[:, 0], M, X[:, 3]), of))
+    rows = np.sort(order[np.arange(len(order)) - starts[of] < beam])
+    return rows, of[rows]
 
 
 def _flat(ok, C, N, R, W) -> list:
@@ -309,9 +322,10 @@ class LocalDP(DCRun):
         """
         L, G = self.L, self.t.G
         self._flat_runs = self._flat(grid)
-        self._cut = ub * (1 + 1e-9) if ub < math.inf else math.inf
+        cut = ub * (1 + 1e-9) if ub < math.inf else math.inf
         if ub < math.inf:  # as _candidates sets it
-            self.bound_cut |= any(t > self._cut for t in self._flat_runs.worst)
+            self.bound_cut |= any(t > cut for t in self._flat_runs.worst)
+        self._runs = self._flat_runs.cut(cut)
         self._limit = ub * (1 + 1e-12) if ub < math.inf else math.inf
         self._beam = int(beam)
         self._base = base
@@ -324,8 +338,7 @@ class LocalDP(DCRun):
         #: a usage as one integer: sum of u[g] * stride[g] (mixed radix)
         self._stride = np.cumprod([1, *(self._count[:-1] + 1)]).astype(np.int64)
         # in-flight count of a new stage placed before r stages
-        self._need_at = np.array([self.t.in_flight(r + 1) for r in range(self.R + 1)],
-                                 dtype=np.int64)
+        self._need_at = np.asarray(self.t.in_flight(np.arange(1, self.R + 2)), dtype=np.int64)
         # the states (:func:`.local_fast.extend_layer`): a hash table of their usage codes
         # (code 0, no device in use, the base labels' state, id 0 at slot 0), their usage
         # by global id, per extension (meta) its source and group, and the counts of both
@@ -337,8 +350,9 @@ class LocalDP(DCRun):
         self._base_refs: dict[int, np.ndarray] = {}  # x -> refs of its kept base labels
         self._arena = kernel.new_arena(L, blocks=64)
         self._stored = 0
-        chunks: list[np.ndarray] = []  # the store, a (k, 6) block per layer
-        self.points = {}
+        self._own: list[tuple[int, np.ndarray]] = []  # per layer (x, own labels' parents)
+        self._rows = None  # the store's rows, made when first read (:attr:`_store`)
+        self.points = Points()
         labels_total = 0
         for x in range(L, -1, -1):
             self.deadline.check()
@@ -346,13 +360,9 @@ class LocalDP(DCRun):
             if layer is None:
                 continue
             labels_total += len(layer[2])
-            chunk = self._finalise(x, layer)
-            if chunk is not None:
-                chunks.append(chunk)
+            self._finalise(x, layer)
             if x > 0:
                 self._extend(x, layer)
-        self._store = (np.concatenate(chunks) if chunks else np.zeros((0, 6), dtype=np.int64)
-                       ).tolist()
         self._arena = self._base = None
         self.stats["labels"] = labels_total
 
@@ -362,6 +372,8 @@ class LocalDP(DCRun):
         :attr:`_beam` with a beam) and across usage states, as
         :func:`~chainpipe.solvers.label_kernel.local_layer` returns them (``None``: no
         label)."""
+        if not base_x and self._arena[3][x] < 0:  # no image filed for x (its chain's head)
+            return None
         F, I = kernel.take_layer(x, *self._arena)
         if base_x:
             bf = np.array([(lab[0], lab[1], lab[3]) for lab in base_x], dtype=float)
@@ -378,25 +390,16 @@ class LocalDP(DCRun):
             return kernel.local_layer(F, I, usage, self.sync, steady, True)
         ids, starts, X, parents, _kill = kernel.local_layer(F, I, usage, self.sync, steady,
                                                             False)
-        rows = []
-        for s in range(len(ids)):
-            lo, hi = int(starts[s]), int(starts[s + 1])
-            if hi - lo > self._beam:  # the least T estimates, ties in label order
-                est = cost.iteration_time(X[lo:hi, 1], X[lo:hi, 0], self.M, X[lo:hi, 3])
-                rows.extend(sorted(lo + np.argsort(est, kind="stable")[:self._beam]))
-            else:
-                rows.extend(range(lo, hi))
-        rows = np.array(rows, dtype=np.int64)
-        state = np.repeat(ids, np.diff(starts))[rows]
+        rows, of = beam_rows(starts, X, self.M, self._beam)
+        state = ids[of]
         I2 = np.stack([X[rows, 2].astype(np.int64), parents[rows, 1], parents[rows, 2],
                        state, parents[rows, 0]], axis=1)
         return kernel.local_layer(np.ascontiguousarray(X[rows][:, [0, 1, 3]]), I2, usage,
                                   self.sync, steady, True)
 
-    def _finalise(self, x: int, layer: tuple) -> np.ndarray | None:
+    def _finalise(self, x: int, layer: tuple) -> None:
         """Give own labels store indices and list them in :attr:`points`; keep the base
-        labels' references. Returns the store rows ``(start, group, pair, kind, j, p)``
-        of the own labels (``None`` if none)."""
+        labels' references and the own labels' parents (:attr:`_store`)."""
         ids, starts, X, parents, _kill = layer
         lo = 0
         if ids[0] == 0:  # the base labels (state 0, listed first): their own references
@@ -404,26 +407,32 @@ class LocalDP(DCRun):
             refs = np.array([lab[4] for lab in self._base[x]], dtype=np.int64)
             self._base_refs[x] = refs[parents[:lo, 1]]
         self._layer_off = self._stored - lo  # store index of row lo + i is _layer_off + lo + i
-        m = len(X) - lo
-        if not m:
-            return None
-        meta = self._meta[parents[lo:, 0]]
-        off = meta[:, 0]
-        label = parents[lo:, 1]
-        rows = np.empty((m, 6), dtype=np.int64)
-        rows[:, 0] = x
-        rows[:, 1] = meta[:, 1]
-        rows[:, 2] = parents[lo:, 2]
-        own = off >= 0
-        rows[own, 3], rows[own, 4], rows[own, 5] = OWN, off[own] + label[own], 0
-        for src in np.unique(off[~own]).tolist():  # parents among base labels at x = -1 - src
-            at = off == src
-            rows[at, 3:] = self._base_refs[-1 - src][label[at]]
-        index = np.arange(self._stored, self._stored + m)
-        self._stored += m
-        self.points[x] = list(zip(X[lo:, 2].astype(np.int64).tolist(), X[lo:, 0].tolist(),
-                                  X[lo:, 1].tolist(), X[lo:, 3].tolist(), index.tolist()))
-        return rows
+        if len(X) > lo:
+            self._own.append((x, parents[lo:]))
+            self.points.add(x, X[lo:], self._stored)
+            self._stored += len(X) - lo
+
+    @property
+    def _store(self) -> list[list[int]]:
+        """Per own label its row ``(start, group, pair, kind, j, p)`` (:meth:`label`), made
+        from the labels' parents when first read (a run's caller walks back one plan, if
+        any): the extension's source and group (``_meta``), then the parent, own or a base
+        label's reference."""
+        if self._rows is None:
+            P = (np.concatenate([p for _x, p in self._own]) if self._own
+                 else np.zeros((0, 3), dtype=np.int64))
+            meta = self._meta[P[:, 0]]
+            off, label = meta[:, 0], P[:, 1]
+            rows = np.empty((len(P), 6), dtype=np.int64)
+            rows[:, 0] = np.repeat([x for x, _p in self._own], [len(p) for _x, p in self._own])
+            rows[:, 1], rows[:, 2] = meta[:, 1], P[:, 2]
+            own = off >= 0
+            rows[own, 3], rows[own, 4], rows[own, 5] = OWN, off[own] + label[own], 0
+            for src in np.unique(off[~own]).tolist():  # parents among base labels at -1 - src
+                at = off == src
+                rows[at, 3:] = self._base_refs[-1 - src][label[at]]
+            self._rows = rows.tolist()
+        return self._rows
 
     def _extend(self, x: int, layer: tuple) -> None:
         """Prepend every candidate stage ``[a, x)`` to the labels of each state of
@@ -442,11 +451,9 @@ class LocalDP(DCRun):
         same bottleneck is not extended (:func:`~chainpipe.solvers.labels.killers`).
         """
         ids, starts, X, _parents, kill = layer
-        runs, stages, gws = self._runs_at(x)
+        runs, gw_of, stages, gw = self._runs.layer(x)
         if not len(runs):
             return
-        gw_of = np.ascontiguousarray(runs[:, 4])
-        runs = np.ascontiguousarray(runs[:, :4])
         limit = self._limit + self._limit * BOUND_SLACK
         move = np.array([self.u_int[x], self.q_int[x], limit, self.M - 1, self.R, 0.0])
         caps = np.zeros((0, 3))
@@ -454,7 +461,6 @@ class LocalDP(DCRun):
             move[5] = self._spread[1]
             caps = np.array(self._spread[2], dtype=float).reshape(-1, 3)
         at = np.array([x, self._layer_off, 0], dtype=np.int64)
-        gw = np.array(gws, dtype=np.int64).reshape(-1, 2)
         while True:
             cut, short, at[2], self._table, self._usage, self._meta = kernel.extend_layer(
                 X, kill, starts, ids, runs, stages, gw, gw_of, self._count, self._stride,
@@ -471,7 +477,40 @@ class LocalDP(DCRun):
         local_extend` takes them: ``runs`` (per run: group, width, pair, end row in
         ``stages``, and its ``(group, width)``'s index in ``gws``), ``stages`` and ``gws``,
         the distinct ``(group, width)`` pairs."""
-        return self._flat_runs.at(x, self._cut)
+        return self._runs.at(x)
+
+
+class Points(Mapping):
+    """:attr:`DCRun.points` of a :class:`LocalDP` run: per start ``x`` its own labels'
+    ``(r, bottleneck, total, sync, label index)``, made from the layer's rows when first
+    read (a failed trial's, and DC 1's, caller reads only ``x = 0``)."""
+
+    def __init__(self):
+        self._rows: dict[int, tuple[np.ndarray, int]] = {}
+        self._made: dict[int, list[tuple]] = {}
+
+    def add(self, x: int, X: np.ndarray, index: int) -> None:
+        """The labels starting at ``x``: rows ``(mx, sm, r, sync)`` of ``X``, numbered from
+        ``index``."""
+        self._rows[x] = (X, index)
+
+    def __getitem__(self, x: int) -> list[tuple]:
+        got = self._made.get(x)
+        if got is None:
+            X, index = self._rows[x]
+            got = self._made[x] = list(zip(
+                X[:, 2].astype(np.int64).tolist(), X[:, 0].tolist(), X[:, 1].tolist(),
+                X[:, 3].tolist(), range(index, index + len(X))))
+        return got
+
+    def __contains__(self, x) -> bool:
+        return x in self._rows
+
+    def __iter__(self):
+        return iter(self._rows)
+
+    def __len__(self) -> int:
+        return len(self._rows)
 
 
 class FlatRuns:
@@ -503,37 +542,88 @@ class FlatRuns:
             offset += len(rows)
         heads = np.concatenate(heads) if heads else np.zeros((0, 6), dtype=np.int64)
         heads = heads[np.argsort(heads[:, 0], kind="stable")].astype(np.int64)
-        rows = np.concatenate(parts) if parts else np.zeros((0, 4))
-        top = np.concatenate(tops) if tops else np.zeros(0)
-        length = heads[:, 5]
-        ends = np.cumsum(length)
-        # the rows in the runs' order (by end, group, pair), each run's stages together
-        gather = np.repeat(heads[:, 4] - (ends - length), length) + np.arange(int(ends[-1])
-                                                                                if len(ends) else 0)
-        self.rows, self.top = rows[gather], top[gather]
-        #: per run ``(group, width, pair, stages)``; the runs of end ``x`` are
-        #: ``first[x]:first[x + 1]``, their rows from ``start[r]``
+        #: the stages' rows and tops, a group's runs after another's (each run's together)
+        self.rows = np.concatenate(parts) if parts else np.zeros((0, 4))
+        self.top = np.concatenate(tops) if tops else np.zeros(0)
+        #: per run (by end, group, pair) ``(group, width, pair, stages)``, its end ``x``
+        #: and its first row; the runs of end ``x`` are ``first[x]:first[x + 1]``
         self.runs = np.ascontiguousarray(heads[:, [1, 2, 3, 5]])
-        self.start = np.append(ends - length, ends[-1] if len(ends) else 0)
+        self.end = np.ascontiguousarray(heads[:, 0])
+        self.begin = np.ascontiguousarray(heads[:, 4])
         self.first = np.searchsorted(heads[:, 0], np.arange(L + 2), side="left")
+        self.L = L
 
     def at(self, x: int, limit: float) -> tuple:
         """The runs ending at ``x`` cut at the first start whose top exceeds ``limit``
         (:meth:`LocalDP._candidates`), as :meth:`LocalDP._runs_at` returns them."""
-        lo, hi = int(self.first[x]), int(self.first[x + 1])
-        r0, r1 = int(self.start[lo]), int(self.start[hi])
-        runs, stages = self.runs[lo:hi], self.rows[r0:r1]
-        if not len(runs):
-            return np.zeros((0, 5), dtype=np.int64), np.zeros((0, 4)), []
-        if limit == math.inf:
-            k = runs[:, 3]
-        else:  # tops ascend along a run: its kept rows are a prefix of it
-            keep = self.top[r0:r1] <= limit
-            k = np.add.reduceat(keep.astype(np.int64), self.start[lo:hi] - r0)
-            stages, runs, k = stages[keep], runs[k > 0], k[k > 0]
-        out = np.empty((len(runs), 5), dtype=np.int64)
-        out[:, :3], out[:, 3] = runs[:, :3], np.cumsum(k)
-        seen: dict = {}  # the (group, width) pairs in the order they first come
-        out[:, 4] = [seen.setdefault(gw, len(seen)) for gw in map(tuple, runs[:, :2].tolist())]
-        return out, stages, list(seen)
+        return self.cut(limit).at(x)
 
+    def cut(self, limit: float) -> CutRuns:
+        """Every run cut at the first start whose top exceeds ``limit`` (tops ascend along
+        a run: its kept rows are a prefix of it), runs left without a stage dropped; the
+        kept rows gathered in the runs' order."""
+        runs, end, begin = self.runs, self.end, self.begin
+        k = runs[:, 3]
+        if limit < math.inf and len(runs):
+            kept = np.concatenate(([0], np.cumsum(self.top <= limit)))
+            k = kept[begin + k] - kept[begin]
+            live = k > 0
+            runs, end, begin, k = runs[live], end[live], begin[live], k[live]
+        ends = np.cumsum(k)
+        gather = np.repeat(begin - (ends - k), k) + np.arange(int(ends[-1]) if len(ends) else 0)
+        return CutRuns(self.L, runs, end, k, self.rows[gather])
+
+
+class CutRuns:
+    """The candidate runs of :class:`FlatRuns` under one bound, per end ``x`` as
+    :func:`.local_fast.extend_layer` takes them (:meth:`layer`), made for every end at
+    once: a run's end row in its end's stages, and its ``(group, width)``'s index in the
+    distinct pairs of its end in the order they first come.
+
+    Parameters
+    ----------
+    L : int
+        Layers.
+    runs, end, k : numpy.ndarray
+        int64: the kept runs' ``(group, width, pair, ...)`` rows, ends ``x`` (ascending)
+        and kept stage counts.
+    stages : numpy.ndarray
+        Their kept stages, one run after another.
+    """
+
+    def __init__(self, L: int, runs: np.ndarray, end: np.ndarray, k: np.ndarray,
+                 stages: np.ndarray):
+        xs = np.arange(L + 2)
+        self.first = np.searchsorted(end, xs, side="left")
+        ends = np.cumsum(k)
+        self.rows_from = np.concatenate(([0], ends))[self.first]  # stage row of x's first
+        self.stages = np.ascontiguousarray(stages)
+        self.runs = np.empty((len(runs), 4), dtype=np.int64)
+        self.runs[:, :3] = runs[:, :3]
+        self.runs[:, 3] = ends - self.rows_from[end]
+        # the (group, width) pairs: per end, the distinct ones in the order they first come
+        key = (end * (int(runs[:, 0].max(initial=0)) + 1) + runs[:, 0]) * (
+            int(runs[:, 1].max(initial=0)) + 1) + runs[:, 1]
+        _uniq, once, inverse = np.unique(key, return_index=True, return_inverse=True)
+        order = np.argsort(once)
+        self.pairs_from = np.searchsorted(end[once[order]], xs, side="left")
+        rank = np.empty(len(once), dtype=np.int64)
+        rank[order] = np.arange(len(once)) - self.pairs_from[end[once[order]]]
+        self.gw_of = rank[inverse.reshape(-1)]
+        self.gw = np.ascontiguousarray(runs[once[order], :2])
+
+    def layer(self, x: int) -> tuple:
+        """The runs ending at ``x``: ``(runs, gw_of, stages, gw)``, per run its group,
+        width, pair and end row in ``stages``, and its ``(group, width)``'s row in ``gw``,
+        the distinct pairs."""
+        lo, hi = self.first[x], self.first[x + 1]
+        g0, g1 = self.pairs_from[x], self.pairs_from[x + 1]
+        return (self.runs[lo:hi], self.gw_of[lo:hi],
+                self.stages[self.rows_from[x]:self.rows_from[x + 1]], self.gw[g0:g1])
+
+    def at(self, x: int) -> tuple:
+        """:meth:`layer` as :meth:`LocalDP._runs_at` returns it: ``runs`` with the pair's
+        index as a fifth column, ``stages`` and the pairs as a list of tuples."""
+        runs, gw_of, stages, gw = self.layer(x)
+        return (np.column_stack((runs, gw_of)).astype(np.int64).reshape(-1, 5), stages,
+                list(map(tuple, gw.tolist())))

@@ -167,12 +167,23 @@ class PeriodDP:
 
     def _group_stages(self, g: int) -> list[tuple]:
         """Per ``x``, group ``g``'s candidate stages ``[a, x)`` as arrays ``(pairs, widths,
-        runs, ptr)``: per pair ``c`` (ascending) a run of rows ``(a, C, f, b, R, max in flight)``, ``a``
-        descending, while it fits memory at all. Along a run the stage grows: ``C``, ``f``,
-        ``b`` and ``R`` do not fall and the in-flight limit does not rise. A run ends
-        after the largest ``a < x`` whose in-flight limit is below the least need (a
-        longer stage holds more: it fits no better). The runs' rows follow one another
-        in ``runs``, run ``q`` from ``ptr[q]``."""
+        runs, ptr)``: per pair ``c`` (ascending) a run of rows ``(a, C, f, b, R, max in
+        flight)``, ``a`` descending, while it fits memory at all. Along a run the stage
+        grows: ``C``, ``f``, ``b`` and ``R`` do not fall and the in-flight limit does not
+        rise. A run ends after the largest ``a < x`` whose in-flight limit is below the
+        least need (a longer stage holds more: it fits no better). The runs' rows follow
+        one another in ``runs``, run ``q`` from ``ptr[q]`` (views of
+        :meth:`_stage_table`, :func:`_by_end`)."""
+        return _by_end(self._stage_table(g), self.L)
+
+    def _stage_table(self, g: int) -> tuple:
+        """Group ``g``'s runs of :meth:`_group_stages` for every end at once, by end and
+        pair: ``(ends, pairs, widths, runs, ptr)``, run ``q`` of end ``ends[q]`` the rows
+        ``runs[ptr[q]:ptr[q + 1]]``; made once per tables (:meth:`_shared`)."""
+        cache = self._shared("table")
+        got = cache.get(g)
+        if got is not None:
+            return got
         self.deadline.check()
         opts = self.t.options(g)
         f, b = phase_options(self.t, g)
@@ -182,24 +193,17 @@ class PeriodDP:
         N = opts.max_in_flight.transpose(0, 2, 1)
         stop = np.where((N < self.t.in_flight(1)) & before, pos, -1).max(axis=2)
         keep = before & (pos[None, None, :] > stop[:, :, None])
-        ci, xi, ri = np.nonzero(keep[:, :, ::-1])  # a descending within (c, x)
+        # by (x, c), a descending within
+        xi, ci, ri = np.nonzero(keep.transpose(1, 0, 2)[:, :, ::-1])
         ai = L - ri
-        order = np.argsort(xi * (len(opts.width) + 1) + ci, kind="stable")  # by (x, c)
-        ci, xi, ai = ci[order], xi[order], ai[order]
-        rows = np.column_stack([ai.astype(float), *(v[ci, ai, xi].astype(float) for v in (
+        at = (ci * (L + 1) + ai) * (L + 1) + xi  # [c, a, x] in the options' flat order
+        rows = np.column_stack([ai.astype(float), *(np.take(v, at).astype(float) for v in (
             opts.compute_time, f, b, opts.sync_time, opts.max_in_flight))]).reshape(-1, 6)
-        widths = np.asarray(opts.width, dtype=np.int64)
-        at = np.searchsorted(xi, pos, side="left").tolist() + [len(xi)]
-        per_x = []
-        for x in range(L + 1):
-            lo, hi = at[x], at[x + 1]
-            c = ci[lo:hi]
-            cuts = np.flatnonzero(np.diff(c)) + 1 if hi > lo else np.zeros(0, np.int64)
-            firsts = np.concatenate(([0], cuts)) if hi > lo else cuts
-            pairs = c[firsts].astype(np.int64)
-            ptr = np.concatenate((firsts, [hi - lo])).astype(np.int64)
-            per_x.append((pairs, widths[pairs], rows[lo:hi], ptr))
-        return per_x
+        first = np.flatnonzero(np.diff(xi * (len(opts.width) + 1) + ci, prepend=-1))
+        pairs = ci[first].astype(np.int64)
+        got = cache[g] = (xi[first], pairs, np.asarray(opts.width, dtype=np.int64)[pairs],
+                          rows, np.append(first, len(xi)).astype(np.int64))
+        return got
 
     def run(self, base: dict[int, list], ub: float, prefix=None) -> None:
         """``base[x]``: base labels ``(x1, x2, total, sync, p, hull, ref)`` joining at ``x``
@@ -219,10 +223,13 @@ class PeriodDP:
             self._hi = (self.frontier[0], hi * (1 + SLACK) if hi < math.inf else math.inf)
         zero = (0,) * G
         self._count = [int(min(c, L * self.t.widest)) for c in self.t.count]
-        self._need_at = [self.t.in_flight(r + 1) for r in range(self.R + 1)]
-        self._need_arr = np.array(self._need_at, dtype=float)
+        need = self._shared("need")  # per stage count, the microbatches a stage stashes
+        if self.R not in need:
+            need[self.R] = np.array([self.t.in_flight(r + 1) for r in range(self.R + 1)],
+                                    dtype=float)
+        self._need_arr = need[self.R]
         self._no_pre = np.zeros(1)
-        self._rows: dict = {}  # _prefix_rows by usage, group and widths (this run's prefix)
+        self._rows: dict = {}  # _prefix_row by usage code (this run's prefix)
         #: a usage as one integer: sum of u[g] * stride[g] (its images' states, _file)
         self._stride = np.cumprod([1] + [c + 1 for c in self._count[:-1]]).astype(np.int64)
         self._usages: dict = {}
@@ -255,26 +262,27 @@ class PeriodDP:
         rule = Rule(p_free=self.M - x, steady=self.steady,
                     upper=ub if self.frontier is None else math.inf)
         layer = self._filtered(x, chunks, ub, rule, prefix)
-        refs: dict[tuple, np.ndarray] = {}
-        own = []
-        for u, labels in layer.items():
-            if not len(labels):
-                continue
-            if u == zero:
-                refs[u] = labels.ref[:, 2:5]
-                continue
-            first = len(self._store)
-            n = len(labels)
-            ref = labels.ref.T.tolist()
-            self._store.extend(zip([x] * n, ref[0], ref[1], zip(ref[2], ref[3], ref[4])))
-            S = labels.S
-            own.extend(zip(S[:, 4].astype(np.int64).tolist(), *S[:, :4].T.tolist(),
-                           labels.hull_tuples(), range(first, first + n)))
-            refs[u] = np.column_stack([np.full(len(labels), OWN, dtype=np.int64),
-                                       np.arange(first, first + len(labels), dtype=np.int64),
-                                       np.zeros(len(labels), dtype=np.int64)])
-        if own:
-            self.points[x] = own
+        every, keys, at = self._joined  # the kept labels, state after state
+        if not len(every):
+            return layer, {}
+        # a base label (usage 0) goes on where it came from; an own one is stored, its
+        # images refer to it (the own labels in the layer's order, numbered from first)
+        own = np.ones(len(every), dtype=bool)
+        ref = np.zeros((len(every), 3), dtype=np.int64)
+        if zero in keys:
+            lo, hi = at[keys.index(zero)], at[keys.index(zero) + 1]
+            own[lo:hi] = False
+            ref[lo:hi] = every.ref[lo:hi, 2:5]
+        first, n = len(self._store), int(own.sum())
+        ref[own, 0], ref[own, 1] = OWN, np.arange(first, first + n)
+        if n:
+            mine = every.take(own)
+            cols = mine.ref.T.tolist()
+            self._store.extend(zip([x] * n, cols[0], cols[1], zip(*cols[2:])))
+            S = mine.S
+            self.points[x] = list(zip(S[:, 4].astype(np.int64).tolist(), *S[:, :4].T.tolist(),
+                                      mine.hull_tuples(), range(first, first + n)))
+        refs = {u: ref[at[i]:at[i + 1]] for i, u in enumerate(keys)}
         return layer, refs
 
     def _filtered(self, x: int, chunks: dict, ub: float, rule: Rule, prefix) -> dict:
@@ -347,14 +355,16 @@ class PeriodDP:
             return
         pre_sum, pre_max = (self._no_pre, self._no_pre) if prefix is None else (
             np.asarray(v, dtype=float) for v in prefix)  # arrays: numba reflects no lists
-        groups, (pairs, widths, runs, ptr, of_g) = self._layer_runs(x)
+        pairs, widths, runs, ptr, of_g = self._layer_runs(x)
         usage = np.array(keys, dtype=np.int64).reshape(len(keys), self.t.G)
         use = np.ascontiguousarray(  # usage[:, of_g] comes out in Fortran order
             widths[None, :] <= np.asarray(self._count)[of_g][None, :] - usage[:, of_g])
         size = int(np.diff(at) @ (use @ np.diff(ptr)))
         if not size:
             return
-        P, prow = self._layer_prefix_rows(keys, groups, use, of_g, pre_max)
+        code = usage @ self._stride  # each state's, and per run the image's usage code
+        P, prow = self._layer_prefix_rows(
+            use, code[:, None] + widths * self._stride[of_g], pre_max)
         hi_m, hi_lim = self._hi if self.frontier is not None else (self.M, math.inf)
         ints = np.array([self.M, self.R, self.gpipe, self.frontier is not None, hi_m,
                          prefix is not None], dtype=np.int64)
@@ -375,52 +385,104 @@ class PeriodDP:
         g = of_g[q]
         self._file(states, (
             out_S[:k], out_HL[:k], out_H[:k],
-            np.column_stack([g, pairs[q], ref[at[state] + lab]]),
-            runs[ptr[q] + src[:k, 2], 0].astype(np.int64),
-            (usage @ self._stride)[state] + widths[q] * self._stride[g]))
+            np.column_stack([g, pairs[q], np.take(ref, at[state] + lab, axis=0)]),
+            runs[:, 0][ptr[q] + src[:k, 2]].astype(np.int64),
+            code[state] + widths[q] * self._stride[g]), limit)
 
-    def _layer_prefix_rows(self, keys: list, groups: list, use: np.ndarray, of_g: np.ndarray,
+    def _layer_prefix_rows(self, use: np.ndarray, image: np.ndarray,
                            pre_max: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The prefix floors of a layer's runs: ``(P, prow)``, run ``q`` before a label of
-        state ``s`` (usage ``keys[s]``) reads row ``P[prow[s, q]]`` (:meth:`_prefix_rows` of
-        the state and the run's group)."""
+        state ``s`` (its images of usage code ``image[s, q]``, where ``use[s, q]``) reads
+        row ``P[prow[s, q]]``: the prefix's slowest-stage floor by prefix end, raised by
+        :attr:`floors` for the images' usage (:meth:`_prefix_row`)."""
         prow = np.zeros(use.shape, dtype=np.int64)
         if len(pre_max) < 2:  # no prefix bound: never read
             return np.zeros((1, 1)), prow
-        blocks, n = [], 0
-        for s, u in enumerate(keys):
-            for g, grp in enumerate(groups):
-                on = of_g == g
-                use_g = use[s, on]
-                if use_g.any():
-                    blocks.append(self._prefix_rows(u, g, grp[1], use_g, pre_max))
-                    prow[s, on] = np.arange(n, n + len(use_g))
-                    n += len(use_g)
-        return np.concatenate(blocks), prow
+        if self.floors is None:
+            return pre_max[None, :], prow
+        codes, prow[use] = np.unique(image[use], return_inverse=True)
+        return np.array([self._prefix_row(c, pre_max) for c in codes.tolist()]), prow
 
-    def _file(self, states: list, made: tuple) -> None:
+    def _prefix_row(self, code: int, pre_max: np.ndarray) -> np.ndarray:
+        """:meth:`_layer_prefix_rows`' row of usage code ``code``, made once per run."""
+        got = self._rows.get(code)
+        if got is None:
+            got = self._rows[code] = np.maximum(pre_max, self.floors.period(self._usage(code)))
+        return got
+
+    def _file(self, states: list, made: tuple, limit: float) -> None:
         """File one layer's images (``made``: rows, majorant lengths, majorants, references
         ``g, pair, kind, i, j``, the new stage's start, the new usage's code, in the order
         made) in ``states[a][u']`` as one :class:`_Labels` chunk per state, ``a`` the new
         stage's start and ``u'`` the usage with its width: within a state in the order
-        made."""
+        made. Only the images the curve's paired floor keeps (:meth:`_curve_keeps`) are
+        filed, but every image's state is made (a state's place in its layer is that of
+        its first image, whatever the floor drops)."""
         S, lengths, H, ref, starts, code = made
-        H = H[:, :max(1, int(lengths.max()))]
         key = starts * int(self._stride[-1] * (self._count[-1] + 1)) + code
         order = np.argsort(key, kind="stable")
-        # sorted once; each state's chunk is a slice (a view) of the sorted arrays
-        S, H, lengths, ref, key = S[order], H[order], lengths[order], ref[order], key[order]
+        key = key[order]
         cuts = np.flatnonzero(np.diff(key)) + 1
         lo = np.concatenate(([0], cuts))
         heads = order[lo]
+        at, codes = starts[heads], code[heads]
+        S = np.take(S, order, axis=0)
+        kept = self._curve_keeps(S, lo, at, codes, limit)
+        if kept is not None:  # the rows kept, and where each state's start among them
+            lo = np.concatenate(([0], np.cumsum(kept)))[lo]
+            order, S = order[kept], np.compress(kept, S, axis=0)
+        # sorted once; each state's chunk is a slice (a view) of the sorted arrays
+        width = max(1, int(lengths.max()))
+        H = np.take(H, order, axis=0)[:, :width]
+        lengths, ref = lengths[order], np.take(ref, order, axis=0)
         lo = lo.tolist()
-        hi = lo[1:] + [len(key)]
+        hi = lo[1:] + [len(order)]
         usages = self._usages
-        for x, c, a, b in zip(starts[heads].tolist(), code[heads].tolist(), lo, hi):
+        for x, c, a, b in zip(at.tolist(), codes.tolist(), lo, hi):
             u = usages.get(c)
             if u is None:
                 u = self._usage(c)
-            states[x].setdefault(u, []).append(_Labels(S[a:b], H[a:b], lengths[a:b], ref[a:b]))
+            chunks = states[x].setdefault(u, [])
+            if b > a:
+                chunks.append(_Labels(S[a:b], H[a:b], lengths[a:b], ref[a:b]))
+
+    def _curve_keeps(self, S: np.ndarray, lo: np.ndarray, at: np.ndarray, codes: np.ndarray,
+                     limit: float) -> np.ndarray | None:
+        """Which images the curve's paired floor keeps at their own layer, where
+        :meth:`_filtered` would test them (:func:`.period_fast.order_layer`'s test, the
+        same operations, so the same bits; ``None``: no curve, all): rows ``S`` grouped
+        by state, state ``i``'s from ``lo[i]``, at layer ``at[i]`` of usage code
+        ``codes[i]``. Tested as soon as they are made, so that no image it drops is filed,
+        joined or sorted."""
+        c = self.curve
+        if c is None:
+            return None
+        G = self.t.G
+        room = int(sum((int(r) - 1) * int(s) for r, s in zip(c.radix[:G], c.stride[:G])))
+        usage = codes[:, None] // self._stride[None, :] % (np.asarray(self._count) + 1)
+        room = room - usage @ np.asarray(c.stride[:G], dtype=np.int64)  # .curve room()
+        grid, below, n = c.grid, c.below, len(c.grid)
+        w = float(c.M - 1)
+        # per state, its row of caps and their suffix minima, each padded with inf to
+        # n + 2 columns (a period past the grid reads no cap)
+        CF = np.full((len(at), n + 2), np.inf)
+        CF[:, :n] = c.CF[at, room]
+        suffix = np.full((len(at), n + 2), np.inf)
+        suffix[:, :n] = np.minimum.accumulate((CF[:, :n] + w * below)[:, ::-1], axis=1)[:, ::-1]
+        per = S[:, 0] + S[:, 1]
+        j = np.searchsorted(grid, per, side="left")
+        # each row's state (its row's start in the padded tables' flat order), plus j
+        sizes = np.diff(np.append(lo, len(S)))
+        at_j = np.repeat(np.arange(0, len(at) * (n + 2), n + 2), sizes) + j
+        first = CF.ravel()[at_j] + w * np.maximum(per, np.append(below, 0.0)[j])
+        least = np.minimum(first, suffix.ravel()[at_j + 1])
+        kept = S[:, 2] + S[:, 3] + np.minimum(least, w * np.maximum(per, grid[n - 1])) <= limit
+        if not at[0]:  # layer 0 (the least start, first): no test there
+            kept[:sizes[at == 0].sum()] = True
+        if kept.all():
+            return None
+        self.bound_cut = True
+        return kept
 
     def _usage(self, code: int) -> tuple:
         """The usage tuple of :meth:`_code` ``code``."""
@@ -431,58 +493,30 @@ class PeriodDP:
         return got
 
     def _layer_runs(self, x: int) -> tuple:
-        """Every group's runs at ``x`` (:meth:`_group_runs`) and their :func:`_all_runs`,
-        made once per tables and end (:meth:`_shared`)."""
-        cache = self._shared("layer_runs")
+        """Every group's runs at ``x`` (:meth:`_group_runs`) as :func:`_all_runs` joins
+        them, made once per tables and end (:meth:`_shared`)."""
+        cache = self._shared("all_runs")
         got = cache.get(x)
         if got is None:
-            groups = [self._group_runs(g, x) for g in range(self.t.G)]
-            got = cache[x] = (groups, _all_runs(groups))
+            got = cache[x] = _all_runs([self._group_runs(g, x) for g in range(self.t.G)])
         return got
 
     def _group_runs(self, g: int, x: int) -> tuple:
-        """:meth:`_group_stages` at ``x``, made once per tables (:meth:`_shared`), group
-        and end (every trial of a DC's run asks the same ones). Tables under a
-        ``sync_cap`` (:func:`.agent.own_tables`: ``_cdynp_base`` names the uncapped ones
-        and the cap) take the uncapped tables' runs cut at the cap (:func:`_cut_runs`)."""
-        cache = self._shared("runs")
-        got = cache.get((g, x))
+        """:meth:`_group_stages` at ``x``, made once per tables (:meth:`_shared`) and group
+        (every trial of a DC's run asks the same ones). Tables under a ``sync_cap``
+        (:func:`.agent.own_tables`: ``_cdynp_base`` names the uncapped ones and the cap)
+        take the uncapped tables' runs cut at the cap (:func:`_cut_runs`)."""
+        cache = self._shared("by_end")
+        got = cache.get(g)
         if got is None:
             base = self.t.__dict__.get("_cdynp_base")
             if base is None:
-                stages = self._shared("stages")
-                if g not in stages:
-                    stages[g] = self._group_stages(g)
-                got = stages[g][x]
+                got = self._group_stages(g)
             else:
                 whole = PeriodDP(base[0], position_cap=self.R, deadline=self.deadline)
-                got = _cut_runs(whole._group_runs(g, x), base[1])
-            cache[g, x] = got
-        return got
-
-    def _prefix_rows(self, u: tuple, g: int, widths: np.ndarray, use: np.ndarray,
-                     pre_max: np.ndarray) -> np.ndarray:
-        """Per run of group ``g`` (one width each): the prefix's slowest-stage floor by
-        prefix end, raised by :attr:`floors` for the usage the new label has (``u`` with
-        the run's width more of ``g``)."""
-        if len(pre_max) < 2:  # no prefix bound: never read
-            return np.zeros((len(widths), 1))
-        key = (u, g, widths.tobytes())  # the same for every x with these widths
-        got = self._rows.get(key)
-        if got is None:
-            got = self._rows[key] = self._new_prefix_rows(u, g, widths, use, pre_max)
-        return got
-
-    def _new_prefix_rows(self, u, g, widths, use, pre_max) -> np.ndarray:
-        """:meth:`_prefix_rows` computed."""
-        if self.floors is None:
-            return np.tile(pre_max, (len(widths), 1))
-        rows = np.empty((len(widths), len(pre_max)))
-        for q, w in enumerate(widths.tolist()):
-            if use[q]:
-                nu = u[:g] + (u[g] + w,) + u[g + 1:]
-                rows[q] = np.maximum(pre_max, self.floors.period(nu))
-        return rows
+                got = _by_end(_cut_runs(whole._stage_table(g), base[1]), self.L)
+            cache[g] = got
+        return got[x]
 
     def _over(self, M: int, x1: float, x2: float, total: float, sync: float,
               limit: float) -> bool:
@@ -529,9 +563,9 @@ class _Labels:
 
     @classmethod
     def joined(cls, chunks: list) -> _Labels:
-        """The chunks in order, as one."""
-        if len(chunks) == 1:
-            return chunks[0]
+        """The chunks in order, as one (none: no labels)."""
+        if len(chunks) <= 1:
+            return chunks[0] if chunks else cls.empty()
         Hs = [c.H for c in chunks]
         widths = [h.shape[1] for h in Hs]
         width = max(widths)
@@ -547,13 +581,21 @@ class _Labels:
                    np.concatenate([c.HL for c in chunks]),
                    np.concatenate([c.ref for c in chunks]))
 
+    @classmethod
+    def empty(cls) -> _Labels:
+        """No labels."""
+        return cls(np.zeros((0, 5)), np.zeros((0, 1)), np.zeros(0, dtype=np.int64),
+                   np.zeros((0, 5), dtype=np.int64))
+
     def rows(self, lo: int, hi: int) -> _Labels:
         """The labels ``lo..hi - 1``, as views."""
         return _Labels(self.S[lo:hi], self.H[lo:hi], self.HL[lo:hi], self.ref[lo:hi])
 
     def take(self, rows) -> _Labels:
         """The labels ``rows`` (indices or a mask), in that order."""
-        return _Labels(self.S[rows], self.H[rows], self.HL[rows], self.ref[rows])
+        if rows.dtype == bool:
+            rows = np.flatnonzero(rows)
+        return _Labels(*(np.take(v, rows, axis=0) for v in (self.S, self.H, self.HL, self.ref)))
 
     def hull_tuples(self) -> list[tuple]:
         """Each label's majorant as a tuple."""
@@ -568,17 +610,33 @@ def _filter_joined(keys: list, every: _Labels, starts: np.ndarray, floors: np.nd
     (:func:`~chainpipe.solvers.period_kernel.pareto`), then against the states of no more
     devices (``across``), as :func:`~chainpipe.solvers.dp_period.pareto` and
     :func:`~chainpipe.solvers.dp_period.across_usage` call them on label tuples."""
-    from ..dp_period import kernel, rivals
+    from ..dp_period import kernel
 
     if not keys:
         return np.zeros(0, dtype=bool)
     alive = kernel.pareto(every.S, every.H, every.HL, starts, floors, *rule.bounds())
     if len(keys) > 1:
-        order, ptr, rv = rivals([(0, u) for u in keys])
+        order, ptr, rv = _rivals(keys)
         if len(rv):
             kernel.across(every.S, every.H, every.HL, alive, starts, floors, order, ptr, rv,
                           *rule.bounds())
     return alive
+
+
+def _rivals(keys: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`~chainpipe.solvers.dp_period.rivals` of one DC's states (usages ``keys``,
+    distinct), made at once: the order in which :func:`.period_kernel.across` tests them
+    (by devices used, ties in the order given) and per state (CSR ``ptr``, ``rivals``) the
+    earlier ones using no more devices of any group."""
+    usage = np.array(keys, dtype=np.int64).reshape(len(keys), -1)
+    order = np.argsort(usage.sum(axis=1), kind="stable")
+    usage = usage[order]
+    # [r, s]: r before s in the order and no more devices of any group
+    below = np.triu((usage[:, None, :] <= usage[None, :, :]).all(axis=2), k=1)
+    of, rv = np.nonzero(below.T)
+    ptr = np.zeros(len(keys) + 1, dtype=np.int64)
+    np.cumsum(np.bincount(of, minlength=len(keys)), out=ptr[1:])
+    return order.astype(np.int64), ptr, order[rv].astype(np.int64)
 
 
 def _all_runs(groups: list) -> tuple:
@@ -595,18 +653,29 @@ def _all_runs(groups: list) -> tuple:
     return pairs, widths, np.ascontiguousarray(runs), np.concatenate(ptr), of_g
 
 
-def _cut_runs(group: tuple, cap: float) -> tuple:
-    """A group's runs (:meth:`PeriodDP._group_stages`) under a ``sync_cap``: as the capped
+def _by_end(table: tuple, L: int) -> list[tuple]:
+    """A group's runs for every end (:meth:`PeriodDP._stage_table`) as
+    :meth:`PeriodDP._group_stages` gives them: per end ``x = 0..L``, ``(pairs, widths,
+    runs, ptr)`` (views, ``ptr`` from 0)."""
+    ends, pairs, widths, runs, ptr = table
+    at = np.searchsorted(ends, np.arange(L + 2), side="left").tolist()
+    starts = ptr.tolist()
+    return [(pairs[lo:hi], widths[lo:hi], runs[starts[lo]:starts[hi]], ptr[lo:hi + 1] - starts[lo])
+            for lo, hi in zip(at, at[1:])]
+
+
+def _cut_runs(table: tuple, cap: float) -> tuple:
+    """A group's runs (:meth:`PeriodDP._stage_table`) under a ``sync_cap``: as the capped
     tables give them (an option with ``R >= cap`` fits nowhere, the others count ``R`` as
-    0). Along a run the stage grows and ``R`` does not fall, so the capped run is the uncapped one up to
-    its first stage with ``R >= cap``; runs left empty are dropped."""
-    pairs, widths, runs, ptr = group
+    0). Along a run the stage grows and ``R`` does not fall, so the capped run is the
+    uncapped one up to its first stage with ``R >= cap``; runs left empty are dropped."""
+    ends, pairs, widths, runs, ptr = table
     n = len(runs)
     which = np.repeat(np.arange(len(pairs)), np.diff(ptr))  # each row's run
     idx = np.arange(n)
     bad = np.where(runs[:, 4] >= cap, idx, n)
-    first = np.full(len(pairs), n)
-    np.minimum.at(first, which, bad)
+    # per run (none empty), its first row at or above the cap, else n
+    first = np.minimum.reduceat(bad, ptr[:-1]) if len(pairs) else np.zeros(0, dtype=np.int64)
     keep = idx < first[which]
     counts = np.bincount(which[keep], minlength=len(pairs))
     live = counts > 0
@@ -614,7 +683,7 @@ def _cut_runs(group: tuple, cap: float) -> tuple:
     out[:, 4] = 0.0
     new_ptr = np.zeros(int(live.sum()) + 1, dtype=np.int64)
     new_ptr[1:] = np.cumsum(counts[live])
-    return pairs[live], widths[live], out, new_ptr
+    return ends[live], pairs[live], widths[live], out, new_ptr
 
 
 def concave_majorant(values) -> tuple:

@@ -10,8 +10,11 @@ agree rule for rule. :func:`dc_least`, which :class:`.curve.CurvePass` calls, wa
 same and returns only the minima the pass keeps (the reductions numpy made of ``F`` cost
 0.45 of ``v3-large-01``'s 2.0 CPU s in the pass), its dominated entries found by
 :func:`_kept` (``_undominated``'s tests without its divisions) and only at prefix ends
-where something fits (measured: 18% of them); ``tests/test_cdynp_walk_least.py`` checks
-it against :func:`dc_walk`.
+where something fits (measured: 18% of them), the stages that fit found once per prefix
+end (:func:`_cells`) and only the rows of ``F`` filed into set and read
+(``v3-large-03``'s walks as a solve makes them: 0.48 to 0.30 CPU s with sixteen buckets,
+0.71 to 0.65 s with one); ``tests/test_cdynp_walk_least.py`` checks it against
+:func:`dc_walk`.
 
 The kernels are registered with :data:`UNIT` and handed out at the end of the import as
 :mod:`.period_fast`'s are (:meth:`chainpipe.solvers.label_aot.Unit.bind`): compiled ahead
@@ -26,7 +29,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..label_aot import Unit
-from ..prefix_kernel import SLACK, _stages, _undominated, at_most  # noqa: F401 (called)
+from ..prefix_kernel import SLACK, _file, _stages, _undominated  # noqa: F401 (called)
 
 #: the kernels called from Python (:mod:`.curve`; ``benchmarks/cdynp_large_profile.py``),
 #: their arguments' types (:data:`.label_aot.ARGS`' notation)
@@ -55,7 +58,7 @@ def dc_walk(lam, E_in, U_in, Q_in, radix, stride, nV, dc_groups, ngr, C, ok, wid
     end (:func:`dc_least` walks the same with :func:`_kept`)."""
     F = np.full((C.shape[3], 1, nV, nb), np.inf)
     _walk(F, lam, E_in, U_in, Q_in, radix, stride, nV, dc_groups, ngr, C, ok, widths,
-          npairs, U, Q, nb, windows, False)
+          npairs, U, Q, nb, windows)
     return F
 
 
@@ -66,18 +69,25 @@ def dc_least(lam, E_in, U_in, Q_in, radix, stride, nV, dc_groups, ngr, C, ok, wi
     it: ``(here, own)``, ``here[b, v]`` the least of ``F[b, 0, v', q]`` over every bucket
     and every usage ``v' <= v`` (per group; :func:`chainpipe.solvers.prefix_curve._at_most`
     of ``F.min(axis=3)``), ``own[b, q]`` the least over the usages (``F[:, 0].min(axis=1)``):
-    the same minima, so the same values to the bit. Dominated entries are found by
-    :func:`_kept` (the same as :func:`~chainpipe.solvers.prefix_kernel._undominated`), and
-    a prefix end where nothing fits is not looked at (measured on ``v3-large-01``'s 242
-    walks: 82% of them)."""
+    the same minima, so the same values to the bit. Walked by :func:`_walk_least`; only
+    the rows of ``F`` it filed into are set and read (measured on ``v3-large-01``'s 242
+    walks: 82% of the prefix ends hold nothing; ``v3-large-03``'s sixteen-bucket walks
+    spent a third of their time setting, reducing and rereading the whole ``F``)."""
     L1 = C.shape[3]
-    F = np.full((L1, 1, nV, nb), np.inf)
-    _walk(F, lam, E_in, U_in, Q_in, radix, stride, nV, dc_groups, ngr, C, ok, widths,
-          npairs, U, Q, nb, windows, True)
-    least = np.full((L1, 1, nV), np.inf)
+    F = np.empty((L1, 1, nV, nb))
+    ready = np.zeros(L1, dtype=np.bool_)  # the rows of F set (to inf, then filed into)
+    lower = _lower(radix[0], stride[0], ngr[0], nV)
+    _walk_least(F, ready, lam, E_in, U_in, Q_in, radix, stride, nV, dc_groups, ngr, C, ok,
+                widths, npairs, U, Q, nb, windows, lower)
+    n = 1  # the DC's usages (past them: inf, as at_most leaves them)
+    for gi in range(ngr[0]):
+        n *= radix[0, gi]
+    here = np.full((L1, nV), np.inf)
     own = np.full((L1, nb), np.inf)
     for b in range(L1):
-        for v in range(nV):
+        if not ready[b]:
+            continue
+        for v in range(n):
             m = np.inf
             for q in range(nb):
                 f = F[b, 0, v, q]
@@ -85,19 +95,21 @@ def dc_least(lam, E_in, U_in, Q_in, radix, stride, nV, dc_groups, ngr, C, ok, wi
                     m = f
                 if f < own[b, q]:
                     own[b, q] = f
-            least[b, 0, v] = m
-    here = np.empty((L1, 1, nV))
-    none = np.empty((0, 0, 0))
-    at_most(least, radix, none, none, 0.0, False, here)
-    return here[:, 0], own
+            here[b, v] = m
+        for gi in range(ngr[0]):  # at_most's least over lower usages, group by group
+            for v in range(n):
+                w = lower[v, gi]
+                if w >= 0 and here[b, w] < here[b, v]:
+                    here[b, v] = here[b, w]
+    return here, own
 
 
 @kernel
 def _walk(F, lam, E_in, U_in, Q_in, radix, stride, nV, dc_groups, ngr, C, ok, widths,
-          npairs, U, Q, nb, windows, fast):
-    """Fill ``F`` (all ``inf``) as :func:`dc_walk` returns it; ``fast``: the dominated
-    entries by :func:`_kept`, else by ``dp``'s :func:`~chainpipe.solvers.prefix_kernel.
-    _undominated`."""
+          npairs, U, Q, nb, windows):
+    """Fill ``F`` (all ``inf``) as :func:`dc_walk` returns it: ``dp``'s :func:`~chainpipe.
+    solvers.prefix_kernel._stages` and :func:`~chainpipe.solvers.prefix_kernel.
+    _undominated` at every prefix end (the reference :func:`_walk_least` agrees with)."""
     L1 = C.shape[3]
     last = np.full(C.shape[:3], L1 - 1, dtype=np.int64)  # (_stages: every end looked at)
     edges = np.full(nb, -np.inf)
@@ -105,9 +117,6 @@ def _walk(F, lam, E_in, U_in, Q_in, radix, stride, nV, dc_groups, ngr, C, ok, wi
         for q in range(nb):
             edges[q] = -lam + lam * q / nb
     none = np.full(nb, np.inf)
-    lower = _lower(radix[0], stride[0], ngr[0], nV)
-    best, kept = np.empty((nV, nb)), np.empty((nV, nb))
-    live = np.zeros(nV, dtype=np.bool_)
     for a in range(L1 - 1):
         if a == 0:  # a plan may start on any DC of the chain
             for gi in range(ngr[0]):
@@ -120,23 +129,133 @@ def _walk(F, lam, E_in, U_in, Q_in, radix, stride, nV, dc_groups, ngr, C, ok, wi
                         C, ok, last, widths, npairs, stride[0, gi], Q_in[a], lam, nb, False)
         if U[a, 0, 0] > lam * (1 + SLACK):
             continue
-        if fast:
-            if not _finite(F[a, 0]) or not _kept(F[a, 0], ngr[0], lower, nV, nb, best,
-                                                 kept, live):
-                continue
-        else:
-            kept = _undominated(F[a, 0], ngr[0], radix[0], stride[0], nV, nb)
-            for v in range(nV):
-                live[v] = kept[v].min() < np.inf
+        kept = _undominated(F[a, 0], ngr[0], radix[0], stride[0], nV, nb)
         for v in range(nV):
-            if not live[v]:
-                continue
             row = kept[v]
+            if row.min() == np.inf:
+                continue
             for gi in range(ngr[0]):
                 used = (v // stride[0, gi]) % radix[0, gi]
                 _stages(F, a, 0, v, edges, row, radix[0, gi] - 1 - used, gi,
                         dc_groups[0, gi], C, ok, last, widths, npairs, stride[0, gi],
                         Q[a, 0, 0], lam, nb, False)
+
+
+@kernel
+def _walk_least(F, ready, lam, E_in, U_in, Q_in, radix, stride, nV, dc_groups, ngr, C, ok,
+                widths, npairs, U, Q, nb, windows, lower):
+    """:func:`_walk`'s walk for :func:`dc_least`, filing the same fills by the same rules:
+    per prefix end ``a``, the stages that start there and fit (:func:`_cells`, once for
+    every usage; their rows of ``F`` set to ``inf`` where not yet ``ready``), filed from
+    the incoming table and from each usage's entries that :func:`_kept` keeps (the
+    entries below ``inf`` only, in bucket order: :func:`_finite_buckets`); a prefix end
+    no stage filed into is not looked at."""
+    L1, P, ng = C.shape[3], C.shape[1], ngr[0]
+    edges = np.full(nb, -np.inf)
+    if windows:
+        for q in range(nb):
+            edges[q] = -lam + lam * q / nb
+    best, kept = np.empty((nV, nb)), np.empty((nV, nb))
+    live = np.zeros(nV, dtype=np.bool_)
+    ends, cs = np.empty(max(ng, 1) * P * L1, dtype=np.int64), np.empty(max(ng, 1) * P * L1)
+    start = np.empty(max(ng, 1) * P + 1, dtype=np.int64)
+    qs = np.zeros(nb, dtype=np.int64)
+    top = lam * (1 + SLACK)
+    for a in range(L1 - 1):
+        entry = a == 0 or (U_in[a] <= top and E_in[a].min() < np.inf)
+        grow = (a > 0 and ready[a] and U[a, 0, 0] <= top
+                and _kept(F[a, 0], ng, lower, nV, nb, best, kept, live))
+        if not (entry or grow) or not _cells(F, ready, a, lam, dc_groups[0], ng, C, ok,
+                                             npairs, ends, cs, start):
+            continue
+        if a == 0:  # a plan may start on any DC of the chain
+            for gi in range(ng):
+                _fill(F, 0, edges, edges, qs, 0, radix[0, gi] - 1, gi, dc_groups[0, gi],
+                      widths, npairs, stride[0, gi], 0.0, lam, nb, True, ends, cs, start, P)
+            continue
+        if entry:
+            nq = _finite_buckets(E_in[a], qs)
+            for gi in range(ng):
+                _fill(F, 0, edges, E_in[a], qs, nq, radix[0, gi] - 1, gi, dc_groups[0, gi],
+                      widths, npairs, stride[0, gi], Q_in[a], lam, nb, False, ends, cs, start,
+                      P)
+        if not grow:
+            continue
+        for v in range(nV):
+            if not live[v]:
+                continue
+            row = kept[v]
+            nq = _finite_buckets(row, qs)
+            for gi in range(ng):
+                used = (v // stride[0, gi]) % radix[0, gi]
+                _fill(F, v, edges, row, qs, nq, radix[0, gi] - 1 - used, gi, dc_groups[0, gi],
+                      widths, npairs, stride[0, gi], Q[a, 0, 0], lam, nb, False, ends, cs,
+                      start, P)
+
+
+@kernel
+def _cells(F, ready, a, lam, groups, ng, C, ok, npairs, ends, cs, start):
+    """Per local group ``gi`` and option ``c``, the stages ``[a, b)`` that
+    :func:`~chainpipe.solvers.prefix_kernel._stages` files (``C`` within the cap, in
+    ``ok``), their ends and ``C`` in ``ends``, ``cs[start[gi * P + c]:start[gi * P + c +
+    1]]`` (``P`` options per group); the rows of ``F`` at those ends set to ``inf`` where
+    not ``ready`` (then ready). Returns whether there is any."""
+    P = C.shape[1]
+    tol = lam * SLACK
+    n = 0
+    for gi in range(ng):
+        g = groups[gi]
+        for c in range(P):
+            start[gi * P + c] = n
+            for b in range(a + 1, C.shape[3] if c < npairs[g] else 0):
+                cc = C[g, c, a, b]
+                if cc > lam + tol:
+                    break
+                if not ok[g, c, a, b]:
+                    continue
+                ends[n], cs[n] = b, cc
+                n += 1
+                if not ready[b]:
+                    F[b] = np.inf
+                    ready[b] = True
+    start[ng * P] = n
+    return n > 0
+
+
+@kernel
+def _fill(F, v0, h0s, f0s, qs, nq, free_gi, gi, g, widths, npairs, stride, Q, lam, nb,
+          first, ends, cs, start, P):
+    """:func:`~chainpipe.solvers.prefix_kernel._stages` of group ``g`` (local ``gi``) over
+    the stages :func:`_cells` found, after usage ``v0``'s entries ``f0s`` (buckets
+    ``qs[:nq]``, those below ``inf`` in order; the loop of ``_stages`` skips the others)."""
+    tol = lam * SLACK
+    for c in range(npairs[g]):
+        w = widths[g, c]
+        if w > free_gi:
+            continue
+        v2 = v0 + w * stride
+        for n in range(start[gi * P + c], start[gi * P + c + 1]):
+            b, cc = ends[n], cs[n]
+            if first:
+                _file(F, b, 0, v2, cc - lam, cc, lam, nb)
+                continue
+            for j in range(nq):
+                q = qs[j]
+                h2 = max(cc - lam, h0s[q] + Q + cc - lam)
+                if h2 > tol:
+                    break
+                _file(F, b, 0, v2, h2, f0s[q] + Q + cc, lam, nb)
+
+
+@kernel
+def _finite_buckets(row, qs):
+    """Into ``qs``, in order, the buckets of ``row`` below ``inf``; returns how many."""
+    n = 0
+    for q in range(row.shape[0]):
+        if row[q] < np.inf:
+            qs[n] = q
+            n += 1
+    return n
 
 
 @kernel
@@ -176,16 +295,6 @@ def _kept(Fk, ng, lower, nV, nb, best, kept, live):
         live[v] = row
         some = some or row
     return some
-
-
-@kernel
-def _finite(Fk):
-    """Whether ``Fk`` holds an entry below ``inf`` (else :func:`_kept` keeps none)."""
-    for v in range(Fk.shape[0]):
-        for q in range(Fk.shape[1]):
-            if Fk[v, q] < np.inf:
-                return True
-    return False
 
 
 UNIT.bind(globals())

@@ -1,0 +1,82 @@
+"""The period DP's cheaper steps against the rules they stand for: the curve's paired
+floor tested on a layer's images as they are filed (``PeriodDP._curve_keeps``) keeps
+exactly the rows :func:`.curve.paired` keeps (a weaker test would only cost time, the
+layer's own test dropping the rest, so nothing else shows it), and the states' rivals
+made at once (``period._rivals``) are :func:`.dp_period.rivals`'."""
+
+from __future__ import annotations
+
+import itertools
+import types
+
+import numpy as np
+
+from chainpipe.solvers.cdynp import curve, period
+from chainpipe.solvers.dp_period import rivals
+
+
+def _dp_with_curve(rng, count: list, L: int, n: int):
+    """A period DP of ``len(count)`` groups with a made-up curve pass: ``CF[a, room,
+    cap]`` (a view with the caps last, as :class:`.curve.CurvePass` keeps it) over an
+    ascending grid of ``n`` caps, rooms numbered in another order than the usage codes."""
+    radix = np.array(count) + 1
+    stride = np.cumprod(np.concatenate(([1], radix[::-1][:-1])))[::-1]  # last group fastest
+    joined = rng.uniform(0.0, 4.0, size=(n, L + 1, int(np.prod(radix))))
+    joined[rng.random(joined.shape) < 0.2] = np.inf  # caps no prefix meets
+    grid = np.sort(rng.uniform(0.1, 1.0, size=n))
+    c = types.SimpleNamespace(CF=joined.transpose(1, 2, 0), grid=grid, M=7,
+                              below=np.concatenate(([0.0], grid[:-1])), radix=radix,
+                              stride=stride)
+    dp = period.PeriodDP.__new__(period.PeriodDP)
+    dp.t, dp.curve, dp.bound_cut = types.SimpleNamespace(G=len(count)), c, False
+    dp._count = list(count)
+    dp._stride = np.cumprod([1] + [k + 1 for k in count[:-1]]).astype(np.int64)
+    return dp, c
+
+
+def test_curve_keeps_the_rows_paired_keeps():
+    rng = np.random.default_rng(5)
+    count, L, n, ub = [2, 3], 6, 5, 6.0
+    dp, c = _dp_with_curve(rng, count, L, n)
+    usages = [u for u in itertools.product(*(range(k + 1) for k in count)) if any(u)]
+    kept_any = dropped_any = False
+    for _ in range(30):
+        states = sorted({(int(rng.integers(0, L + 1)), usages[int(rng.integers(len(usages)))])
+                         for _ in range(6)})
+        sizes = rng.integers(1, 40, size=len(states))
+        S = np.column_stack([rng.uniform(0.0, 1.2, size=(sizes.sum(), 2)),
+                             rng.uniform(0.0, 3.0, size=(sizes.sum(), 2)),
+                             np.zeros(sizes.sum())])
+        S[::7, 1] = S[::7, 0] = c.grid[1] / 2  # periods on a cap
+        lo = np.concatenate(([0], np.cumsum(sizes)[:-1]))
+        at = np.array([a for a, _u in states])
+        codes = np.array([int(np.dot(u, dp._stride)) for _a, u in states])
+        dp.bound_cut = False
+        got = dp._curve_keeps(S, lo, at, codes, ub * (1 + 1e-9))
+        want = []
+        for (a, u), i, k in zip(states, lo, sizes):
+            room = sum((int(r) - 1 - g) * int(s) for g, r, s in zip(u, c.radix, c.stride))
+            rows = S[i:i + k]
+            want.append(np.ones(k, dtype=bool) if a == 0 else
+                        curve.paired(rows, c.CF[a, room], c.grid, c.below, c.M, ub))
+        want = np.concatenate(want)
+        if want.all():
+            assert got is None and not dp.bound_cut
+        else:
+            assert np.array_equal(got, want) and dp.bound_cut
+        kept_any |= bool(want[at.repeat(sizes) > 0].any())
+        dropped_any |= not want.all()
+    assert kept_any and dropped_any
+
+
+def test_rivals_at_once_are_dps():
+    rng = np.random.default_rng(11)
+    for G in (1, 2, 3):
+        every = list(itertools.product(range(4), repeat=G))
+        for _ in range(40):
+            pick = rng.permutation(len(every))[:int(rng.integers(1, min(len(every), 30) + 1))]
+            keys = [every[i] for i in pick]
+            got = period._rivals(keys)
+            want = rivals([(0, u) for u in keys])
+            for a, b in zip(got, want):
+                assert np.array_equal(a, b), (keys, got, want)
