@@ -431,8 +431,9 @@ RANGE_CLOSE = True
 #: whether an exact range run's ladder climbs with ``dp``'s strides
 #: (:meth:`chainpipe.solvers.dp_ranges.RangeTimes._stride`): a rung left out after a miss
 #: that kept few labels (``FAR``, far below the least ``T_p``), two or four while the
-#: labels grow slowly a rung (``SLOW``). Drives: ``v3-medium-02`` 97 -> 91, ``-03`` 89 ->
-#: 86, ``v3-large-03`` 303 -> 295, ``v3-large-02`` 166 -> 163, their labels within 1 %
+#: labels grow slowly a rung (``SLOW``). Drives (labels): ``v3-medium-02`` 97 -> 91 (9,101
+#: -> 9,951; CPU 1.50 -> 1.43 s, least of 5), ``-03`` 89 -> 86 (6,023 -> 5,980),
+#: ``v3-large-03`` 303 -> 295 (454,409 -> 453,077), ``v3-large-02`` 166 -> 163
 RANGE_STRIDES = True
 
 #: whether an exact range run whose owner's proven floor lies close under its bound skips
