@@ -1,8 +1,7 @@
 """The period DP's cheaper steps against the rules they stand for: the curve's paired
 floor tested on a layer's images as they are filed (``PeriodDP._curve_keeps``) keeps
 exactly the rows :func:`.curve.paired` keeps (a weaker test would only cost time, the
-layer's own test dropping the rest, so nothing else shows it), and the states' rivals
-made at once (``period._rivals``) are :func:`.dp_period.rivals`'."""
+layer's own test dropping the rest, so nothing else shows it)."""
 
 from __future__ import annotations
 
@@ -12,7 +11,6 @@ import types
 import numpy as np
 
 from chainpipe.solvers.cdynp import curve, period
-from chainpipe.solvers.dp_period import rivals
 
 
 def _dp_with_curve(rng, count: list, L: int, n: int):
@@ -67,16 +65,3 @@ def test_curve_keeps_the_rows_paired_keeps():
         kept_any |= bool(want[at.repeat(sizes) > 0].any())
         dropped_any |= not want.all()
     assert kept_any and dropped_any
-
-
-def test_rivals_at_once_are_dps():
-    rng = np.random.default_rng(11)
-    for G in (1, 2, 3):
-        every = list(itertools.product(range(4), repeat=G))
-        for _ in range(40):
-            pick = rng.permutation(len(every))[:int(rng.integers(1, min(len(every), 30) + 1))]
-            keys = [every[i] for i in pick]
-            got = period._rivals(keys)
-            want = rivals([(0, u) for u in keys])
-            for a, b in zip(got, want):
-                assert np.array_equal(a, b), (keys, got, want)

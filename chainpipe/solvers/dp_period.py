@@ -167,25 +167,39 @@ def pareto(labels: list, rule: Rule, floor: float = -np.inf) -> list:
     return [lab for lab, ok in zip(labels, alive.tolist()) if ok]
 
 
+def usage_rivals(usages: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For one DC's states (distinct usages ``usages``), the order in which
+    :func:`.period_kernel.across` tests them (by devices used, ties in the order given)
+    and per state its rivals, the earlier ones using no more devices of any group (CSR:
+    ``ptr`` and ``rivals``, indices into ``usages``)."""
+    usage = np.array(usages, dtype=np.int64).reshape(len(usages), -1)
+    order = np.argsort(usage.sum(axis=1), kind="stable")
+    usage = usage[order]
+    # [r, s]: r before s in the order and no more devices of any group
+    below = np.triu((usage[:, None, :] <= usage[None, :, :]).all(axis=2), k=1)
+    of, rv = np.nonzero(below.T)
+    ptr = np.zeros(len(usages) + 1, dtype=np.int64)
+    np.cumsum(np.bincount(of, minlength=len(usages)), out=ptr[1:])
+    return order.astype(np.int64), ptr, order[rv].astype(np.int64)
+
+
 def rivals(keys: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """For states ``keys`` (``(dc, usage)``), the order in which
-    :func:`.period_kernel.across` tests them (per DC by devices used) and per state its
-    rivals: the earlier ones of its DC using no more devices of any group (CSR: ``ptr``
-    and ``rivals``, indices into ``keys``)."""
+    """:func:`usage_rivals` of states ``keys`` (``(dc, usage)``), DC by DC in the order
+    the DCs first appear: the order in which :func:`.period_kernel.across` tests them
+    and per state its rivals (CSR: ``ptr`` and ``rivals``, indices into ``keys``)."""
     by_dc: dict = {}
     for s, key in enumerate(keys):
         by_dc.setdefault(key[0], []).append(s)
-    order, ptr, out = [], [0], []
+    none = np.zeros(0, dtype=np.int64)
+    order, ptr, out, at = [none], [np.zeros(1, dtype=np.int64)], [none], 0
     for segs in by_dc.values():
-        segs.sort(key=lambda s: sum(keys[s][1]))
-        for i, s in enumerate(segs):
-            u = keys[s][1]
-            order.append(s)
-            out += [r for r in segs[:i] if keys[r][1] != u
-                    and all(x <= y for x, y in zip(keys[r][1], u))]
-            ptr.append(len(out))
-    return (np.array(order, dtype=np.int64), np.array(ptr, dtype=np.int64),
-            np.array(out, dtype=np.int64))
+        segs = np.array(segs, dtype=np.int64)
+        o, p, r = usage_rivals([keys[s][1] for s in segs])
+        order.append(segs[o])
+        out.append(segs[r])
+        ptr.append(p[1:] + at)
+        at += int(p[-1])
+    return np.concatenate(order), np.concatenate(ptr), np.concatenate(out)
 
 
 def across_usage(layer: dict, rule: Rule, floors: dict) -> None:

@@ -45,7 +45,7 @@ import numpy as np
 
 from ... import cost
 from ...deadline import Deadline
-from ..dp_period import Rule, hull_prepend, new_loops, phase_options
+from ..dp_period import Rule, hull_prepend, new_loops, phase_options, usage_rivals
 from .local import END, OWN
 
 #: relative slack of the bound test: rounding may keep a label, never cut one
@@ -616,27 +616,11 @@ def _filter_joined(keys: list, every: _Labels, starts: np.ndarray, floors: np.nd
         return np.zeros(0, dtype=bool)
     alive = kernel.pareto(every.S, every.H, every.HL, starts, floors, *rule.bounds())
     if len(keys) > 1:
-        order, ptr, rv = _rivals(keys)
+        order, ptr, rv = usage_rivals(keys)
         if len(rv):
             kernel.across(every.S, every.H, every.HL, alive, starts, floors, order, ptr, rv,
                           *rule.bounds())
     return alive
-
-
-def _rivals(keys: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """:func:`~chainpipe.solvers.dp_period.rivals` of one DC's states (usages ``keys``,
-    distinct), made at once: the order in which :func:`.period_kernel.across` tests them
-    (by devices used, ties in the order given) and per state (CSR ``ptr``, ``rivals``) the
-    earlier ones using no more devices of any group."""
-    usage = np.array(keys, dtype=np.int64).reshape(len(keys), -1)
-    order = np.argsort(usage.sum(axis=1), kind="stable")
-    usage = usage[order]
-    # [r, s]: r before s in the order and no more devices of any group
-    below = np.triu((usage[:, None, :] <= usage[None, :, :]).all(axis=2), k=1)
-    of, rv = np.nonzero(below.T)
-    ptr = np.zeros(len(keys) + 1, dtype=np.int64)
-    np.cumsum(np.bincount(of, minlength=len(keys)), out=ptr[1:])
-    return order.astype(np.int64), ptr, order[rv].astype(np.int64)
 
 
 def _all_runs(groups: list) -> tuple:
