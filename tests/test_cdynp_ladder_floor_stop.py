@@ -1,7 +1,13 @@
-"""The one-pipeline ladder makes no run under its bound when the prefix-curve floor its
-first run reported is not below that bound (:func:`chainpipe.solvers.cdynp._curve_ladder`):
-no one-pipeline plan's ``T`` lies under the floor, so that run would find nothing
-(``v3-large-02``: the incumbent of 8 pipelines, 17.516 s, under the floor 17.686 s).
+"""The one-pipeline ladder (:func:`chainpipe.solvers.cdynp._curve_ladder`) makes no run
+under its bound when the prefix-curve floor its first run reported is not below that
+bound: no one-pipeline plan's ``T`` lies under the floor, so that run would find nothing
+(``v3-large-02``: the incumbent of 8 pipelines, 17.516 s, under the floor 17.686 s). When
+the floor lies below the classic optimum, the steps start from the classic optimum, as
+``dp``'s trials start from the larger of the two (a fresh ``v3-large-01``-like draw, seed
+21, went from the classic optimum 5.615 s straight to the incumbent 7.587 s and ran for
+more than ten minutes under it; the optimum is 6.487 s). The caps start at
+:data:`~chainpipe.solvers.cdynp.CURVE_LOW` times the classic optimum, so that the floor
+has caps under it to stand on.
 
 The ladder's runs are replaced by a recorder that reports a chosen floor, so the test
 reads which bounds the ladder asks for; the exact answers on real instances are checked
@@ -26,6 +32,8 @@ def _ladder(monkeypatch, floor: float, bound: float) -> list[float]:
 
     def fake_drive(backend, options, *, deadline, probe, trace_dir):
         asked.append(options["upper_bound"])
+        assert options["curve_low"] == pytest.approx(10.0 * cdynp.CURVE_LOW)
+        assert options["curve_top"] == bound
         return Outcome("no_solution", stats={"messages": [], "agents": [
             {"curve_floor_s": floor}]})
 
@@ -52,6 +60,8 @@ def test_the_steps_and_the_bound_when_the_floor_is_below_it(monkeypatch):
     assert all(12.0 < b < 13.0 for b in asked[1:-1]) and len(asked) > 2
 
 
-def test_one_run_under_the_bound_when_the_floor_gives_no_anchor(monkeypatch):
+def test_the_steps_from_the_classic_optimum_when_the_floor_is_below_it(monkeypatch):
     asked = _ladder(monkeypatch, 9.0, 13.0)
-    assert asked == [pytest.approx(10.0), 13.0]
+    assert asked[0] == pytest.approx(10.0)
+    assert asked[1:] == [pytest.approx(10.0 * (1 + d)) for d in cdynp.LADDER_STEPS
+                         if 10.0 * (1 + d) < 13.0] + [13.0]

@@ -419,6 +419,9 @@ RANGE_CURVE = True
 #: a ladder of runs: 48 s). Compressed runs keep ``T_c`` (their grid holds 16 caps at most).
 RANGE_CURVE_LOW = 0.8
 
+#: where an exact one-pipeline ladder's caps start (times the classic optimum)
+CURVE_LOW = 0.8
+
 #: whether an exact range run under a public bound makes its period run a ladder of bounds
 #: from the range's classic optimum (:func:`_range_ladder`); ``False``: one run under it
 RANGE_LADDER = True
@@ -479,13 +482,12 @@ def _curve_ladder(backend, period_options: dict, bound: float, deadline: Deadlin
                   trace_dir) -> Outcome:
     """The one-pipeline period run as the owner's ladder of public bounds (``docs/privacy.md``,
     "The prefix-curve pass"). Every run makes the prefix-curve pass on one grid of caps
-    (``curve_low``: the classic optimum, ``curve_top``: ``bound``); the first runs under a
-    hair above the classic optimum, and its last DC reports the pass's floor ``F0``
-    (``curve_floor_s``); then, when ``F0`` lies above that first bound, runs under ``F0 (1
-    + d)`` for :data:`LADDER_STEPS` below ``bound``, and last (or at once, when the pass
-    gave no floor above the classic optimum: the steps would have no anchor; ``v3/medium``,
-    whose floors lie far below, measured 0.3 to 0.7 CPU s slower with steps from the
-    classic optimum) under ``bound`` (none when ``F0`` is not below ``bound``: no plan's
+    (``curve_low``: :data:`CURVE_LOW` times the classic optimum in exact mode, so that the
+    lowest caps lie under every plan's period and the floor stands on them; ``curve_top``:
+    ``bound``); the first runs under a hair above the classic optimum, and its last DC
+    reports the pass's floor ``F0`` (``curve_floor_s``); then runs under ``T_0 (1 + d)``
+    for :data:`LADDER_STEPS` below ``bound``, ``T_0`` the larger of ``F0`` and the classic
+    optimum (``dp``'s trials), and last under ``bound`` (none when ``F0`` is not below ``bound``: no plan's
     ``T`` lies under ``F0``, so that run would find nothing; ``v3-large-02``, whose
     incumbent of 8 pipelines, 17.516 s, lies under ``F0`` = 17.686 s), each with the last failed bound as its public
     ``lower_bound``, until one finds a plan (the optimum: an exact run under ``U`` keeps every
@@ -494,7 +496,8 @@ def _curve_ladder(backend, period_options: dict, bound: float, deadline: Deadlin
     and agents, ``ladder`` (per run: bound, plan found, wall seconds) and
     ``curve_floor_s``."""
     low = period_options["lower_bound"]
-    opts = {**period_options, "curve_low": low, "curve_top": bound}
+    grid_low = low * (CURVE_LOW if is_exact(period_options) else 1.0)
+    opts = {**period_options, "curve_low": grid_low, "curve_top": bound}
     bounds = [min(low * (1 + 2e-9), bound)]
     messages, agents, steps, floor = [], [], [], None
     i = 0
@@ -513,9 +516,11 @@ def _curve_ladder(backend, period_options: dict, bound: float, deadline: Deadlin
             got = [a["curve_floor_s"] for a in out.stats.get("agents", [])
                    if "curve_floor_s" in a]
             floor = max(got) if got else None
-            if floor is not None and floor > ub:  # no anchor below it: one run under bound
-                ladder = COMPRESSED_STEPS if not is_exact(opts) else LADDER_STEPS
-                bounds += [floor * (1 + d) for d in ladder if floor * (1 + d) < bound]
+            # the steps from the pass's floor, or from the classic optimum (the first
+            # bound) when the floor lies below it, as dp's trials go from T_0
+            anchor = ub if floor is None else max(floor, ub)
+            ladder = COMPRESSED_STEPS if not is_exact(opts) else LADDER_STEPS
+            bounds += [anchor * (1 + d) for d in ladder if anchor * (1 + d) < bound]
             if bounds[-1] < bound and (floor is None or floor < bound):
                 bounds.append(bound)  # (F0 at or above bound: nothing left to search)
         if out.plan is not None or out.stats.get("timed_out") or i + 1 == len(bounds):
