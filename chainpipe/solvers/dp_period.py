@@ -190,6 +190,8 @@ def rivals(keys: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     by_dc: dict = {}
     for s, key in enumerate(keys):
         by_dc.setdefault(key[0], []).append(s)
+    if len(by_dc) == 1:  # one DC (the common case): its indices are the keys'
+        return usage_rivals([key[1] for key in keys])
     none = np.zeros(0, dtype=np.int64)
     order, ptr, out, at = [none], [np.zeros(1, dtype=np.int64)], [none], 0
     for segs in by_dc.values():
