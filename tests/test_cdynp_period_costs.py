@@ -1,7 +1,8 @@
 """The period DP's cheaper steps against the rules they stand for: the curve's paired
 floor tested on a layer's images as they are filed (``PeriodDP._curve_keeps``) keeps
 exactly the rows :func:`.curve.paired` keeps (a weaker test would only cost time, the
-layer's own test dropping the rest, so nothing else shows it)."""
+layer's own test dropping the rest, so nothing else shows it), and the summary's
+dominance filter (:func:`.period.pareto`) keeps what the rule keeps, pair by pair."""
 
 from __future__ import annotations
 
@@ -65,3 +66,38 @@ def test_curve_keeps_the_rows_paired_keeps():
         kept_any |= bool(want[at.repeat(sizes) > 0].any())
         dropped_any |= not want.all()
     assert kept_any and dropped_any
+
+
+def _pareto_by_definition(labels: list, same_p: bool, prior: list) -> list:
+    """:func:`.period.pareto` pair by pair: in ``total`` order, a label is kept when no
+    prior point and no label kept before it dominates it (:func:`.period.dominates`)."""
+    kept, out = list(prior), []
+    for lab in sorted(labels, key=lambda lab: (lab[2], lab[0], lab[1], lab[3])):
+        if not any(period.dominates(k, lab, same_p) for k in kept):
+            kept.append(lab)
+            out.append(lab)
+    return out
+
+
+def test_summary_pareto_is_the_definition():
+    """The summary's dominance filter (compiled ``keep_points``, taken ``p`` by ``p`` under
+    1F1B) keeps exactly the labels the rule keeps, prior points included; on few values
+    per term, so that ties and dominance are common, with majorants of two lengths."""
+    rng = np.random.default_rng(5)
+    checked = dropped = 0
+    for _ in range(150):
+        n, same_p = int(rng.integers(1, 60)), bool(rng.integers(2))
+
+        def label(i):
+            hl = int(rng.integers(0, 3))
+            return (*map(float, rng.integers(0, 4, 4)), int(rng.integers(0, 4)),
+                    tuple(sorted(map(float, rng.integers(0, 5, hl)), reverse=True)), i)
+
+        labels = [label(i) for i in range(n)]
+        prior = [label(-1) for _ in range(int(rng.integers(0, 6)))]
+        got = period.pareto(labels, same_p, prior)
+        want = _pareto_by_definition(labels, same_p, prior)
+        assert got == want
+        checked += 1
+        dropped += len(got) < n
+    assert checked == 150 and dropped > 100

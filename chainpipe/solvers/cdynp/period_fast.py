@@ -188,24 +188,43 @@ def keep_points(S, H, HL, prior, same_p):
     rows ``0..prior - 1`` (points already kept) counting as kept: :func:`.period.pareto`
     of the rows from ``prior`` on (given in its order), then those no prior row dominates.
     (A row dominated by a prior row is not kept, and neither is one it alone would
-    dominate: the prior row dominates that one too, the rule being transitive.)"""
+    dominate: the prior row dominates that one too, the rule being transitive.) With
+    ``same_p`` only rows of one ``p`` dominate each other, so the rows are taken ``p`` by
+    ``p`` (each ``p``'s in the order given, a stable sort), each tested against the kept
+    rows of its own ``p`` only: the same answer, without the pairs that cannot match
+    (a dear summary's points spread over tens of ``p``)."""
     n = S.shape[0]
     alive = np.zeros(n, dtype=np.bool_)
     kept = np.empty(n, dtype=np.int64)
-    nk = 0
-    for i in range(prior):
-        kept[nk] = i
-        nk += 1
-    for b in range(prior, n):
-        beaten = False
-        for t in range(nk):
-            if _point_dominates(S, H, HL, kept[t], b, same_p):
-                beaten = True
-                break
-        if not beaten:
-            alive[b] = True
-            kept[nk] = b
-            nk += 1
+    if same_p:
+        order = np.argsort(S[:, 4], kind="mergesort")
+    else:
+        order = np.arange(n)
+    lo = 0
+    while lo < n:
+        hi = lo + 1
+        if same_p:
+            while hi < n and S[order[hi], 4] == S[order[lo], 4]:
+                hi += 1
+        else:
+            hi = n
+        nk = 0
+        for q in range(lo, hi):
+            b = order[q]
+            if b < prior:
+                kept[nk] = b
+                nk += 1
+                continue
+            beaten = False
+            for t in range(nk):
+                if _point_dominates(S, H, HL, kept[t], b, same_p):
+                    beaten = True
+                    break
+            if not beaten:
+                alive[b] = True
+                kept[nk] = b
+                nk += 1
+        lo = hi
     return alive
 
 
