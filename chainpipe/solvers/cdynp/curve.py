@@ -309,6 +309,16 @@ class CurvePass:
         whole = self.table[:, -1].min(axis=1) + (self.M - 1) * self.below
         return float(min(whole.min(), (self.M - 1) * self.grid[-1]))
 
+    def period_floor(self, x: int, u: tuple) -> float:
+        """A floor under the period of every completion of a label of state ``(x, u)``
+        (:meth:`rows`' row): its prefix ``[0, x)`` cannot be placed under a cap whose
+        least fill is ``inf``, so the period lies above the largest such cap below the
+        first finite one (``grid[-1]`` when none is: past the grid; 0 when the lowest is
+        finite: nothing known)."""
+        row = self.CF[x, self.room(u)] if any(u) else self.CF_base[x]
+        fits = np.flatnonzero(np.isfinite(row))
+        return float(self.below[fits[0]]) if len(fits) else float(self.grid[-1])
+
     def room(self, u: tuple) -> int:
         """The usage index of the devices a label of own usage ``u`` leaves free."""
         return int(sum((int(self.radix[i]) - 1 - int(n)) * int(self.stride[i])

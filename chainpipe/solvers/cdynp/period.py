@@ -51,6 +51,12 @@ from .local import END, OWN
 #: relative slack of the bound test: rounding may keep a label, never cut one
 SLACK = 1e-9
 
+#: under one period (1F1B) the layer's filter uses ``dp``'s shifted rule (``Rule.shift``: a
+#: dominator's period measured above the state's floor under the other's completed period,
+#: :meth:`PeriodDP._state_floor`), each state's labels sorted by period raised to its floor
+#: (not in a frontier run, whose labels stand for several microbatch counts)
+SHIFT = True
+
 
 def period_time(M: int, x1: float, x2: float, total: float, sync: float) -> float:
     """``T`` of a complete plan from a period label: ``total + (M - 1)(x1 + x2) + sync``
@@ -260,7 +266,8 @@ class PeriodDP:
         # a frontier run weighs the period for the interval's top and keeps the bound out
         # of the rule (its room is valid at one weight only, docs/privacy.md)
         rule = Rule(p_free=self.M - x, steady=self.steady,
-                    upper=ub if self.frontier is None else math.inf)
+                    upper=ub if self.frontier is None else math.inf,
+                    shift=SHIFT and not self.gpipe and self.frontier is None)
         layer = self._filtered(x, chunks, ub, rule, prefix)
         every, keys, at = self._joined  # the kept labels, state after state
         if not len(every):
@@ -319,6 +326,12 @@ class PeriodDP:
         every = every.take(order)
         starts = np.concatenate(([0], np.cumsum(counts[live]))).astype(np.int64)
         floors = np.array([self._state_floor(x, keys[i], prefix) for i in live], dtype=float)
+        if rule.shift:  # each state's labels by period raised to its floor, as dp's are
+            from ..dp_period import kernel
+
+            ids = np.arange(len(every), dtype=np.int64)
+            kernel.by_raised_period(ids, every.S.copy(), starts, floors)
+            every = every.take(ids)
         alive = _filter_joined([keys[i] for i in live], every, starts, floors, rule)
         every = every.take(alive)
         at = np.concatenate(([0], np.cumsum(alive))).astype(np.int64)[starts]
@@ -334,13 +347,18 @@ class PeriodDP:
     def _state_floor(self, x: int, u: tuple, prefix) -> float:
         """A floor under the period of every completion of a label at layer ``x`` with
         own usage ``u``: the prefix ``[0, x)``'s slowest stage (its optimistic bound, and
-        what the devices left free hold, :attr:`floors`); ``-inf`` at ``x = 0`` or with
-        no prefix bound."""
-        if x == 0 or prefix is None:
+        what the devices left free hold, :attr:`floors`), and with the prefix-curve pass
+        the largest cap under which the prefix cannot be placed
+        (:meth:`.curve.CurvePass.period_floor`); ``-inf`` at ``x = 0`` or with neither."""
+        if x == 0:
             return -math.inf
-        got = float(prefix[1][x])
-        if self.floors is not None:
-            got = max(got, float(self.floors.period(u)[x]))
+        got = -math.inf
+        if prefix is not None:
+            got = float(prefix[1][x])
+            if self.floors is not None:
+                got = max(got, float(self.floors.period(u)[x]))
+        if self.curve is not None:
+            got = max(got, self.curve.period_floor(x, u))
         return got
 
     def _extend_layer(self, x, layer, refs, states, limit, zero, prefix) -> None:
