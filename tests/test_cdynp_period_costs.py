@@ -101,3 +101,29 @@ def test_summary_pareto_is_the_definition():
         checked += 1
         dropped += len(got) < n
     assert checked == 150 and dropped > 100
+
+
+def test_raised_period_order_is_dps():
+    """The layer's order by period raised to each state's floor (``period._by_raised_period``,
+    numpy) is the one ``dp``'s compiled ``by_raised_period`` gives rows sorted by period,
+    then fill."""
+    from chainpipe.solvers.dp_period import kernel
+
+    rng = np.random.default_rng(3)
+    moved = 0
+    for _ in range(60):
+        sizes = rng.integers(0, 12, int(rng.integers(1, 6)))
+        starts = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
+        S = np.zeros((int(starts[-1]), 5))
+        S[:, 0] = rng.integers(0, 6, len(S)).astype(float)
+        S[:, 2] = rng.integers(0, 6, len(S)).astype(float)
+        for lo, hi in zip(starts, starts[1:]):  # per state by period, then fill
+            S[lo:hi] = S[lo:hi][np.lexsort((S[lo:hi, 2], S[lo:hi, 0]))]
+        floors = np.where(rng.random(len(sizes)) < 0.2, -np.inf,
+                          rng.integers(0, 6, len(sizes)).astype(float))
+        ids = np.arange(len(S), dtype=np.int64)
+        kernel.by_raised_period(ids, S.copy(), starts, floors)
+        got = period._by_raised_period(S, starts, floors)
+        assert got.tolist() == ids.tolist()
+        moved += not np.array_equal(got, np.arange(len(S)))
+    assert moved > 20

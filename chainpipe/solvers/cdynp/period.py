@@ -327,11 +327,7 @@ class PeriodDP:
         starts = np.concatenate(([0], np.cumsum(counts[live]))).astype(np.int64)
         floors = np.array([self._state_floor(x, keys[i], prefix) for i in live], dtype=float)
         if rule.shift:  # each state's labels by period raised to its floor, as dp's are
-            from ..dp_period import kernel
-
-            ids = np.arange(len(every), dtype=np.int64)
-            kernel.by_raised_period(ids, every.S.copy(), starts, floors)
-            every = every.take(ids)
+            every = every.take(_by_raised_period(every.S, starts, floors))
         alive = _filter_joined([keys[i] for i in live], every, starts, floors, rule)
         every = every.take(alive)
         at = np.concatenate(([0], np.cumsum(alive))).astype(np.int64)[starts]
@@ -619,6 +615,23 @@ class _Labels:
         """Each label's majorant as a tuple."""
         rows = self.H.tolist()
         return [tuple(row[:n]) for row, n in zip(rows, self.HL.tolist())]
+
+
+def _by_raised_period(S: np.ndarray, starts: np.ndarray, floors: np.ndarray) -> np.ndarray:
+    """The order of the rows ``S`` (each state's, ``starts[i]:starts[i + 1]``, in
+    :meth:`PeriodDP._filtered`'s order: period first) by period raised to the state's
+    floor, as :func:`~chainpipe.solvers.period_kernel.by_raised_period` orders ``dp``'s:
+    the rows at or below the floor, a first run that all raise to it, by fill (stably),
+    the others as they are."""
+    n = len(S)
+    state = np.repeat(np.arange(len(starts) - 1), np.diff(starts))
+    floor = floors[state]
+    per = S[:, 0] + S[:, 1]
+    low = per <= floor
+    if not low.any():
+        return np.arange(n)
+    return np.lexsort((np.arange(n), np.where(low, S[:, 2], 0.0), np.maximum(per, floor),
+                       state))
 
 
 def _filter_joined(keys: list, every: _Labels, starts: np.ndarray, floors: np.ndarray,
