@@ -121,6 +121,13 @@ ORDER = [
     ("benchmarks/results/cdynp_speed_v3.md",
      "python benchmarks/cdynp_speed.py --v3 --sets v3/small v3/medium v3/large "
      "--time-limit 3000"),
+    ("benchmarks/results/cdynp_speed_v3_fresh.md",
+     "python benchmarks/cdynp_speed.py --v3 --time-limit 300 --fresh " + " ".join(
+         f"{stem}:{seed}" for stem in ("v3-medium-01", "v3-medium-03-slow-sync8",
+                                       "v3-medium-04-gpipe") for seed in (23, 24))
+     + " " + " ".join(f"{stem}:{seed}" for stem in ("v3-large-01", "v3-large-02-long-seq",
+                                                   "v3-large-03-slow-sync8")
+                      for seed in (21, 24, 28))),
     ("benchmarks/results/cdynp_tradeoff_v3.md",
      "python benchmarks/cdynp_tradeoff.py --v3 --sets v3/small v3/medium --time-limit 120, "
      "then --v3 --sets v3/large --time-limit 600 --merge"),

@@ -63,6 +63,9 @@ def main() -> None:
     ap.add_argument("--time-limit", type=float, default=200.0, help="with --v3: per solve")
     ap.add_argument("--without-alone", action="store_true",
                     help="with --v3: also one solve without dp's search for one-DC ranges")
+    ap.add_argument("--fresh", nargs="+", metavar="STEM:SEED", default=None,
+                    help="with --v3: fresh draws of the sets' stems instead, written to "
+                         "results/cdynp_speed_v3_fresh.md")
     ap.add_argument("--curves", action="store_true",
                     help="with --v3: T_p(M_p) of a few ranges with and without frontier runs")
     args = ap.parse_args()

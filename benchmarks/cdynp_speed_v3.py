@@ -107,14 +107,13 @@ def _curve_lines(curves: list[dict]) -> list[str]:
     return lines
 
 
-def _row(name: str, path: Path, args) -> dict:
-    inst = read(path)
+def _row(name: str, stem: str, inst, args) -> dict:
     repeat = 1 if not name.endswith("small") else (args.repeat or 3)
     ref, dp_s = _timed(inst, "dp", args.time_limit, repeat)
     res, cd_s = _timed(inst, "cdynp", args.time_limit, repeat)
     st = res.stats
     tr = inst.training
-    row = {"set": name, "instance": path.stem, "K": inst.num_datacenters, "L": inst.num_layers,
+    row = {"set": name, "instance": stem, "K": inst.num_datacenters, "L": inst.num_layers,
            "M": tr.microbatches, "schedule": tr.schedule,
            "pipelines": list(tr.parallelism.pipelines), "repeat": repeat,
            "dp": ref.status, "dp_T": ref.iteration_time, "dp_s": dp_s,
@@ -133,21 +132,31 @@ def main_v3(args, out: Path) -> None:
     """Every instance of the v3 sets, then the results file."""
     sets = args.sets if args.sets != ["medium", "large", "hybrid/medium", "hybrid/large"] \
         else ["v3/small", "v3/medium"]
+    if args.fresh:  # fresh draws of the sets' stems: (set, label, instance)
+        from chainpipe.instances.sets import entry
+
+        todo = []
+        for spec in args.fresh:
+            stem, seed = spec.rsplit(":", 1)
+            todo.append((f"fresh {stem}", spec, entry(stem).drawn(int(seed))))
+    else:
+        todo = [(name, path.stem, read(path)) for name in sets
+                for path in sorted(p for p in (ROOT / "instances" / name).glob("*.json")
+                                   if p.name != "manifest.json")]
     rows = []
-    for name in sets:
-        for path in sorted(p for p in (ROOT / "instances" / name).glob("*.json")
-                           if p.name != "manifest.json"):
-            rows.append(_row(name, path, args))
-            r = rows[-1]
-            print(f"{r['instance']}: dp {r['dp']} {r['dp_s']:.1f}s cdynp {r['cdynp']} "
-                  f"{r['cdynp_s']:.1f}s runs {r['range_runs']} one-DC {r['one_dc']}"
-                  + (f" without alone {r['off']} {r['off_s']:.1f}s {r['off_runs']} runs"
-                     if "off" in r else ""), flush=True)
+    for name, stem, inst in todo:
+        rows.append(_row(name, stem, inst, args))
+        r = rows[-1]
+        print(f"{r['instance']}: dp {r['dp']} {r['dp_s']:.1f}s cdynp {r['cdynp']} "
+              f"{r['cdynp_s']:.1f}s runs {r['range_runs']} one-DC {r['one_dc']}"
+              + (f" without alone {r['off']} {r['off_s']:.1f}s {r['off_runs']} runs"
+                 if "off" in r else ""), flush=True)
     curves = []
     for spec in (CURVES if args.curves else ()):
         curves.append(curve(*spec))
         print(curves[-1], flush=True)
-    write_v3(rows, args, out, curves)
+    write_v3(rows, args, out, curves, "cdynp_speed_v3_fresh.md" if args.fresh
+             else "cdynp_speed_v3.md")
 
 
 def _same(a, b) -> bool:
@@ -160,16 +169,19 @@ def _ratio(r: dict) -> str:
     return "-"
 
 
-def write_v3(rows: list[dict], args, out: Path, curves: list[dict]) -> None:
+def write_v3(rows: list[dict], args, out: Path, curves: list[dict],
+             name: str = "cdynp_speed_v3.md") -> None:
     out.mkdir(parents=True, exist_ok=True)
     cpu = platform.processor() or platform.machine()
     off = any("off" in r for r in rows)
     lines = [
-        "# CDynP (exact) against dp on the contract-v3 sets: search time",
+        "# CDynP (exact) against dp on the contract-v3 sets: search time"
+        + (" on fresh draws" if args.fresh else ""),
         "",
         (f"Machine: {os.cpu_count()} cores ({cpu}), shared with other work; Python "
-         f"{platform.python_version()}. Run: `benchmarks/cdynp_speed.py --v3 --sets "
-         f"{' '.join(dict.fromkeys(r['set'] for r in rows))} --time-limit "
+         f"{platform.python_version()}. Run: `benchmarks/cdynp_speed.py --v3 "
+         + (f"--fresh {' '.join(args.fresh)}" if args.fresh else
+            f"--sets {' '.join(dict.fromkeys(r['set'] for r in rows))}") + " --time-limit "
          f"{args.time_limit:g}{' --without-alone' if off else ''}"
          f"{' --curves' if curves else ''}` on "
          f"{time.strftime('%Y-%m-%d')}."),
@@ -209,5 +221,9 @@ def write_v3(rows: list[dict], args, out: Path, curves: list[dict]) -> None:
                   "time limit ended its search (its status and T say how far it got)."]
     if curves:
         lines += _curve_lines(curves)
-    (out / "cdynp_speed_v3.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    print(f"wrote {out / 'cdynp_speed_v3.md'}")
+    if args.fresh:
+        lines += ["", ("Fresh draws: `chainpipe.instances.sets.entry(stem).drawn(seed)`, the "
+                       "committed instances' recipe at another seed (`STEM:SEED` above); no "
+                       "solver was tuned on them.")]
+    (out / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    print(f"wrote {out / name}")
