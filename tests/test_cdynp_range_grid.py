@@ -1,5 +1,5 @@
 """A range run's grid of period caps starts below the classic optimum
-(``chainpipe.solvers.cdynp.RANGE_CURVE_LOW``, ``docs/privacy.md``, "The prefix-curve pass",
+(``chainpipe.solvers.cdynp.CURVE_LOW``, ``docs/privacy.md``, "The prefix-curve pass",
 *A range run's grid*): the same least ``T_p`` as a grid from ``T_c`` itself, a floor
 (``curve_floor_s``) never above it, and on many ranges a stronger one."""
 
@@ -38,15 +38,15 @@ def _range_run(inst, m: int, low: float):
     """One exact range run of DCs 0..1 at ``M_p = m`` (no bound, every ``R`` allowed) with
     the grid from ``low`` times the classic optimum: ``(T_p or None, curve floor or
     None)``."""
-    keep = cdynp.RANGE_CURVE_LOW
-    cdynp.RANGE_CURVE_LOW = low
+    keep = cdynp.CURVE_LOW
+    cdynp.CURVE_LOW = low
     try:
         owner = LocalOwner(inst, False, 60)
         backend = owner.chain(0, 1, m, count_sync=False)
         opts = {**agent_options(), "sync_cap": sys.float_info.max}
         out = solve_chain(backend, opts, Deadline(None), probe=False)
     finally:
-        cdynp.RANGE_CURVE_LOW = keep
+        cdynp.CURVE_LOW = keep
     floors = [a["curve_floor_s"] for a in out.stats.get("agents", []) if "curve_floor_s" in a]
     T = None if out.plan is None else backend.evaluation(out.plan).pipelines[0].time_s
     return T, (max(floors) if floors else None)
@@ -54,14 +54,14 @@ def _range_run(inst, m: int, low: float):
 
 def test_a_lower_grid_keeps_the_optimum_and_lifts_the_floor():
     """On random ranges: the same least ``T_p`` with the grid from ``T_c`` and from
-    ``RANGE_CURVE_LOW T_c``; every floor reported at most that ``T_p``; the lower grid's floor
+    ``CURVE_LOW T_c``; every floor reported at most that ``T_p``; the lower grid's floor
     never below the other's by more than a grid step's rounding, and above it by more than
-    10% on many (with ``RANGE_CURVE_LOW = 1`` the last count is 0)."""
-    assert cdynp.RANGE_CURVE_LOW < 1.0
+    10% on many (with ``CURVE_LOW = 1`` the last count is 0)."""
+    assert cdynp.CURVE_LOW < 1.0
     checked, lifted = 0, 0
     for seed, inst, m in _ranges(24):
         T_hi, f_hi = _range_run(inst, m, 1.0)
-        T_lo, f_lo = _range_run(inst, m, cdynp.RANGE_CURVE_LOW)
+        T_lo, f_lo = _range_run(inst, m, cdynp.CURVE_LOW)
         assert (T_hi is None) == (T_lo is None), seed
         if T_hi is None:
             continue

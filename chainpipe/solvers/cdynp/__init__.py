@@ -326,7 +326,7 @@ def _period_runs(backend, options: dict, period_options: dict, bound: float, anc
         period_options.setdefault("lower_bound", anchor * (1 - 1e-9))
         return _curve_ladder(backend, period_options, bound, deadline, trace_dir)
     if curves and anchor and RANGE_CURVE and _curve_usable(backend):  # a range run: the pass
-        low = RANGE_CURVE_LOW if is_exact(options) else 1.0  # compressed: at most 16 caps
+        low = CURVE_LOW if is_exact(options) else 1.0  # compressed: at most 16 caps
         period_options["curve_low"] = anchor * low * (1 - 1e-9)
     if (RANGE_LADDER and is_exact(options) and options.get("upper_bound") is not None
             and not backend.count_sync and anchor and math.isfinite(bound)):
@@ -408,18 +408,16 @@ LADDER = True
 #: the owner's bound, no ladder)
 RANGE_CURVE = True
 
-#: where an exact range run's grid of caps starts: this times the classic optimum over
-#: ``M_p - 1`` (``docs/privacy.md``, "The prefix-curve pass", *A range run's grid*). A
-#: plan's period may lie well below ``T_c / (M_p - 1)`` (the fill is part of ``T_c``), and
-#: the paired floor of a label whose completions' period lies under the grid's lowest cap
+#: where an exact run's grid of caps starts, a range run's and the one-pipeline ladder's
+#: (:func:`_curve_ladder`): this times the classic optimum over ``M_p - 1``
+#: (``docs/privacy.md``, "The prefix-curve pass", *A range run's grid*). A plan's period
+#: may lie well below ``T_c / (M_p - 1)`` (the fill is part of ``T_c``), and the paired floor
+#: of a label whose completions' period lies under the grid's lowest cap
 #: is that cap's fill with no steady part (``E_0 + (M_p - 1) 0``): a finer grid further down
 #: raises it. ``v3-large-02``'s DCs 2..3 at ``M_p = 23`` under 14.758 s (least ``T_p``
 #: 13.227 s): DC 3 kept 115,322 labels with the grid from ``T_c`` and 22,482 from ``0.8 T_c``
 #: (the range run 12.0 -> 4.2 CPU s); the whole solve 51 -> 41 CPU s (0.9: 42 s, 0.5 with
 #: a ladder of runs: 48 s). Compressed runs keep ``T_c`` (their grid holds 16 caps at most).
-RANGE_CURVE_LOW = 0.8
-
-#: where an exact one-pipeline ladder's caps start (times the classic optimum)
 CURVE_LOW = 0.8
 
 #: whether an exact range run under a public bound makes its period run a ladder of bounds
