@@ -147,6 +147,12 @@ def forget() -> None:
         curve_mod._DIGESTS.clear()
 
 
+class _NoPlans:
+    """A floor run's search (:meth:`DCAgent._period_backward`): none made, no plan."""
+
+    points: dict = {}
+
+
 class DCKey:
     """A dict key standing for a DC's one-DC instance with some of its training's fields
     changed (:func:`dc_key`): equal exactly when the instances so changed are equal, its
@@ -383,6 +389,17 @@ class DCAgent:
     curve_top : float, optional
         The grid's top (public; default ``upper_bound``): the owner's ladder keeps one grid
         for runs under several bounds, whose floor reads every plan up to it.
+    floors_only : int, optional
+        1: a *floor run* of a range (``period``, 1F1B, exact, two DCs or more): the prefix
+        pass (with its curve when ``curve_low`` is given) and no search; the range's last
+        DC reports the floor under its period (``period_floor_s``) and, per cap of the
+        grid, the least fill of the whole model on the range (``curve_fills``,
+        :meth:`_fills_report`): the owner's floors under the range's ``T_p`` at every
+        ``M_p`` (``docs/privacy.md``, "Floor runs"). 0: an ordinary run.
+    curve_steps : int, optional
+        A floor run's caps per doubling of the grid (default :data:`.curve.CAP_STEPS`):
+        its first pass finds where the model starts to fit on a coarse grid, its second
+        walks the caps near there on the fine one (:meth:`.pipelines.RangeRuns.floors`).
     deadline : Deadline, optional
         Checked in the DP's loops; :class:`~chainpipe.deadline.TimeUp` names this DC.
     """
@@ -393,7 +410,8 @@ class DCAgent:
                  beam: int = 0, grid: int = 0, sync_cap: float | None = None,
                  lower_bound: float | None = None, frontier: int = 0,
                  frontier_bound: float | None = None, curve_low: float | None = None,
-                 curve_top: float | None = None, deadline: Deadline | None = None):
+                 curve_top: float | None = None, floors_only: int = 0,
+                 curve_steps: int = 0, deadline: Deadline | None = None):
         if public.datacenter_names[index] != datacenter.name:
             raise ValueError(f"agent {index} holds {datacenter.name!r}, the chain has "
                              f"{public.datacenter_names[index]!r} there")
@@ -443,8 +461,9 @@ class DCAgent:
         if self.period and (beam or grid):
             raise ValueError("under the period objective no probe runs (no beam or grid)")
         self.frontier = self._frontier_option(frontier, frontier_bound)
+        self.floors_only = self._floors_only_option(floors_only)
         #: the run's public caps of the prefix-curve pass (empty: no pass) and this DC's part
-        self.curve_grid = self._curve_option(curve_low, curve_top)
+        self.curve_grid = self._curve_option(curve_low, curve_top, curve_steps)
         self.curve = None
         self.bytes = self.tables.boundary_bytes
         self.stats: dict = {}
@@ -487,7 +506,26 @@ class DCAgent:
             hi = float(frontier_bound)
         return int(frontier), hi
 
-    def _curve_option(self, curve_low, curve_top) -> np.ndarray:
+    def _floors_only_option(self, floors_only) -> bool:
+        """Whether this is a floor run (option ``floors_only``).
+
+        Raises
+        ------
+        ValueError
+            Out of range, or a floor run that is not a period run under 1F1B of two DCs or
+            more, exact, with no frontier."""
+        problem = protocol.option_problem("floors_only", floors_only or 0)
+        if problem:
+            raise ValueError(f"floors_only: {problem}, got {floors_only!r}")
+        if not floors_only:
+            return False
+        if (not self.period or self.tables.schedule != "1f1b" or self.frontier is not None
+                or self._compressed() or self.beam or self.public.num_datacenters < 2):
+            raise ValueError("floors_only: a floor run is an exact period run under 1F1B "
+                             "of two DCs or more")
+        return True
+
+    def _curve_option(self, curve_low, curve_top, curve_steps=0) -> np.ndarray:
         """The public caps of the prefix-curve pass (:func:`.curve.cap_grid`), empty when the
         run makes none: no ``curve_low``, not a period run under 1F1B within a finite bound
         (a frontier run or a range of one DC answered by ``dp``'s search make none; a range
@@ -495,14 +533,20 @@ class DCAgent:
         run's grid is coarse (:data:`.curve.COMPRESSED_CAP_STEPS`, at most
         :data:`.curve.COMPRESSED_CAPS_MOST` caps) and its table is sent one bucket wide.
 
+        A floor run's grid has ``curve_steps`` caps per doubling (given).
+
         Raises
         ------
         ValueError
-            ``curve_low`` or ``curve_top`` out of range."""
-        for name, value in (("curve_low", curve_low), ("curve_top", curve_top)):
+            ``curve_low``, ``curve_top`` or ``curve_steps`` out of range, or
+            ``curve_steps`` in a run that is not a floor run."""
+        for name, value in (("curve_low", curve_low), ("curve_top", curve_top),
+                            ("curve_steps", curve_steps or 0)):
             problem = value is not None and protocol.option_problem(name, value)
             if problem:
                 raise ValueError(f"{name}: {problem}, got {value!r}")
+        if curve_steps and not self.floors_only:
+            raise ValueError("curve_steps: only a floor run takes it")
         if curve_low is None:
             return np.empty(0)
         compressed = self._compressed()
@@ -516,7 +560,8 @@ class DCAgent:
             return curve_mod.cap_grid(float(curve_low), top, self.M,
                                       curve_mod.COMPRESSED_CAP_STEPS,
                                       curve_mod.COMPRESSED_CAPS_MOST, keep_low=True)
-        return curve_mod.cap_grid(float(curve_low), top, self.M)
+        return curve_mod.cap_grid(float(curve_low), top, self.M,
+                                  int(curve_steps) or curve_mod.CAP_STEPS)
 
     def _compressed(self) -> bool:
         """Whether the run's summaries are compressed (and its prefix-curve table coarse)."""
@@ -677,9 +722,15 @@ class DCAgent:
             got = self._dp.period_floor
         else:
             floors = self._floors()
-            if floors is None:
+            if floors is None and self.floors_only and self.prefix_capacity is not None:
+                # (the knapsack too large) a floor run's grid starts at a floor: the whole
+                # model over every device's FLOP/s, upstream and own (no C is below it)
+                flop, rate = float(self.tables.flop_prefix[-1]), self.prefix_capacity[1]
+                got = flop / rate if rate > 0 else 0.0
+            elif floors is None:
                 return
-            got = float(floors.period((0,) * self.tables.G)[self.L])
+            else:
+                got = float(floors.period((0,) * self.tables.G)[self.L])
         if math.isfinite(got) and got > 0:
             self.stats["period_floor_s"] = round_down(got, protocol.PREFIX_STEPS)
 
@@ -1062,6 +1113,12 @@ class DCAgent:
             floor = round_down(self.curve.floor(), 4 * protocol.CURVE_STEPS)
             if self.k == self.public.num_datacenters - 1 and floor > 0:
                 self.stats["curve_floor_s"] = floor  # the owner's ladder starts there
+        if self.floors_only:  # no search: the pass's floors are the run's answer
+            self._dp = _NoPlans()
+            if self.k == self.public.num_datacenters - 1 and self.curve is not None:
+                self.stats["curve_fills"] = self._fills_report()
+            self.stats["backward_s"] = time.perf_counter() - t0
+            return None if self.k == 0 else self._period_summary({}, 0.0)
         base = self._period_base()
         # trial bounds LB (1 + d) as in _search: a run under U keeps every partial plan of a
         # plan with T <= U, so the first that finds a complete plan starting here within U
@@ -1105,6 +1162,14 @@ class DCAgent:
         out = None if self.k == 0 else self._period_summary(dp.points, cut)
         self.stats["backward_s"] = time.perf_counter() - t0
         return out
+
+    def _fills_report(self) -> list:
+        """A floor run's report: per cap of the grid, the least fill of the whole model on
+        the range under it (:attr:`.curve.CurvePass.table` at ``a = L``, least over the
+        excess buckets), rounded down to the public grid of the curve's tables as they are
+        sent (:func:`.curve.withhold`), ``None`` where it does not fit."""
+        whole = curve_mod.withhold(self.curve.table)[:, -1].min(axis=1)
+        return [float(v) if math.isfinite(v) else None for v in whole]
 
     def _alone_backward(self, t0: float) -> None:
         """A range run of one DC (:mod:`.alone`): the plan of least ``T_p`` under the run's

@@ -306,8 +306,7 @@ class CurvePass:
         """A floor under ``T`` of every plan of the whole model on this DC and those before
         it: ``min_i (E_i[L] + (M - 1) lam_(i-1))``, and ``(M - 1) lam_last`` for a period
         past the grid (the bound itself when the grid's top reaches it)."""
-        whole = self.table[:, -1].min(axis=1) + (self.M - 1) * self.below
-        return float(min(whole.min(), (self.M - 1) * self.grid[-1]))
+        return least_time(self.grid, self.table[:, -1].min(axis=1), self.M)
 
     def period_floor(self, x: int, u: tuple) -> float:
         """A floor under the period of every completion of a label of state ``(x, u)``
@@ -333,6 +332,17 @@ class CurvePass:
         for i, u in enumerate(usages):
             out[i] = self.CF[x, self.room(u)] if any(u) else self.CF_base[x]
         return out
+
+
+def least_time(grid: np.ndarray, fills: np.ndarray, M: int) -> float:
+    """A floor under ``T`` of every plan of ``M`` microbatches whose fill under cap
+    ``grid[i]`` is at least ``fills[i]`` (``inf``: no plan meets the cap): ``min_i (fills_i
+    + (M - 1) lam_(i-1))`` (``lam_(-1) = 0``), and ``(M - 1) lam_last`` for a period past
+    the grid. A plan whose period lies in ``(lam_(i-1), lam_i]`` meets cap ``i``, and its
+    steady part is at least ``M - 1`` times its period."""
+    below = np.concatenate(([0.0], grid[:-1]))
+    whole = fills + (M - 1) * below
+    return float(min(whole.min(), (M - 1) * grid[-1]))
 
 
 def _adds(grid: np.ndarray, own_link: tuple, link_in: tuple) -> tuple[np.ndarray, np.ndarray]:

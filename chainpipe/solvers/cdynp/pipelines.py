@@ -49,13 +49,35 @@ import math
 import sys
 from pathlib import Path
 
+import numpy as np
+
 from ... import cost
 from ...deadline import Deadline
 from ...instance import Instance
 from ...plan import Pipeline, Plan, Stage
+from .curve import CAP_STEPS, cap_grid
 from .drive import guarantee_factor, is_exact
 from .period import frontier_value
+from .protocol import CURVE_MOST
 from .public import range_training
+
+#: a range's floor runs (:meth:`RangeRuns.floors`): the coarse pass starts this factor
+#: below the range's floor under its period (the relaxed walk may place the model a little
+#: under it) and walks this many caps; the fine pass this many
+FLOOR_BELOW = 0.85
+FLOOR_COARSE = 12
+FLOOR_FINE = 12
+
+
+def _merged(a: tuple, b: tuple) -> tuple:
+    """Two floor curves ``(grid, fills)`` as one: their caps together, ascending, each
+    with the larger fill where both have it (each a floor there)."""
+    caps = np.concatenate((a[0], b[0]))
+    fills = np.concatenate((a[1], b[1]))
+    grid = np.unique(caps)
+    out = np.full(len(grid), -math.inf)
+    np.maximum.at(out, np.searchsorted(grid, caps), fills)
+    return grid, out
 
 #: exact mode: the owner's search asks ``dp``'s questions (:mod:`.questions`); ``False``:
 #: the sweep of :func:`several` (split of ``M`` per partition, frontier runs)
@@ -123,6 +145,9 @@ class RangeRuns:
         self.labels = 0
         #: range runs of one DC its agent answered by ``dp``'s search (:mod:`.alone`)
         self.one_dc = 0
+        #: (i, j) -> (grid, fills) of the range's floor runs, or ``None`` (:meth:`floors`)
+        self.floor_curves: dict[tuple[int, int], tuple | None] = {}
+        self.floor_runs = 0
         public = owner.public
         self.use_frontier = is_exact(options) and public.period
 
@@ -163,6 +188,75 @@ class RangeRuns:
         got, lam, low = self._run(i, j, m, theta, bound, floor)
         self.known.setdefault((i, j), []).append((m, theta, bound, got))
         return got, lam, low
+
+    def floors(self, i: int, j: int, make: bool = True):
+        """The range's floor curve ``(grid, fills)``: per public cap ``lam_c`` (ascending), a
+        floor under the fill of every plan on DCs ``i..j`` whose every stage's ``C`` and
+        boundary's ``U`` is at most ``lam_c`` (``inf``: none is), so that
+        :func:`.curve.least_time` bounds every plan's ``T_p`` at any ``M_p``
+        (``docs/privacy.md``, "Floor runs"); ``None`` where the range has none (one DC, not
+        exact, not a period run under 1F1B, a DC that shares no prefix bound) or, with
+        ``make`` false, none was made yet.
+
+        Three floor runs make it (agent option ``floors_only``), each at ``M_p = 2`` with
+        every option (``theta = inf``; a stage fits more at 2 microbatches than at more, so
+        the fills are floors at every ``M_p >= 2``): the prefix pass alone gives the range's
+        floor under its period (``period_floor_s``); a pass on :data:`FLOOR_COARSE` caps
+        ``2^(1 / 4)`` apart from :data:`FLOOR_BELOW` times it finds where the model starts
+        to fit; a pass on :data:`FLOOR_FINE` caps of the fine grid (:data:`.curve.CAP_STEPS`
+        per doubling) from the largest coarse cap it does not fit under gives the fills
+        near the range's least period, where the floors at many microbatches are read
+        (``dp``'s curve is dense there too). The two passes' caps together are the grid."""
+        key = (i, j)
+        if key in self.floor_curves or not make:
+            return self.floor_curves.get(key)
+        public, got = self.owner.public, None
+        if is_exact(self.options) and public.period and i < j \
+                and public.training.schedule == "1f1b":
+            first = self._floor_run(i, j, {})
+            low = max([0.0] + [float(a["period_floor_s"]) for a in first
+                               if "period_floor_s" in a])
+            if low > 0:
+                low *= FLOOR_BELOW
+                coarse = self._fills(i, j, low, FLOOR_COARSE, 4)
+                if coarse is not None:
+                    grid, fills = coarse
+                    out = np.flatnonzero(~np.isfinite(fills))
+                    if not len(out):  # fits under the first: the fine caps below it
+                        start = grid[0] * 2.0 ** (-(FLOOR_FINE - 1) / CAP_STEPS)
+                    else:
+                        start = grid[out[-1]]
+                    fine = self._fills(i, j, start, FLOOR_FINE, CAP_STEPS)
+                    if fine is not None:
+                        got = _merged(coarse, fine)
+        self.floor_curves[key] = got
+        return got
+
+    def _fills(self, i: int, j: int, low: float, caps: int, steps: int):
+        """``(grid, fills)`` of a floor run's pass on ``caps`` caps ``2^(1 / steps)`` apart
+        from ``low`` (:func:`.curve.cap_grid`), ``None`` if its last DC reported none."""
+        top = low * 2.0 ** ((caps - 1.5) / steps)
+        last = self._floor_run(i, j, {"curve_low": low, "curve_top": top,
+                                      "curve_steps": steps})[-1]
+        if last.get("curve_fills") is None:
+            return None
+        grid = cap_grid(low, top, 2, steps)
+        fills = np.array([math.inf if v is None else float(v) for v in last["curve_fills"]])
+        return (grid, fills) if len(fills) == len(grid) else None
+
+    def _floor_run(self, i: int, j: int, extra: dict) -> list[dict]:
+        """One floor run of DCs ``i..j`` (agent option ``floors_only``, ``extra`` options
+        besides): the agents' reports."""
+        backend = self.owner.chain(i, j, 2, count_sync=False)
+        options = {**self.options, "upper_bound": None, "sync_cap": sys.float_info.max,
+                   "floors_only": 1, **extra}
+        name = f"floors-{i}-{j}-{self.runs:03d}"
+        trace = None if self.trace_dir is None else Path(self.trace_dir, name)
+        self.runs += 1
+        self.floor_runs += 1
+        res = backend.one_run(options, trace, self.deadline)
+        self.messages += [{**msg, "file": f"{name}/{msg['file']}"} for msg in res.messages]
+        return res.agents
 
     def time(self, i: int, j: int, m: int, theta: float, bound: float = math.inf) -> float:
         """``g(i, j, m, theta)`` if at most ``bound``, else ``inf``: from the frontier run
@@ -713,6 +807,7 @@ def _range_stats(runs: RangeRuns, t0: float) -> dict:
 
     sizes = [m["bytes"] for m in runs.messages]
     return {"range_runs": runs.runs, "one_dc_runs": runs.one_dc,
+            "floor_runs": runs.floor_runs,
             "frontier_runs": runs.frontier_runs,
             "frontier_settled": runs.settled, "frontier_unsettled": runs.unsettled,
             "messages": runs.messages, "labels": runs.labels,

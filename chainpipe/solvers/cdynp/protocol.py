@@ -96,6 +96,8 @@ RUN_OPTIONS = {
     "frontier_bound": (False, 0.0, math.inf, True),
     "curve_low": (False, 0.0, math.inf, True),
     "curve_top": (False, 0.0, math.inf, True),
+    "floors_only": (True, 0, 1, False),
+    "curve_steps": (True, 0, 64, False),
 }
 
 _NUMBER = {"type": "number", "minimum": 0}

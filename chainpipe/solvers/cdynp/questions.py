@@ -43,7 +43,13 @@ import types
 from ...plan import Pipeline, Plan
 from ..dp_pipelines import SeveralPipelines, cross_syncs
 from ..dp_ranges import Found, RangeTimes
+from .curve import least_time
 from .drive import is_exact
+
+#: exact ``period`` runs under 1F1B: a range's floors include its floor runs' curve
+#: (:meth:`.pipelines.RangeRuns.floors`), taken, as ``dp`` takes its prefix curve's, only
+#: where the floors the runs proved do not decide; ``False``: the proven floors alone
+FLOOR_RUNS = True
 
 
 class OwnerRangeTimes(RangeTimes):
@@ -116,10 +122,10 @@ class OwnerRangeTimes(RangeTimes):
         static floor): ``g`` of a range is at most ``g`` of a range inside it (the plans
         of the inner range are plans of the outer one). ``inf`` at ``theta <= 0``: no
         ``R_s`` is below 0, so no plan (``dp``'s reach then drops the range instead of
-        asking it again). ``tau`` (the question's target, which ``dp``'s
-        :meth:`RangeTimes._floor` may use to skip a costly floor) and ``rough`` (``dp``'s
-        floor without new prefix-curve walks) are not needed: every floor here is read from
-        what the runs proved, at no cost."""
+        asking it again). Where these are not above ``tau`` (the question's target), the
+        range's floor-run curve raises them (:data:`FLOOR_RUNS`; at ``M_p >= 2``): its runs
+        are made on first need, unless ``rough`` (``dp``'s floor without new prefix-curve
+        walks), which reads only a curve made before."""
         if theta <= 0.0:
             return math.inf
         lo = 0.0
@@ -129,6 +135,10 @@ class OwnerRangeTimes(RangeTimes):
             if a <= i and j <= b:
                 self.static.setdefault((a, b, m), 0.0)
                 lo = max(lo, super()._floor(a, b, m, theta), self._period_line(a, b, m, theta))
+        if lo <= tau and m >= 2 and FLOOR_RUNS:  # the range's floor runs, as dp's curve
+            got = self.runs.floors(i, j, make=not rough)
+            if got is not None:
+                lo = max(lo, least_time(*got, m))
         return lo
 
     def _period_line(self, i, j, m, theta) -> float:

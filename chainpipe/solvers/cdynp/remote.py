@@ -515,6 +515,8 @@ def _check_report(name: str, where: str, report) -> None:
                                       and not isinstance(floor, bool)
                                       and math.isfinite(floor) and floor > 0):
             raise bad(f"{key}: not a finite number > 0")
+    if "curve_fills" in report and not _fills_ok(report["curve_fills"]):
+        raise bad("curve_fills: not a floor run's fills")
     if "frontier" in report and not _frontier_ok(report["frontier"]):
         raise bad("frontier: not a frontier run's lines")
     sent = report.get("sent")
@@ -527,6 +529,15 @@ def _check_report(name: str, where: str, report) -> None:
                 and (m.get("text") is None or (isinstance(m["text"], str)
                                                and len(m["text"]) == m["bytes"]))):
             raise bad("sent: a message record that is not one")
+
+
+def _fills_ok(got) -> bool:
+    """A floor run's fills (:meth:`.agent.DCAgent._fills_report`): at most
+    :data:`.protocol.CURVE_MOST` values, each a finite number ``>= 0`` or ``None``."""
+    from .protocol import CURVE_MOST, finite_number
+
+    return isinstance(got, list) and 0 < len(got) <= CURVE_MOST and all(
+        v is None or (finite_number(v) and v >= 0) for v in got)
 
 
 def _frontier_ok(got) -> bool:

@@ -466,7 +466,8 @@ class AgentServer:
             options = {**agent_options(**{k: opts.get(k) for k in
                                           ("epsilon", "quantum", "digits", "max_entries",
                                            "upper_bound", "prefix_bound")}),
-                       **{k: int(opts[k]) for k in ("beam", "grid", "frontier")
+                       **{k: int(opts[k]) for k in ("beam", "grid", "frontier", "floors_only",
+                                                      "curve_steps")
                           if opts.get(k)},
                        **{k: float(opts[k]) for k in ("sync_cap", "lower_bound",
                                                       "frontier_bound", "curve_low",

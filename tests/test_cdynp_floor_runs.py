@@ -1,0 +1,162 @@
+"""A range's floor runs (agent option ``floors_only``, ``pipelines.RangeRuns.floors``):
+the owner's floor under a range's ``T_p`` at any ``M_p``, as ``dp`` takes its prefix
+curve's (``docs/privacy.md``, "Floor runs").
+
+The floor read off the curve (``curve.least_time``) never lies above the range's least
+``T_p`` (``dp``'s own answer), is close to it on many ranges (so a floor a tenth stronger
+would be wrong somewhere), and the owner's search with the floors reaches ``dp``'s optimum;
+a floor run that is not an exact period run under 1F1B of two DCs or more is refused."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from chainpipe.deadline import Deadline
+from chainpipe.io import read
+from chainpipe.solve import solve
+from chainpipe.solvers.cdynp import LocalOwner, questions
+from chainpipe.solvers.cdynp.agent import DCAgent
+from chainpipe.solvers.cdynp.curve import least_time
+from chainpipe.solvers.cdynp.drive import agent_options
+from chainpipe.solvers.cdynp.pipelines import RangeRuns, _merged
+from chainpipe.solvers.cdynp.public import PublicInstance
+from chainpipe.solvers.cdynp.remote import _fills_ok
+from chainpipe.solvers.dp_pipelines import shared_holds
+from chainpipe.solvers.dp_ranges import RangeTimes
+from chainpipe.tables import CostTables
+from helpers import random_instance
+
+ROOT = Path(__file__).resolve().parents[1]
+MEDIUM = ROOT / "instances" / "v3" / "medium" / "v3-medium-03-slow-sync8.json"
+
+
+def _instances(n: int, pipelines=(1,)):
+    """Random period instances under 1F1B on 2 or 3 DCs, 5 to 12 layers, many microbatches
+    (floors at many ``M_p``; rows of fewer than ``protocol.WITHHELD`` layers are not sent)."""
+    seed, got = 500, 0
+    while got < n:
+        rng = random.Random(seed)
+        inst = random_instance(seed, max_layers=12, max_count=4, max_types=3, schedule="1f1b",
+                               microbatches=rng.choice((8, 12, 20)))
+        seed += 1
+        if inst.num_datacenters < 2 or inst.num_layers < 5:
+            continue
+        par = dataclasses.replace(inst.training.parallelism, pipelines=pipelines)
+        yield seed - 1, dataclasses.replace(inst, training=dataclasses.replace(
+            inst.training, objective="period", parallelism=par))
+        got += 1
+
+
+def _least(ref: RangeTimes, i: int, j: int, m: int) -> float:
+    """``dp``'s least ``T_p`` on DCs ``i..j`` at ``M_p = m`` (every option), ``inf`` if none."""
+    got = ref.at_most(i, j, m, 1e300, math.inf)
+    return math.inf if got is None else got[0]
+
+
+def _checked(inst, ms) -> list[tuple[float, float]]:
+    """``(floor, least T_p)`` per range of two DCs or more and ``M_p`` of ``ms``, each floor
+    checked to lie under its least."""
+    tables = CostTables(inst)
+    ref = RangeTimes(tables, Deadline(None), math.inf, shared_holds(tables, Deadline(None)))
+    runs = RangeRuns(LocalOwner(inst, False, 60), agent_options(), Deadline(None))
+    out = []
+    K = inst.num_datacenters
+    for i in range(K):
+        for j in range(i + 1, K):
+            curve = runs.floors(i, j)
+            assert curve is not None, (i, j)
+            grid, fills = curve
+            assert len(grid) == len(fills) and np.all(np.diff(grid) > 0)
+            for m in ms:
+                floor, g = least_time(grid, fills, m), _least(ref, i, j, m)
+                assert floor <= g * (1 + 1e-9), (i, j, m, floor, g)
+                out.append((floor, g))
+    assert runs.floor_runs >= 2 * K * (K - 1) // 2
+    return out
+
+
+def test_floors_lie_under_the_least_time_and_near_it():
+    """Every range of ``v3-medium-03`` (4 DCs) at several ``M_p``: the floor is at most
+    ``dp``'s least ``T_p`` and at least 0.9 of it on many (a floor 12% stronger would lie
+    above it there)."""
+    pairs = _checked(read(MEDIUM), (2, 9, 31))
+    near = sum(f >= 0.9 * g for f, g in pairs if math.isfinite(g))
+    assert len(pairs) == 18 and near >= 6, (len(pairs), near, pairs)
+
+
+def test_floors_lie_under_the_least_time_on_random_instances():
+    """Random chains of 2 or 3 DCs: every range's floor at ``M_p`` 2, 5 and ``M`` lies under
+    ``dp``'s least ``T_p``, and is above half of it on many."""
+    pairs = []
+    for _seed, inst in _instances(12):
+        pairs += _checked(inst, sorted({2, 5, inst.microbatches}))
+    finite = [(f, g) for f, g in pairs if math.isfinite(g)]
+    assert len(finite) >= 30 and sum(f >= 0.5 * g for f, g in finite) >= 10, finite
+
+
+def test_the_owner_with_floor_runs_reaches_dps_optimum():
+    """Random chains allowing 1 to 3 pipelines: ``cdynp`` (floor runs on) proves ``dp``'s
+    optimum, and the floors were made and read."""
+    made = 0
+    for _seed, inst in _instances(10, pipelines=(1, 2, 3)):
+        want, got = solve(inst, "dp"), solve(inst, "cdynp")
+        assert got.status == want.status
+        if want.iteration_time is not None:
+            assert math.isclose(got.iteration_time, want.iteration_time, rel_tol=1e-9)
+        made += got.stats.get("floor_runs", 0) > 0
+    assert made >= 3, made
+
+
+def test_merged_curves_keep_the_larger_fill():
+    grid, fills = _merged((np.array([1.0, 2.0, 4.0]), np.array([np.inf, 5.0, 3.0])),
+                          (np.array([1.5, 2.0]), np.array([np.inf, 6.0])))
+    assert grid.tolist() == [1.0, 1.5, 2.0, 4.0]
+    assert fills.tolist() == [np.inf, np.inf, 6.0, 3.0]
+
+
+def test_least_time_reads_the_cap_below_the_first_fit():
+    """A plan with period in ``(1, 2]`` has fill at least 5 and ``m - 1`` periods above 1;
+    one past the grid's top has ``m - 1`` periods above 4 (and a fill the curve does not
+    bound: with one microbatch, nothing is known)."""
+    grid, fills = np.array([1.0, 2.0, 4.0]), np.array([np.inf, 5.0, 3.0])
+    assert least_time(grid, fills, 11) == min(5.0 + 10 * 1.0, 3.0 + 10 * 2.0, 10 * 4.0)
+    assert least_time(grid, fills, 1) == 0.0
+
+
+def test_a_floor_run_outside_its_kind_is_refused():
+    inst = read(MEDIUM)
+    public = PublicInstance.of(inst)
+    dc = inst.datacenters[0]
+    DCAgent(public, 0, dc, floors_only=1)  # a period run under 1F1B of 4 DCs
+    with pytest.raises(ValueError, match="floors_only"):
+        DCAgent(public, 0, dc, floors_only=1, epsilon=0.1)
+    with pytest.raises(ValueError, match="floors_only"):
+        DCAgent(public, 0, dc, floors_only=2)
+    with pytest.raises(ValueError, match="curve_steps"):
+        DCAgent(public, 0, dc, curve_low=1.0, curve_top=2.0, curve_steps=4)
+    classic = dataclasses.replace(inst, training=dataclasses.replace(
+        inst.training, objective="classic"))
+    with pytest.raises(ValueError, match="floors_only"):
+        DCAgent(PublicInstance.of(classic), 0, dc, floors_only=1)
+
+
+def test_a_bad_fills_report_is_refused():
+    assert _fills_ok([None, 1.5, 0.0])
+    for bad in ([], [None] * 65, [-1.0], [math.inf], ["1"], [True], None, {"a": 1}):
+        assert not _fills_ok(bad), bad
+
+
+def test_the_floors_can_be_turned_off(monkeypatch):
+    """``questions.FLOOR_RUNS = False``: no floor run, the same optimum."""
+    _seed, inst = next(_instances(1, pipelines=(1, 2)))
+    want = solve(inst, "dp")
+    monkeypatch.setattr(questions, "FLOOR_RUNS", False)
+    got = solve(inst, "cdynp")
+    assert got.stats.get("floor_runs", 0) == 0
+    assert math.isclose(got.iteration_time, want.iteration_time, rel_tol=1e-9)
