@@ -58,7 +58,6 @@ from ...plan import Pipeline, Plan, Stage
 from .curve import CAP_STEPS, cap_grid
 from .drive import guarantee_factor, is_exact
 from .period import frontier_value
-from .protocol import CURVE_MOST
 from .public import range_training
 
 #: a range's floor runs (:meth:`RangeRuns.floors`): the coarse pass starts this factor
