@@ -119,7 +119,7 @@ def _row(name: str, stem: str, inst, args) -> dict:
            "dp": ref.status, "dp_T": ref.iteration_time, "dp_s": dp_s,
            "cdynp": res.status, "cdynp_T": res.iteration_time, "cdynp_s": cd_s,
            "range_runs": st.get("range_runs"), "one_dc": st.get("one_dc_runs"),
-           "labels": st.get("labels"), "max_msg": st.get("message_bytes_max"),
+           "floor_runs": st.get("floor_runs"), "labels": st.get("labels"), "max_msg": st.get("message_bytes_max"),
            "message": res.message, "load": os.getloadavg()[0]}
     if args.without_alone:
         off, off_s = _without_alone(inst, args.time_limit)
@@ -192,7 +192,8 @@ def write_v3(rows: list[dict], args, out: Path, curves: list[dict],
          f"{TARGET:g}x). `range runs`: the owner's CDynP runs over sub-chains (several "
          "pipelines), of which `one DC` were ranges of one DC, answered by `dp`'s own "
          "search on that DC's tables (`chainpipe/solvers/cdynp/alone.py`, `docs/privacy.md`, "
-         "\"A range of one DC\"). Each cdynp solve starts cold: the DCs' memories and kept "
+         "\"A range of one DC\"), and `floor runs` the runs that gave the owner each "
+         "range's floors (`docs/privacy.md`, \"Floor runs\"). Each cdynp solve starts cold: the DCs' memories and kept "
          "tables of earlier solves in the process are dropped first. `load`: the 1-minute load "
          "average after the instance's solves (CPU time counts; the machine is shared)."
          + (" `without alone`: one solve with every range run by the agents' label DPs "
@@ -200,8 +201,9 @@ def write_v3(rows: list[dict], args, out: Path, curves: list[dict],
         "",
         "| instance | K | L | M | schedule | pipelines | runs | dp | dp T (s) | dp CPU (s) | "
         "cdynp | cdynp T (s) | cdynp CPU (s) | ratio | same T | range runs | one DC | "
-        "max msg (B) | load |" + (" without alone | its CPU (s) | its range runs |" if off else ""),
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+        "floor runs | max msg (B) | load |"
+        + (" without alone | its CPU (s) | its range runs |" if off else ""),
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
         + ("---|---|---|" if off else ""),
     ]
     for r in rows:
@@ -209,7 +211,8 @@ def write_v3(rows: list[dict], args, out: Path, curves: list[dict],
                 f"{r['pipelines']} | {r['repeat']} | {r['dp']} | {r['dp_T']} | "
                 f"{r['dp_s']:.1f} | {r['cdynp']} | {r['cdynp_T']} | {r['cdynp_s']:.1f} | "
                 f"{_ratio(r)} | {'yes' if _same(r['cdynp_T'], r['dp_T']) else 'no'} | "
-                f"{r['range_runs']} | {r['one_dc']} | {r['max_msg']} | {r['load']:.1f} |")
+                f"{r['range_runs']} | {r['one_dc']} | {r['floor_runs'] or 0} | {r['max_msg']} | "
+                f"{r['load']:.1f} |")
         if off:
             line += (f" {r['off']} | {r['off_s']:.1f} | {r['off_runs']} |" if "off" in r
                      else " - | - | - |")
