@@ -66,6 +66,8 @@ def main() -> None:
     ap.add_argument("--fresh", nargs="+", metavar="STEM:SEED", default=None,
                     help="with --v3: fresh draws of the sets' stems instead, written to "
                          "results/cdynp_speed_v3_fresh.md")
+    ap.add_argument("--fresh-out", default="cdynp_speed_v3_fresh.md", metavar="NAME",
+                    help="with --fresh: the results file's name (in results/)")
     ap.add_argument("--curves", action="store_true",
                     help="with --v3: T_p(M_p) of a few ranges with and without frontier runs")
     args = ap.parse_args()

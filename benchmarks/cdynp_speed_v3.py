@@ -155,8 +155,7 @@ def main_v3(args, out: Path) -> None:
     for spec in (CURVES if args.curves else ()):
         curves.append(curve(*spec))
         print(curves[-1], flush=True)
-    write_v3(rows, args, out, curves, "cdynp_speed_v3_fresh.md" if args.fresh
-             else "cdynp_speed_v3.md")
+    write_v3(rows, args, out, curves, args.fresh_out if args.fresh else "cdynp_speed_v3.md")
 
 
 def _same(a, b) -> bool:
@@ -183,7 +182,8 @@ def write_v3(rows: list[dict], args, out: Path, curves: list[dict],
          + (f"--fresh {' '.join(args.fresh)}" if args.fresh else
             f"--sets {' '.join(dict.fromkeys(r['set'] for r in rows))}") + " --time-limit "
          f"{args.time_limit:g}{' --without-alone' if off else ''}"
-         f"{' --curves' if curves else ''}` on "
+         f"{' --curves' if curves else ''}"
+         f"{' --fresh-out ' + args.fresh_out if args.fresh and args.fresh_out != 'cdynp_speed_v3_fresh.md' else ''}` on "
          f"{time.strftime('%Y-%m-%d')}."),
         "",
         ("CPU seconds (`time.process_time`, one thread; the least of `runs` solves on "
@@ -226,7 +226,9 @@ def write_v3(rows: list[dict], args, out: Path, curves: list[dict],
         lines += _curve_lines(curves)
     if args.fresh:
         lines += ["", ("Fresh draws: `chainpipe.instances.sets.entry(stem).drawn(seed)`, the "
-                       "committed instances' recipe at another seed (`STEM:SEED` above); no "
-                       "solver was tuned on them.")]
+                       "committed instances' recipe at another seed (`STEM:SEED` above). "
+                       "Seeds 21 to 28 were surveyed in sessions 40 and 41, and the "
+                       "solvers were changed for the failures found there; seeds from 31 "
+                       "on were first drawn after those changes.")]
     (out / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
     print(f"wrote {out / name}")

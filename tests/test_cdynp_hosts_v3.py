@@ -61,6 +61,9 @@ def test_several_pipelines_across_hosts_give_the_in_process_optimum(two, tmp_pat
     assert res["status"] == "optimal" and len(res["plan"]["pipelines"]) == 2
     # under period every run starts with its classic solve (a run of objective classic)
     assert any(p.name == "classic" for p in (tmp_path / "remote").rglob("*"))
+    # the ranges' floor runs went over TLS too (their traces byte-identical, above)
+    assert res["stats"]["floor_runs"] > 0
+    assert any(p.name.startswith("floors-") for p in (tmp_path / "remote").iterdir())
     assert two.alive()
 
 
