@@ -399,6 +399,30 @@ def random_v3_instance(seed: int) -> Instance:
     return Instance(f"v3-{seed}", Model("m", tuple(layers)), training, tuple(dcs), links)
 
 
+def random_period_chains(n: int, *, first_seed: int = 100, microbatches=(12, 20, 40),
+                         pipelines: tuple | None = None):
+    """``(seed, instance)`` of the first ``n`` :func:`random_instance` draws from
+    ``first_seed`` on 2 or 3 DCs with 5 to 12 layers, under 1F1B with ``M`` one of
+    ``microbatches`` (many: the steady part weighs and the prefix-curve floors matter), made
+    ``period`` instances (and allowed ``pipelines``, if given)."""
+    import dataclasses
+
+    seed, got = first_seed, 0
+    while got < n:
+        rng = random.Random(seed)
+        inst = random_instance(seed, max_layers=12, max_count=4, max_types=3, schedule="1f1b",
+                               microbatches=rng.choice(microbatches))
+        seed += 1
+        if inst.num_datacenters < 2 or inst.num_layers < 5:
+            continue
+        training = dataclasses.replace(inst.training, objective="period")
+        if pipelines is not None:
+            training = dataclasses.replace(training, parallelism=dataclasses.replace(
+                training.parallelism, pipelines=pipelines))
+        yield seed - 1, dataclasses.replace(inst, training=training)
+        got += 1
+
+
 def random_v3_chains(least_m: int, *, objective: str | None = "period",
                      schedule: str | None = None, seeds=range(40)):
     """``(seed, instance)`` of the :func:`random_v3_instance` draws of ``seeds`` with two

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import random
 from pathlib import Path
 
 import numpy as np
@@ -30,7 +29,7 @@ from chainpipe.solvers.cdynp.remote import _fills_ok
 from chainpipe.solvers.dp_pipelines import shared_holds
 from chainpipe.solvers.dp_ranges import RangeTimes
 from chainpipe.tables import CostTables
-from helpers import random_instance
+from helpers import random_period_chains
 
 ROOT = Path(__file__).resolve().parents[1]
 MEDIUM = ROOT / "instances" / "v3" / "medium" / "v3-medium-03-slow-sync8.json"
@@ -39,18 +38,8 @@ MEDIUM = ROOT / "instances" / "v3" / "medium" / "v3-medium-03-slow-sync8.json"
 def _instances(n: int, pipelines=(1,)):
     """Random period instances under 1F1B on 2 or 3 DCs, 5 to 12 layers, many microbatches
     (floors at many ``M_p``; rows of fewer than ``protocol.WITHHELD`` layers are not sent)."""
-    seed, got = 500, 0
-    while got < n:
-        rng = random.Random(seed)
-        inst = random_instance(seed, max_layers=12, max_count=4, max_types=3, schedule="1f1b",
-                               microbatches=rng.choice((8, 12, 20)))
-        seed += 1
-        if inst.num_datacenters < 2 or inst.num_layers < 5:
-            continue
-        par = dataclasses.replace(inst.training.parallelism, pipelines=pipelines)
-        yield seed - 1, dataclasses.replace(inst, training=dataclasses.replace(
-            inst.training, objective="period", parallelism=par))
-        got += 1
+    return random_period_chains(n, first_seed=500, microbatches=(8, 12, 20),
+                                pipelines=pipelines)
 
 
 def _least(ref: RangeTimes, i: int, j: int, m: int) -> float:

@@ -9,9 +9,6 @@ completion of a label there has that plan's period at most)."""
 
 from __future__ import annotations
 
-import dataclasses
-import random
-
 import pytest
 
 from chainpipe.plan import evaluate
@@ -20,23 +17,13 @@ from chainpipe.solvers.cdynp.drive import agent_options
 from chainpipe.solvers.cdynp.public import PublicInstance
 from chainpipe.solvers.cdynp.runner import run_in_process
 from chainpipe.solvers.dp import run as dp_run
-from helpers import random_instance
+from helpers import random_period_chains
 
 
 def _instances(n: int):
     """Random period instances under 1F1B on 2 or 3 DCs, 5 to 12 layers, many microbatches
     (the steady part weighs: the pass runs and its floors matter)."""
-    seed, got = 100, 0
-    while got < n:
-        rng = random.Random(seed)
-        inst = random_instance(seed, max_layers=12, max_count=4, max_types=3, schedule="1f1b",
-                               microbatches=rng.choice((12, 20, 40)))
-        seed += 1
-        if inst.num_datacenters < 2 or inst.num_layers < 5:
-            continue
-        yield seed - 1, dataclasses.replace(inst, training=dataclasses.replace(
-            inst.training, objective="period"))
-        got += 1
+    return random_period_chains(n)
 
 
 def _run(inst, bound: float, low: float):
