@@ -192,7 +192,7 @@ def write_v3(rows: list[dict], args, out: Path, curves: list[dict],
          f"{TARGET:g}x). `range runs`: the owner's CDynP runs over sub-chains (several "
          "pipelines), of which `one DC` were ranges of one DC, answered by `dp`'s own "
          "search on that DC's tables (`chainpipe/solvers/cdynp/alone.py`, `docs/privacy.md`, "
-         "\"A range of one DC\"), and `floor runs` the runs that gave the owner each "
+         "\"A range of one DC\"), and `floor runs` those that gave the owner each "
          "range's floors (`docs/privacy.md`, \"Floor runs\"). Each cdynp solve starts cold: the DCs' memories and kept "
          "tables of earlier solves in the process are dropped first. `load`: the 1-minute load "
          "average after the instance's solves (CPU time counts; the machine is shared)."

@@ -149,3 +149,25 @@ def test_the_floors_can_be_turned_off(monkeypatch):
     got = solve(inst, "cdynp")
     assert got.stats.get("floor_runs", 0) == 0
     assert math.isclose(got.iteration_time, want.iteration_time, rel_tol=1e-9)
+
+
+def test_without_the_knapsack_the_period_floor_is_the_flops_one(monkeypatch):
+    """Where a DC's knapsack is too large (``Floors.affordable`` false), a floor run's last
+    DC still reports a floor under the range's period, from which the grid starts: the
+    whole model over the FLOP/s bound of every device of the range, at most ``dp``'s own
+    floor (the knapsack's); the range's floors stay under its least ``T_p``."""
+    from chainpipe.solvers.cdynp import agent, floors
+
+    monkeypatch.setattr(floors.Floors, "affordable", staticmethod(lambda tables: False))
+    agent.forget()
+    inst = read(MEDIUM)
+    tables = CostTables(inst)
+    ref = RangeTimes(tables, Deadline(None), math.inf, shared_holds(tables, Deadline(None)))
+    runs = RangeRuns(LocalOwner(inst, False, 60), agent_options(), Deadline(None))
+    for i, j in ((0, 1), (1, 3)):
+        got = runs._floor_run(i, j, {})[-1].get("period_floor_s", 0.0)
+        assert 0 < got <= ref._period_floor(i, j, 2) * (1 + 1e-9), (i, j, got)
+        grid, fills = runs.floors(i, j)
+        for m in (2, 31):
+            assert least_time(grid, fills, m) <= _least(ref, i, j, m) * (1 + 1e-9)
+    agent.forget()

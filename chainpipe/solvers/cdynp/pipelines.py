@@ -62,9 +62,11 @@ from .public import range_training
 
 #: a range's floor runs (:meth:`RangeRuns.floors`): the coarse pass starts this factor
 #: below the range's floor under its period (the relaxed walk may place the model a little
-#: under it) and walks this many caps; the fine pass this many
+#: under it) and walks this many caps, this many per doubling; the fine pass this many
+#: (:data:`.curve.CAP_STEPS` per doubling)
 FLOOR_BELOW = 0.85
 FLOOR_COARSE = 12
+FLOOR_COARSE_STEPS = 4
 FLOOR_FINE = 12
 
 
@@ -77,6 +79,7 @@ def _merged(a: tuple, b: tuple) -> tuple:
     out = np.full(len(grid), -math.inf)
     np.maximum.at(out, np.searchsorted(grid, caps), fills)
     return grid, out
+
 
 #: exact mode: the owner's search asks ``dp``'s questions (:mod:`.questions`); ``False``:
 #: the sweep of :func:`several` (split of ``M`` per partition, frontier runs)
@@ -201,11 +204,12 @@ class RangeRuns:
         every option (``theta = inf``; a stage fits more at 2 microbatches than at more, so
         the fills are floors at every ``M_p >= 2``): the prefix pass alone gives the range's
         floor under its period (``period_floor_s``); a pass on :data:`FLOOR_COARSE` caps
-        ``2^(1 / 4)`` apart from :data:`FLOOR_BELOW` times it finds where the model starts
-        to fit; a pass on :data:`FLOOR_FINE` caps of the fine grid (:data:`.curve.CAP_STEPS`
-        per doubling) from the largest coarse cap it does not fit under gives the fills
-        near the range's least period, where the floors at many microbatches are read
-        (``dp``'s curve is dense there too). The two passes' caps together are the grid."""
+        ``2^(1 / FLOOR_COARSE_STEPS)`` apart from :data:`FLOOR_BELOW` times it finds where
+        the model starts to fit; a pass on :data:`FLOOR_FINE` caps of the fine grid
+        (:data:`.curve.CAP_STEPS` per doubling) from the largest coarse cap it does not fit
+        under gives the fills near the range's least period, where the floors at many
+        microbatches are read (``dp``'s curve is dense there too). The two passes' caps
+        together are the grid."""
         key = (i, j)
         if key in self.floor_curves or not make:
             return self.floor_curves.get(key)
@@ -217,7 +221,7 @@ class RangeRuns:
                                if "period_floor_s" in a])
             if low > 0:
                 low *= FLOOR_BELOW
-                coarse = self._fills(i, j, low, FLOOR_COARSE, 4)
+                coarse = self._fills(i, j, low, FLOOR_COARSE, FLOOR_COARSE_STEPS)
                 if coarse is not None:
                     grid, fills = coarse
                     out = np.flatnonzero(~np.isfinite(fills))
