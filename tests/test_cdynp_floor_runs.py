@@ -171,3 +171,30 @@ def test_without_the_knapsack_the_period_floor_is_the_flops_one(monkeypatch):
         for m in (2, 31):
             assert least_time(grid, fills, m) <= _least(ref, i, j, m) * (1 + 1e-9)
     agent.forget()
+
+
+def test_floor_runs_traces_are_private(tmp_path):
+    """A solve's floor runs (``floors-<i>-<j>-<n>/`` in its trace) send messages that
+    follow the schema and carry no private figure of any DC nor a device name (the check
+    of every other run's); their prefix messages carry the curve's tables, as a period
+    run's do."""
+    import json
+
+    from test_cdynp_v3 import _distinct
+
+    from chainpipe.solvers.cdynp import protocol
+    from helpers import check_trace_private
+
+    seen = 0
+    for seed, inst in _instances(10, pipelines=(1, 2, 3)):  # (not every one asks a range)
+        inst = _distinct(inst, seed)
+        out = tmp_path / str(seed)
+        solve(inst, "cdynp", trace_dir=str(out))
+        files = sorted(f for f in out.rglob("*.json")
+                       if f.relative_to(out).parts[0].startswith("floors-"))
+        if not files:
+            continue
+        check_trace_private(inst, files, protocol.SCHEMA)
+        assert any(json.loads(f.read_text()).get("curve") for f in files)
+        seen += 1
+    assert seen >= 2, seen
