@@ -198,3 +198,20 @@ def test_floor_runs_traces_are_private(tmp_path):
         assert any(json.loads(f.read_text()).get("curve") for f in files)
         seen += 1
     assert seen >= 2, seen
+
+
+def test_without_prefix_bounds_no_floor_curve_and_the_same_optimum():
+    """Agents that share no prefix bound (``prefix_bound=false``) report no period floor,
+    so a range's floor runs stop after the first (no curve is asked for) and the owner
+    searches with its proven floors alone: ``dp``'s optimum still."""
+    checked = 0
+    for _seed, inst in _instances(10, pipelines=(1, 2, 3)):
+        runs = RangeRuns(LocalOwner(inst, False, 60), {**agent_options(), "prefix_bound": False},
+                         Deadline(None))
+        assert runs.floors(0, 1) is None and runs.floor_runs == 1
+        want, got = solve(inst, "dp"), solve(inst, "cdynp", prefix_bound=False)
+        assert got.status == want.status
+        if want.iteration_time is not None:
+            assert math.isclose(got.iteration_time, want.iteration_time, rel_tol=1e-9)
+        checked += got.stats.get("floor_runs", 0) > 0
+    assert checked >= 3, checked
