@@ -215,3 +215,22 @@ def test_without_prefix_bounds_no_floor_curve_and_the_same_optimum():
             assert math.isclose(got.iteration_time, want.iteration_time, rel_tol=1e-9)
         checked += got.stats.get("floor_runs", 0) > 0
     assert checked >= 3, checked
+
+
+@pytest.mark.parametrize("below", [4.0, 0.01])
+def test_floors_stay_floors_whatever_the_coarse_start(monkeypatch, below):
+    """The coarse pass started far above where the model fits (it fits under every coarse
+    cap: the fine caps go below the first) or far below it (it fits under none: the fine
+    caps go on from the last): every floor still lies under ``dp``'s least ``T_p``."""
+    from chainpipe.solvers.cdynp import pipelines
+
+    monkeypatch.setattr(pipelines, "FLOOR_BELOW", below)
+    inst = read(MEDIUM)
+    tables = CostTables(inst)
+    ref = RangeTimes(tables, Deadline(None), math.inf, shared_holds(tables, Deadline(None)))
+    runs = RangeRuns(LocalOwner(inst, False, 60), agent_options(), Deadline(None))
+    grid, fills = runs.floors(1, 2)
+    # far above: the top caps fit; far below: none does (the floor is the one past the grid)
+    assert np.isfinite(fills[-1]) if below > 1 else not np.isfinite(fills).any()
+    for m in (2, 9, 31):
+        assert least_time(grid, fills, m) <= _least(ref, 1, 2, m) * (1 + 1e-9)
