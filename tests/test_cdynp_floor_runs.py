@@ -234,3 +234,27 @@ def test_floors_stay_floors_whatever_the_coarse_start(monkeypatch, below):
     assert np.isfinite(fills[-1]) if below > 1 else not np.isfinite(fills).any()
     for m in (2, 9, 31):
         assert least_time(grid, fills, m) <= _least(ref, 1, 2, m) * (1 + 1e-9)
+
+
+def test_a_last_dc_that_shares_no_prefix_bound_reports_no_fills():
+    """A floor run's last DC reports the fills only when it shares its prefix bounds (its
+    agent's ``prefix_bound``, which also keeps its period floor to itself): with it off,
+    whatever the owner asks, no ``curve_fills``."""
+    from chainpipe.solvers.cdynp import protocol
+
+    inst = read(MEDIUM)
+    public = PublicInstance.of(inst)
+    K = inst.num_datacenters
+    opts = {"floors_only": 1, "curve_low": 1.0, "curve_top": 2.0, "curve_steps": 4,
+            "sync_cap": 1e300}
+    for share, want in ((True, True), (False, False)):
+        agents = [DCAgent(public, k, dc, prefix_bound=share or k < K - 1, **opts)
+                  for k, dc in enumerate(inst.datacenters)]
+        got = None
+        for a in agents:
+            sent = a.prefix(got)
+            got = None if sent is None else protocol.decode(
+                protocol.encode(sent), "prefix", public.expect(a.k, a.k + 1))
+        agents[-1].backward(None)
+        assert ("curve_fills" in agents[-1].stats) == want
+        assert ("period_floor_s" in agents[-1].stats) == want

@@ -1115,7 +1115,8 @@ class DCAgent:
                 self.stats["curve_floor_s"] = floor  # the owner's ladder starts there
         if self.floors_only:  # no search: the pass's floors are the run's answer
             self._dp = _NoPlans()
-            if self.k == self.public.num_datacenters - 1 and self.curve is not None:
+            last = self.k == self.public.num_datacenters - 1
+            if last and self.curve is not None and self.share_prefix:  # (as _report_floor)
                 self.stats["curve_fills"] = self._fills_report()
             self.stats["backward_s"] = time.perf_counter() - t0
             return None if self.k == 0 else self._period_summary({}, 0.0)
