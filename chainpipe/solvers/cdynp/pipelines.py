@@ -210,30 +210,31 @@ class RangeRuns:
         under gives the fills near the range's least period, where the floors at many
         microbatches are read (``dp``'s curve is dense there too). The two passes' caps
         together are the grid."""
-        key = (i, j)
-        if key in self.floor_curves or not make:
-            return self.floor_curves.get(key)
-        public, got = self.owner.public, None
-        if is_exact(self.options) and public.period and i < j \
-                and public.training.schedule == "1f1b":
-            first = self._floor_run(i, j, {})
-            low = max([0.0] + [float(a["period_floor_s"]) for a in first
-                               if "period_floor_s" in a])
-            if low > 0:
-                low *= FLOOR_BELOW
-                coarse = self._fills(i, j, low, FLOOR_COARSE, FLOOR_COARSE_STEPS)
-                if coarse is not None:
-                    grid, fills = coarse
-                    out = np.flatnonzero(~np.isfinite(fills))
-                    if not len(out):  # fits under the first: the fine caps below it
-                        start = grid[0] * 2.0 ** (-(FLOOR_FINE - 1) / CAP_STEPS)
-                    else:
-                        start = grid[out[-1]]
-                    fine = self._fills(i, j, start, FLOOR_FINE, CAP_STEPS)
-                    if fine is not None:
-                        got = _merged(coarse, fine)
-        self.floor_curves[key] = got
-        return got
+        if (i, j) not in self.floor_curves and make:
+            self.floor_curves[i, j] = self._floor_curve(i, j)
+        return self.floor_curves.get((i, j))
+
+    def _floor_curve(self, i: int, j: int):
+        """The three floor runs of :meth:`floors` for DCs ``i..j``: ``(grid, fills)`` or
+        ``None``."""
+        public = self.owner.public
+        if not (is_exact(self.options) and public.period and i < j
+                and public.training.schedule == "1f1b"):
+            return None
+        first = self._floor_run(i, j, {})
+        low = max([0.0] + [float(a["period_floor_s"]) for a in first if "period_floor_s" in a])
+        if low <= 0:
+            return None
+        coarse = self._fills(i, j, low * FLOOR_BELOW, FLOOR_COARSE, FLOOR_COARSE_STEPS)
+        if coarse is None:
+            return None
+        grid, fills = coarse
+        out = np.flatnonzero(~np.isfinite(fills))
+        # from the largest coarse cap the model does not fit under; when it fits under
+        # every one, the fine caps below the first
+        start = grid[out[-1]] if len(out) else grid[0] * 2.0 ** (-(FLOOR_FINE - 1) / CAP_STEPS)
+        fine = self._fills(i, j, start, FLOOR_FINE, CAP_STEPS)
+        return None if fine is None else _merged(coarse, fine)
 
     def _fills(self, i: int, j: int, low: float, caps: int, steps: int):
         """``(grid, fills)`` of a floor run's pass on ``caps`` caps ``2^(1 / steps)`` apart
