@@ -76,7 +76,7 @@ from .drive import (
     guarantee_factor,
     is_exact,
 )
-from .public import PublicInstance, split_documents, write_split
+from .public import CHAINS_KEPT, PublicInstance, split_documents, write_split
 from .runner import MESSAGE_TIMEOUT_S, Run, run_in_process, run_processes
 
 __all__ = ["PROBE_BEAM", "PROBE_ENTRIES", "PROBE_FINE_ENTRIES", "PROBE_LAYERS_PER_PART",
@@ -646,10 +646,16 @@ class InstanceAgents:
         self.message_timeout = message_timeout
 
     def with_objective(self, objective: str) -> InstanceAgents:
-        """The same agents on the same chain under ``objective``."""
-        inst = dataclasses.replace(self.instance, training=dataclasses.replace(
-            self.instance.training, objective=objective))
-        return InstanceAgents(inst, self.processes, self.message_timeout, self.count_sync)
+        """The same agents on the same chain under ``objective`` (kept: every range run of
+        this chain asks for its classic twin)."""
+        kept = self.__dict__.setdefault("_objectives", {})
+        got = kept.get(objective)
+        if got is None:
+            inst = dataclasses.replace(self.instance, training=dataclasses.replace(
+                self.instance.training, objective=objective))
+            got = kept[objective] = InstanceAgents(inst, self.processes,
+                                                   self.message_timeout, self.count_sync)
+        return got
 
     def one_run(self, options: dict, trace_dir, deadline: Deadline) -> Run:
         if self.processes:
@@ -703,11 +709,22 @@ class LocalOwner:
 
     def chain(self, first: int, last: int, microbatches: int,
               count_sync: bool = True) -> InstanceAgents:
-        """The agents of DCs ``first..last`` planning one pipeline of ``microbatches``."""
+        """The agents of DCs ``first..last`` planning one pipeline of ``microbatches``
+        (kept per range and count, as an agent server keeps its views,
+        :meth:`.public.PublicInstance.chain`: the range's instance and the DCs' one-DC
+        instances are built and checked once, not for every run)."""
         from .pipelines import chain_instance
 
-        return InstanceAgents(chain_instance(self.instance, first, last, microbatches),
-                              self.processes, self.message_timeout, count_sync)
+        key = (first, last, int(microbatches), bool(count_sync))
+        kept = self.__dict__.setdefault("_chains", {})
+        got = kept.get(key)
+        if got is None:
+            if len(kept) >= CHAINS_KEPT:
+                kept.clear()
+            got = kept[key] = InstanceAgents(
+                chain_instance(self.instance, first, last, microbatches), self.processes,
+                self.message_timeout, count_sync)
+        return got
 
     def evaluation(self, plan: Plan, pipelines=None):
         """The plan's evaluation on the whole instance (``pipelines``, each pipeline's cost

@@ -49,6 +49,10 @@ V2_FORMAT = "chainpipe-instance/2"
 PRIVATE_FORMAT = "chainpipe-private/1"
 _PUBLIC_KEYS = ("format", "name", "model", "training", "datacenters", "links")
 _PRIVATE_KEYS = ("format", "index", "datacenter")
+#: the range views a :class:`PublicInstance` keeps (:meth:`PublicInstance.chain`); past it
+#: they are dropped all at once (a ``v3/large`` solve asks about 1,500: 36 ranges, many
+#: ``M_p``, two objectives)
+CHAINS_KEPT = 4096
 
 
 @dataclass(frozen=True)
@@ -124,11 +128,20 @@ class PublicInstance:
               objective: str | None = None) -> PublicInstance:
         """The range ``first..last`` of the chain as one pipeline of ``microbatches``
         (:func:`range_training`): what the range's agents plan in a range run of several
-        pipelines (``docs/privacy.md``, "Several pipelines"), all of it public."""
-        return PublicInstance(self.name, self.model,
-                              range_training(self.training, microbatches, objective),
-                              self.datacenter_names[first:last + 1],
-                              self.links[first:last])
+        pipelines (``docs/privacy.md``, "Several pipelines"), all of it public. Kept per
+        range, count and objective (at most :data:`CHAINS_KEPT`), so that the runs of one
+        range share one view and its DCs' one-DC instances (:meth:`local`: each checked as
+        it is built; an agent server's range runs rebuilt both for every run)."""
+        key = (first, last, int(microbatches), objective)
+        kept = self.__dict__.setdefault("_chains", {})
+        got = kept.get(key)
+        if got is None:
+            if len(kept) >= CHAINS_KEPT:
+                kept.clear()
+            got = kept[key] = PublicInstance(
+                self.name, self.model, range_training(self.training, microbatches, objective),
+                self.datacenter_names[first:last + 1], self.links[first:last])
+        return got
 
     @property
     def period(self) -> bool:
