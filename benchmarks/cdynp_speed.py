@@ -58,7 +58,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sets", nargs="+",
                     default=["medium", "large", "hybrid/medium", "hybrid/large"])
-    ap.add_argument("--repeat", type=int, default=None, help="runs per solver (default: 9 medium, 3 large)")
+    ap.add_argument("--repeat", type=int, default=None,
+                    help="runs per solver (default: 9 medium, 3 large; with --v3: 3 on "
+                         "v3/small and v3/medium and fresh draws of their stems, 1 on "
+                         "v3/large)")
     ap.add_argument("--v3", action="store_true", help="the contract-v3 sets (see above)")
     ap.add_argument("--time-limit", type=float, default=200.0, help="with --v3: per solve")
     ap.add_argument("--without-alone", action="store_true",
