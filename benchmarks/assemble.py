@@ -129,7 +129,7 @@ ORDER = [
                                                    "v3-large-03-slow-sync8")
                       for seed in (21, 24, 28))),
     ("benchmarks/results/cdynp_speed_v3_fresh_31_33.md",
-     "python benchmarks/cdynp_speed.py --v3 --time-limit 300 --fresh-out "
+     "python benchmarks/cdynp_speed.py --v3 --time-limit 900 --fresh-out "
      "cdynp_speed_v3_fresh_31_33.md --fresh " + " ".join(
          f"{stem}:{seed}" for stem in ("v3-medium-01", "v3-medium-02-small-model",
                                        "v3-medium-03-slow-sync8", "v3-medium-04-gpipe",
