@@ -135,6 +135,13 @@ ORDER = [
                                        "v3-medium-03-slow-sync8", "v3-medium-04-gpipe",
                                        "v3-large-01", "v3-large-02-long-seq",
                                        "v3-large-03-slow-sync8") for seed in (31, 32, 33))),
+    ("benchmarks/results/cdynp_speed_v3_fresh_34_36.md",
+     "python benchmarks/cdynp_speed.py --v3 --time-limit 900 --fresh-out "
+     "cdynp_speed_v3_fresh_34_36.md --fresh " + " ".join(
+         f"{stem}:{seed}" for stem in ("v3-medium-01", "v3-medium-02-small-model",
+                                       "v3-medium-03-slow-sync8", "v3-medium-04-gpipe",
+                                       "v3-large-01", "v3-large-02-long-seq",
+                                       "v3-large-03-slow-sync8") for seed in (34, 35, 36))),
     ("benchmarks/results/cdynp_tradeoff_v3.md",
      "python benchmarks/cdynp_tradeoff.py --v3 --sets v3/small v3/medium --time-limit 120, "
      "then --v3 --sets v3/large --time-limit 600 --merge"),
