@@ -11,6 +11,18 @@ from __future__ import annotations
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+#: the stems a survey of fresh draws takes (``cdynp_speed.py --v3 --fresh``)
+_STEMS = ("v3-medium-01", "v3-medium-02-small-model", "v3-medium-03-slow-sync8",
+          "v3-medium-04-gpipe", "v3-large-01", "v3-large-02-long-seq", "v3-large-03-slow-sync8")
+
+
+def _survey(name: str, seeds: tuple) -> tuple[str, str]:
+    """A survey of ``seeds`` of every stem of :data:`_STEMS`, written to ``results/name``."""
+    return (f"benchmarks/results/{name}",
+            f"python benchmarks/cdynp_speed.py --v3 --time-limit 900 --fresh-out {name} "
+            "--fresh " + " ".join(f"{stem}:{seed}" for stem in _STEMS for seed in seeds))
+
+
 ORDER = [
     ("benchmarks/results/dp_scaling.md", "python benchmarks/dp_scaling.py"),
     ("benchmarks/results/dp_scaling_scale.md", "python benchmarks/dp_scaling.py --scale"),
@@ -128,20 +140,8 @@ ORDER = [
      + " " + " ".join(f"{stem}:{seed}" for stem in ("v3-large-01", "v3-large-02-long-seq",
                                                    "v3-large-03-slow-sync8")
                       for seed in (21, 24, 28))),
-    ("benchmarks/results/cdynp_speed_v3_fresh_31_33.md",
-     "python benchmarks/cdynp_speed.py --v3 --time-limit 900 --fresh-out "
-     "cdynp_speed_v3_fresh_31_33.md --fresh " + " ".join(
-         f"{stem}:{seed}" for stem in ("v3-medium-01", "v3-medium-02-small-model",
-                                       "v3-medium-03-slow-sync8", "v3-medium-04-gpipe",
-                                       "v3-large-01", "v3-large-02-long-seq",
-                                       "v3-large-03-slow-sync8") for seed in (31, 32, 33))),
-    ("benchmarks/results/cdynp_speed_v3_fresh_34_36.md",
-     "python benchmarks/cdynp_speed.py --v3 --time-limit 900 --fresh-out "
-     "cdynp_speed_v3_fresh_34_36.md --fresh " + " ".join(
-         f"{stem}:{seed}" for stem in ("v3-medium-01", "v3-medium-02-small-model",
-                                       "v3-medium-03-slow-sync8", "v3-medium-04-gpipe",
-                                       "v3-large-01", "v3-large-02-long-seq",
-                                       "v3-large-03-slow-sync8") for seed in (34, 35, 36))),
+    _survey("cdynp_speed_v3_fresh_31_33.md", (31, 32, 33)),
+    _survey("cdynp_speed_v3_fresh_34_36.md", (34, 35, 36)),
     ("benchmarks/results/cdynp_tradeoff_v3.md",
      "python benchmarks/cdynp_tradeoff.py --v3 --sets v3/small v3/medium --time-limit 120, "
      "then --v3 --sets v3/large --time-limit 600 --merge"),

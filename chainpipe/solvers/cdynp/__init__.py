@@ -76,7 +76,7 @@ from .drive import (
     guarantee_factor,
     is_exact,
 )
-from .public import CHAINS_KEPT, PublicInstance, split_documents, write_split
+from .public import CHAINS_KEPT, PublicInstance, kept, split_documents, write_split
 from .runner import MESSAGE_TIMEOUT_S, Run, run_in_process, run_processes
 
 __all__ = ["PROBE_BEAM", "PROBE_ENTRIES", "PROBE_FINE_ENTRIES", "PROBE_LAYERS_PER_PART",
@@ -648,14 +648,10 @@ class InstanceAgents:
     def with_objective(self, objective: str) -> InstanceAgents:
         """The same agents on the same chain under ``objective`` (kept: every range run of
         this chain asks for its classic twin)."""
-        kept = self.__dict__.setdefault("_objectives", {})
-        got = kept.get(objective)
-        if got is None:
-            inst = dataclasses.replace(self.instance, training=dataclasses.replace(
-                self.instance.training, objective=objective))
-            got = kept[objective] = InstanceAgents(inst, self.processes,
-                                                   self.message_timeout, self.count_sync)
-        return got
+        return kept(self, "_objectives", objective, lambda: InstanceAgents(
+            dataclasses.replace(self.instance, training=dataclasses.replace(
+                self.instance.training, objective=objective)),
+            self.processes, self.message_timeout, self.count_sync))
 
     def one_run(self, options: dict, trace_dir, deadline: Deadline) -> Run:
         if self.processes:
@@ -715,16 +711,11 @@ class LocalOwner:
         instances are built and checked once, not for every run)."""
         from .pipelines import chain_instance
 
-        key = (first, last, int(microbatches), bool(count_sync))
-        kept = self.__dict__.setdefault("_chains", {})
-        got = kept.get(key)
-        if got is None:
-            if len(kept) >= CHAINS_KEPT:
-                kept.clear()
-            got = kept[key] = InstanceAgents(
-                chain_instance(self.instance, first, last, microbatches), self.processes,
-                self.message_timeout, count_sync)
-        return got
+        return kept(self, "_chains", (first, last, int(microbatches), bool(count_sync)),
+                    lambda: InstanceAgents(
+                        chain_instance(self.instance, first, last, microbatches),
+                        self.processes, self.message_timeout, count_sync),
+                    CHAINS_KEPT)
 
     def evaluation(self, plan: Plan, pipelines=None):
         """The plan's evaluation on the whole instance (``pipelines``, each pipeline's cost

@@ -99,22 +99,15 @@ class PublicInstance:
         """The one-DC instance of ``datacenter`` (the public model and training, its own
         record): what its agent plans with. Kept per record, so the agents of every run on
         this chain share one (an instance is checked as it is built)."""
-        kept = self.__dict__.setdefault("_locals", {})
-        got = kept.get(datacenter)
-        if got is None:
-            got = kept[datacenter] = Instance(self.name, self.model, self.training,
-                                              (datacenter,), ())
-        return got
+        return kept(self, "_locals", datacenter, lambda: Instance(
+            self.name, self.model, self.training, (datacenter,), ()))
 
     def expect(self, sender: int, receiver: int) -> protocol.Expect:
         """What a message from DC ``sender`` to its neighbour ``receiver`` must respect; a
         summary's ``bw`` is the bandwidth of a chain path from the receiver downstream
         (kept per pair: every run on this chain asks the same)."""
-        kept = self.__dict__.setdefault("_expects", {})
-        got = kept.get((sender, receiver))
-        if got is None:
-            got = kept[(sender, receiver)] = self._expect(sender, receiver)
-        return got
+        return kept(self, "_expects", (sender, receiver),
+                    lambda: self._expect(sender, receiver))
 
     def _expect(self, sender: int, receiver: int) -> protocol.Expect:
         bandwidths, bw = set(), float("inf")
@@ -133,22 +126,31 @@ class PublicInstance:
         range, count and objective (at most :data:`CHAINS_KEPT`), so that the runs of one
         range share one view and its DCs' one-DC instances (:meth:`local`: each checked as
         it is built; an agent server's range runs rebuilt both for every run)."""
-        key = (first, last, int(microbatches), objective)
-        kept = self.__dict__.setdefault("_chains", {})
-        got = kept.get(key)
-        if got is None:
-            if len(kept) >= CHAINS_KEPT:
-                kept.clear()
-            got = kept[key] = PublicInstance(
-                self.name, self.model, range_training(self.training, microbatches, objective),
-                self.datacenter_names[first:last + 1], self.links[first:last])
-        return got
+        return kept(self, "_chains", (first, last, int(microbatches), objective),
+                    lambda: PublicInstance(
+                        self.name, self.model,
+                        range_training(self.training, microbatches, objective),
+                        self.datacenter_names[first:last + 1], self.links[first:last]),
+                    CHAINS_KEPT)
 
     @property
     def period(self) -> bool:
         """Whether the run plans under the ``period`` objective (with ``M > 1``: one
         microbatch has no steady state, and both objectives give the same ``T``)."""
         return self.training.objective == "period" and self.microbatches > 1
+
+
+def kept(holder, store: str, key, make, most: int | None = None):
+    """What ``make()`` makes, kept in ``holder``'s attribute ``store`` (a dict, made on
+    first use; a frozen dataclass's too) under ``key``: made once per key. With ``most``,
+    the store holds at most that many, all dropped at once when it is full."""
+    got = holder.__dict__.setdefault(store, {})
+    value = got.get(key)
+    if value is None:
+        if most is not None and len(got) >= most:
+            got.clear()
+        value = got[key] = make()
+    return value
 
 
 def range_training(training: Training, microbatches: int,
