@@ -61,12 +61,12 @@ def _paired(inst, limit: float, repeat: int):
     return ref, dp_best, res, cd_best
 
 
-def _repeat(name: str, stem: str, args) -> int:
+def _repeat(name: str, args) -> int:
     """Solves of each solver per instance: ``--repeat``, else :data:`REPEAT` on ``v3/small``
     and ``v3/medium`` (committed or fresh draws of their stems), one on ``v3/large``."""
     if args.repeat:
         return args.repeat
-    return 1 if "large" in name or stem.startswith("v3-large") else REPEAT
+    return 1 if "large" in name else REPEAT  # "v3/large", or "fresh v3-large-..."
 
 
 def _without_alone(inst, limit: float):
@@ -133,7 +133,7 @@ def _curve_lines(curves: list[dict]) -> list[str]:
 
 
 def _row(name: str, stem: str, inst, args) -> dict:
-    repeat = _repeat(name, stem, args)
+    repeat = _repeat(name, args)
     ref, dp_s, res, cd_s = _paired(inst, args.time_limit, repeat)
     st = res.stats
     tr = inst.training

@@ -534,18 +534,14 @@ def _check_report(name: str, where: str, report) -> None:
 def _fills_ok(got) -> bool:
     """A floor run's fills (:meth:`.agent.DCAgent._fills_report`): at most
     :data:`.protocol.CURVE_MOST` values, each a finite number ``>= 0`` or ``None``."""
-    from .protocol import CURVE_MOST, finite_number
-
-    return isinstance(got, list) and 0 < len(got) <= CURVE_MOST and all(
-        v is None or (finite_number(v) and v >= 0) for v in got)
+    return isinstance(got, list) and 0 < len(got) <= protocol.CURVE_MOST and all(
+        v is None or (protocol.finite_number(v) and v >= 0) for v in got)
 
 
 def _frontier_ok(got) -> bool:
     """A frontier run's report (:meth:`.agent.DCAgent._frontier_report`): ``first <=
     last`` microbatch counts and at most two lines per count, each ``[fill, period,
     settled]`` with finite values ``>= 0``."""
-    from .protocol import finite_number
-
     if not (isinstance(got, dict) and set(got) == {"first", "last", "lines"}):
         return False
     lo, hi, lines = got["first"], got["last"], got["lines"]
@@ -553,7 +549,8 @@ def _frontier_ok(got) -> bool:
             and isinstance(lines, list) and len(lines) <= 2 * (hi - lo + 1)):
         return False
     return all(isinstance(ln, list) and len(ln) == 3 and isinstance(ln[2], bool)
-               and all(finite_number(v) and v >= 0 for v in ln[:2]) for ln in lines)
+               and all(protocol.finite_number(v) and v >= 0 for v in ln[:2])
+               for ln in lines)
 
 
 def _write_trace(trace_dir, reports: list[dict]) -> None:
