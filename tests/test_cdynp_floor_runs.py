@@ -258,3 +258,115 @@ def test_a_last_dc_that_shares_no_prefix_bound_reports_no_fills():
         agents[-1].backward(None)
         assert ("curve_fills" in agents[-1].stats) == want
         assert ("period_floor_s" in agents[-1].stats) == want
+
+
+def test_a_floor_run_is_its_prefix_pass_alone():
+    """A floor run ends with its prefix pass (``session``, ``runner``): ``K - 1`` prefixes
+    and no summary or ``assemble``, in process and with each agent in its own process
+    alike, and its last DC reports the same floors either way."""
+    from chainpipe.solvers.cdynp import InstanceAgents
+
+    inst = read(MEDIUM)
+    K = inst.num_datacenters
+    opts = {**agent_options(), "upper_bound": None, "sync_cap": 1e300, "floors_only": 1,
+            "curve_low": 0.5, "curve_top": 3.0, "curve_steps": 4}
+    got = {}
+    for processes in (False, True):
+        agents = InstanceAgents(inst, processes, 60)
+        res = agents.one_run(opts, None, Deadline(60))
+        assert [m["kind"] for m in res.messages] == ["prefix"] * (K - 1)
+        assert res.stages == [] and not math.isfinite(res.estimate)
+        last = res.agents[-1]
+        assert "period_floor_s" in last and "curve_fills" in last
+        got[processes] = (last["period_floor_s"], last["curve_fills"])
+    assert got[False] == got[True]
+
+
+class _AcrossHosts(LocalOwner):
+    """An owner whose agents are in this process but which says it is across hosts
+    (``mode = "tls"``): its range runs make the floor curves ahead."""
+
+    def __init__(self, inst):
+        super().__init__(inst, False, 60)
+        self.mode = "tls"
+
+
+def _alive_ahead() -> list:
+    import threading
+
+    return [t for t in threading.enumerate() if t.name.startswith("chainpipe-floors")]
+
+
+def test_floor_curves_made_ahead_across_hosts_are_those_made_on_need():
+    """Across hosts the owner makes the floor curves of every range of two DCs or more but
+    the whole chain ahead, in threads beside its own runs (``RangeRuns.start_floors_ahead``):
+    each curve it takes is the one made on need in process, and no thread outlives
+    ``stop_ahead``; in process, traced, or with no worker, none is made ahead."""
+    inst = read(MEDIUM)
+    K = inst.num_datacenters
+    ref = RangeRuns(LocalOwner(inst, False, 60), agent_options(), Deadline(None))
+    runs = RangeRuns(_AcrossHosts(inst), agent_options(), Deadline(None))
+    runs.start_floors_ahead(2)
+    try:
+        assert sorted(runs._ahead) == sorted((i, j) for i in range(K) for j in range(i + 1, K)
+                                            if (i, j) != (0, K - 1))
+        for i, j in ((2, 3), (0, 2), (1, 2)):
+            (grid, fills), (want_grid, want_fills) = runs.floors(i, j), ref.floors(i, j)
+            np.testing.assert_array_equal(grid, want_grid)
+            np.testing.assert_array_equal(fills, want_fills)
+            assert (i, j) not in runs._ahead
+    finally:
+        runs.stop_ahead()
+    assert not _alive_ahead() and not runs._ahead
+    assert runs.floor_curves_unused <= 2 and runs.floor_runs >= 9
+    names = [m["file"].split("/")[0] for m in runs.messages]
+    assert len(set(names)) == runs.floor_runs  # every run its own name, counted once
+    for owner, trace, workers in ((LocalOwner(inst, False, 60), None, 2),
+                                  (_AcrossHosts(inst), "trace", 2),
+                                  (_AcrossHosts(inst), None, 0)):
+        other = RangeRuns(owner, agent_options(), Deadline(None), trace)
+        other.start_floors_ahead(workers)
+        assert not other._ahead and other._pool is None
+
+
+def test_a_floor_curve_made_ahead_that_failed_fails_where_it_is_taken(monkeypatch):
+    """A floor run made ahead that fails (an agent gone) fails the solve only where its
+    curve is taken, with the same error as a run made there; the other curves stand."""
+    from chainpipe.solvers.cdynp.runner import AgentFailure
+
+    inst = read(MEDIUM)
+    made = RangeRuns._floor_run
+
+    def gone(self, i, j, extra):
+        if (i, j) == (1, 2):
+            raise AgentFailure("the agent of DC 'x' is gone", "x")
+        return made(self, i, j, extra)
+
+    monkeypatch.setattr(RangeRuns, "_floor_run", gone)
+    runs = RangeRuns(_AcrossHosts(inst), agent_options(), Deadline(None))
+    runs.start_floors_ahead(1)
+    try:
+        assert runs.floors(0, 1) is not None
+        with pytest.raises(AgentFailure, match="is gone"):
+            runs.floors(1, 2)
+    finally:
+        runs.stop_ahead()
+    assert not _alive_ahead()
+
+
+def test_an_owner_across_hosts_with_floors_ahead_reaches_dps_optimum():
+    """The owner's whole search with its floor curves made ahead (an owner that says it is
+    across hosts, agents in this process) proves ``dp``'s optimum on random chains."""
+    from chainpipe.solvers.cdynp.pipelines import solve_several
+
+    checked = 0
+    for _seed, inst in _instances(10, pipelines=(1, 2, 3)):
+        want = solve(inst, "dp")
+        got = solve_several(_AcrossHosts(inst), agent_options(), Deadline(120))
+        assert got.status == want.status.value
+        if want.iteration_time is not None:
+            T = LocalOwner(inst, False, 60).evaluation(got.plan).iteration_time_s
+            assert math.isclose(T, want.iteration_time, rel_tol=1e-9)
+        checked += got.stats.get("floor_runs", 0) > 0
+        assert not _alive_ahead()
+    assert checked >= 3, checked

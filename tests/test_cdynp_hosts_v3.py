@@ -67,6 +67,28 @@ def test_several_pipelines_across_hosts_give_the_in_process_optimum(two, tmp_pat
     assert two.alive()
 
 
+def test_floor_curves_made_ahead_across_hosts_give_the_in_process_optimum(two):
+    """Untraced, the owner across hosts makes the ranges' floor curves ahead, in a thread
+    beside its own runs (``pipelines.FLOORS_AHEAD``, a second connection to each agent):
+    the same status, plan and ``T`` as in process, every curve it took made over TLS, and
+    the agents still serving."""
+    remote, _ = two.solve(timeout=180)
+    assert remote.returncode == 0, remote.stderr
+    local = _cli("solve", TWO, "--solver", "cdynp", "--format", "json", timeout=180)
+    assert local.returncode == 0, local.stderr
+    a, b = json.loads(remote.stdout), json.loads(local.stdout)
+    assert a["status"] == b["status"] == "optimal"
+    assert a["plan"]["pipelines"] == b["plan"]["pipelines"]
+    assert a["iteration_time_s"] == b["iteration_time_s"]
+    st = a["stats"]
+    assert st["floor_runs"] >= b["stats"]["floor_runs"] > 0
+    # (a curve made ahead and never taken is one to three floor runs more)
+    assert st["floor_runs"] >= b["stats"]["floor_runs"] + st["floor_curves_unused"]
+    assert st["range_runs"] - st["floor_runs"] == b["stats"]["range_runs"] - \
+        b["stats"]["floor_runs"]
+    assert two.alive()
+
+
 def test_period_runs_across_hosts_give_the_in_process_optimum(tmp_path):
     """v3-small-03: range runs whose classic plan is not optimal under period, so their
     period runs search below it on the agents too (the owner's T from the phase and loop

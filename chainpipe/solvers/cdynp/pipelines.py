@@ -47,6 +47,8 @@ from __future__ import annotations
 import dataclasses
 import math
 import sys
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -68,6 +70,13 @@ FLOOR_BELOW = 0.85
 FLOOR_COARSE = 12
 FLOOR_COARSE_STEPS = 4
 FLOOR_FINE = 12
+#: across hosts (the owner's mode ``tls``, untraced), the floor curves of every range a
+#: split into several pipelines can take are made ahead, by this many threads beside the
+#: owner's own runs (its one-pipeline solve first): each floor run keeps one host of its
+#: range busy at a time, so the other hosts are free for them; 0: each on first need, as
+#: in process (where the runs share one interpreter, and a traced solve, whose trace is
+#: the in-process one's)
+FLOORS_AHEAD = 1
 
 
 def _merged(a: tuple, b: tuple) -> tuple:
@@ -150,6 +159,12 @@ class RangeRuns:
         #: (i, j) -> (grid, fills) of the range's floor runs, or ``None`` (:meth:`floors`)
         self.floor_curves: dict[tuple[int, int], tuple | None] = {}
         self.floor_runs = 0
+        #: floor curves made ahead (:meth:`start_floors_ahead`): (i, j) -> their future, until
+        #: :meth:`floors` takes it; how many were made and never taken (:meth:`stop_ahead`)
+        self._ahead: dict[tuple[int, int], Future] = {}
+        self._pool: ThreadPoolExecutor | None = None
+        self.floor_curves_unused = 0
+        self._lock = threading.Lock()  # the counters and the messages, with runs ahead
         public = owner.public
         self.use_frontier = is_exact(options) and public.period
 
@@ -191,6 +206,61 @@ class RangeRuns:
         self.known.setdefault((i, j), []).append((m, theta, bound, got))
         return got, lam, low
 
+    def _count(self, name: str, kind: str | None = None) -> str:
+        """The next run's name (``name`` and the run's number), the run counted (and as
+        ``kind``: ``floor_runs``, ``frontier_runs``); safe from the threads of
+        :meth:`start_floors_ahead`."""
+        with self._lock:
+            n = self.runs
+            self.runs += 1
+            if kind is not None:
+                setattr(self, kind, getattr(self, kind) + 1)
+            return f"{name}-{n:03d}"
+
+    def _add_messages(self, name: str, messages: list[dict]) -> None:
+        """A run's messages, each under the run's ``name``."""
+        got = [{**msg, "file": f"{name}/{msg['file']}"} for msg in messages]
+        with self._lock:
+            self.messages += got
+
+    def start_floors_ahead(self, workers: int | None = None) -> None:
+        """Make the floor curves (:meth:`floors`) of every range of two DCs or more but the
+        whole chain (a split into several pipelines takes no other) in ``workers`` threads,
+        from now on (``None``: :data:`FLOORS_AHEAD`); :meth:`floors` takes each when first
+        needed (or makes it there, if its thread has not started it), and
+        :meth:`stop_ahead` ends them. Only across hosts, untraced, and where floors are
+        made at all."""
+        public = self.owner.public
+        K = public.num_datacenters
+        workers = FLOORS_AHEAD if workers is None else workers
+        if (workers < 1 or getattr(self.owner, "mode", None) != "tls"
+                or self.trace_dir is not None or not self._floors_made()
+                or max(public.training.parallelism.pipelines) < 2):
+            return
+        self._pool = ThreadPoolExecutor(workers, thread_name_prefix="chainpipe-floors")
+        # shorter ranges first: a split of many pipelines, searched first, takes them
+        for n in range(2, K):
+            for i in range(K - n + 1):
+                self._ahead[i, i + n - 1] = self._pool.submit(self._floor_curve, i, i + n - 1)
+
+    def stop_ahead(self) -> None:
+        """Cancel the floor curves not started yet and wait for those under way (each run
+        bounded by the solve's deadline); those made and never taken are counted
+        (:attr:`floor_curves_unused`)."""
+        if self._pool is None:
+            return
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        self._pool = None
+        self.floor_curves_unused += sum(not f.cancelled() for f in self._ahead.values())
+        self._ahead.clear()
+
+    def _floors_made(self) -> bool:
+        """Whether this solve makes floor runs (:meth:`floors`): exact period runs under
+        1F1B."""
+        public = self.owner.public
+        return (is_exact(self.options) and public.period
+                and public.training.schedule == "1f1b")
+
     def floors(self, i: int, j: int, make: bool = True):
         """The range's floor curve ``(grid, fills)``: per public cap ``lam_c`` (ascending), a
         floor under the fill of every plan on DCs ``i..j`` whose every stage's ``C`` and
@@ -211,15 +281,17 @@ class RangeRuns:
         microbatches are read (``dp``'s curve is dense there too). The two passes' caps
         together are the grid."""
         if (i, j) not in self.floor_curves and make:
-            self.floor_curves[i, j] = self._floor_curve(i, j)
+            ahead = self._ahead.pop((i, j), None)
+            if ahead is not None and not ahead.cancel():  # made ahead, or under way
+                self.floor_curves[i, j] = ahead.result()  # (its failure raised here)
+            else:
+                self.floor_curves[i, j] = self._floor_curve(i, j)
         return self.floor_curves.get((i, j))
 
     def _floor_curve(self, i: int, j: int):
         """The three floor runs of :meth:`floors` for DCs ``i..j``: ``(grid, fills)`` or
         ``None``."""
-        public = self.owner.public
-        if not (is_exact(self.options) and public.period and i < j
-                and public.training.schedule == "1f1b"):
+        if not (i < j and self._floors_made()):
             return None
         first = self._floor_run(i, j, {})
         low = max([0.0] + [float(a["period_floor_s"]) for a in first if "period_floor_s" in a])
@@ -254,12 +326,10 @@ class RangeRuns:
         backend = self.owner.chain(i, j, 2, count_sync=False)
         options = {**self.options, "upper_bound": None, "sync_cap": sys.float_info.max,
                    "floors_only": 1, **extra}
-        name = f"floors-{i}-{j}-{self.runs:03d}"
+        name = self._count(f"floors-{i}-{j}", "floor_runs")
         trace = None if self.trace_dir is None else Path(self.trace_dir, name)
-        self.runs += 1
-        self.floor_runs += 1
         res = backend.one_run(options, trace, self.deadline)
-        self.messages += [{**msg, "file": f"{name}/{msg['file']}"} for msg in res.messages]
+        self._add_messages(name, res.messages)
         return res.agents
 
     def time(self, i: int, j: int, m: int, theta: float, bound: float = math.inf) -> float:
@@ -333,13 +403,10 @@ class RangeRuns:
         backend = self.owner.chain(i, j, lo, count_sync=False)
         options = {**self.options, "upper_bound": b_lo, "frontier": hi,
                    "frontier_bound": b_hi, "sync_cap": min(theta, sys.float_info.max)}
-        name = f"frontier-{i}-{j}-m{lo}-{hi}-{self.runs:03d}"
+        name = self._count(f"frontier-{i}-{j}-m{lo}-{hi}", "frontier_runs")
         trace = None if self.trace_dir is None else Path(self.trace_dir, name)
-        self.runs += 1
-        self.frontier_runs += 1
         out = drive(backend, options, deadline=self.deadline, probe=False, trace_dir=trace)
-        self.messages += [{**msg, "file": f"{name}/{msg['file']}"}
-                          for msg in out.stats.get("messages", [])]
+        self._add_messages(name, out.stats.get("messages", []))
         agents = out.stats.get("agents", [])
         self.labels += sum(a.get("labels", 0) for a in agents)
         if out.status == "error":
@@ -369,13 +436,11 @@ class RangeRuns:
         # theta = inf as the largest float (a message carries no infinity): every R is below
         options = {**self.options, "upper_bound": None if math.isinf(bound) else wide,
                    "sync_cap": min(theta, sys.float_info.max)}
-        name = f"range-{i}-{j}-m{m}-{self.runs:03d}"
+        name = self._count(f"range-{i}-{j}-m{m}")
         trace = None if self.trace_dir is None else Path(self.trace_dir, name)
-        self.runs += 1
         out = solve_chain(backend, options, self.deadline, trace_dir=trace, probe=False,
                           floor=proven)
-        self.messages += [{**msg, "file": f"{name}/{msg['file']}"}
-                          for msg in out.stats.get("messages", [])]
+        self._add_messages(name, out.stats.get("messages", []))
         self.labels += sum(a.get("labels", 0) for a in out.stats.get("agents", []))
         # the range's last DC's floor under every plan's period (agent._report_floor)
         agents = out.stats.get("agents", [])
@@ -582,7 +647,11 @@ def solve_several(owner, options: dict, deadline: Deadline, trace_dir=None, prob
     runs = RangeRuns(owner, options, deadline, None if trace_dir is None else Path(trace_dir))
     best = [math.inf, None]  # (T, plan) of the best plan known, kept when the time is up
     try:
-        one = _search(owner, options, deadline, trace_dir, probe, runs, stats, best)
+        try:
+            runs.start_floors_ahead()
+            one = _search(owner, options, deadline, trace_dir, probe, runs, stats, best)
+        finally:  # no thread of the solve outlives it
+            runs.stop_ahead()
         if one is not None:
             return one
     except TimeUp as exc:
@@ -811,7 +880,7 @@ def _range_stats(runs: RangeRuns, t0: float) -> dict:
 
     sizes = [m["bytes"] for m in runs.messages]
     return {"range_runs": runs.runs, "one_dc_runs": runs.one_dc,
-            "floor_runs": runs.floor_runs,
+            "floor_runs": runs.floor_runs, "floor_curves_unused": runs.floor_curves_unused,
             "frontier_runs": runs.frontier_runs,
             "frontier_settled": runs.settled, "frontier_unsettled": runs.unsettled,
             "messages": runs.messages, "labels": runs.labels,

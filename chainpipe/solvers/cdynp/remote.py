@@ -69,7 +69,9 @@ class Connections:
     (:meth:`give`) only when it ended cleanly; :meth:`close` closes every kept one.
     Without an error or a gap of more than :data:`.net.REUSE_S` seconds between two
     runs, a solve makes one TLS connection per agent, and solves that share one
-    :class:`Connections` none after the first.
+    :class:`Connections` none after the first; two are kept per agent, for the owner's
+    runs and the floor runs it makes ahead meanwhile
+    (:meth:`.pipelines.RangeRuns.start_floors_ahead`), which take a second one.
 
     Parameters
     ----------
@@ -81,7 +83,7 @@ class Connections:
 
     def __init__(self, agents: dict, ctx):
         self.agents = dict(agents)
-        self.pool = net.Pool(ctx, per_peer=1)
+        self.pool = net.Pool(ctx, per_peer=2)
         self._first = True
 
     def begin(self) -> None:
@@ -610,6 +612,7 @@ def solve_remote(public: dict, agents: dict, ctx, *, time_limit=None, trace_dir=
     ValueError
         ``connections`` to other agents, or with another TLS context.
     """
+    from ...gc_pace import fewer_collections
     from ...result import InstanceRef, OptionError, Outcome, number_option, result_of
     from ...support import features, refusal
     from . import solve_chain
@@ -637,16 +640,18 @@ def solve_remote(public: dict, agents: dict, ctx, *, time_limit=None, trace_dir=
                          deadline.elapsed()), None
     opts = agent_options(**options)
     try:
-        if "pipelines" in features(owner.public.training):
-            # the owner's search over counts, ranges and splits of M: range runs on the
-            # agents of each range (each run's header names its chain), as in process
-            outcome = solve_several(owner, opts, deadline, trace_dir, probe)
-            ev = owner.evaluation(outcome.plan) if outcome.plan is not None else None
-        else:
-            backend = RemoteAgents(public, agents, ctx, message_timeout,
-                                   connections=connections, parsed=owner._parsed)
-            outcome = solve_chain(backend, opts, deadline, trace_dir=trace_dir, probe=probe)
-            ev = backend.evaluation(outcome.plan) if outcome.plan is not None else None
+        with fewer_collections():  # as a solve in one process (chainpipe.gc_pace)
+            if "pipelines" in features(owner.public.training):
+                # the owner's search over counts, ranges and splits of M: range runs on the
+                # agents of each range (each run's header names its chain), as in process
+                outcome = solve_several(owner, opts, deadline, trace_dir, probe)
+                ev = owner.evaluation(outcome.plan) if outcome.plan is not None else None
+            else:
+                backend = RemoteAgents(public, agents, ctx, message_timeout,
+                                       connections=connections, parsed=owner._parsed)
+                outcome = solve_chain(backend, opts, deadline, trace_dir=trace_dir,
+                                      probe=probe)
+                ev = backend.evaluation(outcome.plan) if outcome.plan is not None else None
     finally:  # whatever ended the solve: no connection of its own stays open
         if own:
             connections.close()

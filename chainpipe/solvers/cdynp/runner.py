@@ -12,6 +12,10 @@ Both modes run the same protocol and pass every message through
 3. forward: DC 1, 2, ..., K-1 each send an ``assemble`` message to their
    downstream neighbour naming the point of its summary to realise.
 
+A floor run (agent option ``floors_only``, :meth:`.pipelines.RangeRuns.floors`) is the
+prefix pass alone: the floors its last DC reports are its answer, and no summary or
+``assemble`` follows.
+
 Each agent then reports its own stages (device names of its own devices) to
 the job's owner, who assembles the plan; that report is not a message between
 DCs. With ``trace_dir`` every DC-to-DC message is written as sent, one file each,
@@ -98,6 +102,9 @@ def run_in_process(public: PublicInstance, datacenters: list[Datacenter], *,
                 data, meta = send_record(len(log), sent, trace_dir)
                 log.append(meta)
                 received = protocol.decode(data, "prefix", public.expect(k, k + 1))
+        if agents[0].floors_only:  # a floor run ends with its prefix pass (as in session)
+            agents[-1].backward(None)
+            return Run([], math.inf, log, [a.report() for a in agents])
         incoming = None
         for k in range(K - 1, 0, -1):
             data, meta = send_record(len(log), agents[k].backward(incoming), trace_dir)

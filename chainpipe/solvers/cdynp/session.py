@@ -4,7 +4,8 @@
 the upstream neighbour's prefix bound and pass its own on, wait for the downstream
 neighbour's summary, compute, send its own summary upstream,
 wait for the upstream neighbour's ``assemble`` (or decide, at DC 1), pass the
-request on, and return the report for the owner. It tells the owner what it is
+request on, and return the report for the owner. A floor run (option ``floors_only``)
+ends with the prefix pass: its last DC's report is the run's answer. It tells the owner what it is
 doing through ``tell`` (``work``, ``wait``, ``beat``) and returns the final
 ``done`` or ``failed`` event. The neighbours are reached through a
 :class:`Links` object: socket pairs to sibling processes (:mod:`.child`) or TLS
@@ -153,6 +154,10 @@ def _protocol(public, k: int, dc, setup: dict, links: Links, tell, cancel) -> di
     sent_prefix = agent.prefix(receive("prev", k - 1, "prefix") if k > 0 else None)
     if k < K - 1:  # messages are numbered as sent: K - 1 prefixes, summaries, assembles
         send("next", k, sent_prefix, k + 1)
+    if agent.floors_only:  # a floor run ends with its prefix pass: the last DC reports
+        if k == K - 1:
+            agent.backward(None)
+        return _report(agent, sent, None)
     incoming = receive("next", k + 1, "summary") if k < K - 1 else None
     tell({"event": "work"})
     fault.at("backward")
@@ -169,6 +174,12 @@ def _protocol(public, k: int, dc, setup: dict, links: Links, tell, cancel) -> di
     if k < K - 1:
         send("next", 2 * (K - 1) + k, protocol.assemble(dc.name, names[k + 1], request),
              k + 1)
+    return _report(agent, sent, estimate)
+
+
+def _report(agent: DCAgent, sent: list, estimate: float | None) -> dict:
+    """The agent's report for the owner, with the messages it sent and (DC 1) the
+    estimate of the plan it chose (``None``: none)."""
     report = agent.report()
     report["sent"] = sent
     report["estimate"] = estimate if estimate is None or estimate < float("inf") else None
