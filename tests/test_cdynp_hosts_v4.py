@@ -166,14 +166,14 @@ def _prefix_sent(clean, run_id: str):
 
 
 def test_a_peer_of_another_version_is_refused_naming_both(clean):
-    old = {**_header(clean, "e4" * 16), "net": "chainpipe-agents/3"}
+    old = {**_header(clean, "e4" * 16), "net": "chainpipe-agents/4"}
     sock = net.connect(clean.address["dc1"], clean.ctx("owner"), "dc1")
     try:
         net.send_json(sock, old)
         reply = net.recv_json(sock)["refused"]
     finally:
         net.close(sock)
-    assert "'chainpipe-agents/4'" in reply and "'chainpipe-agents/3'" in reply, reply
+    assert "'chainpipe-agents/5'" in reply and "'chainpipe-agents/4'" in reply, reply
 
 
 def test_a_long_lived_owner_shares_its_connections_across_solves(clean, tmp_path):

@@ -36,8 +36,10 @@ Version 4 (``chainpipe-agents/4``) differs from version 3 in that: no ``accepted
 answer to a run's header (the owner sent DCs 2..K their headers, waited for their
 answers, then sent DC 1 its own: two round trips between processes per run), no wait
 for a message's ``ok`` before the sender goes on (one per message), and the early
-``prefix``. A party of another version is refused at its first header, naming the
-version expected.
+``prefix``. Version 5 (``chainpipe-agents/5``) differs from version 4 in that a floor
+run (option ``floors_only``) is the prefix pass alone: no summary or ``assemble`` follows
+it (an agent of version 4 would wait for them). A party of another version is refused at
+its first header, naming the version expected.
 
 A refusal ends the connection. A header is at most :data:`HEADER_LIMIT` bytes; a
 protocol message at most :data:`.protocol.MAX_MESSAGE_BYTES`. An agent closes a
@@ -62,7 +64,7 @@ import weakref
 from . import protocol, wire
 from .tls import party_of
 
-NET = "chainpipe-agents/4"
+NET = "chainpipe-agents/5"
 #: the largest header or reply frame
 HEADER_LIMIT = 64 * 1024
 #: the largest event frame an agent sends its owner (its report may carry the text of
