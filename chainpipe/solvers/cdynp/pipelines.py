@@ -70,12 +70,11 @@ FLOOR_BELOW = 0.85
 FLOOR_COARSE = 12
 FLOOR_COARSE_STEPS = 4
 FLOOR_FINE = 12
-#: across hosts (the owner's mode ``tls``, untraced), the floor curves of every range a
-#: split into several pipelines can take are made ahead, by this many threads beside the
-#: owner's own runs (its one-pipeline solve first): each floor run keeps one host of its
-#: range busy at a time, so the other hosts are free for them; 0: each on first need, as
-#: in process (where the runs share one interpreter, and a traced solve, whose trace is
-#: the in-process one's)
+#: across hosts (the owner's mode ``tls``), the floor curves of every range a split into
+#: several pipelines can take are made ahead, by this many threads beside the owner's own
+#: runs (its one-pipeline solve first keeps one host busy at a time, so the others are
+#: free for them); 0: each curve on first need, as in process (where the runs share one
+#: interpreter) and in a traced solve (whose trace is the in-process one's)
 FLOORS_AHEAD = 1
 
 
@@ -233,9 +232,8 @@ class RangeRuns:
         public = self.owner.public
         K = public.num_datacenters
         workers = FLOORS_AHEAD if workers is None else workers
-        if (workers < 1 or getattr(self.owner, "mode", None) != "tls"
-                or self.trace_dir is not None or not self._floors_made()
-                or max(public.training.parallelism.pipelines) < 2):
+        if (workers < 1 or self.owner.mode != "tls" or self.trace_dir is not None
+                or not self._floors_made() or max(public.training.parallelism.pipelines) < 2):
             return
         self._pool = ThreadPoolExecutor(workers, thread_name_prefix="chainpipe-floors")
         # shorter ranges first: a split of many pipelines, searched first, takes them

@@ -4,8 +4,9 @@
 the upstream neighbour's prefix bound and pass its own on, wait for the downstream
 neighbour's summary, compute, send its own summary upstream,
 wait for the upstream neighbour's ``assemble`` (or decide, at DC 1), pass the
-request on, and return the report for the owner. A floor run (option ``floors_only``)
-ends with the prefix pass: its last DC's report is the run's answer. It tells the owner what it is
+request on, and return the report for the owner. A floor run (option
+``floors_only``) ends with the prefix pass: its last DC's report is the run's answer.
+It tells the owner what it is
 doing through ``tell`` (``work``, ``wait``, ``beat``) and returns the final
 ``done`` or ``failed`` event. The neighbours are reached through a
 :class:`Links` object: socket pairs to sibling processes (:mod:`.child`) or TLS
