@@ -164,6 +164,7 @@ class RangeRuns:
         self._pool: ThreadPoolExecutor | None = None
         self.floor_curves_unused = 0
         self._lock = threading.Lock()  # the counters and the messages, with runs ahead
+        self._halted = threading.Event()  # no run starts any more (:meth:`halt`)
         public = owner.public
         self.use_frontier = is_exact(options) and public.period
 
@@ -205,10 +206,18 @@ class RangeRuns:
         self.known.setdefault((i, j), []).append((m, theta, bound, got))
         return got, lam, low
 
+    def halt(self) -> None:
+        """No run starts from now on: each raises :class:`Halted` instead (the solve has
+        ended: its threads stop at their next run)."""
+        self._halted.set()
+
     def _count(self, name: str, kind: str | None = None) -> str:
         """The next run's name (``name`` and the run's number), the run counted (and as
         ``kind``: ``floor_runs``, ``frontier_runs``); safe from the threads of
-        :meth:`start_floors_ahead`."""
+        :meth:`start_floors_ahead` and :class:`_Beside`. :class:`Halted` once
+        :meth:`halt` was called."""
+        if self._halted.is_set():
+            raise Halted("cdynp: the solve has ended")
         with self._lock:
             n = self.runs
             self.runs += 1
@@ -685,13 +694,16 @@ def _search(owner, options: dict, deadline: Deadline, trace_dir, probe, runs: Ra
 
     Exact or under the ``max_entries`` cap, several pipelines by ``dp``'s questions (no
     guarantee to keep under the cap); with ``epsilon``, ``quantum``, ``digits`` alone by
-    the sweep of :func:`several`, which keeps their factor."""
+    the sweep of :func:`several`, which keeps their factor. Across hosts the questions
+    are asked beside the one-pipeline solve's period run (:data:`BESIDE`)."""
     public = owner.public
     K, M = public.num_datacenters, public.microbatches
     allowed = public.training.parallelism.pipelines
     questions = QUESTIONS and (is_exact(options) or bool(options["max_entries"]))
     counts = [P for P in sorted(allowed) if 2 <= P <= min(M, K)]
     spread: list = []  # the search of K pipelines made before the period run, if made
+    beside: list = []  # the search of several pipelines under way beside the period run
+    stats["several_beside"] = False
     if QUESTIONS:
         best[:] = _seed(owner, runs)
     if 1 in allowed:
@@ -699,22 +711,38 @@ def _search(owner, options: dict, deadline: Deadline, trace_dir, probe, runs: Ra
         # and period runs, below the classic plan's T: its best plan bounds the period run
         first = questions and SPREAD_FIRST and K in counts and public.training.schedule == \
             "1f1b" and M > 1
+        aside = questions and BESIDE and owner.mode == "tls" and runs.trace_dir is None
 
         def incumbent(T_e: float) -> float:
-            spread.append(_spread_first(runs, best, T_e))
+            if first:
+                spread.append(_spread_first(runs, best, T_e))
+            left = [P for P in counts if not (spread and P == K)]
+            if aside and left and best[0] < T_e:
+                beside.append(_Beside(public, left, runs, best, T_e,
+                                      spread[0] if spread else None))
+                stats["several_beside"] = True
             return best[0]
 
         # the seed bounds the classic solve's main run too (CLASSIC_SEED), not its probe
         # (whose plan is what a solve the time limit cuts returns, v3-large-01 at 150 s:
         # 9.50 s against the even seed's 19.17 s; and whose T, when lower, bounds it)
-        one = _one_pipeline(owner, options, deadline, trace_dir, probe, runs, stats,
-                            incumbent if first else best[0],
-                            best[0] if CLASSIC_SEED and is_exact(options) else math.inf)
+        try:
+            one = _one_pipeline(owner, options, deadline, trace_dir, probe, runs, stats,
+                                incumbent if first or aside else best[0],
+                                best[0] if CLASSIC_SEED and is_exact(options) else math.inf)
+        except BaseException:
+            for b in beside:  # (the time limit: the best plan it found counts)
+                b.stop(best)
+            raise
         if one.status == "error":
+            for b in beside:
+                b.stop(best)
             return one
         if one.plan is not None and one.stats["objective_s"] < best[0]:
             best[:] = one.stats["objective_s"], one.plan
-    if questions:
+    if beside:  # its search goes on under the one-pipeline solve's answer, if lower
+        beside[0].result(best)
+    elif questions:
         from .questions import several as by_questions
 
         if spread:  # K pipelines searched below the classic plan's T, itself not beaten
@@ -725,6 +753,83 @@ def _search(owner, options: dict, deadline: Deadline, trace_dir, probe, runs: Ra
         T, found = several(public, counts, runs, best[0], deadline)
         best[:] = T, found or best[1]
     return None
+
+
+#: across hosts (the owner's mode ``tls``), untraced, by ``dp``'s questions, when the
+#: incumbent (the seed, or the search of ``K`` pipelines) already beats the one-pipeline
+#: solve's classic plan: the search of the other counts runs in a thread beside that solve's
+#: period run (its ladder over the whole chain keeps one host busy at a time, the range
+#: runs others), under the incumbent, lowered to the period run's answer if that comes
+#: lower. Not when the classic plan is the better: the period run's answer often lies far
+#: below it (``v3-large-01``: 6.87 s against 9.50 s), and a search under the classic plan's
+#: ``T`` meanwhile asks many questions the answer settles (157 range runs against 113).
+#: ``False``: after it, as in process (where the runs share one interpreter) and in a
+#: traced solve (whose trace is the in-process one's)
+BESIDE = True
+
+
+class Halted(Exception):
+    """The solve ended while a run of its was still to start (:meth:`RangeRuns.halt`)."""
+
+
+class _Beside:
+    """The search of several pipelines (:func:`.questions.several`) in a thread of its own,
+    beside the one-pipeline solve's period run (:data:`BESIDE`).
+
+    Parameters
+    ----------
+    public : PublicInstance
+    counts : list of int
+        The pipeline counts to search.
+    runs : RangeRuns
+    best : list
+        ``[T, plan]``: the owner's incumbent (the seed, or the search of ``K`` pipelines').
+    bound : float
+        The one-pipeline solve's classic plan's ``T``: a plan's, so the search looks only
+        below it (the plan itself is the one-pipeline solve's answer at worst).
+    search : OwnerSearch or None
+        The search of ``K`` pipelines made before (its memory goes on).
+    """
+
+    def __init__(self, public, counts: list[int], runs: RangeRuns, best: list,
+                 bound: float, search):
+        from .questions import OwnerBest
+        from .questions import several as by_questions
+
+        self.runs = runs
+        self.best = OwnerBest(*best) if best[0] <= bound else OwnerBest(bound)
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="chainpipe-several")
+        self._future = self._pool.submit(by_questions, public, counts, runs, None, None,
+                                         search, self.best)
+
+    def result(self, best: list) -> None:
+        """Offer the search ``best`` (``[T, plan]``, the one-pipeline solve's answer in it:
+        it wins a tie, as it would have before the search), wait for the search's end (its
+        failure raised here) and put the better in ``best``."""
+        if best[1] is not None:
+            self.best.offer(best[0], best[1], ties=True)
+        try:
+            self._future.result()
+        finally:
+            self._pool.shutdown(wait=True)
+            self._merge(best)
+
+    def stop(self, best: list) -> None:
+        """End the search: no run of the solve starts any more (:meth:`RangeRuns.halt`),
+        the one under way ends first (bounded by the solve's deadline); its failure is
+        not raised, the best plan it found goes in ``best``."""
+        self.runs.halt()
+        try:
+            self._future.result()
+        except Exception:  # the solve's own failure is the one reported
+            pass
+        finally:
+            self._pool.shutdown(wait=True)
+            self._merge(best)
+
+    def _merge(self, best: list) -> None:
+        if self.best.plan is not None and self.best.T < best[0]:
+            best[:] = self.best.T, self.best.plan
 
 
 #: exact mode: the one-pipeline solve's classic run is bounded by the owner's seed (a
@@ -865,7 +970,7 @@ def _one_pipeline(owner, options: dict, deadline: Deadline, trace_dir, probe,
     if one.status not in ("optimal", "feasible", "infeasible") and not done:
         raise TimeUp(one.message or "time limit reached")
     stats["one_pipeline"] = {k: v for k, v in one.stats.items() if k != "agents"}
-    runs.messages += [{**m, "file": f"one/{m['file']}"} for m in one.stats.get("messages", [])]
+    runs._add_messages("one", one.stats.get("messages", []))
     if one.plan is not None:
         plan = Plan(one.plan.stages)
         T = owner.evaluation(plan, [whole.evaluation(one.plan).pipelines[0]]).iteration_time_s

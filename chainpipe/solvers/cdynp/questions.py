@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import math
 import sys
+import threading
 import types
 
 from ...plan import Pipeline, Plan
@@ -180,10 +181,26 @@ class OwnerRangeTimes(RangeTimes):
 
 
 class OwnerBest:
-    """The owner's incumbent: ``T`` (the owner's evaluation), the plan, searches made."""
+    """The owner's incumbent: ``T`` (the owner's evaluation), the plan, searches made.
+
+    ``plan`` may be ``None`` below a finite ``T``: a bound a plan known elsewhere meets
+    (the one-pipeline solve's classic plan, while the search runs beside that solve's
+    period run: :func:`.pipelines._search`), which :meth:`offer` replaces. Offers are made
+    under a lock: across hosts the search's thread and the one-pipeline solve's both
+    offer theirs."""
 
     def __init__(self, T: float = math.inf, plan: Plan | None = None):
         self.T, self.plan, self.searches = T, plan, 0
+        self._lock = threading.Lock()
+
+    def offer(self, T: float, plan: Plan, ties: bool = False) -> bool:
+        """Take ``(T, plan)`` if ``T`` is below the incumbent (``ties``: or equal to it);
+        whether it was taken."""
+        with self._lock:
+            if T < self.T or (ties and T <= self.T):
+                self.T, self.plan = T, plan
+                return True
+            return False
 
 
 class OwnerSearch(SeveralPipelines):
@@ -228,21 +245,24 @@ class OwnerSearch(SeveralPipelines):
             costs.append(rp.cost)
         plan = Plan(pipelines=pipes)
         T = float(self.runs.owner.evaluation(plan, costs).iteration_time_s)
-        if T < self.best.T:
-            self.best.T, self.best.plan = T, plan
+        self.best.offer(T, plan)
 
 
-def several(public, counts, runs, best_T: float, best_plan, search=None):
+def several(public, counts, runs, best_T: float, best_plan, search=None,
+            best: OwnerBest | None = None):
     """The best plan of ``P >= 2`` pipelines, ``P`` in ``counts``, below ``best_T``, by
     :class:`OwnerSearch` (exact range runs only); ``search``: an earlier one whose memory
-    of the ranges (plans found, floors proven) it goes on with.
+    of the ranges (plans found, floors proven) it goes on with; ``best``: the incumbent to
+    improve in place (another thread may lower it meanwhile), else a new one of
+    ``best_T`` and ``best_plan``.
 
     Returns
     -------
     tuple
         ``(T, plan)``: the best known (``best_T``, ``best_plan`` if nothing beat them).
     """
-    best = OwnerBest(best_T, best_plan)
+    if best is None:
+        best = OwnerBest(best_T, best_plan)
     if search is None:
         search = OwnerSearch(runs, best)
     else:

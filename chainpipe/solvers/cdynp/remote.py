@@ -69,9 +69,11 @@ class Connections:
     (:meth:`give`) only when it ended cleanly; :meth:`close` closes every kept one.
     Without an error or a gap of more than :data:`.net.REUSE_S` seconds between two
     runs, a solve makes one TLS connection per agent, and solves that share one
-    :class:`Connections` none after the first; two are kept per agent, for the owner's
-    runs and the floor runs it makes ahead meanwhile
-    (:meth:`.pipelines.RangeRuns.start_floors_ahead`), which take a second one.
+    :class:`Connections` none after the first; three are kept per agent: the owner's
+    runs, the floor runs it makes ahead meanwhile
+    (:meth:`.pipelines.RangeRuns.start_floors_ahead`) and the search of several pipelines
+    beside the one-pipeline solve's period run (:data:`.pipelines.BESIDE`) may each
+    hold one at once.
 
     Parameters
     ----------
@@ -83,7 +85,7 @@ class Connections:
 
     def __init__(self, agents: dict, ctx):
         self.agents = dict(agents)
-        self.pool = net.Pool(ctx, per_peer=2)
+        self.pool = net.Pool(ctx, per_peer=3)
         self._first = True
 
     def begin(self) -> None:
