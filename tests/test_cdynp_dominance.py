@@ -105,3 +105,40 @@ def _same(a, b) -> bool:
                 if w1 != w2 or c1 != c2 or not np.array_equal(r1, r2) or list(t1) != list(t2):
                     return False
     return True
+
+
+def test_the_compiled_dominance_is_the_interpreted_one():
+    """:func:`chainpipe.solvers.cdynp.local.dominated` (the compiled kernel at a count above
+    every limit) equals :func:`dominated_options` on random option arrays with many ties
+    (``nan`` and ``inf`` among the times, limits from -1 to 8, equal widths), and on the
+    options of random v3 DCs under both schedules."""
+    from chainpipe.solvers.cdynp.local import dominated
+
+    rng = np.random.default_rng(11)
+    some = 0
+    for _ in range(300):
+        P = int(rng.integers(1, 7))
+        shape = (P, 3, 4)
+        C = rng.choice([1.0, 2.0, 3.0, math.inf, math.nan], size=shape)
+        R = rng.choice([0.0, 1.0, 2.0, math.nan], size=shape)
+        N = rng.integers(-1, 9, size=shape)
+        W = np.sort(rng.choice([1, 2, 4], size=P))
+        ok = rng.random(shape) < 0.8
+        want = dominated_options(ok, C, N, R, W)
+        assert (dominated(ok, C, N, R, W) == want).all()
+        some += bool(want.any())
+    assert some >= 150, some
+    checked = 0
+    for seed in range(20):
+        inst = random_v3_instance(seed)
+        for k in range(inst.num_datacenters):
+            tables = own_tables(_local(inst, k, 7), None)
+            for g in range(tables.G):
+                o = tables.options(g)
+                ok = o.max_in_flight >= (7 if inst.training.schedule == "gpipe" else 1)
+                want = dominated_options(ok, o.compute_time, o.max_in_flight, o.sync_time,
+                                         o.width)
+                got = dominated(ok, o.compute_time, o.max_in_flight, o.sync_time, o.width)
+                assert (got == want).all(), (seed, k, g)
+                checked += 1
+    assert checked >= 20, checked

@@ -249,24 +249,41 @@ def candidate_rows(tables: CostTables, g: int, need: int, phases: bool, deadline
     limits = np.zeros(0, dtype=np.int64)
     widths = np.zeros(0)
     if len(opts.d):
-        C, N, R, W = opts.compute_time, opts.max_in_flight, opts.sync_time, opts.width
-        F, B = phase_options(tables, g) if phases else (C, C)
-        ok = np.isfinite(C) & (N >= need) & ~_dominated(tables, opts, phases, F, B, deadline)
-        cs, starts, ends = np.nonzero(ok)
-        order = np.lexsort((C[cs, starts, ends], ends))
-        cs, starts, ends = cs[order], starts[order], ends[order]
+        rows, ends = _undominated_rows(tables, g, opts, phases, deadline)
+        held = rows[:, 4] >= need  # (a subset keeps the order: by end, then C)
+        rows, ends = rows[held], ends[held]
         cuts = np.searchsorted(ends, np.arange(tables.L + 2))
-        rows = np.column_stack([starts, C[cs, starts, ends], F[cs, starts, ends],
-                                B[cs, starts, ends], N[cs, starts, ends], W[cs],
-                                R[cs, starts, ends], cs]).astype(float)
-        limits = np.unique(N[cs, starts, ends])
-        widths = np.unique(W[cs]).astype(float)
+        limits = np.unique(rows[:, 4]).astype(np.int64)
+        widths = np.unique(rows[:, 5])
         for b in range(1, tables.L + 1):
             lo, hi = int(cuts[b]), int(cuts[b + 1])
             if lo < hi:
                 per_end[b] = np.ascontiguousarray(rows[lo:hi])
     cache[key] = (per_end, limits, widths, opts)  # opts kept alive: its id stays unique
     return per_end, limits, widths
+
+
+def _undominated_rows(tables: CostTables, g: int, opts, phases: bool, deadline: Deadline):
+    """Every finite option of group ``g`` that no other pair of its range dominates
+    (:func:`_dominated`), as the rows of :func:`candidate_rows` ordered by end, then ``C``,
+    and their ends; once per group (and ``phases``), whatever ``need``: the rows that hold
+    ``need`` are a subset, in the same order (a ``v3-medium-04-gpipe``-like draw asks a
+    DC's group at 9 counts, each rows' build a sort of every option)."""
+    cache = tables.__dict__.setdefault("_candidate_all", {})
+    key = (id(opts), phases)
+    got = cache.get(key)
+    if got is None:
+        C, N, R, W = opts.compute_time, opts.max_in_flight, opts.sync_time, opts.width
+        F, B = phase_options(tables, g) if phases else (C, C)
+        ok = np.isfinite(C) & ~_dominated(tables, opts, phases, F, B, deadline)
+        cs, starts, ends = np.nonzero(ok)
+        order = np.lexsort((C[cs, starts, ends], ends))
+        cs, starts, ends = cs[order], starts[order], ends[order]
+        rows = np.column_stack([starts, C[cs, starts, ends], F[cs, starts, ends],
+                                B[cs, starts, ends], N[cs, starts, ends], W[cs],
+                                R[cs, starts, ends], cs]).astype(float)
+        got = cache[key] = (rows, ends, opts)  # opts kept alive: its id stays unique
+    return got[:2]
 
 
 def _dominated(tables: CostTables, opts, phases: bool, F, B, deadline: Deadline):
