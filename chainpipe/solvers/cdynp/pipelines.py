@@ -44,7 +44,6 @@ range runs are compressed and the search keeps the guarantee factor
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import math
 import sys
@@ -118,39 +117,6 @@ class RangePlan:
     cost: object = None
 
 
-class Turns:
-    """The threads of one search, one at a time (:data:`SPANS_AT_ONCE`): a thread holds
-    the turn while it reads and changes the search's memory, and lets another take it
-    while it waits for a run of the agents (:meth:`aside`). A thread that does not hold
-    the turn (the one-pipeline solve, the floor runs made ahead, a search of one thread)
-    waits as before."""
-
-    def __init__(self):
-        self._lock = threading.Lock()
-        self._mine = threading.local()
-
-    def __enter__(self):
-        self._lock.acquire()
-        self._mine.held = True
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._mine.held = False
-        self._lock.release()
-
-    @contextlib.contextmanager
-    def aside(self):
-        """The turn given up meanwhile, if this thread holds it, and taken back after."""
-        if not getattr(self._mine, "held", False):
-            yield
-            return
-        self.__exit__()
-        try:
-            yield
-        finally:
-            self.__enter__()
-
-
 class RangeRuns:
     """``g(i, j, m, theta)`` by CDynP runs over the range's agents, remembered.
 
@@ -199,9 +165,6 @@ class RangeRuns:
         self.floor_curves_unused = 0
         self._lock = threading.Lock()  # the counters and the messages, with runs ahead
         self._halted = threading.Event()  # no run starts any more (:meth:`halt`)
-        #: the search's threads take turns (:class:`Turns`): one at a time, each letting
-        #: another in while it waits for a run
-        self.turns = Turns()
         public = owner.public
         self.use_frontier = is_exact(options) and public.period
 
@@ -327,8 +290,7 @@ class RangeRuns:
         if (i, j) not in self.floor_curves and make:
             ahead = self._ahead.pop((i, j), None)
             if ahead is not None and not ahead.cancel():  # made ahead, or under way
-                with self.turns.aside():  # (its failure raised here)
-                    self.floor_curves[i, j] = ahead.result()
+                self.floor_curves[i, j] = ahead.result()  # (its failure raised here)
             else:
                 self.floor_curves[i, j] = self._floor_curve(i, j)
         return self.floor_curves.get((i, j))
@@ -373,8 +335,7 @@ class RangeRuns:
                    "floors_only": 1, **extra}
         name = self._count(f"floors-{i}-{j}", "floor_runs")
         trace = None if self.trace_dir is None else Path(self.trace_dir, name)
-        with self.turns.aside():
-            res = backend.one_run(options, trace, self.deadline)
+        res = backend.one_run(options, trace, self.deadline)
         self._add_messages(name, res.messages)
         return res.agents
 
@@ -451,8 +412,7 @@ class RangeRuns:
                    "frontier_bound": b_hi, "sync_cap": min(theta, sys.float_info.max)}
         name = self._count(f"frontier-{i}-{j}-m{lo}-{hi}", "frontier_runs")
         trace = None if self.trace_dir is None else Path(self.trace_dir, name)
-        with self.turns.aside():
-            out = drive(backend, options, deadline=self.deadline, probe=False, trace_dir=trace)
+        out = drive(backend, options, deadline=self.deadline, probe=False, trace_dir=trace)
         self._add_messages(name, out.stats.get("messages", []))
         agents = out.stats.get("agents", [])
         self.labels += sum(a.get("labels", 0) for a in agents)
@@ -485,9 +445,8 @@ class RangeRuns:
                    "sync_cap": min(theta, sys.float_info.max)}
         name = self._count(f"range-{i}-{j}-m{m}")
         trace = None if self.trace_dir is None else Path(self.trace_dir, name)
-        with self.turns.aside():
-            out = solve_chain(backend, options, self.deadline, trace_dir=trace, probe=False,
-                              floor=proven)
+        out = solve_chain(backend, options, self.deadline, trace_dir=trace, probe=False,
+                          floor=proven)
         self._add_messages(name, out.stats.get("messages", []))
         self.labels += sum(a.get("labels", 0) for a in out.stats.get("agents", []))
         # the range's last DC's floor under every plan's period (agent._report_floor)
@@ -807,13 +766,6 @@ def _search(owner, options: dict, deadline: Deadline, trace_dir, probe, runs: Ra
 #: ``False``: after it, as in process (where the runs share one interpreter) and in a
 #: traced solve (whose trace is the in-process one's)
 BESIDE = True
-
-
-#: across hosts (the owner's mode ``tls``), untraced: the search of several pipelines runs
-#: its spans (count and outer range, :meth:`.questions.OwnerSearch.run`) in this many
-#: threads taking turns (:class:`Turns`): each waits for its range runs while another
-#: asks; 1: one span after another, as in process and in a traced solve
-SPANS_AT_ONCE = 2
 
 
 class Halted(Exception):

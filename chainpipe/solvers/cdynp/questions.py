@@ -230,44 +230,6 @@ class OwnerSearch(SeveralPipelines):
         self.upper = math.inf
         self.ranges = OwnerRangeTimes(runs)
 
-    def run(self, counts: list[int]) -> None:
-        """As :meth:`SeveralPipelines.run`; across hosts (untraced) its spans in
-        :data:`.pipelines.SPANS_AT_ONCE` threads, in the same order, taking turns
-        (:class:`.pipelines.Turns`): while one waits for a range run, another asks its
-        questions, so the hosts the first run leaves idle work. The first failure (in the
-        spans' order) is the search's; the spans not started then are dropped, and those
-        under way stop at their next run."""
-        from concurrent.futures import ThreadPoolExecutor
-
-        from .pipelines import SPANS_AT_ONCE
-
-        runs = self.runs
-        if (SPANS_AT_ONCE < 2 or runs.owner.mode != "tls" or runs.trace_dir is not None):
-            return super().run(counts)
-        spans = [(P, i0, j0) for P in sorted(counts, reverse=True) for i0 in range(self.K)
-                 for j0 in range(i0 + P - 1, self.K)]
-        pool = ThreadPoolExecutor(SPANS_AT_ONCE, thread_name_prefix="chainpipe-spans")
-        failed = None
-        try:
-            futures = [pool.submit(self._span_turn, *span) for span in spans]
-            for f in futures:
-                try:
-                    f.result()
-                except BaseException as exc:
-                    failed = exc
-                    runs.halt()  # the spans under way stop at their next run
-                    break
-        finally:
-            pool.shutdown(wait=True, cancel_futures=True)
-        if failed is not None:
-            raise failed
-        self.best.searches += self.ranges.searches
-
-    def _span_turn(self, P: int, i0: int, j0: int) -> None:
-        with self.runs.turns:
-            self.deadline.check()
-            self.span(P, i0, j0)
-
     def offer(self, chosen) -> None:
         """Plan each chosen range at its ``M_p`` (a run bounded by the entry's ``T_p`` and
         ``max R``: the entry's own stages qualify) and offer the plan to the incumbent."""

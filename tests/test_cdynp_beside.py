@@ -1,24 +1,19 @@
-"""The owner's threads across hosts (``docs/privacy.md``, "Session 44").
-
-- The search of several pipelines runs beside the one-pipeline solve's period run
-  (``pipelines.BESIDE``): in a thread of its own, once the incumbent beats the
-  one-pipeline solve's classic plan, under that incumbent, lowered to the period run's
-  answer when it comes.
-- Its spans run in ``pipelines.SPANS_AT_ONCE`` threads taking turns (``pipelines.Turns``):
-  one asks its questions while another waits for a range run.
+"""Across hosts the owner searches several pipelines beside the one-pipeline solve's period
+run (``pipelines.BESIDE``, ``docs/privacy.md``, "Session 44"): in a thread of its own,
+once the incumbent beats the one-pipeline solve's classic plan, under that incumbent,
+lowered to the period run's answer when it comes.
 
 The answer stays ``dp``'s optimum and the plan the in-process one's; the one-pipeline
-solve's answer wins a tie, as it does when the search comes after it; a failure anywhere
-ends the solve with that failure, and no thread outlives it. The owners here keep their
-agents in this process but say they are across hosts (``mode = "tls"``);
-``test_cdynp_hosts_v3`` runs them over TLS.
+solve's answer wins a tie, as it does when the search comes after it; a failure on either
+side ends the solve with that failure, and no thread of the search outlives it. The
+owners here keep their agents in this process but say they are across hosts
+(``mode = "tls"``); ``test_cdynp_hosts_v3`` runs the search beside over TLS.
 """
 
 from __future__ import annotations
 
 import math
 import threading
-import time
 
 import pytest
 
@@ -27,9 +22,9 @@ from chainpipe.deadline import Deadline, TimeUp
 from chainpipe.plan import Plan
 from chainpipe.result import Outcome
 from chainpipe.solve import solve
-from chainpipe.solvers.cdynp import LocalOwner, pipelines, questions
+from chainpipe.solvers.cdynp import LocalOwner, pipelines
 from chainpipe.solvers.cdynp.drive import agent_options
-from chainpipe.solvers.cdynp.pipelines import Halted, RangeRuns, Turns, solve_several
+from chainpipe.solvers.cdynp.pipelines import Halted, RangeRuns, solve_several
 from chainpipe.solvers.cdynp.questions import OwnerBest
 from chainpipe.solvers.cdynp.runner import AgentFailure
 from helpers import random_period_chains
@@ -44,8 +39,7 @@ class _AcrossHosts(LocalOwner):
 
 
 def _alive() -> list:
-    return [t for t in threading.enumerate()
-            if t.name.startswith(("chainpipe-several", "chainpipe-spans"))]
+    return [t for t in threading.enumerate() if t.name.startswith("chainpipe-several")]
 
 
 def _instances(n: int):
@@ -152,8 +146,7 @@ def test_a_failure_beside_is_the_solves():
     made = RangeRuns._run
 
     def gone(self, *args, **kwargs):
-        if threading.current_thread().name.startswith(("chainpipe-several",
-                                                        "chainpipe-spans")):
+        if threading.current_thread().name.startswith("chainpipe-several"):
             raise AgentFailure("the agent of DC 'y' is gone", "y")
         return made(self, *args, **kwargs)
 
@@ -173,74 +166,3 @@ def test_without_beside_the_search_comes_after(monkeypatch):
     got = solve_several(_AcrossHosts(inst), agent_options(), Deadline(120))
     assert got.stats["several_beside"] is False
     assert got.status == want.status and got.plan == want.plan
-
-
-def _several_only(n: int):
-    """Random chains of 3 DCs allowing 2 and 3 pipelines only (no one-pipeline solve): the
-    search of several pipelines has four spans, one of 3 pipelines, three of 2."""
-    for seed, inst in random_period_chains(3 * n, pipelines=(2, 3)):
-        if inst.num_datacenters == 3:
-            yield seed, inst
-
-
-def test_spans_in_threads_give_dps_optimum(monkeypatch):
-    """The spans in two threads taking turns prove ``dp``'s optimum with the plan of one
-    span after another, and each span ran once, in a thread of the search."""
-    made = questions.OwnerSearch._span_turn
-    where: list = []
-
-    def recorded(self, P, i0, j0):
-        where.append(((P, i0, j0), threading.current_thread().name))
-        return made(self, P, i0, j0)
-
-    monkeypatch.setattr(questions.OwnerSearch, "_span_turn", recorded)
-    checked = 0
-    for seed, inst in _several_only(12):
-        where.clear()
-        want = solve(inst, "dp")
-        got = solve_several(_AcrossHosts(inst), agent_options(), Deadline(120))
-        assert got.status == want.status.value, seed
-        if want.iteration_time is None:
-            continue
-        T = LocalOwner(inst, False, 60).evaluation(got.plan).iteration_time_s
-        assert math.isclose(T, want.iteration_time, rel_tol=1e-9), seed
-        monkeypatch.setattr(pipelines, "SPANS_AT_ONCE", 1)
-        one = solve_several(_AcrossHosts(inst), agent_options(), Deadline(120))
-        monkeypatch.setattr(pipelines, "SPANS_AT_ONCE", 2)
-        assert one.plan == got.plan, seed
-        spans = [s for s, _ in where]
-        assert sorted(spans) == sorted(set(spans)) and len(spans) == 4, (seed, spans)
-        assert all(name.startswith("chainpipe-spans") for _, name in where)
-        assert not _alive()
-        checked += 1
-    assert checked >= 5, checked
-
-
-def test_turns_let_one_thread_in_at_a_time():
-    """A thread holding the turn gives it up only while aside; one that does not hold it
-    goes aside without touching it."""
-    turns = Turns()
-    inside: list = []
-    order: list = []
-
-    def worker(name: str) -> None:
-        with turns:
-            inside.append(name)
-            assert len(inside) == 1
-            inside.remove(name)
-            with turns.aside():  # another may come in meanwhile
-                order.append(name)
-                time.sleep(0.01)
-            inside.append(name)
-            assert len(inside) == 1
-            inside.remove(name)
-
-    threads = [threading.Thread(target=worker, args=(f"t{k}",)) for k in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert sorted(order) == ["t0", "t1", "t2", "t3"]
-    with turns.aside():  # not held: nothing to give up
-        assert turns._lock.acquire(blocking=False)
-        turns._lock.release()
