@@ -51,6 +51,17 @@ def test_dominance_by_count_is_the_dominance_at_each_count():
     assert checked >= 40 and moved >= 1, (checked, moved)
 
 
+def _random_options(rng, P: int, shape: tuple, sync=(0.0, 1.0, 2.0)):
+    """``(C, R, N, W)``: option arrays of ``P`` pairs with many ties (times from a few
+    values, ``nan`` and ``inf`` among them; ``R`` from ``sync``; limits -1 to 8; widths 1,
+    2 and 4, ascending)."""
+    C = rng.choice([1.0, 2.0, 3.0, math.inf, math.nan], size=shape)
+    R = rng.choice(list(sync), size=shape)
+    N = rng.integers(-1, 9, size=shape)
+    W = np.sort(rng.choice([1, 2, 4], size=P))
+    return C, R, N, W
+
+
 def test_dominance_by_count_on_random_options():
     """The same on random option arrays with many ties (times from a few values, ``nan``
     and ``inf`` among them; limits 0 to 8): at every count 1 to 9, and the dominance
@@ -59,11 +70,7 @@ def test_dominance_by_count_on_random_options():
     moved = 0
     for _ in range(200):
         P = int(rng.integers(2, 6))
-        shape = (P, 3, 3)
-        C = rng.choice([1.0, 2.0, 3.0, math.inf, math.nan], size=shape)
-        R = rng.choice([0.0, 1.0, 2.0], size=shape)
-        N = rng.integers(-1, 9, size=shape)
-        W = np.sort(rng.choice([1, 2, 4], size=P))
+        C, R, N, W = _random_options(rng, P, (P, 3, 3))
         ok = N >= 1
         T1, B = dominance_by_count(ok, C, N, R, W)
         seen = set()
@@ -119,10 +126,7 @@ def test_the_compiled_dominance_is_the_interpreted_one():
     for _ in range(300):
         P = int(rng.integers(1, 7))
         shape = (P, 3, 4)
-        C = rng.choice([1.0, 2.0, 3.0, math.inf, math.nan], size=shape)
-        R = rng.choice([0.0, 1.0, 2.0, math.nan], size=shape)
-        N = rng.integers(-1, 9, size=shape)
-        W = np.sort(rng.choice([1, 2, 4], size=P))
+        C, R, N, W = _random_options(rng, P, shape, (0.0, 1.0, 2.0, math.nan))
         ok = rng.random(shape) < 0.8
         want = dominated_options(ok, C, N, R, W)
         assert (dominated(ok, C, N, R, W) == want).all()
