@@ -92,8 +92,7 @@ def test_traced_across_hosts_the_search_comes_after(tmp_path):
 
 def test_the_one_pipeline_answer_wins_a_tie():
     """The incumbent takes an offer below it, and one equal to it only when asked to (the
-    one-pipeline solve's answer, which a search after it would not have beaten); a bound
-    without a plan is replaced by any plan at or below it."""
+    one-pipeline solve's answer, which a search after it would not have beaten)."""
     a, b = Plan([]), Plan([])
     best = OwnerBest(2.0)
     assert best.offer(2.0, a, ties=True) and best.plan is a

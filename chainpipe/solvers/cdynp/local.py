@@ -256,12 +256,12 @@ class LocalDP(DCRun):
                                             opts.sync_time)
             alone = np.where(np.isnan(alone), math.inf, alone)
             high = float(alone[ok].max()) if ok.any() else -math.inf
-            dominated_ = self._dominated(g, ok, opts) if ub == math.inf else (
+            beaten = self._dominated(g, ok, opts) if ub == math.inf else (
                 dominated(ok, opts.compute_time, opts.max_in_flight, opts.sync_time,
                           opts.width, self.deadline.check))
             # the runs, compiled; the largest M C + R from x - 1 down to each start
             rows, top, runs = kernel.candidate_runs(*(np.ascontiguousarray(v) for v in (
-                ok, dominated_, on, opts.compute_time, opts.max_in_flight.astype(np.int64),
+                ok, beaten, on, opts.compute_time, opts.max_in_flight.astype(np.int64),
                 opts.sync_time, alone)))
             yield rows, top, runs, opts.width, high
 

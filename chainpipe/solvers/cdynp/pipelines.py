@@ -718,8 +718,7 @@ def _search(owner, options: dict, deadline: Deadline, trace_dir, probe, runs: Ra
                 spread.append(_spread_first(runs, best, T_e))
             left = [P for P in counts if not (spread and P == K)]
             if aside and left and best[0] < T_e:
-                beside.append(_Beside(public, left, runs, best, T_e,
-                                      spread[0] if spread else None))
+                beside.append(_Beside(public, left, runs, best, spread[0] if spread else None))
                 stats["several_beside"] = True
             return best[0]
 
@@ -783,21 +782,18 @@ class _Beside:
         The pipeline counts to search.
     runs : RangeRuns
     best : list
-        ``[T, plan]``: the owner's incumbent (the seed, or the search of ``K`` pipelines').
-    bound : float
-        The one-pipeline solve's classic plan's ``T``: a plan's, so the search looks only
-        below it (the plan itself is the one-pipeline solve's answer at worst).
+        ``[T, plan]``: the owner's incumbent (the seed, or the search of ``K`` pipelines'),
+        below the one-pipeline solve's classic plan's ``T``.
     search : OwnerSearch or None
         The search of ``K`` pipelines made before (its memory goes on).
     """
 
-    def __init__(self, public, counts: list[int], runs: RangeRuns, best: list,
-                 bound: float, search):
+    def __init__(self, public, counts: list[int], runs: RangeRuns, best: list, search):
         from .questions import OwnerBest
         from .questions import several as by_questions
 
         self.runs = runs
-        self.best = OwnerBest(*best) if best[0] <= bound else OwnerBest(bound)
+        self.best = OwnerBest(*best)
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="chainpipe-several")
         self._future = self._pool.submit(by_questions, public, counts, runs, None, None,
                                          search, self.best)
@@ -806,8 +802,7 @@ class _Beside:
         """Offer the search ``best`` (``[T, plan]``, the one-pipeline solve's answer in it:
         it wins a tie, as it would have before the search), wait for the search's end (its
         failure raised here) and put the better in ``best``."""
-        if best[1] is not None:
-            self.best.offer(best[0], best[1], ties=True)
+        self.best.offer(best[0], best[1], ties=True)
         try:
             self._future.result()
         finally:
@@ -828,7 +823,7 @@ class _Beside:
             self._merge(best)
 
     def _merge(self, best: list) -> None:
-        if self.best.plan is not None and self.best.T < best[0]:
+        if self.best.T < best[0]:
             best[:] = self.best.T, self.best.plan
 
 

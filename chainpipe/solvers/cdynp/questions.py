@@ -183,11 +183,9 @@ class OwnerRangeTimes(RangeTimes):
 class OwnerBest:
     """The owner's incumbent: ``T`` (the owner's evaluation), the plan, searches made.
 
-    ``plan`` may be ``None`` below a finite ``T``: a bound a plan known elsewhere meets
-    (the one-pipeline solve's classic plan, while the search runs beside that solve's
-    period run: :func:`.pipelines._search`), which :meth:`offer` replaces. Offers are made
-    under a lock: across hosts the search's thread and the one-pipeline solve's both
-    offer theirs."""
+    Offers are taken under a lock: across hosts the search may run in a thread beside the
+    one-pipeline solve's period run, whose answer is offered too
+    (:data:`.pipelines.BESIDE`)."""
 
     def __init__(self, T: float = math.inf, plan: Plan | None = None):
         self.T, self.plan, self.searches = T, plan, 0
