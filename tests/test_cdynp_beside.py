@@ -7,7 +7,8 @@ The answer stays ``dp``'s optimum and the plan the in-process one's; the one-pip
 solve's answer wins a tie, as it does when the search comes after it; a failure on either
 side ends the solve with that failure, and no thread of the search outlives it. The
 owners here keep their agents in this process but say they are across hosts
-(``mode = "tls"``); ``test_cdynp_hosts_v3`` runs the search beside over TLS.
+(``mode = "tls"``); ``test_cdynp_hosts_v3`` runs the search beside over TLS, with
+agents in their own processes.
 """
 
 from __future__ import annotations

@@ -242,3 +242,36 @@ def test_a_forged_summary_in_a_range_run_is_named(tmp_path):
         assert cluster.alive()
     finally:
         cluster.stop()
+
+
+def test_the_search_beside_the_period_run_across_hosts(tmp_path):
+    """A random chain of 3 DCs allowing 1, 2 and 3 pipelines whose span of one pipeline per
+    DC beats the classic plan: across hosts, untraced, the owner searches 2 pipelines in a
+    thread beside the one-pipeline solve's period run (``pipelines.BESIDE``, each agent
+    serving runs of both at once), with the in-process status, plan and ``T``."""
+    import dataclasses
+
+    from chainpipe.io import instance_to_dict
+    from helpers import random_period_chains
+
+    inst = next(inst for seed, inst in random_period_chains(30, pipelines=(1, 2, 3))
+                if seed == 129)
+    path = tmp_path / "beside.json"
+    path.write_text(json.dumps(instance_to_dict(dataclasses.replace(inst, name="beside"))))
+    cluster = Cluster(path, tmp_path / "split")
+    try:
+        remote, _ = cluster.solve(timeout=180)
+        assert remote.returncode == 0, remote.stderr
+        local = _cli("solve", path, "--solver", "cdynp", "--format", "json", timeout=180)
+        assert local.returncode == 0, local.stderr
+        a, b = json.loads(remote.stdout), json.loads(local.stdout)
+        assert a["stats"]["several_beside"] is True and b["stats"]["several_beside"] is False
+        assert a["status"] == b["status"] == "optimal"
+        # (the owner across hosts holds the public part only: no instance digest)
+        assert {k: v for k, v in a["plan"].items() if k != "instance"} == \
+            {k: v for k, v in b["plan"].items() if k != "instance"}
+        assert a["plan"].get("stages") or a["plan"].get("pipelines")
+        assert a["iteration_time_s"] == b["iteration_time_s"]
+        assert cluster.alive()
+    finally:
+        cluster.stop()
