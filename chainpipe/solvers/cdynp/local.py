@@ -62,10 +62,15 @@ def dominance_by_count(ok, C, N, R, W, check=None) -> tuple[np.ndarray, np.ndarr
     (:func:`.local_fast.count_dominance`); ``check`` is called once."""
     if check is not None:
         check()
-    flat = _flat(ok, C, N, R, W)
-    T1, B = np.zeros(flat[0].shape), np.zeros(flat[0].shape, dtype=bool)
-    kernel.dominance_at(*flat, T1, B, 0, True)
+    _mask, T1, B = _built(_flat(ok, C, N, R, W), 0)
     return T1.reshape(ok.shape), B.reshape(ok.shape)
+
+
+def _built(flat: list, M: int) -> tuple:
+    """:func:`.local_fast.dominance_at` on ``flat`` (:func:`_flat`) with its thresholds
+    built afresh: ``(dominated at M, T1, B)``, flat ``[c, e]``."""
+    T1, B = np.zeros(flat[0].shape), np.zeros(flat[0].shape, dtype=bool)
+    return kernel.dominance_at(*flat, T1, B, M, True), T1, B
 
 
 #: a count above every in-flight limit: at it :func:`.local_fast.dominance_at`'s test is
@@ -82,9 +87,7 @@ def dominated(ok, C, N, R, W, check=None) -> np.ndarray:
     called the interpreted rule, 11% of a solve.)"""
     if check is not None:
         check()
-    flat = _flat(ok, C, N, R, W)
-    T1, B = np.zeros(flat[0].shape), np.zeros(flat[0].shape, dtype=bool)
-    return kernel.dominance_at(*flat, T1, B, _ABOVE_EVERY_LIMIT, True).reshape(np.shape(ok))
+    return _built(_flat(ok, C, N, R, W), _ABOVE_EVERY_LIMIT)[0].reshape(np.shape(ok))
 
 
 def beam_rows(starts: np.ndarray, X: np.ndarray, M: int, beam: int) -> tuple:
@@ -294,14 +297,13 @@ class LocalDP(DCRun):
         flat = _flat(ok, opts.compute_time, opts.max_in_flight, opts.sync_time, opts.width)
         if got is None or got[0] < self.M:
             self.deadline.check()
-            T1, B = np.zeros(flat[0].shape), np.zeros(flat[0].shape, dtype=bool)
-            mask = kernel.dominance_at(*flat, T1, B, self.M, True)
+            mask, T1, B = _built(flat, self.M)
             with _DOMINANCE_LOCK:
                 _DOMINANCE[key] = (self.M, flat[2], T1, B)
                 while len(_DOMINANCE) > 64:
                     _DOMINANCE.popitem(last=False)
         else:  # the limits at the count it was built at: flat[2] replaced
-            _built, N, T1, B = got
+            _at_count, N, T1, B = got
             mask = kernel.dominance_at(*flat[:2], N, *flat[3:], T1, B, self.M, False)
         return mask.reshape(ok.shape)
 

@@ -806,8 +806,7 @@ class _Beside:
         try:
             self._future.result()
         finally:
-            self._pool.shutdown(wait=True)
-            self._merge(best)
+            self._end(best)
 
     def stop(self, best: list) -> None:
         """End the search: no run of the solve starts any more (:meth:`RangeRuns.halt`),
@@ -819,10 +818,11 @@ class _Beside:
         except Exception:  # the solve's own failure is the one reported
             pass
         finally:
-            self._pool.shutdown(wait=True)
-            self._merge(best)
+            self._end(best)
 
-    def _merge(self, best: list) -> None:
+    def _end(self, best: list) -> None:
+        """The thread gone; the search's best plan in ``best`` if better."""
+        self._pool.shutdown(wait=True)
         if self.best.T < best[0]:
             best[:] = self.best.T, self.best.plan
 
