@@ -61,6 +61,7 @@ def test_the_steps_and_the_bound_when_the_floor_is_below_it(monkeypatch):
 
 
 def test_the_steps_from_the_classic_optimum_when_the_floor_is_below_it(monkeypatch):
+    monkeypatch.setattr(cdynp, "CURVE_STRIDES", False)  # every rung (the strides: their test)
     asked = _ladder(monkeypatch, 9.0, 13.0)
     assert asked[0] == pytest.approx(10.0)
     assert asked[1:] == [pytest.approx(10.0 * (1 + d)) for d in cdynp.LADDER_STEPS

@@ -451,6 +451,14 @@ RANGE_LADDER_STEPS = tuple(1.03 ** k - 1 for k in range(1, 40))
 #: a range ladder's step less than this (relative) below the owner's bound is left out
 RANGE_LADDER_NEAR = 0.015
 
+#: whether an exact one-pipeline ladder (:func:`_curve_ladder`) climbs by ``dp``'s strides
+#: after a miss, as an exact range run's does (:data:`RANGE_STRIDES`): a rung left out after a
+#: miss whose agents kept few labels (:data:`.dp_ranges.FAR`), two or four while they grow
+#: slowly a rung (:data:`.dp_ranges.SLOW`). Each run over the whole chain has fixed costs
+#: (a prefix pass, summaries and the plan's assembly; ``v3-medium-02``'s rungs kept 0 to 22
+#: labels and took 40 ms each) that the first rungs' few labels do not repay
+CURVE_STRIDES = True
+
 #: whether compressed period runs make the prefix-curve pass too (its table sent coarse:
 #: caps ``2^(n / COMPRESSED_CAP_STEPS)`` apart and one excess bucket, :mod:`.curve`), and
 #: the one-pipeline run goes by the owner's ladder
@@ -488,7 +496,9 @@ def _curve_ladder(backend, period_options: dict, bound: float, deadline: Deadlin
     optimum (``dp``'s trials), and last under ``bound`` (none when ``F0`` is not below ``bound``: no plan's
     ``T`` lies under ``F0``, so that run would find nothing; ``v3-large-02``, whose
     incumbent of 8 pipelines, 17.516 s, lies under ``F0`` = 17.686 s), each with the last failed bound as its public
-    ``lower_bound``, until one finds a plan (the optimum: an exact run under ``U`` keeps every
+    ``lower_bound`` (in exact mode, after a miss whose agents kept few labels, or whose labels
+    grew slowly from the last miss's, the next rungs are left out: :data:`CURVE_STRIDES`),
+    until one finds a plan (the optimum: an exact run under ``U`` keeps every
     plan with ``T <= U``, and the runs before proved none below their bounds) or the time
     limit ends one. Returns the last run's outcome, its stats holding every run's messages
     and agents, ``ladder`` (per run: bound, plan found, wall seconds) and
@@ -498,7 +508,7 @@ def _curve_ladder(backend, period_options: dict, bound: float, deadline: Deadlin
     opts = {**period_options, "curve_low": grid_low, "curve_top": bound}
     bounds = [min(low * (1 + 2e-9), bound)]
     messages, agents, steps, floor = [], [], [], None
-    i = 0
+    i, before, stride = 0, None, 1
     while True:
         ub = bounds[i]
         sub = "period" if trace_dir is None else Path(trace_dir, "period", f"ladder-{i:02d}")
@@ -524,6 +534,13 @@ def _curve_ladder(backend, period_options: dict, bound: float, deadline: Deadlin
         if out.plan is not None or out.stats.get("timed_out") or i + 1 == len(bounds):
             break
         opts["lower_bound"] = ub  # no plan at or below it: the next run's trials start there
+        if CURVE_STRIDES and is_exact(opts):  # dp's strides: few labels, far below
+            labels = sum(a.get("labels", 0) for a in out.stats.get("agents", []))
+            stride = RangeTimes._stride(labels, before, stride)
+            before = labels
+            for _ in range(stride - 1):  # (never the bound itself)
+                if i + 2 < len(bounds):
+                    del bounds[i + 1]
         i += 1
     if out.plan is not None and opts.get("max_entries"):
         out = _descend(backend, opts, out, deadline, trace_dir, i, (messages, agents, steps),
