@@ -81,8 +81,8 @@ def test_ladder_equals_dp_and_the_floor_cuts():
 
 def test_ladder_steps_from_the_floor_to_dps_optimum():
     """The ladder steps from ``T_0``, the larger of the pass's floor and the classic
-    optimum (runs under ``T_0 (1 + d)`` that find nothing, each bound the next one's
-    ``lower_bound``; many microbatches: the steady part weighs, and the floor lies above
+    optimum (runs under ``T_0 (1 + d)`` that find nothing, rungs left out after cheap
+    misses, each bound the next one's ``lower_bound``; many microbatches: the steady part weighs, and the floor lies above
     the classic optimum on some), and still proves ``dp``'s optimum."""
     stepped, from_floor = 0, 0
     for seed, inst in _instances(20, counts=(20, 40)):
@@ -96,7 +96,9 @@ def test_ladder_steps_from_the_floor_to_dps_optimum():
         first, floor = steps[0]["upper_bound"], out.stats["curve_floor_s"]
         anchor = max(first, floor)
         from_floor += floor > first
-        assert steps[1]["upper_bound"] == pytest.approx(anchor * (1 + LADDER_STEPS[0])), seed
+        # the first step, or the second after a cheap first miss (dp's strides)
+        assert any(steps[1]["upper_bound"] == pytest.approx(anchor * (1 + d))
+                   for d in LADDER_STEPS[:2]), seed
         ref = dp_run(inst)
         want = evaluate(inst, ref.plan).iteration_time_s
         assert out.status == "optimal", seed
