@@ -499,7 +499,8 @@ def _curve_ladder(backend, period_options: dict, bound: float, deadline: Deadlin
     ``bound``); the first runs under a hair above the classic optimum, and its last DC
     reports the pass's floor ``F0`` (``curve_floor_s``); then runs under ``T_0 (1 + d)``
     for :data:`LADDER_STEPS` below ``bound``, ``T_0`` the larger of ``F0`` and the classic
-    optimum (``dp``'s trials), and last under ``bound`` (none when ``F0`` is not below ``bound``: no plan's
+    optimum (as ``dp``'s trials start from the larger of its floor and the classic
+    optimum), and last under ``bound`` (none when ``F0`` is not below ``bound``: no plan's
     ``T`` lies under ``F0``, so that run would find nothing; ``v3-large-02``, whose
     incumbent of 8 pipelines, 17.516 s, lies under ``F0`` = 17.686 s), each with the last failed bound as its public
     ``lower_bound`` (in exact mode, after a miss whose agents kept few labels, or whose labels
