@@ -371,16 +371,24 @@ def _range_ladder(backend, period_options: dict, bound: float, low: float,
         if RANGE_CLOSE:  # a dear miss: the least T_p lies close above it (dp's rule)
             close_step(bounds, i, labels)
         if RANGE_STRIDES:
-            stride = RangeTimes._stride(labels, before, stride)
-            before = labels
-            for _ in range(stride - 1):  # (never the bound itself)
-                if i + 2 < len(bounds):
-                    del bounds[i + 1]
+            stride, before = _climb(bounds, i, labels, before, stride), labels
         i += 1
     if "messages" in out.stats:
         out.stats["messages"], out.stats["agents"] = messages, agents
     out.stats["ladder"] = steps
     return out
+
+
+def _climb(bounds: list, i: int, labels: int, before: int | None, stride: int) -> int:
+    """After rung ``i`` of a ladder's ``bounds`` found nothing, its DCs keeping ``labels``
+    labels (``before``: the last miss's, ``stride`` rungs below it), ``dp``'s stride
+    (:meth:`chainpipe.solvers.dp_ranges.RangeTimes._stride`); the rungs it leaves out are
+    taken out of ``bounds``, never the last (the owner's bound). Returns the stride."""
+    stride = RangeTimes._stride(labels, before, stride)
+    for _ in range(stride - 1):
+        if i + 2 < len(bounds):
+            del bounds[i + 1]
+    return stride
 
 
 def _exact_period(first: Outcome, out: Outcome, T_e: float, bound: float, user,
@@ -543,11 +551,7 @@ def _curve_ladder(backend, period_options: dict, bound: float, deadline: Deadlin
         opts["lower_bound"] = ub  # no plan at or below it: the next run's trials start there
         if CURVE_STRIDES and is_exact(opts):  # dp's strides: few labels, far below
             labels = sum(a.get("labels", 0) for a in out.stats.get("agents", []))
-            stride = RangeTimes._stride(labels, before, stride)
-            before = labels
-            for _ in range(stride - 1):  # (never the bound itself)
-                if i + 2 < len(bounds):
-                    del bounds[i + 1]
+            stride, before = _climb(bounds, i, labels, before, stride), labels
         i += 1
     if out.plan is not None and opts.get("max_entries"):
         out = _descend(backend, opts, out, deadline, trace_dir, i, (messages, agents, steps),
