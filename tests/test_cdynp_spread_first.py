@@ -1,16 +1,21 @@
-"""CDynP's owner searches the span of one pipeline per DC before the one-pipeline solve
-(:data:`chainpipe.solvers.cdynp.pipelines.SPREAD_FIRST`, ``docs/privacy.md``, "Several
-pipelines: the owner's search", *The span of one pipeline per DC first*).
+"""CDynP's owner can search the span of one pipeline per DC before the one-pipeline solve
+(:data:`chainpipe.solvers.cdynp.pipelines.SPREAD_FIRST`, off by default since session 45,
+``docs/privacy.md``, "Several pipelines: the owner's search", *The span of one pipeline per
+DC first*).
 
-The answer stays ``dp``'s on random small v3 instances where ``K`` pipelines are allowed
-beside one (on some of them ``K`` pipelines win), and the one-pipeline solve's period run
-is bounded by the best plan of ``K`` pipelines, not by the seed alone.
+With it on, the answer stays ``dp``'s on random small v3 instances where ``K`` pipelines
+are allowed beside one (on some of them ``K`` pipelines win), and the one-pipeline solve's
+period run is bounded by the best plan of ``K`` pipelines, not by the seed alone. With it
+off (the default), the answer is ``dp``'s on the same instances and the period run's bound
+is the seed's.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+
+import pytest
 
 import chainpipe.solvers.cdynp as cdynp
 from chainpipe.solve import solve
@@ -41,11 +46,14 @@ def _only(inst, P: int):
                                                                   parallelism=par))
 
 
-def test_exact_with_the_spread_searched_first():
-    """The same optimum as ``dp``; ``K`` pipelines win on some instances (a search that
+@pytest.mark.parametrize("first", [True, False])
+def test_exact_with_the_spread_searched_first_or_after(monkeypatch, first):
+    """The same optimum as ``dp``, the span of ``K`` pipelines searched first or after the
+    one-pipeline solve (the default); ``K`` pipelines win on some instances (a search that
     dropped the count ``K`` without searching it first loses those: 8 of these seeds).
     The first 150 seeds give 79 instances with an optimum, ``K`` pipelines winning on 38
     (400 seeds gave 213 and 98, in 2.5 times the time, with no failure of their own)."""
+    monkeypatch.setattr(pipelines, "SPREAD_FIRST", first)
     checked = spread_wins = 0
     for seed, inst in _spread_instances(range(0, 150)):
         ref = solve(inst, "dp")
@@ -73,6 +81,7 @@ def test_the_spread_bounds_the_one_pipeline_run(monkeypatch):
     gave 21 and 10). The seed splits ``M`` evenly here (no :data:`pipelines.RESPLIT`: a
     seed split by rate leaves fewer instances where the spread lies below it, 3 of 12)."""
     monkeypatch.setattr(pipelines, "RESPLIT", False)
+    monkeypatch.setattr(pipelines, "SPREAD_FIRST", True)
     calls = []
     plain = cdynp.solve_chain
 
@@ -111,6 +120,37 @@ def test_the_spread_bounds_the_one_pipeline_run(monkeypatch):
         lower += bound < seeds[0][0] * (1 - 1e-9)
     assert checked >= 10, checked
     assert lower >= 4, lower
+
+
+def test_by_default_the_period_run_is_bounded_by_the_seed(monkeypatch):
+    """With :data:`pipelines.SPREAD_FIRST` off (the default), in process, the one-pipeline
+    solve's ``period_bound`` is the owner's seed itself (no span searched before it): the
+    same number on every instance (a search of the spread made first fails here, its
+    bound a function of ``T_e``)."""
+    bounds, seeds = [], []
+    plain, plain_seed = cdynp.solve_chain, pipelines._seed
+
+    def recording(*args, **kwargs):
+        if "period_bound" in kwargs:  # the one-pipeline solve's (a range run gives none)
+            bounds.append(kwargs["period_bound"])
+        return plain(*args, **kwargs)
+
+    def seeding(owner, runs):
+        seeds.append(plain_seed(owner, runs))
+        return seeds[-1]
+
+    monkeypatch.setattr(cdynp, "solve_chain", recording)
+    monkeypatch.setattr(pipelines, "_seed", seeding)
+    checked = 0
+    for _seed, inst in _spread_instances(range(0, 30)):
+        bounds.clear()
+        seeds.clear()
+        solve(inst, "cdynp")
+        if not bounds or not seeds:
+            continue
+        assert not callable(bounds[0]) and bounds[0] == seeds[0][0], (_seed, bounds[0])
+        checked += 1
+    assert checked >= 10, checked
 
 
 def test_split_by_rate():

@@ -835,8 +835,15 @@ CLASSIC_SEED = True
 #: exact (or capped) mode, 1F1B: the span of ``K`` pipelines, one per DC, is searched
 #: (``dp``'s questions, every range one DC) between the one-pipeline solve's classic run and
 #: its period run (the owner's ladder), whose bound its best plan lowers; ``False``: after
-#: it, with the other counts, as ``dp`` orders them
-SPREAD_FIRST = True
+#: it, with the other counts, as ``dp`` orders them. Off since session 45: below the
+#: classic plan's ``T`` the span's search asks many one-DC ranges for plans that the
+#: one-pipeline optimum, found next, rules out (a fresh ``v3-large-01``-like draw, seed 44:
+#: 187 one-DC runs and 9.3 s against 16 and 0.1 s after the ladder, the solve 18.9 -> 12.0
+#: s; fresh ``v3/large``-like draws 8% to 23% less CPU time, ``v3-medium-02``-like 10% and
+#: 26%, the committed ``v3-large-02`` and ``-03`` 4% and 2% less, ``v3-medium-02`` and
+#: ``-03`` 6% and 7% more); the period runs' bound is then the seed's ``T``, which the
+#: ladder's floor stop and its strides make cheap to search under
+SPREAD_FIRST = False
 
 
 def _spread_first(runs: RangeRuns, best: list, cap: float):
