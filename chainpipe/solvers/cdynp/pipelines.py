@@ -840,9 +840,10 @@ CLASSIC_SEED = True
 #: one-pipeline optimum, found next, rules out (a fresh ``v3-large-01``-like draw, seed 44:
 #: 187 one-DC runs and 9.3 s against 16 and 0.1 s after the ladder, the solve 18.9 -> 12.0
 #: s; fresh ``v3/large``-like draws 8% to 23% less CPU time, ``v3-medium-02``-like 10% and
-#: 26%, the committed ``v3-large-02`` and ``-03`` 4% and 2% less, ``v3-medium-02`` and
-#: ``-03`` 6% and 7% more); the period runs' bound is then the seed's ``T``, which the
-#: ladder's floor stop and its strides make cheap to search under
+#: 26%, the committed ``v3-large-02`` and ``-03`` 4% and 2% less, ``v3-large-01`` 14% and
+#: ``v3-medium-02`` and ``-03`` 6% and 7% more, one or two solves each); the period runs'
+#: bound is then the seed's ``T``, which the ladder's floor stop and its strides make
+#: cheap to search under
 SPREAD_FIRST = False
 
 
