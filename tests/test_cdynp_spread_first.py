@@ -142,13 +142,13 @@ def test_by_default_the_period_run_is_bounded_by_the_seed(monkeypatch):
     monkeypatch.setattr(cdynp, "solve_chain", recording)
     monkeypatch.setattr(pipelines, "_seed", seeding)
     checked = 0
-    for _seed, inst in _spread_instances(range(0, 30)):
+    for seed, inst in _spread_instances(range(0, 30)):
         bounds.clear()
         seeds.clear()
         solve(inst, "cdynp")
         if not bounds or not seeds:
             continue
-        assert not callable(bounds[0]) and bounds[0] == seeds[0][0], (_seed, bounds[0])
+        assert not callable(bounds[0]) and bounds[0] == seeds[0][0], (seed, bounds[0])
         checked += 1
     assert checked >= 10, checked
 

@@ -75,6 +75,7 @@ from .drive import (
     drive,
     guarantee_factor,
     is_exact,
+    labels_kept,
 )
 from .public import CHAINS_KEPT, PublicInstance, kept, split_documents, write_split
 from .runner import MESSAGE_TIMEOUT_S, Run, run_in_process, run_processes
@@ -367,7 +368,7 @@ def _range_ladder(backend, period_options: dict, bound: float, low: float,
         if out.plan is not None or out.status != "no_solution" or "messages" not in out.stats:
             break  # a plan (the least), an error, or the time limit
         opts["lower_bound"] = ub  # none at or below it: the next run's trials start there
-        labels = sum(a.get("labels", 0) for a in out.stats.get("agents", []))
+        labels = labels_kept(out.stats.get("agents", []))
         if RANGE_CLOSE:  # a dear miss: the least T_p lies close above it (dp's rule)
             close_step(bounds, i, labels)
         if RANGE_STRIDES:
@@ -550,7 +551,7 @@ def _curve_ladder(backend, period_options: dict, bound: float, deadline: Deadlin
             break
         opts["lower_bound"] = ub  # no plan at or below it: the next run's trials start there
         if CURVE_STRIDES and is_exact(opts):  # dp's strides: few labels, far below
-            labels = sum(a.get("labels", 0) for a in out.stats.get("agents", []))
+            labels = labels_kept(out.stats.get("agents", []))
             stride, before = _climb(bounds, i, labels, before, stride), labels
         i += 1
     if out.plan is not None and opts.get("max_entries"):

@@ -98,6 +98,11 @@ def is_exact(options: dict) -> bool:
                 or options["digits"])
 
 
+def labels_kept(agents: list) -> int:
+    """The labels a run's agents kept in all (the ``labels`` of their reports)."""
+    return sum(a.get("labels", 0) for a in agents)
+
+
 def drive(backend: Backend, options: dict, *, deadline: Deadline, probe=None,
           trace_dir=None, bound: float = math.inf) -> Outcome:
     """The solve: a probe run when asked, the main run, the plan and its status.

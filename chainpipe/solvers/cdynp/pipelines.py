@@ -58,7 +58,7 @@ from ...deadline import Deadline
 from ...instance import Instance
 from ...plan import Pipeline, Plan, Stage
 from .curve import CAP_STEPS, cap_grid
-from .drive import guarantee_factor, is_exact
+from .drive import guarantee_factor, is_exact, labels_kept
 from .period import frontier_value
 from .public import range_training
 
@@ -415,7 +415,7 @@ class RangeRuns:
         out = drive(backend, options, deadline=self.deadline, probe=False, trace_dir=trace)
         self._add_messages(name, out.stats.get("messages", []))
         agents = out.stats.get("agents", [])
-        self.labels += sum(a.get("labels", 0) for a in agents)
+        self.labels += labels_kept(agents)
         if out.status == "error":
             raise AgentFailure((out.message or "").removeprefix("cdynp: "),
                                out.stats.get("failed_datacenter"))
@@ -448,7 +448,7 @@ class RangeRuns:
         out = solve_chain(backend, options, self.deadline, trace_dir=trace, probe=False,
                           floor=proven)
         self._add_messages(name, out.stats.get("messages", []))
-        self.labels += sum(a.get("labels", 0) for a in out.stats.get("agents", []))
+        self.labels += labels_kept(out.stats.get("agents", []))
         # the range's last DC's floor under every plan's period (agent._report_floor)
         agents = out.stats.get("agents", [])
         floor = max([0.0] + [float(a["period_floor_s"]) for a in agents
