@@ -396,6 +396,15 @@ class DCAgent:
         grid, the least fill of the whole model on the range (``curve_fills``,
         :meth:`_fills_report`): the owner's floors under the range's ``T_p`` at every
         ``M_p`` (``docs/privacy.md``, "Floor runs"). 0: an ordinary run.
+    sum_limit : float, optional
+        A range run of one DC (``sync_cap`` given) asked, as ``dp`` asks its ranges
+        (:meth:`.dp_ranges.RangeTimes.within`), only of plans with ``T_p + max R`` below
+        it (public: the owner's incumbent less the span's cross-DC term): the DC's own
+        search (:mod:`.alone`) keeps no other, so "none" means none of them, and the plan
+        it finds is the least ``T_p`` among them. The label DP of a range of several DCs
+        counts ``R`` as 0 under ``sync_cap``, so it cannot tell them apart: it answers for
+        every plan (the stronger answer; the owner reads every answer as one under the
+        limit). ``None``: no limit.
     curve_steps : int, optional
         A floor run's caps per doubling of the grid (default :data:`.curve.CAP_STEPS`):
         its first pass finds where the model starts to fit on a coarse grid, its second
@@ -411,7 +420,8 @@ class DCAgent:
                  lower_bound: float | None = None, frontier: int = 0,
                  frontier_bound: float | None = None, curve_low: float | None = None,
                  curve_top: float | None = None, floors_only: int = 0,
-                 curve_steps: int = 0, deadline: Deadline | None = None):
+                 curve_steps: int = 0, sum_limit: float | None = None,
+                 deadline: Deadline | None = None):
         if public.datacenter_names[index] != datacenter.name:
             raise ValueError(f"agent {index} holds {datacenter.name!r}, the chain has "
                              f"{public.datacenter_names[index]!r} there")
@@ -444,6 +454,12 @@ class DCAgent:
             if problem:
                 raise ValueError(f"sync_cap: {problem}, got {sync_cap!r}")
             self.sync_cap = float(sync_cap)
+        self.sum_limit = math.inf
+        if sum_limit is not None:
+            problem = protocol.option_problem("sum_limit", sum_limit)
+            if problem:
+                raise ValueError(f"sum_limit: {problem}, got {sum_limit!r}")
+            self.sum_limit = float(sum_limit)
         self.tables = own_tables(self.local, self.sync_cap)  # this DC's groups only: private
         self.floor = 0.0
         if lower_bound is not None:
@@ -1174,11 +1190,12 @@ class DCAgent:
 
     def _alone_backward(self, t0: float) -> None:
         """A range run of one DC (:mod:`.alone`): the plan of least ``T_p`` under the run's
-        ``sync_cap`` within its ``upper_bound``, by ``dp``'s range search on this DC's
-        own tables (every option: the search takes the cap itself); no summary."""
+        ``sync_cap`` within its ``upper_bound`` (among those with ``T_p + max R`` below its
+        ``sum_limit``), by ``dp``'s range search on this DC's own tables (every option:
+        the search takes the cap itself); no summary."""
         dp = alone.AloneDP(self.local, self.tables.options, self.deadline)
         try:
-            dp.run(self.initial_bound, self.sync_cap)
+            dp.run(self.initial_bound, self.sync_cap, self.sum_limit)
         except TimeUp:
             raise TimeUp(f"time limit reached in {self.name}") from None
         self.stats = {"labels": 0, "trials": [], "engine": "dp",

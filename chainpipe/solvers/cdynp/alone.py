@@ -146,6 +146,18 @@ class LeastTimes(RangeTimes):
             n += 1
         return None
 
+    def _best_known(self, i, j, m, theta):
+        """:meth:`RangeTimes._best_known` of the plans with ``T_p + max R`` below the
+        questions' limit (:meth:`~chainpipe.solvers.dp_ranges.RangeTimes.within`): a plan
+        above it is no answer to a question under it."""
+        best = None
+        for f in self.found.get((i, j), ()):
+            if f.sync < theta:
+                T = f.time_at(m, self.one_f_one_b)
+                if T + f.sync < self.limit and (best is None or T < best[0]):
+                    best = (T, f.sync, f.stages)
+        return best
+
     def period_floor(self, m: int) -> float:
         """``dp``'s floor under the period of every plan on the DC with ``m`` microbatches
         (:meth:`RangeTimes._period_floor`: every option counted, so under any cap)."""
@@ -199,12 +211,15 @@ class AloneDP:
         self.period_floor = 0.0
         self._store: list[tuple] = []
 
-    def run(self, ub: float, sync_cap: float) -> None:
+    def run(self, ub: float, sync_cap: float, limit: float = math.inf) -> None:
         """The least ``T_p`` of a plan with every ``R_s < sync_cap`` and ``T_p <= ub``
-        (``inf``: no bound), kept as the one point at ``x = 0``; none if there is none."""
+        (``inf``: no bound) among those with ``T_p + max R < limit`` (``dp``'s question
+        under :meth:`~chainpipe.solvers.dp_ranges.RangeTimes.within`: what its searches
+        prove under a limit serves the questions under that limit or a lower one), kept
+        as the one point at ``x = 0``; none if there is none."""
         m = self.local.microbatches
         times, lock = memory(self.local, m)
-        with lock:
+        with lock, times.within(limit):
             times.deadline = self.deadline
             before = times.searches
             got = times.least(m, ub, sync_cap)

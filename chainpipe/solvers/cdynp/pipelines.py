@@ -142,7 +142,7 @@ class RangeRuns:
     def __init__(self, owner, options: dict, deadline: Deadline, trace_dir=None):
         self.owner, self.options = owner, options
         self.deadline, self.trace_dir = deadline, trace_dir
-        #: (i, j) -> [(m, theta, bound, RangePlan or None)] of the runs made
+        #: (i, j) -> [(m, theta, bound, limit, RangePlan or None)] of the runs made
         self.known: dict[tuple[int, int], list] = {}
         #: (i, j, first, last) -> [(theta, bound, lines or None)] of the frontier runs
         self.frontiers: dict[tuple, list] = {}
@@ -177,6 +177,15 @@ class RangeRuns:
             return 1.0
         return guarantee_factor(K, o["epsilon"], o["quantum"], o["digits"])
 
+    @staticmethod
+    def limited(i: int, j: int) -> bool:
+        """Whether the runs of DCs ``i..j`` are asked under a limit on ``T_p + max R``
+        (:meth:`least_floor`): a range of one DC, whose agent's own search keeps only
+        plans under it (:mod:`.alone`); the label DP of several DCs counts no ``R`` under
+        ``sync_cap`` and answers for every plan, so its answers are kept for every
+        question instead."""
+        return i == j
+
     def least(self, i: int, j: int, m: int, theta: float,
               bound: float = math.inf) -> RangePlan | None:
         """The plan of least ``T_p`` on DCs ``i..j`` with ``M_p = m`` and every ``R_s <
@@ -190,20 +199,31 @@ class RangeRuns:
         return self.least_floor(i, j, m, theta, bound)[0]
 
     def least_floor(self, i: int, j: int, m: int, theta: float, bound: float = math.inf,
-                    floor: float = 0.0) -> tuple[RangePlan | None, float, float]:
+                    floor: float = 0.0, limit: float = math.inf
+                    ) -> tuple[RangePlan | None, float, float]:
         """:meth:`least`, the floor under every plan's period on the range that its run
         reported (``period_floor_s``, ``docs/privacy.md``) and the floor under every plan's
         ``T_p`` its prefix-curve passes reported (``curve_floor_s``; both 0: answered from
         memory, no run made, or none reported). ``floor``: a floor under ``g`` the owner's
         runs proved, where the run's period runs start
-        (:func:`~chainpipe.solvers.cdynp.solve_chain`)."""
-        for m0, th, bd, got in self.known.get((i, j), ()):
+        (:func:`~chainpipe.solvers.cdynp.solve_chain`). ``limit``: only plans with ``T_p +
+        max R`` below it are asked for (``dp``'s :meth:`~chainpipe.solvers.dp_ranges.
+        RangeTimes.within`; agent option ``sum_limit``): "none" then proves none of them,
+        and the plan found is the least ``T_p`` among them (it may lie above the limit
+        where a run answered for every plan). What a run proved under a limit answers the
+        questions under that limit or a lower one."""
+        for m0, th, bd, lim, got in self.known.get((i, j), ()):
+            if lim < limit:
+                continue
             if got is None and m0 <= m and th >= theta and bd >= bound:
                 return None, 0.0, 0.0
             if got is not None and m0 == m and th >= theta and got.sync < theta:
-                return (got if got.time <= bound else None), 0.0, 0.0
-        got, lam, low = self._run(i, j, m, theta, bound, floor)
-        self.known.setdefault((i, j), []).append((m, theta, bound, got))
+                if got.time > bound:  # the least T_p of every plan (or those under lim)
+                    return None, 0.0, 0.0
+                if got.time + got.sync < limit:  # least, and one of those asked for
+                    return got, 0.0, 0.0
+        got, lam, low = self._run(i, j, m, theta, bound, floor, limit)
+        self.known.setdefault((i, j), []).append((m, theta, bound, limit, got))
         return got, lam, low
 
     def halt(self) -> None:
@@ -345,7 +365,9 @@ class RangeRuns:
         the plan found at the block's top) meets the least line (``docs/privacy.md``,
         "T_p as a function of M_p"), else by :meth:`least` (one run at ``m``,
         remembered)."""
-        for m0, th, bd, got in self.known.get((i, j), ()):
+        for m0, th, bd, lim, got in self.known.get((i, j), ()):
+            if lim < math.inf:  # (an answer under a limit: not one of every plan)
+                continue
             if got is None and m0 <= m and th >= theta and bd >= bound:
                 return math.inf
             if got is not None and m0 == m and th >= theta and got.sync < theta:
@@ -424,12 +446,13 @@ class RangeRuns:
         return agents[0].get("frontier", {}).get("lines", []) if agents else []
 
     def _run(self, i: int, j: int, m: int, theta: float, bound: float,
-             proven: float = 0.0) -> tuple[RangePlan | None, float, float]:
+             proven: float = 0.0, limit: float = math.inf
+             ) -> tuple[RangePlan | None, float, float]:
         """One range run: its plan (``None``: none below ``bound``), the floor under the
         range's period its last DC reported and the largest floor under every plan's
         ``T_p`` it reported from a prefix-curve pass (0: none); ``proven``: a floor under
         ``g`` the owner's runs proved (:func:`~chainpipe.solvers.cdynp.solve_chain`'s
-        ``floor``)."""
+        ``floor``); ``limit``: the agents' ``sum_limit`` (``inf``: none)."""
         from ...deadline import TimeUp
         from . import solve_chain
         from .runner import AgentFailure
@@ -443,6 +466,8 @@ class RangeRuns:
         # theta = inf as the largest float (a message carries no infinity): every R is below
         options = {**self.options, "upper_bound": None if math.isinf(bound) else wide,
                    "sync_cap": min(theta, sys.float_info.max)}
+        if math.isfinite(limit):
+            options["sum_limit"] = limit
         name = self._count(f"range-{i}-{j}-m{m}")
         trace = None if self.trace_dir is None else Path(self.trace_dir, name)
         out = solve_chain(backend, options, self.deadline, trace_dir=trace, probe=False,

@@ -98,6 +98,7 @@ RUN_OPTIONS = {
     "curve_top": (False, 0.0, math.inf, True),
     "floors_only": (True, 0, 1, False),
     "curve_steps": (True, 0, 64, False),
+    "sum_limit": (False, 0.0, math.inf, True),
 }
 
 _NUMBER = {"type": "number", "minimum": 0}

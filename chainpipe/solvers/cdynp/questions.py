@@ -40,6 +40,7 @@ import math
 import sys
 import threading
 import types
+from itertools import chain
 
 from ...plan import Pipeline, Plan
 from ..dp_pipelines import SeveralPipelines, cross_syncs
@@ -51,6 +52,7 @@ from .drive import is_exact
 #: (:meth:`.pipelines.RangeRuns.floors`), taken, as ``dp`` takes its prefix curve's, only
 #: where the floors the runs proved do not decide; ``False``: the proven floors alone
 FLOOR_RUNS = True
+TIGHTEN = True
 
 
 class OwnerRangeTimes(RangeTimes):
@@ -108,14 +110,21 @@ class OwnerRangeTimes(RangeTimes):
     def _best_known(self, i, j, m, theta):
         """The least upper bound the plans found on DCs ``i..j`` or any range inside it
         give at ``(m, theta)``: a plan of a range inside ``i..j`` is a plan of ``i..j`` (its
-        pipeline leaves the other DCs unused), with the same ``T_p`` and ``max R``."""
+        pipeline leaves the other DCs unused), with the same ``T_p`` and ``max R``. Only
+        plans with ``T_p + max R`` below the questions' limit (:meth:`within`) count, as
+        only those are asked for: one above it answers nothing the search can use, and
+        ``dp``'s searches under the limit never find it (``v3-medium-04-gpipe``-like seed
+        44: the plans of one-DC ranges found before the search, under no limit, made its
+        first sweep find splits at every target that no limited search would)."""
         best = None
         # only the ranges a plan was found on hold one, in the order of the loop over
         # every range inside i..j (a, then b, ascending: the same plan wins a tie)
         for a, b in sorted(r for r in self.found if i <= r[0] and r[1] <= j):
-            got = super()._best_known(a, b, m, theta)
-            if got is not None and (best is None or got[0] < best[0]):
-                best = got
+            for f in self.found[a, b]:
+                if f.sync < theta:
+                    T = f.time_at(m, self.one_f_one_b)
+                    if T + f.sync < self.limit and (best is None or T < best[0]):
+                        best = (T, f.sync, f.stages)
         return best
 
     def _floor(self, i, j, m, theta, tau=math.inf, rough=False) -> float:
@@ -154,8 +163,9 @@ class OwnerRangeTimes(RangeTimes):
         capacity at a target came down one run at a time from above (``v3-large-01``: 44
         of 99 runs of several DCs answered by this line, ``benchmarks/results/
         cdynp_range_runs.md``)."""
-        lam = 0.0
-        for m0, th, _v, got in self.proven.get((i, j), ()):
+        lam = 0.0  # (a floor under every plan's period: whatever limit its run was under)
+        for m0, th, _v, got, *_ in chain(self.proven.get((i, j), ()),
+                                         self.proven_within.get((i, j), ())):
             if th >= theta and (self.one_f_one_b or m0 <= m):
                 lam = max(lam, got)
         return (m - 1) * lam
@@ -166,18 +176,42 @@ class OwnerRangeTimes(RangeTimes):
         that finds nothing proves ``g`` above its bound, a hair above ``tau``: a floor
         above the question's target, which ``dp``'s search may ask again)."""
         bound = tau * (1 + 1e-9)
-        # lam: under every plan's period on the range (0: unknown); low: under every plan's
-        # T_p, from the run's prefix-curve passes (0: none), which may lie above the bound
-        got, lam, low = self.runs.least_floor(i, j, m, theta, bound, floor)
-        self.searches += 1
-        if got is None:
-            self.proven.setdefault((i, j), []).append((m, theta, max(bound, low), lam))
-            return None
-        found = Found(m, float(got.cost.fill_drain_s), float(got.cost.period_s), got.sync,
-                      tuple(got.stages))
-        self.found.setdefault((i, j), []).append(found)
-        self.proven.setdefault((i, j), []).append((m, theta, got.time, lam))
-        return got.time, got.sync, list(got.stages)
+        # dp's questions are of plans with T_p + max R below the search's limit (its
+        # within()): asked so of a range of one DC, whose proofs then hold under it only
+        limit = self.limit if self.runs.limited(i, j) else math.inf
+        cap = theta
+        if TIGHTEN and math.isinf(limit) and math.isfinite(self.limit) and floor > 0:
+            cap = min(theta, self.limit - floor)
+        while True:
+            # lam: under every plan's period on the range (0: unknown); low: under every
+            # plan's T_p, from the run's prefix-curve passes (0: none), may lie above bound
+            got, lam, low = self.runs.least_floor(i, j, m, cap, bound, floor, limit)
+            self.searches += 1
+            if got is None:
+                self._proved(i, j, (m, cap, max(bound, low), lam), limit)
+                if cap < theta:
+                    self._proved(i, j, (m, theta, max(bound, low), lam), self.limit)
+                return None
+            found = Found(m, float(got.cost.fill_drain_s), float(got.cost.period_s),
+                          got.sync, tuple(got.stages))
+            self.found.setdefault((i, j), []).append(found)
+            self._proved(i, j, (m, cap, got.time, lam), limit)
+            if cap < theta:
+                self._proved(i, j, (m, theta, got.time, lam), self.limit)
+            nxt = self.limit - got.time
+            if got.time + got.sync < self.limit or got.time > tau or math.isfinite(limit) \
+                    or not nxt < min(cap, got.sync):
+                return got.time, got.sync, list(got.stages)
+            cap, floor = nxt, max(floor, got.time)
+
+    def _proved(self, i, j, fact: tuple, limit: float) -> None:
+        """Record ``fact`` ``(m, theta, floor, lambda)`` of DCs ``i..j``: of every plan
+        (:attr:`proven`), or of those with ``T_p + max R`` below ``limit``
+        (:attr:`proven_within`, as ``dp`` records its searches under a limit)."""
+        if math.isinf(limit):
+            self.proven.setdefault((i, j), []).append(fact)
+        else:
+            self.proven_within.setdefault((i, j), []).append((*fact, limit))
 
 
 class OwnerBest:

@@ -471,7 +471,7 @@ class AgentServer:
                           if opts.get(k)},
                        **{k: float(opts[k]) for k in ("sync_cap", "lower_bound",
                                                       "frontier_bound", "curve_low",
-                                                      "curve_top")
+                                                      "curve_top", "sum_limit")
                           if opts.get(k) is not None}}
         except (ValueError, TypeError) as exc:
             return self._refuse(conn, who, f"options: {exc}")
