@@ -546,21 +546,14 @@ def _splits(M: int, P: int):
         yield tuple(bounds[i + 1] - bounds[i] for i in range(P))
 
 
-def brute_force_v3(inst: Instance) -> dict[int, tuple[float, list | None]]:
-    """The best ``T`` and plan for each allowed pipeline count, by enumeration.
-
-    Every one-pipeline placement is costed straight from the contract for every
-    ``M_p`` (:func:`contract_pipeline`); per DC range and ``M_p`` only the placements
-    not dominated in ``(T_p, max R_s)`` are kept (``T`` grows with both, so this loses
-    no optimum). Then every chain-ordered choice of disjoint ranges and every split of
-    ``M`` into ``M_p >= 1``. Returns ``{P: (T, spec)}`` with ``spec`` as
-    :func:`contract_time` takes it (``(inf, None)`` when no plan of ``P`` pipelines fits).
-    """
-    M, H = inst.microbatches, inst.training.pipeline_sync_period
+def v3_fronts(inst: Instance) -> dict[tuple[int, int, int], list]:
+    """Per ``(first DC, last DC, M_p)``, the one-pipeline placements not dominated in
+    ``(T_p, max_s R_s)``, each ``(T_p, max R, stages)`` by increasing ``T_p``, costed
+    straight from the contract (:func:`contract_pipeline`)."""
     fronts: dict[tuple[int, int, int], list] = {}
     for stages in _v3_configurations(inst):
         key = (stages[0][2], stages[-1][2])
-        for m in range(1, M + 1):
+        for m in range(1, inst.microbatches + 1):
             part = contract_pipeline(inst, m, stages)
             if part is not None:
                 fronts.setdefault((*key, m), []).append((part[0], part[1], stages))
@@ -572,6 +565,21 @@ def brute_force_v3(inst: Instance) -> dict[int, tuple[float, list | None]]:
                 kept.append(item)
                 best_r = item[1]
         fronts[key] = kept
+    return fronts
+
+
+def brute_force_v3(inst: Instance) -> dict[int, tuple[float, list | None]]:
+    """The best ``T`` and plan for each allowed pipeline count, by enumeration.
+
+    Every one-pipeline placement is costed straight from the contract for every
+    ``M_p`` (:func:`contract_pipeline`); per DC range and ``M_p`` only the placements
+    not dominated in ``(T_p, max R_s)`` are kept (``T`` grows with both, so this loses
+    no optimum). Then every chain-ordered choice of disjoint ranges and every split of
+    ``M`` into ``M_p >= 1``. Returns ``{P: (T, spec)}`` with ``spec`` as
+    :func:`contract_time` takes it (``(inf, None)`` when no plan of ``P`` pipelines fits).
+    """
+    M, H = inst.microbatches, inst.training.pipeline_sync_period
+    fronts = v3_fronts(inst)
     ranges = sorted({(a, b) for a, b, _m in fronts})
     out = {}
     for P in inst.parallelism.pipelines:

@@ -57,6 +57,7 @@ from ... import cost
 from ...deadline import Deadline
 from ...instance import Instance
 from ...plan import Pipeline, Plan, Stage
+from . import alone
 from .curve import CAP_STEPS, cap_grid
 from .drive import guarantee_factor, is_exact, labels_kept
 from .period import frontier_value
@@ -177,14 +178,15 @@ class RangeRuns:
             return 1.0
         return guarantee_factor(K, o["epsilon"], o["quantum"], o["digits"])
 
-    @staticmethod
-    def limited(i: int, j: int) -> bool:
-        """Whether the runs of DCs ``i..j`` are asked under a limit on ``T_p + max R``
-        (:meth:`least_floor`): a range of one DC, whose agent's own search keeps only
-        plans under it (:mod:`.alone`); the label DP of several DCs counts no ``R`` under
-        ``sync_cap`` and answers for every plan, so its answers are kept for every
-        question instead."""
-        return i == j
+    def limited(self, i: int, j: int, m: int) -> bool:
+        """Whether the runs of DCs ``i..j`` at ``M_p = m`` are asked under a limit on
+        ``T_p + max R`` (:meth:`least_floor`): an exact ``period`` range of one DC (``m >
+        1``: one microbatch plans as ``classic``), whose agent's own search keeps only
+        plans under it (:mod:`.alone`); a label DP (several DCs, or ``classic``) counts no
+        ``R`` under ``sync_cap`` and answers for every plan, so its answers are kept for
+        every question instead."""
+        return (i == j and m > 1 and self.owner.public.training.objective == "period"
+                and is_exact(self.options) and alone.ENABLED)
 
     def least(self, i: int, j: int, m: int, theta: float,
               bound: float = math.inf) -> RangePlan | None:

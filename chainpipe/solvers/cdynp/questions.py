@@ -52,7 +52,6 @@ from .drive import is_exact
 #: (:meth:`.pipelines.RangeRuns.floors`), taken, as ``dp`` takes its prefix curve's, only
 #: where the floors the runs proved do not decide; ``False``: the proven floors alone
 FLOOR_RUNS = True
-TIGHTEN = True
 
 
 class OwnerRangeTimes(RangeTimes):
@@ -178,10 +177,8 @@ class OwnerRangeTimes(RangeTimes):
         bound = tau * (1 + 1e-9)
         # dp's questions are of plans with T_p + max R below the search's limit (its
         # within()): asked so of a range of one DC, whose proofs then hold under it only
-        limit = self.limit if self.runs.limited(i, j) else math.inf
+        limit = self.limit if self.runs.limited(i, j, m) else math.inf
         cap = theta
-        if TIGHTEN and math.isinf(limit) and math.isfinite(self.limit) and floor > 0:
-            cap = min(theta, self.limit - floor)
         while True:
             # lam: under every plan's period on the range (0: unknown); low: under every
             # plan's T_p, from the run's prefix-curve passes (0: none), may lie above bound
@@ -202,6 +199,9 @@ class OwnerRangeTimes(RangeTimes):
             if got.time + got.sync < self.limit or got.time > tau or math.isfinite(limit) \
                     or not nxt < min(cap, got.sync):
                 return got.time, got.sync, list(got.stages)
+            if nxt <= 0.0:  # every plan's T_p is at or above the limit: none within it
+                self._proved(i, j, (m, theta, bound, lam), self.limit)
+                return None
             cap, floor = nxt, max(floor, got.time)
 
     def _proved(self, i, j, fact: tuple, limit: float) -> None:

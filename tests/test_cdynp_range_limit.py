@@ -1,0 +1,181 @@
+"""The owner's range questions under ``dp``'s limit on ``T_p + max R``
+(:meth:`chainpipe.solvers.dp_ranges.RangeTimes.within`, agent option ``sum_limit``).
+
+``dp``'s search of several pipelines asks each range only of plans with ``T_p + max R``
+below its limit (the incumbent less the span's cross-DC term): a plan above it cannot
+beat the incumbent. Checked: on random v3 instances every answer of
+:class:`~chainpipe.solvers.cdynp.questions.OwnerRangeTimes` under a limit is a plan
+within it (and its target and cap) or "none" where the enumeration of every plan finds
+none; a range of several DCs whose run found a plan above the limit is asked again under
+the cap ``limit - T_p`` (every plan within the limit has ``R`` below it), and the loop
+ends where the cap would not drop below the plan's ``R``; a one-DC run under a limit
+keeps only plans within it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+import types
+
+from chainpipe.deadline import Deadline
+from chainpipe.solvers.cdynp import LocalOwner, alone
+from chainpipe.solvers.cdynp.drive import agent_options
+from chainpipe.solvers.cdynp.pipelines import RangePlan, RangeRuns
+from chainpipe.solvers.cdynp.questions import OwnerRangeTimes
+from helpers import random_v3_instance, v3_fronts
+
+
+def _plans(fronts: dict, i: int, j: int, m: int) -> list[tuple[float, float]]:
+    """``(T_p, max R)`` of every undominated plan on DCs ``i..j`` at ``M_p = m`` (a plan of a
+    range inside it is one of the range)."""
+    return [(T, R) for (a, b, mm), items in fronts.items() if i <= a and b <= j and mm == m
+            for T, R, _stages in items]
+
+
+def _between(values: list[float], rng: random.Random) -> float:
+    """A value between two of ``values``, below the least or past the largest, never one
+    of them (but 0 below a least value of 0): the runs' rounding slack decides no
+    answer."""
+    v = sorted(set(values))
+    k = rng.randrange(-1, len(v))
+    if k < 0:
+        return v[0] / 2
+    return v[k] * 1.1 + 1.0 if k == len(v) - 1 else (v[k] + v[k + 1]) / 2
+
+
+def test_answers_under_a_limit_match_the_enumeration():
+    """At least 150 questions on random v3 instances (both schedules and objectives, one
+    to three DCs), each under a random limit, target and cap drawn between the plans'
+    values, asked of one owner's memory in turn (what a run proved under one limit serves
+    only the questions under it or a lower one): a plan within all three, or none where
+    the enumeration finds none; both answers occur, and limits that cut a plan the target
+    and cap would take."""
+    asked = found = cut = 0
+    for seed in range(60):
+        inst = random_v3_instance(seed)
+        fronts = v3_fronts(inst)
+        K, M = inst.num_datacenters, inst.microbatches
+        alone.forget()
+        ranges = OwnerRangeTimes(RangeRuns(LocalOwner(inst, False, 60), agent_options(),
+                                           Deadline(None)))
+        rng = random.Random(seed)
+        for _ in range(6):
+            i = rng.randrange(K)
+            j = rng.randrange(i, K)
+            m = rng.randint(1, M)
+            plans = _plans(fronts, i, j, m)
+            if not plans:
+                continue
+            tau = _between([T for T, _R in plans], rng)
+            theta = rng.choice([math.inf, _between([R for _T, R in plans], rng)])
+            limit = rng.choice([math.inf, _between([T + R for T, R in plans], rng)])
+            with ranges.within(limit):
+                got = ranges.at_most(i, j, m, tau, theta)
+            want = any(T <= tau and R < theta and T + R < limit for T, R in plans)
+            asked += 1
+            cut += want != any(T <= tau and R < theta for T, R in plans)
+            if got is None:
+                assert not want, (seed, i, j, m, tau, theta, limit)
+                continue
+            found += 1
+            T, R, _stages = got
+            assert T <= tau * (1 + 1e-9) and R < theta, (seed, i, j, m, got)
+            assert T + R < limit * (1 + 1e-9), (seed, i, j, m, got, limit)
+            assert want, (seed, i, j, m, got)
+    assert asked >= 150 and found >= 30 and asked - found >= 30 and cut >= 5, (asked, found, cut)
+
+
+class _Runs:
+    """A range's runs as :class:`~chainpipe.solvers.cdynp.pipelines.RangeRuns` answers
+    them, over a fixed list of plans ``(T_p, max R)``: the least ``T_p`` with ``R`` below
+    the cap, if within the bound (several DCs: no limit honoured)."""
+
+    def __init__(self, plans):
+        self.plans, self.caps = plans, []
+        public = types.SimpleNamespace(training=types.SimpleNamespace(schedule="1f1b"),
+                                       num_datacenters=2)
+        self.owner = types.SimpleNamespace(public=public)
+        self.deadline = Deadline(None)
+
+    @staticmethod
+    def limited(i, j, m):
+        return False
+
+    def floors(self, i, j, make=True):
+        return None
+
+    def least_floor(self, i, j, m, theta, bound, floor, limit):
+        self.caps.append(theta)
+        fit = sorted((T, R) for T, R in self.plans if R < theta)
+        if not fit or fit[0][0] > bound:
+            return None, 0.0, 0.0
+        T, R = fit[0]
+        cost = types.SimpleNamespace(fill_drain_s=T / 2, period_s=T / (2 * (m - 1)))
+        return RangePlan(T, R, (f"plan {T} {R}",), cost), 0.0, 0.0
+
+
+def test_a_plan_above_the_limit_is_asked_again_under_a_tighter_cap():
+    """Plans ``(0.5, 0.6)`` and ``(0.6, 0.3)`` under the limit 1: the first run finds the
+    first (above it), the next one under the cap ``1 - 0.5`` the second; what each proved
+    is kept (every plan's floor 0.5, the limit's 0.6)."""
+    runs = _Runs([(0.5, 0.6), (0.6, 0.3)])
+    ranges = OwnerRangeTimes(runs)
+    with ranges.within(1.0):
+        got = ranges.at_most(0, 1, 4, 0.9, math.inf)
+        assert got[:2] == (0.6, 0.3) and runs.caps == [math.inf, 0.5]
+        assert ranges._floor(0, 1, 4, math.inf) == 0.6
+    assert ranges._floor(0, 1, 4, math.inf) == 0.5  # (no limit: the first plan's T_p)
+
+
+def test_none_within_the_limit_after_the_tighter_cap():
+    """One plan ``(0.5, 0.6)``: under the limit 1 no plan is asked for; the second run,
+    under the cap 0.5, finds none, so the answer is none and, under the limit, the target
+    is a floor."""
+    runs = _Runs([(0.5, 0.6)])
+    ranges = OwnerRangeTimes(runs)
+    with ranges.within(1.0):
+        assert ranges.at_most(0, 1, 4, 0.9, math.inf) is None
+        assert runs.caps == [math.inf, 0.5]
+        assert ranges._floor(0, 1, 4, math.inf) >= 0.9
+    with ranges.within(2.0):  # a higher limit: the plan itself answers
+        assert ranges.at_most(0, 1, 4, 0.9, math.inf)[:2] == (0.5, 0.6)
+
+
+def test_the_loop_ends_where_the_cap_would_not_drop_below_the_plan():
+    """A plan exactly at the limit (``0.5 + 0.5``): the next cap, ``1 - 0.5``, would not
+    leave it out, so it is the answer (one run, no loop)."""
+    runs = _Runs([(0.5, 0.5)])
+    ranges = OwnerRangeTimes(runs)
+    with ranges.within(1.0):
+        assert ranges.at_most(0, 1, 4, 0.9, math.inf)[:2] == (0.5, 0.5)
+    assert runs.caps == [math.inf]
+
+
+def test_one_dc_runs_keep_only_plans_within_the_limit():
+    """A one-DC range run (:mod:`chainpipe.solvers.cdynp.alone`) under ``sum_limit``: its
+    plan is the least ``T_p`` of those with ``T_p + max R`` below the limit, on random v3
+    DCs, where a plan above it has a lower ``T_p``."""
+    checked = 0
+    for seed in range(120):
+        inst = random_v3_instance(seed)
+        if inst.training.objective != "period":
+            continue
+        fronts = v3_fronts(inst)
+        for k, m in itertools.product(range(inst.num_datacenters),
+                                      range(2, inst.microbatches + 1)):
+            plans = sorted(_plans(fronts, k, k, m))
+            first = plans[0][0] + plans[0][1] if plans else 0.0
+            below = [T + R for T, R in plans if T + R < first]
+            if not below:
+                continue  # the least T_p is within every limit some plan meets
+            limit = (first + max(below)) / 2  # the least T_p's plan above it, another below
+            inside = [T for T, R in plans if T + R < limit]
+            alone.forget()
+            runs = RangeRuns(LocalOwner(inst, False, 60), agent_options(), Deadline(None))
+            got = runs._run(k, k, m, math.inf, math.inf, 0.0, limit)[0]
+            assert got is not None and math.isclose(got.time, min(inside), rel_tol=1e-9), (
+                seed, k, got, inside)
+            checked += got.time > plans[0][0] * (1 + 1e-9)
+    assert checked >= 5, checked
