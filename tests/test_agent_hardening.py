@@ -72,7 +72,8 @@ def _ask(cluster: Cluster, to: str, header: dict) -> object:
 @pytest.mark.parametrize("name, value", [
     ("grid", 1e10), ("grid", 10**10), ("grid", 1000), ("grid", 2.5), ("beam", 1e10),
     ("digits", 400), ("epsilon", 1e300), ("quantum", 1e300), ("upper_bound", 0),
-    ("max_entries", 0.5), ("max_entries", -1)])
+    ("max_entries", 0.5), ("max_entries", -1), ("sum_limit", 0), ("sum_limit", -2.0),
+    ("sum_limit", float("inf"))])
 def test_a_run_option_out_of_its_range_is_refused_in_the_header(name, value):
     with pytest.raises(protocol.ProtocolError, match=f"header.options.{name}: must be"):
         net.check_header({"net": net.NET, "kind": "run", "run": "0" * 32,

@@ -19,10 +19,13 @@ import math
 import random
 import types
 
+import pytest
+
 from chainpipe.deadline import Deadline
-from chainpipe.solvers.cdynp import LocalOwner, alone
+from chainpipe.solvers.cdynp import LocalOwner, agent, alone, protocol
 from chainpipe.solvers.cdynp.drive import agent_options
 from chainpipe.solvers.cdynp.pipelines import RangePlan, RangeRuns
+from chainpipe.solvers.cdynp.public import PublicInstance
 from chainpipe.solvers.cdynp.questions import OwnerRangeTimes
 from helpers import random_v3_instance, v3_fronts
 
@@ -179,3 +182,18 @@ def test_one_dc_runs_keep_only_plans_within_the_limit():
                 seed, k, got, inside)
             checked += got.time > plans[0][0] * (1 + 1e-9)
     assert checked >= 5, checked
+
+
+def test_sum_limit_is_validated():
+    """The agent option: a positive finite number (as ``sync_cap``), refused by the agent
+    itself with one line naming it."""
+    assert protocol.option_problem("sum_limit", 0.0)
+    assert protocol.option_problem("sum_limit", float("nan"))
+    assert protocol.option_problem("sum_limit", float("inf"))
+    assert protocol.option_problem("sum_limit", 3.5) is None
+    inst = random_v3_instance(1)
+    public = PublicInstance.of(inst)
+    with pytest.raises(ValueError, match="sum_limit"):
+        agent.DCAgent(public, 0, inst.datacenters[0], sync_cap=1.0, sum_limit=-1.0)
+    assert agent.DCAgent(public, 0, inst.datacenters[0], sync_cap=1.0,
+                         sum_limit=2.0).sum_limit == 2.0
