@@ -239,13 +239,19 @@ class RangeTimes:
 
     def _best_known(self, i, j, m, theta):
         """The least upper bound the plans found give at ``(m, theta)``."""
+        return self._least_of(self.found.get((i, j), ()), m, theta)
+
+    def _least_of(self, plans, m: int, theta: float, limit: float = np.inf):
+        """``(T_p, max R, stages)`` of the least ``T_p`` at ``(m, theta)`` that ``plans``
+        (:class:`Found`) give among those with ``T_p + max R`` below ``limit``, or ``None``
+        (a plan not known to run ``m`` gives none)."""
         best = None
-        for f in self.found.get((i, j), ()):
+        for f in plans:
             if f.sync < theta:
                 T = f.time_at(m, self.one_f_one_b)
-                if best is None or T < best[0]:
+                if T + f.sync < limit and (best is None or T < best[0]):
                     best = (T, f.sync, f.stages)
-        return None if best is None or not np.isfinite(best[0]) else best
+        return best
 
     def _floor(self, i, j, m, theta, tau=np.inf, rough=False) -> float:
         """The best floor under ``g(i, j, m, theta)``: the static one and every proven one

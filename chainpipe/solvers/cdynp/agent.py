@@ -401,10 +401,10 @@ class DCAgent:
         (:meth:`.dp_ranges.RangeTimes.within`), only of plans with ``T_p + max R`` below
         it (public: the owner's incumbent less the span's cross-DC term): the DC's own
         search (:mod:`.alone`) keeps no other, so "none" means none of them, and the plan
-        it finds is the least ``T_p`` among them. The label DP of a range of several DCs
-        counts ``R`` as 0 under ``sync_cap``, so it cannot tell them apart: it answers for
-        every plan (the stronger answer; the owner reads every answer as one under the
-        limit). ``None``: no limit.
+        it finds is the least ``T_p`` among them. The owner gives it to no other run
+        (:meth:`.pipelines.RangeRuns.limited`); a label DP, which counts ``R`` as 0 under
+        ``sync_cap``, does not read it and answers for every plan (a stronger answer).
+        ``None``: no limit.
     curve_steps : int, optional
         A floor run's caps per doubling of the grid (default :data:`.curve.CAP_STEPS`):
         its first pass finds where the model starts to fit on a coarse grid, its second

@@ -150,13 +150,7 @@ class LeastTimes(RangeTimes):
         """:meth:`RangeTimes._best_known` of the plans with ``T_p + max R`` below the
         questions' limit (:meth:`~chainpipe.solvers.dp_ranges.RangeTimes.within`): a plan
         above it is no answer to a question under it."""
-        best = None
-        for f in self.found.get((i, j), ()):
-            if f.sync < theta:
-                T = f.time_at(m, self.one_f_one_b)
-                if T + f.sync < self.limit and (best is None or T < best[0]):
-                    best = (T, f.sync, f.stages)
-        return best
+        return self._least_of(self.found.get((i, j), ()), m, theta, self.limit)
 
     def period_floor(self, m: int) -> float:
         """``dp``'s floor under the period of every plan on the DC with ``m`` microbatches

@@ -119,11 +119,9 @@ class OwnerRangeTimes(RangeTimes):
         # only the ranges a plan was found on hold one, in the order of the loop over
         # every range inside i..j (a, then b, ascending: the same plan wins a tie)
         for a, b in sorted(r for r in self.found if i <= r[0] and r[1] <= j):
-            for f in self.found[a, b]:
-                if f.sync < theta:
-                    T = f.time_at(m, self.one_f_one_b)
-                    if T + f.sync < self.limit and (best is None or T < best[0]):
-                        best = (T, f.sync, f.stages)
+            got = self._least_of(self.found[a, b], m, theta, self.limit)
+            if got is not None and (best is None or got[0] < best[0]):
+                best = got
         return best
 
     def _floor(self, i, j, m, theta, tau=math.inf, rough=False) -> float:
@@ -173,7 +171,17 @@ class OwnerRangeTimes(RangeTimes):
         """One range run under ``tau`` (``inf``: unbounded) whose period runs start above
         ``floor`` (what the runs proved, :meth:`_floor`); records what it proves (a run
         that finds nothing proves ``g`` above its bound, a hair above ``tau``: a floor
-        above the question's target, which ``dp``'s search may ask again)."""
+        above the question's target, which ``dp``'s search may ask again).
+
+        The question is ``dp``'s, of plans with ``T_p + max R`` below the search's limit
+        (:meth:`within`). A range of one DC is asked under it (:meth:`.pipelines.RangeRuns.
+        limited`). Any other answers for every plan: when it finds one above the limit,
+        with least ``T_p`` ``g0``, every plan within the limit has ``T_p >= g0`` and so ``R``
+        below ``limit - g0``, and the range is asked again under that cap (``sync_cap``),
+        which leaves the plan found out; until a plan within the limit, none, or a cap that
+        would not fall below the plan's ``R`` (a plan at the limit to rounding: the
+        answer). What each run proves under a cap below ``theta`` is kept for that cap and,
+        under the limit, for ``theta``."""
         bound = tau * (1 + 1e-9)
         # dp's questions are of plans with T_p + max R below the search's limit (its
         # within()): asked so of a range of one DC, whose proofs then hold under it only
