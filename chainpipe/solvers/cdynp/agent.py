@@ -346,6 +346,17 @@ def _cap_sync(tables: CostTables, cap: float) -> None:
     tables.options = options
 
 
+def _number_option(name: str, value, default):
+    """A number option's value as a float (``default`` when ``None``), checked by
+    :func:`.protocol.option_problem`: a ``ValueError`` naming it when out of its range."""
+    if value is None:
+        return default
+    problem = protocol.option_problem(name, value)
+    if problem:
+        raise ValueError(f"{name}: {problem}, got {value!r}")
+    return float(value)
+
+
 class DCAgent:
     """One DC's part of the protocol: :meth:`backward`, then :meth:`decide` (DC 1) or
     :meth:`forward`; :meth:`report` is what it tells the job's owner.
@@ -448,25 +459,10 @@ class DCAgent:
         self.grid = ({round(i * L / grid) for i in range(int(grid) + 1)} if grid else None)
         self.deadline = deadline if deadline is not None else Deadline(None)
         self.local = public.local(datacenter)
-        self.sync_cap = None
-        if sync_cap is not None:
-            problem = protocol.option_problem("sync_cap", sync_cap)
-            if problem:
-                raise ValueError(f"sync_cap: {problem}, got {sync_cap!r}")
-            self.sync_cap = float(sync_cap)
-        self.sum_limit = math.inf
-        if sum_limit is not None:
-            problem = protocol.option_problem("sum_limit", sum_limit)
-            if problem:
-                raise ValueError(f"sum_limit: {problem}, got {sum_limit!r}")
-            self.sum_limit = float(sum_limit)
+        self.sync_cap = _number_option("sync_cap", sync_cap, None)
+        self.sum_limit = _number_option("sum_limit", sum_limit, math.inf)
         self.tables = own_tables(self.local, self.sync_cap)  # this DC's groups only: private
-        self.floor = 0.0
-        if lower_bound is not None:
-            problem = protocol.option_problem("lower_bound", lower_bound)
-            if problem:
-                raise ValueError(f"lower_bound: {problem}, got {lower_bound!r}")
-            self.floor = float(lower_bound)
+        self.floor = _number_option("lower_bound", lower_bound, 0.0)
         self.L = public.num_layers
         self.M = public.microbatches
         self.R = public.position_cap
