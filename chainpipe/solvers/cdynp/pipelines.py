@@ -214,19 +214,31 @@ class RangeRuns:
         and the plan found is the least ``T_p`` among them (it may lie above the limit
         where a run answered for every plan). What a run proved under a limit answers the
         questions under that limit or a lower one."""
+        hit, got = self._remembered(i, j, m, theta, bound, limit)
+        if hit:
+            return got, 0.0, 0.0
+        got, lam, low = self._run(i, j, m, theta, bound, floor, limit)
+        self.known.setdefault((i, j), []).append((m, theta, bound, limit, got))
+        return got, lam, low
+
+    def _remembered(self, i: int, j: int, m: int, theta: float, bound: float,
+                    limit: float) -> tuple[bool, RangePlan | None]:
+        """Whether a run made answers :meth:`least_floor`'s question, and its answer: a
+        run that found nothing at ``m0 <= m``, ``theta' >= theta`` and a bound at least
+        ``bound``; one that found at ``m`` a plan with ``max R < theta <= theta'``, the
+        least ``T_p`` (none if above ``bound``, the plan if within ``limit``); only runs
+        under ``limit`` or a higher one."""
         for m0, th, bd, lim, got in self.known.get((i, j), ()):
             if lim < limit:
                 continue
             if got is None and m0 <= m and th >= theta and bd >= bound:
-                return None, 0.0, 0.0
+                return True, None
             if got is not None and m0 == m and th >= theta and got.sync < theta:
                 if got.time > bound:  # the least T_p of every plan (or those under lim)
-                    return None, 0.0, 0.0
+                    return True, None
                 if got.time + got.sync < limit:  # least, and one of those asked for
-                    return got, 0.0, 0.0
-        got, lam, low = self._run(i, j, m, theta, bound, floor, limit)
-        self.known.setdefault((i, j), []).append((m, theta, bound, limit, got))
-        return got, lam, low
+                    return True, got
+        return False, None
 
     def halt(self) -> None:
         """No run starts from now on: each raises :class:`Halted` instead (the solve has
@@ -367,13 +379,9 @@ class RangeRuns:
         the plan found at the block's top) meets the least line (``docs/privacy.md``,
         "T_p as a function of M_p"), else by :meth:`least` (one run at ``m``,
         remembered)."""
-        for m0, th, bd, lim, got in self.known.get((i, j), ()):
-            if lim < math.inf:  # (an answer under a limit: not one of every plan)
-                continue
-            if got is None and m0 <= m and th >= theta and bd >= bound:
-                return math.inf
-            if got is not None and m0 == m and th >= theta and got.sync < theta:
-                return got.time if got.time <= bound else math.inf
+        hit, got = self._remembered(i, j, m, theta, bound, math.inf)  # (of every plan)
+        if hit:
+            return math.inf if got is None else got.time
         block = self._block(m)
         got = None if block is None else self._frontier(i, j, theta, bound, *block)
         if got is not None:
