@@ -114,14 +114,30 @@ def test_floors_prune_a_range_run():
     assert runs.labels < 1000  # 8,000 before the floors
 
 
-def test_own_tables_kept_per_record_and_cap():
-    from chainpipe.solvers.cdynp.agent import own_tables
+def test_own_tables_kept_per_record_and_cap_class():
+    """A DC's tables under a ``sync_cap`` are kept per record and cap class
+    (:func:`~chainpipe.solvers.cdynp.agent.cap_class`): caps that keep the same options
+    share one object (and its derived caches); a cap that keeps one option more does not,
+    and its tables offer that option."""
+    from chainpipe.solvers.cdynp.agent import cap_class, own_tables
 
     inst = read(ROOT / "instances/v3/medium/v3-medium-01.json")
-    agent = DCAgent(PublicInstance.of(inst), 2, inst.datacenters[2], sync_cap=1e9)
-    assert own_tables(agent.local, 1e9) is agent.tables
-    assert own_tables(agent.local, 2e9) is not agent.tables
-    other = DCAgent(PublicInstance.of(inst), 3, inst.datacenters[3], sync_cap=1e9)
+    agent = DCAgent(PublicInstance.of(inst), 2, inst.datacenters[2], sync_cap=0.05)
+    base = own_tables(agent.local, None)
+    cls = cap_class(base, 0.05)
+    assert 0.05 <= cls < 0.06
+    assert own_tables(agent.local, 0.05) is agent.tables
+    assert own_tables(agent.local, cls) is agent.tables  # the same options kept
+    assert own_tables(agent.local, (0.05 + cls) / 2) is agent.tables
+    above = own_tables(agent.local, cls * (1 + 1e-6))  # keeps the options at R = cls
+    assert above is not agent.tables
+
+    def fitting(tables) -> int:
+        return sum(int((tables.options(g).max_in_flight >= 0).sum()) for g in range(tables.G))
+
+    assert fitting(above) > fitting(agent.tables)
+    assert own_tables(agent.local, 1e9) is own_tables(agent.local, 2e9)  # every option
+    other = DCAgent(PublicInstance.of(inst), 3, inst.datacenters[3], sync_cap=0.05)
     assert other.tables is not agent.tables
 
 

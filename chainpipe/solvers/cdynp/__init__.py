@@ -137,7 +137,7 @@ def run(instance: Instance, *, deadline=None, seed=0, threads=1, log=None, epsil
 
 def solve_chain(backend, options: dict, deadline: Deadline, *, trace_dir=None,
                 probe=None, period_bound: float = math.inf, floor: float = 0.0,
-                classic_bound: float = math.inf) -> Outcome:
+                classic_bound: float = math.inf, limit: float = math.inf) -> Outcome:
     """One pipeline over the chain of ``backend``, by its agents.
 
     Under ``classic`` (or ``M = 1``) one :func:`.drive.drive`. Under ``period`` as ``dp``
@@ -179,6 +179,13 @@ def solve_chain(backend, options: dict, deadline: Deadline, *, trace_dir=None,
         below it proves that no plan's ``T`` is (no period lies under the classic
         optimum), and the answer is ``no_solution`` with the run's messages
         (:data:`.pipelines.CLASSIC_SEED`).
+    limit : float, default inf
+        Exact, a range run: only plans with ``T_p + max R`` below it are asked for (the
+        owner's search limit, ``dp``'s :meth:`~chainpipe.solvers.dp_ranges.RangeTimes.
+        within`). Each period run above a public floor ``lb`` under ``T_p`` is made under
+        the cap ``min(sync_cap, limit - lb)`` (:func:`_within_cap`): every such plan has
+        ``R`` below it. The plan found is the least ``T_p`` of a set that holds every plan
+        within the limit, and may lie above it; "none" proves none within it.
 
     Returns
     -------
@@ -194,7 +201,7 @@ def solve_chain(backend, options: dict, deadline: Deadline, *, trace_dir=None,
                                                None, not is_exact(options)):
         return _one_dc_range(backend, options, deadline, trace_dir)
     if _near_floor(backend, options, floor):
-        return _floor_run(backend, options, floor, deadline, trace_dir)
+        return _floor_run(backend, options, floor, deadline, trace_dir, limit)
     classic = backend.with_objective("classic")
     first = drive(classic, options, deadline=deadline, probe=probe,
                   trace_dir=None if trace_dir is None else Path(trace_dir, "classic"),
@@ -227,7 +234,7 @@ def solve_chain(backend, options: dict, deadline: Deadline, *, trace_dir=None,
         out = _empty_period(bound)  # nothing between the floor and the bound to search
     else:
         out = _period_runs(backend, options, period_options, bound, anchor, deadline,
-                           trace_dir)
+                           trace_dir, limit)
     timed_out = out.stats.get("timed_out", False)  # the time limit ended the run
     out.stats.update(stats)
     out.stats["messages"] = first.stats["messages"] + [
@@ -267,7 +274,8 @@ def _near_floor(backend, options: dict, floor: float) -> bool:
     return len(steps) <= NEAR_FLOOR_RUNGS
 
 
-def _floor_run(backend, options: dict, floor: float, deadline: Deadline, trace_dir) -> Outcome:
+def _floor_run(backend, options: dict, floor: float, deadline: Deadline, trace_dir,
+               limit: float = math.inf) -> Outcome:
     """An exact range run's period run without the classic solve (:func:`_near_floor`):
     the ladder from the owner's proven ``floor`` to the run's bound, the floor the prefix-
     curve pass's grid starts from (in place of the classic optimum, which only sets where
@@ -276,7 +284,7 @@ def _floor_run(backend, options: dict, floor: float, deadline: Deadline, trace_d
     bound."""
     period_options = {**options, "lower_bound": floor * (1 - 1e-9)}
     out = _period_runs(backend, options, period_options, float(options["upper_bound"]),
-                       floor, deadline, trace_dir)
+                       floor, deadline, trace_dir, limit)
     if out.stats.get("timed_out"):  # never "none below the bound" (as _exact_period)
         return Outcome("no_solution", message=out.message,
                        stats={"protocol_s": out.stats.get("protocol_s")})
@@ -318,10 +326,10 @@ def _classic_bounds(backend, classic, first: Outcome, options: dict) -> tuple:
 
 
 def _period_runs(backend, options: dict, period_options: dict, bound: float, anchor,
-                 deadline: Deadline, trace_dir) -> Outcome:
+                 deadline: Deadline, trace_dir, limit: float = math.inf) -> Outcome:
     """The period run of a one-pipeline solve after its classic solve: the owner's ladder
     with the prefix-curve pass (:func:`_curve_ladder`) over the whole chain, else one run
-    (a range run's with the pass, where usable)."""
+    (a range run's with the pass, where usable; under ``limit``, :func:`_within_cap`)."""
     curves = is_exact(options) or COMPRESSED_CURVE
     if curves and LADDER and _ladder_usable(backend, options, anchor):
         period_options.setdefault("lower_bound", anchor * (1 - 1e-9))
@@ -332,13 +340,17 @@ def _period_runs(backend, options: dict, period_options: dict, bound: float, anc
     if (RANGE_LADDER and is_exact(options) and options.get("upper_bound") is not None
             and not backend.count_sync and anchor and math.isfinite(bound)):
         low = max(anchor, period_options.get("lower_bound", 0.0) / (1 - 1e-9))
-        return _range_ladder(backend, period_options, bound, low, deadline, trace_dir)
-    return drive(backend, period_options, deadline=deadline, probe=False,
-                 trace_dir=None if trace_dir is None else Path(trace_dir, "period"))
+        return _range_ladder(backend, period_options, bound, low, deadline, trace_dir, limit)
+    one = _within_cap(period_options, limit)
+    if one is None:
+        return _empty_period(bound)
+    out = drive(backend, one, deadline=deadline, probe=False,
+                trace_dir=None if trace_dir is None else Path(trace_dir, "period"))
+    return _floors_dropped(out, one, period_options)
 
 
 def _range_ladder(backend, period_options: dict, bound: float, low: float,
-                  deadline: Deadline, trace_dir) -> Outcome:
+                  deadline: Deadline, trace_dir, limit: float = math.inf) -> Outcome:
     """An exact range run's period run under the owner's public ``bound`` as a ladder of
     public bounds ``low (1 + d)`` for :data:`RANGE_LADDER_STEPS` below ``bound (1 -``
     :data:`RANGE_LADDER_NEAR` ``)``, then ``bound``; ``low`` is the classic optimum of the
@@ -350,7 +362,9 @@ def _range_ladder(backend, period_options: dict, bound: float, low: float,
     under 12.68 s, 2.2 s under 11.9 s). Returns the last run's outcome, its stats holding
     every run's messages and agents and ``ladder`` (per run: bound, plan found). After a
     miss the ladder climbs by ``dp``'s strides (:data:`RANGE_STRIDES`) and puts its next
-    bound close above a dear one (:data:`RANGE_CLOSE`)."""
+    bound close above a dear one (:data:`RANGE_CLOSE`). Under ``limit`` each rung runs
+    under :func:`_within_cap` of its lower bound; a rung whose lower bound reaches the
+    limit ends the ladder: none within it."""
     bounds = [low * (1 + d) for d in RANGE_LADDER_STEPS
               if low * (1 + d) < bound * (1 - RANGE_LADDER_NEAR)] + [bound]
     opts = dict(period_options)
@@ -359,8 +373,12 @@ def _range_ladder(backend, period_options: dict, bound: float, low: float,
     while i < len(bounds):
         ub = bounds[i]
         sub = None if trace_dir is None else Path(trace_dir, "period", f"ladder-{i:02d}")
-        out = drive(backend, {**opts, "upper_bound": ub}, deadline=deadline, probe=False,
-                    trace_dir=sub)
+        rung = _within_cap({**opts, "upper_bound": ub}, limit)
+        if rung is None:  # every plan from here on has T_p at or above the limit
+            out = _empty_period(ub)
+            break
+        out = _floors_dropped(drive(backend, rung, deadline=deadline, probe=False,
+                                    trace_dir=sub), rung, opts)
         messages += [{**m, "file": f"ladder-{i:02d}/{m['file']}"}
                      for m in out.stats.get("messages", [])]
         agents += out.stats.get("agents", [])
@@ -377,6 +395,35 @@ def _range_ladder(backend, period_options: dict, bound: float, low: float,
     if "messages" in out.stats:
         out.stats["messages"], out.stats["agents"] = messages, agents
     out.stats["ladder"] = steps
+    return out
+
+
+def _within_cap(options: dict, limit: float) -> dict | None:
+    """A period run's ``options`` under the owner's ``limit`` on ``T_p + max R``: every
+    plan within it whose ``T_p`` lies above the run's public ``lower_bound`` ``lb`` has
+    ``R`` below ``limit - lb``, so the run's ``sync_cap`` falls to it (a hair above, for
+    rounding: a larger cap only keeps more plans). ``None``: ``lb`` at or above the limit,
+    no such plan. Unchanged without a limit or a lower bound."""
+    lb = options.get("lower_bound")
+    if not WITHIN_CAP or math.isinf(limit) or lb is None or options.get("sync_cap") is None:
+        return options
+    room = limit - float(lb)
+    if room <= 0.0:
+        return None
+    cap = room * (1 + 1e-9)
+    return {**options, "sync_cap": cap} if cap < float(options["sync_cap"]) else options
+
+
+def _floors_dropped(out: Outcome, run: dict, options: dict) -> Outcome:
+    """``out``, of a period run under ``run`` (:func:`_within_cap` of ``options``), with
+    its last DC's ``period_floor_s`` left out of its agents' reports where the cap fell:
+    that floor counts only the options the run's cap keeps, so it bounds only the plans
+    within the limit, and the owner reads it as a floor under every plan's period at the
+    question's ``theta`` (:meth:`.questions.OwnerRangeTimes._period_line`)."""
+    if run.get("sync_cap") == options.get("sync_cap") or "agents" not in out.stats:
+        return out
+    out.stats["agents"] = [{k: v for k, v in a.items() if k != "period_floor_s"}
+                           for a in out.stats["agents"]]
     return out
 
 
@@ -428,6 +475,13 @@ RANGE_CURVE = True
 #: (the range run 12.0 -> 4.2 CPU s); the whole solve 51 -> 41 CPU s (0.9: 42 s, 0.5 with
 #: a ladder of runs: 48 s). Compressed runs keep ``T_c`` (their grid holds 16 caps at most).
 CURVE_LOW = 0.8
+
+#: whether an exact range run under the owner's limit on ``T_p + max R`` makes each period
+#: run under the cap the limit leaves above the run's floor (:func:`_within_cap`); ``False``:
+#: under the question's cap, the owner's loop alone honouring the limit
+#: (:meth:`.questions.OwnerRangeTimes._search`). ``v3-medium-04-gpipe``-like seed 44: 23
+#: range runs of several DCs -> 17
+WITHIN_CAP = True
 
 #: whether an exact range run under a public bound makes its period run a ladder of bounds
 #: from the range's classic optimum (:func:`_range_ladder`); ``False``: one run under it

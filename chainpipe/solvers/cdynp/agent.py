@@ -241,7 +241,8 @@ def _options_at(local: Instance, tables: CostTables) -> dict:
 
 def own_tables(local: Instance, sync_cap: float | None) -> CostTables:
     """The tables of a DC's own one-DC instance ``local`` (under ``sync_cap``:
-    :func:`_cap_sync`), the same object for the same instance and cap while it is among
+    :func:`_cap_sync`), the same object for the same instance and cap class
+    (:func:`cap_class`: every cap of a class keeps the same options) while it is among
     the :data:`TABLES_KEPT` last asked in this process. The owner's range runs ask the same
     DC again and again with the same ``M_p`` and ``theta`` (every range it belongs to), and
     the tables keep what the DPs derive from them (options, candidate stages) between
@@ -258,21 +259,24 @@ def own_tables(local: Instance, sync_cap: float | None) -> CostTables:
     -------
     CostTables
     """
-    key = (dc_key(local), sync_cap)
+    base, cap = None, sync_cap
+    if sync_cap is not None:  # every cap of one class keeps the same options: one tables
+        base = own_tables(local, None)
+        cap = math.inf if base.single_device else cap_class(base, float(sync_cap))
+    key = (dc_key(local), cap)
     with _TABLES_LOCK:  # an agent server runs its sessions in threads
         got = _TABLES.get(key)
         if got is not None:
             _TABLES.move_to_end(key)
             return got
     got = CostTables(local)
-    if sync_cap is not None and not got.single_device:  # one device per stage: R is 0
+    if base is not None and not got.single_device:  # one device per stage: R is 0
         # the options of every cap are the uncapped tables' (cost.py's arrays, built once
         # per instance), and so are the period DP's candidate runs, cut at the cap
         # (:meth:`.period.PeriodDP._group_runs`)
-        base = own_tables(local, None)
         got.__dict__["_options"] = base.__dict__.setdefault("_options", {})
-        got.__dict__["_cdynp_base"] = (base, float(sync_cap))
-        _cap_sync(got, sync_cap)
+        got.__dict__["_cdynp_base"] = (base, cap)
+        _cap_sync(got, cap)
     elif not got.single_device:
         got.__dict__["_options"] = _options_at(local, got)
     with _TABLES_LOCK:

@@ -188,6 +188,18 @@ class RangeRuns:
         return (i == j and m > 1 and self.owner.public.training.objective == "period"
                 and is_exact(self.options) and alone.ENABLED)
 
+    def under_limit(self, i: int, j: int, m: int) -> bool:
+        """Whether the runs of DCs ``i..j`` at ``M_p = m`` take the owner's limit on ``T_p
+        + max R`` at all: those of :meth:`limited`, and an exact ``period`` range of
+        several DCs (``m > 1``), whose period runs fall under the cap the limit leaves
+        above each run's floor (:func:`~chainpipe.solvers.cdynp._within_cap`). These last
+        answer for a set of plans that holds every plan within the limit: "none" proves
+        none within it, and the plan found, the least ``T_p`` of the set, may lie above
+        it."""
+        return self.limited(i, j, m) or (
+            i < j and m > 1 and self.owner.public.training.objective == "period"
+            and is_exact(self.options))
+
     def least(self, i: int, j: int, m: int, theta: float,
               bound: float = math.inf) -> RangePlan | None:
         """The plan of least ``T_p`` on DCs ``i..j`` with ``M_p = m`` and every ``R_s <
@@ -462,7 +474,9 @@ class RangeRuns:
         range's period its last DC reported and the largest floor under every plan's
         ``T_p`` it reported from a prefix-curve pass (0: none); ``proven``: a floor under
         ``g`` the owner's runs proved (:func:`~chainpipe.solvers.cdynp.solve_chain`'s
-        ``floor``); ``limit``: the agents' ``sum_limit`` (``inf``: none)."""
+        ``floor``); ``limit``: the owner's limit on ``T_p + max R`` (``inf``: none), the
+        agent's ``sum_limit`` on one DC, the period runs' caps on several
+        (:meth:`under_limit`)."""
         from ...deadline import TimeUp
         from . import solve_chain
         from .runner import AgentFailure
@@ -476,12 +490,12 @@ class RangeRuns:
         # theta = inf as the largest float (a message carries no infinity): every R is below
         options = {**self.options, "upper_bound": None if math.isinf(bound) else wide,
                    "sync_cap": min(theta, sys.float_info.max)}
-        if math.isfinite(limit):
+        if math.isfinite(limit) and i == j:
             options["sum_limit"] = limit
         name = self._count(f"range-{i}-{j}-m{m}")
         trace = None if self.trace_dir is None else Path(self.trace_dir, name)
         out = solve_chain(backend, options, self.deadline, trace_dir=trace, probe=False,
-                          floor=proven)
+                          floor=proven, limit=limit)
         self._add_messages(name, out.stats.get("messages", []))
         self.labels += labels_kept(out.stats.get("agents", []))
         # the range's last DC's floor under every plan's period (agent._report_floor)

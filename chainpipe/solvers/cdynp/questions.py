@@ -185,7 +185,8 @@ class OwnerRangeTimes(RangeTimes):
         bound = tau * (1 + 1e-9)
         # dp's questions are of plans with T_p + max R below the search's limit (its
         # within()): asked so of a range of one DC, whose proofs then hold under it only
-        limit = self.limit if self.runs.limited(i, j, m) else math.inf
+        limit = self.limit if self.runs.under_limit(i, j, m) else math.inf
+        exact = self.runs.limited(i, j, m)  # the plan found is within the limit
         cap = theta
         while True:
             # lam: under every plan's period on the range (0: unknown); low: under every
@@ -204,7 +205,7 @@ class OwnerRangeTimes(RangeTimes):
             if cap < theta:
                 self._proved(i, j, (m, theta, got.time, lam), self.limit)
             nxt = self.limit - got.time
-            if got.time + got.sync < self.limit or got.time > tau or math.isfinite(limit) \
+            if got.time + got.sync < self.limit or got.time > tau or exact \
                     or not nxt < min(cap, got.sync):
                 return got.time, got.sync, list(got.stages)
             if nxt <= 0.0:  # every plan's T_p is at or above the limit: none within it
