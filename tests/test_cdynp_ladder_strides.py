@@ -84,12 +84,56 @@ def test_cheap_misses_leave_rungs_out_but_never_the_bound(monkeypatch, kept, fir
 
 
 def test_dear_misses_ask_every_rung(monkeypatch):
+    monkeypatch.setattr(cdynp, "CURVE_CLOSE", False)
     asked = _ladder(monkeypatch, lambda ub: dp_ranges.CLOSE + 1, 13.0)
     assert asked == [pytest.approx(b, rel=1e-12) for b in _rungs(13.0)]
 
 
+def test_after_a_dear_miss_the_rungs_go_close(monkeypatch):
+    """:data:`~chainpipe.solvers.cdynp.CURVE_CLOSE`: from the first miss whose agents kept
+    more than :data:`~chainpipe.solvers.dp_ranges.CLOSE` labels, each rung lies
+    :data:`~chainpipe.solvers.dp_ranges.CLOSE_STEP` above the last (where the steps were
+    wider), up to the bound; before it, the ladder's own rungs; a plan found ends it."""
+    every = _rungs(13.0)
+
+    def steep(ub: float) -> int:  # steep (no stride), past CLOSE where rungs are wide
+        return int(1000 * 3.0 ** ((ub - _LOW) / 0.2))
+
+    asked = _ladder(monkeypatch, steep, 13.0, found_at=11.9)
+    at = next(i for i, b in enumerate(asked) if steep(b) > dp_ranges.CLOSE)
+    for b in asked[:at + 1]:  # the ladder's own rungs up to the dear miss
+        _at(every, b)
+    wide = every[_at(every, asked[at]) + 1]
+    assert wide > asked[at] * (1 + dp_ranges.CLOSE_STEP)  # where they were wider
+    steps = [b / a - 1 for a, b in zip(asked[at:], asked[at + 1:])]
+    assert steps and all(s == pytest.approx(dp_ranges.CLOSE_STEP, rel=1e-9) for s in steps)
+    assert asked[-1] >= 11.9 > asked[-2]
+
+
+def test_close_rungs_keep_the_bound_and_finer_steps():
+    """:func:`~chainpipe.solvers.cdynp._close_rungs` alone: a cheap miss, or a next rung
+    already within the close step, leaves the rungs as they are; a dear miss makes the
+    rungs above it close, the last one (the owner's bound) kept."""
+    step = dp_ranges.CLOSE_STEP
+    rungs = [10.0, 10.5, 11.0, 12.0]
+    cheap = list(rungs)
+    cdynp._close_rungs(cheap, 1, dp_ranges.CLOSE)
+    assert cheap == rungs
+    near = [10.0, 10.5, 10.5 * (1 + step / 2), 12.0]
+    cdynp._close_rungs(near, 1, dp_ranges.CLOSE + 1)
+    assert near == [10.0, 10.5, 10.5 * (1 + step / 2), 12.0]
+    dear = list(rungs)
+    cdynp._close_rungs(dear, 1, dp_ranges.CLOSE + 1)
+    want = [10.5 * (1 + step) ** k for k in range(1, 20) if 10.5 * (1 + step) ** k < 12.0]
+    assert dear == [10.0, 10.5] + [pytest.approx(w, rel=1e-12) for w in want] + [12.0]
+    last = [10.0, 12.0]  # the bound next: nothing to make close
+    cdynp._close_rungs(last, 0, dp_ranges.CLOSE + 1)
+    assert last == [10.0, 12.0]
+
+
 def test_steeply_growing_labels_ask_every_rung(monkeypatch):
     # labels far above FAR, three times more a rung: near the optimum, no stride
+    monkeypatch.setattr(cdynp, "CURVE_CLOSE", False)
     asked = _ladder(monkeypatch, lambda ub: int(1000 * 3.0 ** ((ub - _LOW) / 0.05)), 10.8)
     assert asked == [pytest.approx(b, rel=1e-12) for b in _rungs(10.8)]
 

@@ -427,6 +427,26 @@ def _floors_dropped(out: Outcome, run: dict, options: dict) -> Outcome:
     return out
 
 
+def _close_rungs(bounds: list, i: int, labels: int) -> None:
+    """After rung ``i`` of a one-pipeline ladder's ``bounds`` found nothing and its agents
+    kept ``labels`` labels: past :data:`.dp_ranges.CLOSE` (a dear miss: each rung above
+    keeps about twice the labels of the one below, so a rung far past the optimum costs
+    most) the rungs above it go :data:`.dp_ranges.CLOSE_STEP` apart, up to the last (the
+    owner's bound), where they were wider."""
+    from ..dp_ranges import CLOSE, CLOSE_STEP
+
+    if labels <= CLOSE or i + 2 >= len(bounds):
+        return
+    step = bounds[i] * (1 + CLOSE_STEP)
+    if bounds[i + 1] <= step:
+        return
+    top, rungs = bounds[-1], []
+    while step < top * (1 - 1e-9):
+        rungs.append(step)
+        step *= 1 + CLOSE_STEP
+    bounds[i + 1:] = rungs + [top]
+
+
 def _climb(bounds: list, i: int, labels: int, before: int | None, stride: int) -> int:
     """After rung ``i`` of a ladder's ``bounds`` found nothing, its DCs keeping ``labels``
     labels (``before``: the last miss's, ``stride`` rungs below it), ``dp``'s stride
@@ -522,6 +542,11 @@ RANGE_LADDER_NEAR = 0.015
 #: labels and took 40 ms each) that the first rungs' few labels do not repay
 CURVE_STRIDES = True
 
+#: whether an exact one-pipeline ladder puts its next rung close above a dear miss, as a
+#: range run's ladder does (:data:`RANGE_CLOSE`, ``dp``'s
+#: :func:`~chainpipe.solvers.dp_ranges.close_step`)
+CURVE_CLOSE = True
+
 #: whether compressed period runs make the prefix-curve pass too (its table sent coarse:
 #: caps ``2^(n / COMPRESSED_CAP_STEPS)`` apart and one excess bucket, :mod:`.curve`), and
 #: the one-pipeline run goes by the owner's ladder
@@ -604,8 +629,10 @@ def _curve_ladder(backend, period_options: dict, bound: float, deadline: Deadlin
         if out.plan is not None or out.stats.get("timed_out") or i + 1 == len(bounds):
             break
         opts["lower_bound"] = ub  # no plan at or below it: the next run's trials start there
+        labels = labels_kept(out.stats.get("agents", []))
+        if CURVE_CLOSE and is_exact(opts):  # a dear miss: the optimum lies close above
+            _close_rungs(bounds, i, labels)
         if CURVE_STRIDES and is_exact(opts):  # dp's strides: few labels, far below
-            labels = labels_kept(out.stats.get("agents", []))
             stride, before = _climb(bounds, i, labels, before, stride), labels
         i += 1
     if out.plan is not None and opts.get("max_entries"):
