@@ -90,6 +90,11 @@ def _merged(a: tuple, b: tuple) -> tuple:
     return grid, out
 
 
+#: across hosts (the owner's mode ``tls``), untraced, the seed's one-DC range runs
+#: (:func:`_replicas`) are made at once, one thread each (:meth:`RangeRuns.least_each`):
+#: each DC answers on its own host. ``False``: one after another, as in process
+AT_ONCE = True
+
 #: exact mode: the owner's search asks ``dp``'s questions (:mod:`.questions`); ``False``:
 #: the sweep of :func:`several` (split of ``M`` per partition, frontier runs)
 QUESTIONS = True
@@ -211,6 +216,28 @@ class RangeRuns:
         that found nothing at ``(m0, theta', bound')`` answers every ``m >= m0``,
         ``theta <= theta'`` and ``bound <= bound'``."""
         return self.least_floor(i, j, m, theta, bound)[0]
+
+    def least_each(self, questions: list[tuple]) -> list:
+        """:meth:`least` of each ``(i, j, m, theta)`` of ``questions``, in their order, up
+        to the first ``None`` (those after it ``None`` too, unasked). Across hosts and
+        untraced (the owner's mode ``tls``, :data:`AT_ONCE`) they are asked at once, one
+        thread each, and all of them: each run asks its own DCs' agents, on their own
+        hosts, so that questions of different DCs run side by side; in process (one
+        interpreter) and traced (the trace is the in-process one's) one after another."""
+        if (AT_ONCE and len(questions) > 1 and self.owner.mode == "tls"
+                and self.trace_dir is None):
+            with ThreadPoolExecutor(len(questions), thread_name_prefix="chainpipe-each") as pool:
+                futures = [pool.submit(self.least, *q) for q in questions]
+            got = [f.result() for f in futures]
+        else:
+            got = []
+            for q in questions:
+                got.append(self.least(*q))
+                if got[-1] is None:
+                    break
+        if None in got:
+            return got[:got.index(None)] + [None] * (len(questions) - got.index(None))
+        return got
 
     def least_floor(self, i: int, j: int, m: int, theta: float, bound: float = math.inf,
                     floor: float = 0.0, limit: float = math.inf
@@ -497,7 +524,8 @@ class RangeRuns:
         out = solve_chain(backend, options, self.deadline, trace_dir=trace, probe=False,
                           floor=proven, limit=limit)
         self._add_messages(name, out.stats.get("messages", []))
-        self.labels += labels_kept(out.stats.get("agents", []))
+        with self._lock:  # (runs of :meth:`least_each` end in threads of their own)
+            self.labels += labels_kept(out.stats.get("agents", []))
         # the range's last DC's floor under every plan's period (agent._report_floor)
         agents = out.stats.get("agents", [])
         floor = max([0.0] + [float(a["period_floor_s"]) for a in agents
@@ -505,7 +533,8 @@ class RangeRuns:
         # the last DC of each period run (each step of its ladder) under the run's options:
         # no plan of the range at (m, theta) has T_p below it (.curve.CurvePass.floor)
         low = max([0.0] + [float(a["curve_floor_s"]) for a in agents if "curve_floor_s" in a])
-        self.one_dc += any(a.get("engine") == "dp" for a in out.stats.get("agents", []))
+        with self._lock:
+            self.one_dc += any(a.get("engine") == "dp" for a in out.stats.get("agents", []))
         if out.status == "error":
             raise AgentFailure((out.message or "").removeprefix("cdynp: "),
                                out.stats.get("failed_datacenter"))
@@ -958,8 +987,8 @@ def _replicas(owner, runs: RangeRuns, ms: list[int]) -> tuple[float, Plan | None
     (an unbounded one-DC range run): ``(T, plan, [T_p per DC])``, ``(inf, None, [])`` when
     a DC plans none or the plan does not run."""
     pipes, costs, times = [], [], []
-    for k, m in enumerate(ms):
-        got = runs.least(k, k, m, math.inf)
+    answers = runs.least_each([(k, k, m, math.inf) for k, m in enumerate(ms)])
+    for got, m in zip(answers, ms):
         if got is None:
             return math.inf, None, []
         pipes.append(Pipeline(got.stages, m))

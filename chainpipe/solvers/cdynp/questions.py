@@ -175,16 +175,19 @@ class OwnerRangeTimes(RangeTimes):
 
         The question is ``dp``'s, of plans with ``T_p + max R`` below the search's limit
         (:meth:`within`). A range of one DC is asked under it (:meth:`.pipelines.RangeRuns.
-        limited`). Any other answers for every plan: when it finds one above the limit,
-        with least ``T_p`` ``g0``, every plan within the limit has ``T_p >= g0`` and so ``R``
-        below ``limit - g0``, and the range is asked again under that cap (``sync_cap``),
-        which leaves the plan found out; until a plan within the limit, none, or a cap that
-        would not fall below the plan's ``R`` (a plan at the limit to rounding: the
-        answer). What each run proves under a cap below ``theta`` is kept for that cap and,
-        under the limit, for ``theta``."""
+        limited`): its plan is within it. An exact ``period`` range of several DCs takes it
+        too (:meth:`.pipelines.RangeRuns.under_limit`: its period runs' caps fall under
+        it), but answers for a set that holds every plan within it; any other range for
+        every plan. When either finds a plan above the limit, with least ``T_p`` ``g0``,
+        every plan within the limit has ``T_p >= g0`` and so ``R`` below ``limit - g0``,
+        and the range is asked again under that cap (``sync_cap``), which leaves the plan
+        found out; until a plan within the limit, none, or a cap that would not fall below
+        the plan's ``R`` (a plan at the limit to rounding: the answer). What each run
+        proves under a cap below ``theta`` is kept for that cap and, under the limit, for
+        ``theta``; what a run under the limit proves, under the limit only."""
         bound = tau * (1 + 1e-9)
         # dp's questions are of plans with T_p + max R below the search's limit (its
-        # within()): asked so of a range of one DC, whose proofs then hold under it only
+        # within()): asked so of the ranges that take it, whose proofs then hold under it
         limit = self.limit if self.runs.under_limit(i, j, m) else math.inf
         exact = self.runs.limited(i, j, m)  # the plan found is within the limit
         cap = theta
