@@ -87,3 +87,38 @@ def test_a_failure_in_one_thread_is_raised():
         runs.least_each([(0, 0, 4, math.inf), (1, 1, 4, math.inf)])
 
 
+
+
+def test_the_seed_lowers_its_largest_sync(monkeypatch):
+    """:func:`~chainpipe.solvers.cdynp.pipelines._lower_sync`: the pipelines of the
+    largest ``R`` (both, when tied) are asked again under it as their cap while the seed's
+    ``T = max T_p + max R`` falls; it stops at the first step that does not lower ``T``."""
+    plan_of = types.SimpleNamespace
+
+    def P(time, sync):
+        return plan_of(time=time, sync=sync, stages=(), cost=None)
+
+    # per DC, its plans (T_p, R) by R descending: least T_p under each cap
+    fronts = {0: [P(5.0, 3.0), P(5.5, 1.0), P(7.0, 0.1)], 1: [P(6.0, 1.0), P(6.2, 0.5)],
+              2: [P(4.0, 1.0), P(4.1, 0.5)]}
+    asked = []
+
+    class Runs:
+        @staticmethod
+        def least_each(questions):
+            out = []
+            for k, _k, m, cap in questions:
+                asked.append((k, cap))
+                fit = [p for p in fronts[k] if p.sync < cap]
+                out.append(min(fit, key=lambda p: p.time) if fit else None)
+            return out
+
+    monkeypatch.setattr(pipelines, "_replicated",
+                        lambda owner, answers, ms: (max(a.time for a in answers)
+                                                    + max(a.sync for a in answers), "plan"))
+    start = [fronts[0][0], fronts[1][0], fronts[2][0]]  # T = 6.0 + 3.0
+    T, plan = pipelines._lower_sync(None, Runs(), 9.0, "seed", start, [4, 4, 4])
+    # DC 0 under 3.0: (5.5, 1.0), T = 7.0; then DCs 0, 1, 2 tied at 1.0: (7.0, 0.1),
+    # (6.2, 0.5), (4.1, 0.5): T = 7.5, not lower: kept at 7.0
+    assert T == 7.0 and plan == "plan"
+    assert asked == [(0, 3.0), (0, 1.0), (1, 1.0), (2, 1.0)]

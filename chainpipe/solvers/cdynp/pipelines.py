@@ -962,43 +962,81 @@ def _seed(owner, runs: RangeRuns) -> tuple[float, Plan | None]:
     beats the one-pipeline solve's plan (``v3-large-02`` at 150 s: 22.81 s against 28.77
     s). The second split costs ``K`` one-DC runs (``v3-large-03``: 0.05 CPU s) and lowers
     the seed a great deal where the DCs differ (``v3-large-03`` 19.89 -> 16.17 s, ``-02``
-    22.81 -> 18.27 s, ``-01`` 19.17 -> 11.84 s)."""
+    22.81 -> 18.27 s, ``-01`` 19.17 -> 11.84 s). Last (:data:`SEED_SYNC`), the pipelines
+    of the largest ``R`` are planned again under caps below it (:func:`_lower_sync`)."""
     public = owner.public
     K, M = public.num_datacenters, public.microbatches
     if K < 2 or K > M or K not in public.training.parallelism.pipelines:
         return math.inf, None
     even = [M // K + (k < M % K) for k in range(K)]
-    T, plan, times = _replicas(owner, runs, even)
-    if plan is None or not RESPLIT:
+    T, plan, got = _replicas(owner, runs, even)
+    if plan is None:
         return T, plan
-    split = split_by_rate(M, even, times)
-    if split == even:
-        return T, plan
-    T2, plan2, _ = _replicas(owner, runs, split)
-    return (T2, plan2) if T2 < T else (T, plan)
+    best = T, plan, got, even
+    if RESPLIT:
+        split = split_by_rate(M, even, [g.time for g in got])
+        if split != even:
+            T2, plan2, got2 = _replicas(owner, runs, split)
+            if T2 < T:
+                best = T2, plan2, got2, split
+    return _lower_sync(owner, runs, *best) if SEED_SYNC else best[:2]
 
 
 #: whether the owner's seed splits ``M`` a second time, by the rates the first showed
 RESPLIT = True
 
+#: whether the owner's seed plans its pipelines of the largest ``R`` again under caps
+#: below it while its ``T`` falls (:func:`_lower_sync`)
+SEED_SYNC = True
+
 
 def _replicas(owner, runs: RangeRuns, ms: list[int]) -> tuple[float, Plan | None, list]:
     """One pipeline per DC, DC ``k`` with ``ms[k]`` microbatches, each its least ``T_p``
-    (an unbounded one-DC range run): ``(T, plan, [T_p per DC])``, ``(inf, None, [])`` when
-    a DC plans none or the plan does not run."""
-    pipes, costs, times = [], [], []
+    (an unbounded one-DC range run): ``(T, plan, [RangePlan per DC])``, ``(inf, None,
+    [])`` when a DC plans none or the plan does not run."""
     answers = runs.least_each([(k, k, m, math.inf) for k, m in enumerate(ms)])
-    for got, m in zip(answers, ms):
-        if got is None:
-            return math.inf, None, []
-        pipes.append(Pipeline(got.stages, m))
-        costs.append(got.cost)
-        times.append(got.time)
-    plan = Plan(pipelines=pipes)
-    ev = owner.evaluation(plan, costs)
-    if not ev.feasible:
+    if any(got is None for got in answers):
         return math.inf, None, []
-    return float(ev.iteration_time_s), plan, times
+    T, plan = _replicated(owner, answers, ms)
+    return (T, plan, answers) if plan is not None else (math.inf, None, [])
+
+
+def _replicated(owner, answers: list, ms: list[int]) -> tuple[float, Plan | None]:
+    """The plan of one pipeline per DC from their range plans ``answers`` (DC ``k`` with
+    ``ms[k]`` microbatches) and its ``T`` by the owner's evaluation; ``(inf, None)`` when it
+    does not run."""
+    plan = Plan(pipelines=[Pipeline(got.stages, m) for got, m in zip(answers, ms)])
+    ev = owner.evaluation(plan, [got.cost for got in answers])
+    if not ev.feasible:
+        return math.inf, None
+    return float(ev.iteration_time_s), plan
+
+
+def _lower_sync(owner, runs: RangeRuns, T: float, plan: Plan, answers: list,
+                ms: list[int]) -> tuple[float, Plan]:
+    """The seed ``(T, plan)`` of one pipeline per DC (their range plans ``answers``, ``ms``
+    microbatches) improved: ``T = max T_p + max R + R_X / H``, and each DC's least ``T_p``
+    pays no heed to its ``R``, so the pipelines whose ``R`` is the largest are planned again
+    under that ``R`` as their cap (one-DC range runs: their least ``T_p`` with every ``R_s``
+    below it) while the plan's ``T`` falls, at most ``2 K`` times. ``v3-medium-03``-like
+    seed 50: 12.868 -> 11.721 s in two runs (``dp``'s seed, split by the DCs' speeds,
+    12.229 s; the optimum 11.387 s); a lower incumbent bounds every later run."""
+    for _ in range(2 * len(answers)):
+        top = max(got.sync for got in answers)
+        if top <= 0.0:
+            break
+        lower = [k for k, got in enumerate(answers) if got.sync >= top]
+        again = runs.least_each([(k, k, ms[k], top) for k in lower])
+        if any(got is None for got in again):
+            break
+        trial = list(answers)
+        for k, got in zip(lower, again):
+            trial[k] = got
+        T2, plan2 = _replicated(owner, trial, ms)
+        if not T2 < T:
+            break
+        T, plan, answers = T2, plan2, trial
+    return T, plan
 
 
 def split_by_rate(M: int, ms: list[int], times: list[float]) -> list[int]:
