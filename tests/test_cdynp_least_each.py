@@ -107,7 +107,7 @@ def test_the_seed_lowers_its_largest_sync(monkeypatch):
         @staticmethod
         def least_each(questions):
             out = []
-            for k, _k, m, cap in questions:
+            for k, _k, _m, cap in questions:
                 asked.append((k, cap))
                 fit = [p for p in fronts[k] if p.sync < cap]
                 out.append(min(fit, key=lambda p: p.time) if fit else None)

@@ -183,27 +183,29 @@ class RangeRuns:
             return 1.0
         return guarantee_factor(K, o["epsilon"], o["quantum"], o["digits"])
 
+    def _period_exact(self, m: int) -> bool:
+        """Whether a range run at ``M_p = m`` is an exact ``period`` run (``m > 1``: one
+        microbatch plans as ``classic``)."""
+        return m > 1 and self.owner.public.training.objective == "period" and is_exact(
+            self.options)
+
     def limited(self, i: int, j: int, m: int) -> bool:
         """Whether the runs of DCs ``i..j`` at ``M_p = m`` are asked under a limit on
-        ``T_p + max R`` (:meth:`least_floor`): an exact ``period`` range of one DC (``m >
-        1``: one microbatch plans as ``classic``), whose agent's own search keeps only
-        plans under it (:mod:`.alone`); a label DP (several DCs, or ``classic``) counts no
-        ``R`` under ``sync_cap`` and answers for every plan, so its answers are kept for
-        every question instead."""
-        return (i == j and m > 1 and self.owner.public.training.objective == "period"
-                and is_exact(self.options) and alone.ENABLED)
+        ``T_p + max R`` that their plan found keeps (:meth:`least_floor`): an exact
+        ``period`` range of one DC, whose agent's own search keeps only plans under it
+        (:mod:`.alone`). A label DP (several DCs) counts no ``R`` under ``sync_cap``: it
+        takes the limit only through its caps (:meth:`under_limit`)."""
+        return i == j and alone.ENABLED and self._period_exact(m)
 
     def under_limit(self, i: int, j: int, m: int) -> bool:
         """Whether the runs of DCs ``i..j`` at ``M_p = m`` take the owner's limit on ``T_p
         + max R`` at all: those of :meth:`limited`, and an exact ``period`` range of
-        several DCs (``m > 1``), whose period runs fall under the cap the limit leaves
-        above each run's floor (:func:`~chainpipe.solvers.cdynp._within_cap`). These last
-        answer for a set of plans that holds every plan within the limit: "none" proves
-        none within it, and the plan found, the least ``T_p`` of the set, may lie above
-        it."""
-        return self.limited(i, j, m) or (
-            i < j and m > 1 and self.owner.public.training.objective == "period"
-            and is_exact(self.options))
+        several DCs, whose period runs fall under the cap the limit leaves above each
+        run's floor (:func:`~chainpipe.solvers.cdynp._within_cap`). These last answer for
+        a set of plans that holds every plan within the limit: "none" proves none within
+        it, and the plan found, the least ``T_p`` of the set, may lie above it. Any other
+        run answers for every plan."""
+        return i < j and self._period_exact(m) or self.limited(i, j, m)
 
     def least(self, i: int, j: int, m: int, theta: float,
               bound: float = math.inf) -> RangePlan | None:
@@ -235,9 +237,8 @@ class RangeRuns:
                 got.append(self.least(*q))
                 if got[-1] is None:
                     break
-        if None in got:
-            return got[:got.index(None)] + [None] * (len(questions) - got.index(None))
-        return got
+        cut = next((n for n, answer in enumerate(got) if answer is None), len(got))
+        return got[:cut] + [None] * (len(questions) - cut)
 
     def least_floor(self, i: int, j: int, m: int, theta: float, bound: float = math.inf,
                     floor: float = 0.0, limit: float = math.inf
