@@ -62,7 +62,7 @@ from ...result import Outcome, number_option
 from ...support import features, refusal
 from ...tables import CostTables
 from ..dp_pipelines import STEPS as DP_STEPS
-from ..dp_ranges import RangeTimes, close_step
+from ..dp_ranges import CLOSE, CLOSE_STEP, RangeTimes, close_step
 from . import alone
 from .assemble import plan_of
 from .audit import check_claims
@@ -433,8 +433,6 @@ def _close_rungs(bounds: list, i: int, labels: int) -> None:
     keeps about twice the labels of the one below, so a rung far past the optimum costs
     most) the rungs above it go :data:`.dp_ranges.CLOSE_STEP` apart, up to the last (the
     owner's bound), where they were wider."""
-    from ..dp_ranges import CLOSE, CLOSE_STEP
-
     if labels <= CLOSE or i + 2 >= len(bounds):
         return
     step = bounds[i] * (1 + CLOSE_STEP)
