@@ -525,17 +525,16 @@ class RangeRuns:
         out = solve_chain(backend, options, self.deadline, trace_dir=trace, probe=False,
                           floor=proven, limit=limit)
         self._add_messages(name, out.stats.get("messages", []))
-        with self._lock:  # (runs of :meth:`least_each` end in threads of their own)
-            self.labels += labels_kept(out.stats.get("agents", []))
-        # the range's last DC's floor under every plan's period (agent._report_floor)
         agents = out.stats.get("agents", [])
+        with self._lock:  # (runs of :meth:`least_each` end in threads of their own)
+            self.labels += labels_kept(agents)
+            self.one_dc += any(a.get("engine") == "dp" for a in agents)
+        # the range's last DC's floor under every plan's period (agent._report_floor)
         floor = max([0.0] + [float(a["period_floor_s"]) for a in agents
                              if "period_floor_s" in a])
         # the last DC of each period run (each step of its ladder) under the run's options:
         # no plan of the range at (m, theta) has T_p below it (.curve.CurvePass.floor)
         low = max([0.0] + [float(a["curve_floor_s"]) for a in agents if "curve_floor_s" in a])
-        with self._lock:
-            self.one_dc += any(a.get("engine") == "dp" for a in out.stats.get("agents", []))
         if out.status == "error":
             raise AgentFailure((out.message or "").removeprefix("cdynp: "),
                                out.stats.get("failed_datacenter"))
