@@ -141,6 +141,45 @@ def test_own_tables_kept_per_record_and_cap_class():
     assert other.tables is not agent.tables
 
 
+def test_floors_of_every_cap_are_the_uncapped_tables():
+    """Every run of a DC, under any ``sync_cap``, takes the one :class:`Floors` built on
+    its uncapped tables (``FLOORS_PER_CAP`` off): the same object for every cap and none,
+    equal to floors built on the uncapped tables, and nowhere above the floors of the
+    capped tables (the knapsack counts every option: a floor under any cap's plans).
+    With ``FLOORS_PER_CAP`` on, a cap that cuts options gets floors of its own."""
+    from chainpipe.solvers.cdynp import agent as agent_module
+    from chainpipe.solvers.cdynp.agent import own_tables
+
+    inst = read(ROOT / "instances/v3/medium/v3-medium-01.json")
+    agent_module._FLOORS.clear()
+    got, higher = [], 0
+    for cap in (None, 0.05, 0.2, 1e9):
+        agent = DCAgent(PublicInstance.of(inst), 2, inst.datacenters[2], sync_cap=cap)
+        agent._upstream_flops = 1e15
+        got.append(agent._floors())
+        capped = Floors(agent.tables, 1e15)
+        for u in ((0,) * agent.tables.G, tuple(int(c) // 2 for c in agent.tables.count)):
+            mine, theirs = got[-1].period(u), capped.period(u)
+            assert np.all(mine <= theirs), (cap, u)
+            higher += int(np.sum(mine < theirs))
+    assert all(f is got[0] for f in got)
+    fresh = Floors(own_tables(agent.local, None), 1e15)
+    u = (0,) * agent.tables.G
+    assert np.array_equal(got[0].period(u), fresh.period(u))
+    assert higher > 0  # some cap cuts options that the uncapped floors count
+    agent_module._FLOORS.clear()
+    try:
+        agent_module.FLOORS_PER_CAP = True
+        per_cap = DCAgent(PublicInstance.of(inst), 2, inst.datacenters[2], sync_cap=0.05)
+        per_cap._upstream_flops = 1e15
+        assert per_cap._floors() is not got[0]
+        assert np.array_equal(per_cap._floors().period(u),
+                              Floors(per_cap.tables, 1e15).period(u))
+    finally:
+        agent_module.FLOORS_PER_CAP = False
+        agent_module._FLOORS.clear()
+
+
 @pytest.mark.parametrize("seed", range(60))
 def test_least_bottleneck_bisection_equals_dense(seed):
     """The bisection gives exactly the least of every step's candidate (the dense

@@ -117,8 +117,18 @@ _TABLES_LOCK = threading.Lock()
 _WALKS: OrderedDict = OrderedDict()
 
 #: the DCs' :class:`.floors.Floors` (:meth:`DCAgent._floors`), the :data:`TABLES_KEPT` last
-#: asked in this process, by :func:`floors_key` and ``sync_cap``, then upstream bound
+#: asked in this process, by :func:`floors_key` and ``sync_cap`` (``None``: the uncapped
+#: tables', which serve every cap), then upstream bound
 _FLOORS: OrderedDict = OrderedDict()
+
+#: whether a capped run's floors (:meth:`DCAgent._floors`) are built on its capped tables
+#: (one knapsack per cap class); ``False`` (session 48): on the DC's uncapped tables, one
+#: knapsack per DC, valid under every cap and a little lower where a cap cuts options.
+#: Measured, CPU s least of 2, per cap class / uncapped: ``v3-large-03`` 14.95 / 12.06,
+#: ``-02`` 7.71 / 6.43, ``v3-medium-02`` 1.20 / 1.03, ``-03`` 1.14 / 1.00, fresh
+#: ``v3-medium-01``-like seed 52 0.69 / 0.60, ``-04-gpipe``-like 44 1.32 / 1.17; the same
+#: range runs, labels within 1 %
+FLOORS_PER_CAP = False
 
 
 def _located(srcs: list, rows):
@@ -1206,18 +1216,29 @@ class DCAgent:
     def _floors(self):
         """The floors under a prefix's period from own free devices and the upstream
         FLOP/s (:class:`.floors.Floors`), or ``None``: the knapsack too large, or DC
-        ``1..k-1``'s FLOP/s unknown (an upstream DC kept its prefix bound to itself)."""
+        ``1..k-1``'s FLOP/s unknown (an upstream DC kept its prefix bound to itself).
+
+        Built on the DC's uncapped tables whatever the run's ``sync_cap`` (every option
+        counted: a floor under every plan, so under any cap, as :class:`.alone.AloneDP`'s
+        ``period_floor``): one knapsack per DC serves every cap. A knapsack per cap class
+        is a little higher where the cap cuts options a floor counts, but the owner asks a
+        DC under many caps (:data:`FLOORS_PER_CAP`)."""
         from .floors import Floors
 
         up = 0.0 if self.k == 0 else self._upstream_flops
         if up is None or not Floors.affordable(self.tables):
             return None
-        # kept per DC, cap and upstream bound, across M_p under 1F1B (:func:`floors_key`;
+        # kept per DC and upstream bound, across M_p under 1F1B (:func:`floors_key`;
         # built in milliseconds: no deadline check, which a later run's would not be)
         # (the knapsack shared by every upstream bound)
         base = self.tables.__dict__.get("_cdynp_base")  # (uncapped tables, cap) if capped
-        key = (floors_key(self.local), self.sync_cap if base is None
-               else cap_class(base[0], base[1]))
+        tables = self.tables
+        if base is None:  # uncapped, or one device per stage (no cap cuts an option)
+            key = (floors_key(self.local), None)
+        elif FLOORS_PER_CAP:
+            key = (floors_key(self.local), cap_class(base[0], base[1]))
+        else:
+            key, tables = (floors_key(self.local), None), base[0]
         with _TABLES_LOCK:
             kept = _FLOORS.get(key)
             if kept is not None:
@@ -1225,7 +1246,7 @@ class DCAgent:
                 if up in kept:
                     return kept[up]
         capacity = None if not kept else next(iter(kept.values())).capacity
-        got = Floors(self.tables, up, capacity=capacity)
+        got = Floors(tables, up, capacity=capacity)
         with _TABLES_LOCK:
             _FLOORS.setdefault(key, {})[up] = got
             while len(_FLOORS) > TABLES_KEPT:

@@ -34,8 +34,8 @@ class Floors:
     Parameters
     ----------
     tables : CostTables
-        The DC's own one-DC tables (after any ``sync_cap``: options it may not use hold
-        nothing).
+        The DC's own one-DC tables: its uncapped ones (every option holds, a floor under
+        any ``sync_cap``), or under a cap (options it may not use hold nothing).
     upstream : float
         ``A``: a bound on the FLOP/s of DCs ``1..k-1``'s devices (0 at DC 1).
     check : callable, optional
