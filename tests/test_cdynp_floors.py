@@ -180,6 +180,23 @@ def test_floors_of_every_cap_are_the_uncapped_tables():
         agent_module._FLOORS.clear()
 
 
+def test_capped_tables_take_the_uncapped_lower_bound():
+    """A DC's capped tables take :attr:`CostTables.lower_bound` from its uncapped ones
+    (:func:`~chainpipe.solvers.cdynp.agent.own_tables`): the bound reads the devices'
+    rates and counts, no option, so it equals the bound of tables capped afresh."""
+    from chainpipe.solvers.cdynp.agent import _cap_sync
+    from chainpipe.tables import CostTables
+
+    inst = read(ROOT / "instances/v3/medium/v3-medium-03-slow-sync8.json")
+    for k in range(inst.num_datacenters):
+        for cap in (0.001, 0.05, 0.3):
+            agent = DCAgent(PublicInstance.of(inst), k, inst.datacenters[k], sync_cap=cap)
+            fresh = CostTables(agent.local)
+            _cap_sync(fresh, cap)
+            assert "lower_bound" in agent.tables.__dict__ or agent.tables.single_device
+            assert agent.tables.lower_bound == fresh.lower_bound, (k, cap)
+
+
 @pytest.mark.parametrize("seed", range(60))
 def test_least_bottleneck_bisection_equals_dense(seed):
     """The bisection gives exactly the least of every step's candidate (the dense

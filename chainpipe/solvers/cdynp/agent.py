@@ -286,6 +286,8 @@ def own_tables(local: Instance, sync_cap: float | None) -> CostTables:
         # (:meth:`.period.PeriodDP._group_runs`)
         got.__dict__["_options"] = base.__dict__.setdefault("_options", {})
         got.__dict__["_cdynp_base"] = (base, cap)
+        # (a bound from the devices' rates and counts alone: no option is read)
+        got.__dict__["lower_bound"] = base.lower_bound
         _cap_sync(got, cap)
     elif not got.single_device:
         got.__dict__["_options"] = _options_at(local, got)
