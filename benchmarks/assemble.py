@@ -148,6 +148,7 @@ ORDER = [
     _survey("cdynp_speed_v3_fresh_46_48.md", (46, 47, 48)),
     _survey("cdynp_speed_v3_fresh_49_51.md", (49, 50, 51)),
     _survey("cdynp_speed_v3_fresh_52_54.md", (52, 53, 54)),
+    _survey("cdynp_speed_v3_fresh_55_57.md", (55, 56, 57)),
     ("benchmarks/results/cdynp_tradeoff_v3.md",
      "python benchmarks/cdynp_tradeoff.py --v3 --sets v3/small v3/medium --time-limit 120, "
      "then --v3 --sets v3/large --time-limit 600 --merge"),
