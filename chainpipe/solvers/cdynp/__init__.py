@@ -417,9 +417,12 @@ def _within_cap(options: dict, limit: float) -> dict | None:
 def _floors_dropped(out: Outcome, run: dict, options: dict) -> Outcome:
     """``out``, of a period run under ``run`` (:func:`_within_cap` of ``options``), with
     its last DC's ``period_floor_s`` left out of its agents' reports where the cap fell:
-    that floor counts only the options the run's cap keeps, so it bounds only the plans
-    within the limit, and the owner reads it as a floor under every plan's period at the
-    question's ``theta`` (:meth:`.questions.OwnerRangeTimes._period_line`)."""
+    with a knapsack per cap class (:data:`.agent.FLOORS_PER_CAP`) that floor counts only
+    the options the run's cap keeps, so it bounds only the plans within the limit, and
+    the owner reads it as a floor under every plan's period at the question's ``theta``
+    (:meth:`.questions.OwnerRangeTimes._period_line`). With one knapsack per DC (the
+    default) it counts every option and would hold; kept or dropped, the same range runs
+    on ``v3/medium`` and fresh seeds 44 and 52 (session 48)."""
     if run.get("sync_cap") == options.get("sync_cap") or "agents" not in out.stats:
         return out
     out.stats["agents"] = [{k: v for k, v in a.items() if k != "period_floor_s"}

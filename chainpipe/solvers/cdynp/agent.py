@@ -117,8 +117,8 @@ _TABLES_LOCK = threading.Lock()
 _WALKS: OrderedDict = OrderedDict()
 
 #: the DCs' :class:`.floors.Floors` (:meth:`DCAgent._floors`), the :data:`TABLES_KEPT` last
-#: asked in this process, by :func:`floors_key` and ``sync_cap`` (``None``: the uncapped
-#: tables', which serve every cap), then upstream bound
+#: asked in this process, by :func:`floors_key` and cap class (``None``: the uncapped
+#: tables', which serve every cap: :data:`FLOORS_PER_CAP`), then upstream bound
 _FLOORS: OrderedDict = OrderedDict()
 
 #: whether a capped run's floors (:meth:`DCAgent._floors`) are built on its capped tables
